@@ -1,0 +1,18 @@
+"""MessagePack with msgspec."""
+
+import msgspec
+
+
+class MsgpackCodec:
+    name = "msgpack"
+    library = "msgspec"
+
+    def __init__(self) -> None:
+        self.encode = msgspec.msgpack.Encoder().encode
+        self.decode = msgspec.msgpack.Decoder().decode
+
+    def prepare(self, record: dict) -> dict:
+        return record
+
+    def to_record(self, obj: dict) -> dict:
+        return obj

@@ -1,0 +1,69 @@
+"""Brokers behind one small interface, in the spirit of OpenMessaging Benchmark's driver API.
+
+A driver creates and deletes topics, and makes producers and consumers. A producer sends
+(header, payload) to a partition and reports each acknowledgement through `on_ack(header, ok)`
+while it is polled or flushed; a consumer returns batches of (header, payload, partition).
+The header is the worker's framing (producer id, sequence, intended send time); each driver
+carries it where its broker keeps per-message metadata (Kafka key, a Redis stream field).
+Adding a broker means adding one module here and one line in DRIVERS.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Protocol
+
+OnAck = Callable[[bytes, bool], None]
+Message = tuple[bytes, bytes, int]
+
+DRIVERS = {
+    "kafka": "brokerbench.drivers.kafka:KafkaDriver",
+    "redis-streams": "brokerbench.drivers.redis_streams:RedisStreamsDriver",
+}
+
+
+class BrokerUnavailable(RuntimeError):
+    """The broker could not be reached or refused the operation."""
+
+
+class Producer(Protocol):
+    def send(self, header: bytes, payload: bytes, partition: int) -> None: ...
+
+    def poll(self, timeout_s: float) -> None: ...
+
+    def flush(self, timeout_s: float) -> int: ...
+
+    def close(self) -> None: ...
+
+
+class Consumer(Protocol):
+    def poll(self, timeout_s: float) -> list[Message]: ...
+
+    def close(self) -> None: ...
+
+
+class Driver(Protocol):
+    name: str
+
+    def check(self, timeout_s: float = 5.0) -> None: ...
+
+    def describe(self) -> dict: ...
+
+    def create_topic(self, topic: str, partitions: int) -> None: ...
+
+    def delete_topic(self, topic: str, partitions: int) -> None: ...
+
+    def producer(self, topic: str, partitions: int, mode: str, on_ack: OnAck) -> Producer: ...
+
+    def consumer(self, topic: str, group: str, partitions: list[int]) -> Consumer: ...
+
+
+def get_driver(broker: str, endpoint: dict, client: dict) -> Driver:
+    """The driver for `broker`, connected to `endpoint` with the run's client settings."""
+    import importlib
+
+    try:
+        module_name, class_name = DRIVERS[broker].split(":")
+    except KeyError:
+        raise ValueError(f"unknown broker {broker!r}; expected one of {', '.join(DRIVERS)}") from None
+    return getattr(importlib.import_module(module_name), class_name)(endpoint, client)

@@ -1,0 +1,109 @@
+"""Run events: immutable, validated, with deterministic ids and an order given by their sort key.
+
+Sort keys put a run's events in order and give each event one place: a cell has exactly one
+end slot, so it cannot both complete and fail, and a retried write lands on the same key.
+"""
+
+from __future__ import annotations
+
+import json
+import secrets
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from functools import cache
+from typing import Protocol
+
+from jsonschema import Draft202012Validator
+
+from ..paths import SCHEMAS_DIR
+
+RUN_EVENTS = ("RunCompleted", "RunFailed")
+
+
+class InvalidEvent(ValueError):
+    pass
+
+
+def new_run_id() -> str:
+    """Sorts by time; unique enough for one team's runs."""
+    return datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ") + "-" + secrets.token_hex(3)
+
+
+def sort_key(event_type: str, cell_index: int | None = None, interval: int | None = None) -> str:
+    if event_type == "RunRequested":
+        return "00#run"
+    if event_type == "TargetsReady":
+        return "01#targets"
+    if event_type in ("CellStarted", "IntervalMeasured", "CellCompleted", "CellFailed"):
+        cell = f"10#c{cell_index:05d}"
+        if event_type == "CellStarted":
+            return f"{cell}#0"
+        if event_type == "IntervalMeasured":
+            return f"{cell}#1#i{interval:06d}"
+        return f"{cell}#2#end"
+    if event_type in RUN_EVENTS:
+        return "90#run#end"
+    if event_type == "ReportBuilt":
+        return "95#report"
+    if event_type == "RegressionDetected":
+        return f"96#regression#c{cell_index:05d}"
+    raise InvalidEvent(f"unknown event type {event_type!r}")
+
+
+def make_event(run_id: str, event_type: str, data: dict, *, cell_index: int | None = None,
+               interval: int | None = None) -> dict:
+    sk = sort_key(event_type, cell_index, interval)
+    event = {
+        "run_id": run_id,
+        "sk": sk,
+        "event_id": f"{run_id}/{sk}",
+        "type": event_type,
+        "at": datetime.now(timezone.utc).isoformat(timespec="milliseconds"),
+        "schema_version": 1,
+        "data": data,
+    }
+    validate(event)
+    return event
+
+
+@cache
+def _validators() -> dict[str, Draft202012Validator]:
+    schema = json.loads((SCHEMAS_DIR / "events.schema.json").read_text())
+    defs = schema["$defs"]
+    envelope = Draft202012Validator(schema)
+    out = {"envelope": envelope}
+    for name in schema["properties"]["type"]["enum"]:
+        out[name] = Draft202012Validator({"$ref": f"#/$defs/{name}", "$defs": defs})
+    return out
+
+
+def validate(event: dict) -> None:
+    validators = _validators()
+    problems = [f"{'.'.join(map(str, e.absolute_path)) or '(event)'}: {e.message}"
+                for e in validators["envelope"].iter_errors(event)]
+    if not problems:
+        problems = [f"data.{'.'.join(map(str, e.absolute_path))}: {e.message}"
+                    for e in validators[event["type"]].iter_errors(event["data"])]
+    if problems:
+        raise InvalidEvent(f"{event.get('type')} event is invalid: " + "; ".join(problems))
+
+
+@dataclass
+class AppendResult:
+    written: int = 0
+    skipped: int = 0  # already stored (a retry or a replay): nothing new was written
+
+    def __iadd__(self, other: AppendResult) -> AppendResult:
+        self.written += other.written
+        self.skipped += other.skipped
+        return self
+
+
+class EventStore(Protocol):
+    """The port the core writes to and reads from; adapters: DynamoDB (AWS or DynamoDB Local)."""
+
+    def append(self, events: list[dict]) -> AppendResult: ...
+
+    def read(self, run_id: str) -> list[dict]: ...
+
+    def list_runs(self, limit: int = 50) -> list[dict]: ...

@@ -1,0 +1,168 @@
+"""The event store on DynamoDB: one table, run id as partition key, the event's sort key as range key.
+
+Writes are conditional (attribute_not_exists) inside TransactWriteItems batches, so a retried
+or replayed event is skipped rather than written twice; items that failed only because another
+item of their batch cancelled the transaction are sent again. The same code serves AWS and
+DynamoDB Local; only the endpoint differs.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+
+import boto3
+from botocore.config import Config
+from botocore.exceptions import ClientError
+
+from . import AppendResult, validate
+
+TRANSACTION_ITEMS = 25
+TRANSACTION_BYTES = 3_000_000
+RUNS_INDEX = "runs-by-time"
+SUITES_INDEX = "runs-by-suite"
+RETRYABLE = {"TransactionConflict", "ThrottlingError", "ProvisionedThroughputExceeded", "RequestLimitExceeded"}
+
+
+class DynamoEventStore:
+    def __init__(self, table: str, *, endpoint_url: str | None = None, region: str = "us-east-1", client=None) -> None:
+        self.table = table
+        if client is None:
+            kwargs = {"region_name": region, "config": Config(retries={"max_attempts": 10, "mode": "standard"})}
+            if endpoint_url:  # DynamoDB Local accepts any credentials
+                kwargs.update(endpoint_url=endpoint_url, aws_access_key_id="local", aws_secret_access_key="local")
+            client = boto3.client("dynamodb", **kwargs)
+        self.client = client
+
+    def ensure_table(self) -> None:
+        """Create the table and its indexes when missing (local runs; in AWS the CDK app owns it)."""
+        try:
+            self.client.describe_table(TableName=self.table)
+            return
+        except ClientError as exc:
+            if exc.response["Error"]["Code"] != "ResourceNotFoundException":
+                raise
+        keys = [("run_id", "S"), ("sk", "S"), ("entity", "S"), ("at", "S"), ("suite", "S")]
+        self.client.create_table(
+            TableName=self.table,
+            BillingMode="PAY_PER_REQUEST",
+            AttributeDefinitions=[{"AttributeName": n, "AttributeType": t} for n, t in keys],
+            KeySchema=[{"AttributeName": "run_id", "KeyType": "HASH"}, {"AttributeName": "sk", "KeyType": "RANGE"}],
+            GlobalSecondaryIndexes=[
+                {"IndexName": RUNS_INDEX, "Projection": {"ProjectionType": "ALL"},
+                 "KeySchema": [{"AttributeName": "entity", "KeyType": "HASH"}, {"AttributeName": "at", "KeyType": "RANGE"}]},
+                {"IndexName": SUITES_INDEX, "Projection": {"ProjectionType": "ALL"},
+                 "KeySchema": [{"AttributeName": "suite", "KeyType": "HASH"}, {"AttributeName": "at", "KeyType": "RANGE"}]},
+            ],
+        )
+        self.client.get_waiter("table_exists").wait(TableName=self.table, WaiterConfig={"Delay": 1, "MaxAttempts": 60})
+
+    @staticmethod
+    def _item(event: dict) -> dict:
+        item = {
+            "run_id": {"S": event["run_id"]},
+            "sk": {"S": event["sk"]},
+            "event_id": {"S": event["event_id"]},
+            "type": {"S": event["type"]},
+            "at": {"S": event["at"]},
+            "schema_version": {"N": str(event["schema_version"])},
+            "data": {"S": json.dumps(event["data"], separators=(",", ":"))},
+        }
+        if event["type"] == "RunRequested":  # only run headers go into the listing indexes
+            item["entity"] = {"S": "run"}
+            item["suite"] = {"S": event["data"].get("suite") or event["data"]["spec"].get("name", "adhoc")}
+        return item
+
+    @staticmethod
+    def _event(item: dict) -> dict:
+        return {
+            "run_id": item["run_id"]["S"],
+            "sk": item["sk"]["S"],
+            "event_id": item["event_id"]["S"],
+            "type": item["type"]["S"],
+            "at": item["at"]["S"],
+            "schema_version": int(item["schema_version"]["N"]),
+            "data": json.loads(item["data"]["S"]),
+        }
+
+    def append(self, events: list[dict]) -> AppendResult:
+        result = AppendResult()
+        batch: list[dict] = []
+        size = 0
+        for event in events:
+            validate(event)
+            item = self._item(event)
+            item_size = len(item["data"]["S"]) + 200
+            if batch and (len(batch) >= TRANSACTION_ITEMS or size + item_size > TRANSACTION_BYTES):
+                result += self._write(batch)
+                batch, size = [], 0
+            batch.append(item)
+            size += item_size
+        if batch:
+            result += self._write(batch)
+        return result
+
+    def _write(self, items: list[dict]) -> AppendResult:
+        result = AppendResult()
+        pending = items
+        for attempt in range(12):
+            try:
+                self.client.transact_write_items(TransactItems=[
+                    {"Put": {"TableName": self.table, "Item": item,
+                             "ConditionExpression": "attribute_not_exists(run_id)"}}
+                    for item in pending
+                ])
+                result.written += len(pending)
+                return result
+            except ClientError as exc:
+                error = exc.response["Error"]
+                if error["Code"] != "TransactionCanceledException":
+                    if error["Code"] in RETRYABLE:
+                        time.sleep(min(0.05 * 2**attempt, 2))
+                        continue
+                    raise
+                reasons = exc.response.get("CancellationReasons") or _reasons_from_message(error.get("Message", ""), len(pending))
+                codes = [r.get("Code", "None") for r in reasons]
+                kept = []
+                for item, code in zip(pending, codes):
+                    if code == "ConditionalCheckFailed":
+                        result.skipped += 1
+                    elif code in ("None", "", None) or code in RETRYABLE:
+                        kept.append(item)
+                    else:
+                        raise
+                pending = kept
+                if not pending:
+                    return result
+                if any(code in RETRYABLE for code in codes):
+                    time.sleep(min(0.05 * 2**attempt, 2))
+        raise RuntimeError(f"could not write {len(pending)} events after retries")
+
+    def read(self, run_id: str) -> list[dict]:
+        events = []
+        kwargs = {"TableName": self.table, "KeyConditionExpression": "run_id = :r",
+                  "ExpressionAttributeValues": {":r": {"S": run_id}}, "ConsistentRead": True}
+        while True:
+            page = self.client.query(**kwargs)
+            events.extend(self._event(item) for item in page["Items"])
+            if "LastEvaluatedKey" not in page:
+                return events
+            kwargs["ExclusiveStartKey"] = page["LastEvaluatedKey"]
+
+    def list_runs(self, limit: int = 50, suite: str | None = None) -> list[dict]:
+        """RunRequested events, newest first."""
+        if suite:
+            condition, values, index = "suite = :s", {":s": {"S": suite}}, SUITES_INDEX
+        else:
+            condition, values, index = "entity = :e", {":e": {"S": "run"}}, RUNS_INDEX
+        page = self.client.query(TableName=self.table, IndexName=index, KeyConditionExpression=condition,
+                                 ExpressionAttributeValues=values, ScanIndexForward=False, Limit=limit)
+        return [self._event(item) for item in page["Items"]]
+
+
+def _reasons_from_message(message: str, count: int) -> list[dict]:
+    """Some endpoints put the reasons only in the message: '... reasons [ConditionalCheckFailed, None]'."""
+    start, end = message.find("["), message.rfind("]")
+    if start < 0 or end < 0:
+        return [{"Code": "None"}] * count
+    return [{"Code": part.strip()} for part in message[start + 1:end].split(",")]

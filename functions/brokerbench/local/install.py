@@ -1,0 +1,86 @@
+"""Idempotent install of the local stack's parts: Maven jars, the DynamoDB Local launcher, redis-server."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+from ..paths import PACKAGE_DIR
+
+REPO_DIR = PACKAGE_DIR.parent.parent
+CACHE_DIR = Path(os.environ.get("BROKERBENCH_CACHE", REPO_DIR / ".cache"))
+JARS_DIR = CACHE_DIR / "jars"
+POMS_DIR = PACKAGE_DIR / "local" / "jars"
+LAUNCHER_SOURCE = PACKAGE_DIR / "local" / "java" / "LoopbackDynamoDB.java"
+COMPONENTS = ("kafka", "dynamodb-local")
+
+
+class InstallError(RuntimeError):
+    pass
+
+
+def lib_dir(component: str) -> Path:
+    return JARS_DIR / component / "lib"
+
+
+def _run(cmd: list[str], cwd: Path | None = None) -> None:
+    result = subprocess.run(cmd, cwd=cwd, capture_output=True, text=True)
+    if result.returncode != 0:
+        raise InstallError(f"{' '.join(cmd)} failed:\n{result.stdout[-2000:]}{result.stderr[-2000:]}")
+
+
+def install_jars(log=print) -> None:
+    """Copy each component's runtime jars from Maven Central, once per pom version."""
+    if not shutil.which("mvn"):
+        raise InstallError("Maven (mvn) is needed to fetch the Kafka and DynamoDB Local jars: install it (apt-get install maven)")
+    for component in COMPONENTS:
+        folder = JARS_DIR / component
+        pom = (POMS_DIR / f"{component}.pom.xml").read_text()
+        stamp = folder / "pom.xml"
+        if lib_dir(component).is_dir() and stamp.is_file() and stamp.read_text() == pom:
+            continue
+        log(f"fetching {component} jars from Maven Central ...")
+        shutil.rmtree(folder, ignore_errors=True)
+        folder.mkdir(parents=True)
+        (folder / "build.pom.xml").write_text(pom)
+        _run(["mvn", "-q", "-B", "-f", "build.pom.xml", "dependency:copy-dependencies",
+              "-DoutputDirectory=lib", "-DincludeScope=runtime"], cwd=folder)
+        stamp.write_text(pom)  # last, so an interrupted fetch is fetched again next time
+    classes = JARS_DIR / "dynamodb-local" / "classes"
+    if not (classes / "LoopbackDynamoDB.class").is_file() or (
+        (classes / "LoopbackDynamoDB.class").stat().st_mtime < LAUNCHER_SOURCE.stat().st_mtime
+    ):
+        classes.mkdir(exist_ok=True)
+        _run(["javac", "-d", str(classes), "-cp", f"{lib_dir('dynamodb-local')}/*", str(LAUNCHER_SOURCE)])
+
+
+def install_redis(log=print) -> None:
+    if shutil.which("redis-server") and shutil.which("redis-benchmark"):
+        return
+    if os.geteuid() != 0 or not shutil.which("apt-get"):
+        raise InstallError("redis-server is missing: install Debian's redis-server and redis-tools "
+                           "(sudo apt-get install redis-server redis-tools), then run make setup again")
+    log("installing redis-server from Debian ...")
+    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
+    for cmd in (["apt-get", "update", "-qq"],
+                ["apt-get", "install", "-y", "-qq", "--no-install-recommends", "redis-server", "redis-tools"]):
+        result = subprocess.run(cmd, capture_output=True, text=True, env=env)
+        if result.returncode != 0:
+            raise InstallError(f"{' '.join(cmd)} failed:\n{result.stderr[-2000:]}")
+
+
+def main() -> int:
+    try:
+        install_redis()
+        install_jars()
+    except InstallError as exc:
+        print(f"brokerbench setup: {exc}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

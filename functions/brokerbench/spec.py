@@ -1,0 +1,162 @@
+"""Run requests: load, validate (every problem at once), fill defaults, expand into cells."""
+
+from __future__ import annotations
+
+import copy
+import json
+from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
+
+from jsonschema import Draft202012Validator
+
+from .paths import SCHEMAS_DIR, SUITES_DIR
+
+
+@dataclass(frozen=True)
+class Problem:
+    path: str
+    message: str
+
+    def __str__(self) -> str:
+        return f"{self.path or '(document)'}: {self.message}"
+
+
+class SpecError(ValueError):
+    """The run request is invalid; `problems` lists each one with its place in the document."""
+
+    def __init__(self, problems: list[Problem]) -> None:
+        self.problems = problems
+        super().__init__("invalid run request:\n" + "\n".join(f"  - {p}" for p in problems))
+
+
+@cache
+def request_schema() -> dict:
+    return json.loads((SCHEMAS_DIR / "run-request.schema.json").read_text())
+
+
+def _path(parts) -> str:
+    out = ""
+    for part in parts:
+        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
+    return out
+
+
+def _message(error) -> str:
+    if error.validator in ("oneOf", "anyOf") and error.context:
+        # "0 is not valid under any of the given schemas" says nothing; list what each branch wanted.
+        return f"{error.instance!r} is not accepted: " + "; or ".join(dict.fromkeys(e.message for e in error.context))
+    return error.message
+
+
+def _defaults(doc: dict, schema: dict) -> dict:
+    out = copy.deepcopy(doc)
+    for name, prop in schema.get("properties", {}).items():
+        if name not in out and "default" in prop:
+            out[name] = copy.deepcopy(prop["default"])
+        if prop.get("type") == "object" and isinstance(out.get(name), dict) and "properties" in prop:
+            out[name] = _defaults(out[name], prop)
+    return out
+
+
+def smallest_sizes(formats, size_basis: str) -> dict[str, int]:
+    """Smallest reachable message size per format under the size basis."""
+    from .codecs import get_codec
+    from .records import smallest_size
+
+    def length_of(fmt):
+        codec = get_codec(fmt)
+        return lambda record: len(codec.encode(codec.prepare(record)))
+
+    out = {}
+    for fmt in formats:
+        if fmt == "raw":
+            continue
+        out[fmt] = smallest_size(length_of("json" if size_basis == "record" else fmt))
+    return out
+
+
+def validate(doc) -> dict:
+    """The request with every default filled in, or SpecError listing every problem."""
+    if not isinstance(doc, dict):
+        raise SpecError([Problem("", "a run request is a JSON object")])
+    validator = Draft202012Validator(request_schema())
+    problems = [
+        Problem(_path(error.absolute_path), _message(error))
+        for error in sorted(validator.iter_errors(doc), key=lambda e: list(map(str, e.absolute_path)))
+    ]
+    if problems:
+        raise SpecError(problems)
+    spec = _defaults(doc, request_schema())
+    minimums = smallest_sizes(spec["formats"], spec["size_basis"])
+    for i, size in enumerate(spec["sizes"]):
+        too_small = {fmt: low for fmt, low in minimums.items() if size < low * 0.99}
+        if too_small:
+            lows = ", ".join(f"{fmt} needs at least {low} B" for fmt, low in too_small.items())
+            problems.append(Problem(f"sizes[{i}]", f"{size} B is below the smallest benchmark record ({lows})"))
+    if spec["consumers"] > spec["partitions"]:
+        problems.append(Problem("consumers", f"{spec['consumers']} consumers need at least as many partitions "
+                                             f"(partitions is {spec['partitions']})"))
+    for i, rate in enumerate(spec["rates"]):
+        if rate != "max" and rate < spec["producers"]:
+            problems.append(Problem(f"rates[{i}]", f"{rate} msgs/s is below one message per second per producer "
+                                                   f"({spec['producers']} producers)"))
+    if problems:
+        raise SpecError(problems)
+    return spec
+
+
+def load_suite(name: str) -> dict:
+    path = SUITES_DIR / f"{name}.json"
+    if not path.is_file():
+        known = ", ".join(suite_names()) or "none"
+        raise SpecError([Problem("suite", f"no suite named {name!r} (known: {known})")])
+    return json.loads(path.read_text())
+
+
+def suite_names() -> list[str]:
+    return sorted(p.stem for p in SUITES_DIR.glob("*.json"))
+
+
+def load_file(path: str | Path) -> dict:
+    try:
+        return json.loads(Path(path).read_text())
+    except FileNotFoundError:
+        raise SpecError([Problem("spec", f"file {path} does not exist")]) from None
+    except json.JSONDecodeError as exc:
+        raise SpecError([Problem("spec", f"{path} is not valid JSON: {exc}")]) from None
+
+
+def rate_label(rate) -> str:
+    return "max" if rate == "max" else f"{rate}mps"
+
+
+def expand(spec: dict) -> list[dict]:
+    """The run's cells, repeats outermost so a repeat of the whole matrix meets the same machine state."""
+    cells = []
+    for repeat in range(spec["repeats"]):
+        for size in spec["sizes"]:
+            for rate in spec["rates"]:
+                for mode in spec["modes"]:
+                    for broker in spec["brokers"]:
+                        for fmt in spec["formats"]:
+                            cells.append({
+                                "cell_id": f"{broker}.{fmt}.{mode}.{size}B.{rate_label(rate)}.r{repeat}",
+                                "index": len(cells),
+                                "broker": broker,
+                                "format": fmt,
+                                "mode": mode,
+                                "size_basis": spec["size_basis"],
+                                "size_bytes": size,
+                                "rate": rate,
+                                "producers": spec["producers"],
+                                "consumers": spec["consumers"],
+                                "partitions": spec["partitions"],
+                                "duration_s": spec["duration_s"],
+                                "messages": spec["messages"],
+                                "warmup_s": spec["warmup_s"],
+                                "drain_timeout_s": spec["drain_timeout_s"],
+                                "repeat": repeat,
+                                "client": spec["client"],
+                            })
+    return cells

@@ -1,0 +1,184 @@
+"""One producer process: an open-loop schedule of intended send times, encode, send, record.
+
+Each message's intended send time comes from the schedule, not from when the previous send
+finished, so a producer (or broker) that falls behind shows up as publish delay and in
+end-to-end latency instead of silently lowering the load (coordinated omission).
+"""
+
+from __future__ import annotations
+
+import signal
+import time
+from array import array
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..codecs import get_codec
+from ..drivers import get_driver
+from .framing import HEADER, unpack_many
+from .payloads import payload_pool
+from .recorder import IntervalRecorder
+
+SECOND_NS = 1_000_000_000
+# How often an unthrottled producer serves delivery callbacks.
+MAX_RATE_POLL_EVERY = 64
+
+
+@dataclass
+class ProducerTask:
+    cell: dict
+    endpoint: dict
+    topic: str
+    producer_id: int
+    rate: float | None  # this producer's msgs/s, None = unthrottled
+    phase_ns: int  # offset of this producer's schedule, so producers interleave
+    message_limit: int | None  # measured messages for this producer, None = run by time
+
+
+def producer_main(conn, task: ProducerTask) -> None:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent decides how a cell stops
+    try:
+        _run(conn, task)
+    except BaseException as exc:  # report every failure to the parent, which fails the cell
+        conn.send(("error", f"producer {task.producer_id}: {type(exc).__name__}: {exc}"))
+    finally:
+        conn.close()
+
+
+def _run(conn, task: ProducerTask) -> None:
+    cell = task.cell
+    codec = get_codec(cell["format"])
+    pool = payload_pool(cell["format"], cell["size_basis"], cell["size_bytes"])
+    objects = pool.objects
+    pool_size = len(objects)
+    encode = codec.encode
+    partitions = cell["partitions"]
+    single = cell["mode"] == "single"
+    clock = time.monotonic_ns
+    pack = HEADER.pack
+    pid = task.producer_id
+
+    acked_headers: list[bytes] = []
+    acked_ns = array("q")
+    failed = [0]
+
+    def on_ack(header: bytes, ok: bool) -> None:
+        if ok:
+            acked_headers.append(header)
+            acked_ns.append(clock())
+        else:
+            failed[0] += 1
+
+    driver = get_driver(cell["broker"], task.endpoint, cell["client"])
+    producer = driver.producer(task.topic, partitions, cell["mode"], on_ack)
+    send, poll = producer.send, producer.poll
+
+    recorder = IntervalRecorder(("publish_delay_us", "encode_ns", "publish_latency_us"), ("sent", "bytes", "acked", "send_errors"))
+    values = recorder.values
+    send_ns = array("q")  # actual send time by sequence number (for publish latency at ack time)
+
+    conn.send(("ready", {"encoded_bytes": pool.mean_encoded_bytes}))
+    command, timing = conn.recv()
+    if command != "go":
+        return
+    t_start, measure_start, t_end = timing["t_start"], timing["measure_start"], timing["t_end"]
+    first_measured_seq = None
+    interval = -1  # -1 is the warm-up: recorded, then discarded
+    next_boundary = measure_start
+    period = SECOND_NS / task.rate if task.rate else 0.0
+    base = t_start + task.phase_ns
+    measured_limit = task.message_limit
+
+    def close_interval() -> None:
+        nonlocal interval, next_boundary, first_measured_seq
+        latency = _publish_latency(acked_headers, acked_ns, send_ns, first_measured_seq)
+        recorder.counters["acked"] = int(latency.size)
+        recorder.counters["send_errors"] = failed[0]
+        failed[0] = 0
+        acked_headers.clear()
+        del acked_ns[:]
+        snapshot = recorder.snapshot({"publish_latency_us": latency})
+        if interval >= 0:
+            conn.send(("interval", interval, snapshot))
+        else:
+            first_measured_seq = len(send_ns)
+        interval += 1
+        next_boundary = measure_start + (interval + 1) * SECOND_NS
+
+    def wait_until(target: int) -> None:
+        while True:
+            remaining = target - clock()
+            if remaining <= 0:
+                return
+            if remaining > 1_500_000:  # the client's own poll serves acks while it waits
+                poll((remaining - 1_000_000) / SECOND_NS)
+            elif remaining > 150_000:
+                poll(0)
+                time.sleep((remaining - 100_000) / SECOND_NS)
+            else:
+                poll(0)
+
+    seq = 0
+    sent_measured = 0
+    while True:
+        if measured_limit is not None and sent_measured >= measured_limit:
+            break
+        now = clock()
+        if task.rate:
+            intended = base + int(seq * period)
+            if intended >= t_end:
+                break
+            if now < intended:
+                wait_until(min(intended, next_boundary))
+                if clock() >= next_boundary:
+                    close_interval()
+                continue
+        else:
+            intended = now
+        if now >= t_end:  # behind schedule at the end: stop on time, the shortfall shows as a lower rate
+            break
+        if now >= next_boundary:
+            close_interval()
+        obj = objects[seq % pool_size]
+        t0 = clock()
+        payload = encode(obj)
+        t1 = clock()
+        send_ns.append(t1)
+        send(pack(pid, seq, intended), payload, seq % partitions)
+        values["publish_delay_us"].append(t0 - intended)
+        values["encode_ns"].append(t1 - t0)
+        recorder.counters["sent"] += 1
+        recorder.counters["bytes"] += len(payload)
+        if interval >= 0:
+            sent_measured += 1
+        seq += 1
+        if single:
+            producer.flush(30)
+        elif not task.rate and seq % MAX_RATE_POLL_EVERY == 0:
+            poll(0)
+
+    unacked = producer.flush(cell["drain_timeout_s"])
+    if first_measured_seq is None:  # the run ended inside the warm-up
+        first_measured_seq = len(send_ns)
+    close_interval()
+    producer.close()
+    conn.send(("done", {
+        "producer_id": pid,
+        "sent_total": seq,
+        "first_measured_seq": first_measured_seq,
+        "sent": sent_measured,
+        "unacked": int(unacked),
+    }))
+
+
+def _publish_latency(headers: list[bytes], ack_ns: array, send_ns: array, first_measured_seq: int | None) -> np.ndarray:
+    """send→ack in ns for the acknowledged measured messages (warm-up acks dropped)."""
+    if not headers:
+        return np.empty(0, np.int64)
+    seqs = unpack_many(headers)["seq"].astype(np.int64)
+    sent = np.frombuffer(send_ns, dtype=np.int64)
+    latency = np.frombuffer(ack_ns, dtype=np.int64)[: seqs.size] - sent[seqs]
+    if first_measured_seq is None:
+        return np.empty(0, np.int64)
+    return latency[seqs >= first_measured_seq]

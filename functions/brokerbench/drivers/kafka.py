@@ -22,7 +22,7 @@ class KafkaDriver:
 
     def admin(self) -> AdminClient:
         if self._admin is None:
-            self._admin = AdminClient({**self._common, "socket.timeout.ms": 5000})
+            self._admin = AdminClient({**self._common, "socket.timeout.ms": 5000, "log_level": 3})
         return self._admin
 
     def check(self, timeout_s: float = 5.0) -> None:
@@ -36,7 +36,7 @@ class KafkaDriver:
             "broker": "kafka",
             "broker_version": self.endpoint.get("version", "unknown"),
             "client_library": "confluent-kafka",
-            "client_version": confluent_kafka.version()[0] if isinstance(confluent_kafka.version(), tuple) else confluent_kafka.version(),
+            "client_version": confluent_kafka.__version__,
             "librdkafka_version": confluent_kafka.libversion()[0],
         }
 
@@ -125,7 +125,12 @@ class KafkaConsumer:
         self._consumer = consumer
 
     def poll(self, timeout_s: float) -> list[Message]:
-        messages = self._consumer.consume(1000, timeout_s)
+        # consume(n, timeout) waits for n messages or the whole timeout, which would add up to
+        # `timeout` of latency at low rates: block for the first message, then take what is queued.
+        first = self._consumer.poll(timeout_s)
+        if first is None:
+            return []
+        messages = [first, *self._consumer.consume(1000, 0)]
         return [(m.key(), m.value(), m.partition()) for m in messages if m.error() is None]
 
     def close(self) -> None:

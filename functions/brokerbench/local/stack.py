@@ -154,7 +154,7 @@ class LocalStack:
                 _stop_pid(svc.pid)
         if self.state_file.exists():
             self.state_file.unlink()
-        for name in SERVICES:
+        for name in ("kafka", "redis"):  # broker data is per session; the event store is kept
             shutil.rmtree(self.state_dir / name / "data", ignore_errors=True)
 
     def endpoints(self) -> dict:
@@ -170,9 +170,10 @@ class LocalStack:
         }
 
     # -- services ----------------------------------------------------------------------------
-    def _folder(self, name: str) -> Path:
+    def _folder(self, name: str, keep_data: bool = False) -> Path:
         folder = self.state_dir / name
-        shutil.rmtree(folder / "data", ignore_errors=True)
+        if not keep_data:
+            shutil.rmtree(folder / "data", ignore_errors=True)
         (folder / "data").mkdir(parents=True, exist_ok=True)
         return folder
 
@@ -241,7 +242,7 @@ class LocalStack:
         return self._spawn("redis", cmd, folder, port, version, aof=self.redis_aof)
 
     def _start_dynamodb(self) -> Service:
-        folder = self._folder("dynamodb")
+        folder = self._folder("dynamodb", keep_data=True)
         lib = lib_dir("dynamodb-local")
         classes = JARS_DIR / "dynamodb-local" / "classes"
         if not (classes / "LoopbackDynamoDB.class").is_file():

@@ -169,6 +169,7 @@ def _run(conn, task: ProducerTask) -> None:
         "first_measured_seq": first_measured_seq,
         "sent": sent_measured,
         "unacked": int(unacked),
+        "last_send_ns": send_ns[-1] if send_ns else measure_start,
     }))
 
 

@@ -1,0 +1,71 @@
+"""The run's environment record: host, code version, client and codec library versions."""
+
+from __future__ import annotations
+
+import os
+import platform
+import subprocess
+from importlib.metadata import PackageNotFoundError, version
+
+from . import __version__
+from .paths import PACKAGE_DIR
+
+CLIENT_LIBRARIES = ("confluent-kafka", "redis", "hiredis", "orjson", "msgspec", "fastavro", "protobuf",
+                    "hdrhistogram", "numpy", "boto3")
+
+
+def _cpu_model() -> str:
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown"
+
+
+def _memory_bytes() -> int | None:
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemTotal:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return None
+
+
+def code_version() -> str:
+    """The package version plus the git commit when running from a checkout."""
+    try:
+        commit = subprocess.run(["git", "-C", str(PACKAGE_DIR), "describe", "--always", "--dirty"],
+                                capture_output=True, text=True, timeout=5).stdout.strip()
+    except (OSError, subprocess.TimeoutExpired):
+        commit = ""
+    return f"{__version__}+{commit}" if commit else __version__
+
+
+def _library_versions() -> dict[str, str]:
+    out = {}
+    for name in CLIENT_LIBRARIES:
+        try:
+            out[name] = version(name)
+        except PackageNotFoundError:
+            pass
+    return out
+
+
+def collect() -> dict:
+    return {
+        "host": {
+            "hostname": platform.node(),
+            "cpu_model": _cpu_model(),
+            "cores": os.cpu_count(),
+            "memory_bytes": _memory_bytes(),
+            "os": f"{platform.system()} {platform.release()}",
+        },
+        "python": platform.python_version(),
+        "code_version": code_version(),
+        "libraries": _library_versions(),
+    }

@@ -1,0 +1,93 @@
+"""A whole run: validate, expand, record the request, measure every cell, record the end.
+
+The core only sees the EventStore port and endpoint dicts; the CLI, the Lambda handlers and
+the EC2 worker supply them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from . import environment
+from .drivers import BrokerUnavailable, get_driver
+from .events import EventStore, make_event, new_run_id
+from .spec import expand, validate
+from .worker import CellOutcome, run_cell
+from .worker.cell import Progress
+
+
+@dataclass
+class RunOutcome:
+    run_id: str
+    status: str  # completed | completed_with_failures | interrupted
+    cells: list[CellOutcome] = field(default_factory=list)
+
+    @property
+    def failed(self) -> list[CellOutcome]:
+        return [c for c in self.cells if c.status != "completed"]
+
+
+class RunHooks:
+    """What a front end is told as the run goes (progress bars in the CLI)."""
+
+    def run_started(self, run_id: str, cells: list[dict]) -> None: ...
+
+    def cell_progress(self, progress: Progress) -> None: ...
+
+    def cell_finished(self, outcome: CellOutcome) -> None: ...
+
+
+def describe_targets(brokers: list[str], endpoints: dict, client: dict) -> dict:
+    """Broker and client versions of each target that answers (a silent one is left out)."""
+    targets = {}
+    for broker in brokers:
+        driver = get_driver(broker, endpoints[broker], client)
+        try:
+            driver.check(timeout_s=5)
+        except BrokerUnavailable:
+            continue
+        targets[broker] = driver.describe()
+    return targets
+
+
+def execute_run(request: dict, endpoints: dict, store: EventStore, *, suite: str | None = None,
+                hooks: RunHooks | None = None, run_id: str | None = None,
+                on_run_id: Callable[[str], None] | None = None) -> RunOutcome:
+    """Run every cell of `request` (raises SpecError before anything starts when it is invalid)."""
+    spec = validate(request)
+    cells = expand(spec)
+    missing = [b for b in spec["brokers"] if b not in endpoints]
+    if missing:
+        raise ValueError(f"no endpoint for {', '.join(missing)}")
+    hooks = hooks or RunHooks()
+    run_id = run_id or new_run_id()
+    if on_run_id:
+        on_run_id(run_id)
+    data = {"spec": spec, "cells": cells, "environment": environment.collect()}
+    if suite:
+        data["suite"] = suite
+    store.append([make_event(run_id, "RunRequested", data)])
+    store.append([make_event(run_id, "TargetsReady",
+                             {"targets": describe_targets(spec["brokers"], endpoints, spec["client"])})])
+    hooks.run_started(run_id, cells)
+    outcome = RunOutcome(run_id, "completed")
+    try:
+        for cell in cells:
+            result = run_cell(run_id, cell, endpoints[cell["broker"]], store, hooks.cell_progress)
+            outcome.cells.append(result)
+            hooks.cell_finished(result)
+    except KeyboardInterrupt:
+        outcome.status = "interrupted"
+        _finish(store, run_id, outcome)
+        raise
+    outcome.status = "completed_with_failures" if outcome.failed else "completed"
+    _finish(store, run_id, outcome)
+    return outcome
+
+
+def _finish(store: EventStore, run_id: str, outcome: RunOutcome) -> None:
+    completed = sum(1 for c in outcome.cells if c.status == "completed")
+    store.append([make_event(run_id, "RunCompleted", {
+        "status": outcome.status, "cells_completed": completed, "cells_failed": len(outcome.cells) - completed,
+    })])

@@ -21,7 +21,7 @@ EXIT_OK, EXIT_CELLS_FAILED, EXIT_INVALID, EXIT_ENVIRONMENT, EXIT_INTERRUPTED = 0
 console = Console()
 if not console.is_terminal:  # logs and CI: wide enough for the comparison table
     console = Console(width=160)
-errors = Console(stderr=True)
+errors = Console(stderr=True, soft_wrap=True)
 
 
 # -- helpers ---------------------------------------------------------------------------------

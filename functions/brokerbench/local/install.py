@@ -32,10 +32,29 @@ def _run(cmd: list[str], cwd: Path | None = None) -> None:
         raise InstallError(f"{' '.join(cmd)} failed:\n{result.stdout[-2000:]}{result.stderr[-2000:]}")
 
 
+# Command -> the Debian package that provides it.
+DEBIAN_PACKAGES = {"redis-server": "redis-server", "redis-benchmark": "redis-tools", "mvn": "maven",
+                   "java": "openjdk-17-jdk-headless", "javac": "openjdk-17-jdk-headless"}
+
+
+def install_commands(commands=tuple(DEBIAN_PACKAGES), log=print) -> None:
+    """apt-get install the packages of the missing commands (as root), else say what to install."""
+    missing = sorted({DEBIAN_PACKAGES[c] for c in commands if not shutil.which(c)})
+    if not missing:
+        return
+    if os.geteuid() != 0 or not shutil.which("apt-get"):
+        raise InstallError(f"missing: {', '.join(missing)}; install them (sudo apt-get install {' '.join(missing)}) "
+                           "and run make setup again")
+    log(f"installing {', '.join(missing)} from Debian ...")
+    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
+    for cmd in (["apt-get", "update", "-qq"], ["apt-get", "install", "-y", "-qq", "--no-install-recommends", *missing]):
+        result = subprocess.run(cmd, capture_output=True, text=True, env=env)
+        if result.returncode != 0:
+            raise InstallError(f"{' '.join(cmd)} failed:\n{result.stderr[-2000:]}")
+
+
 def install_jars(log=print) -> None:
     """Copy each component's runtime jars from Maven Central, once per pom version."""
-    if not shutil.which("mvn"):
-        raise InstallError("Maven (mvn) is needed to fetch the Kafka and DynamoDB Local jars: install it (apt-get install maven)")
     for component in COMPONENTS:
         folder = JARS_DIR / component
         pom = (POMS_DIR / f"{component}.pom.xml").read_text()
@@ -50,31 +69,15 @@ def install_jars(log=print) -> None:
               "-DoutputDirectory=lib", "-DincludeScope=runtime"], cwd=folder)
         stamp.write_text(pom)  # last, so an interrupted fetch is fetched again next time
     classes = JARS_DIR / "dynamodb-local" / "classes"
-    if not (classes / "LoopbackDynamoDB.class").is_file() or (
-        (classes / "LoopbackDynamoDB.class").stat().st_mtime < LAUNCHER_SOURCE.stat().st_mtime
-    ):
+    launcher = classes / "LoopbackDynamoDB.class"
+    if not launcher.is_file() or launcher.stat().st_mtime < LAUNCHER_SOURCE.stat().st_mtime:
         classes.mkdir(exist_ok=True)
         _run(["javac", "-d", str(classes), "-cp", f"{lib_dir('dynamodb-local')}/*", str(LAUNCHER_SOURCE)])
 
 
-def install_redis(log=print) -> None:
-    if shutil.which("redis-server") and shutil.which("redis-benchmark"):
-        return
-    if os.geteuid() != 0 or not shutil.which("apt-get"):
-        raise InstallError("redis-server is missing: install Debian's redis-server and redis-tools "
-                           "(sudo apt-get install redis-server redis-tools), then run make setup again")
-    log("installing redis-server from Debian ...")
-    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
-    for cmd in (["apt-get", "update", "-qq"],
-                ["apt-get", "install", "-y", "-qq", "--no-install-recommends", "redis-server", "redis-tools"]):
-        result = subprocess.run(cmd, capture_output=True, text=True, env=env)
-        if result.returncode != 0:
-            raise InstallError(f"{' '.join(cmd)} failed:\n{result.stderr[-2000:]}")
-
-
 def main() -> int:
     try:
-        install_redis()
+        install_commands()
         install_jars()
     except InstallError as exc:
         print(f"brokerbench setup: {exc}", file=sys.stderr)

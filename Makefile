@@ -1,0 +1,38 @@
+# brokerbench: `make run` runs the quick suite on the local stack, `make test` runs every test.
+# Both install what is missing first (`make setup`, idempotent).
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+SUITE ?= quick
+
+.PHONY: setup run test unit integration up down clean
+
+setup: $(VENV)/.installed
+	@$(BIN)/python -m brokerbench.local.install
+
+$(VENV)/.installed: requirements.txt requirements-dev.txt pyproject.toml
+	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install -q --disable-pip-version-check -r requirements-dev.txt
+	$(BIN)/pip install -q --disable-pip-version-check --no-deps -e .
+	@touch $@
+
+run: setup
+	$(BIN)/brokerbench run --suite $(SUITE)
+
+test: setup
+	$(BIN)/pytest -q
+
+unit: setup
+	$(BIN)/pytest -q tests/unit
+
+integration: setup
+	$(BIN)/pytest -q tests/integration
+
+up: setup
+	$(BIN)/brokerbench local up
+
+down:
+	$(BIN)/brokerbench local down
+
+clean: down
+	rm -rf .brokerbench reports

@@ -1,0 +1,100 @@
+import json
+
+import pytest
+
+from brokerbench import spec
+from brokerbench.cli import main
+
+MINIMAL = {"brokers": ["kafka"], "sizes": [1024], "rates": [100], "formats": ["json"]}
+
+
+def problems_of(doc):
+    with pytest.raises(spec.SpecError) as info:
+        spec.validate(doc)
+    return {p.path: p.message for p in info.value.problems}
+
+
+def test_defaults_are_filled_from_the_schema():
+    full = spec.validate(MINIMAL)
+    assert full["size_basis"] == "record" and full["modes"] == ["batch"]
+    assert full["client"] == {"acks": "1", "linger_ms": 5, "batch_bytes": 1048576, "compression": "none",
+                              "pipeline_depth": 100, "read_count": 1000}
+    assert (full["producers"], full["consumers"], full["partitions"], full["repeats"]) == (1, 1, 1, 1)
+
+
+def test_every_problem_is_listed_with_its_path():
+    found = problems_of({"brokers": ["kafka", "nats"], "sizes": [10], "rates": [0, "fast"], "formats": [],
+                         "client": {"acks": "2"}, "surprise": True})
+    assert "'nats' is not one of" in found["brokers[1]"]
+    assert "less than the minimum of 64" in found["sizes[0]"]
+    assert "0 is not accepted" in found["rates[0]"] and "'max' was expected" in found["rates[1]"]
+    assert "formats" in found and "client.acks" in found
+    assert "'surprise' was unexpected" in found[""]
+
+
+def test_missing_required_fields_are_named():
+    with pytest.raises(spec.SpecError) as info:
+        spec.validate({"brokers": ["kafka"]})
+    text = " ".join(p.message for p in info.value.problems)
+    for field in ("sizes", "rates", "formats"):
+        assert f"'{field}' is a required property" in text
+
+
+def test_semantic_checks_come_after_the_schema():
+    found = problems_of({**MINIMAL, "sizes": [100], "formats": ["json", "raw"], "consumers": 2, "producers": 3, "rates": [2]})
+    assert "json needs at least" in found["sizes[0]"] and "raw" not in found["sizes[0]"]
+    assert "partitions" in found["consumers"]
+    assert "below one message per second per producer" in found["rates[0]"]
+
+
+def test_wire_basis_minimum_is_each_formats_own():
+    spec.validate({**MINIMAL, "sizes": [100], "formats": ["avro", "protobuf"], "size_basis": "wire"})
+    with pytest.raises(spec.SpecError):
+        spec.validate({**MINIMAL, "sizes": [100], "formats": ["avro"], "size_basis": "record"})
+
+
+def test_expansion_covers_the_matrix_with_unique_ids():
+    full = spec.validate({**MINIMAL, "brokers": ["kafka", "redis-streams"], "sizes": [1024, 4096],
+                          "rates": [100, "max"], "formats": ["json", "avro"], "modes": ["batch", "single"], "repeats": 2})
+    cells = spec.expand(full)
+    assert len(cells) == 2 * 2 * 2 * 2 * 2 * 2
+    assert len({c["cell_id"] for c in cells}) == len(cells)
+    assert [c["index"] for c in cells] == list(range(len(cells)))
+    assert [c["repeat"] for c in cells[:32]] == [0] * 32  # repeats outermost
+    assert {c["rate"] for c in cells} == {100, "max"}
+
+
+@pytest.mark.parametrize("name", spec.suite_names())
+def test_builtin_suites_are_valid(name):
+    assert spec.expand(spec.validate(spec.load_suite(name)))
+
+
+def test_quick_suite_covers_both_brokers_and_five_formats():
+    cells = spec.expand(spec.validate(spec.load_suite("quick")))
+    assert {c["broker"] for c in cells} == {"kafka", "redis-streams"}
+    assert {c["format"] for c in cells} == {"raw", "json", "msgpack", "avro", "protobuf"}
+    assert {c["size_bytes"] for c in cells} == {1024, 65536}
+
+
+def test_unknown_suite_lists_the_known_ones():
+    with pytest.raises(spec.SpecError, match="quick"):
+        spec.load_suite("nope")
+
+
+def test_cli_rejects_an_invalid_spec_before_starting_anything(tmp_path, capsys):
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps({"brokers": ["kafka"], "sizes": [1], "rates": [10], "formats": ["xml"]}))
+    state = tmp_path / "state"
+    code = main(["--state-dir", str(state), "run", "--spec", str(bad), "--out", str(tmp_path / "out")])
+    err = capsys.readouterr().err
+    assert code == 2
+    assert "sizes[0]" in err and "formats[0]" in err
+    assert not state.exists() and not (tmp_path / "out").exists()  # nothing was started or written
+
+
+def test_cli_validate_reports_json_errors(tmp_path, capsys):
+    broken = tmp_path / "broken.json"
+    broken.write_text("{not json")
+    assert main(["validate", "--spec", str(broken)]) == 2
+    assert "not valid JSON" in capsys.readouterr().err
+    assert main(["validate", "--suite", "quick"]) == 0

@@ -218,8 +218,10 @@ class LocalStack:
                          "appender.stdout.layout.type=PatternLayout\nappender.stdout.layout.pattern=[%d] %p %m (%c)%n\n"
                          "logger.kafka.name=kafka\nlogger.kafka.level=INFO\n")
         classpath = f"{lib}/*"
-        cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).rstrip(b"=").decode()
-        fmt = subprocess.run(["java", "-cp", classpath, "kafka.tools.StorageTool", "format", "-t", cluster_id,
+        cluster_id = "-"
+        while cluster_id.startswith("-"):  # as Kafka's own Uuid.randomUuid: never a leading dash
+            cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).rstrip(b"=").decode()
+        fmt = subprocess.run(["java", "-cp", classpath, "kafka.tools.StorageTool", "format", f"--cluster-id={cluster_id}",
                               "-c", str(config), "--ignore-formatted"], capture_output=True, text=True)
         if fmt.returncode != 0:
             raise StackError(f"formatting Kafka storage failed: {fmt.stderr[-1500:]}")

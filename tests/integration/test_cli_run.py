@@ -1,0 +1,90 @@
+"""`brokerbench run` as a user runs it: a subprocess against the session's stack."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+BIN = Path(sys.executable).parent / "brokerbench"
+
+
+def brokerbench(stack, *args, **kwargs):
+    return subprocess.run([str(BIN), "--state-dir", str(stack.state_dir), *args], capture_output=True, text=True,
+                          timeout=300, **kwargs)
+
+
+@pytest.fixture
+def tiny_spec(tmp_path):
+    path = tmp_path / "tiny.json"
+    path.write_text(json.dumps({"name": "tiny", "brokers": ["kafka", "redis-streams"], "sizes": [1024],
+                                "rates": [300], "formats": ["json"], "duration_s": 2, "warmup_s": 0.5}))
+    return path
+
+
+def test_run_prints_the_table_writes_results_and_leaves_the_stack_as_found(stack, tiny_spec, tmp_path):
+    pids = {n: s["pid"] for n, s in stack.status().items()}
+    done = brokerbench(stack, "run", "--spec", str(tiny_spec), "--out", str(tmp_path / "out"))
+    assert done.returncode == 0, done.stderr
+    assert "1,024 B (record basis) · 300 msgs/s · batch mode" in done.stdout
+    assert "redis-streams" in done.stdout and "kafka" in done.stdout
+    [results_path] = (tmp_path / "out").glob("*/results.json")
+    results = json.loads(results_path.read_text())
+    assert results["name"] == "tiny" and results["status"] == "completed"
+    assert [c["status"] for c in results["cells"]] == ["completed", "completed"]
+    assert {n: s["pid"] for n, s in stack.status().items()} == pids  # the running stack was reused, not stopped
+
+    shown = brokerbench(stack, "show", results["run_id"], "--json")
+    assert shown.returncode == 0 and json.loads(shown.stdout) == results
+    listed = brokerbench(stack, "runs", "--suite", "tiny")
+    assert results["run_id"] in listed.stdout
+
+
+def test_a_failed_cell_gives_exit_code_1(stack, tmp_path):
+    from brokerbench.local.stack import free_port
+
+    spec = tmp_path / "down.json"
+    spec.write_text(json.dumps({"brokers": ["kafka"], "sizes": [1024], "rates": [100], "formats": ["raw"],
+                                "duration_s": 1, "warmup_s": 0,
+                                "targets": {"kafka": {"bootstrap_servers": f"127.0.0.1:{free_port()}"}}}))
+    done = brokerbench(stack, "run", "--spec", str(spec), "--out", str(tmp_path / "out"))
+    assert done.returncode == 1
+    assert "failed" in done.stdout and "did not answer" in done.stdout
+
+
+def test_ctrl_c_keeps_what_was_measured_and_leaves_the_stack_running(stack, tmp_path):
+    from brokerbench.events.dynamodb import DynamoEventStore
+
+    spec = tmp_path / "long.json"
+    spec.write_text(json.dumps({"name": "long", "brokers": ["redis-streams"], "sizes": [1024], "rates": [200],
+                                "formats": ["raw", "json"], "duration_s": 30, "warmup_s": 0}))
+    proc = subprocess.Popen([str(BIN), "--state-dir", str(stack.state_dir), "run", "--spec", str(spec),
+                             "--out", str(tmp_path / "out")], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    db = stack.endpoints()["dynamodb"]
+    events = DynamoEventStore(db["table"], endpoint_url=db["endpoint_url"])
+    deadline = time.monotonic() + 60
+    run_id = None
+    while time.monotonic() < deadline and run_id is None:  # wait until a few intervals are stored
+        runs = events.list_runs(suite="long", limit=1)
+        if runs and sum(e["type"] == "IntervalMeasured" for e in events.read(runs[0]["run_id"])) >= 3:
+            run_id = runs[0]["run_id"]
+        time.sleep(0.5)
+    assert run_id, "the run never stored an interval"
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, err
+    stored = events.read(run_id)
+    types = [e["type"] for e in stored]
+    assert types.count("IntervalMeasured") >= 3
+    failed = [e for e in stored if e["type"] == "CellFailed"]
+    assert failed and failed[0]["data"]["reason"] == "interrupted by the user"
+    assert stored[-1]["type"] == "RunCompleted" and stored[-1]["data"]["status"] == "interrupted"
+    results = json.loads(next((tmp_path / "out").glob("*/results.json")).read_text())
+    assert results["status"] == "interrupted"
+    assert [c["status"] for c in results["cells"]] == ["failed", "incomplete"]
+    assert stack.is_up()

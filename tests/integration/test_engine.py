@@ -1,0 +1,136 @@
+"""Small matrices end to end on real Kafka, Redis and DynamoDB Local: what lands in the store and in results."""
+
+import numpy as np
+import pytest
+
+from brokerbench import histogram
+from brokerbench.local.stack import free_port
+from brokerbench.reports.results import build_results
+from brokerbench.runner import execute_run
+
+
+def run(spec, endpoints, store):
+    outcome = execute_run(spec, endpoints, store)
+    events = store.read(outcome.run_id)
+    return outcome, events, build_results(events)
+
+
+def events_of(events, cell_id, kind):
+    return [e for e in events if e["type"] == kind and e["data"].get("cell_id") == cell_id]
+
+
+@pytest.fixture(scope="module")
+def rated_run(endpoints, store):
+    spec = {"name": "it-rate", "brokers": ["kafka", "redis-streams"], "sizes": [1024], "rates": [500],
+            "formats": ["json", "avro"], "duration_s": 10, "warmup_s": 1}
+    return run(spec, endpoints, store)
+
+
+def test_rate_accuracy_and_no_loss(rated_run):
+    outcome, _, results = rated_run
+    assert outcome.status == "completed" and results["status"] == "completed"
+    assert len(results["cells"]) == 4
+    for cell in results["cells"]:
+        assert cell["status"] == "completed", cell.get("reason")
+        assert cell["rate_achieved"] == pytest.approx(500, rel=0.02)
+        assert cell["throughput_msgs_per_s"] == pytest.approx(500, rel=0.02)
+        assert cell["sent"] == cell["received"] > 0
+        assert cell["lost"] == cell["duplicated"] == 0
+        assert 0 < cell["end_to_end_latency_us"]["p50"] < 1_000_000
+        assert cell["end_to_end_latency_us"]["p50"] <= cell["end_to_end_latency_us"]["p99"] <= cell["end_to_end_latency_us"]["max"]
+        assert cell["publish_latency_us"]["p50"] > 0 and cell["encode_ns"]["p50"] > 0 and cell["decode_ns"]["p50"] > 0
+
+
+def test_record_basis_is_the_same_record_with_each_formats_own_size(rated_run):
+    _, _, results = rated_run
+    sizes = {(c["broker"], c["format"]): c["encoded_bytes"] for c in results["cells"]}
+    for broker in ("kafka", "redis-streams"):
+        assert sizes[(broker, "json")] == pytest.approx(1024, rel=0.01)
+        assert sizes[(broker, "avro")] < sizes[(broker, "json")] * 0.95  # same data, Avro's smaller wire size
+
+
+def test_results_use_the_documented_names(rated_run):
+    _, _, results = rated_run
+    fields = {"broker", "format", "mode", "size_basis", "size_bytes", "encoded_bytes", "rate_target", "rate_achieved",
+              "producers", "consumers", "partitions", "status", "sent", "received", "lost", "duplicated",
+              "throughput_msgs_per_s", "throughput_mb_per_s"}
+    for cell in results["cells"]:
+        assert fields <= cell.keys()
+        for name in ("publish_latency_us", "publish_delay_us", "end_to_end_latency_us", "encode_ns", "decode_ns"):
+            assert set(cell[name]) == {"mean", "p50", "p75", "p95", "p99", "p999", "max"}
+    env = results["environment"]
+    assert env["brokers"]["kafka"]["broker_version"].startswith("4.1")
+    assert env["brokers"]["redis-streams"]["broker_version"].startswith("7.")
+    assert env["host"]["cores"] >= 1 and env["host"]["cpu_model"] and env["code_version"]
+    assert env["libraries"]["confluent-kafka"] and env["libraries"]["orjson"]
+
+
+def test_every_cell_writes_started_intervals_and_completed(rated_run):
+    outcome, events, _ = rated_run
+    types = [e["type"] for e in events]
+    assert types[0] == "RunRequested" and types[1] == "TargetsReady" and types[-1] == "RunCompleted"
+    for cell in outcome.cells:
+        assert len(events_of(events, cell.cell_id, "CellStarted")) == 1
+        intervals = events_of(events, cell.cell_id, "IntervalMeasured")
+        completed = events_of(events, cell.cell_id, "CellCompleted")[0]["data"]
+        assert 10 <= len(intervals) <= 12  # 10 measured seconds, plus the drain's tail
+        assert [e["data"]["interval"] for e in intervals] == list(range(len(intervals)))
+        for name in ("sent", "received", "bytes_received"):
+            assert sum(e["data"]["counters"][name] for e in intervals) == completed["totals"][name]
+        # The cumulative histogram is exactly the merge of the interval histograms.
+        merged = histogram.merge(e["data"]["histograms"].get("end_to_end_latency_us") for e in intervals)
+        cumulative = histogram.decode(completed["histograms"]["end_to_end_latency_us"])
+        assert np.array_equal(np.ctypeslib.as_array(merged.counts), np.ctypeslib.as_array(cumulative.counts))
+        # Interval rates follow the target too (no burst hidden in the total).
+        assert all(e["data"]["counters"]["sent"] == pytest.approx(500, rel=0.05) for e in intervals[:10])
+
+
+def test_replaying_the_events_writes_nothing_new(rated_run, store):
+    outcome, events, results = rated_run
+    again = store.append(events)
+    assert (again.written, again.skipped) == (0, len(events))
+    replayed = store.read(outcome.run_id)
+    assert len(replayed) == len(events)
+    assert build_results(replayed) == results
+
+
+def test_wire_basis_with_several_producers_consumers_and_partitions(endpoints, store):
+    spec = {"brokers": ["kafka", "redis-streams"], "sizes": [2048], "size_basis": "wire", "rates": [1000],
+            "formats": ["msgpack", "protobuf"], "producers": 2, "consumers": 2, "partitions": 2,
+            "duration_s": 3, "warmup_s": 0.5}
+    _, _, results = run(spec, endpoints, store)
+    for cell in results["cells"]:
+        assert cell["status"] == "completed", cell.get("reason")
+        assert cell["encoded_bytes"] == pytest.approx(2048, rel=0.01)  # each format sized by its own encoding
+        assert cell["lost"] == cell["duplicated"] == 0 and cell["sent"] == cell["received"]
+        assert cell["rate_achieved"] == pytest.approx(1000, rel=0.02)
+
+
+def test_single_mode_and_message_count_at_max_rate(endpoints, store):
+    single = {"brokers": ["kafka", "redis-streams"], "sizes": [512], "rates": [200], "formats": ["raw"],
+              "modes": ["single"], "duration_s": 2, "warmup_s": 0.2}
+    _, _, results = run(single, endpoints, store)
+    for cell in results["cells"]:
+        assert cell["status"] == "completed" and cell["mode"] == "single" and cell["lost"] == 0
+        assert cell["publish_latency_us"]["p50"] > 0
+    counted = {"brokers": ["kafka", "redis-streams"], "sizes": [1024], "rates": ["max"], "formats": ["msgpack"],
+               "messages": 3000, "warmup_s": 0.2}
+    _, _, results = run(counted, endpoints, store)
+    for cell in results["cells"]:
+        assert cell["status"] == "completed", cell.get("reason")
+        assert cell["sent"] == cell["received"] == 3000 and cell["rate_target"] == "max"
+        assert cell["rate_achieved"] > 0
+
+
+def test_a_broker_that_is_down_fails_its_cells_and_the_others_go_on(endpoints, store):
+    dead = {**endpoints, "kafka": {"bootstrap_servers": f"127.0.0.1:{free_port()}"}}
+    spec = {"brokers": ["kafka", "redis-streams"], "sizes": [1024], "rates": [200], "formats": ["raw"],
+            "duration_s": 1, "warmup_s": 0}
+    outcome, events, results = run(spec, dead, store)
+    assert outcome.status == "completed_with_failures" and results["status"] == "completed_with_failures"
+    kafka, redis_cell = results["cells"]
+    assert kafka["status"] == "failed" and "did not answer" in kafka["reason"]
+    assert redis_cell["status"] == "completed" and redis_cell["lost"] == 0
+    assert "kafka" not in results["environment"]["brokers"]
+    failed = [e for e in events if e["type"] == "CellFailed"]
+    assert len(failed) == 1 and failed[0]["data"]["cell_id"] == kafka["cell_id"]

@@ -1,0 +1,53 @@
+"""The local stack starts real services on 127.0.0.1, reuses them, and stops them."""
+
+import redis
+
+from brokerbench.local.stack import LocalStack, pid_alive, port_answers
+
+
+def listening_addresses(port: int) -> set[str]:
+    """Local addresses (hex, as in /proc/net/tcp*) of the sockets listening on `port`."""
+    found = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        with open(table) as f:
+            for line in f.readlines()[1:]:
+                local, state = line.split()[1], line.split()[3]
+                address, hex_port = local.split(":")
+                if state == "0A" and int(hex_port, 16) == port:
+                    found.add(address)
+    return found
+
+
+LOOPBACK = {"0100007F", "0000000000000000FFFF00000100007F"}
+
+
+def test_up_reuses_status_reports_and_down_stops(tmp_path):
+    stack = LocalStack(tmp_path)
+    try:
+        endpoints = stack.up(log=lambda m: None)
+        status = stack.status()
+        assert all(s["state"] == "running" for s in status.values())
+        pids = {name: s["pid"] for name, s in status.items()}
+        assert stack.up(log=lambda m: None) == endpoints  # second up reuses what runs
+        assert {name: s["pid"] for name, s in stack.status().items()} == pids
+        for name, info in status.items():
+            assert listening_addresses(info["port"]) <= LOOPBACK and listening_addresses(info["port"]), name
+        client = redis.Redis(port=endpoints["redis-streams"]["port"])
+        assert client.config_get("appendonly")["appendonly"] == "yes"  # AOF on by default
+        assert endpoints["kafka"]["version"].startswith("4.1")
+    finally:
+        stack.down(log=lambda m: None)
+    for name, info in status.items():
+        assert not pid_alive(info["pid"]), name
+        assert not port_answers(info["port"]), name
+    assert all(s["state"] == "stopped" for s in stack.status().values())
+
+
+def test_redis_persistence_can_be_turned_off(tmp_path):
+    stack = LocalStack(tmp_path, redis_aof=False)
+    try:
+        stack.up(log=lambda m: None)
+        port = stack.endpoints()["redis-streams"]["port"]
+        assert redis.Redis(port=port).config_get("appendonly")["appendonly"] == "no"
+    finally:
+        stack.down(log=lambda m: None)

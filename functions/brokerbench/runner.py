@@ -81,6 +81,9 @@ def execute_run(request: dict, endpoints: dict, store: EventStore, *, suite: str
         outcome.status = "interrupted"
         _finish(store, run_id, outcome)
         raise
+    except Exception as exc:  # a failure outside any cell (e.g. the event store) ends the run
+        store.append([make_event(run_id, "RunFailed", {"reason": f"{type(exc).__name__}: {exc}"})])
+        raise
     outcome.status = "completed_with_failures" if outcome.failed else "completed"
     _finish(store, run_id, outcome)
     return outcome

@@ -1,0 +1,1 @@
+"""Projections of a run's events: results, tables, and later comparisons and regressions."""

@@ -7,8 +7,14 @@ SUITE ?= quick
 
 .PHONY: setup run test unit integration up down clean
 
-setup: $(VENV)/.installed
+setup: $(VENV)/.installed node_modules/.installed
 	@$(BIN)/python -m brokerbench.local.install
+
+# Node tools: the local ASL interpreter and the ASL validator (versions pinned in package-lock.json).
+node_modules/.installed: package.json package-lock.json $(VENV)/.installed
+	@command -v npm >/dev/null || $(BIN)/python -c "from brokerbench.local.install import install_commands as i; i(['node', 'npm'])"
+	npm ci --silent --no-audit --no-fund
+	@touch $@
 
 $(VENV)/.installed: requirements.txt requirements-dev.txt pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)

@@ -73,38 +73,83 @@ def print_results(results: dict) -> None:
         console.print(table)
 
 
-class _Bars:
-    """One progress bar per cell, plus the whole run."""
+class EventProgress:
+    """Progress bars drawn from the run's stored events: the same for Lambda- and EC2-kind workers."""
 
-    def __init__(self, progress: Progress) -> None:
-        self.progress = progress
-        self.tasks: dict[str, int] = {}
+    def __init__(self, store, run_id: str, progress: Progress) -> None:
+        self.store, self.run_id, self.progress = store, run_id, progress
+        self.bars: dict[str, int] = {}
         self.overall = None
+        self.finished: set[str] = set()
 
-    def run_started(self, run_id, cells) -> None:
-        console.print(f"run [bold]{run_id}[/]: {len(cells)} cells")
-        self.overall = self.progress.add_task("[bold]run", total=len(cells), status="")
+    def poll(self) -> None:
+        events = self.store.read(self.run_id)
+        if not events or events[0]["type"] != "RunRequested":
+            return
+        cells = {c["cell_id"]: c for c in events[0]["data"]["cells"]}
+        if self.overall is None:
+            console.print(f"run [bold]{self.run_id}[/]: {len(cells)} cells")
+            self.overall = self.progress.add_task("[bold]run", total=len(cells), status="")
+        state: dict[str, dict] = {}
+        for event in events:
+            cell_id = event["data"].get("cell_id")
+            if cell_id not in cells:
+                continue
+            cell = state.setdefault(cell_id, {"intervals": 0, "sent": 0, "received": 0, "end": None})
+            if event["type"] == "CellStarted":
+                cell.update(intervals=0, sent=0, received=0, worker=event["data"].get("worker", {}).get("kind", ""))
+            elif event["type"] == "IntervalMeasured":
+                counters = event["data"]["counters"]
+                cell["intervals"] += 1
+                cell["sent"] += counters["sent"]
+                cell["received"] += counters["received"]
+            elif event["type"] in ("CellCompleted", "CellFailed"):
+                cell["end"] = event
+        for cell_id, cell in state.items():
+            if cell_id in self.finished:
+                continue
+            bar = self.bars.get(cell_id)
+            if bar is None:
+                bar = self.bars[cell_id] = self.progress.add_task(cell_id, total=1.0, status="")
+            spec = cells[cell_id]
+            if cell["end"] is not None:
+                end = cell["end"]
+                status = "[green]ok[/]" if end["type"] == "CellCompleted" else f"[red]FAILED[/] {end['data']['reason']}"
+                self.progress.update(bar, completed=1.0, status=status)
+                self.progress.advance(self.overall)
+                self.finished.add(cell_id)
+                continue
+            if spec["messages"] is None:
+                fraction = cell["intervals"] / max(1, spec["duration_s"])
+            else:
+                fraction = cell["sent"] / spec["messages"]
+            self.progress.update(bar, completed=min(0.99, fraction),
+                                 status=f"{cell.get('worker', '')} · sent {cell['sent']:,} · received {cell['received']:,}")
 
-    def cell_progress(self, p) -> None:
-        task = self.tasks.get(p.cell_id)
-        if task is None:
-            task = self.tasks[p.cell_id] = self.progress.add_task(p.cell_id, total=1.0, status="")
-        self.progress.update(task, completed=p.fraction,
-                             status=f"{p.phase} · sent {p.sent:,} · received {p.received:,}")
 
-    def cell_finished(self, outcome) -> None:
-        task = self.tasks.get(outcome.cell_id)
-        status = "[green]ok[/]" if outcome.status == "completed" else f"[red]FAILED[/] {outcome.reason}"
-        if task is not None:
-            self.progress.update(task, completed=1.0, status=status)
-        self.progress.advance(self.overall)
+def _finish_interrupted(store, run_id: str, request: dict) -> None:
+    """Ctrl-C: the run ends as interrupted and the targets it started are stopped (as teardown would)."""
+    from .events import make_event
+    from .spec import validate
+    from .workflow import steps
+
+    events = store.read(run_id)
+    completed = sum(1 for e in events if e["type"] == "CellCompleted")
+    failed = sum(1 for e in events if e["type"] == "CellFailed")
+    if events:
+        store.append([make_event(run_id, "RunCompleted", {"status": "interrupted", "cells_completed": completed,
+                                                          "cells_failed": failed})])
+    spec = validate(request)
+    for broker in spec["brokers"]:
+        steps.teardown_target({"run_id": run_id, "broker": broker, "spec": spec})
 
 
 # -- commands --------------------------------------------------------------------------------
 def cmd_run(args) -> int:
+    from .events import new_run_id
     from .local.stack import StackError
+    from .local.workflow import LocalWorkflow, WorkflowError
     from .reports.results import build_results
-    from .runner import execute_run
     from .spec import SpecError, validate
 
     try:
@@ -113,43 +158,52 @@ def cmd_run(args) -> int:
     except SpecError as exc:
         _print_problems(exc)
         return EXIT_INVALID
+    if args.keep_stack:
+        request = {**request, "keep_targets": True}
     stack = _stack(args)
-    started_stack = not stack.is_up()
-    run_id = None
+    started_store = not stack.is_up(["dynamodb"])
     try:
         try:
-            endpoints = stack.up(log=lambda m: console.print(f"[dim]{m}[/]"))
-            store = _store(endpoints)
+            store = _store(stack.up(["dynamodb"], log=lambda m: console.print(f"[dim]{m}[/]")))
         except StackError as exc:
             errors.print(f"[red]local stack:[/] {exc}")
             return EXIT_ENVIRONMENT
-        endpoints = {**endpoints, **request.get("targets", {})}
-
-        def remember(rid):
-            nonlocal run_id
-            run_id = rid
-
+        run_id = new_run_id()
         columns = [TextColumn("{task.description}", style="cyan"), BarColumn(bar_width=24), TaskProgressColumn(),
                    TimeElapsedColumn(), TextColumn("{task.fields[status]}")]
-        interrupted = False
+        interrupted, execution = False, None
         with Progress(*columns, console=console, transient=False) as progress:
+            bars = EventProgress(store, run_id, progress)
             try:
-                outcome = execute_run(request, endpoints, store, suite=suite, hooks=_Bars(progress), on_run_id=remember)
+                execution = LocalWorkflow(stack, Path(args.out)).execute(request, suite=suite, run_id=run_id,
+                                                                         on_poll=bars.poll)
             except KeyboardInterrupt:
                 interrupted = True
-        if run_id is None:
-            return EXIT_INTERRUPTED
-        results = build_results(store.read(run_id))
+                _finish_interrupted(store, run_id, request)
+            except WorkflowError as exc:
+                errors.print(f"[red]workflow:[/] {exc}")
+                return EXIT_ENVIRONMENT
+            bars.poll()
+        events = store.read(run_id)
+        if not events:
+            if interrupted:
+                return EXIT_INTERRUPTED
+            errors.print(f"[red]run failed before it started:[/] {execution.error}: {execution.cause}")
+            return EXIT_INVALID if execution.error == "InvalidRequest" else EXIT_CELLS_FAILED
+        results = build_results(events)
         path = write_results(results, Path(args.out))
         print_results(results)
         console.print(f"\nresults: {path}")
         if interrupted:
             errors.print("[yellow]interrupted: what was measured is stored and written above[/]")
             return EXIT_INTERRUPTED
-        return EXIT_OK if not outcome.failed else EXIT_CELLS_FAILED
+        if results["status"] == "failed":
+            errors.print(f"[red]run failed:[/] {results['reason']}")
+            return EXIT_CELLS_FAILED
+        return EXIT_OK if results["status"] == "completed" else EXIT_CELLS_FAILED
     finally:
-        if started_stack and not args.keep_stack:
-            stack.down(log=lambda m: console.print(f"[dim]{m}[/]"))
+        if started_store and not args.keep_stack:
+            stack.down(["dynamodb"], log=lambda m: console.print(f"[dim]{m}[/]"))
 
 
 def cmd_validate(args) -> int:
@@ -201,7 +255,7 @@ def _stored(args):
     from .local.stack import StackError
 
     try:
-        return _store(_stack(args).endpoints())
+        return _store(_stack(args).endpoints(required=["dynamodb"]))
     except StackError as exc:
         errors.print(f"[red]local stack:[/] {exc}")
         return None

@@ -51,6 +51,13 @@ def describe_targets(brokers: list[str], endpoints: dict, client: dict) -> dict:
     return targets
 
 
+def run_requested_event(run_id: str, spec: dict, cells: list[dict], suite: str | None) -> dict:
+    data = {"spec": spec, "cells": cells, "environment": environment.collect()}
+    if suite:
+        data["suite"] = suite
+    return make_event(run_id, "RunRequested", data)
+
+
 def execute_run(request: dict, endpoints: dict, store: EventStore, *, suite: str | None = None,
                 hooks: RunHooks | None = None, run_id: str | None = None,
                 on_run_id: Callable[[str], None] | None = None) -> RunOutcome:
@@ -64,10 +71,7 @@ def execute_run(request: dict, endpoints: dict, store: EventStore, *, suite: str
     run_id = run_id or new_run_id()
     if on_run_id:
         on_run_id(run_id)
-    data = {"spec": spec, "cells": cells, "environment": environment.collect()}
-    if suite:
-        data["suite"] = suite
-    store.append([make_event(run_id, "RunRequested", data)])
+    store.append([run_requested_event(run_id, spec, cells, suite)])
     store.append([make_event(run_id, "TargetsReady",
                              {"targets": describe_targets(spec["brokers"], endpoints, spec["client"])})])
     hooks.run_started(run_id, cells)

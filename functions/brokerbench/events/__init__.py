@@ -29,18 +29,24 @@ def new_run_id() -> str:
     return datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ") + "-" + secrets.token_hex(3)
 
 
-def sort_key(event_type: str, cell_index: int | None = None, interval: int | None = None) -> str:
+def cell_prefix(cell_index: int) -> str:
+    return f"10#c{cell_index:05d}#"
+
+
+def sort_key(event_type: str, cell_index: int | None = None, interval: int | None = None, attempt: int = 0) -> str:
     if event_type == "RunRequested":
         return "00#run"
     if event_type == "TargetsReady":
         return "01#targets"
     if event_type in ("CellStarted", "IntervalMeasured", "CellCompleted", "CellFailed"):
-        cell = f"10#c{cell_index:05d}"
+        # Each attempt of a cell (a retried worker) has its own start and intervals; the end is shared,
+        # so a cell ends once, and the projection reads the intervals of the attempt that ended it.
+        cell = cell_prefix(cell_index)
         if event_type == "CellStarted":
-            return f"{cell}#0"
+            return f"{cell}0#a{attempt:02d}"
         if event_type == "IntervalMeasured":
-            return f"{cell}#1#i{interval:06d}"
-        return f"{cell}#2#end"
+            return f"{cell}1#a{attempt:02d}#i{interval:06d}"
+        return f"{cell}2#end"
     if event_type in RUN_EVENTS:
         return "90#run#end"
     if event_type == "ReportBuilt":
@@ -51,8 +57,8 @@ def sort_key(event_type: str, cell_index: int | None = None, interval: int | Non
 
 
 def make_event(run_id: str, event_type: str, data: dict, *, cell_index: int | None = None,
-               interval: int | None = None) -> dict:
-    sk = sort_key(event_type, cell_index, interval)
+               interval: int | None = None, attempt: int = 0) -> dict:
+    sk = sort_key(event_type, cell_index, interval, attempt)
     event = {
         "run_id": run_id,
         "sk": sk,
@@ -104,6 +110,6 @@ class EventStore(Protocol):
 
     def append(self, events: list[dict]) -> AppendResult: ...
 
-    def read(self, run_id: str) -> list[dict]: ...
+    def read(self, run_id: str, prefix: str | None = None, after: str | None = None) -> list[dict]: ...
 
     def list_runs(self, limit: int = 50) -> list[dict]: ...

@@ -138,10 +138,16 @@ class DynamoEventStore:
                     time.sleep(min(0.05 * 2**attempt, 2))
         raise RuntimeError(f"could not write {len(pending)} events after retries")
 
-    def read(self, run_id: str) -> list[dict]:
+    def read(self, run_id: str, prefix: str | None = None, after: str | None = None) -> list[dict]:
+        """The run's events in order; only those whose sort key starts with `prefix` or follows `after`."""
         events = []
-        kwargs = {"TableName": self.table, "KeyConditionExpression": "run_id = :r",
-                  "ExpressionAttributeValues": {":r": {"S": run_id}}, "ConsistentRead": True}
+        condition, values = "run_id = :r", {":r": {"S": run_id}}
+        if prefix:
+            condition, values[":p"] = condition + " AND begins_with(sk, :p)", {"S": prefix}
+        elif after:
+            condition, values[":a"] = condition + " AND sk > :a", {"S": after}
+        kwargs = {"TableName": self.table, "KeyConditionExpression": condition,
+                  "ExpressionAttributeValues": values, "ConsistentRead": True}
         while True:
             page = self.client.query(**kwargs)
             events.extend(self._event(item) for item in page["Items"])

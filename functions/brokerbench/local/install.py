@@ -34,7 +34,7 @@ def _run(cmd: list[str], cwd: Path | None = None) -> None:
 
 # Command -> the Debian package that provides it.
 DEBIAN_PACKAGES = {"redis-server": "redis-server", "redis-benchmark": "redis-tools", "mvn": "maven",
-                   "java": "openjdk-17-jdk-headless", "javac": "openjdk-17-jdk-headless"}
+                   "java": "openjdk-17-jdk-headless", "javac": "openjdk-17-jdk-headless", "node": "nodejs", "npm": "npm"}
 
 
 def install_commands(commands=tuple(DEBIAN_PACKAGES), log=print) -> None:

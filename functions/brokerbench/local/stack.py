@@ -8,6 +8,8 @@ what `up` started.
 from __future__ import annotations
 
 import base64
+import contextlib
+import fcntl
 import json
 import os
 import shutil
@@ -69,6 +71,14 @@ def _jar_version(component: str, prefix: str) -> str:
     return "unknown"
 
 
+def _redis_version() -> str:
+    server = shutil.which("redis-server")
+    if not server:
+        return "not installed"
+    out = subprocess.run([server, "--version"], capture_output=True, text=True).stdout
+    return next((p.split("=")[1] for p in out.split() if p.startswith("v=")), "unknown")
+
+
 @dataclass
 class Service:
     name: str
@@ -77,6 +87,7 @@ class Service:
     log: str
     version: str
     extra: dict = field(default_factory=dict)
+    owner: str | None = None  # the run that started it (its teardown stops it), None for `local up`
 
     def running(self) -> bool:
         return pid_alive(self.pid) and port_answers(self.port)
@@ -92,6 +103,17 @@ class LocalStack:
     @property
     def state_file(self) -> Path:
         return self.state_dir / "stack.json"
+
+    @contextlib.contextmanager
+    def _locked(self):
+        """One process or thread at a time changes the stack (the workflow provisions brokers in parallel)."""
+        self.state_dir.mkdir(parents=True, exist_ok=True)
+        with open(self.state_dir / "stack.lock", "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            try:
+                yield
+            finally:
+                fcntl.flock(lock, fcntl.LOCK_UN)
 
     def _load(self) -> dict[str, Service]:
         if not self.state_file.is_file():
@@ -116,58 +138,90 @@ class LocalStack:
             }
         return out
 
-    def is_up(self) -> bool:
-        return all(s["state"] == "running" for s in self.status().values())
+    def is_up(self, services=SERVICES) -> bool:
+        status = self.status()
+        return all(status[name]["state"] == "running" for name in services)
 
-    def up(self, log=print) -> dict:
-        """Start what is not running (reusing what is) and return the endpoints."""
-        services = self._load()
+    def installed_version(self, service: str) -> str:
+        if service == "kafka":
+            return _jar_version("kafka", "kafka_2.13")
+        if service == "dynamodb":
+            return _jar_version("dynamodb-local", "DynamoDBLocal")
+        return _redis_version()
+
+    def up(self, services=SERVICES, *, owner: str | None = None, log=print) -> dict:
+        """Start what is not running (reusing what is) and return the endpoints.
+
+        Services started here are marked with `owner`, so `down(owner=...)` stops only those.
+        """
+        with self._locked():
+            return self._up(services, owner, log)
+
+    def _up(self, services, owner, log) -> dict:
+        services_state = self._load()
         starters = {"kafka": self._start_kafka, "redis": self._start_redis, "dynamodb": self._start_dynamodb}
         started = []
         try:
             for name in SERVICES:
-                svc = services.get(name)
+                if name not in services:
+                    continue
+                svc = services_state.get(name)
                 if svc and svc.running():
                     continue
                 if svc:
                     _stop_pid(svc.pid)
                 log(f"starting {name} ...")
-                services[name] = starters[name]()
+                services_state[name] = starters[name]()
+                services_state[name].owner = owner
                 started.append(name)
-                self._save(services)
+                self._save(services_state)
             for name in started:
-                self._wait(services[name])
+                self._wait(services_state[name])
         except BaseException:
             for name in started:  # nothing half-started is left behind
-                _stop_pid(services[name].pid)
-                services.pop(name, None)
-            self._save(services)
+                _stop_pid(services_state[name].pid)
+                services_state.pop(name, None)
+            self._save(services_state)
             raise
-        return self.endpoints()
+        return self.endpoints(required=services)
 
-    def down(self, log=print) -> None:
-        services = self._load()
+    def down(self, services=SERVICES, *, owner: str | None = None, log=print) -> list[str]:
+        """Stop the services (only those started for `owner` when given); returns what was stopped."""
+        with self._locked():
+            return self._down(services, owner, log)
+
+    def _down(self, services, owner, log) -> list[str]:
+        state = self._load()
+        stopped = []
         for name in reversed(SERVICES):
-            svc = services.pop(name, None)
-            if svc:
-                log(f"stopping {name} (pid {svc.pid}) ...")
-                _stop_pid(svc.pid)
-        if self.state_file.exists():
+            svc = state.get(name)
+            if name not in services or svc is None or (owner is not None and svc.owner != owner):
+                continue
+            log(f"stopping {name} (pid {svc.pid}) ...")
+            _stop_pid(svc.pid)
+            del state[name]
+            stopped.append(name)
+            if name != "dynamodb":  # broker data is per session; the event store is kept
+                shutil.rmtree(self.state_dir / name / "data", ignore_errors=True)
+        if state:
+            self._save(state)
+        elif self.state_file.exists():
             self.state_file.unlink()
-        for name in ("kafka", "redis"):  # broker data is per session; the event store is kept
-            shutil.rmtree(self.state_dir / name / "data", ignore_errors=True)
+        return stopped
 
-    def endpoints(self) -> dict:
+    def endpoints(self, required=SERVICES) -> dict:
         services = self._load()
-        missing = [n for n in SERVICES if n not in services]
+        missing = [n for n in required if n not in services]
         if missing:
             raise StackError(f"the local stack is not up ({', '.join(missing)} missing): run `brokerbench local up`")
-        kafka, redis, dynamodb = services["kafka"], services["redis"], services["dynamodb"]
-        return {
-            "kafka": {"bootstrap_servers": f"{HOST}:{kafka.port}", "version": kafka.version},
-            "redis-streams": {"host": HOST, "port": redis.port, "version": redis.version},
-            "dynamodb": {"endpoint_url": f"http://{HOST}:{dynamodb.port}", "table": EVENTS_TABLE},
-        }
+        out = {}
+        if "kafka" in services:
+            out["kafka"] = {"bootstrap_servers": f"{HOST}:{services['kafka'].port}", "version": services["kafka"].version}
+        if "redis" in services:
+            out["redis-streams"] = {"host": HOST, "port": services["redis"].port, "version": services["redis"].version}
+        if "dynamodb" in services:
+            out["dynamodb"] = {"endpoint_url": f"http://{HOST}:{services['dynamodb'].port}", "table": EVENTS_TABLE}
+        return out
 
     # -- services ----------------------------------------------------------------------------
     def _folder(self, name: str, keep_data: bool = False) -> Path:
@@ -235,8 +289,7 @@ class LocalStack:
         server = shutil.which("redis-server")
         if not server:
             raise StackError("redis-server is missing: run `make setup` (or apt-get install redis-server)")
-        version = subprocess.run([server, "--version"], capture_output=True, text=True).stdout
-        version = next((p.split("=")[1] for p in version.split() if p.startswith("v=")), "unknown")
+        version = _redis_version()
         port = free_port()
         cmd = [server, "--bind", HOST, "--port", str(port), "--save", "", "--dir", str(folder / "data"),
                "--appendonly", "yes" if self.redis_aof else "no", "--appendfsync", "everysec",

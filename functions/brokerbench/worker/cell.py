@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 import multiprocessing
+import threading
 import time
 from collections import defaultdict
 from collections.abc import Callable
@@ -18,7 +19,7 @@ from multiprocessing.connection import wait
 
 from .. import histogram
 from ..drivers import BrokerUnavailable, get_driver
-from ..events import EventStore, make_event
+from ..events import EventStore, cell_prefix, make_event
 from .consumer import ConsumerTask, consumer_main
 from .producer import SECOND_NS, ProducerTask, producer_main
 
@@ -27,6 +28,8 @@ START_LEAD_NS = 100_000_000
 PRODUCER_COUNTERS = {"sent": "sent", "bytes": "bytes_sent", "acked": "acked", "send_errors": "send_errors"}
 CONSUMER_COUNTERS = {"received": "received", "bytes": "bytes_received"}
 COUNTERS = ("sent", "bytes_sent", "acked", "send_errors", "received", "bytes_received")
+# Set by a front end on Ctrl-C when cells run in threads (the local workflow's Lambda-kind cells).
+CANCELLED = threading.Event()
 
 
 class CellError(RuntimeError):
@@ -57,12 +60,25 @@ def topic_name(run_id: str, cell: dict) -> str:
 
 
 def run_cell(run_id: str, cell: dict, endpoint: dict, store: EventStore,
-             progress: Callable[[Progress], None] | None = None) -> CellOutcome:
-    """Measure one cell against `endpoint` and append its events to `store`."""
-    topic = topic_name(run_id, cell)
-    store.append([make_event(run_id, "CellStarted", {"cell_id": cell["cell_id"], "cell": cell, "topic": topic},
-                             cell_index=cell["index"])])
-    runner = _CellRun(run_id, cell, endpoint, store, topic, progress or (lambda p: None))
+             progress: Callable[[Progress], None] | None = None, worker: dict | None = None) -> CellOutcome:
+    """Measure one cell against `endpoint` and append its events to `store`.
+
+    Idempotent per cell: a cell that already ended returns its stored outcome, and a new attempt
+    (a retried worker) records its own start and intervals beside those of the earlier attempt.
+    """
+    stored = store.read(run_id, prefix=cell_prefix(cell["index"]))
+    for event in stored:
+        if event["type"] in ("CellCompleted", "CellFailed"):
+            data = event["data"]
+            return CellOutcome(cell["cell_id"], "completed" if event["type"] == "CellCompleted" else "failed",
+                               data.get("reason"), data.get("intervals", 0))
+    attempt = sum(1 for e in stored if e["type"] == "CellStarted")
+    topic = topic_name(run_id, cell) + (f"-a{attempt}" if attempt else "")
+    started = {"cell_id": cell["cell_id"], "cell": cell, "topic": topic, "attempt": attempt}
+    if worker:
+        started["worker"] = worker
+    store.append([make_event(run_id, "CellStarted", started, cell_index=cell["index"], attempt=attempt)])
+    runner = _CellRun(run_id, cell, endpoint, store, topic, progress or (lambda p: None), attempt)
     try:
         return runner.run()
     except KeyboardInterrupt:
@@ -77,8 +93,9 @@ def run_cell(run_id: str, cell: dict, endpoint: dict, store: EventStore,
 
 
 class _CellRun:
-    def __init__(self, run_id, cell, endpoint, store, topic, progress) -> None:
+    def __init__(self, run_id, cell, endpoint, store, topic, progress, attempt) -> None:
         self.run_id, self.cell, self.endpoint, self.store, self.topic = run_id, cell, endpoint, store, topic
+        self.attempt = attempt
         self.progress = progress
         self.driver = get_driver(cell["broker"], endpoint, cell["client"])
         self.processes: list[multiprocessing.Process] = []
@@ -166,6 +183,8 @@ class _CellRun:
         run_ns = self.timing["t_end"] - self.timing["t_start"]
         deadline = time.monotonic() + (run_ns / SECOND_NS) + cell["drain_timeout_s"] + READY_TIMEOUT_S
         while len(done) < len(self.conns):
+            if CANCELLED.is_set():
+                raise KeyboardInterrupt
             if time.monotonic() > deadline:
                 raise CellError("the cell did not finish in time (a client is stuck or the broker stopped answering)")
             for conn in wait([c for c in self.conns if c not in done], timeout=0.25):
@@ -227,8 +246,9 @@ class _CellRun:
             self.totals[name] += value
         self.written_intervals += 1
         return make_event(self.run_id, "IntervalMeasured",
-                          {"cell_id": self.cell["cell_id"], "interval": interval, "counters": counters, "histograms": hists},
-                          cell_index=self.cell["index"], interval=interval)
+                          {"cell_id": self.cell["cell_id"], "attempt": self.attempt, "interval": interval,
+                           "counters": counters, "histograms": hists},
+                          cell_index=self.cell["index"], interval=interval, attempt=self.attempt)
 
     # -- endings -----------------------------------------------------------------------------
     def _complete(self, done: dict) -> CellOutcome:
@@ -257,7 +277,7 @@ class _CellRun:
         }
         hists = {metric: histogram.encode(histogram.merge(parts)) for metric, parts in self.cumulative.items()}
         self.store.append([make_event(self.run_id, "CellCompleted", {
-            "cell_id": cell["cell_id"], "measured_s": measured_s, "encoded_bytes": self.encoded_bytes,
+            "cell_id": cell["cell_id"], "attempt": self.attempt, "measured_s": measured_s, "encoded_bytes": self.encoded_bytes,
             "intervals": self.written_intervals, "totals": totals, "histograms": hists,
         }, cell_index=cell["index"])])
         self.progress(Progress(cell["cell_id"], "done", 1.0, sent, received))
@@ -270,7 +290,7 @@ class _CellRun:
         except Exception:
             pass
         self.store.append([make_event(self.run_id, "CellFailed",
-                                      {"cell_id": self.cell["cell_id"], "reason": reason,
+                                      {"cell_id": self.cell["cell_id"], "reason": reason, "attempt": self.attempt,
                                        "intervals": self.written_intervals},
                                       cell_index=self.cell["index"])])
         self.progress(Progress(self.cell["cell_id"], "done", 1.0, self.totals["sent"], self.totals["received"]))

@@ -1,0 +1,260 @@
+"""Local execution of the real workflow definition (statemachines/benchmark_run.asl.json).
+
+An existing ASL interpreter (npm aws-local-stepfunctions, run by local/sfn/execute.mjs) walks
+the definition; each Task state comes back here over HTTP on 127.0.0.1 and is served like the
+lambda:invoke integration serves it in AWS: the same handler module, the same payload, the
+result under `Payload`. `.waitForTaskToken` tasks get a token, the EC2-kind worker process
+reports through /callback/success or /callback/failure (SendTaskSuccess/Failure's contract),
+and the task's result is what the worker sent.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import os
+import re
+import shutil
+import subprocess
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from concurrent.futures import Future
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+from ..paths import PACKAGE_DIR
+from ..worker import cell as cell_module
+from .stack import HOST, LocalStack
+
+REPO_DIR = PACKAGE_DIR.parent.parent
+DEFINITION = REPO_DIR / "statemachines" / "benchmark_run.asl.json"
+NODE_RUNNER = PACKAGE_DIR / "local" / "sfn" / "execute.mjs"
+NODE_POLYFILL = PACKAGE_DIR / "local" / "sfn" / "polyfill.mjs"
+TOKEN_PLACEHOLDER = "local-task-token"
+LAMBDA_INVOKE = "arn:aws:states:::lambda:invoke"
+WAIT_FOR_TOKEN = ".waitForTaskToken"
+
+
+class WorkflowError(RuntimeError):
+    pass
+
+
+def substitutions(definition_text: str) -> dict[str, str]:
+    """${XFunctionArn} -> local:x_... : the handler module behind each placeholder."""
+    out = {}
+    for name in set(re.findall(r"\$\{(\w+)\}", definition_text)):
+        if not name.endswith("FunctionArn"):
+            raise WorkflowError(f"no local value for ${{{name}}}")
+        out[name] = "local:" + re.sub(r"(?<!^)(?=[A-Z])", "_", name[: -len("FunctionArn")]).lower()
+    return out
+
+
+def load_definition(path: Path = DEFINITION) -> dict:
+    text = path.read_text()
+    for name, value in substitutions(text).items():
+        text = text.replace("${" + name + "}", value)
+    return json.loads(text)
+
+
+class _LambdaContext:
+    def __init__(self, name: str) -> None:
+        self.function_name = name
+        self.aws_request_id = str(uuid.uuid4())
+
+    @staticmethod
+    def get_remaining_time_in_millis() -> int:
+        return 900_000
+
+
+class Bridge:
+    """The HTTP side of the local interpreter: Task invocations and task-token callbacks."""
+
+    def __init__(self) -> None:
+        self.waiting: dict[str, Future] = {}
+        self.workers: dict[str, int] = {}  # token -> pid of the local EC2-kind worker
+        self.active = 0
+        self.cancelled = False  # after Ctrl-C no new task starts
+        self.lock = threading.Lock()
+        bridge = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self):  # noqa: N802 (http.server's naming)
+                body = json.loads(self.rfile.read(int(self.headers["content-length"])))
+                status, answer = bridge.route(self.path, body)
+                data = json.dumps(answer).encode()
+                self.send_response(status)
+                self.send_header("content-type", "application/json")
+                self.send_header("content-length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            def log_message(self, *args):
+                pass
+
+        self.server = ThreadingHTTPServer((HOST, 0), Handler)
+        self.server.daemon_threads = True
+        self.url = f"http://{HOST}:{self.server.server_address[1]}"
+        self.thread = threading.Thread(target=self.server.serve_forever, name="workflow-bridge", daemon=True)
+
+    def __enter__(self) -> Bridge:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+    def route(self, path: str, body: dict) -> tuple[int, dict]:
+        try:
+            if path == "/invoke":
+                if self.cancelled:
+                    return 500, {"errorType": "States.Cancelled", "errorMessage": "the run was interrupted"}
+                with self.lock:
+                    self.active += 1
+                try:
+                    return 200, self.invoke(body["state"], body["resource"], body["input"])
+                finally:
+                    with self.lock:
+                        self.active -= 1
+            if path in ("/callback/success", "/callback/failure"):
+                future = self.waiting.get(body["task_token"])
+                if future is None:
+                    return 400, {"errorType": "TaskDoesNotExist", "errorMessage": "unknown or finished task token"}
+                if path.endswith("success"):
+                    future.set_result(body["output"])
+                else:
+                    future.set_exception(_TaskError(body.get("error", "TaskFailed"), body.get("cause", "")))
+                return 200, {}
+            return 404, {"errorType": "NotFound", "errorMessage": path}
+        except _TaskError as exc:
+            return 500, {"errorType": exc.error, "errorMessage": exc.cause}
+        except Exception as exc:  # a handler's exception is the task's error, named by its class (as in Lambda)
+            return 500, {"errorType": type(exc).__name__, "errorMessage": str(exc)}
+
+    def invoke(self, state: str, resource: str, task_input: dict):
+        if not resource.startswith(LAMBDA_INVOKE):
+            raise WorkflowError(f"{state}: no local integration for {resource}")
+        function = task_input["FunctionName"]
+        module = importlib.import_module(f"handlers.{function.split(':', 1)[1]}")
+        payload = task_input.get("Payload")
+        if resource.endswith(WAIT_FOR_TOKEN):
+            return self._wait_for_token(function, module, payload)
+        result = module.lambda_handler(payload, _LambdaContext(function))
+        return {"Payload": result, "StatusCode": 200, "ExecutedVersion": "$LATEST"}
+
+    def _wait_for_token(self, function: str, module, payload: dict):
+        token = f"local-{uuid.uuid4()}"
+        payload = {k: (token if v == TOKEN_PLACEHOLDER else v) for k, v in payload.items()}
+        future: Future = Future()
+        self.waiting[token] = future
+        try:
+            launched = module.lambda_handler(payload, _LambdaContext(function))
+            pid = launched.get("pid") if isinstance(launched, dict) else None
+            while True:
+                try:
+                    return future.result(timeout=0.5)
+                except TimeoutError:
+                    if pid and _exited(pid) and not future.done():
+                        time.sleep(1)  # a callback may still be on its way
+                        if not future.done():
+                            raise _TaskError("WorkerLost", f"worker process {pid} ended without reporting") from None
+        finally:
+            self.waiting.pop(token, None)
+
+
+class _TaskError(Exception):
+    def __init__(self, error: str, cause: str) -> None:
+        super().__init__(f"{error}: {cause}")
+        self.error, self.cause = error, cause
+
+
+def _exited(pid: int) -> bool:
+    try:
+        done, _ = os.waitpid(pid, os.WNOHANG)
+        return done == pid
+    except ChildProcessError:
+        return True
+
+
+@dataclass
+class Execution:
+    run_id: str
+    status: str  # SUCCEEDED | FAILED | ABORTED
+    output: dict | None = None
+    error: str | None = None
+    cause: str | None = None
+    spec: dict | None = field(default=None, repr=False)
+
+
+class LocalWorkflow:
+    """Runs the workflow definition against the local stack, with DynamoDB Local as the event store."""
+
+    def __init__(self, stack: LocalStack, reports_dir: Path, definition: Path = DEFINITION) -> None:
+        self.stack = stack
+        self.reports_dir = Path(reports_dir)
+        self.definition = definition
+
+    def environment(self, bridge_url: str) -> dict[str, str]:
+        db = self.stack.endpoints(required=["dynamodb"])["dynamodb"]
+        return {
+            "BROKERBENCH_MODE": "local",
+            "BROKERBENCH_STATE_DIR": str(self.stack.state_dir),
+            "BROKERBENCH_EVENTS_TABLE": db["table"],
+            "BROKERBENCH_DYNAMODB_ENDPOINT": db["endpoint_url"],
+            "BROKERBENCH_REPORTS": str(self.reports_dir.resolve()),
+            "BROKERBENCH_CALLBACK_URL": bridge_url,
+        }
+
+    def execute(self, request: dict, *, suite: str | None = None, run_id: str,
+                on_poll: Callable[[], None] | None = None) -> Execution:
+        node = shutil.which("node")
+        if not node:
+            raise WorkflowError("Node.js is needed to run the workflow locally (make setup installs its packages)")
+        cell_module.CANCELLED.clear()
+        with Bridge() as bridge:
+            os.environ.update(self.environment(bridge.url))
+            job = {
+                "definition": load_definition(self.definition),
+                "input": {"request": request, "suite": suite, "run_id": run_id},
+                "bridge": bridge.url,
+                "context": {"Execution": {"Name": run_id, "Id": f"local:{run_id}"}, "Task": {"Token": TOKEN_PLACEHOLDER}},
+            }
+            log = self.stack.state_dir / "workflow.log"
+            log.parent.mkdir(parents=True, exist_ok=True)
+            with open(log, "ab") as stderr:
+                process = subprocess.Popen([node, "--import", NODE_POLYFILL.as_uri(), str(NODE_RUNNER)],
+                                           stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=stderr,
+                                           cwd=REPO_DIR, start_new_session=True)
+                reader = threading.Thread(target=lambda: setattr(process, "result", process.communicate(
+                    json.dumps(job).encode())[0]), daemon=True)
+                reader.start()
+                try:
+                    while reader.is_alive():
+                        reader.join(0.5)
+                        if on_poll:
+                            on_poll()
+                except KeyboardInterrupt:
+                    self._interrupt(process, bridge)
+                    raise
+            lines = (getattr(process, "result", b"") or b"").decode().strip().splitlines()
+            if process.returncode != 0 or not lines:
+                raise WorkflowError(f"the workflow interpreter exited with {process.returncode}; see {log}")
+            outcome = json.loads(lines[-1])
+        return Execution(run_id, outcome["status"], outcome.get("output"), outcome.get("error"), outcome.get("cause"))
+
+    @staticmethod
+    def _interrupt(process: subprocess.Popen, bridge: Bridge) -> None:
+        """Ctrl-C: cells in progress stop and record what they measured; the interpreter stops."""
+        bridge.cancelled = True
+        cell_module.CANCELLED.set()
+        deadline = time.monotonic() + 30
+        while bridge.active and time.monotonic() < deadline:  # let running tasks write their events
+            time.sleep(0.2)
+        process.terminate()
+        try:
+            process.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            process.kill()

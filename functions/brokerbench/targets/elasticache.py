@@ -1,0 +1,71 @@
+"""ElastiCache for Redis as a provider: TLS in transit, encryption at rest, an AUTH token from Secrets Manager."""
+
+from __future__ import annotations
+
+from botocore.exceptions import ClientError
+
+from . import ProvisioningError, raise_client_error, resource_name, still_waiting, target
+
+DEFAULT_VERSION = "7.1"
+TRANSIENT = {"Throttling", "InvalidReplicationGroupState", "ServiceUnavailable"}
+
+
+class ElastiCacheTargets:
+    def __init__(self, client, secrets, *, auth_secret_arn: str, subnet_group: str, security_groups: list[str],
+                 tags: dict | None = None) -> None:
+        self.client = client
+        self.secrets = secrets
+        self.auth_secret_arn = auth_secret_arn
+        self.subnet_group = subnet_group
+        self.security_groups = security_groups
+        self.tags = tags or {}
+
+    def provision(self, run_id: str, broker: str, spec: dict) -> dict:
+        settings = spec["provision"].get("redis-streams", {})
+        name = resource_name(run_id, broker)
+        try:
+            token = self.secrets.get_secret_value(SecretId=self.auth_secret_arn)["SecretString"]
+            self.client.create_replication_group(
+                ReplicationGroupId=name,
+                ReplicationGroupDescription=f"brokerbench run {run_id}",
+                Engine="redis",
+                EngineVersion=settings.get("version", DEFAULT_VERSION),
+                CacheNodeType=settings.get("node_type", "cache.r7g.large"),
+                NumCacheClusters=1,
+                TransitEncryptionEnabled=True,
+                AtRestEncryptionEnabled=True,
+                AuthToken=token,
+                CacheSubnetGroupName=self.subnet_group,
+                SecurityGroupIds=self.security_groups,
+                Tags=[{"Key": k, "Value": v} for k, v in {**self.tags, "brokerbench:run": run_id}.items()],
+            )
+        except ClientError as exc:
+            raise_client_error(exc, TRANSIENT, f"creating ElastiCache replication group {name}")
+        return target(broker, "elasticache", ready=False, resource=name, timeout_s=spec["provision"]["timeout_s"])
+
+    def check(self, current: dict) -> dict:
+        try:
+            group = self.client.describe_replication_groups(ReplicationGroupId=current["resource"])["ReplicationGroups"][0]
+        except ClientError as exc:
+            raise_client_error(exc, TRANSIENT, f"checking ElastiCache replication group {current['resource']}")
+        if group["Status"] == "create-failed":
+            raise ProvisioningError(f"ElastiCache replication group {current['resource']} failed to create")
+        if group["Status"] != "available":
+            return still_waiting(current)
+        primary = group["NodeGroups"][0]["PrimaryEndpoint"]
+        endpoint = {"host": primary["Address"], "port": primary["Port"], "tls": True,
+                    "auth_secret_arn": self.auth_secret_arn}
+        return {**current, "ready": True, "endpoint": endpoint}
+
+    def teardown(self, run_id: str, broker: str, spec: dict) -> dict:
+        name = resource_name(run_id, broker)
+        if spec.get("keep_targets"):
+            return {"broker": broker, "action": f"kept {name} (keep_targets)"}
+        try:
+            self.client.delete_replication_group(ReplicationGroupId=name)
+        except ClientError as exc:
+            if exc.response["Error"]["Code"] == "ReplicationGroupNotFoundFault":
+                return {"broker": broker, "action": "nothing to delete"}
+            raise_client_error(exc, TRANSIENT, f"deleting ElastiCache replication group {name}")
+        return {"broker": broker, "action": f"deleting {name}"}
+

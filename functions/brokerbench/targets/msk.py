@@ -1,0 +1,72 @@
+"""Amazon MSK (provisioned) as a provider: TLS in transit, IAM client authentication."""
+
+from __future__ import annotations
+
+from botocore.exceptions import ClientError
+
+from . import ProvisioningError, raise_client_error, resource_name, still_waiting, target
+
+DEFAULT_VERSION = "3.9.x"
+TRANSIENT = {"TooManyRequestsException", "ServiceUnavailableException", "ConflictException"}
+
+
+class MskTargets:
+    def __init__(self, client, *, subnets: list[str], security_groups: list[str], tags: dict | None = None) -> None:
+        self.client = client
+        self.subnets = subnets
+        self.security_groups = security_groups
+        self.tags = tags or {}
+
+    def provision(self, run_id: str, broker: str, spec: dict) -> dict:
+        settings = spec["provision"].get("kafka", {})
+        name = resource_name(run_id, broker)
+        try:
+            response = self.client.create_cluster_v2(
+                ClusterName=name,
+                Tags={**self.tags, "brokerbench:run": run_id},
+                Provisioned={
+                    "KafkaVersion": settings.get("version", DEFAULT_VERSION),
+                    "NumberOfBrokerNodes": settings.get("broker_nodes", 3),
+                    "BrokerNodeGroupInfo": {
+                        "InstanceType": settings.get("instance_type", "kafka.m7g.large"),
+                        "ClientSubnets": self.subnets,
+                        "SecurityGroups": self.security_groups,
+                        "StorageInfo": {"EbsStorageInfo": {"VolumeSize": settings.get("volume_gb", 100)}},
+                    },
+                    "EncryptionInfo": {"EncryptionInTransit": {"ClientBroker": "TLS", "InCluster": True}},
+                    "ClientAuthentication": {"Sasl": {"Iam": {"Enabled": True}}, "Unauthenticated": {"Enabled": False}},
+                },
+            )
+        except ClientError as exc:
+            raise_client_error(exc, TRANSIENT, f"creating MSK cluster {name}")
+        return target(broker, "msk", ready=False, resource=response["ClusterArn"], timeout_s=spec["provision"]["timeout_s"])
+
+    def check(self, current: dict) -> dict:
+        try:
+            info = self.client.describe_cluster_v2(ClusterArn=current["resource"])["ClusterInfo"]
+            state = info["State"]
+            if state == "FAILED":
+                reason = info.get("StateInfo", {}).get("Message", "no reason given")
+                raise ProvisioningError(f"MSK cluster {current['resource']} failed: {reason}")
+            if state != "ACTIVE":
+                return still_waiting(current)
+            brokers = self.client.get_bootstrap_brokers(ClusterArn=current["resource"])
+        except ClientError as exc:
+            raise_client_error(exc, TRANSIENT, f"checking MSK cluster {current['resource']}")
+        endpoint = {"bootstrap_servers": brokers["BootstrapBrokerStringSaslIam"], "auth": "iam", "tls": True,
+                    "version": info["Provisioned"]["CurrentBrokerSoftwareInfo"]["KafkaVersion"]}
+        return {**current, "ready": True, "endpoint": endpoint}
+
+    def teardown(self, run_id: str, broker: str, spec: dict) -> dict:
+        name = resource_name(run_id, broker)
+        if spec.get("keep_targets"):
+            return {"broker": broker, "action": f"kept {name} (keep_targets)"}
+        try:
+            clusters = self.client.list_clusters_v2(ClusterNameFilter=name)["ClusterInfoList"]
+            arns = [c["ClusterArn"] for c in clusters if c["ClusterName"] == name and c["State"] != "DELETING"]
+            for arn in arns:
+                self.client.delete_cluster(ClusterArn=arn)
+        except ClientError as exc:
+            raise_client_error(exc, TRANSIENT, f"deleting MSK cluster {name}")
+        return {"broker": broker, "action": f"deleting {name}" if arns else "nothing to delete"}
+

@@ -1,0 +1,122 @@
+"""The workflow's steps: what each Task state of statemachines/benchmark_run.asl.json does.
+
+Each function takes the state's payload and returns its result; handlers/ wraps them for Lambda.
+Adapters (event store, targets, fleet, outputs) come from brokerbench.config.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+
+from .. import config
+from ..events import make_event, new_run_id
+from ..plan import plan
+from ..reports.results import build_results
+from ..runner import describe_targets, run_requested_event
+from ..spec import SpecError, validate
+from ..worker import run_cell as measure_cell
+
+
+class InvalidRequest(ValueError):
+    """The run request is invalid (the message lists every problem); nothing was started."""
+
+
+def validate_request(event: dict) -> dict:
+    request = event.get("request")
+    try:
+        spec = validate(request)
+    except SpecError as exc:
+        raise InvalidRequest("; ".join(str(p) for p in exc.problems)) from None
+    return {"run_id": event.get("run_id") or new_run_id(), "spec": spec, "suite": event.get("suite")}
+
+
+def plan_cells(run: dict) -> dict:
+    planned = plan(run["spec"])
+    config.event_store().append([run_requested_event(run["run_id"], run["spec"], planned["cells"], run.get("suite"))])
+    return planned
+
+
+def provision_target(event: dict) -> dict:
+    return config.target_provider(event["broker"], event["spec"]).provision(event["run_id"], event["broker"], event["spec"])
+
+
+def check_target(target: dict) -> dict:
+    # The provider kind travels in the target; the spec is only needed to pick "existing".
+    spec = {"targets": {target["broker"]: target["endpoint"]}} if target["provider"] == "existing" else {}
+    return config.target_provider(target["broker"], spec).check(target)
+
+
+def record_targets_ready(event: dict) -> dict:
+    endpoints = {t["broker"]: t["endpoint"] for t in event["targets"]}
+    described = describe_targets(list(endpoints), endpoints, event["spec"]["client"])
+    config.event_store().append([make_event(event["run_id"], "TargetsReady", {"targets": described})])
+    return {"endpoints": endpoints}
+
+
+def run_cell(event: dict, worker: dict | None = None) -> dict:
+    cell = event["cell"]
+    outcome = measure_cell(event["run_id"], cell, event["targets"][cell["broker"]], config.event_store(),
+                           worker=worker or {"kind": "lambda", "host": socket.gethostname()})
+    return {"cell_id": outcome.cell_id, "status": outcome.status, "reason": outcome.reason}
+
+
+def start_ec2_worker(event: dict) -> dict:
+    job = {"run_id": event["run_id"], "cell": event["cell"], "targets": event["targets"]}
+    return config.fleet().launch(job, event["task_token"])
+
+
+def record_cell_failed(event: dict) -> dict:
+    """A worker that crashed or timed out: the cell ends FAILED (a no-op when it already ended)."""
+    cell, error = event["cell"], event.get("error") or {}
+    reason = f"{error.get('Error', 'WorkerFailed')}: {error.get('Cause', 'no cause given')}"
+    config.event_store().append([make_event(event["run_id"], "CellFailed", {"cell_id": cell["cell_id"], "reason": reason},
+                                            cell_index=cell["index"])])
+    return {"cell_id": cell["cell_id"], "status": "failed"}
+
+
+def aggregate(event: dict) -> dict:
+    store = config.event_store()
+    run_id = event["run_id"]
+    results = build_results(store.read(run_id))
+    completed = sum(1 for c in results["cells"] if c["status"] == "completed")
+    failed = len(results["cells"]) - completed
+    status = "completed" if not failed else "completed_with_failures"
+    store.append([make_event(run_id, "RunCompleted", {"status": status, "cells_completed": completed,
+                                                      "cells_failed": failed})])
+    results = build_results(store.read(run_id))
+    report = config.reports().write(run_id, "results.json", json.dumps(results, indent=2))
+    return {"status": results["status"], "cells_completed": completed, "cells_failed": failed, "report": report}
+
+
+def check_regression(event: dict) -> dict:
+    """Failed cells of the run; comparison with a baseline run is the reports' regression check."""
+    results = build_results(config.event_store().read(event["run_id"]))
+    failed = [{"cell_id": c["cell_id"], "reason": c.get("reason")} for c in results["cells"] if c["status"] != "completed"]
+    regressions: list[dict] = []
+    return {"failed_cells": failed, "regressions": regressions, "notify": bool(failed or regressions)}
+
+
+def notify(event: dict) -> dict:
+    check, summary = event["check"], event["summary"]
+    parts = []
+    if check["failed_cells"]:
+        parts.append(f"{len(check['failed_cells'])} failed cells")
+    if check["regressions"]:
+        parts.append(f"{len(check['regressions'])} regressions")
+    subject = f"brokerbench run {event['run_id']}: {', '.join(parts)}"
+    message_id = config.notifier().publish(event["run_id"], subject, {"run_id": event["run_id"], "summary": summary,
+                                                                       **check})
+    return {"message_id": message_id}
+
+
+def record_run_failed(event: dict) -> dict:
+    failure = event.get("failure") or {}
+    reason = f"{failure.get('Error', 'RunFailed')}: {failure.get('Cause', 'no cause given')}"
+    result = config.event_store().append([make_event(event["run_id"], "RunFailed", {"reason": reason})])
+    return {"recorded": bool(result.written)}
+
+
+def teardown_target(event: dict) -> dict:
+    return config.target_provider(event["broker"], event["spec"]).teardown(event["run_id"], event["broker"], event["spec"])
+

@@ -11,8 +11,9 @@ def run_events(run_id, intervals=40, suite="quick"):
             "partitions": 1, "repeat": 0, "client": {}}
     events = [make_event(run_id, "RunRequested", {"spec": {"name": suite}, "suite": suite, "cells": [cell],
                                                   "environment": {"host": {}, "code_version": "t", "python": "3"}})]
-    events.append(make_event(run_id, "CellStarted", {"cell_id": "kafka.json", "cell": cell, "topic": "t"}, cell_index=0))
-    events += [make_event(run_id, "IntervalMeasured", {"cell_id": "kafka.json", "interval": i, "counters": COUNTERS,
+    events.append(make_event(run_id, "CellStarted", {"cell_id": "kafka.json", "cell": cell, "topic": "t", "attempt": 0},
+                             cell_index=0))
+    events += [make_event(run_id, "IntervalMeasured", {"cell_id": "kafka.json", "attempt": 0, "interval": i, "counters": COUNTERS,
                                                        "histograms": {}}, cell_index=0, interval=i)
                for i in range(intervals)]
     events.append(make_event(run_id, "RunCompleted", {"status": "completed", "cells_completed": 1, "cells_failed": 0}))
@@ -51,7 +52,7 @@ def test_a_cell_cannot_both_complete_and_fail(store):
     run_id = new_run_id()
     store.append([make_event(run_id, "CellFailed", {"cell_id": "c", "reason": "broker down"}, cell_index=0)])
     result = store.append([make_event(run_id, "CellCompleted", {
-        "cell_id": "c", "measured_s": 1, "encoded_bytes": 1, "intervals": 0, "histograms": {},
+        "cell_id": "c", "attempt": 0, "measured_s": 1, "encoded_bytes": 1, "intervals": 0, "histograms": {},
         "totals": dict.fromkeys(["sent", "received", "lost", "duplicated", "out_of_order", "send_errors", "unacked",
                                  "bytes_sent", "bytes_received"], 0)}, cell_index=0)])
     assert result.skipped == 1

@@ -24,7 +24,7 @@ def test_invalid_data_is_refused_with_the_field():
     with pytest.raises(InvalidEvent, match="reason"):
         make_event(RUN, "RunFailed", {})
     with pytest.raises(InvalidEvent, match="interval"):
-        make_event(RUN, "IntervalMeasured", {"cell_id": "c", "interval": -1, "histograms": {},
+        make_event(RUN, "IntervalMeasured", {"cell_id": "c", "attempt": 0, "interval": -1, "histograms": {},
                                              "counters": dict.fromkeys(["sent", "bytes_sent", "acked", "send_errors",
                                                                         "received", "bytes_received"], 0)},
                    cell_index=0, interval=0)

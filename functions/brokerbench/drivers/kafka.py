@@ -17,7 +17,7 @@ class KafkaDriver:
     def __init__(self, endpoint: dict, client: dict) -> None:
         self.endpoint = endpoint
         self.client = client
-        self._common = {"bootstrap.servers": endpoint["bootstrap_servers"], **endpoint.get("config", {})}
+        self._common = {"bootstrap.servers": endpoint["bootstrap_servers"], **_security(endpoint)}
         self._admin: AdminClient | None = None
 
     def admin(self) -> AdminClient:
@@ -90,6 +90,23 @@ class KafkaDriver:
         # Explicit assignment from the start of a fresh topic: no rebalance, nothing missed.
         consumer.assign([TopicPartition(topic, p, confluent_kafka.OFFSET_BEGINNING) for p in partitions])
         return KafkaConsumer(consumer)
+
+
+def _security(endpoint: dict) -> dict:
+    """TLS and MSK IAM authentication (OAUTHBEARER with a SigV4 token) when the endpoint asks for them."""
+    if endpoint.get("auth") == "iam":
+        import os
+
+        from aws_msk_iam_sasl_signer import MSKAuthTokenProvider
+
+        region = endpoint.get("region") or os.environ.get("AWS_REGION", "us-east-1")
+
+        def oauth_cb(_config):
+            token, expiry_ms = MSKAuthTokenProvider.generate_auth_token(region)
+            return token, expiry_ms / 1000
+
+        return {"security.protocol": "SASL_SSL", "sasl.mechanism": "OAUTHBEARER", "oauth_cb": oauth_cb}
+    return {"security.protocol": "SSL"} if endpoint.get("tls") else {}
 
 
 class KafkaProducer:

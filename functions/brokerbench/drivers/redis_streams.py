@@ -26,11 +26,20 @@ class RedisStreamsDriver:
         self.endpoint = endpoint
         self.client = client
 
+    def _password(self) -> str | None:
+        """ElastiCache's AUTH token stays in Secrets Manager; only its ARN travels in the endpoint."""
+        if "auth_secret_arn" in self.endpoint:
+            import boto3
+
+            secret = boto3.client("secretsmanager").get_secret_value(SecretId=self.endpoint["auth_secret_arn"])
+            return secret["SecretString"]
+        return None
+
     def connect(self) -> redis.Redis:
         return redis.Redis(
             host=self.endpoint["host"],
             port=int(self.endpoint["port"]),
-            password=self.endpoint.get("password"),
+            password=self._password(),
             ssl=bool(self.endpoint.get("tls", False)),
             socket_connect_timeout=5,
             socket_timeout=30,

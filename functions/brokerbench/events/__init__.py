@@ -88,7 +88,7 @@ def validate(event: dict) -> None:
     problems = [f"{'.'.join(map(str, e.absolute_path)) or '(event)'}: {e.message}"
                 for e in validators["envelope"].iter_errors(event)]
     if not problems:
-        problems = [f"data.{'.'.join(map(str, e.absolute_path))}: {e.message}"
+        problems = [f"{'.'.join(['data', *map(str, e.absolute_path)])}: {e.message}"
                     for e in validators[event["type"]].iter_errors(event["data"])]
     if problems:
         raise InvalidEvent(f"{event.get('type')} event is invalid: " + "; ".join(problems))

@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
+from .. import config
 from ..paths import PACKAGE_DIR
 from ..worker import cell as cell_module
 from .stack import HOST, LocalStack
@@ -75,6 +76,7 @@ class Bridge:
     def __init__(self) -> None:
         self.waiting: dict[str, Future] = {}
         self.workers: dict[str, int] = {}  # token -> pid of the local EC2-kind worker
+        self.tasks: list[tuple[str, str]] = []  # (state, "ok" | error name), in the order they ended
         self.active = 0
         self.cancelled = False  # after Ctrl-C no new task starts
         self.lock = threading.Lock()
@@ -114,11 +116,19 @@ class Bridge:
                     return 500, {"errorType": "States.Cancelled", "errorMessage": "the run was interrupted"}
                 with self.lock:
                     self.active += 1
+                outcome = "ok"
                 try:
                     return 200, self.invoke(body["state"], body["resource"], body["input"])
+                except _TaskError as exc:
+                    outcome = exc.error
+                    raise
+                except BaseException as exc:
+                    outcome = type(exc).__name__
+                    raise
                 finally:
                     with self.lock:
                         self.active -= 1
+                        self.tasks.append((body["state"], outcome))
             if path in ("/callback/success", "/callback/failure"):
                 future = self.waiting.get(body["task_token"])
                 if future is None:
@@ -131,6 +141,8 @@ class Bridge:
             return 404, {"errorType": "NotFound", "errorMessage": path}
         except _TaskError as exc:
             return 500, {"errorType": exc.error, "errorMessage": exc.cause}
+        except KeyboardInterrupt:  # a cell stopped by Ctrl-C (it has recorded what it measured)
+            return 500, {"errorType": "States.Cancelled", "errorMessage": "interrupted by the user"}
         except Exception as exc:  # a handler's exception is the task's error, named by its class (as in Lambda)
             return 500, {"errorType": type(exc).__name__, "errorMessage": str(exc)}
 
@@ -186,7 +198,7 @@ class Execution:
     output: dict | None = None
     error: str | None = None
     cause: str | None = None
-    spec: dict | None = field(default=None, repr=False)
+    tasks: list[tuple[str, str]] = field(default_factory=list)  # every Task state served, in order
 
 
 class LocalWorkflow:
@@ -216,6 +228,7 @@ class LocalWorkflow:
         cell_module.CANCELLED.clear()
         with Bridge() as bridge:
             os.environ.update(self.environment(bridge.url))
+            config.event_store().ensure_table()  # in AWS the CDK app owns the table
             job = {
                 "definition": load_definition(self.definition),
                 "input": {"request": request, "suite": suite, "run_id": run_id},
@@ -243,7 +256,8 @@ class LocalWorkflow:
             if process.returncode != 0 or not lines:
                 raise WorkflowError(f"the workflow interpreter exited with {process.returncode}; see {log}")
             outcome = json.loads(lines[-1])
-        return Execution(run_id, outcome["status"], outcome.get("output"), outcome.get("error"), outcome.get("cause"))
+        return Execution(run_id, outcome["status"], outcome.get("output"), outcome.get("error"), outcome.get("cause"),
+                         bridge.tasks)
 
     @staticmethod
     def _interrupt(process: subprocess.Popen, bridge: Bridge) -> None:

@@ -1,0 +1,66 @@
+"""The workflow definition: valid ASL, every placeholder backed by a handler, failures routed to teardown."""
+
+import importlib
+import json
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from brokerbench.local.workflow import DEFINITION, REPO_DIR, load_definition, substitutions
+
+VALIDATOR = REPO_DIR / "node_modules" / ".bin" / "asl-validator"
+
+
+def all_states(states):
+    for name, state in states.items():
+        yield name, state
+        if state["Type"] == "Map":
+            yield from all_states(state["ItemProcessor"]["States"])
+
+
+@pytest.mark.skipif(not shutil.which("node"), reason="needs Node.js (make setup installs the validator)")
+def test_asl_validator_accepts_the_definition():
+    done = subprocess.run([str(VALIDATOR), "--json-path", str(DEFINITION)], capture_output=True, text=True)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "is valid" in done.stdout
+
+
+def test_asl_validator_rejects_a_broken_definition(tmp_path):
+    broken = json.loads(DEFINITION.read_text())
+    broken["States"]["PlanCells"]["Next"] = "NoSuchState"
+    path = tmp_path / "broken.asl.json"
+    path.write_text(json.dumps(broken))
+    assert subprocess.run([str(VALIDATOR), "--json-path", str(path)], capture_output=True).returncode != 0
+
+
+def test_every_placeholder_is_a_handler_module_with_lambda_handler():
+    names = substitutions(DEFINITION.read_text())
+    assert len(names) == 13
+    for value in names.values():
+        module = importlib.import_module(f"handlers.{value.split(':', 1)[1]}")
+        assert callable(module.lambda_handler)
+    assert set(re.findall(r"\$\{(\w+)\}", json.dumps(load_definition()))) == set()
+
+
+def test_every_task_is_a_thin_lambda_invoke_and_teardown_is_always_reached():
+    definition = json.loads(DEFINITION.read_text())
+    states = dict(all_states(definition["States"]))
+    for name, state in states.items():
+        if state["Type"] == "Task":
+            assert state["Resource"].startswith("arn:aws:states:::lambda:invoke"), name
+            assert "Retry" in state, name
+    top = definition["States"]
+    # After the request is accepted, every step either goes on or is caught into a path that tears down.
+    for name in ("PlanCells", "ProvisionTargets", "RecordTargetsReady", "RunCells", "Aggregate", "CheckRegression"):
+        assert [c["Next"] for c in top[name]["Catch"]] == ["RecordRunFailed"], name
+    assert top["RecordRunFailed"]["Next"] == "TeardownTargets"
+    assert top["Notify"]["Next"] == "TeardownTargets" and top["Notify?"]["Default"] == "TeardownTargets"
+    # Inside RunCells a failed cell is recorded and the map goes on.
+    cells = top["RunCells"]["ItemProcessor"]["States"]
+    for name in ("RunCellOnLambda", "RunCellOnEc2"):
+        assert cells[name]["Catch"][0]["Next"] == "RecordCellFailed"
+    assert cells["RunCellOnEc2"]["Resource"].endswith(".waitForTaskToken")
+    assert top["RunCells"]["MaxConcurrencyPath"] == "$.plan.max_concurrency"

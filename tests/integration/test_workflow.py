@@ -1,0 +1,107 @@
+"""The real workflow definition, executed by the local ASL interpreter against the real local stack."""
+
+import json
+
+import pytest
+
+from brokerbench.events.dynamodb import DynamoEventStore
+from brokerbench.local.stack import LocalStack, free_port
+from brokerbench.local.workflow import LocalWorkflow
+from brokerbench.events import new_run_id
+from brokerbench.reports.results import build_results
+
+
+def execute(stack, tmp_path, request):
+    run_id = new_run_id()
+    execution = LocalWorkflow(stack, tmp_path / "reports").execute(request, suite=request.get("name"), run_id=run_id)
+    db = stack.endpoints(required=["dynamodb"])["dynamodb"]
+    events = DynamoEventStore(db["table"], endpoint_url=db["endpoint_url"]).read(run_id)
+    return execution, events
+
+
+def states(execution):
+    return [state for state, _ in execution.tasks]
+
+
+def test_happy_path_runs_lambda_and_ec2_workers_and_tears_down(stack, tmp_path):
+    # Estimated 0.2 + 2 + 1 + 15 s at 200 msgs/s (EC2) and 0.2 + 0.4 + 1 + 15 s at 1,000 msgs/s (Lambda).
+    request = {"name": "wf-happy", "brokers": ["kafka", "redis-streams"], "sizes": [1024], "rates": [200, 1000],
+               "formats": ["msgpack"], "messages": 400, "warmup_s": 0.2, "drain_timeout_s": 1,
+               "placement": {"lambda_max_cell_s": 17}}
+    execution, events = execute(stack, tmp_path, request)
+    assert execution.status == "SUCCEEDED", (execution.error, execution.cause)
+    types = [e["type"] for e in events]
+    assert types[0] == "RunRequested" and types[1] == "TargetsReady" and types[-1] == "RunCompleted"
+    assert types.count("CellStarted") == types.count("CellCompleted") == 4
+    workers = {e["data"]["cell_id"]: e["data"]["worker"]["kind"] for e in events if e["type"] == "CellStarted"}
+    assert {cell_id.split(".")[4]: kind for cell_id, kind in workers.items()} == {"200mps": "ec2", "1000mps": "lambda"}
+    results = json.loads((tmp_path / "reports" / execution.run_id / "results.json").read_text())  # written by Aggregate
+    assert results == build_results(events)
+    assert all(c["status"] == "completed" and c["sent"] == c["received"] == 400 for c in results["cells"])
+    assert states(execution)[:2] == ["ValidateRequest", "PlanCells"]
+    assert states(execution).count("RunCellOnEc2") == 2 and states(execution).count("RunCellOnLambda") == 2
+    assert "Notify" not in states(execution)  # nothing failed, nothing to tell
+    assert execution.output["teardown"] == [{"broker": "kafka", "action": "left running (not started by this run)"},
+                                            {"broker": "redis-streams", "action": "left running (not started by this run)"}]
+    assert stack.is_up()
+
+
+def test_a_failing_cell_is_recorded_and_the_run_completes(stack, tmp_path):
+    request = {"name": "wf-fail", "brokers": ["kafka", "redis-streams"], "sizes": [1024], "rates": [200],
+               "formats": ["raw"], "duration_s": 1, "warmup_s": 0, "placement": {"worker": "ec2"},
+               "targets": {"kafka": {"bootstrap_servers": f"127.0.0.1:{free_port()}"}}}
+    execution, events = execute(stack, tmp_path, request)
+    assert execution.status == "SUCCEEDED", (execution.error, execution.cause)
+    results = build_results(events)
+    kafka, redis_cell = results["cells"]
+    assert kafka["status"] == "failed" and "did not answer" in kafka["reason"]
+    assert redis_cell["status"] == "completed" and redis_cell["lost"] == 0
+    assert results["status"] == "completed_with_failures"
+    assert "Notify" in states(execution) and states(execution)[-2:] == ["TeardownTarget", "TeardownTarget"]
+    [note] = [json.loads(line) for line in (tmp_path / "reports" / execution.run_id / "notifications.jsonl").open()]
+    assert note["message"]["failed_cells"][0]["cell_id"] == kafka["cell_id"]
+    assert {t["action"] for t in execution.output["teardown"]} == {"kept (existing endpoint)",
+                                                                   "left running (not started by this run)"}
+
+
+@pytest.fixture
+def store_only_stack(tmp_path):
+    """A stack where only DynamoDB Local runs: the workflow must start (and stop) the brokers itself."""
+    local = LocalStack(tmp_path / "stack")
+    local.up(["dynamodb"], log=lambda m: None)
+    yield local
+    local.down(log=lambda m: None)
+
+
+def test_provisioned_brokers_are_stopped_by_teardown(store_only_stack, tmp_path):
+    request = {"name": "wf-provision", "brokers": ["redis-streams"], "sizes": [1024], "rates": [100],
+               "formats": ["raw"], "duration_s": 1, "warmup_s": 0}
+    execution, events = execute(store_only_stack, tmp_path, request)
+    assert execution.status == "SUCCEEDED", (execution.error, execution.cause)
+    assert build_results(events)["cells"][0]["status"] == "completed"
+    assert execution.output["teardown"] == [{"broker": "redis-streams", "action": "stopped"}]
+    assert store_only_stack.status()["redis"]["state"] == "stopped"
+
+
+def test_a_provisioning_failure_measures_nothing_tears_down_and_fails_the_run(store_only_stack, tmp_path):
+    request = {"name": "wf-noprov", "brokers": ["kafka"], "sizes": [1024], "rates": [100], "formats": ["raw"],
+               "duration_s": 1, "provision": {"kafka": {"version": "2.8"}}}
+    execution, events = execute(store_only_stack, tmp_path, request)
+    assert execution.status == "FAILED" and execution.error == "RunFailed"
+    assert "2.8 is not available locally" in execution.cause
+    types = [e["type"] for e in events]
+    assert types == ["RunRequested", "RunFailed"]  # nothing measured
+    assert "ProvisioningError" in events[-1]["data"]["reason"]
+    assert states(execution)[-1] == "TeardownTarget"
+    assert build_results(events)["status"] == "failed"
+    assert store_only_stack.status()["kafka"]["state"] == "stopped"
+
+
+def test_an_invalid_request_fails_at_validation_and_starts_nothing(store_only_stack, tmp_path):
+    execution, events = execute(store_only_stack, tmp_path, {"brokers": ["kafka"], "sizes": [10], "rates": [1],
+                                                              "formats": ["yaml"]})
+    assert execution.status == "FAILED" and execution.error == "InvalidRequest"
+    assert "sizes[0]" in execution.cause and "formats[0]" in execution.cause
+    assert states(execution) == ["ValidateRequest"]
+    assert events == []
+    assert store_only_stack.status()["kafka"]["state"] == "stopped"

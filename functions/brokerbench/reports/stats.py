@@ -1,0 +1,72 @@
+"""Small statistics for comparing benchmark samples: Mann–Whitney U, bootstrap intervals, spread."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+BOOTSTRAP_RESAMPLES = 2000
+
+
+def mann_whitney_p(a, b) -> float:
+    """Two-sided p-value of the Mann–Whitney U test (normal approximation with tie correction)."""
+    a, b = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
+    n1, n2 = a.size, b.size
+    if n1 == 0 or n2 == 0:
+        return 1.0
+    both = np.concatenate([a, b])
+    order = both.argsort(kind="mergesort")
+    ranks = np.empty(both.size)
+    sorted_values = both[order]
+    # Average ranks over ties.
+    starts = np.flatnonzero(np.r_[True, sorted_values[1:] != sorted_values[:-1]])
+    ends = np.r_[starts[1:], both.size]
+    for start, end in zip(starts, ends):
+        ranks[order[start:end]] = (start + end + 1) / 2
+    u1 = ranks[:n1].sum() - n1 * (n1 + 1) / 2
+    tie_sizes = ends - starts
+    n = n1 + n2
+    variance = n1 * n2 / 12 * ((n + 1) - (tie_sizes**3 - tie_sizes).sum() / (n * (n - 1)))
+    if variance <= 0:
+        return 1.0
+    z = (abs(u1 - n1 * n2 / 2) - 0.5) / math.sqrt(variance)  # continuity correction
+    return float(math.erfc(max(z, 0) / math.sqrt(2)))
+
+
+def spread(values) -> float:
+    """Robust coefficient of variation: 1.4826 × MAD / median (0 for a single value)."""
+    v = np.asarray(values, dtype=float)
+    if v.size < 2:
+        return 0.0
+    median = float(np.median(v))
+    if median == 0:
+        return 0.0 if np.all(v == 0) else math.inf
+    return float(1.4826 * np.median(np.abs(v - median)) / abs(median))
+
+
+@dataclass(frozen=True)
+class Estimate:
+    median: float | None
+    ci_low: float | None
+    ci_high: float | None
+    n: int
+
+    def as_dict(self) -> dict:
+        return {"median": self.median, "ci_low": self.ci_low, "ci_high": self.ci_high, "n": self.n}
+
+
+def median_ci(values, confidence: float = 0.95) -> Estimate:
+    """Median and its bootstrap percentile interval (deterministic: a fixed seed)."""
+    v = np.asarray([x for x in values if x is not None], dtype=float)
+    if v.size == 0:
+        return Estimate(None, None, None, 0)
+    median = float(np.median(v))
+    if v.size == 1:
+        return Estimate(median, median, median, 1)
+    rng = np.random.default_rng(0)
+    medians = np.median(rng.choice(v, size=(BOOTSTRAP_RESAMPLES, v.size), replace=True), axis=1)
+    tail = (1 - confidence) / 2 * 100
+    low, high = np.percentile(medians, [tail, 100 - tail])
+    return Estimate(median, float(low), float(high), int(v.size))

@@ -26,6 +26,7 @@ run: setup
 	$(BIN)/brokerbench run --suite $(SUITE)
 
 test: setup
+	@$(BIN)/python -m brokerbench.local.install --with-browser
 	$(BIN)/pytest -q
 
 unit: setup

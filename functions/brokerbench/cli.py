@@ -1,7 +1,7 @@
 """brokerbench command line: run suites, manage the local stack, show stored runs.
 
-Exit codes: 0 every cell completed · 1 some cells failed · 2 invalid input · 3 the environment
-is not usable (stack, event store) · 130 interrupted (what was measured is kept).
+Exit codes: 0 every cell completed · 1 some cells failed (or, for compare, a regression) · 2 invalid
+input · 3 the environment is not usable (stack, event store) · 130 interrupted (what was measured is kept).
 """
 
 from __future__ import annotations
@@ -279,6 +279,74 @@ def cmd_show(args) -> int:
     return EXIT_OK
 
 
+REPORT_FILES = {"md": "report.md", "html": "report.html", "json": "report.json"}
+
+
+def _render(report: dict, fmt: str) -> str:
+    from .reports import html, markdown
+
+    if fmt == "json":
+        return json.dumps(report, indent=2)
+    return markdown.render(report) if fmt == "md" else html.render(report)
+
+
+def cmd_report(args) -> int:
+    from .reports.model import build_report
+
+    store = _stored(args)
+    if store is None:
+        return EXIT_ENVIRONMENT
+    events = store.read(args.run_id, interval_histograms=False)
+    if not events:
+        errors.print(f"[red]no run {args.run_id}[/]")
+        return EXIT_INVALID
+    body = _render(build_report(events), args.format)
+    path = Path(args.out) / args.run_id / REPORT_FILES[args.format]
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(body)
+    if args.format == "md":
+        print(body)
+    console.print(f"report: {path}")
+    return EXIT_OK
+
+
+def cmd_compare(args) -> int:
+    from rich.table import Table
+
+    from .reports.model import build_report
+    from .reports.regression import compare
+
+    store = _stored(args)
+    if store is None:
+        return EXIT_ENVIRONMENT
+    reports = {}
+    for run_id in (args.baseline, args.candidate):
+        events = store.read(run_id, interval_histograms=False)
+        if not events:
+            errors.print(f"[red]no run {run_id}[/]")
+            return EXIT_INVALID
+        reports[run_id] = build_report(events)
+    verdicts = compare(reports[args.baseline], reports[args.candidate])
+    table = Table(title=f"{args.candidate} against {args.baseline}", title_justify="left", header_style="bold")
+    for name, justify in [("cell", "left"), ("metric", "left"), ("verdict", "left"), ("baseline", "right"),
+                          ("candidate", "right"), ("change", "right"), ("p", "right"), ("why", "left")]:
+        table.add_column(name, justify=justify)
+    colors = {"regression": "red", "improvement": "green", "unstable": "yellow", "unchanged": "white"}
+    order = {"regression": 0, "unstable": 1, "improvement": 2, "unchanged": 3}
+    for v in sorted(verdicts, key=lambda v: order[v["verdict"]]):
+        fmt = lambda x: "–" if x is None else f"{x:,.1f}"  # noqa: E731
+        table.add_row(v["cell"], v["metric"], f"[{colors[v['verdict']]}]{v['verdict']}[/]", fmt(v["baseline_median"]),
+                      fmt(v["candidate_median"]), "–" if v["change"] is None else f"{v['change']:+.1%}",
+                      "–" if v["p_value"] is None else f"{v['p_value']:.2g}", v["why"])
+    console.print(table)
+    path = Path(args.out) / args.candidate / f"compare-{args.baseline}.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps({"baseline": args.baseline, "candidate": args.candidate, "verdicts": verdicts}, indent=2))
+    regressions = sum(v["verdict"] == "regression" for v in verdicts)
+    console.print(f"{len(verdicts)} comparisons, {regressions} regressions · {path}")
+    return EXIT_CELLS_FAILED if regressions else EXIT_OK
+
+
 def cmd_runs(args) -> int:
     store = _stored(args)
     if store is None:
@@ -323,6 +391,18 @@ def build_parser() -> argparse.ArgumentParser:
     show.add_argument("run_id")
     show.add_argument("--json", action="store_true", help="print results.json instead of tables")
     show.set_defaults(func=cmd_show)
+
+    report = sub.add_parser("report", help="build a run's comparison report from its events")
+    report.add_argument("run_id")
+    report.add_argument("--format", choices=sorted(REPORT_FILES), default="md", help="md (printed), html or json")
+    report.add_argument("--out", default="reports", help="writes OUT/<run_id>/report.<format> (default reports/)")
+    report.set_defaults(func=cmd_report)
+
+    compare = sub.add_parser("compare", help="regression check of CANDIDATE against BASELINE (exit 1 on a regression)")
+    compare.add_argument("baseline")
+    compare.add_argument("candidate")
+    compare.add_argument("--out", default="reports", help="writes OUT/<candidate>/compare-<baseline>.json")
+    compare.set_defaults(func=cmd_compare)
 
     runs = sub.add_parser("runs", help="list stored runs, newest first")
     runs.add_argument("--suite")

@@ -33,7 +33,8 @@ def cell_prefix(cell_index: int) -> str:
     return f"10#c{cell_index:05d}#"
 
 
-def sort_key(event_type: str, cell_index: int | None = None, interval: int | None = None, attempt: int = 0) -> str:
+def sort_key(event_type: str, cell_index: int | None = None, interval: int | None = None, attempt: int = 0,
+             key: str | None = None) -> str:
     if event_type == "RunRequested":
         return "00#run"
     if event_type == "TargetsReady":
@@ -52,13 +53,13 @@ def sort_key(event_type: str, cell_index: int | None = None, interval: int | Non
     if event_type == "ReportBuilt":
         return "95#report"
     if event_type == "RegressionDetected":
-        return f"96#regression#c{cell_index:05d}"
+        return f"96#regression#c{cell_index:05d}#{key}"
     raise InvalidEvent(f"unknown event type {event_type!r}")
 
 
 def make_event(run_id: str, event_type: str, data: dict, *, cell_index: int | None = None,
-               interval: int | None = None, attempt: int = 0) -> dict:
-    sk = sort_key(event_type, cell_index, interval, attempt)
+               interval: int | None = None, attempt: int = 0, key: str | None = None) -> dict:
+    sk = sort_key(event_type, cell_index, interval, attempt, key)
     event = {
         "run_id": run_id,
         "sk": sk,
@@ -110,6 +111,7 @@ class EventStore(Protocol):
 
     def append(self, events: list[dict]) -> AppendResult: ...
 
-    def read(self, run_id: str, prefix: str | None = None, after: str | None = None) -> list[dict]: ...
+    def read(self, run_id: str, prefix: str | None = None, after: str | None = None,
+             interval_histograms: bool = True) -> list[dict]: ...
 
     def list_runs(self, limit: int = 50) -> list[dict]: ...

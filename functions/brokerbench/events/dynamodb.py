@@ -59,6 +59,11 @@ class DynamoEventStore:
 
     @staticmethod
     def _item(event: dict) -> dict:
+        data = event["data"]
+        histograms = None
+        if event["type"] == "IntervalMeasured":  # kept apart, so reads for reports can leave them out
+            data = {k: v for k, v in data.items() if k != "histograms"}
+            histograms = event["data"].get("histograms", {})
         item = {
             "run_id": {"S": event["run_id"]},
             "sk": {"S": event["sk"]},
@@ -66,8 +71,10 @@ class DynamoEventStore:
             "type": {"S": event["type"]},
             "at": {"S": event["at"]},
             "schema_version": {"N": str(event["schema_version"])},
-            "data": {"S": json.dumps(event["data"], separators=(",", ":"))},
+            "data": {"S": json.dumps(data, separators=(",", ":"))},
         }
+        if histograms is not None:
+            item["histograms"] = {"S": json.dumps(histograms, separators=(",", ":"))}
         if event["type"] == "RunRequested":  # only run headers go into the listing indexes
             item["entity"] = {"S": "run"}
             item["suite"] = {"S": event["data"].get("suite") or event["data"]["spec"].get("name", "adhoc")}
@@ -75,6 +82,9 @@ class DynamoEventStore:
 
     @staticmethod
     def _event(item: dict) -> dict:
+        data = json.loads(item["data"]["S"])
+        if "histograms" in item:
+            data["histograms"] = json.loads(item["histograms"]["S"])
         return {
             "run_id": item["run_id"]["S"],
             "sk": item["sk"]["S"],
@@ -82,7 +92,7 @@ class DynamoEventStore:
             "type": item["type"]["S"],
             "at": item["at"]["S"],
             "schema_version": int(item["schema_version"]["N"]),
-            "data": json.loads(item["data"]["S"]),
+            "data": data,
         }
 
     def append(self, events: list[dict]) -> AppendResult:
@@ -138,8 +148,13 @@ class DynamoEventStore:
                     time.sleep(min(0.05 * 2**attempt, 2))
         raise RuntimeError(f"could not write {len(pending)} events after retries")
 
-    def read(self, run_id: str, prefix: str | None = None, after: str | None = None) -> list[dict]:
-        """The run's events in order; only those whose sort key starts with `prefix` or follows `after`."""
+    def read(self, run_id: str, prefix: str | None = None, after: str | None = None,
+             interval_histograms: bool = True) -> list[dict]:
+        """The run's events in order; only those whose sort key starts with `prefix` or follows `after`.
+
+        interval_histograms=False leaves the per-interval histograms out (reports use the intervals'
+        summaries and the cells' cumulative histograms), which makes large runs much cheaper to read.
+        """
         events = []
         condition, values = "run_id = :r", {":r": {"S": run_id}}
         if prefix:
@@ -148,6 +163,9 @@ class DynamoEventStore:
             condition, values[":a"] = condition + " AND sk > :a", {"S": after}
         kwargs = {"TableName": self.table, "KeyConditionExpression": condition,
                   "ExpressionAttributeValues": values, "ConsistentRead": True}
+        if not interval_histograms:
+            kwargs["ProjectionExpression"] = "run_id, sk, event_id, #t, #a, schema_version, #d"
+            kwargs["ExpressionAttributeNames"] = {"#t": "type", "#a": "at", "#d": "data"}
         while True:
             page = self.client.query(**kwargs)
             events.extend(self._event(item) for item in page["Items"])

@@ -34,10 +34,13 @@ def _run(cmd: list[str], cwd: Path | None = None) -> None:
 
 # Command -> the Debian package that provides it.
 DEBIAN_PACKAGES = {"redis-server": "redis-server", "redis-benchmark": "redis-tools", "mvn": "maven",
-                   "java": "openjdk-17-jdk-headless", "javac": "openjdk-17-jdk-headless", "node": "nodejs", "npm": "npm"}
+                   "java": "openjdk-17-jdk-headless", "javac": "openjdk-17-jdk-headless", "node": "nodejs", "npm": "npm",
+                   "chromium": "chromium"}
+# Only the browser test needs chromium; `make run` does not install it.
+RUN_COMMANDS = tuple(c for c in DEBIAN_PACKAGES if c != "chromium")
 
 
-def install_commands(commands=tuple(DEBIAN_PACKAGES), log=print) -> None:
+def install_commands(commands=RUN_COMMANDS, log=print) -> None:
     """apt-get install the packages of the missing commands (as root), else say what to install."""
     missing = sorted({DEBIAN_PACKAGES[c] for c in commands if not shutil.which(c)})
     if not missing:
@@ -75,9 +78,10 @@ def install_jars(log=print) -> None:
         _run(["javac", "-d", str(classes), "-cp", f"{lib_dir('dynamodb-local')}/*", str(LAUNCHER_SOURCE)])
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
+    args = sys.argv[1:] if argv is None else argv
     try:
-        install_commands()
+        install_commands((*RUN_COMMANDS, "chromium") if "--with-browser" in args else RUN_COMMANDS)
         install_jars()
     except InstallError as exc:
         print(f"brokerbench setup: {exc}", file=sys.stderr)

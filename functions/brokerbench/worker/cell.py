@@ -237,17 +237,19 @@ class _CellRun:
                 counters[names[name]] += value
             for metric, blob in snapshot["histograms"].items():
                 blobs[metric].append(blob)
-        hists = {}
+        hists, summaries = {}, {}
         for metric, metric_blobs in blobs.items():
             merged = histogram.merge(metric_blobs)
             hists[metric] = histogram.encode(merged)
+            figures = histogram.summary(merged)
+            summaries[metric] = {k: figures[k] for k in ("count", "p50", "p99", "max")}
             self.cumulative[metric].append(merged)
         for name, value in counters.items():
             self.totals[name] += value
         self.written_intervals += 1
         return make_event(self.run_id, "IntervalMeasured",
                           {"cell_id": self.cell["cell_id"], "attempt": self.attempt, "interval": interval,
-                           "counters": counters, "histograms": hists},
+                           "counters": counters, "histograms": hists, "summary": summaries},
                           cell_index=self.cell["index"], interval=interval, attempt=self.attempt)
 
     # -- endings -----------------------------------------------------------------------------

@@ -12,6 +12,8 @@ import socket
 from .. import config
 from ..events import make_event, new_run_id
 from ..plan import plan
+from ..reports import html, markdown, regression
+from ..reports.model import build_report
 from ..reports.results import build_results
 from ..runner import describe_targets, run_requested_event
 from ..spec import SpecError, validate
@@ -75,26 +77,46 @@ def record_cell_failed(event: dict) -> dict:
     return {"cell_id": cell["cell_id"], "status": "failed"}
 
 
+def publish_reports(store, run_id: str) -> dict[str, str]:
+    """results.json and the comparison report (json, md, html), built from the stored events."""
+    events = store.read(run_id, interval_histograms=False)
+    report = build_report(events)
+    sink = config.reports()
+    return {
+        "results": sink.write(run_id, "results.json", json.dumps(build_results(events), indent=2)),
+        "json": sink.write(run_id, "report.json", json.dumps(report, indent=2)),
+        "md": sink.write(run_id, "report.md", markdown.render(report)),
+        "html": sink.write(run_id, "report.html", html.render(report)),
+    }
+
+
 def aggregate(event: dict) -> dict:
     store = config.event_store()
     run_id = event["run_id"]
-    results = build_results(store.read(run_id))
+    results = build_results(store.read(run_id, interval_histograms=False))
     completed = sum(1 for c in results["cells"] if c["status"] == "completed")
     failed = len(results["cells"]) - completed
     status = "completed" if not failed else "completed_with_failures"
     store.append([make_event(run_id, "RunCompleted", {"status": status, "cells_completed": completed,
                                                       "cells_failed": failed})])
-    results = build_results(store.read(run_id))
-    report = config.reports().write(run_id, "results.json", json.dumps(results, indent=2))
-    return {"status": results["status"], "cells_completed": completed, "cells_failed": failed, "report": report}
+    files = publish_reports(store, run_id)
+    store.append([make_event(run_id, "ReportBuilt", {"files": files})])
+    return {"status": status, "cells_completed": completed, "cells_failed": failed, "report": files["html"]}
 
 
 def check_regression(event: dict) -> dict:
-    """Failed cells of the run; comparison with a baseline run is the reports' regression check."""
-    results = build_results(config.event_store().read(event["run_id"]))
+    """Failed cells, and regressions against the baseline (the latest completed run of the suite)."""
+    store = config.event_store()
+    run_id = event["run_id"]
+    checked = regression.check(store, run_id, event.get("baseline_run_id"))
+    if checked["regressions"]:
+        publish_reports(store, run_id)  # the report shows the regressions first
+    results = build_results(store.read(run_id, interval_histograms=False))
     failed = [{"cell_id": c["cell_id"], "reason": c.get("reason")} for c in results["cells"] if c["status"] != "completed"]
-    regressions: list[dict] = []
-    return {"failed_cells": failed, "regressions": regressions, "notify": bool(failed or regressions)}
+    regressions = [{k: r[k] for k in ("cell", "metric", "baseline_median", "candidate_median", "change", "p_value")}
+                   for r in checked["regressions"]]
+    return {"failed_cells": failed, "regressions": regressions, "baseline_run_id": checked["baseline_run_id"],
+            "notify": bool(failed or regressions)}
 
 
 def notify(event: dict) -> dict:

@@ -1,0 +1,162 @@
+"""The report as one self-contained HTML page: inline CSS and SVG, no scripts, nothing fetched."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from html import escape
+
+from . import markdown
+from .svg import bar_chart, line_chart
+
+CSS = """
+body{font:14px/1.45 system-ui,sans-serif;margin:24px auto;max-width:1200px;color:#222;padding:0 16px}
+h1{font-size:22px}h2{font-size:18px;margin-top:32px;border-bottom:1px solid #ddd}h3{font-size:15px}
+table{border-collapse:collapse;margin:8px 0;font-size:13px}td,th{border:1px solid #ddd;padding:3px 7px;text-align:right}
+td:first-child,td:nth-child(2),th{text-align:left}.best{font-weight:700;background:#eef7ee}
+.warn{color:#a15c00}.bad{color:#b00020;font-weight:700}.charts{display:flex;flex-wrap:wrap;gap:12px}
+svg.chart{border:1px solid #eee;background:#fff}.title{font-size:13px;font-weight:600}.axis{font-size:11px;fill:#555}
+.tick{font-size:10px;fill:#666}.legend{font-size:10px}.grid{stroke:#eee}.frame{stroke:#999}
+"""
+
+
+def _cell_name(c: dict) -> str:
+    return f"{c['broker']} {c['format']}"
+
+
+def _td(c: dict, name: str, digits=0, scale=1.0) -> str:
+    est = c["metrics"][name]
+    text = "–" if est["median"] is None else f"{est['median'] / scale:,.{digits}f}"
+    css = ' class="best"' if name in c.get("best", []) else ""
+    title = ""
+    if est["n"] > 1 and est["ci_low"] is not None:
+        title = f' title="95% interval {est["ci_low"] / scale:,.{digits}f}–{est["ci_high"] / scale:,.{digits}f} (n={est["n"]})"'
+    return f"<td{css}{title}>{text}</td>"
+
+
+def _ratio_td(c: dict, axis: str) -> str:
+    ratio = c.get("ratios", {}).get(axis, {}).get("throughput_msgs_per_s")
+    return "<td>–</td>" if ratio is None else f"<td>{ratio:.2f}×</td>"
+
+
+def _grid(group: dict) -> str:
+    head = ("<tr><th>broker</th><th>format</th><th>bytes</th><th>msgs/s</th><th>MB/s</th><th>e2e p50 ms</th>"
+            "<th>e2e p99 ms</th><th>e2e p99.9 ms</th><th>pub p99 ms</th><th>delay p99 ms</th><th>enc µs</th>"
+            "<th>dec µs</th><th>lost</th><th>× json</th><th>× kafka</th><th>verdict</th></tr>")
+    rows = []
+    for c in group["cells"]:
+        if c["status"] == "failed":
+            rows.append(f"<tr><td>{escape(c['broker'])}</td><td>{escape(c['format'])}</td>"
+                        f"<td colspan=14 class='bad'>FAILED: {escape('; '.join(c['reasons']))}</td></tr>")
+            continue
+        verdict = c["sustainability"]
+        verdict_html = (f"<span class='warn'>unsustainable: {escape('; '.join(verdict['reasons']))}</span>"
+                        if verdict["verdict"] == "unsustainable" else escape(verdict["verdict"]))
+        rows.append("<tr>" + f"<td>{escape(c['broker'])}</td><td>{escape(c['format'])}</td>"
+                    + _td(c, "encoded_bytes") + _td(c, "throughput_msgs_per_s") + _td(c, "throughput_mb_per_s", 2)
+                    + _td(c, "end_to_end_p50_us", 2, 1000) + _td(c, "end_to_end_p99_us", 2, 1000)
+                    + _td(c, "end_to_end_p999_us", 2, 1000) + _td(c, "publish_latency_p99_us", 2, 1000)
+                    + _td(c, "publish_delay_p99_us", 2, 1000) + _td(c, "encode_p50_ns", 1, 1000)
+                    + _td(c, "decode_p50_ns", 1, 1000) + f"<td>{c['lost']:,}</td>"
+                    + _ratio_td(c, "format") + _ratio_td(c, "broker")
+                    + f"<td>{verdict_html}</td></tr>")
+    return f"<table>{head}{''.join(rows)}</table>"
+
+
+def _spectrum_chart(group: dict) -> str:
+    series = [{"name": _cell_name(c), "points": [(1 / (1 - p / 100) if p < 100 else 100_000, v / 1000)
+                                                  for p, v in c["latency"]["end_to_end_latency_us"].get("spectrum", [])]}
+              for c in group["cells"] if c["status"] != "failed"]
+    ticks = [(2, "p50"), (10, "p90"), (100, "p99"), (1000, "p99.9"), (10_000, "p99.99"), (100_000, "max")]
+    return line_chart(f"End-to-end latency spectrum · {group['title']}", series, x_label="percentile",
+                      y_label="ms", log_x=True, log_y=True, x_ticks=ticks)
+
+
+def _across_groups(report: dict, x_of, group_by, title: str, x_label: str, y_metric: str, y_label: str,
+                   scale: float = 1.0, log_x: bool = False) -> list[str]:
+    """One chart per `group_by` value: a series per broker × format, x from each group, y a metric."""
+    charts: dict = defaultdict(lambda: defaultdict(list))
+    for group in report["groups"]:
+        for c in group["cells"]:
+            value = c["metrics"][y_metric]["median"]
+            charts[group_by(group)][_cell_name(c)].append((x_of(group), None if value is None else value / scale))
+    out = []
+    for key, series in charts.items():
+        points = [{"name": name, "points": sorted(p for p in pts if p[0] is not None)} for name, pts in series.items()]
+        if any(len(s["points"]) > 1 for s in points):
+            out.append(line_chart(f"{title} · {key}", points, x_label=x_label, y_label=y_label, log_x=log_x))
+    return out
+
+
+def _serialization_charts(report: dict) -> list[str]:
+    out = []
+    by_size = defaultdict(dict)
+    for group in report["groups"]:
+        for c in group["cells"]:
+            by_size[group["size_bytes"]].setdefault(c["format"], c)
+    for size, cells in sorted(by_size.items()):
+        formats = sorted(cells)
+        value = lambda f, m, s=1.0: (None if cells[f]["metrics"][m]["median"] is None  # noqa: E731
+                                     else cells[f]["metrics"][m]["median"] / s)
+        out.append(bar_chart(f"Serialization cost per message · {size:,} B", formats, [
+            {"name": "encode µs (p50)", "values": [value(f, "encode_p50_ns", 1000) for f in formats]},
+            {"name": "decode µs (p50)", "values": [value(f, "decode_p50_ns", 1000) for f in formats]},
+        ], y_label="µs"))
+        out.append(bar_chart(f"Encoded size · {size:,} B", formats,
+                             [{"name": "bytes", "values": [value(f, "encoded_bytes") for f in formats]}], y_label="bytes"))
+    return out
+
+
+def _interval_charts(group: dict) -> list[str]:
+    out = []
+    for c in group["cells"]:
+        if c["status"] == "failed" or not c["intervals"]:
+            continue
+        rate, p99 = [], []
+        for repeat, series in enumerate(c["intervals"]):
+            suffix = f" #{repeat}" if len(c["intervals"]) > 1 else ""
+            rate.append({"name": f"received/s{suffix}", "points": list(zip(series["interval"], series["received"]))})
+            p99.append({"name": f"e2e p99 ms{suffix}", "points": [(i, None if v is None else v / 1000)
+                                                                  for i, v in zip(series["interval"], series["end_to_end_p99_us"])]})
+        out.append(line_chart(f"{_cell_name(c)} · rate per second", rate, x_label="second", y_label="msgs/s"))
+        out.append(line_chart(f"{_cell_name(c)} · p99 per second", p99, x_label="second", y_label="ms"))
+    return out
+
+
+def render(report: dict) -> str:
+    env = report["environment"]
+    brokers = ", ".join(f"{escape(b)} {escape(str(t['broker_version']))}" for b, t in env.get("brokers", {}).items())
+    parts = [f"<!doctype html><html lang='en'><head><meta charset='utf-8'><title>brokerbench {escape(report['run_id'])}</title>"
+             f"<style>{CSS}</style></head><body>",
+             f"<h1>brokerbench run {escape(report['run_id'])} ({escape(report['name'])})</h1>",
+             f"<p>Status <b>{escape(report['status'])}</b>{' — ' + escape(report['reason']) if report.get('reason') else ''}"
+             f" · {brokers} · {env['host']['cores']} cores {escape(env['host']['cpu_model'])} · code "
+             f"{escape(env['code_version'])}</p>",
+             "<h2 id='regressions'>Regressions</h2>"]
+    regressions = [r for r in report["regressions"] if r["verdict"] == "regression"]
+    if regressions:
+        rows = "".join(f"<tr><td>{escape(r['cell'])}</td><td>{escape(r['metric'])}</td><td class='bad'>regression</td>"
+                       f"<td>{r['baseline_median']:,.1f}</td><td>{r['candidate_median']:,.1f}</td><td>{r['change']:+.1%}</td>"
+                       f"<td>{r['p_value']:.2g}</td><td>{escape(r['baseline_run_id'])}</td></tr>" for r in regressions)
+        parts.append("<table><tr><th>cell</th><th>metric</th><th>verdict</th><th>baseline</th><th>candidate</th>"
+                     f"<th>change</th><th>p</th><th>baseline run</th></tr>{rows}</table>")
+    else:
+        parts.append("<p>No regression recorded for this run.</p>")
+    if report["highlights"]:
+        parts.append("<h2>Highlights</h2><ul>" + "".join(f"<li>{escape(h)}</li>" for h in report["highlights"]) + "</ul>")
+    parts.append("<h2>Comparison</h2>")
+    for group in report["groups"]:
+        parts.append(f"<h3>{escape(group['title'])}</h3>{_grid(group)}<div class='charts'>{_spectrum_chart(group)}</div>")
+    parts.append("<h2>Throughput and latency across the matrix</h2><div class='charts'>")
+    parts += _across_groups(report, lambda g: g["size_bytes"], lambda g: f"{g['rate_target']} msgs/s · {g['mode']}",
+                            "Throughput vs message size", "message size (B)", "throughput_msgs_per_s", "msgs/s", log_x=True)
+    parts += _across_groups(report, lambda g: None if g["rate_target"] == "max" else g["rate_target"],
+                            lambda g: f"{g['size_bytes']:,} B · {g['mode']}", "End-to-end p99 vs rate",
+                            "target rate (msgs/s)", "end_to_end_p99_us", "ms", scale=1000, log_x=True)
+    parts.append("</div><h2>Serialization</h2><div class='charts'>")
+    parts += _serialization_charts(report)
+    parts.append("</div><h2>Per-second series</h2>")
+    for group in report["groups"]:
+        parts.append(f"<h3>{escape(group['title'])}</h3><div class='charts'>{''.join(_interval_charts(group))}</div>")
+    parts.append(f"<h2>Markdown</h2><details><summary>the same report as Markdown</summary><pre>"
+                 f"{escape(markdown.render(report))}</pre></details></body></html>")
+    return "\n".join(parts)

@@ -1,0 +1,99 @@
+"""Reports and regression checks from DynamoDB Local: baseline choice, RegressionDetected, CLI, browser."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from brokerbench.events import new_run_id
+from brokerbench.events.dynamodb import DynamoEventStore
+from brokerbench.reports import regression
+from brokerbench.reports.model import build_report
+from brokerbench.reports.synthetic import synthetic_run
+
+BIN = Path(sys.executable).parent / "brokerbench"
+PAGE_CHECK = Path(__file__).parents[1] / "e2e" / "report_page.mjs"
+SPEC = {"brokers": ["kafka", "redis-streams"], "sizes": [1024], "rates": [1000], "formats": ["json", "msgpack"],
+        "repeats": 2}
+
+
+@pytest.fixture(scope="module")
+def stack_store(stack):
+    db = stack.endpoints(required=["dynamodb"])["dynamodb"]
+    store = DynamoEventStore(db["table"], endpoint_url=db["endpoint_url"])
+    store.ensure_table()
+    return store
+
+
+@pytest.fixture(scope="module")
+def runs(stack_store):
+    """An older baseline, a candidate with 30% less throughput, and a run of another suite."""
+    suite = f"reg-{new_run_id()[-6:]}"
+    baseline_id, candidate_id = new_run_id(), new_run_id()
+    candidate_id = baseline_id[:-6] + "ffffff" if candidate_id <= baseline_id else candidate_id
+    other = synthetic_run({**SPEC, "name": f"{suite}-other"}, intervals=10, seed=5)
+    stack_store.append(synthetic_run({**SPEC, "name": suite}, intervals=10, seed=3, run_id=baseline_id))
+    stack_store.append(synthetic_run({**SPEC, "name": suite}, intervals=10, seed=4, run_id=candidate_id, rate_scale=0.7))
+    stack_store.append(other)
+    return baseline_id, candidate_id
+
+
+def test_the_baseline_is_the_latest_completed_run_of_the_suite_and_regressions_are_recorded(stack_store, runs):
+    baseline_id, candidate_id = runs
+    assert regression.find_baseline(stack_store, candidate_id) == baseline_id
+    assert regression.find_baseline(stack_store, baseline_id) is None
+    checked = regression.check(stack_store, candidate_id)
+    throughput = [v for v in checked["verdicts"] if v["metric"] == "throughput_msgs_per_s"]
+    assert len(throughput) == 4 and {v["verdict"] for v in throughput} == {"regression"}
+    assert all(v["change"] == pytest.approx(-0.3, abs=0.05) for v in throughput)
+    latency = [v for v in checked["verdicts"] if v["metric"] == "end_to_end_p99_us"]
+    assert {v["verdict"] for v in latency} <= {"unchanged", "unstable"}  # same latency distribution
+    stored = [e for e in stack_store.read(candidate_id) if e["type"] == "RegressionDetected"]
+    assert len(stored) == 4 and all(e["data"]["baseline_run_id"] == baseline_id for e in stored)
+    again = regression.check(stack_store, candidate_id)  # replayed: nothing new
+    assert len([e for e in stack_store.read(candidate_id) if e["type"] == "RegressionDetected"]) == 4
+    assert len(again["regressions"]) == 4
+    report = build_report(stack_store.read(candidate_id, interval_histograms=False))
+    assert len(report["regressions"]) == 4
+
+
+def test_report_and_compare_commands(stack, runs, tmp_path):
+    baseline_id, candidate_id = runs
+    common = [str(BIN), "--state-dir", str(stack.state_dir)]
+    md = subprocess.run([*common, "report", candidate_id, "--out", str(tmp_path)], capture_output=True, text=True)
+    assert md.returncode == 0, md.stderr
+    assert "## Regressions" in md.stdout and "throughput_msgs_per_s" in md.stdout
+    assert (tmp_path / candidate_id / "report.md").is_file()
+    as_json = subprocess.run([*common, "report", candidate_id, "--format", "json", "--out", str(tmp_path)],
+                             capture_output=True, text=True)
+    assert json.loads((tmp_path / candidate_id / "report.json").read_text())["run_id"] == candidate_id, as_json.stderr
+    worse = subprocess.run([*common, "compare", baseline_id, candidate_id, "--out", str(tmp_path)],
+                           capture_output=True, text=True)
+    assert worse.returncode == 1 and "regression" in worse.stdout
+    same = subprocess.run([*common, "compare", baseline_id, baseline_id, "--out", str(tmp_path)],
+                          capture_output=True, text=True)
+    assert same.returncode == 0 and "0 regressions" in same.stdout
+
+
+def test_the_html_report_in_a_real_browser(stack, runs, tmp_path):
+    _, candidate_id = runs
+    done = subprocess.run([str(BIN), "--state-dir", str(stack.state_dir), "report", candidate_id, "--format", "html",
+                           "--out", str(tmp_path)], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    page = tmp_path / candidate_id / "report.html"
+    screenshot = tmp_path / "report.png"
+    seen = subprocess.run(["node", str(PAGE_CHECK), str(page), str(screenshot)], capture_output=True, text=True,
+                          timeout=120)
+    assert seen.returncode == 0, seen.stderr
+    view = json.loads(seen.stdout.strip().splitlines()[-1])
+    assert view["errors"] == [] and view["requests"] == []  # no console errors, nothing fetched
+    assert view["headings"][0] == "Regressions"
+    charts = view["charts"]
+    assert len(charts) >= 8
+    assert all(c["points"] > 0 or c["bars"] > 0 for c in charts)  # every chart has data
+    assert {"spectrum", "rate per second", "Serialization"} <= {k for c in charts for k in
+                                                                 ("spectrum", "rate per second", "Serialization")
+                                                                 if k in c["title"]}
+    assert screenshot.stat().st_size > 10_000

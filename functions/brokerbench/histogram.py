@@ -101,9 +101,24 @@ def summary(hist: HdrHistogram, scale: float = 1.0) -> dict[str, float | int]:
     _, highest, middle = _equivalent_ranges(hist, nonzero.astype(np.int64))
     highest, middle = highest.astype(np.float64), middle.astype(np.float64)
     out: dict[str, float | int] = {"count": count, "mean": float((middle * counts[nonzero]).sum() / count / scale)}
-    for name, pct in PERCENTILES.items():
-        target = max(int(pct * count / 100 + 0.5), 1)
-        position = int(np.searchsorted(cumulative, target))
-        out[name] = float(highest[position] / scale)
+    for name, value in zip(PERCENTILES, _at(cumulative, highest, count, PERCENTILES.values())):
+        out[name] = float(value / scale)
     out["max"] = float(highest[-1] / scale)
     return out
+
+
+def _at(cumulative: np.ndarray, highest: np.ndarray, count: int, percentiles) -> list[float]:
+    """hdrh's get_value_at_percentile for several percentiles at once."""
+    targets = [max(int(p * count / 100 + 0.5), 1) for p in percentiles]
+    return [float(highest[min(int(np.searchsorted(cumulative, t)), highest.size - 1)]) for t in targets]
+
+
+def percentiles(hist: HdrHistogram, wanted) -> list[float]:
+    """Values at the given percentiles (0-100], as hdrh's get_value_at_percentile, vectorized."""
+    count = int(hist.get_total_count())
+    if count == 0:
+        return [None for _ in wanted]
+    counts = _counts(hist)
+    nonzero = np.flatnonzero(counts)
+    _, highest, _ = _equivalent_ranges(hist, nonzero.astype(np.int64))
+    return _at(np.cumsum(counts[nonzero]), highest.astype(np.float64), count, wanted)

@@ -31,12 +31,14 @@ def test_happy_path_runs_lambda_and_ec2_workers_and_tears_down(stack, tmp_path):
     execution, events = execute(stack, tmp_path, request)
     assert execution.status == "SUCCEEDED", (execution.error, execution.cause)
     types = [e["type"] for e in events]
-    assert types[0] == "RunRequested" and types[1] == "TargetsReady" and types[-1] == "RunCompleted"
+    assert types[:2] == ["RunRequested", "TargetsReady"] and types[-2:] == ["RunCompleted", "ReportBuilt"]
     assert types.count("CellStarted") == types.count("CellCompleted") == 4
     workers = {e["data"]["cell_id"]: e["data"]["worker"]["kind"] for e in events if e["type"] == "CellStarted"}
     assert {cell_id.split(".")[4]: kind for cell_id, kind in workers.items()} == {"200mps": "ec2", "1000mps": "lambda"}
     results = json.loads((tmp_path / "reports" / execution.run_id / "results.json").read_text())  # written by Aggregate
     assert results == build_results(events)
+    for name in ("report.html", "report.md", "report.json"):
+        assert (tmp_path / "reports" / execution.run_id / name).is_file(), name
     assert all(c["status"] == "completed" and c["sent"] == c["received"] == 400 for c in results["cells"])
     assert states(execution)[:2] == ["ValidateRequest", "PlanCells"]
     assert states(execution).count("RunCellOnEc2") == 2 and states(execution).count("RunCellOnLambda") == 2

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 import boto3
 from botocore.config import Config
@@ -21,6 +22,8 @@ TRANSACTION_ITEMS = 25
 TRANSACTION_BYTES = 3_000_000
 RUNS_INDEX = "runs-by-time"
 SUITES_INDEX = "runs-by-suite"
+READ_THREADS = 4
+CELLS_PER_READ = 25
 RETRYABLE = {"TransactionConflict", "ThrottlingError", "ProvisionedThroughputExceeded", "RequestLimitExceeded"}
 
 
@@ -154,15 +157,32 @@ class DynamoEventStore:
 
         interval_histograms=False leaves the per-interval histograms out (reports use the intervals'
         summaries and the cells' cumulative histograms), which makes large runs much cheaper to read.
+        A whole run is read as several key ranges at once (run header, groups of cells, run end).
         """
-        events = []
-        condition, values = "run_id = :r", {":r": {"S": run_id}}
         if prefix:
-            condition, values[":p"] = condition + " AND begins_with(sk, :p)", {"S": prefix}
-        elif after:
-            condition, values[":a"] = condition + " AND sk > :a", {"S": after}
+            return self._query(run_id, "begins_with(sk, :p)", {":p": prefix}, interval_histograms)
+        if after:
+            return self._query(run_id, "sk > :a", {":a": after}, interval_histograms)
+        header = self._query(run_id, "sk < :c", {":c": "10#"}, interval_histograms)
+        requested = next((e for e in header if e["type"] == "RunRequested"), None)
+        if requested is None:  # no header to say how many cells: one plain query
+            return self._query(run_id, None, {}, interval_histograms)
+        cells = len(requested["data"]["cells"])
+        ranges = [(f"10#c{start:05d}#", f"10#c{min(start + CELLS_PER_READ, cells) - 1:05d}#~")
+                  for start in range(0, cells, CELLS_PER_READ)]
+        with ThreadPoolExecutor(READ_THREADS) as pool:
+            parts = list(pool.map(lambda r: self._query(run_id, "sk BETWEEN :lo AND :hi", {":lo": r[0], ":hi": r[1]},
+                                                        interval_histograms), ranges))
+        tail = self._query(run_id, "sk >= :e", {":e": "11#"}, interval_histograms)
+        return header + [e for part in parts for e in part] + tail
+
+    def _query(self, run_id: str, sk_condition: str | None, values: dict[str, str],
+               interval_histograms: bool) -> list[dict]:
+        events = []
+        condition = "run_id = :r" + (f" AND {sk_condition}" if sk_condition else "")
         kwargs = {"TableName": self.table, "KeyConditionExpression": condition,
-                  "ExpressionAttributeValues": values, "ConsistentRead": True}
+                  "ExpressionAttributeValues": {":r": {"S": run_id}, **{k: {"S": v} for k, v in values.items()}},
+                  "ConsistentRead": True}
         if not interval_histograms:
             kwargs["ProjectionExpression"] = "run_id, sk, event_id, #t, #a, schema_version, #d"
             kwargs["ExpressionAttributeNames"] = {"#t": "type", "#a": "at", "#d": "data"}

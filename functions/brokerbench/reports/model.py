@@ -114,8 +114,7 @@ def _configuration(cells: list[dict], completed_events: dict[str, dict], interva
         summary = histogram.summary(hist)
         merged[field] = {k: summary[k] for k in SUMMARY_FIELDS}
         if field in ("end_to_end_latency_us", "publish_latency_us") and hist.get_total_count():
-            merged[field]["spectrum"] = [[p, hist.get_value_at_percentile(p) if p < 100 else summary["max"]]
-                                         for p in SPECTRUM]
+            merged[field]["spectrum"] = [list(pair) for pair in zip(SPECTRUM, histogram.percentiles(hist, SPECTRUM))]
     series = [interval_series(intervals.get(c["cell_id"], [])) for c in done]
     return {
         "key": config_key(first),

@@ -108,7 +108,8 @@ def check_regression(event: dict) -> dict:
     """Failed cells, and regressions against the baseline (the latest completed run of the suite)."""
     store = config.event_store()
     run_id = event["run_id"]
-    checked = regression.check(store, run_id, event.get("baseline_run_id"))
+    requested = store.read(run_id, prefix="00#run")[0]["data"]["spec"]
+    checked = regression.check(store, run_id, event.get("baseline_run_id") or requested.get("baseline_run_id"))
     if checked["regressions"]:
         publish_reports(store, run_id)  # the report shows the regressions first
     results = build_results(store.read(run_id, interval_histograms=False))

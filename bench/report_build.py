@@ -1,0 +1,71 @@
+"""Benchmark: build the comparison report of a synthetic 200-cell run with 60 intervals per cell.
+
+The run's events are written to DynamoDB Local first (not timed); the timed part is what the
+Aggregate step does for a report: read the events (without per-interval histograms) and build
+the report model, then render Markdown and HTML.
+
+usage: .venv/bin/python bench/report_build.py [--cells 200] [--intervals 60]
+Needs the local stack's DynamoDB Local (`brokerbench local up`, or it starts one and stops it).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+
+from brokerbench.events.dynamodb import DynamoEventStore
+from brokerbench.local.stack import LocalStack
+from brokerbench.reports import html, markdown
+from brokerbench.reports.model import build_report
+from brokerbench.reports.synthetic import synthetic_run
+
+
+def spec_for(cells: int) -> dict:
+    # 2 brokers × 5 formats × 4 sizes × rates × repeats = cells (200 = 2·5·4·5·1)
+    rates = max(1, cells // 40)
+    return {"name": "bench-report", "brokers": ["kafka", "redis-streams"], "sizes": [1024, 4096, 16384, 65536],
+            "rates": [500 * (i + 1) for i in range(rates)], "formats": ["raw", "json", "msgpack", "avro", "protobuf"]}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--cells", type=int, default=200)
+    parser.add_argument("--intervals", type=int, default=60)
+    parser.add_argument("--repeat", type=int, default=3, help="timed builds (the median is reported)")
+    args = parser.parse_args()
+    stack = LocalStack()
+    started = not stack.is_up(["dynamodb"])
+    try:
+        db = stack.up(["dynamodb"], log=lambda m: None)["dynamodb"]
+        store = DynamoEventStore(db["table"], endpoint_url=db["endpoint_url"])
+        store.ensure_table()
+        t0 = time.perf_counter()
+        events = synthetic_run(spec_for(args.cells), intervals=args.intervals, seed=1)
+        store.append(events)
+        run_id = events[0]["run_id"]
+        setup_s = time.perf_counter() - t0
+        timings = []
+        for _ in range(args.repeat):
+            t = time.perf_counter()
+            stored = store.read(run_id, interval_histograms=False)
+            t_read = time.perf_counter()
+            report = build_report(stored)
+            t_model = time.perf_counter()
+            md, page = markdown.render(report), html.render(report)
+            t_render = time.perf_counter()
+            timings.append({"read_s": t_read - t, "model_s": t_model - t_read, "render_s": t_render - t_model,
+                            "total_s": t_render - t})
+        timings.sort(key=lambda x: x["total_s"])
+        median = timings[len(timings) // 2]
+        cells = sum(len(g["cells"]) for g in report["groups"])
+        print(json.dumps({"cells": cells, "intervals_per_cell": args.intervals, "events": len(events),
+                          "setup_s": round(setup_s, 1), **{k: round(v, 3) for k, v in median.items()},
+                          "markdown_kb": len(md) // 1024, "html_kb": len(page) // 1024}, indent=2))
+    finally:
+        if started:
+            stack.down(["dynamodb"], log=lambda m: None)
+
+
+if __name__ == "__main__":
+    main()

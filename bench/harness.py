@@ -1,0 +1,298 @@
+"""Harness self-check: is the load generator ever the bottleneck? Measured side by side on the local stack.
+
+1. Kafka: the instrumented worker (raw, max rate) vs a bare confluent-kafka produce()+poll(0) loop
+   vs Kafka's own ProducerPerformance, all with the same client settings.
+2. Redis Streams: the worker vs redis-benchmark XADD with the same connections and pipeline depth.
+3. Codecs: encode/decode ns per op and size of each codec vs the fastest available implementation
+   of its format, on the same record.
+4. Instrumentation: what the worker adds per message (clocks, header, histograms, accounting).
+5. Rate accuracy: achieved vs target and publish delay p99 at 25%, 50% and 80% of the worker's max.
+
+usage: .venv/bin/python bench/harness.py [--out FILE] [--size 1024] [--seconds 5]
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import json
+import os
+import platform
+import re
+import shutil
+import subprocess
+import sys
+import time
+from array import array
+from pathlib import Path
+
+import numpy as np
+
+from brokerbench import histogram
+from brokerbench.codecs import get_codec
+from brokerbench.events import new_run_id
+from brokerbench.events.dynamodb import DynamoEventStore
+from brokerbench.local.install import lib_dir
+from brokerbench.local.stack import LocalStack
+from brokerbench.reports.results import build_results
+from brokerbench.spec import expand, validate
+from brokerbench.worker import run_cell
+from brokerbench.worker.consumer import Accounting
+from brokerbench.worker.framing import HEADER
+from brokerbench.worker.payloads import payload_pool
+
+CLIENT = {"acks": "1", "linger_ms": 5, "batch_bytes": 1048576, "compression": "none", "pipeline_depth": 100,
+          "read_count": 1000}
+
+
+# -- the worker ----------------------------------------------------------------------------------
+def worker_cell(endpoints, store, broker: str, size: int, rate, seconds: float) -> dict:
+    spec = validate({"brokers": [broker], "sizes": [size], "rates": [rate], "formats": ["raw"], "duration_s": seconds,
+                     "warmup_s": 1, "drain_timeout_s": 30, "client": CLIENT})
+    cell = expand(spec)[0]
+    run_id = new_run_id()
+    from brokerbench.runner import run_requested_event
+
+    store.append([run_requested_event(run_id, spec, [cell], "harness")])
+    run_cell(run_id, cell, endpoints[broker], store)
+    return build_results(store.read(run_id, interval_histograms=False))["cells"][0]
+
+
+# -- Kafka ---------------------------------------------------------------------------------------
+def bare_kafka(bootstrap: str, size: int, seconds: float) -> float:
+    from confluent_kafka import Producer
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    topic = f"bare-{new_run_id()}"
+    AdminClient({"bootstrap.servers": bootstrap}).create_topics([NewTopic(topic, 1, 1)])[topic].result()
+    producer = Producer({"bootstrap.servers": bootstrap, "acks": CLIENT["acks"], "linger.ms": CLIENT["linger_ms"],
+                         "batch.size": CLIENT["batch_bytes"], "compression.type": CLIENT["compression"],
+                         "queue.buffering.max.messages": 1_000_000, "queue.buffering.max.kbytes": 1_048_576})
+    payload = os.urandom(size)
+    produce, poll = producer.produce, producer.poll
+    sent = 0
+    start = time.perf_counter()
+    end = start + seconds
+    while time.perf_counter() < end:
+        for _ in range(1000):
+            try:
+                produce(topic, payload)
+            except BufferError:
+                poll(0.001)
+                continue
+            poll(0)
+            sent += 1
+    producer.flush(60)
+    return sent / (time.perf_counter() - start)
+
+
+def producer_performance(bootstrap: str, size: int, records: int) -> float:
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    topic = f"perf-{new_run_id()}"
+    AdminClient({"bootstrap.servers": bootstrap}).create_topics([NewTopic(topic, 1, 1)])[topic].result()
+    cmd = ["java", "-Xmx512m", "-cp", f"{lib_dir('kafka')}/*", "org.apache.kafka.tools.ProducerPerformance",
+           "--topic", topic, "--num-records", str(records), "--record-size", str(size), "--throughput", "-1",
+           "--producer-props", f"bootstrap.servers={bootstrap}", f"acks={CLIENT['acks']}",
+           f"linger.ms={CLIENT['linger_ms']}", f"batch.size={CLIENT['batch_bytes']}",
+           f"compression.type={CLIENT['compression']}"]
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=600).stdout
+    last = [line for line in out.splitlines() if "records sent" in line][-1]
+    return float(re.search(r"([\d.]+) records/sec", last).group(1))
+
+
+# -- Redis ---------------------------------------------------------------------------------------
+def redis_benchmark(port: int, size: int, requests: int, pipeline: int) -> float:
+    value = "v" * size
+    out = subprocess.run(["redis-benchmark", "-h", "127.0.0.1", "-p", str(port), "-c", "1", "-P", str(pipeline),
+                          "-n", str(requests), "-q", "XADD", f"bench-{new_run_id()}", "*", "f", value],
+                         capture_output=True, text=True, timeout=600).stdout
+    return float(re.search(r"([\d.]+) requests per second", out.replace("\r", "\n")).group(1))
+
+
+# -- codecs --------------------------------------------------------------------------------------
+def _time_ns(fn, arg, seconds=0.3) -> float:
+    n, start = 0, time.perf_counter_ns()
+    deadline = start + int(seconds * 1e9)
+    while time.perf_counter_ns() < deadline:
+        for _ in range(200):
+            fn(arg)
+        n += 200
+    return (time.perf_counter_ns() - start) / n
+
+
+def codec_candidates(record: dict) -> dict[str, dict[str, tuple]]:
+    """Per format: implementation -> (encode fn, encode input, decode fn)."""
+    import json as stdlib_json
+
+    import fastavro
+    import msgpack
+    import msgspec
+    import orjson
+    import ormsgpack
+
+    from brokerbench.paths import RECORD_AVRO_SCHEMA
+
+    avro_schema = fastavro.parse_schema(json.loads(RECORD_AVRO_SCHEMA.read_text()))
+
+    def fastavro_encode(r):
+        buffer = io.BytesIO()
+        fastavro.schemaless_writer(buffer, avro_schema, r)
+        return buffer.getvalue()
+
+    out = {
+        "json": {"orjson": (orjson.dumps, record, orjson.loads),
+                 "msgspec.json": (msgspec.json.encode, record, msgspec.json.decode),
+                 "stdlib json": (lambda r: stdlib_json.dumps(r, separators=(",", ":")).encode(), record, stdlib_json.loads)},
+        "msgpack": {"msgspec.msgpack": (msgspec.msgpack.encode, record, msgspec.msgpack.decode),
+                    "msgpack": (msgpack.packb, record, msgpack.unpackb),
+                    "ormsgpack": (ormsgpack.packb, record, ormsgpack.unpackb)},
+        "avro": {"fastavro": (fastavro_encode, record, lambda b: fastavro.schemaless_reader(io.BytesIO(b), avro_schema, None))},
+        "protobuf": {},
+    }
+    pb = get_codec("protobuf")
+    out["protobuf"]["protobuf (upb)"] = (pb.encode, pb.prepare(record), pb.decode)
+    return out
+
+
+def codecs(size: int) -> dict:
+    record = payload_pool("json", "record", size, count=1).objects[0]
+    candidates = codec_candidates(record)
+    ours = {"json": "orjson", "msgpack": "msgspec.msgpack", "avro": "fastavro", "protobuf": "protobuf (upb)"}
+    result = {}
+    for fmt, impls in candidates.items():
+        codec = get_codec(fmt)
+        obj = codec.prepare(record)
+        data = codec.encode(obj)
+        ours_ns = {"encode_ns": _time_ns(codec.encode, obj), "decode_ns": _time_ns(codec.decode, data), "bytes": len(data)}
+        measured = {}
+        for name, (encode, value, decode) in impls.items():
+            encoded = encode(value)
+            measured[name] = {"encode_ns": _time_ns(encode, value), "decode_ns": _time_ns(decode, encoded),
+                              "bytes": len(encoded)}
+        fastest = min(measured, key=lambda n: measured[n]["encode_ns"] + measured[n]["decode_ns"])
+        best = measured[fastest]["encode_ns"] + measured[fastest]["decode_ns"]
+        result[fmt] = {"brokerbench": {"library": ours[fmt], **ours_ns}, "implementations": measured,
+                       "fastest": fastest, "ratio_to_fastest": (ours_ns["encode_ns"] + ours_ns["decode_ns"]) / best}
+    return result
+
+
+# -- instrumentation -----------------------------------------------------------------------------
+def instrumentation_ns(n: int = 200_000) -> dict:
+    """The worker's per-message bookkeeping, producer and consumer side, without I/O or encoding."""
+    clock = time.monotonic_ns
+    pack, unpack = HEADER.pack, HEADER.unpack
+    send_ns, delay, encode, acks_ns = array("q"), array("q"), array("q"), array("q")
+    acked: list[bytes] = []
+    counters = {"sent": 0, "bytes": 0}
+    start = time.perf_counter_ns()
+    for seq in range(n):  # producer: what the send loop and the ack callback add to a send
+        intended = clock()
+        t0 = clock()
+        t1 = clock()
+        send_ns.append(t1)
+        header = pack(1, seq, intended)
+        delay.append(t0 - intended)
+        encode.append(t1 - t0)
+        counters["sent"] += 1
+        counters["bytes"] += 1024
+        acked.append(header)
+        acks_ns.append(clock())
+    producer_ns = (time.perf_counter_ns() - start) / n
+    accounting, e2e, dec = Accounting(), array("q"), array("q")
+    headers = acked
+    start = time.perf_counter_ns()
+    for header in headers:  # consumer: what receiving adds around decode
+        t0 = clock()
+        t1 = clock()
+        producer_id, seq, intended = unpack(header)
+        if accounting.add(producer_id, seq, 0):
+            e2e.append(t1 - intended)
+            dec.append(t1 - t0)
+    consumer_ns = (time.perf_counter_ns() - start) / n
+    start = time.perf_counter_ns()  # per interval: histograms built in bulk, amortized per message
+    for values in (delay, encode, e2e, dec):
+        histogram.encode(histogram.from_values(np.frombuffer(values, dtype=np.int64) // 1000))
+    histograms_ns = (time.perf_counter_ns() - start) / n
+    return {"producer_ns": producer_ns, "consumer_ns": consumer_ns, "histograms_ns": histograms_ns,
+            "total_ns": producer_ns + consumer_ns + histograms_ns}
+
+
+# -- main ----------------------------------------------------------------------------------------
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--out", help="write the results as JSON")
+    parser.add_argument("--size", type=int, default=1024)
+    parser.add_argument("--seconds", type=float, default=5)
+    args = parser.parse_args()
+    stack = LocalStack()
+    started = [s for s, info in stack.status().items() if info["state"] != "running"]
+    endpoints = stack.up(log=lambda m: print(m, file=sys.stderr))
+    try:
+        store = DynamoEventStore(endpoints["dynamodb"]["table"], endpoint_url=endpoints["dynamodb"]["endpoint_url"])
+        store.ensure_table()
+        step = lambda name: print(f"· {name}", file=sys.stderr, flush=True)  # noqa: E731
+        step("kafka: worker")
+        kafka_worker = worker_cell(endpoints, store, "kafka", args.size, "max", args.seconds)
+        step("kafka: bare loop")
+        kafka_bare = bare_kafka(endpoints["kafka"]["bootstrap_servers"], args.size, args.seconds)
+        step("kafka: ProducerPerformance")
+        kafka_native = producer_performance(endpoints["kafka"]["bootstrap_servers"], args.size,
+                                            int(max(kafka_bare, 50_000) * args.seconds))
+        step("redis: worker")
+        redis_worker = worker_cell(endpoints, store, "redis-streams", args.size, "max", args.seconds)
+        step("redis: redis-benchmark")
+        redis_native = redis_benchmark(endpoints["redis-streams"]["port"], args.size, 500_000, CLIENT["pipeline_depth"])
+        step("codecs")
+        codec_results = codecs(args.size)
+        step("instrumentation")
+        instrumentation = instrumentation_ns()
+        accuracy = []
+        for broker, worker in (("kafka", kafka_worker), ("redis-streams", redis_worker)):
+            for share in (0.25, 0.5, 0.8):
+                rate = max(1, int(worker["rate_achieved"] * share))
+                step(f"rate accuracy: {broker} at {share:.0%} ({rate:,} msgs/s)")
+                cell = worker_cell(endpoints, store, broker, args.size, rate, args.seconds)
+                accuracy.append({"broker": broker, "share_of_max": share, "rate_target": rate,
+                                 "rate_achieved": cell["rate_achieved"],
+                                 "rate_error": abs(cell["rate_achieved"] - rate) / rate,
+                                 "publish_delay_p99_ms": cell["publish_delay_us"]["p99"] / 1000,
+                                 "lost": cell["lost"]})
+    finally:
+        if started:
+            stack.down(started, log=lambda m: None)
+    result = {
+        "kafka_vs_bare": kafka_worker["rate_achieved"] / kafka_bare,
+        "kafka_vs_native": kafka_worker["rate_achieved"] / kafka_native,
+        "redis_vs_native": redis_worker["rate_achieved"] / redis_native,
+        "codec_vs_fastest_worst": max(c["ratio_to_fastest"] for c in codec_results.values()),
+        "instrumentation_ns_per_msg": instrumentation["total_ns"],
+        "rate_error_worst": max(a["rate_error"] for a in accuracy),
+        "publish_delay_p99_ms_worst": max(a["publish_delay_p99_ms"] for a in accuracy),
+        "machine": {"cpu": platform.processor() or _cpu(), "cores": os.cpu_count(), "python": platform.python_version()},
+        "size_bytes": args.size,
+        "kafka": {"worker_msgs_per_s": kafka_worker["rate_achieved"], "worker_lost": kafka_worker["lost"],
+                  "bare_msgs_per_s": kafka_bare, "producer_performance_msgs_per_s": kafka_native},
+        "redis": {"worker_msgs_per_s": redis_worker["rate_achieved"], "worker_lost": redis_worker["lost"],
+                  "redis_benchmark_msgs_per_s": redis_native, "connections": 1, "pipeline": CLIENT["pipeline_depth"]},
+        "codecs": codec_results,
+        "instrumentation": instrumentation,
+        "rate_accuracy": accuracy,
+    }
+    print(json.dumps({k: result[k] for k in list(result)[:7]}, indent=2))
+    for fmt, c in codec_results.items():
+        print(f"{fmt:9} ours {c['brokerbench']['library']:16} {c['brokerbench']['encode_ns']:8.0f}/{c['brokerbench']['decode_ns']:8.0f} ns"
+              f"  fastest {c['fastest']:16} ×{c['ratio_to_fastest']:.2f}")
+    if args.out:
+        Path(args.out).write_text(json.dumps(result, indent=2))
+
+
+def _cpu() -> str:
+    with open("/proc/cpuinfo") as f:
+        return next((line.split(":", 1)[1].strip() for line in f if line.startswith("model name")), "unknown")
+
+
+if __name__ == "__main__":
+    if not shutil.which("redis-benchmark"):
+        sys.exit("redis-benchmark is missing: make setup installs redis-tools")
+    main()

@@ -6,6 +6,9 @@ Partitions map to stream keys `<topic>-<n>`. Batch mode pipelines the XADDs that
 
 from __future__ import annotations
 
+import time
+
+import hiredis
 import redis
 from redis.exceptions import RedisError, ResponseError
 
@@ -95,37 +98,55 @@ class RedisStreamsDriver:
 
 
 class RedisStreamsProducer:
+    """XADDs packed once by hiredis and written together: redis-py's generic pipeline object costs
+    more per command than the broker does, and would make the client the bottleneck."""
+
     def __init__(self, connection: redis.Redis, keys: list[str], depth: int, on_ack: OnAck) -> None:
-        self._connection = connection
-        self._pipeline = connection.pipeline(transaction=False)
-        self._keys = keys
+        self._client = connection
+        self._connection = connection.connection_pool.get_connection()
+        self._keys = [key.encode() for key in keys]
         self._depth = depth
         self._on_ack = on_ack
+        self._pack = hiredis.pack_command
+        self._commands: list[bytes] = []
         self._pending: list[bytes] = []
 
     def send(self, header: bytes, payload: bytes, partition: int) -> None:
-        self._pipeline.execute_command("XADD", self._keys[partition], "*", HEADER_FIELD, header, PAYLOAD_FIELD, payload)
+        self._commands.append(self._pack((b"XADD", self._keys[partition], b"*", HEADER_FIELD, header,
+                                          PAYLOAD_FIELD, payload)))
         self._pending.append(header)
         if len(self._pending) >= self._depth:
             self._execute()
 
     def _execute(self) -> None:
-        headers, self._pending = self._pending, []
-        try:
-            replies = self._pipeline.execute(raise_on_error=False)
-        except RedisError:
-            self._pipeline.reset()
-            replies = [None] * len(headers)
+        headers, commands = self._pending, self._commands
+        self._pending, self._commands = [], []
         on_ack = self._on_ack
-        for header, reply in zip(headers, replies):
-            on_ack(header, isinstance(reply, bytes))
+        connection = self._connection
+        try:
+            connection.send_packed_command([b"".join(commands)], check_health=False)
+        except (RedisError, OSError):
+            connection.disconnect()
+            for header in headers:
+                on_ack(header, False)
+            return
+        for i, header in enumerate(headers):
+            try:
+                connection.read_response()
+            except ResponseError:  # this XADD failed; its reply was read, the stream stays aligned
+                on_ack(header, False)
+                continue
+            except (RedisError, OSError):  # connection lost: the rest are unacknowledged
+                connection.disconnect()
+                for lost in headers[i:]:
+                    on_ack(lost, False)
+                return
+            on_ack(header, True)
 
     def poll(self, timeout_s: float) -> None:
         if self._pending:
             self._execute()
         if timeout_s > 0:
-            import time
-
             time.sleep(timeout_s)
 
     def flush(self, timeout_s: float) -> int:
@@ -135,12 +156,14 @@ class RedisStreamsProducer:
 
     def close(self) -> None:
         self.flush(5)
-        self._connection.close()
+        self._client.connection_pool.release(self._connection)
+        self._client.close()
 
 
 class RedisStreamsConsumer:
     def __init__(self, connection: redis.Redis, keys: list[str], group: str, count: int) -> None:
-        self._connection = connection
+        self._client = connection
+        self._connection = connection.connection_pool.get_connection()
         self._keys = keys
         self._group = group
         self._name = f"c{id(self)}"
@@ -148,21 +171,26 @@ class RedisStreamsConsumer:
         self._partition = {key.encode(): int(key.rsplit("-", 1)[1]) for key in keys}
 
     def poll(self, timeout_s: float) -> list[Message]:
-        response = self._connection.xreadgroup(
-            self._group, self._name, {key: ">" for key in self._keys},
-            count=self._count, block=max(1, int(timeout_s * 1000)),
-        )
+        # The raw reply (no redis-py response callback, which builds a dict per entry): per stream key
+        # [[id, [b"h", header, b"d", payload]], ...], as a mapping or as [key, entries] pairs.
+        connection = self._connection
+        connection.send_command("XREADGROUP", "GROUP", self._group, self._name, "COUNT", self._count,
+                                "BLOCK", max(1, int(timeout_s * 1000)), "STREAMS", *self._keys,
+                                *([">"] * len(self._keys)))
+        response = connection.read_response()
         out: list[Message] = []
         if not response:
             return out
-        pipeline = self._connection.pipeline(transaction=False)
-        for key, entries in response:
-            partition = self._partition[key if isinstance(key, bytes) else key.encode()]
-            for _id, fields in entries:
-                out.append((fields[HEADER_FIELD], fields[PAYLOAD_FIELD], partition))
-            pipeline.xack(key, self._group, *(entry_id for entry_id, _ in entries))
-        pipeline.execute()
+        acks = []
+        for key, entries in (response.items() if isinstance(response, dict) else response):
+            partition = self._partition[key]
+            out += [(fields[1], fields[3], partition) for _id, fields in entries]
+            acks.append(hiredis.pack_command((b"XACK", key, self._group.encode(), *(entry[0] for entry in entries))))
+        connection.send_packed_command([b"".join(acks)], check_health=False)
+        for _ in acks:
+            connection.read_response()
         return out
 
     def close(self) -> None:
-        self._connection.close()
+        self._client.connection_pool.release(self._connection)
+        self._client.close()

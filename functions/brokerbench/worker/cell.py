@@ -17,6 +17,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from multiprocessing.connection import wait
 
+import numpy as np
+
 from .. import histogram
 from ..drivers import BrokerUnavailable, get_driver
 from ..events import EventStore, cell_prefix, make_event
@@ -27,6 +29,9 @@ READY_TIMEOUT_S = 60
 START_LEAD_NS = 100_000_000
 PRODUCER_COUNTERS = {"sent": "sent", "bytes": "bytes_sent", "acked": "acked", "send_errors": "send_errors"}
 CONSUMER_COUNTERS = {"received": "received", "bytes": "bytes_received"}
+# Metric -> divisor from the recorded nanoseconds to the histogram's unit.
+METRIC_UNITS = {"publish_latency_us": 1000, "publish_delay_us": 1000, "end_to_end_latency_us": 1000,
+                "encode_ns": 1, "decode_ns": 1}
 COUNTERS = ("sent", "bytes_sent", "acked", "send_errors", "received", "bytes_received")
 # Set by a front end on Ctrl-C when cells run in threads (the local workflow's Lambda-kind cells).
 CANCELLED = threading.Event()
@@ -230,16 +235,18 @@ class _CellRun:
 
     def _interval_event(self, interval: int, parts: list) -> dict:
         counters = dict.fromkeys(COUNTERS, 0)
-        blobs: dict[str, list] = defaultdict(list)
+        values: dict[str, list] = defaultdict(list)
         for role, snapshot in parts:
             names = PRODUCER_COUNTERS if role == "producer" else CONSUMER_COUNTERS
             for name, value in snapshot["counters"].items():
                 counters[names[name]] += value
-            for metric, blob in snapshot["histograms"].items():
-                blobs[metric].append(blob)
+            for metric, raw in snapshot["values"].items():
+                values[metric].append(np.frombuffer(raw, dtype=np.int64))
         hists, summaries = {}, {}
-        for metric, metric_blobs in blobs.items():
-            merged = histogram.merge(metric_blobs)
+        for metric, arrays in values.items():  # histograms are built here, off the workers' hot loops
+            merged = histogram.from_values(np.concatenate(arrays) // METRIC_UNITS[metric])
+            if not merged.get_total_count():
+                continue
             hists[metric] = histogram.encode(merged)
             figures = histogram.summary(merged)
             summaries[metric] = {k: figures[k] for k in ("count", "p50", "p99", "max")}

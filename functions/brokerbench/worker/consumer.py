@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import signal
 import time
+from array import array
 from dataclasses import dataclass
+
+import numpy as np
 
 from ..codecs import get_codec
 from ..drivers import get_driver
-from .framing import HEADER
-from .recorder import IntervalRecorder
+from .framing import unpack_many
 
 SECOND_NS = 1_000_000_000
 POLL_TIMEOUT_S = 0.05
@@ -26,35 +28,45 @@ class ConsumerTask:
 
 
 class Accounting:
-    """Distinct, duplicate and out-of-order deliveries per producer, from the sequence numbers."""
+    """Distinct, duplicate and out-of-order deliveries per producer, from the sequence numbers (in bulk)."""
 
     def __init__(self) -> None:
-        self.seen: dict[int, bytearray] = {}
+        self.seen: dict[int, np.ndarray] = {}
         self.last_seq: dict[tuple[int, int], int] = {}
         self.duplicated = 0
         self.out_of_order = 0
 
+    def add_many(self, producers: np.ndarray, seqs: np.ndarray, partitions: np.ndarray) -> np.ndarray:
+        """Record deliveries in arrival order; returns which of them are not duplicates."""
+        fresh = np.ones(seqs.size, dtype=bool)
+        for producer in np.unique(producers).tolist():
+            where = np.flatnonzero(producers == producer)
+            s = seqs[where]
+            seen = self.seen.get(producer, np.zeros(0, dtype=bool))
+            if s.max() >= seen.size:
+                grown = np.zeros(max(int(s.max()) + 1, 2 * seen.size, 1024), dtype=bool)
+                grown[: seen.size] = seen
+                seen = self.seen[producer] = grown
+            first = np.zeros(s.size, dtype=bool)
+            first[np.unique(s, return_index=True)[1]] = True  # a repeat inside this batch is a duplicate too
+            duplicate = seen[s] | ~first
+            seen[s] = True
+            fresh[where] = ~duplicate
+            self.duplicated += int(duplicate.sum())
+            parts = partitions[where]
+            for partition in np.unique(parts).tolist():  # reordering counts per producer and partition
+                in_order = s[parts == partition]
+                running = np.maximum.accumulate(np.r_[self.last_seq.get((producer, partition), -1), in_order])
+                self.out_of_order += int((in_order < running[:-1]).sum())
+                self.last_seq[(producer, partition)] = int(running[-1])
+        return fresh
+
     def add(self, producer: int, seq: int, partition: int) -> bool:
-        """Record one delivery; False when it is a duplicate."""
-        seen = self.seen.get(producer)
-        if seen is None:
-            seen = self.seen[producer] = bytearray(1024)
-        if seq >= len(seen):
-            seen.extend(bytes(max(seq + 1 - len(seen), len(seen))))
-        key = (producer, partition)
-        if seq < self.last_seq.get(key, -1):
-            self.out_of_order += 1
-        else:
-            self.last_seq[key] = seq
-        if seen[seq]:
-            self.duplicated += 1
-            return False
-        seen[seq] = 1
-        return True
+        return bool(self.add_many(np.array([producer]), np.array([seq]), np.array([partition]))[0])
 
     def received_from(self, producer: int, first_seq: int = 0, end_seq: int | None = None) -> int:
         seen = self.seen.get(producer)
-        return 0 if seen is None else seen[first_seq:end_seq].count(1)
+        return 0 if seen is None else int(seen[first_seq:end_seq].sum())
 
 
 def consumer_main(conn, task: ConsumerTask) -> None:
@@ -67,19 +79,23 @@ def consumer_main(conn, task: ConsumerTask) -> None:
         conn.close()
 
 
+# Received messages are processed in bulk once this many wait (or at each interval's end).
+PROCESS_EVERY = 8192
+
+
 def _run(conn, task: ConsumerTask) -> None:
     cell = task.cell
     decode = get_codec(cell["format"]).decode
     driver = get_driver(cell["broker"], task.endpoint, cell["client"])
     consumer = driver.consumer(task.topic, task.group, task.partitions)
     clock = time.monotonic_ns
-    unpack = HEADER.unpack
     accounting = Accounting()
-    add = accounting.add
-    recorder = IntervalRecorder(("end_to_end_latency_us", "decode_ns"), ("received", "bytes"))
-    e2e_values = recorder.values["end_to_end_latency_us"]
-    decode_values = recorder.values["decode_ns"]
-    counters = recorder.counters
+    # Per message: its header, two timestamps, partition and size; the rest is numpy, in bulk.
+    headers: list[bytes] = []
+    before, after, partitions, lengths = array("q"), array("q"), array("q"), array("q")
+    e2e_parts: list[np.ndarray] = []
+    decode_parts: list[np.ndarray] = []
+    counters = {"received": 0, "bytes": 0}
 
     conn.send(("ready", {}))
     command, timing = conn.recv()
@@ -91,14 +107,41 @@ def _run(conn, task: ConsumerTask) -> None:
     expected: dict[int, dict] | None = None  # per producer, once all producers are done
     drain_deadline = None
 
+    def process() -> None:
+        if not headers:
+            return
+        framed = unpack_many(headers)
+        fresh = accounting.add_many(framed["producer"].astype(np.int64), framed["seq"].astype(np.int64),
+                                    np.frombuffer(partitions, dtype=np.int64))
+        intended = framed["intended_ns"].astype(np.int64)
+        t0 = np.frombuffer(before, dtype=np.int64)
+        t1 = np.frombuffer(after, dtype=np.int64)
+        measured = fresh & (intended >= measure_start)  # duplicates and warm-up are counted, not measured
+        e2e_parts.append((t1 - intended)[measured])
+        decode_parts.append((t1 - t0)[measured])
+        counters["received"] += int(measured.sum())
+        counters["bytes"] += int(np.frombuffer(lengths, dtype=np.int64)[measured].sum())
+        del t0, t1, framed
+        headers.clear()
+        for values in (before, after, partitions, lengths):
+            del values[:]
+
     def close_interval() -> None:
         nonlocal interval, next_boundary
-        snapshot = recorder.snapshot()
+        process()
+        snapshot = {"counters": dict(counters), "values": {
+            "end_to_end_latency_us": np.concatenate(e2e_parts or [np.empty(0, np.int64)]).tobytes(),
+            "decode_ns": np.concatenate(decode_parts or [np.empty(0, np.int64)]).tobytes()}}
+        e2e_parts.clear()
+        decode_parts.clear()
+        counters.update(received=0, bytes=0)
         if interval >= 0:
             conn.send(("interval", interval, snapshot))
         interval += 1
         next_boundary = measure_start + (interval + 1) * SECOND_NS
 
+    keep_header, keep_before, keep_after = headers.append, before.append, after.append
+    keep_partition, keep_length = partitions.append, lengths.append
     while True:
         if conn.poll():
             command, payload = conn.recv()
@@ -107,11 +150,11 @@ def _run(conn, task: ConsumerTask) -> None:
                 drain_deadline = clock() + int(cell["drain_timeout_s"] * SECOND_NS)
             elif command == "stop":
                 break
-        if expected is not None and (
-            all(accounting.received_from(p) >= e["sent_total"] for p, e in expected.items())
-            or clock() >= drain_deadline
-        ):
-            break
+        if expected is not None:
+            process()
+            if (all(accounting.received_from(p) >= e["sent_total"] for p, e in expected.items())
+                    or clock() >= drain_deadline):
+                break
         messages = consumer.poll(POLL_TIMEOUT_S)
         if clock() >= next_boundary:
             close_interval()
@@ -119,13 +162,13 @@ def _run(conn, task: ConsumerTask) -> None:
             t0 = clock()
             decode(payload)
             t1 = clock()
-            producer, seq, intended = unpack(header)
-            if not add(producer, seq, partition) or intended < measure_start:
-                continue  # duplicates and warm-up messages are counted, not measured
-            e2e_values.append(t1 - intended)
-            decode_values.append(t1 - t0)
-            counters["received"] += 1
-            counters["bytes"] += len(payload)
+            keep_header(header)
+            keep_before(t0)
+            keep_after(t1)
+            keep_partition(partition)
+            keep_length(len(payload))
+        if len(headers) >= PROCESS_EVERY:
+            process()
     close_interval()
     consumer.close()
     per_producer = {}

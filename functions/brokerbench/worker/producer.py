@@ -18,11 +18,10 @@ from ..codecs import get_codec
 from ..drivers import get_driver
 from .framing import HEADER, unpack_many
 from .payloads import payload_pool
-from .recorder import IntervalRecorder
 
 SECOND_NS = 1_000_000_000
-# How often an unthrottled producer serves delivery callbacks.
-MAX_RATE_POLL_EVERY = 64
+# How often a producer that does not wait (unthrottled, or behind schedule) serves acknowledgements.
+POLL_EVERY = 64
 
 
 @dataclass
@@ -74,9 +73,12 @@ def _run(conn, task: ProducerTask) -> None:
     producer = driver.producer(task.topic, partitions, cell["mode"], on_ack)
     send, poll = producer.send, producer.poll
 
-    recorder = IntervalRecorder(("publish_delay_us", "encode_ns", "publish_latency_us"), ("sent", "bytes", "acked", "send_errors"))
-    values = recorder.values
-    send_ns = array("q")  # actual send time by sequence number (for publish latency at ack time)
+    # Per message the loop keeps two timestamps; delay, encode time and bytes follow in bulk at each
+    # interval's end from the sequence numbers (intended times come from the schedule itself).
+    start_ns = array("q")  # when the worker took the message up (after waiting for its intended time)
+    send_ns = array("q")  # when the encoded message was handed to the client
+    start_append, send_append = start_ns.append, send_ns.append
+    sizes = np.asarray(pool.encoded_sizes, dtype=np.int64)
 
     conn.send(("ready", {"encoded_bytes": pool.mean_encoded_bytes}))
     command, timing = conn.recv()
@@ -86,23 +88,35 @@ def _run(conn, task: ProducerTask) -> None:
     first_measured_seq = None
     interval = -1  # -1 is the warm-up: recorded, then discarded
     next_boundary = measure_start
-    period = SECOND_NS / task.rate if task.rate else 0.0
+    rate = task.rate
+    period = SECOND_NS / rate if rate else 0.0
     base = t_start + task.phase_ns
     measured_limit = task.message_limit
+    interval_start_seq = 0
 
     def close_interval() -> None:
-        nonlocal interval, next_boundary, first_measured_seq
+        nonlocal interval, next_boundary, first_measured_seq, interval_start_seq
+        end = len(send_ns)
+        seqs = np.arange(interval_start_seq, end, dtype=np.int64)
+        started = np.frombuffer(start_ns, dtype=np.int64)[interval_start_seq:end]
+        handed = np.frombuffer(send_ns, dtype=np.int64)[interval_start_seq:end]
+        intended = base + (seqs * period).astype(np.int64) if rate else started
         latency = _publish_latency(acked_headers, acked_ns, send_ns, first_measured_seq)
-        recorder.counters["acked"] = int(latency.size)
-        recorder.counters["send_errors"] = failed[0]
+        snapshot = {
+            "counters": {"sent": int(seqs.size), "bytes": int(sizes[seqs % pool_size].sum()),
+                         "acked": int(latency.size), "send_errors": failed[0]},
+            "values": {"publish_delay_us": (started - intended).tobytes(), "encode_ns": (handed - started).tobytes(),
+                       "publish_latency_us": latency.tobytes()},
+        }
+        del started, handed, intended  # release the views, so the arrays can grow again
         failed[0] = 0
         acked_headers.clear()
         del acked_ns[:]
-        snapshot = recorder.snapshot({"publish_latency_us": latency})
         if interval >= 0:
             conn.send(("interval", interval, snapshot))
         else:
-            first_measured_seq = len(send_ns)
+            first_measured_seq = end
+        interval_start_seq = end
         interval += 1
         next_boundary = measure_start + (interval + 1) * SECOND_NS
 
@@ -120,12 +134,11 @@ def _run(conn, task: ProducerTask) -> None:
                 poll(0)
 
     seq = 0
-    sent_measured = 0
     while True:
-        if measured_limit is not None and sent_measured >= measured_limit:
+        if measured_limit is not None and first_measured_seq is not None and seq - first_measured_seq >= measured_limit:
             break
         now = clock()
-        if task.rate:
+        if rate:
             intended = base + int(seq * period)
             if intended >= t_end:
                 break
@@ -134,28 +147,22 @@ def _run(conn, task: ProducerTask) -> None:
                 if clock() >= next_boundary:
                     close_interval()
                 continue
-        else:
-            intended = now
         if now >= t_end:  # behind schedule at the end: stop on time, the shortfall shows as a lower rate
             break
         if now >= next_boundary:
             close_interval()
-        obj = objects[seq % pool_size]
         t0 = clock()
-        payload = encode(obj)
+        if not rate:
+            intended = t0
+        payload = encode(objects[seq % pool_size])
         t1 = clock()
-        send_ns.append(t1)
+        start_append(t0)
+        send_append(t1)
         send(pack(pid, seq, intended), payload, seq % partitions)
-        values["publish_delay_us"].append(t0 - intended)
-        values["encode_ns"].append(t1 - t0)
-        recorder.counters["sent"] += 1
-        recorder.counters["bytes"] += len(payload)
-        if interval >= 0:
-            sent_measured += 1
         seq += 1
         if single:
             producer.flush(30)
-        elif not task.rate and seq % MAX_RATE_POLL_EVERY == 0:
+        elif seq % POLL_EVERY == 0:  # unthrottled, or behind schedule: still serve acknowledgements
             poll(0)
 
     unacked = producer.flush(cell["drain_timeout_s"])
@@ -167,7 +174,7 @@ def _run(conn, task: ProducerTask) -> None:
         "producer_id": pid,
         "sent_total": seq,
         "first_measured_seq": first_measured_seq,
-        "sent": sent_measured,
+        "sent": seq - first_measured_seq,
         "unacked": int(unacked),
         "last_send_ns": send_ns[-1] if send_ns else measure_start,
     }))

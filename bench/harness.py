@@ -303,6 +303,7 @@ def main() -> None:
         print(f"{fmt:9} ours {c['brokerbench']['library']:16} {c['brokerbench']['encode_ns']:8.0f}/{c['brokerbench']['decode_ns']:8.0f} ns"
               f"  fastest {c['fastest']:16} ×{c['ratio_to_fastest']:.2f}")
     if args.out:
+        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
         Path(args.out).write_text(json.dumps(result, indent=2))
 
 

@@ -6,6 +6,8 @@ Partitions map to stream keys `<topic>-<n>`. Batch mode pipelines the XADDs that
 
 from __future__ import annotations
 
+import socket
+import ssl
 import time
 
 import hiredis
@@ -83,7 +85,11 @@ class RedisStreamsDriver:
 
     def producer(self, topic: str, partitions: int, mode: str, on_ack: OnAck) -> RedisStreamsProducer:
         depth = self.client["pipeline_depth"] if mode == "batch" else 1
-        return RedisStreamsProducer(self.connect(), [stream_key(topic, p) for p in range(partitions)], depth, on_ack)
+        try:
+            connection = RespConnection(self.endpoint, self._password())
+        except OSError as exc:
+            raise BrokerUnavailable(f"Redis at {self.endpoint['host']}:{self.endpoint['port']} did not answer: {exc}") from None
+        return RedisStreamsProducer(connection, [stream_key(topic, p) for p in range(partitions)], depth, on_ack)
 
     def consumer(self, topic: str, group: str, partitions: list[int]) -> RedisStreamsConsumer:
         connection = self.connect()
@@ -97,13 +103,49 @@ class RedisStreamsDriver:
         return RedisStreamsConsumer(connection, keys, group, self.client["read_count"])
 
 
-class RedisStreamsProducer:
-    """XADDs packed once by hiredis and written together: redis-py's generic pipeline object costs
-    more per command than the broker does, and would make the client the bottleneck."""
+class RespConnection:
+    """A bare RESP connection for the producer's hot path: hiredis packs the commands and parses the
+    replies of a whole pipeline from socket reads, with no Python layer per reply."""
 
-    def __init__(self, connection: redis.Redis, keys: list[str], depth: int, on_ack: OnAck) -> None:
-        self._client = connection
-        self._connection = connection.connection_pool.get_connection()
+    def __init__(self, endpoint: dict, password: str | None) -> None:
+        host, port = endpoint["host"], int(endpoint["port"])
+        sock = socket.create_connection((host, port), timeout=30)
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        if endpoint.get("tls"):
+            sock = ssl.create_default_context().wrap_socket(sock, server_hostname=host)
+        self.sock = sock
+        self.reader = hiredis.Reader()
+        if password:
+            self.sock.sendall(hiredis.pack_command((b"AUTH", password)))
+            reply = self.replies(1)[0]
+            if isinstance(reply, Exception):
+                raise BrokerUnavailable(f"Redis AUTH failed: {reply}")
+
+    def replies(self, count: int) -> list:
+        """The next `count` replies; an error reply comes back as an exception object, not raised."""
+        out = []
+        gets, feed, recv = self.reader.gets, self.reader.feed, self.sock.recv
+        while len(out) < count:
+            reply = gets()
+            if reply is False:
+                chunk = recv(1 << 16)
+                if not chunk:
+                    raise ConnectionError("Redis closed the connection")
+                feed(chunk)
+                continue
+            out.append(reply)
+        return out
+
+    def close(self) -> None:
+        self.sock.close()
+
+
+class RedisStreamsProducer:
+    """XADDs packed once by hiredis and written together (redis-py's pipeline object costs more per
+    command than the broker does, and would make the client the bottleneck)."""
+
+    def __init__(self, connection: RespConnection, keys: list[str], depth: int, on_ack: OnAck) -> None:
+        self._connection = connection
         self._keys = [key.encode() for key in keys]
         self._depth = depth
         self._on_ack = on_ack
@@ -122,26 +164,15 @@ class RedisStreamsProducer:
         headers, commands = self._pending, self._commands
         self._pending, self._commands = [], []
         on_ack = self._on_ack
-        connection = self._connection
         try:
-            connection.send_packed_command([b"".join(commands)], check_health=False)
-        except (RedisError, OSError):
-            connection.disconnect()
+            self._connection.sock.sendall(b"".join(commands))
+            replies = self._connection.replies(len(headers))
+        except (OSError, ConnectionError):  # connection lost: these are unacknowledged
             for header in headers:
                 on_ack(header, False)
             return
-        for i, header in enumerate(headers):
-            try:
-                connection.read_response()
-            except ResponseError:  # this XADD failed; its reply was read, the stream stays aligned
-                on_ack(header, False)
-                continue
-            except (RedisError, OSError):  # connection lost: the rest are unacknowledged
-                connection.disconnect()
-                for lost in headers[i:]:
-                    on_ack(lost, False)
-                return
-            on_ack(header, True)
+        for header, reply in zip(headers, replies):
+            on_ack(header, not isinstance(reply, Exception))
 
     def poll(self, timeout_s: float) -> None:
         if self._pending:
@@ -156,8 +187,7 @@ class RedisStreamsProducer:
 
     def close(self) -> None:
         self.flush(5)
-        self._client.connection_pool.release(self._connection)
-        self._client.close()
+        self._connection.close()
 
 
 class RedisStreamsConsumer:

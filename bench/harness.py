@@ -1,8 +1,9 @@
 """Harness self-check: is the load generator ever the bottleneck? Measured side by side on the local stack.
 
-1. Kafka: the instrumented worker (raw, max rate) vs a bare confluent-kafka produce()+poll(0) loop
-   vs Kafka's own ProducerPerformance, all with the same client settings.
-2. Redis Streams: the worker vs redis-benchmark XADD with the same connections and pipeline depth.
+1. Kafka: the instrumented worker (raw, max rate, publish-only like the others) vs a bare confluent-kafka
+   produce()+poll(0) loop vs Kafka's own ProducerPerformance, all with the same client settings.
+2. Redis Streams: the worker (publish-only) vs redis-benchmark XADD with the same connections and
+   pipeline depth. The produce+consume maximum of both is reported too.
 3. Codecs: encode/decode ns per op and size of each codec vs the fastest available implementation
    of its format, on the same record.
 4. Instrumentation: what the worker adds per message (clocks, header, histograms, accounting).
@@ -47,9 +48,9 @@ CLIENT = {"acks": "1", "linger_ms": 5, "batch_bytes": 1048576, "compression": "n
 
 
 # -- the worker ----------------------------------------------------------------------------------
-def worker_cell(endpoints, store, broker: str, size: int, rate, seconds: float) -> dict:
+def worker_cell(endpoints, store, broker: str, size: int, rate, seconds: float, consumers: int = 1) -> dict:
     spec = validate({"brokers": [broker], "sizes": [size], "rates": [rate], "formats": ["raw"], "duration_s": seconds,
-                     "warmup_s": 1, "drain_timeout_s": 30, "client": CLIENT})
+                     "warmup_s": 1, "drain_timeout_s": 30, "client": CLIENT, "consumers": consumers})
     cell = expand(spec)[0]
     run_id = new_run_id()
     from brokerbench.runner import run_requested_event
@@ -251,14 +252,20 @@ def main() -> None:
         store = DynamoEventStore(endpoints["dynamodb"]["table"], endpoint_url=endpoints["dynamodb"]["endpoint_url"])
         store.ensure_table()
         step = lambda name: print(f"· {name}", file=sys.stderr, flush=True)  # noqa: E731
-        step("kafka: worker")
+        # The bare loop and the native tools only publish: the worker is compared publish-only too
+        # (consumers: 0); its produce+consume maximum is the base of the rate-accuracy runs.
+        step("kafka: worker, publish-only")
+        kafka_publish = worker_cell(endpoints, store, "kafka", args.size, "max", args.seconds, consumers=0)
+        step("kafka: worker, produce + consume")
         kafka_worker = worker_cell(endpoints, store, "kafka", args.size, "max", args.seconds)
         step("kafka: bare loop")
         kafka_bare = bare_kafka(endpoints["kafka"]["bootstrap_servers"], args.size, args.seconds)
         step("kafka: ProducerPerformance")
         kafka_native = producer_performance(endpoints["kafka"]["bootstrap_servers"], args.size,
                                             int(max(kafka_bare, 50_000) * args.seconds))
-        step("redis: worker")
+        step("redis: worker, publish-only")
+        redis_publish = worker_cell(endpoints, store, "redis-streams", args.size, "max", args.seconds, consumers=0)
+        step("redis: worker, produce + consume")
         redis_worker = worker_cell(endpoints, store, "redis-streams", args.size, "max", args.seconds)
         step("redis: redis-benchmark")
         redis_native = redis_benchmark(endpoints["redis-streams"]["port"], args.size, 500_000, CLIENT["pipeline_depth"])
@@ -281,18 +288,20 @@ def main() -> None:
         if started:
             stack.down(started, log=lambda m: None)
     result = {
-        "kafka_vs_bare": kafka_worker["rate_achieved"] / kafka_bare,
-        "kafka_vs_native": kafka_worker["rate_achieved"] / kafka_native,
-        "redis_vs_native": redis_worker["rate_achieved"] / redis_native,
+        "kafka_vs_bare": kafka_publish["rate_achieved"] / kafka_bare,
+        "kafka_vs_native": kafka_publish["rate_achieved"] / kafka_native,
+        "redis_vs_native": redis_publish["rate_achieved"] / redis_native,
         "codec_vs_fastest_worst": max(c["ratio_to_fastest"] for c in codec_results.values()),
         "instrumentation_ns_per_msg": instrumentation["total_ns"],
         "rate_error_worst": max(a["rate_error"] for a in accuracy),
         "publish_delay_p99_ms_worst": max(a["publish_delay_p99_ms"] for a in accuracy),
         "machine": {"cpu": platform.processor() or _cpu(), "cores": os.cpu_count(), "python": platform.python_version()},
         "size_bytes": args.size,
-        "kafka": {"worker_msgs_per_s": kafka_worker["rate_achieved"], "worker_lost": kafka_worker["lost"],
+        "kafka": {"worker_publish_only_msgs_per_s": kafka_publish["rate_achieved"],
+                  "worker_produce_consume_msgs_per_s": kafka_worker["rate_achieved"], "worker_lost": kafka_worker["lost"],
                   "bare_msgs_per_s": kafka_bare, "producer_performance_msgs_per_s": kafka_native},
-        "redis": {"worker_msgs_per_s": redis_worker["rate_achieved"], "worker_lost": redis_worker["lost"],
+        "redis": {"worker_publish_only_msgs_per_s": redis_publish["rate_achieved"],
+                  "worker_produce_consume_msgs_per_s": redis_worker["rate_achieved"], "worker_lost": redis_worker["lost"],
                   "redis_benchmark_msgs_per_s": redis_native, "connections": 1, "pipeline": CLIENT["pipeline_depth"]},
         "codecs": codec_results,
         "instrumentation": instrumentation,

@@ -134,3 +134,21 @@ def test_a_broker_that_is_down_fails_its_cells_and_the_others_go_on(endpoints, s
     assert "kafka" not in results["environment"]["brokers"]
     failed = [e for e in events if e["type"] == "CellFailed"]
     assert len(failed) == 1 and failed[0]["data"]["cell_id"] == kafka["cell_id"]
+
+
+def test_publish_only_cells_measure_publishing_and_claim_no_loss_figures(endpoints, store):
+    spec = {"brokers": ["kafka", "redis-streams"], "sizes": [1024], "rates": [500], "formats": ["json"],
+            "consumers": 0, "duration_s": 2, "warmup_s": 0.2}
+    _, events, results = run(spec, endpoints, store)
+    for cell in results["cells"]:
+        assert cell["status"] == "completed", cell.get("reason")
+        assert cell["publish_only"] and cell["sent"] > 0
+        assert cell["received"] is None and cell["lost"] is None and cell["duplicated"] is None
+        assert cell["throughput_msgs_per_s"] == pytest.approx(500, rel=0.02)  # what was published
+        assert cell["publish_latency_us"]["p50"] > 0 and cell["end_to_end_latency_us"]["p50"] is None
+    from brokerbench.reports import html, markdown
+    from brokerbench.reports.model import build_report
+
+    report = build_report(events)
+    assert {c["sustainability"]["verdict"] for g in report["groups"] for c in g["cells"]} == {"sustainable"}
+    assert "| – |" in markdown.render(report) and "<td>–</td>" in html.render(report)

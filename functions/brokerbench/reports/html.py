@@ -33,6 +33,10 @@ def _td(c: dict, name: str, digits=0, scale=1.0) -> str:
     return f"<td{css}{title}>{text}</td>"
 
 
+def _count_td(value) -> str:
+    return "<td>–</td>" if value is None else f"<td>{value:,}</td>"
+
+
 def _ratio_td(c: dict, axis: str) -> str:
     ratio = c.get("ratios", {}).get(axis, {}).get("throughput_msgs_per_s")
     return "<td>–</td>" if ratio is None else f"<td>{ratio:.2f}×</td>"
@@ -56,7 +60,7 @@ def _grid(group: dict) -> str:
                     + _td(c, "end_to_end_p50_us", 2, 1000) + _td(c, "end_to_end_p99_us", 2, 1000)
                     + _td(c, "end_to_end_p999_us", 2, 1000) + _td(c, "publish_latency_p99_us", 2, 1000)
                     + _td(c, "publish_delay_p99_us", 2, 1000) + _td(c, "encode_p50_ns", 1, 1000)
-                    + _td(c, "decode_p50_ns", 1, 1000) + f"<td>{c['lost']:,}</td>"
+                    + _td(c, "decode_p50_ns", 1, 1000) + _count_td(c["lost"])
                     + _ratio_td(c, "format") + _ratio_td(c, "broker")
                     + f"<td>{verdict_html}</td></tr>")
     return f"<table>{head}{''.join(rows)}</table>"

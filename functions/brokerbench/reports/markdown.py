@@ -73,7 +73,7 @@ def render(report: dict) -> str:
                 f"{_metric(c, 'throughput_mb_per_s', 2)} | {_metric(c, 'end_to_end_p50_us', 2, 1000)} | "
                 f"{_metric(c, 'end_to_end_p99_us', 2, 1000)} | {_metric(c, 'end_to_end_p999_us', 2, 1000)} | "
                 f"{_metric(c, 'publish_latency_p99_us', 2, 1000)} | {_metric(c, 'publish_delay_p99_us', 2, 1000)} | "
-                f"{_metric(c, 'encode_p50_ns', 1, 1000)} | {_metric(c, 'decode_p50_ns', 1, 1000)} | {c['lost']:,} | "
+                f"{_metric(c, 'encode_p50_ns', 1, 1000)} | {_metric(c, 'decode_p50_ns', 1, 1000)} | {_num(c['lost'])} | "
                 f"{_ratio(c, 'format', 'throughput_msgs_per_s')} | {_ratio(c, 'broker', 'throughput_msgs_per_s')} | "
                 f"{verdict} |")
         lines.append("")

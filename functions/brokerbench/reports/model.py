@@ -61,14 +61,16 @@ def _intervals_by_cell(events: list[dict]) -> dict[str, list[dict]]:
     return out
 
 
-def interval_series(intervals: list[dict]) -> dict[str, list]:
-    """Per-second figures of one cell: sent, received (msgs/s) and latency p99 (µs)."""
-    series = {"interval": [], "sent": [], "received": [], "end_to_end_p99_us": [], "publish_latency_p99_us": []}
+def interval_series(intervals: list[dict], publish_only: bool = False) -> dict[str, list]:
+    """Per-second figures of one cell: sent, received, throughput (msgs/s) and latency p99 (µs)."""
+    series = {"interval": [], "sent": [], "received": [], "throughput": [], "end_to_end_p99_us": [],
+              "publish_latency_p99_us": []}
     for data in sorted(intervals, key=lambda d: d["interval"]):
         summary = data.get("summary", {})
         series["interval"].append(data["interval"])
         series["sent"].append(data["counters"]["sent"])
         series["received"].append(data["counters"]["received"])
+        series["throughput"].append(data["counters"]["sent" if publish_only else "received"])
         series["end_to_end_p99_us"].append(summary.get("end_to_end_latency_us", {}).get("p99"))
         series["publish_latency_p99_us"].append(summary.get("publish_latency_us", {}).get("p99"))
     return series
@@ -87,7 +89,7 @@ def sustainability(cells: list[dict], series: list[dict]) -> dict:
             reasons.append(f"achieved {worst:,.0f} of {target:,} msgs/s ({worst / target:.1%})")
     for s in series:
         measured = [i for i, _ in enumerate(s["interval"]) if s["sent"][i] > 0]
-        if len(measured) < 3:
+        if len(measured) < 3 or completed[0].get("publish_only"):  # nothing consumed: no backlog to see
             continue
         backlog = np.cumsum(np.array(s["sent"]) - np.array(s["received"]))[measured]
         per_second = max(1.0, float(np.mean(np.array(s["sent"])[measured])))
@@ -115,7 +117,7 @@ def _configuration(cells: list[dict], completed_events: dict[str, dict], interva
         merged[field] = {k: summary[k] for k in SUMMARY_FIELDS}
         if field in ("end_to_end_latency_us", "publish_latency_us") and hist.get_total_count():
             merged[field]["spectrum"] = [list(pair) for pair in zip(SPECTRUM, histogram.percentiles(hist, SPECTRUM))]
-    series = [interval_series(intervals.get(c["cell_id"], [])) for c in done]
+    series = [interval_series(intervals.get(c["cell_id"], []), c.get("publish_only", False)) for c in done]
     return {
         "key": config_key(first),
         "cell_ids": [c["cell_id"] for c in cells],
@@ -126,8 +128,8 @@ def _configuration(cells: list[dict], completed_events: dict[str, dict], interva
         "metrics": {name: median_ci([read(c) for c in done]).as_dict() for name, (read, _) in METRICS.items()},
         "latency": merged,
         "sent": sum(c["sent"] for c in done),
-        "received": sum(c["received"] for c in done),
-        "lost": sum(c["lost"] for c in done),
+        "received": None if any(c.get("publish_only") for c in done) else sum(c["received"] for c in done),
+        "lost": None if any(c.get("publish_only") for c in done) else sum(c["lost"] for c in done),
         "sustainability": sustainability(cells, series),
         "intervals": series,
     }

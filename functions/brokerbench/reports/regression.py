@@ -21,7 +21,7 @@ WATERLINE = 0.25
 MIN_SAMPLES = 3
 # metric -> (interval series it is sampled from, True when higher is better)
 SAMPLED = {
-    "throughput_msgs_per_s": ("received", True),
+    "throughput_msgs_per_s": ("throughput", True),
     "end_to_end_p99_us": ("end_to_end_p99_us", False),
     "publish_latency_p99_us": ("publish_latency_p99_us", False),
 }

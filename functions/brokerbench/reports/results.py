@@ -42,6 +42,9 @@ def cell_result(cell: dict, end: dict | None) -> dict:
         return {**base, "status": "failed", "reason": end["data"]["reason"]}
     data = end["data"]
     totals, seconds = data["totals"], data["measured_s"]
+    consumed = totals["received"] is not None  # publish-only cells: throughput is what was published
+    delivered = totals["received"] if consumed else totals["sent"]
+    delivered_bytes = totals["bytes_received"] if consumed else totals["bytes_sent"]
     return {
         **base,
         "status": "completed",
@@ -54,8 +57,9 @@ def cell_result(cell: dict, end: dict | None) -> dict:
         "duplicated": totals["duplicated"],
         "out_of_order": totals["out_of_order"],
         "send_errors": totals["send_errors"],
-        "throughput_msgs_per_s": round(totals["received"] / seconds, 3),
-        "throughput_mb_per_s": round(totals["bytes_received"] / seconds / 1e6, 4),
+        "publish_only": not consumed,
+        "throughput_msgs_per_s": round(delivered / seconds, 3),
+        "throughput_mb_per_s": round(delivered_bytes / seconds / 1e6, 4),
         "intervals": data["intervals"],
         **{field: latency_object(data["histograms"].get(hist)) for field, (hist, _) in LATENCY_METRICS.items()},
     }

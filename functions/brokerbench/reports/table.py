@@ -47,7 +47,7 @@ def comparison_tables(results: dict) -> list[Table]:
                 cell["broker"], label, f"{cell['encoded_bytes']:,.0f}", rate if kept_up else f"[yellow]{rate}[/]",
                 f"{cell['throughput_mb_per_s']:,.2f}", _ms(e2e["p50"]), _ms(e2e["p99"]), _ms(e2e["p999"]),
                 _ms(cell["publish_delay_us"]["p99"]), _us(cell["encode_ns"]["p50"]), _us(cell["decode_ns"]["p50"]),
-                f"{cell['lost']:,}" if not cell["lost"] else f"[red]{cell['lost']:,}[/]",
+                "-" if cell["lost"] is None else (f"{cell['lost']:,}" if not cell["lost"] else f"[red]{cell['lost']:,}[/]"),
                 "ok" if kept_up else "[yellow]behind[/]",
             )
         tables.append(table)

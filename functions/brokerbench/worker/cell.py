@@ -272,12 +272,13 @@ class _CellRun:
         else:
             last = max(p["last_send_ns"] for p in producers)
             measured_s = max(1e-9, (last - self.timing["measure_start"]) / SECOND_NS)
+        consumed = cell["consumers"] > 0  # publish-only cells cannot know what arrived
         totals = {
             "sent": sent,
-            "received": received,
-            "lost": sent - received,
-            "duplicated": sum(c["duplicated"] for c in consumers),
-            "out_of_order": sum(c["out_of_order"] for c in consumers),
+            "received": received if consumed else None,
+            "lost": sent - received if consumed else None,
+            "duplicated": sum(c["duplicated"] for c in consumers) if consumed else None,
+            "out_of_order": sum(c["out_of_order"] for c in consumers) if consumed else None,
             "send_errors": self.totals["send_errors"],
             "unacked": sum(p["unacked"] for p in producers),
             "acked": self.totals["acked"],

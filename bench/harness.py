@@ -244,6 +244,8 @@ def main() -> None:
     parser.add_argument("--out", help="write the results as JSON")
     parser.add_argument("--size", type=int, default=1024)
     parser.add_argument("--seconds", type=float, default=5)
+    parser.add_argument("--trials", type=int, default=3, help="capacity figures are the best of this many runs, "
+                                                               "for the worker and the tools alike")
     args = parser.parse_args()
     stack = LocalStack()
     started = [s for s, info in stack.status().items() if info["state"] != "running"]
@@ -254,21 +256,25 @@ def main() -> None:
         step = lambda name: print(f"· {name}", file=sys.stderr, flush=True)  # noqa: E731
         # The bare loop and the native tools only publish: the worker is compared publish-only too
         # (consumers: 0); its produce+consume maximum is the base of the rate-accuracy runs.
+        kafka = endpoints["kafka"]["bootstrap_servers"]
+        best_cell = lambda *a, **k: max((worker_cell(*a, **k) for _ in range(args.trials)),  # noqa: E731
+                                        key=lambda c: c["rate_achieved"])
+        best = lambda fn, *a: max(fn(*a) for _ in range(args.trials))  # noqa: E731
         step("kafka: worker, publish-only")
-        kafka_publish = worker_cell(endpoints, store, "kafka", args.size, "max", args.seconds, consumers=0)
+        kafka_publish = best_cell(endpoints, store, "kafka", args.size, "max", args.seconds, consumers=0)
         step("kafka: worker, produce + consume")
-        kafka_worker = worker_cell(endpoints, store, "kafka", args.size, "max", args.seconds)
+        kafka_worker = best_cell(endpoints, store, "kafka", args.size, "max", args.seconds)
         step("kafka: bare loop")
-        kafka_bare = bare_kafka(endpoints["kafka"]["bootstrap_servers"], args.size, args.seconds)
+        kafka_bare = best(bare_kafka, kafka, args.size, args.seconds)
         step("kafka: ProducerPerformance")
-        kafka_native = producer_performance(endpoints["kafka"]["bootstrap_servers"], args.size,
-                                            int(max(kafka_bare, 50_000) * args.seconds))
+        kafka_native = best(producer_performance, kafka, args.size, int(max(kafka_bare, 50_000) * args.seconds))
         step("redis: worker, publish-only")
-        redis_publish = worker_cell(endpoints, store, "redis-streams", args.size, "max", args.seconds, consumers=0)
+        redis_publish = best_cell(endpoints, store, "redis-streams", args.size, "max", args.seconds, consumers=0)
         step("redis: worker, produce + consume")
-        redis_worker = worker_cell(endpoints, store, "redis-streams", args.size, "max", args.seconds)
+        redis_worker = best_cell(endpoints, store, "redis-streams", args.size, "max", args.seconds)
         step("redis: redis-benchmark")
-        redis_native = redis_benchmark(endpoints["redis-streams"]["port"], args.size, 500_000, CLIENT["pipeline_depth"])
+        redis_native = best(redis_benchmark, endpoints["redis-streams"]["port"], args.size, 500_000,
+                            CLIENT["pipeline_depth"])
         step("codecs")
         codec_results = codecs(args.size)
         step("instrumentation")
@@ -297,6 +303,7 @@ def main() -> None:
         "publish_delay_p99_ms_worst": max(a["publish_delay_p99_ms"] for a in accuracy),
         "machine": {"cpu": platform.processor() or _cpu(), "cores": os.cpu_count(), "python": platform.python_version()},
         "size_bytes": args.size,
+        "trials": args.trials,
         "kafka": {"worker_publish_only_msgs_per_s": kafka_publish["rate_achieved"],
                   "worker_produce_consume_msgs_per_s": kafka_worker["rate_achieved"], "worker_lost": kafka_worker["lost"],
                   "bare_msgs_per_s": kafka_bare, "producer_performance_msgs_per_s": kafka_native},

@@ -194,6 +194,9 @@ def cmd_run(args) -> int:
         path = write_results(results, Path(args.out))
         print_results(results)
         console.print(f"\nresults: {path}")
+        for name in ("report.html", "report.md"):  # written by the workflow's Aggregate step
+            if (path.parent / name).is_file():
+                console.print(f"report:  {path.parent / name}")
         if interrupted:
             errors.print("[yellow]interrupted: what was measured is stored and written above[/]")
             return EXIT_INTERRUPTED
@@ -261,17 +264,28 @@ def _stored(args):
         return None
 
 
-def cmd_show(args) -> int:
-    from .reports.results import build_results
-
+def _run_events(args, *run_ids: str) -> list[list[dict]] | int:
+    """Each run's events (without per-interval histograms), or the exit code to return."""
     store = _stored(args)
     if store is None:
         return EXIT_ENVIRONMENT
-    events = store.read(args.run_id)
-    if not events:
-        errors.print(f"[red]no run {args.run_id}[/]")
-        return EXIT_INVALID
-    results = build_results(events)
+    found = []
+    for run_id in run_ids:
+        events = store.read(run_id, interval_histograms=False)
+        if not events:
+            errors.print(f"[red]no run {run_id}[/]")
+            return EXIT_INVALID
+        found.append(events)
+    return found
+
+
+def cmd_show(args) -> int:
+    from .reports.results import build_results
+
+    found = _run_events(args, args.run_id)
+    if isinstance(found, int):
+        return found
+    results = build_results(found[0])
     if args.json:
         print(json.dumps(results, indent=2))
     else:
@@ -293,14 +307,10 @@ def _render(report: dict, fmt: str) -> str:
 def cmd_report(args) -> int:
     from .reports.model import build_report
 
-    store = _stored(args)
-    if store is None:
-        return EXIT_ENVIRONMENT
-    events = store.read(args.run_id, interval_histograms=False)
-    if not events:
-        errors.print(f"[red]no run {args.run_id}[/]")
-        return EXIT_INVALID
-    body = _render(build_report(events), args.format)
+    found = _run_events(args, args.run_id)
+    if isinstance(found, int):
+        return found
+    body = _render(build_report(found[0]), args.format)
     path = Path(args.out) / args.run_id / REPORT_FILES[args.format]
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(body)
@@ -316,17 +326,10 @@ def cmd_compare(args) -> int:
     from .reports.model import build_report
     from .reports.regression import compare
 
-    store = _stored(args)
-    if store is None:
-        return EXIT_ENVIRONMENT
-    reports = {}
-    for run_id in (args.baseline, args.candidate):
-        events = store.read(run_id, interval_histograms=False)
-        if not events:
-            errors.print(f"[red]no run {run_id}[/]")
-            return EXIT_INVALID
-        reports[run_id] = build_report(events)
-    verdicts = compare(reports[args.baseline], reports[args.candidate])
+    found = _run_events(args, args.baseline, args.candidate)
+    if isinstance(found, int):
+        return found
+    verdicts = compare(build_report(found[0]), build_report(found[1]))
     table = Table(title=f"{args.candidate} against {args.baseline}", title_justify="left", header_style="bold")
     for name, justify in [("cell", "left"), ("metric", "left"), ("verdict", "left"), ("baseline", "right"),
                           ("candidate", "right"), ("change", "right"), ("p", "right"), ("why", "left")]:

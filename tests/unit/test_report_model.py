@@ -74,3 +74,26 @@ def test_renderers_show_regressions_first_and_every_chart_kind(report):
         assert title in page, title
     assert "<script" not in page and "http://" not in page.replace('xmlns="http://www.w3.org/2000/svg"', "")
     assert page.index("id='regressions'") < page.index("Comparison")
+
+
+def test_highlights_do_not_compare_the_latency_of_cells_that_fell_behind():
+    behind = synthetic_run({**SPEC, "repeats": 1, "sizes": [1024], "formats": ["json"]}, intervals=6, seed=8)
+    slow = synthetic_run({**SPEC, "repeats": 1, "sizes": [1024], "formats": ["msgpack"]}, intervals=6, seed=9,
+                         rate_scale=0.5, latency_scale=10)
+    run_id = behind[0]["run_id"]
+    # One run: json keeps up, msgpack falls behind with 10× the latency.
+    events = [e for e in behind if e["type"] != "RunCompleted"]
+    requested = events[0]
+    cells = requested["data"]["cells"] + [{**c, "index": c["index"] + 10, "cell_id": c["cell_id"] + "x"}
+                                          for c in slow[0]["data"]["cells"]]
+    events[0] = {**requested, "data": {**requested["data"], "cells": cells,
+                                       "spec": {**requested["data"]["spec"], "formats": ["json", "msgpack"]}}}
+    for e in slow[2:-1]:
+        data = {**e["data"], "cell_id": e["data"]["cell_id"] + "x"}
+        if e["type"] == "CellStarted":
+            data["cell"] = {**data["cell"], "cell_id": data["cell_id"], "index": data["cell"]["index"] + 10}
+        events.append({**e, "run_id": run_id, "data": data})
+    report = build_report(events)
+    text = " ".join(report["highlights"])
+    assert "msgpack 0." in text and "could not keep up" in text
+    assert "msgpack end-to-end p99" not in text

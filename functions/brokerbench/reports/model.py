@@ -168,12 +168,14 @@ def highlights(groups: list[dict], references: dict) -> list[str]:
     out = []
     for group in groups:
         for c in group["cells"]:
+            behind = c["sustainability"]["verdict"] == "unsustainable"
             ratio = c.get("ratios", {}).get("format", {}).get("throughput_msgs_per_s")
             if ratio and abs(ratio - 1) >= 0.05 and c["format"] != references["format"]:
                 out.append(f"{c['broker']}: {c['format']} {ratio:.2f}× {references['format']} throughput at "
-                           f"{c['metrics']['encoded_bytes']['median']:,.0f} B ({group['title']})")
+                           f"{c['metrics']['encoded_bytes']['median']:,.0f} B ({group['title']})"
+                           + (" — could not keep up with the target rate" if behind else ""))
             ratio = c.get("ratios", {}).get("format", {}).get("end_to_end_p99_us")
-            if ratio and abs(ratio - 1) >= 0.2 and c["format"] != references["format"]:
+            if ratio and abs(ratio - 1) >= 0.2 and c["format"] != references["format"] and not behind:
                 out.append(f"{c['broker']}: {c['format']} end-to-end p99 {ratio:.2f}× {references['format']}'s "
                            f"({group['title']})")
     return out

@@ -83,7 +83,7 @@ class EventProgress:
         self.finished: set[str] = set()
 
     def poll(self) -> None:
-        events = self.store.read(self.run_id)
+        events = self.store.read(self.run_id, interval_histograms=False)
         if not events or events[0]["type"] != "RunRequested":
             return
         cells = {c["cell_id"]: c for c in events[0]["data"]["cells"]}

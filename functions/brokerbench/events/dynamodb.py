@@ -151,9 +151,8 @@ class DynamoEventStore:
                     time.sleep(min(0.05 * 2**attempt, 2))
         raise RuntimeError(f"could not write {len(pending)} events after retries")
 
-    def read(self, run_id: str, prefix: str | None = None, after: str | None = None,
-             interval_histograms: bool = True) -> list[dict]:
-        """The run's events in order; only those whose sort key starts with `prefix` or follows `after`.
+    def read(self, run_id: str, prefix: str | None = None, interval_histograms: bool = True) -> list[dict]:
+        """The run's events in order; only those whose sort key starts with `prefix` when given.
 
         interval_histograms=False leaves the per-interval histograms out (reports use the intervals'
         summaries and the cells' cumulative histograms), which makes large runs much cheaper to read.
@@ -161,8 +160,6 @@ class DynamoEventStore:
         """
         if prefix:
             return self._query(run_id, "begins_with(sk, :p)", {":p": prefix}, interval_histograms)
-        if after:
-            return self._query(run_id, "sk > :a", {":a": after}, interval_histograms)
         header = self._query(run_id, "sk < :c", {":c": "10#"}, interval_histograms)
         requested = next((e for e in header if e["type"] == "RunRequested"), None)
         if requested is None:  # no header to say how many cells: one plain query

@@ -6,8 +6,7 @@ from itertools import groupby
 
 from rich.table import Table
 
-# A cell whose achieved rate is below this share of its target could not keep up.
-SUSTAINED = 0.995
+from .model import SUSTAINED_RATE
 
 
 def _ms(us: float | None) -> str:
@@ -42,7 +41,7 @@ def comparison_tables(results: dict) -> list[Table]:
                 continue
             e2e = cell["end_to_end_latency_us"]
             rate = f"{cell['throughput_msgs_per_s']:,.0f}"
-            kept_up = cell["rate_target"] == "max" or cell["rate_achieved"] >= SUSTAINED * cell["rate_target"]
+            kept_up = cell["rate_target"] == "max" or cell["rate_achieved"] >= SUSTAINED_RATE * cell["rate_target"]
             table.add_row(
                 cell["broker"], label, f"{cell['encoded_bytes']:,.0f}", rate if kept_up else f"[yellow]{rate}[/]",
                 f"{cell['throughput_mb_per_s']:,.2f}", _ms(e2e["p50"]), _ms(e2e["p99"]), _ms(e2e["p999"]),

@@ -129,7 +129,7 @@ class EventProgress:
 
 def _finish_interrupted(store, run_id: str, request: dict) -> None:
     """Ctrl-C: the run ends as interrupted and the targets it started are stopped (as teardown would)."""
-    from .events import make_event
+    from .runner import run_completed_event
     from .spec import validate
     from .workflow import steps
 
@@ -137,8 +137,7 @@ def _finish_interrupted(store, run_id: str, request: dict) -> None:
     completed = sum(1 for e in events if e["type"] == "CellCompleted")
     failed = sum(1 for e in events if e["type"] == "CellFailed")
     if events:
-        store.append([make_event(run_id, "RunCompleted", {"status": "interrupted", "cells_completed": completed,
-                                                          "cells_failed": failed})])
+        store.append([run_completed_event(run_id, "interrupted", completed, failed)])
     spec = validate(request)
     for broker in spec["brokers"]:
         steps.teardown_target({"run_id": run_id, "broker": broker, "spec": spec})

@@ -93,8 +93,10 @@ def execute_run(request: dict, endpoints: dict, store: EventStore, *, suite: str
     return outcome
 
 
+def run_completed_event(run_id: str, status: str, completed: int, failed: int) -> dict:
+    return make_event(run_id, "RunCompleted", {"status": status, "cells_completed": completed, "cells_failed": failed})
+
+
 def _finish(store: EventStore, run_id: str, outcome: RunOutcome) -> None:
     completed = sum(1 for c in outcome.cells if c.status == "completed")
-    store.append([make_event(run_id, "RunCompleted", {
-        "status": outcome.status, "cells_completed": completed, "cells_failed": len(outcome.cells) - completed,
-    })])
+    store.append([run_completed_event(run_id, outcome.status, completed, len(outcome.cells) - completed)])

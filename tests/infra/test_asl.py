@@ -4,7 +4,6 @@ import importlib
 import json
 import re
 import subprocess
-from pathlib import Path
 
 from brokerbench.local.workflow import DEFINITION, REPO_DIR, load_definition, substitutions
 

@@ -1,6 +1,5 @@
 """The comparison report built from events (synthetic runs shaped exactly like real ones)."""
 
-import numpy as np
 import pytest
 
 from brokerbench import histogram

@@ -43,9 +43,3 @@ def get_codec(name: str) -> Codec:
         return ProtobufCodec()
     raise ValueError(f"unknown format {name!r}; expected one of {', '.join(FORMATS)}")
 
-
-def library_versions() -> dict[str, str]:
-    """Versions of the codec libraries, for the run's environment record."""
-    from importlib.metadata import version
-
-    return {lib: version(lib) for lib in ("orjson", "msgspec", "fastavro", "protobuf")}

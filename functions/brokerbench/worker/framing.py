@@ -5,7 +5,6 @@ import struct
 import numpy as np
 
 HEADER = struct.Struct("<IQQ")
-HEADER_SIZE = HEADER.size
 HEADER_DTYPE = np.dtype([("producer", "<u4"), ("seq", "<u8"), ("intended_ns", "<u8")])
 
 

@@ -15,7 +15,7 @@ from ..plan import plan
 from ..reports import html, markdown, regression
 from ..reports.model import build_report
 from ..reports.results import build_results
-from ..runner import describe_targets, run_requested_event
+from ..runner import describe_targets, run_completed_event, run_requested_event
 from ..spec import SpecError, validate
 from ..worker import run_cell as measure_cell
 
@@ -97,8 +97,7 @@ def aggregate(event: dict) -> dict:
     completed = sum(1 for c in results["cells"] if c["status"] == "completed")
     failed = len(results["cells"]) - completed
     status = "completed" if not failed else "completed_with_failures"
-    store.append([make_event(run_id, "RunCompleted", {"status": status, "cells_completed": completed,
-                                                      "cells_failed": failed})])
+    store.append([run_completed_event(run_id, status, completed, failed)])
     files = publish_reports(store, run_id)
     store.append([make_event(run_id, "ReportBuilt", {"files": files})])
     return {"status": status, "cells_completed": completed, "cells_failed": failed, "report": files["html"]}

@@ -3,6 +3,8 @@
 A driver creates and deletes topics, and makes producers and consumers. A producer sends
 (header, payload) to a partition and reports each acknowledgement through `on_ack(header, ok)`
 while it is polled or flushed; a consumer returns batches of (header, payload, partition).
+A driver may also offer the producer's native send loop (`native_sender`, see brokerbench.native),
+or raise native.Unsupported, and the worker runs its Python loop over `producer`.
 The header is the worker's framing (producer id, sequence, intended send time); each driver
 carries it where its broker keeps per-message metadata (Kafka key, a Redis stream field).
 Adding a broker means adding one module here and one line in DRIVERS.
@@ -54,6 +56,8 @@ class Driver(Protocol):
     def delete_topic(self, topic: str, partitions: int) -> None: ...
 
     def producer(self, topic: str, partitions: int, mode: str, on_ack: OnAck) -> Producer: ...
+
+    def native_sender(self, topic: str, partitions: int, mode: str): ...
 
     def consumer(self, topic: str, group: str, partitions: list[int]) -> Consumer: ...
 

@@ -8,6 +8,7 @@ from confluent_kafka import KafkaException, TopicPartition
 from confluent_kafka import Producer as _KafkaProducer
 from confluent_kafka.admin import AdminClient, NewTopic
 
+from .. import native
 from . import BrokerUnavailable, Message, OnAck
 
 
@@ -64,9 +65,9 @@ class KafkaDriver:
         except KafkaException:
             pass  # best effort: a topic left behind does not change later cells (each has its own)
 
-    def producer(self, topic: str, partitions: int, mode: str, on_ack: OnAck) -> KafkaProducer:
+    def producer_config(self, mode: str) -> dict:
         client = self.client
-        config = {
+        return {
             **self._common,
             "acks": client["acks"],
             "compression.type": client["compression"],
@@ -76,7 +77,15 @@ class KafkaDriver:
             "queue.buffering.max.kbytes": 1_048_576,
             "message.max.bytes": 16 * 1024 * 1024,
         }
-        return KafkaProducer(_KafkaProducer(config), topic, on_ack)
+
+    def producer(self, topic: str, partitions: int, mode: str, on_ack: OnAck) -> KafkaProducer:
+        return KafkaProducer(_KafkaProducer(self.producer_config(mode)), topic, on_ack)
+
+    def native_sender(self, topic: str, partitions: int, mode: str):
+        """The native send loop over librdkafka, with the same settings as `producer`."""
+        if self.endpoint.get("auth") == "iam":
+            raise native.Unsupported("MSK IAM tokens come from a Python callback")
+        return native.kafka_sender(self.producer_config(mode), topic, partitions, mode == "single")
 
     def consumer(self, topic: str, group: str, partitions: list[int]) -> KafkaConsumer:
         consumer = _KafkaConsumer({

@@ -14,6 +14,7 @@ import hiredis
 import redis
 from redis.exceptions import RedisError, ResponseError
 
+from .. import native
 from . import BrokerUnavailable, Message, OnAck
 
 HEADER_FIELD = b"h"
@@ -90,6 +91,17 @@ class RedisStreamsDriver:
         except OSError as exc:
             raise BrokerUnavailable(f"Redis at {self.endpoint['host']}:{self.endpoint['port']} did not answer: {exc}") from None
         return RedisStreamsProducer(connection, [stream_key(topic, p) for p in range(partitions)], depth, on_ack)
+
+    def native_sender(self, topic: str, partitions: int, mode: str):
+        """The native send loop on a plain RESP connection, with the same pipelining as `producer`."""
+        if self.endpoint.get("tls"):
+            raise native.Unsupported("the native loop speaks plain TCP, not TLS")
+        depth = self.client["pipeline_depth"] if mode == "batch" else 1
+        try:
+            return native.redis_sender(self.endpoint["host"], int(self.endpoint["port"]), self._password(),
+                                       [stream_key(topic, p).encode() for p in range(partitions)], depth)
+        except OSError as exc:
+            raise BrokerUnavailable(f"Redis at {self.endpoint['host']}:{self.endpoint['port']} did not answer: {exc}") from None
 
     def consumer(self, topic: str, group: str, partitions: list[int]) -> RedisStreamsConsumer:
         connection = self.connect()

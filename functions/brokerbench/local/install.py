@@ -1,4 +1,5 @@
-"""Idempotent install of the local stack's parts: Maven jars, the DynamoDB Local launcher, redis-server."""
+"""Idempotent install of the local stack's parts: Maven jars, the DynamoDB Local launcher, redis-server,
+and the native send loop (built against librdkafka-dev's header)."""
 
 from __future__ import annotations
 
@@ -35,14 +36,18 @@ def _run(cmd: list[str], cwd: Path | None = None) -> None:
 # Command -> the Debian package that provides it.
 DEBIAN_PACKAGES = {"redis-server": "redis-server", "redis-benchmark": "redis-tools", "mvn": "maven",
                    "java": "openjdk-17-jdk-headless", "javac": "openjdk-17-jdk-headless", "node": "nodejs", "npm": "npm",
-                   "chromium": "chromium"}
+                   "gcc": "gcc", "chromium": "chromium"}
+# Header -> the Debian package that provides it (for the native send loop's build).
+DEBIAN_HEADERS = {"/usr/include/librdkafka/rdkafka.h": "librdkafka-dev"}
+NATIVE_SOURCE = PACKAGE_DIR / "native" / "sendloop.c"
 # Only the browser test needs chromium; `make run` does not install it.
 RUN_COMMANDS = tuple(c for c in DEBIAN_PACKAGES if c != "chromium")
 
 
 def install_commands(commands=RUN_COMMANDS, log=print) -> None:
     """apt-get install the packages of the missing commands (as root), else say what to install."""
-    missing = sorted({DEBIAN_PACKAGES[c] for c in commands if not shutil.which(c)})
+    missing = sorted({DEBIAN_PACKAGES[c] for c in commands if not shutil.which(c)} |
+                     {package for header, package in DEBIAN_HEADERS.items() if not Path(header).is_file()})
     if not missing:
         return
     if os.geteuid() != 0 or not shutil.which("apt-get"):
@@ -78,11 +83,23 @@ def install_jars(log=print) -> None:
         _run(["javac", "-d", str(classes), "-cp", f"{lib_dir('dynamodb-local')}/*", str(LAUNCHER_SOURCE)])
 
 
+def build_native(log=print) -> None:
+    """Build the native send loop in place when its source is newer than the built module."""
+    built = sorted(NATIVE_SOURCE.parent.glob("_sendloop*.so"))
+    if built and built[0].stat().st_mtime >= NATIVE_SOURCE.stat().st_mtime:
+        return
+    log("building the native send loop ...")
+    _run([sys.executable, "setup.py", "-q", "build_ext", "--inplace"], cwd=REPO_DIR)
+    if not list(NATIVE_SOURCE.parent.glob("_sendloop*.so")):
+        raise InstallError("the native send loop did not build (setup.py build_ext printed no error)")
+
+
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
     try:
         install_commands((*RUN_COMMANDS, "chromium") if "--with-browser" in args else RUN_COMMANDS)
         install_jars()
+        build_native()
     except InstallError as exc:
         print(f"brokerbench setup: {exc}", file=sys.stderr)
         return 1

@@ -133,6 +133,8 @@ class _CellRun:
         ready = self._collect_ready()
         encoded = [info["encoded_bytes"] for (role, _), info in ready.items() if role == "producer"]
         self.encoded_bytes = sum(encoded) / len(encoded)
+        loops = {info["send_loop"] for (role, _), info in ready.items() if role == "producer"}
+        self.send_loop = loops.pop() if len(loops) == 1 else "mixed"
 
         t_start = time.monotonic_ns() + START_LEAD_NS
         measure_start = t_start + int(cell["warmup_s"] * SECOND_NS)
@@ -288,7 +290,7 @@ class _CellRun:
         hists = {metric: histogram.encode(histogram.merge(parts)) for metric, parts in self.cumulative.items()}
         self.store.append([make_event(self.run_id, "CellCompleted", {
             "cell_id": cell["cell_id"], "attempt": self.attempt, "measured_s": measured_s, "encoded_bytes": self.encoded_bytes,
-            "intervals": self.written_intervals, "totals": totals, "histograms": hists,
+            "send_loop": self.send_loop, "intervals": self.written_intervals, "totals": totals, "histograms": hists,
         }, cell_index=cell["index"])])
         self.progress(Progress(cell["cell_id"], "done", 1.0, sent, received))
         return CellOutcome(cell["cell_id"], "completed", intervals=self.written_intervals)

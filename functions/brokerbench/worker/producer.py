@@ -17,6 +17,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .. import native
 from ..codecs import get_codec
 from ..drivers import get_driver
 from .framing import HEADER, unpack_many
@@ -52,6 +53,110 @@ def _run(conn, task: ProducerTask) -> None:
     cell = task.cell
     codec = get_codec(cell["format"])
     pool = payload_pool(cell["format"], cell["size_basis"], cell["size_bytes"])
+    driver = get_driver(cell["broker"], task.endpoint, cell["client"])
+    sender = _native_sender(driver, task)
+    sizes = np.asarray(pool.encoded_sizes, dtype=np.int64)
+
+    gc.freeze()  # the loops below make no reference cycles: no collector pauses in the middle of a send
+    gc.disable()
+
+    conn.send(("ready", {"encoded_bytes": pool.mean_encoded_bytes, "send_loop": "native" if sender else "python"}))
+    command, timing = conn.recv()
+    if command != "go":
+        if sender:
+            sender.close()
+        return
+    rate = task.rate
+    period = SECOND_NS / rate if rate else 0.0
+    base = timing["t_start"] + task.phase_ns
+
+    # Each interval's figures are derived and sent by a helper thread, so the send loop only hands
+    # over the interval's raw timestamps instead of pausing for the numpy work and the pipe write.
+    reports: queue.Queue = queue.Queue()
+    reporter = threading.Thread(target=_report_intervals, args=(reports, conn, sizes, len(pool.objects), base, period, rate),
+                                name="interval-reporter", daemon=True)
+    reporter.start()
+    loop = _native_loop if sender else _python_loop
+    done = loop(sender or driver, task, codec, pool, timing, base, period, reports)
+    reports.put(None)
+    reporter.join()
+    conn.send(("done", {"producer_id": task.producer_id, **done}))
+
+
+def _native_sender(driver, task: ProducerTask):
+    """The native send loop's sender, or None for the Python loop (BROKERBENCH_SEND_LOOP decides)."""
+    wanted = native.choice()
+    if wanted == "python":
+        return None
+    try:
+        return driver.native_sender(task.topic, task.cell["partitions"], task.cell["mode"])
+    except native.Unsupported:
+        if wanted == "native":
+            raise
+        return None
+
+
+class _Intervals:
+    """The interval clock shared by both loops: warm-up first (-1, discarded), then 1 s intervals."""
+
+    def __init__(self, timing: dict, reports: queue.Queue) -> None:
+        self.measure_start = timing["measure_start"]
+        self.reports = reports
+        self.interval = -1
+        self.next_boundary = self.measure_start
+        self.first_measured_seq: int | None = None
+        self.start_seq = 0  # first sequence number of the open interval
+
+    def close(self, end_seq: int, started, handed, acked, acked_ns, failed: int) -> None:
+        """End the open interval at `end_seq`; the message arrays hold its messages only."""
+        if self.interval >= 0:
+            self.reports.put((self.interval, self.start_seq, started, handed, acked, acked_ns, failed,
+                              self.first_measured_seq))
+        else:
+            self.first_measured_seq = end_seq
+        self.start_seq = end_seq
+        self.interval += 1
+        self.next_boundary = self.measure_start + (self.interval + 1) * SECOND_NS
+
+
+def _native_loop(sender, task: ProducerTask, codec, pool, timing: dict, base: int, period: float,
+                 reports: queue.Queue) -> dict:
+    """The native send loop: one call per interval, the interval's records taken at its end."""
+    encode = None if task.cell["format"] == "raw" else codec.encode
+    sender.configure(list(pool.objects), encode, task.producer_id, base, period)
+    t_end = timing["t_end"]
+    intervals = _Intervals(timing, reports)
+    limit = task.message_limit
+    no_limit = 1 << 62
+    seq, last_send_ns = 0, timing["measure_start"]
+
+    def close(end_seq: int) -> None:
+        nonlocal last_send_ns
+        started, handed, acked_seq, acked_ns, failed = sender.take()
+        if handed:
+            last_send_ns = int.from_bytes(handed[-8:], "little", signed=True)
+        intervals.close(end_seq, started, handed, acked_seq, acked_ns, failed)
+
+    while True:
+        first = intervals.first_measured_seq
+        stop = first + limit if limit is not None and first is not None else no_limit
+        seq, why = sender.send_until(seq, stop, min(intervals.next_boundary, t_end), t_end)
+        if why != native.module().STOP_BOUNDARY:
+            break
+        close(seq)
+    unacked = sender.flush(task.cell["drain_timeout_s"])
+    if intervals.first_measured_seq is None:  # the run ended inside the warm-up
+        intervals.first_measured_seq = seq
+    close(seq)
+    sender.close()
+    return {"sent_total": seq, "first_measured_seq": intervals.first_measured_seq,
+            "sent": seq - intervals.first_measured_seq, "unacked": int(unacked), "last_send_ns": last_send_ns}
+
+
+def _python_loop(driver, task: ProducerTask, codec, pool, timing: dict, base: int, period: float,
+                 reports: queue.Queue) -> dict:
+    """The send loop in Python, for where the native one cannot run (Redis TLS, MSK IAM, not built)."""
+    cell = task.cell
     objects = pool.objects
     pool_size = len(objects)
     encode = codec.encode
@@ -72,10 +177,6 @@ def _run(conn, task: ProducerTask) -> None:
         else:
             failed[0] += 1
 
-    gc.freeze()  # the loops below make no reference cycles: no collector pauses in the middle of a send
-    gc.disable()
-
-    driver = get_driver(cell["broker"], task.endpoint, cell["client"])
     producer = driver.producer(task.topic, partitions, cell["mode"], on_ack)
     send, poll = producer.send, producer.poll
 
@@ -84,42 +185,17 @@ def _run(conn, task: ProducerTask) -> None:
     start_ns = array("q")  # when the worker took the message up (after waiting for its intended time)
     send_ns = array("q")  # when the encoded message was handed to the client
     start_append, send_append = start_ns.append, send_ns.append
-    sizes = np.asarray(pool.encoded_sizes, dtype=np.int64)
-
-    conn.send(("ready", {"encoded_bytes": pool.mean_encoded_bytes}))
-    command, timing = conn.recv()
-    if command != "go":
-        return
-    t_start, measure_start, t_end = timing["t_start"], timing["measure_start"], timing["t_end"]
-    first_measured_seq = None
-    interval = -1  # -1 is the warm-up: recorded, then discarded
-    next_boundary = measure_start
-    rate = task.rate
-    period = SECOND_NS / rate if rate else 0.0
-    base = t_start + task.phase_ns
+    t_end = timing["t_end"]
+    intervals = _Intervals(timing, reports)
     measured_limit = task.message_limit
-    interval_start_seq = 0
-
-    # Each interval's figures are derived and sent by a helper thread, so the send loop only copies
-    # the interval's slices (a memcpy) instead of pausing for the numpy work and the pipe write.
-    reports: queue.Queue = queue.Queue()
-    reporter = threading.Thread(target=_report_intervals, args=(reports, conn, sizes, pool_size, base, period, rate),
-                                name="interval-reporter", daemon=True)
-    reporter.start()
+    rate = task.rate
 
     def close_interval() -> None:
-        nonlocal interval, next_boundary, first_measured_seq, interval_start_seq, acked_headers, acked_ns
-        end = len(send_ns)
-        if interval >= 0:
-            reports.put((interval, interval_start_seq, start_ns[interval_start_seq:end], send_ns[interval_start_seq:end],
-                         acked_headers, acked_ns, failed[0], first_measured_seq))
-        else:
-            first_measured_seq = end
+        nonlocal acked_headers, acked_ns
+        begin, end = intervals.start_seq, len(send_ns)
+        intervals.close(end, start_ns[begin:end], send_ns[begin:end], acked_headers, acked_ns, failed[0])
         acked_headers, acked_ns = [], array("q")
         failed[0] = 0
-        interval_start_seq = end
-        interval += 1
-        next_boundary = measure_start + (interval + 1) * SECOND_NS
 
     def wait_until(target: int) -> None:
         while True:
@@ -137,7 +213,8 @@ def _run(conn, task: ProducerTask) -> None:
 
     seq = 0
     while True:
-        if measured_limit is not None and first_measured_seq is not None and seq - first_measured_seq >= measured_limit:
+        first = intervals.first_measured_seq
+        if measured_limit is not None and first is not None and seq - first >= measured_limit:
             break
         now = clock()
         if rate:
@@ -145,13 +222,13 @@ def _run(conn, task: ProducerTask) -> None:
             if intended >= t_end:
                 break
             if now < intended:
-                wait_until(min(intended, next_boundary))
-                if clock() >= next_boundary:
+                wait_until(min(intended, intervals.next_boundary))
+                if clock() >= intervals.next_boundary:
                     close_interval()
                 continue
         if now >= t_end:  # behind schedule at the end: stop on time, the shortfall shows as a lower rate
             break
-        if now >= next_boundary:
+        if now >= intervals.next_boundary:
             close_interval()
         t0 = clock()
         if not rate:
@@ -168,20 +245,13 @@ def _run(conn, task: ProducerTask) -> None:
             poll(0)
 
     unacked = producer.flush(cell["drain_timeout_s"])
-    if first_measured_seq is None:  # the run ended inside the warm-up
-        first_measured_seq = len(send_ns)
+    if intervals.first_measured_seq is None:  # the run ended inside the warm-up
+        intervals.first_measured_seq = len(send_ns)
     close_interval()
     producer.close()
-    reports.put(None)
-    reporter.join()
-    conn.send(("done", {
-        "producer_id": pid,
-        "sent_total": seq,
-        "first_measured_seq": first_measured_seq,
-        "sent": seq - first_measured_seq,
-        "unacked": int(unacked),
-        "last_send_ns": send_ns[-1] if send_ns else measure_start,
-    }))
+    first = intervals.first_measured_seq
+    return {"sent_total": seq, "first_measured_seq": first, "sent": seq - first, "unacked": int(unacked),
+            "last_send_ns": send_ns[-1] if send_ns else timing["measure_start"]}
 
 
 def _report_intervals(reports: queue.Queue, conn, sizes, pool_size, base, period, rate) -> None:
@@ -189,14 +259,16 @@ def _report_intervals(reports: queue.Queue, conn, sizes, pool_size, base, period
     firsts: list[int] = []  # first sequence number of each interval's send times
     chunks: list[np.ndarray] = []
     while (item := reports.get()) is not None:
-        interval, first_seq, started, handed, acked_headers, acked_ns, failed, first_measured_seq = item
-        seqs = np.arange(first_seq, first_seq + len(started), dtype=np.int64)
-        started = np.frombuffer(started, dtype=np.int64)
+        interval, first_seq, started, handed, acked, acked_ns, failed, first_measured_seq = item
+        started = np.frombuffer(started, dtype=np.int64)  # array("q") (Python loop) or bytes (native loop)
         handed = np.frombuffer(handed, dtype=np.int64)
+        seqs = np.arange(first_seq, first_seq + started.size, dtype=np.int64)
         firsts.append(first_seq)
         chunks.append(handed)
         intended = base + (seqs * period).astype(np.int64) if rate else started
-        latency = _publish_latency(acked_headers, acked_ns, firsts, chunks, first_measured_seq)
+        acked_seqs = (unpack_many(acked)["seq"].astype(np.int64) if isinstance(acked, list)  # headers (Python loop)
+                      else np.frombuffer(acked, dtype=np.int64))  # sequence numbers (native loop)
+        latency = _publish_latency(acked_seqs, acked_ns, firsts, chunks, first_measured_seq)
         conn.send(("interval", interval, {
             "counters": {"sent": int(seqs.size), "bytes": int(sizes[seqs % pool_size].sum()),
                          "acked": int(latency.size), "send_errors": failed},
@@ -205,12 +277,11 @@ def _report_intervals(reports: queue.Queue, conn, sizes, pool_size, base, period
         }))
 
 
-def _publish_latency(headers: list[bytes], ack_ns: array, firsts: list[int], chunks: list[np.ndarray],
+def _publish_latency(seqs: np.ndarray, ack_ns, firsts: list[int], chunks: list[np.ndarray],
                      first_measured_seq: int) -> np.ndarray:
     """send→ack in ns for the acknowledged measured messages (warm-up acks dropped)."""
-    if not headers:
+    if not seqs.size:
         return np.empty(0, np.int64)
-    seqs = unpack_many(headers)["seq"].astype(np.int64)
     acked = np.frombuffer(ack_ns, dtype=np.int64)[: seqs.size]
     measured = seqs >= first_measured_seq
     seqs, acked = seqs[measured], acked[measured]

@@ -1,0 +1,57 @@
+"""The producer's native send loop (`_sendloop.c`), and when the worker uses it.
+
+`BROKERBENCH_SEND_LOOP` chooses: `auto` (the default: native where it is built and the endpoint
+allows it, else the Python loop), `native` (fail rather than fall back) or `python`.
+The native loop needs its extension built (`make setup` does) and, for Kafka, the librdkafka that
+confluent-kafka loaded; it does not do Redis TLS or MSK IAM tokens (both stay on the Python loop).
+"""
+
+from __future__ import annotations
+
+import os
+
+try:
+    from . import _sendloop
+except ImportError:  # not built: the Python loop runs
+    _sendloop = None
+
+CHOICES = ("auto", "native", "python")
+
+
+class Unsupported(RuntimeError):
+    """The native loop cannot serve this producer; the Python loop can."""
+
+
+def choice() -> str:
+    value = os.environ.get("BROKERBENCH_SEND_LOOP", "auto")
+    if value not in CHOICES:
+        raise ValueError(f"BROKERBENCH_SEND_LOOP: {value!r} is not one of {', '.join(CHOICES)}")
+    return value
+
+
+def module():
+    if _sendloop is None:
+        raise Unsupported("the native send loop is not built (make setup builds it; it needs librdkafka-dev)")
+    return _sendloop
+
+
+def rdkafka_path() -> str:
+    """The file of the librdkafka that confluent-kafka's extension loaded into this process."""
+    import confluent_kafka.cimpl  # noqa: F401  (loads librdkafka)
+
+    with open("/proc/self/maps") as maps:
+        for line in maps:
+            path = line.split()[-1]
+            if "librdkafka" in path and ".so" in path:
+                return path
+    raise Unsupported("confluent-kafka's librdkafka is not mapped in this process")
+
+
+def kafka_sender(config: dict, topic: str, partitions: int, single: bool):
+    native = module()
+    native.load_rdkafka(rdkafka_path())
+    return native.kafka_sender({key: str(value) for key, value in config.items()}, topic, partitions, single)
+
+
+def redis_sender(host: str, port: int, password: str | None, keys: list[bytes], depth: int):
+    return module().redis_sender(host, port, password, keys, depth)

@@ -1,0 +1,897 @@
+/*
+ * The producer's send loop in C: the open-loop schedule, the 20-byte framing header, the two
+ * timestamps per message and the acknowledgement records, with no interpreter work per message.
+ *
+ * The loop is the same as the Python one in brokerbench/worker/producer.py (which stays as the
+ * fallback): message `seq` is due at base + seq * period; the loop waits for it (serving
+ * acknowledgements while it waits), takes it up (t0), encodes it, hands it over (t1) and sends
+ * it with the header (producer id, seq, intended ns) as its Kafka key or Redis field. A call of
+ * `send_until` stops at an interval boundary, at the end of the run or at a message limit, and
+ * `take()` hands the interval's raw timestamps and acknowledgements to Python, which derives
+ * every figure from them in bulk.
+ *
+ * Waits sleep rather than spin (see wait_until), so a producer ahead of schedule leaves the cores to
+ * the broker and the consumer.
+ *
+ * Kafka goes through librdkafka, resolved at run time from the library that confluent-kafka
+ * loaded, so the native loop and the Python client use one librdkafka build. Redis goes through
+ * a plain RESP connection: XADDs are written as they fall due and their replies read as they come,
+ * with at most the pipeline depth of them unanswered (a sliding window, not stop-and-wait).
+ *
+ * With raw payloads (no encode callable) a call runs without the GIL; with an encode callable it
+ * holds the GIL while it encodes and lets go of it while it waits or polls.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+
+#include <dlfcn.h>
+#include <errno.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <sys/prctl.h>
+#include <stdint.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <librdkafka/rdkafka.h>
+
+#define POLL_EVERY 64
+#define HEADER_BYTES 20
+#define SPIN_NS 2000 /* waits shorter than this spin on the clock */
+#define STOP_BOUNDARY 0
+#define STOP_END 1
+#define STOP_LIMIT 2
+
+/* ---- librdkafka, resolved from the library confluent-kafka loaded ---------------------------- */
+static struct {
+    int loaded;
+    char version[64];
+    __typeof__(&rd_kafka_conf_new) conf_new;
+    __typeof__(&rd_kafka_conf_set) conf_set;
+    __typeof__(&rd_kafka_conf_set_dr_msg_cb) conf_set_dr_msg_cb;
+    __typeof__(&rd_kafka_conf_set_opaque) conf_set_opaque;
+    __typeof__(&rd_kafka_conf_destroy) conf_destroy;
+    __typeof__(&rd_kafka_new) new_;
+    __typeof__(&rd_kafka_destroy) destroy;
+    __typeof__(&rd_kafka_topic_new) topic_new;
+    __typeof__(&rd_kafka_topic_destroy) topic_destroy;
+    __typeof__(&rd_kafka_produce) produce;
+    __typeof__(&rd_kafka_poll) poll;
+    __typeof__(&rd_kafka_flush) flush;
+    __typeof__(&rd_kafka_outq_len) outq_len;
+    __typeof__(&rd_kafka_last_error) last_error;
+    __typeof__(&rd_kafka_err2str) err2str;
+    __typeof__(&rd_kafka_version_str) version_str;
+} rk;
+
+static PyObject *load_rdkafka(PyObject *self, PyObject *args) {
+    const char *path;
+    if (!PyArg_ParseTuple(args, "s", &path)) return NULL;
+    if (rk.loaded) return PyUnicode_FromString(rk.version);
+    void *lib = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+    if (!lib) {
+        PyErr_Format(PyExc_ImportError, "cannot load librdkafka from %s: %s", path, dlerror());
+        return NULL;
+    }
+#define RESOLVE(field, name)                                                                      \
+    if (!(*(void **)&rk.field = dlsym(lib, name))) {                                              \
+        PyErr_Format(PyExc_ImportError, "%s has no %s", path, name);                              \
+        return NULL;                                                                              \
+    }
+    RESOLVE(conf_new, "rd_kafka_conf_new");
+    RESOLVE(conf_set, "rd_kafka_conf_set");
+    RESOLVE(conf_set_dr_msg_cb, "rd_kafka_conf_set_dr_msg_cb");
+    RESOLVE(conf_set_opaque, "rd_kafka_conf_set_opaque");
+    RESOLVE(conf_destroy, "rd_kafka_conf_destroy");
+    RESOLVE(new_, "rd_kafka_new");
+    RESOLVE(destroy, "rd_kafka_destroy");
+    RESOLVE(topic_new, "rd_kafka_topic_new");
+    RESOLVE(topic_destroy, "rd_kafka_topic_destroy");
+    RESOLVE(produce, "rd_kafka_produce");
+    RESOLVE(poll, "rd_kafka_poll");
+    RESOLVE(flush, "rd_kafka_flush");
+    RESOLVE(outq_len, "rd_kafka_outq_len");
+    RESOLVE(last_error, "rd_kafka_last_error");
+    RESOLVE(err2str, "rd_kafka_err2str");
+    RESOLVE(version_str, "rd_kafka_version_str");
+#undef RESOLVE
+    snprintf(rk.version, sizeof rk.version, "%s", rk.version_str());
+    rk.loaded = 1;
+    return PyUnicode_FromString(rk.version);
+}
+
+/* ---- small helpers --------------------------------------------------------------------------- */
+static inline int64_t now_ns(void) { /* the clock of time.monotonic_ns() */
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec;
+}
+
+static void sleep_ns(int64_t ns) {
+    struct timespec ts = {ns / 1000000000LL, ns % 1000000000LL};
+    nanosleep(&ts, NULL);
+}
+
+typedef struct {
+    int64_t *data;
+    Py_ssize_t len, cap;
+} i64buf;
+
+static int buf_push(i64buf *b, int64_t v) {
+    if (b->len == b->cap) {
+        Py_ssize_t cap = b->cap ? b->cap * 2 : 65536;
+        int64_t *data = realloc(b->data, (size_t)cap * sizeof(int64_t));
+        if (!data) return -1;
+        b->data = data;
+        b->cap = cap;
+    }
+    b->data[b->len++] = v;
+    return 0;
+}
+
+static PyObject *buf_take(i64buf *b) { /* the values as bytes (int64, native order); empties b */
+    PyObject *out = PyBytes_FromStringAndSize((const char *)b->data, b->len * (Py_ssize_t)sizeof(int64_t));
+    b->len = 0;
+    return out;
+}
+
+static inline void put_header(char *out, uint32_t producer, int64_t seq, int64_t intended) {
+    /* struct "<IQQ": little-endian producer id, sequence, intended send time */
+    uint64_t s = (uint64_t)seq, t = (uint64_t)intended;
+    for (int i = 0; i < 4; i++) out[i] = (char)(producer >> (8 * i));
+    for (int i = 0; i < 8; i++) out[4 + i] = (char)(s >> (8 * i));
+    for (int i = 0; i < 8; i++) out[12 + i] = (char)(t >> (8 * i));
+}
+
+/* ---- the sender object ----------------------------------------------------------------------- */
+enum { KIND_KAFKA = 1, KIND_REDIS = 2 };
+
+typedef struct {
+    PyObject_HEAD int kind;
+    int partitions;
+    int single; /* Kafka: wait for each message's acknowledgement before the next */
+    /* Kafka */
+    rd_kafka_t *rk;
+    rd_kafka_topic_t *rkt;
+    /* Redis */
+    int fd;
+    int depth;
+    char **prefix; /* per partition: "*7 XADD <key> * h $20" up to the header bytes */
+    size_t *prefix_len;
+    char *out;
+    size_t out_len, out_cap;
+    char *in;
+    size_t in_len, in_pos, in_cap;
+    i64buf pending; /* seqs of the XADDs in flight (buffered or written, not yet answered), from pending_head */
+    Py_ssize_t pending_head;
+    /* the payloads */
+    PyObject *objects; /* list: bytes (raw) or records for `encode` */
+    PyObject *encode;  /* callable or NULL */
+    const char **payload;
+    Py_ssize_t *payload_len;
+    Py_ssize_t pool;
+    uint32_t producer_id;
+    int64_t base;
+    double period; /* ns between messages; 0 = as fast as possible */
+    /* what `take()` hands over */
+    i64buf started, handed, ack_seq, ack_ns;
+    int64_t failed;
+    int oom;
+    char error[512];
+} Sender;
+
+static PyTypeObject SenderType;
+
+static void on_delivery(rd_kafka_t *r, const rd_kafka_message_t *m, void *opaque) {
+    Sender *s = (Sender *)opaque;
+    (void)r;
+    if (m->err) {
+        s->failed++;
+        return;
+    }
+    if (buf_push(&s->ack_seq, (int64_t)(intptr_t)m->_private) || buf_push(&s->ack_ns, now_ns())) s->oom = 1;
+}
+
+/* Redis: the next complete reply in the input buffer. 1 = ok, 0 = error reply, -1 = incomplete,
+   -2 = a reply XADD never gives (protocol error). */
+static int resp_next(Sender *s) {
+    char *p = s->in + s->in_pos, *end = s->in + s->in_len;
+    char *crlf = memchr(p, '\r', (size_t)(end - p));
+    if (!crlf || crlf + 1 >= end) return -1;
+    char type = *p;
+    size_t line = (size_t)(crlf + 2 - p);
+    if (type == '+' || type == ':') {
+        s->in_pos += line;
+        return 1;
+    }
+    if (type == '-') {
+        s->in_pos += line;
+        return 0;
+    }
+    if (type == '$') {
+        long n = strtol(p + 1, NULL, 10);
+        if (n < 0) {
+            s->in_pos += line;
+            return 0;
+        }
+        if ((size_t)(end - p) < line + (size_t)n + 2) return -1;
+        s->in_pos += line + (size_t)n + 2;
+        return 1;
+    }
+    return -2;
+}
+
+static Py_ssize_t in_flight(Sender *s) { return s->pending.len - s->pending_head; }
+
+static void redis_broken(Sender *s) { /* connection lost: what is in flight is unacknowledged */
+    if (s->fd >= 0) close(s->fd);
+    s->fd = -1;
+    s->failed += in_flight(s);
+    s->pending.len = s->pending_head = 0;
+    s->out_len = 0;
+}
+
+/* Write what is buffered. */
+static void redis_write(Sender *s) {
+    size_t off = 0;
+    while (off < s->out_len && s->fd >= 0) {
+        ssize_t n = send(s->fd, s->out + off, s->out_len - off, MSG_NOSIGNAL);
+        if (n < 0 && errno == EINTR) continue;
+        if (n <= 0) {
+            redis_broken(s);
+            return;
+        }
+        off += (size_t)n;
+    }
+    s->out_len = 0;
+}
+
+/* Read the replies that have arrived; with `block`, wait up to timeout_ms for at least one. Each
+   reply acknowledges the oldest message in flight. */
+static void redis_read(Sender *s, int block, int timeout_ms) {
+    int got_one = 0;
+    while (s->fd >= 0 && in_flight(s) > 0) {
+        int r = resp_next(s);
+        if (r == 1 || r == 0) {
+            int64_t seq = s->pending.data[s->pending_head++];
+            if (r == 1) {
+                if (buf_push(&s->ack_seq, seq) || buf_push(&s->ack_ns, now_ns())) s->oom = 1;
+            } else {
+                s->failed++;
+            }
+            got_one = 1;
+            continue;
+        }
+        if (r == -2) {
+            snprintf(s->error, sizeof s->error, "unexpected reply type from Redis: %c", s->in[s->in_pos]);
+            redis_broken(s);
+            return;
+        }
+        /* incomplete: keep the partial reply at the front and read more */
+        if (s->in_pos > 0) {
+            memmove(s->in, s->in + s->in_pos, s->in_len - s->in_pos);
+            s->in_len -= s->in_pos;
+            s->in_pos = 0;
+        }
+        if (s->in_len == s->in_cap) {
+            char *in = realloc(s->in, s->in_cap * 2);
+            if (!in) {
+                s->oom = 1;
+                return;
+            }
+            s->in = in;
+            s->in_cap *= 2;
+        }
+        int wait = block && !got_one;
+        if (wait && timeout_ms >= 0) {
+            struct pollfd pfd = {s->fd, POLLIN, 0};
+            int ready = poll(&pfd, 1, timeout_ms);
+            if (ready == 0) return; /* timed out */
+            if (ready < 0 && errno == EINTR) continue;
+        }
+        ssize_t n = recv(s->fd, s->in + s->in_len, s->in_cap - s->in_len, wait ? 0 : MSG_DONTWAIT);
+        if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return;
+        if (n < 0 && errno == EINTR) continue;
+        if (n <= 0) {
+            redis_broken(s);
+            return;
+        }
+        s->in_len += (size_t)n;
+    }
+    if (s->in_pos == s->in_len) s->in_pos = s->in_len = 0;
+    if (s->pending_head > 4096 && s->pending_head * 2 > s->pending.len) { /* drop the answered seqs */
+        memmove(s->pending.data, s->pending.data + s->pending_head, (size_t)in_flight(s) * sizeof(int64_t));
+        s->pending.len -= s->pending_head;
+        s->pending_head = 0;
+    }
+}
+
+/* Write what is buffered and take the replies that have arrived, without waiting. */
+static void redis_pump(Sender *s) {
+    if (s->fd < 0) {
+        redis_broken(s);
+        return;
+    }
+    if (s->out_len) redis_write(s);
+    redis_read(s, 0, 0);
+}
+
+/* Write everything and wait up to timeout_ms for every reply. */
+static void redis_drain(Sender *s, int timeout_ms) {
+    int64_t deadline = now_ns() + (int64_t)timeout_ms * 1000000LL;
+    redis_pump(s);
+    while (s->fd >= 0 && in_flight(s) > 0) {
+        int64_t left = deadline - now_ns();
+        if (left <= 0) break;
+        redis_read(s, 1, (int)(left / 1000000LL) + 1);
+    }
+}
+
+static int out_reserve(Sender *s, size_t more) {
+    if (s->out_len + more <= s->out_cap) return 0;
+    size_t cap = s->out_cap ? s->out_cap : 1 << 16;
+    while (cap < s->out_len + more) cap *= 2;
+    char *out = realloc(s->out, cap);
+    if (!out) return -1;
+    s->out = out;
+    s->out_cap = cap;
+    return 0;
+}
+
+/* Serve acknowledgements, waiting up to timeout_ms. */
+static void serve(Sender *s, int timeout_ms) {
+    if (s->kind == KIND_KAFKA) {
+        rk.poll(s->rk, timeout_ms);
+    } else {
+        redis_pump(s);
+        if (timeout_ms > 0) sleep_ns((int64_t)timeout_ms * 1000000LL);
+    }
+}
+
+/* Wait for `target`, serving acknowledgements. Short waits sleep too (the thread's timer slack is
+   1 ns): on a machine whose cores the broker and the consumer share, a spinning producer would take a
+   core from them. A late wake-up shows as publish delay, and the messages then due go out together. */
+static void wait_until(Sender *s, int64_t target) {
+    for (;;) {
+        int64_t remaining = target - now_ns();
+        if (remaining <= SPIN_NS) {
+            while (now_ns() < target) {
+            }
+            return;
+        }
+        if (remaining > 1500000) {
+            serve(s, (int)((remaining - 1000000) / 1000000));
+        } else {
+            serve(s, 0);
+            int64_t left = target - now_ns();
+            if (left > SPIN_NS) sleep_ns(left);
+        }
+    }
+}
+
+/* Hand one message over. Returns 0, or -1 with s->error set. */
+static int send_one(Sender *s, int64_t seq, int64_t intended, const char *payload, Py_ssize_t len, int copy) {
+    char header[HEADER_BYTES];
+    put_header(header, s->producer_id, seq, intended);
+    int partition = (int)(seq % s->partitions);
+    if (s->kind == KIND_KAFKA) {
+        for (;;) {
+            if (rk.produce(s->rkt, partition, copy ? RD_KAFKA_MSG_F_COPY : 0, (void *)payload, (size_t)len, header,
+                           HEADER_BYTES, (void *)(intptr_t)seq) == 0)
+                break;
+            rd_kafka_resp_err_t err = rk.last_error();
+            if (err != RD_KAFKA_RESP_ERR__QUEUE_FULL) {
+                snprintf(s->error, sizeof s->error, "produce failed: %s", rk.err2str(err));
+                return -1;
+            }
+            rk.poll(s->rk, 1); /* local queue full: serve deliveries, then retry */
+        }
+        if (s->single) rk.flush(s->rk, 30000);
+        return 0;
+    }
+    char tail[48];
+    int tail_len = snprintf(tail, sizeof tail, "\r\n$1\r\nd\r\n$%zd\r\n", len);
+    if (out_reserve(s, s->prefix_len[partition] + HEADER_BYTES + (size_t)tail_len + (size_t)len + 2) ||
+        buf_push(&s->pending, seq)) {
+        snprintf(s->error, sizeof s->error, "out of memory");
+        return -1;
+    }
+    char *o = s->out + s->out_len;
+    memcpy(o, s->prefix[partition], s->prefix_len[partition]);
+    o += s->prefix_len[partition];
+    memcpy(o, header, HEADER_BYTES);
+    o += HEADER_BYTES;
+    memcpy(o, tail, (size_t)tail_len);
+    o += tail_len;
+    memcpy(o, payload, (size_t)len);
+    o += len;
+    memcpy(o, "\r\n", 2);
+    s->out_len += s->prefix_len[partition] + HEADER_BYTES + (size_t)tail_len + (size_t)len + 2;
+    if (s->out_len >= 16384) redis_write(s); /* behind schedule: do not hold a full buffer back */
+    /* The window is full: write, then wait for replies until it has room again. */
+    while (in_flight(s) >= s->depth && s->fd >= 0) {
+        if (s->out_len) redis_write(s);
+        redis_read(s, 1, -1);
+    }
+    if (s->fd < 0) redis_broken(s);
+    return 0;
+}
+
+/* One message's encoded payload, through the encode callable (GIL held). New reference in *keep. */
+static int encode_one(Sender *s, int64_t seq, const char **payload, Py_ssize_t *len, PyObject **keep) {
+    PyObject *encoded = PyObject_CallOneArg(s->encode, PyList_GET_ITEM(s->objects, seq % s->pool));
+    if (!encoded) return -1;
+    char *data;
+    if (PyBytes_AsStringAndSize(encoded, &data, len) < 0) {
+        Py_DECREF(encoded);
+        return -1;
+    }
+    *payload = data;
+    *keep = encoded;
+    return 0;
+}
+
+static PyObject *Sender_configure(Sender *s, PyObject *args, PyObject *kw) {
+    static char *names[] = {"objects", "encode", "producer_id", "base_ns", "period_ns", NULL};
+    PyObject *objects, *encode;
+    unsigned int producer_id;
+    long long base;
+    double period;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "O!OILd", names, &PyList_Type, &objects, &encode, &producer_id, &base,
+                                     &period))
+        return NULL;
+    if (s->objects) return PyErr_Format(PyExc_RuntimeError, "configure() once: messages may still use the pool");
+    Py_ssize_t pool = PyList_GET_SIZE(objects);
+    if (pool == 0) return PyErr_Format(PyExc_ValueError, "objects: the payload pool is empty");
+    if (encode != Py_None && !PyCallable_Check(encode)) return PyErr_Format(PyExc_TypeError, "encode: not callable");
+    const char **payload = NULL;
+    Py_ssize_t *payload_len = NULL;
+    if (encode == Py_None) { /* raw: the pool's bytes are the payloads, read without the GIL */
+        payload = PyMem_RawMalloc((size_t)pool * sizeof(char *));
+        payload_len = PyMem_RawMalloc((size_t)pool * sizeof(Py_ssize_t));
+        if (!payload || !payload_len) {
+            PyMem_RawFree(payload);
+            PyMem_RawFree(payload_len);
+            return PyErr_NoMemory();
+        }
+        for (Py_ssize_t i = 0; i < pool; i++) {
+            PyObject *item = PyList_GET_ITEM(objects, i);
+            if (!PyBytes_Check(item)) {
+                PyMem_RawFree(payload);
+                PyMem_RawFree(payload_len);
+                return PyErr_Format(PyExc_TypeError, "objects[%zd]: raw payloads must be bytes", i);
+            }
+            payload[i] = PyBytes_AS_STRING(item);
+            payload_len[i] = PyBytes_GET_SIZE(item);
+        }
+    }
+    Py_XSETREF(s->objects, Py_NewRef(objects));
+    Py_CLEAR(s->encode);
+    if (encode != Py_None) s->encode = Py_NewRef(encode);
+    PyMem_RawFree(s->payload);
+    PyMem_RawFree(s->payload_len);
+    s->payload = payload;
+    s->payload_len = payload_len;
+    s->pool = pool;
+    s->producer_id = producer_id;
+    s->base = base;
+    s->period = period;
+    Py_RETURN_NONE;
+}
+
+/* The loop itself. Runs with the GIL released when there is no encode callable. */
+static int run_loop(Sender *s, int64_t *seq_io, int64_t stop_seq, int64_t until, int64_t t_end, int *why) {
+    int64_t seq = *seq_io;
+    const int raw = s->encode == NULL;
+    PyThreadState *ts = NULL;
+    int rc = 0;
+    if (raw) ts = PyEval_SaveThread();
+    for (;;) {
+        if (seq >= stop_seq) {
+            *why = STOP_LIMIT;
+            break;
+        }
+        int64_t now = now_ns(), intended = 0;
+        if (s->period > 0) {
+            intended = s->base + (int64_t)((double)seq * s->period);
+            if (intended >= t_end) {
+                *why = STOP_END;
+                break;
+            }
+            if (now < intended) {
+                int64_t target = intended < until ? intended : until;
+                if (raw) {
+                    wait_until(s, target);
+                } else {
+                    Py_BEGIN_ALLOW_THREADS wait_until(s, target);
+                    Py_END_ALLOW_THREADS
+                }
+                if (now_ns() >= until) {
+                    *why = STOP_BOUNDARY;
+                    break;
+                }
+                continue;
+            }
+        }
+        if (now >= t_end) { /* behind schedule at the end: stop on time, the shortfall shows as a lower rate */
+            *why = STOP_END;
+            break;
+        }
+        if (now >= until) {
+            *why = STOP_BOUNDARY;
+            break;
+        }
+        int64_t t0 = now_ns();
+        if (s->period <= 0) intended = t0;
+        const char *payload;
+        Py_ssize_t len;
+        PyObject *keep = NULL;
+        if (raw) {
+            payload = s->payload[seq % s->pool];
+            len = s->payload_len[seq % s->pool];
+        } else if (encode_one(s, seq, &payload, &len, &keep) < 0) {
+            rc = -2; /* a Python exception is set */
+            break;
+        }
+        int64_t t1 = now_ns();
+        if (buf_push(&s->started, t0) || buf_push(&s->handed, t1)) {
+            Py_XDECREF(keep);
+            snprintf(s->error, sizeof s->error, "out of memory");
+            rc = -1;
+            break;
+        }
+        int sent = send_one(s, seq, intended, payload, len, !raw);
+        Py_XDECREF(keep);
+        if (sent < 0) {
+            rc = -1;
+            break;
+        }
+        seq++;
+        /* Kafka, unthrottled or behind schedule: still serve acks (Redis answers as its pipeline fills) */
+        if (s->kind == KIND_KAFKA && !s->single && seq % POLL_EVERY == 0) {
+            if (raw) {
+                serve(s, 0);
+            } else {
+                Py_BEGIN_ALLOW_THREADS serve(s, 0);
+                Py_END_ALLOW_THREADS
+            }
+        }
+        if (s->oom) {
+            snprintf(s->error, sizeof s->error, "out of memory");
+            rc = -1;
+            break;
+        }
+    }
+    if (raw) PyEval_RestoreThread(ts);
+    *seq_io = seq;
+    return rc;
+}
+
+static PyObject *Sender_send_until(Sender *s, PyObject *args) {
+    long long seq, stop_seq, until, t_end;
+    if (!PyArg_ParseTuple(args, "LLLL", &seq, &stop_seq, &until, &t_end)) return NULL;
+    if (!s->objects) return PyErr_Format(PyExc_RuntimeError, "configure() the sender first");
+    if (s->kind == KIND_KAFKA && !s->rk) return PyErr_Format(PyExc_RuntimeError, "the sender is closed");
+    int64_t next = seq;
+    int why = STOP_END;
+    prctl(PR_SET_TIMERSLACK, 1UL, 0, 0, 0); /* sleeps end on time, to the ns the kernel can */
+    int rc = run_loop(s, &next, stop_seq, until, t_end, &why);
+    if (rc == -2) return NULL;
+    if (rc == -1) return PyErr_Format(PyExc_RuntimeError, "%s", s->error);
+    return Py_BuildValue("(Li)", (long long)next, why);
+}
+
+static PyObject *Sender_take(Sender *s, PyObject *Py_UNUSED(ignored)) {
+    PyObject *out = Py_BuildValue("(NNNNL)", buf_take(&s->started), buf_take(&s->handed), buf_take(&s->ack_seq),
+                                  buf_take(&s->ack_ns), (long long)s->failed);
+    s->failed = 0;
+    return out;
+}
+
+static PyObject *Sender_poll(Sender *s, PyObject *args) {
+    double timeout_s;
+    if (!PyArg_ParseTuple(args, "d", &timeout_s)) return NULL;
+    if (s->kind == KIND_KAFKA && !s->rk) return PyErr_Format(PyExc_RuntimeError, "the sender is closed");
+    Py_BEGIN_ALLOW_THREADS serve(s, (int)(timeout_s * 1000));
+    Py_END_ALLOW_THREADS Py_RETURN_NONE;
+}
+
+/* Wait for the outstanding acknowledgements; returns how many never came. */
+static PyObject *Sender_flush(Sender *s, PyObject *args) {
+    double timeout_s;
+    if (!PyArg_ParseTuple(args, "d", &timeout_s)) return NULL;
+    long long left = 0;
+    if (s->kind == KIND_KAFKA) {
+        if (!s->rk) return PyLong_FromLong(0);
+        Py_BEGIN_ALLOW_THREADS rk.flush(s->rk, (int)(timeout_s * 1000));
+        left = rk.outq_len(s->rk);
+        Py_END_ALLOW_THREADS
+    } else {
+        Py_BEGIN_ALLOW_THREADS redis_drain(s, (int)(timeout_s * 1000));
+        left = in_flight(s);
+        Py_END_ALLOW_THREADS
+    }
+    return PyLong_FromLongLong(left);
+}
+
+static void sender_close(Sender *s) {
+    if (s->rk) {
+        rk.flush(s->rk, 5000);
+        rk.topic_destroy(s->rkt);
+        rk.destroy(s->rk);
+        s->rk = NULL;
+        s->rkt = NULL;
+    }
+    if (s->fd >= 0) {
+        redis_drain(s, 5000);
+        close(s->fd);
+        s->fd = -1;
+    }
+}
+
+static PyObject *Sender_close(Sender *s, PyObject *Py_UNUSED(ignored)) {
+    Py_BEGIN_ALLOW_THREADS sender_close(s);
+    Py_END_ALLOW_THREADS Py_RETURN_NONE;
+}
+
+static void Sender_dealloc(Sender *s) {
+    sender_close(s);
+    if (s->prefix) {
+        for (int i = 0; i < s->partitions; i++) PyMem_RawFree(s->prefix[i]);
+        PyMem_RawFree(s->prefix);
+        PyMem_RawFree(s->prefix_len);
+    }
+    free(s->out);
+    free(s->in);
+    free(s->pending.data);
+    free(s->started.data);
+    free(s->handed.data);
+    free(s->ack_seq.data);
+    free(s->ack_ns.data);
+    PyMem_RawFree(s->payload);
+    PyMem_RawFree(s->payload_len);
+    Py_XDECREF(s->objects);
+    Py_XDECREF(s->encode);
+    Py_TYPE(s)->tp_free((PyObject *)s);
+}
+
+static Sender *sender_new(int kind, int partitions) {
+    Sender *s = PyObject_New(Sender, &SenderType);
+    if (!s) return NULL;
+    memset((char *)s + sizeof(PyObject), 0, sizeof(Sender) - sizeof(PyObject));
+    s->kind = kind;
+    s->partitions = partitions;
+    s->fd = -1;
+    return s;
+}
+
+/* kafka_sender(config: dict[str, str], topic: str, partitions: int, single: bool) */
+static PyObject *kafka_sender(PyObject *self, PyObject *args) {
+    PyObject *config;
+    const char *topic;
+    int partitions, single;
+    if (!PyArg_ParseTuple(args, "O!sip", &PyDict_Type, &config, &topic, &partitions, &single)) return NULL;
+    if (!rk.loaded) return PyErr_Format(PyExc_RuntimeError, "load_rdkafka() first");
+    if (partitions < 1) return PyErr_Format(PyExc_ValueError, "partitions: must be at least 1, got %d", partitions);
+    char err[512];
+    rd_kafka_conf_t *conf = rk.conf_new();
+    PyObject *key, *value;
+    Py_ssize_t pos = 0;
+    while (PyDict_Next(config, &pos, &key, &value)) {
+        const char *k = PyUnicode_AsUTF8(key), *v = PyUnicode_Check(value) ? PyUnicode_AsUTF8(value) : NULL;
+        if (!k || !v) {
+            rk.conf_destroy(conf);
+            PyErr_Clear();
+            return PyErr_Format(PyExc_TypeError, "config: keys and values must be strings");
+        }
+        if (rk.conf_set(conf, k, v, err, sizeof err) != RD_KAFKA_CONF_OK) {
+            rk.conf_destroy(conf);
+            return PyErr_Format(PyExc_ValueError, "config %s: %s", k, err);
+        }
+    }
+    Sender *s = sender_new(KIND_KAFKA, partitions);
+    if (!s) {
+        rk.conf_destroy(conf);
+        return NULL;
+    }
+    s->single = single;
+    rk.conf_set_dr_msg_cb(conf, on_delivery);
+    rk.conf_set_opaque(conf, s);
+    s->rk = rk.new_(RD_KAFKA_PRODUCER, conf, err, sizeof err); /* takes conf on success */
+    if (!s->rk) {
+        rk.conf_destroy(conf);
+        Py_DECREF(s);
+        return PyErr_Format(PyExc_RuntimeError, "cannot create the Kafka producer: %s", err);
+    }
+    s->rkt = rk.topic_new(s->rk, topic, NULL);
+    if (!s->rkt) {
+        Py_DECREF(s);
+        return PyErr_Format(PyExc_RuntimeError, "cannot open topic %s: %s", topic, rk.err2str(rk.last_error()));
+    }
+    return (PyObject *)s;
+}
+
+static int redis_command(Sender *s, const char *command, size_t len, char *reply, size_t reply_size) {
+    size_t off = 0;
+    while (off < len) {
+        ssize_t n = send(s->fd, command + off, len - off, MSG_NOSIGNAL);
+        if (n <= 0) return -1;
+        off += (size_t)n;
+    }
+    size_t got = 0;
+    while (got < reply_size - 1) {
+        ssize_t n = recv(s->fd, reply + got, reply_size - 1 - got, 0);
+        if (n <= 0) return -1;
+        got += (size_t)n;
+        if (got >= 2 && reply[got - 2] == '\r' && reply[got - 1] == '\n') break;
+    }
+    reply[got] = 0;
+    return 0;
+}
+
+/* redis_sender(host: str, port: int, password: str | None, keys: list[bytes], depth: int) */
+static PyObject *redis_sender(PyObject *self, PyObject *args) {
+    const char *host, *password;
+    int port, depth;
+    PyObject *keys;
+    if (!PyArg_ParseTuple(args, "sizO!i", &host, &port, &password, &PyList_Type, &keys, &depth))
+        return NULL;
+    int partitions = (int)PyList_GET_SIZE(keys);
+    if (partitions < 1) return PyErr_Format(PyExc_ValueError, "keys: at least one stream key is needed");
+    if (depth < 1) return PyErr_Format(PyExc_ValueError, "depth: must be at least 1, got %d", depth);
+    Sender *s = sender_new(KIND_REDIS, partitions);
+    if (!s) return NULL;
+    s->depth = depth;
+    s->prefix = PyMem_RawCalloc((size_t)partitions, sizeof(char *));
+    s->prefix_len = PyMem_RawCalloc((size_t)partitions, sizeof(size_t));
+    s->in_cap = 1 << 16;
+    s->in = malloc(s->in_cap);
+    if (!s->prefix || !s->prefix_len || !s->in) {
+        Py_DECREF(s);
+        return PyErr_NoMemory();
+    }
+    for (int i = 0; i < partitions; i++) {
+        PyObject *key = PyList_GET_ITEM(keys, i);
+        if (!PyBytes_Check(key)) {
+            Py_DECREF(s);
+            return PyErr_Format(PyExc_TypeError, "keys[%d]: must be bytes", i);
+        }
+        Py_ssize_t klen = PyBytes_GET_SIZE(key);
+        s->prefix[i] = PyMem_RawMalloc((size_t)klen + 64);
+        if (!s->prefix[i]) {
+            Py_DECREF(s);
+            return PyErr_NoMemory();
+        }
+        int head = snprintf(s->prefix[i], 64, "*7\r\n$4\r\nXADD\r\n$%zd\r\n", klen);
+        memcpy(s->prefix[i] + head, PyBytes_AS_STRING(key), (size_t)klen);
+        int tail = snprintf(s->prefix[i] + head + klen, 32, "\r\n$1\r\n*\r\n$1\r\nh\r\n$%d\r\n", HEADER_BYTES);
+        s->prefix_len[i] = (size_t)(head + klen + tail);
+    }
+    char portstr[16];
+    snprintf(portstr, sizeof portstr, "%d", port);
+    struct addrinfo hints = {0}, *found = NULL;
+    hints.ai_family = AF_UNSPEC;
+    hints.ai_socktype = SOCK_STREAM;
+    int gai;
+    Py_BEGIN_ALLOW_THREADS gai = getaddrinfo(host, portstr, &hints, &found);
+    Py_END_ALLOW_THREADS if (gai != 0) {
+        Py_DECREF(s);
+        return PyErr_Format(PyExc_OSError, "cannot resolve %s: %s", host, gai_strerror(gai));
+    }
+    int connected = 0;
+    for (struct addrinfo *a = found; a && !connected; a = a->ai_next) {
+        int fd = socket(a->ai_family, a->ai_socktype, a->ai_protocol);
+        if (fd < 0) continue;
+        int rc;
+        Py_BEGIN_ALLOW_THREADS rc = connect(fd, a->ai_addr, a->ai_addrlen);
+        Py_END_ALLOW_THREADS if (rc == 0) {
+            s->fd = fd;
+            connected = 1;
+        }
+        else close(fd);
+    }
+    freeaddrinfo(found);
+    if (!connected) {
+        Py_DECREF(s);
+        return PyErr_Format(PyExc_OSError, "cannot connect to Redis at %s:%d: %s", host, port, strerror(errno));
+    }
+    int one = 1;
+    setsockopt(s->fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+    if (password) {
+        char command[1024], reply[256];
+        size_t plen = strlen(password);
+        if (plen > 900) {
+            Py_DECREF(s);
+            return PyErr_Format(PyExc_ValueError, "password: longer than 900 bytes");
+        }
+        int n = snprintf(command, sizeof command, "*2\r\n$4\r\nAUTH\r\n$%zu\r\n%s\r\n", plen, password);
+        if (redis_command(s, command, (size_t)n, reply, sizeof reply) < 0 || reply[0] != '+') {
+            Py_DECREF(s);
+            return PyErr_Format(PyExc_PermissionError, "Redis AUTH failed: %s", reply[0] == '-' ? reply + 1 : "no reply");
+        }
+    }
+    return (PyObject *)s;
+}
+
+static PyMethodDef Sender_methods[] = {
+    {"configure", (PyCFunction)(void (*)(void))Sender_configure, METH_VARARGS | METH_KEYWORDS,
+     "configure(objects, encode, producer_id, base_ns, period_ns): the payload pool and the schedule."},
+    {"send_until", (PyCFunction)Sender_send_until, METH_VARARGS,
+     "send_until(seq, stop_seq, until_ns, t_end_ns) -> (next_seq, why): 0 boundary, 1 end, 2 limit."},
+    {"take", (PyCFunction)Sender_take, METH_NOARGS,
+     "take() -> (started, handed, acked_seq, acked_ns, failed) since the last take; int64 arrays as bytes."},
+    {"poll", (PyCFunction)Sender_poll, METH_VARARGS, "poll(timeout_s): serve acknowledgements."},
+    {"flush", (PyCFunction)Sender_flush, METH_VARARGS, "flush(timeout_s) -> messages still unacknowledged."},
+    {"close", (PyCFunction)Sender_close, METH_NOARGS, "close(): flush briefly and let go of the connection."},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyTypeObject SenderType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "brokerbench.native._sendloop.Sender",
+    .tp_basicsize = sizeof(Sender),
+    .tp_dealloc = (destructor)Sender_dealloc,
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "A producer's native send loop over one Kafka producer or one Redis connection.",
+    .tp_methods = Sender_methods,
+};
+
+/* The loop's own per-message cost with a sender that drops the message: clocks, header, the two
+   timestamp records and an acknowledgement record. Returns ns per message. */
+static PyObject *instrumentation_ns(PyObject *self, PyObject *args) {
+    long long n;
+    if (!PyArg_ParseTuple(args, "L", &n)) return NULL;
+    if (n < 1) return PyErr_Format(PyExc_ValueError, "n: must be at least 1");
+    i64buf started = {0}, handed = {0}, ack_seq = {0}, ack_ns = {0};
+    char header[HEADER_BYTES];
+    volatile char sink = 0;
+    int64_t base = now_ns(), begin = now_ns(), seq;
+    int failed = 0;
+    for (seq = 0; seq < n; seq++) {
+        int64_t now = now_ns();
+        int64_t intended = base + (int64_t)((double)seq * 1.0);
+        (void)now;
+        int64_t t0 = now_ns();
+        int64_t t1 = now_ns();
+        failed |= buf_push(&started, t0) | buf_push(&handed, t1);
+        put_header(header, 1, seq, intended);
+        sink ^= header[7];
+        failed |= buf_push(&ack_seq, seq) | buf_push(&ack_ns, now_ns());
+    }
+    double per = (double)(now_ns() - begin) / (double)n;
+    free(started.data);
+    free(handed.data);
+    free(ack_seq.data);
+    free(ack_ns.data);
+    if (failed) return PyErr_NoMemory();
+    return PyFloat_FromDouble(per);
+}
+
+static PyMethodDef module_methods[] = {
+    {"load_rdkafka", load_rdkafka, METH_VARARGS, "load_rdkafka(path) -> version: resolve librdkafka from path."},
+    {"kafka_sender", kafka_sender, METH_VARARGS, "kafka_sender(config, topic, partitions, single) -> Sender"},
+    {"redis_sender", redis_sender, METH_VARARGS, "redis_sender(host, port, password, keys, depth) -> Sender"},
+    {"instrumentation_ns", instrumentation_ns, METH_VARARGS,
+     "instrumentation_ns(n) -> ns per message of the loop's own bookkeeping"},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_sendloop", "The producer's native send loop.", -1,
+                                    module_methods};
+
+PyMODINIT_FUNC PyInit__sendloop(void) {
+    if (PyType_Ready(&SenderType) < 0) return NULL;
+    PyObject *m = PyModule_Create(&module);
+    if (!m) return NULL;
+    if (PyModule_AddIntConstant(m, "STOP_BOUNDARY", STOP_BOUNDARY) || PyModule_AddIntConstant(m, "STOP_END", STOP_END) ||
+        PyModule_AddIntConstant(m, "STOP_LIMIT", STOP_LIMIT) || PyModule_AddIntConstant(m, "POLL_EVERY", POLL_EVERY)) {
+        Py_DECREF(m);
+        return NULL;
+    }
+    Py_INCREF(&SenderType);
+    PyModule_AddObject(m, "Sender", (PyObject *)&SenderType);
+    return m;
+}

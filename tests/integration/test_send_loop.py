@@ -1,0 +1,203 @@
+"""The native send loop against real Kafka and Redis: what reaches the broker, what comes back, bad input.
+
+The cells in test_engine.py run on the native loop (the default where it is built); the last tests here
+run the same small cell on both loops and check that each is recorded and counts alike.
+"""
+
+import random
+import time
+
+import numpy as np
+import pytest
+import redis
+from confluent_kafka import Consumer, TopicPartition
+
+from brokerbench import native
+from brokerbench.codecs import get_codec
+from brokerbench.drivers import BrokerUnavailable, get_driver
+from brokerbench.events import new_run_id
+from brokerbench.local.stack import free_port
+from brokerbench.records import sized_record
+from brokerbench.reports.results import build_results
+from brokerbench.runner import execute_run
+from brokerbench.worker.framing import unpack_many
+
+
+CLIENT = {"acks": "1", "linger_ms": 1, "batch_bytes": 1048576, "compression": "none", "pipeline_depth": 10,
+          "read_count": 100}
+SECOND_NS = 1_000_000_000
+
+
+def drain(sender, seq, count):
+    """Send messages seq..seq+count-1 on the sender's schedule; the interval's records, taken after a flush."""
+    far = time.monotonic_ns() + 60 * SECOND_NS
+    next_seq, why = sender.send_until(seq, seq + count, far, far)
+    assert (next_seq, why) == (seq + count, native.module().STOP_LIMIT)
+    assert sender.flush(30) == 0
+    started, handed, acked_seq, acked_ns, failed = sender.take()
+    return [np.frombuffer(b, dtype=np.int64) for b in (started, handed, acked_seq, acked_ns)] + [failed]
+
+
+def kafka_messages(bootstrap, topic, partitions, count):
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"t-{new_run_id()}", "enable.auto.commit": False})
+    consumer.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
+    out, deadline = [], time.monotonic() + 30
+    while len(out) < count and time.monotonic() < deadline:
+        out += [m for m in consumer.consume(1000, 1) if m.error() is None]
+    consumer.close()
+    return out
+
+
+@pytest.fixture
+def kafka(endpoints):
+    driver = get_driver("kafka", endpoints["kafka"], CLIENT)
+    topic = f"native-{new_run_id()}"
+    driver.create_topic(topic, 2)
+    yield driver, topic
+    driver.delete_topic(topic, 2)
+
+
+def test_kafka_messages_carry_the_header_and_payload_on_the_schedule(kafka, endpoints):
+    driver, topic = kafka
+    sender = driver.native_sender(topic, 2, "batch")
+    pool = [random.Random(i).randbytes(100 + i) for i in range(4)]
+    period = 200_000.0  # 5,000 msgs/s
+    base = time.monotonic_ns() + 2_000_000
+    sender.configure(pool, None, 7, base, period)
+    started, handed, acked_seq, acked_ns, failed = drain(sender, 0, 300)
+    sender.close()
+
+    assert failed == 0 and started.size == handed.size == 300
+    assert sorted(acked_seq.tolist()) == list(range(300))  # every message acknowledged once
+    intended = base + (np.arange(300) * period).astype(np.int64)
+    assert (started >= intended).all() and (handed >= started).all()  # never early: the open-loop schedule
+    messages = kafka_messages(endpoints["kafka"]["bootstrap_servers"], topic, 2, 300)
+    headers = unpack_many([m.key() for m in messages])
+    assert sorted(headers["seq"].tolist()) == list(range(300)) and set(headers["producer"].tolist()) == {7}
+    for message, seq, when in zip(messages, headers["seq"].tolist(), headers["intended_ns"].tolist()):
+        assert message.value() == pool[seq % 4]
+        assert message.partition() == seq % 2
+        assert when == base + int(seq * period)
+
+
+def test_kafka_encode_callable_sends_the_codecs_bytes(kafka, endpoints):
+    driver, topic = kafka
+    codec = get_codec("json")
+    objects = [codec.prepare(sized_record(i, 300, lambda r: len(codec.encode(r)))) for i in range(3)]
+    sender = driver.native_sender(topic, 2, "single")  # single: each message acknowledged before the next
+    sender.configure(objects, codec.encode, 1, time.monotonic_ns(), 0.0)
+    started, handed, acked_seq, _, failed = drain(sender, 0, 30)
+    sender.close()
+    assert failed == 0 and acked_seq.tolist() == list(range(30))  # single mode: acknowledged in order
+    assert (handed - started > 0).all()  # the encode is timed
+    for message in kafka_messages(endpoints["kafka"]["bootstrap_servers"], topic, 2, 30):
+        seq = int(unpack_many([message.key()])["seq"][0])
+        assert message.value() == codec.encode(objects[seq % 3])
+
+
+def test_send_until_stops_at_the_boundary_and_at_the_end(kafka):
+    driver, topic = kafka
+    sender = driver.native_sender(topic, 2, "batch")
+    base = time.monotonic_ns()
+    sender.configure([b"x" * 10], None, 0, base, 1_000_000.0)  # 1,000 msgs/s
+    seq, why = sender.send_until(0, 1 << 62, base + 50_000_000, base + 80_000_000)
+    assert why == native.module().STOP_BOUNDARY and seq == 50  # due before the boundary
+    assert time.monotonic_ns() >= base + 50_000_000
+    seq, why = sender.send_until(seq, 1 << 62, base + 200_000_000, base + 80_000_000)
+    assert why == native.module().STOP_END and seq == 80  # no message is due at or after the end
+    sender.flush(10)
+    assert np.frombuffer(sender.take()[0], dtype=np.int64).size == 80
+    sender.close()
+
+
+def test_kafka_bad_settings_name_the_setting(endpoints):
+    driver = get_driver("kafka", endpoints["kafka"], {**CLIENT, "compression": "zip"})
+    with pytest.raises(ValueError, match="compression.type"):
+        driver.native_sender("t", 1, "batch")
+
+
+def test_redis_entries_and_acknowledgements(endpoints):
+    driver = get_driver("redis-streams", endpoints["redis-streams"], CLIENT)
+    topic = f"native-{new_run_id()}"
+    sender = driver.native_sender(topic, 3, "batch")
+    pool = [bytes([i]) * (500 + i) for i in range(5)]
+    sender.configure(pool, None, 3, time.monotonic_ns(), 0.0)
+    started, handed, acked_seq, acked_ns, failed = drain(sender, 0, 257)  # 25 full pipelines and a partial one
+    sender.close()
+    assert failed == 0 and acked_seq.tolist() == list(range(257))
+    assert (acked_ns >= handed[acked_seq]).all()
+    client = redis.Redis(host="127.0.0.1", port=int(endpoints["redis-streams"]["port"]))
+    for partition in range(3):
+        entries = client.xrange(f"{topic}-{partition}")
+        frames = unpack_many([fields[b"h"] for _, fields in entries])
+        assert frames["seq"].tolist() == list(range(partition, 257, 3))  # in order within a stream
+        assert set(frames["producer"].tolist()) == {3}
+        assert [fields[b"d"] for _, fields in entries] == [pool[s % 5] for s in frames["seq"].tolist()]
+    client.delete(*(f"{topic}-{p}" for p in range(3)))
+
+
+def test_redis_error_replies_count_as_failed_sends(endpoints):
+    driver = get_driver("redis-streams", endpoints["redis-streams"], CLIENT)
+    topic = f"native-{new_run_id()}"
+    client = redis.Redis(host="127.0.0.1", port=int(endpoints["redis-streams"]["port"]))
+    client.set(f"{topic}-1", "not a stream")  # XADD to partition 1 answers WRONGTYPE
+    sender = driver.native_sender(topic, 2, "batch")
+    sender.configure([b"abc"], None, 0, time.monotonic_ns(), 0.0)
+    _, _, acked_seq, _, failed = drain(sender, 0, 40)
+    sender.close()
+    assert failed == 20 and acked_seq.tolist() == list(range(0, 40, 2))
+    client.delete(f"{topic}-0", f"{topic}-1")
+
+
+def test_redis_that_does_not_answer_is_unavailable():
+    driver = get_driver("redis-streams", {"host": "127.0.0.1", "port": free_port()}, CLIENT)
+    with pytest.raises(BrokerUnavailable, match="did not answer"):
+        driver.native_sender("t", 1, "batch")
+
+
+def test_endpoints_the_native_loop_cannot_serve_are_unsupported():
+    with pytest.raises(native.Unsupported, match="TLS"):
+        get_driver("redis-streams", {"host": "h", "port": 1, "tls": True}, CLIENT).native_sender("t", 1, "batch")
+    with pytest.raises(native.Unsupported, match="IAM"):
+        get_driver("kafka", {"bootstrap_servers": "h:1", "auth": "iam"}, CLIENT).native_sender("t", 1, "batch")
+
+
+def test_configure_checks_its_input(endpoints):
+    sender = get_driver("redis-streams", endpoints["redis-streams"], CLIENT).native_sender("t", 1, "batch")
+    with pytest.raises(ValueError, match="objects: the payload pool is empty"):
+        sender.configure([], None, 0, 0, 0.0)
+    with pytest.raises(TypeError, match=r"objects\[1\]: raw payloads must be bytes"):
+        sender.configure([b"a", "b"], None, 0, 0, 0.0)
+    with pytest.raises(RuntimeError, match="configure"):
+        sender.send_until(0, 1, 0, 0)
+    sender.configure([b"a"], None, 0, 0, 0.0)
+    with pytest.raises(RuntimeError, match="configure\\(\\) once"):
+        sender.configure([b"a"], None, 0, 0, 0.0)
+    sender.close()
+
+
+def test_send_loop_choice_is_checked(monkeypatch):
+    monkeypatch.setenv("BROKERBENCH_SEND_LOOP", "fast")
+    with pytest.raises(ValueError, match="BROKERBENCH_SEND_LOOP: 'fast' is not one of auto, native, python"):
+        native.choice()
+
+
+@pytest.mark.parametrize("loop", ["native", "python"])
+def test_cells_on_either_loop_are_recorded_and_count_alike(loop, endpoints, store, monkeypatch):
+    monkeypatch.setenv("BROKERBENCH_SEND_LOOP", loop)  # the spawned workers inherit it
+    spec = {"name": f"loop-{loop}", "brokers": ["kafka", "redis-streams"], "sizes": [512], "rates": [2000],
+            "formats": ["raw", "msgpack"], "duration_s": 3, "warmup_s": 1, "partitions": 2}
+    outcome = execute_run(spec, endpoints, store)
+    events = store.read(outcome.run_id)
+    completed = [e["data"] for e in events if e["type"] == "CellCompleted"]
+    assert len(completed) == 4 and {c["send_loop"] for c in completed} == {loop}
+    for cell in build_results(events)["cells"]:
+        assert cell["status"] == "completed", cell.get("reason")
+        assert cell["rate_achieved"] == pytest.approx(2000, rel=0.02)
+        assert cell["sent"] == cell["received"] > 0 and cell["lost"] == cell["duplicated"] == 0
+        assert cell["publish_latency_us"]["p50"] > 0 and cell["publish_delay_us"]["p50"] >= 0
+
+
+def test_instrumentation_count_is_checked():
+    with pytest.raises(ValueError, match="n: must be at least 1"):
+        native.module().instrumentation_ns(0)

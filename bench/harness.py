@@ -29,7 +29,7 @@ from pathlib import Path
 
 import numpy as np
 
-from brokerbench import histogram
+from brokerbench import histogram, native
 from brokerbench.codecs import get_codec
 from brokerbench.drivers import get_driver
 from brokerbench.events import new_run_id
@@ -106,10 +106,11 @@ def producer_performance(bootstrap: str, size: int, records: int) -> float:
 
 # -- Redis ---------------------------------------------------------------------------------------
 def redis_benchmark(port: int, size: int, requests: int, pipeline: int) -> float:
-    value = "v" * size
+    value, key = "v" * size, f"bench-{new_run_id()}"
     out = subprocess.run(["redis-benchmark", "-h", "127.0.0.1", "-p", str(port), "-c", "1", "-P", str(pipeline),
-                          "-n", str(requests), "-q", "XADD", f"bench-{new_run_id()}", "*", "f", value],
+                          "-n", str(requests), "-q", "XADD", key, "*", "f", value],
                          capture_output=True, text=True, timeout=600).stdout
+    subprocess.run(["redis-cli", "-h", "127.0.0.1", "-p", str(port), "DEL", key], capture_output=True, timeout=60)
     return float(re.search(r"([\d.]+) requests per second", out.replace("\r", "\n")).group(1))
 
 
@@ -183,8 +184,47 @@ def codecs(size: int) -> dict:
 
 # -- instrumentation -----------------------------------------------------------------------------
 def instrumentation_ns(n: int = 200_000) -> dict:
-    """What the worker adds per message beyond encode, send, receive and decode: the same statements as
-    the producer's and consumer's loops, plus their bulk steps (accounting, histograms) amortized."""
+    """What the worker adds per message beyond encode, send, receive and decode: the producer's loop
+    bookkeeping (clocks, header, timestamp and acknowledgement records; the native loop's own code
+    where it is built), the consumer's step around decode (with `len` standing in for decode, so the
+    call is counted too), and their bulk steps (framing, accounting, histograms) amortized."""
+    loop = "python" if native.choice() == "python" or native._sendloop is None else "native"
+    if loop == "native":
+        producer_ns = min(native.module().instrumentation_ns(n) for _ in range(3))
+    else:
+        producer_ns = _python_producer_ns(n)
+    base = time.monotonic_ns()
+    messages = [(HEADER.pack(1, seq, base + seq), b"x" * 64, 0) for seq in range(n)]
+    timed_decode = native.timed_decode_function()
+    consumer_ns = float("inf")
+    for _ in range(3):
+        headers: list[bytes] = []
+        start = time.perf_counter_ns()
+        chunks = [timed_decode(len, messages[i:i + 1000], headers) for i in range(0, n, 1000)]
+        consumer_ns = min(consumer_ns, (time.perf_counter_ns() - start) / n)
+    start = time.perf_counter_ns()  # bulk steps: framing, accounting, derived values, histograms
+    accounting = Accounting()
+    values = []
+    records = np.frombuffer(b"".join(chunks), dtype=np.int64).reshape(-1, 4)
+    for chunk in range(0, n, PROCESS_EVERY):
+        framed = unpack_many(headers[chunk:chunk + PROCESS_EVERY])
+        part = records[chunk:chunk + PROCESS_EVERY]
+        fresh = accounting.add_many(framed["producer"].astype(np.int64), framed["seq"].astype(np.int64), part[:, 2])
+        values.append((part[:, 1] - framed["intended_ns"].astype(np.int64))[fresh])
+    seqs = np.arange(n, dtype=np.int64)
+    started = base + seqs * 3
+    handed, acked = started + 1000, started + 50_000
+    intended = base + seqs
+    for metric_values in (started - intended, handed - started, np.concatenate(values), acked - handed,
+                          records[:, 1] - records[:, 0]):
+        histogram.encode(histogram.from_values(metric_values // 1000))
+    bulk_ns = (time.perf_counter_ns() - start) / n
+    return {"loop": loop, "producer_ns": producer_ns, "consumer_ns": consumer_ns, "bulk_ns": bulk_ns,
+            "total_ns": producer_ns + consumer_ns + bulk_ns}
+
+
+def _python_producer_ns(n: int) -> float:
+    """The Python send loop's statements and its delivery callback, with a sender that drops the message."""
     clock = time.monotonic_ns
     pack = HEADER.pack
     start_ns, send_ns, acked_ns = array("q"), array("q"), array("q")
@@ -192,7 +232,7 @@ def instrumentation_ns(n: int = 200_000) -> dict:
     keep_start, keep_send = start_ns.append, send_ns.append
     period, base = 1.0, clock()
     start = time.perf_counter_ns()
-    for seq in range(n):  # producer loop and its delivery callback
+    for seq in range(n):
         now = clock()
         intended = base + int(seq * period)
         t0 = clock()
@@ -202,40 +242,8 @@ def instrumentation_ns(n: int = 200_000) -> dict:
         header = pack(1, seq, intended)
         acked.append(header)  # on_ack
         acked_ns.append(clock())
-    producer_ns = (time.perf_counter_ns() - start) / n
     del now
-    headers: list[bytes] = []
-    before, after, parts, lengths = array("q"), array("q"), array("q"), array("q")
-    keep_header, keep_before, keep_after, keep_part, keep_length = (headers.append, before.append, after.append,
-                                                                    parts.append, lengths.append)
-    start = time.perf_counter_ns()
-    for header in acked:  # consumer loop around decode
-        t0 = clock()
-        t1 = clock()
-        keep_header(header)
-        keep_before(t0)
-        keep_after(t1)
-        keep_part(0)
-        keep_length(1024)
-    consumer_ns = (time.perf_counter_ns() - start) / n
-    start = time.perf_counter_ns()  # bulk steps: framing, accounting, derived values, histograms
-    accounting = Accounting()
-    values = []
-    for chunk in range(0, n, PROCESS_EVERY):
-        framed = unpack_many(headers[chunk:chunk + PROCESS_EVERY])
-        fresh = accounting.add_many(framed["producer"].astype(np.int64), framed["seq"].astype(np.int64),
-                                    np.zeros(len(framed), dtype=np.int64))
-        t1 = np.frombuffer(after, dtype=np.int64)[chunk:chunk + PROCESS_EVERY]
-        values.append((t1 - framed["intended_ns"].astype(np.int64))[fresh])
-    seqs = np.arange(n, dtype=np.int64)
-    started, handed = np.frombuffer(start_ns, dtype=np.int64), np.frombuffer(send_ns, dtype=np.int64)
-    intended = base + (seqs * period).astype(np.int64)
-    for metric_values in (started - intended, handed - started, np.concatenate(values),
-                          np.frombuffer(acked_ns, dtype=np.int64) - handed):
-        histogram.encode(histogram.from_values(metric_values // 1000))
-    bulk_ns = (time.perf_counter_ns() - start) / n
-    return {"producer_ns": producer_ns, "consumer_ns": consumer_ns, "bulk_ns": bulk_ns,
-            "total_ns": producer_ns + consumer_ns + bulk_ns}
+    return (time.perf_counter_ns() - start) / n
 
 
 # -- main ----------------------------------------------------------------------------------------
@@ -255,26 +263,36 @@ def main() -> None:
         store.ensure_table()
         step = lambda name: print(f"· {name}", file=sys.stderr, flush=True)  # noqa: E731
         # The bare loop and the native tools only publish: the worker is compared publish-only too
-        # (consumers: 0); its produce+consume maximum is the base of the rate-accuracy runs.
+        # (consumers: 0); its produce+consume maximum is the base of the rate-accuracy runs. Trials
+        # interleave the worker and the tools, so a slow spell of the shared machine hits them alike.
         kafka = endpoints["kafka"]["bootstrap_servers"]
-        best_cell = lambda *a, **k: max((worker_cell(*a, **k) for _ in range(args.trials)),  # noqa: E731
-                                        key=lambda c: c["rate_achieved"])
-        best = lambda fn, *a: max(fn(*a) for _ in range(args.trials))  # noqa: E731
-        step("kafka: worker, publish-only")
-        kafka_publish = best_cell(endpoints, store, "kafka", args.size, "max", args.seconds, consumers=0)
-        step("kafka: worker, produce + consume")
-        kafka_worker = best_cell(endpoints, store, "kafka", args.size, "max", args.seconds)
-        step("kafka: bare loop")
-        kafka_bare = best(bare_kafka, kafka, args.size, args.seconds)
-        step("kafka: ProducerPerformance")
-        kafka_native = best(producer_performance, kafka, args.size, int(max(kafka_bare, 50_000) * args.seconds))
-        step("redis: worker, publish-only")
-        redis_publish = best_cell(endpoints, store, "redis-streams", args.size, "max", args.seconds, consumers=0)
-        step("redis: worker, produce + consume")
-        redis_worker = best_cell(endpoints, store, "redis-streams", args.size, "max", args.seconds)
-        step("redis: redis-benchmark")
-        redis_native = best(redis_benchmark, endpoints["redis-streams"]["port"], args.size, 500_000,
-                            CLIENT["pipeline_depth"])
+        redis_port = endpoints["redis-streams"]["port"]
+        trials = {name: [] for name in ("kafka_publish", "kafka_worker", "kafka_bare", "kafka_native",
+                                        "redis_publish", "redis_worker", "redis_native")}
+        for trial in range(1, args.trials + 1):
+            step(f"trial {trial}/{args.trials}: kafka worker (publish-only, produce+consume), bare loop, "
+                 "ProducerPerformance")
+            trials["kafka_publish"].append(worker_cell(endpoints, store, "kafka", args.size, "max", args.seconds,
+                                                       consumers=0))
+            trials["kafka_bare"].append(bare_kafka(kafka, args.size, args.seconds))
+            trials["kafka_native"].append(producer_performance(
+                kafka, args.size, int(max(trials["kafka_bare"][-1], 50_000) * args.seconds)))
+            trials["kafka_worker"].append(worker_cell(endpoints, store, "kafka", args.size, "max", args.seconds))
+            step(f"trial {trial}/{args.trials}: redis worker (publish-only, produce+consume), redis-benchmark")
+            trials["redis_publish"].append(worker_cell(endpoints, store, "redis-streams", args.size, "max", args.seconds,
+                                                       consumers=0))
+            trials["redis_native"].append(redis_benchmark(redis_port, args.size, 500_000, CLIENT["pipeline_depth"]))
+            trials["redis_worker"].append(worker_cell(endpoints, store, "redis-streams", args.size, "max",
+                                                      args.seconds))
+        best_cell = lambda name: max(trials[name], key=lambda c: c["rate_achieved"])  # noqa: E731
+        kafka_publish, kafka_worker = best_cell("kafka_publish"), best_cell("kafka_worker")
+        redis_publish, redis_worker = best_cell("redis_publish"), best_cell("redis_worker")
+        kafka_bare, kafka_native, redis_native = (max(trials[n]) for n in ("kafka_bare", "kafka_native", "redis_native"))
+        paired = {  # each trial's own ratio: the spread the best-of figures hide
+            "kafka_vs_bare": [c["rate_achieved"] / b for c, b in zip(trials["kafka_publish"], trials["kafka_bare"])],
+            "kafka_vs_native": [c["rate_achieved"] / b for c, b in zip(trials["kafka_publish"], trials["kafka_native"])],
+            "redis_vs_native": [c["rate_achieved"] / b for c, b in zip(trials["redis_publish"], trials["redis_native"])],
+        }
         step("codecs")
         codec_results = codecs(args.size)
         step("instrumentation")
@@ -310,6 +328,8 @@ def main() -> None:
         "redis": {"worker_publish_only_msgs_per_s": redis_publish["rate_achieved"],
                   "worker_produce_consume_msgs_per_s": redis_worker["rate_achieved"], "worker_lost": redis_worker["lost"],
                   "redis_benchmark_msgs_per_s": redis_native, "connections": 1, "pipeline": CLIENT["pipeline_depth"]},
+        "send_loop": kafka_publish.get("send_loop", "python"),
+        "paired_trial_ratios": paired,
         "codecs": codec_results,
         "instrumentation": instrumentation,
         "rate_accuracy": accuracy,

@@ -191,7 +191,9 @@ def test_cells_on_either_loop_are_recorded_and_count_alike(loop, endpoints, stor
     events = store.read(outcome.run_id)
     completed = [e["data"] for e in events if e["type"] == "CellCompleted"]
     assert len(completed) == 4 and {c["send_loop"] for c in completed} == {loop}
-    for cell in build_results(events)["cells"]:
+    cells = build_results(events)["cells"]
+    assert {c["send_loop"] for c in cells} == {loop}
+    for cell in cells:
         assert cell["status"] == "completed", cell.get("reason")
         assert cell["rate_achieved"] == pytest.approx(2000, rel=0.02)
         assert cell["sent"] == cell["received"] > 0 and cell["lost"] == cell["duplicated"] == 0

@@ -31,3 +31,10 @@ def test_instrumentation_cost_has_every_part(harness):
     cost = harness.instrumentation_ns(n=20_000)
     assert cost["producer_ns"] > 0 and cost["consumer_ns"] > 0 and cost["bulk_ns"] > 0
     assert cost["total_ns"] == pytest.approx(cost["producer_ns"] + cost["consumer_ns"] + cost["bulk_ns"])
+
+
+def test_instrumentation_follows_the_send_loop_choice(harness, monkeypatch):
+    monkeypatch.setenv("BROKERBENCH_SEND_LOOP", "python")
+    assert harness.instrumentation_ns(n=5_000)["loop"] == "python"
+    monkeypatch.setenv("BROKERBENCH_SEND_LOOP", "native")
+    assert harness.instrumentation_ns(n=5_000)["loop"] == "native"

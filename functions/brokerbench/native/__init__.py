@@ -1,4 +1,4 @@
-"""The producer's native send loop (`_sendloop.c`), and when the worker uses it.
+"""The worker's native loops (`_sendloop.c`): the producer's send loop and the consumer's timed decode.
 
 `BROKERBENCH_SEND_LOOP` chooses: `auto` (the default: native where it is built and the endpoint
 allows it, else the Python loop), `native` (fail rather than fall back) or `python`.
@@ -20,6 +20,31 @@ CHOICES = ("auto", "native", "python")
 
 class Unsupported(RuntimeError):
     """The native loop cannot serve this producer; the Python loop can."""
+
+
+def _python_timed_decode(decode, messages: list, headers: list) -> bytes:
+    """timed_decode in Python: the same records, for where the native module is not built."""
+    from array import array
+    from time import monotonic_ns as clock
+
+    records = array("q")
+    keep, keep_header = records.extend, headers.append
+    for header, payload, partition in messages:
+        t0 = clock()
+        decode(payload)
+        t1 = clock()
+        keep_header(header)
+        keep((t0, t1, partition, len(payload)))
+    return records.tobytes()
+
+
+def timed_decode_function():
+    """The consumer's per-message step around decode: native unless BROKERBENCH_SEND_LOOP=python."""
+    if choice() == "python" or _sendloop is None:
+        if choice() == "native":
+            module()  # raises Unsupported
+        return _python_timed_decode
+    return _sendloop.timed_decode
 
 
 def choice() -> str:

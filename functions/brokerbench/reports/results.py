@@ -49,6 +49,7 @@ def cell_result(cell: dict, end: dict | None) -> dict:
         **base,
         "status": "completed",
         "encoded_bytes": round(data["encoded_bytes"], 1),
+        "send_loop": data.get("send_loop", "python"),  # runs stored before the native loop ran Python
         "measured_s": seconds,
         "rate_achieved": round(totals["sent"] / seconds, 3),
         "sent": totals["sent"],

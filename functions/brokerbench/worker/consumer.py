@@ -5,11 +5,11 @@ from __future__ import annotations
 import gc
 import signal
 import time
-from array import array
 from dataclasses import dataclass
 
 import numpy as np
 
+from .. import native
 from ..codecs import get_codec
 from ..drivers import get_driver
 from .framing import unpack_many
@@ -91,9 +91,11 @@ def _run(conn, task: ConsumerTask) -> None:
     consumer = driver.consumer(task.topic, task.group, task.partitions)
     clock = time.monotonic_ns
     accounting = Accounting()
-    # Per message: its header, two timestamps, partition and size; the rest is numpy, in bulk.
+    # Per message: its header, and (before decode, after decode, partition, size) as four int64 in a
+    # record chunk; the rest is numpy, in bulk.
     headers: list[bytes] = []
-    before, after, partitions, lengths = array("q"), array("q"), array("q"), array("q")
+    chunks: list[bytes] = []
+    timed_decode = native.timed_decode_function()
     e2e_parts: list[np.ndarray] = []
     decode_parts: list[np.ndarray] = []
     counters = {"received": 0, "bytes": 0}
@@ -114,20 +116,17 @@ def _run(conn, task: ConsumerTask) -> None:
         if not headers:
             return
         framed = unpack_many(headers)
-        fresh = accounting.add_many(framed["producer"].astype(np.int64), framed["seq"].astype(np.int64),
-                                    np.frombuffer(partitions, dtype=np.int64))
+        records = np.frombuffer(b"".join(chunks), dtype=np.int64).reshape(-1, 4)
+        t0, t1, partitions, lengths = records.T
+        fresh = accounting.add_many(framed["producer"].astype(np.int64), framed["seq"].astype(np.int64), partitions)
         intended = framed["intended_ns"].astype(np.int64)
-        t0 = np.frombuffer(before, dtype=np.int64)
-        t1 = np.frombuffer(after, dtype=np.int64)
         measured = fresh & (intended >= measure_start)  # duplicates and warm-up are counted, not measured
         e2e_parts.append((t1 - intended)[measured])
         decode_parts.append((t1 - t0)[measured])
         counters["received"] += int(measured.sum())
-        counters["bytes"] += int(np.frombuffer(lengths, dtype=np.int64)[measured].sum())
-        del t0, t1, framed
+        counters["bytes"] += int(lengths[measured].sum())
         headers.clear()
-        for values in (before, after, partitions, lengths):
-            del values[:]
+        chunks.clear()
 
     def close_interval() -> None:
         nonlocal interval, next_boundary
@@ -143,8 +142,6 @@ def _run(conn, task: ConsumerTask) -> None:
         interval += 1
         next_boundary = measure_start + (interval + 1) * SECOND_NS
 
-    keep_header, keep_before, keep_after = headers.append, before.append, after.append
-    keep_partition, keep_length = partitions.append, lengths.append
     while True:
         if conn.poll():
             command, payload = conn.recv()
@@ -161,15 +158,8 @@ def _run(conn, task: ConsumerTask) -> None:
         messages = consumer.poll(POLL_TIMEOUT_S)
         if clock() >= next_boundary:
             close_interval()
-        for header, payload, partition in messages:
-            t0 = clock()
-            decode(payload)
-            t1 = clock()
-            keep_header(header)
-            keep_before(t0)
-            keep_after(t1)
-            keep_partition(partition)
-            keep_length(len(payload))
+        if messages:
+            chunks.append(timed_decode(decode, messages, headers))
         if len(headers) >= PROCESS_EVERY:
             process()
     close_interval()

@@ -8,6 +8,8 @@
    of its format, on the same record.
 4. Instrumentation: what the worker adds per message (clocks, header, histograms, accounting).
 5. Rate accuracy: achieved vs target and publish delay p99 at 25%, 50% and 80% of the worker's max.
+6. The machine's publish-delay floor: the native loop's schedule with nothing sent, idle and beside one
+   busy process (on a shared VM the floor under load is what bounds the delay figures).
 
 usage: .venv/bin/python bench/harness.py [--out FILE] [--size 1024] [--seconds 5]
 """
@@ -23,6 +25,7 @@ import re
 import shutil
 import subprocess
 import sys
+import threading
 import time
 from array import array
 from pathlib import Path
@@ -246,6 +249,40 @@ def _python_producer_ns(n: int) -> float:
     return (time.perf_counter_ns() - start) / n
 
 
+# -- the machine's floor ---------------------------------------------------------------------------
+def schedule_floor(rate: int = 100_000, seconds: float = 3) -> dict:
+    """The publish-delay floor of this machine: the native loop's schedule and waits with nothing sent,
+    on a send thread raised like the worker's, on an idle machine and beside one busy process."""
+    if native._sendloop is None:
+        return {}
+
+    def probe() -> dict:
+        result = {}
+
+        def run():
+            try:
+                os.setpriority(os.PRIO_PROCESS, 0, -10)  # this thread only, as in the worker
+            except OSError:
+                pass
+            result["late"] = np.frombuffer(native.module().schedule_probe(rate, seconds), dtype=np.int64) / 1e6
+        thread = threading.Thread(target=run)
+        thread.start()
+        thread.join()
+        late = result["late"]
+        return {"p50_ms": float(np.percentile(late, 50)), "p99_ms": float(np.percentile(late, 99)),
+                "max_ms": float(late.max())}
+
+    idle = probe()
+    hog = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+    try:
+        time.sleep(0.2)
+        busy = probe()
+    finally:
+        hog.kill()
+        hog.wait()
+    return {"rate": rate, "seconds": seconds, "idle": idle, "one_core_busy": busy}
+
+
 # -- main ----------------------------------------------------------------------------------------
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
@@ -295,6 +332,8 @@ def main() -> None:
         }
         step("codecs")
         codec_results = codecs(args.size)
+        step("schedule floor (no broker): idle, and beside one busy process")
+        floor = schedule_floor()
         step("instrumentation")
         instrumentation = instrumentation_ns()
         accuracy = []
@@ -330,6 +369,7 @@ def main() -> None:
                   "redis_benchmark_msgs_per_s": redis_native, "connections": 1, "pipeline": CLIENT["pipeline_depth"]},
         "send_loop": kafka_publish.get("send_loop", "python"),
         "paired_trial_ratios": paired,
+        "schedule_floor": floor,
         "codecs": codec_results,
         "instrumentation": instrumentation,
         "rate_accuracy": accuracy,

@@ -30,6 +30,7 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
+#include <pthread.h>
 #include <sys/prctl.h>
 #include <stdint.h>
 #include <string.h>
@@ -157,6 +158,15 @@ typedef struct {
     /* Kafka */
     rd_kafka_t *rk;
     rd_kafka_topic_t *rkt;
+    /* Batch mode: an acknowledgement thread serves librdkafka's delivery reports, so a burst of
+       thousands of them never stalls the send loop. It records into `stage`, then moves that into
+       ack_seq/ack_ns under ack_lock; take() empties those under the same lock. */
+    pthread_t acker;
+    int acker_running;
+    volatile int acker_stop;
+    pthread_mutex_t ack_lock;
+    i64buf stage_seq, stage_ns;
+    int64_t stage_failed;
     /* Redis */
     int fd;
     int depth;
@@ -189,11 +199,52 @@ static PyTypeObject SenderType;
 static void on_delivery(rd_kafka_t *r, const rd_kafka_message_t *m, void *opaque) {
     Sender *s = (Sender *)opaque;
     (void)r;
+    int staged = s->acker_running; /* on the acknowledgement thread: record into the stage */
     if (m->err) {
-        s->failed++;
+        if (staged)
+            s->stage_failed++;
+        else
+            s->failed++;
         return;
     }
-    if (buf_push(&s->ack_seq, (int64_t)(intptr_t)m->_private) || buf_push(&s->ack_ns, now_ns())) s->oom = 1;
+    int64_t seq = (int64_t)(intptr_t)m->_private, at = now_ns();
+    if (staged ? (buf_push(&s->stage_seq, seq) || buf_push(&s->stage_ns, at))
+               : (buf_push(&s->ack_seq, seq) || buf_push(&s->ack_ns, at)))
+        s->oom = 1;
+}
+
+static int buf_extend(i64buf *b, const i64buf *from) {
+    for (Py_ssize_t i = 0; i < from->len; i++)
+        if (buf_push(b, from->data[i])) return -1;
+    return 0;
+}
+
+static void merge_stage(Sender *s) {
+    if (!s->stage_seq.len && !s->stage_failed) return;
+    pthread_mutex_lock(&s->ack_lock);
+    if (buf_extend(&s->ack_seq, &s->stage_seq) || buf_extend(&s->ack_ns, &s->stage_ns)) s->oom = 1;
+    s->failed += s->stage_failed;
+    pthread_mutex_unlock(&s->ack_lock);
+    s->stage_seq.len = s->stage_ns.len = 0;
+    s->stage_failed = 0;
+}
+
+static void *acker_main(void *arg) {
+    Sender *s = (Sender *)arg;
+    while (!s->acker_stop) {
+        rk.poll(s->rk, 20);
+        merge_stage(s);
+    }
+    return NULL;
+}
+
+/* Stop the acknowledgement thread; later delivery reports are served by whoever polls next. */
+static void acker_join(Sender *s) {
+    if (!s->acker_running) return;
+    s->acker_stop = 1;
+    pthread_join(s->acker, NULL);
+    merge_stage(s);
+    s->acker_running = 0;
 }
 
 /* Redis: the next complete reply in the input buffer. 1 = ok, 0 = error reply, -1 = incomplete,
@@ -345,7 +396,10 @@ static int out_reserve(Sender *s, size_t more) {
 /* Serve acknowledgements, waiting up to timeout_ms. */
 static void serve(Sender *s, int timeout_ms) {
     if (s->kind == KIND_KAFKA) {
-        rk.poll(s->rk, timeout_ms);
+        if (!s->acker_running)
+            rk.poll(s->rk, timeout_ms);
+        else if (timeout_ms > 0)
+            sleep_ns((int64_t)timeout_ms * 1000000LL);
     } else {
         redis_pump(s);
         if (timeout_ms > 0) sleep_ns((int64_t)timeout_ms * 1000000LL);
@@ -388,7 +442,7 @@ static int send_one(Sender *s, int64_t seq, int64_t intended, const char *payloa
                 snprintf(s->error, sizeof s->error, "produce failed: %s", rk.err2str(err));
                 return -1;
             }
-            rk.poll(s->rk, 1); /* local queue full: serve deliveries, then retry */
+            serve(s, 1); /* local queue full: let deliveries drain, then retry */
         }
         if (s->single) rk.flush(s->rk, 30000);
         return 0;
@@ -552,7 +606,7 @@ static int run_loop(Sender *s, int64_t *seq_io, int64_t stop_seq, int64_t until,
         }
         seq++;
         /* Kafka, unthrottled or behind schedule: still serve acks (Redis answers as its pipeline fills) */
-        if (s->kind == KIND_KAFKA && !s->single && seq % POLL_EVERY == 0) {
+        if (s->kind == KIND_KAFKA && !s->acker_running && !s->single && seq % POLL_EVERY == 0) {
             if (raw) {
                 serve(s, 0);
             } else {
@@ -586,10 +640,12 @@ static PyObject *Sender_send_until(Sender *s, PyObject *args) {
 }
 
 static PyObject *Sender_take(Sender *s, PyObject *Py_UNUSED(ignored)) {
-    PyObject *out = Py_BuildValue("(NNNNL)", buf_take(&s->started), buf_take(&s->handed), buf_take(&s->ack_seq),
-                                  buf_take(&s->ack_ns), (long long)s->failed);
+    pthread_mutex_lock(&s->ack_lock);
+    PyObject *acked = buf_take(&s->ack_seq), *acked_ns = buf_take(&s->ack_ns);
+    long long failed = s->failed;
     s->failed = 0;
-    return out;
+    pthread_mutex_unlock(&s->ack_lock);
+    return Py_BuildValue("(NNNNL)", buf_take(&s->started), buf_take(&s->handed), acked, acked_ns, failed);
 }
 
 static PyObject *Sender_poll(Sender *s, PyObject *args) {
@@ -607,7 +663,11 @@ static PyObject *Sender_flush(Sender *s, PyObject *args) {
     long long left = 0;
     if (s->kind == KIND_KAFKA) {
         if (!s->rk) return PyLong_FromLong(0);
-        Py_BEGIN_ALLOW_THREADS rk.flush(s->rk, (int)(timeout_s * 1000));
+        Py_BEGIN_ALLOW_THREADS int64_t deadline = now_ns() + (int64_t)(timeout_s * 1e9);
+        while (s->acker_running && rk.outq_len(s->rk) > 0 && now_ns() < deadline) sleep_ns(1000000);
+        acker_join(s);
+        int64_t left_ns = deadline - now_ns();
+        rk.flush(s->rk, left_ns > 0 ? (int)(left_ns / 1000000) : 0);
         left = rk.outq_len(s->rk);
         Py_END_ALLOW_THREADS
     } else {
@@ -620,6 +680,7 @@ static PyObject *Sender_flush(Sender *s, PyObject *args) {
 
 static void sender_close(Sender *s) {
     if (s->rk) {
+        acker_join(s);
         rk.flush(s->rk, 5000);
         rk.topic_destroy(s->rkt);
         rk.destroy(s->rk);
@@ -652,6 +713,9 @@ static void Sender_dealloc(Sender *s) {
     free(s->handed.data);
     free(s->ack_seq.data);
     free(s->ack_ns.data);
+    free(s->stage_seq.data);
+    free(s->stage_ns.data);
+    pthread_mutex_destroy(&s->ack_lock);
     PyMem_RawFree(s->payload);
     PyMem_RawFree(s->payload_len);
     Py_XDECREF(s->objects);
@@ -666,6 +730,7 @@ static Sender *sender_new(int kind, int partitions) {
     s->kind = kind;
     s->partitions = partitions;
     s->fd = -1;
+    pthread_mutex_init(&s->ack_lock, NULL);
     return s;
 }
 
@@ -711,6 +776,14 @@ static PyObject *kafka_sender(PyObject *self, PyObject *args) {
     if (!s->rkt) {
         Py_DECREF(s);
         return PyErr_Format(PyExc_RuntimeError, "cannot open topic %s: %s", topic, rk.err2str(rk.last_error()));
+    }
+    if (!single) {
+        s->acker_running = 1;
+        if (pthread_create(&s->acker, NULL, acker_main, s) != 0) {
+            s->acker_running = 0;
+            Py_DECREF(s);
+            return PyErr_Format(PyExc_RuntimeError, "cannot start the acknowledgement thread");
+        }
     }
     return (PyObject *)s;
 }
@@ -909,12 +982,44 @@ static PyObject *timed_decode(PyObject *self, PyObject *args) {
     return out;
 }
 
+/* The machine's own floor for publish delay: the send loop's schedule and waits with nothing sent.
+   schedule_probe(rate, seconds) -> bytes: each tick's lateness in ns (int64). */
+static PyObject *schedule_probe(PyObject *self, PyObject *args) {
+    double rate, seconds;
+    if (!PyArg_ParseTuple(args, "dd", &rate, &seconds)) return NULL;
+    if (rate <= 0) return PyErr_Format(PyExc_ValueError, "rate: must be positive");
+    if (seconds <= 0 || rate * seconds > 1e8) return PyErr_Format(PyExc_ValueError, "seconds: must be positive, at most 1e8 ticks");
+    Py_ssize_t n = (Py_ssize_t)(rate * seconds);
+    PyObject *out = PyBytes_FromStringAndSize(NULL, n * (Py_ssize_t)sizeof(int64_t));
+    if (!out) return NULL;
+    int64_t *late = (int64_t *)PyBytes_AS_STRING(out);
+    double period = 1e9 / rate;
+    Py_BEGIN_ALLOW_THREADS prctl(PR_SET_TIMERSLACK, 1UL, 0, 0, 0);
+    int64_t base = now_ns() + 1000000;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        int64_t target = base + (int64_t)((double)i * period);
+        for (;;) {
+            int64_t remaining = target - now_ns();
+            if (remaining <= SPIN_NS) {
+                while (now_ns() < target) {
+                }
+                break;
+            }
+            sleep_ns(remaining);
+        }
+        late[i] = now_ns() - target;
+    }
+    Py_END_ALLOW_THREADS return out;
+}
+
 static PyMethodDef module_methods[] = {
     {"load_rdkafka", load_rdkafka, METH_VARARGS, "load_rdkafka(path) -> version: resolve librdkafka from path."},
     {"kafka_sender", kafka_sender, METH_VARARGS, "kafka_sender(config, topic, partitions, single) -> Sender"},
     {"redis_sender", redis_sender, METH_VARARGS, "redis_sender(host, port, password, keys, depth) -> Sender"},
     {"timed_decode", timed_decode, METH_VARARGS,
      "timed_decode(decode, messages, headers) -> bytes of (t0, t1, partition, length) int64 per message"},
+    {"schedule_probe", schedule_probe, METH_VARARGS,
+     "schedule_probe(rate, seconds) -> bytes: lateness in ns of each tick of an empty send schedule"},
     {"instrumentation_ns", instrumentation_ns, METH_VARARGS,
      "instrumentation_ns(n) -> ns per message of the loop's own bookkeeping"},
     {NULL, NULL, 0, NULL},

@@ -290,7 +290,8 @@ class _CellRun:
         hists = {metric: histogram.encode(histogram.merge(parts)) for metric, parts in self.cumulative.items()}
         self.store.append([make_event(self.run_id, "CellCompleted", {
             "cell_id": cell["cell_id"], "attempt": self.attempt, "measured_s": measured_s, "encoded_bytes": self.encoded_bytes,
-            "send_loop": self.send_loop, "intervals": self.written_intervals, "totals": totals, "histograms": hists,
+            "send_loop": self.send_loop, "send_thread_nice": _nice(producers),
+            "intervals": self.written_intervals, "totals": totals, "histograms": hists,
         }, cell_index=cell["index"])])
         self.progress(Progress(cell["cell_id"], "done", 1.0, sent, received))
         return CellOutcome(cell["cell_id"], "completed", intervals=self.written_intervals)
@@ -324,3 +325,9 @@ class _CellRun:
             conn.close()
         if self.topic_created:
             self.driver.delete_topic(self.topic, self.cell["partitions"])
+
+
+def _nice(producers: list[dict]) -> int | None:
+    """The send threads' nice value (the highest, if they differ); None for unthrottled cells."""
+    values = [p["send_thread_nice"] for p in producers if p.get("send_thread_nice") is not None]
+    return max(values) if values else None

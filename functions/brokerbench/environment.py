@@ -68,4 +68,11 @@ def collect() -> dict:
         "python": platform.python_version(),
         "code_version": code_version(),
         "libraries": _library_versions(),
+        "send_loop": {"choice": os.environ.get("BROKERBENCH_SEND_LOOP", "auto"), "native_built": _native_built()},
     }
+
+
+def _native_built() -> bool:
+    from . import native
+
+    return native._sendloop is not None

@@ -38,3 +38,9 @@ def test_instrumentation_follows_the_send_loop_choice(harness, monkeypatch):
     assert harness.instrumentation_ns(n=5_000)["loop"] == "python"
     monkeypatch.setenv("BROKERBENCH_SEND_LOOP", "native")
     assert harness.instrumentation_ns(n=5_000)["loop"] == "native"
+
+
+def test_schedule_floor_is_measured_idle_and_beside_a_busy_process(harness):
+    floor = harness.schedule_floor(rate=2000, seconds=0.2)
+    for load in ("idle", "one_core_busy"):
+        assert 0 <= floor[load]["p50_ms"] <= floor[load]["p99_ms"] <= floor[load]["max_ms"]

@@ -35,3 +35,12 @@ def test_python_choice_uses_the_python_step(monkeypatch):
     assert native.timed_decode_function() is native._python_timed_decode
     monkeypatch.setenv("BROKERBENCH_SEND_LOOP", "auto")
     assert native.timed_decode_function() is native.module().timed_decode
+
+
+def test_schedule_probe_measures_each_tick_and_checks_its_input():
+    late = np.frombuffer(native.module().schedule_probe(2000, 0.05), dtype=np.int64)
+    assert late.size == 100 and (late >= 0).all()  # never early: each tick waits for its time
+    with pytest.raises(ValueError, match="rate: must be positive"):
+        native.module().schedule_probe(0, 1)
+    with pytest.raises(ValueError, match="seconds"):
+        native.module().schedule_probe(1000, -1)

@@ -409,14 +409,16 @@ static void serve(Sender *s, int timeout_ms) {
 /* Wait for `target`, serving acknowledgements. Short waits sleep too (the thread's timer slack is
    1 ns): on a machine whose cores the broker and the consumer share, a spinning producer would take a
    core from them. A late wake-up shows as publish delay, and the messages then due go out together. */
+static int spin_if_close(int64_t target) { /* 1 when the target is reached */
+    if (target - now_ns() > SPIN_NS) return 0;
+    while (now_ns() < target) {
+    }
+    return 1;
+}
+
 static void wait_until(Sender *s, int64_t target) {
-    for (;;) {
+    while (!spin_if_close(target)) {
         int64_t remaining = target - now_ns();
-        if (remaining <= SPIN_NS) {
-            while (now_ns() < target) {
-            }
-            return;
-        }
         if (remaining > 1500000) {
             serve(s, (int)((remaining - 1000000) / 1000000));
         } else {
@@ -998,15 +1000,7 @@ static PyObject *schedule_probe(PyObject *self, PyObject *args) {
     int64_t base = now_ns() + 1000000;
     for (Py_ssize_t i = 0; i < n; i++) {
         int64_t target = base + (int64_t)((double)i * period);
-        for (;;) {
-            int64_t remaining = target - now_ns();
-            if (remaining <= SPIN_NS) {
-                while (now_ns() < target) {
-                }
-                break;
-            }
-            sleep_ns(remaining);
-        }
+        while (!spin_if_close(target)) sleep_ns(target - now_ns());
         late[i] = now_ns() - target;
     }
     Py_END_ALLOW_THREADS return out;

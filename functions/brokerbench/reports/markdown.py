@@ -32,6 +32,11 @@ def regression_table(regressions: list[dict]) -> list[str]:
     return lines
 
 
+def _send_loops(report: dict) -> str:
+    loops = sorted({c.get("send_loop") for g in report["groups"] for c in g["cells"] if c.get("send_loop")})
+    return f" · send loop {', '.join(loops)}" if loops else ""
+
+
 def render(report: dict) -> str:
     env = report["environment"]
     brokers = ", ".join(f"{b} {t['broker_version']}" for b, t in env.get("brokers", {}).items()) or "–"
@@ -39,7 +44,8 @@ def render(report: dict) -> str:
         f"# brokerbench run {report['run_id']} ({report['name']})",
         "",
         f"Status **{report['status']}**{' — ' + report['reason'] if report.get('reason') else ''} · brokers {brokers} · "
-        f"{env['host']['cores']} cores {env['host']['cpu_model']} · code {env['code_version']}",
+        f"{env['host']['cores']} cores {env['host']['cpu_model']} · code {env['code_version']}"
+        f"{_send_loops(report)}",
         "",
     ]
     regressions = [r for r in report["regressions"] if r["verdict"] == "regression"]

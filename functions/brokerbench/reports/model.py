@@ -125,6 +125,7 @@ def _configuration(cells: list[dict], completed_events: dict[str, dict], interva
         "status": "completed" if len(done) == len(cells) else ("failed" if not done else "partial"),
         "reasons": [c["reason"] for c in cells if c["status"] != "completed" and c.get("reason")],
         "repeats": len(cells),
+        "send_loop": ", ".join(sorted({c["send_loop"] for c in done if c.get("send_loop")})) or None,
         "metrics": {name: median_ci([read(c) for c in done]).as_dict() for name, (read, _) in METRICS.items()},
         "latency": merged,
         "sent": sum(c["sent"] for c in done),

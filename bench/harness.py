@@ -250,33 +250,53 @@ def _python_producer_ns(n: int) -> float:
 
 
 # -- the machine's floor ---------------------------------------------------------------------------
+def _probe(rate: float, seconds: float) -> dict:
+    """Lateness of an empty send schedule on a thread raised like the worker's send thread."""
+    result = {}
+
+    def run():
+        try:
+            os.setpriority(os.PRIO_PROCESS, 0, -10)  # this thread only, as in the worker
+        except OSError:
+            pass
+        result["late"] = np.frombuffer(native.module().schedule_probe(rate, seconds), dtype=np.int64) / 1e6
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    thread.join()
+    late = result["late"]
+    return {"p50_ms": float(np.percentile(late, 50)), "p99_ms": float(np.percentile(late, 99)),
+            "max_ms": float(late.max())}
+
+
+class FloorProbe:
+    """A light empty schedule (2,000 ticks/s) running beside whatever the with-block runs: how late
+    any sender on this machine would have been at the same moment."""
+
+    def __init__(self, seconds: float, rate: float = 2000) -> None:
+        self.seconds, self.rate, self.result = seconds, rate, {}
+
+    def __enter__(self) -> FloorProbe:
+        if native._sendloop is not None:
+            self.thread = threading.Thread(target=lambda: self.result.update(_probe(self.rate, self.seconds)))
+            self.thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if native._sendloop is not None:
+            self.thread.join()
+
+
 def schedule_floor(rate: int = 100_000, seconds: float = 3) -> dict:
     """The publish-delay floor of this machine: the native loop's schedule and waits with nothing sent,
     on a send thread raised like the worker's, on an idle machine and beside one busy process."""
     if native._sendloop is None:
         return {}
-
-    def probe() -> dict:
-        result = {}
-
-        def run():
-            try:
-                os.setpriority(os.PRIO_PROCESS, 0, -10)  # this thread only, as in the worker
-            except OSError:
-                pass
-            result["late"] = np.frombuffer(native.module().schedule_probe(rate, seconds), dtype=np.int64) / 1e6
-        thread = threading.Thread(target=run)
-        thread.start()
-        thread.join()
-        late = result["late"]
-        return {"p50_ms": float(np.percentile(late, 50)), "p99_ms": float(np.percentile(late, 99)),
-                "max_ms": float(late.max())}
-
-    idle = probe()
+    idle = _probe(rate, seconds)
     hog = subprocess.Popen([sys.executable, "-c", "while True: pass"])
     try:
         time.sleep(0.2)
-        busy = probe()
+        busy = _probe(rate, seconds)
     finally:
         hog.kill()
         hog.wait()
@@ -341,11 +361,13 @@ def main() -> None:
             for share in (0.25, 0.5, 0.8):
                 rate = max(1, int(worker["rate_achieved"] * share))
                 step(f"rate accuracy: {broker} at {share:.0%} ({rate:,} msgs/s)")
-                cell = worker_cell(endpoints, store, broker, args.size, rate, args.seconds)
+                with FloorProbe(seconds=args.seconds + 2) as floor_during:  # an empty schedule beside the cell
+                    cell = worker_cell(endpoints, store, broker, args.size, rate, args.seconds)
                 accuracy.append({"broker": broker, "share_of_max": share, "rate_target": rate,
                                  "rate_achieved": cell["rate_achieved"],
                                  "rate_error": abs(cell["rate_achieved"] - rate) / rate,
                                  "publish_delay_p99_ms": cell["publish_delay_us"]["p99"] / 1000,
+                                 "floor_p99_ms": floor_during.result.get("p99_ms"),
                                  "lost": cell["lost"]})
     finally:
         if started:

@@ -44,3 +44,9 @@ def test_schedule_floor_is_measured_idle_and_beside_a_busy_process(harness):
     floor = harness.schedule_floor(rate=2000, seconds=0.2)
     for load in ("idle", "one_core_busy"):
         assert 0 <= floor[load]["p50_ms"] <= floor[load]["p99_ms"] <= floor[load]["max_ms"]
+
+
+def test_floor_probe_runs_beside_the_block(harness):
+    with harness.FloorProbe(seconds=0.2) as probe:
+        assert not probe.result  # still running while the block runs
+    assert 0 <= probe.result["p50_ms"] <= probe.result["p99_ms"] <= probe.result["max_ms"]

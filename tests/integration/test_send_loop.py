@@ -149,6 +149,23 @@ def test_redis_error_replies_count_as_failed_sends(endpoints):
     client.delete(f"{topic}-0", f"{topic}-1")
 
 
+def test_redis_that_stops_answering_fails_what_is_in_flight(endpoints):
+    endpoint = endpoints["redis-streams"]
+    topic = f"native-{new_run_id()}"
+    sender = native.redis_sender(endpoint["host"], int(endpoint["port"]), None, [f"{topic}-0".encode()], 10,
+                                 timeout_s=0.5)
+    sender.configure([b"abc"], None, 0, time.monotonic_ns(), 0.0)
+    client = redis.Redis(host="127.0.0.1", port=int(endpoint["port"]))
+    client.execute_command("CLIENT", "PAUSE", 2000, "WRITE")  # real Redis holds every write for 2 s
+    try:
+        _, _, acked_seq, _, failed = drain(sender, 0, 25)
+    finally:
+        client.execute_command("CLIENT", "UNPAUSE")
+    assert acked_seq.size == 0 and failed == 25  # the window timed out; nothing counted twice or lost
+    sender.close()
+    client.delete(f"{topic}-0")
+
+
 def test_redis_that_does_not_answer_is_unavailable():
     driver = get_driver("redis-streams", {"host": "127.0.0.1", "port": free_port()}, CLIENT)
     with pytest.raises(BrokerUnavailable, match="did not answer"):

@@ -78,5 +78,5 @@ def kafka_sender(config: dict, topic: str, partitions: int, single: bool):
     return native.kafka_sender({key: str(value) for key, value in config.items()}, topic, partitions, single)
 
 
-def redis_sender(host: str, port: int, password: str | None, keys: list[bytes], depth: int):
-    return module().redis_sender(host, port, password, keys, depth)
+def redis_sender(host: str, port: int, password: str | None, keys: list[bytes], depth: int, timeout_s: float = 30.0):
+    return module().redis_sender(host, port, password, keys, depth, timeout_s)

@@ -35,6 +35,7 @@
 #include <stdint.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/time.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -345,7 +346,13 @@ static void redis_read(Sender *s, int block, int timeout_ms) {
             if (ready < 0 && errno == EINTR) continue;
         }
         ssize_t n = recv(s->fd, s->in + s->in_len, s->in_cap - s->in_len, wait ? 0 : MSG_DONTWAIT);
-        if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return;
+        if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+            if (!wait) return;
+            /* a blocking read that timed out (SO_RCVTIMEO): Redis did not answer in time */
+            snprintf(s->error, sizeof s->error, "Redis did not answer within the socket timeout");
+            redis_broken(s);
+            return;
+        }
         if (n < 0 && errno == EINTR) continue;
         if (n <= 0) {
             redis_broken(s);
@@ -808,13 +815,15 @@ static int redis_command(Sender *s, const char *command, size_t len, char *reply
     return 0;
 }
 
-/* redis_sender(host: str, port: int, password: str | None, keys: list[bytes], depth: int) */
+/* redis_sender(host: str, port: int, password: str | None, keys: list[bytes], depth: int, timeout_s=30.0) */
 static PyObject *redis_sender(PyObject *self, PyObject *args) {
     const char *host, *password;
     int port, depth;
     PyObject *keys;
-    if (!PyArg_ParseTuple(args, "sizO!i", &host, &port, &password, &PyList_Type, &keys, &depth))
+    double timeout_s = 30.0;
+    if (!PyArg_ParseTuple(args, "sizO!i|d", &host, &port, &password, &PyList_Type, &keys, &depth, &timeout_s))
         return NULL;
+    if (timeout_s <= 0) return PyErr_Format(PyExc_ValueError, "timeout_s: must be positive");
     int partitions = (int)PyList_GET_SIZE(keys);
     if (partitions < 1) return PyErr_Format(PyExc_ValueError, "keys: at least one stream key is needed");
     if (depth < 1) return PyErr_Format(PyExc_ValueError, "depth: must be at least 1, got %d", depth);
@@ -876,6 +885,9 @@ static PyObject *redis_sender(PyObject *self, PyObject *args) {
     }
     int one = 1;
     setsockopt(s->fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+    struct timeval tv = {(time_t)timeout_s, (suseconds_t)((timeout_s - (double)(time_t)timeout_s) * 1e6)};
+    setsockopt(s->fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+    setsockopt(s->fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
     if (password) {
         char command[1024], reply[256];
         size_t plen = strlen(password);
@@ -1009,7 +1021,8 @@ static PyObject *schedule_probe(PyObject *self, PyObject *args) {
 static PyMethodDef module_methods[] = {
     {"load_rdkafka", load_rdkafka, METH_VARARGS, "load_rdkafka(path) -> version: resolve librdkafka from path."},
     {"kafka_sender", kafka_sender, METH_VARARGS, "kafka_sender(config, topic, partitions, single) -> Sender"},
-    {"redis_sender", redis_sender, METH_VARARGS, "redis_sender(host, port, password, keys, depth) -> Sender"},
+    {"redis_sender", redis_sender, METH_VARARGS,
+     "redis_sender(host, port, password, keys, depth, timeout_s=30.0) -> Sender"},
     {"timed_decode", timed_decode, METH_VARARGS,
      "timed_decode(decode, messages, headers) -> bytes of (t0, t1, partition, length) int64 per message"},
     {"schedule_probe", schedule_probe, METH_VARARGS,

@@ -155,7 +155,7 @@ def _native_loop(sender, task: ProducerTask, codec, pool, timing: dict, base: in
         nonlocal last_send_ns
         started, handed, acked_seq, acked_ns, failed = sender.take()
         if handed:
-            last_send_ns = int.from_bytes(handed[-8:], "little", signed=True)
+            last_send_ns = int(np.frombuffer(handed, dtype=np.int64)[-1])
         intervals.close(end_seq, started, handed, acked_seq, acked_ns, failed)
 
     while True:

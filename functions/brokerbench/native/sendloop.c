@@ -614,12 +614,15 @@ static int run_loop(Sender *s, int64_t *seq_io, int64_t stop_seq, int64_t until,
             break;
         }
         seq++;
-        /* Kafka, unthrottled or behind schedule: still serve acks (Redis answers as its pipeline fills) */
-        if (s->kind == KIND_KAFKA && !s->acker_running && !s->single && seq % POLL_EVERY == 0) {
+        if (seq % POLL_EVERY == 0) {
+            /* Kafka without the acknowledgement thread, unthrottled or behind schedule: still serve acks
+               (Redis answers as its window fills). With an encode callable the GIL is let go here too,
+               so the interval reporter thread gets its turn even when the loop never waits. */
+            int poll_here = s->kind == KIND_KAFKA && !s->acker_running && !s->single;
             if (raw) {
-                serve(s, 0);
+                if (poll_here) serve(s, 0);
             } else {
-                Py_BEGIN_ALLOW_THREADS serve(s, 0);
+                Py_BEGIN_ALLOW_THREADS if (poll_here) serve(s, 0);
                 Py_END_ALLOW_THREADS
             }
         }

@@ -1,7 +1,8 @@
 """Redis Streams through redis-py with hiredis: XADD, consumer groups, XREADGROUP and XACK.
 
 Partitions map to stream keys `<topic>-<n>`. Batch mode pipelines the XADDs that are due
-(up to `pipeline_depth`); single mode sends one XADD and waits for its reply.
+(up to `pipeline_depth` unanswered); single mode sends one XADD and waits for its reply. The
+native send loop (`native_sender`) does the same on its own RESP connection, as a sliding window.
 """
 
 from __future__ import annotations
@@ -55,9 +56,7 @@ class RedisStreamsDriver:
         try:
             self.connect().ping()
         except RedisError as exc:
-            raise BrokerUnavailable(
-                f"Redis at {self.endpoint['host']}:{self.endpoint['port']} did not answer: {exc}"
-            ) from None
+            raise self._unavailable(exc) from None
 
     def describe(self) -> dict:
         try:
@@ -85,23 +84,29 @@ class RedisStreamsDriver:
             pass  # best effort: each cell has its own keys
 
     def producer(self, topic: str, partitions: int, mode: str, on_ack: OnAck) -> RedisStreamsProducer:
-        depth = self.client["pipeline_depth"] if mode == "batch" else 1
         try:
             connection = RespConnection(self.endpoint, self._password())
         except OSError as exc:
-            raise BrokerUnavailable(f"Redis at {self.endpoint['host']}:{self.endpoint['port']} did not answer: {exc}") from None
-        return RedisStreamsProducer(connection, [stream_key(topic, p) for p in range(partitions)], depth, on_ack)
+            raise self._unavailable(exc) from None
+        return RedisStreamsProducer(connection, [stream_key(topic, p) for p in range(partitions)], self._depth(mode),
+                                    on_ack)
+
+    def _depth(self, mode: str) -> int:
+        """XADDs in flight at most: the pipeline depth in batch mode, one in single mode."""
+        return self.client["pipeline_depth"] if mode == "batch" else 1
+
+    def _unavailable(self, exc: Exception) -> BrokerUnavailable:
+        return BrokerUnavailable(f"Redis at {self.endpoint['host']}:{self.endpoint['port']} did not answer: {exc}")
 
     def native_sender(self, topic: str, partitions: int, mode: str):
         """The native send loop on a plain RESP connection, with the same pipelining as `producer`."""
         if self.endpoint.get("tls"):
             raise native.Unsupported("the native loop speaks plain TCP, not TLS")
-        depth = self.client["pipeline_depth"] if mode == "batch" else 1
         try:
             return native.redis_sender(self.endpoint["host"], int(self.endpoint["port"]), self._password(),
-                                       [stream_key(topic, p).encode() for p in range(partitions)], depth)
+                                       [stream_key(topic, p).encode() for p in range(partitions)], self._depth(mode))
         except OSError as exc:
-            raise BrokerUnavailable(f"Redis at {self.endpoint['host']}:{self.endpoint['port']} did not answer: {exc}") from None
+            raise self._unavailable(exc) from None
 
     def consumer(self, topic: str, group: str, partitions: list[int]) -> RedisStreamsConsumer:
         connection = self.connect()

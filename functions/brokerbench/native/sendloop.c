@@ -660,14 +660,6 @@ static PyObject *Sender_take(Sender *s, PyObject *Py_UNUSED(ignored)) {
     return Py_BuildValue("(NNNNL)", buf_take(&s->started), buf_take(&s->handed), acked, acked_ns, failed);
 }
 
-static PyObject *Sender_poll(Sender *s, PyObject *args) {
-    double timeout_s;
-    if (!PyArg_ParseTuple(args, "d", &timeout_s)) return NULL;
-    if (s->kind == KIND_KAFKA && !s->rk) return PyErr_Format(PyExc_RuntimeError, "the sender is closed");
-    Py_BEGIN_ALLOW_THREADS serve(s, (int)(timeout_s * 1000));
-    Py_END_ALLOW_THREADS Py_RETURN_NONE;
-}
-
 /* Wait for the outstanding acknowledgements; returns how many never came. */
 static PyObject *Sender_flush(Sender *s, PyObject *args) {
     double timeout_s;
@@ -914,7 +906,6 @@ static PyMethodDef Sender_methods[] = {
      "send_until(seq, stop_seq, until_ns, t_end_ns) -> (next_seq, why): 0 boundary, 1 end, 2 limit."},
     {"take", (PyCFunction)Sender_take, METH_NOARGS,
      "take() -> (started, handed, acked_seq, acked_ns, failed) since the last take; int64 arrays as bytes."},
-    {"poll", (PyCFunction)Sender_poll, METH_VARARGS, "poll(timeout_s): serve acknowledgements."},
     {"flush", (PyCFunction)Sender_flush, METH_VARARGS, "flush(timeout_s) -> messages still unacknowledged."},
     {"close", (PyCFunction)Sender_close, METH_NOARGS, "close(): flush briefly and let go of the connection."},
     {NULL, NULL, 0, NULL},
@@ -1043,7 +1034,7 @@ PyMODINIT_FUNC PyInit__sendloop(void) {
     PyObject *m = PyModule_Create(&module);
     if (!m) return NULL;
     if (PyModule_AddIntConstant(m, "STOP_BOUNDARY", STOP_BOUNDARY) || PyModule_AddIntConstant(m, "STOP_END", STOP_END) ||
-        PyModule_AddIntConstant(m, "STOP_LIMIT", STOP_LIMIT) || PyModule_AddIntConstant(m, "POLL_EVERY", POLL_EVERY)) {
+        PyModule_AddIntConstant(m, "STOP_LIMIT", STOP_LIMIT)) {
         Py_DECREF(m);
         return NULL;
     }

@@ -12,6 +12,10 @@ from .. import native
 from . import BrokerUnavailable, Message, OnAck
 
 
+PRODUCER_BUFFER_KB = 32 * 1024
+MAX_IN_FLIGHT = 5
+
+
 class KafkaDriver:
     name = "kafka"
 
@@ -65,6 +69,41 @@ class KafkaDriver:
         except KafkaException:
             pass  # best effort: a topic left behind does not change later cells (each has its own)
 
+    def _offsets_client(self, group: str) -> _KafkaConsumer:
+        """A consumer that never joins or reads: it asks the broker for offsets (end offsets, the group's
+        committed positions), so the backlog and the message count are the broker's own figures."""
+        clients = self.__dict__.setdefault("_offsets_clients", {})
+        if group not in clients:
+            clients[group] = _KafkaConsumer({**self._common, "group.id": group, "enable.auto.commit": False,
+                                             "log_level": 3})
+        return clients[group]
+
+    def _watermarks(self, client: _KafkaConsumer, topic: str, partitions: int) -> list[tuple[int, int]]:
+        return [client.get_watermark_offsets(TopicPartition(topic, p), timeout=5, cached=False)
+                for p in range(partitions)]
+
+    def backlog(self, topic: str, group: str, partitions: int) -> int | None:
+        """Messages in the topic that the group has not consumed: end offsets minus committed offsets."""
+        try:
+            client = self._offsets_client(group)
+            committed = client.committed([TopicPartition(topic, p) for p in range(partitions)], timeout=5)
+            marks = self._watermarks(client, topic, partitions)
+        except KafkaException:
+            return None
+        return sum(max(0, high - (tp.offset if tp.offset >= 0 else low)) for tp, (low, high) in zip(committed, marks))
+
+    def message_count(self, topic: str, partitions: int) -> int | None:
+        """How many messages the broker holds in the topic (end offset minus start offset, summed)."""
+        try:
+            return sum(high - low for low, high in self._watermarks(self._offsets_client(f"{topic}-count"), topic,
+                                                                   partitions))
+        except KafkaException:
+            return None
+
+    def close(self) -> None:
+        for client in self.__dict__.pop("_offsets_clients", {}).values():
+            client.close()
+
     def producer_config(self, mode: str) -> dict:
         client = self.client
         return {
@@ -73,9 +112,15 @@ class KafkaDriver:
             "compression.type": client["compression"],
             "linger.ms": client["linger_ms"] if mode == "batch" else 0,
             "batch.size": client["batch_bytes"],
+            # A bounded buffer, like the Java client's buffer.memory (32 MB): a producer that outruns the
+            # broker waits (publish delay shows it) instead of queueing a gigabyte that the measured
+            # messages would sit behind; at max rate the enqueue rate then follows the delivery rate.
             "queue.buffering.max.messages": 1_000_000,
-            "queue.buffering.max.kbytes": 1_048_576,
+            "queue.buffering.max.kbytes": max(PRODUCER_BUFFER_KB, 2 * client["batch_bytes"] // 1024),
             "message.max.bytes": 16 * 1024 * 1024,
+            # The Java client's default (librdkafka's is 1,000,000): with more in flight, a quota'd or slow
+            # broker takes a burst of tens of MB before its first throttled answer, and pays it back later.
+            "max.in.flight.requests.per.connection": MAX_IN_FLIGHT,
         }
 
     def producer(self, topic: str, partitions: int, mode: str, on_ack: OnAck) -> KafkaProducer:
@@ -158,6 +203,13 @@ class KafkaConsumer:
             return []
         messages = [first, *self._consumer.consume(1000, 0)]
         return [(m.key(), m.value(), m.partition()) for m in messages if m.error() is None]
+
+    def commit(self) -> None:
+        """Store the positions reached with the broker (asynchronously), for the broker-side backlog."""
+        try:
+            self._consumer.commit(asynchronous=True)
+        except KafkaException:  # nothing consumed yet: no offsets to store
+            pass
 
     def close(self) -> None:
         self._consumer.close()

@@ -6,6 +6,7 @@ from collections import defaultdict
 from html import escape
 
 from . import markdown
+from .model import min_samples, need_label
 from .svg import bar_chart, line_chart
 
 CSS = """
@@ -13,7 +14,8 @@ body{font:14px/1.45 system-ui,sans-serif;margin:24px auto;max-width:1200px;color
 h1{font-size:22px}h2{font-size:18px;margin-top:32px;border-bottom:1px solid #ddd}h3{font-size:15px}
 table{border-collapse:collapse;margin:8px 0;font-size:13px}td,th{border:1px solid #ddd;padding:3px 7px;text-align:right}
 td:first-child,td:nth-child(2),th{text-align:left}.best{font-weight:700;background:#eef7ee}
-.warn{color:#a15c00}.bad{color:#b00020;font-weight:700}.charts{display:flex;flex-wrap:wrap;gap:12px}
+.warn{color:#a15c00}.muted{color:#666}.withheld{color:#888}small{color:#777}
+.bad{color:#b00020;font-weight:700}.charts{display:flex;flex-wrap:wrap;gap:12px}
 svg.chart{border:1px solid #eee;background:#fff}.title{font-size:13px;font-weight:600}.axis{font-size:11px;fill:#555}
 .tick{font-size:10px;fill:#666}.legend{font-size:10px}.grid{stroke:#eee}.frame{stroke:#999}
 """
@@ -25,16 +27,24 @@ def _cell_name(c: dict) -> str:
 
 def _td(c: dict, name: str, digits=0, scale=1.0) -> str:
     est = c["metrics"][name]
+    if est["median"] is None and est.get("withheld"):
+        return (f"<td class='withheld' title='needs at least {est['withheld']:,} samples per repeat'>"
+                f"{escape(need_label(est['withheld']))}</td>")
     text = "–" if est["median"] is None else f"{est['median'] / scale:,.{digits}f}"
     css = ' class="best"' if name in c.get("best", []) else ""
     title = ""
     if est["n"] > 1 and est["ci_low"] is not None:
-        title = f' title="95% interval {est["ci_low"] / scale:,.{digits}f}–{est["ci_high"] / scale:,.{digits}f} (n={est["n"]})"'
+        coverage = f"{est['coverage']:.0%} " if est.get("coverage") is not None else ""
+        title = (f' title="{coverage}interval {est["ci_low"] / scale:,.{digits}f}–{est["ci_high"] / scale:,.{digits}f}'
+                 f' (n={est["n"]})"')
+        if est["ci_high"] != est["ci_low"]:  # shown, not hidden in a tooltip: a figure without its spread misleads
+            text += f" <small>({est['ci_low'] / scale:,.{digits}f}–{est['ci_high'] / scale:,.{digits}f})</small>"
     return f"<td{css}{title}>{text}</td>"
 
 
-def _count_td(value) -> str:
-    return "<td>–</td>" if value is None else f"<td>{value:,}</td>"
+def _loss_td(c: dict) -> str:
+    text = markdown.loss_text(c)
+    return f"<td class='bad'>{escape(text)}</td>" if text.startswith("⚠") else f"<td>{escape(text)}</td>"
 
 
 def _ratio_td(c: dict, axis: str) -> str:
@@ -42,36 +52,40 @@ def _ratio_td(c: dict, axis: str) -> str:
     return "<td>–</td>" if ratio is None else f"<td>{ratio:.2f}×</td>"
 
 
-def _grid(group: dict) -> str:
-    head = ("<tr><th>broker</th><th>format</th><th>bytes</th><th>msgs/s</th><th>MB/s</th><th>e2e p50 ms</th>"
+def _grid(group: dict, refs: dict) -> str:
+    head = ("<tr><th>broker</th><th>format</th><th>bytes</th><th>delivered msgs/s</th><th>MB/s</th><th>e2e p50 ms</th>"
             "<th>e2e p99 ms</th><th>e2e p99.9 ms</th><th>pub p99 ms</th><th>delay p99 ms</th><th>enc µs</th>"
-            "<th>dec µs</th><th>lost</th><th>× json</th><th>× kafka</th><th>verdict</th></tr>")
+            f"<th>dec µs</th><th>loss</th><th>× {escape(refs['format'])}</th><th>× {escape(refs['broker'])}</th>"
+            "<th>verdict</th></tr>")
     rows = []
     for c in group["cells"]:
         if c["status"] == "failed":
             rows.append(f"<tr><td>{escape(c['broker'])}</td><td>{escape(c['format'])}</td>"
                         f"<td colspan=14 class='bad'>FAILED: {escape('; '.join(c['reasons']))}</td></tr>")
             continue
-        verdict = c["sustainability"]
-        verdict_html = (f"<span class='warn'>unsustainable: {escape('; '.join(verdict['reasons']))}</span>"
-                        if verdict["verdict"] == "unsustainable" else escape(verdict["verdict"]))
+        verdict = c["sustainability"]["verdict"]
+        css = {"unsustainable": "warn", "inconclusive": "muted"}.get(verdict)
+        verdict_html = (f"<span class='{css}'>{escape(markdown.verdict_text(c))}</span>" if css
+                        else escape(markdown.verdict_text(c)))
         rows.append("<tr>" + f"<td>{escape(c['broker'])}</td><td>{escape(c['format'])}</td>"
                     + _td(c, "encoded_bytes") + _td(c, "throughput_msgs_per_s") + _td(c, "throughput_mb_per_s", 2)
                     + _td(c, "end_to_end_p50_us", 2, 1000) + _td(c, "end_to_end_p99_us", 2, 1000)
                     + _td(c, "end_to_end_p999_us", 2, 1000) + _td(c, "publish_latency_p99_us", 2, 1000)
                     + _td(c, "publish_delay_p99_us", 2, 1000) + _td(c, "encode_p50_ns", 1, 1000)
-                    + _td(c, "decode_p50_ns", 1, 1000) + _count_td(c["lost"])
+                    + _td(c, "decode_p50_ns", 1, 1000) + _loss_td(c)
                     + _ratio_td(c, "format") + _ratio_td(c, "broker")
                     + f"<td>{verdict_html}</td></tr>")
     return f"<table>{head}{''.join(rows)}</table>"
 
 
 def _spectrum_chart(group: dict) -> str:
-    series = [{"name": _cell_name(c), "points": [(1 / (1 - p / 100) if p < 100 else 100_000, v / 1000)
+    # Percentiles finer than a cell's sample supports are None in the model and left out here.
+    series = [{"name": _cell_name(c), "points": [(1 / (1 - p / 100) if p < 100 else 100_000, None if v is None else v / 1000)
                                                   for p, v in c["latency"]["end_to_end_latency_us"].get("spectrum", [])]}
               for c in group["cells"] if c["status"] != "failed"]
     ticks = [(2, "p50"), (10, "p90"), (100, "p99"), (1000, "p99.9"), (10_000, "p99.99"), (100_000, "max")]
-    return line_chart(f"End-to-end latency spectrum · {group['title']}", series, x_label="percentile",
+    basis = " (from enqueue)" if group.get("rate_target") == "max" else ""
+    return line_chart(f"End-to-end latency spectrum{basis} · {group['title']}", series, x_label="percentile",
                       y_label="ms", log_x=True, log_y=True, x_ticks=ticks)
 
 
@@ -111,6 +125,8 @@ def _serialization_charts(report: dict) -> list[str]:
 
 
 def _interval_charts(group: dict) -> list[str]:
+    """Per-second rate and p99. An interval too small for a p99 shows its maximum instead, as its own series."""
+    need = min_samples(99.0)
     out = []
     for c in group["cells"]:
         if c["status"] == "failed" or not c["intervals"]:
@@ -118,42 +134,85 @@ def _interval_charts(group: dict) -> list[str]:
         rate, p99 = [], []
         for repeat, series in enumerate(c["intervals"]):
             suffix = f" #{repeat}" if len(c["intervals"]) > 1 else ""
-            rate.append({"name": f"received/s{suffix}", "points": list(zip(series["interval"], series["received"]))})
-            p99.append({"name": f"e2e p99 ms{suffix}", "points": [(i, None if v is None else v / 1000)
-                                                                  for i, v in zip(series["interval"], series["end_to_end_p99_us"])]})
+            rate.append({"name": f"delivered/s{suffix}", "points": list(zip(series["interval"], series["throughput"]))})
+            counts = series.get("end_to_end_count") or [None] * len(series["interval"])
+            maxima = series.get("end_to_end_max_us") or [None] * len(series["interval"])
+            rows = list(zip(series["interval"], series["end_to_end_p99_us"], maxima, counts))
+            p99.append({"name": f"e2e p99 ms{suffix}", "points": [
+                (i, v / 1000) for i, v, _, n in rows if v is not None and (n is None or n >= need)]})
+            small = [(i, m / 1000) for i, _, m, n in rows if m is not None and n is not None and n < need]
+            if small:
+                p99.append({"name": f"e2e max ms (n<{need:,}){suffix}", "points": small})
         out.append(line_chart(f"{_cell_name(c)} · rate per second", rate, x_label="second", y_label="msgs/s"))
         out.append(line_chart(f"{_cell_name(c)} · p99 per second", p99, x_label="second", y_label="ms"))
     return out
 
 
+def _regression_section(report: dict) -> list[str]:
+    parts = ["<h2 id='regressions'>Regressions</h2>"]
+    check = report.get("regression_check")
+    rows_of = check.get("verdicts", []) if check else [r for r in report["regressions"] if r["verdict"] == "regression"]
+    if check:
+        parts.append(f"<p>{escape(markdown.check_summary(check))}</p>")
+        parts += [f"<p>{escape(line)}</p>" for line in markdown._method_lines(check) if line]
+    elif rows_of:
+        baselines = sorted({r["baseline_run_id"] for r in rows_of if r.get("baseline_run_id")})
+        parts.append(f"<p>Against baseline run {escape(', '.join(baselines) or '–')}.</p>")
+    else:
+        return parts + ["<p>No regression check recorded for this run.</p>"]
+    if rows_of:
+        rows = []
+        for r in sorted(rows_of, key=lambda v: markdown.VERDICT_ORDER.get(v.get("verdict"), 9)):
+            css = {"regression": "bad", "unstable": "warn"}.get(r.get("verdict"), "")
+            rows.append(f"<tr><td>{escape(str(r.get('cell', r.get('key', '–'))))}</td><td>{escape(str(r.get('metric')))}</td>"
+                        f"<td class='{css}'>{escape(str(r.get('verdict')))}</td>"
+                        f"<td>{markdown._figure(r.get('baseline_median'))}</td>"
+                        f"<td>{markdown._figure(r.get('candidate_median'))}</td><td>{markdown._change(r.get('change'))}</td>"
+                        f"<td>{markdown._p(r.get('p_value'))}</td></tr>")
+        parts.append("<table><tr><th>cell</th><th>metric</th><th>verdict</th><th>baseline</th><th>candidate</th>"
+                     f"<th>change</th><th>p</th></tr>{''.join(rows)}</table>")
+    return parts
+
+
+def _claims_and_rules(report: dict) -> list[str]:
+    parts = ["<h2>Highlights</h2>"]
+    if report.get("claims_note"):
+        parts.append(f"<p>{escape(report['claims_note'][0].upper() + report['claims_note'][1:])}.</p>")
+    elif report["highlights"]:
+        parts.append("<ul>" + "".join(f"<li>{escape(h['text'])}</li>" for h in report["highlights"]) + "</ul>")
+    else:
+        parts.append("<p>No difference between configurations exceeded the run's own noise.</p>")
+    if report.get("configurations_with_loss"):
+        parts.append(f"<p class='bad'>Loss in {len(report['configurations_with_loss'])} configuration(s): see the loss column.</p>")
+    rules = report.get("rules") or {}
+    items = [f"<li><b>{label}.</b> {escape(rules[key])}</li>" for key, label in
+             (("sustainability", "Sustainability"), ("claims", "Claims"), ("percentiles", "Percentiles"),
+              ("max_rate", "Max rate")) if rules.get(key)]
+    if items:
+        parts.append(f"<h2>How to read this report</h2><ul>{''.join(items)}</ul>")
+    return parts
+
+
 def render(report: dict) -> str:
     env = report["environment"]
-    brokers = ", ".join(f"{escape(b)} {escape(str(t['broker_version']))}" for b, t in env.get("brokers", {}).items())
+    brokers = ", ".join(f"{escape(b)} {escape(str(t.get('broker_version', '?')))}" for b, t in env.get("brokers", {}).items())
     parts = [f"<!doctype html><html lang='en'><head><meta charset='utf-8'><title>brokerbench {escape(report['run_id'])}</title>"
              f"<style>{CSS}</style></head><body>",
              f"<h1>brokerbench run {escape(report['run_id'])} ({escape(report['name'])})</h1>",
              f"<p>Status <b>{escape(report['status'])}</b>{' — ' + escape(report['reason']) if report.get('reason') else ''}"
              f" · {brokers} · {env['host']['cores']} cores {escape(env['host']['cpu_model'])} · code "
-             f"{escape(env['code_version'])}</p>",
-             "<h2 id='regressions'>Regressions</h2>"]
-    regressions = [r for r in report["regressions"] if r["verdict"] == "regression"]
-    if regressions:
-        rows = "".join(f"<tr><td>{escape(r['cell'])}</td><td>{escape(r['metric'])}</td><td class='bad'>regression</td>"
-                       f"<td>{r['baseline_median']:,.1f}</td><td>{r['candidate_median']:,.1f}</td><td>{r['change']:+.1%}</td>"
-                       f"<td>{r['p_value']:.2g}</td><td>{escape(r['baseline_run_id'])}</td></tr>" for r in regressions)
-        parts.append("<table><tr><th>cell</th><th>metric</th><th>verdict</th><th>baseline</th><th>candidate</th>"
-                     f"<th>change</th><th>p</th><th>baseline run</th></tr>{rows}</table>")
-    else:
-        parts.append("<p>No regression recorded for this run.</p>")
-    if report["highlights"]:
-        parts.append("<h2>Highlights</h2><ul>" + "".join(f"<li>{escape(h)}</li>" for h in report["highlights"]) + "</ul>")
+             f"{escape(env['code_version'])}</p>"]
+    parts += _regression_section(report)
+    parts += _claims_and_rules(report)
     parts.append("<h2>Comparison</h2>")
     for group in report["groups"]:
-        parts.append(f"<h3>{escape(group['title'])}</h3>{_grid(group)}<div class='charts'>{_spectrum_chart(group)}</div>")
+        note = f"<p><i>{escape(group['note'])}</i></p>" if group.get("note") else ""
+        parts.append(f"<h3>{escape(group['title'])}</h3>{note}{_grid(group, report['references'])}"
+                     f"<div class='charts'>{_spectrum_chart(group)}</div>")
     parts.append("<h2>Throughput and latency across the matrix</h2><div class='charts'>")
     parts += _across_groups(report, lambda g: g["size_bytes"], lambda g: f"{g['rate_target']} msgs/s · {g['mode']}",
                             "Throughput vs message size", "message size (B)", "throughput_msgs_per_s", "msgs/s", log_x=True)
-    parts += _across_groups(report, lambda g: None if g["rate_target"] == "max" else g["rate_target"],
+    parts += _across_groups(report, lambda g: g["rate_target"] if isinstance(g["rate_target"], (int, float)) else None,
                             lambda g: f"{g['size_bytes']:,} B · {g['mode']}", "End-to-end p99 vs rate",
                             "target rate (msgs/s)", "end_to_end_p99_us", "ms", scale=1000, log_x=True)
     parts.append("</div><h2>Serialization</h2><div class='charts'>")

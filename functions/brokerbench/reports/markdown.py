@@ -1,6 +1,10 @@
-"""The report as Markdown (terminal, pull requests): regressions first, then highlights and grids."""
+"""The report as Markdown (terminal, pull requests): regressions first, then claims, rules and grids."""
 
 from __future__ import annotations
+
+from .model import need_label
+
+VERDICT_ORDER = {"regression": 0, "unstable": 1, "improvement": 2, "unchanged": 3}
 
 
 def _num(value, digits=0, scale=1.0) -> str:
@@ -11,6 +15,8 @@ def _num(value, digits=0, scale=1.0) -> str:
 
 def _metric(cell: dict, name: str, digits=0, scale=1.0) -> str:
     est = cell["metrics"][name]
+    if est["median"] is None and est.get("withheld"):
+        return need_label(est["withheld"])  # the percentile is finer than the sample supports
     text = _num(est["median"], digits, scale)
     if est["n"] > 1 and est["ci_low"] is not None and est["ci_high"] != est["ci_low"]:
         text += f" ({_num(est['ci_low'], digits, scale)}–{_num(est['ci_high'], digits, scale)})"
@@ -24,12 +30,95 @@ def _ratio(cell: dict, axis: str, name: str) -> str:
     return "–" if ratio is None else f"{ratio:.2f}×"
 
 
-def regression_table(regressions: list[dict]) -> list[str]:
-    lines = ["| cell | metric | verdict | baseline | candidate | change | p |", "|---|---|---|---:|---:|---:|---:|"]
-    for r in regressions:
-        lines.append(f"| {r['cell']} | {r['metric']} | **{r['verdict']}** | {_num(r['baseline_median'], 1)} | "
-                     f"{_num(r['candidate_median'], 1)} | {r['change']:+.1%} | {r['p_value']:.2g} |")
-    return lines
+def loss_text(config: dict) -> str:
+    """'0', or each loss class that occurred (flagged), and the broker's count when it disagrees."""
+    loss = config.get("loss") or {}
+    if all(loss.get(k) is None for k in ("lost", "late", "send_errors", "unacknowledged")):
+        return _num(config.get("lost"))
+    parts = [f"{name.replace('_', ' ')} {loss[name]:,}" for name in ("lost", "late", "send_errors", "unacknowledged")
+             if loss.get(name)]
+    if loss.get("broker_count_difference"):
+        parts.append(f"broker count {loss['broker_count_difference']:+,}")
+    return "⚠ " + ", ".join(parts) if parts else "0"
+
+
+def _figure(value, digits=1) -> str:
+    if value is None:
+        return "–"
+    if isinstance(value, float) and value == float("inf"):
+        return "∞"
+    return f"{value:,.{digits}f}"
+
+
+def _change(value) -> str:
+    if value is None:
+        return "–"
+    return "∞" if value in (float("inf"), float("-inf")) else f"{value:+.1%}"
+
+
+def _p(value) -> str:
+    return "–" if value is None else f"{value:.2g}"
+
+
+def check_summary(check: dict) -> str:
+    """One line: the baseline (and history), the correction for multiplicity, the verdicts' tally."""
+    tally: dict = {}
+    for v in check.get("verdicts", []):
+        tally[v.get("verdict")] = tally.get(v.get("verdict"), 0) + 1
+    counts = ", ".join(f"{n} {k}" for k, n in sorted(tally.items(), key=lambda kv: VERDICT_ORDER.get(kv[0], 9)))
+    if not check.get("baseline_run_id"):
+        return "Checked, but no baseline was found (no earlier completed run of this suite on the same target " \
+               "configuration): nothing was compared."
+    history = [h for h in check.get("history_run_ids") or [] if h != check["baseline_run_id"]]
+    alpha = check.get("corrected_alpha")
+    text = f"Checked against baseline run {check['baseline_run_id']}"
+    if history:
+        text += f" (run-to-run noise from {len(history) + 1} runs: the baseline and {', '.join(history)})"
+    if alpha is not None:
+        text += f" · corrected α {alpha:.2g}"
+    elif check.get("alpha") is not None:
+        text += f" · family-wise α {check['alpha']:g} over {check.get('comparisons', len(check.get('verdicts', [])))} tests"
+    return text + f" · {counts or 'no verdicts'}."
+
+
+def _method_lines(check: dict) -> list[str]:
+    method = check.get("rule") or check.get("method")
+    if not method:
+        return []
+    if isinstance(method, dict):
+        return ["", "Rule: " + "; ".join(f"{k}: {v}" for k, v in method.items()) + "."]
+    return ["", f"Rule: {method}"]
+
+
+def regression_section(report: dict) -> list[str]:
+    """The regression check's verdicts and its baseline, or what was recorded, or that none was."""
+    check = report.get("regression_check")
+    lines = ["## Regressions", ""]
+    if check:
+        verdicts = sorted(check.get("verdicts", []), key=lambda v: VERDICT_ORDER.get(v.get("verdict"), 9))
+        lines.append(check_summary(check))
+        lines += _method_lines(check)
+        if verdicts:
+            lines += ["", "| cell | metric | verdict | baseline | candidate | change | p |",
+                      "|---|---|---|---:|---:|---:|---:|"]
+            for v in verdicts:
+                name = v.get("verdict")
+                lines.append(f"| {v.get('cell', v.get('key', '–'))} | {v.get('metric', '–')} | "
+                             f"{'**' + name + '**' if name == 'regression' else name} | "
+                             f"{_figure(v.get('baseline_median'))} | {_figure(v.get('candidate_median'))} | "
+                             f"{_change(v.get('change'))} | {_p(v.get('p_value'))} |")
+        return lines + [""]
+    regressions = [r for r in report["regressions"] if r["verdict"] == "regression"]
+    if regressions:
+        baselines = sorted({r["baseline_run_id"] for r in regressions if r.get("baseline_run_id")})
+        lines += [f"Against baseline run {', '.join(baselines) or '–'}.", "",
+                  "| cell | metric | verdict | baseline | candidate | change | p |", "|---|---|---|---:|---:|---:|---:|"]
+        for r in regressions:
+            lines.append(f"| {r['cell']} | {r['metric']} | **{r['verdict']}** | {_figure(r['baseline_median'])} | "
+                         f"{_figure(r['candidate_median'])} | {_change(r['change'])} | {_p(r['p_value'])} |")
+    else:
+        lines.append("No regression check recorded for this run.")
+    return lines + [""]
 
 
 def _send_loops(report: dict) -> str:
@@ -37,9 +126,36 @@ def _send_loops(report: dict) -> str:
     return f" · send loop {', '.join(loops)}" if loops else ""
 
 
+def claims_section(report: dict) -> list[str]:
+    lines = ["## Highlights", ""]
+    if report.get("claims_note"):
+        return lines + [f"{report['claims_note'][0].upper()}{report['claims_note'][1:]}.", ""]
+    if not report["highlights"]:
+        return lines + ["No difference between configurations exceeded the run's own noise.", ""]
+    return lines + [f"- {h['text']}" for h in report["highlights"]] + [""]
+
+
+def rules_section(report: dict) -> list[str]:
+    rules = report.get("rules") or {}
+    names = (("sustainability", "Sustainability"), ("claims", "Claims"), ("percentiles", "Percentiles"),
+             ("max_rate", "Max rate"))
+    return ["## How to read this report", ""] + [f"- **{label}.** {rules[key]}" for key, label in names
+                                                  if rules.get(key)] + [""]
+
+
+def verdict_text(c: dict) -> str:
+    verdict = c["sustainability"]["verdict"]
+    if verdict in ("unsustainable", "inconclusive"):
+        mark = "⚠ " if verdict == "unsustainable" else ""
+        verdict = f"{mark}{verdict}: " + "; ".join(c["sustainability"]["reasons"])
+    if c["status"] == "partial":
+        verdict += f" ({c['completed_repeats']} of {c['repeats']} repeats completed: {'; '.join(c['reasons'])})"
+    return verdict
+
+
 def render(report: dict) -> str:
     env = report["environment"]
-    brokers = ", ".join(f"{b} {t['broker_version']}" for b, t in env.get("brokers", {}).items()) or "–"
+    brokers = ", ".join(f"{b} {t.get('broker_version', '?')}" for b, t in env.get("brokers", {}).items()) or "–"
     lines = [
         f"# brokerbench run {report['run_id']} ({report['name']})",
         "",
@@ -48,39 +164,33 @@ def render(report: dict) -> str:
         f"{_send_loops(report)}",
         "",
     ]
-    regressions = [r for r in report["regressions"] if r["verdict"] == "regression"]
-    lines.append("## Regressions")
-    lines.append("")
-    if regressions:
-        lines += regression_table(regressions)
-    else:
-        baseline = report.get("baseline")
-        lines.append(f"None against {baseline}." if baseline else "No regression check has been recorded for this run.")
-    lines.append("")
-    if report["highlights"]:
-        lines += ["## Highlights", ""] + [f"- {h}" for h in report["highlights"]] + [""]
+    lines += regression_section(report)
+    lines += claims_section(report)
+    if report.get("configurations_with_loss"):
+        lines += [f"**Loss** in {len(report['configurations_with_loss'])} configuration(s): see the loss column.", ""]
+    lines += rules_section(report)
     refs = report["references"]
     for group in report["groups"]:
-        lines += [f"## {group['title']}", "",
-                  f"Median over repeats (95% interval); **bold** is the best of the group; ratios against "
-                  f"{refs['format']} (same broker) and {refs['broker']} (same format).", "",
-                  "| broker | format | bytes | msgs/s | MB/s | e2e p50 ms | e2e p99 ms | e2e p99.9 ms | pub p99 ms "
-                  "| delay p99 ms | enc µs | dec µs | lost | vs format | vs broker | verdict |",
+        lines += [f"## {group['title']}", ""]
+        if group.get("note"):
+            lines += [f"*{group['note']}*", ""]
+        lines += [f"Median over repeats (distribution-free interval); **bold** only where the intervals do not "
+                  f"overlap; ratios of medians against {refs['format']} (same broker) and {refs['broker']} "
+                  f"(same format).", "",
+                  "| broker | format | bytes | delivered msgs/s | MB/s | e2e p50 ms | e2e p99 ms | e2e p99.9 ms | pub p99 ms "
+                  "| delay p99 ms | enc µs | dec µs | loss | vs format | vs broker | verdict |",
                   "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
         for c in group["cells"]:
             if c["status"] == "failed":
                 lines.append(f"| {c['broker']} | {c['format']} | " + "– | " * 13 + f"FAILED: {'; '.join(c['reasons'])} |")
                 continue
-            verdict = c["sustainability"]["verdict"]
-            if verdict == "unsustainable":
-                verdict = "⚠ unsustainable: " + "; ".join(c["sustainability"]["reasons"])
             lines.append(
                 f"| {c['broker']} | {c['format']} | {_metric(c, 'encoded_bytes')} | {_metric(c, 'throughput_msgs_per_s')} | "
                 f"{_metric(c, 'throughput_mb_per_s', 2)} | {_metric(c, 'end_to_end_p50_us', 2, 1000)} | "
                 f"{_metric(c, 'end_to_end_p99_us', 2, 1000)} | {_metric(c, 'end_to_end_p999_us', 2, 1000)} | "
                 f"{_metric(c, 'publish_latency_p99_us', 2, 1000)} | {_metric(c, 'publish_delay_p99_us', 2, 1000)} | "
-                f"{_metric(c, 'encode_p50_ns', 1, 1000)} | {_metric(c, 'decode_p50_ns', 1, 1000)} | {_num(c['lost'])} | "
+                f"{_metric(c, 'encode_p50_ns', 1, 1000)} | {_metric(c, 'decode_p50_ns', 1, 1000)} | {loss_text(c)} | "
                 f"{_ratio(c, 'format', 'throughput_msgs_per_s')} | {_ratio(c, 'broker', 'throughput_msgs_per_s')} | "
-                f"{verdict} |")
+                f"{verdict_text(c)} |")
         lines.append("")
     return "\n".join(lines)

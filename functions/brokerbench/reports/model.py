@@ -1,42 +1,85 @@
 """The comparison report: a projection of a run's events.
 
 Cells that differ only by repeat form one configuration. Its percentiles come from the exact
-merge of the repeats' cumulative histograms (never from averaging percentiles). Its headline
-figures carry the median and a 95% bootstrap interval over the repeats. Each configuration also
-gets a sustainability verdict, so the latency of a cell that could not keep up is flagged rather
-than compared.
+merge of the repeats' cumulative histograms (never from averaging percentiles), and a percentile
+finer than the sample supports is withheld. Its headline figures carry the median over the
+repeats with a distribution-free interval. Each cell gets the sustainability verdict of
+brokerbench.verdict; latency is compared only between cells that kept up. Comparative claims
+(highlights, "best" marks) are made only when repeats put the difference beyond the run's noise.
 """
 
 from __future__ import annotations
 
+import math
 from collections import defaultdict
+from dataclasses import dataclass
 from itertools import groupby
 
-import numpy as np
-
-from .. import histogram
+from .. import histogram, verdict
 from .results import SUMMARY_FIELDS, build_results
-from .stats import median_ci
+from .stats import median_ci, spread
 
-SUSTAINED_RATE = 0.995
-# metric -> (how to read it from a cell result, True when higher is better)
-METRICS = {
-    "throughput_msgs_per_s": (lambda c: c["throughput_msgs_per_s"], True),
-    "throughput_mb_per_s": (lambda c: c["throughput_mb_per_s"], True),
-    "end_to_end_p50_us": (lambda c: c["end_to_end_latency_us"]["p50"], False),
-    "end_to_end_p99_us": (lambda c: c["end_to_end_latency_us"]["p99"], False),
-    "end_to_end_p999_us": (lambda c: c["end_to_end_latency_us"]["p999"], False),
-    "publish_latency_p99_us": (lambda c: c["publish_latency_us"]["p99"], False),
-    "publish_delay_p99_us": (lambda c: c["publish_delay_us"]["p99"], False),
-    "encode_p50_ns": (lambda c: c["encode_ns"]["p50"], False),
-    "decode_p50_ns": (lambda c: c["decode_ns"]["p50"], False),
-    "encoded_bytes": (lambda c: c["encoded_bytes"], False),
-    "lost": (lambda c: c["lost"], False),
-}
-LATENCY_FIELDS = ("publish_latency_us", "publish_delay_us", "end_to_end_latency_us", "encode_ns", "decode_ns")
+MIN_CLAIM_REPEATS = 3
+# A highlight must also be large enough to matter, beyond being outside the noise.
+MIN_CLAIM_EFFECT = {"throughput_msgs_per_s": 0.05, "end_to_end_p99_us": 0.20}
+PERCENTILES = {"p50": 50.0, "p75": 75.0, "p95": 95.0, "p99": 99.0, "p999": 99.9}
 SPECTRUM = (50.0, 75.0, 90.0, 95.0, 99.0, 99.5, 99.9, 99.95, 99.99, 100.0)
+LATENCY_FIELDS = ("publish_latency_us", "publish_delay_us", "end_to_end_latency_us", "encode_ns", "decode_ns")
 CONFIG_FIELDS = ("broker", "format", "mode", "size_basis", "size_bytes", "rate_target", "producers", "consumers",
                  "partitions")
+LOSS_CLASSES = ("lost", "late", "send_errors", "unacknowledged")
+
+CLAIMS_RULE = (
+    f"A comparison (highlight or bold \"best\") is made only with at least {MIN_CLAIM_REPEATS} completed repeats "
+    "of each side. A highlight pairs repeat r of a configuration with repeat r of its reference; the "
+    "distribution-free interval of the median of those per-repeat ratios (exact order statistics; below 6 "
+    "repeats it is the whole range, with the coverage shown) must exclude 1 by more than the run's own noise "
+    "(the robust spread of repeats: the reference's, or the run's typical one if larger). \"Best\" marks a "
+    "value whose interval does not overlap that of any other comparable configuration of its group. Latency "
+    "is compared only between sustainable cells; max-rate cells are compared only with each other."
+)
+PERCENTILE_RULE = (
+    "A percentile p is shown only when its sample holds at least 10 / (1 − p/100) values (p50 ≥ 20, p99 ≥ 1,000, "
+    "p99.9 ≥ 10,000, p99.99 ≥ 100,000); a finer one would be an extrapolation from the few largest values "
+    "and is marked n<… instead."
+)
+MAX_RATE_NOTE = ("max-rate cells: latency from enqueue (no intended send time at max rate); not comparable "
+                 "with rated cells.")
+
+
+@dataclass(frozen=True)
+class Metric:
+    field: str  # cell result field
+    key: str | None  # key inside a latency object, or None for a plain number
+    higher_is_better: bool
+    latency: bool = False  # compared only between cells that kept up
+
+
+METRICS = {
+    "throughput_msgs_per_s": Metric("throughput_msgs_per_s", None, True),
+    "throughput_mb_per_s": Metric("throughput_mb_per_s", None, True),
+    "end_to_end_p50_us": Metric("end_to_end_latency_us", "p50", False, True),
+    "end_to_end_p99_us": Metric("end_to_end_latency_us", "p99", False, True),
+    "end_to_end_p999_us": Metric("end_to_end_latency_us", "p999", False, True),
+    "publish_latency_p99_us": Metric("publish_latency_us", "p99", False, True),
+    "publish_delay_p99_us": Metric("publish_delay_us", "p99", False, True),
+    "encode_p50_ns": Metric("encode_ns", "p50", False),
+    "decode_p50_ns": Metric("decode_ns", "p50", False),
+    "encoded_bytes": Metric("encoded_bytes", None, False),
+    "lost": Metric("lost", None, False),
+}
+
+
+def min_samples(percentile: float) -> int:
+    """The smallest sample that supports a percentile: 10 values beyond it (1 for the maximum)."""
+    if percentile >= 100:
+        return 1
+    return math.ceil(round(10 / (1 - percentile / 100), 6))
+
+
+def need_label(count: int) -> str:
+    """n<1k, n<10k: what the renderers print for a withheld percentile."""
+    return f"n<{count // 1000}k" if count >= 1000 and count % 1000 == 0 else f"n<{count:,}"
 
 
 def config_key(cell: dict) -> str:
@@ -44,8 +87,11 @@ def config_key(cell: dict) -> str:
     return "|".join(str(cell[f]) for f in CONFIG_FIELDS)
 
 
-def _rate_sort(rate) -> float:
-    return float("inf") if rate == "max" else float(rate)
+def _rate_sort(rate) -> tuple:
+    """Numeric rates ascending, then max, then anything else (a rate search)."""
+    if isinstance(rate, (int, float)):
+        return (0, float(rate))
+    return (1, 0.0) if rate == "max" else (2, 0.0)
 
 
 def _intervals_by_cell(events: list[dict]) -> dict[str, list[dict]]:
@@ -61,63 +107,138 @@ def _intervals_by_cell(events: list[dict]) -> dict[str, list[dict]]:
     return out
 
 
-def interval_series(intervals: list[dict], publish_only: bool = False) -> dict[str, list]:
-    """Per-second figures of one cell: sent, received, throughput (msgs/s) and latency p99 (µs)."""
-    series = {"interval": [], "sent": [], "received": [], "throughput": [], "end_to_end_p99_us": [],
-              "publish_latency_p99_us": []}
-    for data in sorted(intervals, key=lambda d: d["interval"]):
-        summary = data.get("summary", {})
-        series["interval"].append(data["interval"])
-        series["sent"].append(data["counters"]["sent"])
-        series["received"].append(data["counters"]["received"])
-        series["throughput"].append(data["counters"]["sent" if publish_only else "received"])
-        series["end_to_end_p99_us"].append(summary.get("end_to_end_latency_us", {}).get("p99"))
-        series["publish_latency_p99_us"].append(summary.get("publish_latency_us", {}).get("p99"))
+def interval_series(intervals: list[dict], publish_only: bool = False, measured_s: float | None = None) -> dict:
+    """Per-second figures of one cell (the verdict's input, the charts' and the regression samples)."""
+    series: dict[str, list] = {k: [] for k in (
+        "interval", "in_schedule", "sent", "acked", "received", "backlog", "throughput", "end_to_end_p99_us",
+        "end_to_end_max_us", "end_to_end_count", "publish_latency_p99_us", "publish_delay_p99_us")}
+    for item, data in zip(verdict.interval_inputs(intervals, measured_s),
+                          sorted(intervals, key=lambda d: d["interval"])):
+        e2e = data.get("summary", {}).get("end_to_end_latency_us", {})
+        for key in ("interval", "in_schedule", "sent", "acked", "received", "backlog", "end_to_end_p99_us",
+                    "publish_latency_p99_us", "publish_delay_p99_us"):
+            series[key].append(item[key])
+        series["end_to_end_max_us"].append(e2e.get("max"))
+        series["end_to_end_count"].append(e2e.get("count"))
+        delivered = (item["acked"] if item["acked"] is not None else item["sent"]) if publish_only else item["received"]
+        series["throughput"].append(delivered)
     return series
 
 
-def sustainability(cells: list[dict], series: list[dict]) -> dict:
-    """Could the configuration keep up? Rate reached, no growing backlog, no rising latency."""
-    reasons = []
-    completed = [c for c in cells if c["status"] == "completed"]
-    if not completed:
-        return {"verdict": "failed", "reasons": ["no repeat completed"]}
-    target = completed[0]["rate_target"]
-    if target != "max":
-        worst = min(c["rate_achieved"] for c in completed)
-        if worst < SUSTAINED_RATE * target:
-            reasons.append(f"achieved {worst:,.0f} of {target:,} msgs/s ({worst / target:.1%})")
-    for s in series:
-        measured = [i for i, _ in enumerate(s["interval"]) if s["sent"][i] > 0]
-        if len(measured) < 3 or completed[0].get("publish_only"):  # nothing consumed: no backlog to see
-            continue
-        backlog = np.cumsum(np.array(s["sent"]) - np.array(s["received"]))[measured]
-        per_second = max(1.0, float(np.mean(np.array(s["sent"])[measured])))
-        if backlog[-1] > per_second and backlog[-1] > backlog[len(backlog) // 2]:
-            reasons.append(f"backlog grew to {backlog[-1]:,.0f} messages")
-        p99 = [s["end_to_end_p99_us"][i] for i in measured if s["end_to_end_p99_us"][i] is not None]
-        if len(p99) >= 6:
-            third = len(p99) // 3
-            first, last = float(np.median(p99[:third])), float(np.median(p99[-third:]))
-            if last > 2 * first and last - first > 1000:
-                reasons.append(f"end-to-end p99 rose from {first / 1000:.1f} to {last / 1000:.1f} ms")
-    if target == "max":
-        return {"verdict": "max-rate", "reasons": reasons or ["unthrottled: measures capacity"]}
-    return {"verdict": "unsustainable" if reasons else "sustainable", "reasons": reasons}
+def _target(rate):
+    return float(rate) if isinstance(rate, (int, float)) else None
+
+
+def cell_verdict(cell: dict, intervals: list[dict]) -> dict:
+    """The sustainability verdict of one completed cell, from its intervals."""
+    rate = cell["rate_target"]
+    if not isinstance(rate, (int, float)) and rate != "max":  # a rate search: its steps carry the verdicts
+        found = cell.get("max_sustainable_rate")
+        return {"verdict": "search", "reasons": [f"maximum sustainable rate {found:,.0f} msgs/s" if found
+                                                 else "rate search"], "checks": {}}
+    if not intervals and cell.get("verdict"):  # stored at cell time, but no intervals to recompute it from
+        return {"verdict": cell["verdict"], "reasons": cell.get("verdict_reasons", []), "checks": {}}
+    inputs = verdict.interval_inputs(intervals, cell.get("measured_s"))
+    return verdict.sustainability(_target(rate), inputs, publish_only=cell.get("publish_only", False))
+
+
+def combined_verdict(cells: list[dict], per_cell: dict[str, dict]) -> dict:
+    """Over repeats: any unsustainable → unsustainable; all sustainable → sustainable; else inconclusive."""
+    done = [c for c in cells if c["status"] == "completed"]
+    if not done:
+        return {"verdict": "failed", "reasons": ["no repeat completed"], "repeats": []}
+    repeats = [{"repeat": c["repeat"], **{k: per_cell[c["cell_id"]][k] for k in ("verdict", "reasons")}} for c in done]
+    kinds = {r["verdict"] for r in repeats}
+    if len(kinds) == 1 and kinds & {"max-rate", "search", "sustainable"}:
+        result = kinds.pop()
+    elif "unsustainable" in kinds:
+        result = "unsustainable"
+    else:
+        result = "inconclusive"
+    if len(repeats) == 1:
+        return {"verdict": result, "reasons": list(repeats[0]["reasons"]), "repeats": repeats}
+    # The repeats that decided the verdict give its reasons; the others are named with theirs.
+    reasons = [f"repeat {r['repeat']}: {reason}" for r in repeats if r["verdict"] == result for reason in r["reasons"]]
+    others = defaultdict(list)
+    for r in repeats:
+        if r["verdict"] != result:
+            others[r["verdict"]].append(str(r["repeat"]))
+    reasons += [f"repeat{'s' if len(numbers) > 1 else ''} {', '.join(numbers)} {kind}" for kind, numbers in others.items()]
+    return {"verdict": result, "reasons": reasons, "repeats": repeats}
+
+
+# -- percentiles the sample supports ----------------------------------------------------------------
+def _read(cell: dict, name: str, counts: dict[str, int]):
+    """A metric of one repeat; a percentile its histogram's sample cannot support reads as None."""
+    metric = METRICS[name]
+    value = cell.get(metric.field)
+    if metric.key is None:
+        return value
+    if not value or value.get(metric.key) is None:
+        return None
+    return value[metric.key] if counts.get(metric.field, 0) >= min_samples(PERCENTILES[metric.key]) else None
+
+
+def _withheld(name: str, cells: list[dict], counts: dict[str, dict]) -> int | None:
+    """The sample a percentile metric needed, when some repeat had one but too small."""
+    metric = METRICS[name]
+    if metric.key is None:
+        return None
+    need = min_samples(PERCENTILES[metric.key])
+    if any(0 < counts[c["cell_id"]].get(metric.field, 0) < need for c in cells):
+        return need
+    return None
+
+
+def _merged_latency(hists: list[dict]) -> dict:
+    merged = {}
+    for field in LATENCY_FIELDS:
+        hist = histogram.merge(h[field] for h in hists if h.get(field) is not None)
+        summary, count = histogram.summary(hist), int(hist.get_total_count())
+        figures = {"count": count, "withheld": {}}
+        for key in SUMMARY_FIELDS:
+            value = summary.get(key)
+            if key in PERCENTILES and value is not None and count < min_samples(PERCENTILES[key]):
+                figures["withheld"][key] = f"needs {min_samples(PERCENTILES[key]):,} samples, has {count:,}"
+                value = None
+            figures[key] = value
+        if field in ("end_to_end_latency_us", "publish_latency_us") and count:
+            figures["spectrum"] = [[p, v if count >= min_samples(p) else None]
+                                   for p, v in zip(SPECTRUM, histogram.percentiles(hist, SPECTRUM))]
+        merged[field] = figures
+    return merged
+
+
+def _loss(done: list[dict]) -> dict:
+    """Loss classes summed over the repeats (None where no repeat could count that class)."""
+    out = {}
+    for name in LOSS_CLASSES:
+        values = [c.get(name, c.get("unacked") if name == "unacknowledged" else None) for c in done]
+        values = [v for v in values if v is not None]
+        out[name] = sum(values) if values else None
+    differences = [c["broker_count"]["difference"] for c in done
+                   if isinstance(c.get("broker_count"), dict) and c["broker_count"].get("difference") is not None]
+    out["broker_count_difference"] = sum(differences) if differences else None
+    return out
 
 
 def _configuration(cells: list[dict], completed_events: dict[str, dict], intervals: dict[str, list[dict]]) -> dict:
     first = cells[0]
     done = [c for c in cells if c["status"] == "completed"]
-    merged = {}
-    for field in LATENCY_FIELDS:
-        blobs = [completed_events[c["cell_id"]]["histograms"].get(field) for c in done]
-        hist = histogram.merge(b for b in blobs if b)
-        summary = histogram.summary(hist)
-        merged[field] = {k: summary[k] for k in SUMMARY_FIELDS}
-        if field in ("end_to_end_latency_us", "publish_latency_us") and hist.get_total_count():
-            merged[field]["spectrum"] = [list(pair) for pair in zip(SPECTRUM, histogram.percentiles(hist, SPECTRUM))]
-    series = [interval_series(intervals.get(c["cell_id"], []), c.get("publish_only", False)) for c in done]
+    # Each histogram is decoded once: for the exact merge and for the sample counts.
+    hists = {c["cell_id"]: {f: histogram.decode(b) for f, b in completed_events[c["cell_id"]]["histograms"].items()
+                            if b} for c in done}
+    counts = {cid: {f: int(h.get_total_count()) for f, h in hs.items()} for cid, hs in hists.items()}
+    per_cell = {c["cell_id"]: cell_verdict(c, intervals.get(c["cell_id"], [])) for c in done}
+    by_repeat = {name: [_read(c, name, counts[c["cell_id"]]) for c in done] for name in METRICS}
+    metrics = {}
+    for name in METRICS:
+        metrics[name] = median_ci(by_repeat[name]).as_dict()
+        need = _withheld(name, done, counts)
+        if need is not None and metrics[name]["median"] is None:
+            metrics[name]["withheld"] = need
+    loss = _loss(done)
+    publish_only = any(c.get("publish_only") for c in done)
     return {
         "key": config_key(first),
         "cell_ids": [c["cell_id"] for c in cells],
@@ -125,37 +246,65 @@ def _configuration(cells: list[dict], completed_events: dict[str, dict], interva
         "status": "completed" if len(done) == len(cells) else ("failed" if not done else "partial"),
         "reasons": [c["reason"] for c in cells if c["status"] != "completed" and c.get("reason")],
         "repeats": len(cells),
+        "completed_repeats": len(done),
+        "repeat_numbers": [c["repeat"] for c in done],
+        "order": [c.get("order") for c in cells],
         "send_loop": ", ".join(sorted({c["send_loop"] for c in done if c.get("send_loop")})) or None,
-        "metrics": {name: median_ci([read(c) for c in done]).as_dict() for name, (read, _) in METRICS.items()},
-        "latency": merged,
+        "latency_basis": "enqueue" if first["rate_target"] == "max" else
+                         (done[0].get("latency_basis", "intended") if done else "intended"),
+        "metrics": metrics,
+        "values_by_repeat": by_repeat,
+        "latency": _merged_latency(list(hists.values())),
         "sent": sum(c["sent"] for c in done),
-        "received": None if any(c.get("publish_only") for c in done) else sum(c["received"] for c in done),
-        "lost": None if any(c.get("publish_only") for c in done) else sum(c["lost"] for c in done),
-        "sustainability": sustainability(cells, series),
-        "intervals": series,
+        "received": None if publish_only else sum(c["received"] for c in done),
+        "lost": None if publish_only else loss["lost"],
+        "loss": loss,
+        "has_loss": any(c.get("has_loss") for c in done) or any(loss[k] for k in LOSS_CLASSES),
+        "sustainability": combined_verdict(cells, per_cell),
+        "intervals": [interval_series(intervals.get(c["cell_id"], []), c.get("publish_only", False),
+                                      c.get("measured_s")) for c in done],
     }
 
 
-def _mark_best_and_ratios(group: list[dict], references: dict) -> None:
-    comparable = [c for c in group if c["status"] != "failed" and c["sustainability"]["verdict"] != "unsustainable"]
-    for name, (_, higher) in METRICS.items():
-        values = [(c["metrics"][name]["median"], c["key"]) for c in comparable if c["metrics"][name]["median"] is not None]
-        if values:
-            best = (max if higher else min)(values)[0]
-            for c in comparable:
-                if c["metrics"][name]["median"] == best:
-                    c.setdefault("best", []).append(name)
+# -- comparisons ------------------------------------------------------------------------------------
+def _comparable(config: dict, metric: Metric) -> bool:
+    if config["status"] == "failed":
+        return False
+    return not metric.latency or config["sustainability"]["verdict"] in ("sustainable", "max-rate")
+
+
+def _mark_best(group: list[dict]) -> None:
+    """Bold only a value whose interval clears every other comparable configuration's interval."""
+    for name, metric in METRICS.items():
+        rivals = [c for c in group if _comparable(c, metric) and c["metrics"][name]["median"] is not None]
+        if len(rivals) < 2 or any(c["metrics"][name]["n"] < MIN_CLAIM_REPEATS or c["metrics"][name]["ci_low"] is None
+                                  for c in rivals):
+            continue
+        pick = max if metric.higher_is_better else min
+        best = pick(rivals, key=lambda c: c["metrics"][name]["median"])
+        mine = best["metrics"][name]
+        others = [c["metrics"][name] for c in rivals if c is not best]
+        clear = (all(mine["ci_low"] > o["ci_high"] for o in others) if metric.higher_is_better
+                 else all(mine["ci_high"] < o["ci_low"] for o in others))
+        if clear:
+            best.setdefault("best", []).append(name)
+
+
+def _ratios(group: list[dict], references: dict) -> None:
     by_cell = {(c["broker"], c["format"]): c for c in group}
     for c in group:
-        ratios = {}
-        for axis, ref_key in (("format", (c["broker"], references["format"])),
-                              ("broker", (references["broker"], c["format"]))):
-            ref = by_cell.get(ref_key)
-            if ref is None or ref is c:
-                continue
-            ratios[axis] = {name: _ratio(c["metrics"][name]["median"], ref["metrics"][name]["median"])
-                            for name in METRICS}
-        c["ratios"] = ratios
+        c["ratios"] = {}
+        for axis, ref in _references(c, by_cell, references):
+            c["ratios"][axis] = {name: _ratio(c["metrics"][name]["median"], ref["metrics"][name]["median"])
+                                 for name in METRICS}
+
+
+def _references(config: dict, by_cell: dict, references: dict):
+    for axis, key in (("format", (config["broker"], references["format"])),
+                      ("broker", (references["broker"], config["format"]))):
+        ref = by_cell.get(key)
+        if ref is not None and ref is not config:
+            yield axis, ref
 
 
 def _ratio(value, reference):
@@ -164,22 +313,81 @@ def _ratio(value, reference):
     return round(value / reference, 4)
 
 
-def highlights(groups: list[dict], references: dict) -> list[str]:
-    """Statements in the published studies' form: "msgpack 2.4× json throughput at 1,176 B"."""
+def run_noise(configurations: list[dict]) -> dict[str, float]:
+    """Per metric, the typical robust spread of repeats across the run's configurations."""
+    out = {}
+    for name in MIN_CLAIM_EFFECT:
+        spreads = [spread([v for v in c["values_by_repeat"][name] if v is not None]) for c in configurations
+                   if sum(v is not None for v in c["values_by_repeat"][name]) >= MIN_CLAIM_REPEATS]
+        finite = sorted(s for s in spreads if math.isfinite(s))
+        out[name] = finite[len(finite) // 2] if finite else 0.0
+    return out
+
+
+def paired_ratio(config: dict, reference: dict, name: str) -> dict | None:
+    """Median and interval of the per-repeat ratios (repeat r against the reference's repeat r)."""
+    mine = dict(zip(config["repeat_numbers"], config["values_by_repeat"][name]))
+    theirs = dict(zip(reference["repeat_numbers"], reference["values_by_repeat"][name]))
+    ratios = [mine[r] / theirs[r] for r in sorted(mine.keys() & theirs.keys())
+              if mine[r] is not None and theirs[r] not in (None, 0)]
+    if len(ratios) < MIN_CLAIM_REPEATS:
+        return None
+    return median_ci(ratios).as_dict()
+
+
+def _claim(config: dict, ref: dict, axis: str, name: str, noise: float, group: dict) -> dict | None:
+    est = paired_ratio(config, ref, name)
+    if est is None or est["ci_low"] is None:
+        return None
+    noise = max(noise, spread([v for v in ref["values_by_repeat"][name] if v is not None]))
+    bound = 1 + noise
+    beyond = est["ci_low"] > bound or est["ci_high"] < 1 / bound
+    if not beyond or abs(est["median"] - 1) < MIN_CLAIM_EFFECT[name]:
+        return None
+    subject = (f"{config['broker']}: {config['format']}" if axis == "format"
+               else f"{config['format']}: {config['broker']}")
+    other = ref["format"] if axis == "format" else ref["broker"]
+    what = "throughput" if name == "throughput_msgs_per_s" else "end-to-end p99"
+    behind = config["sustainability"]["verdict"] == "unsustainable"
+    text = (f"{subject} {what} {est['median']:.2f}× {other}'s ({est['ci_low']:.2f}–{est['ci_high']:.2f}, "
+            f"{est['coverage']:.0%} interval over {est['n']} paired repeats; noise {noise:.1%}) at "
+            f"{config['metrics']['encoded_bytes']['median']:,.0f} B ({group['title']})"
+            + (" — could not keep up with the target rate" if behind and what == "throughput" else ""))
+    return {"text": text, "metric": name, "axis": axis, "ratio": round(est["median"], 4),
+            "ci": [round(est["ci_low"], 4), round(est["ci_high"], 4)], "coverage": est["coverage"],
+            "repeats": est["n"], "noise": round(noise, 4), "cell": config["key"], "reference": ref["key"]}
+
+
+def highlights(groups: list[dict], references: dict, noise: dict[str, float]) -> list[dict]:
+    """Claims in the published studies' form, each backed by paired repeats beyond the run's noise."""
     out = []
     for group in groups:
-        for c in group["cells"]:
-            behind = c["sustainability"]["verdict"] == "unsustainable"
-            ratio = c.get("ratios", {}).get("format", {}).get("throughput_msgs_per_s")
-            if ratio and abs(ratio - 1) >= 0.05 and c["format"] != references["format"]:
-                out.append(f"{c['broker']}: {c['format']} {ratio:.2f}× {references['format']} throughput at "
-                           f"{c['metrics']['encoded_bytes']['median']:,.0f} B ({group['title']})"
-                           + (" — could not keep up with the target rate" if behind else ""))
-            ratio = c.get("ratios", {}).get("format", {}).get("end_to_end_p99_us")
-            if ratio and abs(ratio - 1) >= 0.2 and c["format"] != references["format"] and not behind:
-                out.append(f"{c['broker']}: {c['format']} end-to-end p99 {ratio:.2f}× {references['format']}'s "
-                           f"({group['title']})")
+        by_cell = {(c["broker"], c["format"]): c for c in group["cells"]}
+        for config in group["cells"]:
+            if config["status"] == "failed":
+                continue
+            for axis, ref in _references(config, by_cell, references):
+                if ref["status"] == "failed":
+                    continue
+                for name in MIN_CLAIM_EFFECT:
+                    # Never a latency claim for a cell (or reference) that did not keep up, nor for max-rate
+                    # cells, whose latency runs from enqueue.
+                    if METRICS[name].latency and {config["sustainability"]["verdict"],
+                                                  ref["sustainability"]["verdict"]} != {"sustainable"}:
+                        continue
+                    claim = _claim(config, ref, axis, name, noise.get(name, 0.0), group)
+                    if claim:
+                        out.append(claim)
     return out
+
+
+def claims_note(configurations: list[dict]) -> str | None:
+    repeats = max((c["completed_repeats"] for c in configurations), default=0)
+    if repeats <= 1:
+        return "single run: no comparative claims"
+    if repeats < MIN_CLAIM_REPEATS:
+        return f"{repeats} repeats: no comparative claims, at least {MIN_CLAIM_REPEATS} are needed"
+    return None
 
 
 def build_report(events: list[dict]) -> dict:
@@ -195,10 +403,16 @@ def build_report(events: list[dict]) -> dict:
     groups = []
     for (size, rate, mode), members in groupby(sorted(configurations, key=group_key), key=group_key):
         members = sorted(members, key=lambda c: (c["broker"], c["format"]))
-        _mark_best_and_ratios(members, references)
-        rate_text = "max rate" if rate == float("inf") else f"{int(rate):,} msgs/s"
-        groups.append({"size_bytes": size, "rate_target": "max" if rate == float("inf") else int(rate), "mode": mode,
-                       "title": f"{size:,} B · {rate_text} · {mode}", "cells": members})
+        _mark_best(members)
+        _ratios(members, references)
+        target = members[0]["rate_target"]
+        rate_text = f"{target:,} msgs/s" if isinstance(target, (int, float)) else (
+            "max rate" if target == "max" else f"{target} rate")
+        groups.append({"size_bytes": size, "rate_target": target, "mode": mode,
+                       "title": f"{size:,} B · {rate_text} · {mode}", "cells": members,
+                       "note": MAX_RATE_NOTE if target == "max" else None})
+    note = claims_note(configurations)
+    noise = run_noise(configurations)
     regressions = [e["data"] for e in events if e["type"] == "RegressionDetected"]
     return {
         "run_id": results["run_id"],
@@ -211,6 +425,11 @@ def build_report(events: list[dict]) -> dict:
         "spec": spec,
         "references": references,
         "regressions": regressions,
-        "highlights": highlights(groups, references),
+        "claims_note": note,
+        "noise": noise,
+        "highlights": [] if note else highlights(groups, references, noise),
+        "rules": {"sustainability": verdict.RULE, "claims": CLAIMS_RULE, "percentiles": PERCENTILE_RULE,
+                  "max_rate": MAX_RATE_NOTE},
+        "configurations_with_loss": [c["key"] for c in configurations if c["has_loss"]],
         "groups": groups,
     }

@@ -39,31 +39,49 @@ def cell_result(cell: dict, end: dict | None) -> dict:
     if end is None:
         return {**base, "status": "incomplete", "reason": "no end event (the run was stopped)"}
     if end["type"] == "CellFailed":
-        return {**base, "status": "failed", "reason": end["data"]["reason"]}
+        data = end["data"]
+        failed = {**base, "status": "failed", "reason": data["reason"]}
+        if "totals" in data:  # a cell that measured nothing usable keeps its counts as evidence
+            failed.update(_counts(data["totals"]), broker_count=data.get("broker_count"))
+        return failed
     data = end["data"]
     totals, seconds = data["totals"], data["measured_s"]
-    consumed = totals["received"] is not None  # publish-only cells: throughput is what was published
-    delivered = totals["received"] if consumed else totals["sent"]
-    delivered_bytes = totals["bytes_received"] if consumed else totals["bytes_sent"]
+    consumed = totals["received"] is not None  # publish-only cells: throughput is what was acknowledged
+    # Delivered over the time it took to deliver it; events from before the delivery window was
+    # recorded fall back to what was measured over the schedule's seconds.
+    delivered = totals.get("delivered", totals["received"] if consumed else totals["sent"])
+    delivered_bytes = totals.get("bytes_delivered", totals["bytes_received"] if consumed else totals["bytes_sent"])
+    window = data.get("delivery_window_s") or seconds
+    counts = _counts(totals)
     return {
         **base,
         "status": "completed",
         "encoded_bytes": round(data["encoded_bytes"], 1),
         "send_loop": data.get("send_loop", "python"),  # runs stored before the native loop ran Python
         "measured_s": seconds,
-        "rate_achieved": round(totals["sent"] / seconds, 3),
-        "sent": totals["sent"],
-        "received": totals["received"],
-        "lost": totals["lost"],
-        "duplicated": totals["duplicated"],
-        "out_of_order": totals["out_of_order"],
-        "send_errors": totals["send_errors"],
+        "delivery_window_s": round(window, 6),
+        "latency_basis": data.get("latency_basis", "intended"),
+        "send_rate": round(totals["sent"] / seconds, 3),
+        "rate_achieved": round(delivered / window, 3),
+        **counts,
+        "has_loss": any(counts.get(k) for k in ("lost", "late", "send_errors", "unacknowledged")),
+        "broker_count": data.get("broker_count"),
+        "verdict": (data.get("verdict") or {}).get("verdict"),
+        "verdict_reasons": (data.get("verdict") or {}).get("reasons", []),
         "publish_only": not consumed,
-        "throughput_msgs_per_s": round(delivered / seconds, 3),
-        "throughput_mb_per_s": round(delivered_bytes / seconds / 1e6, 4),
+        "throughput_msgs_per_s": round(delivered / window, 3),
+        "throughput_mb_per_s": round(delivered_bytes / window / 1e6, 4),
         "intervals": data["intervals"],
         **{field: latency_object(data["histograms"].get(hist)) for field, (hist, _) in LATENCY_METRICS.items()},
     }
+
+
+def _counts(totals: dict) -> dict:
+    """The message accounting of a cell: sent = received + late + lost + send_errors + unacknowledged."""
+    return {"sent": totals["sent"], "acked": totals.get("acked"), "received": totals["received"],
+            "late": totals.get("late"), "lost": totals["lost"], "duplicated": totals["duplicated"],
+            "out_of_order": totals["out_of_order"], "send_errors": totals["send_errors"],
+            "unacknowledged": totals.get("unacked")}
 
 
 def build_results(events: list[dict]) -> dict:

@@ -1,4 +1,4 @@
-"""Small statistics for comparing benchmark samples: Mann–Whitney U, bootstrap intervals, spread."""
+"""Small statistics for comparing benchmark samples: Mann–Whitney U, intervals for the median, spread."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ from dataclasses import dataclass
 import numpy as np
 
 BOOTSTRAP_RESAMPLES = 2000
+BOOTSTRAP_MIN_N = 30  # below this, exact order statistics (the bootstrap is poor for small samples)
 
 
 def mann_whitney_p(a, b) -> float:
@@ -52,21 +53,48 @@ class Estimate:
     ci_low: float | None
     ci_high: float | None
     n: int
+    coverage: float | None = None  # the interval's exact coverage (below `confidence` when n is small)
+    method: str | None = None  # "order-statistic" or "bootstrap"; None when there is no interval
 
     def as_dict(self) -> dict:
-        return {"median": self.median, "ci_low": self.ci_low, "ci_high": self.ci_high, "n": self.n}
+        return {"median": self.median, "ci_low": self.ci_low, "ci_high": self.ci_high, "n": self.n,
+                "coverage": self.coverage, "method": self.method}
+
+
+def order_statistic_ranks(n: int, confidence: float = 0.95) -> tuple[int, int, float]:
+    """Ranks (1-based) of the distribution-free interval [x_(k), x_(n-k+1)] for the median.
+
+    The number of values below the true median is Binomial(n, 1/2), so the interval covers it with
+    probability 1 - 2·P(B ≤ k-1), whatever the distribution. The innermost k with coverage ≥
+    `confidence` is chosen; when even the whole range falls short (n < 6 at 95%), the range is
+    returned with its exact, lower coverage.
+    """
+    k, coverage = 1, 1 - 2 * 0.5**n
+    tail = 0.0
+    for rank in range(1, n // 2 + 1):
+        tail += math.comb(n, rank - 1) / 2**n  # P(B ≤ rank - 1)
+        if 1 - 2 * tail < confidence:
+            break
+        k, coverage = rank, 1 - 2 * tail
+    return k, n - k + 1, coverage
 
 
 def median_ci(values, confidence: float = 0.95) -> Estimate:
-    """Median and its bootstrap percentile interval (deterministic: a fixed seed)."""
-    v = np.asarray([x for x in values if x is not None], dtype=float)
+    """Median and a distribution-free interval: exact order statistics, a bootstrap for large n.
+
+    One value has no interval (None, not a zero-width one that would look like certainty).
+    """
+    v = np.sort(np.asarray([x for x in values if x is not None], dtype=float))
     if v.size == 0:
         return Estimate(None, None, None, 0)
     median = float(np.median(v))
     if v.size == 1:
-        return Estimate(median, median, median, 1)
-    rng = np.random.default_rng(0)
+        return Estimate(median, None, None, 1)
+    if v.size < BOOTSTRAP_MIN_N:
+        low, high, coverage = order_statistic_ranks(int(v.size), confidence)
+        return Estimate(median, float(v[low - 1]), float(v[high - 1]), int(v.size), coverage, "order-statistic")
+    rng = np.random.default_rng(0)  # deterministic: the same data gives the same report
     medians = np.median(rng.choice(v, size=(BOOTSTRAP_RESAMPLES, v.size), replace=True), axis=1)
     tail = (1 - confidence) / 2 * 100
     low, high = np.percentile(medians, [tail, 100 - tail])
-    return Estimate(median, float(low), float(high), int(v.size))
+    return Estimate(median, float(low), float(high), int(v.size), confidence, "bootstrap")

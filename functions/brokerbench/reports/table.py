@@ -1,12 +1,25 @@
-"""The comparison table: per (size, rate, mode), one row per broker × format, from results.json."""
+"""The comparison table: per (size, rate, mode), one row per broker × format, from results.json.
+
+Above each table a caption says what the mode means on each broker, the acks in force and Redis's
+persistence, so brokers are read on the same footing. A percentile finer than the cell's sample
+supports is not shown (see model.min_samples).
+"""
 
 from __future__ import annotations
 
 from itertools import groupby
 
+from rich.markup import escape
 from rich.table import Table
 
-from .model import SUSTAINED_RATE
+from .model import MAX_RATE_NOTE, PERCENTILES, min_samples, need_label
+
+SUSTAINED_RATE = 0.99  # the fallback for results written before cells carried their verdict
+VERDICT_STYLE = {"sustainable": "green", "unsustainable": "yellow", "inconclusive": "dim", "max-rate": "cyan"}
+LOSS_CLASSES = ("lost", "late", "send_errors", "unacknowledged")
+# Which count a latency object's sample is, when the object does not carry its own count.
+SAMPLE_OF = {"end_to_end_latency_us": "received", "decode_ns": "received", "publish_latency_us": "acked",
+             "publish_delay_us": "sent", "encode_ns": "sent"}
 
 
 def _ms(us: float | None) -> str:
@@ -19,35 +32,124 @@ def _us(ns: float | None) -> str:
 
 def _group_key(cell: dict):
     rate = cell["rate_target"]
-    return (cell["size_bytes"], rate if rate != "max" else float("inf"), cell["mode"])
+    return (cell["size_bytes"], (0, rate) if isinstance(rate, (int, float)) else (1, str(rate)), cell["mode"])
+
+
+def sample_count(cell: dict, field: str) -> int | None:
+    """How many values the cell's latency object was computed from."""
+    count = (cell.get(field) or {}).get("count")
+    if count is not None:
+        return count
+    count = cell.get(SAMPLE_OF[field])
+    if count is None and SAMPLE_OF[field] == "acked":
+        count = cell.get("sent")
+    return count
+
+
+def percentile(cell: dict, field: str, key: str, fmt) -> str:
+    """The value, or n<… when the sample is too small for this percentile."""
+    value = (cell.get(field) or {}).get(key)
+    if value is None:
+        return "-"
+    n, need = sample_count(cell, field), min_samples(PERCENTILES[key]) if key in PERCENTILES else 1
+    if n is not None and n < need:
+        return f"[dim]{need_label(need)}[/]"
+    return fmt(value)
+
+
+def loss_cell(cell: dict) -> str:
+    """0, or every loss class that occurred, in red (and the broker's count when it disagrees)."""
+    classes = {name: cell.get(name) for name in LOSS_CLASSES}
+    if cell.get("unacknowledged") is None and cell.get("unacked") is not None:
+        classes["unacknowledged"] = cell["unacked"]
+    parts = [f"{name.replace('_', ' ')} {value:,}" for name, value in classes.items() if value]
+    difference = (cell.get("broker_count") or {}).get("difference")
+    if difference:
+        parts.append(f"broker count {difference:+,}")
+    if parts or cell.get("has_loss"):
+        return f"[red]{', '.join(parts) or 'loss'}[/]"
+    return "-" if all(v is None for v in classes.values()) else "0"
+
+
+def verdict_cell(cell: dict) -> str:
+    verdict = cell.get("verdict")
+    if verdict is None:  # results stored before the verdict: only the rate can be checked
+        if cell["rate_target"] == "max":
+            verdict = "max-rate"
+        else:
+            kept_up = cell["rate_achieved"] >= SUSTAINED_RATE * cell["rate_target"]
+            return "rate ok (no verdict)" if kept_up else "[yellow]behind[/]"
+    return f"[{VERDICT_STYLE.get(verdict, 'white')}]{verdict}[/]"
+
+
+def _redis_persistence(target: dict | None) -> str:
+    settings = {**(target or {}), **((target or {}).get("settings") or {})}
+    aof = settings.get("appendonly", settings.get("aof"))
+    fsync = settings.get("appendfsync")
+    if aof is None and fsync is None:
+        return "persistence not recorded"
+    if str(aof).lower() in ("no", "false", "off", "0"):
+        return "AOF off"
+    return "AOF on" + (f", appendfsync {fsync}" if fsync else "")
+
+
+def caption(results: dict, brokers: list[str], mode: str, rate) -> str:
+    """What the mode means per broker, the acks in force, Redis persistence, and the latency basis."""
+    client = results["spec"].get("client") or next((c.get("client") for c in results["cells"] if c.get("client")), {})
+    targets = (results.get("environment") or {}).get("brokers") or {}
+    parts = []
+    for broker in brokers:
+        if broker == "kafka":
+            batch = client.get("batch_bytes")
+            meaning = (f"batch = linger.ms {client.get('linger_ms', '?')} / batch.size "
+                       f"{f'{batch:,}' if isinstance(batch, int) else '?'} B" if mode == "batch"
+                       else "single = one send in flight, acknowledged before the next")
+            parts.append(f"kafka {meaning}, acks={client.get('acks', '?')}")
+        elif broker == "redis-streams":
+            meaning = (f"batch = up to {client.get('pipeline_depth', '?')} XADDs in flight" if mode == "batch"
+                       else "single = one XADD at a time")
+            parts.append(f"redis-streams {meaning}, {_redis_persistence(targets.get(broker))}")
+        else:
+            parts.append(f"{broker} {mode}")
+    text = "; ".join(parts)
+    if rate == "max":
+        text += f". {MAX_RATE_NOTE}"
+    return text
 
 
 def comparison_tables(results: dict) -> list[Table]:
     tables = []
+    repeats = results["spec"].get("repeats", 1)
     cells = sorted(results["cells"], key=lambda c: (_group_key(c), c["broker"], c["format"], c["repeat"]))
-    for (size, rate, mode), group in groupby(cells, key=_group_key):
-        rate_text = "max rate" if rate == float("inf") else f"{int(rate):,} msgs/s"
-        table = Table(title=f"{size:,} B ({results['spec'].get('size_basis', 'record')} basis) · {rate_text} · {mode} mode",
+    for (size, _, mode), group in groupby(cells, key=_group_key):
+        group = list(group)
+        rate = group[0]["rate_target"]
+        rate_text = f"{int(rate):,} msgs/s" if isinstance(rate, (int, float)) else (
+            "max rate (latency from enqueue)" if rate == "max" else f"{rate} rate")
+        brokers = sorted({c["broker"] for c in group})
+        table = Table(title=f"{size:,} B ({results['spec'].get('size_basis', 'record')} basis) · {rate_text} · {mode} mode"
+                            f"\n[dim]{escape(caption(results, brokers, mode, rate))}[/]",
                       title_justify="left", header_style="bold")
-        for name, justify in [("broker", "left"), ("format", "left"), ("bytes", "right"), ("msgs/s", "right"),
+        for name, justify in [("broker", "left"), ("format", "left"), ("bytes", "right"), ("delivered msgs/s", "right"),
                               ("MB/s", "right"), ("e2e p50 ms", "right"), ("e2e p99 ms", "right"),
                               ("e2e p99.9 ms", "right"), ("delay p99 ms", "right"), ("enc µs", "right"),
-                              ("dec µs", "right"), ("lost", "right"), ("status", "left")]:
+                              ("dec µs", "right"), ("loss", "right"), ("status", "left")]:
             table.add_column(name, justify=justify)
         for cell in group:
-            label = cell["format"] + (f" #{cell['repeat']}" if results["spec"].get("repeats", 1) > 1 else "")
+            label = cell["format"] + (f" #{cell['repeat']}" if repeats > 1 else "")
             if cell["status"] != "completed":
-                table.add_row(cell["broker"], label, *["-"] * 10, f"[red]{cell['status']}[/]: {cell.get('reason', '')}")
+                table.add_row(cell["broker"], label, *["-"] * 9, loss_cell(cell),
+                              f"[red]{cell['status']}[/]: {escape(cell.get('reason') or '')}")
                 continue
-            e2e = cell["end_to_end_latency_us"]
-            rate = f"{cell['throughput_msgs_per_s']:,.0f}"
-            kept_up = cell["rate_target"] == "max" or cell["rate_achieved"] >= SUSTAINED_RATE * cell["rate_target"]
             table.add_row(
-                cell["broker"], label, f"{cell['encoded_bytes']:,.0f}", rate if kept_up else f"[yellow]{rate}[/]",
-                f"{cell['throughput_mb_per_s']:,.2f}", _ms(e2e["p50"]), _ms(e2e["p99"]), _ms(e2e["p999"]),
-                _ms(cell["publish_delay_us"]["p99"]), _us(cell["encode_ns"]["p50"]), _us(cell["decode_ns"]["p50"]),
-                "-" if cell["lost"] is None else (f"{cell['lost']:,}" if not cell["lost"] else f"[red]{cell['lost']:,}[/]"),
-                "ok" if kept_up else "[yellow]behind[/]",
+                cell["broker"], label, f"{cell['encoded_bytes']:,.0f}", f"{cell['throughput_msgs_per_s']:,.0f}",
+                f"{cell['throughput_mb_per_s']:,.2f}",
+                percentile(cell, "end_to_end_latency_us", "p50", _ms),
+                percentile(cell, "end_to_end_latency_us", "p99", _ms),
+                percentile(cell, "end_to_end_latency_us", "p999", _ms),
+                percentile(cell, "publish_delay_us", "p99", _ms),
+                percentile(cell, "encode_ns", "p50", _us), percentile(cell, "decode_ns", "p50", _us),
+                loss_cell(cell), verdict_cell(cell),
             )
         tables.append(table)
     return tables

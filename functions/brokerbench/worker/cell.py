@@ -12,27 +12,21 @@ import math
 import multiprocessing
 import threading
 import time
-from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass
 from multiprocessing.connection import wait
 
-import numpy as np
-
-from .. import histogram
+from .. import verdict
 from ..drivers import BrokerUnavailable, get_driver
 from ..events import EventStore, cell_prefix, make_event
+from . import outcome
 from .consumer import ConsumerTask, consumer_main
+from .drain import Drain
+from .intervals import IntervalAggregator
 from .producer import SECOND_NS, ProducerTask, producer_main
 
 READY_TIMEOUT_S = 60
 START_LEAD_NS = 100_000_000
-PRODUCER_COUNTERS = {"sent": "sent", "bytes": "bytes_sent", "acked": "acked", "send_errors": "send_errors"}
-CONSUMER_COUNTERS = {"received": "received", "bytes": "bytes_received"}
-# Metric -> divisor from the recorded nanoseconds to the histogram's unit.
-METRIC_UNITS = {"publish_latency_us": 1000, "publish_delay_us": 1000, "end_to_end_latency_us": 1000,
-                "encode_ns": 1, "decode_ns": 1}
-COUNTERS = ("sent", "bytes_sent", "acked", "send_errors", "received", "bytes_received")
 # Set by a front end on Ctrl-C when cells run in threads (the local workflow's Lambda-kind cells).
 CANCELLED = threading.Event()
 
@@ -98,18 +92,20 @@ def run_cell(run_id: str, cell: dict, endpoint: dict, store: EventStore,
 
 
 class _CellRun:
+    """Supervises one cell's processes: starts them, speaks the pipe protocol, drives the drain, and
+    writes the cell's events. The arithmetic lives in `intervals` (merging) and `outcome` (counts,
+    delivery window, failure rule), which are tested on their own."""
+
     def __init__(self, run_id, cell, endpoint, store, topic, progress, attempt) -> None:
         self.run_id, self.cell, self.endpoint, self.store, self.topic = run_id, cell, endpoint, store, topic
+        self.group = f"{topic}-g"
         self.attempt = attempt
         self.progress = progress
         self.driver = get_driver(cell["broker"], endpoint, cell["client"])
         self.processes: list[multiprocessing.Process] = []
         self.conns: dict = {}  # connection -> ("producer"|"consumer", id)
-        self.parts: dict[int, list] = defaultdict(list)  # interval -> [(role, snapshot)]
-        self.reported: dict = {}  # connection -> highest interval reported (math.inf when done)
-        self.written_intervals = 0
-        self.cumulative: dict[str, list] = defaultdict(list)
-        self.totals = dict.fromkeys(COUNTERS, 0)
+        self.aggregator = IntervalAggregator([])
+        self.series: list[dict] = []  # per written interval, without histograms: what the verdict reads
         self.topic_created = False
 
     # -- lifecycle ---------------------------------------------------------------------------
@@ -124,12 +120,13 @@ class _CellRun:
         limit = None if cell["messages"] is None else math.ceil(cell["messages"] / cell["producers"])
         for c in range(cell["consumers"]):
             assigned = [p for p in range(cell["partitions"]) if p % cell["consumers"] == c]
-            self._spawn(ctx, consumer_main, ConsumerTask(cell, self.endpoint, self.topic, f"{self.topic}-g", c, assigned),
+            self._spawn(ctx, consumer_main, ConsumerTask(cell, self.endpoint, self.topic, self.group, c, assigned),
                         ("consumer", c))
         for p in range(cell["producers"]):
             phase = int(SECOND_NS / cell["rate"] * p) if producer_rate else 0
             self._spawn(ctx, producer_main, ProducerTask(cell, self.endpoint, self.topic, p, producer_rate, phase, limit),
                         ("producer", p))
+        self.aggregator = IntervalAggregator(list(self.conns))
         ready = self._collect_ready()
         encoded = [info["encoded_bytes"] for (role, _), info in ready.items() if role == "producer"]
         self.encoded_bytes = sum(encoded) / len(encoded)
@@ -157,7 +154,6 @@ class _CellRun:
         child.close()
         self.processes.append(process)
         self.conns[parent] = key
-        self.reported[parent] = -1
 
     def _collect_ready(self) -> dict:
         ready = {}
@@ -186,32 +182,39 @@ class _CellRun:
         done: dict = {}
         producers = [c for c, key in self.conns.items() if key[0] == "producer"]
         consumers = [c for c, key in self.conns.items() if key[0] == "consumer"]
-        expected_sent = False
-        run_ns = self.timing["t_end"] - self.timing["t_start"]
-        deadline = time.monotonic() + (run_ns / SECOND_NS) + cell["drain_timeout_s"] + READY_TIMEOUT_S
+        drain: Drain | None = None
+        run_s = (self.timing["t_end"] - self.timing["t_start"]) / SECOND_NS
+        # The producers flush for up to the same bound as the drain (see Drain.cap_s).
+        deadline = time.monotonic() + run_s + 2 * Drain.cap_s(cell["drain_timeout_s"], run_s) + READY_TIMEOUT_S
         while len(done) < len(self.conns):
             if CANCELLED.is_set():
                 raise KeyboardInterrupt
             if time.monotonic() > deadline:
                 raise CellError("the cell did not finish in time (a client is stuck or the broker stopped answering)")
-            for conn in wait([c for c in self.conns if c not in done], timeout=0.25):
+            for conn in wait([c for c in self.conns if c not in done], timeout=0.1):
                 kind, payload = self._recv(conn)
                 if kind == "interval":
                     interval, snapshot = payload
-                    self.parts[interval].append((self.conns[conn][0], snapshot))
-                    self.reported[conn] = interval
+                    self.aggregator.add(conn, self.conns[conn][0], interval, snapshot)
+                elif kind == "progress" and drain is not None:
+                    drain.update(conn, payload, time.monotonic())
                 elif kind == "done":
                     done[conn] = payload
-                    self.reported[conn] = math.inf
-            self._write_complete_intervals()
-            if not expected_sent and all(c in done for c in producers):
-                expected = {done[c]["producer_id"]: {"sent_total": done[c]["sent_total"],
-                                                     "first_measured_seq": done[c]["first_measured_seq"]}
-                            for c in producers}
+                    self.aggregator.finished(conn)
+            self._write_intervals()
+            if drain is None and all(c in done for c in producers):
+                # Every producer has flushed: the consumers now drain what the broker still holds.
+                expected = sum(done[c]["sent_total"] - done[c]["failed_total"] for c in producers)
+                sending_s = (time.monotonic_ns() - self.timing["t_start"]) / SECOND_NS
+                drain = Drain(consumers, expected, cell["drain_timeout_s"], sending_s, time.monotonic())
                 for conn in consumers:
                     conn.send(("expect", expected))
-                expected_sent = True
-            self._report_progress(expected_sent)
+            if drain is not None:
+                for command in drain.decide(time.monotonic()):
+                    for conn in consumers:
+                        if conn not in done:
+                            conn.send(command)
+            self._report_progress(drain is not None)
         return done
 
     def _report_progress(self, draining: bool) -> None:
@@ -224,90 +227,69 @@ class _CellRun:
         else:
             phase = "measuring"
             fraction = min(0.98, (now - t["measure_start"]) / max(1, t["t_end"] - t["measure_start"]))
-        self.progress(Progress(self.cell["cell_id"], phase, fraction, self.totals["sent"], self.totals["received"]))
+        totals = self.aggregator.totals
+        self.progress(Progress(self.cell["cell_id"], phase, fraction, totals["sent"], totals["received"]))
 
-    # -- intervals ---------------------------------------------------------------------------
-    def _write_complete_intervals(self, final: bool = False) -> None:
-        complete = math.inf if final else min(self.reported.values())
+    # -- events ------------------------------------------------------------------------------
+    def _write_intervals(self, final: bool = False) -> None:
+        merged = self.aggregator.take_complete(final)
+        if not merged:
+            return
+        # The broker's own view of the backlog, sampled once per write (about once a second).
+        backlog = self.driver.backlog(self.topic, self.group, self.cell["partitions"]) if self.cell["consumers"] else None
         events = []
-        for interval in sorted(i for i in self.parts if i <= complete):
-            events.append(self._interval_event(interval, self.parts.pop(interval)))
-        if events:
-            self.store.append(events)
+        for data in merged:
+            data = {"cell_id": self.cell["cell_id"], "attempt": self.attempt, **data, "backlog": backlog}
+            self.series.append({k: data[k] for k in ("interval", "counters", "summary", "backlog")})
+            events.append(make_event(self.run_id, "IntervalMeasured", data, cell_index=self.cell["index"],
+                                     interval=data["interval"], attempt=self.attempt))
+        self.store.append(events)
 
-    def _interval_event(self, interval: int, parts: list) -> dict:
-        counters = dict.fromkeys(COUNTERS, 0)
-        values: dict[str, list] = defaultdict(list)
-        for role, snapshot in parts:
-            names = PRODUCER_COUNTERS if role == "producer" else CONSUMER_COUNTERS
-            for name, value in snapshot["counters"].items():
-                counters[names[name]] += value
-            for metric, raw in snapshot["values"].items():
-                values[metric].append(np.frombuffer(raw, dtype=np.int64))
-        hists, summaries = {}, {}
-        for metric, arrays in values.items():  # histograms are built here, off the workers' hot loops
-            merged = histogram.from_values(np.concatenate(arrays) // METRIC_UNITS[metric])
-            if not merged.get_total_count():
-                continue
-            hists[metric] = histogram.encode(merged)
-            figures = histogram.summary(merged)
-            summaries[metric] = {k: figures[k] for k in ("count", "p50", "p99", "max")}
-            self.cumulative[metric].append(merged)
-        for name, value in counters.items():
-            self.totals[name] += value
-        self.written_intervals += 1
-        return make_event(self.run_id, "IntervalMeasured",
-                          {"cell_id": self.cell["cell_id"], "attempt": self.attempt, "interval": interval,
-                           "counters": counters, "histograms": hists, "summary": summaries},
-                          cell_index=self.cell["index"], interval=interval, attempt=self.attempt)
-
-    # -- endings -----------------------------------------------------------------------------
     def _complete(self, done: dict) -> CellOutcome:
-        self._write_complete_intervals(final=True)
+        self._write_intervals(final=True)
         cell = self.cell
         producers = [d for c, d in done.items() if self.conns[c][0] == "producer"]
         consumers = [d for c, d in done.items() if self.conns[c][0] == "consumer"]
-        sent = sum(p["sent"] for p in producers)
-        received = sum(r["received"] for c in consumers for r in c["per_producer"].values())
+        consumed = cell["consumers"] > 0  # publish-only cells cannot know what arrived
+        counts = outcome.totals(producers, consumers, self.aggregator.totals, consumed)
+        broker_count = outcome.broker_count(self.driver.message_count(self.topic, cell["partitions"]), producers)
         if cell["messages"] is None:
-            measured_s = float(cell["duration_s"])
+            schedule_s = float(cell["duration_s"])
         else:
             last = max(p["last_send_ns"] for p in producers)
-            measured_s = max(1e-9, (last - self.timing["measure_start"]) / SECOND_NS)
-        consumed = cell["consumers"] > 0  # publish-only cells cannot know what arrived
-        totals = {
-            "sent": sent,
-            "received": received if consumed else None,
-            "lost": sent - received if consumed else None,
-            "duplicated": sum(c["duplicated"] for c in consumers) if consumed else None,
-            "out_of_order": sum(c["out_of_order"] for c in consumers) if consumed else None,
-            "send_errors": self.totals["send_errors"],
-            "unacked": sum(p["unacked"] for p in producers),
-            "acked": self.totals["acked"],
-            "bytes_sent": self.totals["bytes_sent"],
-            "bytes_received": self.totals["bytes_received"],
-        }
-        hists = {metric: histogram.encode(histogram.merge(parts)) for metric, parts in self.cumulative.items()}
+            schedule_s = max(1e-9, (last - self.timing["measure_start"]) / SECOND_NS)
+        reason = outcome.failure_reason(counts, consumed)
+        if reason is not None:
+            return self.fail(reason, {"totals": counts, "broker_count": broker_count})
+        delivered = outcome.delivery(producers, consumers, consumed, self.timing["measure_start"])
+        judged = verdict.sustainability(None if cell["rate"] == "max" else cell["rate"],
+                                        verdict.interval_inputs(self.series, schedule_s), publish_only=not consumed)
+        counts.update(delivered=delivered["delivered"], bytes_delivered=delivered["bytes_delivered"])
         self.store.append([make_event(self.run_id, "CellCompleted", {
-            "cell_id": cell["cell_id"], "attempt": self.attempt, "measured_s": measured_s, "encoded_bytes": self.encoded_bytes,
-            "send_loop": self.send_loop, "send_thread_nice": _nice(producers),
-            "intervals": self.written_intervals, "totals": totals, "histograms": hists,
+            "cell_id": cell["cell_id"], "attempt": self.attempt, "measured_s": schedule_s,
+            "delivery_window_s": delivered["window_s"],
+            "encoded_bytes": self.encoded_bytes, "send_loop": self.send_loop, "send_thread_nice": _nice(producers),
+            "intervals": self.aggregator.written, "totals": counts, "broker_count": broker_count,
+            "latency_basis": "enqueue" if cell["rate"] == "max" else "intended",
+            "verdict": {"verdict": judged["verdict"], "reasons": judged["reasons"]},
+            "histograms": self.aggregator.cumulative_histograms(),
         }, cell_index=cell["index"])])
-        self.progress(Progress(cell["cell_id"], "done", 1.0, sent, received))
-        return CellOutcome(cell["cell_id"], "completed", intervals=self.written_intervals)
+        self.progress(Progress(cell["cell_id"], "done", 1.0, counts["sent"], counts["received"] or 0))
+        return CellOutcome(cell["cell_id"], "completed", intervals=self.aggregator.written)
 
-    def fail(self, reason: str) -> CellOutcome:
+    def fail(self, reason: str, figures: dict | None = None) -> CellOutcome:
         self._stop_processes()
         try:
-            self._write_complete_intervals(final=True)  # keep what was measured
+            self._write_intervals(final=True)  # keep what was measured
         except Exception:
             pass
         self.store.append([make_event(self.run_id, "CellFailed",
                                       {"cell_id": self.cell["cell_id"], "reason": reason, "attempt": self.attempt,
-                                       "intervals": self.written_intervals},
+                                       "intervals": self.aggregator.written, **(figures or {})},
                                       cell_index=self.cell["index"])])
-        self.progress(Progress(self.cell["cell_id"], "done", 1.0, self.totals["sent"], self.totals["received"]))
-        return CellOutcome(self.cell["cell_id"], "failed", reason, self.written_intervals)
+        totals = self.aggregator.totals
+        self.progress(Progress(self.cell["cell_id"], "done", 1.0, totals["sent"], totals["received"]))
+        return CellOutcome(self.cell["cell_id"], "failed", reason, self.aggregator.written)
 
     def _stop_processes(self) -> None:
         for process in self.processes:
@@ -325,6 +307,7 @@ class _CellRun:
             conn.close()
         if self.topic_created:
             self.driver.delete_topic(self.topic, self.cell["partitions"])
+        self.driver.close()
 
 
 def _nice(producers: list[dict]) -> int | None:

@@ -22,6 +22,7 @@ import numpy as np
 from .. import native
 from ..codecs import get_codec
 from ..drivers import get_driver
+from .drain import Drain
 from .framing import HEADER, unpack_many
 from .payloads import payload_pool
 
@@ -78,7 +79,9 @@ def _run(conn, task: ProducerTask) -> None:
     # Each interval's figures are derived and sent by a helper thread, so the send loop only hands
     # over the interval's raw timestamps instead of pausing for the numpy work and the pipe write.
     reports: queue.Queue = queue.Queue()
-    reporter = threading.Thread(target=_report_intervals, args=(reports, conn, sizes, len(pool.objects), base, period, rate),
+    acks = AckTotals()
+    reporter = threading.Thread(target=_report_intervals,
+                                args=(reports, conn, sizes, len(pool.objects), base, period, rate, acks),
                                 name="interval-reporter", daemon=True)
     reporter.start()
     nice = _boost_this_thread() if rate else None
@@ -86,7 +89,7 @@ def _run(conn, task: ProducerTask) -> None:
     done = loop(sender or driver, task, codec, pool, timing, base, period, reports)
     reports.put(None)
     reporter.join()
-    conn.send(("done", {"producer_id": task.producer_id, "send_thread_nice": nice, **done}))
+    conn.send(("done", {"producer_id": task.producer_id, "send_thread_nice": nice, **done, **vars(acks)}))
 
 
 SEND_THREAD_NICE = -10
@@ -129,12 +132,14 @@ class _Intervals:
         self.start_seq = 0  # first sequence number of the open interval
 
     def close(self, end_seq: int, started, handed, acked, acked_ns, failed: int) -> None:
-        """End the open interval at `end_seq`; the message arrays hold its messages only."""
-        if self.interval >= 0:
-            self.reports.put((self.interval, self.start_seq, started, handed, acked, acked_ns, failed,
-                              self.first_measured_seq))
-        else:
+        """End the open interval at `end_seq`; the message arrays hold its messages only.
+
+        The warm-up (-1) goes to the reporter too: its acknowledgements and failures are not
+        measured, but they count in the totals the broker's own count is reconciled with."""
+        if self.interval < 0:
             self.first_measured_seq = end_seq
+        self.reports.put((self.interval, self.start_seq, started, handed, acked, acked_ns, failed,
+                          self.first_measured_seq))
         self.start_seq = end_seq
         self.interval += 1
         self.next_boundary = self.measure_start + (self.interval + 1) * SECOND_NS
@@ -165,13 +170,31 @@ def _native_loop(sender, task: ProducerTask, codec, pool, timing: dict, base: in
         if why != native.module().STOP_BOUNDARY:
             break
         close(seq)
-    unacked = sender.flush(task.cell["drain_timeout_s"])
+    unacked = flush_while_acking(sender.flush, task.cell["drain_timeout_s"], timing)
     if intervals.first_measured_seq is None:  # the run ended inside the warm-up
         intervals.first_measured_seq = seq
     close(seq)
     sender.close()
     return {"sent_total": seq, "first_measured_seq": intervals.first_measured_seq,
             "sent": seq - intervals.first_measured_seq, "unacked": int(unacked), "last_send_ns": last_send_ns}
+
+
+def flush_while_acking(flush, idle_s: float, timing: dict) -> int:
+    """Flush until every message is acknowledged, waiting while acknowledgements still arrive: give up
+    after `idle_s` without one, or at the drain's cap (a broker that is slow but working is waited for,
+    one that stopped answering is not). Returns the messages still unacknowledged."""
+    sending_s = max(0.0, (time.monotonic_ns() - timing["t_start"]) / SECOND_NS)
+    cap = time.monotonic() + Drain.cap_s(idle_s, sending_s)
+    left = flush(min(1.0, idle_s))
+    last_growth = time.monotonic()
+    while left:
+        now = time.monotonic()
+        if now - last_growth >= idle_s or now >= cap:
+            return int(left)
+        before, left = left, flush(min(1.0, idle_s))
+        if left < before:
+            last_growth = time.monotonic()
+    return 0
 
 
 def _python_loop(driver, task: ProducerTask, codec, pool, timing: dict, base: int, period: float,
@@ -265,7 +288,7 @@ def _python_loop(driver, task: ProducerTask, codec, pool, timing: dict, base: in
         elif seq % POLL_EVERY == 0:  # unthrottled, or behind schedule: still serve acknowledgements
             poll(0)
 
-    unacked = producer.flush(cell["drain_timeout_s"])
+    unacked = flush_while_acking(producer.flush, cell["drain_timeout_s"], timing)
     if intervals.first_measured_seq is None:  # the run ended inside the warm-up
         intervals.first_measured_seq = len(send_ns)
     close_interval()
@@ -275,21 +298,40 @@ def _python_loop(driver, task: ProducerTask, codec, pool, timing: dict, base: in
             "last_send_ns": send_ns[-1] if send_ns else timing["measure_start"]}
 
 
-def _report_intervals(reports: queue.Queue, conn, sizes, pool_size, base, period, rate) -> None:
+@dataclass
+class AckTotals:
+    """What the producer's acknowledgements add up to over the whole cell (warm-up included)."""
+
+    acked_total: int = 0  # every message the broker acknowledged, warm-up included
+    failed_total: int = 0  # every failed send, warm-up included
+    delivered: int = 0  # acknowledgements from the start of measurement on, warm-up messages included
+    bytes_delivered: int = 0
+    last_ack_ns: int | None = None  # when the last measured message was acknowledged
+
+
+def _report_intervals(reports: queue.Queue, conn, sizes, pool_size, base, period, rate, acks: AckTotals) -> None:
     """Helper thread: each interval's delay, encode time, bytes and publish latency, sent to the parent."""
-    firsts: list[int] = []  # first sequence number of each interval's send times
+    firsts: list[int] = []  # first sequence number of each measured interval's send times
     chunks: list[np.ndarray] = []
     while (item := reports.get()) is not None:
         interval, first_seq, started, handed, acked, acked_ns, failed, first_measured_seq = item
+        acked_seqs = (unpack_many(acked)["seq"].astype(np.int64) if isinstance(acked, list)  # headers (Python loop)
+                      else np.frombuffer(acked, dtype=np.int64))  # sequence numbers (native loop)
+        acks.acked_total += int(acked_seqs.size)
+        acks.failed_total += failed
+        if interval < 0:  # warm-up: counted above, never measured
+            continue
+        acks.delivered += int(acked_seqs.size)
+        acks.bytes_delivered += int(sizes[acked_seqs % pool_size].sum())
         started = np.frombuffer(started, dtype=np.int64)  # array("q") (Python loop) or bytes (native loop)
         handed = np.frombuffer(handed, dtype=np.int64)
         seqs = np.arange(first_seq, first_seq + started.size, dtype=np.int64)
         firsts.append(first_seq)
         chunks.append(handed)
         intended = base + (seqs * period).astype(np.int64) if rate else started
-        acked_seqs = (unpack_many(acked)["seq"].astype(np.int64) if isinstance(acked, list)  # headers (Python loop)
-                      else np.frombuffer(acked, dtype=np.int64))  # sequence numbers (native loop)
-        latency = _publish_latency(acked_seqs, acked_ns, firsts, chunks, first_measured_seq)
+        latency, last_ack = _publish_latency(acked_seqs, acked_ns, firsts, chunks, first_measured_seq)
+        if last_ack is not None:
+            acks.last_ack_ns = max(acks.last_ack_ns or last_ack, last_ack)
         conn.send(("interval", interval, {
             "counters": {"sent": int(seqs.size), "bytes": int(sizes[seqs % pool_size].sum()),
                          "acked": int(latency.size), "send_errors": failed},
@@ -299,16 +341,19 @@ def _report_intervals(reports: queue.Queue, conn, sizes, pool_size, base, period
 
 
 def _publish_latency(seqs: np.ndarray, ack_ns, firsts: list[int], chunks: list[np.ndarray],
-                     first_measured_seq: int) -> np.ndarray:
-    """send→ack in ns for the acknowledged measured messages (warm-up acks dropped)."""
+                     first_measured_seq: int) -> tuple[np.ndarray, int | None]:
+    """send→ack in ns for the acknowledged measured messages (warm-up acks dropped), and the last
+    measured acknowledgement's time (None when there was none)."""
     if not seqs.size:
-        return np.empty(0, np.int64)
+        return np.empty(0, np.int64), None
     acked = np.frombuffer(ack_ns, dtype=np.int64)[: seqs.size]
     measured = seqs >= first_measured_seq
     seqs, acked = seqs[measured], acked[measured]
+    if not seqs.size:
+        return np.empty(0, np.int64), None
     which = np.searchsorted(np.asarray(firsts), seqs, side="right") - 1
     sent = np.empty(seqs.size, dtype=np.int64)
     for chunk in np.unique(which).tolist():  # acks mostly belong to the latest one or two intervals
         here = which == chunk
         sent[here] = chunks[chunk][seqs[here] - firsts[chunk]]
-    return acked - sent
+    return acked - sent, int(acked.max())

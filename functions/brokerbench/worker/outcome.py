@@ -1,0 +1,88 @@
+"""What a cell adds up to, from its processes' final reports: pure rules, no broker and no store.
+
+Message accounting (measured messages only; warm-up is counted apart):
+    sent = received + late + lost + send_errors + unacknowledged
+- send_errors: the client reported the send as failed;
+- unacknowledged: no report at all by the end of the producer's flush;
+- received: delivered before the drain deadline (distinct; duplicates are counted apart);
+- late: delivered after the drain deadline, during the short late window;
+- lost: acknowledged by the broker and never delivered.
+
+Throughput is what was delivered over the time it took to deliver it: the delivery window runs
+from the start of measurement to the last measured delivery (to the last acknowledgement for a
+publish-only cell), never to the moment the client library accepted the last message.
+"""
+
+from __future__ import annotations
+
+SECOND_NS = 1_000_000_000
+
+
+def totals(producers: list[dict], consumers: list[dict], measured: dict, consumed: bool) -> dict:
+    """The cell's counts. `measured` holds the summed interval counters (acks and send errors of
+    measured messages, bytes)."""
+    sent = sum(p["sent"] for p in producers)
+    send_errors = measured["send_errors"]
+    unacknowledged = sum(p["unacked"] for p in producers)
+    out = {
+        "sent": sent,
+        "acked": measured["acked"],
+        "send_errors": send_errors,
+        "unacked": unacknowledged,
+        "received": None, "late": None, "lost": None, "duplicated": None, "out_of_order": None,
+        "bytes_sent": measured["bytes_sent"],
+        "bytes_received": measured["bytes_received"],
+    }
+    if consumed:
+        received = sum(c["received"] for c in consumers)
+        late = sum(c["late"] for c in consumers)
+        out.update(received=received, late=late,
+                   # A message delivered although its acknowledgement never came is not lost: clamp at 0.
+                   lost=max(0, sent - send_errors - unacknowledged - received - late),
+                   duplicated=sum(c["duplicated"] for c in consumers),
+                   out_of_order=sum(c["out_of_order"] for c in consumers))
+    return out
+
+
+def has_loss(counts: dict) -> bool:
+    return any(counts.get(name) for name in ("lost", "late", "send_errors", "unacked"))
+
+
+def delivery(producers: list[dict], consumers: list[dict], consumed: bool, measure_start_ns: int) -> dict:
+    """What the broker delivered from the start of measurement to the last measured delivery (to the
+    last acknowledgement when nothing consumes), and that window's length. Deliveries of warm-up
+    messages inside the window count: at max rate the broker is still working through them."""
+    sources = consumers if consumed else producers
+    lasts = [s["last_delivery_ns" if consumed else "last_ack_ns"] for s in sources]
+    lasts = [t for t in lasts if t is not None]
+    return {
+        "delivered": sum(s["delivered"] for s in sources),
+        "bytes_delivered": sum(s["bytes_delivered"] for s in sources),
+        "window_s": max(1e-9, (max(lasts) - measure_start_ns) / SECOND_NS) if lasts else None,
+    }
+
+
+def failure_reason(counts: dict, consumed: bool) -> str | None:
+    """Why a cell that measured nothing usable must fail rather than report zeros as figures."""
+    detail = (f"sent {counts['sent']:,}, acknowledged {counts['acked']:,}, send errors {counts['send_errors']:,}, "
+              f"unacknowledged {counts['unacked']:,}")
+    if not counts["sent"]:
+        return "no message was sent in the measured window"
+    if consumed and not counts["received"]:
+        return f"no message was delivered ({detail}, late {counts['late']:,}, lost {counts['lost']:,})"
+    if not consumed and not counts["acked"]:
+        return f"no message was acknowledged ({detail})"
+    return None
+
+
+def expected_at_broker(producers: list[dict]) -> int:
+    """Messages the broker acknowledged over the whole cell, warm-up included: what it should hold."""
+    return sum(p["acked_total"] for p in producers)
+
+
+def broker_count(observed: int | None, producers: list[dict]) -> dict | None:
+    """The broker's own count (end offsets, XLEN) beside what the producers were told was stored."""
+    if observed is None:
+        return None
+    expected = expected_at_broker(producers)
+    return {"observed": observed, "expected": expected, "difference": observed - expected}

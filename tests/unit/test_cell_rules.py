@@ -1,0 +1,131 @@
+"""The cell's pure rules: message accounting, the delivery window, the failure rule, the drain, interval merging."""
+
+import numpy as np
+import pytest
+
+from brokerbench import histogram
+from brokerbench.worker import outcome
+from brokerbench.worker.drain import LATE_WINDOW_S, Drain
+from brokerbench.worker.intervals import IntervalAggregator
+
+SECOND = 1_000_000_000
+
+
+def producer(sent, unacked=0, acked_total=None, failed_total=0, last_ack=None, delivered=0):
+    return {"sent": sent, "unacked": unacked, "acked_total": sent if acked_total is None else acked_total,
+            "failed_total": failed_total, "last_ack_ns": last_ack, "delivered": delivered,
+            "bytes_delivered": delivered * 100}
+
+
+def consumer(received, late=0, last=None, duplicated=0, delivered=None):
+    delivered = received if delivered is None else delivered
+    return {"received": received, "late": late, "last_delivery_ns": last, "duplicated": duplicated,
+            "out_of_order": 0, "delivered": delivered, "bytes_delivered": delivered * 100}
+
+
+MEASURED = {"acked": 0, "send_errors": 0, "bytes_sent": 0, "bytes_received": 0}
+
+
+def test_every_measured_message_is_in_exactly_one_class():
+    counts = outcome.totals([producer(600, unacked=20), producer(400)],
+                            [consumer(900, late=30)], {**MEASURED, "acked": 970, "send_errors": 10}, consumed=True)
+    classes = counts["received"] + counts["late"] + counts["lost"] + counts["send_errors"] + counts["unacked"]
+    assert counts["sent"] == 1000 == classes
+    assert counts["lost"] == 40  # 1000 - 10 errors - 20 unacknowledged - 900 in time - 30 late
+    assert outcome.has_loss(counts)
+
+
+def test_a_delivery_without_its_acknowledgement_is_not_negative_loss():
+    counts = outcome.totals([producer(10, unacked=3)], [consumer(10)], {**MEASURED, "acked": 7}, consumed=True)
+    assert counts["lost"] == 0
+
+
+def test_publish_only_cells_have_no_delivery_classes():
+    counts = outcome.totals([producer(10)], [], {**MEASURED, "acked": 10}, consumed=False)
+    assert counts["received"] is counts["lost"] is counts["late"] is None
+    assert not outcome.has_loss(counts)
+
+
+def test_throughput_counts_every_delivery_from_the_start_of_measurement_to_the_last_measured_one():
+    # Warm-up messages the broker delivers inside the window count: at max rate it is still working on them.
+    consumers = [consumer(100, last=10 * SECOND, delivered=150), consumer(50, last=12 * SECOND), consumer(0)]
+    figures = outcome.delivery([producer(150)], consumers, consumed=True, measure_start_ns=4 * SECOND)
+    assert figures == {"delivered": 200, "bytes_delivered": 20_000, "window_s": pytest.approx(8.0)}
+    producers = [producer(10, last_ack=7 * SECOND, delivered=12), producer(10, last_ack=6 * SECOND, delivered=10)]
+    figures = outcome.delivery(producers, [], consumed=False, measure_start_ns=4 * SECOND)
+    assert figures["delivered"] == 22 and figures["window_s"] == pytest.approx(3.0)
+    assert outcome.delivery([producer(1)], [consumer(0)], consumed=True, measure_start_ns=0)["window_s"] is None
+
+
+def test_a_cell_that_delivered_nothing_fails_with_its_counts():
+    counts = outcome.totals([producer(500)], [consumer(0)], {**MEASURED, "acked": 500}, consumed=True)
+    reason = outcome.failure_reason(counts, consumed=True)
+    assert reason.startswith("no message was delivered") and "lost 500" in reason
+    assert outcome.failure_reason(outcome.totals([producer(5)], [consumer(5)], {**MEASURED, "acked": 5}, True),
+                                  True) is None
+    assert "acknowledged" in outcome.failure_reason(outcome.totals([producer(5, unacked=5)], [], MEASURED, False),
+                                                    False)
+    assert "sent" in outcome.failure_reason(outcome.totals([producer(0)], [], MEASURED, False), False)
+
+
+def test_the_broker_count_is_reconciled_with_every_acknowledgement():
+    assert outcome.broker_count(1200, [producer(500, acked_total=700), producer(500)]) == {
+        "observed": 1200, "expected": 1200, "difference": 0}
+    assert outcome.broker_count(1100, [producer(500, acked_total=1200)])["difference"] == -100
+    assert outcome.broker_count(None, [producer(1)]) is None
+
+
+def test_the_drain_stops_when_all_consumers_together_have_everything():
+    drain = Drain(["a", "b"], expected=100, timeout_s=10, sending_s=5, now=0.0)
+    drain.update("a", 60, 1.0)
+    assert drain.decide(1.0) == []
+    drain.update("b", 40, 1.1)  # neither consumer alone has 100
+    assert drain.decide(1.1) == [("stop", None)]
+    assert drain.decide(1.2) == []  # once
+
+
+def test_the_drain_waits_while_deliveries_arrive_and_gives_up_when_they_stop():
+    drain = Drain(["a"], expected=1000, timeout_s=2, sending_s=20, now=0.0)
+    for t in range(1, 12):  # slow but steady: waited for past the idle timeout
+        drain.update("a", 80 * t, float(t))
+        assert drain.decide(float(t)) == []
+    assert drain.decide(12.0) == []
+    assert drain.decide(13.0) == [("late", min(LATE_WINDOW_S, 2))]  # 2 s with nothing new
+    assert drain.decide(14.0) == []
+    drain.update("a", 1000, 14.5)  # everything arrived in the late window: stop early
+    assert drain.decide(14.5) == [("stop", None)]
+
+
+def test_the_drain_is_bounded_even_while_deliveries_continue():
+    drain = Drain(["a"], expected=10**9, timeout_s=1, sending_s=3, now=0.0)
+    assert Drain.cap_s(1, 3) == 11  # the idle timeout plus at least 10 s
+    t = 0.0
+    while not drain.decide(t):
+        t += 0.5
+        drain.update("a", int(t * 100), t)
+    assert t == pytest.approx(11.0)
+
+
+def _snapshot(counters, **values):
+    return {"counters": counters, "values": {k: np.asarray(v, dtype=np.int64).tobytes() for k, v in values.items()}}
+
+
+def test_an_interval_is_written_once_every_process_has_reported_it():
+    agg = IntervalAggregator(["p", "c"])
+    agg.add("p", "producer", 0, _snapshot({"sent": 3, "bytes": 30, "acked": 3, "send_errors": 0},
+                                          publish_latency_us=[1000, 2000, 3000]))
+    assert agg.take_complete() == []  # the consumer has not reported interval 0
+    agg.add("c", "consumer", 0, _snapshot({"received": 2, "bytes": 20}, end_to_end_latency_us=[5000, 7000]))
+    [merged] = agg.take_complete()
+    assert merged["interval"] == 0
+    assert merged["counters"] == {"sent": 3, "bytes_sent": 30, "acked": 3, "send_errors": 0, "received": 2,
+                                  "bytes_received": 20}
+    assert merged["summary"]["end_to_end_latency_us"]["count"] == 2
+    assert histogram.summary(histogram.decode(merged["histograms"]["publish_latency_us"]))["max"] == pytest.approx(
+        3, rel=0.001)  # ns -> µs
+    agg.add("p", "producer", 1, _snapshot({"sent": 1, "bytes": 10, "acked": 0, "send_errors": 1}))
+    agg.finished("c")  # a finished process holds nothing back
+    assert [m["interval"] for m in agg.take_complete()] == [1]
+    assert agg.totals["sent"] == 4 and agg.totals["send_errors"] == 1 and agg.written == 2
+    cumulative = histogram.decode(agg.cumulative_histograms()["end_to_end_latency_us"])
+    assert cumulative.get_total_count() == 2

@@ -1,7 +1,9 @@
 """brokerbench command line: run suites, manage the local stack, show stored runs.
 
-Exit codes: 0 every cell completed · 1 some cells failed (or, for compare, a regression) · 2 invalid
-input · 3 the environment is not usable (stack, event store) · 130 interrupted (what was measured is kept).
+Exit codes: 0 every cell completed and every workflow step succeeded · 1 some cells failed, or a workflow
+step failed (CheckRegression, Aggregate, Teardown), or, for compare, a regression · 2 invalid input · 3 the
+environment is not usable (stack, event store, or another run holds the local stack) · 130 interrupted
+(what was measured is kept).
 """
 
 from __future__ import annotations
@@ -74,28 +76,70 @@ def print_results(results: dict) -> None:
 
 
 class EventProgress:
-    """Progress bars drawn from the run's stored events: the same for Lambda- and EC2-kind workers."""
+    """Progress bars drawn from the run's stored events: the same for Lambda- and EC2-kind workers.
+
+    Reads only what is new: the run header once, then, for the cells that may be running (the first
+    max_concurrency unfinished ones, in the order the run executes them), the events stored after the
+    last one read. Cells run in a shuffled order, so one cursor over the whole run would miss a cell
+    whose sort key is lower than one already seen; each cell has its own.
+    """
 
     def __init__(self, store, run_id: str, progress: Progress) -> None:
         self.store, self.run_id, self.progress = store, run_id, progress
         self.bars: dict[str, int] = {}
         self.overall = None
         self.finished: set[str] = set()
+        self.cells: dict[str, dict] | None = None
+        self.run_order: list[dict] = []  # cells in execution order
+        self.window = 1  # cells that may run at once
+        self.next = 0  # position in run_order of the first unfinished cell
+        self.cursor: dict[str, str] = {}  # cell_id -> sort key of the last event read
+        self.state: dict[str, dict] = {}
+        self.reads = 0  # queries made (the tests check that a poll reads little)
+
+    def _header(self) -> bool:
+        if self.cells is not None:
+            return True
+        self.reads += 1
+        header = self.store.read(self.run_id, prefix="00#run", interval_histograms=False)
+        if not header or header[0]["type"] != "RunRequested":
+            return False
+        data = header[0]["data"]
+        self.cells = {c["cell_id"]: c for c in data["cells"]}
+        self.run_order = sorted(data["cells"], key=lambda c: c.get("order", c["index"]))
+        self.window = max(1, int(data["spec"].get("max_concurrency") or 1))
+        order = data["spec"].get("order", "fixed")
+        how = f"random order, seed {data['spec'].get('order_seed')}" if order == "random" else "fixed order"
+        console.print(f"run [bold]{self.run_id}[/]: {len(self.cells)} cells ({how})")
+        self.overall = self.progress.add_task("[bold]run", total=len(self.cells), status="")
+        return True
 
     def poll(self) -> None:
-        events = self.store.read(self.run_id, interval_histograms=False)
-        if not events or events[0]["type"] != "RunRequested":
+        from .events import cell_prefix
+
+        if not self._header():
             return
-        cells = {c["cell_id"]: c for c in events[0]["data"]["cells"]}
-        if self.overall is None:
-            console.print(f"run [bold]{self.run_id}[/]: {len(cells)} cells")
-            self.overall = self.progress.add_task("[bold]run", total=len(cells), status="")
-        state: dict[str, dict] = {}
-        for event in events:
-            cell_id = event["data"].get("cell_id")
-            if cell_id not in cells:
+        while self.next < len(self.run_order) and self.run_order[self.next]["cell_id"] in self.finished:
+            self.next += 1
+        position, running = self.next, 0
+        while position < len(self.run_order) and running < self.window:
+            cell = self.run_order[position]
+            position += 1
+            if cell["cell_id"] in self.finished:
                 continue
-            cell = state.setdefault(cell_id, {"intervals": 0, "sent": 0, "received": 0, "end": None})
+            self.reads += 1
+            new = self.store.read(self.run_id, prefix=cell_prefix(cell["index"]), interval_histograms=False,
+                                  after=self.cursor.get(cell["cell_id"]))
+            if new:
+                self.cursor[cell["cell_id"]] = new[-1]["sk"]
+                self._apply(cell, new)
+            if cell["cell_id"] not in self.finished:
+                running += 1
+
+    def _apply(self, spec: dict, events: list[dict]) -> None:
+        cell_id = spec["cell_id"]
+        cell = self.state.setdefault(cell_id, {"intervals": 0, "sent": 0, "received": 0, "end": None})
+        for event in events:
             if event["type"] == "CellStarted":
                 cell.update(intervals=0, sent=0, received=0, worker=event["data"].get("worker", {}).get("kind", ""))
             elif event["type"] == "IntervalMeasured":
@@ -105,26 +149,22 @@ class EventProgress:
                 cell["received"] += counters["received"]
             elif event["type"] in ("CellCompleted", "CellFailed"):
                 cell["end"] = event
-        for cell_id, cell in state.items():
-            if cell_id in self.finished:
-                continue
-            bar = self.bars.get(cell_id)
-            if bar is None:
-                bar = self.bars[cell_id] = self.progress.add_task(cell_id, total=1.0, status="")
-            spec = cells[cell_id]
-            if cell["end"] is not None:
-                end = cell["end"]
-                status = "[green]ok[/]" if end["type"] == "CellCompleted" else f"[red]FAILED[/] {end['data']['reason']}"
-                self.progress.update(bar, completed=1.0, status=status)
-                self.progress.advance(self.overall)
-                self.finished.add(cell_id)
-                continue
-            if spec["messages"] is None:
-                fraction = cell["intervals"] / max(1, spec["duration_s"])
-            else:
-                fraction = cell["sent"] / spec["messages"]
-            self.progress.update(bar, completed=min(0.99, fraction),
-                                 status=f"{cell.get('worker', '')} · sent {cell['sent']:,} · received {cell['received']:,}")
+        bar = self.bars.get(cell_id)
+        if bar is None:
+            bar = self.bars[cell_id] = self.progress.add_task(cell_id, total=1.0, status="")
+        if cell["end"] is not None:
+            end = cell["end"]
+            status = "[green]ok[/]" if end["type"] == "CellCompleted" else f"[red]FAILED[/] {end['data']['reason']}"
+            self.progress.update(bar, completed=1.0, status=status)
+            self.progress.advance(self.overall)
+            self.finished.add(cell_id)
+            return
+        if spec["messages"] is None:
+            fraction = cell["intervals"] / max(1, spec["duration_s"])
+        else:
+            fraction = cell["sent"] / spec["messages"]
+        self.progress.update(bar, completed=min(0.99, fraction),
+                             status=f"{cell.get('worker', '')} · sent {cell['sent']:,} · received {cell['received']:,}")
 
 
 def _finish_interrupted(store, run_id: str, request: dict) -> None:
@@ -144,11 +184,39 @@ def _finish_interrupted(store, run_id: str, request: dict) -> None:
 
 
 # -- commands --------------------------------------------------------------------------------
+# What a failed workflow step means, for the message of a run whose workflow did not succeed.
+WORKFLOW_ERRORS = {
+    "TeardownFailed": "tearing down the targets failed (brokers this run started may still be running)",
+    "RunFailed": "the run failed",
+    "ProvisioningTimedOut": "a target was not ready in time",
+}
+
+
+def run_exit_code(results: dict, execution) -> tuple[int, list[str]]:
+    """The exit code of a finished (not interrupted) run, and what to tell the user.
+
+    Both the stored outcome and the workflow execution count: a run whose cells all completed is still
+    not a success when a later step (CheckRegression, Aggregate, Teardown) failed.
+    """
+    problems = []
+    code = EXIT_OK if results["status"] == "completed" else EXIT_CELLS_FAILED
+    if results["status"] == "failed":
+        problems.append(f"run failed: {results['reason']}")
+    elif results["status"] not in ("completed", "completed_with_failures"):
+        problems.append(f"run ended {results['status']}" + (f": {results['reason']}" if results.get("reason") else ""))
+    if execution is not None and execution.status != "SUCCEEDED":
+        code = code or EXIT_CELLS_FAILED
+        if execution.error != "RunFailed" or results["status"] != "failed":  # not already said above
+            what = WORKFLOW_ERRORS.get(execution.error, f"the workflow failed ({execution.error})")
+            problems.append(f"workflow: {what}: {execution.cause}")
+    return code, problems
+
+
 def cmd_run(args) -> int:
+    from contextlib import ExitStack
+
     from .events import new_run_id
-    from .local.stack import StackError
-    from .local.workflow import LocalWorkflow, WorkflowError
-    from .reports.results import build_results
+    from .local.stack import StackBusy
     from .spec import SpecError, validate
 
     try:
@@ -160,6 +228,21 @@ def cmd_run(args) -> int:
     if args.keep_stack:
         request = {**request, "keep_targets": True}
     stack = _stack(args)
+    run_id = new_run_id()
+    with ExitStack() as held:
+        try:  # one run at a time per local stack: the second is refused before it touches anything
+            held.enter_context(stack.run_lock(run_id))
+        except StackBusy as exc:
+            errors.print(f"local stack busy: {exc}", style="red", markup=False)
+            return EXIT_ENVIRONMENT
+        return _run_locked(args, stack, request, suite, run_id)
+
+
+def _run_locked(args, stack, request: dict, suite: str | None, run_id: str) -> int:
+    from .local.stack import StackError
+    from .local.workflow import LocalWorkflow, WorkflowError
+    from .reports.results import build_results
+
     started_store = not stack.is_up(["dynamodb"])
     try:
         try:
@@ -167,7 +250,6 @@ def cmd_run(args) -> int:
         except StackError as exc:
             errors.print(f"[red]local stack:[/] {exc}")
             return EXIT_ENVIRONMENT
-        run_id = new_run_id()
         columns = [TextColumn("{task.description}", style="cyan"), BarColumn(bar_width=24), TaskProgressColumn(),
                    TimeElapsedColumn(), TextColumn("{task.fields[status]}")]
         interrupted, execution = False, None
@@ -199,10 +281,13 @@ def cmd_run(args) -> int:
         if interrupted:
             errors.print("[yellow]interrupted: what was measured is stored and written above[/]")
             return EXIT_INTERRUPTED
-        if results["status"] == "failed":
-            errors.print(f"[red]run failed:[/] {results['reason']}")
-            return EXIT_CELLS_FAILED
-        return EXIT_OK if results["status"] == "completed" else EXIT_CELLS_FAILED
+        if execution is not None and (execution.output or {}).get("notify_error"):
+            cause = execution.output["notify_error"].get("Cause", "")
+            errors.print(f"notification not sent: {cause}", style="yellow", markup=False, highlight=False)
+        code, problems = run_exit_code(results, execution)
+        for problem in problems:
+            errors.print(problem, style="red", markup=False, highlight=False)
+        return code
     finally:
         if started_store and not args.keep_stack:
             stack.down(["dynamodb"], log=lambda m: console.print(f"[dim]{m}[/]"))
@@ -234,6 +319,11 @@ def cmd_local(args) -> int:
     from .local.stack import StackError
 
     stack = _stack(args)
+    holder = stack.run_holder() if args.action == "down" else None
+    if holder is not None:
+        errors.print(f"local stack busy: run {holder.get('run_id', '?')} (pid {holder.get('pid', '?')}) is using it; "
+                     "stop that run first (Ctrl-C), then `local down`", style="red", markup=False)
+        return EXIT_ENVIRONMENT
     try:
         if args.action == "up":
             endpoints = stack.up(log=lambda m: console.print(m))
@@ -309,7 +399,12 @@ def cmd_report(args) -> int:
     found = _run_events(args, args.run_id)
     if isinstance(found, int):
         return found
-    body = _render(build_report(found[0]), args.format)
+    report = build_report(found[0])
+    check = Path(args.out) / args.run_id / "regression.json"  # the workflow's CheckRegression result, when here
+    if check.is_file():
+        report["regression_check"] = json.loads(check.read_text())
+        report["baseline"] = report["regression_check"].get("baseline_run_id")
+    body = _render(report, args.format)
     path = Path(args.out) / args.run_id / REPORT_FILES[args.format]
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(body)
@@ -361,8 +456,8 @@ def cmd_runs(args) -> int:
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="brokerbench", description=__doc__.split("\n")[0],
-                                     epilog="Exit codes: 0 ok, 1 some cells failed, 2 invalid input, "
-                                            "3 environment not usable, 130 interrupted.")
+                                     epilog="Exit codes: 0 ok, 1 some cells or a workflow step failed, 2 invalid "
+                                            "input, 3 environment not usable (or busy), 130 interrupted.")
     parser.add_argument("--version", action="version", version=f"brokerbench {__version__}")
     parser.add_argument("--state-dir", help="local stack state folder (default .brokerbench/local)")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")

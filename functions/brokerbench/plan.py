@@ -11,6 +11,10 @@ CELL_OVERHEAD_S = 15
 
 
 def estimated_seconds(cell: dict) -> float:
+    if cell["rate"] == "sustainable":  # at most: a probe, every step, and the latency steps
+        search = cell.get("search") or {}
+        steps = 1 + search.get("max_steps", 16) + len(search.get("latency_at") or [])
+        return steps * estimated_seconds({**cell, "rate": "max", "messages": None})
     if cell["messages"] is not None and cell["rate"] != "max":
         measured = cell["messages"] / cell["rate"]
     elif cell["messages"] is not None:

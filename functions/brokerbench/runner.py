@@ -72,8 +72,9 @@ def execute_run(request: dict, endpoints: dict, store: EventStore, *, suite: str
     if on_run_id:
         on_run_id(run_id)
     store.append([run_requested_event(run_id, spec, cells, suite)])
+    described = describe_targets(spec["brokers"], endpoints, spec["client"])
     store.append([make_event(run_id, "TargetsReady",
-                             {"targets": describe_targets(spec["brokers"], endpoints, spec["client"])})])
+                             {"targets": environment.with_settings(described, endpoints, spec["client"])})])
     hooks.run_started(run_id, cells)
     outcome = RunOutcome(run_id, "completed")
     try:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import copy
 import json
+import random
+import secrets
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
@@ -98,11 +100,14 @@ def validate(doc) -> dict:
         problems.append(Problem("consumers", f"{spec['consumers']} consumers need at least as many partitions "
                                              f"(partitions is {spec['partitions']})"))
     for i, rate in enumerate(spec["rates"]):
-        if rate != "max" and rate < spec["producers"]:
+        if rate not in ("max", "sustainable") and rate < spec["producers"]:
             problems.append(Problem(f"rates[{i}]", f"{rate} msgs/s is below one message per second per producer "
                                                    f"({spec['producers']} producers)"))
     if problems:
         raise SpecError(problems)
+    if spec["order"] == "random" and spec.get("order_seed") is None:
+        # Chosen once, here, and stored with the run (RunRequested's spec): the order can be replayed.
+        spec["order_seed"] = secrets.randbelow(2**31)
     return spec
 
 
@@ -128,21 +133,43 @@ def load_file(path: str | Path) -> dict:
 
 
 def rate_label(rate) -> str:
-    return "max" if rate == "max" else f"{rate}mps"
+    return rate if rate in ("max", "sustainable") else f"{rate}mps"
+
+
+def execution_order(spec: dict, cells_per_repeat: int, repeat: int) -> list[int]:
+    """Positions (in matrix order) of one repeat's cells, in the order they run.
+
+    random: a generator seeded from the run's order_seed and the repeat number (a string seed is
+    hashed with SHA-512, so the order is the same in every process and Python version 3.2+).
+    fixed (and specs stored before `order` existed): the matrix order.
+    """
+    positions = list(range(cells_per_repeat))
+    if spec.get("order", "fixed") == "fixed":
+        return positions
+    seed = spec.get("order_seed")
+    if seed is None:
+        raise ValueError("a random cell order needs order_seed: validate() the spec first")
+    random.Random(f"{seed}:{repeat}").shuffle(positions)
+    return positions
 
 
 def expand(spec: dict) -> list[dict]:
-    """The run's cells, repeats outermost so a repeat of the whole matrix meets the same machine state."""
-    cells = []
+    """The run's cells in the order they run.
+
+    `index` is a cell's identity (its slot in the matrix, repeats outermost; event sort keys use it),
+    `order` its position in the run. Repeats run one after another; inside a repeat the cells are
+    shuffled (see execution_order), so no broker or format always goes first or follows the same one.
+    """
+    matrix = []
     for repeat in range(spec["repeats"]):
         for size in spec["sizes"]:
             for rate in spec["rates"]:
                 for mode in spec["modes"]:
                     for broker in spec["brokers"]:
                         for fmt in spec["formats"]:
-                            cells.append({
+                            matrix.append({
                                 "cell_id": f"{broker}.{fmt}.{mode}.{size}B.{rate_label(rate)}.r{repeat}",
-                                "index": len(cells),
+                                "index": len(matrix),
                                 "broker": broker,
                                 "format": fmt,
                                 "mode": mode,
@@ -158,5 +185,12 @@ def expand(spec: dict) -> list[dict]:
                                 "drain_timeout_s": spec["drain_timeout_s"],
                                 "repeat": repeat,
                                 "client": spec["client"],
+                                **({"search": spec["search"]} if rate == "sustainable" else {}),
                             })
+    per_repeat = len(matrix) // spec["repeats"]
+    cells = []
+    for repeat in range(spec["repeats"]):
+        first = repeat * per_repeat
+        for position in execution_order(spec, per_repeat, repeat):
+            cells.append({**matrix[first + position], "order": len(cells)})
     return cells

@@ -59,3 +59,19 @@ def test_every_task_is_a_thin_lambda_invoke_and_teardown_is_always_reached():
         assert cells[name]["Catch"][0]["Next"] == "RecordCellFailed"
     assert cells["RunCellOnEc2"]["Resource"].endswith(".waitForTaskToken")
     assert top["RunCells"]["MaxConcurrencyPath"] == "$.plan.max_concurrency"
+
+
+def test_the_regression_check_comes_before_the_report_and_the_run_ends_after_it():
+    """CheckRegression before Aggregate, so the report shows the check; Aggregate writes the run's end
+    (RunCompleted) after publishing, so nothing after it but Notify (caught) and Teardown can fail."""
+    top = json.loads(DEFINITION.read_text())["States"]
+    path, state = [], "RunCells"
+    while state in top and "Next" in top[state]:
+        path.append(state)
+        state = top[state]["Next"]
+    assert path == ["RunCells", "CheckRegression", "Aggregate"] and state == "Notify?"
+    assert top["Aggregate"]["Parameters"]["Payload"] == {"run_id.$": "$.run.run_id", "check.$": "$.check"}
+    assert {"notify.$", "failed_cells.$", "regressions.$", "baseline_run_id.$",
+            "check_file.$"} <= set(top["CheckRegression"]["ResultSelector"])
+    # Cells are handed to the map in the plan's order (the run order); the map keeps list order.
+    assert top["RunCells"]["ItemsPath"] == "$.plan.cells"

@@ -30,6 +30,7 @@ def test_run_prints_the_table_writes_results_and_leaves_the_stack_as_found(stack
     pids = {n: s["pid"] for n, s in stack.status().items()}
     done = brokerbench(stack, "run", "--spec", str(tiny_spec), "--out", str(tmp_path / "out"))
     assert done.returncode == 0, done.stderr
+    assert "2 cells (random order, seed" in done.stdout
     assert "1,024 B (record basis) · 300 msgs/s · batch mode" in done.stdout
     assert "redis-streams" in done.stdout and "kafka" in done.stdout
     [results_path] = (tmp_path / "out").glob("*/results.json")
@@ -70,11 +71,19 @@ def test_ctrl_c_keeps_what_was_measured_and_leaves_the_stack_running(stack, tmp_
     deadline = time.monotonic() + 60
     run_id = None
     while time.monotonic() < deadline and run_id is None:  # wait until a few intervals are stored
-        runs = events.list_runs(suite="long", limit=1)
+        try:
+            runs = events.list_runs(suite="long", limit=1)
+        except events.client.exceptions.ResourceNotFoundException:  # the run has not created the table yet
+            runs = []
         if runs and sum(e["type"] == "IntervalMeasured" for e in events.read(runs[0]["run_id"])) >= 3:
             run_id = runs[0]["run_id"]
         time.sleep(0.5)
     assert run_id, "the run never stored an interval"
+    # A second run on the same stack meanwhile is refused, naming the one that holds it, and starts nothing.
+    second = brokerbench(stack, "run", "--suite", "smoke", "--out", str(tmp_path / "second"))
+    assert second.returncode == 3, second.stderr
+    assert "busy" in second.stderr and run_id in second.stderr and str(proc.pid) in second.stderr
+    assert not (tmp_path / "second").exists()
     proc.send_signal(signal.SIGINT)
     out, err = proc.communicate(timeout=60)
     assert proc.returncode == 130, err
@@ -86,5 +95,7 @@ def test_ctrl_c_keeps_what_was_measured_and_leaves_the_stack_running(stack, tmp_
     assert stored[-1]["type"] == "RunCompleted" and stored[-1]["data"]["status"] == "interrupted"
     results = json.loads(next((tmp_path / "out").glob("*/results.json")).read_text())
     assert results["status"] == "interrupted"
-    assert [c["status"] for c in results["cells"]] == ["failed", "incomplete"]
+    run_order = sorted(stored[0]["data"]["cells"], key=lambda c: c["order"])
+    status = {c["cell_id"]: c["status"] for c in results["cells"]}
+    assert [status[c["cell_id"]] for c in run_order] == ["failed", "incomplete"]  # the one running was stopped
     assert stack.is_up()

@@ -51,3 +51,32 @@ def test_redis_persistence_can_be_turned_off(tmp_path):
         assert redis.Redis(port=port).config_get("appendonly")["appendonly"] == "no"
     finally:
         stack.down(log=lambda m: None)
+
+
+def test_kafka_heap_is_pinned_and_deleted_topics_leave_at_once(stack):
+    """-Xms = -Xmx (no heap resizing during cells); topics' file.delete.delay.ms is 0, so a deleted
+    cell's files do not go while a later cell is measured."""
+    from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic
+
+    info = stack.status()["kafka"]
+    with open(f"/proc/{info['pid']}/cmdline", "rb") as f:
+        args = f.read().decode().split("\0")
+    heap = {a[:4]: a[4:] for a in args if a.startswith(("-Xms", "-Xmx"))}
+    assert heap["-Xms"] == heap["-Xmx"], args
+    admin = AdminClient({"bootstrap.servers": stack.endpoints()["kafka"]["bootstrap_servers"]})
+    admin.create_topics([NewTopic("bb-delete-delay", 1, 1)])["bb-delete-delay"].result(30)
+    try:
+        resource = ConfigResource(ConfigResource.Type.TOPIC, "bb-delete-delay")
+        config = admin.describe_configs([resource])[resource].result(30)
+        assert config["file.delete.delay.ms"].value == "0"
+    finally:
+        admin.delete_topics(["bb-delete-delay"])["bb-delete-delay"].result(30)
+
+
+def test_redis_persistence_is_read_from_the_running_redis(stack):
+    from brokerbench.environment import broker_settings
+    from brokerbench.spec import validate
+
+    client = validate({"brokers": ["redis-streams"], "sizes": [1024], "rates": [100], "formats": ["raw"]})["client"]
+    settings = broker_settings("redis-streams", stack.endpoints()["redis-streams"], client)
+    assert settings["persistence"] == {"appendonly": "yes", "appendfsync": "everysec", "source": "CONFIG GET"}

@@ -32,6 +32,9 @@ def test_happy_path_runs_lambda_and_ec2_workers_and_tears_down(stack, tmp_path):
     assert execution.status == "SUCCEEDED", (execution.error, execution.cause)
     types = [e["type"] for e in events]
     assert types[:2] == ["RunRequested", "TargetsReady"] and types[-2:] == ["RunCompleted", "ReportBuilt"]
+    targets = events[1]["data"]["targets"]
+    assert targets["kafka"]["settings"]["acks"] == "all"
+    assert targets["redis-streams"]["settings"]["persistence"]["appendonly"] == "yes"
     assert types.count("CellStarted") == types.count("CellCompleted") == 4
     workers = {e["data"]["cell_id"]: e["data"]["worker"]["kind"] for e in events if e["type"] == "CellStarted"}
     assert {cell_id.split(".")[4]: kind for cell_id, kind in workers.items()} == {"200mps": "ec2", "1000mps": "lambda"}
@@ -41,6 +44,9 @@ def test_happy_path_runs_lambda_and_ec2_workers_and_tears_down(stack, tmp_path):
         assert (tmp_path / "reports" / execution.run_id / name).is_file(), name
     assert all(c["status"] == "completed" and c["sent"] == c["received"] == 400 for c in results["cells"])
     assert states(execution)[:2] == ["ValidateRequest", "PlanCells"]
+    assert states(execution).index("CheckRegression") < states(execution).index("Aggregate")
+    report = json.loads((tmp_path / "reports" / execution.run_id / "report.json").read_text())
+    assert report["regression_check"]["baseline_run_id"] is None  # the suite's first run: nothing to compare
     assert states(execution).count("RunCellOnEc2") == 2 and states(execution).count("RunCellOnLambda") == 2
     assert "Notify" not in states(execution)  # nothing failed, nothing to tell
     assert execution.output["teardown"] == [{"broker": "kafka", "action": "left running (not started by this run)"},
@@ -55,7 +61,8 @@ def test_a_failing_cell_is_recorded_and_the_run_completes(stack, tmp_path):
     execution, events = execute(stack, tmp_path, request)
     assert execution.status == "SUCCEEDED", (execution.error, execution.cause)
     results = build_results(events)
-    kafka, redis_cell = results["cells"]
+    cells = {c["broker"]: c for c in results["cells"]}
+    kafka, redis_cell = cells["kafka"], cells["redis-streams"]
     assert kafka["status"] == "failed" and "did not answer" in kafka["reason"]
     assert redis_cell["status"] == "completed" and redis_cell["lost"] == 0
     assert results["status"] == "completed_with_failures"
@@ -107,3 +114,51 @@ def test_an_invalid_request_fails_at_validation_and_starts_nothing(store_only_st
     assert states(execution) == ["ValidateRequest"]
     assert events == []
     assert store_only_stack.status()["kafka"]["state"] == "stopped"
+
+
+def test_cells_run_in_the_stored_order_and_the_report_shows_the_regression_check(stack, tmp_path):
+    """Two repeats in different (seeded) orders; CellStarted follows `order`; a second run of the suite
+    is checked against the first, and its report says so."""
+    from brokerbench.spec import expand, validate
+
+    request = {"name": "wf-order", "brokers": ["redis-streams"], "sizes": [1024], "rates": [1000],
+               "formats": ["raw", "json", "msgpack"], "messages": 300, "warmup_s": 0, "drain_timeout_s": 1,
+               "repeats": 2}
+    seed = next(s for s in range(100) if [c["format"] for c in expand(validate({**request, "order_seed": s}))[:3]]
+                != [c["format"] for c in expand(validate({**request, "order_seed": s}))[3:]])
+    first, first_events = execute(stack, tmp_path, {**request, "order_seed": seed})
+    assert first.status == "SUCCEEDED", (first.error, first.cause)
+    requested = first_events[0]["data"]
+    assert requested["spec"]["order_seed"] == seed
+    planned = sorted(requested["cells"], key=lambda c: c["order"])
+    started = sorted((e for e in first_events if e["type"] == "CellStarted"), key=lambda e: e["at"])
+    assert [e["data"]["cell_id"] for e in started] == [c["cell_id"] for c in planned]  # what ran is what is stored
+    repeats = [[c["format"] for c in planned if c["repeat"] == r] for r in (0, 1)]
+    assert repeats[0] != repeats[1] and sorted(repeats[0]) == sorted(repeats[1])
+
+    second, second_events = execute(stack, tmp_path, request)  # a seed of its own
+    assert second.status == "SUCCEEDED", (second.error, second.cause)
+    assert second_events[0]["data"]["spec"]["order_seed"] is not None
+    report = json.loads((tmp_path / "reports" / second.run_id / "report.json").read_text())
+    check = report["regression_check"]
+    assert check["baseline_run_id"] == first.run_id
+    assert check["verdicts"] and check == json.loads((tmp_path / "reports" / second.run_id / "regression.json").read_text())
+
+
+def test_a_failed_aggregate_ends_the_run_failed_and_the_execution_too(stack, tmp_path):
+    request = {"name": "wf-aggregate-fails", "brokers": ["redis-streams"], "sizes": [1024], "rates": [1000],
+               "formats": ["raw"], "messages": 100, "warmup_s": 0, "drain_timeout_s": 1}
+    run_id = new_run_id()
+    (tmp_path / "reports" / run_id / "report.html").mkdir(parents=True)  # Aggregate cannot write its report
+    execution = LocalWorkflow(stack, tmp_path / "reports").execute(request, suite=request["name"], run_id=run_id)
+    db = stack.endpoints(required=["dynamodb"])["dynamodb"]
+    events = DynamoEventStore(db["table"], endpoint_url=db["endpoint_url"]).read(run_id)
+    assert execution.status == "FAILED" and execution.error == "RunFailed"
+    assert "Is a directory" in execution.cause
+    types = [e["type"] for e in events]
+    assert "RunCompleted" not in types and types[-1] == "RunFailed"  # not hidden behind a written RunCompleted
+    assert "IsADirectoryError" in events[-1]["data"]["reason"]
+    assert build_results(events)["cells"][0]["status"] == "completed"
+    assert [s for s in states(execution) if s in ("CheckRegression", "Aggregate", "RecordRunFailed")] == [
+        "CheckRegression", "Aggregate", "RecordRunFailed"]
+    assert states(execution)[-1] == "TeardownTarget"

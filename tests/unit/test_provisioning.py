@@ -182,3 +182,21 @@ def test_task_token_callbacks_and_outputs_use_the_service_calls():
         callbacks.failure("T", "WorkerFailed", "boom")
         assert SnsNotifier(sns, "arn:aws:sns:us-east-1:1:bb").publish(RUN, "subject", {"a": 1}) == "m-1"
         assert S3Reports(s3, "bb-reports").write(RUN, "results.json", "{}") == f"s3://bb-reports/reports/{RUN}/results.json"
+
+
+def test_s3_reports_read_back_what_a_step_wrote_and_none_when_missing():
+    """Aggregate reads CheckRegression's regression.json from the run's outputs."""
+    import io
+
+    from botocore.response import StreamingBody
+
+    s3 = client("s3")
+    with Stubber(s3) as stub:
+        body = b'{"baseline_run_id": null}'
+        stub.add_response("get_object", {"Body": StreamingBody(io.BytesIO(body), len(body))},
+                          {"Bucket": "bb-reports", "Key": f"reports/{RUN}/regression.json"})
+        stub.add_client_error("get_object", "NoSuchKey", http_status_code=404,
+                              expected_params={"Bucket": "bb-reports", "Key": f"reports/{RUN}/other.json"})
+        reports = S3Reports(s3, "bb-reports")
+        assert reports.read(RUN, "regression.json") == '{"baseline_run_id": null}'
+        assert reports.read(RUN, "other.json") is None

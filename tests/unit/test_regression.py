@@ -1,62 +1,301 @@
-"""The regression rule on synthetic series: few false alarms on noise, a 20% shift found."""
+"""The regression rule: runs compared by their repeats, noise from history, Holm over a run's verdicts.
+
+Simulated runs follow the model the rule is built for: each run has its own offset per configuration
+and metric (run-to-run variance the repeats of one run do not show), and each repeat its own noise.
+A 12-verdict run is 4 configurations × 3 metrics, as in bench/aa_regression.py.
+"""
+
+import math
 
 import numpy as np
 import pytest
 
-from brokerbench.reports.regression import verdict
-from brokerbench.reports.stats import mann_whitney_p, median_ci, spread
+from brokerbench.events import AppendResult, make_event
+from brokerbench.reports import regression as R
+from brokerbench.reports.model import build_report
+from brokerbench.reports.synthetic import synthetic_run
 
-TRIALS = 400
-SAMPLES = 30  # e.g. three repeats of ten one-second intervals
-
-
-def noisy(rng, level, n=SAMPLES, cv=0.08):
-    """Per-interval figures: lognormal noise around a level, as throughput and p99 samples look."""
-    return level * rng.lognormal(0, cv, n)
+VERDICTS = 12
+OLDER = 9  # a full history: the baseline and 9 earlier runs
 
 
-@pytest.mark.parametrize("higher_is_better", [True, False])
-def test_pure_noise_gives_at_most_five_percent_false_alarms(higher_is_better):
-    rng = np.random.default_rng(7)
-    alarms = sum(verdict(noisy(rng, 1000), noisy(rng, 1000), higher_is_better)["verdict"] in ("regression", "improvement")
-                 for _ in range(TRIALS))
-    assert alarms / TRIALS <= 0.05
+def simulated_runs(rng, runs, *, between, within, repeats=3, level=1000.0, shared=0.0):
+    """runs × VERDICTS × repeats figures: lognormal run offsets (per verdict, plus one shared) and repeat noise."""
+    offsets = rng.normal(0, between, (runs, VERDICTS, 1)) + rng.normal(0, shared, (runs, 1, 1))
+    return level * np.exp(offsets + rng.normal(0, within, (runs, VERDICTS, repeats)))
 
 
-@pytest.mark.parametrize("metric,shift,higher_is_better", [
-    ("throughput drops 20%", 0.8, True),
-    ("p99 rises 20%", 1.2, False),
+def one_run_check(data, candidate, higher=True, older=OLDER):
+    """Verdicts of one run: candidate (VERDICTS × repeats) against data[0] (baseline) and data[1:older+1]."""
+    assessed = [R.assess(data[0, v], candidate[v], higher, [data[r, v] for r in range(1, older + 1)])
+                for v in range(VERDICTS)]
+    return R.decide(assessed)
+
+
+def false_alarm_runs(seed, trials, **noise):
+    rng = np.random.default_rng(seed)
+    older = noise.pop("older", OLDER)
+    alarms = regressions = 0
+    for _ in range(trials):
+        data = simulated_runs(rng, older + 2, **noise)
+        verdicts = one_run_check(data[1:], data[0], older=older)
+        alarms += any(v["verdict"] in ("regression", "improvement") for v in verdicts)
+        regressions += any(v["verdict"] == "regression" for v in verdicts)
+    return alarms, regressions
+
+
+# -- A/A: identical runs ---------------------------------------------------------------------------
+@pytest.mark.parametrize("noise", [
+    {"between": 0.05, "within": 0.01},  # runs differ more than repeats (what fooled the per-second rule)
+    {"between": 0.0, "within": 0.05},  # repeats are the only noise
+    {"between": 0.15, "within": 0.10},  # p99 on a shared 2-core host
+    {"between": 0.03, "within": 0.02, "shared": 0.05},  # the whole run is slower or faster
+    {"between": 0.05, "within": 0.01, "older": 2},  # a short history (3 runs)
+    {"between": 0.05, "within": 0.01, "older": 0},  # no history: the assumed 10% run-to-run noise
 ])
-def test_a_twenty_percent_shift_is_detected_in_95_percent_of_trials(metric, shift, higher_is_better):
+def test_identical_runs_raise_no_false_regression_in_twenty_runs_of_twelve_verdicts(noise):
+    alarms, regressions = false_alarm_runs(20, 20, **dict(noise))
+    assert regressions <= 1 and alarms <= 1, noise
+
+
+def test_the_false_alarm_rate_per_run_stays_near_the_family_wise_alpha():
+    alarms, _ = false_alarm_runs(5, 300, between=0.05, within=0.01)
+    assert alarms / 300 <= 0.03  # ALPHA = 1% family-wise; the effect gate only lowers it
+
+
+def test_without_history_the_repeats_alone_would_cry_wolf():
+    """Contrast: Welch's test on the repeats alone, per verdict at p < 0.01, when runs differ by 5%."""
+    rng = np.random.default_rng(8)
+    runs_with_alarm = 0
+    for _ in range(100):
+        data = simulated_runs(rng, 2, between=0.05, within=0.01)
+        p = []
+        for v in range(VERDICTS):
+            a, b = np.log(data[0, v]), np.log(data[1, v])
+            se = math.sqrt(a.var(ddof=1) / a.size + b.var(ddof=1) / b.size)
+            p.append(R.t_two_sided_p((b.mean() - a.mean()) / se, 4))
+        runs_with_alarm += min(p) < 0.01
+    assert runs_with_alarm >= 50  # the rule above: at most 1 in 20
+
+
+# -- a real change -----------------------------------------------------------------------------------
+@pytest.mark.parametrize("shift,higher,expected", [
+    (0.75, True, "regression"),  # throughput drops 25%
+    (0.80, True, "regression"),  # throughput drops 20%
+    (1.25, False, "regression"),  # p99 rises 25%
+    (1.30, False, "regression"),  # p99 rises 30%
+    (1.25, True, "improvement"),
+])
+def test_a_twenty_to_thirty_percent_shift_with_three_repeats_and_a_quiet_history_is_found(shift, higher, expected):
     rng = np.random.default_rng(11)
-    found = sum(verdict(noisy(rng, 1000), noisy(rng, 1000 * shift), higher_is_better)["verdict"] == "regression"
-                for _ in range(TRIALS))
-    assert found / TRIALS >= 0.95, metric
+    found = false = 0
+    for _ in range(200):
+        # quiet: runs differ by 1.5%, repeats by 2% (a rated cell's throughput; a steady p99)
+        data = simulated_runs(rng, OLDER + 2, between=0.015, within=0.02)
+        candidate = data[0].copy()
+        candidate[0] *= shift  # one configuration changes; the other 11 verdicts are noise
+        verdicts = one_run_check(data[1:], candidate, higher)
+        found += verdicts[0]["verdict"] == expected
+        false += any(v["verdict"] in ("regression", "improvement") for v in verdicts[1:])
+    assert found / 200 >= 0.95 and false / 200 <= 0.02
 
 
-def test_the_opposite_shift_is_an_improvement_and_noise_beyond_the_waterline_is_unstable():
-    rng = np.random.default_rng(3)
-    assert verdict(noisy(rng, 1000), noisy(rng, 1300), True)["verdict"] == "improvement"
-    wild = verdict(noisy(rng, 1000, cv=0.8), noisy(rng, 1000, cv=0.8), False)
-    assert wild["verdict"] == "unstable" and wild["spread_baseline"] > 0.25
-    assert verdict([1, 2], [1, 2, 3], True)["verdict"] == "unstable"
+def test_one_repeat_that_fell_counts_and_the_candidate_scatter_is_not_taken_for_noise():
+    history = [[2000 * (1 + e), 2001 * (1 + e), 1999 * (1 + e)] for e in (0.001, -0.001, 0.0005, -0.0005, 0.0)]
+    partial = R.verdict([2000, 2001, 1999], [2000, 1998, 1265], True, history)  # one repeat of three throttled
+    assert partial["verdict"] == "regression" and partial["change"] == pytest.approx(-0.14, abs=0.01)
+    assert partial["candidate_median"] == 1998
 
 
-def test_verdicts_carry_the_figures_behind_them():
-    result = verdict([100] * 5 + [101] * 5, [80] * 5 + [81] * 5, True)
-    assert result["verdict"] == "regression"
-    assert result["baseline_median"] == 100.5 and result["candidate_median"] == 80.5
-    assert result["change"] == pytest.approx(-0.199, abs=1e-3) and result["p_value"] < 0.01
+def test_a_noisy_history_raises_the_bar():
+    rng = np.random.default_rng(4)
+    quiet = simulated_runs(rng, OLDER + 1, between=0.01, within=0.01)
+    noisy = simulated_runs(rng, OLDER + 1, between=0.12, within=0.01)
+    for data, expected in ((quiet, "regression"), (noisy, None)):
+        result = R.verdict(data[0, 0], data[0, 0] * 0.8, True, [data[r, 0] for r in range(1, OLDER + 1)])
+        if expected:
+            assert result["verdict"] == expected
+        else:
+            assert result["verdict"] in ("unchanged", "unstable") and result["threshold"] > 0.2
 
 
-def test_mann_whitney_matches_known_values():
-    # Identical samples: no evidence. Fully separated samples of 10: p ≈ 0.00018 (normal approximation).
-    assert mann_whitney_p([1, 2, 3], [1, 2, 3]) == pytest.approx(1.0, abs=0.2)
-    assert mann_whitney_p(range(10), range(10, 20)) == pytest.approx(0.00018, rel=0.1)
+def test_without_history_run_to_run_noise_is_assumed_and_said():
+    base, worse = [1000, 1010, 990], [500, 505, 495]
+    halved = R.verdict(base, worse, True)
+    assert halved["verdict"] == "regression" and "assumed 10%" in halved["why"] and halved["history_runs"] == 1
+    slight = R.verdict(base, [850, 858, 842], True)
+    assert slight["verdict"] == "unchanged" and slight["threshold"] >= 0.3
 
 
-def test_median_interval_and_spread():
-    est = median_ci([10, 11, 12, 13, 14])
-    assert est.median == 12 and est.ci_low <= 12 <= est.ci_high and est.n == 5
-    assert median_ci([5]).as_dict() == {"median": 5, "ci_low": 5, "ci_high": 5, "n": 1}
-    assert spread([10, 10, 10]) == 0 and spread([1, 10, 100]) > 1
+# -- multiplicity ----------------------------------------------------------------------------------
+def test_holm_adjusts_over_the_family():
+    assert R.holm([0.01] + [0.5] * 11)[0] == pytest.approx(0.12)
+    assert R.holm([0.001, 0.02, 0.03]) == pytest.approx([0.003, 0.04, 0.04])
+    assert R.holm([0.04, 0.001]) == pytest.approx([0.04, 0.002])  # order kept, monotone
+
+
+def test_one_p_value_that_passes_alone_is_not_enough_among_twelve():
+    history = [[1000 * (1 + e), 1000 * (1 + e) + 5, 1000 * (1 + e) - 5] for e in (0.0, 0.01, -0.01, 0.02, -0.02,
+                                                                                   0.01, -0.01, 0.06, -0.06)]
+    baseline = [1000, 1005, 995]
+    candidate = [880, 885, 875]  # -12%: beyond the 10% floor and the noise gate
+    alone = R.assess(baseline, candidate, True, history)
+    assert R.ALPHA / VERDICTS < alone["p_raw"] < R.ALPHA  # passes alone, not among twelve
+    assert R.decide([alone])[0]["verdict"] == "regression"
+    quiet = [R.assess(baseline, [1001, 1006, 996], True, history) for _ in range(VERDICTS - 1)]
+    among = R.decide([alone, *quiet])
+    assert among[0]["verdict"] == "unstable" and among[0]["comparisons"] == VERDICTS  # no conclusion
+    assert among[0]["p_value"] == pytest.approx(alone["p_raw"] * VERDICTS) and "not significant" in among[0]["why"]
+
+
+# -- samples: repeats, or blocks of a single repeat ------------------------------------------------
+def ar1(rng, n, rho, level, sd):
+    x = np.empty(n)
+    x[0] = rng.normal()
+    for i in range(1, n):
+        x[i] = rho * x[i - 1] + math.sqrt(1 - rho ** 2) * rng.normal()
+    return level * np.exp(sd * x)
+
+
+def test_block_length_follows_the_lag1_autocorrelation():
+    rng = np.random.default_rng(2)
+    assert R.block_length([rng.normal(size=60)]) == R.MIN_BLOCK_S
+    assert R.block_length([ar1(rng, 300, 0.8, 1000, 0.05)]) >= 6
+    assert R.block_length([np.arange(60.0)]) == R.MAX_BLOCK_S
+    assert R.block_medians([[1, 2, 3, 4, 5, 6, 7]], 3) == [2.0, 5.0]
+
+
+def test_single_repeat_runs_compare_blocks_of_intervals_without_false_alarms():
+    rng = np.random.default_rng(6)
+    runs_with_alarm = 0
+    for _ in range(20):
+        # 12 runs (candidate, baseline, 10 older) of one 30-second repeat, AR(1) per-second series
+        offsets = rng.normal(0, 0.03, (12, VERDICTS))
+        series = [[ar1(rng, 30, 0.6, 1000 * math.exp(offsets[r, v]), 0.05) for v in range(VERDICTS)] for r in range(12)]
+        assessed = []
+        for v in range(VERDICTS):
+            block = R.block_length([series[0][v], series[1][v]])
+            samples = [R.block_medians([series[r][v]], block) for r in range(12)]
+            assessed.append(R.assess(samples[1], samples[0], True, samples[2:], R.MIN_BLOCKS))
+        runs_with_alarm += any(v["verdict"] in ("regression", "improvement") for v in R.decide(assessed))
+    assert runs_with_alarm <= 1
+
+
+def test_too_few_samples_are_unstable():
+    assert R.verdict([1000], [900, 905], True)["verdict"] == "unstable"
+    blocks = R.assess([1, 2], [1, 2], True, min_samples=R.MIN_BLOCKS)
+    assert blocks["verdict"] == "unstable" and "too few samples" in blocks["why"]
+
+
+def test_student_t_p_values():
+    assert R.t_two_sided_p(2.776, 4) == pytest.approx(0.05, abs=1e-3)
+    assert R.t_two_sided_p(12.706, 1) == pytest.approx(0.05, abs=1e-3)
+    assert R.t_two_sided_p(2.228, 10) == pytest.approx(0.05, abs=1e-3)
+    assert R.t_two_sided_p(1.96, math.inf) == pytest.approx(0.05, abs=1e-3)
+    assert R.t_two_sided_p(0, 5) == pytest.approx(1.0) and R.t_two_sided_p(math.inf, 5) == 0
+
+
+# -- runs from events: history, host kind, RegressionDetected ----------------------------------------
+SPEC = {"name": "aa", "brokers": ["kafka", "redis-streams"], "sizes": [1024], "rates": [2000],
+        "formats": ["raw", "json"], "repeats": 3}
+
+
+class MemoryStore:
+    """The EventStore port in memory (conditional writes by event id, the suite index)."""
+
+    def __init__(self):
+        self.events = {}
+
+    def append(self, events):
+        result = AppendResult()
+        for event in events:
+            if event["event_id"] in self.events:
+                result.skipped += 1
+            else:
+                self.events[event["event_id"]] = event
+                result.written += 1
+        return result
+
+    def read(self, run_id, prefix=None, interval_histograms=True):
+        return sorted((e for e in self.events.values() if e["run_id"] == run_id and e["sk"].startswith(prefix or "")),
+                      key=lambda e: e["sk"])
+
+    def list_runs(self, limit=50, suite=None):
+        runs = [e for e in self.events.values() if e["type"] == "RunRequested"
+                and (suite is None or (e["data"].get("suite") or e["data"]["spec"].get("name")) == suite)]
+        return sorted(runs, key=lambda e: e["run_id"], reverse=True)[:limit]
+
+
+def run_id(i):
+    return f"20250101T{i:06d}Z-abcdef"
+
+
+def on_host(events, cpu_model):
+    requested = events[0]
+    data = {**requested["data"], "environment": {**requested["data"]["environment"],
+                                                 "host": {**requested["data"]["environment"]["host"],
+                                                          "cpu_model": cpu_model}}}
+    return [make_event(requested["run_id"], "RunRequested", data), *events[1:]]
+
+
+@pytest.fixture(scope="module")
+def stored():
+    store = MemoryStore()
+    for i in range(12):
+        store.append(synthetic_run(SPEC, intervals=5, seed=i, run_id=run_id(i)))
+    store.append(on_host(synthetic_run(SPEC, intervals=5, seed=50, run_id=run_id(12)), "another CPU"))
+    store.append(synthetic_run({**SPEC, "client": {"acks": "0"}}, intervals=5, seed=51, run_id=run_id(13)))
+    store.append(synthetic_run(SPEC, intervals=5, seed=52, run_id=run_id(14), rate_scale=0.75))
+    return store
+
+
+def test_history_is_the_last_ten_matching_runs_on_the_same_host_kind_and_settings(stored):
+    history = R.find_history(stored, run_id(14))
+    assert history == [run_id(i) for i in range(11, 1, -1)]  # newest first, not 12 (host) or 13 (acks)
+    assert R.find_baseline(stored, run_id(14)) == run_id(11)
+    assert R.find_baseline(stored, run_id(0)) is None
+    config = R.target_configuration(stored.read(run_id(12)))
+    assert config["host"]["cpu_model"] == "another CPU" and "cores" in config["host"]
+    assert config["client"] == stored.read(run_id(12))[0]["data"]["spec"]["client"]
+
+
+def test_check_finds_the_throughput_drop_records_it_once_and_says_how(stored):
+    checked = R.check(stored, run_id(14))
+    assert checked["baseline_run_id"] == run_id(11) and len(checked["history_run_ids"]) == 10
+    assert set(checked) >= {"baseline_run_id", "history_run_ids", "verdicts", "regressions", "method"}
+    assert len(checked["verdicts"]) == VERDICTS
+    assert {(v["metric"], v["verdict"]) for v in checked["regressions"]} == {("throughput_msgs_per_s", "regression")}
+    assert len(checked["regressions"]) == 4
+    assert all(v["change"] == pytest.approx(-0.25, abs=0.03) and v["samples"] == "repeats" for v in checked["regressions"])
+    assert all(v["verdict"] == "unchanged" for v in checked["verdicts"] if v["metric"] != "throughput_msgs_per_s")
+    stored_events = [e for e in stored.read(run_id(14)) if e["type"] == "RegressionDetected"]
+    assert len(stored_events) == 4 and all(e["data"]["baseline_run_id"] == run_id(11) for e in stored_events)
+    assert all(0 <= e["data"]["p_value"] <= 1 for e in stored_events)
+    R.check(stored, run_id(14))  # replayed: nothing new
+    assert len([e for e in stored.read(run_id(14)) if e["type"] == "RegressionDetected"]) == 4
+    assert "Holm" in checked["method"]["multiplicity"]
+
+
+def test_identical_stored_runs_are_unchanged(stored):
+    checked = R.check(stored, run_id(11), record=False)
+    assert checked["baseline_run_id"] == run_id(10) and len(checked["history_run_ids"]) == 10
+    assert [v for v in checked["verdicts"] if v["verdict"] != "unchanged"] == []
+
+
+def test_a_report_gives_the_same_verdicts_as_the_events(stored):
+    events = [stored.read(run_id(i)) for i in (14, 11, 10, 9)]
+    from_events = R.compare(events[1], events[0], events[2:])
+    from_reports = R.compare(*(build_report(e) for e in events[:2][::-1]), [build_report(e) for e in events[2:]])
+    assert [(v["key"], v["metric"], v["verdict"], v["change"]) for v in from_events] == \
+        [(v["key"], v["metric"], v["verdict"], v["change"]) for v in from_reports]
+
+
+def test_compare_works_on_reports_and_on_single_repeat_runs():
+    one = {**SPEC, "repeats": 1}
+    runs = [synthetic_run(one, intervals=12, seed=i, run_id=run_id(i)) for i in range(4)]
+    verdicts = R.compare(build_report(runs[2]), build_report(runs[3]), [build_report(r) for r in runs[:2][::-1]])
+    assert len(verdicts) == VERDICTS and all(v["samples"].startswith("blocks of") for v in verdicts)
+    assert all(v["verdict"] in ("unchanged", "unstable") for v in verdicts)
+    short = [synthetic_run(one, intervals=3, seed=i, run_id=run_id(i)) for i in range(2)]
+    verdicts = R.compare(short[0], short[1])
+    assert {v["verdict"] for v in verdicts} == {"unstable"} and "single repeat" in verdicts[0]["why"]

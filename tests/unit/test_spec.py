@@ -17,7 +17,7 @@ def problems_of(doc):
 def test_defaults_are_filled_from_the_schema():
     full = spec.validate(MINIMAL)
     assert full["size_basis"] == "record" and full["modes"] == ["batch"]
-    assert full["client"] == {"acks": "1", "linger_ms": 5, "batch_bytes": 1048576, "compression": "none",
+    assert full["client"] == {"acks": "all", "linger_ms": 5, "batch_bytes": 1048576, "compression": "none",
                               "pipeline_depth": 100, "read_count": 1000}
     assert (full["producers"], full["consumers"], full["partitions"], full["repeats"]) == (1, 1, 1, 1)
 
@@ -59,9 +59,73 @@ def test_expansion_covers_the_matrix_with_unique_ids():
     cells = spec.expand(full)
     assert len(cells) == 2 * 2 * 2 * 2 * 2 * 2
     assert len({c["cell_id"] for c in cells}) == len(cells)
-    assert [c["index"] for c in cells] == list(range(len(cells)))
-    assert [c["repeat"] for c in cells[:32]] == [0] * 32  # repeats outermost
+    assert sorted(c["index"] for c in cells) == list(range(len(cells)))  # index: the matrix slot, every one once
+    assert [c["order"] for c in cells] == list(range(len(cells)))  # the list is the execution order
+    assert [c["repeat"] for c in cells[:32]] == [0] * 32  # repeats outermost, also in execution order
+    assert {c["index"] for c in cells[:32]} == set(range(32))
     assert {c["rate"] for c in cells} == {100, "max"}
+
+
+BIG = {**MINIMAL, "brokers": ["kafka", "redis-streams"], "sizes": [1024, 65536],
+       "formats": ["raw", "json", "msgpack", "avro", "protobuf"], "repeats": 3}
+
+
+def test_a_seed_is_chosen_and_stored_when_none_is_given():
+    full = spec.validate(BIG)
+    assert full["order"] == "random" and isinstance(full["order_seed"], int)
+    assert spec.validate(full) == full  # validating the stored spec again keeps its seed
+    seeds = {spec.validate(BIG)["order_seed"] for _ in range(5)}
+    assert len(seeds) > 1  # each new request gets its own
+
+
+def test_the_same_seed_gives_the_same_order_and_repeats_differ():
+    first = spec.expand(spec.validate({**BIG, "order_seed": 42}))
+    again = spec.expand(spec.validate({**BIG, "order_seed": 42}))
+    other = spec.expand(spec.validate({**BIG, "order_seed": 43}))
+    ids = lambda cells: [c["cell_id"] for c in cells]  # noqa: E731
+    assert ids(first) == ids(again)
+    assert ids(first) != ids(other)
+    per_repeat = [[c["cell_id"].rsplit(".", 1)[0] for c in first if c["repeat"] == r] for r in range(3)]
+    assert len({tuple(p) for p in per_repeat}) == 3  # two repeats run in different orders
+    assert all(sorted(p) == sorted(per_repeat[0]) for p in per_repeat)  # ... of the same cells
+    assert [c["repeat"] for c in first] == sorted(c["repeat"] for c in first)  # repeat 0 ends before repeat 1
+    matrix = [c["cell_id"] for c in sorted(first, key=lambda c: c["index"])]
+    assert ids(first) != matrix  # not the matrix order
+
+
+def test_the_order_is_the_same_in_another_interpreter():
+    """A string seed is hashed the same way in every process (no PYTHONHASHSEED dependence)."""
+    import subprocess
+    import sys
+
+    code = ("from brokerbench import spec; import json; d=json.loads(input()); "
+            "print(json.dumps([c['index'] for c in spec.expand(spec.validate(d))]))")
+    doc = {**BIG, "order_seed": 7}
+    runs = [subprocess.run([sys.executable, "-c", code], input=json.dumps(doc), capture_output=True, text=True,
+                           env={"PYTHONHASHSEED": str(h), "PATH": ""}, check=True).stdout for h in (1, 2)]
+    assert runs[0] == runs[1] == json.dumps([c["index"] for c in spec.expand(spec.validate(doc))]) + "\n"
+
+
+def test_fixed_order_is_the_matrix_order():
+    cells = spec.expand(spec.validate({**BIG, "order": "fixed"}))
+    assert [c["index"] for c in cells] == [c["order"] for c in cells] == list(range(len(cells)))
+    assert [c["format"] for c in cells[:5]] == ["raw", "json", "msgpack", "avro", "protobuf"]
+
+
+def test_position_in_the_order_is_balanced_across_formats():
+    """Over many seeds, every format is about as often first in a repeat (no built-in favourite)."""
+    first = {}
+    for seed in range(400):
+        cell = spec.expand(spec.validate({**BIG, "repeats": 1, "order_seed": seed}))[0]
+        first[cell["format"]] = first.get(cell["format"], 0) + 1
+    assert set(first) == set(BIG["formats"]) and min(first.values()) > 400 / 5 * 0.6
+
+
+def test_a_random_order_without_a_seed_is_refused_by_expand():
+    full = spec.validate(MINIMAL)
+    with pytest.raises(ValueError, match="order_seed"):
+        spec.expand({**full, "order_seed": None})
+    assert spec.expand({k: v for k, v in full.items() if k not in ("order", "order_seed")})  # specs stored before
 
 
 @pytest.mark.parametrize("name", spec.suite_names())
@@ -73,7 +137,8 @@ def test_quick_suite_covers_both_brokers_and_five_formats():
     cells = spec.expand(spec.validate(spec.load_suite("quick")))
     assert {c["broker"] for c in cells} == {"kafka", "redis-streams"}
     assert {c["format"] for c in cells} == {"raw", "json", "msgpack", "avro", "protobuf"}
-    assert {c["size_bytes"] for c in cells} == {1024, 65536}
+    # Enough for what it prints: a verdict needs 5 measured seconds, a comparative claim 3 repeats.
+    assert all(c["duration_s"] >= 5 and c["repeat"] < 3 for c in cells) and {c["repeat"] for c in cells} == {0, 1, 2}
 
 
 def test_unknown_suite_lists_the_known_ones():

@@ -83,6 +83,32 @@ class RedisStreamsDriver:
         except RedisError:
             pass  # best effort: each cell has its own keys
 
+    def backlog(self, topic: str, group: str, partitions: int) -> int | None:
+        """Entries the group has not been delivered yet: XINFO GROUPS `lag`, summed over the stream keys."""
+        try:
+            connection = self.connect()
+            total = 0
+            for p in range(partitions):
+                for info in connection.xinfo_groups(stream_key(topic, p)):
+                    if info["name"] in (group, group.encode()):
+                        if info.get("lag") is None:  # Redis cannot tell (entries were deleted)
+                            return None
+                        total += int(info["lag"])
+            return total
+        except RedisError:
+            return None
+
+    def message_count(self, topic: str, partitions: int) -> int | None:
+        """How many entries the broker holds for the topic: XLEN, summed over the stream keys."""
+        try:
+            connection = self.connect()
+            return sum(int(connection.xlen(stream_key(topic, p))) for p in range(partitions))
+        except RedisError:
+            return None
+
+    def close(self) -> None:
+        pass
+
     def producer(self, topic: str, partitions: int, mode: str, on_ack: OnAck) -> RedisStreamsProducer:
         try:
             connection = RespConnection(self.endpoint, self._password())
@@ -208,6 +234,11 @@ class RedisStreamsProducer:
 
 
 class RedisStreamsConsumer:
+    """XREADGROUP in a consumer group. A batch's XACKs are not sent while the batch is being received:
+    they go out in the same write as the next XREADGROUP (or at close), so the worker takes its receive
+    timestamps before any acknowledgement round trip, as it does for Kafka (which commits nothing
+    per message). Every delivered entry is acknowledged exactly once."""
+
     def __init__(self, connection: redis.Redis, keys: list[str], group: str, count: int) -> None:
         self._client = connection
         self._connection = connection.connection_pool.get_connection()
@@ -216,28 +247,51 @@ class RedisStreamsConsumer:
         self._name = f"c{id(self)}"
         self._count = count
         self._partition = {key.encode(): int(key.rsplit("-", 1)[1]) for key in keys}
+        self._unacked: list[bytes] = []  # packed XACKs of the last batch, sent with the next read
+        self.ack_errors = 0
+
+    def _read_command(self, timeout_s: float) -> bytes:
+        return hiredis.pack_command((b"XREADGROUP", b"GROUP", self._group, self._name, b"COUNT", self._count,
+                                     b"BLOCK", max(1, int(timeout_s * 1000)), b"STREAMS", *self._keys,
+                                     *([b">"] * len(self._keys))))
+
+    def _send(self, commands: list[bytes]) -> int:
+        """Write the pending XACKs followed by `commands` at once; returns how many XACK replies to read."""
+        acks, self._unacked = self._unacked, []  # handed over once: never sent twice
+        self._connection.send_packed_command([b"".join(acks + commands)], check_health=False)
+        return len(acks)
+
+    def _read_ack_replies(self, count: int) -> None:
+        for _ in range(count):
+            try:
+                self._connection.read_response()
+            except ResponseError:  # e.g. the stream is gone: the entries stay pending, nothing else changes
+                self.ack_errors += 1
 
     def poll(self, timeout_s: float) -> list[Message]:
         # The raw reply (no redis-py response callback, which builds a dict per entry): per stream key
         # [[id, [b"h", header, b"d", payload]], ...], as a mapping or as [key, entries] pairs.
-        connection = self._connection
-        connection.send_command("XREADGROUP", "GROUP", self._group, self._name, "COUNT", self._count,
-                                "BLOCK", max(1, int(timeout_s * 1000)), "STREAMS", *self._keys,
-                                *([">"] * len(self._keys)))
-        response = connection.read_response()
+        self._read_ack_replies(self._send([self._read_command(timeout_s)]))
+        response = self._connection.read_response()
         out: list[Message] = []
         if not response:
             return out
-        acks = []
+        group = self._group.encode()
         for key, entries in (response.items() if isinstance(response, dict) else response):
             partition = self._partition[key]
             out += [(fields[1], fields[3], partition) for _id, fields in entries]
-            acks.append(hiredis.pack_command((b"XACK", key, self._group.encode(), *(entry[0] for entry in entries))))
-        connection.send_packed_command([b"".join(acks)], check_health=False)
-        for _ in acks:
-            connection.read_response()
+            self._unacked.append(hiredis.pack_command((b"XACK", key, group, *(entry[0] for entry in entries))))
         return out
 
+    def commit(self) -> None:
+        """Nothing to store: the group's last-delivered id is the broker's record of the position."""
+
     def close(self) -> None:
-        self._client.connection_pool.release(self._connection)
-        self._client.close()
+        try:
+            if self._unacked:  # the last batch's acknowledgements
+                self._read_ack_replies(self._send([]))
+        except (RedisError, OSError):
+            pass  # the broker is gone: its entries stay pending, as any unacknowledged delivery would
+        finally:
+            self._client.connection_pool.release(self._connection)
+            self._client.close()

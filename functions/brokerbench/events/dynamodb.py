@@ -151,13 +151,21 @@ class DynamoEventStore:
                     time.sleep(min(0.05 * 2**attempt, 2))
         raise RuntimeError(f"could not write {len(pending)} events after retries")
 
-    def read(self, run_id: str, prefix: str | None = None, interval_histograms: bool = True) -> list[dict]:
+    def read(self, run_id: str, prefix: str | None = None, interval_histograms: bool = True,
+             after: str | None = None) -> list[dict]:
         """The run's events in order; only those whose sort key starts with `prefix` when given.
 
         interval_histograms=False leaves the per-interval histograms out (reports use the intervals'
         summaries and the cells' cumulative histograms), which makes large runs much cheaper to read.
         A whole run is read as several key ranges at once (run header, groups of cells, run end).
+        `after` (a sort key, exclusive) reads only the events stored after it: what a follower that has
+        read up to `after` has not seen yet (with `prefix`, inside that prefix).
         """
+        if after is not None:
+            if prefix:  # one key condition per query: the prefix, and the start key to resume after
+                return self._query(run_id, "begins_with(sk, :p)", {":p": prefix}, interval_histograms,
+                                   start_after=after)
+            return self._query(run_id, "sk > :after", {":after": after}, interval_histograms)
         if prefix:
             return self._query(run_id, "begins_with(sk, :p)", {":p": prefix}, interval_histograms)
         header = self._query(run_id, "sk < :c", {":c": "10#"}, interval_histograms)
@@ -174,12 +182,14 @@ class DynamoEventStore:
         return header + [e for part in parts for e in part] + tail
 
     def _query(self, run_id: str, sk_condition: str | None, values: dict[str, str],
-               interval_histograms: bool) -> list[dict]:
+               interval_histograms: bool, start_after: str | None = None) -> list[dict]:
         events = []
         condition = "run_id = :r" + (f" AND {sk_condition}" if sk_condition else "")
         kwargs = {"TableName": self.table, "KeyConditionExpression": condition,
                   "ExpressionAttributeValues": {":r": {"S": run_id}, **{k: {"S": v} for k, v in values.items()}},
                   "ConsistentRead": True}
+        if start_after is not None:
+            kwargs["ExclusiveStartKey"] = {"run_id": {"S": run_id}, "sk": {"S": start_after}}
         if not interval_histograms:
             kwargs["ProjectionExpression"] = "run_id, sk, event_id, #t, #a, schema_version, #d"
             kwargs["ExpressionAttributeNames"] = {"#t": "type", "#a": "at", "#d": "data"}

@@ -26,10 +26,15 @@ from .install import JARS_DIR, REPO_DIR, lib_dir
 HOST = "127.0.0.1"
 SERVICES = ("kafka", "redis", "dynamodb")
 EVENTS_TABLE = "brokerbench-events"
+KAFKA_HEAP = "512m"
 
 
 class StackError(RuntimeError):
     pass
+
+
+class StackBusy(StackError):
+    """Another run holds the local stack (see LocalStack.run_lock)."""
 
 
 def default_state_dir() -> Path:
@@ -114,6 +119,54 @@ class LocalStack:
                 yield
             finally:
                 fcntl.flock(lock, fcntl.LOCK_UN)
+
+    @property
+    def run_lock_file(self) -> Path:
+        return self.state_dir / "run.lock"
+
+    @contextlib.contextmanager
+    def run_lock(self, run_id: str):
+        """Held for a whole local run: a second run on the same stack is refused (StackBusy), since its
+        teardown would stop brokers the first is measuring and both would share the machine's cores.
+
+        An flock, so it goes away with the process that held it, however that process ended."""
+        self.state_dir.mkdir(parents=True, exist_ok=True)
+        lock = open(self.run_lock_file, "a+")  # not truncated before the lock is ours: the holder stays readable
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            lock.close()
+            holder = self.run_holder() or {}
+            raise StackBusy(
+                f"another run is using the local stack in {self.state_dir}: run {holder.get('run_id', '?')} "
+                f"(pid {holder.get('pid', '?')}, started {holder.get('started', '?')}). Wait for it to end, or "
+                "give this run its own stack (--state-dir or BROKERBENCH_HOME)") from None
+        try:
+            lock.seek(0)
+            lock.truncate()
+            lock.write(json.dumps({"run_id": run_id, "pid": os.getpid(),
+                                   "started": time.strftime("%Y-%m-%dT%H:%M:%S%z")}))
+            lock.flush()
+            yield
+        finally:
+            lock.truncate(0)
+            fcntl.flock(lock, fcntl.LOCK_UN)
+            lock.close()
+
+    def run_holder(self) -> dict | None:
+        """The run holding run_lock ({run_id, pid, started}), or None when no run holds it."""
+        if not self.run_lock_file.is_file():
+            return None
+        with open(self.run_lock_file) as probe:
+            try:
+                fcntl.flock(probe, fcntl.LOCK_SH | fcntl.LOCK_NB)
+            except BlockingIOError:
+                try:
+                    return json.loads(self.run_lock_file.read_text() or "{}")
+                except ValueError:
+                    return {}
+            fcntl.flock(probe, fcntl.LOCK_UN)
+            return None
 
     def _load(self) -> dict[str, Service]:
         if not self.state_file.is_file():
@@ -262,8 +315,16 @@ class LocalStack:
             "share.coordinator.state.topic.min.isr=1",
             "group.initial.rebalance.delay.ms=0",
             "delete.topic.enable=true",
+            # Topics' file.delete.delay.ms (broker default log.segment.delete.delay.ms, 60 s): a deleted
+            # cell's files are removed at once instead of during a later cell.
+            "log.segment.delete.delay.ms=0",
             "message.max.bytes=16777216",
             "replica.fetch.max.bytes=16777216",
+            # Client quotas (the reference caps figures are checked against) averaged over 2 one-second
+            # samples instead of 11: a capped client then gets the cap second by second, not a burst of
+            # ~10 s of quota followed by ~10 s of silence.
+            "quota.window.num=2",
+            "quota.window.size.seconds=1",
             "",
         ]))
         log4j = folder / "log4j2.properties"
@@ -279,7 +340,8 @@ class LocalStack:
                               "-c", str(config), "--ignore-formatted"], capture_output=True, text=True)
         if fmt.returncode != 0:
             raise StackError(f"formatting Kafka storage failed: {fmt.stderr[-1500:]}")
-        cmd = ["java", "-Xms256m", "-Xmx512m", "-XX:+UseG1GC", f"-Dlog4j2.configurationFile={log4j}",
+        # A pinned heap (-Xms = -Xmx): the JVM does not grow and shrink it while cells are measured.
+        cmd = ["java", f"-Xms{KAFKA_HEAP}", f"-Xmx{KAFKA_HEAP}", "-XX:+UseG1GC", f"-Dlog4j2.configurationFile={log4j}",
                "-cp", classpath, "kafka.Kafka", str(config)]
         return self._spawn("kafka", cmd, folder, port, _jar_version("kafka", "kafka_2.13"),
                            controller_port=controller_port)

@@ -1,116 +1,432 @@
-"""Regression checks: a run against a baseline, configuration by configuration, metric by metric.
+"""Regression checks: a run against its baseline and the baseline's history, configuration by configuration.
 
-Samples are the per-second interval figures of every repeat. A change is a regression (or an
-improvement) only when a Mann–Whitney U test says the two samples differ (p < ALPHA) AND the
-medians differ by at least MIN_EFFECT; a sample whose robust spread is above WATERLINE is too
-noisy to judge and is called unstable. Noise alone therefore rarely raises an alarm, and a
-real 20% shift is found.
+The samples are one figure per repeat (its throughput, end-to-end p99 and publish p99), never the
+per-second intervals, which are autocorrelated and leave out the variance between runs. Where a run
+has a single repeat, the samples are the medians of non-overlapping blocks of its intervals, each
+block long enough (from the lag-1 autocorrelation) to be nearly independent of the next.
+
+Two identical runs differ by more than their repeats say: the broker, the page cache and the
+neighbours on a shared host change between runs, not between the repeats of one run. That
+run-to-run variance is taken from history: the baseline and up to HISTORY_RUNS - 1 earlier
+completed runs of the same suite on the same target configuration (versions, settings, host kind).
+
+For each configuration and metric, on the log scale (so changes are ratios):
+
+- the test: is the candidate's run one more run like history's? t = (mean of the candidate's
+  samples - mean of history's per-run means) / SE, with SE² = var(history's per-run means)·(1 + 1/k)
+  and k - 1 degrees of freedom: the prediction interval of one more run, which carries the
+  run-to-run variance and the repeats' share of it. When history's runs agree more closely than
+  their repeats would let them, the repeats' variance pooled over all runs decides instead (with
+  its own degrees of freedom). With fewer than MIN_HISTORY runs of history, run-to-run noise is
+  assumed to be ASSUMED_RUN_NOISE, and the verdict says so.
+- multiplicity: Holm–Bonferroni over every verdict of the run, at a family-wise ALPHA. A nightly
+  run makes hundreds of comparisons, and the question a reader asks of a run with no real change
+  is "did it raise any alarm", which is the family-wise error rate; Holm controls it under any
+  dependence between the verdicts (the three metrics of one configuration are correlated, and a
+  slow spell moves a whole run), and is uniformly more powerful than plain Bonferroni.
+  Benjamini–Hochberg would control the false discovery rate: more power when many things really
+  changed, but its bound on "any alarm when nothing changed" needs independent or positively
+  dependent verdicts.
+- the effect: the change (ratio of geometric means of the samples) against the baseline AND
+  against history's mean run must be at least MIN_EFFECT and at least K_NOISE × the metric's
+  noise, where noise = √(history² + repeats²): the robust spread (1.4826·MAD/median) of history's
+  per-run figures, and that of the repeats.
+
+`regression`/`improvement` needs both (significant after Holm, and beyond the noise). A change
+beyond the bar that the test cannot confirm, noise above WATERLINE, or too few samples is
+`unstable` (no conclusion).
+Everything else is `unchanged`. Each verdict carries the figures behind it and a `why`.
 """
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from ..events import EventStore, make_event
-from .model import build_report
-from .stats import mann_whitney_p, spread
+from .stats import spread
 
-ALPHA = 0.01
-MIN_EFFECT = 0.10
-WATERLINE = 0.25
-MIN_SAMPLES = 3
-# metric -> (interval series it is sampled from, True when higher is better)
-SAMPLED = {
-    "throughput_msgs_per_s": ("throughput", True),
-    "end_to_end_p99_us": ("end_to_end_p99_us", False),
-    "publish_latency_p99_us": ("publish_latency_p99_us", False),
+ALPHA = 0.01  # family-wise over all verdicts of a run (Holm–Bonferroni): one run in 100 with a false alarm
+MIN_EFFECT = 0.10  # smallest change ever reported
+K_NOISE = 3.0  # a change must exceed this many times the metric's noise
+WATERLINE = 0.25  # noise above this: "unstable" (no conclusion), not "unchanged"
+HISTORY_RUNS = 10  # the baseline and up to 9 earlier matching runs
+MIN_HISTORY = 3  # runs needed to estimate run-to-run variance (the baseline counts)
+ASSUMED_RUN_NOISE = 0.10  # run-to-run spread assumed when history is shorter than MIN_HISTORY
+MIN_REPEATS = 2  # per run, to compare by repeats; fewer: blocks of intervals
+MIN_BLOCKS = 3  # per run, to compare by blocks
+MIN_WITHIN_DF = 4  # history's repeats give the within-run variance when they have this many degrees of freedom
+MIN_BLOCK_S, MAX_BLOCK_S = 3, 10
+FLOOR = 1e-3  # values are floored before the log (a throughput of 0 is a very large drop, not -inf)
+
+# metric -> (its value in a cell result, its per-second interval series, True when higher is better)
+METRICS = {
+    "throughput_msgs_per_s": (lambda c: c.get("throughput_msgs_per_s"), "throughput", True),
+    "end_to_end_p99_us": (lambda c: (c.get("end_to_end_latency_us") or {}).get("p99"), "end_to_end_p99_us", False),
+    "publish_latency_p99_us": (lambda c: (c.get("publish_latency_us") or {}).get("p99"), "publish_latency_p99_us",
+                               False),
 }
-TARGET_FIELDS = ("brokers", "client", "producers", "consumers", "partitions", "size_basis", "provision", "targets")
+TARGET_FIELDS = ("brokers", "client", "producers", "consumers", "partitions", "size_basis", "provision", "targets",
+                 "duration_s", "warmup_s", "messages", "drain_timeout_s")
+HOST_FIELDS = ("cpu_model", "cores")
 
 
-def verdict(baseline, candidate, higher_is_better: bool) -> dict:
-    b = np.asarray([x for x in baseline if x is not None], dtype=float)
-    c = np.asarray([x for x in candidate if x is not None], dtype=float)
-    figures = {"n_baseline": int(b.size), "n_candidate": int(c.size), "baseline_median": None,
-               "candidate_median": None, "change": None, "p_value": None,
-               "spread_baseline": spread(b), "spread_candidate": spread(c)}
-    if b.size < MIN_SAMPLES or c.size < MIN_SAMPLES:
-        return {"verdict": "unstable", "why": "too few samples", **figures}
-    mb, mc = float(np.median(b)), float(np.median(c))
-    change = (mc - mb) / mb if mb else (0.0 if mc == mb else float("inf"))
-    p = mann_whitney_p(b, c)
-    figures.update(baseline_median=mb, candidate_median=mc, change=change, p_value=p)
-    if figures["spread_baseline"] > WATERLINE or figures["spread_candidate"] > WATERLINE:
-        return {"verdict": "unstable", "why": f"spread above {WATERLINE:.0%}", **figures}
-    if p < ALPHA and abs(change) >= MIN_EFFECT:
-        worse = change < 0 if higher_is_better else change > 0
-        return {"verdict": "regression" if worse else "improvement", "why": "significant and large enough", **figures}
-    return {"verdict": "unchanged", "why": "no significant change of at least "
-                                          f"{MIN_EFFECT:.0%}", **figures}
+# -- small statistics ----------------------------------------------------------------------------
+def _betacf(a: float, b: float, x: float) -> float:
+    """Continued fraction of the regularized incomplete beta function (modified Lentz)."""
+    tiny = 1e-300
+    qab, qap, qam = a + b, a + 1, a - 1
+    c, d = 1.0, 1 - qab * x / qap
+    d = 1 / (d if abs(d) > tiny else tiny)
+    h = d
+    for m in range(1, 400):
+        m2 = 2 * m
+        aa = m * (b - m) * x / ((qam + m2) * (a + m2))
+        d = 1 + aa * d
+        d = 1 / (d if abs(d) > tiny else tiny)
+        c = 1 + aa / c if abs(1 + aa / c) > tiny else tiny
+        h *= d * c
+        aa = -(a + m) * (qab + m) * x / ((a + m2) * (qap + m2))
+        d = 1 + aa * d
+        d = 1 / (d if abs(d) > tiny else tiny)
+        c = 1 + aa / c if abs(1 + aa / c) > tiny else tiny
+        delta = d * c
+        h *= delta
+        if abs(delta - 1) < 1e-14:
+            break
+    return h
 
 
-def _samples(configuration: dict, series_name: str) -> list:
-    values = []
-    for series in configuration["intervals"]:
-        values += [v for sent, v in zip(series["sent"], series[series_name]) if sent > 0]
-    return values
+def _betainc(a: float, b: float, x: float) -> float:
+    if x <= 0:
+        return 0.0
+    if x >= 1:
+        return 1.0
+    front = math.exp(math.lgamma(a + b) - math.lgamma(a) - math.lgamma(b) + a * math.log(x) + b * math.log1p(-x))
+    if x < (a + 1) / (a + b + 2):
+        return front * _betacf(a, b, x) / a
+    return 1 - front * _betacf(b, a, 1 - x) / b
 
 
-def compare(baseline: dict, candidate: dict) -> list[dict]:
-    """Every configuration both reports share, every sampled metric: a verdict and its figures."""
-    before = {c["key"]: c for g in baseline["groups"] for c in g["cells"]}
+def t_two_sided_p(t: float, df: float) -> float:
+    """P(|T| ≥ |t|) for Student's t with df degrees of freedom (df = inf: the normal)."""
+    if math.isnan(t):
+        return 1.0
+    if math.isinf(t):
+        return 0.0
+    if df == math.inf or df > 1e6:
+        return float(math.erfc(abs(t) / math.sqrt(2)))
+    return float(min(1.0, _betainc(df / 2, 0.5, df / (df + t * t))))
+
+
+def holm(p_values: list[float]) -> list[float]:
+    """Holm–Bonferroni adjusted p-values (same order as given): reject where adjusted < alpha."""
+    m = len(p_values)
+    order = sorted(range(m), key=lambda i: p_values[i])
+    adjusted = [1.0] * m
+    running = 0.0
+    for rank, i in enumerate(order):
+        running = max(running, min(1.0, (m - rank) * p_values[i]))
+        adjusted[i] = running
+    return adjusted
+
+
+
+def lag1_autocorrelation(series) -> float:
+    x = np.asarray(series, dtype=float)
+    if x.size < 4:
+        return 0.0
+    x = x - x.mean()
+    denominator = float(np.dot(x, x))
+    return float(np.dot(x[:-1], x[1:]) / denominator) if denominator > 0 else 0.0
+
+
+def block_length(series_list) -> int:
+    """Seconds per block: (1 + ρ)/(1 − ρ) (the intervals that carry one independent observation), bounded."""
+    rhos = [lag1_autocorrelation(s) for s in series_list if len(s) >= 4]
+    rho = min(0.9, max(0.0, float(np.mean(rhos)))) if rhos else 0.0
+    return int(min(MAX_BLOCK_S, max(MIN_BLOCK_S, math.ceil((1 + rho) / (1 - rho)))))
+
+
+def block_medians(series_list, length: int) -> list[float]:
     out = []
-    for group in candidate["groups"]:
-        for config in group["cells"]:
-            old = before.get(config["key"])
-            if old is None or config["status"] == "failed" or old["status"] == "failed":
-                continue
-            for metric, (series, higher) in SAMPLED.items():
-                result = verdict(_samples(old, series), _samples(config, series), higher)
-                out.append({"cell": f"{config['broker']} {config['format']} · {group['title']}", "key": config["key"],
-                            "cell_id": config["cell_ids"][0], "metric": metric, **result})
+    for series in series_list:
+        for start in range(0, len(series) - length + 1, length):
+            out.append(float(np.median(series[start:start + length])))
     return out
 
 
+def _raw(values) -> np.ndarray:
+    return np.maximum(np.asarray([v for v in values if v is not None], dtype=float), FLOOR)
+
+
+# -- one comparison ------------------------------------------------------------------------------
+def assess(baseline, candidate, higher_is_better: bool, history=(), min_samples: int = MIN_REPEATS) -> dict:
+    """The figures and the unadjusted p-value of one comparison (the label needs the run's other p-values).
+
+    `baseline` and `candidate` are a run's samples (one per repeat, or block medians); `history` is a
+    list of the samples of earlier runs, newest first, NOT including the baseline.
+    """
+    raw = [_raw(baseline)] + [r for r in (_raw(h) for h in history if h is not None) if r.size]
+    raw_c = _raw(candidate)
+    runs, c = [np.log(r) for r in raw], np.log(raw_c)
+    b, k = runs[0], len(runs)
+    figures = {"n_baseline": int(b.size), "n_candidate": int(c.size), "history_runs": k,
+               "baseline_median": None, "candidate_median": None, "baseline_mean": None, "candidate_mean": None,
+               "history_mean": None, "change": None,
+               "change_vs_history": None, "log_difference": None, "p_raw": None, "p_value": None, "t": None,
+               "df": None, "noise": None,
+               "history_noise": None, "repeat_noise": None, "threshold": None, "higher_is_better": higher_is_better}
+    if b.size < min_samples or c.size < min_samples:
+        return {**figures, "verdict": "unstable", "why": f"too few samples ({b.size} vs {c.size}, need {min_samples})"}
+    # Within-run variance of one sample: under "nothing changed" the candidate's repeats scatter like
+    # history's, so it comes from history's runs (the candidate's own scatter, e.g. one repeat of three
+    # that fell, is part of what is tested, not of the noise); without enough of them, the candidate helps.
+    with_candidate = sum(r.size - 1 for r in runs if r.size >= 2) < MIN_WITHIN_DF
+    pooled = [r for r in (runs + [c] if with_candidate else runs) if r.size >= 2]
+    df_w = sum(r.size - 1 for r in pooled)
+    s2_w = sum(float(np.sum((r - r.mean()) ** 2)) for r in pooled) / df_w
+    within = s2_w * (1 / c.size + 1 / sum(r.size for r in runs))  # what the repeats alone would say
+    means = np.array([r.mean() for r in runs])
+    if k >= MIN_HISTORY:
+        # A new run against the history's runs: the prediction interval of one more run (k - 1 df), unless
+        # history's runs agree more closely than their repeats would let them (then the repeats decide).
+        between = float(np.var(means, ddof=1)) * (1 + 1 / k)
+        se2, df = (between, k - 1.0) if between >= within else (within, float(df_w))
+        history_noise = spread(np.exp(means))
+        source = f"history of {k} runs"
+    else:
+        assumed = math.log1p(ASSUMED_RUN_NOISE) ** 2 * (1 + 1 / k)
+        se2 = within + assumed
+        df = se2 ** 2 / (within ** 2 / df_w) if within > 0 else math.inf  # Welch–Satterthwaite, assumed part exact
+        history_noise = ASSUMED_RUN_NOISE
+        source = f"no history ({k} run{'s' if k != 1 else ''}): run-to-run noise assumed {ASSUMED_RUN_NOISE:.0%}"
+    difference = float(c.mean() - means.mean())
+    if se2 > 0:
+        t = difference / math.sqrt(se2)
+    else:  # every sample of every run identical
+        t = 0.0 if difference == 0 else math.copysign(math.inf, difference)
+    spread_from = [r for r in (raw + [raw_c] if with_candidate else raw) if r.size >= 2]
+    repeat_noise = float(np.sqrt(np.mean([spread(r) ** 2 for r in spread_from])))
+    noise = math.hypot(history_noise, repeat_noise)
+    # The change is the ratio of geometric means (what the test compares, so a repeat that fell counts
+    # in proportion); the medians are given beside it.
+    return {**figures, "baseline_median": float(np.median(raw[0])), "candidate_median": float(np.median(raw_c)),
+            "baseline_mean": float(np.exp(b.mean())), "candidate_mean": float(np.exp(c.mean())),
+            "history_mean": float(np.exp(means.mean())), "change": math.expm1(float(c.mean() - b.mean())),
+            "change_vs_history": math.expm1(difference), "log_difference": difference, "p_raw": t_two_sided_p(t, df),
+            "t": t if math.isfinite(t) else None, "df": float(df), "noise": noise,
+            "history_noise": history_noise, "repeat_noise": repeat_noise,
+            "threshold": max(MIN_EFFECT, K_NOISE * noise), "noise_source": source}
+
+
+def label(figures: dict, p_adjusted: float | None, comparisons: int) -> dict:
+    """The verdict of one assessed comparison, given its Holm-adjusted p-value among `comparisons`."""
+    if figures.get("verdict") == "unstable":
+        return figures
+    out = {**figures, "p_value": p_adjusted, "comparisons": comparisons}
+    change, threshold = figures["change"], figures["threshold"]
+    # Beyond the noise against the baseline AND against history's mean run, in the direction of the test.
+    same_way = figures["log_difference"] * change > 0 and change * figures["change_vs_history"] > 0
+    large = min(abs(change), abs(figures["change_vs_history"])) >= threshold
+    significant = p_adjusted < ALPHA and same_way
+    if significant and large:
+        worse = change < 0 if figures["higher_is_better"] else change > 0
+        why = (f"{change:+.1%} is beyond {threshold:.0%} (the larger of {MIN_EFFECT:.0%} and {K_NOISE:g}× noise "
+               f"{figures['noise']:.1%}) and significant (Holm p={p_adjusted:.2g} among {comparisons}; "
+               f"{figures['noise_source']})")
+        return {**out, "verdict": "regression" if worse else "improvement", "why": why}
+    noisy = figures["noise"] > WATERLINE
+    if large:  # a change beyond the bar that the test cannot confirm: the data disagree, no conclusion
+        source = f"{figures['noise_source']}, which varies by {figures['history_noise']:.0%} run to run" if noisy \
+            else figures["noise_source"]
+        why = (f"{change:+.1%} is beyond {threshold:.0%} but not significant (Holm p={p_adjusted:.2g} among "
+               f"{comparisons}; {source})")
+        return {**out, "verdict": "unstable", "why": why}
+    if noisy:
+        why = (f"{change:+.1%}: noise {figures['noise']:.0%} (history {figures['history_noise']:.0%}, repeats "
+               f"{figures['repeat_noise']:.0%}) hides changes below {threshold:.0%}; {figures['noise_source']}")
+        return {**out, "verdict": "unstable", "why": why}
+    why = f"{change:+.1%} is within {threshold:.0%} (noise {figures['noise']:.1%}; {figures['noise_source']})"
+    return {**out, "verdict": "unchanged", "why": why}
+
+
+def decide(assessed: list[dict]) -> list[dict]:
+    """Holm–Bonferroni over every comparison of a run that has a p-value, then the labels."""
+    tested = [i for i, f in enumerate(assessed) if f.get("p_raw") is not None]
+    adjusted = dict(zip(tested, holm([assessed[i]["p_raw"] for i in tested])))
+    return [label(f, adjusted.get(i), len(tested)) for i, f in enumerate(assessed)]
+
+
+def verdict(baseline, candidate, higher_is_better: bool, history=()) -> dict:
+    """One comparison on its own (a family of one). A run's check uses `decide` over all of its verdicts."""
+    return decide([assess(baseline, candidate, higher_is_better, history)])[0]
+
+
+# -- a run's samples -----------------------------------------------------------------------------
+def _measured(series: dict, name: str) -> list[float]:
+    """The per-second figures of the schedule's intervals (not the drain after it)."""
+    values = series.get(name) or []
+    keep = series.get("in_schedule") or series.get("sent") or [1] * len(values)
+    return [float(v) for v, k in zip(values, keep) if v is not None and k]
+
+
+def run_figures(source) -> dict[str, dict]:
+    """Per configuration key: its label, per-repeat figures and per-second series of each metric.
+
+    `source` is a run's events or its report from `build_report` (or figures computed before). The
+    per-repeat figures are the report's `values_by_repeat` (each repeat's own throughput and p99s,
+    None where a repeat has too few messages for the percentile); reports without them fall back to
+    the cell results (from events) or, last, to the intervals (throughput: the mean of the per-second
+    figures; a p99: the median of the per-second p99s).
+    """
+    from .model import build_report, config_key
+    from .results import build_results
+
+    if isinstance(source, dict) and "groups" not in source:
+        return source  # already a run's figures
+    events = source if isinstance(source, list) else None
+    report = build_report(events) if events is not None else source
+    cells = None
+    out = {}
+    for group in report["groups"]:
+        for config in group["cells"]:
+            series = config.get("intervals") or []
+            entry = {"key": config["key"], "cell": f"{config['broker']} {config['format']} · {group['title']}",
+                     "cell_id": config["cell_ids"][0], "status": config["status"], "repeats": {}, "series": {}}
+            by_repeat = config.get("values_by_repeat") or {}
+            for metric, (read, name, _) in METRICS.items():
+                per_second = [_measured(s, name) for s in series]
+                entry["series"][metric] = [s for s in per_second if s]
+                if metric in by_repeat:
+                    values = by_repeat[metric]
+                elif events is not None:
+                    if cells is None:
+                        cells = [c for c in build_results(events)["cells"] if c["status"] == "completed"]
+                    values = [read(c) for c in sorted((c for c in cells if config_key(c) == config["key"]),
+                                                      key=lambda c: c["repeat"])]
+                else:
+                    agg = np.mean if name == "throughput" else np.median
+                    values = [float(agg(s)) if s else None for s in per_second]
+                entry["repeats"][metric] = [v for v in values if v is not None]
+            out[config["key"]] = entry
+    return out
+
+
+def _samples(run: dict | None, metric: str, block: int | None) -> list[float] | None:
+    if run is None or run["status"] == "failed":
+        return None
+    if block is None:
+        return run["repeats"].get(metric) or None
+    return block_medians(run["series"].get(metric, []), block) or None
+
+
+# -- a run against its baseline and history ------------------------------------------------------
+def compare(baseline, candidate, history=()) -> list[dict]:
+    """Every configuration the baseline and the candidate share, every metric: a verdict and its figures.
+
+    Each argument is a run's events or its report (see `run_figures`); `history` holds earlier runs
+    than the baseline, newest first. Holm's correction runs over all verdicts of the comparison.
+    """
+    before, after = run_figures(baseline), run_figures(candidate)
+    older = [run_figures(h) for h in history]
+    assessed = []
+    for key, config in after.items():
+        old = before.get(key)
+        if old is None or config["status"] == "failed" or old["status"] == "failed":
+            continue
+        for metric, (_, _, higher) in METRICS.items():
+            if not config["repeats"].get(metric) and not old["repeats"].get(metric):
+                continue  # e.g. end-to-end latency of publish-only cells
+            by_repeats = min(len(old["repeats"].get(metric, [])), len(config["repeats"].get(metric, []))) >= MIN_REPEATS
+            block = None if by_repeats else block_length(old["series"].get(metric, []) +
+                                                         config["series"].get(metric, []))
+            hist = [s for s in (_samples(h.get(key), metric, block) for h in older) if s]
+            figures = assess(_samples(old, metric, block) or [], _samples(config, metric, block) or [], higher, hist,
+                             MIN_REPEATS if by_repeats else MIN_BLOCKS)
+            if block is not None and figures.get("verdict") == "unstable":
+                figures["why"] = (f"single repeat: fewer than {MIN_BLOCKS} blocks of {block} s "
+                                  f"({figures['n_baseline']} vs {figures['n_candidate']})")
+            figures["samples"] = "repeats" if by_repeats else f"blocks of {block} s"
+            assessed.append({"cell": config["cell"], "key": key, "cell_id": config["cell_id"], "metric": metric,
+                             **figures})
+    return decide(assessed)
+
+
 def target_configuration(events: list[dict]) -> dict:
-    """What must match for runs to be compared: broker versions and the spec's target and client settings."""
-    spec = next(e for e in events if e["type"] == "RunRequested")["data"]["spec"]
+    """What must match for runs to be compared: the targets (versions, settings), the spec's
+    target, client and timing settings, and the host kind (CPU model and cores)."""
+    requested = next(e for e in events if e["type"] == "RunRequested")["data"]
+    spec = requested["spec"]
     targets = next((e["data"]["targets"] for e in events if e["type"] == "TargetsReady"), {})
-    return {"versions": {b: t.get("broker_version") for b, t in sorted(targets.items())},
+    host = (requested.get("environment") or {}).get("host") or {}
+    return {"targets": {b: dict(sorted(t.items())) for b, t in sorted(targets.items())},
+            "host": {f: host.get(f) for f in HOST_FIELDS},
             **{f: spec.get(f) for f in TARGET_FIELDS}}
 
 
-def find_baseline(store: EventStore, run_id: str, candidate_events: list[dict] | None = None) -> str | None:
-    """The latest completed run of the same suite, on the same target configuration, before this one."""
+def find_history(store: EventStore, run_id: str, candidate_events: list[dict] | None = None,
+                 limit: int = HISTORY_RUNS) -> list[str]:
+    """Completed runs of the same suite on the same target configuration before this one, newest first."""
     events = candidate_events or store.read(run_id, interval_histograms=False)
     requested = next(e for e in events if e["type"] == "RunRequested")
     suite = requested["data"].get("suite") or requested["data"]["spec"].get("name", "adhoc")
     wanted = target_configuration(events)
+    found = []
     for listed in store.list_runs(limit=100, suite=suite):
         other = listed["run_id"]
-        if other == run_id or other > run_id:
+        if other >= run_id:
             continue
         header = store.read(other, prefix="0") + store.read(other, prefix="90#")
         ended = [e for e in header if e["type"] == "RunCompleted"]
         if ended and ended[0]["data"]["status"] == "completed" and target_configuration(header) == wanted:
-            return other
-    return None
+            found.append(other)
+            if len(found) >= limit:
+                break
+    return found
 
 
-def check(store: EventStore, run_id: str, baseline_id: str | None = None) -> dict:
-    """Compare a run with its baseline and record each regression as a RegressionDetected event."""
+def find_baseline(store: EventStore, run_id: str, candidate_events: list[dict] | None = None) -> str | None:
+    """The latest completed run of the same suite, on the same target configuration, before this one."""
+    history = find_history(store, run_id, candidate_events, limit=1)
+    return history[0] if history else None
+
+
+METHOD = {
+    "samples": "one figure per repeat; a single repeat: medians of non-overlapping blocks of intervals "
+               f"({MIN_BLOCK_S}-{MAX_BLOCK_S} s, from the lag-1 autocorrelation)",
+    "test": "t on log figures: the candidate's mean against history's per-run means, SE² = their variance·(1 + 1/k), "
+            "k − 1 degrees of freedom (the prediction interval of one more run); the repeats' pooled variance when "
+            "that is larger",
+    "multiplicity": f"Holm–Bonferroni over all verdicts of the run, family-wise alpha {ALPHA}",
+    "effect": f"|change| (geometric means, against the baseline and against history) ≥ max({MIN_EFFECT:.0%}, "
+              f"{K_NOISE:g} × √(history spread² + repeat spread²))",
+    "history": f"the baseline and up to {HISTORY_RUNS - 1} earlier completed runs of the suite on the same "
+               f"target configuration and host kind; under {MIN_HISTORY} runs, run-to-run noise is assumed "
+               f"{ASSUMED_RUN_NOISE:.0%}",
+}
+
+
+def check(store: EventStore, run_id: str, baseline_id: str | None = None, *, record: bool = True) -> dict:
+    """Compare a run with its baseline and history; record each regression as a RegressionDetected event."""
     events = store.read(run_id, interval_histograms=False)
-    baseline_id = baseline_id or find_baseline(store, run_id, events)
+    history_ids = find_history(store, run_id, events)
     if baseline_id is None:
-        return {"baseline_run_id": None, "verdicts": [], "regressions": []}
-    candidate = build_report(events)
-    baseline = build_report(store.read(baseline_id, interval_histograms=False))
-    verdicts = compare(baseline, candidate)
+        baseline_id = history_ids[0] if history_ids else None
+    if baseline_id is None:
+        return {"baseline_run_id": None, "history_run_ids": [], "verdicts": [], "regressions": [], "method": METHOD}
+    older = [h for h in history_ids if h != baseline_id and h < baseline_id][:HISTORY_RUNS - 1]
+    verdicts = compare(store.read(baseline_id, interval_histograms=False), events,
+                       [store.read(h, interval_histograms=False) for h in older])
     regressions = [v for v in verdicts if v["verdict"] == "regression"]
-    index = {c["cell_id"]: c["index"] for e in events if e["type"] == "RunRequested" for c in e["data"]["cells"]}
-    store.append([make_event(run_id, "RegressionDetected", {
-        "baseline_run_id": baseline_id, "cell": r["cell"], "cell_id": r["cell_id"], "metric": r["metric"],
-        "verdict": r["verdict"], "baseline_median": r["baseline_median"], "candidate_median": r["candidate_median"],
-        "change": r["change"], "p_value": r["p_value"]}, cell_index=index[r["cell_id"]], key=r["metric"])
-        for r in regressions])
-    return {"baseline_run_id": baseline_id, "verdicts": verdicts, "regressions": regressions}
+    if record and regressions:
+        index = {c["cell_id"]: c["index"] for e in events if e["type"] == "RunRequested" for c in e["data"]["cells"]}
+        store.append([make_event(run_id, "RegressionDetected", {
+            "baseline_run_id": baseline_id, "cell": r["cell"], "cell_id": r["cell_id"], "metric": r["metric"],
+            "verdict": r["verdict"], "baseline_median": r["baseline_median"], "candidate_median": r["candidate_median"],
+            "change": r["change"], "p_value": r["p_value"]}, cell_index=index[r["cell_id"]], key=r["metric"])
+            for r in regressions])
+    return {"baseline_run_id": baseline_id, "history_run_ids": [baseline_id, *older], "verdicts": verdicts,
+            "regressions": regressions, "method": METHOD, "alpha": ALPHA,
+            "comparisons": sum(v.get("p_raw") is not None for v in verdicts)}

@@ -34,6 +34,7 @@ def cell_result(cell: dict, end: dict | None) -> dict:
         "consumers": cell["consumers"],
         "partitions": cell["partitions"],
         "repeat": cell["repeat"],
+        "order": cell.get("order", cell["index"]),
         "client": cell["client"],
     }
     if end is None:
@@ -66,6 +67,8 @@ def cell_result(cell: dict, end: dict | None) -> dict:
         **counts,
         "has_loss": any(counts.get(k) for k in ("lost", "late", "send_errors", "unacknowledged")),
         "broker_count": data.get("broker_count"),
+        "max_sustainable_rate": (data.get("search") or {}).get("max_sustainable_rate"),
+        "search": data.get("search"),
         "verdict": (data.get("verdict") or {}).get("verdict"),
         "verdict_reasons": (data.get("verdict") or {}).get("reasons", []),
         "publish_only": not consumed,
@@ -94,7 +97,9 @@ def build_results(events: list[dict]) -> dict:
     requested = by_type["RunRequested"][0]
     run_end = (by_type.get("RunCompleted") or by_type.get("RunFailed") or [None])[0]
     ends = {e["data"]["cell_id"]: e for e in by_type.get("CellCompleted", []) + by_type.get("CellFailed", [])}
-    cells = [cell_result(cell, ends.get(cell["cell_id"])) for cell in requested["data"]["cells"]]
+    # In matrix order (index), whatever order they ran in; each cell says when it ran (`order`).
+    cells = [cell_result(cell, ends.get(cell["cell_id"]))
+             for cell in sorted(requested["data"]["cells"], key=lambda c: c["index"])]
     targets = by_type.get("TargetsReady", [{"data": {"targets": {}}}])[0]["data"]["targets"]
     if run_end is None:
         status = "running"

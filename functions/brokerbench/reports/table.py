@@ -83,7 +83,8 @@ def verdict_cell(cell: dict) -> str:
 
 
 def _redis_persistence(target: dict | None) -> str:
-    settings = {**(target or {}), **((target or {}).get("settings") or {})}
+    recorded = (target or {}).get("settings") or {}
+    settings = {**(target or {}), **recorded, **(recorded.get("persistence") or {})}
     aof = settings.get("appendonly", settings.get("aof"))
     fsync = settings.get("appendfsync")
     if aof is None and fsync is None:

@@ -19,13 +19,16 @@ from multiprocessing.connection import wait
 from .. import verdict
 from ..drivers import BrokerUnavailable, get_driver
 from ..events import EventStore, cell_prefix, make_event
-from . import outcome
+from ..reports.results import cell_result
+from . import outcome, search
 from .consumer import ConsumerTask, consumer_main
 from .drain import Drain
+from .framing import probe_header
 from .intervals import IntervalAggregator
 from .producer import SECOND_NS, ProducerTask, producer_main
 
 READY_TIMEOUT_S = 60
+SEARCH = "sustainable"  # the rate that asks for the maximum sustainable rate search
 START_LEAD_NS = 100_000_000
 # Set by a front end on Ctrl-C when cells run in threads (the local workflow's Lambda-kind cells).
 CANCELLED = threading.Event()
@@ -77,7 +80,10 @@ def run_cell(run_id: str, cell: dict, endpoint: dict, store: EventStore,
     if worker:
         started["worker"] = worker
     store.append([make_event(run_id, "CellStarted", started, cell_index=cell["index"], attempt=attempt)])
-    runner = _CellRun(run_id, cell, endpoint, store, topic, progress or (lambda p: None), attempt)
+    progress = progress or (lambda p: None)
+    if cell["rate"] == SEARCH:
+        return _search_cell(run_id, cell, endpoint, store, topic, progress, attempt)
+    runner = _CellRun(run_id, cell, endpoint, store, topic, progress, attempt)
     try:
         return runner.run()
     except KeyboardInterrupt:
@@ -89,6 +95,74 @@ def run_cell(run_id: str, cell: dict, endpoint: dict, store: EventStore,
         return runner.fail(f"{type(exc).__name__}: {exc}")
     finally:
         runner.cleanup()
+
+
+class _Collected:
+    """An event sink for a search step: its events are kept in memory until the search decides."""
+
+    def __init__(self) -> None:
+        self.events: list[dict] = []
+
+    def append(self, events: list[dict]) -> None:
+        self.events += events
+
+
+def _measure_step(run_id, cell, endpoint, topic, progress, attempt, rate) -> search.Step:
+    """One fixed-rate step of a search: a whole cell measurement with its own topic and verdict."""
+    step_cell = {**cell, "rate": rate}
+    sink = _Collected()
+    runner = _CellRun(run_id, step_cell, endpoint, sink, topic, progress, attempt)
+    try:
+        runner.run()
+    except (CellError, BrokerUnavailable) as exc:
+        runner.fail(str(exc))
+    finally:
+        runner.cleanup()
+    end = sink.events[-1]
+    if end["type"] == "CellFailed":
+        return search.Step(rate, "failed", [end["data"]["reason"]], events=sink.events)
+    data = end["data"]
+    result = cell_result(step_cell, end)
+    figures = {"throughput_msgs_per_s": result["throughput_msgs_per_s"],
+               "end_to_end_p50_us": result["end_to_end_latency_us"]["p50"],
+               "end_to_end_p99_us": result["end_to_end_latency_us"]["p99"],
+               "publish_latency_p99_us": result["publish_latency_us"]["p99"]}
+    return search.Step(rate, data["verdict"]["verdict"], data["verdict"]["reasons"], figures, sink.events)
+
+
+def _search_cell(run_id, cell, endpoint, store, topic, progress, attempt) -> CellOutcome:
+    """rates: ["sustainable"]: search the highest rate the verdict calls sustainable; the cell's figures
+    are those of that step, and every step is recorded in `search`."""
+    settings = cell.get("search") or {}
+    counter = iter(range(10**6))
+
+    def measure(rate):
+        return _measure_step(run_id, cell, endpoint, f"{topic}-s{next(counter)}", progress, attempt, rate)
+
+    start = settings.get("start_rate")
+    probe = None
+    if start is None:  # seed the bracket from what the broker delivers unthrottled
+        probe = measure("max")
+        start = 0.9 * probe.figures.get("throughput_msgs_per_s", 0) if probe.verdict != "failed" else 1000
+    best, steps, ended = search.search(measure, max(1.0, start), precision=settings.get("precision", search.PRECISION),
+                                       max_steps=settings.get("max_steps", search.MAX_STEPS))
+    record = {"max_sustainable_rate": best.rate if best else None, "ended": ended,
+              "probe": probe.summary() if probe else None, "steps": [s.summary() for s in steps],
+              "latency_at": [{"fraction": f, **measure(max(1, round(f * best.rate))).summary()}
+                             for f in (settings.get("latency_at") or [])] if best else []}
+    if best is None:
+        kept = steps[-1].events
+        store.append([e for e in kept if e["type"] == "IntervalMeasured"])
+        store.append([make_event(run_id, "CellFailed", {
+            "cell_id": cell["cell_id"], "attempt": attempt, "reason": f"no sustainable rate found: {ended}",
+            "search": record}, cell_index=cell["index"])])
+        return CellOutcome(cell["cell_id"], "failed", f"no sustainable rate found: {ended}")
+    # The kept step's intervals and end become the cell's; the search record goes with them.
+    store.append([e for e in best.events if e["type"] == "IntervalMeasured"])
+    end = best.events[-1]
+    store.append([make_event(run_id, "CellCompleted", {**end["data"], "search": record}, cell_index=cell["index"])])
+    progress(Progress(cell["cell_id"], "done", 1.0))
+    return CellOutcome(cell["cell_id"], "completed", intervals=end["data"]["intervals"])
 
 
 class _CellRun:
@@ -107,6 +181,7 @@ class _CellRun:
         self.aggregator = IntervalAggregator([])
         self.series: list[dict] = []  # per written interval, without histograms: what the verdict reads
         self.topic_created = False
+        self.probes = 0  # readiness probe messages in the topic
 
     # -- lifecycle ---------------------------------------------------------------------------
     def run(self) -> CellOutcome:
@@ -128,6 +203,8 @@ class _CellRun:
                         ("producer", p))
         self.aggregator = IntervalAggregator(list(self.conns))
         ready = self._collect_ready()
+        if cell["consumers"]:
+            self._probe()
         encoded = [info["encoded_bytes"] for (role, _), info in ready.items() if role == "producer"]
         self.encoded_bytes = sum(encoded) / len(encoded)
         loops = {info["send_loop"] for (role, _), info in ready.items() if role == "producer"}
@@ -167,6 +244,32 @@ class _CellRun:
                 if kind == "ready":
                     ready[self.conns[conn]] = payload
         return ready
+
+    def _probe(self) -> None:
+        """One message through every partition, acknowledged by the broker and received by the consumers,
+        before anything is measured: a topic whose leaders or a group that is not serving yet would
+        otherwise show as latency, and the consumers' start-up as a burst of catching up."""
+        partitions = self.cell["partitions"]
+        acks: list[bool] = []
+        producer = self.driver.producer(self.topic, partitions, "single", lambda header, ok: acks.append(ok))
+        try:
+            for partition in range(partitions):
+                producer.send(probe_header(partition), b"", partition)
+            producer.flush(READY_TIMEOUT_S)
+        finally:
+            producer.close()
+        if len(acks) < partitions or not all(acks):
+            raise CellError(f"the broker did not acknowledge the readiness probe ({acks.count(True)} of {partitions})")
+        self.probes = partitions
+        waiting = [c for c, key in self.conns.items() if key[0] == "consumer"]
+        deadline = time.monotonic() + READY_TIMEOUT_S
+        while waiting:
+            if time.monotonic() > deadline:
+                raise CellError(f"the consumers did not receive the readiness probe in {READY_TIMEOUT_S} s")
+            for conn in wait(waiting, timeout=1):
+                kind, _ = self._recv(conn)
+                if kind == "probed":
+                    waiting.remove(conn)
 
     def _recv(self, conn):
         try:
@@ -252,7 +355,8 @@ class _CellRun:
         consumers = [d for c, d in done.items() if self.conns[c][0] == "consumer"]
         consumed = cell["consumers"] > 0  # publish-only cells cannot know what arrived
         counts = outcome.totals(producers, consumers, self.aggregator.totals, consumed)
-        broker_count = outcome.broker_count(self.driver.message_count(self.topic, cell["partitions"]), producers)
+        broker_count = outcome.broker_count(self.driver.message_count(self.topic, cell["partitions"]), producers,
+                                            self.probes)
         if cell["messages"] is None:
             schedule_s = float(cell["duration_s"])
         else:

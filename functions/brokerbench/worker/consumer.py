@@ -12,7 +12,7 @@ import numpy as np
 from .. import native
 from ..codecs import get_codec
 from ..drivers import get_driver
-from .framing import unpack_many
+from .framing import PROBE_PRODUCER, is_probe, unpack_many
 
 SECOND_NS = 1_000_000_000
 POLL_TIMEOUT_S = 0.05
@@ -86,6 +86,28 @@ def consumer_main(conn, task: ConsumerTask) -> None:
 PROCESS_EVERY = 8192
 
 
+def _await_go(conn, consumer, partitions: set[int]) -> tuple[dict | None, list]:
+    """Receive until the readiness probe has come through every assigned partition (then tell the
+    parent), and until the parent says go: the consumer is fetching before the first message is sent.
+    Returns the cell's timing (None when the parent stops the cell instead) and any of the cell's own
+    messages that arrived before "go" was read (a busy machine can delay reading it)."""
+    probed: set[int] = set()
+    early: list = []
+    told = False
+    while True:
+        if conn.poll():
+            command, payload = conn.recv()
+            return (payload if command == "go" else None), early
+        for message in consumer.poll(POLL_TIMEOUT_S):
+            if is_probe(message[0]):
+                probed.add(message[2])
+            else:
+                early.append(message)
+        if not told and partitions <= probed:
+            conn.send(("probed", sorted(probed)))
+            told = True
+
+
 def _run(conn, task: ConsumerTask) -> None:
     cell = task.cell
     decode = get_codec(cell["format"]).decode
@@ -111,9 +133,11 @@ def _run(conn, task: ConsumerTask) -> None:
     gc.freeze()  # no reference cycles are made below: no collector pauses while receiving
     gc.disable()
     conn.send(("ready", {}))
-    command, timing = conn.recv()
-    if command != "go":
+    timing, early = _await_go(conn, consumer, set(task.partitions))
+    if timing is None:
         return
+    if early:  # the first messages can arrive before "go" is read: they are the cell's too
+        chunks.append(timed_decode(decode, early, headers))
     measure_start = timing["measure_start"]
     interval = -1
     next_boundary = measure_start
@@ -126,6 +150,9 @@ def _run(conn, task: ConsumerTask) -> None:
             return
         framed = unpack_many(headers)
         records = np.frombuffer(b"".join(chunks), dtype=np.int64).reshape(-1, 4)
+        if (framed["producer"] == PROBE_PRODUCER).any():  # a readiness probe delivered again: never counted
+            keep = framed["producer"] != PROBE_PRODUCER
+            framed, records = framed[keep], records[keep]
         t0, t1, partitions, lengths = records.T
         fresh = accounting.add_many(framed["producer"].astype(np.int64), framed["seq"].astype(np.int64), partitions)
         intended = framed["intended_ns"].astype(np.int64)

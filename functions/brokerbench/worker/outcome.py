@@ -80,9 +80,10 @@ def expected_at_broker(producers: list[dict]) -> int:
     return sum(p["acked_total"] for p in producers)
 
 
-def broker_count(observed: int | None, producers: list[dict]) -> dict | None:
-    """The broker's own count (end offsets, XLEN) beside what the producers were told was stored."""
+def broker_count(observed: int | None, producers: list[dict], probes: int = 0) -> dict | None:
+    """The broker's own count (end offsets, XLEN) beside what the producers were told was stored (and the
+    readiness probes)."""
     if observed is None:
         return None
-    expected = expected_at_broker(producers)
+    expected = expected_at_broker(producers) + probes
     return {"observed": observed, "expected": expected, "difference": observed - expected}

@@ -24,7 +24,7 @@ from ..codecs import get_codec
 from ..drivers import get_driver
 from .drain import Drain
 from .framing import HEADER, unpack_many
-from .payloads import payload_pool
+from .payloads import payload_pool, pool_size_for
 
 SECOND_NS = 1_000_000_000
 # How often a producer that does not wait (unthrottled, or behind schedule) serves acknowledgements.
@@ -55,7 +55,7 @@ def producer_main(conn, task: ProducerTask) -> None:
 def _run(conn, task: ProducerTask) -> None:
     cell = task.cell
     codec = get_codec(cell["format"])
-    pool = payload_pool(cell["format"], cell["size_basis"], cell["size_bytes"])
+    pool = payload_pool(cell["format"], cell["size_basis"], cell["size_bytes"], pool_size_for(cell))
     driver = get_driver(cell["broker"], task.endpoint, cell["client"])
     sender = _native_sender(driver, task)
     sizes = np.asarray(pool.encoded_sizes, dtype=np.int64)

@@ -17,6 +17,10 @@ class FolderReports:
         path.write_text(body)
         return str(path)
 
+    def read(self, run_id: str, name: str) -> str | None:
+        path = self.folder / run_id / name
+        return path.read_text() if path.is_file() else None
+
 
 class S3Reports:
     def __init__(self, client, bucket: str, prefix: str = "reports") -> None:
@@ -27,6 +31,13 @@ class S3Reports:
         content_type = "application/json" if name.endswith(".json") else "text/plain"
         self.client.put_object(Bucket=self.bucket, Key=key, Body=body.encode(), ContentType=content_type)
         return f"s3://{self.bucket}/{key}"
+
+    def read(self, run_id: str, name: str) -> str | None:
+        try:
+            response = self.client.get_object(Bucket=self.bucket, Key=f"{self.prefix}/{run_id}/{name}")
+        except self.client.exceptions.NoSuchKey:
+            return None
+        return response["Body"].read().decode()
 
 
 class SnsNotifier:

@@ -9,8 +9,8 @@ from __future__ import annotations
 import json
 import socket
 
-from .. import config
-from ..events import make_event, new_run_id
+from .. import config, environment
+from ..events import RUN_EVENTS, make_event, new_run_id
 from ..plan import plan
 from ..reports import html, markdown, regression
 from ..reports.model import build_report
@@ -34,6 +34,8 @@ def validate_request(event: dict) -> dict:
 
 
 def plan_cells(run: dict) -> dict:
+    """The cells in the order they run (the RunCells map takes them in list order), recorded in RunRequested
+    with the spec's order_seed, so the stored order is the one that ran."""
     planned = plan(run["spec"])
     config.event_store().append([run_requested_event(run["run_id"], run["spec"], planned["cells"], run.get("suite"))])
     return planned
@@ -51,7 +53,8 @@ def check_target(target: dict) -> dict:
 
 def record_targets_ready(event: dict) -> dict:
     endpoints = {t["broker"]: t["endpoint"] for t in event["targets"]}
-    described = describe_targets(list(endpoints), endpoints, event["spec"]["client"])
+    client = event["spec"]["client"]
+    described = environment.with_settings(describe_targets(list(endpoints), endpoints, client), endpoints, client)
     config.event_store().append([make_event(event["run_id"], "TargetsReady", {"targets": described})])
     return {"endpoints": endpoints}
 
@@ -77,10 +80,20 @@ def record_cell_failed(event: dict) -> dict:
     return {"cell_id": cell["cell_id"], "status": "failed"}
 
 
-def publish_reports(store, run_id: str) -> dict[str, str]:
-    """results.json and the comparison report (json, md, html), built from the stored events."""
-    events = store.read(run_id, interval_histograms=False)
+REGRESSION_FILE = "regression.json"
+
+
+def publish_reports(store, run_id: str, events: list[dict] | None = None,
+                    regression_check: dict | None = None) -> dict[str, str]:
+    """results.json and the comparison report (json, md, html), built from the run's events.
+
+    `regression_check` is CheckRegression's result, passed through as it is (report["regression_check"]).
+    """
+    events = events if events is not None else store.read(run_id, interval_histograms=False)
     report = build_report(events)
+    if regression_check is not None:
+        report["regression_check"] = regression_check
+        report["baseline"] = regression_check.get("baseline_run_id")
     sink = config.reports()
     return {
         "results": sink.write(run_id, "results.json", json.dumps(build_results(events), indent=2)),
@@ -90,33 +103,61 @@ def publish_reports(store, run_id: str) -> dict[str, str]:
     }
 
 
-def aggregate(event: dict) -> dict:
-    store = config.event_store()
-    run_id = event["run_id"]
-    results = build_results(store.read(run_id, interval_histograms=False))
-    completed = sum(1 for c in results["cells"] if c["status"] == "completed")
-    failed = len(results["cells"]) - completed
-    status = "completed" if not failed else "completed_with_failures"
-    store.append([run_completed_event(run_id, status, completed, failed)])
-    files = publish_reports(store, run_id)
-    store.append([make_event(run_id, "ReportBuilt", {"files": files})])
-    return {"status": status, "cells_completed": completed, "cells_failed": failed, "report": files["html"]}
-
-
 def check_regression(event: dict) -> dict:
-    """Failed cells, and regressions against the baseline (the latest completed run of the suite)."""
+    """Failed cells, and regressions against the baseline (the latest completed run of the suite).
+
+    Runs before Aggregate, so the report can show the check. The whole result (every verdict) goes to
+    the run's outputs as regression.json, where Aggregate reads it: it can be larger than a state's
+    payload may be. The state gets the summary that Notify needs.
+    """
     store = config.event_store()
     run_id = event["run_id"]
     requested = store.read(run_id, prefix="00#run")[0]["data"]["spec"]
     checked = regression.check(store, run_id, event.get("baseline_run_id") or requested.get("baseline_run_id"))
-    if checked["regressions"]:
-        publish_reports(store, run_id)  # the report shows the regressions first
+    check_file = config.reports().write(run_id, REGRESSION_FILE, json.dumps(checked, indent=2, default=_plain))
     results = build_results(store.read(run_id, interval_histograms=False))
     failed = [{"cell_id": c["cell_id"], "reason": c.get("reason")} for c in results["cells"] if c["status"] != "completed"]
-    regressions = [{k: r[k] for k in ("cell", "metric", "baseline_median", "candidate_median", "change", "p_value")}
+    regressions = [{k: r.get(k) for k in ("cell", "metric", "baseline_median", "candidate_median", "change", "p_value")}
                    for r in checked["regressions"]]
-    return {"failed_cells": failed, "regressions": regressions, "baseline_run_id": checked["baseline_run_id"],
-            "notify": bool(failed or regressions)}
+    return {"failed_cells": failed, "regressions": regressions, "baseline_run_id": checked.get("baseline_run_id"),
+            "check_file": check_file, "notify": bool(failed or regressions)}
+
+
+def aggregate(event: dict) -> dict:
+    """The run's outputs, then its end: RunCompleted is written only once the reports are published,
+    so a failure here ends the run RunFailed (the workflow's catch) instead of hiding behind it."""
+    store = config.event_store()
+    run_id = event["run_id"]
+    events = store.read(run_id, interval_histograms=False)
+    results = build_results(events)
+    completed = sum(1 for c in results["cells"] if c["status"] == "completed")
+    failed = len(results["cells"]) - completed
+    status = "completed" if not failed else "completed_with_failures"
+    end = next((e for e in events if e["type"] in RUN_EVENTS), None)  # a retried step keeps the stored end
+    if end is None:
+        end = run_completed_event(run_id, status, completed, failed)
+    # The published files already show the run as ended: they are built with the end event it is about to get.
+    final = sorted([e for e in events if e["type"] not in RUN_EVENTS] + [end], key=lambda e: e["sk"])
+    files = publish_reports(store, run_id, final, regression_check=_regression_check(run_id, event.get("check")))
+    store.append([make_event(run_id, "ReportBuilt", {"files": files})])
+    store.append([end])
+    return {"status": status, "cells_completed": completed, "cells_failed": failed, "report": files["html"]}
+
+
+def _plain(value):
+    """numpy scalars and the like, as JSON numbers."""
+    return value.item() if hasattr(value, "item") else str(value)
+
+
+def _regression_check(run_id: str, check: dict | None) -> dict | None:
+    """CheckRegression's full result (None when no check ran before this step)."""
+    if not check:
+        return None
+    body = config.reports().read(run_id, REGRESSION_FILE)
+    if body is None:
+        raise FileNotFoundError(f"{REGRESSION_FILE} of run {run_id} is missing (CheckRegression wrote "
+                                f"{check.get('check_file')})")
+    return json.loads(body)
 
 
 def notify(event: dict) -> dict:

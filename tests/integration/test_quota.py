@@ -1,0 +1,131 @@
+"""Figures checked against a rate cap the broker enforces: a Kafka producer quota of 2 MiB/s.
+
+The local Kafka averages client quotas over 2 one-second samples (Kafka's default is 11, which lets a
+client send ~10 s worth of quota in a burst and then throttles it for ~10 s: any window shorter than
+a minute would catch the cap mid-cycle). Batches are small, so the broker throttles in fine steps
+rather than per megabyte request. A short warm-up takes the first second's burst.
+"""
+
+import contextlib
+import subprocess
+import time
+
+import pytest
+
+from brokerbench.local.install import lib_dir
+from brokerbench.reports.results import build_results
+from brokerbench.runner import execute_run
+
+QUOTA_BYTES_PER_S = 2 * 1024 * 1024
+SIZE = 1024
+CAPPED_CLIENT = {"batch_bytes": 32768}
+
+
+def cap_msgs_per_s() -> float:
+    # The quota counts record bytes: the 1 KB value, the 20-byte key and about 10 bytes of record framing.
+    return QUOTA_BYTES_PER_S / (SIZE + 30)
+
+
+def kafka_config(bootstrap: str, *args: str) -> None:
+    subprocess.run(["java", "-cp", f"{lib_dir('kafka')}/*", "kafka.admin.ConfigCommand", "--bootstrap-server",
+                    bootstrap, *args, "--entity-type", "clients", "--entity-default"],
+                   check=True, capture_output=True, timeout=120)
+
+
+def run(spec, endpoints, store):
+    outcome = execute_run({"brokers": ["kafka"], "sizes": [SIZE], "formats": ["raw"], "client": CAPPED_CLIENT,
+                           **spec}, endpoints, store)
+    events = store.read(outcome.run_id)
+    return events, build_results(events)
+
+
+@pytest.fixture(scope="module")
+def quota(endpoints, store):
+    """The cap, on every producer, for this module only (the stack is shared by the tests)."""
+    bootstrap = endpoints["kafka"]["bootstrap_servers"]
+    kafka_config(bootstrap, "--alter", "--add-config", f"producer_byte_rate={QUOTA_BYTES_PER_S}")
+    try:
+        time.sleep(1)  # the quota reaches the broker's request handlers through its config manager
+        yield
+    finally:
+        kafka_config(bootstrap, "--alter", "--delete-config", "producer_byte_rate")
+
+
+@pytest.fixture(scope="module")
+def capped(quota, endpoints, store):
+    """Offered 1.5 times the cap (the backlog stays inside the 32 MB client buffer), and at max rate."""
+    return run({"rates": [3000, "max"], "duration_s": 8, "warmup_s": 3, "drain_timeout_s": 10}, endpoints, store)
+
+
+def test_throughput_under_a_broker_cap_is_the_cap_not_the_offered_rate(capped):
+    _, results = capped
+    for cell in results["cells"]:
+        assert cell["status"] == "completed", cell.get("reason")
+        # Delivered over the delivery window: within 10% of what the broker lets through.
+        assert cell["throughput_msgs_per_s"] == pytest.approx(cap_msgs_per_s(), rel=0.10), cell["cell_id"]
+        assert cell["throughput_mb_per_s"] * 1e6 <= QUOTA_BYTES_PER_S * 1.10
+        assert cell["delivery_window_s"] > cell["measured_s"] + 1  # delivery ran on after the schedule ended
+        assert cell["lost"] == 0 and cell["sent"] == cell["received"]
+    rated = next(c for c in results["cells"] if c["rate_target"] == 3000)
+    assert rated["send_rate"] == pytest.approx(3000, rel=0.05)  # what the client queued: not the figure
+    assert rated["verdict"] == "unsustainable"
+    assert any("backlog" in reason for reason in rated["verdict_reasons"])
+
+
+def test_the_broker_holds_exactly_what_was_acknowledged(capped):
+    _, results = capped
+    for cell in results["cells"]:
+        count = cell["broker_count"]
+        assert count["observed"] == count["expected"] and count["difference"] == 0
+        assert count["observed"] >= cell["acked"]  # warm-up messages are in the topic too
+
+
+def test_under_a_producer_cap_the_backlog_waits_in_the_client_not_in_the_topic(capped):
+    events, results = capped
+    rated = next(c for c in results["cells"] if c["rate_target"] == 3000)
+    backlog = [e["data"]["backlog"] for e in events
+               if e["type"] == "IntervalMeasured" and e["data"]["cell_id"] == rated["cell_id"]]
+    assert backlog and all(b is not None and b >= 0 for b in backlog)
+    # The broker delivers what it accepts at once; the 1,000 msgs/s it refuses pile up in the producer.
+    assert any("backlog (sent − received) grew" in reason for reason in rated["verdict_reasons"])
+
+
+def test_the_broker_side_backlog_follows_a_consumer_cap(quota, endpoints, store):
+    """A consumer quota of 512 KiB/s against 1,500 msgs/s of 1 KB (under the producer cap): the topic
+    itself backs up by about 1,000 messages a second, and the broker's own lag must show it."""
+    bootstrap = endpoints["kafka"]["bootstrap_servers"]
+    kafka_config(bootstrap, "--alter", "--add-config", "consumer_byte_rate=524288")
+    try:
+        time.sleep(1)
+        events, results = run({"rates": [1500], "duration_s": 6, "warmup_s": 2, "drain_timeout_s": 5},
+                              endpoints, store)
+    finally:
+        kafka_config(bootstrap, "--alter", "--delete-config", "consumer_byte_rate")
+    [cell] = results["cells"]
+    backlog = [e["data"]["backlog"] for e in sorted(events, key=lambda e: e["sk"])
+               if e["type"] == "IntervalMeasured"][:6]
+    assert None not in backlog and backlog[-1] - backlog[0] > 3000, backlog  # ~1,000 more each second
+    assert cell["verdict"] == "unsustainable"
+    assert any(reason.startswith("backlog grew") for reason in cell["verdict_reasons"]), cell["verdict_reasons"]
+
+
+def test_publish_only_throughput_counts_acknowledgements_over_their_window(quota, endpoints, store):
+    _, results = run({"rates": ["max"], "consumers": 0, "duration_s": 8, "warmup_s": 3, "drain_timeout_s": 10},
+                     endpoints, store)
+    [cell] = results["cells"]
+    assert cell["status"] == "completed", cell.get("reason")
+    assert cell["throughput_msgs_per_s"] == pytest.approx(cap_msgs_per_s(), rel=0.10)
+    assert cell["latency_basis"] == "enqueue" and cell["verdict"] == "max-rate"
+
+
+def test_the_sustainable_rate_search_finds_the_cap(quota, endpoints, store):
+    _, results = run({"rates": ["sustainable"], "duration_s": 6, "warmup_s": 2, "drain_timeout_s": 5,
+                      "search": {"start_rate": 1500, "precision": 0.05}}, endpoints, store)
+    [cell] = results["cells"]
+    assert cell["status"] == "completed", cell.get("reason")
+    found = cell["max_sustainable_rate"]
+    assert found == pytest.approx(cap_msgs_per_s(), rel=0.10)
+    steps = cell["search"]["steps"]
+    assert any(s["verdict"] != "sustainable" and s["rate"] > found for s in steps)  # bracketed from above
+    assert all({"rate", "verdict", "reasons", "end_to_end_p99_us"} <= s.keys() for s in steps)
+    assert cell["verdict"] == "sustainable"  # the cell's figures are those of the step that held

@@ -12,7 +12,12 @@ import time
 
 import pytest
 
+from rich.console import Console
+
 from brokerbench.local.install import lib_dir
+from brokerbench.reports import markdown
+from brokerbench.reports.model import build_report
+from brokerbench.reports.table import comparison_tables
 from brokerbench.reports.results import build_results
 from brokerbench.runner import execute_run
 
@@ -119,8 +124,8 @@ def test_publish_only_throughput_counts_acknowledgements_over_their_window(quota
 
 
 def test_the_sustainable_rate_search_finds_the_cap(quota, endpoints, store):
-    _, results = run({"rates": ["sustainable"], "duration_s": 6, "warmup_s": 2, "drain_timeout_s": 5,
-                      "search": {"start_rate": 1500, "precision": 0.05}}, endpoints, store)
+    events, results = run({"rates": ["sustainable"], "duration_s": 6, "warmup_s": 2, "drain_timeout_s": 5,
+                           "search": {"start_rate": 1500, "precision": 0.05}}, endpoints, store)
     [cell] = results["cells"]
     assert cell["status"] == "completed", cell.get("reason")
     found = cell["max_sustainable_rate"]
@@ -129,3 +134,12 @@ def test_the_sustainable_rate_search_finds_the_cap(quota, endpoints, store):
     assert any(s["verdict"] != "sustainable" and s["rate"] > found for s in steps)  # bracketed from above
     assert all({"rate", "verdict", "reasons", "end_to_end_p99_us"} <= s.keys() for s in steps)
     assert cell["verdict"] == "sustainable"  # the cell's figures are those of the step that held
+    # The report and the CLI table show the rate found and every step.
+    report = build_report(events)
+    [config] = report["groups"][0]["cells"]
+    assert config["max_sustainable_rate"]["median"] == found
+    assert f"maximum sustainable rate {found:,.0f} msgs/s" in markdown.render(report)
+    console = Console(width=250, record=True)
+    for table in comparison_tables(results):
+        console.print(table)
+    assert f"max sustainable {found:,.0f} msgs/s ({len(steps)} steps)" in console.export_text()

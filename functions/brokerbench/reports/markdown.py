@@ -193,4 +193,23 @@ def render(report: dict) -> str:
                 f"{_ratio(c, 'format', 'throughput_msgs_per_s')} | {_ratio(c, 'broker', 'throughput_msgs_per_s')} | "
                 f"{verdict_text(c)} |")
         lines.append("")
+        lines += search_lines(group)
     return "\n".join(lines)
+
+
+def search_lines(group: dict) -> list[str]:
+    """The maximum sustainable rate of each configuration of a search group, and every step of it."""
+    out = []
+    for c in group["cells"]:
+        found = c.get("max_sustainable_rate") or {}
+        for repeat, search in zip(c.get("repeat_numbers", []), c.get("searches") or []):
+            steps = ", ".join(f"{s['rate']:,.0f} {'✓' if s['verdict'] == 'sustainable' else '✗ ' + s['verdict']}"
+                              for s in search["steps"])
+            out.append(f"- {c['broker']} {c['format']} repeat {repeat}: maximum sustainable rate "
+                       f"{_figure(search['max_sustainable_rate'], 0)} msgs/s ({search['ended']}); steps: {steps}")
+            out += [f"  - at {a['fraction']:.0%} ({a['rate']:,.0f} msgs/s): {a['verdict']}, end-to-end p99 "
+                    f"{_figure((a.get('end_to_end_p99_us') or 0) / 1000, 2)} ms" for a in search.get("latency_at", [])]
+        if found.get("median") is not None and len(c.get("searches") or []) > 1:
+            out.append(f"- {c['broker']} {c['format']}: median {found['median']:,.0f} msgs/s over "
+                       f"{len(c['searches'])} repeats")
+    return out + [""] if out else []

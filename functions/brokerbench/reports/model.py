@@ -261,6 +261,9 @@ def _configuration(cells: list[dict], completed_events: dict[str, dict], interva
         "loss": loss,
         "has_loss": any(c.get("has_loss") for c in done) or any(loss[k] for k in LOSS_CLASSES),
         "sustainability": combined_verdict(cells, per_cell),
+        # rates: ["sustainable"]: what each repeat's search found, and its steps.
+        "max_sustainable_rate": median_ci([c.get("max_sustainable_rate") for c in done]).as_dict(),
+        "searches": [c["search"] for c in done if c.get("search")],
         "intervals": [interval_series(intervals.get(c["cell_id"], []), c.get("publish_only", False),
                                       c.get("measured_s")) for c in done],
     }

@@ -72,6 +72,10 @@ def loss_cell(cell: dict) -> str:
 
 
 def verdict_cell(cell: dict) -> str:
+    if cell["rate_target"] == "sustainable":  # a search: the rate found is the result
+        found = cell.get("max_sustainable_rate")
+        steps = len((cell.get("search") or {}).get("steps", []))
+        return f"max sustainable {found:,.0f} msgs/s ({steps} steps)" if found else "[red]none found[/]"
     verdict = cell.get("verdict")
     if verdict is None:  # results stored before the verdict: only the rate can be checked
         if cell["rate_target"] == "max":

@@ -182,6 +182,8 @@ def expand(spec: dict) -> list[dict]:
                                 "duration_s": spec["duration_s"],
                                 "messages": spec["messages"],
                                 "warmup_s": spec["warmup_s"],
+                                "warmup_until_steady": spec["warmup_until_steady"],
+                                "warmup_max_s": spec["warmup_max_s"],
                                 "drain_timeout_s": spec["drain_timeout_s"],
                                 "repeat": repeat,
                                 "client": spec["client"],

@@ -59,7 +59,8 @@ def quota(endpoints, store):
 @pytest.fixture(scope="module")
 def capped(quota, endpoints, store):
     """Offered 1.5 times the cap (the backlog stays inside the 32 MB client buffer), and at max rate."""
-    return run({"rates": [3000, "max"], "duration_s": 8, "warmup_s": 3, "drain_timeout_s": 10}, endpoints, store)
+    return run({"rates": [3000, "max"], "duration_s": 8, "warmup_s": 3, "warmup_until_steady": False,
+                "drain_timeout_s": 10}, endpoints, store)
 
 
 def test_throughput_under_a_broker_cap_is_the_cap_not_the_offered_rate(capped):
@@ -102,14 +103,17 @@ def test_the_broker_side_backlog_follows_a_consumer_cap(quota, endpoints, store)
     kafka_config(bootstrap, "--alter", "--add-config", "consumer_byte_rate=524288")
     try:
         time.sleep(1)
-        events, results = run({"rates": [1500], "duration_s": 6, "warmup_s": 2, "drain_timeout_s": 5},
-                              endpoints, store)
+        events, results = run({"rates": [1500], "duration_s": 6, "warmup_s": 2, "warmup_max_s": 4,
+                               "drain_timeout_s": 5}, endpoints, store)
     finally:
         kafka_config(bootstrap, "--alter", "--delete-config", "consumer_byte_rate")
     [cell] = results["cells"]
     backlog = [e["data"]["backlog"] for e in sorted(events, key=lambda e: e["sk"])
                if e["type"] == "IntervalMeasured"][:6]
     assert None not in backlog and backlog[-1] - backlog[0] > 3000, backlog  # ~1,000 more each second
+    # The topic backs up from the first second: latency never settles, so the warm-up ran to its bound.
+    warmup = cell["warmup"]
+    assert warmup["until_steady"] and warmup["steady"] is False and warmup["used_s"] >= 4
     assert cell["verdict"] == "unsustainable"
     assert any(reason.startswith("backlog grew") for reason in cell["verdict_reasons"]), cell["verdict_reasons"]
 
@@ -124,7 +128,8 @@ def test_publish_only_throughput_counts_acknowledgements_over_their_window(quota
 
 
 def test_the_sustainable_rate_search_finds_the_cap(quota, endpoints, store):
-    events, results = run({"rates": ["sustainable"], "duration_s": 6, "warmup_s": 2, "drain_timeout_s": 5,
+    events, results = run({"rates": ["sustainable"], "duration_s": 6, "warmup_s": 2, "warmup_until_steady": False,
+                           "drain_timeout_s": 5,
                            "search": {"start_rate": 1500, "precision": 0.05}}, endpoints, store)
     [cell] = results["cells"]
     assert cell["status"] == "completed", cell.get("reason")

@@ -65,3 +65,18 @@ def test_several_consumers_drain_without_waiting_out_the_timeout(endpoints, stor
     for cell in results["cells"]:
         assert cell["status"] == "completed", cell.get("reason")
         assert cell["sent"] == cell["received"] and cell["late"] == cell["lost"] == 0
+
+
+def test_an_adaptive_warm_up_is_bounded_and_every_message_is_accounted_for(endpoints, store):
+    spec = {"name": "it-warm", "brokers": ["kafka", "redis-streams"], "sizes": [1024], "formats": ["json"],
+            "rates": [1000], "duration_s": 3, "warmup_s": 0.5, "warmup_max_s": 8, "drain_timeout_s": 5}
+    _, results = run(spec, endpoints, store)
+    for cell in results["cells"]:
+        assert cell["status"] == "completed", cell.get("reason")
+        warmup = cell["warmup"]
+        assert warmup["until_steady"] and 0.5 <= warmup["used_s"] <= 8 + 0.5
+        assert len(warmup["p99_us"]) >= 2  # judged on at least two half-seconds
+        # Measured from the start the warm-up chose: the whole schedule, nothing lost either side of it.
+        assert cell["sent"] == cell["received"] == 3000
+        count = cell["broker_count"]
+        assert count["difference"] == 0 and count["observed"] > 3000  # warm-up messages are in the topic too

@@ -62,6 +62,7 @@ def cell_result(cell: dict, end: dict | None) -> dict:
         "measured_s": seconds,
         "delivery_window_s": round(window, 6),
         "latency_basis": data.get("latency_basis", "intended"),
+        "warmup": data.get("warmup"),
         "send_rate": round(totals["sent"] / seconds, 3),
         "rate_achieved": round(delivered / window, 3),
         **counts,

@@ -25,11 +25,13 @@ from .consumer import ConsumerTask, consumer_main
 from .drain import Drain
 from .framing import probe_header
 from .intervals import IntervalAggregator
+from .warmup import WarmupWatch, warmup_max_s
 from .producer import SECOND_NS, ProducerTask, producer_main
 
 READY_TIMEOUT_S = 60
 SEARCH = "sustainable"  # the rate that asks for the maximum sustainable rate search
 START_LEAD_NS = 100_000_000
+MEASURE_LEAD_NS = 200_000_000  # from the end of an adaptive warm-up to the first measured message
 # Set by a front end on Ctrl-C when cells run in threads (the local workflow's Lambda-kind cells).
 CANCELLED = threading.Event()
 
@@ -182,6 +184,7 @@ class _CellRun:
         self.series: list[dict] = []  # per written interval, without histograms: what the verdict reads
         self.topic_created = False
         self.probes = 0  # readiness probe messages in the topic
+        self.warmup: WarmupWatch | None = None  # an adaptive warm-up's watch
 
     # -- lifecycle ---------------------------------------------------------------------------
     def run(self) -> CellOutcome:
@@ -211,14 +214,22 @@ class _CellRun:
         self.send_loop = loops.pop() if len(loops) == 1 else "mixed"
 
         t_start = time.monotonic_ns() + START_LEAD_NS
-        measure_start = t_start + int(cell["warmup_s"] * SECOND_NS)
+        # With an adaptive warm-up the measured start is provisional (the bound) until the consumers'
+        # warm-up latency is steady; then every process is told the real one ("measure").
+        adaptive = bool(cell.get("warmup_until_steady")) and cell["consumers"] > 0
+        max_s = warmup_max_s(cell)
+        if adaptive:
+            self.warmup = WarmupWatch([c for c, key in self.conns.items() if key[0] == "consumer"], t_start,
+                                      cell["warmup_s"], max_s)
+        measure_start = t_start + int((max_s if adaptive else cell["warmup_s"]) * SECOND_NS)
         if cell["messages"] is None:
             t_end = measure_start + int(cell["duration_s"] * SECOND_NS)
         elif producer_rate:
             t_end = measure_start + int((limit / producer_rate + 1) * SECOND_NS)
         else:
             t_end = measure_start + 24 * 3600 * SECOND_NS
-        self.timing = {"t_start": t_start, "measure_start": measure_start, "t_end": t_end}
+        self.timing = {"t_start": t_start, "measure_start": measure_start, "t_end": t_end,
+                       "warmup_until_steady": adaptive}
         for conn in self.conns:
             conn.send(("go", self.timing))
         done = self._measure()
@@ -301,10 +312,14 @@ class _CellRun:
                     self.aggregator.add(conn, self.conns[conn][0], interval, snapshot)
                 elif kind == "progress" and drain is not None:
                     drain.update(conn, payload, time.monotonic())
+                elif kind == "warm" and self.warmup is not None:
+                    self.warmup.add(conn, *payload)
                 elif kind == "done":
                     done[conn] = payload
                     self.aggregator.finished(conn)
             self._write_intervals()
+            if self.warmup is not None and self.warmup.decided is None and self.warmup.decide(time.monotonic_ns()):
+                self._start_measuring(done)
             if drain is None and all(c in done for c in producers):
                 # Every producer has flushed: the consumers now drain what the broker still holds.
                 expected = sum(done[c]["sent_total"] - done[c]["failed_total"] for c in producers)
@@ -319,6 +334,25 @@ class _CellRun:
                             conn.send(command)
             self._report_progress(drain is not None)
         return done
+
+    def _start_measuring(self, done: dict) -> None:
+        """The warm-up is over: measurement starts a moment from now, for every process alike."""
+        start = time.monotonic_ns() + MEASURE_LEAD_NS
+        span = self.timing["t_end"] - self.timing["measure_start"]
+        self.timing.update(measure_start=start, t_end=start + span)
+        for conn in self.conns:
+            if conn not in done:
+                conn.send(("measure", start))
+
+    def _warmup_record(self) -> dict:
+        cell, t = self.cell, self.timing
+        record = {"min_s": cell["warmup_s"], "max_s": warmup_max_s(cell) if self.warmup else cell["warmup_s"],
+                  "used_s": round((t["measure_start"] - t["t_start"]) / SECOND_NS, 3), "until_steady": False}
+        if self.warmup is not None:
+            decided = self.warmup.decided or {"steady": False, "p99_us": []}
+            record.update(until_steady=True, steady=decided["steady"],
+                          p99_us=[None if p is None else round(p, 1) for p in decided["p99_us"]])
+        return record
 
     def _report_progress(self, draining: bool) -> None:
         now = time.monotonic_ns()
@@ -375,6 +409,7 @@ class _CellRun:
             "encoded_bytes": self.encoded_bytes, "send_loop": self.send_loop, "send_thread_nice": _nice(producers),
             "intervals": self.aggregator.written, "totals": counts, "broker_count": broker_count,
             "latency_basis": "enqueue" if cell["rate"] == "max" else "intended",
+            "warmup": self._warmup_record(),
             "verdict": {"verdict": judged["verdict"], "reasons": judged["reasons"]},
             "histograms": self.aggregator.cumulative_histograms(),
         }, cell_index=cell["index"])])

@@ -13,6 +13,7 @@ from .. import native
 from ..codecs import get_codec
 from ..drivers import get_driver
 from .framing import PROBE_PRODUCER, is_probe, unpack_many
+from .warmup import WINDOW_NS as WARM_WINDOW_NS
 
 SECOND_NS = 1_000_000_000
 POLL_TIMEOUT_S = 0.05
@@ -138,9 +139,15 @@ def _run(conn, task: ConsumerTask) -> None:
         return
     if early:  # the first messages can arrive before "go" is read: they are the cell's too
         chunks.append(timed_decode(decode, early, headers))
-    measure_start = timing["measure_start"]
+    measure_start = timing["measure_start"]  # provisional while the warm-up waits to be steady
     interval = -1
     next_boundary = measure_start
+    # Adaptive warm-up: the end-to-end p99 of each half second goes to the parent, which says when
+    # measurement starts ("measure"). While warming, messages are processed only right after the control
+    # pipe was read, so none that is already measured can be taken for warm-up.
+    warming = timing.get("warmup_until_steady", False)
+    warm_window, next_warm = 0, timing["t_start"] + WARM_WINDOW_NS
+    warm_parts: list[tuple[np.ndarray, np.ndarray]] = []  # (delivered at, end-to-end ns) of warm-up messages
     draining = False  # the producers are done: tell the parent how many distinct messages arrived
     next_progress = 0
     late_until = None
@@ -158,6 +165,9 @@ def _run(conn, task: ConsumerTask) -> None:
         intended = framed["intended_ns"].astype(np.int64)
         measured = fresh & (intended >= measure_start)  # duplicates and warm-up are counted, not measured
         totals["distinct"] += int(fresh.sum())
+        if warming:
+            warm = fresh & ~measured
+            warm_parts.append((t1[warm], (t1 - intended)[warm]))
         headers.clear()
         chunks.clear()
         count = int(measured.sum())
@@ -191,10 +201,27 @@ def _run(conn, task: ConsumerTask) -> None:
         interval += 1
         next_boundary = measure_start + (interval + 1) * SECOND_NS
 
+    def report_warm_windows(now: int) -> None:
+        nonlocal warm_window, next_warm, warm_parts
+        process()
+        at = np.concatenate([p[0] for p in warm_parts] or [np.empty(0, np.int64)])
+        e2e = np.concatenate([p[1] for p in warm_parts] or [np.empty(0, np.int64)])
+        while now >= next_warm:
+            here = at < next_warm
+            p99 = float(np.percentile(e2e[here], 99)) / 1000 if here.any() else None
+            conn.send(("warm", (warm_window, p99, int(here.sum()))))
+            at, e2e = at[~here], e2e[~here]
+            warm_window, next_warm = warm_window + 1, next_warm + WARM_WINDOW_NS
+        warm_parts = [(at, e2e)]
+
     while True:
         if conn.poll():
             command, payload = conn.recv()
-            if command == "expect":
+            if command == "measure":  # the warm-up is over: measurement starts at `payload`
+                warming = False
+                warm_parts.clear()
+                measure_start = next_boundary = payload
+            elif command == "expect":
                 draining = True
             elif command == "late":  # the drain deadline passed: what still comes is late
                 process()
@@ -203,6 +230,8 @@ def _run(conn, task: ConsumerTask) -> None:
             elif command == "stop":
                 break
         now = clock()
+        if warming and now >= next_warm:
+            report_warm_windows(now)
         if late_until is not None and now >= late_until:
             break
         if draining and now >= next_progress:
@@ -214,7 +243,7 @@ def _run(conn, task: ConsumerTask) -> None:
             close_interval()
         if messages:
             chunks.append(timed_decode(decode, messages, headers))
-        if len(headers) >= PROCESS_EVERY:
+        if len(headers) >= PROCESS_EVERY and not warming:
             process()
     close_interval()
     consumer.close()

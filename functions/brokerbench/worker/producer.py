@@ -86,7 +86,7 @@ def _run(conn, task: ProducerTask) -> None:
     reporter.start()
     nice = _boost_this_thread() if rate else None
     loop = _native_loop if sender else _python_loop
-    done = loop(sender or driver, task, codec, pool, timing, base, period, reports)
+    done = loop(sender or driver, task, codec, pool, timing, base, period, reports, conn)
     reports.put(None)
     reporter.join()
     conn.send(("done", {"producer_id": task.producer_id, "send_thread_nice": nice, **done, **vars(acks)}))
@@ -131,6 +131,10 @@ class _Intervals:
         self.first_measured_seq: int | None = None
         self.start_seq = 0  # first sequence number of the open interval
 
+    def start_at(self, measure_start: int) -> None:
+        """The warm-up ends at `measure_start` (decided while it ran)."""
+        self.measure_start = self.next_boundary = measure_start
+
     def close(self, end_seq: int, started, handed, acked, acked_ns, failed: int) -> None:
         """End the open interval at `end_seq`; the message arrays hold its messages only.
 
@@ -145,8 +149,38 @@ class _Intervals:
         self.next_boundary = self.measure_start + (self.interval + 1) * SECOND_NS
 
 
+class _AwaitMeasure:
+    """While the warm-up waits to be steady, the parent's "measure" message (when measurement starts),
+    looked for every 100 ms: the send loop hands control back that often until it has come."""
+
+    CHECK_NS = 100_000_000
+
+    def __init__(self, conn, timing: dict, intervals: _Intervals) -> None:
+        self.conn, self.timing, self.intervals = conn, timing, intervals
+        self.pending = bool(timing.get("warmup_until_steady"))
+        self.next_check = 0
+
+    def until(self, boundary: int) -> int:
+        return min(boundary, time.monotonic_ns() + self.CHECK_NS) if self.pending else boundary
+
+    def check(self) -> None:
+        if not self.pending or not self.conn.poll():
+            return
+        command, start = self.conn.recv()
+        if command == "measure":
+            span = self.timing["t_end"] - self.timing["measure_start"]
+            self.timing.update(measure_start=start, t_end=start + span)
+            self.intervals.start_at(start)
+            self.pending = False
+
+    def check_every(self, now: int) -> None:
+        if self.pending and now >= self.next_check:
+            self.check()
+            self.next_check = now + self.CHECK_NS
+
+
 def _native_loop(sender, task: ProducerTask, codec, pool, timing: dict, base: int, period: float,
-                 reports: queue.Queue) -> dict:
+                 reports: queue.Queue, conn) -> dict:
     """The native send loop: one call per interval, the interval's records taken at its end."""
     encode = None if task.cell["format"] == "raw" else codec.encode
     sender.configure(list(pool.objects), encode, task.producer_id, base, period)
@@ -163,12 +197,18 @@ def _native_loop(sender, task: ProducerTask, codec, pool, timing: dict, base: in
             last_send_ns = int(np.frombuffer(handed, dtype=np.int64)[-1])
         intervals.close(end_seq, started, handed, acked_seq, acked_ns, failed)
 
+    await_measure = _AwaitMeasure(conn, timing, intervals)
     while True:
         first = intervals.first_measured_seq
         stop = first + limit if limit is not None and first is not None else no_limit
-        seq, why = sender.send_until(seq, stop, min(intervals.next_boundary, t_end), t_end)
+        seq, why = sender.send_until(seq, stop, await_measure.until(min(intervals.next_boundary, t_end)), t_end)
         if why != native.module().STOP_BOUNDARY:
             break
+        if await_measure.pending:
+            await_measure.check()
+            t_end = timing["t_end"]
+            if time.monotonic_ns() < intervals.next_boundary:
+                continue
         close(seq)
     unacked = flush_while_acking(sender.flush, task.cell["drain_timeout_s"], timing)
     if intervals.first_measured_seq is None:  # the run ended inside the warm-up
@@ -198,7 +238,7 @@ def flush_while_acking(flush, idle_s: float, timing: dict) -> int:
 
 
 def _python_loop(driver, task: ProducerTask, codec, pool, timing: dict, base: int, period: float,
-                 reports: queue.Queue) -> dict:
+                 reports: queue.Queue, conn) -> dict:
     """The send loop in Python, for where the native one cannot run (Redis TLS, MSK IAM, not built)."""
     cell = task.cell
     objects = pool.objects
@@ -255,12 +295,16 @@ def _python_loop(driver, task: ProducerTask, codec, pool, timing: dict, base: in
                 poll(0)
             # closer than 50 µs: spin on the clock alone (a poll costs more than the gap at high rates)
 
+    await_measure = _AwaitMeasure(conn, timing, intervals)
     seq = 0
     while True:
         first = intervals.first_measured_seq
         if measured_limit is not None and first is not None and seq - first >= measured_limit:
             break
         now = clock()
+        if await_measure.pending:
+            await_measure.check_every(now)
+            t_end = timing["t_end"]
         if rate:
             intended = base + int(seq * period)
             if intended >= t_end:

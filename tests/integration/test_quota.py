@@ -111,9 +111,6 @@ def test_the_broker_side_backlog_follows_a_consumer_cap(quota, endpoints, store)
     backlog = [e["data"]["backlog"] for e in sorted(events, key=lambda e: e["sk"])
                if e["type"] == "IntervalMeasured"][:6]
     assert None not in backlog and backlog[-1] - backlog[0] > 3000, backlog  # ~1,000 more each second
-    # The topic backs up from the first second: latency never settles, so the warm-up ran to its bound.
-    warmup = cell["warmup"]
-    assert warmup["until_steady"] and warmup["steady"] is False and warmup["used_s"] >= 4
     assert cell["verdict"] == "unsustainable"
     assert any(reason.startswith("backlog grew") for reason in cell["verdict_reasons"]), cell["verdict_reasons"]
 

@@ -129,3 +129,12 @@ def test_an_interval_is_written_once_every_process_has_reported_it():
     assert agg.totals["sent"] == 4 and agg.totals["send_errors"] == 1 and agg.written == 2
     cumulative = histogram.decode(agg.cumulative_histograms()["end_to_end_latency_us"])
     assert cumulative.get_total_count() == 2
+
+
+def test_what_the_broker_still_queues_after_the_drain_is_undelivered_not_lost():
+    counts = outcome.totals([producer(1000)], [consumer(600, late=50)], {**MEASURED, "acked": 1000}, consumed=True,
+                            queued=5000)  # warm-up messages are queued ahead of the measured ones
+    assert counts["undelivered"] == 350 and counts["lost"] == 0
+    counts = outcome.totals([producer(1000)], [consumer(600)], {**MEASURED, "acked": 1000}, consumed=True, queued=100)
+    assert counts["undelivered"] == 100 and counts["lost"] == 300
+    assert counts["received"] + counts["late"] + counts["undelivered"] + counts["lost"] == counts["sent"]

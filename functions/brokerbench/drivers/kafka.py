@@ -212,4 +212,8 @@ class KafkaConsumer:
             pass
 
     def close(self) -> None:
+        try:  # the last position, stored before leaving: the backlog read after the drain is exact
+            self._consumer.commit(asynchronous=False)
+        except KafkaException:
+            pass
         self._consumer.close()

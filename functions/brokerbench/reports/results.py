@@ -43,7 +43,7 @@ def cell_result(cell: dict, end: dict | None) -> dict:
         data = end["data"]
         failed = {**base, "status": "failed", "reason": data["reason"]}
         if "totals" in data:  # a cell that measured nothing usable keeps its counts as evidence
-            failed.update(_counts(data["totals"]), broker_count=data.get("broker_count"))
+            failed.update(_counts(data["totals"]), broker_count=data.get("broker_count"), warmup=data.get("warmup"))
         return failed
     data = end["data"]
     totals, seconds = data["totals"], data["measured_s"]
@@ -66,7 +66,7 @@ def cell_result(cell: dict, end: dict | None) -> dict:
         "send_rate": round(totals["sent"] / seconds, 3),
         "rate_achieved": round(delivered / window, 3),
         **counts,
-        "has_loss": any(counts.get(k) for k in ("lost", "late", "send_errors", "unacknowledged")),
+        "has_loss": any(counts.get(k) for k in ("lost", "late", "undelivered", "send_errors", "unacknowledged")),
         "broker_count": data.get("broker_count"),
         "max_sustainable_rate": (data.get("search") or {}).get("max_sustainable_rate"),
         "search": data.get("search"),
@@ -81,9 +81,11 @@ def cell_result(cell: dict, end: dict | None) -> dict:
 
 
 def _counts(totals: dict) -> dict:
-    """The message accounting of a cell: sent = received + late + lost + send_errors + unacknowledged."""
+    """The message accounting of a cell: sent = received + late + undelivered + lost + send_errors +
+    unacknowledged."""
     return {"sent": totals["sent"], "acked": totals.get("acked"), "received": totals["received"],
-            "late": totals.get("late"), "lost": totals["lost"], "duplicated": totals["duplicated"],
+            "late": totals.get("late"), "undelivered": totals.get("undelivered"), "lost": totals["lost"],
+            "duplicated": totals["duplicated"],
             "out_of_order": totals["out_of_order"], "send_errors": totals["send_errors"],
             "unacknowledged": totals.get("unacked")}
 

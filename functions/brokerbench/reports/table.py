@@ -12,11 +12,10 @@ from itertools import groupby
 from rich.markup import escape
 from rich.table import Table
 
-from .model import MAX_RATE_NOTE, PERCENTILES, min_samples, need_label
+from .model import LOSS_CLASSES, MAX_RATE_NOTE, PERCENTILES, min_samples, need_label
 
 SUSTAINED_RATE = 0.99  # the fallback for results written before cells carried their verdict
 VERDICT_STYLE = {"sustainable": "green", "unsustainable": "yellow", "inconclusive": "dim", "max-rate": "cyan"}
-LOSS_CLASSES = ("lost", "late", "send_errors", "unacknowledged")
 # Which count a latency object's sample is, when the object does not carry its own count.
 SAMPLE_OF = {"end_to_end_latency_us": "received", "decode_ns": "received", "publish_latency_us": "acked",
              "publish_delay_us": "sent", "encode_ns": "sent"}

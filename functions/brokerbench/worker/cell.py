@@ -32,6 +32,7 @@ READY_TIMEOUT_S = 60
 SEARCH = "sustainable"  # the rate that asks for the maximum sustainable rate search
 START_LEAD_NS = 100_000_000
 MEASURE_LEAD_NS = 200_000_000  # from the end of an adaptive warm-up to the first measured message
+PROVISIONAL_MARGIN_NS = 1_000_000_000
 # Set by a front end on Ctrl-C when cells run in threads (the local workflow's Lambda-kind cells).
 CANCELLED = threading.Event()
 
@@ -221,7 +222,11 @@ class _CellRun:
         if adaptive:
             self.warmup = WarmupWatch([c for c, key in self.conns.items() if key[0] == "consumer"], t_start,
                                       cell["warmup_s"], max_s)
-        measure_start = t_start + int((max_s if adaptive else cell["warmup_s"]) * SECOND_NS)
+        # The provisional start lies past the bound, so the parent's decision (made at the bound at the
+        # latest) always comes first; processes that learn it late still agree, because what is measured
+        # is decided by each message's intended send time.
+        measure_start = t_start + (int(max_s * SECOND_NS) + PROVISIONAL_MARGIN_NS if adaptive
+                                   else int(cell["warmup_s"] * SECOND_NS))
         if cell["messages"] is None:
             t_end = measure_start + int(cell["duration_s"] * SECOND_NS)
         elif producer_rate:
@@ -337,7 +342,7 @@ class _CellRun:
 
     def _start_measuring(self, done: dict) -> None:
         """The warm-up is over: measurement starts a moment from now, for every process alike."""
-        start = time.monotonic_ns() + MEASURE_LEAD_NS
+        start = min(time.monotonic_ns() + MEASURE_LEAD_NS, self.timing["measure_start"])
         span = self.timing["t_end"] - self.timing["measure_start"]
         self.timing.update(measure_start=start, t_end=start + span)
         for conn in self.conns:
@@ -388,7 +393,8 @@ class _CellRun:
         producers = [d for c, d in done.items() if self.conns[c][0] == "producer"]
         consumers = [d for c, d in done.items() if self.conns[c][0] == "consumer"]
         consumed = cell["consumers"] > 0  # publish-only cells cannot know what arrived
-        counts = outcome.totals(producers, consumers, self.aggregator.totals, consumed)
+        queued = self.driver.backlog(self.topic, self.group, cell["partitions"]) if consumed else None
+        counts = outcome.totals(producers, consumers, self.aggregator.totals, consumed, queued)
         broker_count = outcome.broker_count(self.driver.message_count(self.topic, cell["partitions"]), producers,
                                             self.probes)
         if cell["messages"] is None:
@@ -398,7 +404,7 @@ class _CellRun:
             schedule_s = max(1e-9, (last - self.timing["measure_start"]) / SECOND_NS)
         reason = outcome.failure_reason(counts, consumed)
         if reason is not None:
-            return self.fail(reason, {"totals": counts, "broker_count": broker_count})
+            return self.fail(reason, {"totals": counts, "broker_count": broker_count, "warmup": self._warmup_record()})
         delivered = outcome.delivery(producers, consumers, consumed, self.timing["measure_start"])
         judged = verdict.sustainability(None if cell["rate"] == "max" else cell["rate"],
                                         verdict.interval_inputs(self.series, schedule_s), publish_only=not consumed)

@@ -245,7 +245,7 @@ def _run(conn, task: ConsumerTask) -> None:
             chunks.append(timed_decode(decode, messages, headers))
         if len(headers) >= PROCESS_EVERY and not warming:
             process()
-    close_interval()
+    close_interval()  # (commits the final position: the broker's backlog after the drain is exact)
     consumer.close()
     conn.send(("done", {
         "consumer_id": task.consumer_id,

@@ -1,12 +1,14 @@
 """What a cell adds up to, from its processes' final reports: pure rules, no broker and no store.
 
 Message accounting (measured messages only; warm-up is counted apart):
-    sent = received + late + lost + send_errors + unacknowledged
+    sent = received + late + undelivered + lost + send_errors + unacknowledged
 - send_errors: the client reported the send as failed;
 - unacknowledged: no report at all by the end of the producer's flush;
 - received: delivered before the drain deadline (distinct; duplicates are counted apart);
 - late: delivered after the drain deadline, during the short late window;
-- lost: acknowledged by the broker and never delivered.
+- undelivered: still queued at the broker when the drain ended (its own backlog says so): a consumer
+  that could not keep up, not a broker that dropped them;
+- lost: acknowledged by the broker, never delivered, and no longer queued there.
 
 Throughput is what was delivered over the time it took to deliver it: the delivery window runs
 from the start of measurement to the last measured delivery (to the last acknowledgement for a
@@ -18,9 +20,10 @@ from __future__ import annotations
 SECOND_NS = 1_000_000_000
 
 
-def totals(producers: list[dict], consumers: list[dict], measured: dict, consumed: bool) -> dict:
+def totals(producers: list[dict], consumers: list[dict], measured: dict, consumed: bool,
+           queued: int | None = None) -> dict:
     """The cell's counts. `measured` holds the summed interval counters (acks and send errors of
-    measured messages, bytes)."""
+    measured messages, bytes); `queued` is the broker's backlog for the cell's group after the drain."""
     sent = sum(p["sent"] for p in producers)
     send_errors = measured["send_errors"]
     unacknowledged = sum(p["unacked"] for p in producers)
@@ -29,23 +32,26 @@ def totals(producers: list[dict], consumers: list[dict], measured: dict, consume
         "acked": measured["acked"],
         "send_errors": send_errors,
         "unacked": unacknowledged,
-        "received": None, "late": None, "lost": None, "duplicated": None, "out_of_order": None,
+        "received": None, "late": None, "undelivered": None, "lost": None, "duplicated": None, "out_of_order": None,
         "bytes_sent": measured["bytes_sent"],
         "bytes_received": measured["bytes_received"],
     }
     if consumed:
         received = sum(c["received"] for c in consumers)
         late = sum(c["late"] for c in consumers)
-        out.update(received=received, late=late,
-                   # A message delivered although its acknowledgement never came is not lost: clamp at 0.
-                   lost=max(0, sent - send_errors - unacknowledged - received - late),
+        # A message delivered although its acknowledgement never came is not missing: clamp at 0.
+        missing = max(0, sent - send_errors - unacknowledged - received - late)
+        # Measured messages come after the warm-up in every partition, so the broker's backlog holds the
+        # missing ones first.
+        undelivered = min(missing, queued or 0)
+        out.update(received=received, late=late, undelivered=undelivered, lost=missing - undelivered,
                    duplicated=sum(c["duplicated"] for c in consumers),
                    out_of_order=sum(c["out_of_order"] for c in consumers))
     return out
 
 
 def has_loss(counts: dict) -> bool:
-    return any(counts.get(name) for name in ("lost", "late", "send_errors", "unacked"))
+    return any(counts.get(name) for name in ("lost", "late", "undelivered", "send_errors", "unacked"))
 
 
 def delivery(producers: list[dict], consumers: list[dict], consumed: bool, measure_start_ns: int) -> dict:
@@ -69,7 +75,8 @@ def failure_reason(counts: dict, consumed: bool) -> str | None:
     if not counts["sent"]:
         return "no message was sent in the measured window"
     if consumed and not counts["received"]:
-        return f"no message was delivered ({detail}, late {counts['late']:,}, lost {counts['lost']:,})"
+        return (f"no message was delivered ({detail}, late {counts['late']:,}, still queued at the broker "
+                f"{counts['undelivered']:,}, lost {counts['lost']:,})")
     if not consumed and not counts["acked"]:
         return f"no message was acknowledged ({detail})"
     return None

@@ -8,6 +8,7 @@ end-to-end latency instead of silently lowering the load (coordinated omission).
 from __future__ import annotations
 
 import gc
+import math
 import os
 import queue
 import signal
@@ -123,7 +124,8 @@ def _native_sender(driver, task: ProducerTask):
 class _Intervals:
     """The interval clock shared by both loops: warm-up first (-1, discarded), then 1 s intervals."""
 
-    def __init__(self, timing: dict, reports: queue.Queue) -> None:
+    def __init__(self, timing: dict, reports: queue.Queue, base: int = 0, period: float = 0.0) -> None:
+        self.base, self.period = base, period
         self.measure_start = timing["measure_start"]
         self.reports = reports
         self.interval = -1
@@ -141,7 +143,10 @@ class _Intervals:
         The warm-up (-1) goes to the reporter too: its acknowledgements and failures are not
         measured, but they count in the totals the broker's own count is reconciled with."""
         if self.interval < 0:
-            self.first_measured_seq = end_seq
+            # Measured means intended at or after the measured start, for the consumer alike: a producer
+            # running behind sends warm-up messages after the boundary, and they stay warm-up.
+            scheduled = math.ceil((self.measure_start - self.base) / self.period) if self.period else 0
+            self.first_measured_seq = max(end_seq, scheduled)
         self.reports.put((self.interval, self.start_seq, started, handed, acked, acked_ns, failed,
                           self.first_measured_seq))
         self.start_seq = end_seq
@@ -185,7 +190,7 @@ def _native_loop(sender, task: ProducerTask, codec, pool, timing: dict, base: in
     encode = None if task.cell["format"] == "raw" else codec.encode
     sender.configure(list(pool.objects), encode, task.producer_id, base, period)
     t_end = timing["t_end"]
-    intervals = _Intervals(timing, reports)
+    intervals = _Intervals(timing, reports, base, period)
     limit = task.message_limit
     no_limit = 1 << 62
     seq, last_send_ns = 0, timing["measure_start"]
@@ -216,7 +221,7 @@ def _native_loop(sender, task: ProducerTask, codec, pool, timing: dict, base: in
     close(seq)
     sender.close()
     return {"sent_total": seq, "first_measured_seq": intervals.first_measured_seq,
-            "sent": seq - intervals.first_measured_seq, "unacked": int(unacked), "last_send_ns": last_send_ns}
+            "sent": max(0, seq - intervals.first_measured_seq), "unacked": int(unacked), "last_send_ns": last_send_ns}
 
 
 def flush_while_acking(flush, idle_s: float, timing: dict) -> int:
@@ -270,7 +275,7 @@ def _python_loop(driver, task: ProducerTask, codec, pool, timing: dict, base: in
     send_ns = array("q")  # when the encoded message was handed to the client
     start_append, send_append = start_ns.append, send_ns.append
     t_end = timing["t_end"]
-    intervals = _Intervals(timing, reports)
+    intervals = _Intervals(timing, reports, base, period)
     measured_limit = task.message_limit
     rate = task.rate
 
@@ -338,7 +343,7 @@ def _python_loop(driver, task: ProducerTask, codec, pool, timing: dict, base: in
     close_interval()
     producer.close()
     first = intervals.first_measured_seq
-    return {"sent_total": seq, "first_measured_seq": first, "sent": seq - first, "unacked": int(unacked),
+    return {"sent_total": seq, "first_measured_seq": first, "sent": max(0, seq - first), "unacked": int(unacked),
             "last_send_ns": send_ns[-1] if send_ns else timing["measure_start"]}
 
 
@@ -371,7 +376,10 @@ def _report_intervals(reports: queue.Queue, conn, sizes, pool_size, base, period
         handed = np.frombuffer(handed, dtype=np.int64)
         seqs = np.arange(first_seq, first_seq + started.size, dtype=np.int64)
         firsts.append(first_seq)
-        chunks.append(handed)
+        chunks.append(handed)  # whole: acknowledgements are looked up by sequence number
+        if first_seq < first_measured_seq:  # sent late but intended in the warm-up: not measured
+            measured = seqs >= first_measured_seq
+            seqs, started, handed = seqs[measured], started[measured], handed[measured]
         intended = base + (seqs * period).astype(np.int64) if rate else started
         latency, last_ack = _publish_latency(acked_seqs, acked_ns, firsts, chunks, first_measured_seq)
         if last_ack is not None:

@@ -1,10 +1,11 @@
 """When a cell's warm-up ends: once end-to-end latency is steady, bounded. A rule of its own, tested alone.
 
 The consumers report the end-to-end p99 of every half second of the warm-up (aligned to the start of
-sending). Measurement may begin once `min_s` has passed and the last two complete half-seconds agree
-(the higher p99 at most 1.5 times the lower, or both within 1 ms of each other); at `max_s` it begins
-anyway, and the cell records that its warm-up never settled. A window with too few messages to have a
-p99 does not hold the warm-up back (a slow cell would otherwise always wait for the bound).
+sending). Measurement may begin once `min_s` has passed and the last three complete half-seconds are
+steady: the highest p99 at most 1.5 times the lowest (or all within 1 ms), and not rising in each step
+(latency that climbs steadily, however gently, is a queue that grows). At `max_s` it begins anyway,
+and the cell records that its warm-up never settled. A window with too few messages to have a p99
+does not hold the warm-up back (a slow cell would otherwise always wait for the bound).
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ WINDOW_NS = 500_000_000
 STEADY_RATIO = 1.5
 STEADY_ABS_US = 1000.0
 MIN_SAMPLES = 10
+STEADY_WINDOWS = 3
 DEFAULT_EXTRA_S = 10.0
 
 
@@ -22,11 +24,18 @@ def warmup_max_s(cell: dict) -> float:
     return max(cell["warmup_s"], bound if bound is not None else cell["warmup_s"] + DEFAULT_EXTRA_S)
 
 
-def steady(first_us: float | None, second_us: float | None) -> bool:
-    if first_us is None or second_us is None:  # too few messages to tell: nothing to wait for
+def steady(windows: list[float | None]) -> bool:
+    """The last STEADY_WINDOWS half-seconds' p99 (µs) agree and do not climb."""
+    if len(windows) < STEADY_WINDOWS:
+        return False
+    known = [w for w in windows[-STEADY_WINDOWS:] if w is not None]
+    if len(known) < 2:  # too few messages to tell: nothing to wait for
         return True
-    low, high = sorted((first_us, second_us))
-    return high - low <= STEADY_ABS_US or high <= STEADY_RATIO * low
+    low, high = min(known), max(known)
+    if high - low > STEADY_ABS_US and high > STEADY_RATIO * low:
+        return False
+    rising = all(b > a for a, b in zip(known, known[1:]))
+    return not (rising and known[-1] - known[0] > STEADY_ABS_US)
 
 
 class WarmupWatch:
@@ -53,9 +62,10 @@ class WarmupWatch:
         """True once measurement may start (the reason and the figures are kept in `decided`)."""
         if self.decided is not None:
             return True
-        done = [w for w in self.complete() if (w + 1) * WINDOW_NS >= self.min_ns]
-        series = [self._p99(w) for w in self.complete()]
-        if len(done) >= 1 and len(series) >= 2 and steady(series[-2], series[-1]):
+        complete = self.complete()
+        series = [self._p99(w) for w in complete]
+        past_minimum = bool(complete) and (complete[-1] + 1) * WINDOW_NS >= self.min_ns
+        if past_minimum and steady(series):
             self.decided = {"steady": True, "p99_us": series}
         elif now_ns - self.t_start >= self.max_ns:
             self.decided = {"steady": False, "p99_us": series}

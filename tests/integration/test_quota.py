@@ -127,7 +127,7 @@ def test_publish_only_throughput_counts_acknowledgements_over_their_window(quota
 def test_the_sustainable_rate_search_finds_the_cap(quota, endpoints, store):
     events, results = run({"rates": ["sustainable"], "duration_s": 6, "warmup_s": 2, "warmup_until_steady": False,
                            "drain_timeout_s": 5,
-                           "search": {"start_rate": 1500, "precision": 0.05}}, endpoints, store)
+                           "search": {"start_rate": 1500, "precision": 0.05, "latency_at": [0.5]}}, endpoints, store)
     [cell] = results["cells"]
     assert cell["status"] == "completed", cell.get("reason")
     found = cell["max_sustainable_rate"]
@@ -136,6 +136,10 @@ def test_the_sustainable_rate_search_finds_the_cap(quota, endpoints, store):
     assert any(s["verdict"] != "sustainable" and s["rate"] > found for s in steps)  # bracketed from above
     assert all({"rate", "verdict", "reasons", "end_to_end_p99_us"} <= s.keys() for s in steps)
     assert cell["verdict"] == "sustainable"  # the cell's figures are those of the step that held
+    [half] = cell["search"]["latency_at"]  # measured afterwards at half the rate found
+    assert half["fraction"] == 0.5 and half["rate"] == round(found / 2)
+    assert half["throughput_msgs_per_s"] == pytest.approx(half["rate"], rel=0.05)  # well under the cap: it keeps up
+    assert half["end_to_end_p99_us"] is not None
     # The report and the CLI table show the rate found and every step.
     report = build_report(events)
     [config] = report["groups"][0]["cells"]

@@ -83,14 +83,15 @@ def test_an_adaptive_warm_up_is_bounded_and_every_message_is_accounted_for(endpo
 
 
 def test_a_warm_up_that_never_settles_ends_at_its_bound(endpoints, store):
-    """3,000 msgs/s of 64 KB Avro records is more than one consumer decodes on this machine: it falls
-    further behind every second, so latency climbs from the start and never settles."""
+    """2,000 msgs/s of 64 KB Avro records is more than one consumer decodes on this machine (about 1,700/s
+    measured; the producer encodes about 2,300/s): the consumer falls further behind every second, so
+    latency climbs from the start and never settles."""
     spec = {"name": "it-unsettled", "brokers": ["redis-streams"], "sizes": [65536], "formats": ["avro"],
-            "rates": [3000], "duration_s": 1, "warmup_s": 0.5, "warmup_max_s": 3, "drain_timeout_s": 5}
+            "rates": [2000], "duration_s": 2, "warmup_s": 0.5, "warmup_max_s": 2, "drain_timeout_s": 5}
     _, results = run(spec, endpoints, store)
     [cell] = results["cells"]
     warmup = cell["warmup"]
-    assert warmup["steady"] is False and warmup["used_s"] >= 3
+    assert warmup["steady"] is False and warmup["used_s"] >= 2
     judged = [p for p in warmup["p99_us"] if p is not None]
     assert judged[-1] > 2 * judged[0]  # the half-seconds it judged: climbing
     # Producer and consumer agree on what was measured (intended inside the window) although both fell

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from itertools import groupby
 
 from .. import histogram, verdict
-from .results import SUMMARY_FIELDS, build_results
+from .results import LOSS_CLASSES, SUMMARY_FIELDS, build_results
 from .stats import median_ci, spread
 
 MIN_CLAIM_REPEATS = 3
@@ -27,7 +27,6 @@ SPECTRUM = (50.0, 75.0, 90.0, 95.0, 99.0, 99.5, 99.9, 99.95, 99.99, 100.0)
 LATENCY_FIELDS = ("publish_latency_us", "publish_delay_us", "end_to_end_latency_us", "encode_ns", "decode_ns")
 CONFIG_FIELDS = ("broker", "format", "mode", "size_basis", "size_bytes", "rate_target", "producers", "consumers",
                  "partitions")
-LOSS_CLASSES = ("lost", "late", "undelivered", "send_errors", "unacknowledged")
 
 CLAIMS_RULE = (
     f"A comparison (highlight or bold \"best\") is made only with at least {MIN_CLAIM_REPEATS} completed repeats "

@@ -12,6 +12,8 @@ LATENCY_METRICS = {  # result field -> (histogram, divisor to the field's unit)
     "decode_ns": ("decode_ns", 1),
 }
 SUMMARY_FIELDS = ("mean", "p50", "p75", "p95", "p99", "p999", "max")
+# Every way a measured message can miss being received in time (see worker.outcome).
+LOSS_CLASSES = ("lost", "late", "undelivered", "send_errors", "unacknowledged")
 
 
 def latency_object(blob: str | None) -> dict:
@@ -66,7 +68,7 @@ def cell_result(cell: dict, end: dict | None) -> dict:
         "send_rate": round(totals["sent"] / seconds, 3),
         "rate_achieved": round(delivered / window, 3),
         **counts,
-        "has_loss": any(counts.get(k) for k in ("lost", "late", "undelivered", "send_errors", "unacknowledged")),
+        "has_loss": any(counts.get(k) for k in LOSS_CLASSES),
         "broker_count": data.get("broker_count"),
         "max_sustainable_rate": (data.get("search") or {}).get("max_sustainable_rate"),
         "search": data.get("search"),

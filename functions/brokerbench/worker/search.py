@@ -15,8 +15,6 @@ from dataclasses import dataclass, field
 GROWTH = 1.5
 PRECISION = 0.05
 MAX_STEPS = 16
-# Latency is reported at these fractions of the rate found when the spec asks for it.
-DEFAULT_LATENCY_AT = (0.25, 0.5, 0.8)
 
 
 @dataclass

@@ -28,3 +28,63 @@ def store(endpoints):
     events.ensure_table()
     yield events
     events.client.delete_table(TableName=events.table)
+
+
+class ServedApi:
+    """`brokerbench serve` as a user starts it, on a free loopback port, against the session's stack."""
+
+    def __init__(self, state_dir, out_dir, *extra: str) -> None:
+        import subprocess
+        import sys
+        import time
+        from pathlib import Path
+
+        self.out_dir = Path(out_dir)
+        command = [str(Path(sys.executable).with_name("brokerbench")), "--state-dir", str(state_dir), "serve",
+                   "--port", "0", "--out", str(out_dir), *extra]
+        self.stderr = open(self.out_dir / "serve.stderr", "wb")
+        self.process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=self.stderr)
+        line = self.process.stdout.readline().decode().strip()  # "serving http://127.0.0.1:PORT"
+        if not line.startswith("serving "):
+            self.stop()
+            raise RuntimeError(f"brokerbench serve did not start: {line!r}; "
+                               f"{(self.out_dir / 'serve.stderr').read_text()[-2000:]}")
+        self.url = line.split(" ", 1)[1]
+        self.started = time.monotonic()
+
+    def request(self, method: str, path: str, body=None, headers: dict | None = None, raw: bytes | None = None):
+        """(status, headers, parsed JSON body or text)."""
+        import json
+        import urllib.error
+        import urllib.request
+
+        data = raw if raw is not None else (json.dumps(body).encode() if body is not None else None)
+        request = urllib.request.Request(self.url + path, data=data, method=method,
+                                         headers={"content-type": "application/json", **(headers or {})})
+        try:
+            with urllib.request.urlopen(request, timeout=60) as response:
+                status, got, text = response.status, dict(response.headers), response.read().decode()
+        except urllib.error.HTTPError as error:
+            status, got, text = error.code, dict(error.headers), error.read().decode()
+        kind = got.get("Content-Type", got.get("content-type", ""))
+        return status, got, json.loads(text) if kind.startswith("application/json") and text else text
+
+    def stop(self) -> None:
+        import signal
+
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+            try:
+                self.process.wait(timeout=150)
+            except Exception:
+                self.process.kill()
+                self.process.wait()
+        self.process.stdout.close()
+        self.stderr.close()
+
+
+@pytest.fixture(scope="session")
+def served_api(stack, tmp_path_factory):
+    served = ServedApi(stack.state_dir, tmp_path_factory.mktemp("served"), "--no-schedules")
+    yield served
+    served.stop()

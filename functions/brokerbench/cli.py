@@ -169,18 +169,9 @@ class EventProgress:
 
 def _finish_interrupted(store, run_id: str, request: dict) -> None:
     """Ctrl-C: the run ends as interrupted and the targets it started are stopped (as teardown would)."""
-    from .runner import run_completed_event
-    from .spec import validate
-    from .workflow import steps
+    from .workflow.stop import finish_stopped
 
-    events = store.read(run_id)
-    completed = sum(1 for e in events if e["type"] == "CellCompleted")
-    failed = sum(1 for e in events if e["type"] == "CellFailed")
-    if events:
-        store.append([run_completed_event(run_id, "interrupted", completed, failed)])
-    spec = validate(request)
-    for broker in spec["brokers"]:
-        steps.teardown_target({"run_id": run_id, "broker": broker, "spec": spec})
+    finish_stopped(store, run_id, request, "interrupted")
 
 
 # -- commands --------------------------------------------------------------------------------
@@ -454,6 +445,82 @@ def cmd_runs(args) -> int:
     return EXIT_OK
 
 
+def cmd_serve(args) -> int:
+    """The API and console on 127.0.0.1, runs on the local stack, due schedules started."""
+    import os
+    import signal
+    import threading
+
+    from . import schedules
+    from .api import build_app
+    from .api.deps import local
+    from .api.serve import ApiServer, RemoteBindRefused, check_bind
+    from .local.stack import StackError
+    from .observability import lambda_entry
+
+    try:
+        check_bind(args.host, args.allow_remote)
+        schedule_list = [] if args.no_schedules else schedules.load(args.schedules)
+    except (RemoteBindRefused, schedules.ScheduleError) as exc:
+        errors.print(str(exc), style="red", markup=False, highlight=False)
+        return EXIT_INVALID
+    stack = _stack(args)
+    started_store = not stack.is_up(["dynamodb"])
+    try:
+        endpoints = stack.up(["dynamodb"], log=lambda m: errors.print(f"[dim]{m}[/]"))
+        store = _store(endpoints)
+    except StackError as exc:
+        errors.print(f"[red]local stack:[/] {exc}")
+        return EXIT_ENVIRONMENT
+    out = Path(args.out).resolve()
+    os.environ.update({"BROKERBENCH_MODE": "local", "BROKERBENCH_STATE_DIR": str(stack.state_dir),
+                       "BROKERBENCH_EVENTS_TABLE": store.table, "BROKERBENCH_DYNAMODB_ENDPOINT": store.client.meta.endpoint_url,
+                       "BROKERBENCH_REPORTS": str(out)})
+    deps = local(stack, store, out, args.schedules)
+    app = build_app(deps)
+    handler = lambda_entry(correlation_id_path=None)(lambda event, context: app.resolve(event, context))
+    stop = threading.Event()
+    try:
+        server = ApiServer(handler, args.host, args.port).start()
+    except OSError as exc:
+        errors.print(f"cannot listen on {args.host}:{args.port}: {exc.strerror or exc}", style="red", markup=False)
+        if started_store:
+            stack.down(["dynamodb"], log=lambda m: None)
+        return EXIT_ENVIRONMENT
+    print(f"serving {server.url}", flush=True)
+    if schedule_list:
+        scheduler = schedules.Scheduler(schedule_list, store, deps.starter.start)
+        threading.Thread(target=scheduler.run, args=(stop,), name="scheduler", daemon=True).start()
+        errors.print(f"[dim]{len(schedule_list)} schedules watched[/]")
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    try:
+        while not stop.wait(0.5):
+            pass
+    except KeyboardInterrupt:
+        stop.set()
+    errors.print("[dim]stopping: runs in progress are cancelled (what they measured is kept)[/]")
+    server.stop()
+    deps.starter.cancel_all()
+    deps.starter.wait(120)
+    if started_store:
+        stack.down(["dynamodb"], log=lambda m: errors.print(f"[dim]{m}[/]"))
+    return EXIT_OK
+
+
+def cmd_openapi(args) -> int:
+    """The OpenAPI document the API generates (schemas/openapi.json is this output)."""
+    from .api import build_app, openapi_json
+    from .api.deps import Deps
+
+    document = openapi_json(build_app(Deps(store=None, starter=None, reports=None, schedules=list, mode="local")))
+    if args.write:
+        Path(args.write).write_text(document + "\n")
+        console.print(f"written: {args.write}")
+    else:
+        print(document)
+    return EXIT_OK
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="brokerbench", description=__doc__.split("\n")[0],
                                      epilog="Exit codes: 0 ok, 1 some cells or a workflow step failed, 2 invalid "
@@ -505,6 +572,21 @@ def build_parser() -> argparse.ArgumentParser:
     runs.add_argument("--suite")
     runs.add_argument("--limit", type=int, default=20)
     runs.set_defaults(func=cmd_runs)
+
+    serve = sub.add_parser("serve", help="serve the HTTP API and the web console locally; runs due schedules",
+                           description="Serves the API's Lambda handler on 127.0.0.1 (runs execute on the local stack, "
+                                       "one at a time) and starts due scheduled checks. Ctrl-C stops it.")
+    serve.add_argument("--port", type=int, default=8080, help="port (0: any free port; default 8080)")
+    serve.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
+    serve.add_argument("--allow-remote", action="store_true", help="allow a non-loopback --host (no authentication!)")
+    serve.add_argument("--schedules", help="schedules file (default: the built-in schedules.json)")
+    serve.add_argument("--no-schedules", action="store_true", help="do not start scheduled checks")
+    serve.add_argument("--out", default="reports", help="folder for run results and reports (default: reports)")
+    serve.set_defaults(func=cmd_serve)
+
+    openapi = sub.add_parser("openapi", help="print the API's OpenAPI document")
+    openapi.add_argument("--write", metavar="FILE", help="write it to FILE (e.g. schemas/openapi.json)")
+    openapi.set_defaults(func=cmd_openapi)
     return parser
 
 

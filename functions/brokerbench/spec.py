@@ -5,6 +5,7 @@ from __future__ import annotations
 import copy
 import json
 import random
+import re
 import secrets
 from dataclasses import dataclass
 from functools import cache
@@ -111,7 +112,13 @@ def validate(doc) -> dict:
     return spec
 
 
+SUITE_NAME = re.compile(r"^[a-z0-9][a-z0-9_-]{0,63}$")
+
+
 def load_suite(name: str) -> dict:
+    # The name becomes a file name: only plain names, so one cannot reach outside the suites folder.
+    if not isinstance(name, str) or not SUITE_NAME.fullmatch(name):
+        raise SpecError([Problem("suite", f"{name!r} is not a suite name (lower-case letters, digits, - and _)")])
     path = SUITES_DIR / f"{name}.json"
     if not path.is_file():
         known = ", ".join(suite_names()) or "none"

@@ -1,7 +1,13 @@
 """Lambda entry point of the workflow's record run failed step."""
 
+from brokerbench.observability import count, lambda_entry, logger
 from brokerbench.workflow import steps
 
 
+@lambda_entry
 def lambda_handler(event, context):
-    return steps.record_run_failed(event)
+    recorded = steps.record_run_failed(event)
+    logger.warning("run failed", error=(event.get("failure") or {}).get("Error"), recorded=recorded["recorded"])
+    if recorded["recorded"]:  # a retried step, or a run that already ended, is not a new failure
+        count("RunsFailed")
+    return recorded

@@ -1,7 +1,11 @@
 """Lambda entry point of the workflow's teardown target step."""
 
+from brokerbench.observability import lambda_entry, logger
 from brokerbench.workflow import steps
 
 
+@lambda_entry
 def lambda_handler(event, context):
-    return steps.teardown_target(event)
+    done = steps.teardown_target(event)
+    logger.info("target torn down", broker=done["broker"], action=done["action"])
+    return done

@@ -91,7 +91,7 @@ def test_ctrl_c_keeps_what_was_measured_and_leaves_the_stack_running(stack, tmp_
     types = [e["type"] for e in stored]
     assert types.count("IntervalMeasured") >= 3
     failed = [e for e in stored if e["type"] == "CellFailed"]
-    assert failed and failed[0]["data"]["reason"] == "interrupted by the user"
+    assert failed and failed[0]["data"]["reason"] == "stopped: the run was interrupted or cancelled"
     assert stored[-1]["type"] == "RunCompleted" and stored[-1]["data"]["status"] == "interrupted"
     results = json.loads(next((tmp_path / "out").glob("*/results.json")).read_text())
     assert results["status"] == "interrupted"

@@ -162,3 +162,16 @@ def test_a_failed_aggregate_ends_the_run_failed_and_the_execution_too(stack, tmp
     assert [s for s in states(execution) if s in ("CheckRegression", "Aggregate", "RecordRunFailed")] == [
         "CheckRegression", "Aggregate", "RecordRunFailed"]
     assert states(execution)[-1] == "TeardownTarget"
+
+
+def test_a_failed_run_tells_the_recipients_of_its_request(store_only_stack, tmp_path):
+    request = {"name": "wf-told", "brokers": ["kafka"], "sizes": [1024], "rates": [100], "formats": ["raw"],
+               "duration_s": 1, "provision": {"kafka": {"version": "2.8"}},
+               "notify": ["perf@example.com", "arn:aws:sns:us-east-1:123456789012:perf"]}
+    execution, events = execute(store_only_stack, tmp_path, request)
+    assert execution.status == "FAILED" and [e["type"] for e in events] == ["RunRequested", "RunFailed"]
+    assert events[0]["data"]["spec"]["notify"] == request["notify"]  # carried into the validated spec
+    [note] = [json.loads(line) for line in (tmp_path / "reports" / execution.run_id / "notifications.jsonl").open()]
+    assert note["to"] == request["notify"]
+    assert note["subject"].startswith(f"brokerbench run {execution.run_id} failed: ") and "2.8" in note["subject"]
+    assert note["message"]["reason"] == events[-1]["data"]["reason"]

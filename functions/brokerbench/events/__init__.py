@@ -54,6 +54,10 @@ def sort_key(event_type: str, cell_index: int | None = None, interval: int | Non
         return "95#report"
     if event_type == "RegressionDetected":
         return f"96#regression#c{cell_index:05d}#{key}"
+    if event_type == "ScheduleTriggered":
+        # In a schedule's own partition (schedule#<name>); `key` is the due time (and "#claim" for the claim),
+        # so every scheduler trying the same due time writes the same key, and only the first one lands.
+        return f"tr#{key}"
     raise InvalidEvent(f"unknown event type {event_type!r}")
 
 

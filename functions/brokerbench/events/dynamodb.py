@@ -202,13 +202,55 @@ class DynamoEventStore:
 
     def list_runs(self, limit: int = 50, suite: str | None = None) -> list[dict]:
         """RunRequested events, newest first."""
+        return self.runs_page(limit=limit, suite=suite)[0]
+
+    def runs_page(self, *, limit: int = 50, suite: str | None = None, since: str | None = None,
+                  start: dict | None = None) -> tuple[list[dict], dict | None]:
+        """One page of RunRequested events, newest first, requested at or after `since` (ISO time) when given.
+
+        Returns the events and, when more may follow, the key to pass as `start` for the next page.
+        """
         if suite:
             condition, values, index = "suite = :s", {":s": {"S": suite}}, SUITES_INDEX
         else:
             condition, values, index = "entity = :e", {":e": {"S": "run"}}, RUNS_INDEX
-        page = self.client.query(TableName=self.table, IndexName=index, KeyConditionExpression=condition,
-                                 ExpressionAttributeValues=values, ScanIndexForward=False, Limit=limit)
-        return [self._event(item) for item in page["Items"]]
+        if since:
+            condition += " AND #a >= :since"
+            values[":since"] = {"S": since}
+        kwargs = {"TableName": self.table, "IndexName": index, "KeyConditionExpression": condition,
+                  "ExpressionAttributeValues": values, "ScanIndexForward": False, "Limit": limit}
+        if since:
+            kwargs["ExpressionAttributeNames"] = {"#a": "at"}
+        if start:
+            kwargs["ExclusiveStartKey"] = {k: {"S": v} for k, v in start.items()}
+        page = self.client.query(**kwargs)
+        last = page.get("LastEvaluatedKey")
+        return [self._event(item) for item in page["Items"]], {k: v["S"] for k, v in last.items()} if last else None
+
+    @staticmethod
+    def run_key(event: dict, suite: str | None = None) -> dict:
+        """The listing key of a RunRequested event: where a page that ends with it resumes."""
+        key = {"run_id": event["run_id"], "sk": event["sk"], "at": event["at"]}
+        if suite:
+            key["suite"] = suite
+        else:
+            key["entity"] = "run"
+        return key
+
+    def events_page(self, run_id: str, *, limit: int, after: str | None = None,
+                    interval_histograms: bool = False) -> tuple[list[dict], str | None]:
+        """Up to `limit` of the run's events in order, after the sort key `after`; and the sort key to resume
+        after when more may follow."""
+        kwargs = {"TableName": self.table, "KeyConditionExpression": "run_id = :r",
+                  "ExpressionAttributeValues": {":r": {"S": run_id}}, "ConsistentRead": True, "Limit": limit}
+        if after is not None:
+            kwargs["ExclusiveStartKey"] = {"run_id": {"S": run_id}, "sk": {"S": after}}
+        if not interval_histograms:
+            kwargs["ProjectionExpression"] = "run_id, sk, event_id, #t, #a, schema_version, #d"
+            kwargs["ExpressionAttributeNames"] = {"#t": "type", "#a": "at", "#d": "data"}
+        page = self.client.query(**kwargs)
+        events = [self._event(item) for item in page["Items"]]
+        return events, (events[-1]["sk"] if events and "LastEvaluatedKey" in page else None)
 
 
 def _reasons_from_message(message: str, count: int) -> list[dict]:

@@ -61,13 +61,24 @@ def load_definition(path: Path = DEFINITION) -> dict:
 
 
 class _LambdaContext:
-    def __init__(self, name: str) -> None:
-        self.function_name = name
-        self.aws_request_id = str(uuid.uuid4())
+    """What Lambda's context tells a handler (and Powertools reads), for a local invocation.
 
-    @staticmethod
-    def get_remaining_time_in_millis() -> int:
-        return 900_000
+    `function` is the local stand-in for the function's ARN (local:<handler module>)."""
+
+    TIMEOUT_S = 900  # Lambda's longest
+
+    def __init__(self, function: str) -> None:
+        self.invoked_function_arn = function
+        self.function_name = function.rsplit(":", 1)[-1]
+        self.function_version = "$LATEST"
+        self.memory_limit_in_mb = None  # the local process has no memory limit of its own
+        self.aws_request_id = str(uuid.uuid4())
+        self.log_group_name = "local"  # the lines go to functions.log (brokerbench.observability)
+        self.log_stream_name = self.function_name
+        self._deadline = time.monotonic() + self.TIMEOUT_S
+
+    def get_remaining_time_in_millis(self) -> int:
+        return max(0, int((self._deadline - time.monotonic()) * 1000))
 
 
 class Bridge:
@@ -142,7 +153,7 @@ class Bridge:
         except _TaskError as exc:
             return 500, {"errorType": exc.error, "errorMessage": exc.cause}
         except KeyboardInterrupt:  # a cell stopped by Ctrl-C (it has recorded what it measured)
-            return 500, {"errorType": "States.Cancelled", "errorMessage": "interrupted by the user"}
+            return 500, {"errorType": "States.Cancelled", "errorMessage": "the run was interrupted or cancelled"}
         except Exception as exc:  # a handler's exception is the task's error, named by its class (as in Lambda)
             return 500, {"errorType": type(exc).__name__, "errorMessage": str(exc)}
 
@@ -221,7 +232,9 @@ class LocalWorkflow:
         }
 
     def execute(self, request: dict, *, suite: str | None = None, run_id: str,
-                on_poll: Callable[[], None] | None = None) -> Execution:
+                on_poll: Callable[[], None] | None = None, cancel: threading.Event | None = None) -> Execution:
+        """Run the workflow to its end; `cancel`, when set from another thread, stops it like Ctrl-C does
+        (cells in progress record what they measured) and the execution ends ABORTED."""
         node = shutil.which("node")
         if not node:
             raise WorkflowError("Node.js is needed to run the workflow locally (make setup installs its packages)")
@@ -249,6 +262,11 @@ class LocalWorkflow:
                         reader.join(0.5)
                         if on_poll:
                             on_poll()
+                        if cancel is not None and cancel.is_set():
+                            self._interrupt(process, bridge)
+                            reader.join(10)
+                            return Execution(run_id, "ABORTED", error="Cancelled", cause="cancelled by request",
+                                             tasks=bridge.tasks)
                 except KeyboardInterrupt:
                     self._interrupt(process, bridge)
                     raise

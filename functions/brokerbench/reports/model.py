@@ -93,7 +93,7 @@ def _rate_sort(rate) -> tuple:
     return (1, 0.0) if rate == "max" else (2, 0.0)
 
 
-def _intervals_by_cell(events: list[dict]) -> dict[str, list[dict]]:
+def intervals_by_cell(events: list[dict]) -> dict[str, list[dict]]:
     """Per cell, the interval events of the attempt that ended the cell."""
     attempts = {e["data"]["cell_id"]: e["data"].get("attempt", 0) for e in events
                 if e["type"] in ("CellCompleted", "CellFailed")}
@@ -397,7 +397,7 @@ def build_report(events: list[dict]) -> dict:
     spec = results["spec"]
     references = {"format": "json", "broker": "kafka", **spec.get("references", {})}
     completed_events = {e["data"]["cell_id"]: e["data"] for e in events if e["type"] == "CellCompleted"}
-    intervals = _intervals_by_cell(events)
+    intervals = intervals_by_cell(events)
     cells = sorted(results["cells"], key=lambda c: (config_key(c), c["repeat"]))
     configurations = [_configuration(list(group), completed_events, intervals)
                       for _, group in groupby(cells, key=config_key)]

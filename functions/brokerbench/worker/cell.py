@@ -90,7 +90,7 @@ def run_cell(run_id: str, cell: dict, endpoint: dict, store: EventStore,
     try:
         return runner.run()
     except KeyboardInterrupt:
-        runner.fail("interrupted by the user")
+        runner.fail("stopped: the run was interrupted or cancelled")
         raise
     except (CellError, BrokerUnavailable) as exc:
         return runner.fail(str(exc))

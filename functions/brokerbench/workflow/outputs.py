@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import re
+from collections.abc import Sequence
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -40,13 +42,39 @@ class S3Reports:
         return response["Body"].read().decode()
 
 
+SNS_TOPIC_ARN = re.compile(r"^arn:aws[a-z-]*:sns:")
+SUBJECT_LIMIT = 100  # SNS: at most 100 characters, printable ASCII, no line breaks
+
+
+def sns_subject(subject: str) -> str:
+    plain = "".join(c if " " <= c <= "~" else " " for c in " ".join(subject.split()))
+    return plain[:SUBJECT_LIMIT]
+
+
 class SnsNotifier:
+    """Publishes to the service's topic, and also to each recipient that is a topic of its own.
+
+    The recipients travel in the message and in the `recipients` message attribute (String.Array), so
+    an email subscription of the service's topic with a filter policy on it gets only its own runs.
+    """
+
     def __init__(self, client, topic_arn: str) -> None:
         self.client, self.topic_arn = client, topic_arn
 
-    def publish(self, run_id: str, subject: str, message: dict) -> str:
-        response = self.client.publish(TopicArn=self.topic_arn, Subject=subject[:100],
-                                       Message=json.dumps(message, indent=2))
+    def publish(self, run_id: str, subject: str, message: dict, to: Sequence[str] = ()) -> str:
+        to = list(to)
+        kwargs = {"Subject": sns_subject(subject), "Message": json.dumps({**message, "recipients": to}, indent=2)}
+        if to:
+            kwargs["MessageAttributes"] = {"recipients": {"DataType": "String.Array", "StringValue": json.dumps(to)}}
+        response = self.client.publish(TopicArn=self.topic_arn, **kwargs)
+        failed = []
+        for topic in dict.fromkeys(r for r in to if SNS_TOPIC_ARN.match(r) and r != self.topic_arn):
+            try:  # one unreachable recipient must not keep the others from hearing about the run
+                self.client.publish(TopicArn=topic, **kwargs)
+            except Exception as exc:  # noqa: BLE001 (reported below, with the topic it concerns)
+                failed.append(f"{topic}: {exc}")
+        if failed:
+            raise RuntimeError("could not publish to " + "; ".join(failed))
         return response["MessageId"]
 
 
@@ -56,10 +84,10 @@ class FileNotifier:
     def __init__(self, folder: str | Path) -> None:
         self.folder = Path(folder)
 
-    def publish(self, run_id: str, subject: str, message: dict) -> str:
+    def publish(self, run_id: str, subject: str, message: dict, to: Sequence[str] = ()) -> str:
         path = self.folder / run_id / "notifications.jsonl"
         path.parent.mkdir(parents=True, exist_ok=True)
         with path.open("a") as f:
-            f.write(json.dumps({"at": datetime.now(timezone.utc).isoformat(), "subject": subject,
+            f.write(json.dumps({"at": datetime.now(timezone.utc).isoformat(), "subject": subject, "to": list(to),
                                 "message": message}) + "\n")
         return str(path)

@@ -10,7 +10,7 @@ import json
 import socket
 
 from .. import config, environment
-from ..events import RUN_EVENTS, make_event, new_run_id
+from ..events import RUN_EVENTS, make_event, new_run_id, sort_key
 from ..plan import plan
 from ..reports import html, markdown, regression
 from ..reports.model import build_report
@@ -160,6 +160,12 @@ def _regression_check(run_id: str, check: dict | None) -> dict | None:
     return json.loads(body)
 
 
+def recipients(store, run_id: str) -> list[str]:
+    """Who the run's request asks to be told (its `notify`), besides the service's own topic."""
+    requested = store.read(run_id, prefix="00#run")
+    return list(requested[0]["data"]["spec"].get("notify") or []) if requested else []
+
+
 def notify(event: dict) -> dict:
     check, summary = event["check"], event["summary"]
     parts = []
@@ -167,17 +173,36 @@ def notify(event: dict) -> dict:
         parts.append(f"{len(check['failed_cells'])} failed cells")
     if check["regressions"]:
         parts.append(f"{len(check['regressions'])} regressions")
-    subject = f"brokerbench run {event['run_id']}: {', '.join(parts)}"
-    message_id = config.notifier().publish(event["run_id"], subject, {"run_id": event["run_id"], "summary": summary,
-                                                                       **check})
+    run_id = event["run_id"]
+    subject = f"brokerbench run {run_id}: {', '.join(parts)}"
+    message = {"run_id": run_id, "summary": summary, **check}
+    message_id = config.notifier().publish(run_id, subject, message, to=recipients(config.event_store(), run_id))
     return {"message_id": message_id}
 
 
 def record_run_failed(event: dict) -> dict:
+    """RunFailed, then a notification. The event comes first and a notification that cannot be sent is
+    reported in the result (notify_error), not raised: a retry must not be needed to keep the run's end.
+
+    A retry of this step (its RunFailed already stored) notifies again: better twice than never. A run
+    that had already ended otherwise did not fail, and nobody is told it did.
+    """
     failure = event.get("failure") or {}
     reason = f"{failure.get('Error', 'RunFailed')}: {failure.get('Cause', 'no cause given')}"
-    result = config.event_store().append([make_event(event["run_id"], "RunFailed", {"reason": reason})])
-    return {"recorded": bool(result.written)}
+    store, run_id = config.event_store(), event["run_id"]
+    result = store.append([make_event(run_id, "RunFailed", {"reason": reason})])
+    out = {"recorded": bool(result.written)}
+    if not result.written:
+        stored_end = [e["type"] for e in store.read(run_id, prefix=sort_key("RunFailed"))]
+        if stored_end != ["RunFailed"]:
+            return out
+    try:
+        out["message_id"] = config.notifier().publish(
+            run_id, f"brokerbench run {run_id} failed: {reason}",
+            {"run_id": run_id, "status": "failed", "reason": reason}, to=recipients(store, run_id))
+    except Exception as exc:  # noqa: BLE001 (the run's end is stored; the failure to tell is reported)
+        out["notify_error"] = f"{type(exc).__name__}: {exc}"
+    return out
 
 
 def teardown_target(event: dict) -> dict:

@@ -1,0 +1,199 @@
+"""Response shapes of the HTTP API, validated at the edge and published in the OpenAPI document."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict
+
+RUN_ID = r"^\d{8}T\d{6}Z-[0-9a-f]{6}$"
+CELL_ID = r"^[A-Za-z0-9][A-Za-z0-9_-]*(\.[A-Za-z0-9_-]+)*$"
+SUITE = r"^[a-z0-9][a-z0-9_-]{0,63}$"
+RunStatus = Literal["starting", "running", "completed", "completed_with_failures", "failed", "cancelled",
+                    "interrupted", "incomplete"]
+
+
+class Model(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class Problem(Model):
+    field: str
+    message: str
+
+
+class Error(Model):
+    message: str
+    field: str | None
+    problems: list[Problem] | None = None
+
+
+class Links(Model):
+    self: str
+    events: str
+    report: str
+    cancel: str
+
+
+class RunStarted(Model):
+    run_id: str
+    status: Literal["starting"]
+    links: Links
+    replayed: bool = False  # true when an Idempotency-Key returned an earlier request's run
+
+
+class CellCounts(Model):
+    total: int
+    completed: int
+    failed: int
+
+
+class RunSummary(Model):
+    run_id: str
+    name: str
+    suite: str | None
+    status: RunStatus
+    requested_at: str
+    finished_at: str | None
+    cells: CellCounts
+    links: Links
+
+
+class RunList(Model):
+    runs: list[RunSummary]
+    next: str | None
+
+
+class Progress(Model):
+    total: int
+    completed: int
+    failed: int
+    fraction: float
+
+
+class Timings(Model):
+    requested_at: str | None
+    finished_at: str | None
+    duration_s: float | None
+
+
+class CellLine(Model):
+    cell_id: str
+    broker: str
+    format: str
+    size_bytes: int
+    rate_target: int | float | str
+    status: str
+    throughput_msgs_per_s: float | None
+    verdict: str | None
+    reason: str | None
+
+
+class RunDetail(Model):
+    run_id: str
+    name: str | None
+    suite: str | None
+    status: RunStatus
+    reason: str | None
+    requested_at: str | None
+    finished_at: str | None
+    cells: CellCounts
+    links: Links
+    progress: Progress
+    timings: Timings
+    spec: dict[str, Any] | None
+    cells_detail: list[CellLine]
+
+
+class Cancelling(Model):
+    run_id: str
+    status: Literal["cancelling"]
+
+
+class EventPage(Model):
+    events: list[dict[str, Any]]
+    next: str | None
+
+
+class CellDetail(Model):
+    cell: dict[str, Any]
+    series: list[dict[str, Any]]
+
+
+class Verdict(Model):
+    model_config = ConfigDict(extra="allow")
+    cell: str
+    metric: str
+    verdict: str
+    baseline_median: float | None
+    candidate_median: float | None
+    change: float | None
+    p_value: float | None
+    why: str
+
+
+class Comparison(Model):
+    baseline: str
+    candidate: str
+    verdicts: list[Verdict]
+    summary: dict[str, int]
+
+
+class Suite(Model):
+    name: str
+    description: str
+    cells: int
+    estimated_s: float
+
+
+class SuiteList(Model):
+    suites: list[Suite]
+
+
+class SuiteDetail(Suite):
+    request: dict[str, Any]
+
+
+class Trigger(Model):
+    due_at: str
+    run_id: str | None
+    outcome: str
+    reason: str | None
+
+
+class LastRun(Model):
+    run_id: str
+    status: str
+
+
+class Schedule(Model):
+    model_config = ConfigDict(extra="allow")
+    name: str
+    description: str | None = None
+    suite: str | None
+    cron: str
+    timezone: str | None = None
+    baseline: str
+    notify: list[str]
+    enabled: bool
+    next_due: str | None
+    last_trigger: Trigger | None
+    last_run: LastRun | None
+
+
+class ScheduleList(Model):
+    schedules: list[Schedule]
+
+
+class Health(Model):
+    status: Literal["ok"]
+    version: str
+    mode: Literal["local", "aws"]
+
+
+def answers(model, *codes: int, status: int = 200, description: str = "success") -> dict:
+    """The `responses` entry of a route: its success (with `model`) and the error statuses it may answer."""
+    what = {400: "bad request", 404: "not found", 409: "conflict", 413: "body too large", 422: "invalid input"}
+    out = {code: {"description": what[code], "content": {"application/json": {"model": Error}}} for code in codes}
+    out[status] = {"description": description, "content": {"application/json": {"model": model}}}
+    return out

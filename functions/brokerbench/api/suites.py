@@ -1,0 +1,51 @@
+"""/suites: the built-in suites, what each measures and about how long it takes."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from aws_lambda_powertools.event_handler.api_gateway import Router
+from aws_lambda_powertools.event_handler.openapi.params import Path
+
+from ..spec import SpecError, expand, load_suite, suite_names, validate
+from .errors import ApiError
+from .models import SUITE, Suite, SuiteDetail, SuiteList, answers
+
+# Per cell beyond warm-up and measurement: readiness probe, drain, the worker's start (measured locally:
+# bench/results/run_overhead.json), and once per run: provisioning and reports.
+CELL_OVERHEAD_S = 4.0
+RUN_OVERHEAD_S = 20.0
+
+
+def estimate_s(spec: dict, cells: list[dict]) -> float:
+    """A rough wall-clock estimate, labelled as such wherever it is shown (a rate search takes longer)."""
+    per_cell = spec.get("warmup_s", 0) + (spec.get("duration_s") or 0) + CELL_OVERHEAD_S
+    return round(RUN_OVERHEAD_S + per_cell * len(cells), 1)
+
+
+def describe(name: str) -> dict:
+    request = load_suite(name)
+    spec = validate(request)
+    cells = expand(spec)
+    return {"name": name, "description": request.get("description", ""), "cells": len(cells),
+            "estimated_s": estimate_s(spec, cells)}
+
+
+def router() -> Router:
+    suites = Router()
+
+    @suites.get("/suites", summary="The built-in suites", tags=["suites"])
+    def list_suites() -> SuiteList:
+        return SuiteList(suites=[Suite(**describe(name)) for name in suite_names()])
+
+    @suites.get("/suites/<name>", summary="A built-in suite and its run request", responses=answers(SuiteDetail, 404, 422),
+                tags=["suites"])
+    def get_suite(name: Annotated[str, Path(pattern=SUITE)]) -> SuiteDetail:
+        if name not in suite_names():
+            raise ApiError(404, f"no suite named {name!r} (known: {', '.join(suite_names())})", "name")
+        try:
+            return SuiteDetail(**describe(name), request=load_suite(name))
+        except SpecError as exc:  # a broken built-in suite is the project's bug, said plainly
+            raise RuntimeError(f"built-in suite {name} is invalid: {exc}") from None
+
+    return suites

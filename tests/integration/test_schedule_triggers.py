@@ -1,0 +1,191 @@
+"""The scheduler and the notifications against the real event store (DynamoDB Local)."""
+
+import json
+import secrets
+import threading
+from datetime import datetime, timezone
+
+import pytest
+
+from brokerbench import config, schedules
+from brokerbench.events import make_event, new_run_id
+from brokerbench.workflow import steps
+
+UTC = timezone.utc
+ENVIRONMENT = {"host": {}, "code_version": "test", "python": "3"}
+
+
+def at(hour, minute=0, second=0, day=21):
+    return datetime(2026, 11, day, hour, minute, second, tzinfo=UTC)
+
+
+def hourly(**fields):
+    """A schedule of its own per test: the store is shared by the session."""
+    return schedules.Schedule(**{"name": f"hourly-{secrets.token_hex(4)}", "cron": "0 * * * *", "suite": "smoke",
+                                 "notify": ("perf@example.com",), **fields})
+
+
+class Starts:
+    """The `start` callable: records each call; fails while `error` is set."""
+
+    def __init__(self, store=None):
+        self.calls, self.error, self.store = [], None, store
+        self.lock = threading.Lock()
+
+    def __call__(self, request, suite, run_id):
+        if self.error:
+            raise self.error
+        with self.lock:
+            self.calls.append((request, suite, run_id))
+        if self.store is not None:  # what a started workflow writes first
+            self.store.append([requested(run_id, request)])
+
+
+def requested(run_id, spec):
+    return make_event(run_id, "RunRequested", {"spec": spec, "cells": [], "environment": ENVIRONMENT})
+
+
+def outcomes(store, schedule):
+    return [e for e in store.read(schedules.partition(schedule.name)) if e["data"]["outcome"] != "claimed"]
+
+
+def test_a_due_time_starts_one_run_however_many_schedulers_try_it(store):
+    schedule = hourly()
+    starts = Starts()
+    first = schedules.Scheduler([schedule], store, starts, clock=lambda: at(10, 30))
+    late = schedules.Scheduler([schedule], store, starts, clock=lambda: at(10, 30))
+    assert first.tick(at(10, 59, 59)) == [] and late.tick(at(10, 59, 59)) == []  # both watching, nothing due
+
+    [event] = first.tick(at(11, 0, 1))
+    [(request, suite, run_id)] = starts.calls
+    assert suite == "smoke" and request["notify"] == ["perf@example.com"] and "baseline_run_id" not in request
+    assert event["data"] == {"schedule": schedule.name, "due_at": "2026-11-21T11:00:00+00:00", "outcome": "started",
+                             "run_id": run_id, "reason": None}
+    assert first.tick(at(11, 0, 2)) == [] and first.tick(at(11, 59)) == []
+    assert late.tick(at(11, 0, 3)) == []  # it had not seen the trigger: its claim is the one that is skipped
+    assert len(starts.calls) == 1
+
+    racers = [schedules.Scheduler([schedule], store, starts, clock=lambda: at(11, 30)) for _ in range(4)]
+    gate = threading.Barrier(len(racers))
+    results = []
+
+    def race(scheduler):
+        gate.wait()
+        results.append(scheduler.tick(at(12, 0, 1)))
+
+    threads = [threading.Thread(target=race, args=(s,)) for s in racers]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert len(starts.calls) == 2 and sorted(len(r) for r in results) == [0, 0, 0, 1]
+    stored = outcomes(store, schedule)
+    assert [e["data"]["due_at"] for e in stored] == ["2026-11-21T11:00:00+00:00", "2026-11-21T12:00:00+00:00"]
+    assert [e["data"]["run_id"] for e in stored] == [c[2] for c in starts.calls]  # one outcome per due time
+
+
+def test_a_start_that_fails_is_recorded_with_its_reason_and_not_retried(store):
+    schedule = hourly(baseline="20261120T020000Z-abcdef")
+    starts = Starts()
+    starts.error = RuntimeError("another run holds the local stack")
+    scheduler = schedules.Scheduler([schedule], store, starts, clock=lambda: at(10, 30))
+    [event] = scheduler.tick(at(11, 0, 5))
+    assert event["data"]["outcome"] == "not_started" and event["data"]["run_id"] is None
+    assert event["data"]["reason"] == "another run holds the local stack"
+    starts.error = None
+    assert scheduler.tick(at(11, 30)) == [] and starts.calls == []  # the due time had its one try
+    [event] = scheduler.tick(at(12, 0, 5))
+    assert event["data"]["outcome"] == "started" and starts.calls[0][0]["baseline_run_id"] == "20261120T020000Z-abcdef"
+
+
+def test_a_restarted_scheduler_goes_on_from_the_stored_triggers_and_settles_a_left_claim(store):
+    schedule, disabled = hourly(), hourly(enabled=False)
+    starts = Starts(store)
+    schedules.Scheduler([schedule, disabled], store, starts, clock=lambda: at(10, 30)).tick(at(11, 0, 1))
+    assert len(starts.calls) == 1  # the disabled one never fires
+
+    restarted = schedules.Scheduler([schedule], store, starts, clock=lambda: at(10, 45))
+    assert restarted.tick(at(11, 0, 30)) == []  # 11:00 is stored as fired
+    # A scheduler that stopped after claiming 12:00 and starting its run, before storing the outcome:
+    claim = schedules.trigger_event(schedule.name, at(12), "claimed", "20261121T120000Z-c1a1c1")
+    store.append([{**claim, "at": at(12, 0, 1).isoformat()}, requested("20261121T120000Z-c1a1c1", {"name": "x"})])
+    other = schedules.Scheduler([schedule], store, starts, clock=lambda: at(11, 50))
+    assert other.tick(at(12, 5)) == []  # the claim is young: its scheduler may still be at it
+    [settled] = other.tick(at(12, 30))
+    assert settled["data"]["outcome"] == "started" and settled["data"]["run_id"] == "20261121T120000Z-c1a1c1"
+    assert len(starts.calls) == 1  # 12:00 was claimed: nobody else started it
+    [event] = other.tick(at(13, 0, 2))
+    assert event["data"]["due_at"] == "2026-11-21T13:00:00+00:00" and len(starts.calls) == 2
+
+
+def test_describe_shows_when_each_schedule_is_next_due_and_how_its_last_run_went(store):
+    fired, never, off = hourly(description="every hour"), hourly(), hourly(enabled=False)
+    starts = Starts(store)
+    schedules.Scheduler([fired], store, starts, clock=lambda: at(10, 30)).tick(at(11, 0, 1))
+    old = at(11, day=1)  # far before the recent due times describe reads first
+    store.append([schedules.trigger_event(off.name, old, "not_started", reason="busy")])
+
+    shown = {s["name"]: s for s in schedules.describe([fired, never, off], store, at(11, 20))}
+    run_id = starts.calls[0][2]
+    assert shown[fired.name] == {
+        "name": fired.name, "description": "every hour", "suite": "smoke", "cron": "0 * * * *", "timezone": "UTC",
+        "baseline": "previous", "notify": ["perf@example.com"], "enabled": True,
+        "next_due": "2026-11-21T12:00:00+00:00",
+        "last_trigger": {"due_at": "2026-11-21T11:00:00+00:00", "run_id": run_id, "outcome": "started",
+                         "reason": None},
+        "last_run": {"run_id": run_id, "status": "running"}}
+    assert (shown[never.name]["last_trigger"], shown[never.name]["last_run"]) == (None, None)
+    assert shown[off.name]["next_due"] is None and shown[off.name]["last_run"] is None
+    assert shown[off.name]["last_trigger"]["due_at"] == "2026-11-01T11:00:00+00:00"
+    assert schedules.run_status(store, "20261121T000000Z-000000") == "starting"
+
+
+@pytest.fixture
+def step_environment(store, tmp_path, monkeypatch):
+    """The workflow steps' adapters: this store, and notifications in tmp_path."""
+    monkeypatch.setenv("BROKERBENCH_MODE", "local")
+    monkeypatch.setenv("BROKERBENCH_EVENTS_TABLE", store.table)
+    monkeypatch.setenv("BROKERBENCH_DYNAMODB_ENDPOINT", store.client.meta.endpoint_url)
+    monkeypatch.setenv("BROKERBENCH_NOTIFY", str(tmp_path))
+    return tmp_path
+
+
+def notes(folder, run_id):
+    path = folder / run_id / "notifications.jsonl"
+    return [json.loads(line) for line in path.open()] if path.exists() else []
+
+
+def test_the_run_requests_recipients_are_told_of_its_check_and_of_its_failure(store, step_environment):
+    run_id = new_run_id()
+    store.append([requested(run_id, {"name": "notified", "notify": ["perf@example.com"]})])
+    check = {"failed_cells": [{"cell_id": "c", "reason": "x"}], "regressions": [], "baseline_run_id": None,
+             "check_file": "f", "notify": True}
+    steps.notify({"run_id": run_id, "check": check, "summary": {"status": "completed_with_failures"}})
+    result = steps.record_run_failed({"run_id": run_id, "failure": {"Error": "States.Timeout", "Cause": "too slow"}})
+    assert result["recorded"] and "notify_error" not in result
+    checked, failed = notes(step_environment, run_id)
+    assert checked["to"] == failed["to"] == ["perf@example.com"]
+    assert checked["subject"] == f"brokerbench run {run_id}: 1 failed cells"
+    assert failed["subject"] == f"brokerbench run {run_id} failed: States.Timeout: too slow"
+    assert failed["message"] == {"run_id": run_id, "status": "failed", "reason": "States.Timeout: too slow"}
+
+    again = steps.record_run_failed({"run_id": run_id, "failure": {"Error": "States.Timeout", "Cause": "too slow"}})
+    assert not again["recorded"] and len(notes(step_environment, run_id)) == 3  # a retry: told again, not never
+
+    ended = new_run_id()
+    store.append([requested(ended, {"name": "notified", "notify": ["perf@example.com"]}),
+                  make_event(ended, "RunCompleted", {"status": "completed", "cells_completed": 0, "cells_failed": 0})])
+    assert steps.record_run_failed({"run_id": ended, "failure": {}}) == {"recorded": False}
+    assert notes(step_environment, ended) == []  # it did not fail: nobody is told it did
+
+
+def test_a_notification_that_cannot_be_sent_keeps_the_run_failed_event(store, step_environment, monkeypatch):
+    class Unreachable:
+        def publish(self, run_id, subject, message, to=()):
+            raise ConnectionError("SNS did not answer")
+
+    monkeypatch.setattr(config, "notifier", Unreachable)
+    run_id = new_run_id()
+    result = steps.record_run_failed({"run_id": run_id, "failure": {"Error": "ProvisioningError", "Cause": "no"}})
+    assert result == {"recorded": True, "notify_error": "ConnectionError: SNS did not answer"}
+    assert [e["type"] for e in store.read(run_id)] == ["RunFailed"]

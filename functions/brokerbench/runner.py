@@ -94,8 +94,11 @@ def execute_run(request: dict, endpoints: dict, store: EventStore, *, suite: str
     return outcome
 
 
-def run_completed_event(run_id: str, status: str, completed: int, failed: int) -> dict:
-    return make_event(run_id, "RunCompleted", {"status": status, "cells_completed": completed, "cells_failed": failed})
+def run_completed_event(run_id: str, status: str, completed: int, failed: int, reason: str | None = None) -> dict:
+    data = {"status": status, "cells_completed": completed, "cells_failed": failed}
+    if reason:
+        data["reason"] = reason
+    return make_event(run_id, "RunCompleted", data)
 
 
 def _finish(store: EventStore, run_id: str, outcome: RunOutcome) -> None:

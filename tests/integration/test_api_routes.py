@@ -238,7 +238,7 @@ def test_cancel_stops_the_execution_and_the_run_ends_cancelled_with_its_cells_ke
         sfn.assert_no_pending_responses()
     end = store.read(run_id, prefix="90#")[0]
     assert end["type"] == "RunCompleted" and end["data"] == {"status": "cancelled", "cells_completed": 1,
-                                                              "cells_failed": 0}
+                                                              "cells_failed": 0, "reason": "cancelled by request"}
     status, run = call(handler, "GET", f"/runs/{run_id}")
     assert run["status"] == "cancelled" and run["cells"]["completed"] == 1
     status, body = call(handler, "POST", f"/runs/{run_id}/cancel")  # already ended

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import json
+import os
 
-from aws_lambda_powertools.event_handler import APIGatewayRestResolver, Response
-from aws_lambda_powertools.event_handler.openapi.exceptions import RequestValidationError
+from aws_lambda_powertools.event_handler import APIGatewayRestResolver, CORSConfig, Response
+from aws_lambda_powertools.event_handler.openapi.exceptions import (RequestUnsupportedContentType,
+                                                                   RequestValidationError)
 
 from .. import __version__, observability
 from . import compare, meta, runs, schedules, suites
@@ -21,8 +23,25 @@ def _error(error: ApiError) -> Response:
     return Response(error.status, "application/json", json.dumps(error.body()))
 
 
+def json_bodies_only(app: APIGatewayRestResolver, next_middleware):
+    """A body that is not declared JSON is refused plainly (415), before validation reads it as something else."""
+    event = app.current_event
+    if event.body and event.http_method in ("POST", "PUT", "PATCH"):
+        content_type = (event.headers or {}).get("content-type") or (event.headers or {}).get("Content-Type") or ""
+        if content_type.split(";")[0].strip().lower() != "application/json":
+            return _error(ApiError(415, f"the body must be JSON sent as Content-Type: application/json "
+                                        f"(got {content_type or 'no Content-Type'})", "Content-Type"))
+    return next_middleware(app)
+
+
 def build_app(deps: Deps) -> APIGatewayRestResolver:
-    app = APIGatewayRestResolver(enable_validation=True)
+    # CORS only where the console is served from another origin (S3 in AWS: the CDK app sets the origin);
+    # the local server serves the console itself, and an unauthenticated local API answers no other origin.
+    origin = os.environ.get("BROKERBENCH_CONSOLE_ORIGIN")
+    cors = CORSConfig(allow_origin=origin, allow_headers=["Content-Type", "Idempotency-Key", "Authorization",
+                                                          "X-Amz-Date", "X-Amz-Security-Token"]) if origin else None
+    app = APIGatewayRestResolver(enable_validation=True, cors=cors)
+    app.use(middlewares=[json_bodies_only])
     app.include_router(runs.router(deps))
     app.include_router(suites.router())
     app.include_router(schedules.router(deps))
@@ -36,6 +55,10 @@ def build_app(deps: Deps) -> APIGatewayRestResolver:
     @app.exception_handler(RequestValidationError)
     def invalid_request(error: RequestValidationError) -> Response:
         return _error(from_validation(error.errors()))
+
+    @app.exception_handler(RequestUnsupportedContentType)
+    def not_json(error: RequestUnsupportedContentType) -> Response:
+        return _error(ApiError(415, "the body must be JSON sent as Content-Type: application/json", "Content-Type"))
 
     @app.not_found
     def not_found(error) -> Response:

@@ -5,14 +5,17 @@ from __future__ import annotations
 
 class ApiError(Exception):
     def __init__(self, status: int, message: str, field: str | None = None,
-                 problems: list[dict] | None = None) -> None:
+                 problems: list[dict] | None = None, run_id: str | None = None) -> None:
         super().__init__(message)
         self.status, self.message, self.field, self.problems = status, message, field, problems
+        self.run_id = run_id  # the run a conflict is with
 
     def body(self) -> dict:
         body = {"message": self.message, "field": self.field}
         if self.problems:
             body["problems"] = self.problems
+        if self.run_id:
+            body["run_id"] = self.run_id
         return body
 
 

@@ -26,6 +26,7 @@ class Error(Model):
     message: str
     field: str | None
     problems: list[Problem] | None = None
+    run_id: str | None = None  # with 409: the run in the way
 
 
 class Links(Model):
@@ -193,7 +194,8 @@ class Health(Model):
 
 def answers(model, *codes: int, status: int = 200, description: str = "success") -> dict:
     """The `responses` entry of a route: its success (with `model`) and the error statuses it may answer."""
-    what = {400: "bad request", 404: "not found", 409: "conflict", 413: "body too large", 422: "invalid input"}
+    what = {400: "bad request", 404: "not found", 409: "conflict", 413: "body too large",
+            415: "the body is not JSON", 422: "invalid input"}
     out = {code: {"description": what[code], "content": {"application/json": {"model": Error}}} for code in codes}
     out[status] = {"description": description, "content": {"application/json": {"model": model}}}
     return out

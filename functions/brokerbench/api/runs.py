@@ -76,7 +76,7 @@ def router(deps: Deps) -> Router:
         try:
             deps.starter.start(request, suite, run_id)
         except StarterBusy as exc:
-            raise ApiError(409, str(exc), None) from None
+            raise ApiError(409, str(exc), None, run_id=exc.run_id) from None
         observability.set_run(run_id)
         observability.count("RunsStarted")
         observability.logger.info("run started", extra={"suite": suite, "run_id": run_id})
@@ -85,7 +85,7 @@ def router(deps: Deps) -> Router:
     start_once = _idempotent(deps, start)
 
     @runs.post("/runs", status_code=202, summary="Start a run",
-               responses=answers(RunStarted, 409, 422, status=202, description="the run was started"), tags=["runs"])
+               responses=answers(RunStarted, 409, 415, 422, status=202, description="the run was started"), tags=["runs"])
     def post_run(body: Annotated[dict[str, Any], Body(description=RUN_BODY)],
                  idempotency_key: Annotated[str | None, Header(
                      alias="Idempotency-Key", min_length=1, max_length=128,
@@ -114,7 +114,7 @@ def router(deps: Deps) -> Router:
         return RunDetail(**views.run_detail(deps.store, deps.starter, run_id))
 
     @runs.post("/runs/<run_id>/cancel", status_code=202, summary="Cancel a run (teardown still runs)",
-               responses=answers(Cancelling, 404, 409, 422, status=202, description="cancelling"), tags=["runs"])
+               responses=answers(Cancelling, 404, 409, 415, 422, status=202, description="cancelling"), tags=["runs"])
     def cancel_run(run_id: RunId) -> Cancelling:
         observability.set_run(run_id)
         detail = views.run_detail(deps.store, deps.starter, run_id)  # 404 for an unknown run

@@ -9,7 +9,8 @@ from __future__ import annotations
 import json
 import threading
 from contextlib import ExitStack
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Protocol
 
@@ -18,14 +19,22 @@ from ..workflow.stop import finish_stopped
 
 
 class StarterBusy(RuntimeError):
-    """The run cannot start now (locally: another run holds the stack)."""
+    """The run cannot start now (locally: another run holds the stack, `run_id`)."""
+
+    def __init__(self, message: str, run_id: str | None = None) -> None:
+        super().__init__(message)
+        self.run_id = run_id
 
 
 @dataclass
 class Execution:
     run_id: str
-    state: str  # starting | running | ended
+    state: str  # running | ended
     error: str | None = None  # why an execution ended without a run end event (a workflow error)
+    request: dict | None = None  # what it was started with: shown while the run has stored nothing yet
+    suite: str | None = None
+    started_at: str | None = None  # ISO time
+    cancelled: bool = False  # ended by a cancel before the run stored anything
 
 
 class Starter(Protocol):
@@ -37,6 +46,9 @@ class Starter(Protocol):
     def cancel(self, run_id: str, request: dict) -> None:
         """Stop the execution; the run ends `cancelled`, its targets torn down, what it measured kept."""
 
+    def pending(self) -> list[Execution]:
+        """Runs started that have stored nothing yet."""
+
 
 class LocalStarter:
     """Runs the workflow in a background thread on the local stack, one run at a time (the stack's run lock)."""
@@ -45,6 +57,7 @@ class LocalStarter:
         self.stack, self.reports_dir, self.store = stack, Path(reports_dir), store
         self._lock = threading.Lock()
         self._active: dict[str, tuple[threading.Thread, threading.Event]] = {}
+        self._started: dict[str, Execution] = {}  # every run this server started, as it was started
         self._ended: dict[str, Execution] = {}
 
     def start(self, request: dict, suite: str | None, run_id: str) -> None:
@@ -55,28 +68,38 @@ class LocalStarter:
             held.enter_context(self.stack.run_lock(run_id))
         except StackBusy as exc:
             if not self._finishing():
-                raise StarterBusy(str(exc)) from None
+                raise self._busy() from None
             try:  # the previous run has ended and is only tearing down: this one waits for it
                 held.enter_context(self.stack.run_lock(run_id))
-            except StackBusy as again:
-                raise StarterBusy(str(again)) from None
+            except StackBusy:
+                raise self._busy() from None
         cancel = threading.Event()
+        started = Execution(run_id, "running", request=request, suite=suite,
+                            started_at=datetime.now(timezone.utc).isoformat(timespec="milliseconds"))
         thread = threading.Thread(target=self._execute, args=(held, request, suite, run_id, cancel),
                                   name=f"run-{run_id}", daemon=True)
         with self._lock:
             self._active[run_id] = (thread, cancel)
+            self._started[run_id] = started
         thread.start()
+
+    def _busy(self) -> StarterBusy:
+        holder = self.stack.run_holder() or {}
+        run_id = holder.get("run_id")
+        return StarterBusy(f"the local stack runs one run at a time, and run {run_id or '?'} is using it: wait for it "
+                           "to end or cancel it, then start this one again", run_id)
 
     def _execute(self, held: ExitStack, request: dict, suite: str | None, run_id: str, cancel: threading.Event) -> None:
         from ..local.workflow import LocalWorkflow
 
-        error = None
+        error, cancelled = None, False
         with held:
             try:
                 execution = LocalWorkflow(self.stack, self.reports_dir).execute(request, suite=suite, run_id=run_id,
                                                                                cancel=cancel)
                 if execution.status == "ABORTED":
                     finish_stopped(self.store, run_id, request, "cancelled")
+                    cancelled = True
                 elif execution.status != "SUCCEEDED":
                     error = f"{execution.error}: {execution.cause}"
             except Exception as exc:  # the workflow could not run at all: the run says so
@@ -85,7 +108,7 @@ class LocalStarter:
                     self.store.append([make_event(run_id, "RunFailed", {"reason": error})])
         with self._lock:
             self._active.pop(run_id, None)
-            self._ended[run_id] = Execution(run_id, "ended", error)
+            self._ended[run_id] = replace(self._started[run_id], state="ended", error=error, cancelled=cancelled)
 
     def _finishing(self, wait_s: float = 60) -> bool:
         """True once this server's run in progress, whose end is already stored, has finished its teardown."""
@@ -104,7 +127,7 @@ class LocalStarter:
     def execution(self, run_id: str) -> Execution | None:
         with self._lock:
             if run_id in self._active:
-                return Execution(run_id, "running")
+                return self._started[run_id]
             if run_id in self._ended:
                 return self._ended[run_id]
         holder = self.stack.run_holder()  # a run started from the command line on the same stack
@@ -119,6 +142,12 @@ class LocalStarter:
             raise LookupError(f"run {run_id} is not running in this server (a run started from the command line "
                               "is stopped with Ctrl-C there)")
         active[1].set()
+
+    def pending(self) -> list[Execution]:
+        """Runs started here that have stored nothing yet (their workflow is validating and planning)."""
+        with self._lock:
+            active = [self._started[run_id] for run_id in self._active]
+        return [e for e in active if not self.store.read(e.run_id, prefix="00#")]
 
     def wait(self, timeout_s: float | None = None) -> None:
         """Wait for the runs in progress (shutting down)."""
@@ -153,10 +182,16 @@ class StepFunctionsStarter:
             described = self.client.describe_execution(executionArn=self._arn(run_id))
         except self.client.exceptions.ExecutionDoesNotExist:
             return None
+        started = json.loads(described.get("input") or "{}")
+        common = {"request": started.get("request"), "suite": started.get("suite"),
+                  "started_at": described["startDate"].isoformat(timespec="milliseconds")}
         if described["status"] == "RUNNING":
-            return Execution(run_id, "running")
+            return Execution(run_id, "running", **common)
         error = None if described["status"] == "SUCCEEDED" else f"{described.get('error')}: {described.get('cause')}"
-        return Execution(run_id, "ended", error)
+        return Execution(run_id, "ended", error, cancelled=described["status"] == "ABORTED", **common)
+
+    def pending(self) -> list[Execution]:
+        return []  # in AWS the workflow stores the run's request within a second of its start
 
     def cancel(self, run_id: str, request: dict) -> None:
         # StopExecution skips the workflow's own teardown, so the stop does what TeardownTargets would.

@@ -11,9 +11,11 @@ from datetime import datetime
 from ..events import RUN_EVENTS
 from ..reports.model import intervals_by_cell, interval_series
 from ..reports.results import build_results
+from ..spec import SpecError, expand, validate
 from .errors import ApiError
 from .starter import Starter
 
+SUMMARY_FIELDS = ("run_id", "name", "suite", "status", "requested_at", "finished_at", "cells", "links")
 # A listing with a status filter reads at most this many runs per page before it answers with what it has.
 MAX_EXAMINED = 500
 
@@ -77,6 +79,12 @@ def run_page(store, starter: Starter, *, suite: str | None, status: str | None, 
     if start is not None and not (isinstance(start, dict) and all(isinstance(v, str) for v in start.values())):
         raise ApiError(422, "not a token this API gave out", "next")
     runs, examined = [], 0
+    if start is None:  # the first page also shows runs accepted but not stored yet
+        for execution in starter.pending():
+            line = {k: v for k, v in unrecorded(execution).items() if k in SUMMARY_FIELDS}
+            if (status in (None, line["status"]) and suite in (None, line["suite"], line["name"])
+                    and (since is None or (line["requested_at"] or "") >= since)):
+                runs.append(line)
     while True:
         page, last = store.runs_page(limit=limit, suite=suite, since=since, start=start)
         for requested in page:
@@ -98,13 +106,7 @@ def run_detail(store, starter: Starter, run_id: str) -> dict:
         execution = starter.execution(run_id)
         if execution is None:
             raise ApiError(404, f"no run {run_id}", "run_id")
-        starting = execution.state != "ended"
-        return {"run_id": run_id, "name": None, "suite": None, "status": "starting" if starting else "failed",
-                "reason": execution.error, "requested_at": None, "finished_at": None,
-                "cells": {"total": 0, "completed": 0, "failed": 0}, "links": links(run_id),
-                "progress": {"total": 0, "completed": 0, "failed": 0, "fraction": 0.0},
-                "timings": {"requested_at": None, "finished_at": None, "duration_s": None}, "spec": None,
-                "cells_detail": []}
+        return unrecorded(execution)
     results = build_results(events)
     requested = next(e for e in events if e["type"] == "RunRequested")
     end = next((e for e in events if e["type"] in RUN_EVENTS), None)
@@ -132,6 +134,28 @@ def run_detail(store, starter: Starter, run_id: str) -> dict:
                           "throughput_msgs_per_s": c.get("throughput_msgs_per_s"), "verdict": c.get("verdict"),
                           "reason": c.get("reason")} for c in results["cells"]],
     }
+
+
+def unrecorded(execution) -> dict:
+    """A run its executor knows of that has stored nothing yet: starting, or ended before it was recorded."""
+    if execution.state != "ended":
+        status, reason = "starting", None
+    elif execution.cancelled:
+        status, reason = "cancelled", "cancelled before it started: nothing was measured"
+    else:
+        status, reason = "failed", execution.error or "the workflow ended before the run was recorded"
+    request = execution.request if isinstance(execution.request, dict) else None
+    try:
+        total = len(expand(validate(request))) if request else 0
+    except SpecError:
+        total = 0
+    return {"run_id": execution.run_id, "name": (request or {}).get("name", "adhoc") if request else None,
+            "suite": execution.suite, "status": status, "reason": reason, "requested_at": execution.started_at,
+            "finished_at": None, "cells": {"total": total, "completed": 0, "failed": 0},
+            "links": links(execution.run_id),
+            "progress": {"total": total, "completed": 0, "failed": 0, "fraction": 0.0},
+            "timings": {"requested_at": execution.started_at, "finished_at": None, "duration_s": None},
+            "spec": request, "cells_detail": []}
 
 
 def _seconds(start: str | None, end: str | None) -> float | None:

@@ -9,6 +9,9 @@ from ..spec import SpecError, validate
 from . import steps
 
 
+REASONS = {"interrupted": "interrupted (Ctrl-C) before the workflow ended", "cancelled": "cancelled by request"}
+
+
 def finish_stopped(store: EventStore, run_id: str, request: dict, status: str) -> dict:
     """End the run `status` (interrupted | cancelled) unless it already ended; tear its targets down.
 
@@ -20,7 +23,7 @@ def finish_stopped(store: EventStore, run_id: str, request: dict, status: str) -
     if events and end is None:
         completed = sum(1 for e in events if e["type"] == "CellCompleted")
         failed = sum(1 for e in events if e["type"] == "CellFailed")
-        store.append([run_completed_event(run_id, status, completed, failed)])
+        store.append([run_completed_event(run_id, status, completed, failed, REASONS.get(status))])
     elif end is not None:
         final = "failed" if end["type"] == "RunFailed" else end["data"]["status"]
     try:

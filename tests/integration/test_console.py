@@ -1,0 +1,114 @@
+"""The web console in a browser (tests/e2e/console.mjs), against `brokerbench serve` on the session's stack
+(the `served_api` fixture).
+
+Two tiny real runs are started from the console and watched to their end; the report's charts, the
+comparison of the two runs and the schedules are read as a person sees them. Nothing may leave
+127.0.0.1 and the page may log no error. Screenshots of every step go to BROKERBENCH_SCREENSHOTS when it
+names a folder (e.g. reports/screenshots), else to the test's tmp_path.
+"""
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+CONSOLE_CHECK = Path(__file__).parents[1] / "e2e" / "console.mjs"
+RUN_TIMEOUT_S = 180  # a tiny run takes ~5 s here; the bound is for a slow, busy machine
+UUID = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$")
+
+
+def _tail(path: Path, lines: int = 40) -> str:
+    return "\n".join(path.read_text(errors="replace").splitlines()[-lines:]) if path.exists() else ""
+
+
+@pytest.fixture
+def screenshots(tmp_path):
+    named = os.environ.get("BROKERBENCH_SCREENSHOTS")
+    folder = Path(named) / "console" if named else tmp_path / "screenshots"
+    if folder.exists():
+        shutil.rmtree(folder)  # only this run's pictures
+    folder.mkdir(parents=True)
+    return folder
+
+
+@pytest.mark.timeout(2 * RUN_TIMEOUT_S + 240)
+def test_a_person_starts_watches_reads_and_compares_runs_in_the_console(served_api, screenshots):
+    url, server_log = served_api.url, served_api.out_dir / "serve.stderr"
+    started = time.monotonic()
+    seen = subprocess.run(["node", str(CONSOLE_CHECK), url, str(screenshots)], capture_output=True, text=True,
+                          timeout=2 * RUN_TIMEOUT_S + 180, env={**os.environ, "RUN_TIMEOUT_S": str(RUN_TIMEOUT_S)})
+    assert seen.returncode == 0, seen.stderr
+    view = json.loads(seen.stdout.strip().splitlines()[-1])
+    (screenshots / "summary.json").write_text(json.dumps(view, indent=2))  # what the browser saw, beside its pictures
+    print(f"console test: {time.monotonic() - started:.0f} s, runs "
+          + ", ".join(f"{r['run_id']} {r['status']} in {r['seconds']:.0f} s" for r in view["runs"]))
+    assert view["ok"], f"{view.get('error')}\n--- server log ---\n{_tail(server_log)}"
+
+    # nothing left the machine, nothing went wrong in the page (the 422 of step 3 is provoked on purpose)
+    assert view["blocked_requests"] == []
+    assert view["console_errors"] == []
+    provoked = {("field-error", "422"), ("first-run", "409"), ("second-run", "409")}  # 409: still busy, retried
+    assert all((e["step"], e["text"].split("status of ")[1][:3]) in provoked for e in view["expected_errors"])
+    assert sum("409" in e["text"] for e in view["expected_errors"]) == view["busy_retries"]
+
+    # a spec that is not JSON is caught in the page and never sent
+    assert view["json_error"]["sent"] == 0 and view["json_error"]["invalid"] == "true"
+    assert "JSON" in view["json_error"]["text"] and "line 1" in view["json_error"]["text"]
+
+    # the API's problem is shown at the field it names, and leads to it in the spec
+    field = view["field_error"]
+    assert [p["field"] for p in field["problems"]] == ["sizes[0]"]
+    assert field["problems"][0]["path"] == "sizes[0]" and "64" in field["problems"][0]["text"]
+    assert field["invalid"] == "true" and "spec-errors" in field["described_by"] and field["next_to_field"]
+    assert field["selected"] == '"sizes"'
+
+    # every submission has its own Idempotency-Key
+    keys = [k["key"] for k in view["idempotency_keys"]]
+    assert len(keys) >= 3 and all(k and UUID.match(k) for k in keys) and len(set(keys)) == len(keys)
+
+    # two tiny runs, watched live to their end
+    assert len(view["runs"]) == 2
+    for run in view["runs"]:
+        assert run["status"] == "completed", run
+        assert any(s["status"] in ("starting", "running") for s in run["seen"]), run["seen"]  # seen while active
+        assert run["seen"][-1]["progress"] == "1 of 1 cells done"
+        assert run["seen"][-1]["cancel"] is False  # no Cancel button once the run ended
+        assert [c["status"] for c in run["cells"]] == ["completed"]
+        assert run["cells"][0]["throughput"].endswith("msgs/s")
+        assert run["seconds"] < RUN_TIMEOUT_S
+
+    # the first run's HTML report, in the page, with its charts; the other formats linked
+    report = view["report"]
+    assert report["charts"] >= 1
+    assert any(link.endswith("format=md") for link in report["links"])
+    assert any(link.endswith("format=json") for link in report["links"])
+
+    # the two runs compared: rows, regressions first
+    compare = view["compare"]
+    assert compare["error"] is None
+    assert f"baseline={compare['baseline']}" in compare["url"] and f"candidate={compare['candidate']}" in compare["url"]
+    verdicts = [r["verdict"] for r in compare["rows"]]
+    assert verdicts, "the compare table has no rows"
+    order = {"regression": 0, "unstable": 1, "improvement": 2, "unchanged": 3}
+    assert set(verdicts) <= set(order) and verdicts == sorted(verdicts, key=order.get)
+    throughput = [r["cells"] for r in compare["rows"] if r["cells"][2] == "throughput"]
+    assert throughput and all(c.endswith("msgs/s") for c in throughput[0][3:5])  # both medians, with their unit
+
+    status, _, listed = served_api.request("GET", "/schedules")
+    assert status == 200 and view["schedules"] == {"rows": len(listed["schedules"]), "error": None}
+    assert view["schedules"]["rows"] >= 1
+
+    # a screenshot of every step, each a real PNG
+    names = [Path(p).name for p in view["screenshots"]]
+    for step in ("runs-list", "json-error", "field-error", "first-run-in-progress", "first-run-finished", "report",
+                 "report-chart", "second-run-finished", "runs-after", "compare", "schedules"):
+        assert any(n.endswith(f"-{step}.png") for n in names), (step, names)
+    for path in map(Path, view["screenshots"]):
+        assert path.parent == screenshots
+        data = path.read_bytes()
+        assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 2000, path

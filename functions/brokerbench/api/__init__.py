@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 
@@ -23,15 +24,33 @@ def _error(error: ApiError) -> Response:
     return Response(error.status, "application/json", json.dumps(error.body()))
 
 
-def json_bodies_only(app: APIGatewayRestResolver, next_middleware):
-    """A body that is not declared JSON is refused plainly (415), before validation reads it as something else."""
-    event = app.current_event
-    if event.body and event.http_method in ("POST", "PUT", "PATCH"):
-        content_type = (event.headers or {}).get("content-type") or (event.headers or {}).get("Content-Type") or ""
-        if content_type.split(";")[0].strip().lower() != "application/json":
-            return _error(ApiError(415, f"the body must be JSON sent as Content-Type: application/json "
-                                        f"(got {content_type or 'no Content-Type'})", "Content-Type"))
-    return next_middleware(app)
+class Resolver(APIGatewayRestResolver):
+    """Powertools' resolver, with the body checked before anything parses it: a body that is not JSON (or not
+    UTF-8) is refused plainly, where the validation would otherwise fail on it with an unhandled error."""
+
+    def resolve(self, event, context):
+        refused = _refuse_body(event)
+        if refused is not None:
+            return {"statusCode": refused.status, "headers": {"Content-Type": "application/json"},
+                    "multiValueHeaders": {}, "body": json.dumps(refused.body()), "isBase64Encoded": False}
+        return super().resolve(event, context)
+
+
+def _refuse_body(event) -> ApiError | None:
+    body = event.get("body")
+    if not body or event.get("httpMethod") not in ("POST", "PUT", "PATCH"):
+        return None
+    headers = {k.lower(): v for k, v in (event.get("headers") or {}).items()}
+    content_type = headers.get("content-type") or ""
+    if content_type.split(";")[0].strip().lower() != "application/json":
+        return ApiError(415, "the body must be JSON sent as Content-Type: application/json "
+                             f"(got {content_type or 'no Content-Type'})", "Content-Type")
+    if event.get("isBase64Encoded"):
+        try:
+            base64.b64decode(body).decode("utf-8")
+        except (ValueError, UnicodeDecodeError):
+            return ApiError(422, "the body is not UTF-8 JSON", "body")
+    return None
 
 
 def build_app(deps: Deps) -> APIGatewayRestResolver:
@@ -40,8 +59,7 @@ def build_app(deps: Deps) -> APIGatewayRestResolver:
     origin = os.environ.get("BROKERBENCH_CONSOLE_ORIGIN")
     cors = CORSConfig(allow_origin=origin, allow_headers=["Content-Type", "Idempotency-Key", "Authorization",
                                                           "X-Amz-Date", "X-Amz-Security-Token"]) if origin else None
-    app = APIGatewayRestResolver(enable_validation=True, cors=cors)
-    app.use(middlewares=[json_bodies_only])
+    app = Resolver(enable_validation=True, cors=cors)
     app.include_router(runs.router(deps))
     app.include_router(suites.router())
     app.include_router(schedules.router(deps))

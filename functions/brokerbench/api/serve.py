@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import base64
 import ipaddress
+import json
 import threading
 import time
 import uuid
@@ -124,7 +125,10 @@ class ApiServer:
                 if self.command != "HEAD":
                     self.wfile.write(body)
 
-            do_GET = do_POST = do_PUT = do_DELETE = do_PATCH = do_HEAD = do_OPTIONS = _serve  # noqa: N815
+            def __getattr__(self, name: str):
+                if name.startswith("do_"):  # every method goes to the API, which answers what it does not route
+                    return self._serve
+                raise AttributeError(name)
 
             def log_message(self, *args) -> None:
                 pass
@@ -136,8 +140,12 @@ class ApiServer:
         self.thread = threading.Thread(target=self.httpd.serve_forever, name="api-server", daemon=True)
 
     def invoke(self, event: dict) -> tuple[int, dict, bytes]:
-        with self._one_at_a_time:
-            result = self.handler(event, LocalContext())
+        try:
+            with self._one_at_a_time:
+                result = self.handler(event, LocalContext())
+        except Exception as exc:  # what API Gateway answers when the function fails
+            body = json.dumps({"message": f"the API failed: {type(exc).__name__}: {exc}", "field": None})
+            return 502, {"Content-Type": "application/json"}, body.encode()
         headers = {k: v for k, v in (result.get("headers") or {}).items()}
         for name, values in (result.get("multiValueHeaders") or {}).items():
             headers.setdefault(name, ", ".join(values))

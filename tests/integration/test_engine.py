@@ -26,14 +26,24 @@ def rated_run(endpoints, store):
     return run(spec, endpoints, store)
 
 
+def assert_delivered_over_window(cell: dict) -> None:
+    """Throughput × its window gives back what was delivered: the measured messages, plus warm-up messages still
+    arriving after measurement began (a handful at these rates)."""
+    delivered = cell["rate_achieved"] * cell["delivery_window_s"]
+    assert cell["received"] - 1 <= delivered <= cell["received"] * 1.02 + 10
+
+
 def test_rate_accuracy_and_no_loss(rated_run):
     outcome, _, results = rated_run
     assert outcome.status == "completed" and results["status"] == "completed"
     assert len(results["cells"]) == 4
     for cell in results["cells"]:
         assert cell["status"] == "completed", cell.get("reason")
-        assert cell["rate_achieved"] == pytest.approx(500, rel=0.02)
-        assert cell["throughput_msgs_per_s"] == pytest.approx(500, rel=0.02)
+        # The open-loop schedule fixes how many messages fall in the measured window, whatever the machine's load;
+        # throughput is those delivered over the time it took to deliver them (a hand calculation here).
+        assert cell["sent"] == pytest.approx(500 * cell["measured_s"], abs=2)
+        assert_delivered_over_window(cell)
+        assert cell["throughput_msgs_per_s"] == pytest.approx(500, rel=0.05)
         assert cell["sent"] == cell["received"] > 0
         assert cell["lost"] == cell["duplicated"] == 0
         assert 0 < cell["end_to_end_latency_us"]["p50"] < 1_000_000
@@ -103,7 +113,9 @@ def test_wire_basis_with_several_producers_consumers_and_partitions(endpoints, s
         assert cell["status"] == "completed", cell.get("reason")
         assert cell["encoded_bytes"] == pytest.approx(2048, rel=0.01)  # each format sized by its own encoding
         assert cell["lost"] == cell["duplicated"] == 0 and cell["sent"] == cell["received"]
-        assert cell["rate_achieved"] == pytest.approx(1000, rel=0.02)
+        assert cell["sent"] == pytest.approx(1000 * cell["measured_s"], abs=2 * 2)  # two producers: ±1 each
+        assert_delivered_over_window(cell)
+        assert cell["rate_achieved"] == pytest.approx(1000, rel=0.1)  # 3 s cells on a shared machine: a sanity bound
 
 
 def test_single_mode_and_message_count_at_max_rate(endpoints, store):
@@ -144,7 +156,9 @@ def test_publish_only_cells_measure_publishing_and_claim_no_loss_figures(endpoin
         assert cell["status"] == "completed", cell.get("reason")
         assert cell["publish_only"] and cell["sent"] > 0
         assert cell["received"] is None and cell["lost"] is None and cell["duplicated"] is None
-        assert cell["throughput_msgs_per_s"] == pytest.approx(500, rel=0.02)  # what was published
+        assert cell["sent"] == pytest.approx(500 * cell["measured_s"], abs=2)
+        # what was published (acknowledged) over the time it took; 2 s cells on a shared machine: a sanity bound
+        assert cell["throughput_msgs_per_s"] == pytest.approx(500, rel=0.1)
         assert cell["publish_latency_us"]["p50"] > 0 and cell["end_to_end_latency_us"]["p50"] is None
     from brokerbench.reports import html, markdown
     from brokerbench.reports.model import build_report

@@ -1,4 +1,5 @@
-"""Fixtures for the real local stack: one Kafka, Redis and DynamoDB Local per test session, stopped at the end."""
+"""Fixtures for the real local stack: one Kafka, Redis and DynamoDB Local per test session, stopped at the end;
+the other brokers (Pulsar, Kafka with ZooKeeper) only for the modules that use them."""
 
 import secrets
 
@@ -7,18 +8,34 @@ import pytest
 from brokerbench.events.dynamodb import DynamoEventStore
 from brokerbench.local.stack import LocalStack
 
+CORE_SERVICES = ["kafka", "redis", "dynamodb"]
+
 
 @pytest.fixture(scope="session")
 def stack(tmp_path_factory):
     local = LocalStack(tmp_path_factory.mktemp("stack"))
-    local.up(log=lambda m: None)
+    local.up(services=CORE_SERVICES, log=lambda m: None)
     yield local
     local.down(log=lambda m: None)
 
 
+@pytest.fixture(scope="module")
+def extra_brokers(stack):
+    """`extra_brokers("pulsar")` starts that broker for this module (once) and returns every endpoint; the
+    brokers it started stop when the module ends, so idle JVMs do not share the cores with other tests."""
+    owner = f"tests-{secrets.token_hex(3)}"
+
+    def up(*services: str) -> dict:
+        stack.up(services=list(services), owner=owner, log=lambda m: None)
+        return stack.endpoints(required=CORE_SERVICES)
+
+    yield up
+    stack.down(owner=owner, log=lambda m: None)
+
+
 @pytest.fixture(scope="session")
 def endpoints(stack):
-    return stack.endpoints()
+    return stack.endpoints(required=CORE_SERVICES)
 
 
 @pytest.fixture(scope="session")

@@ -30,6 +30,7 @@ errors = Console(stderr=True, soft_wrap=True)
 def _stack(args):
     from .local.stack import LocalStack
 
+    # --no-aof is the Redis service's setting (brokers/redis_streams/local.py); other services ignore it.
     return LocalStack(Path(args.state_dir) if args.state_dir else None, redis_aof=not getattr(args, "no_aof", False))
 
 
@@ -507,6 +508,56 @@ def cmd_serve(args) -> int:
     return EXIT_OK
 
 
+def broker_rows() -> list[dict]:
+    """Each registered broker: its version here, where it runs and what it supports."""
+    from .brokers import plugins
+
+    rows = []
+    for plugin in plugins().values():
+        installed = plugin.local.installed_version() if plugin.local else None
+        rows.append({"name": plugin.name, "description": plugin.description, "driver": plugin.family,
+                     "version": installed or ("not installed" if plugin.local else "-"), "runs": plugin.where(),
+                     "modes": plugin.capabilities.modes, "partitions": plugin.capabilities.partitions,
+                     "persistence": plugin.capabilities.persistence})
+    return rows
+
+
+def cmd_brokers(args) -> int:
+    from rich.table import Table
+
+    rows = broker_rows()
+    if args.json:
+        print(json.dumps(rows, indent=2))
+        return EXIT_OK
+    table = Table(title="registered brokers", title_justify="left", header_style="bold")
+    for name in ("broker", "driver", "local version", "runs", "modes", "partitions", "persistence (default first)"):
+        table.add_column(name)
+    for row in rows:
+        table.add_row(row["name"], row["driver"], row["version"], ", ".join(row["runs"]), ", ".join(row["modes"]),
+                      row["partitions"], ", ".join(row["persistence"]))
+    console.print(table)
+    console.print("[dim]Any endpoint of a driver's protocol can be benchmarked under its own name: "
+                  '"targets": {"NAME": {"driver": DRIVER, ...}} with NAME in brokers.[/]')
+    return EXIT_OK
+
+
+def cmd_schema(args) -> int:
+    """The run-request schema with its broker and format parts generated from the registries."""
+    from . import schema
+
+    if args.write:
+        console.print(f"{'rewritten' if schema.write() else 'up to date'}: {schema.REQUEST_SCHEMA}")
+        return EXIT_OK
+    document = schema.generated()
+    if args.check:
+        if document != schema.checked_in():
+            errors.print(f"{schema.REQUEST_SCHEMA} differs from the registries: run `brokerbench schema --write`")
+            return EXIT_CELLS_FAILED
+        return EXIT_OK
+    print(json.dumps(document, indent=2, ensure_ascii=False))
+    return EXIT_OK
+
+
 def cmd_openapi(args) -> int:
     """The OpenAPI document the API generates (schemas/openapi.json is this output)."""
     from .api import build_app, openapi_json
@@ -546,7 +597,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     sub.add_parser("suites", help="list the built-in suites").set_defaults(func=cmd_suites)
 
-    local = sub.add_parser("local", help="start, stop or inspect the local stack (Kafka, Redis, DynamoDB Local)")
+    local = sub.add_parser("local", help="start, stop or inspect the local stack (the brokers, DynamoDB Local)")
     local.add_argument("action", choices=["up", "down", "status"])
     local.add_argument("--no-aof", action="store_true", help="start Redis without AOF persistence")
     local.set_defaults(func=cmd_local)
@@ -583,6 +634,16 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--no-schedules", action="store_true", help="do not start scheduled checks")
     serve.add_argument("--out", default="reports", help="folder for run results and reports (default: reports)")
     serve.set_defaults(func=cmd_serve)
+
+    brokers = sub.add_parser("brokers", help="list the registered brokers: version, where they run, what they support")
+    brokers.add_argument("--json", action="store_true", help="print them as JSON")
+    brokers.set_defaults(func=cmd_brokers)
+
+    schema = sub.add_parser("schema", help="print the run-request schema generated from the broker and codec registries")
+    what = schema.add_mutually_exclusive_group()
+    what.add_argument("--write", action="store_true", help="rewrite schemas/run-request.schema.json")
+    what.add_argument("--check", action="store_true", help="exit 1 when the checked-in schema differs")
+    schema.set_defaults(func=cmd_schema)
 
     openapi = sub.add_parser("openapi", help="print the API's OpenAPI document")
     openapi.add_argument("--write", metavar="FILE", help="write it to FILE (e.g. schemas/openapi.json)")

@@ -7,9 +7,8 @@ BROKERBENCH_REPORTS         a folder (local) or s3://bucket/prefix
 BROKERBENCH_NOTIFY          an SNS topic ARN, or a folder for notifications.jsonl (local)
 BROKERBENCH_STATE_DIR       the local stack's state folder (local mode)
 BROKERBENCH_CALLBACK_URL    the local workflow bridge (local mode: where EC2-kind workers report)
-BROKERBENCH_MSK_SUBNETS, BROKERBENCH_MSK_SECURITY_GROUPS, BROKERBENCH_REDIS_SUBNET_GROUP,
-BROKERBENCH_REDIS_SECURITY_GROUPS, BROKERBENCH_REDIS_AUTH_SECRET_ARN,
 BROKERBENCH_WORKER_LAUNCH_TEMPLATE, BROKERBENCH_WORKER_SUBNET   (AWS mode, set by the CDK app)
+Each broker's cloud provider reads its own settings (brokers/<name>/cloud.py).
 """
 
 from __future__ import annotations
@@ -33,13 +32,14 @@ def local() -> bool:
     return env("BROKERBENCH_MODE", "aws") == "local"
 
 
-def _boto(service: str):
+def boto(service: str):
     import boto3
 
     return boto3.client(service)
 
 
-def _list(name: str) -> list[str]:
+def env_list(name: str) -> list[str]:
+    """A comma-separated setting as a list."""
     return [item for item in env(name).split(",") if item]
 
 
@@ -60,26 +60,38 @@ def local_stack():
     return LocalStack(Path(env("BROKERBENCH_STATE_DIR")) if os.environ.get("BROKERBENCH_STATE_DIR") else None)
 
 
-def target_provider(broker: str, spec: dict):
-    from .targets import ExistingTargets
+def provider_problem(broker: str, spec: dict) -> str | None:
+    """Why no provider can supply `broker` in this mode (None when one can): the run is refused, not started."""
+    from .brokers import UnknownBroker, for_target
 
+    if broker in spec.get("targets", {}):
+        return None
+    try:
+        chosen = for_target(broker)
+    except UnknownBroker as exc:
+        return str(exc)
+    if local() and chosen.local is None:
+        return f"{broker} has no local service: give its endpoint in targets.{broker}"
+    if not local() and chosen.cloud is None:
+        return f"{broker} has no cloud provider: give its endpoint in targets.{broker}"
+    return None
+
+
+def target_provider(broker: str, spec: dict):
+    """Where `broker`'s endpoint comes from: the request's targets, the local stack, or its cloud provider."""
+    from .brokers import plugin
+    from .targets import ExistingTargets, ProvisioningError
+
+    problem = provider_problem(broker, spec)
+    if problem:
+        raise ProvisioningError(problem)
     if broker in spec.get("targets", {}):
         return ExistingTargets()
     if local():
         from .targets.local import LocalTargets
 
         return LocalTargets(local_stack())
-    if broker == "kafka":
-        from .targets.msk import MskTargets
-
-        return MskTargets(_boto("kafka"), subnets=_list("BROKERBENCH_MSK_SUBNETS"),
-                          security_groups=_list("BROKERBENCH_MSK_SECURITY_GROUPS"))
-    from .targets.elasticache import ElastiCacheTargets
-
-    return ElastiCacheTargets(_boto("elasticache"), _boto("secretsmanager"),
-                              auth_secret_arn=env("BROKERBENCH_REDIS_AUTH_SECRET_ARN"),
-                              subnet_group=env("BROKERBENCH_REDIS_SUBNET_GROUP"),
-                              security_groups=_list("BROKERBENCH_REDIS_SECURITY_GROUPS"))
+    return plugin(broker).cloud_targets()
 
 
 def worker_environment() -> dict[str, str]:
@@ -91,7 +103,7 @@ def fleet():
 
     if local():
         return LocalProcessFleet(worker_environment())
-    return Ec2Fleet(_boto("ec2"), launch_template=env("BROKERBENCH_WORKER_LAUNCH_TEMPLATE"),
+    return Ec2Fleet(boto("ec2"), launch_template=env("BROKERBENCH_WORKER_LAUNCH_TEMPLATE"),
                     subnet=env("BROKERBENCH_WORKER_SUBNET"), environment=worker_environment())
 
 
@@ -100,7 +112,7 @@ def task_callbacks():
 
     if local():
         return LocalCallbacks(env("BROKERBENCH_CALLBACK_URL"))
-    return StepFunctionsCallbacks(_boto("stepfunctions"))
+    return StepFunctionsCallbacks(boto("stepfunctions"))
 
 
 def reports():
@@ -109,7 +121,7 @@ def reports():
     where = env("BROKERBENCH_REPORTS", "reports")
     if where.startswith("s3://"):
         bucket, _, prefix = where[5:].partition("/")
-        return S3Reports(_boto("s3"), bucket, prefix or "reports")
+        return S3Reports(boto("s3"), bucket, prefix or "reports")
     return FolderReports(where)
 
 
@@ -118,5 +130,5 @@ def notifier():
 
     where = env("BROKERBENCH_NOTIFY", env("BROKERBENCH_REPORTS", "reports"))
     if where.startswith("arn:"):
-        return SnsNotifier(_boto("sns"), where)
+        return SnsNotifier(boto("sns"), where)
     return FileNotifier(where)

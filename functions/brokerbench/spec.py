@@ -13,6 +13,7 @@ from pathlib import Path
 
 from jsonschema import Draft202012Validator
 
+from .brokers import for_target, plugins
 from .paths import SCHEMAS_DIR, SUITES_DIR
 
 
@@ -64,7 +65,7 @@ def _defaults(doc: dict, schema: dict) -> dict:
 
 def smallest_sizes(formats, size_basis: str) -> dict[str, int]:
     """Smallest reachable message size per format under the size basis."""
-    from .codecs import get_codec
+    from .codecs import get_codec, prebuilt
     from .records import smallest_size
 
     def length_of(fmt):
@@ -73,10 +74,32 @@ def smallest_sizes(formats, size_basis: str) -> dict[str, int]:
 
     out = {}
     for fmt in formats:
-        if fmt == "raw":
+        if prebuilt(fmt):
             continue
         out[fmt] = smallest_size(length_of("json" if size_basis == "record" else fmt))
     return out
+
+
+def _unknown_brokers(doc: dict) -> list[Problem]:
+    """Brokers that are neither registered nor a named target (the schema accepts any well-formed name)."""
+    brokers, targets = doc.get("brokers"), doc.get("targets")
+    if not isinstance(brokers, list):
+        return []
+    targets = targets if isinstance(targets, dict) else {}
+    return [Problem(f"brokers[{i}]", f"{name!r} is not one of the registered brokers ({', '.join(plugins())}) "
+                                     f"and not a target in targets with a driver")
+            for i, name in enumerate(brokers)
+            if isinstance(name, str) and name not in plugins() and not isinstance(targets.get(name), dict)]
+
+
+def _unsupported_modes(spec: dict) -> list[Problem]:
+    problems = []
+    for broker in spec["brokers"]:
+        supported = for_target(broker, spec["targets"].get(broker)).capabilities.modes
+        problems += [Problem(f"modes[{i}]", f"{broker} does not support mode {mode!r} (it supports "
+                                            f"{', '.join(supported)})")
+                     for i, mode in enumerate(spec["modes"]) if mode not in supported]
+    return problems
 
 
 def validate(doc) -> dict:
@@ -88,9 +111,12 @@ def validate(doc) -> dict:
         Problem(_path(error.absolute_path), _message(error))
         for error in sorted(validator.iter_errors(doc), key=lambda e: list(map(str, e.absolute_path)))
     ]
+    reported = {problem.path for problem in problems}
+    problems += [problem for problem in _unknown_brokers(doc) if problem.path not in reported]
     if problems:
         raise SpecError(problems)
     spec = _defaults(doc, request_schema())
+    problems += _unsupported_modes(spec)
     minimums = smallest_sizes(spec["formats"], spec["size_basis"])
     for i, size in enumerate(spec["sizes"]):
         too_small = {fmt: low for fmt, low in minimums.items() if size < low * 0.99}

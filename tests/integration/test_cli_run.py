@@ -66,7 +66,7 @@ def test_ctrl_c_keeps_what_was_measured_and_leaves_the_stack_running(stack, tmp_
     proc = subprocess.Popen([str(BIN), "--state-dir", str(stack.state_dir), "run", "--spec", str(spec),
                              "--out", str(tmp_path / "out")], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             env={**os.environ, "PYTHONUNBUFFERED": "1"})
-    db = stack.endpoints()["dynamodb"]
+    db = stack.endpoints(required=["dynamodb"])["dynamodb"]
     events = DynamoEventStore(db["table"], endpoint_url=db["endpoint_url"])
     deadline = time.monotonic() + 60
     run_id = None

@@ -4,7 +4,7 @@ with the next read: every delivered entry is acknowledged, once."""
 import redis
 
 from brokerbench.drivers import get_driver
-from brokerbench.drivers.redis_streams import HEADER_FIELD, PAYLOAD_FIELD, stream_key
+from brokerbench.brokers.redis_streams.driver import HEADER_FIELD, PAYLOAD_FIELD, stream_key
 from brokerbench.spec import validate
 
 CLIENT = validate({"brokers": ["redis-streams"], "sizes": [1024], "rates": [100], "formats": ["raw"]})["client"]

@@ -46,8 +46,8 @@ def test_up_reuses_status_reports_and_down_stops(tmp_path):
 def test_redis_persistence_can_be_turned_off(tmp_path):
     stack = LocalStack(tmp_path, redis_aof=False)
     try:
-        stack.up(log=lambda m: None)
-        port = stack.endpoints()["redis-streams"]["port"]
+        stack.up(["redis"], log=lambda m: None)
+        port = stack.endpoints(required=["redis"])["redis-streams"]["port"]
         assert redis.Redis(port=port).config_get("appendonly")["appendonly"] == "no"
     finally:
         stack.down(log=lambda m: None)
@@ -63,7 +63,7 @@ def test_kafka_heap_is_pinned_and_deleted_topics_leave_at_once(stack):
         args = f.read().decode().split("\0")
     heap = {a[:4]: a[4:] for a in args if a.startswith(("-Xms", "-Xmx"))}
     assert heap["-Xms"] == heap["-Xmx"], args
-    admin = AdminClient({"bootstrap.servers": stack.endpoints()["kafka"]["bootstrap_servers"]})
+    admin = AdminClient({"bootstrap.servers": stack.endpoints(required=["kafka"])["kafka"]["bootstrap_servers"]})
     admin.create_topics([NewTopic("bb-delete-delay", 1, 1)])["bb-delete-delay"].result(30)
     try:
         resource = ConfigResource(ConfigResource.Type.TOPIC, "bb-delete-delay")
@@ -78,5 +78,5 @@ def test_redis_persistence_is_read_from_the_running_redis(stack):
     from brokerbench.spec import validate
 
     client = validate({"brokers": ["redis-streams"], "sizes": [1024], "rates": [100], "formats": ["raw"]})["client"]
-    settings = broker_settings("redis-streams", stack.endpoints()["redis-streams"], client)
+    settings = broker_settings("redis-streams", stack.endpoints(required=["redis"])["redis-streams"], client)
     assert settings["persistence"] == {"appendonly": "yes", "appendfsync": "everysec", "source": "CONFIG GET"}

@@ -16,8 +16,8 @@ from botocore.stub import ANY, Stubber
 
 from brokerbench.spec import validate
 from brokerbench.targets import ProvisioningError, TransientProvisioningError, resource_name
-from brokerbench.targets.elasticache import ElastiCacheTargets
-from brokerbench.targets.msk import MskTargets
+from brokerbench.brokers.redis_streams.cloud import ElastiCacheTargets
+from brokerbench.brokers.kafka.cloud import MskTargets
 from brokerbench.workflow.callbacks import StepFunctionsCallbacks
 from brokerbench.workflow.fleet import Ec2Fleet, encode_job
 from brokerbench.workflow.outputs import S3Reports, SnsNotifier

@@ -11,6 +11,7 @@ from ..paths import RECORD_AVRO_SCHEMA
 class AvroCodec:
     name = "avro"
     library = "fastavro"
+    prebuilt = False
 
     def __init__(self) -> None:
         self._schema = fastavro.parse_schema(json.loads(RECORD_AVRO_SCHEMA.read_text()))
@@ -28,3 +29,6 @@ class AvroCodec:
 
     def to_record(self, obj: dict) -> dict:
         return obj
+
+
+CODEC = AvroCodec

@@ -6,6 +6,7 @@ import orjson
 class JsonCodec:
     name = "json"
     library = "orjson"
+    prebuilt = False
 
     def __init__(self) -> None:
         self.encode = orjson.dumps
@@ -16,3 +17,6 @@ class JsonCodec:
 
     def to_record(self, obj: dict) -> dict:
         return obj
+
+
+CODEC = JsonCodec

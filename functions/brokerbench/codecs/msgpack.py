@@ -6,6 +6,7 @@ import msgspec
 class MsgpackCodec:
     name = "msgpack"
     library = "msgspec"
+    prebuilt = False
 
     def __init__(self) -> None:
         self.encode = msgspec.msgpack.Encoder().encode
@@ -16,3 +17,6 @@ class MsgpackCodec:
 
     def to_record(self, obj: dict) -> dict:
         return obj
+
+
+CODEC = MsgpackCodec

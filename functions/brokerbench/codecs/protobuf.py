@@ -10,6 +10,7 @@ _SCALARS = ("device_id", "ts_ms", "seq", "site", "kind", "value", "count", "ok",
 class ProtobufCodec:
     name = "protobuf"
     library = "protobuf"
+    prebuilt = False
 
     def prepare(self, record: dict) -> Message:
         return TelemetryRecord(**record)
@@ -26,3 +27,6 @@ class ProtobufCodec:
 
     def to_record(self, obj) -> dict:
         return obj if isinstance(obj, dict) else self.decode(obj.SerializeToString())
+
+
+CODEC = ProtobufCodec

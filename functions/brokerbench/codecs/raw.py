@@ -4,6 +4,7 @@
 class RawCodec:
     name = "raw"
     library = "none"
+    prebuilt = True
 
     def prepare(self, record: bytes) -> bytes:
         return bytes(record)
@@ -16,3 +17,6 @@ class RawCodec:
 
     def to_record(self, obj: bytes) -> bytes:
         return bytes(obj)
+
+
+CODEC = RawCodec

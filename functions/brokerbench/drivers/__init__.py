@@ -6,8 +6,8 @@ while it is polled or flushed; a consumer returns batches of (header, payload, p
 A driver may also offer the producer's native send loop (`native_sender`, see brokerbench.native),
 or raise native.Unsupported, and the worker runs its Python loop over `producer`.
 The header is the worker's framing (producer id, sequence, intended send time); each driver
-carries it where its broker keeps per-message metadata (Kafka key, a Redis stream field).
-Adding a broker means adding one module here and one line in DRIVERS.
+carries it where its broker keeps per-message metadata (a message key, a stream entry's field).
+Drivers live in the broker plug-ins (brokerbench.brokers); this module is the core's port to them.
 """
 
 from __future__ import annotations
@@ -15,13 +15,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Protocol
 
+from ..brokers import for_target
+
 OnAck = Callable[[bytes, bool], None]
 Message = tuple[bytes, bytes, int]
-
-DRIVERS = {
-    "kafka": "brokerbench.drivers.kafka:KafkaDriver",
-    "redis-streams": "brokerbench.drivers.redis_streams:RedisStreamsDriver",
-}
 
 
 class BrokerUnavailable(RuntimeError):
@@ -71,11 +68,6 @@ class Driver(Protocol):
 
 
 def get_driver(broker: str, endpoint: dict, client: dict) -> Driver:
-    """The driver for `broker`, connected to `endpoint` with the run's client settings."""
-    import importlib
-
-    try:
-        module_name, class_name = DRIVERS[broker].split(":")
-    except KeyError:
-        raise ValueError(f"unknown broker {broker!r}; expected one of {', '.join(DRIVERS)}") from None
-    return getattr(importlib.import_module(module_name), class_name)(endpoint, client)
+    """The driver for `broker` (a registered broker, or a named target whose endpoint names its `driver`),
+    connected to `endpoint` with the run's client settings."""
+    return for_target(broker, endpoint).new_driver(endpoint, client)

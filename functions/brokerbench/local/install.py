@@ -1,5 +1,8 @@
-"""Idempotent install of the local stack's parts: Maven jars, the DynamoDB Local launcher, redis-server,
-and the native send loop (built against librdkafka-dev's header)."""
+"""Idempotent install of the local stack's parts (`make setup`): the tools, each registered broker's local
+service, DynamoDB Local and its launcher, and the native send loop (built against librdkafka-dev's header).
+
+Also the helpers a broker's local service installs with: Debian packages, Maven Central jars.
+"""
 
 from __future__ import annotations
 
@@ -9,6 +12,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+from ..brokers import plugins
 from ..paths import PACKAGE_DIR
 
 REPO_DIR = PACKAGE_DIR.parent.parent
@@ -16,7 +20,6 @@ CACHE_DIR = Path(os.environ.get("BROKERBENCH_CACHE", REPO_DIR / ".cache"))
 JARS_DIR = CACHE_DIR / "jars"
 POMS_DIR = PACKAGE_DIR / "local" / "jars"
 LAUNCHER_SOURCE = PACKAGE_DIR / "local" / "java" / "LoopbackDynamoDB.java"
-COMPONENTS = ("kafka", "dynamodb-local")
 
 
 class InstallError(RuntimeError):
@@ -27,16 +30,22 @@ def lib_dir(component: str) -> Path:
     return JARS_DIR / component / "lib"
 
 
+def jar_version(component: str, prefix: str) -> str | None:
+    """The version in the name of the component's `prefix-<version>.jar`, None when it is not installed."""
+    for jar in lib_dir(component).glob(f"{prefix}-*.jar"):
+        return jar.stem[len(prefix) + 1:]
+    return None
+
+
 def _run(cmd: list[str], cwd: Path | None = None) -> None:
     result = subprocess.run(cmd, cwd=cwd, capture_output=True, text=True)
     if result.returncode != 0:
         raise InstallError(f"{' '.join(cmd)} failed:\n{result.stdout[-2000:]}{result.stderr[-2000:]}")
 
 
-# Command -> the Debian package that provides it.
-DEBIAN_PACKAGES = {"redis-server": "redis-server", "redis-benchmark": "redis-tools", "mvn": "maven",
-                   "java": "openjdk-17-jdk-headless", "javac": "openjdk-17-jdk-headless", "node": "nodejs", "npm": "npm",
-                   "gcc": "gcc", "chromium": "chromium"}
+# Command -> the Debian package that provides it (the tools every part needs; brokers name their own).
+DEBIAN_PACKAGES = {"mvn": "maven", "java": "openjdk-17-jdk-headless", "javac": "openjdk-17-jdk-headless",
+                   "node": "nodejs", "npm": "npm", "gcc": "gcc", "chromium": "chromium"}
 # Header -> the Debian package that provides it (for the native send loop's build).
 DEBIAN_HEADERS = {"/usr/include/librdkafka/rdkafka.h": "librdkafka-dev"}
 NATIVE_SOURCE = PACKAGE_DIR / "native" / "sendloop.c"
@@ -44,10 +53,10 @@ NATIVE_SOURCE = PACKAGE_DIR / "native" / "sendloop.c"
 RUN_COMMANDS = tuple(c for c in DEBIAN_PACKAGES if c != "chromium")
 
 
-def install_commands(commands=RUN_COMMANDS, log=print) -> None:
-    """apt-get install the packages of the missing commands (as root), else say what to install."""
-    missing = sorted({DEBIAN_PACKAGES[c] for c in commands if not shutil.which(c)} |
-                     {package for header, package in DEBIAN_HEADERS.items() if not Path(header).is_file()})
+def install_debian(packages: dict[str, str], log=print, headers: dict[str, str] | None = None) -> None:
+    """apt-get install the packages of the missing commands (and headers) as root, else say what to install."""
+    missing = sorted({package for command, package in packages.items() if not shutil.which(command)} |
+                     {package for header, package in (headers or {}).items() if not Path(header).is_file()})
     if not missing:
         return
     if os.geteuid() != 0 or not shutil.which("apt-get"):
@@ -61,21 +70,31 @@ def install_commands(commands=RUN_COMMANDS, log=print) -> None:
             raise InstallError(f"{' '.join(cmd)} failed:\n{result.stderr[-2000:]}")
 
 
-def install_jars(log=print) -> None:
-    """Copy each component's runtime jars from Maven Central, once per pom version."""
-    for component in COMPONENTS:
-        folder = JARS_DIR / component
-        pom = (POMS_DIR / f"{component}.pom.xml").read_text()
-        stamp = folder / "pom.xml"
-        if lib_dir(component).is_dir() and stamp.is_file() and stamp.read_text() == pom:
-            continue
-        log(f"fetching {component} jars from Maven Central ...")
-        shutil.rmtree(folder, ignore_errors=True)
-        folder.mkdir(parents=True)
-        (folder / "build.pom.xml").write_text(pom)
-        _run(["mvn", "-q", "-B", "-f", "build.pom.xml", "dependency:copy-dependencies",
-              "-DoutputDirectory=lib", "-DincludeScope=runtime"], cwd=folder)
-        stamp.write_text(pom)  # last, so an interrupted fetch is fetched again next time
+def install_commands(commands=RUN_COMMANDS, log=print) -> None:
+    """The tools themselves (and the native send loop's header)."""
+    install_debian({command: DEBIAN_PACKAGES[command] for command in commands}, log, DEBIAN_HEADERS)
+
+
+def fetch_maven_jars(component: str, pom: str, log=print, maven_settings: Path | None = None) -> Path:
+    """Copy the runtime jars of `pom` (a pom.xml's text) from Maven Central into lib_dir(component), once per
+    pom text. maven_settings: a settings.xml (e.g. a mirror of every repository to Maven Central)."""
+    folder = JARS_DIR / component
+    stamp = folder / "pom.xml"
+    if lib_dir(component).is_dir() and stamp.is_file() and stamp.read_text() == pom:
+        return lib_dir(component)
+    log(f"fetching {component} jars from Maven Central ...")
+    shutil.rmtree(folder, ignore_errors=True)
+    folder.mkdir(parents=True)
+    (folder / "build.pom.xml").write_text(pom)
+    _run(["mvn", "-q", "-B", *(["-s", str(maven_settings)] if maven_settings else []), "-f", "build.pom.xml",
+          "dependency:copy-dependencies", "-DoutputDirectory=lib", "-DincludeScope=runtime"], cwd=folder)
+    stamp.write_text(pom)  # last, so an interrupted fetch is fetched again next time
+    return lib_dir(component)
+
+
+def install_dynamodb_local(log=print) -> None:
+    """DynamoDB Local (the event store) and its loopback launcher."""
+    fetch_maven_jars("dynamodb-local", (POMS_DIR / "dynamodb-local.pom.xml").read_text(), log)
     classes = JARS_DIR / "dynamodb-local" / "classes"
     launcher = classes / "LoopbackDynamoDB.class"
     if not launcher.is_file() or launcher.stat().st_mtime < LAUNCHER_SOURCE.stat().st_mtime:
@@ -94,12 +113,19 @@ def build_native(log=print) -> None:
         raise InstallError("the native send loop did not build (setup.py build_ext printed no error)")
 
 
+def install_all(with_browser: bool = False, log=print) -> None:
+    install_commands((*RUN_COMMANDS, "chromium") if with_browser else RUN_COMMANDS, log)
+    for plugin in plugins().values():
+        if plugin.local is not None:
+            plugin.local.install(log)
+    install_dynamodb_local(log)
+    build_native(log)
+
+
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
     try:
-        install_commands((*RUN_COMMANDS, "chromium") if "--with-browser" in args else RUN_COMMANDS)
-        install_jars()
-        build_native()
+        install_all("--with-browser" in args)
     except InstallError as exc:
         print(f"brokerbench setup: {exc}", file=sys.stderr)
         return 1

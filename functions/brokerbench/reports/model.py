@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from itertools import groupby
 
 from .. import histogram, verdict
+from ..spec import request_schema
 from .results import LOSS_CLASSES, SUMMARY_FIELDS, build_results
 from .stats import median_ci, spread
 
@@ -392,10 +393,15 @@ def claims_note(configurations: list[dict]) -> str | None:
     return None
 
 
+def reference_defaults() -> dict:
+    """The run request's default references, for runs stored before references existed."""
+    return {name: field["default"] for name, field in request_schema()["properties"]["references"]["properties"].items()}
+
+
 def build_report(events: list[dict]) -> dict:
     results = build_results(events)
     spec = results["spec"]
-    references = {"format": "json", "broker": "kafka", **spec.get("references", {})}
+    references = {**reference_defaults(), **spec.get("references", {})}
     completed_events = {e["data"]["cell_id"]: e["data"] for e in events if e["type"] == "CellCompleted"}
     intervals = intervals_by_cell(events)
     cells = sorted(results["cells"], key=lambda c: (config_key(c), c["repeat"]))

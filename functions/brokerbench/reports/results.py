@@ -65,6 +65,7 @@ def cell_result(cell: dict, end: dict | None) -> dict:
         "delivery_window_s": round(window, 6),
         "latency_basis": data.get("latency_basis", "intended"),
         "warmup": data.get("warmup"),
+        "resources": data.get("resources"),  # CPU and memory of the workers and a local broker (worker/resources.py)
         "send_rate": round(totals["sent"] / seconds, 3),
         "rate_achieved": round(delivered / window, 3),
         **counts,

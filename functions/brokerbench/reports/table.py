@@ -1,7 +1,7 @@
 """The comparison table: per (size, rate, mode), one row per broker × format, from results.json.
 
-Above each table a caption says what the mode means on each broker, the acks in force and Redis's
-persistence, so brokers are read on the same footing. A percentile finer than the cell's sample
+Above each table a caption says what the mode means on each broker, the acks and persistence in force
+(each broker's plug-in words it), so brokers are read on the same footing. A percentile finer than the cell's sample
 supports is not shown (see model.min_samples).
 """
 
@@ -12,6 +12,7 @@ from itertools import groupby
 from rich.markup import escape
 from rich.table import Table
 
+from ..brokers import UnknownBroker, for_target
 from .model import LOSS_CLASSES, MAX_RATE_NOTE, PERCENTILES, min_samples, need_label
 
 SUSTAINED_RATE = 0.99  # the fallback for results written before cells carried their verdict
@@ -85,36 +86,19 @@ def verdict_cell(cell: dict) -> str:
     return f"[{VERDICT_STYLE.get(verdict, 'white')}]{verdict}[/]"
 
 
-def _redis_persistence(target: dict | None) -> str:
-    recorded = (target or {}).get("settings") or {}
-    settings = {**(target or {}), **recorded, **(recorded.get("persistence") or {})}
-    aof = settings.get("appendonly", settings.get("aof"))
-    fsync = settings.get("appendfsync")
-    if aof is None and fsync is None:
-        return "persistence not recorded"
-    if str(aof).lower() in ("no", "false", "off", "0"):
-        return "AOF off"
-    return "AOF on" + (f", appendfsync {fsync}" if fsync else "")
-
-
 def caption(results: dict, brokers: list[str], mode: str, rate) -> str:
-    """What the mode means per broker, the acks in force, Redis persistence, and the latency basis."""
+    """What the mode means per broker, the acks and persistence in force, and the latency basis."""
     client = results["spec"].get("client") or next((c.get("client") for c in results["cells"] if c.get("client")), {})
     targets = (results.get("environment") or {}).get("brokers") or {}
+    endpoints = results["spec"].get("targets") or {}
     parts = []
     for broker in brokers:
-        if broker == "kafka":
-            batch = client.get("batch_bytes")
-            meaning = (f"batch = linger.ms {client.get('linger_ms', '?')} / batch.size "
-                       f"{f'{batch:,}' if isinstance(batch, int) else '?'} B" if mode == "batch"
-                       else "single = one send in flight, acknowledged before the next")
-            parts.append(f"kafka {meaning}, acks={client.get('acks', '?')}")
-        elif broker == "redis-streams":
-            meaning = (f"batch = up to {client.get('pipeline_depth', '?')} XADDs in flight" if mode == "batch"
-                       else "single = one XADD at a time")
-            parts.append(f"redis-streams {meaning}, {_redis_persistence(targets.get(broker))}")
-        else:
+        try:
+            plugin = for_target(broker, endpoints.get(broker))
+        except UnknownBroker:  # a run of a broker no longer registered
             parts.append(f"{broker} {mode}")
+            continue
+        parts.append(f"{broker} {plugin.describe_mode(mode, client, targets.get(broker))}")
     text = "; ".join(parts)
     if rate == "max":
         text += f". {MAX_RATE_NOTE}"

@@ -37,8 +37,9 @@ def raise_client_error(exc, transient_codes, doing: str):
 
 
 def resource_name(run_id: str, broker: str) -> str:
-    """Valid for MSK clusters and ElastiCache replication groups (lowercase, starts with a letter, ≤ 40)."""
-    return f"bb-{run_id.lower()}-{'kafka' if broker == 'kafka' else 'redis'}"
+    """Valid for MSK clusters and ElastiCache replication groups (lowercase, starts with a letter, ≤ 40): the
+    broker's first word ("redis" of "redis-streams") keeps it short."""
+    return f"bb-{run_id.lower()}-{broker.split('-')[0]}"
 
 
 def target(broker: str, provider: str, *, ready: bool, endpoint: dict | None = None, resource: str | None = None,

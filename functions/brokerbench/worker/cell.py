@@ -20,11 +20,12 @@ from .. import verdict
 from ..drivers import BrokerUnavailable, get_driver
 from ..events import EventStore, cell_prefix, make_event
 from ..reports.results import cell_result
-from . import outcome, search
+from . import outcome, resources, search
 from .consumer import ConsumerTask, consumer_main
 from .drain import Drain
 from .framing import probe_header
 from .intervals import IntervalAggregator
+from .resources import ResourceSampler
 from .warmup import WarmupWatch, warmup_max_s
 from .producer import SECOND_NS, ProducerTask, producer_main
 
@@ -186,6 +187,8 @@ class _CellRun:
         self.topic_created = False
         self.probes = 0  # readiness probe messages in the topic
         self.warmup: WarmupWatch | None = None  # an adaptive warm-up's watch
+        self.resources: ResourceSampler | None = None  # CPU and memory of the workers and a local broker
+        self.resource_samples: list[dict] = []
 
     # -- lifecycle ---------------------------------------------------------------------------
     def run(self) -> CellOutcome:
@@ -235,6 +238,8 @@ class _CellRun:
             t_end = measure_start + 24 * 3600 * SECOND_NS
         self.timing = {"t_start": t_start, "measure_start": measure_start, "t_end": t_end,
                        "warmup_until_steady": adaptive}
+        self.resources = ResourceSampler({"workers": [p.pid for p in self.processes],
+                                          "broker": list(self.endpoint.get("pids") or [])})
         for conn in self.conns:
             conn.send(("go", self.timing))
         done = self._measure()
@@ -379,9 +384,14 @@ class _CellRun:
             return
         # The broker's own view of the backlog, sampled once per write (about once a second).
         backlog = self.driver.backlog(self.topic, self.group, self.cell["partitions"]) if self.cell["consumers"] else None
+        used = self.resources.sample() if self.resources else {}
+        if used:
+            self.resource_samples.append(used)
         events = []
         for data in merged:
             data = {"cell_id": self.cell["cell_id"], "attempt": self.attempt, **data, "backlog": backlog}
+            if used:
+                data["resources"] = used
             self.series.append({k: data[k] for k in ("interval", "counters", "summary", "backlog")})
             events.append(make_event(self.run_id, "IntervalMeasured", data, cell_index=self.cell["index"],
                                      interval=data["interval"], attempt=self.attempt))
@@ -416,6 +426,7 @@ class _CellRun:
             "intervals": self.aggregator.written, "totals": counts, "broker_count": broker_count,
             "latency_basis": "enqueue" if cell["rate"] == "max" else "intended",
             "warmup": self._warmup_record(),
+            "resources": resources.summarize(self.resource_samples),
             "verdict": {"verdict": judged["verdict"], "reasons": judged["reasons"]},
             "histograms": self.aggregator.cumulative_histograms(),
         }, cell_index=cell["index"])])

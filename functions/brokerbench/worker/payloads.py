@@ -6,7 +6,7 @@ import math
 import random
 from math import gcd
 
-from ..codecs import get_codec
+from ..codecs import get_codec, prebuilt
 from ..records import SIZE_TOLERANCE, PayloadPool, SizeError, sized_record
 
 POOL_SIZE = 16
@@ -45,7 +45,7 @@ def pool_size_for(cell: dict) -> int:
         return POOL_SIZE
     batch_bytes = min(int(client.get("batch_bytes", MAX_BATCH_BYTES)), MAX_BATCH_BYTES)
     codec, length_of = _length_function(cell["format"], cell["size_basis"])
-    if cell["format"] == "raw":
+    if prebuilt(cell["format"]):
         encoded = cell["size_bytes"]
     else:
         encoded = len(codec.encode(codec.prepare(_sized(0, cell["size_bytes"], length_of, 1)[0])))
@@ -73,7 +73,7 @@ def _sized(first_seed: int, size_bytes: int, length_of, count: int) -> list[dict
 
 def payload_pool(fmt: str, size_basis: str, size_bytes: int, count: int = POOL_SIZE) -> PayloadPool:
     """`count` distinct ready-to-encode objects; record basis sizes by JSON, wire basis by `fmt` itself."""
-    if fmt == "raw":
+    if prebuilt(fmt):
         objects = [random.Random(seed).randbytes(size_bytes) for seed in range(count)]
         return PayloadPool(objects, [len(o) for o in objects])
     codec, length_of = _length_function(fmt, size_basis)

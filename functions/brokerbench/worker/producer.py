@@ -187,7 +187,7 @@ class _AwaitMeasure:
 def _native_loop(sender, task: ProducerTask, codec, pool, timing: dict, base: int, period: float,
                  reports: queue.Queue, conn) -> dict:
     """The native send loop: one call per interval, the interval's records taken at its end."""
-    encode = None if task.cell["format"] == "raw" else codec.encode
+    encode = None if codec.prebuilt else codec.encode
     sender.configure(list(pool.objects), encode, task.producer_id, base, period)
     t_end = timing["t_end"]
     intervals = _Intervals(timing, reports, base, period)

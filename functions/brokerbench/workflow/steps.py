@@ -30,6 +30,9 @@ def validate_request(event: dict) -> dict:
         spec = validate(request)
     except SpecError as exc:
         raise InvalidRequest("; ".join(str(p) for p in exc.problems)) from None
+    unprovidable = [problem for broker in spec["brokers"] if (problem := config.provider_problem(broker, spec))]
+    if unprovidable:  # e.g. a broker with no cloud provider in AWS mode: refused before anything starts
+        raise InvalidRequest("; ".join(unprovidable))
     return {"run_id": event.get("run_id") or new_run_id(), "spec": spec, "suite": event.get("suite")}
 
 
@@ -206,5 +209,8 @@ def record_run_failed(event: dict) -> dict:
 
 
 def teardown_target(event: dict) -> dict:
+    problem = config.provider_problem(event["broker"], event["spec"])
+    if problem:  # nothing was provisioned for it
+        return {"broker": event["broker"], "action": f"nothing to tear down ({problem})"}
     return config.target_provider(event["broker"], event["spec"]).teardown(event["run_id"], event["broker"], event["spec"])
 

@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
+import os
+import time
+
 import confluent_kafka
 from confluent_kafka import Consumer as _KafkaConsumer
 from confluent_kafka import KafkaException, TopicPartition
 from confluent_kafka import Producer as _KafkaProducer
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from .. import native
-from . import BrokerUnavailable, Message, OnAck
-
+from ... import native
+from ...drivers import BrokerUnavailable, Message, OnAck
+from .settings import REPLICATION_FACTOR
 
 PRODUCER_BUFFER_KB = 32 * 1024
 MAX_IN_FLIGHT = 5
@@ -46,7 +49,7 @@ class KafkaDriver:
         }
 
     def create_topic(self, topic: str, partitions: int) -> None:
-        futures = self.admin().create_topics([NewTopic(topic, partitions, 1)], operation_timeout=30)
+        futures = self.admin().create_topics([NewTopic(topic, partitions, REPLICATION_FACTOR)], operation_timeout=30)
         try:
             futures[topic].result(timeout=30)
         except KafkaException as exc:
@@ -58,8 +61,6 @@ class KafkaDriver:
                 p.leader >= 0 for p in meta.partitions.values()
             ):
                 return
-            import time
-
             time.sleep(0.05)
         raise BrokerUnavailable(f"topic {topic} has no leader after creation")
 
@@ -149,8 +150,6 @@ class KafkaDriver:
 def _security(endpoint: dict) -> dict:
     """TLS and MSK IAM authentication (OAUTHBEARER with a SigV4 token) when the endpoint asks for them."""
     if endpoint.get("auth") == "iam":
-        import os
-
         from aws_msk_iam_sasl_signer import MSKAuthTokenProvider
 
         region = endpoint.get("region") or os.environ.get("AWS_REGION", "us-east-1")

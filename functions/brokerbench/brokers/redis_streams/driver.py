@@ -15,8 +15,8 @@ import hiredis
 import redis
 from redis.exceptions import RedisError, ResponseError
 
-from .. import native
-from . import BrokerUnavailable, Message, OnAck
+from ... import native
+from ...drivers import BrokerUnavailable, Message, OnAck
 
 HEADER_FIELD = b"h"
 PAYLOAD_FIELD = b"d"

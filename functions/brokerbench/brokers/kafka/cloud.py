@@ -1,10 +1,14 @@
-"""Amazon MSK (provisioned) as a provider: TLS in transit, IAM client authentication."""
+"""Amazon MSK (provisioned) as Kafka's cloud provider: TLS in transit, IAM client authentication.
+
+BROKERBENCH_MSK_SUBNETS, BROKERBENCH_MSK_SECURITY_GROUPS   comma-separated; set by the CDK app
+"""
 
 from __future__ import annotations
 
 from botocore.exceptions import ClientError
 
-from . import ProvisioningError, raise_client_error, resource_name, still_waiting, target
+from ... import config
+from ...targets import ProvisioningError, raise_client_error, resource_name, still_waiting, target
 
 DEFAULT_VERSION = "3.9.x"
 TRANSIENT = {"TooManyRequestsException", "ServiceUnavailableException", "ConflictException"}
@@ -70,3 +74,7 @@ class MskTargets:
             raise_client_error(exc, TRANSIENT, f"deleting MSK cluster {name}")
         return {"broker": broker, "action": f"deleting {name}" if arns else "nothing to delete"}
 
+
+def provider() -> MskTargets:
+    return MskTargets(config.boto("kafka"), subnets=config.env_list("BROKERBENCH_MSK_SUBNETS"),
+                      security_groups=config.env_list("BROKERBENCH_MSK_SECURITY_GROUPS"))

@@ -1,10 +1,16 @@
-"""ElastiCache for Redis as a provider: TLS in transit, encryption at rest, an AUTH token from Secrets Manager."""
+"""ElastiCache for Redis as Redis Streams' cloud provider: TLS in transit, encryption at rest, an AUTH token
+from Secrets Manager.
+
+BROKERBENCH_REDIS_SUBNET_GROUP, BROKERBENCH_REDIS_SECURITY_GROUPS (comma-separated),
+BROKERBENCH_REDIS_AUTH_SECRET_ARN   set by the CDK app
+"""
 
 from __future__ import annotations
 
 from botocore.exceptions import ClientError
 
-from . import ProvisioningError, raise_client_error, resource_name, still_waiting, target
+from ... import config
+from ...targets import ProvisioningError, raise_client_error, resource_name, still_waiting, target
 
 DEFAULT_VERSION = "7.1"
 TRANSIENT = {"Throttling", "InvalidReplicationGroupState", "ServiceUnavailable"}
@@ -69,3 +75,9 @@ class ElastiCacheTargets:
             raise_client_error(exc, TRANSIENT, f"deleting ElastiCache replication group {name}")
         return {"broker": broker, "action": f"deleting {name}"}
 
+
+def provider() -> ElastiCacheTargets:
+    return ElastiCacheTargets(config.boto("elasticache"), config.boto("secretsmanager"),
+                              auth_secret_arn=config.env("BROKERBENCH_REDIS_AUTH_SECRET_ARN"),
+                              subnet_group=config.env("BROKERBENCH_REDIS_SUBNET_GROUP"),
+                              security_groups=config.env_list("BROKERBENCH_REDIS_SECURITY_GROUPS"))

@@ -1,0 +1,25 @@
+"""Apache Kafka (KRaft): the confluent-kafka driver, a local single-node broker, Amazon MSK in the cloud."""
+
+from .. import Capabilities, Cloud, Plugin, Settings
+from . import settings
+from .local import KafkaService
+
+PLUGIN = Plugin(
+    name="kafka",
+    description="Apache Kafka (KRaft mode) through confluent-kafka (librdkafka)",
+    family="kafka",
+    driver="brokerbench.brokers.kafka.driver:KafkaDriver",
+    settings=Settings(target=settings.TARGET, provision=settings.PROVISION, client=settings.CLIENT),
+    capabilities=Capabilities(
+        modes={"batch": "librdkafka batches per partition (linger_ms, batch_bytes); many messages in flight",
+               "single": "one message in flight: each send waits for its acknowledgement (linger.ms 0)"},
+        partitions="partitions of the cell's topic",
+        persistence={"page-cache": f"the log, acknowledged from the page cache, no fsync per message; replication "
+                                   f"factor {settings.REPLICATION_FACTOR}"},
+    ),
+    environment="brokerbench.brokers.kafka.environment:settings_in_force",
+    caption="brokerbench.brokers.kafka.environment:caption",
+    local=KafkaService(),
+    cloud=Cloud(service="Amazon MSK", factory="brokerbench.brokers.kafka.cloud:provider"),
+    libraries=("confluent-kafka",),
+)

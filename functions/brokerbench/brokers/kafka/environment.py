@@ -1,0 +1,39 @@
+"""What a run's client settings mean on Kafka: recorded with the targets (TargetsReady) and in report captions."""
+
+from __future__ import annotations
+
+from .settings import REPLICATION_FACTOR
+
+ACKS_MEANING = {"0": "none: a message counts as sent once written to the socket",
+                "1": "the partition leader has appended it",
+                "all": "every in-sync replica has it"}
+
+
+def settings_in_force(endpoint: dict, client: dict) -> dict:
+    """Kafka batches by time and size (linger.ms, batch.size) with many messages in flight; single mode
+    is one message in flight."""
+    return {
+        "acks": client["acks"],
+        "acks_meaning": ACKS_MEANING[client["acks"]] + f" (topics have replication factor {REPLICATION_FACTOR})",
+        "compression": client["compression"],
+        "modes": {
+            "batch": {"linger_ms": client["linger_ms"], "batch_bytes": client["batch_bytes"],
+                      "in_flight": "many (librdkafka's queue; max.in.flight 1,000,000)",
+                      "meaning": f"librdkafka batches per partition for up to {client['linger_ms']} ms or "
+                                 f"{client['batch_bytes']:,} B; many messages in flight"},
+            "single": {"linger_ms": 0, "in_flight": 1,
+                       "meaning": "one message in flight: each send waits for its acknowledgement; linger.ms 0"},
+        },
+        "persistence": {"replication_factor": REPLICATION_FACTOR,
+                        "flush": "the broker's defaults (acknowledged from the page cache, no fsync per message)"},
+    }
+
+
+def caption(mode: str, client: dict, recorded: dict) -> str:
+    if mode == "batch":
+        batch = client.get("batch_bytes")
+        meaning = (f"batch = linger.ms {client.get('linger_ms', '?')} / batch.size "
+                   f"{f'{batch:,}' if isinstance(batch, int) else '?'} B")
+    else:
+        meaning = "single = one send in flight, acknowledged before the next"
+    return f"{meaning}, acks={client.get('acks', '?')}"

@@ -1,0 +1,303 @@
+"""Apache Pulsar through pulsar-client (the C++ client's Python binding); topics and stats over the admin REST API.
+
+A cell's topic is a partitioned topic; a partition is its `<topic>-partition-<n>` topic. Producers and
+consumers attach to those partition topics directly, so a message goes to exactly the partition the
+worker names and each consumer reads exactly its assigned partitions. The worker's header travels at the
+start of the message body, after one byte with its length (a property would have to be text: hex or base64
+per message).
+Batch mode turns the client's batching on (per partition, bounded by time, bytes and count); single mode
+turns it off, and the worker keeps one message in flight.
+"""
+
+from __future__ import annotations
+
+import queue
+import time
+from functools import partial
+
+import pulsar
+
+from ... import native
+from ...drivers import BrokerUnavailable, Message, OnAck
+from .admin import Admin, AdminError, partition_topic
+
+LENGTHS = [bytes((n,)) for n in range(256)]  # the header's length byte, made once
+# Messages each partition's producer keeps unacknowledged before send blocks (the client's default is 1000):
+# enough for full batches in flight, bounded so a producer that outruns the broker waits (publish delay shows it).
+MAX_PENDING_PER_PARTITION = 10_000
+RECEIVER_QUEUE = 10_000  # messages each partition's consumer prefetches (the client's default is 1000)
+POLL_MAX = 1000  # messages one consumer poll returns at most
+SEND_TIMEOUT_MS = 30_000
+# Backlog counts (see PulsarDriver.backlog): how large a backlog is read while consumers are attached, and
+# how long a count may take then and after they have left.
+SAMPLE_MAX_ENTRIES = 1000
+SAMPLE_TIMEOUT_S = 5.0
+COUNT_TIMEOUT_S = 60.0
+OK = pulsar.Result.Ok
+
+
+def _client(endpoint: dict, timeout_s: int = 30) -> pulsar.Client:
+    try:
+        return pulsar.Client(endpoint["service_url"], operation_timeout_seconds=timeout_s,
+                             logger=pulsar.ConsoleLogger(pulsar.LoggerLevel.Error))
+    except pulsar.PulsarException as exc:
+        raise BrokerUnavailable(f"Pulsar at {endpoint['service_url']}: {exc}") from None
+
+
+class PulsarDriver:
+    name = "pulsar"
+
+    def __init__(self, endpoint: dict, client: dict) -> None:
+        self.endpoint = endpoint
+        self.client = client
+        self.admin = Admin(endpoint["admin_url"])
+        self.topic_type = client["pulsar_topic_type"]
+        self.namespace = endpoint.get("namespace", "public/default")
+
+    def full_name(self, topic: str) -> str:
+        return f"{self.topic_type}://{self.namespace}/{topic}"
+
+    def partitions_of(self, topic: str, partitions) -> list[str]:
+        return [partition_topic(self.full_name(topic), p) for p in partitions]
+
+    def check(self, timeout_s: float = 5.0) -> None:
+        """The admin API answers and the namespace the topics go in exists."""
+        try:
+            self.admin.call("GET", f"/admin/v2/namespaces/{self.namespace}", timeout_s=timeout_s)
+        except AdminError as exc:
+            raise BrokerUnavailable(f"Pulsar at {self.endpoint['admin_url']}, namespace {self.namespace}: "
+                                    f"{exc}") from None
+        except OSError as exc:
+            raise BrokerUnavailable(f"Pulsar admin API at {self.endpoint['admin_url']} did not answer: {exc}") from None
+
+    def describe(self) -> dict:
+        try:
+            version = self.admin.version()
+        except (AdminError, OSError):
+            version = self.endpoint.get("version", "unknown")
+        return {"broker": "pulsar", "broker_version": version, "client_library": "pulsar-client",
+                "client_version": pulsar.__version__, "topic_type": self.topic_type}
+
+    def create_topic(self, topic: str, partitions: int) -> None:
+        try:
+            self.admin.create_partitioned(self.full_name(topic), partitions)
+        except (AdminError, OSError) as exc:
+            raise BrokerUnavailable(f"could not create topic {self.full_name(topic)}: {exc}") from None
+
+    def delete_topic(self, topic: str, partitions: int) -> None:
+        try:
+            self.admin.delete_partitioned(self.full_name(topic))
+        except (AdminError, OSError):
+            pass  # best effort: a topic left behind does not change later cells (each has its own)
+
+    def _partition_stats(self, topic: str, partitions: int) -> list[dict] | None:
+        try:
+            return [self.admin.stats(name) for name in self.partitions_of(topic, range(partitions))]
+        except (AdminError, OSError):
+            return None
+
+    def backlog(self, topic: str, group: str, partitions: int) -> int | None:
+        """Messages the group has not acknowledged. A subscription's msgBacklog counts entries, and an entry
+        is a whole batch, so where it is not zero the broker counts the entries' messages (analyzeBacklog).
+        That reads the backlog back from storage: while the group's consumers are attached it is done only for
+        a backlog of up to SAMPLE_MAX_ENTRIES entries per partition, so sampling does not load the broker the
+        cell measures; once they have left (the count after the drain), in full.
+        None when the broker cannot tell: a non-persistent topic keeps no backlog, a sampled backlog is larger
+        than that, or the count was cut short by the broker's scan limits."""
+        if self.topic_type != "persistent":
+            return None
+        stats = self._partition_stats(topic, partitions)
+        if stats is None:
+            return None
+        total = 0
+        for name, partition in zip(self.partitions_of(topic, range(partitions)), stats):
+            subscription = (partition.get("subscriptions") or {}).get(group)
+            entries = int((subscription or {}).get("msgBacklog") or 0)
+            if not entries:
+                continue
+            attached = bool(subscription.get("consumers"))
+            if attached and entries > SAMPLE_MAX_ENTRIES:
+                return None
+            try:
+                counted = self.admin.analyze_backlog(name, group, timeout_s=SAMPLE_TIMEOUT_S if attached
+                                                     else COUNT_TIMEOUT_S)
+            except (AdminError, OSError):
+                return None
+            if counted.get("aborted"):
+                return None
+            total += int(counted["messages"])
+        return total
+
+    def message_count(self, topic: str, partitions: int) -> int | None:
+        """Messages the broker has stored in the topic and acknowledged: msgInCounter, summed over the
+        partitions (it counts each message of a batch). None for a non-persistent topic, which stores none."""
+        if self.topic_type != "persistent":
+            return None
+        stats = self._partition_stats(topic, partitions)
+        return None if stats is None else sum(int(s.get("msgInCounter", 0)) for s in stats)
+
+    def close(self) -> None:
+        pass
+
+    def producer_settings(self, mode: str) -> dict:
+        settings = {"block_if_queue_full": True, "max_pending_messages": MAX_PENDING_PER_PARTITION,
+                    "send_timeout_millis": SEND_TIMEOUT_MS, "batching_enabled": mode == "batch"}
+        if mode == "batch":
+            settings.update(batching_max_publish_delay_ms=self.client["pulsar_batch_delay_ms"],
+                            batching_max_allowed_size_in_bytes=self.client["pulsar_batch_bytes"],
+                            batching_max_messages=self.client["pulsar_batch_messages"])
+        return settings
+
+    def producer(self, topic: str, partitions: int, mode: str, on_ack: OnAck) -> PulsarProducer:
+        client = _client(self.endpoint)
+        try:
+            producers = [client.create_producer(name, **self.producer_settings(mode))
+                         for name in self.partitions_of(topic, range(partitions))]
+        except pulsar.PulsarException as exc:
+            client.close()
+            raise BrokerUnavailable(f"could not create producers for {self.full_name(topic)}: {exc}") from None
+        return PulsarProducer(client, producers, on_ack)
+
+    def native_sender(self, topic: str, partitions: int, mode: str):
+        raise native.Unsupported("the native send loop speaks librdkafka and RESP; Pulsar runs the Python loop")
+
+    def consumer(self, topic: str, group: str, partitions: list[int]) -> PulsarConsumer:
+        client = _client(self.endpoint)
+        names = self.partitions_of(topic, partitions)
+        try:
+            # One consumer for the group on each partition: Exclusive, so a second one would be refused rather
+            # than silently share it. From the earliest message: nothing sent before it attached is missed.
+            consumer = client.subscribe(names, group, consumer_type=pulsar.ConsumerType.Exclusive,
+                                        initial_position=pulsar.InitialPosition.Earliest,
+                                        receiver_queue_size=RECEIVER_QUEUE,
+                                        max_total_receiver_queue_size_across_partitions=RECEIVER_QUEUE * len(names))
+        except pulsar.PulsarException as exc:
+            client.close()
+            raise BrokerUnavailable(f"could not subscribe {group} to {self.full_name(topic)}: {exc}") from None
+        return PulsarConsumer(client, consumer, {name: p for name, p in zip(names, partitions)})
+
+
+class PulsarProducer:
+    """send_async per partition producer. The client calls back from its own thread; the results queue up
+    and reach on_ack in poll and flush, on the worker's thread, as the Driver interface promises."""
+
+    def __init__(self, client: pulsar.Client, producers: list, on_ack: OnAck) -> None:
+        self._client = client
+        self._producers = producers
+        self._on_ack = on_ack
+        self._results: queue.SimpleQueue = queue.SimpleQueue()
+        self._callback = partial(_queue_result, self._results.put)
+        self._pending = 0
+
+    def send(self, header: bytes, payload: bytes, partition: int) -> None:
+        self._producers[partition].send_async(b"".join((LENGTHS[len(header)], header, payload)),
+                                              partial(self._callback, header))
+        self._pending += 1
+
+    def _serve(self, timeout_s: float) -> None:
+        results, on_ack = self._results, self._on_ack
+        if timeout_s > 0 and results.empty():
+            try:
+                header, result = results.get(timeout=timeout_s)
+            except queue.Empty:
+                return
+            self._pending -= 1
+            on_ack(header, result == OK)
+        while not results.empty():
+            header, result = results.get_nowait()
+            self._pending -= 1
+            on_ack(header, result == OK)
+
+    def poll(self, timeout_s: float) -> None:
+        self._serve(timeout_s)
+
+    def flush(self, timeout_s: float) -> int:
+        """Wait for the acknowledgements of everything sent (a batch goes out when its delay is over)."""
+        deadline = time.monotonic() + timeout_s
+        self._serve(0)
+        while self._pending and (left := deadline - time.monotonic()) > 0:
+            self._serve(left)
+        return self._pending
+
+    def close(self) -> None:
+        self.flush(5)
+        self._client.close()
+
+
+def _queue_result(put, header: bytes, result, _message_id) -> None:
+    put((header, result))
+
+
+class PulsarConsumer:
+    """Receives from the partitions it was given. A batch's acknowledgements (cumulative, per partition: the
+    last message received) are made with the next poll, after the worker took its receive timestamps; the
+    client groups them and sends them within 100 ms."""
+
+    def __init__(self, client: pulsar.Client, consumer, partitions: dict[str, int]) -> None:
+        self._client = client
+        self._consumer = consumer
+        self._partition = partitions
+        self._last: dict[str, object] = {}  # partition topic -> the last message received, not yet acknowledged
+
+    def _acknowledge(self) -> None:
+        last, self._last = self._last, {}
+        for message in last.values():
+            self._consumer.acknowledge_cumulative(message)
+
+    def poll(self, timeout_s: float) -> list[Message]:
+        self._acknowledge()
+        receive = self._consumer.receive
+        try:
+            first = receive(max(1, int(timeout_s * 1000)))
+        except pulsar.Timeout:
+            return []
+        messages = [first]
+        try:
+            while len(messages) < POLL_MAX:
+                messages.append(receive(0))
+        except pulsar.Timeout:
+            pass
+        out: list[Message] = []
+        partition, last = self._partition, self._last
+        for message in messages:
+            body = message.data()
+            topic = message.topic_name()
+            end = body[0] + 1
+            out.append((body[1:end], body[end:], partition[topic]))
+            last[topic] = message
+        return out
+
+    def commit(self) -> None:
+        """Acknowledge what was received, for the broker-side backlog."""
+        self._acknowledge()
+
+    def close(self) -> None:
+        try:
+            self._acknowledge()  # closing sends the acknowledgements the client still groups
+            self._consumer.close()
+        except pulsar.PulsarException:
+            pass  # the broker is gone: what was not acknowledged stays in its backlog
+        finally:
+            self._client.close()
+
+
+def produce_one(endpoint: dict, topic: str, timeout_s: int = 10) -> bool:
+    """Create `topic` (non-partitioned) if needed and produce one message to it: the broker serves producers."""
+    try:
+        Admin(endpoint["admin_url"], timeout_s=timeout_s).create_topic(topic)
+    except AdminError as exc:
+        if exc.status != 409:  # 409: it exists
+            return False
+    except OSError:
+        return False
+    try:
+        client = _client(endpoint, timeout_s)
+    except BrokerUnavailable:
+        return False
+    try:
+        client.create_producer(topic, send_timeout_millis=timeout_s * 1000).send(b"ready")
+        return True
+    except pulsar.PulsarException:
+        return False
+    finally:
+        client.close()

@@ -1,0 +1,67 @@
+"""Pulsar's part of the run request: its endpoint, what the local stack is asked for, the client settings it reads.
+
+Kafka's linger_ms and batch_bytes are not shared: Pulsar's batch delay is whole milliseconds (linger_ms may
+be a fraction), its batches are also bounded by a message count, and they must fit the broker's largest
+message (5 MB by default), where Kafka's batch_bytes goes to 2 GiB.
+"""
+
+TARGET = {
+    "type": "object",
+    "additionalProperties": False,
+    "required": ["service_url", "admin_url"],
+    "properties": {
+        "service_url": {"description": "The binary protocol's URL, pulsar://HOST:6650.", "type": "string",
+                        "pattern": "^pulsar://"},
+        "admin_url": {"description": "The web service (admin REST API), http://HOST:8080: topics are created "
+                                     "and counted through it.", "type": "string", "pattern": "^https?://"},
+        "namespace": {"description": "tenant/namespace the cells' topics are created in.", "type": "string",
+                      "pattern": "^[^/]+/[^/]+$", "default": "public/default"},
+        "version": {"type": "string"},
+    },
+}
+
+PROVISION = {
+    "type": "object",
+    "additionalProperties": False,
+    "properties": {
+        "version": {
+            "description": "Pulsar version; locally it must match the local standalone's version prefix (Pulsar has no "
+                           "cloud provider: elsewhere give its endpoint in targets.pulsar).",
+            "type": "string",
+        },
+    },
+    "default": {},
+}
+
+CLIENT = {
+    "pulsar_topic_type": {
+        "description": "Pulsar: persistent topics (stored in BookKeeper before they are acknowledged) or "
+                       "non-persistent ones (never stored: delivered to the consumers connected at that moment, "
+                       "dropped when none is or it cannot keep up).",
+        "enum": ["persistent", "non-persistent"],
+        "default": "persistent",
+    },
+    "pulsar_batch_delay_ms": {
+        "description": "Pulsar batchingMaxPublishDelayMs in batch mode: how long a batch waits for more messages "
+                       "(single mode does not batch).",
+        "type": "integer",
+        "minimum": 1,
+        "maximum": 60000,
+        "default": 5,
+    },
+    "pulsar_batch_bytes": {
+        "description": "Pulsar batchingMaxAllowedSizeInBytes in batch mode (the broker refuses messages over its "
+                       "maxMessageSize, 5 MB by default).",
+        "type": "integer",
+        "minimum": 1024,
+        "maximum": 5242880,
+        "default": 1048576,
+    },
+    "pulsar_batch_messages": {
+        "description": "Pulsar batchingMaxMessages in batch mode: most messages in one batch.",
+        "type": "integer",
+        "minimum": 1,
+        "maximum": 1000000,
+        "default": 1000,
+    },
+}

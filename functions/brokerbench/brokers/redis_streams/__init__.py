@@ -1,0 +1,25 @@
+"""Redis Streams: the redis-py/hiredis driver, a local redis-server, ElastiCache for Redis in the cloud."""
+
+from .. import Capabilities, Cloud, Plugin, Settings
+from . import settings
+from .local import RedisService
+
+PLUGIN = Plugin(
+    name="redis-streams",
+    description="Redis Streams (XADD, consumer groups) through redis-py with hiredis",
+    family="redis",
+    driver="brokerbench.brokers.redis_streams.driver:RedisStreamsDriver",
+    settings=Settings(target=settings.TARGET, provision=settings.PROVISION, client=settings.CLIENT),
+    capabilities=Capabilities(
+        modes={"batch": "up to pipeline_depth XADDs in flight (pipelined)",
+               "single": "one XADD in flight: each send waits for its reply"},
+        partitions="stream keys <topic>-<n>, read by one consumer group",
+        persistence={"aof-everysec": "AOF on, appendfsync everysec (the local stack's default)",
+                     "no-aof": "in memory only (`--no-aof`)"},
+    ),
+    environment="brokerbench.brokers.redis_streams.environment:settings_in_force",
+    caption="brokerbench.brokers.redis_streams.environment:caption",
+    local=RedisService(),
+    cloud=Cloud(service="ElastiCache for Redis", factory="brokerbench.brokers.redis_streams.cloud:provider"),
+    libraries=("redis", "hiredis"),
+)

@@ -1,0 +1,80 @@
+"""Local processes on 127.0.0.1: free ports, probes, spawning a service with its log, and stopping it."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import time
+from pathlib import Path
+
+HOST = "127.0.0.1"
+
+
+class StackError(RuntimeError):
+    """A local service cannot be started, or is not there."""
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind((HOST, 0))
+        return sock.getsockname()[1]
+
+
+def port_answers(port: int, timeout: float = 0.5) -> bool:
+    try:
+        with socket.create_connection((HOST, port), timeout=timeout):
+            return True
+    except OSError:
+        return False
+
+
+def pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    # A zombie child (started by this process, not yet reaped) is not alive.
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().split(") ", 1)[1][0] != "Z"
+    except OSError:
+        return True
+
+
+def spawn(cmd: list[str], cwd: Path, log: Path, env: dict | None = None) -> int:
+    """Start `cmd` in its own session (so stop() ends it with its children), output appended to `log`."""
+    with open(log, "ab") as log_file:
+        proc = subprocess.Popen(cmd, cwd=cwd, stdout=log_file, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                start_new_session=True, env=env)
+    return proc.pid
+
+
+def tail(path: str | Path, lines: int = 20) -> str:
+    try:
+        return "\n".join(Path(path).read_text(errors="replace").splitlines()[-lines:])
+    except OSError:
+        return "(no log)"
+
+
+def stop(pid: int, timeout_s: float = 15) -> None:
+    """SIGTERM the process group, then SIGKILL whatever is left."""
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        try:
+            os.killpg(pid, sig)
+        except ProcessLookupError:
+            return
+        except PermissionError:
+            os.kill(pid, sig)
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            try:
+                os.waitpid(pid, os.WNOHANG)
+            except ChildProcessError:
+                pass
+            if not pid_alive(pid):
+                return
+            time.sleep(0.1)

@@ -1,0 +1,43 @@
+"""Kafka in ZooKeeper mode (3.9) beside KRaft Kafka (4.1) in one run, each its own row, on the session's stack."""
+
+from pathlib import Path
+
+from brokerbench.local.stack import pid_alive, port_answers
+from brokerbench.reports.results import build_results
+from brokerbench.runner import execute_run
+
+
+def test_a_zookeeper_mode_cell_runs_beside_kraft_in_the_same_run(extra_brokers, store):
+    endpoints = extra_brokers("kafka-zookeeper")
+    request = {"name": "it-zookeeper", "brokers": ["kafka", "kafka-zookeeper"], "sizes": [1024], "rates": [200],
+               "formats": ["json", "raw"], "duration_s": 1.5, "warmup_s": 0.5, "warmup_until_steady": False,
+               "drain_timeout_s": 5}
+    outcome = execute_run(request, endpoints, store)
+    events = store.read(outcome.run_id)
+    results = build_results(events)
+    assert outcome.status == "completed" and results["status"] == "completed"
+    rows = {}
+    for cell in results["cells"]:
+        rows.setdefault(cell["broker"], set()).add(cell["format"])
+        assert cell["status"] == "completed", (cell["broker"], cell.get("reason"))
+        assert cell["sent"] == cell["received"] > 0 and cell["lost"] == cell["duplicated"] == 0, cell
+        assert cell["broker_count"]["observed"] == cell["broker_count"]["expected"] > 0, cell["broker_count"]
+    assert rows == {"kafka": {"json", "raw"}, "kafka-zookeeper": {"json", "raw"}}
+    targets = next(e for e in events if e["type"] == "TargetsReady")["data"]["targets"]
+    assert targets["kafka-zookeeper"]["broker_version"] == "3.9.2" and targets["kafka"]["broker_version"] == "4.1.1"
+    assert targets["kafka-zookeeper"]["settings"]["acks"] == "all"  # the Kafka plug-in's description serves it
+
+
+def test_zookeeper_runs_beside_its_broker_on_loopback_and_both_kafkas_log(stack, extra_brokers):
+    extra_brokers("kafka-zookeeper")
+    status = stack.status()["kafka-zookeeper"]
+    zookeeper, broker = status["pids"]  # ZooKeeper first, so the broker is stopped first
+    assert pid_alive(zookeeper) and pid_alive(broker)
+    folder = Path(status["log"]).parent
+    settings = dict(line.split("=", 1) for line in (folder / "zookeeper.properties").read_text().splitlines())
+    assert settings["clientPortAddress"] == "127.0.0.1" and port_answers(int(settings["clientPort"]))
+    assert f"binding to port /127.0.0.1:{settings['clientPort']}" in (folder / "zookeeper.log").read_text()
+    # A wrong SLF4J binding leaves only "SLF4J: Defaulting to no-operation (NOP) logger" in a broker's log.
+    for name in ("kafka", "kafka-zookeeper"):
+        log = Path(stack.status()[name]["log"]).read_text(errors="replace")
+        assert " INFO " in log and "NOP" not in log, (name, log[-500:])

@@ -1,0 +1,29 @@
+"""A local broker's and the workers' CPU and memory, sampled per interval and kept with the cell."""
+
+import subprocess
+
+from brokerbench.events import new_run_id
+from brokerbench.events.dynamodb import DynamoEventStore
+from brokerbench.local.workflow import LocalWorkflow
+
+
+def test_cells_carry_the_brokers_and_workers_cpu_and_memory(stack, endpoints, tmp_path):
+    request = {"name": "wf-resources", "brokers": ["kafka"], "sizes": [1024], "rates": [500], "formats": ["json"],
+               "duration_s": 3, "warmup_s": 0.5, "warmup_until_steady": False, "placement": {"worker": "lambda"},
+               "keep_targets": True}
+    run_id = new_run_id()
+    execution = LocalWorkflow(stack, tmp_path / "reports").execute(request, run_id=run_id)
+    assert execution.status == "SUCCEEDED", (execution.error, execution.cause)
+    db = endpoints["dynamodb"]
+    events = DynamoEventStore(db["table"], endpoint_url=db["endpoint_url"]).read(run_id, interval_histograms=False)
+    intervals = [e["data"] for e in events if e["type"] == "IntervalMeasured"]
+    completed = next(e["data"] for e in events if e["type"] == "CellCompleted")
+    assert intervals and all(set(i["resources"]) == {"broker", "workers"} for i in intervals)
+    summary = completed["resources"]
+    assert 1 <= summary["broker"]["samples"] <= len(intervals)  # one sample per write; a write holds 1+ intervals
+    assert all(i["resources"]["broker"]["rss_mb"] > 0 for i in intervals)
+    assert summary["workers"]["cpu_pct_max"] > 0  # a producer and a consumer at 500 msgs/s do work
+    # The broker's memory, against ps reading the same process now (the JVM's heap is pinned, so it barely moves)
+    pid = stack.status()["kafka"]["pids"][0]
+    ps_mb = int(subprocess.run(["ps", "-o", "rss=", "-p", str(pid)], capture_output=True, text=True).stdout) / 1024
+    assert 0.5 * ps_mb <= summary["broker"]["rss_mb_max"] <= 1.5 * ps_mb

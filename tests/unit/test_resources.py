@@ -1,0 +1,40 @@
+"""CPU and memory sampling from /proc, checked against work whose cost is known."""
+
+import os
+import subprocess
+import sys
+import time
+
+from brokerbench.worker.resources import ResourceSampler, cpu_ticks, rss_bytes, summarize
+
+
+def test_a_busy_process_shows_about_one_core_and_an_idle_one_almost_none():
+    busy = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+    idle = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        sampler = ResourceSampler({"busy": [busy.pid], "idle": [idle.pid], "none": []})
+        time.sleep(1.0)
+        used = sampler.sample()
+        assert set(used) == {"busy", "idle"}  # a group with no processes is not sampled
+        assert 40 <= used["busy"]["cpu_pct"] <= 110  # one core, minus what a shared machine takes away
+        assert used["idle"]["cpu_pct"] <= 5
+        with open(f"/proc/{idle.pid}/status") as status:  # the kernel's own figure, read another way
+            vm_rss_kb = next(int(line.split()[1]) for line in status if line.startswith("VmRSS:"))
+        assert abs(used["idle"]["rss_mb"] - vm_rss_kb / 1024) <= 1
+    finally:
+        busy.kill()
+        idle.kill()
+        busy.wait()
+        idle.wait()
+    assert cpu_ticks(busy.pid) is None and rss_bytes(busy.pid) is None  # gone: counts as nothing
+
+
+def test_own_process_is_readable():
+    assert cpu_ticks(os.getpid()) >= 0 and rss_bytes(os.getpid()) > 10 * 1024 * 1024
+
+
+def test_summary_over_samples():
+    samples = [{"broker": {"cpu_pct": 10.0, "rss_mb": 300.0}}, {"broker": {"cpu_pct": 30.0, "rss_mb": 320.0},
+                                                                 "workers": {"cpu_pct": 50.0, "rss_mb": 80.0}}]
+    assert summarize(samples) == {"broker": {"cpu_pct_mean": 20.0, "cpu_pct_max": 30.0, "rss_mb_max": 320.0, "samples": 2},
+                                  "workers": {"cpu_pct_mean": 50.0, "cpu_pct_max": 50.0, "rss_mb_max": 80.0, "samples": 1}}

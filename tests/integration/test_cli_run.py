@@ -9,6 +9,7 @@ import time
 from pathlib import Path
 
 import pytest
+from conftest import CORE_SERVICES
 
 BIN = Path(sys.executable).parent / "brokerbench"
 
@@ -27,7 +28,7 @@ def tiny_spec(tmp_path):
 
 
 def test_run_prints_the_table_writes_results_and_leaves_the_stack_as_found(stack, tiny_spec, tmp_path):
-    pids = {n: s["pid"] for n, s in stack.status().items()}
+    pids = {n: s.get("pid") for n, s in stack.status().items()}
     done = brokerbench(stack, "run", "--spec", str(tiny_spec), "--out", str(tmp_path / "out"))
     assert done.returncode == 0, done.stderr
     assert "2 cells (random order, seed" in done.stdout
@@ -37,7 +38,7 @@ def test_run_prints_the_table_writes_results_and_leaves_the_stack_as_found(stack
     results = json.loads(results_path.read_text())
     assert results["name"] == "tiny" and results["status"] == "completed"
     assert [c["status"] for c in results["cells"]] == ["completed", "completed"]
-    assert {n: s["pid"] for n, s in stack.status().items()} == pids  # the running stack was reused, not stopped
+    assert {n: s.get("pid") for n, s in stack.status().items()} == pids  # the running stack was reused, not stopped
 
     shown = brokerbench(stack, "show", results["run_id"], "--json")
     assert shown.returncode == 0 and json.loads(shown.stdout) == results
@@ -98,4 +99,4 @@ def test_ctrl_c_keeps_what_was_measured_and_leaves_the_stack_running(stack, tmp_
     run_order = sorted(stored[0]["data"]["cells"], key=lambda c: c["order"])
     status = {c["cell_id"]: c["status"] for c in results["cells"]}
     assert [status[c["cell_id"]] for c in run_order] == ["failed", "incomplete"]  # the one running was stopped
-    assert stack.is_up()
+    assert stack.is_up(CORE_SERVICES)

@@ -3,6 +3,7 @@
 import json
 
 import pytest
+from conftest import CORE_SERVICES
 
 from brokerbench.events.dynamodb import DynamoEventStore
 from brokerbench.local.stack import LocalStack, free_port
@@ -51,7 +52,7 @@ def test_happy_path_runs_lambda_and_ec2_workers_and_tears_down(stack, tmp_path):
     assert "Notify" not in states(execution)  # nothing failed, nothing to tell
     assert execution.output["teardown"] == [{"broker": "kafka", "action": "left running (not started by this run)"},
                                             {"broker": "redis-streams", "action": "left running (not started by this run)"}]
-    assert stack.is_up()
+    assert stack.is_up(CORE_SERVICES)
 
 
 def test_a_failing_cell_is_recorded_and_the_run_completes(stack, tmp_path):

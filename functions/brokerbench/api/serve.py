@@ -18,6 +18,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import parse_qsl, urlsplit
 
 MAX_BODY = 1024 * 1024  # a run spec is a few KB; API Gateway's own cap is 10 MB
+DRAIN_LIMIT = 16 * MAX_BODY  # larger bodies are not read at all: the connection is closed after the 413
 TEXT_TYPES = ("application/json", "text/", "application/x-www-form-urlencoded")
 
 
@@ -107,6 +108,14 @@ class ApiServer:
                                         b'{"message": "invalid Content-Length", "field": "Content-Length"}')
                 if length > MAX_BODY:
                     self.close_connection = True
+                    # Read what the client is sending before answering (up to a bound), so it gets the 413
+                    # instead of a connection reset while it still writes.
+                    remaining = length if length <= DRAIN_LIMIT else 0
+                    while remaining > 0:
+                        chunk = self.rfile.read(min(remaining, 65536))
+                        if not chunk:
+                            break
+                        remaining -= len(chunk)
                     return self._answer(413, {"content-type": "application/json"},
                                         f'{{"message": "the body is larger than {MAX_BODY} bytes", '
                                         f'"field": "body"}}'.encode())

@@ -75,10 +75,6 @@ class Admin:
         """Forced: producers and consumers still connected are disconnected."""
         self.call("DELETE", self.path(topic) + "/partitions?force=true")
 
-    def partitioned_stats(self, topic: str) -> dict:
-        """Counters summed over the partitions, subscriptions included (per subscription, summed)."""
-        return self.call("GET", self.path(topic) + "/partitioned-stats?perPartition=false")
-
     def stats(self, topic: str) -> dict:
         """One partition's (or a non-partitioned topic's) counters."""
         return self.call("GET", self.path(topic) + "/stats")

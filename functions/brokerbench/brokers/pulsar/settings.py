@@ -43,15 +43,16 @@ CLIENT = {
     },
     "pulsar_batch_delay_ms": {
         "description": "Pulsar batchingMaxPublishDelayMs in batch mode: how long a batch waits for more messages "
-                       "(single mode does not batch).",
+                       "(single mode does not batch). The default is linger_ms's, so Kafka and Pulsar hold batches "
+                       "alike unless told otherwise (the client's own default is 10).",
         "type": "integer",
         "minimum": 1,
         "maximum": 60000,
         "default": 5,
     },
     "pulsar_batch_bytes": {
-        "description": "Pulsar batchingMaxAllowedSizeInBytes in batch mode (the broker refuses messages over its "
-                       "maxMessageSize, 5 MB by default).",
+        "description": "Pulsar batchingMaxAllowedSizeInBytes in batch mode; the default is batch_bytes's (the "
+                       "broker refuses messages over its maxMessageSize, 5 MB by default).",
         "type": "integer",
         "minimum": 1024,
         "maximum": 5242880,

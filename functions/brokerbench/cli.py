@@ -318,16 +318,20 @@ def cmd_local(args) -> int:
         return EXIT_ENVIRONMENT
     try:
         if args.action == "up":
-            endpoints = stack.up(log=lambda m: console.print(m))
-            _store(endpoints)
-            console.print_json(json.dumps(endpoints))
+            endpoints = stack.up(args.services or None, log=lambda m: console.print(m))
+            if "dynamodb" in endpoints:  # the event store's table, ready for the first run
+                _store(endpoints)
+            clusters = {name: stack.endpoint(name) for name in args.services if "@" in name}
+            console.print_json(json.dumps({**endpoints, **clusters}))
         elif args.action == "down":
-            stack.down(log=lambda m: console.print(m))
+            stack.down(args.services or None, log=lambda m: console.print(m))
         else:
             status = stack.status()
+            width = max(map(len, status))
             for name, info in status.items():
-                console.print(f"{name:9} {info['state']:8} " + (f"pid {info['pid']} port {info['port']} "
-                              f"v{info['version']} log {info['log']}" if "pid" in info else ""))
+                console.print(f"{name:{width}} {info['state']:8} " + (f"pid {', '.join(map(str, info['pids']))} "
+                              f"port {info['port']} v{info['version']} log {info['log']}" if "pid" in info else ""),
+                              markup=False)
             return EXIT_OK if all(i["state"] == "running" for i in status.values()) else EXIT_ENVIRONMENT
     except StackError as exc:
         errors.print(f"[red]local stack:[/] {exc}")
@@ -515,8 +519,11 @@ def broker_rows() -> list[dict]:
     rows = []
     for plugin in plugins().values():
         installed = plugin.local.installed_version() if plugin.local else None
+        nodes = getattr(plugin.local, "max_nodes", 1) if plugin.local else 0
+        where = [f"local (1 to {nodes} nodes)" if place == "local" and nodes > 1 else place for place in plugin.where()]
         rows.append({"name": plugin.name, "description": plugin.description, "driver": plugin.family,
-                     "version": installed or ("not installed" if plugin.local else "-"), "runs": plugin.where(),
+                     "version": installed or ("not installed" if plugin.local else "-"), "runs": where,
+                     "local_nodes": nodes,
                      "modes": plugin.capabilities.modes, "partitions": plugin.capabilities.partitions,
                      "persistence": plugin.capabilities.persistence})
     return rows
@@ -599,6 +606,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     local = sub.add_parser("local", help="start, stop or inspect the local stack (the brokers, DynamoDB Local)")
     local.add_argument("action", choices=["up", "down", "status"])
+    local.add_argument("services", nargs="*", metavar="SERVICE",
+                       help="only these (default: every one); a Kafka cluster of 3 nodes is kafka@3 or "
+                            "kafka-zookeeper@3, beside the single node")
     local.add_argument("--no-aof", action="store_true", help="start Redis without AOF persistence")
     local.set_defaults(func=cmd_local)
 

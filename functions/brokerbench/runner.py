@@ -39,7 +39,8 @@ class RunHooks:
 
 
 def describe_targets(brokers: list[str], endpoints: dict, client: dict) -> dict:
-    """Broker and client versions of each target that answers (a silent one is left out)."""
+    """Broker and client versions of each target that answers (a silent one is left out; one that cannot serve
+    the client settings raises TargetRefused)."""
     targets = {}
     for broker in brokers:
         driver = get_driver(broker, endpoints[broker], client)
@@ -72,12 +73,12 @@ def execute_run(request: dict, endpoints: dict, store: EventStore, *, suite: str
     if on_run_id:
         on_run_id(run_id)
     store.append([run_requested_event(run_id, spec, cells, suite)])
-    described = describe_targets(spec["brokers"], endpoints, spec["client"])
-    store.append([make_event(run_id, "TargetsReady",
-                             {"targets": environment.with_settings(described, endpoints, spec["client"])})])
-    hooks.run_started(run_id, cells)
     outcome = RunOutcome(run_id, "completed")
     try:
+        described = describe_targets(spec["brokers"], endpoints, spec["client"])  # TargetRefused ends the run
+        store.append([make_event(run_id, "TargetsReady",
+                                 {"targets": environment.with_settings(described, endpoints, spec["client"])})])
+        hooks.run_started(run_id, cells)
         for cell in cells:
             result = run_cell(run_id, cell, endpoints[cell["broker"]], store, hooks.cell_progress)
             outcome.cells.append(result)

@@ -2,7 +2,10 @@
 
 from pathlib import Path
 
+from brokerbench.events import new_run_id
+from brokerbench.events.dynamodb import DynamoEventStore
 from brokerbench.local.stack import pid_alive, port_answers
+from brokerbench.local.workflow import LocalWorkflow
 from brokerbench.reports.results import build_results
 from brokerbench.runner import execute_run
 
@@ -41,3 +44,24 @@ def test_zookeeper_runs_beside_its_broker_on_loopback_and_both_kafkas_log(stack,
     for name in ("kafka", "kafka-zookeeper"):
         log = Path(stack.status()[name]["log"]).read_text(errors="replace")
         assert " INFO " in log and "NOP" not in log, (name, log[-500:])
+
+
+def test_a_three_broker_zookeeper_cluster_replicates_each_partition_three_times(stack, tmp_path):
+    request = {"name": "wf-zookeeper-cluster", "brokers": ["kafka-zookeeper"],
+               "provision": {"kafka-zookeeper": {"nodes": 3}}, "partitions": 2, "sizes": [1024], "rates": [200],
+               "formats": ["raw"], "duration_s": 1.5, "warmup_s": 0.5, "warmup_until_steady": False,
+               "drain_timeout_s": 5}
+    run_id = new_run_id()
+    execution = LocalWorkflow(stack, tmp_path / "reports").execute(request, run_id=run_id)
+    assert execution.status == "SUCCEEDED", (execution.error, execution.cause)
+    db = stack.endpoints(required=["dynamodb"])["dynamodb"]
+    events = DynamoEventStore(db["table"], endpoint_url=db["endpoint_url"]).read(run_id)
+    target = next(e for e in events if e["type"] == "TargetsReady")["data"]["targets"]["kafka-zookeeper"]
+    assert (target["broker_version"], target["nodes"], target["replication_factor"]) == ("3.9.2", 3, 3)
+    cell = build_results(events)["cells"][0]
+    assert cell["status"] == "completed" and cell["sent"] == cell["received"] > 0, cell
+    topic = next(e["data"]["topic"] for e in events if e["type"] == "CellStarted")
+    logs = sorted((Path(stack.state_dir) / "kafka-zookeeper@3").glob("node-*/kafka.log"))
+    assert [sum(f"Created log for partition {topic}-" in line for line in log.read_text().splitlines())
+            for log in logs] == [2, 2, 2]  # each broker holds a replica of both partitions
+    assert execution.output["teardown"] == [{"broker": "kafka-zookeeper", "action": "stopped"}]

@@ -2,6 +2,7 @@
 
 import redis
 
+from brokerbench.cli import main
 from brokerbench.local.stack import LocalStack, pid_alive, port_answers
 
 
@@ -51,6 +52,22 @@ def test_redis_persistence_can_be_turned_off(tmp_path):
         assert redis.Redis(port=port).config_get("appendonly")["appendonly"] == "no"
     finally:
         stack.down(log=lambda m: None)
+
+
+def test_the_cli_starts_and_stops_only_the_services_named(tmp_path, capsys):
+    state = ["--state-dir", str(tmp_path)]
+    try:
+        assert main([*state, "local", "up", "redis"]) == 0
+        assert main([*state, "local", "status"]) == 3  # kafka, DynamoDB Local and the rest are not running
+        rows = dict(line.split(None, 1) for line in capsys.readouterr().out.splitlines() if line[:1].isalpha())
+        assert rows["redis"].startswith("running") and rows["kafka"].startswith("stopped")
+        assert main([*state, "local", "up", "kafka@9"]) == 3
+        assert "kafka runs as 1 node or a cluster of 2 to 3 here, not 9" in capsys.readouterr().err
+        assert main([*state, "local", "up", "redis@3"]) == 3
+        assert "redis runs as 1 node here, not 3" in capsys.readouterr().err
+    finally:
+        assert main([*state, "local", "down", "redis"]) == 0
+    assert all(s["state"] == "stopped" for s in LocalStack(tmp_path).status().values())
 
 
 def test_kafka_heap_is_pinned_and_deleted_topics_leave_at_once(stack):

@@ -12,8 +12,9 @@ from brokerbench.brokers import Started, UnknownBroker
 from brokerbench.cli import main
 from brokerbench.codecs import FORMATS, codecs, prebuilt
 from brokerbench.local.processes import HOST, pid_alive, port_answers, spawn
-from brokerbench.local.stack import LocalStack
+from brokerbench.local.stack import LocalStack, StackError
 from brokerbench.targets import ExistingTargets, ProvisioningError
+from brokerbench.targets.local import LocalTargets
 from brokerbench.workflow import steps
 
 MINIMAL = {"sizes": [1024], "rates": [100], "formats": ["json"]}
@@ -166,3 +167,54 @@ def test_the_stack_starts_a_service_of_several_processes_waits_for_it_and_stops_
         assert stack.down(log=lambda m: None) == ["pair"]
     assert not any(pid_alive(pid) for pid in status["pids"])
     assert stack.status()["pair"] == {"state": "stopped"}
+
+
+class ClusterService(TwoProcessService):
+    """A service that runs as one node or as a cluster: a process per node, each on its own port."""
+
+    name = "pair"
+    max_nodes = 3
+
+    def start(self, folder, ports, settings):
+        nodes = settings.get("nodes", 1)
+        node_ports = [ports() for _ in range(nodes)]
+        pids = [spawn([sys.executable, "-m", "http.server", "--bind", HOST, str(port)], folder, folder / "pair.log")
+                for port in node_ports]
+        return Started(pids, node_ports[0], {"urls": [f"http://{HOST}:{port}" for port in node_ports]}, "1.0",
+                       str(folder / "pair.log"), {"nodes": nodes})
+
+    def ready(self, started):
+        return all(port_answers(int(url.rsplit(":", 1)[1])) for url in started.endpoint["urls"])
+
+
+def test_a_cluster_runs_beside_the_single_node_under_its_own_name_and_down_stops_both(tmp_path):
+    stack = LocalStack(tmp_path)
+    stack.services = {"pair": ("pair-broker", ClusterService()), "solo": ("solo-broker", TwoProcessService())}
+    try:
+        stack.up(services=["pair"], log=lambda m: None)
+        stack.up(services=["pair@3"], owner="run-1", log=lambda m: None)
+        cluster = stack.endpoint("pair@3")
+        assert len(cluster["urls"]) == 3 and len(cluster["pids"]) == 3 and all(map(pid_alive, cluster["pids"]))
+        assert stack.endpoints(required=["pair"]) == {"pair-broker": {"urls": [stack.endpoint("pair")["urls"][0]]}}  # one node
+        assert [name for name, s in stack.status().items() if s["state"] == "running"] == ["pair", "pair@3"]
+        assert (tmp_path / "pair@3" / "data").is_dir()
+        for wrong, why in [("pair@4", "1 node or a cluster of 2 to 3 here, not 4"), ("solo@2", "solo runs as 1 node"),
+                           ("pair@x", "no local service pair@x"), ("pair@1", "not 1")]:
+            with pytest.raises(StackError, match=why):
+                stack.up(services=[wrong], log=lambda m: None)
+    finally:
+        stopped = stack.down(log=lambda m: None)
+    assert sorted(stopped) == ["pair", "pair@3"] and not any(map(pid_alive, cluster["pids"]))
+    assert "pair@3" not in stack.status()
+
+
+def test_a_local_cluster_larger_than_the_service_runs_is_refused_before_anything_starts(tmp_path):
+    stack = LocalStack(tmp_path)
+    targets = LocalTargets(stack)
+    spec = {"provision": {"kafka": {"nodes": 4}, "redis-streams": {"nodes": 2}}}
+    with pytest.raises(ProvisioningError, match=r"provision.kafka.nodes: 4 nodes; locally kafka runs 1 to 3 nodes"):
+        targets.provision("run-1", "kafka", spec)
+    with pytest.raises(ProvisioningError, match=r"provision.redis-streams.nodes: 2 nodes; .* runs as 1 node"):
+        targets.provision("run-1", "redis-streams", spec)
+    assert targets.teardown("run-1", "kafka", spec) == {"broker": "kafka", "action": "nothing started"}
+    assert not stack.state_file.exists()

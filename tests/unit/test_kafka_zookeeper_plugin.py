@@ -20,7 +20,7 @@ def test_it_reaches_the_schema_and_a_run_request():
     props = schema.generated()["properties"]
     assert "kafka-zookeeper" in props["brokers"]["items"]["anyOf"][0]["enum"]
     assert props["targets"]["properties"]["kafka-zookeeper"]["required"] == ["bootstrap_servers"]
-    assert set(props["provision"]["properties"]["kafka-zookeeper"]["properties"]) == {"version"}
+    assert set(props["provision"]["properties"]["kafka-zookeeper"]["properties"]) == {"version", "nodes"}
     assert props["targets"]["additionalProperties"]["properties"]["driver"]["enum"].count("kafka") == 1
     full = spec.validate({"brokers": ["kafka", "kafka-zookeeper"], "sizes": [1024], "rates": [100],
                           "formats": ["json"], "provision": {"kafka-zookeeper": {"version": "3.9"}}})

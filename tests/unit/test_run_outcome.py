@@ -243,6 +243,7 @@ def test_settings_state_what_each_mode_means_per_broker():
     assert redis["modes"]["batch"]["in_flight"] == client["pipeline_depth"]
     assert redis["modes"]["single"]["in_flight"] == 1
     assert redis["persistence"] is None  # nothing answers on that port: unknown, not guessed
+    assert kafka["persistence"]["replication_factor"] is kafka["persistence"]["nodes"] is None
 
 
 def cell(**changes):

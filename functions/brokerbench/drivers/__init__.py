@@ -25,6 +25,11 @@ class BrokerUnavailable(RuntimeError):
     """The broker could not be reached or refused the operation."""
 
 
+class TargetRefused(ValueError):
+    """The target answers but cannot serve the run's settings (e.g. more replicas than it has brokers):
+    raised by `check`, it fails the run before any cell starts, naming the setting."""
+
+
 class Producer(Protocol):
     def send(self, header: bytes, payload: bytes, partition: int) -> None: ...
 

@@ -3,6 +3,9 @@
 Each service gets free ports, a log file and a data folder under the state folder; its pids, ports
 and endpoint are recorded in `stack.json`, so `up` twice reuses what runs and `down` stops exactly
 what `up` started.
+
+A service that can run as a cluster (its `max_nodes` > 1) has a second name per size, "kafka@3":
+it runs beside the single node, with its own folder, and start() gets `nodes` in its settings.
 """
 
 from __future__ import annotations
@@ -27,6 +30,11 @@ EVENT_STORE = DynamoDBLocal()
 
 class StackBusy(StackError):
     """Another run holds the local stack (see LocalStack.run_lock)."""
+
+
+def cluster_name(service: str, nodes: int) -> str:
+    """The stack's name for `service` run as `nodes` nodes ("kafka@3"); one node is the service's own name."""
+    return service if nodes == 1 else f"{service}@{nodes}"
 
 
 def default_state_dir() -> Path:
@@ -151,20 +159,40 @@ class LocalStack:
         tmp.write_text(json.dumps({n: asdict(s) for n, s in services.items()}, indent=2))
         tmp.replace(self.state_file)
 
+    def _lookup(self, name: str) -> tuple[str, LocalService, int]:
+        """(its endpoint key, the service, its node count) of a stack name, "kafka" or "kafka@3"."""
+        base, _, count = name.partition("@")
+        if base not in self.services or (count and not count.isdigit()):
+            raise StackError(f"no local service {name}; known: {', '.join(self.services)}")
+        key, service = self.services[base]
+        nodes = int(count or 1)
+        largest = getattr(service, "max_nodes", 1)
+        if count and not 2 <= nodes <= largest:
+            raise StackError(f"{base} runs as 1 node" + (f" or a cluster of 2 to {largest}" if largest > 1 else "")
+                             + f" here, not {nodes}")
+        return key, service, nodes
+
+    def _known(self, name: str) -> bool:
+        try:
+            self._lookup(name)
+        except StackError:
+            return False
+        return True
+
     def _names(self, services) -> list[str]:
-        """The requested services in start order (all when None)."""
+        """The requested services in start order (all when None: every service and every cluster recorded)."""
         if services is None:
-            return list(self.services)
-        unknown = [name for name in services if name not in self.services]
-        if unknown:
-            raise StackError(f"no local service {', '.join(unknown)}; known: {', '.join(self.services)}")
-        return [name for name in self.services if name in services]
+            services = [*self.services, *(name for name in self._load() if "@" in name and self._known(name))]
+        for name in services:
+            self._lookup(name)
+        order = list(self.services)
+        return sorted(set(services), key=lambda name: (order.index(name.partition("@")[0]), name))
 
     # -- public ------------------------------------------------------------------------------
     def status(self) -> dict[str, dict]:
         services = self._load()
         out = {}
-        for name in self.services:
+        for name in self._names(None):
             svc = services.get(name)
             out[name] = {"state": "stopped"} if svc is None else {
                 "state": "running" if svc.running() else "dead", "pid": svc.pids[0], "pids": svc.pids,
@@ -177,7 +205,7 @@ class LocalStack:
         return all(status[name]["state"] == "running" for name in self._names(services))
 
     def installed_version(self, service: str) -> str | None:
-        return self.services[service][1].installed_version()
+        return self._lookup(service)[1].installed_version()
 
     def up(self, services=None, *, owner: str | None = None, log=print) -> dict:
         """Start what is not running (reusing what is) and return the endpoints.
@@ -199,7 +227,9 @@ class LocalStack:
                     _stop_all(svc)
                 log(f"starting {name} ...")
                 folder = self._folder(name)
-                state[name] = Service.of(name, self.services[name][1].start(folder, free_port, self.settings), owner)
+                _, service, nodes = self._lookup(name)
+                settings = {**self.settings, "nodes": nodes} if nodes > 1 else self.settings
+                state[name] = Service.of(name, service.start(folder, free_port, settings), owner)
                 started.append(name)
                 self._save(state)
             for name in started:
@@ -244,6 +274,13 @@ class LocalStack:
         return {self.services[name][0]: svc.endpoint for name, svc in services.items()
                 if name in self.services and svc.endpoint is not None}
 
+    def endpoint(self, name: str) -> dict:
+        """One started service's endpoint, a cluster's too ("kafka@3"), with every process of it (`pids`)."""
+        svc = self._load().get(name)
+        if svc is None or svc.endpoint is None:
+            raise StackError(f"{name} is not running in the local stack: run `brokerbench local up`")
+        return {**svc.endpoint, "pids": svc.pids}
+
     # -- services ----------------------------------------------------------------------------
     def _folder(self, name: str) -> Path:
         """The service's folder, with an empty data folder for a broker (the event store keeps its data)."""
@@ -254,7 +291,7 @@ class LocalStack:
         return folder
 
     def _wait(self, svc: Service) -> None:
-        service = self.services[svc.name][1]
+        service = self._lookup(svc.name)[1]
         timeout_s = self.startup_timeout_s or service.startup_timeout_s
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:

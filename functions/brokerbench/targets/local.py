@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from ..brokers import plugin
-from ..local.stack import LocalStack, StackError
+from ..local.stack import LocalStack, StackError, cluster_name
 from . import ProvisioningError, target
 
 
@@ -11,32 +11,41 @@ class LocalTargets:
     def __init__(self, stack: LocalStack) -> None:
         self.stack = stack
 
-    def _service(self, broker: str) -> str:
+    def _service(self, broker: str, spec: dict) -> str:
+        """The stack's name for the broker as the spec asks for it: one node, or a cluster ("kafka@3")."""
         service = plugin(broker).local
         if service is None:
             raise ProvisioningError(f"{broker} has no local service: give its endpoint in targets.{broker}")
-        return service.name
+        nodes = spec["provision"].get(broker, {}).get("nodes", 1)
+        largest = getattr(service, "max_nodes", 1)
+        if not 1 <= nodes <= largest:
+            raise ProvisioningError(f"provision.{broker}.nodes: {nodes} nodes; locally {broker} runs "
+                                    + (f"1 to {largest} nodes" if largest > 1 else "as 1 node"))
+        return cluster_name(service.name, nodes)
 
     def provision(self, run_id: str, broker: str, spec: dict) -> dict:
-        service = self._service(broker)
+        service = self._service(broker, spec)
         wanted = spec["provision"].get(broker, {}).get("version")
         installed = self.stack.installed_version(service) or "not installed"
         if wanted and not installed.startswith(wanted.rstrip("x").rstrip(".")):
             raise ProvisioningError(f"{broker} {wanted} is not available locally (the local stack has {installed}); "
                                     f"remove provision.{broker}.version or install that version")
         try:
-            endpoints = self.stack.up(services=[service], owner=run_id, log=lambda m: None)
+            self.stack.up(services=[service], owner=run_id, log=lambda m: None)
+            # The broker's processes travel with the endpoint, so each cell samples their CPU and memory.
+            endpoint = self.stack.endpoint(service)
         except StackError as exc:
             raise ProvisioningError(f"could not start local {broker}: {exc}") from None
-        # The broker's processes travel with the endpoint, so each cell samples their CPU and memory.
-        endpoint = {**endpoints[broker], "pids": self.stack.status()[service]["pids"]}
         return target(broker, "local", ready=True, endpoint=endpoint, resource=service)
 
     def check(self, current: dict) -> dict:
         return {**current, "ready": True}
 
     def teardown(self, run_id: str, broker: str, spec: dict) -> dict:
-        service = self._service(broker)
+        try:
+            service = self._service(broker, spec)
+        except ProvisioningError:  # refused before anything started
+            return {"broker": broker, "action": "nothing started"}
         if spec.get("keep_targets"):
             return {"broker": broker, "action": "kept (keep_targets)"}
         stopped = self.stack.down(services=[service], owner=run_id, log=lambda m: None)

@@ -1,4 +1,4 @@
-"""Apache Kafka (KRaft): the confluent-kafka driver, a local single-node broker, Amazon MSK in the cloud."""
+"""Apache Kafka (KRaft): the confluent-kafka driver, a local single node or 3-node cluster, Amazon MSK in the cloud."""
 
 from .. import Capabilities, Cloud, Plugin, Settings
 from . import settings
@@ -14,8 +14,8 @@ PLUGIN = Plugin(
         modes={"batch": "librdkafka batches per partition (linger_ms, batch_bytes); many messages in flight",
                "single": "one message in flight: each send waits for its acknowledgement (linger.ms 0)"},
         partitions="partitions of the cell's topic",
-        persistence={"page-cache": f"the log, acknowledged from the page cache, no fsync per message; replication "
-                                   f"factor {settings.REPLICATION_FACTOR}"},
+        persistence={"page-cache": "the log, acknowledged from the page cache, no fsync per message; replicated "
+                                   "client.replication_factor times (default 3, or the broker count when fewer)"},
     ),
     environment="brokerbench.brokers.kafka.environment:settings_in_force",
     caption="brokerbench.brokers.kafka.environment:caption",

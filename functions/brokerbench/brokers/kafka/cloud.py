@@ -30,7 +30,7 @@ class MskTargets:
                 Tags={**self.tags, "brokerbench:run": run_id},
                 Provisioned={
                     "KafkaVersion": settings.get("version", DEFAULT_VERSION),
-                    "NumberOfBrokerNodes": settings.get("broker_nodes", 3),
+                    "NumberOfBrokerNodes": settings.get("nodes", 3),
                     "BrokerNodeGroupInfo": {
                         "InstanceType": settings.get("instance_type", "kafka.m7g.large"),
                         "ClientSubnets": self.subnets,

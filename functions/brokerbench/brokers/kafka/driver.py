@@ -9,14 +9,14 @@ import confluent_kafka
 from confluent_kafka import Consumer as _KafkaConsumer
 from confluent_kafka import KafkaException, TopicPartition
 from confluent_kafka import Producer as _KafkaProducer
-from confluent_kafka.admin import AdminClient, NewTopic
+from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic
 
 from ... import native
-from ...drivers import BrokerUnavailable, Message, OnAck
-from .settings import REPLICATION_FACTOR
+from ...drivers import BrokerUnavailable, Message, OnAck, TargetRefused
 
 PRODUCER_BUFFER_KB = 32 * 1024
 MAX_IN_FLIGHT = 5
+DEFAULT_REPLICATION_FACTOR = 3  # or the number of brokers, when fewer
 
 
 class KafkaDriver:
@@ -35,9 +35,31 @@ class KafkaDriver:
 
     def check(self, timeout_s: float = 5.0) -> None:
         try:
-            self.admin().list_topics(timeout=timeout_s)
+            self._brokers = len(self.admin().list_topics(timeout=timeout_s).brokers)
         except KafkaException as exc:
             raise BrokerUnavailable(f"Kafka at {self._common['bootstrap.servers']} did not answer: {exc}") from None
+        replicas, in_sync = self.replication_factor(), self.client.get("min_insync_replicas")
+        if replicas > self._brokers:
+            raise TargetRefused(f"client.replication_factor: {replicas} replicas, but Kafka at "
+                                f"{self._common['bootstrap.servers']} has {self._brokers} broker(s)")
+        if in_sync is not None and in_sync > replicas:
+            raise TargetRefused(f"client.min_insync_replicas: {in_sync} is more than the replication factor "
+                                f"({replicas}): no send with acks=all could succeed")
+
+    def brokers(self) -> int:
+        """How many brokers the cluster's metadata lists."""
+        if getattr(self, "_brokers", None) is None:
+            self.check()
+        return self._brokers
+
+    def replication_factor(self) -> int:
+        """Replicas of each cell's topic: client.replication_factor, else 3 or the number of brokers when fewer."""
+        given = self.client.get("replication_factor")
+        return given if given is not None else min(DEFAULT_REPLICATION_FACTOR, self.brokers())
+
+    def topic_config(self) -> dict[str, str]:
+        in_sync = self.client.get("min_insync_replicas")
+        return {} if in_sync is None else {"min.insync.replicas": str(in_sync)}
 
     def describe(self) -> dict:
         return {
@@ -46,23 +68,41 @@ class KafkaDriver:
             "client_library": "confluent-kafka",
             "client_version": confluent_kafka.__version__,
             "librdkafka_version": confluent_kafka.libversion()[0],
+            "nodes": self.brokers(),
+            "replication_factor": self.replication_factor(),
+            "min_insync_replicas": self.min_insync_replicas(),
         }
 
+    def min_insync_replicas(self) -> int | None:
+        """min.insync.replicas in force for the run's topics: the client setting, else the broker's own
+        (asked of the first broker the metadata lists); None when the broker does not say."""
+        if self.client.get("min_insync_replicas") is not None:
+            return self.client["min_insync_replicas"]
+        try:
+            node = min(self.admin().list_topics(timeout=5).brokers)
+            resource = ConfigResource(ConfigResource.Type.BROKER, str(node))
+            entry = self.admin().describe_configs([resource])[resource].result(timeout=10).get("min.insync.replicas")
+        except (KafkaException, ValueError):
+            return None
+        return int(entry.value) if entry is not None and entry.value is not None else None
+
     def create_topic(self, topic: str, partitions: int) -> None:
-        futures = self.admin().create_topics([NewTopic(topic, partitions, REPLICATION_FACTOR)], operation_timeout=30)
+        futures = self.admin().create_topics(
+            [NewTopic(topic, partitions, self.replication_factor(), config=self.topic_config())], operation_timeout=30)
         try:
             futures[topic].result(timeout=30)
         except KafkaException as exc:
             raise BrokerUnavailable(f"could not create topic {topic}: {exc}") from None
-        # Metadata reaches the partition leader a moment after the controller answers.
+        # Metadata reaches the partition leader a moment after the controller answers; the followers
+        # join the in-sync replicas a moment later (acks=all waits for them).
         for _ in range(100):
             meta = self.admin().list_topics(topic, timeout=5).topics.get(topic)
             if meta and not meta.error and len(meta.partitions) == partitions and all(
-                p.leader >= 0 for p in meta.partitions.values()
+                p.leader >= 0 and len(p.isrs) == len(p.replicas) for p in meta.partitions.values()
             ):
                 return
             time.sleep(0.05)
-        raise BrokerUnavailable(f"topic {topic} has no leader after creation")
+        raise BrokerUnavailable(f"topic {topic} has no leader, or not every replica in sync, after creation")
 
     def delete_topic(self, topic: str, partitions: int) -> None:
         try:

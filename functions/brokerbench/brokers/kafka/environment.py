@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from .settings import REPLICATION_FACTOR
 
 ACKS_MEANING = {"0": "none: a message counts as sent once written to the socket",
                 "1": "the partition leader has appended it",
@@ -11,20 +10,33 @@ ACKS_MEANING = {"0": "none: a message counts as sent once written to the socket"
 
 def settings_in_force(endpoint: dict, client: dict) -> dict:
     """Kafka batches by time and size (linger.ms, batch.size) with many messages in flight; single mode
-    is one message in flight."""
+    is one message in flight. The replication in force is asked of the broker (its broker count, its
+    min.insync.replicas) unless the client settings fix it."""
+    from ...drivers import BrokerUnavailable
+    from .driver import MAX_IN_FLIGHT, KafkaDriver
+
+    driver = KafkaDriver(endpoint, client)
+    try:
+        replicas, in_sync, nodes = driver.replication_factor(), driver.min_insync_replicas(), driver.brokers()
+    except BrokerUnavailable:  # nothing answers: unknown, not guessed
+        replicas = in_sync = nodes = None
+    finally:
+        driver.close()
+    replication = (f"replication factor {replicas or 'unknown'}, min.insync.replicas {in_sync or 'unknown'}; "
+                   f"{nodes or 'unknown'} broker(s)")
     return {
         "acks": client["acks"],
-        "acks_meaning": ACKS_MEANING[client["acks"]] + f" (topics have replication factor {REPLICATION_FACTOR})",
+        "acks_meaning": ACKS_MEANING[client["acks"]] + f" (topics have {replication})",
         "compression": client["compression"],
         "modes": {
             "batch": {"linger_ms": client["linger_ms"], "batch_bytes": client["batch_bytes"],
-                      "in_flight": "many (librdkafka's queue; max.in.flight 1,000,000)",
+                      "in_flight": f"many: librdkafka's queue, {MAX_IN_FLIGHT} requests in flight per broker",
                       "meaning": f"librdkafka batches per partition for up to {client['linger_ms']} ms or "
                                  f"{client['batch_bytes']:,} B; many messages in flight"},
             "single": {"linger_ms": 0, "in_flight": 1,
                        "meaning": "one message in flight: each send waits for its acknowledgement; linger.ms 0"},
         },
-        "persistence": {"replication_factor": REPLICATION_FACTOR,
+        "persistence": {"replication_factor": replicas, "min_insync_replicas": in_sync, "nodes": nodes,
                         "flush": "the broker's defaults (acknowledged from the page cache, no fsync per message)"},
     }
 
@@ -36,4 +48,5 @@ def caption(mode: str, client: dict, recorded: dict) -> str:
                    f"{f'{batch:,}' if isinstance(batch, int) else '?'} B")
     else:
         meaning = "single = one send in flight, acknowledged before the next"
-    return f"{meaning}, acks={client.get('acks', '?')}"
+    replicas = f", RF {recorded['replication_factor']}" if recorded.get("replication_factor") else ""
+    return f"{meaning}, acks={client.get('acks', '?')}{replicas}"

@@ -37,13 +37,33 @@ BROKER_PROPERTIES = [
 ]
 SERVER_PROPERTIES = [
     "process.roles=broker,controller",
-    "node.id=1",
     "controller.listener.names=CONTROLLER",
     "listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
     "share.coordinator.state.topic.replication.factor=1",  # Kafka 4.x only
     "share.coordinator.state.topic.min.isr=1",
     *BROKER_PROPERTIES,
 ]
+MAX_NODES = 3  # a local cluster: three JVMs at 512 MB of heap (~1.2 GB resident in all)
+
+
+def cluster_properties(nodes: int) -> list[str]:
+    """What a local cluster of `nodes` runs with besides BROKER_PROPERTIES (later lines of a properties file win)."""
+    internal = min(3, nodes)
+    return [
+        # Internal topics replicated like a production cluster's; 3 partitions instead of 50 for the
+        # consumer offsets: the group coordinator is ready in a second, not after 150 replicas are placed.
+        f"offsets.topic.replication.factor={internal}",
+        "offsets.topic.num.partitions=3",
+        f"transaction.state.log.replication.factor={internal}",
+        f"transaction.state.log.min.isr={min(2, internal)}",
+        f"share.coordinator.state.topic.replication.factor={internal}",
+        f"share.coordinator.state.topic.min.isr={min(2, internal)}",
+        # The stack stops nodes one after another: without this, the last node waits for a controller
+        # quorum that has already gone (up to 5 minutes) before it leaves.
+        "controlled.shutdown.enable=false",
+    ]
+
+
 LOG_PATTERN = "[%d] %p %m (%c)%n"
 LOG4J = ("rootLogger.level=WARN\nrootLogger.appenderRef.stdout.ref=STDOUT\n"
          "appender.stdout.type=Console\nappender.stdout.name=STDOUT\n"
@@ -59,6 +79,7 @@ def pinned_heap(heap: str = HEAP) -> list[str]:
 class KafkaService:
     name = "kafka"
     startup_timeout_s = 60.0
+    max_nodes = MAX_NODES
 
     def installed_version(self) -> str | None:
         return jar_version("kafka", "kafka_2.13")
@@ -67,36 +88,55 @@ class KafkaService:
         fetch_maven_jars("kafka", POM.read_text(), log)
 
     def start(self, folder: Path, ports: Callable[[], int], settings: dict) -> Started:
+        """One node (settings' `nodes` absent or 1), or a cluster of `nodes` combined broker-controller nodes
+        with one controller quorum: a JVM each, formatted with one cluster id, each in folder/node-<id>."""
         lib = lib_dir("kafka")
         if not lib.is_dir():
             raise StackError("Kafka jars are missing: run `make setup`")
-        port, controller_port = ports(), ports()
-        config = folder / "server.properties"
-        config.write_text("\n".join([
-            *SERVER_PROPERTIES,
-            f"controller.quorum.voters=1@{HOST}:{controller_port}",
-            f"listeners=PLAINTEXT://{HOST}:{port},CONTROLLER://{HOST}:{controller_port}",
-            f"advertised.listeners=PLAINTEXT://{HOST}:{port}",
-            f"log.dirs={folder / 'data'}",
-            "",
-        ]))
-        log4j = folder / "log4j2.properties"
-        log4j.write_text(LOG4J)
+        nodes = settings.get("nodes", 1)
+        listeners = [(ports(), ports()) for _ in range(nodes)]  # (client port, controller port) per node
+        voters = ",".join(f"{node}@{HOST}:{controller}" for node, (_, controller) in enumerate(listeners, 1))
         classpath = f"{lib}/*"
-        fmt = subprocess.run(["java", "-cp", classpath, "kafka.tools.StorageTool", "format",
-                              f"--cluster-id={cluster_id()}", "-c", str(config), "--ignore-formatted"],
-                             capture_output=True, text=True)
-        if fmt.returncode != 0:
-            raise StackError(f"formatting Kafka storage failed: {fmt.stderr[-1500:]}")
-        cmd = ["java", *pinned_heap(), f"-Dlog4j2.configurationFile={log4j}", "-cp", classpath, "kafka.Kafka",
-               str(config)]
-        log = folder / "kafka.log"
+        cluster = cluster_id()
+        configs = []
+        for node, (port, controller_port) in enumerate(listeners, 1):
+            home = folder if nodes == 1 else folder / f"node-{node}"
+            home.mkdir(parents=True, exist_ok=True)
+            config = home / "server.properties"
+            config.write_text("\n".join([
+                *SERVER_PROPERTIES,
+                *(cluster_properties(nodes) if nodes > 1 else []),
+                f"node.id={node}",
+                f"controller.quorum.voters={voters}",
+                f"listeners=PLAINTEXT://{HOST}:{port},CONTROLLER://{HOST}:{controller_port}",
+                f"advertised.listeners=PLAINTEXT://{HOST}:{port}",
+                f"log.dirs={folder / 'data' if nodes == 1 else folder / 'data' / f'node-{node}'}",
+                "",
+            ]))
+            (home / "log4j2.properties").write_text(LOG4J)
+            configs.append((home, config))
+        formatting = [subprocess.Popen(["java", "-cp", classpath, "kafka.tools.StorageTool", "format",
+                                        f"--cluster-id={cluster}", "-c", str(config), "--ignore-formatted"],
+                                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                      for _, config in configs]
+        for fmt in formatting:
+            _, stderr = fmt.communicate()
+            if fmt.returncode != 0:
+                raise StackError(f"formatting Kafka storage failed: {stderr[-1500:]}")
+        pids = [spawn(["java", *pinned_heap(), f"-Dlog4j2.configurationFile={home / 'log4j2.properties'}", "-cp",
+                       classpath, "kafka.Kafka", str(config)], home, home / "kafka.log") for home, config in configs]
         version = self.installed_version() or "unknown"
-        return Started([spawn(cmd, folder, log)], port, {"bootstrap_servers": f"{HOST}:{port}", "version": version},
-                       version, str(log), {"controller_port": controller_port})
+        bootstrap = ",".join(f"{HOST}:{port}" for port, _ in listeners)
+        extra = {"controller_port": listeners[0][1]} if nodes == 1 else {
+            "nodes": nodes, "ports": [port for port, _ in listeners],
+            "controller_ports": [controller for _, controller in listeners],
+            "logs": [str(home / "kafka.log") for home, _ in configs]}
+        return Started(pids, listeners[0][0], {"bootstrap_servers": bootstrap, "version": version}, version,
+                       str(configs[0][0] / "kafka.log"), extra)
 
     def ready(self, started: Started) -> bool:
-        return broker_count(started.port) > 0
+        """Every node registered and unfenced, as the first node's metadata lists them."""
+        return broker_count(started.port) >= started.extra.get("nodes", 1)
 
 
 def cluster_id() -> str:

@@ -1,6 +1,8 @@
 """Kafka's part of the run request: its endpoint, what is provisioned for it, the client settings it reads."""
 
-REPLICATION_FACTOR = 1  # each cell's topic is created with one replica
+NODES_DESCRIPTION = ("Broker nodes. Locally 1 (the default) or a cluster of 2 or 3 nodes on this host, a JVM "
+                     "each (512 MB of heap), beside the single node. On Amazon MSK 3 by default, a multiple of "
+                     "the availability zones of the client subnets.")
 
 TARGET = {
     "type": "object",
@@ -22,7 +24,7 @@ PROVISION = {
             "type": "string",
         },
         "instance_type": {"type": "string", "default": "kafka.m7g.large"},
-        "broker_nodes": {"type": "integer", "minimum": 1, "maximum": 30, "default": 3},
+        "nodes": {"description": NODES_DESCRIPTION, "type": "integer", "minimum": 1, "maximum": 30},
         "volume_gb": {"type": "integer", "minimum": 1, "maximum": 16384, "default": 100},
     },
     "default": {},
@@ -50,6 +52,22 @@ CLIENT = {
         "minimum": 1,
         "maximum": 2147483647,
         "default": 1048576,
+    },
+    "replication_factor": {
+        "description": "Replicas of each cell's topic. Omitted: 3, or the number of brokers when fewer (1 on a "
+                       "single node, 3 on a 3-node cluster or Amazon MSK). More than the target's brokers is "
+                       "refused before any cell runs.",
+        "type": "integer",
+        "minimum": 1,
+        "maximum": 16,
+    },
+    "min_insync_replicas": {
+        "description": "min.insync.replicas of each cell's topic: with acks=all a send fails unless this many "
+                       "replicas have it. Omitted: the broker's own setting (1 unless the broker sets more; "
+                       "Amazon MSK sets 2 on 3 nodes). More than the replication factor is refused.",
+        "type": "integer",
+        "minimum": 1,
+        "maximum": 16,
     },
     "compression": {
         "description": "Kafka compression.type.",

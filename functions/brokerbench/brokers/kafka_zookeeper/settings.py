@@ -15,6 +15,9 @@ PROVISION = {
                            "line with ZooKeeper mode). A given version must match its version prefix.",
             "type": "string",
         },
+        "nodes": {"description": "Broker nodes locally: 1 (the default) or a cluster of 2 or 3 brokers sharing one "
+                                 "ZooKeeper, a JVM each (512 MB of heap), beside the single node.",
+                  "type": "integer", "minimum": 1, "maximum": 3},
     },
     "default": {},
 }

@@ -1,0 +1,79 @@
+"""A 3-node KRaft Kafka cluster on this host (provision.kafka.nodes: 3), started and stopped by the run that asks
+for it beside the session's single node, and topics replicated as the client settings say; checked against the
+brokers' own logs, which name every replica each node creates and the topic settings it was created with."""
+
+import re
+from pathlib import Path
+
+import pytest
+from conftest import CORE_SERVICES
+
+from brokerbench.drivers import TargetRefused
+from brokerbench.events import new_run_id
+from brokerbench.events.dynamodb import DynamoEventStore
+from brokerbench.local.workflow import LocalWorkflow
+from brokerbench.reports.results import build_results
+from brokerbench.runner import execute_run
+
+TINY = {"sizes": [1024], "rates": [200], "formats": ["json"], "duration_s": 2, "warmup_s": 0.5,
+        "warmup_until_steady": False, "drain_timeout_s": 5}
+
+
+def execute(stack, tmp_path, request):
+    run_id = new_run_id()
+    execution = LocalWorkflow(stack, tmp_path / "reports").execute(request, run_id=run_id)
+    db = stack.endpoints(required=["dynamodb"])["dynamodb"]
+    return execution, DynamoEventStore(db["table"], endpoint_url=db["endpoint_url"]).read(run_id)
+
+
+def test_a_run_on_a_three_node_cluster_replicates_every_partition_to_each_node_with_acks_all(stack, tmp_path):
+    request = {"name": "wf-cluster", "brokers": ["kafka"], "provision": {"kafka": {"nodes": 3}}, "partitions": 3,
+               "modes": ["batch", "single"], "client": {"acks": "all", "min_insync_replicas": 2}, **TINY}
+    execution, events = execute(stack, tmp_path, request)
+    assert execution.status == "SUCCEEDED", (execution.error, execution.cause)
+    target = next(e for e in events if e["type"] == "TargetsReady")["data"]["targets"]["kafka"]
+    assert (target["nodes"], target["replication_factor"], target["min_insync_replicas"]) == (3, 3, 2)
+    assert target["settings"]["persistence"]["replication_factor"] == 3
+    results = build_results(events)
+    assert len(results["cells"]) == 2
+    for cell in results["cells"]:
+        assert cell["status"] == "completed", cell.get("reason")
+        assert cell["sent"] == cell["received"] > 0 and cell["lost"] == cell["duplicated"] == 0, cell
+        assert cell["broker_count"]["observed"] == cell["broker_count"]["expected"], cell["broker_count"]
+    completed = [e["data"] for e in events if e["type"] == "CellCompleted"]
+    assert all(c["resources"]["broker"]["rss_mb_max"] > 3 * 150 for c in completed)  # three JVMs, not one
+
+    # Each node's own log: a replica of every partition of every cell's topic, made with min.insync.replicas=2.
+    topics = {e["data"]["topic"] for e in events if e["type"] == "CellStarted"}
+    logs = sorted((Path(stack.state_dir) / "kafka@3").glob("node-*/kafka.log"))
+    assert len(logs) == 3
+    for log in logs:
+        created = re.findall(r"Created log for partition (\S+)-(\d+) in .* with properties \{(.*)\}", log.read_text())
+        replicas = {(topic, int(p)) for topic, p, properties in created
+                    if topic in topics and "min.insync.replicas=2" in properties}
+        assert replicas == {(topic, p) for topic in topics for p in range(3)}, log
+
+    for log in logs:  # each node's client and controller listeners on loopback only
+        listening = re.findall(r"Awaiting socket connections on (\S+):\d+\.", log.read_text())
+        assert len(listening) == 2 and set(listening) == {"127.0.0.1"}, (log, listening)
+
+    # The run started the cluster, so its teardown stopped it; the session's single node runs on.
+    assert execution.output["teardown"] == [{"broker": "kafka", "action": "stopped"}]
+    assert "kafka@3" not in stack.status() and stack.is_up(CORE_SERVICES)
+
+
+@pytest.mark.parametrize("client, field", [({"replication_factor": 2}, "client.replication_factor"),
+                                           ({"min_insync_replicas": 2}, "client.min_insync_replicas")])
+def test_settings_the_target_cannot_serve_fail_the_run_before_any_cell(stack, endpoints, store, tmp_path, client,
+                                                                      field):
+    request = {"name": "refused", "brokers": ["kafka"], "client": client, **TINY}
+    run_ids = []
+    with pytest.raises(TargetRefused, match=field):
+        execute_run(request, endpoints, store, on_run_id=run_ids.append)
+    assert [e["type"] for e in store.read(run_ids[0])] == ["RunRequested", "RunFailed"]
+
+    execution, events = execute(stack, tmp_path, request)  # the same through the workflow
+    assert execution.status == "FAILED"
+    assert [e["type"] for e in events] == ["RunRequested", "RunFailed"]
+    failed = next(e for e in events if e["type"] == "RunFailed")["data"]["reason"]
+    assert field in failed, failed

@@ -6,7 +6,7 @@ from collections import defaultdict
 from html import escape
 
 from . import markdown
-from .model import min_samples, need_label
+from .model import RESOURCES_NOTE, min_samples, need_label
 from .svg import bar_chart, line_chart
 
 CSS = """
@@ -76,6 +76,17 @@ def _grid(group: dict, refs: dict) -> str:
                     + _ratio_td(c, "format") + _ratio_td(c, "broker")
                     + f"<td>{verdict_html}</td></tr>")
     return f"<table>{head}{''.join(rows)}</table>"
+
+
+def _resources_section(report: dict) -> list[str]:
+    rows = markdown.resource_rows(report)
+    if not rows:
+        return []
+    head = ("<tr><th>broker</th><th>format</th><th>mode</th><th>size</th><th>rate</th>"
+            "<th>broker CPU % (mean / max)</th><th>broker RSS MB</th><th>workers CPU % (mean / max)</th>"
+            "<th>workers RSS MB</th></tr>")
+    body = "".join("<tr>" + "".join(f"<td>{escape(v)}</td>" for v in row) + "</tr>" for row in rows)
+    return [f"<h2>Resources</h2><table>{head}{body}</table><p><small>{escape(RESOURCES_NOTE)}</small></p>"]
 
 
 def _spectrum_chart(group: dict) -> str:
@@ -209,6 +220,7 @@ def render(report: dict) -> str:
         note = f"<p><i>{escape(group['note'])}</i></p>" if group.get("note") else ""
         parts.append(f"<h3>{escape(group['title'])}</h3>{note}{_grid(group, report['references'])}"
                      f"<div class='charts'>{_spectrum_chart(group)}</div>")
+    parts += _resources_section(report)
     parts.append("<h2>Throughput and latency across the matrix</h2><div class='charts'>")
     parts += _across_groups(report, lambda g: g["size_bytes"], lambda g: f"{g['rate_target']} msgs/s · {g['mode']}",
                             "Throughput vs message size", "message size (B)", "throughput_msgs_per_s", "msgs/s", log_x=True)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from .model import need_label
+from .model import RESOURCES_NOTE, need_label, rate_text
 
 VERDICT_ORDER = {"regression": 0, "unstable": 1, "improvement": 2, "unchanged": 3}
 
@@ -40,6 +40,35 @@ def loss_text(config: dict) -> str:
     if loss.get("broker_count_difference"):
         parts.append(f"broker count {loss['broker_count_difference']:+,}")
     return "⚠ " + ", ".join(parts) if parts else "0"
+
+
+RESOURCE_GROUPS = ("broker", "workers")
+
+
+def resource_figures(config: dict) -> list[str]:
+    """Per process group: 'CPU mean / max' and RSS MB, or — for a group that was not sampled."""
+    out = []
+    for name in RESOURCE_GROUPS:
+        used = (config.get("resources") or {}).get(name)
+        out += ["—", "—"] if not used else [f"{_num(used['cpu_pct_mean'], 1)} / {_num(used['cpu_pct_max'], 1)}",
+                                            _num(used["rss_mb_max"], 1)]
+    return out
+
+
+def resource_rows(report: dict) -> list[list[str]]:
+    """broker, format, mode, size, rate and the resource figures of each configuration that has them."""
+    return [[c["broker"], c["format"], c["mode"], f"{c['size_bytes']:,} B", rate_text(c["rate_target"]),
+             *resource_figures(c)] for g in report["groups"] for c in g["cells"] if c.get("resources")]
+
+
+def resources_section(report: dict) -> list[str]:
+    rows = resource_rows(report)
+    if not rows:
+        return []
+    return (["## Resources", "",
+             "| broker | format | mode | size | rate | broker CPU % (mean / max) | broker RSS MB "
+             "| workers CPU % (mean / max) | workers RSS MB |", "|---|---|---|---:|---|---:|---:|---:|---:|"]
+            + [f"| {' | '.join(row)} |" for row in rows] + ["", RESOURCES_NOTE, ""])
 
 
 def _figure(value, digits=1) -> str:
@@ -194,6 +223,7 @@ def render(report: dict) -> str:
                 f"{verdict_text(c)} |")
         lines.append("")
         lines += search_lines(group)
+    lines += resources_section(report)
     return "\n".join(lines)
 
 

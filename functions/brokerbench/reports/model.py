@@ -11,6 +11,7 @@ brokerbench.verdict; latency is compared only between cells that kept up. Compar
 from __future__ import annotations
 
 import math
+import statistics
 from collections import defaultdict
 from dataclasses import dataclass
 from itertools import groupby
@@ -45,6 +46,9 @@ PERCENTILE_RULE = (
 )
 MAX_RATE_NOTE = ("max-rate cells: latency from enqueue (no intended send time at max rate); not comparable "
                  "with rated cells.")
+RESOURCES_NOTE = ("CPU: share of one core (100 = one core busy), sampled once per interval write from /proc; "
+                  "RSS: resident memory, summed over the group's processes; a managed or external broker is not "
+                  "sampled.")
 
 
 @dataclass(frozen=True)
@@ -85,6 +89,13 @@ def need_label(count: int) -> str:
 def config_key(cell: dict) -> str:
     """Identifies a configuration across repeats and across runs (what regression checks pair up)."""
     return "|".join(str(cell[f]) for f in CONFIG_FIELDS)
+
+
+def rate_text(rate) -> str:
+    """1,000 msgs/s, max rate, or what a rate search names its rate."""
+    if isinstance(rate, (int, float)):
+        return f"{rate:,} msgs/s"
+    return "max rate" if rate == "max" else f"{rate} rate"
 
 
 def _rate_sort(rate) -> tuple:
@@ -222,6 +233,19 @@ def _loss(done: list[dict]) -> dict:
     return out
 
 
+def _resources(done: list[dict]) -> dict | None:
+    """Per process group (broker, workers) over the repeats that sampled it: the median of their mean CPU,
+    the largest CPU and resident memory, and how many repeats that is. None when no repeat sampled any."""
+    found = defaultdict(list)
+    for c in done:
+        for name, figures in (c.get("resources") or {}).items():
+            if figures:
+                found[name].append(figures)
+    return {name: {"cpu_pct_mean": round(statistics.median(r["cpu_pct_mean"] for r in rs), 1),
+                   "cpu_pct_max": max(r["cpu_pct_max"] for r in rs), "rss_mb_max": max(r["rss_mb_max"] for r in rs),
+                   "repeats": len(rs)} for name, rs in sorted(found.items())} or None
+
+
 def _configuration(cells: list[dict], completed_events: dict[str, dict], intervals: dict[str, list[dict]]) -> dict:
     first = cells[0]
     done = [c for c in cells if c["status"] == "completed"]
@@ -260,6 +284,7 @@ def _configuration(cells: list[dict], completed_events: dict[str, dict], interva
         "lost": None if publish_only else loss["lost"],
         "loss": loss,
         "has_loss": any(c.get("has_loss") for c in done) or any(loss[k] for k in LOSS_CLASSES),
+        "resources": _resources(done),
         "sustainability": combined_verdict(cells, per_cell),
         # rates: ["sustainable"]: what each repeat's search found, and its steps.
         "max_sustainable_rate": median_ci([c.get("max_sustainable_rate") for c in done]).as_dict(),
@@ -414,10 +439,8 @@ def build_report(events: list[dict]) -> dict:
         _mark_best(members)
         _ratios(members, references)
         target = members[0]["rate_target"]
-        rate_text = f"{target:,} msgs/s" if isinstance(target, (int, float)) else (
-            "max rate" if target == "max" else f"{target} rate")
         groups.append({"size_bytes": size, "rate_target": target, "mode": mode,
-                       "title": f"{size:,} B · {rate_text} · {mode}", "cells": members,
+                       "title": f"{size:,} B · {rate_text(target)} · {mode}", "cells": members,
                        "note": MAX_RATE_NOTE if target == "max" else None})
     note = claims_note(configurations)
     noise = run_noise(configurations)

@@ -56,9 +56,9 @@ def worker_cell(endpoints, store, broker: str, size: int, rate, seconds: float, 
                      "warmup_s": 1, "drain_timeout_s": 30, "client": CLIENT, "consumers": consumers})
     cell = expand(spec)[0]
     run_id = new_run_id()
-    from brokerbench.runner import run_requested_event
+    from brokerbench.runner import run_requested_events
 
-    store.append([run_requested_event(run_id, spec, [cell], "harness")])
+    store.append(run_requested_events(run_id, spec, [cell], "harness"))
     run_cell(run_id, cell, endpoints[broker], store)
     return build_results(store.read(run_id, interval_histograms=False))["cells"][0]
 

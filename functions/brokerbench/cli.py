@@ -101,13 +101,18 @@ class EventProgress:
     def _header(self) -> bool:
         if self.cells is not None:
             return True
+        from .events import InvalidEvent, planned_cells
+
         self.reads += 1
         header = self.store.read(self.run_id, prefix="00#run", interval_histograms=False)
         if not header or header[0]["type"] != "RunRequested":
             return False
-        data = header[0]["data"]
-        self.cells = {c["cell_id"]: c for c in data["cells"]}
-        self.run_order = sorted(data["cells"], key=lambda c: c.get("order", c["index"]))
+        try:
+            data, planned = header[0]["data"], planned_cells(header)
+        except InvalidEvent:  # a large plan's chunks are still being written
+            return False
+        self.cells = {c["cell_id"]: c for c in planned}
+        self.run_order = sorted(planned, key=lambda c: c.get("order", c["index"]))
         self.window = max(1, int(data["spec"].get("max_concurrency") or 1))
         order = data["spec"].get("order", "fixed")
         how = f"random order, seed {data['spec'].get('order_seed')}" if order == "random" else "fixed order"
@@ -295,6 +300,39 @@ def cmd_validate(args) -> int:
         _print_problems(exc)
         return EXIT_INVALID
     console.print(f"valid: {len(cells)} cells")
+    return EXIT_OK
+
+
+def cmd_cost(args) -> int:
+    """A run's estimated AWS cost before it runs: its plan on the default provisioned targets."""
+    from rich.table import Table
+
+    from .cost import estimate_plan
+    from .reports.markdown import cost_rows
+    from .spec import SpecError, validate
+
+    try:
+        request, suite = _request(args)
+        estimate = estimate_plan(validate(request))
+    except SpecError as exc:
+        _print_problems(exc)
+        return EXIT_INVALID
+    if args.json:
+        print(json.dumps(estimate, indent=2))
+        return EXIT_OK
+    name = f"suite {suite}" if suite else args.spec
+    table = Table(title=f"estimated AWS cost of {name}: ${estimate['total']:,.2f} {estimate['currency']}",
+                  title_justify="left", header_style="bold")
+    for column, justify in (("item", "left"), ("quantity", "right"), ("unit", "left"), ("unit price", "right"),
+                            ("cost", "right")):
+        table.add_column(column, justify=justify)
+    for row in cost_rows(estimate):
+        table.add_row(*row)
+    console.print(table)
+    prices = estimate["prices"]
+    console.print(f"list prices for {prices['region']} as of {prices['as_of']}", markup=False, highlight=False)
+    for assumption in estimate["assumptions"]:
+        console.print(f"- {assumption}", markup=False, highlight=False)
     return EXIT_OK
 
 
@@ -601,6 +639,13 @@ def build_parser() -> argparse.ArgumentParser:
     vsource.add_argument("--suite")
     vsource.add_argument("--spec")
     validate.set_defaults(func=cmd_validate)
+
+    cost = sub.add_parser("cost", help="estimate a suite's or spec's AWS cost before it runs (list prices)")
+    csource = cost.add_mutually_exclusive_group(required=True)
+    csource.add_argument("--suite")
+    csource.add_argument("--spec")
+    cost.add_argument("--json", action="store_true", help="print the estimate as JSON")
+    cost.set_defaults(func=cmd_cost)
 
     sub.add_parser("suites", help="list the built-in suites").set_defaults(func=cmd_suites)
 

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 
 from . import environment
 from .drivers import BrokerUnavailable, get_driver
-from .events import EventStore, make_event, new_run_id
+from .events import CELLS_PER_CHUNK, INLINE_CELLS, EventStore, make_event, new_run_id
 from .spec import expand, validate
 from .worker import CellOutcome, run_cell
 from .worker.cell import Progress
@@ -52,11 +52,17 @@ def describe_targets(brokers: list[str], endpoints: dict, client: dict) -> dict:
     return targets
 
 
-def run_requested_event(run_id: str, spec: dict, cells: list[dict], suite: str | None) -> dict:
-    data = {"spec": spec, "cells": cells, "environment": environment.collect()}
+def run_requested_events(run_id: str, spec: dict, cells: list[dict], suite: str | None) -> list[dict]:
+    """RunRequested, holding the cells when the plan is small; a large plan follows it in CellsPlanned chunks."""
+    data = {"spec": spec, "cell_count": len(cells), "environment": environment.collect()}
     if suite:
         data["suite"] = suite
-    return make_event(run_id, "RunRequested", data)
+    if len(cells) <= INLINE_CELLS:
+        return [make_event(run_id, "RunRequested", {**data, "cells": cells})]
+    chunks = [cells[start:start + CELLS_PER_CHUNK] for start in range(0, len(cells), CELLS_PER_CHUNK)]
+    return [make_event(run_id, "RunRequested", {**data, "cell_chunks": len(chunks)}),
+            *(make_event(run_id, "CellsPlanned", {"chunk": i, "cells": chunk}, key=f"{i:05d}")
+              for i, chunk in enumerate(chunks))]
 
 
 def execute_run(request: dict, endpoints: dict, store: EventStore, *, suite: str | None = None,
@@ -72,7 +78,7 @@ def execute_run(request: dict, endpoints: dict, store: EventStore, *, suite: str
     run_id = run_id or new_run_id()
     if on_run_id:
         on_run_id(run_id)
-    store.append([run_requested_event(run_id, spec, cells, suite)])
+    store.append(run_requested_events(run_id, spec, cells, suite))
     outcome = RunOutcome(run_id, "completed")
     try:
         described = describe_targets(spec["brokers"], endpoints, spec["client"])  # TargetRefused ends the run

@@ -115,7 +115,8 @@ def test_a_broker_without_a_cloud_provider_is_refused_in_aws_mode_with_its_name(
 def test_brokers_command_lists_version_where_and_capabilities(capsys):
     assert main(["brokers", "--json"]) == 0
     rows = {row["name"]: row for row in json.loads(capsys.readouterr().out)}
-    assert rows["kafka"]["runs"] == ["local", "cloud: Amazon MSK", "external"]
+    assert rows["kafka"]["runs"] == ["local (1 to 3 nodes)", "cloud: Amazon MSK", "external"]
+    assert (rows["kafka"]["local_nodes"], rows["redis-streams"]["local_nodes"]) == (3, 1)
     assert rows["redis-streams"]["runs"] == ["local", "cloud: ElastiCache for Redis", "external"]
     assert set(rows["kafka"]["modes"]) == {"batch", "single"} and rows["redis-streams"]["driver"] == "redis"
     assert "no-aof" in rows["redis-streams"]["persistence"] and rows["kafka"]["partitions"]

@@ -8,7 +8,7 @@ import binascii
 import json
 from datetime import datetime
 
-from ..events import RUN_EVENTS
+from ..events import RUN_EVENTS, cell_count
 from ..reports.model import intervals_by_cell, interval_series
 from ..reports.results import build_results
 from ..spec import SpecError, expand, validate
@@ -68,7 +68,7 @@ def summary(store, starter: Starter, requested: dict) -> dict:
         "status": _status(end, execution),
         "requested_at": requested["at"],
         "finished_at": end["at"] if end else None,
-        "cells": {"total": len(data["cells"]), **counts},
+        "cells": {"total": cell_count(data), **counts},
         "links": links(run_id),
     }
 

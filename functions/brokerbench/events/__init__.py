@@ -18,6 +18,8 @@ from jsonschema import Draft202012Validator
 from ..paths import SCHEMAS_DIR
 
 RUN_EVENTS = ("RunCompleted", "RunFailed")
+INLINE_CELLS = 200  # a plan up to this many cells travels in RunRequested; a larger one in CellsPlanned chunks
+CELLS_PER_CHUNK = 250  # ~170 KB of cells per stored item: far below DynamoDB's 400 KB item limit
 
 
 class InvalidEvent(ValueError):
@@ -37,6 +39,8 @@ def sort_key(event_type: str, cell_index: int | None = None, interval: int | Non
              key: str | None = None) -> str:
     if event_type == "RunRequested":
         return "00#run"
+    if event_type == "CellsPlanned":  # after the run's header, before TargetsReady: read with it
+        return f"00#run#cells#{key}"
     if event_type == "TargetsReady":
         return "01#targets"
     if event_type in ("CellStarted", "IntervalMeasured", "CellCompleted", "CellFailed"):
@@ -59,6 +63,23 @@ def sort_key(event_type: str, cell_index: int | None = None, interval: int | Non
         # so every scheduler trying the same due time writes the same key, and only the first one lands.
         return f"tr#{key}"
     raise InvalidEvent(f"unknown event type {event_type!r}")
+
+
+def planned_cells(events: list[dict]) -> list[dict]:
+    """The run's planned cells, from RunRequested or, for a large plan, its CellsPlanned chunks in order."""
+    requested = next(e for e in events if e["type"] == "RunRequested")["data"]
+    if "cells" in requested:
+        return requested["cells"]
+    chunks = sorted((e["data"] for e in events if e["type"] == "CellsPlanned"), key=lambda d: d["chunk"])
+    if [d["chunk"] for d in chunks] != list(range(requested["cell_chunks"])):
+        raise InvalidEvent(f"run {events[0]['run_id']}: {requested['cell_chunks']} CellsPlanned chunks expected, "
+                           f"{len(chunks)} stored")
+    return [cell for chunk in chunks for cell in chunk["cells"]]
+
+
+def cell_count(requested: dict) -> int:
+    """How many cells a RunRequested event's run planned."""
+    return requested["cell_count"] if "cell_count" in requested else len(requested["cells"])
 
 
 def make_event(run_id: str, event_type: str, data: dict, *, cell_index: int | None = None,

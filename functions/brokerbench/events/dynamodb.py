@@ -16,7 +16,7 @@ import boto3
 from botocore.config import Config
 from botocore.exceptions import ClientError
 
-from . import AppendResult, validate
+from . import AppendResult, cell_count, validate
 
 TRANSACTION_ITEMS = 25
 TRANSACTION_BYTES = 3_000_000
@@ -172,7 +172,7 @@ class DynamoEventStore:
         requested = next((e for e in header if e["type"] == "RunRequested"), None)
         if requested is None:  # no header to say how many cells: one plain query
             return self._query(run_id, None, {}, interval_histograms)
-        cells = len(requested["data"]["cells"])
+        cells = cell_count(requested["data"])
         ranges = [(f"10#c{start:05d}#", f"10#c{min(start + CELLS_PER_READ, cells) - 1:05d}#~")
                   for start in range(0, cells, CELLS_PER_READ)]
         with ThreadPoolExecutor(READ_THREADS) as pool:

@@ -89,6 +89,22 @@ def _resources_section(report: dict) -> list[str]:
     return [f"<h2>Resources</h2><table>{head}{body}</table><p><small>{escape(RESOURCES_NOTE)}</small></p>"]
 
 
+def _cost_section(report: dict) -> list[str]:
+    cost = report.get("cost")
+    if not cost:
+        return []
+    if cost.get("error"):
+        return [f"<h2>Estimated AWS cost</h2><p class='muted'>No estimate: {escape(cost['error'])}</p>"]
+    listed = markdown.cost_listed(cost)
+    intro = "<p>What the same run would cost on AWS:</p>" if listed is not cost else ""
+    head = "<tr><th>item</th><th>quantity</th><th>unit</th><th>unit price</th><th>cost</th></tr>"
+    body = "".join("<tr>" + "".join(f"<td>{escape(v)}</td>" for v in row) + "</tr>" for row in markdown.cost_rows(listed))
+    total = f"<tr><th>total</th><td></td><td></td><td></td><td><b>${listed['total']:,.2f}</b></td></tr>"
+    notes = "".join(f"<li>{escape(a)}</li>" for a in markdown.cost_assumptions(cost))
+    return [f"<h2>Estimated AWS cost</h2><p><b>${cost['total']:,.2f}</b> · {escape(markdown.cost_summary(cost))}.</p>"
+            f"{intro}<table>{head}{body}{total}</table><ul class='muted'>{notes}</ul>"]
+
+
 def _spectrum_chart(group: dict) -> str:
     # Percentiles finer than a cell's sample supports are None in the model and left out here.
     series = [{"name": _cell_name(c), "points": [(1 / (1 - p / 100) if p < 100 else 100_000, None if v is None else v / 1000)
@@ -221,6 +237,7 @@ def render(report: dict) -> str:
         parts.append(f"<h3>{escape(group['title'])}</h3>{note}{_grid(group, report['references'])}"
                      f"<div class='charts'>{_spectrum_chart(group)}</div>")
     parts += _resources_section(report)
+    parts += _cost_section(report)
     parts.append("<h2>Throughput and latency across the matrix</h2><div class='charts'>")
     parts += _across_groups(report, lambda g: g["size_bytes"], lambda g: f"{g['rate_target']} msgs/s · {g['mode']}",
                             "Throughput vs message size", "message size (B)", "throughput_msgs_per_s", "msgs/s", log_x=True)

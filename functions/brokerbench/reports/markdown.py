@@ -71,6 +71,62 @@ def resources_section(report: dict) -> list[str]:
             + [f"| {' | '.join(row)} |" for row in rows] + ["", RESOURCES_NOTE, ""])
 
 
+def _price_text(value: float) -> str:
+    """A unit price in dollars with all its digits (list prices go down to $0.000000125 per request unit)."""
+    return "$" + (f"{value:.12f}".rstrip("0").rstrip(".") or "0")
+
+
+def _quantity_text(value: float) -> str:
+    if value == int(value):
+        return f"{int(value):,}"
+    return f"{value:,.4f}".rstrip("0").rstrip(".") if abs(value) >= 0.001 else f"{value:.2e}"
+
+
+def cost_listed(cost: dict) -> dict:
+    """The estimate whose items a report lists: a local run's own has none, so what it would cost on AWS."""
+    return cost["on_aws"] if cost.get("where") == "local" and cost.get("on_aws") else cost
+
+
+def cost_summary(cost: dict) -> str:
+    """What the total means: a local run's sentence, the figure with default targets, the price basis."""
+    prices, on_aws = cost["prices"], cost.get("on_aws")
+    parts = []
+    if cost.get("where") == "local":
+        parts.append(f"run on the local stack: no AWS cost; on AWS with the default targets: ${on_aws['total']:,.2f}")
+    elif on_aws:
+        parts.append(f"with every broker on its default provisioned target: ${on_aws['total']:,.2f}")
+    return " · ".join(parts + [f"{cost['currency']}, list prices for {prices['region']} as of {prices['as_of']}"])
+
+
+def cost_rows(estimate: dict) -> list[list[str]]:
+    """item, quantity, unit, unit price, cost of each item of an estimate."""
+    return [[i["what"], _quantity_text(i["quantity"]), i["unit"], _price_text(i["unit_price"]), f"${i['cost']:,.4f}"]
+            for i in estimate["items"]]
+
+
+def cost_assumptions(cost: dict) -> list[str]:
+    return cost["assumptions"] + (cost_listed(cost)["assumptions"] if cost_listed(cost) is not cost else [])
+
+
+def cost_section(report: dict) -> list[str]:
+    """The run's estimated AWS cost (brokerbench.cost): the total, its items, the prices' date, the assumptions."""
+    cost = report.get("cost")
+    if not cost:
+        return []
+    lines = ["## Estimated AWS cost", ""]
+    if cost.get("error"):
+        return lines + [f"No estimate: {cost['error']}", ""]
+    lines += [f"**${cost['total']:,.2f}** · {cost_summary(cost)}.", ""]
+    listed = cost_listed(cost)
+    if listed is not cost:
+        lines += ["What the same run would cost on AWS:", ""]
+    lines += (["| item | quantity | unit | unit price | cost |", "|---|---:|---|---:|---:|"]
+              + [f"| {' | '.join(row)} |" for row in cost_rows(listed)]
+              + [f"| **total** | | | | **${listed['total']:,.2f}** |", ""]
+              + [f"- {assumption}" for assumption in cost_assumptions(cost)] + [""])
+    return lines
+
+
 def _figure(value, digits=1) -> str:
     if value is None:
         return "–"
@@ -224,6 +280,7 @@ def render(report: dict) -> str:
         lines.append("")
         lines += search_lines(group)
     lines += resources_section(report)
+    lines += cost_section(report)
     return "\n".join(lines)
 
 

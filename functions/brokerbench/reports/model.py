@@ -16,7 +16,7 @@ from collections import defaultdict
 from dataclasses import dataclass
 from itertools import groupby
 
-from .. import histogram, verdict
+from .. import cost, histogram, verdict
 from ..spec import request_schema
 from .results import LOSS_CLASSES, SUMMARY_FIELDS, build_results
 from .stats import median_ci, spread
@@ -423,6 +423,15 @@ def reference_defaults() -> dict:
     return {name: field["default"] for name, field in request_schema()["properties"]["references"]["properties"].items()}
 
 
+def cost_estimate(events: list[dict]) -> dict:
+    """The run's estimated AWS cost (brokerbench.cost), or the error that kept it from being made: an estimate
+    never breaks a report."""
+    try:
+        return cost.estimate(events)
+    except Exception as exc:  # noqa: BLE001
+        return {"error": f"{type(exc).__name__}: {exc}"}
+
+
 def build_report(events: list[dict]) -> dict:
     results = build_results(events)
     spec = results["spec"]
@@ -463,4 +472,5 @@ def build_report(events: list[dict]) -> dict:
                   "max_rate": MAX_RATE_NOTE},
         "configurations_with_loss": [c["key"] for c in configurations if c["has_loss"]],
         "groups": groups,
+        "cost": cost_estimate(events),
     }

@@ -44,7 +44,7 @@ import math
 
 import numpy as np
 
-from ..events import EventStore, make_event
+from ..events import EventStore, make_event, planned_cells
 from .stats import spread
 
 ALPHA = 0.01  # family-wise over all verdicts of a run (Holm–Bonferroni): one run in 100 with a false alarm
@@ -421,7 +421,7 @@ def check(store: EventStore, run_id: str, baseline_id: str | None = None, *, rec
                        [store.read(h, interval_histograms=False) for h in older])
     regressions = [v for v in verdicts if v["verdict"] == "regression"]
     if record and regressions:
-        index = {c["cell_id"]: c["index"] for e in events if e["type"] == "RunRequested" for c in e["data"]["cells"]}
+        index = {c["cell_id"]: c["index"] for c in planned_cells(events)}
         store.append([make_event(run_id, "RegressionDetected", {
             "baseline_run_id": baseline_id, "cell": r["cell"], "cell_id": r["cell_id"], "metric": r["metric"],
             "verdict": r["verdict"], "baseline_median": r["baseline_median"], "candidate_median": r["candidate_median"],

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from .. import histogram
+from ..events import planned_cells
 
 LATENCY_METRICS = {  # result field -> (histogram, divisor to the field's unit)
     "publish_latency_us": ("publish_latency_us", 1),
@@ -105,7 +106,7 @@ def build_results(events: list[dict]) -> dict:
     ends = {e["data"]["cell_id"]: e for e in by_type.get("CellCompleted", []) + by_type.get("CellFailed", [])}
     # In matrix order (index), whatever order they ran in; each cell says when it ran (`order`).
     cells = [cell_result(cell, ends.get(cell["cell_id"]))
-             for cell in sorted(requested["data"]["cells"], key=lambda c: c["index"])]
+             for cell in sorted(planned_cells(events), key=lambda c: c["index"])]
     targets = by_type.get("TargetsReady", [{"data": {"targets": {}}}])[0]["data"]["targets"]
     if run_end is None:
         status = "running"

@@ -6,10 +6,30 @@ import numpy as np
 
 from .. import histogram
 from ..events import make_event, new_run_id
-from ..runner import run_requested_event
+from ..runner import run_requested_events
 from ..spec import expand, validate
 
 METRICS_US = ("publish_latency_us", "publish_delay_us", "end_to_end_latency_us")
+
+
+POOL = 32  # distinct intervals drawn per run: each interval of each cell is one of them, picked at random
+
+
+def _interval_pool(rng, latency_scale: float) -> list[tuple[dict, dict, dict]]:
+    """Intervals' histograms (as recorded, encoded, summarized), made once and drawn from for every cell:
+    encoding a histogram per interval would make a 2,000-cell run take minutes to generate."""
+    pool = []
+    for _ in range(POOL):
+        values = {m: rng.lognormal(np.log(800 * latency_scale), 0.5, 200).astype(np.int64) for m in METRICS_US}
+        values["encode_ns"] = rng.lognormal(np.log(3000), 0.2, 200).astype(np.int64)
+        values["decode_ns"] = rng.lognormal(np.log(4000), 0.2, 200).astype(np.int64)
+        hists = {metric: histogram.from_values(v) for metric, v in values.items()}
+        summaries = {}
+        for metric, hist in hists.items():
+            figures = histogram.summary(hist)
+            summaries[metric] = {k: figures[k] for k in ("count", "p50", "p99", "max")}
+        pool.append((hists, {m: histogram.encode(h) for m, h in hists.items()}, summaries))
+    return pool
 
 
 def synthetic_run(spec_doc: dict, *, intervals: int = 10, rate_scale: float = 1.0, latency_scale: float = 1.0,
@@ -19,10 +39,11 @@ def synthetic_run(spec_doc: dict, *, intervals: int = 10, rate_scale: float = 1.
     cells = expand(spec)
     run_id = run_id or new_run_id()
     rng = np.random.default_rng(seed)
-    events = [run_requested_event(run_id, spec, cells, spec.get("name")),
+    events = [*run_requested_events(run_id, spec, cells, spec.get("name")),
               make_event(run_id, "TargetsReady", {"targets": {b: {"broker": b, "broker_version": "synthetic",
                                                                   "client_library": "synthetic", "client_version": "0"}
                                                               for b in spec["brokers"]}})]
+    pool = _interval_pool(rng, latency_scale)
     for cell in cells:
         rate = 5000 if cell["rate"] == "max" else cell["rate"]
         events.append(make_event(run_id, "CellStarted", {"cell_id": cell["cell_id"], "cell": cell, "topic": "t",
@@ -31,21 +52,14 @@ def synthetic_run(spec_doc: dict, *, intervals: int = 10, rate_scale: float = 1.
         sent_total = 0
         for i in range(intervals):
             sent = int(rate * rate_scale * rng.lognormal(0, 0.02))
-            values = {m: rng.lognormal(np.log(800 * latency_scale), 0.5, 200).astype(np.int64) for m in METRICS_US}
-            values["encode_ns"] = rng.lognormal(np.log(3000), 0.2, 200).astype(np.int64)
-            values["decode_ns"] = rng.lognormal(np.log(4000), 0.2, 200).astype(np.int64)
-            hists, summaries = {}, {}
-            for metric, v in values.items():
-                hist = histogram.from_values(v)
+            hists, encoded, summaries = pool[int(rng.integers(len(pool)))]
+            for metric, hist in hists.items():
                 cumulative[metric].add(hist)
-                hists[metric] = histogram.encode(hist)
-                figures = histogram.summary(hist)
-                summaries[metric] = {k: figures[k] for k in ("count", "p50", "p99", "max")}
             counters = {"sent": sent, "bytes_sent": sent * cell["size_bytes"], "acked": sent, "send_errors": 0,
                         "received": sent, "bytes_received": sent * cell["size_bytes"]}
             sent_total += sent
             events.append(make_event(run_id, "IntervalMeasured", {
-                "cell_id": cell["cell_id"], "attempt": 0, "interval": i, "counters": counters, "histograms": hists,
+                "cell_id": cell["cell_id"], "attempt": 0, "interval": i, "counters": counters, "histograms": encoded,
                 "summary": summaries}, cell_index=cell["index"], interval=i))
         events.append(make_event(run_id, "CellCompleted", {
             "cell_id": cell["cell_id"], "attempt": 0, "measured_s": float(intervals),

@@ -23,6 +23,10 @@ class FolderReports:
         path = self.folder / run_id / name
         return path.read_text() if path.is_file() else None
 
+    def put_items(self, run_id: str, name: str, items: list) -> None:
+        """Locally a map's items stay in the state (the local interpreter has no size limit): nothing to put."""
+        return None
+
 
 class S3Reports:
     def __init__(self, client, bucket: str, prefix: str = "reports") -> None:
@@ -33,6 +37,13 @@ class S3Reports:
         content_type = "application/json" if name.endswith(".json") else "text/plain"
         self.client.put_object(Bucket=self.bucket, Key=key, Body=body.encode(), ContentType=content_type)
         return f"s3://{self.bucket}/{key}"
+
+    def put_items(self, run_id: str, name: str, items: list) -> dict:
+        """A JSON array for a Distributed Map's ItemReader (s3:getObject, InputType JSON): where it is."""
+        key = f"{self.prefix}/{run_id}/{name}"
+        self.client.put_object(Bucket=self.bucket, Key=key, Body=json.dumps(items, separators=(",", ":")).encode(),
+                               ContentType="application/json")
+        return {"Bucket": self.bucket, "Key": key}
 
     def read(self, run_id: str, name: str) -> str | None:
         try:

@@ -15,7 +15,7 @@ from ..plan import plan
 from ..reports import html, markdown, regression
 from ..reports.model import build_report
 from ..reports.results import build_results
-from ..runner import describe_targets, run_completed_event, run_requested_event
+from ..runner import describe_targets, run_completed_event, run_requested_events
 from ..spec import SpecError, validate
 from ..worker import run_cell as measure_cell
 
@@ -36,12 +36,23 @@ def validate_request(event: dict) -> dict:
     return {"run_id": event.get("run_id") or new_run_id(), "spec": spec, "suite": event.get("suite")}
 
 
+STATE_CELLS = 200  # more cells than this leave the execution state (256 KB) for an object the map reads
+
+
 def plan_cells(run: dict) -> dict:
     """The cells in the order they run (the RunCells map takes them in list order), recorded in RunRequested
-    with the spec's order_seed, so the stored order is the one that ran."""
+    with the spec's order_seed, so the stored order is the one that ran.
+
+    A large plan's cells go to the reports store (cells_location: the S3 object a Distributed Map's
+    ItemReader reads) instead of the execution state; where the store is a local folder there is no
+    state limit and they stay inline."""
     planned = plan(run["spec"])
-    config.event_store().append([run_requested_event(run["run_id"], run["spec"], planned["cells"], run.get("suite"))])
-    return planned
+    cells = planned["cells"]
+    config.event_store().append(run_requested_events(run["run_id"], run["spec"], cells, run.get("suite")))
+    location = None
+    if len(cells) > STATE_CELLS:
+        location = config.reports().put_items(run["run_id"], "plan-cells.json", cells)
+    return {**planned, "cells": [] if location else cells, "cells_location": location, "cell_count": len(cells)}
 
 
 def provision_target(event: dict) -> dict:

@@ -1,0 +1,382 @@
+"""What a run costs in AWS: list prices (pricing.json) times what the run used.
+
+Two sources of usage, one arithmetic (`price`): a run's stored events (`estimate`, what every report
+shows) and a run request's plan before it runs (`estimate_plan`, `brokerbench cost`).
+
+A run on the local stack cost nothing in AWS; its estimate says so and adds `on_aws`: what the same
+run would cost in AWS with the default provisioned targets, so every report states a figure.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections import defaultdict
+from dataclasses import dataclass, replace
+from datetime import datetime
+from functools import cache
+
+from .brokers import plugins
+from .paths import PACKAGE_DIR
+from .plan import CELL_OVERHEAD_S, estimated_seconds, plan, worker_kind
+from .spec import request_schema
+
+PRICING_FILE = PACKAGE_DIR / "pricing.json"
+
+# The workers as the CDK app deploys them: the RunCell Lambda function (memory, architecture) and
+# the EC2 worker's launch template (instance type). Change these with the app.
+LAMBDA_WORKER_MEMORY_MB = 3008
+LAMBDA_WORKER_ARCHITECTURE = "arm64"
+EC2_WORKER_INSTANCE_TYPE = "c7g.xlarge"
+
+# How long a provisioned target takes to create before it serves, billed all the same: a 3-broker
+# Amazon MSK cluster takes about 20 min (15 to 30), a one-node ElastiCache replication group about
+# 10 min. Used where the creation is not in a run's own timeline (a plan, a local run's `on_aws`).
+CREATION_S = {"kafka": 20 * 60, "redis-streams": 10 * 60}
+MSK_DEFAULT_NODES = 3  # brokers/kafka/cloud.py: NumberOfBrokerNodes when provision.kafka.nodes is omitted
+ELASTICACHE_NODES = 1  # brokers/redis_streams/cloud.py: NumCacheClusters=1 (a primary, no replica)
+
+HOURS_PER_MONTH = 730  # AWS's month for prorating GB-month prices
+EC2_MINIMUM_S = 60  # EC2 bills Linux instances per second with a 60 s minimum
+ITEM_OVERHEAD_BYTES = 200  # key attributes and names beside `data` (as events/dynamodb.py counts an item)
+TRANSACTIONAL_WRITE_FACTOR = 2  # the event store writes with TransactWriteItems: 2 WRU per started KB
+RUN_INDEXES = 2  # RunRequested is also written to the runs-by-time and runs-by-suite indexes (all attributes)
+REPORT_READS = 2  # CheckRegression and Aggregate each read the run's events once (strongly consistent)
+
+# Step Functions transitions of statemachines/benchmark_run.asl.json for a run that succeeds.
+MAIN_PATH_STATES = 12  # ValidateRequest … RunSucceeded, Notify included
+STATES_PER_TARGET = 4  # ProvisionTarget, TargetReady?, TargetProvisioned, TeardownTarget
+STATES_PER_READINESS_CHECK = 3  # WaitForTarget, CheckTarget, TargetReady?
+STATES_PER_CELL = 2  # ChooseWorker, RunCellOnLambda or RunCellOnEc2
+STATES_PER_FAILED_CELL = 1  # RecordCellFailed
+TRANSITIONS_RULE = (f"Step Functions: {MAIN_PATH_STATES} transitions on the main path, {STATES_PER_TARGET} per target, "
+                    f"{STATES_PER_READINESS_CHECK} per readiness check of a target being created (one per poll_s), "
+                    f"{STATES_PER_CELL} per cell and {STATES_PER_FAILED_CELL} more per failed cell "
+                    "(statemachines/benchmark_run.asl.json).")
+
+# Sizes of stored events (their `data` as JSON) for a plan, which has none yet: what synthetic_run's events
+# measure (0.7, 2.4 and 3.9 KB), rounded up for what real cells add (warm-up, verdict, resources, settings).
+PLANNED_EVENT_BYTES = {"RunRequested.environment": 1500, "TargetsReady per target": 1200, "CellStarted": 1000,
+                       "IntervalMeasured": 2600, "CellCompleted": 5000, "RunCompleted": 100}
+
+
+@cache
+def prices() -> dict:
+    return json.loads(PRICING_FILE.read_text())
+
+
+@dataclass(frozen=True)
+class Usage:
+    """What a run used (measured from its events, or planned), in the units prices are given in."""
+
+    run_s: float  # RunRequested to the run's end: the targets live through it
+    creation_in_run: bool  # run_s includes the targets' creation (they were provisioned in AWS after RunRequested)
+    ready_after_s: float | None  # RunRequested to TargetsReady, when measured
+    workers: tuple[tuple[str, float], ...]  # (lambda | ec2, seconds) per worker started
+    cells: int
+    failed_cells: int
+    event_bytes: tuple[int, ...]  # each stored event item: data as JSON + ITEM_OVERHEAD_BYTES
+    header_bytes: int  # the RunRequested item (also written to the run indexes)
+    notes: tuple[str, ...] = ()
+
+
+# -- the arithmetic ----------------------------------------------------------------------------
+def _item(what: str, quantity: float, unit: str, unit_price: float) -> dict:
+    return {"what": what, "quantity": round(quantity, 6), "unit": unit, "unit_price": round(unit_price, 12),
+            "cost": round(quantity * unit_price, 4)}
+
+
+def _hours(seconds: float) -> str:
+    return f"{seconds / 3600:.2f} h"
+
+
+def _msk(broker: str, settings: dict, life_s: float, table: dict) -> tuple[list[dict], list[str]]:
+    instance = settings.get("instance_type", "kafka.m7g.large")
+    nodes = settings.get("nodes", MSK_DEFAULT_NODES)
+    volume = settings.get("volume_gb", 100)
+    rate = table["msk"]["broker_hour"].get(instance)
+    if rate is None:
+        return [], [f"{broker}: no list price for {instance} in pricing.json: its broker-hours are not counted"]
+    hours = life_s / 3600
+    return [_item(f"{broker}: Amazon MSK {instance}, {nodes} brokers × {_hours(life_s)}", nodes * hours,
+                  "broker-hour", rate),
+            _item(f"{broker}: Amazon MSK storage, {nodes} × {volume} GB for {_hours(life_s)}",
+                  nodes * volume * hours / HOURS_PER_MONTH, "GB-month", table["msk"]["storage_gb_month"])], []
+
+
+def _elasticache(broker: str, settings: dict, life_s: float, table: dict) -> tuple[list[dict], list[str]]:
+    node_type = settings.get("node_type", "cache.r7g.large")
+    rate = table["elasticache"]["node_hour"].get(node_type)
+    if rate is None:
+        return [], [f"{broker}: no list price for {node_type} in pricing.json: its node-hours are not counted"]
+    billed = math.ceil(life_s / 3600 - 1e-9)  # a partial node-hour is billed as a full one
+    return [_item(f"{broker}: ElastiCache {node_type}, {ELASTICACHE_NODES} node × {_hours(life_s)} "
+                  f"(billed as {billed} h)", ELASTICACHE_NODES * billed, "node-hour", rate)], []
+
+
+# What each broker's cloud provider creates, priced (brokers/<name>/cloud.py).
+TARGET_PRICES = {"kafka": _msk, "redis-streams": _elasticache}
+
+
+def target_kinds(spec: dict, *, provision_all: bool = False) -> dict[str, str]:
+    """Per broker of the run: provisioned (by its cloud provider), existing (an endpoint in targets), or
+    unpriced (no cloud provider, or none priced here). provision_all: as if no endpoint had been given."""
+    kinds = {}
+    for broker in spec["brokers"]:
+        found = plugins().get(broker)
+        if broker in spec.get("targets", {}) and not (provision_all and found is not None):
+            kinds[broker] = "existing"
+        elif found is None or found.cloud is None or broker not in TARGET_PRICES:
+            kinds[broker] = "unpriced"
+        else:
+            kinds[broker] = "provisioned"
+    return kinds
+
+
+def price(spec: dict, usage: Usage, kinds: dict[str, str], where: str) -> dict:
+    """The estimate of `usage` at the list prices, with every rule it follows stated."""
+    table = prices()
+    items: list[dict] = []
+    assumptions = [f"Prices: brokerbench/pricing.json, {table['region']}, as of {table['as_of']}. {table['note']}"]
+    provisioned = [b for b, kind in kinds.items() if kind == "provisioned"]
+    creation = 0 if usage.creation_in_run else max((CREATION_S.get(b, 0) for b in provisioned), default=0)
+    life_s = usage.run_s + creation
+    for broker in provisioned:
+        found, notes = TARGET_PRICES[broker](broker, spec.get("provision", {}).get(broker, {}), life_s, table)
+        items += found
+        assumptions += notes
+    if provisioned:
+        if usage.creation_in_run:
+            assumptions.append(f"Targets live from RunRequested (written before they are created) to the run's end: "
+                               f"{_hours(life_s)}, their creation as measured.")
+        else:
+            allowances = ", ".join(f"{b} {CREATION_S.get(b, 0) // 60} min" for b in provisioned)
+            assumptions.append(f"Targets live from their creation to the run's end: {_hours(usage.run_s)} of run plus "
+                               f"the slowest creation allowance ({allowances}; targets are created together and "
+                               f"cells start when all are ready) = {_hours(life_s)}.")
+        assumptions.append("MSK broker-hours are billed per second, ElastiCache node-hours per started hour; "
+                           "deleting the targets after the run is not counted.")
+    for broker, kind in kinds.items():
+        if kind == "existing":
+            assumptions.append(f"{broker}: an existing endpoint (targets.{broker}): no broker cost counted.")
+        elif kind == "unpriced":
+            assumptions.append(f"{broker}: no provisioned target to price (no cloud provider, or none in "
+                               "cost.TARGET_PRICES): no broker cost counted.")
+
+    lambdas = [seconds for kind, seconds in usage.workers if kind == "lambda"]
+    ec2 = [max(EC2_MINIMUM_S, seconds) for kind, seconds in usage.workers if kind == "ec2"]
+    gb = LAMBDA_WORKER_MEMORY_MB / 1024
+    if lambdas:
+        items.append(_item(f"Lambda workers: {len(lambdas)} × {LAMBDA_WORKER_MEMORY_MB} MB {LAMBDA_WORKER_ARCHITECTURE}, "
+                           f"{sum(lambdas):,.0f} s", sum(lambdas) * gb, "GB-second",
+                           table["lambda"]["gb_second"][LAMBDA_WORKER_ARCHITECTURE]))
+        items.append(_item("Lambda worker requests", len(lambdas), "request",
+                           table["lambda"]["per_million_requests"] / 1e6))
+    if ec2:
+        items.append(_item(f"EC2 workers: {len(ec2)} × {EC2_WORKER_INSTANCE_TYPE}, {sum(ec2):,.0f} s "
+                           f"(at least {EC2_MINIMUM_S} s each)", sum(ec2) / 3600, "instance-hour",
+                           table["ec2"]["instance_hour"][EC2_WORKER_INSTANCE_TYPE]))
+    assumptions.append(f"Workers as the CDK app deploys them: Lambda {LAMBDA_WORKER_MEMORY_MB} MB "
+                       f"{LAMBDA_WORKER_ARCHITECTURE}, EC2 {EC2_WORKER_INSTANCE_TYPE}; each is billed from its cell's "
+                       f"start to its end (EC2 at least {EC2_MINIMUM_S} s per instance; an instance's boot before "
+                       "its cell starts is not counted).")
+
+    poll_s = max(1, (spec.get("provision") or {}).get("poll_s", 30))
+    checks = 0
+    for broker in provisioned:
+        if usage.creation_in_run:  # measured: until TargetsReady, or the whole run when it never came
+            waited = usage.ready_after_s if usage.ready_after_s is not None else usage.run_s
+        else:
+            waited = CREATION_S.get(broker, 0)
+        checks += math.ceil(waited / poll_s)
+    transitions = (MAIN_PATH_STATES + STATES_PER_TARGET * len(kinds) + STATES_PER_READINESS_CHECK * checks
+                   + STATES_PER_CELL * usage.cells + STATES_PER_FAILED_CELL * usage.failed_cells)
+    items.append(_item(f"Step Functions: {transitions:,} state transitions", transitions, "state transition",
+                       table["stepfunctions"]["standard_per_1000_transitions"] / 1000))
+    assumptions.append(TRANSITIONS_RULE)
+
+    sizes = (usage.header_bytes, *usage.event_bytes)
+    wru = (TRANSACTIONAL_WRITE_FACTOR * sum(math.ceil(size / 1024) for size in sizes)
+           + RUN_INDEXES * math.ceil(usage.header_bytes / 1024))
+    rru = REPORT_READS * math.ceil(sum(sizes) / 4096)
+    stored_gb = (sum(sizes) + RUN_INDEXES * usage.header_bytes) / 1024**3
+    table_db = table["dynamodb"]
+    items.append(_item(f"DynamoDB writes: {len(sizes):,} events", wru, "write request unit",
+                       table_db["on_demand_per_million_wru"] / 1e6))
+    items.append(_item(f"DynamoDB reads: the run's events, {REPORT_READS} times", rru, "read request unit",
+                       table_db["on_demand_per_million_rru"] / 1e6))
+    items.append(_item("DynamoDB storage of the events, one month", stored_gb, "GB-month", table_db["storage_gb_month"]))
+    assumptions.append(f"DynamoDB: each event is its data as JSON + {ITEM_OVERHEAD_BYTES} B; written in transactions "
+                       f"({TRANSACTIONAL_WRITE_FACTOR} WRU per started KB), the run header also into its "
+                       f"{RUN_INDEXES} indexes; read {REPORT_READS} times (CheckRegression, Aggregate) at 1 RRU per "
+                       "4 KB; kept one month.")
+    assumptions += list(usage.notes)
+    assumptions.append("Not counted: the workflow's own Lambda steps, S3 reports, SNS, CloudWatch, the VPC (NAT) and "
+                       "data transfer.")
+    return {"currency": table.get("currency", "USD"), "where": where,
+            "total": round(sum(item["cost"] for item in items), 2), "items": items,
+            "prices": {"region": table["region"], "as_of": table["as_of"]}, "assumptions": assumptions}
+
+
+# -- usage from a run's events -------------------------------------------------------------------
+def _at(event: dict) -> datetime:
+    return datetime.fromisoformat(event["at"])
+
+
+@cache
+def _placement_defaults() -> dict:
+    placement = request_schema()["properties"]["placement"]["properties"]
+    return {name: field["default"] for name, field in placement.items() if "default" in field}
+
+
+def _planned_kind(cell: dict, spec: dict) -> str:
+    if cell.get("worker") in ("lambda", "ec2"):
+        return cell["worker"]
+    return worker_kind(cell, {**_placement_defaults(), **(spec.get("placement") or {})})
+
+
+def measured_usage(events: list[dict]) -> Usage:
+    """What the run's events say it used: the run's wall time, each worker's time, the events stored."""
+    by_type: dict[str, list[dict]] = defaultdict(list)
+    for event in events:
+        by_type[event["type"]].append(event)
+    requested = by_type["RunRequested"][0]
+    spec = requested["data"]["spec"]
+    start = _at(requested)
+    run_end = by_type.get("RunCompleted") or by_type.get("RunFailed")
+    end = _at(run_end[0]) if run_end else max(_at(e) for e in events)  # still running or stopped: so far
+    ready = by_type.get("TargetsReady")
+    planned = {cell["cell_id"]: cell for cell in requested["data"]["cells"]}
+
+    cell_end: dict[str, datetime] = {}
+    for event in by_type.get("CellCompleted", []) + by_type.get("CellFailed", []):
+        cid = event["data"]["cell_id"]
+        cell_end[cid] = min(cell_end.get(cid, _at(event)), _at(event))
+    started: dict[str, list[dict]] = defaultdict(list)
+    for event in by_type.get("CellStarted", []):
+        started[event["data"]["cell_id"]].append(event)
+    workers = []
+    for cid, attempts in started.items():
+        attempts.sort(key=lambda e: (e["data"].get("attempt", 0), e["at"]))
+        for i, event in enumerate(attempts):
+            begin = _at(event)
+            if i + 1 < len(attempts):  # a retried worker: this one ran until the next attempt started
+                stop = _at(attempts[i + 1])
+            elif cid in cell_end and cell_end[cid] >= begin:
+                stop = cell_end[cid]
+            else:
+                stop = end
+            recorded = (event["data"].get("worker") or {}).get("kind")
+            kind = (recorded if recorded in ("lambda", "ec2")
+                    else _planned_kind(planned.get(cid) or event["data"]["cell"], spec))
+            workers.append((kind, max(0.0, (stop - begin).total_seconds())))
+
+    # Reports read the events without the per-interval histograms (stored beside `data`): their size is then
+    # taken as that of the cell's cumulative histograms, which hold at least as many values.
+    cumulative = {e["data"]["cell_id"]: len(json.dumps(e["data"].get("histograms", {})))
+                  for e in by_type.get("CellCompleted", [])}
+    sizes, proxied = [], 0
+    for event in events:
+        if event is requested:
+            continue
+        size = len(json.dumps(event["data"])) + ITEM_OVERHEAD_BYTES
+        if event["type"] == "IntervalMeasured" and "histograms" not in event["data"]:
+            size += cumulative.get(event["data"]["cell_id"], 0)
+            proxied += 1
+        sizes.append(size)
+    notes = [f"{proxied:,} intervals were read without their histograms: each counts the size of its cell's "
+             "cumulative histograms."] if proxied else []
+    return Usage(run_s=max(0.0, (end - start).total_seconds()), creation_in_run=True,
+                 ready_after_s=(_at(ready[0]) - start).total_seconds() if ready else None,
+                 workers=tuple(workers), cells=len(set(started) | set(cell_end)),
+                 failed_cells=len({e["data"]["cell_id"] for e in by_type.get("CellFailed", [])}),
+                 event_bytes=tuple(sizes), header_bytes=len(json.dumps(requested["data"])) + ITEM_OVERHEAD_BYTES,
+                 notes=tuple(notes))
+
+
+def local_evidence(events: list[dict]) -> str | None:
+    """Why the run counts as one on the local stack, or None. Events do not name the provider; these do:
+    a local broker's processes sampled with the cells, a broker that only runs locally, or every cell run
+    on the host that planned the run (in AWS, planning and each cell run in different Lambdas or instances)."""
+    requested = next(e for e in events if e["type"] == "RunRequested")
+    spec = requested["data"]["spec"]
+    for event in events:
+        if event["type"] in ("CellCompleted", "IntervalMeasured") and "broker" in (event["data"].get("resources") or {}):
+            return "a local broker's processes were sampled with the cells"
+    local_only = [b for b in spec["brokers"] if b not in spec.get("targets", {}) and b in plugins()
+                  and plugins()[b].cloud is None]
+    if local_only:
+        return f"{', '.join(local_only)} runs only on the local stack (no cloud provider)"
+    planner = (requested["data"].get("environment") or {}).get("host", {}).get("hostname")
+    hosts = {(e["data"].get("worker") or {}).get("host") for e in events if e["type"] == "CellStarted"}
+    if planner and hosts == {planner}:
+        return "every cell ran on the host that planned the run"
+    return None
+
+
+def estimate(events: list[dict]) -> dict:
+    """The run's AWS cost from its stored events only; for a local run 0, with `on_aws` what it would cost there."""
+    usage = measured_usage(events)
+    spec = next(e for e in events if e["type"] == "RunRequested")["data"]["spec"]
+    local = local_evidence(events)
+    as_if_provisioned = target_kinds(spec, provision_all=True)
+    if local:
+        table = prices()
+        on_aws = price(spec, replace(usage, creation_in_run=False), as_if_provisioned, "aws")
+        on_aws["assumptions"].insert(0, "The same run in AWS: its measured run and cell times, every broker on its "
+                                        "default provisioned target.")
+        return {"currency": table.get("currency", "USD"), "where": "local", "total": 0.0, "items": [],
+                "prices": {"region": table["region"], "as_of": table["as_of"]},
+                "assumptions": [f"Run on the local stack ({local}): no AWS cost."], "on_aws": on_aws}
+    kinds = target_kinds(spec)
+    provisioned_here = "provisioned" in kinds.values()
+    # Targets were created after RunRequested only when this run provisioned one.
+    result = price(spec, replace(usage, creation_in_run=provisioned_here), kinds, "aws")
+    result["assumptions"].insert(1, "Run in AWS: no sign of the local stack in its events.")
+    result["on_aws"] = None
+    if kinds != as_if_provisioned:
+        on_aws = price(spec, replace(usage, creation_in_run=provisioned_here), as_if_provisioned, "aws")
+        on_aws["assumptions"].insert(0, "The same run with every broker on its default provisioned target.")
+        result["on_aws"] = on_aws
+    return result
+
+
+# -- usage from a plan ---------------------------------------------------------------------------
+def _planned_intervals(cell: dict) -> float:
+    """Measured seconds of a cell (one interval each): its estimated time without warm-up, drain and start-up."""
+    if cell["rate"] == "sustainable":  # every step of the search measures like a max-rate cell
+        step = {**cell, "rate": "max", "messages": None}
+        return estimated_seconds(cell) / estimated_seconds(step) * _planned_intervals(step)
+    return max(1.0, estimated_seconds(cell) - cell["warmup_s"] - cell["drain_timeout_s"] - CELL_OVERHEAD_S)
+
+
+def planned_usage(spec: dict) -> Usage:
+    """What a validated spec's plan will use: estimated cell times (plan.estimated_seconds), no failures."""
+    planned = plan(spec)
+    cells = planned["cells"]
+    sizes = [PLANNED_EVENT_BYTES["TargetsReady per target"] * len(spec["brokers"]) + ITEM_OVERHEAD_BYTES,
+             PLANNED_EVENT_BYTES["RunCompleted"] + ITEM_OVERHEAD_BYTES]
+    for cell in cells:
+        sizes += [PLANNED_EVENT_BYTES["CellStarted"] + ITEM_OVERHEAD_BYTES,
+                  PLANNED_EVENT_BYTES["CellCompleted"] + ITEM_OVERHEAD_BYTES]
+        sizes += [PLANNED_EVENT_BYTES["IntervalMeasured"] + ITEM_OVERHEAD_BYTES] * math.ceil(_planned_intervals(cell))
+    header = (len(json.dumps({"spec": spec, "cells": cells})) + PLANNED_EVENT_BYTES["RunRequested.environment"]
+              + ITEM_OVERHEAD_BYTES)
+    note = (f"Planned: {len(cells)} cells, {planned['estimated_s']:,} s of cells at max_concurrency "
+            f"{planned['max_concurrency']} (plan.estimated_seconds: warm-up + measured + drain + "
+            f"{CELL_OVERHEAD_S} s start-up per cell); stored events of typical sizes.")
+    return Usage(run_s=float(planned["estimated_s"]), creation_in_run=False, ready_after_s=None,
+                 workers=tuple((cell["worker"], estimated_seconds(cell)) for cell in cells), cells=len(cells),
+                 failed_cells=0, event_bytes=tuple(sizes), header_bytes=header, notes=(note,))
+
+
+def estimate_plan(spec: dict) -> dict:
+    """A validated spec's cost in AWS before it runs, every broker on its default provisioned target."""
+    kinds = target_kinds(spec, provision_all=True)
+    result = price(spec, planned_usage(spec), kinds, "plan")
+    given = [b for b in spec["brokers"] if b in spec.get("targets", {}) and kinds[b] == "provisioned"]
+    if given:
+        result["assumptions"].insert(1, f"{', '.join(given)}: priced as the default provisioned target, not the "
+                                        "endpoint given in targets.")
+    result["on_aws"] = None
+    return result

@@ -17,17 +17,18 @@ from datetime import datetime
 from functools import cache
 
 from .brokers import plugins
+from . import deployment
 from .paths import PACKAGE_DIR
 from .plan import CELL_OVERHEAD_S, estimated_seconds, plan, worker_kind
 from .spec import request_schema
 
 PRICING_FILE = PACKAGE_DIR / "pricing.json"
 
-# The workers as the CDK app deploys them: the RunCell Lambda function (memory, architecture) and
-# the EC2 worker's launch template (instance type). Change these with the app.
-LAMBDA_WORKER_MEMORY_MB = 3008
-LAMBDA_WORKER_ARCHITECTURE = "arm64"
-EC2_WORKER_INSTANCE_TYPE = "c7g.xlarge"
+# The workers as the CDK app deploys them (brokerbench/deployment.py): the RunCell Lambda function's
+# memory and architecture, and the EC2 worker's instance type.
+LAMBDA_WORKER_MEMORY_MB = deployment.WORKER_LAMBDA_MEMORY_MB
+LAMBDA_WORKER_ARCHITECTURE = deployment.WORKER_LAMBDA_ARCHITECTURE
+EC2_WORKER_INSTANCE_TYPE = deployment.EC2_WORKER_INSTANCE_TYPE
 
 # How long a provisioned target takes to create before it serves, billed all the same: a 3-broker
 # Amazon MSK cluster takes about 20 min (15 to 30), a one-node ElastiCache replication group about

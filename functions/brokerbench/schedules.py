@@ -322,6 +322,42 @@ class _Watch:
     outcome: dict | None = None  # that outcome, when this scheduler knows it (its write failed)
 
 
+def claim_and_start(schedule: Schedule, due_at: datetime, store: EventStore,
+                    start: Callable[[dict, str | None, str], None]) -> tuple[dict, dict] | None:
+    """Claim the due time (a conditional write: one claim per schedule and due time), then start its run.
+
+    Returns (claim, outcome) with the outcome not yet stored, or None when the due time was claimed
+    before (another scheduler, or a retried delivery of the same EventBridge Scheduler invocation)."""
+    run_id = new_run_id()
+    claim = trigger_event(schedule.name, due_at, "claimed", run_id)
+    if not store.append([claim]).written:
+        return None
+    try:
+        request, suite = schedule.request()
+        start(request, suite, run_id)
+        outcome = trigger_event(schedule.name, due_at, "started", run_id)
+    except Exception as exc:  # noqa: BLE001 (whatever stops the start is the trigger's reason)
+        outcome = trigger_event(schedule.name, due_at, "not_started", reason=str(exc) or type(exc).__name__)
+    return claim, outcome
+
+
+def trigger(name: str, due_at: datetime, store: EventStore, start: Callable[[dict, str | None, str], None],
+            schedules: list[Schedule] | None = None) -> dict:
+    """One due time of schedule `name`, as EventBridge Scheduler invokes it in AWS: claimed, started through
+    `start` (StepFunctionsStarter: an execution named by the run id), and its outcome stored, exactly as
+    `brokerbench serve` does. A second delivery of the same due time starts nothing."""
+    by_name = {s.name: s for s in (schedules if schedules is not None else load())}
+    if name not in by_name:
+        raise ScheduleError([Problem("schedule", f"no schedule named {name!r}; known: {', '.join(by_name)}")])
+    claimed = claim_and_start(by_name[name], _utc(due_at), store, start)
+    if claimed is None:
+        return {"schedule": name, "due_at": iso(_utc(due_at)), "outcome": "already_claimed"}
+    claim, outcome = claimed
+    store.append([outcome])
+    return {"schedule": name, "due_at": iso(_utc(due_at)), "outcome": outcome["data"]["outcome"],
+            "run_id": outcome["data"].get("run_id"), "reason": outcome["data"].get("reason")}
+
+
 class Scheduler:
     """Starts the runs of due schedules (`brokerbench serve`; in AWS, EventBridge Scheduler does this).
 
@@ -369,19 +405,11 @@ class Scheduler:
         return watch
 
     def _trigger(self, schedule: Schedule, watch: _Watch, due_at: datetime, now: datetime) -> list[dict]:
-        run_id = new_run_id()
-        claim = trigger_event(schedule.name, due_at, "claimed", run_id)
-        claimed = self.store.append([claim]).written
+        claimed = claim_and_start(schedule, due_at, self.store, self.start)
         watch.last_due = due_at  # only once the claim is stored: a store that failed gets the due time again
-        if not claimed:
+        if claimed is None:
             return []  # another scheduler (or an earlier life of this one) has this due time
-        try:
-            request, suite = schedule.request()
-            self.start(request, suite, run_id)
-            outcome = trigger_event(schedule.name, due_at, "started", run_id)
-        except Exception as exc:  # noqa: BLE001 (whatever stops the start is the trigger's reason)
-            outcome = trigger_event(schedule.name, due_at, "not_started", reason=str(exc) or type(exc).__name__)
-        watch.claim, watch.outcome = claim, outcome
+        watch.claim, watch.outcome = claimed
         return self._settle(watch, now)
 
     def _settle(self, watch: _Watch, now: datetime) -> list[dict]:

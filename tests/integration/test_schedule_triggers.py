@@ -189,3 +189,23 @@ def test_a_notification_that_cannot_be_sent_keeps_the_run_failed_event(store, st
     result = steps.record_run_failed({"run_id": run_id, "failure": {"Error": "ProvisioningError", "Cause": "no"}})
     assert result == {"recorded": True, "notify_error": "ConnectionError: SNS did not answer"}
     assert [e["type"] for e in store.read(run_id)] == ["RunFailed"]
+
+
+def test_in_aws_each_invocation_claims_its_due_time_once_and_stores_the_outcome(store):
+    """The ScheduleTrigger function's core, as EventBridge Scheduler invokes it (a retried delivery included);
+    the start is recorded here, StartExecution itself is covered with a Stubber in test_api_routes.py."""
+    schedule, starts = hourly(), Starts()
+    first = schedules.trigger(schedule.name, at(9), store, starts, [schedule])
+    again = schedules.trigger(schedule.name, at(9), store, starts, [schedule])  # the same delivery, retried
+    later = schedules.trigger(schedule.name, at(10), store, starts, [schedule])
+    assert first["outcome"] == later["outcome"] == "started" and again["outcome"] == "already_claimed"
+    assert [run_id for _, _, run_id in starts.calls] == [first["run_id"], later["run_id"]]
+    stored = store.read(schedules.partition(schedule.name))
+    assert [(e["data"]["due_at"], e["data"]["outcome"]) for e in stored] == [
+        ("2026-11-21T09:00:00+00:00", "started"), ("2026-11-21T09:00:00+00:00", "claimed"),
+        ("2026-11-21T10:00:00+00:00", "started"), ("2026-11-21T10:00:00+00:00", "claimed")]
+    starts.error = RuntimeError("the state machine is being updated")
+    failed = schedules.trigger(schedule.name, at(11), store, starts, [schedule])
+    assert failed["outcome"] == "not_started" and "being updated" in failed["reason"]
+    with pytest.raises(schedules.ScheduleError, match="no schedule named 'nope'"):
+        schedules.trigger("nope", at(9), store, starts, [schedule])

@@ -8,7 +8,7 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
-from brokerbench import cost
+from brokerbench import cost, deployment
 from brokerbench.cli import main
 from brokerbench.reports import html, markdown
 from brokerbench.reports.model import build_report
@@ -19,14 +19,14 @@ P = json.loads(cost.PRICING_FILE.read_text())
 MSK_HOUR = P["msk"]["broker_hour"]["kafka.m7g.large"]
 MSK_GB_MONTH = P["msk"]["storage_gb_month"]
 REDIS_HOUR = P["elasticache"]["node_hour"]["cache.r7g.large"]
-LAMBDA_GB_S = P["lambda"]["gb_second"]["arm64"]
+LAMBDA_GB_S = P["lambda"]["gb_second"][deployment.WORKER_LAMBDA_ARCHITECTURE]  # as the CDK app deploys it
 LAMBDA_REQUEST = P["lambda"]["per_million_requests"] / 1e6
-EC2_HOUR = P["ec2"]["instance_hour"]["c7g.xlarge"]
+EC2_HOUR = P["ec2"]["instance_hour"][deployment.EC2_WORKER_INSTANCE_TYPE]
 TRANSITION = P["stepfunctions"]["standard_per_1000_transitions"] / 1000
 WRU = P["dynamodb"]["on_demand_per_million_wru"] / 1e6
 RRU = P["dynamodb"]["on_demand_per_million_rru"] / 1e6
 GB_MONTH = P["dynamodb"]["storage_gb_month"]
-WORKER_GB = 3008 / 1024
+WORKER_GB = deployment.WORKER_LAMBDA_MEMORY_MB / 1024
 
 SPEC = {"brokers": ["kafka", "redis-streams"], "sizes": [1024], "rates": [1000], "formats": ["json"]}
 T0 = datetime(2026, 1, 5, 2, 0, tzinfo=timezone.utc)

@@ -1,0 +1,1 @@
+"""One construct per concern; cdk/stack.py wires them together."""

@@ -1,0 +1,142 @@
+"""What the workflow needs to create brokers at run time: MSK clusters (TLS, IAM auth) and ElastiCache
+replication groups (TLS, encryption at rest, AUTH), in the private subnets behind the brokers group.
+
+The providers (functions/brokerbench/brokers/kafka/cloud.py, redis_streams/cloud.py) name what they create
+`bb-<run id>-<broker>` (brokerbench.targets.resource_name) and tag it `brokerbench:run`. IAM holds them to
+that: create only with the tag in the request, describe and delete only names starting `bb-`, delete only
+what carries the tag.
+"""
+
+from __future__ import annotations
+
+from aws_cdk import Aws
+from aws_cdk import aws_elasticache as elasticache
+from aws_cdk import aws_iam as iam
+from aws_cdk import aws_secretsmanager as secretsmanager
+from constructs import Construct
+
+from ..nag import acknowledge, allow
+from .network import Network
+
+RUN_TAG = "brokerbench:run"  # brokerbench/brokers/*/cloud.py: Tags={..., "brokerbench:run": run_id}
+NAME_PREFIX = "bb-"  # brokerbench.targets.resource_name
+
+TAGGED_REQUEST = {"Null": {f"aws:RequestTag/{RUN_TAG}": "false"}}
+TAGGED_RESOURCE = {"Null": {f"aws:ResourceTag/{RUN_TAG}": "false"}}
+
+
+def _arn(service: str, resource: str, *, account: bool = True) -> str:
+    return f"arn:{Aws.PARTITION}:{service}:{Aws.REGION}:{Aws.ACCOUNT_ID if account else ''}:{resource}"
+
+
+class BrokerTargets(Construct):
+    def __init__(self, scope: Construct, id: str, *, network: Network) -> None:
+        super().__init__(scope, id)
+        self.network = network
+        self.subnet_group = elasticache.CfnSubnetGroup(
+            self, "RedisSubnets", description="brokerbench: ElastiCache replication groups of benchmark runs",
+            subnet_ids=[s.subnet_id for s in network.private_subnets])
+        # ElastiCache AUTH tokens: 16-128 printable characters, and of the punctuation only !&#$^<>- is allowed;
+        # letters and digits alone (64 of them) are always valid and strong enough.
+        self.auth_secret = secretsmanager.Secret(
+            self, "RedisAuthToken", description="brokerbench: the AUTH token of run-time ElastiCache replication groups",
+            generate_secret_string=secretsmanager.SecretStringGenerator(
+                password_length=64, exclude_punctuation=True, include_space=False))
+        acknowledge(self.auth_secret, "AwsSolutions-SMG4",
+                    "RedisAuthToken is read only when a run creates its replication group, which is deleted when "
+                    "that run ends, so no group outlives a token; automatic rotation would need a rotation function "
+                    "and ModifyReplicationGroup on live groups for no gain (put a new value between runs instead)")
+
+    # -- what the functions are told ------------------------------------------------------------------
+
+    def environment(self) -> dict[str, str]:
+        subnets = ",".join(s.subnet_id for s in self.network.private_subnets)
+        groups = self.network.brokers.security_group_id
+        return {
+            "BROKERBENCH_MSK_SUBNETS": subnets,
+            "BROKERBENCH_MSK_SECURITY_GROUPS": groups,
+            "BROKERBENCH_REDIS_SUBNET_GROUP": self.subnet_group.ref,
+            "BROKERBENCH_REDIS_SECURITY_GROUPS": groups,
+            "BROKERBENCH_REDIS_AUTH_SECRET_ARN": self.auth_secret.secret_arn,
+        }
+
+    # -- control plane --------------------------------------------------------------------------------
+
+    def grant_provision(self, grantee: iam.IGrantable) -> None:
+        """ProvisionTarget: create_cluster_v2, create_replication_group (with the AUTH token)."""
+        allow(grantee, ["kafka:CreateClusterV2", "kafka:TagResource"], [self._msk_clusters()], conditions=TAGGED_REQUEST,
+              wildcard_reason="MSK clusters are created per run as bb-<run id>-kafka; their ARNs end in a UUID MSK "
+                              "assigns, so only the bb-* name pattern (and the brokerbench:run tag) can scope them")
+        allow(grantee, ["ec2:DescribeSubnets", "ec2:DescribeSecurityGroups", "ec2:DescribeVpcs",
+                        "ec2:DescribeVpcAttribute"], ["*"],
+              wildcard_reason="MSK CreateClusterV2 checks the client subnets and security groups with these EC2 "
+                              "Describe actions, which support no resource-level permissions")
+        allow(grantee, ["kms:CreateGrant", "kms:DescribeKey"], [_arn("kms", "key/*")],
+              conditions={"StringEquals": {"kms:ViaService": f"kafka.{Aws.REGION}.amazonaws.com"}},
+              wildcard_reason="MSK encrypts broker volumes at rest with the account's AWS-managed aws/kafka key, whose "
+                              "id is not known at deploy time; the grant is only usable through MSK (kms:ViaService)")
+        allow(grantee, ["elasticache:CreateReplicationGroup", "elasticache:AddTagsToResource"],
+              [self._redis_groups(), _arn("elasticache", f"cluster:{NAME_PREFIX}*")],
+              conditions=TAGGED_REQUEST,
+              wildcard_reason="ElastiCache replication groups (and their member clusters) are created per run as "
+                              "bb-<run id>-redis; only the bb-* name pattern (and the brokerbench:run tag) can scope them")
+        allow(grantee, ["elasticache:CreateReplicationGroup"],
+              [_arn("elasticache", f"subnetgroup:{self.subnet_group.ref}"),
+               _arn("elasticache", "parametergroup:default.redis*")],
+              wildcard_reason="a replication group uses the engine version's default parameter group "
+                              "(default.redis7 and so on, chosen per run by provision.redis-streams.version)")
+        for service, role in (("kafka.amazonaws.com", "AWSServiceRoleForKafka"),
+                              ("elasticache.amazonaws.com", "AWSServiceRoleForElastiCache")):
+            allow(grantee, ["iam:CreateServiceLinkedRole"],
+                  [f"arn:{Aws.PARTITION}:iam::{Aws.ACCOUNT_ID}:role/aws-service-role/{service}/{role}*"],
+                  conditions={"StringEquals": {"iam:AWSServiceName": service}},
+                  wildcard_reason="the first MSK cluster or ElastiCache group in an account creates the service's "
+                                  "service-linked role; the ARN pattern is AWS's own name for it")
+        allow(grantee, ["iam:AttachRolePolicy", "iam:PutRolePolicy"],
+              [f"arn:{Aws.PARTITION}:iam::{Aws.ACCOUNT_ID}:role/aws-service-role/kafka.amazonaws.com/AWSServiceRoleForKafka*"],
+              wildcard_reason="MSK attaches its policy to its own service-linked role when it creates it (MSK's "
+                              "documented requirement for CreateCluster callers)")
+        self.auth_secret.grant_read(grantee)
+
+    def grant_check(self, grantee: iam.IGrantable) -> None:
+        """CheckTarget: describe_cluster_v2 + get_bootstrap_brokers, describe_replication_groups."""
+        allow(grantee, ["kafka:DescribeClusterV2", "kafka:GetBootstrapBrokers"], [self._msk_clusters()],
+              wildcard_reason="MSK cluster ARNs end in a UUID assigned at creation: bb-* (the run's name) scopes them")
+        allow(grantee, ["elasticache:DescribeReplicationGroups"], [self._redis_groups()],
+              wildcard_reason="replication groups are named per run (bb-<run id>-redis): bb-* scopes them")
+
+    def grant_teardown(self, grantee: iam.IGrantable) -> None:
+        """TeardownTarget (and the API's cancel): list_clusters_v2 + delete_cluster, delete_replication_group."""
+        allow(grantee, ["kafka:ListClustersV2"], ["*"],
+              wildcard_reason="teardown finds the run's MSK cluster by name with ListClustersV2, a List action with "
+                              "no resource-level permissions")
+        allow(grantee, ["kafka:DeleteCluster"], [self._msk_clusters()], conditions=TAGGED_RESOURCE,
+              wildcard_reason="only clusters named bb-* that carry the brokerbench:run tag can be deleted; their ARNs "
+                              "end in a UUID assigned at creation")
+        allow(grantee, ["elasticache:DeleteReplicationGroup"], [self._redis_groups()], conditions=TAGGED_RESOURCE,
+              wildcard_reason="only replication groups named bb-* that carry the brokerbench:run tag can be deleted")
+
+    # -- data plane -------------------------------------------------------------------------------------
+
+    def grant_clients(self, grantee: iam.IGrantable) -> None:
+        """Workers and RecordTargetsReady: Kafka clients with MSK IAM auth on bb-* clusters, Redis AUTH."""
+        topic = _arn("kafka", f"topic/{NAME_PREFIX}*/*")
+        group = _arn("kafka", f"group/{NAME_PREFIX}*/*")
+        reason = ("Kafka clients (MSK IAM auth) of the run's own cluster bb-<run id>-kafka: its ARN ends in a UUID "
+                  "assigned at creation, and topics and consumer groups are created per cell")
+        allow(grantee, ["kafka-cluster:Connect", "kafka-cluster:DescribeCluster",
+                        "kafka-cluster:DescribeClusterDynamicConfiguration", "kafka-cluster:WriteDataIdempotently"],
+              [self._msk_clusters()], wildcard_reason=reason)
+        allow(grantee, ["kafka-cluster:CreateTopic", "kafka-cluster:DescribeTopic", "kafka-cluster:DeleteTopic",
+                        "kafka-cluster:DescribeTopicDynamicConfiguration", "kafka-cluster:WriteData",
+                        "kafka-cluster:ReadData"], [topic], wildcard_reason=reason)
+        allow(grantee, ["kafka-cluster:AlterGroup", "kafka-cluster:DescribeGroup"], [group], wildcard_reason=reason)
+        self.auth_secret.grant_read(grantee)
+
+    @staticmethod
+    def _msk_clusters() -> str:
+        return _arn("kafka", f"cluster/{NAME_PREFIX}*/*")
+
+    @staticmethod
+    def _redis_groups() -> str:
+        return _arn("elasticache", f"replicationgroup:{NAME_PREFIX}*")

@@ -1,0 +1,103 @@
+"""The EC2 worker path: long or heavy cells run on an instance started per cell by StartEc2Worker.
+
+brokerbench.workflow.fleet.Ec2Fleet calls RunInstances with this launch template (by name), one private
+subnet, the cell's user data and IMDSv2 required; the user data downloads the worker code
+(BROKERBENCH_WORKER_ASSET, `aws s3 cp`), unzips it into /opt/brokerbench/app, installs requirements.txt
+into a venv, runs the cell with PYTHONPATH=app/functions, heartbeats and answers the workflow's task token
+(SendTaskHeartbeat / SendTaskSuccess / SendTaskFailure), and powers off, which terminates the instance.
+The asset is laid out like the repository (functions/, schemas/, requirements.txt, pyproject.toml,
+setup.py), so brokerbench/paths.py finds the schemas beside functions/ as in a checkout.
+"""
+
+from __future__ import annotations
+
+from aws_cdk import Aws, Stack
+from aws_cdk import aws_ec2 as ec2
+from aws_cdk import aws_iam as iam
+from aws_cdk import aws_s3_assets as s3_assets
+from aws_cdk import aws_stepfunctions as sfn
+from constructs import Construct
+
+from brokerbench import deployment
+
+from .. import paths
+from ..bundling import staging
+from ..nag import allow
+from .broker_targets import BrokerTargets
+from .network import Network
+from .storage import EventStore
+
+DEFAULT_INSTANCE_TYPE = deployment.EC2_WORKER_INSTANCE_TYPE  # brokerbench/deployment.py: the cost estimate prices it
+ROOT_VOLUME_GB = 30
+
+
+class Ec2Workers(Construct):
+    def __init__(self, scope: Construct, id: str, *, network: Network, store: EventStore, targets: BrokerTargets,
+                 instance_type: str = DEFAULT_INSTANCE_TYPE) -> None:
+        super().__init__(scope, id)
+        self.network = network
+        self.role = iam.Role(self, "InstanceRole", assumed_by=iam.ServicePrincipal("ec2.amazonaws.com"),
+                             description="brokerbench EC2 worker: runs one cell and reports to the workflow")
+        self.asset = s3_assets.Asset(self, "Code", path=str(staging("worker", {
+            "functions": paths.FUNCTIONS, "schemas": paths.SCHEMAS, "requirements.txt": paths.REQUIREMENTS,
+            "pyproject.toml": paths.REPO / "pyproject.toml", "setup.py": paths.REPO / "setup.py"})))
+        # The one object of the worker code (Asset.grant_read would give the whole CDK assets bucket).
+        allow(self.role, ["s3:GetObject"],
+              [f"arn:{Aws.PARTITION}:s3:::{self.asset.s3_bucket_name}/{self.asset.s3_object_key}"])
+        store.grant_events(self.role, write=True)
+        targets.grant_clients(self.role)
+
+        self.launch_template_name = f"{Stack.of(self).stack_name}-worker"  # fleet.py launches it by name
+        self.launch_template = ec2.LaunchTemplate(
+            self, "LaunchTemplate",
+            launch_template_name=self.launch_template_name,
+            machine_image=ec2.MachineImage.latest_amazon_linux2023(),  # SSM public parameter, read at deploy time
+            instance_type=ec2.InstanceType(instance_type),
+            role=self.role,
+            security_group=network.workers,
+            require_imdsv2=True,
+            http_put_response_hop_limit=1,
+            instance_initiated_shutdown_behavior=ec2.InstanceInitiatedShutdownBehavior.TERMINATE,
+            block_devices=[ec2.BlockDevice(device_name="/dev/xvda", volume=ec2.BlockDeviceVolume.ebs(
+                ROOT_VOLUME_GB, encrypted=True, volume_type=ec2.EbsDeviceVolumeType.GP3, delete_on_termination=True))],
+        )
+
+    def environment(self) -> dict[str, str]:
+        """What StartEc2Worker reads (brokerbench.config.fleet) and what its user data downloads."""
+        return {
+            "BROKERBENCH_WORKER_LAUNCH_TEMPLATE": self.launch_template_name,
+            "BROKERBENCH_WORKER_SUBNET": self.network.private_subnets[0].subnet_id,
+            "BROKERBENCH_WORKER_ASSET": self.asset.s3_object_url,
+        }
+
+    def grant_launch(self, grantee: iam.IGrantable) -> None:
+        """StartEc2Worker: RunInstances from this launch template only, tags at launch, PassRole of the worker role."""
+        template = f"arn:{Aws.PARTITION}:ec2:{Aws.REGION}:{Aws.ACCOUNT_ID}:launch-template/{self.launch_template.launch_template_id}"
+        own = lambda kind: f"arn:{Aws.PARTITION}:ec2:{Aws.REGION}:{Aws.ACCOUNT_ID}:{kind}"  # noqa: E731
+        allow(grantee, ["ec2:RunInstances"], [template])
+        allow(grantee, ["ec2:RunInstances"], [own("instance/*"), own("volume/*"), own("network-interface/*")],
+              conditions={"ArnLike": {"ec2:LaunchTemplate": template}},
+              wildcard_reason="each cell's instance, root volume and network interface are new resources whose ids "
+                              "exist only after RunInstances; the condition allows them only from the worker launch template")
+        allow(grantee, ["ec2:RunInstances"],
+              [own(f"subnet/{s.subnet_id}") for s in self.network.private_subnets]
+              + [own(f"security-group/{self.network.workers.security_group_id}"),
+                 f"arn:{Aws.PARTITION}:ec2:{Aws.REGION}::image/*"],
+              wildcard_reason="the worker AMI is the latest Amazon Linux 2023 image, resolved from AWS's public SSM "
+                              "parameter at deploy time and owned by Amazon, so its id is not known to the app")
+        allow(grantee, ["ec2:CreateTags"], [own("instance/*"), own("volume/*")],
+              conditions={"StringEquals": {"ec2:CreateAction": "RunInstances"}},
+              wildcard_reason="the brokerbench:run and brokerbench:cell tags are set on the new instance at launch "
+                              "(TagSpecifications), which needs CreateTags on the not-yet-existing instance")
+        allow(grantee, ["iam:PassRole"], [self.role.role_arn],
+              conditions={"StringEquals": {"iam:PassedToService": "ec2.amazonaws.com"}})
+
+    def grant_callbacks(self, state_machine: sfn.IStateMachine) -> None:
+        """The instance answers its task token: SendTaskSuccess / SendTaskFailure / SendTaskHeartbeat.
+
+        In a policy of its own: the launch template waits for the role's default policy, StartEc2Worker's
+        policy names the launch template, and the state machine names StartEc2Worker, so a reference to the
+        state machine from the default policy would close a circle."""
+        iam.Policy(self, "CallbackPolicy", roles=[self.role], statements=[iam.PolicyStatement(
+            actions=["states:SendTaskSuccess", "states:SendTaskFailure", "states:SendTaskHeartbeat"],
+            resources=[state_machine.state_machine_arn])])

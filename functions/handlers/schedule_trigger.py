@@ -1,0 +1,23 @@
+"""Lambda entry point of a schedule's due time: EventBridge Scheduler invokes it with
+{"schedule": NAME, "due_at": "<aws.scheduler.scheduled-time>"}; it claims the due time, starts the run
+(an execution named by the run id, as the API starts one) and stores the outcome."""
+
+from datetime import datetime
+
+import boto3
+
+from brokerbench import config, schedules
+from brokerbench.api.starter import StepFunctionsStarter
+from brokerbench.observability import lambda_entry, logger
+
+
+@lambda_entry
+def lambda_handler(event, context):
+    store = config.event_store()
+    starter = StepFunctionsStarter(boto3.client("stepfunctions"), config.env("BROKERBENCH_STATE_MACHINE_ARN"), store)
+    due_at = datetime.fromisoformat(event["due_at"].replace("Z", "+00:00"))
+    result = schedules.trigger(event["schedule"], due_at, store, starter.start)
+    logger.info("schedule triggered", **result)
+    if result["outcome"] == "not_started":  # the schedule's retry policy and its alarm hear of it
+        raise RuntimeError(f"schedule {event['schedule']} at {result['due_at']}: run not started: {result['reason']}")
+    return result

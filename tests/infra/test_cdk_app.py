@@ -1,0 +1,647 @@
+"""The AWS CDK app (cdk/), proven offline: `cdk synth` with the pinned CLI, cdk-nag (AwsSolutions), cfn-lint,
+and aws_cdk.assertions on the template. No network, no AWS credentials.
+
+Two syntheses run side by side, once per session: the CLI's (`cdk synth --no-lookups`, in a subprocess
+started first: the proof that `cdk deploy` would get this far, with cdk-nag and CloudFormation's own
+validation as plugins) and an in-process one (Template.from_stack, for the assertions).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+if str(REPO) not in sys.path:
+    sys.path.insert(0, str(REPO))
+
+CDK_CLI = REPO / "node_modules" / ".bin" / "cdk"
+STACK = "Brokerbench"
+SYNTH_TIMEOUT_S = 240
+
+# Every IAM action that may be granted on Resource "*", and why (the Service Authorization Reference lists
+# no resource type for it, or AWS documents "*").
+STAR_ACTIONS = {
+    "xray:PutTraceSegments": "X-Ray has no resource-level permissions (active tracing of functions and workflow)",
+    "xray:PutTelemetryRecords": "X-Ray has no resource-level permissions",
+    "xray:GetSamplingRules": "X-Ray has no resource-level permissions (Step Functions tracing)",
+    "xray:GetSamplingTargets": "X-Ray has no resource-level permissions (Step Functions tracing)",
+    "logs:CreateLogDelivery": "Step Functions log delivery: vended-logs actions take Resource * (AWS documents it)",
+    "logs:GetLogDelivery": "Step Functions log delivery (vended logs)",
+    "logs:UpdateLogDelivery": "Step Functions log delivery (vended logs)",
+    "logs:DeleteLogDelivery": "Step Functions log delivery (vended logs)",
+    "logs:ListLogDeliveries": "Step Functions log delivery (vended logs)",
+    "logs:PutResourcePolicy": "Step Functions log delivery writes the log group's resource policy",
+    "logs:DescribeResourcePolicies": "Step Functions log delivery (vended logs)",
+    "logs:DescribeLogGroups": "Step Functions log delivery; a Describe action with no resource-level permissions",
+    "ec2:CreateNetworkInterface": "Lambda in a VPC: Lambda creates the function's ENIs (AWSLambdaVPCAccessExecutionRole)",
+    "ec2:DescribeNetworkInterfaces": "Lambda in a VPC; Describe actions have no resource-level permissions",
+    "ec2:DeleteNetworkInterface": "Lambda in a VPC: Lambda removes the ENIs it created",
+    "ec2:AssignPrivateIpAddresses": "Lambda in a VPC (AWSLambdaVPCAccessExecutionRole)",
+    "ec2:UnassignPrivateIpAddresses": "Lambda in a VPC (AWSLambdaVPCAccessExecutionRole)",
+    "ec2:DescribeSubnets": "MSK CreateClusterV2 checks the client subnets; Describe has no resource-level permissions",
+    "ec2:DescribeSecurityGroups": "MSK CreateClusterV2 checks the security groups; Describe has no resource-level permissions",
+    "ec2:DescribeVpcs": "MSK CreateClusterV2; Describe has no resource-level permissions",
+    "ec2:DescribeVpcAttribute": "MSK CreateClusterV2; Describe has no resource-level permissions",
+    "kafka:ListClustersV2": "teardown finds the run's cluster by name; a List action has no resource-level permissions",
+}
+
+# cfn-lint warnings that are CDK's doing and harmless: W3005, a DependsOn on a role that a GetAtt already
+# implies (aws-cdk-lib writes it on every function and state machine for its role).
+ALLOWED_LINT_WARNINGS = {"W3005"}
+
+# Variables the package reads that the CDK app does not set on any function, and why.
+NOT_SET_BY_THE_APP = {
+    "BROKERBENCH_DYNAMODB_ENDPOINT": "local mode: DynamoDB Local",
+    "BROKERBENCH_STATE_DIR": "local mode: the local stack's folder",
+    "BROKERBENCH_CALLBACK_URL": "local mode: the local workflow's bridge",
+    "BROKERBENCH_LOG_DIR": "local mode: where functions.log goes",
+    "BROKERBENCH_LOCAL_HEARTBEAT_S": "local mode: the local bridge's heartbeat window",
+    "BROKERBENCH_SCHEDULES": "optional: another schedules file (the packaged one is what the app deploys)",
+    "BROKERBENCH_SEND_LOOP": "optional: auto (the default) picks the send loop",
+    "BROKERBENCH_CONSOLE_ORIGIN": "optional: the API serves the console itself (same origin, no CORS)",
+    "BROKERBENCH_TASK_TOKEN": "set by the EC2 worker's user data for the worker process, per cell",
+}
+
+
+def offline_environment(tmp: Path) -> dict[str, str]:
+    """No AWS credentials and no reason to look for any; jsii and the CDK CLI quiet."""
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith("AWS_") or k in ("AWS_CA_BUNDLE",)}
+    env.update({
+        "CDK_DISABLE_VERSION_CHECK": "1",
+        "JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION": "20",
+        "AWS_CONFIG_FILE": str(tmp / "no-aws-config"),
+        "AWS_SHARED_CREDENTIALS_FILE": str(tmp / "no-aws-credentials"),
+        "AWS_EC2_METADATA_DISABLED": "true",
+        "CDK_DISABLE_CLI_TELEMETRY": "true",
+    })
+    return env
+
+
+def _without_network() -> list[str]:
+    """`unshare -n` (a network namespace with no interfaces) where this machine allows it: then the synthesis
+    cannot reach anything, rather than merely not trying."""
+    unshare = shutil.which("unshare")
+    if unshare and subprocess.run([unshare, "-n", "true"], capture_output=True).returncode == 0:
+        return [unshare, "-n"]
+    return []
+
+
+class CliSynth:
+    def __init__(self, out: Path, tmp: Path) -> None:
+        self.out = out
+        self.isolated = bool(_without_network())
+        command = [*_without_network(), str(CDK_CLI), "synth", "--no-lookups", "--no-notices", "--quiet",
+                   "-c", "brokerbench:bundle=false", "-o", str(out)]
+        self.process = subprocess.Popen(command, cwd=REPO, env=offline_environment(tmp), stdout=subprocess.PIPE,
+                                        stderr=subprocess.STDOUT, text=True)
+        self.output: str | None = None
+
+    def wait(self) -> "CliSynth":
+        if self.output is None:
+            self.output, _ = self.process.communicate(timeout=SYNTH_TIMEOUT_S)
+        return self
+
+
+@pytest.fixture(scope="session")
+def cli_synth(tmp_path_factory):
+    if not CDK_CLI.exists():
+        pytest.fail("node_modules/.bin/cdk is missing: run `make setup` (npm ci installs aws-cdk 2.1148.1)")
+    tmp = tmp_path_factory.mktemp("cdk")
+    synth = CliSynth(tmp / "cdk.out", tmp)
+    yield synth
+    if synth.process.poll() is None:
+        synth.process.kill()
+
+
+@pytest.fixture(scope="session")
+def assembly(cli_synth, app_and_stack) -> Path:  # the in-process app is built while the CLI synthesizes
+    done = cli_synth.wait()
+    assert done.process.returncode == 0, f"cdk synth failed:\n{done.output[-6000:]}"
+    return done.out
+
+
+@pytest.fixture(scope="session")
+def cli_template(assembly) -> dict:
+    return json.loads((assembly / f"{STACK}.template.json").read_text())
+
+
+@pytest.fixture(scope="session")
+def app_and_stack(cli_synth, tmp_path_factory):  # cli_synth first: the CLI's synthesis runs while this one does
+    os.environ.setdefault("JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION", "20")
+    from cdk.app import build
+
+    # CloudFormation's own validation runs in the CLI's synthesis; here it would only double the time.
+    return build({"brokerbench:bundle": "false"}, nag_checks=False, builtin_cloud_formation_validation=False,
+                 outdir=str(tmp_path_factory.mktemp("in-process") / "cdk.out"))
+
+
+@pytest.fixture(scope="session")
+def template(app_and_stack):
+    from aws_cdk.assertions import Template
+
+    return Template.from_stack(app_and_stack[1])
+
+
+@pytest.fixture(scope="session")
+def resources(template) -> dict:
+    return template.to_json()["Resources"]
+
+
+def of_type(resources: dict, kind: str) -> dict:
+    return {k: r for k, r in resources.items() if r["Type"] == kind}
+
+
+def handler_functions(resources: dict) -> dict[str, tuple[str, dict]]:
+    """handler module -> (logical id, properties) of the workflow's and the API's functions."""
+    out = {}
+    for logical_id, r in of_type(resources, "AWS::Lambda::Function").items():
+        match = re.fullmatch(r"handlers\.(\w+)\.lambda_handler", r["Properties"].get("Handler", ""))
+        if match:
+            out[match.group(1)] = (logical_id, r["Properties"])
+    return out
+
+
+def statements(resources: dict):
+    """(logical id, statement) of every IAM policy statement in the template."""
+    for logical_id, r in resources.items():
+        props = r.get("Properties", {})
+        docs = []
+        if r["Type"] in ("AWS::IAM::Policy", "AWS::IAM::ManagedPolicy"):
+            docs = [props["PolicyDocument"]]
+        elif r["Type"] == "AWS::IAM::Role":
+            docs = [p["PolicyDocument"] for p in props.get("Policies", [])]
+        for doc in docs:
+            for statement in doc["Statement"]:
+                yield logical_id, statement
+
+
+def as_list(value) -> list:
+    return value if isinstance(value, list) else [value]
+
+
+# -- the CLI's synthesis: offline, cdk-nag, cfn-lint ---------------------------------------------------
+
+
+def test_cdk_synth_with_the_pinned_cli_succeeds_offline(assembly, cli_synth):
+    version = subprocess.run([str(CDK_CLI), "--version"], capture_output=True, text=True,
+                             env=offline_environment(assembly.parent)).stdout
+    assert version.startswith("2.1148.1"), version
+    manifest = json.loads((assembly / "manifest.json").read_text())
+    assert f"{STACK}.assets" in manifest["artifacts"] and STACK in manifest["artifacts"]
+    environment = manifest["artifacts"][STACK]["environment"]
+    assert environment == "aws://unknown-account/unknown-region", "the stack stays environment-agnostic"
+    assert "error" not in cli_synth.output.lower(), cli_synth.output
+
+
+def test_cdk_nag_finds_nothing_unacknowledged(app_and_stack, assembly):
+    """The CLI's synthesis registers AwsSolutionsChecks and fails on any finding (it succeeded: `assembly`);
+    here the same checks run on the in-process app, to list any finding by name."""
+    from cdk_nag import AwsSolutionsChecks
+
+    report = AwsSolutionsChecks().validate_scope(app_and_stack[0])
+    findings = [f"{v.severity} {v.rule_name} at {[r.construct_path for r in v.violating_resources]}"
+                for v in report.violations]
+    assert findings == []
+    validation = json.loads((assembly / "validation-report.json").read_text())
+    assert all(not p.get("violations") for p in validation.get("pluginReports", []))
+
+
+def test_every_acknowledgment_names_its_resource_and_reason(app_and_stack, cli_template):
+    from cdk import nag
+
+    assert nag.ACKNOWLEDGED, "the app acknowledges its known exceptions through cdk/nag.py"
+    vague = re.compile(r"^(ok|n/?a|not needed|false positive|suppress(ed)?|todo)\b", re.I)
+    for ack in nag.ACKNOWLEDGED:
+        assert len(ack.reason) >= nag.MIN_REASON and not vague.match(ack.reason), ack
+        assert ack.rule.startswith("AwsSolutions-"), ack
+    # The same acknowledgments reach the synthesized template as cdk_nag metadata (the audit trail).
+    written = {(rule["id"], rule["reason"]) for r in cli_template["Resources"].values()
+               for rule in r.get("Metadata", {}).get("cdk_nag", {}).get("rules_to_suppress", [])}
+    assert written, "the CLI's synthesis writes the acknowledgments into the template's metadata"
+    assert all(len(reason) >= nag.MIN_REASON for _, reason in written)
+
+
+def test_cfn_lint_finds_no_errors_and_only_known_warnings(assembly):
+    templates = sorted(assembly.glob("*.template.json"))
+    assert templates
+    done = subprocess.run([sys.executable, "-m", "cfnlint", "--format", "json", *map(str, templates)],
+                          capture_output=True, text=True)
+    assert done.returncode in (0, 4, 6, 8, 10, 12, 14) or not done.stdout.strip(), done.stderr  # 2 = errors
+    findings = json.loads(done.stdout or "[]")
+    errors = [f for f in findings if f["Level"] == "Error"]
+    unknown = [f for f in findings if f["Level"] == "Warning" and f["Rule"]["Id"] not in ALLOWED_LINT_WARNINGS]
+    assert errors == [], json.dumps(errors, indent=1)[:4000]
+    assert unknown == [], json.dumps(unknown, indent=1)[:4000]
+
+
+# -- the workflow ----------------------------------------------------------------------------------------
+
+
+def test_state_machine_file_is_the_local_runners_definition(assembly, cli_template):
+    from brokerbench.local.workflow import DEFINITION
+
+    from cdk import paths
+
+    assert paths.STATE_MACHINE.resolve() == DEFINITION.resolve()
+    text = DEFINITION.read_bytes()
+    (machine,) = of_type(cli_template["Resources"], "AWS::StepFunctions::StateMachine").values()
+    location = machine["Properties"]["DefinitionS3Location"]  # DefinitionBody.from_file: an asset of the file
+    assert (assembly / f"asset.{location['Key']}").read_bytes() == text
+
+
+def test_every_placeholder_resolves_to_a_function_of_the_stack(resources):
+    from brokerbench.local.workflow import DEFINITION
+
+    text = DEFINITION.read_text()
+    placeholders = set(re.findall(r"\$\{([^}]*)\}", text))
+    (machine,) = of_type(resources, "AWS::StepFunctions::StateMachine").values()
+    substitutions = machine["Properties"]["DefinitionSubstitutions"]
+    assert set(substitutions) == placeholders and len(placeholders) == 13
+    functions = handler_functions(resources)
+    for name, value in substitutions.items():
+        module = re.sub(r"(?<!^)(?=[A-Z])", "_", name[: -len("FunctionArn")]).lower()
+        assert value == {"Fn::GetAtt": [functions[module][0], "Arn"]}, name
+    # After substitution the definition is the same JSON with every FunctionName a function's ARN.
+    for name, value in substitutions.items():
+        text = text.replace("${" + name + "}", f"<{value['Fn::GetAtt'][0]}>")
+    definition = json.loads(text)
+    assert "${" not in text and definition["StartAt"] == "ValidateRequest"
+
+
+def test_workflow_role_invokes_exactly_the_workflow_functions(resources):
+    (machine,) = of_type(resources, "AWS::StepFunctions::StateMachine").values()
+    role = machine["Properties"]["RoleArn"]["Fn::GetAtt"][0]
+    invoked = [s for logical_id, s in statements(resources) if "lambda:InvokeFunction" in as_list(s["Action"])
+               and resources[logical_id]["Properties"].get("Roles") == [{"Ref": role}]]
+    assert len(invoked) == 1
+    granted = {r["Fn::GetAtt"][0] for r in as_list(invoked[0]["Resource"])}
+    assert granted == {v["Fn::GetAtt"][0] for v in machine["Properties"]["DefinitionSubstitutions"].values()}
+
+
+def test_workflow_logs_everything_and_traces(resources):
+    (machine,) = of_type(resources, "AWS::StepFunctions::StateMachine").values()
+    props = machine["Properties"]
+    assert props["LoggingConfiguration"]["Level"] == "ALL"
+    assert props["TracingConfiguration"] == {"Enabled": True}
+    group = props["LoggingConfiguration"]["Destinations"][0]["CloudWatchLogsLogGroup"]["LogGroupArn"]["Fn::GetAtt"][0]
+    assert resources[group]["Properties"]["RetentionInDays"] > 0
+
+
+def test_placeholder_without_a_value_fails_the_synthesis(tmp_path, app_and_stack):
+    from cdk.constructs.functions import Functions
+    from cdk.constructs.workflow import substitutions
+
+    broken = tmp_path / "broken.asl.json"
+    broken.write_text('{"StartAt": "A", "States": {"A": {"Type": "Task", "Resource": "${NoSuchFunctionArn}", '
+                      '"Parameters": {"Bucket": "${ReportsBucket}"}, "End": true}}}')
+    functions = next(c for c in app_and_stack[1].node.children if isinstance(c, Functions))
+    with pytest.raises(ValueError, match=r"\$\{NoSuchFunctionArn\}, \$\{ReportsBucket\}"):
+        substitutions(functions, broken)
+
+
+# -- functions ---------------------------------------------------------------------------------------------
+
+
+def test_one_function_per_handler_sharing_one_code_asset_and_layer(resources):
+    from cdk.constructs.functions import handler_modules
+
+    functions = handler_functions(resources)
+    assert set(functions) == set(handler_modules()) and len(functions) == 15
+    codes = {json.dumps(p["Code"], sort_keys=True) for _, p in functions.values()}
+    layers = {json.dumps(p["Layers"], sort_keys=True) for _, p in functions.values()}
+    assert len(codes) == 1 and len(layers) == 1
+    for module, (_, props) in functions.items():
+        assert props["Runtime"].startswith("python3."), module
+        assert props["TracingConfig"] == {"Mode": "Active"}, module
+    run_cell = functions["run_cell"][1]
+    assert run_cell["MemorySize"] >= 3008 and run_cell["Timeout"] == 900 and "VpcConfig" in run_cell
+
+
+def test_dependencies_are_packaged_for_the_lambda_runtime(resources, assembly, cli_template):
+    """With bundling on, pip fetches wheels for the functions' Python and any manylinux up to the runtime's
+    glibc; with -c brokerbench:bundle=false (here) the layer is the plain staging folder."""
+    from cdk.bundling import pip_command
+
+    runtimes = {p["Runtime"] for _, p in handler_functions(resources).values()}
+    (runtime,) = runtimes
+    command = pip_command(Path("requirements.txt"), Path("out"), runtime.removeprefix("python"))
+    assert command[command.index("--python-version") + 1] == runtime.removeprefix("python")
+    platforms = {command[i + 1] for i, arg in enumerate(command) if arg == "--platform"}
+    assert {"manylinux2014_x86_64", "manylinux_2_28_x86_64"} <= platforms and "--only-binary=:all:" in command
+    (layer,) = of_type(cli_template["Resources"], "AWS::Lambda::LayerVersion").values()
+    assert layer["Properties"]["CompatibleRuntimes"] == [runtime]
+    staged = assembly / layer["Metadata"]["aws:asset:path"]
+    assert (staged / "requirements.txt").read_text() == (REPO / "requirements.txt").read_text()
+    assert (staged / "schemas" / "events.schema.json").exists()
+
+
+def test_functions_get_every_setting_the_code_reads(resources):
+    functions = handler_functions(resources)
+    env = {m: p["Environment"]["Variables"] for m, (_, p) in functions.items()}
+    for module, variables in env.items():
+        assert variables["BROKERBENCH_MODE"] == "aws"
+        assert variables["POWERTOOLS_SERVICE_NAME"] == variables["POWERTOOLS_METRICS_NAMESPACE"] == "brokerbench"
+        for name in ("BROKERBENCH_EVENTS_TABLE", "BROKERBENCH_REPORTS", "BROKERBENCH_NOTIFY", "BROKERBENCH_SCHEMAS"):
+            assert name in variables, (module, name)
+    assert env["aggregate"]["BROKERBENCH_REPORTS"]["Fn::Join"][1][0] == "s3://"
+    for name in ("BROKERBENCH_STATE_MACHINE_ARN", "BROKERBENCH_IDEMPOTENCY_TABLE"):
+        assert name in env["api"]
+    for name in ("BROKERBENCH_WORKER_LAUNCH_TEMPLATE", "BROKERBENCH_WORKER_SUBNET", "BROKERBENCH_WORKER_ASSET"):
+        assert name in env["start_ec2_worker"]
+    for module in ("provision_target", "check_target", "teardown_target", "api"):
+        for name in ("BROKERBENCH_MSK_SUBNETS", "BROKERBENCH_MSK_SECURITY_GROUPS", "BROKERBENCH_REDIS_SUBNET_GROUP",
+                     "BROKERBENCH_REDIS_SECURITY_GROUPS", "BROKERBENCH_REDIS_AUTH_SECRET_ARN"):
+            assert name in env[module], (module, name)
+    # Every BROKERBENCH_* the package reads is set somewhere, or belongs to the local mode.
+    read = set()
+    for path in (REPO / "functions" / "brokerbench").rglob("*.py"):
+        if "local" in path.relative_to(REPO / "functions" / "brokerbench").parts:
+            continue
+        read |= set(re.findall(r"[\"'](BROKERBENCH_[A-Z_]+)[\"']", path.read_text()))
+    set_anywhere = set().union(*env.values())
+    assert read - set(NOT_SET_BY_THE_APP) - set_anywhere == set()
+
+
+# -- storage ----------------------------------------------------------------------------------------------
+
+
+class _CreateTableCapture:
+    """A DynamoDB client on which every table is missing: create_table's arguments are kept."""
+
+    class exceptions:
+        class ResourceNotFoundException(Exception):
+            pass
+
+    def __init__(self) -> None:
+        self.created: dict = {}
+
+    def describe_table(self, TableName):
+        from botocore.exceptions import ClientError
+
+        error = ClientError({"Error": {"Code": "ResourceNotFoundException"}}, "DescribeTable")
+        raise self.exceptions.ResourceNotFoundException() if TableName == "idempotency" else error
+
+    def create_table(self, **kwargs):
+        self.created = kwargs
+
+    def get_waiter(self, name):
+        return type("Waiter", (), {"wait": lambda *a, **k: None})()
+
+
+def _keys(schema: list) -> list:
+    return [(k["AttributeName"], k["KeyType"]) for k in schema]
+
+
+def test_events_table_is_the_one_the_code_creates(resources):
+    from brokerbench.events.dynamodb import DynamoEventStore
+
+    client = _CreateTableCapture()
+    DynamoEventStore("events", client=client).ensure_table()
+    local = client.created
+    tables = [r["Properties"] for r in of_type(resources, "AWS::DynamoDB::Table").values()]
+    (events,) = [t for t in tables if _keys(t["KeySchema"]) == _keys(local["KeySchema"])]
+    assert sorted(map(json.dumps, events["AttributeDefinitions"])) == sorted(map(json.dumps, local["AttributeDefinitions"]))
+    deployed = {g["IndexName"]: (_keys(g["KeySchema"]), g["Projection"]) for g in events["GlobalSecondaryIndexes"]}
+    assert deployed == {g["IndexName"]: (_keys(g["KeySchema"]), g["Projection"]) for g in local["GlobalSecondaryIndexes"]}
+    assert events["BillingMode"] == local["BillingMode"] == "PAY_PER_REQUEST"
+
+
+def test_idempotency_table_is_the_one_the_api_expects(resources):
+    from brokerbench.api.deps import ensure_idempotency_table
+
+    client = _CreateTableCapture()
+    ensure_idempotency_table(client, "idempotency")
+    tables = [r["Properties"] for r in of_type(resources, "AWS::DynamoDB::Table").values()]
+    (table,) = [t for t in tables if _keys(t["KeySchema"]) == _keys(client.created["KeySchema"])]
+    assert table["TimeToLiveSpecification"] == {"AttributeName": "expiration", "Enabled": True}
+
+
+def test_tables_have_point_in_time_recovery_and_encryption(resources):
+    tables = of_type(resources, "AWS::DynamoDB::Table")
+    assert len(tables) == 2
+    for logical_id, r in tables.items():
+        props = r["Properties"]
+        assert props["PointInTimeRecoverySpecification"]["PointInTimeRecoveryEnabled"] is True, logical_id
+        assert props["SSESpecification"]["SSEEnabled"] is True, logical_id
+
+
+def test_buckets_are_encrypted_private_and_ssl_only(resources):
+    buckets = of_type(resources, "AWS::S3::Bucket")
+    policies = {p["Properties"]["Bucket"]["Ref"]: p["Properties"]["PolicyDocument"]
+                for p in of_type(resources, "AWS::S3::BucketPolicy").values()}
+    assert len(buckets) == 2
+    for logical_id, r in buckets.items():
+        props = r["Properties"]
+        assert props["BucketEncryption"]["ServerSideEncryptionConfiguration"][0]["ServerSideEncryptionByDefault"]
+        assert props["PublicAccessBlockConfiguration"] == {"BlockPublicAcls": True, "BlockPublicPolicy": True,
+                                                           "IgnorePublicAcls": True, "RestrictPublicBuckets": True}
+        deny = [s for s in policies[logical_id]["Statement"] if s["Effect"] == "Deny"
+                and s.get("Condition") == {"Bool": {"aws:SecureTransport": "false"}}]
+        assert deny, f"{logical_id} must refuse requests without TLS"
+    reports = [r["Properties"] for r in buckets.values() if "LoggingConfiguration" in r["Properties"]]
+    assert len(reports) == 1
+    assert reports[0]["VersioningConfiguration"] == {"Status": "Enabled"}
+    rules = reports[0]["LifecycleConfiguration"]["Rules"]
+    assert any("NoncurrentVersionExpiration" in rule for rule in rules)
+    assert any("AbortIncompleteMultipartUpload" in rule for rule in rules)
+
+
+# -- IAM ---------------------------------------------------------------------------------------------------
+
+
+def test_resource_star_only_for_actions_that_require_it(resources):
+    offending = []
+    for logical_id, statement in statements(resources):
+        if statement["Effect"] != "Allow":
+            continue
+        actions = as_list(statement["Action"])
+        assert not any(a == "*" or a.endswith(":*") for a in actions), (logical_id, actions)
+        if "*" in as_list(statement.get("Resource")):
+            offending += [(logical_id, a) for a in actions if a not in STAR_ACTIONS]
+    assert offending == []
+
+
+def test_broker_resources_are_scoped_by_name_and_run_tag(resources):
+    by_action = {}
+    for _, statement in statements(resources):
+        for action in as_list(statement["Action"]):
+            by_action.setdefault(action, []).append(statement)
+    for action in ("kafka:CreateClusterV2", "elasticache:CreateReplicationGroup"):
+        tagged = [s for s in by_action[action] if s.get("Condition") ==
+                  {"Null": {"aws:RequestTag/brokerbench:run": "false"}}]
+        assert tagged, action
+    for action in ("kafka:DeleteCluster", "elasticache:DeleteReplicationGroup"):
+        for statement in by_action[action]:
+            assert statement["Condition"] == {"Null": {"aws:ResourceTag/brokerbench:run": "false"}}, action
+    for action in ("kafka:DescribeClusterV2", "kafka:GetBootstrapBrokers", "kafka-cluster:Connect",
+                   "kafka-cluster:WriteData", "elasticache:DescribeReplicationGroups"):
+        for statement in by_action[action]:
+            text = json.dumps(statement["Resource"])
+            assert re.search(r"(cluster|topic|replicationgroup)[/:]bb-\*", text), (action, text)
+
+
+def test_ec2_workers_are_launched_only_from_the_template_with_their_role(resources):
+    run = [s for _, s in statements(resources) if "ec2:RunInstances" in as_list(s["Action"])]
+    assert run and all("*" not in as_list(s["Resource"]) for s in run)
+    new = [s for s in run if "instance/*" in json.dumps(s["Resource"])]
+    assert new and all("ec2:LaunchTemplate" in s["Condition"]["ArnLike"] for s in new)
+    (pass_role,) = [s for _, s in statements(resources) if "iam:PassRole" in as_list(s["Action"])]
+    assert pass_role["Condition"] == {"StringEquals": {"iam:PassedToService": "ec2.amazonaws.com"}}
+    (template,) = of_type(resources, "AWS::EC2::LaunchTemplate").values()
+    data = template["Properties"]["LaunchTemplateData"]
+    assert data["MetadataOptions"]["HttpTokens"] == "required"
+    assert all(d["Ebs"]["Encrypted"] for d in data["BlockDeviceMappings"])
+    assert data["IamInstanceProfile"]
+
+
+def test_api_gets_start_describe_stop_on_the_one_state_machine(resources):
+    functions = handler_functions(resources)
+    api_role = functions["api"][1]["Role"]["Fn::GetAtt"][0]
+    granted = {}
+    for logical_id, statement in statements(resources):
+        if resources[logical_id]["Properties"].get("Roles") == [{"Ref": api_role}]:
+            for action in as_list(statement["Action"]):
+                if action.startswith("states:"):
+                    granted[action] = json.dumps(statement["Resource"])
+    assert set(granted) == {"states:StartExecution", "states:DescribeExecution", "states:StopExecution"}
+    (machine,) = of_type(resources, "AWS::StepFunctions::StateMachine")
+    assert all(machine in text for text in granted.values())
+
+
+# -- network -----------------------------------------------------------------------------------------------
+
+
+def test_brokers_accept_only_the_workers_on_broker_ports(resources):
+    groups = of_type(resources, "AWS::EC2::SecurityGroup")
+    brokers = next(k for k, r in groups.items() if "run-time brokers" in r["Properties"]["GroupDescription"])
+    workers = next(k for k, r in groups.items() if "workers" in r["Properties"]["GroupDescription"]
+                   and k != brokers)
+    assert not groups[brokers]["Properties"].get("SecurityGroupIngress")
+    rules = [r["Properties"] for r in of_type(resources, "AWS::EC2::SecurityGroupIngress").values()
+             if r["Properties"]["GroupId"] == {"Fn::GetAtt": [brokers, "GroupId"]}]
+    assert {(r["FromPort"], r["ToPort"]) for r in rules} == {(9092, 9098), (6379, 6379)}
+    assert all(r["SourceSecurityGroupId"] == {"Fn::GetAtt": [workers, "GroupId"]} for r in rules)
+
+
+def test_vpc_has_flow_logs_and_the_endpoints(resources):
+    assert of_type(resources, "AWS::EC2::FlowLog")
+    services = [json.dumps(r["Properties"]["ServiceName"]) for r in of_type(resources, "AWS::EC2::VPCEndpoint").values()]
+    for name in ("dynamodb", "s3", "states", "secretsmanager"):
+        assert any(f".{name}" in s for s in services), name
+    private = [r for r in of_type(resources, "AWS::EC2::Subnet").values()
+               if not r["Properties"].get("MapPublicIpOnLaunch")]
+    assert len(private) == 3  # MSK's three brokers, one per client subnet
+
+
+def test_redis_auth_token_is_generated_without_refused_characters(resources):
+    (secret,) = of_type(resources, "AWS::SecretsManager::Secret").values()
+    generated = secret["Properties"]["GenerateSecretString"]
+    assert generated["ExcludePunctuation"] is True and 16 <= generated["PasswordLength"] <= 128
+
+
+# -- API ---------------------------------------------------------------------------------------------------
+
+
+def test_every_api_method_requires_iam(resources):
+    methods = of_type(resources, "AWS::ApiGateway::Method")
+    assert len(methods) >= 2
+    for logical_id, r in methods.items():
+        if r["Properties"]["HttpMethod"] != "OPTIONS":
+            assert r["Properties"]["AuthorizationType"] == "AWS_IAM", logical_id
+            assert r["Properties"].get("RequestValidatorId"), logical_id
+
+
+def test_api_stage_logs_traces_and_throttles(resources):
+    (stage,) = of_type(resources, "AWS::ApiGateway::Stage").values()
+    props = stage["Properties"]
+    assert props["AccessLogSetting"]["DestinationArn"] and props["TracingEnabled"] is True
+    (settings,) = props["MethodSettings"]
+    assert settings["ThrottlingRateLimit"] > 0 and settings["ThrottlingBurstLimit"] > 0
+    assert settings["LoggingLevel"] == "ERROR"
+
+
+# -- schedules and alerts ----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("croniter, eventbridge", [
+    ("0 2 * * *", "cron(0 2 * * ? *)"),
+    ("0 3 * * SUN", "cron(0 3 ? * SUN *)"),
+    ("30 6 * * 1-5", "cron(30 6 ? * 2-6 *)"),
+    ("0 0 * * 0", "cron(0 0 ? * 1 *)"),
+    ("0 0 * * 7", "cron(0 0 ? * 1 *)"),
+    ("0 0 * * 5-7", "cron(0 0 ? * 1,6-7 *)"),
+    ("*/15 * 1 * *", "cron(*/15 * 1 * ? *)"),
+    ("0 12 1,15 jan,jul *", "cron(0 12 1,15 JAN,JUL ? *)"),
+    ("0 0 L * *", "cron(0 0 L * ? *)"),
+])
+def test_cron_becomes_eventbridge_cron(croniter, eventbridge):
+    from croniter import croniter as parse
+
+    from cdk.constructs.schedules import eventbridge_cron
+
+    assert parse.is_valid(croniter)
+    assert eventbridge_cron(croniter) == eventbridge
+
+
+@pytest.mark.parametrize("expression", ["0 0 1 * MON", "0 0 * *", "0 0 * * MON#2", "0 0 * * 5L", "@daily", "0 0 1W * *",
+                                        "0 0 * * 3-7/2"])
+def test_cron_that_eventbridge_cannot_say_is_refused(expression):
+    from cdk.constructs.schedules import CronError, eventbridge_cron
+
+    with pytest.raises(CronError):
+        eventbridge_cron(expression)
+
+
+def test_a_schedule_for_every_entry_of_the_schedules_file(resources):
+    from brokerbench import schedules
+
+    from cdk.constructs.schedules import eventbridge_cron
+
+    deployed = {r["Properties"]["Name"].split("-", 1)[1]: r["Properties"]
+                for r in of_type(resources, "AWS::Scheduler::Schedule").values()}
+    entries = schedules.load(REPO / "functions" / "brokerbench" / "schedules.json")
+    assert set(deployed) == {e.name for e in entries}
+    expected = {"nightly-quick": "cron(0 2 * * ? *)", "weekly-sizes": "cron(0 3 ? * SUN *)"}
+    (machine,) = of_type(resources, "AWS::StepFunctions::StateMachine")
+    trigger = handler_functions(resources)["schedule_trigger"][0]
+    for entry in entries:
+        props = deployed[entry.name]
+        assert props["ScheduleExpression"] == eventbridge_cron(entry.cron)
+        if entry.name in expected:
+            assert props["ScheduleExpression"] == expected[entry.name]
+        assert props["ScheduleExpressionTimezone"] == entry.timezone
+        assert props["State"] == ("ENABLED" if entry.enabled else "DISABLED")
+        assert props["Target"]["Arn"] == {"Fn::GetAtt": [trigger, "Arn"]}
+        assert json.loads(props["Target"]["Input"]) == {"schedule": entry.name,
+                                                        "due_at": "<aws.scheduler.scheduled-time>"}
+    # The trigger starts the workflow (StartExecution on the state machine) and stores its claims and outcomes.
+    env = resources[trigger]["Properties"]["Environment"]["Variables"]
+    assert env["BROKERBENCH_STATE_MACHINE_ARN"] == {"Ref": machine}
+
+
+def test_alarms_watch_the_workflow_and_every_function(resources):
+    alarms = [r["Properties"] for r in of_type(resources, "AWS::CloudWatch::Alarm").values()]
+    (topic,) = of_type(resources, "AWS::SNS::Topic")
+    assert all(a["AlarmActions"] == [{"Ref": topic}] for a in alarms)
+    (machine,) = of_type(resources, "AWS::StepFunctions::StateMachine")
+    assert any(a["MetricName"] == "ExecutionsFailed" and a["Namespace"] == "AWS/States"
+               and a["Dimensions"][0]["Value"] == {"Ref": machine} for a in alarms)
+    watched = {a["Dimensions"][0]["Value"]["Ref"] for a in alarms if a["MetricName"] == "Errors"}
+    assert watched == {logical_id for logical_id, _ in handler_functions(resources).values()}
+
+
+def test_alerts_topic_is_encrypted_and_ssl_only(resources):
+    (topic,) = of_type(resources, "AWS::SNS::Topic").values()
+    assert topic["Properties"]["KmsMasterKeyId"]
+    (policy,) = of_type(resources, "AWS::SNS::TopicPolicy").values()
+    assert any(s["Effect"] == "Deny" and s.get("Condition") == {"Bool": {"aws:SecureTransport": "false"}}
+               for s in policy["Properties"]["PolicyDocument"]["Statement"])

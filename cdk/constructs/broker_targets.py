@@ -96,6 +96,15 @@ class BrokerTargets(Construct):
               [f"arn:{Aws.PARTITION}:iam::{Aws.ACCOUNT_ID}:role/aws-service-role/kafka.amazonaws.com/AWSServiceRoleForKafka*"],
               wildcard_reason="MSK attaches its policy to its own service-linked role when it creates it (MSK's "
                               "documented requirement for CreateCluster callers)")
+        # A retried create that had already happened: the provider finds the run's own cluster or group
+        # (brokers/*/cloud.py) instead of failing on the name conflict.
+        allow(grantee, ["kafka:ListClustersV2"], ["*"],
+              wildcard_reason="a retried CreateClusterV2 finds the run's cluster by name with ListClustersV2, a List "
+                              "action with no resource-level permissions")
+        allow(grantee, ["elasticache:DescribeReplicationGroups", "elasticache:ListTagsForResource"],
+              [self._redis_groups()],
+              wildcard_reason="a retried CreateReplicationGroup checks that the existing bb-<run id>-redis group is "
+                              "the run's own (its brokerbench:run tag); groups are named per run")
         self.auth_secret.grant_read(grantee)
 
     def grant_check(self, grantee: iam.IGrantable) -> None:

@@ -8,6 +8,12 @@ BROKERBENCH_NOTIFY          an SNS topic ARN, or a folder for notifications.json
 BROKERBENCH_STATE_DIR       the local stack's state folder (local mode)
 BROKERBENCH_CALLBACK_URL    the local workflow bridge (local mode: where EC2-kind workers report)
 BROKERBENCH_WORKER_LAUNCH_TEMPLATE, BROKERBENCH_WORKER_SUBNET   (AWS mode, set by the CDK app)
+BROKERBENCH_WORKER_ASSET    s3://bucket/key.zip of the functions/ folder and requirements.txt, which an EC2
+                            worker's user data installs (AWS mode, set by the CDK app for StartEc2Worker;
+                            unset: the instance's image already has /opt/brokerbench/.venv and the code)
+BROKERBENCH_TASK_TOKEN      an EC2-kind worker's task token (set for the worker process by its launcher)
+BROKERBENCH_LOCAL_HEARTBEAT_S  local mode: the heartbeat window the local bridge enforces on task-token tasks
+                            instead of their HeartbeatSeconds (tests use a few seconds); workers beat 4 times in it
 Each broker's cloud provider reads its own settings (brokers/<name>/cloud.py).
 """
 
@@ -51,7 +57,8 @@ def event_store():
 def _store(table: str, endpoint: str | None):
     from .events.dynamodb import DynamoEventStore
 
-    return DynamoEventStore(table, endpoint_url=endpoint)
+    # In Lambda the function's own region (AWS_REGION); DynamoDB Local takes any.
+    return DynamoEventStore(table, endpoint_url=endpoint, region=os.environ.get("AWS_REGION", "us-east-1"))
 
 
 def local_stack():
@@ -94,6 +101,26 @@ def target_provider(broker: str, spec: dict):
     return plugin(broker).cloud_targets()
 
 
+HEARTBEAT_INTERVAL_S = 60.0  # an EC2 worker's heartbeats; RunCellOnEc2's HeartbeatSeconds (300) allows 4 misses
+
+
+def local_heartbeat_s() -> float | None:
+    """BROKERBENCH_LOCAL_HEARTBEAT_S, when set: the local bridge's heartbeat window for task-token tasks."""
+    value = os.environ.get("BROKERBENCH_LOCAL_HEARTBEAT_S")
+    if not value:
+        return None
+    seconds = float(value)
+    if seconds <= 0:
+        raise RuntimeError(f"BROKERBENCH_LOCAL_HEARTBEAT_S must be positive, not {value!r}")
+    return seconds
+
+
+def heartbeat_interval_s() -> float:
+    """How often an EC2-kind worker sends its heartbeat: every 60 s, or 4 times per local heartbeat window."""
+    window = local_heartbeat_s() if local() else None
+    return min(HEARTBEAT_INTERVAL_S, window / 4) if window else HEARTBEAT_INTERVAL_S
+
+
 def worker_environment() -> dict[str, str]:
     return {name: os.environ[name] for name in PASS_TO_WORKERS if name in os.environ}
 
@@ -104,7 +131,8 @@ def fleet():
     if local():
         return LocalProcessFleet(worker_environment())
     return Ec2Fleet(boto("ec2"), launch_template=env("BROKERBENCH_WORKER_LAUNCH_TEMPLATE"),
-                    subnet=env("BROKERBENCH_WORKER_SUBNET"), environment=worker_environment())
+                    subnet=env("BROKERBENCH_WORKER_SUBNET"), environment=worker_environment(),
+                    worker_asset=os.environ.get("BROKERBENCH_WORKER_ASSET") or None)
 
 
 def task_callbacks():

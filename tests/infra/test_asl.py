@@ -75,3 +75,24 @@ def test_the_regression_check_comes_before_the_report_and_the_run_ends_after_it(
             "check_file.$"} <= set(top["CheckRegression"]["ResultSelector"])
     # Cells are handed to the map in the plan's order (the run order); the map keeps list order.
     assert top["RunCells"]["ItemsPath"] == "$.plan.cells"
+
+
+def test_a_large_plan_runs_through_a_distributed_map_that_reads_the_plan_from_s3_and_runs_the_same_cells():
+    states = json.loads(DEFINITION.read_text())["States"]
+    plan = states["PlanCells"]["ResultSelector"]
+    assert plan["cells_location.$"] == "$.Payload.cells_location" and plan["cells.$"] == "$.Payload.cells"
+    choice = states["CellsInState?"]
+    assert choice["Choices"] == [{"Variable": "$.plan.cells_location", "IsNull": False, "Next": "RunCellsDistributed"}]
+    assert choice["Default"] == "RunCells" and states["RecordTargetsReady"]["Next"] == "CellsInState?"
+    inline, distributed = states["RunCells"], states["RunCellsDistributed"]
+    assert distributed["ItemReader"] == {
+        "Resource": "arn:aws:states:::s3:getObject", "ReaderConfig": {"InputType": "JSON"},
+        "Parameters": {"Bucket.$": "$.plan.cells_location.Bucket", "Key.$": "$.plan.cells_location.Key"}}
+    assert distributed["ItemProcessor"]["ProcessorConfig"] == {"Mode": "DISTRIBUTED", "ExecutionType": "STANDARD"}
+    assert distributed["ResultPath"] is None  # 2,000 cells' results would not fit the 256 KB state either
+    # The same cells, run the same way: the processors differ only in their state names (unique per machine).
+    processor = json.loads(json.dumps(distributed["ItemProcessor"]).replace('"Large', '"'))
+    del processor["ProcessorConfig"]
+    assert processor == inline["ItemProcessor"]
+    for key in ("ItemSelector", "MaxConcurrencyPath", "Catch", "Next"):
+        assert distributed[key] == inline[key], key

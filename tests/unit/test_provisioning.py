@@ -19,7 +19,7 @@ from brokerbench.targets import ProvisioningError, TransientProvisioningError, r
 from brokerbench.brokers.redis_streams.cloud import ElastiCacheTargets
 from brokerbench.brokers.kafka.cloud import MskTargets
 from brokerbench.workflow.callbacks import StepFunctionsCallbacks
-from brokerbench.workflow.fleet import Ec2Fleet, encode_job
+from brokerbench.workflow.fleet import Ec2Fleet, client_token, encode_job
 from brokerbench.workflow.outputs import S3Reports, SnsNotifier
 
 RUN = "20261121T101500Z-abc123"
@@ -156,15 +156,16 @@ def test_ec2_worker_is_launched_with_the_job_and_task_token_in_user_data():
     job = {"run_id": RUN, "cell": {"cell_id": "kafka.json.batch.1024B.100mps.r0"}, "targets": {}}
     with Stubber(ec2) as stub:
         stub.add_response("run_instances", {"Instances": [{"InstanceId": "i-0123"}]}, {
-            "MinCount": 1, "MaxCount": 1, "LaunchTemplate": {"LaunchTemplateName": "bb-worker", "Version": "$Latest"},
+            "MinCount": 1, "MaxCount": 1, "ClientToken": client_token(RUN, job["cell"]["cell_id"], 0),
+            "LaunchTemplate": {"LaunchTemplateName": "bb-worker", "Version": "$Latest"},
             "SubnetId": "subnet-w", "UserData": ANY, "InstanceInitiatedShutdownBehavior": "terminate",
             "MetadataOptions": {"HttpTokens": "required"}, "TagSpecifications": ANY,
         })
-        assert fleet.launch(job, "TOKEN-1") == {"kind": "ec2", "instance_id": "i-0123"}
+        assert fleet.launch(job, "TOKEN-1") == {"kind": "ec2", "instance_id": "i-0123", "attempt": 0}
     from brokerbench.workflow.fleet import user_data
 
     script = user_data(job, "TOKEN-1", {"BROKERBENCH_EVENTS_TABLE": "t"})
-    assert "--task-token \"TOKEN-1\"" in script and encode_job(job) in script and "shutdown -h now" in script
+    assert "TASK_TOKEN=TOKEN-1\n" in script and encode_job(job) in script and "shutdown -h now" in script
     assert json.loads(base64.b64decode(encode_job(job))) == job
 
 

@@ -5,7 +5,10 @@ the definition; each Task state comes back here over HTTP on 127.0.0.1 and is se
 lambda:invoke integration serves it in AWS: the same handler module, the same payload, the
 result under `Payload`. `.waitForTaskToken` tasks get a token, the EC2-kind worker process
 reports through /callback/success or /callback/failure (SendTaskSuccess/Failure's contract),
-and the task's result is what the worker sent.
+and the task's result is what the worker sent. The interpreter enforces TimeoutSeconds but ignores
+HeartbeatSeconds, so the bridge enforces it: the worker beats through /callback/heartbeat
+(SendTaskHeartbeat's contract), and a task that hears nothing for HeartbeatSeconds (or
+BROKERBENCH_LOCAL_HEARTBEAT_S when set) fails with States.HeartbeatTimeout.
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ import json
 import os
 import re
 import shutil
+import signal
 import subprocess
 import threading
 import time
@@ -84,8 +88,10 @@ class _LambdaContext:
 class Bridge:
     """The HTTP side of the local interpreter: Task invocations and task-token callbacks."""
 
-    def __init__(self) -> None:
+    def __init__(self, definition: Path = DEFINITION) -> None:
         self.waiting: dict[str, Future] = {}
+        self.heartbeats = _heartbeat_seconds(load_definition(definition)["States"])  # state -> HeartbeatSeconds
+        self.beats: dict[str, float] = {}  # token -> time.monotonic() of its last heartbeat
         self.workers: dict[str, int] = {}  # token -> pid of the local EC2-kind worker
         self.tasks: list[tuple[str, str]] = []  # (state, "ok" | error name), in the order they ended
         self.active = 0
@@ -140,6 +146,12 @@ class Bridge:
                     with self.lock:
                         self.active -= 1
                         self.tasks.append((body["state"], outcome))
+            if path == "/callback/heartbeat":  # SendTaskHeartbeat: the worker is alive
+                future = self.waiting.get(body["task_token"])
+                if future is None or future.done():
+                    return 400, {"errorType": "TaskDoesNotExist", "errorMessage": "unknown or finished task token"}
+                self.beats[body["task_token"]] = time.monotonic()
+                return 200, {}
             if path in ("/callback/success", "/callback/failure"):
                 future = self.waiting.get(body["task_token"])
                 if future is None:
@@ -164,34 +176,64 @@ class Bridge:
         module = importlib.import_module(f"handlers.{function.split(':', 1)[1]}")
         payload = task_input.get("Payload")
         if resource.endswith(WAIT_FOR_TOKEN):
-            return self._wait_for_token(function, module, payload)
+            return self._wait_for_token(function, module, payload, state)
         result = module.lambda_handler(payload, _LambdaContext(function))
         return {"Payload": result, "StatusCode": 200, "ExecutedVersion": "$LATEST"}
 
-    def _wait_for_token(self, function: str, module, payload: dict):
+    def _wait_for_token(self, function: str, module, payload: dict, state: str = ""):
         token = f"local-{uuid.uuid4()}"
         payload = {k: (token if v == TOKEN_PLACEHOLDER else v) for k, v in payload.items()}
         future: Future = Future()
         self.waiting[token] = future
+        window = (config.local_heartbeat_s() or self.heartbeats.get(state)) if state in self.heartbeats else None
         try:
+            self.beats[token] = time.monotonic()  # the heartbeat clock starts with the task
             launched = module.lambda_handler(payload, _LambdaContext(function))
             pid = launched.get("pid") if isinstance(launched, dict) else None
             while True:
                 try:
-                    return future.result(timeout=0.5)
+                    return future.result(timeout=min(0.5, window / 4) if window else 0.5)
                 except TimeoutError:
                     if pid and _exited(pid) and not future.done():
                         time.sleep(1)  # a callback may still be on its way
                         if not future.done():
                             raise _TaskError("WorkerLost", f"worker process {pid} ended without reporting") from None
+                    if window and time.monotonic() - self.beats[token] > window and not future.done():
+                        if pid:  # a hung worker: nobody waits for it any more
+                            _stop_worker(pid)
+                        raise _TaskError("States.HeartbeatTimeout",
+                                         f"no heartbeat from the worker for {window:g} s (HeartbeatSeconds)") from None
         finally:
             self.waiting.pop(token, None)
+            self.beats.pop(token, None)
 
 
 class _TaskError(Exception):
     def __init__(self, error: str, cause: str) -> None:
         super().__init__(f"{error}: {cause}")
         self.error, self.cause = error, cause
+
+
+def _heartbeat_seconds(states: dict, found: dict | None = None) -> dict[str, float]:
+    """HeartbeatSeconds of every Task state that has one, by state name (Map and Parallel states included)."""
+    found = {} if found is None else found
+    for name, state in states.items():
+        if state.get("Type") == "Task" and state.get("HeartbeatSeconds"):
+            found[name] = float(state["HeartbeatSeconds"])
+        if state.get("Type") == "Map":
+            _heartbeat_seconds((state.get("ItemProcessor") or state.get("Iterator"))["States"], found)
+        for branch in state.get("Branches", []) if state.get("Type") == "Parallel" else []:
+            _heartbeat_seconds(branch["States"], found)
+    return found
+
+
+def _stop_worker(pid: int) -> None:
+    """Kill a worker process that stopped beating (it may be stopped or hung, so SIGKILL) and reap it."""
+    try:
+        os.kill(pid, signal.SIGKILL)
+        os.waitpid(pid, 0)
+    except (ProcessLookupError, ChildProcessError):
+        pass
 
 
 def _exited(pid: int) -> bool:
@@ -239,7 +281,7 @@ class LocalWorkflow:
         if not node:
             raise WorkflowError("Node.js is needed to run the workflow locally (make setup installs its packages)")
         cell_module.CANCELLED.clear()
-        with Bridge() as bridge:
+        with Bridge(self.definition) as bridge:
             os.environ.update(self.environment(bridge.url))
             config.event_store().ensure_table()  # in AWS the CDK app owns the table
             job = {

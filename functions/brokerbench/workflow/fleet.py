@@ -1,50 +1,173 @@
-"""Starting an EC2-kind worker for one cell: an instance whose user data runs the worker, or locally a process.
+"""Starting an EC2-kind worker for one cell: an instance whose user data installs and runs the worker, or
+locally a process.
 
-Both run the same command, `python -m brokerbench.worker.ec2 --task-token ... --job ...`, and
-the worker answers through the task-token contract (workflow.callbacks).
+Both run the same command, `python -m brokerbench.worker.ec2 --job ...` with the task token in
+BROKERBENCH_TASK_TOKEN, and the worker answers through the task-token contract (workflow.callbacks),
+with a heartbeat while the cell runs.
 """
 
 from __future__ import annotations
 
 import base64
+import hashlib
+import math
 import json
 import os
+import shlex
 import subprocess
 import sys
 from pathlib import Path
 
 WORKER_MODULE = "brokerbench.worker.ec2"
+TOKEN_ENV = "BROKERBENCH_TASK_TOKEN"
+WORKER_ROOT = "/opt/brokerbench"  # the instance's install: .venv, the unpacked worker asset (app/)
+# A launch that EC2 could not do now (capacity, throttling): RunCellOnEc2's Retry names this error.
+RETRYABLE_LAUNCH_ERRORS = frozenset({"InsufficientInstanceCapacity", "RequestLimitExceeded", "Unavailable",
+                                     "InternalError", "ServiceUnavailable"})
+# How many launches of one cell with different task tokens (retries of RunCellOnEc2) may each have their
+# own ClientToken; beyond that the launch is refused rather than started without idempotency.
+MAX_LAUNCH_ATTEMPTS = 16
+
+
+class WorkerLaunchFailed(RuntimeError):
+    """EC2 could not start the worker now; the workflow retries the task (its error name is this class's)."""
 
 
 def encode_job(job: dict) -> str:
     return base64.b64encode(json.dumps(job, separators=(",", ":")).encode()).decode()
 
 
-def user_data(job: dict, token: str, environment: dict[str, str]) -> str:
-    """The instance's boot script: run the cell, report, power off (the instance terminates on shutdown)."""
-    exports = "\n".join(f"export {k}={json.dumps(v)}" for k, v in sorted(environment.items()))
+def client_token(run_id: str, cell_id: str, attempt: int) -> str:
+    """RunInstances' ClientToken for a cell's launch: the same run, cell and attempt always give the same
+    token (≤ 64 ASCII characters), so a retried StartEc2Worker gets the instance already started back."""
+    digest = hashlib.sha256(f"{run_id}\n{cell_id}\n{attempt}".encode()).hexdigest()[:48]
+    return f"bb-a{attempt}-{digest}"
+
+
+def power_off_minutes(job: dict) -> int:
+    """When a worker's instance powers off whatever happens: twice the cell's estimated time, plus 30 minutes
+    for the boot and the install."""
+    from ..plan import estimated_seconds
+
+    try:
+        estimate = estimated_seconds(job["cell"])
+    except (KeyError, TypeError):
+        estimate = 3600.0
+    return math.ceil(2 * estimate / 60) + 30
+
+
+def user_data(job: dict, token: str, environment: dict[str, str], *, worker_asset: str | None = None,
+              root: str = WORKER_ROOT) -> str:
+    """The instance's boot script: install the worker (from `worker_asset`, an s3:// zip of functions/ and
+    requirements.txt; without one the image must have `root`/.venv with the code), run the cell, power off
+    (the instance terminates on shutdown).
+
+    When anything fails before the worker runs, the EXIT trap sends WorkerBootFailed with the task token
+    (the step and command that failed as the cause) and powers off. The token is kept in a variable and
+    handed to the worker in its environment: it is never echoed, traced (no `set -x`) or put on a command
+    line that a failure message would show."""
+    q = shlex.quote
+    exports = "".join(f"export {k}={q(v)}\n" for k, v in sorted(environment.items()))
+    if worker_asset:
+        install = (
+            'STEP="installing python3.11"\n'
+            "command -v python3.11 >/dev/null || dnf install -y -q python3.11 python3.11-pip\n"
+            'STEP="downloading the worker code from $WORKER_ASSET"\n'
+            'mkdir -p "$ROOT"\n'
+            'aws s3 cp --only-show-errors "$WORKER_ASSET" "$ROOT/worker.zip"\n'
+            "beat\n"
+            'STEP="unpacking the worker code"\n'
+            'rm -rf "$ROOT/app"\n'
+            'python3.11 -m zipfile -e "$ROOT/worker.zip" "$ROOT/app"\n'
+            'STEP="creating $ROOT/.venv with python3.11"\n'
+            'python3.11 -m venv "$ROOT/.venv"\n'
+            'export PATH="$ROOT/.venv/bin:$PATH"\n'
+            "beat\n"
+            'STEP="installing the worker\'s requirements"\n'
+            'pip install --disable-pip-version-check --no-input -q -r "$ROOT/app/requirements.txt"\n'
+            'export PYTHONPATH="$ROOT/app/functions"\n'
+            "beat\n"
+        )
+    else:
+        install = 'export PATH="$ROOT/.venv/bin:$PATH"  # the image has the worker installed\n'
     return (
-        "#!/bin/bash\nset -u\n"
-        f"{exports}\n"
-        f"/opt/brokerbench/.venv/bin/python -m {WORKER_MODULE} --task-token {json.dumps(token)} "
-        f"--job {encode_job(job)}\n"
-        "shutdown -h now\n"
+        "#!/bin/bash\n"
+        "# brokerbench EC2 worker: install the worker, run one cell, power off (the instance terminates).\n"
+        "# No `set -x`: the task token must stay out of the boot log.\n"
+        "set -Eeuo pipefail\n"
+        f"{exports}"
+        f"TASK_TOKEN={q(token)}\n"
+        f"ROOT={q(root)}\n"
+        f"WORKER_ASSET={q(worker_asset or '')}\n"
+        'STEP="starting the boot script"\n'
+        'FAILED_COMMAND=""\n'
+        "WORKER_RAN=0\n"
+        "finish() {\n"
+        "  local status=$?\n"
+        "  trap - ERR EXIT\n"
+        "  set +e\n"
+        '  if [ "$WORKER_RAN" = 0 ]; then\n'
+        '    echo "brokerbench boot: $STEP failed (exit $status)" >&2\n'
+        '    aws stepfunctions send-task-failure --task-token "$TASK_TOKEN" --error WorkerBootFailed \\\n'
+        '      --cause "$STEP failed (exit $status): $FAILED_COMMAND" >/dev/null\n'
+        "  fi\n"
+        "  shutdown -h now\n"
+        "}\n"
+        "trap 'FAILED_COMMAND=$BASH_COMMAND' ERR\n"
+        "trap finish EXIT\n"
+        "beat() {  # the task's heartbeat clock runs during the boot too\n"
+        '  aws stepfunctions send-task-heartbeat --task-token "$TASK_TOKEN" >/dev/null 2>&1 || true\n'
+        "}\n"
+        "beat\n"
+        f"shutdown -h +{power_off_minutes(job)}  # a worker that hangs still powers off (the heartbeat fails its cell)\n"
+        f"{install}"
+        'STEP="checking the worker installation"\n'
+        f"python -c {q('import ' + WORKER_MODULE)}\n"
+        "WORKER_RAN=1  # from here on the worker reports its own ending\n"
+        'STEP="running the worker"\n'
+        f'{TOKEN_ENV}="$TASK_TOKEN" python -m {WORKER_MODULE} --job {encode_job(job)} '
+        '|| echo "brokerbench: the worker exited with $?" >&2\n'
     )
 
 
 class Ec2Fleet:
-    def __init__(self, client, *, launch_template: str, subnet: str, environment: dict[str, str]) -> None:
+    def __init__(self, client, *, launch_template: str, subnet: str, environment: dict[str, str],
+                 worker_asset: str | None = None) -> None:
         self.client = client
         self.launch_template = launch_template
         self.subnet = subnet
         self.environment = environment
+        self.worker_asset = worker_asset
 
     def launch(self, job: dict, token: str) -> dict:
-        response = self.client.run_instances(
+        """One instance for the cell. Its ClientToken comes from the run, the cell and the launch attempt:
+        a StartEc2Worker that runs again for the same task (same token, same user data) gets the instance
+        it started back instead of a second one. A new task token (RunCellOnEc2 retried) makes EC2 answer
+        IdempotentParameterMismatch for the earlier attempt's token, and the launch takes the next attempt
+        (the earlier instance finds its token gone at its first heartbeat and measures nothing)."""
+        from botocore.exceptions import ClientError
+
+        run_id, cell_id = job["run_id"], job["cell"]["cell_id"]
+        for attempt in range(MAX_LAUNCH_ATTEMPTS):
+            try:
+                response = self._run_instance(job, token, client_token(run_id, cell_id, attempt))
+            except ClientError as exc:
+                code = exc.response["Error"]["Code"]
+                if code == "IdempotentParameterMismatch":
+                    continue
+                if code in RETRYABLE_LAUNCH_ERRORS:
+                    raise WorkerLaunchFailed(f"{code}: {exc.response['Error'].get('Message', '')}") from None
+                raise
+            return {"kind": "ec2", "instance_id": response["Instances"][0]["InstanceId"], "attempt": attempt}
+        raise RuntimeError(f"cell {cell_id} was launched {MAX_LAUNCH_ATTEMPTS} times already; not launching again")
+
+    def _run_instance(self, job: dict, token: str, client_token_: str) -> dict:
+        return self.client.run_instances(
             MinCount=1, MaxCount=1,
+            ClientToken=client_token_,
             LaunchTemplate={"LaunchTemplateName": self.launch_template, "Version": "$Latest"},
             SubnetId=self.subnet,
-            UserData=user_data(job, token, self.environment),
+            UserData=user_data(job, token, self.environment, worker_asset=self.worker_asset),
             InstanceInitiatedShutdownBehavior="terminate",
             MetadataOptions={"HttpTokens": "required"},
             TagSpecifications=[{"ResourceType": "instance", "Tags": [
@@ -52,7 +175,6 @@ class Ec2Fleet:
                 {"Key": "brokerbench:cell", "Value": job["cell"]["cell_id"]},
             ]}],
         )
-        return {"kind": "ec2", "instance_id": response["Instances"][0]["InstanceId"]}
 
 
 class LocalProcessFleet:
@@ -63,8 +185,8 @@ class LocalProcessFleet:
 
     def launch(self, job: dict, token: str) -> dict:
         process = subprocess.Popen(
-            [sys.executable, "-m", WORKER_MODULE, "--task-token", token, "--job", encode_job(job)],
-            env={**os.environ, **self.environment}, stdin=subprocess.DEVNULL,
+            [sys.executable, "-m", WORKER_MODULE, "--job", encode_job(job)],
+            env={**os.environ, **self.environment, TOKEN_ENV: token}, stdin=subprocess.DEVNULL,
             cwd=Path(__file__).resolve().parents[3],
         )
         return {"kind": "local-process", "pid": process.pid}

@@ -1,6 +1,9 @@
 """Amazon MSK (provisioned) as Kafka's cloud provider: TLS in transit, IAM client authentication.
 
 BROKERBENCH_MSK_SUBNETS, BROKERBENCH_MSK_SECURITY_GROUPS   comma-separated; set by the CDK app
+
+Provisioning is idempotent per run: a CreateClusterV2 that already happened (a retried step) answers
+ConflictException, and the cluster of that name tagged with this run is taken as the target.
 """
 
 from __future__ import annotations
@@ -42,8 +45,24 @@ class MskTargets:
                 },
             )
         except ClientError as exc:
-            raise_client_error(exc, TRANSIENT, f"creating MSK cluster {name}")
+            existing = self._ours(name, run_id) if exc.response["Error"]["Code"] == "ConflictException" else None
+            if existing is None:  # a name that is not (or no longer) this run's cluster stays a transient conflict
+                raise_client_error(exc, TRANSIENT, f"creating MSK cluster {name}")
+            response = {"ClusterArn": existing}  # an earlier attempt of this step created it
         return target(broker, "msk", ready=False, resource=response["ClusterArn"], timeout_s=spec["provision"]["timeout_s"])
+
+    def _ours(self, name: str, run_id: str) -> str | None:
+        """The ARN of the cluster called `name` that this run created (its brokerbench:run tag), if any: a retried
+        ProvisionTarget whose CreateClusterV2 already happened finds it instead of failing on the conflict."""
+        try:
+            clusters = self.client.list_clusters_v2(ClusterNameFilter=name)["ClusterInfoList"]
+        except ClientError as exc:
+            raise_client_error(exc, TRANSIENT, f"looking up MSK cluster {name}")
+        for cluster in clusters:
+            if (cluster["ClusterName"] == name and cluster.get("State") != "DELETING"
+                    and cluster.get("Tags", {}).get("brokerbench:run") == run_id):
+                return cluster["ClusterArn"]
+        return None
 
     def check(self, current: dict) -> dict:
         try:

@@ -3,6 +3,9 @@ from Secrets Manager.
 
 BROKERBENCH_REDIS_SUBNET_GROUP, BROKERBENCH_REDIS_SECURITY_GROUPS (comma-separated),
 BROKERBENCH_REDIS_AUTH_SECRET_ARN   set by the CDK app
+
+Provisioning is idempotent per run: a CreateReplicationGroup that already happened (a retried step) answers
+ReplicationGroupAlreadyExists, and the group of that name tagged with this run is taken as the target.
 """
 
 from __future__ import annotations
@@ -46,8 +49,23 @@ class ElastiCacheTargets:
                 Tags=[{"Key": k, "Value": v} for k, v in {**self.tags, "brokerbench:run": run_id}.items()],
             )
         except ClientError as exc:
-            raise_client_error(exc, TRANSIENT, f"creating ElastiCache replication group {name}")
+            if exc.response["Error"]["Code"] != "ReplicationGroupAlreadyExists":
+                raise_client_error(exc, TRANSIENT, f"creating ElastiCache replication group {name}")
+            self._check_ours(name, run_id)  # an earlier attempt of this step created it: go on waiting for it
         return target(broker, "elasticache", ready=False, resource=name, timeout_s=spec["provision"]["timeout_s"])
+
+    def _check_ours(self, name: str, run_id: str) -> None:
+        """The existing group called `name` must be this run's (its brokerbench:run tag); otherwise provisioning
+        fails as it did before (a group this run did not create is never taken over)."""
+        try:
+            groups = self.client.describe_replication_groups(ReplicationGroupId=name)["ReplicationGroups"]
+            arn = groups[0].get("ARN") if groups and groups[0].get("Status") != "deleting" else None
+            tags = self.client.list_tags_for_resource(ResourceName=arn)["TagList"] if arn else []
+        except ClientError as exc:
+            raise_client_error(exc, TRANSIENT, f"looking up ElastiCache replication group {name}")
+        if {t["Key"]: t["Value"] for t in tags}.get("brokerbench:run") != run_id:
+            raise ProvisioningError(f"creating ElastiCache replication group {name}: it exists and is not this run's "
+                                    "(or is being deleted)")
 
     def check(self, current: dict) -> dict:
         try:

@@ -209,3 +209,43 @@ def test_in_aws_each_invocation_claims_its_due_time_once_and_stores_the_outcome(
     assert failed["outcome"] == "not_started" and "being updated" in failed["reason"]
     with pytest.raises(schedules.ScheduleError, match="no schedule named 'nope'"):
         schedules.trigger("nope", at(9), store, starts, [schedule])
+
+
+def test_the_schedule_trigger_function_starts_an_execution_named_by_the_run_id(store, step_environment, monkeypatch):
+    """The Lambda handler as EventBridge Scheduler invokes it; StartExecution is checked with botocore's
+    Stubber (no Step Functions runs here), the claim and outcome go to the real event store."""
+    import boto3
+    from botocore.stub import ANY, Stubber
+
+    from handlers import schedule_trigger
+
+    machine = "arn:aws:states:us-east-1:123456789012:stateMachine:bb"
+    sfn = boto3.client("stepfunctions", region_name="us-east-1", aws_access_key_id="x", aws_secret_access_key="x")
+    monkeypatch.setenv("BROKERBENCH_STATE_MACHINE_ARN", machine)
+    real_client = boto3.client
+    monkeypatch.setattr(boto3, "client", lambda service, **kw: sfn if service == "stepfunctions"
+                        else real_client(service, **kw))
+    config._store.cache_clear()
+    with Stubber(sfn) as stub:
+        stub.add_response("start_execution", {"executionArn": f"{machine}:x", "startDate": at(2)},
+                          {"stateMachineArn": machine, "name": ANY, "input": ANY})
+        result = schedule_trigger.lambda_handler({"schedule": "nightly-quick", "due_at": "2026-11-21T02:00:00Z"},
+                                                 Context())
+        stub.assert_no_pending_responses()
+    assert result["outcome"] == "started" and result["due_at"] == "2026-11-21T02:00:00+00:00"
+    again = schedule_trigger.lambda_handler({"schedule": "nightly-quick", "due_at": "2026-11-21T02:00:00Z"},
+                                            Context())
+    assert again["outcome"] == "already_claimed"  # a retried delivery starts nothing (no second StartExecution)
+    stored = [e["data"] for e in store.read(schedules.partition("nightly-quick"))
+              if e["data"]["due_at"] == "2026-11-21T02:00:00+00:00"]
+    assert {d["outcome"] for d in stored} == {"claimed", "started"} and {d["run_id"] for d in stored} == {
+        result["run_id"]}
+
+
+class Context:
+    """What Lambda hands a handler (Powertools' logger reads these)."""
+
+    function_name = "brokerbench-schedule-trigger"
+    memory_limit_in_mb = 256
+    invoked_function_arn = "arn:aws:lambda:us-east-1:123456789012:function:brokerbench-schedule-trigger"
+    aws_request_id = "test-request"

@@ -1,10 +1,11 @@
 """Benchmark: build the comparison report of a synthetic 200-cell run with 60 intervals per cell.
 
 The run's events are written to DynamoDB Local first (not timed); the timed part is what the
-Aggregate step does for a report: read the events (without per-interval histograms) and build
-the report model, then render Markdown and HTML.
+Aggregate step does for a report: read the events as reports do (events.read_report_events: no
+per-interval histograms, and no intervals where a cell's digest stands for them) and build the
+report model, then render Markdown and HTML.
 
-usage: .venv/bin/python bench/report_build.py [--cells 200] [--intervals 60]
+usage: .venv/bin/python bench/report_build.py [--cells 200] [--intervals 60] [--repeat 3] [--out FILE]
 Needs the local stack's DynamoDB Local (`brokerbench local up`, or it starts one and stops it).
 """
 
@@ -12,8 +13,11 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import time
+from datetime import date
 
+from brokerbench.events import read_report_events
 from brokerbench.events.dynamodb import DynamoEventStore
 from brokerbench.local.stack import LocalStack
 from brokerbench.reports import html, markdown
@@ -33,6 +37,7 @@ def main() -> None:
     parser.add_argument("--cells", type=int, default=200)
     parser.add_argument("--intervals", type=int, default=60)
     parser.add_argument("--repeat", type=int, default=3, help="timed builds (the median is reported)")
+    parser.add_argument("--out", help="also write the figures here, with the date and the machine's load")
     args = parser.parse_args()
     stack = LocalStack()
     started = not stack.is_up(["dynamodb"])
@@ -48,7 +53,7 @@ def main() -> None:
         timings = []
         for _ in range(args.repeat):
             t = time.perf_counter()
-            stored = store.read(run_id, interval_histograms=False)
+            stored = read_report_events(store, run_id)
             t_read = time.perf_counter()
             report = build_report(stored)
             t_model = time.perf_counter()
@@ -59,9 +64,17 @@ def main() -> None:
         timings.sort(key=lambda x: x["total_s"])
         median = timings[len(timings) // 2]
         cells = sum(len(g["cells"]) for g in report["groups"])
-        print(json.dumps({"cells": cells, "intervals_per_cell": args.intervals, "events": len(events),
-                          "setup_s": round(setup_s, 1), **{k: round(v, 3) for k, v in median.items()},
-                          "markdown_kb": len(md) // 1024, "html_kb": len(page) // 1024}, indent=2))
+        figures = {"cells": cells, "intervals_per_cell": args.intervals, "events": len(events),
+                   "events_read": len(stored), "setup_s": round(setup_s, 1),
+                   **{k: round(v, 3) for k, v in median.items()},
+                   "markdown_kb": len(md) // 1024, "html_kb": len(page) // 1024}
+        print(json.dumps(figures, indent=2))
+        if args.out:
+            load = ", ".join(f"{v:.1f}" for v in os.getloadavg())
+            with open(args.out, "w") as out:
+                json.dump({**figures, "machine": f"{os.cpu_count()} cores, shared (load average {load} at the end)",
+                           "date": date.today().isoformat()}, out, indent=2)
+                out.write("\n")
     finally:
         if started:
             stack.down(["dynamodb"], log=lambda m: None)

@@ -16,8 +16,9 @@ from dataclasses import dataclass, replace
 from datetime import datetime
 from functools import cache
 
-from .brokers import plugins
 from . import deployment
+from .brokers import plugins
+from .events import planned_cells
 from .paths import PACKAGE_DIR
 from .plan import CELL_OVERHEAD_S, estimated_seconds, plan, worker_kind
 from .spec import request_schema
@@ -247,7 +248,7 @@ def measured_usage(events: list[dict]) -> Usage:
     run_end = by_type.get("RunCompleted") or by_type.get("RunFailed")
     end = _at(run_end[0]) if run_end else max(_at(e) for e in events)  # still running or stopped: so far
     ready = by_type.get("TargetsReady")
-    planned = {cell["cell_id"]: cell for cell in requested["data"]["cells"]}
+    planned = {cell["cell_id"]: cell for cell in planned_cells(events)}  # a large plan's are in CellsPlanned
 
     cell_end: dict[str, datetime] = {}
     for event in by_type.get("CellCompleted", []) + by_type.get("CellFailed", []):

@@ -16,7 +16,9 @@ between is "inconclusive". The rules, in order:
 
 from __future__ import annotations
 
+import hashlib
 import math
+from pathlib import Path
 
 import numpy as np
 
@@ -54,6 +56,17 @@ RULE = (
     f"too few intervals, or a rule that could not be checked, make it inconclusive, never sustainable. "
     f"Max-rate cells get no verdict: they measure capacity."
 )
+
+
+def _fingerprint() -> str | None:
+    """These rules' code: a verdict judged at cell time stands in a report only while it is unchanged."""
+    try:
+        return hashlib.sha256(Path(__file__).read_bytes()).hexdigest()[:16]
+    except OSError:  # no source to tell: every stored verdict is judged again
+        return None
+
+
+FINGERPRINT = _fingerprint()
 
 
 # -- statistics -----------------------------------------------------------------------------------
@@ -124,20 +137,35 @@ def _trend(indexes: list[int], values: list[float]) -> dict:
 
 
 # -- input ----------------------------------------------------------------------------------------
+def schedule_end(measured_s: float | None) -> int | None:
+    """The first interval after the send schedule (ceil(measured_s)); None when the schedule is unknown."""
+    return None if measured_s is None else math.ceil(measured_s - 1e-9)
+
+
+def in_schedule(interval: int, sent: int, schedule: int | None) -> bool:
+    """An interval is in the schedule when it starts before the schedule ends; without a known schedule,
+    when something was sent in it. The rest are the drain."""
+    return interval < schedule if schedule is not None else sent > 0
+
+
+INPUT_FIELDS = ("interval", "sent", "acked", "received", "backlog", "end_to_end_p99_us", "publish_delay_p99_us",
+                "publish_latency_p99_us")  # an input's fields besides in_schedule (which measured_s decides)
+
+
 def interval_inputs(interval_events: list[dict], measured_s: float | None) -> list[dict]:
     """The verdict's input from IntervalMeasured data: counters, summaries and the broker backlog.
 
     An interval is in the schedule when it starts before the schedule ends (ceil(measured_s)); the
     rest are the drain. Without measured_s, the intervals in which something was sent are.
     """
-    schedule = None if measured_s is None else math.ceil(measured_s - 1e-9)
+    schedule = schedule_end(measured_s)
     out = []
     for data in sorted(interval_events, key=lambda d: d["interval"]):
         counters, summary = data.get("counters", {}), data.get("summary", {})
         p99 = lambda metric: summary.get(metric, {}).get("p99")  # noqa: E731
         out.append({
             "interval": data["interval"],
-            "in_schedule": data["interval"] < schedule if schedule is not None else counters.get("sent", 0) > 0,
+            "in_schedule": in_schedule(data["interval"], counters.get("sent", 0), schedule),
             "sent": counters.get("sent", 0),
             "acked": counters.get("acked"),
             "received": counters.get("received"),
@@ -147,6 +175,13 @@ def interval_inputs(interval_events: list[dict], measured_s: float | None) -> li
             "publish_latency_p99_us": p99("publish_latency_us"),
         })
     return out
+
+
+def inputs_from_columns(columns: dict[str, list], measured_s: float | None) -> list[dict]:
+    """interval_inputs from its fields in columns (INPUT_FIELDS, in interval order), as a digest keeps them."""
+    schedule = schedule_end(measured_s)
+    return [{"interval": row[0], "in_schedule": in_schedule(row[0], row[1], schedule),
+             **dict(zip(INPUT_FIELDS[1:], row[1:]))} for row in zip(*(columns[k] for k in INPUT_FIELDS))]
 
 
 # -- the rules ------------------------------------------------------------------------------------

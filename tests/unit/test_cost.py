@@ -242,3 +242,15 @@ def test_cli_cost_of_an_invalid_spec_exits_2(tmp_path, capsys):
     assert main(["cost", "--spec", str(spec)]) == 2
     assert "invalid run request" in capsys.readouterr().err
     assert main(["cost", "--suite", "no-such-suite"]) == 2
+
+
+def test_a_large_plan_is_priced_from_its_cellsplanned_chunks():
+    # 2 brokers × 2 formats × 3 sizes × 3 rates × 2 modes × 3 repeats = 216 cells: more than RunRequested holds
+    spec = {"brokers": ["kafka", "redis-streams"], "formats": ["json", "raw"], "sizes": [1024, 2048, 4096],
+            "rates": [100, 200, 300], "modes": ["batch", "single"], "repeats": 3}
+    events = synthetic_run(spec, intervals=2)
+    assert "cells" not in events[0]["data"] and any(e["type"] == "CellsPlanned" for e in events)
+    estimate = cost.estimate(events)
+    assert "error" not in estimate and estimate["total"] >= 0
+    lambdas = next(i for i in (estimate["on_aws"] or estimate)["items"] if i["what"].startswith("Lambda workers"))
+    assert lambdas["what"].startswith("Lambda workers: 216 ×")  # every planned cell, from the chunks

@@ -7,6 +7,7 @@ from typing import Annotated
 from aws_lambda_powertools.event_handler.api_gateway import Router
 from aws_lambda_powertools.event_handler.openapi.params import Query
 
+from ..events import read_report_events
 from ..reports.model import build_report
 from ..reports.regression import compare
 from .deps import Deps
@@ -25,7 +26,7 @@ def router(deps: Deps) -> Router:
                      candidate: Annotated[str, Query(pattern=RUN_ID)]) -> Comparison:
         reports = []
         for field, run_id in (("baseline", baseline), ("candidate", candidate)):
-            events = deps.store.read(run_id, interval_histograms=False)
+            events = read_report_events(deps.store, run_id)
             if not events:
                 raise ApiError(404, f"no run {run_id}", field)
             reports.append(build_report(events))

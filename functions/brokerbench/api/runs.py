@@ -11,7 +11,7 @@ from aws_lambda_powertools.event_handler.api_gateway import Router
 from aws_lambda_powertools.event_handler.openapi.params import Body, Header, Path, Query
 
 from .. import observability
-from ..events import RUN_EVENTS, new_run_id
+from ..events import RUN_EVENTS, new_run_id, read_report_events
 from ..reports import html, markdown
 from ..reports.model import build_report
 from ..spec import SpecError, load_suite, validate
@@ -157,7 +157,7 @@ def report_body(deps: Deps, run_id: str, fmt: str) -> str:
         published = deps.reports.read(run_id, REPORT_FILES[fmt])
         if published is not None:
             return published
-    events = deps.store.read(run_id, interval_histograms=False)
+    events = read_report_events(deps.store, run_id)
     if not events:
         raise ApiError(404, f"no run {run_id}", "run_id")
     report = build_report(events)

@@ -8,7 +8,7 @@ import binascii
 import json
 from datetime import datetime
 
-from ..events import RUN_EVENTS, cell_count
+from ..events import RUN_EVENTS, cell_count, cell_prefix, planned_cells, read_report_events
 from ..reports.model import intervals_by_cell, interval_series
 from ..reports.results import build_results
 from ..spec import SpecError, expand, validate
@@ -101,7 +101,7 @@ def run_page(store, starter: Starter, *, suite: str | None, status: str | None, 
 
 
 def run_detail(store, starter: Starter, run_id: str) -> dict:
-    events = store.read(run_id, interval_histograms=False)
+    events = read_report_events(store, run_id)  # the cells' ends and results: no interval is needed
     if not any(e["type"] == "RunRequested" for e in events):
         execution = starter.execution(run_id)
         if execution is None:
@@ -165,13 +165,16 @@ def _seconds(start: str | None, end: str | None) -> float | None:
 
 
 def cell_detail(store, run_id: str, cell_id: str) -> dict:
-    events = store.read(run_id, interval_histograms=False)
-    if not events:
+    """A cell's result and per-second series: from the run's header, the cell's own events and the run's end."""
+    header = store.read(run_id, prefix="0", interval_histograms=False)
+    if not any(e["type"] == "RunRequested" for e in header):
         raise ApiError(404, f"no run {run_id}", "run_id")
-    results = build_results(events)
-    cell = next((c for c in results["cells"] if c["cell_id"] == cell_id), None)
-    if cell is None:
+    index = next((c["index"] for c in planned_cells(header) if c["cell_id"] == cell_id), None)
+    if index is None:
         raise ApiError(404, f"run {run_id} has no cell {cell_id}", "cell_id")
+    events = (header + store.read(run_id, prefix=cell_prefix(index), interval_histograms=False)
+              + store.read(run_id, prefix="9", interval_histograms=False))
+    cell = next(c for c in build_results(events)["cells"] if c["cell_id"] == cell_id)
     intervals = intervals_by_cell(events).get(cell_id, [])
     columns = interval_series(intervals, cell.get("publish_only", False), cell.get("measured_s")) if intervals else {}
     rows = [dict(zip(columns, values)) for values in zip(*columns.values())] if columns else []

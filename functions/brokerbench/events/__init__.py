@@ -6,6 +6,7 @@ end slot, so it cannot both complete and fail, and a retried write lands on the 
 
 from __future__ import annotations
 
+import inspect
 import json
 import secrets
 from dataclasses import dataclass
@@ -20,6 +21,9 @@ from ..paths import SCHEMAS_DIR
 RUN_EVENTS = ("RunCompleted", "RunFailed")
 INLINE_CELLS = 200  # a plan up to this many cells travels in RunRequested; a larger one in CellsPlanned chunks
 CELLS_PER_CHUNK = 250  # ~170 KB of cells per stored item: far below DynamoDB's 400 KB item limit
+# CellCompleted's `digest` (reports.model.interval_digest): what reports read of the cell's intervals, so a
+# report can leave the intervals themselves unread. A digest of another version is not relied on.
+DIGEST_VERSION = 1
 
 
 class InvalidEvent(ValueError):
@@ -75,6 +79,21 @@ def planned_cells(events: list[dict]) -> list[dict]:
         raise InvalidEvent(f"run {events[0]['run_id']}: {requested['cell_chunks']} CellsPlanned chunks expected, "
                            f"{len(chunks)} stored")
     return [cell for chunk in chunks for cell in chunk["cells"]]
+
+
+def has_digest(end: dict) -> bool:
+    """Does this cell end (CellCompleted data) carry a digest of its intervals that reports can use instead?"""
+    digest = end.get("digest")
+    return (isinstance(digest, dict) and digest.get("version") == DIGEST_VERSION
+            and len(digest.get("interval") or ()) == end.get("intervals"))
+
+
+def read_report_events(store: EventStore, run_id: str) -> list[dict]:
+    """A run's events as reports need them: without per-interval histograms and, where the store can leave
+    them out, without the intervals of cells whose end carries their digest (reports use the digest)."""
+    if "intervals" in inspect.signature(store.read).parameters:
+        return store.read(run_id, interval_histograms=False, intervals=False)
+    return store.read(run_id, interval_histograms=False)
 
 
 def cell_count(requested: dict) -> int:
@@ -138,5 +157,7 @@ class EventStore(Protocol):
 
     def read(self, run_id: str, prefix: str | None = None, interval_histograms: bool = True,
              after: str | None = None) -> list[dict]: ...
+    # An adapter may also take `intervals=False` (a whole run without the intervals that digests stand for):
+    # see read_report_events.
 
     def list_runs(self, limit: int = 50) -> list[dict]: ...

@@ -16,7 +16,7 @@ import boto3
 from botocore.config import Config
 from botocore.exceptions import ClientError
 
-from . import AppendResult, cell_count, validate
+from . import AppendResult, cell_count, has_digest, sort_key, validate
 
 TRANSACTION_ITEMS = 25
 TRANSACTION_BYTES = 3_000_000
@@ -24,6 +24,7 @@ RUNS_INDEX = "runs-by-time"
 SUITES_INDEX = "runs-by-suite"
 READ_THREADS = 4
 CELLS_PER_READ = 25
+KEYS_PER_GET = 100  # BatchGetItem's limit
 RETRYABLE = {"TransactionConflict", "ThrottlingError", "ProvisionedThroughputExceeded", "RequestLimitExceeded"}
 
 
@@ -152,7 +153,7 @@ class DynamoEventStore:
         raise RuntimeError(f"could not write {len(pending)} events after retries")
 
     def read(self, run_id: str, prefix: str | None = None, interval_histograms: bool = True,
-             after: str | None = None) -> list[dict]:
+             after: str | None = None, intervals: bool = True) -> list[dict]:
         """The run's events in order; only those whose sort key starts with `prefix` when given.
 
         interval_histograms=False leaves the per-interval histograms out (reports use the intervals'
@@ -160,6 +161,9 @@ class DynamoEventStore:
         A whole run is read as several key ranges at once (run header, groups of cells, run end).
         `after` (a sort key, exclusive) reads only the events stored after it: what a follower that has
         read up to `after` has not seen yet (with `prefix`, inside that prefix).
+        intervals=False (a whole run only) leaves out the intervals of every cell whose only attempt completed
+        with a digest of them (events.has_digest), which a report reads instead: such a cell is read as its
+        start and its end, by key, and every other cell whole.
         """
         if after is not None:
             if prefix:  # one key condition per query: the prefix, and the start key to resume after
@@ -173,13 +177,74 @@ class DynamoEventStore:
         if requested is None:  # no header to say how many cells: one plain query
             return self._query(run_id, None, {}, interval_histograms)
         cells = cell_count(requested["data"])
-        ranges = [(f"10#c{start:05d}#", f"10#c{min(start + CELLS_PER_READ, cells) - 1:05d}#~")
-                  for start in range(0, cells, CELLS_PER_READ)]
         with ThreadPoolExecutor(READ_THREADS) as pool:
-            parts = list(pool.map(lambda r: self._query(run_id, "sk BETWEEN :lo AND :hi", {":lo": r[0], ":hi": r[1]},
-                                                        interval_histograms), ranges))
-        tail = self._query(run_id, "sk >= :e", {":e": "11#"}, interval_histograms)
-        return header + [e for part in parts for e in part] + tail
+            tail = pool.submit(self._query, run_id, "sk >= :e", {":e": "11#"}, interval_histograms)
+            if intervals:
+                by_cell = self._cells(pool, run_id, range(cells), interval_histograms)
+            else:
+                by_cell = self._cells_by_digest(pool, run_id, cells, interval_histograms)
+            return header + [e for index in sorted(by_cell) for e in by_cell[index]] + tail.result()
+
+    def _cells(self, pool, run_id: str, indexes, interval_histograms: bool) -> dict[int, list[dict]]:
+        """Every event of the given cells, per cell index: key ranges of up to CELLS_PER_READ adjacent cells."""
+        ranges, indexes = [], sorted(indexes)
+        for index in indexes:
+            if ranges and index == ranges[-1][1] + 1 and index - ranges[-1][0] < CELLS_PER_READ:
+                ranges[-1][1] = index
+            else:
+                ranges.append([index, index])
+        parts = pool.map(lambda r: self._query(run_id, "sk BETWEEN :lo AND :hi",
+                                               {":lo": f"10#c{r[0]:05d}#", ":hi": f"10#c{r[1]:05d}#~"},
+                                               interval_histograms), ranges)
+        out: dict[int, list[dict]] = {index: [] for index in indexes}
+        for part in parts:
+            for event in part:
+                sk = event["sk"]  # 10#c<index>#...
+                out[int(sk[4:sk.index("#", 4)])].append(event)
+        return out
+
+    def _cells_by_digest(self, pool, run_id: str, cells: int, interval_histograms: bool) -> dict[int, list[dict]]:
+        """Cells without their intervals where a digest stands for them (see `read`), the others whole.
+
+        The ends, the first attempts' starts and the keys a second attempt would start at are read by key;
+        a cell that ended with a digest of its intervals after a single attempt is its start and its end.
+        """
+        keys = [sort_key(kind, index, attempt=attempt) for index in range(cells)
+                for kind, attempt in (("CellStarted", 0), ("CellStarted", 1), ("CellCompleted", 0))]
+        got: dict[str, dict] = {}
+        for part in pool.map(lambda chunk: self._get(run_id, chunk),
+                             [keys[i:i + KEYS_PER_GET] for i in range(0, len(keys), KEYS_PER_GET)]):
+            got.update(part)
+        out: dict[int, list[dict]] = {}
+        whole = []
+        for index in range(cells):
+            start, retried, end = (got.get(sort_key(kind, index, attempt=attempt)) for kind, attempt in
+                                   (("CellStarted", 0), ("CellStarted", 1), ("CellCompleted", 0)))
+            if (start is not None and retried is None and end is not None and end["type"] == "CellCompleted"
+                    and end["data"].get("attempt", 0) == 0 and has_digest(end["data"])):
+                out[index] = [start, end]
+            else:
+                whole.append(index)
+        if whole:
+            out.update(self._cells(pool, run_id, whole, interval_histograms))
+        return out
+
+    def _get(self, run_id: str, sort_keys: list[str]) -> dict[str, dict]:
+        """The events stored at these sort keys (strongly consistent), by sort key; missing keys are left out."""
+        found: dict[str, dict] = {}
+        request = {self.table: {"Keys": [{"run_id": {"S": run_id}, "sk": {"S": sk}} for sk in sort_keys],
+                                "ConsistentRead": True}}
+        for attempt in range(20):
+            page = self.client.batch_get_item(RequestItems=request)
+            for item in page["Responses"].get(self.table, []):
+                event = self._event(item)
+                found[event["sk"]] = event
+            unprocessed = page.get("UnprocessedKeys") or {}
+            if not unprocessed.get(self.table, {}).get("Keys"):
+                return found
+            request = unprocessed
+            time.sleep(min(0.05 * 2**attempt, 2))
+        raise RuntimeError(f"could not read {len(request[self.table]['Keys'])} events of run {run_id} after retries")
 
     def _query(self, run_id: str, sk_condition: str | None, values: dict[str, str],
                interval_histograms: bool, start_after: str | None = None) -> list[dict]:

@@ -151,13 +151,22 @@ def _serialization_charts(report: dict) -> list[str]:
     return out
 
 
-def _interval_charts(group: dict) -> list[str]:
-    """Per-second rate and p99. An interval too small for a p99 shows its maximum instead, as its own series."""
+# A page draws the per-second charts (two per configuration) of at most this many configurations: a
+# 2,000-configuration run's would be 4,000 charts and tens of MB. The first groups' are drawn, and the page
+# says what was left out.
+MAX_SERIES_CONFIGURATIONS = 100
+
+
+def _charted(c: dict) -> bool:
+    return c["status"] != "failed" and bool(c["intervals"])
+
+
+def _interval_charts(group: dict, limit: int | None = None) -> list[str]:
+    """Per-second rate and p99 (of the first `limit` configurations that have any). An interval too small for
+    a p99 shows its maximum instead, as its own series."""
     need = min_samples(99.0)
     out = []
-    for c in group["cells"]:
-        if c["status"] == "failed" or not c["intervals"]:
-            continue
+    for c in [c for c in group["cells"] if _charted(c)][:limit]:
         rate, p99 = [], []
         for repeat, series in enumerate(c["intervals"]):
             suffix = f" #{repeat}" if len(c["intervals"]) > 1 else ""
@@ -173,6 +182,28 @@ def _interval_charts(group: dict) -> list[str]:
         out.append(line_chart(f"{_cell_name(c)} · rate per second", rate, x_label="second", y_label="msgs/s"))
         out.append(line_chart(f"{_cell_name(c)} · p99 per second", p99, x_label="second", y_label="ms"))
     return out
+
+
+def _series_section(report: dict) -> list[str]:
+    """Each group's per-second charts, up to MAX_SERIES_CONFIGURATIONS configurations; then what was left out."""
+    parts, room, left_out, groups_left = [], MAX_SERIES_CONFIGURATIONS, 0, 0
+    for group in report["groups"]:
+        charted = sum(_charted(c) for c in group["cells"])
+        if charted and not room:
+            left_out, groups_left = left_out + charted, groups_left + 1
+            continue
+        parts.append(f"<h3>{escape(group['title'])}</h3><div class='charts'>"
+                     f"{''.join(_interval_charts(group, room))}</div>")
+        if charted > room:
+            left_out, groups_left = left_out + charted - room, groups_left + 1
+        room = max(0, room - charted)
+    if left_out:
+        parts.append(f"<p class='muted'>Per-second charts are drawn for the first {MAX_SERIES_CONFIGURATIONS:,} "
+                     f"configurations only: those of {left_out:,} more configuration{'s' if left_out > 1 else ''} "
+                     f"(in {groups_left:,} group{'s' if groups_left > 1 else ''}) are left out of this page. Their "
+                     f"per-second series are in report.json (each configuration's <code>intervals</code>) and at "
+                     f"<code>GET /runs/{escape(report['run_id'])}/cells/&lt;cell_id&gt;</code>.</p>")
+    return parts
 
 
 def _regression_section(report: dict) -> list[str]:
@@ -247,8 +278,7 @@ def render(report: dict) -> str:
     parts.append("</div><h2>Serialization</h2><div class='charts'>")
     parts += _serialization_charts(report)
     parts.append("</div><h2>Per-second series</h2>")
-    for group in report["groups"]:
-        parts.append(f"<h3>{escape(group['title'])}</h3><div class='charts'>{''.join(_interval_charts(group))}</div>")
+    parts += _series_section(report)
     parts.append(f"<h2>Markdown</h2><details><summary>the same report as Markdown</summary><pre>"
                  f"{escape(markdown.render(report))}</pre></details></body></html>")
     return "\n".join(parts)

@@ -10,22 +10,24 @@ brokerbench.verdict; latency is compared only between cells that kept up. Compar
 
 from __future__ import annotations
 
+import json
 import math
 import statistics
-from collections import defaultdict
+from collections import Counter, defaultdict
 from dataclasses import dataclass
+from functools import cache
 from itertools import groupby
 
-from .. import cost, histogram, verdict
+from .. import cost, verdict
+from ..events import DIGEST_VERSION, has_digest
 from ..spec import request_schema
-from .results import LOSS_CLASSES, SUMMARY_FIELDS, build_results
+from .results import LOSS_CLASSES, SPECTRUM, SUMMARY_FIELDS, build_results, figures, figures_of, merge_blobs
 from .stats import median_ci, spread
 
 MIN_CLAIM_REPEATS = 3
 # A highlight must also be large enough to matter, beyond being outside the noise.
 MIN_CLAIM_EFFECT = {"throughput_msgs_per_s": 0.05, "end_to_end_p99_us": 0.20}
 PERCENTILES = {"p50": 50.0, "p75": 75.0, "p95": 95.0, "p99": 99.0, "p999": 99.9}
-SPECTRUM = (50.0, 75.0, 90.0, 95.0, 99.0, 99.5, 99.9, 99.95, 99.99, 100.0)
 LATENCY_FIELDS = ("publish_latency_us", "publish_delay_us", "end_to_end_latency_us", "encode_ns", "decode_ns")
 CONFIG_FIELDS = ("broker", "format", "mode", "size_basis", "size_bytes", "rate_target", "producers", "consumers",
                  "partitions")
@@ -74,6 +76,7 @@ METRICS = {
 }
 
 
+@cache
 def min_samples(percentile: float) -> int:
     """The smallest sample that supports a percentile: 10 values beyond it (1 for the maximum)."""
     if percentile >= 100:
@@ -118,39 +121,95 @@ def intervals_by_cell(events: list[dict]) -> dict[str, list[dict]]:
     return out
 
 
+SERIES_FIELDS = ("interval", "in_schedule", "sent", "acked", "received", "backlog", "throughput", "end_to_end_p99_us",
+                 "end_to_end_max_us", "end_to_end_count", "publish_latency_p99_us", "publish_delay_p99_us")
+# A cell's digest keeps its intervals up to this many (a 20-minute cell); a longer cell's report reads them.
+DIGEST_MAX_INTERVALS = 1200
+
+
+def interval_columns(intervals: list[dict]) -> dict[str, list]:
+    """What reports read of a cell's intervals (IntervalMeasured data), in columns in interval order: the
+    verdict's inputs (verdict.INPUT_FIELDS) and the end-to-end maximum and count the charts show."""
+    rows = sorted(intervals, key=lambda d: d["interval"])
+    inputs = verdict.interval_inputs(rows, None)
+    columns = {key: [item[key] for item in inputs] for key in verdict.INPUT_FIELDS}
+    e2e = [data.get("summary", {}).get("end_to_end_latency_us", {}) for data in rows]
+    columns["end_to_end_max_us"] = [e.get("max") for e in e2e]
+    columns["end_to_end_count"] = [e.get("count") for e in e2e]
+    return columns
+
+
+def interval_digest(intervals: list[dict], judged: dict | None = None) -> dict | None:
+    """A cell's intervals as its CellCompleted carries them, so a report need not read them: their columns
+    (interval_columns), each interval event's size as stored (its data without histograms, as JSON: what a
+    cost estimate counts), whether any sampled a local broker, and `judged`: what the cell's stored verdict
+    was judged on (verdict_basis). None for a cell longer than DIGEST_MAX_INTERVALS."""
+    if len(intervals) > DIGEST_MAX_INTERVALS:
+        return None
+    rows = sorted(intervals, key=lambda d: d["interval"])
+    digest = {"version": DIGEST_VERSION, **interval_columns(rows),
+              "bytes": [len(json.dumps({k: v for k, v in data.items() if k != "histograms"})) for data in rows],
+              "broker_sampled": any("broker" in (data.get("resources") or {}) for data in rows)}
+    if judged is not None:
+        digest["judged"] = judged
+    return digest
+
+
+def verdict_basis(rate, measured_s: float | None, publish_only: bool) -> dict:
+    """What a cell's verdict is judged on besides its intervals, and by which rules (verdict.FINGERPRINT)."""
+    return {"target": _target(rate), "measured_s": measured_s, "publish_only": bool(publish_only),
+            "rules": verdict.FINGERPRINT}
+
+
+def series_from_columns(columns: dict[str, list], publish_only: bool = False, measured_s: float | None = None) -> dict:
+    """interval_series from interval_columns (or a digest)."""
+    schedule = verdict.schedule_end(measured_s)
+    interval, sent, acked, received = columns["interval"], columns["sent"], columns["acked"], columns["received"]
+    if publish_only:
+        throughput = [a if a is not None else s for a, s in zip(acked, sent)]
+    else:
+        throughput = list(received)
+    series = {"interval": list(interval),
+              "in_schedule": [verdict.in_schedule(i, n, schedule) for i, n in zip(interval, sent)],
+              "sent": list(sent), "acked": list(acked), "received": list(received), "backlog": list(columns["backlog"]),
+              "throughput": throughput}
+    for key in ("end_to_end_p99_us", "end_to_end_max_us", "end_to_end_count", "publish_latency_p99_us",
+                "publish_delay_p99_us"):
+        series[key] = list(columns[key])
+    return {key: series[key] for key in SERIES_FIELDS}
+
+
 def interval_series(intervals: list[dict], publish_only: bool = False, measured_s: float | None = None) -> dict:
     """Per-second figures of one cell (the verdict's input, the charts' and the regression samples)."""
-    series: dict[str, list] = {k: [] for k in (
-        "interval", "in_schedule", "sent", "acked", "received", "backlog", "throughput", "end_to_end_p99_us",
-        "end_to_end_max_us", "end_to_end_count", "publish_latency_p99_us", "publish_delay_p99_us")}
-    for item, data in zip(verdict.interval_inputs(intervals, measured_s),
-                          sorted(intervals, key=lambda d: d["interval"])):
-        e2e = data.get("summary", {}).get("end_to_end_latency_us", {})
-        for key in ("interval", "in_schedule", "sent", "acked", "received", "backlog", "end_to_end_p99_us",
-                    "publish_latency_p99_us", "publish_delay_p99_us"):
-            series[key].append(item[key])
-        series["end_to_end_max_us"].append(e2e.get("max"))
-        series["end_to_end_count"].append(e2e.get("count"))
-        delivered = (item["acked"] if item["acked"] is not None else item["sent"]) if publish_only else item["received"]
-        series["throughput"].append(delivered)
-    return series
+    return series_from_columns(interval_columns(intervals), publish_only, measured_s)
 
 
 def _target(rate):
     return float(rate) if isinstance(rate, (int, float)) else None
 
 
-def cell_verdict(cell: dict, intervals: list[dict]) -> dict:
-    """The sustainability verdict of one completed cell, from its intervals."""
+def cell_verdict(cell: dict, intervals: list[dict], digest: dict | None = None) -> dict:
+    """The sustainability verdict of one completed cell, from its intervals or their digest.
+
+    A verdict stored with the digest stands when it was judged on what this report would judge it on, by
+    the same rules; otherwise it is judged again from the digest's columns. (Only a verdict and its reasons
+    are stored: `checks` is then empty.)"""
     rate = cell["rate_target"]
     if not isinstance(rate, (int, float)) and rate != "max":  # a rate search: its steps carry the verdicts
         found = cell.get("max_sustainable_rate")
         return {"verdict": "search", "reasons": [f"maximum sustainable rate {found:,.0f} msgs/s" if found
                                                  else "rate search"], "checks": {}}
-    if not intervals and cell.get("verdict"):  # stored at cell time, but no intervals to recompute it from
+    measured = len(digest["interval"]) if digest is not None else len(intervals)
+    if not measured and cell.get("verdict"):  # stored at cell time, but no intervals to recompute it from
         return {"verdict": cell["verdict"], "reasons": cell.get("verdict_reasons", []), "checks": {}}
-    inputs = verdict.interval_inputs(intervals, cell.get("measured_s"))
-    return verdict.sustainability(_target(rate), inputs, publish_only=cell.get("publish_only", False))
+    publish_only = cell.get("publish_only", False)
+    if digest is not None:
+        if cell.get("verdict") and digest.get("judged") == verdict_basis(rate, cell.get("measured_s"), publish_only):
+            return {"verdict": cell["verdict"], "reasons": cell.get("verdict_reasons", []), "checks": {}}
+        inputs = verdict.inputs_from_columns(digest, cell.get("measured_s"))
+    else:
+        inputs = verdict.interval_inputs(intervals, cell.get("measured_s"))
+    return verdict.sustainability(_target(rate), inputs, publish_only=publish_only)
 
 
 def combined_verdict(cells: list[dict], per_cell: dict[str, dict]) -> dict:
@@ -201,22 +260,25 @@ def _withheld(name: str, cells: list[dict], counts: dict[str, dict]) -> int | No
     return None
 
 
-def _merged_latency(hists: list[dict]) -> dict:
+def _merged_latency(blob_maps: list[dict], cache: dict) -> dict:
+    """Per latency field, the exact merge of the repeats' cumulative histograms (stored, encoded), and its
+    figures; a merge of one non-empty histogram (in brokerbench's layout) is that histogram, already figured."""
     merged = {}
     for field in LATENCY_FIELDS:
-        hist = histogram.merge(h[field] for h in hists if h.get(field) is not None)
-        summary, count = histogram.summary(hist), int(hist.get_total_count())
-        figures = {"count": count, "withheld": {}}
+        found = [m[field] for m in blob_maps if m.get(field) is not None and figures(m[field], cache).total]
+        alone = figures(found[0], cache) if len(found) == 1 else None
+        combined = alone if alone is not None and alone.standard else figures_of(merge_blobs(found))
+        summary, count = combined.summary, combined.total
+        out = {"count": count, "withheld": {}}
         for key in SUMMARY_FIELDS:
             value = summary.get(key)
             if key in PERCENTILES and value is not None and count < min_samples(PERCENTILES[key]):
-                figures["withheld"][key] = f"needs {min_samples(PERCENTILES[key]):,} samples, has {count:,}"
+                out["withheld"][key] = f"needs {min_samples(PERCENTILES[key]):,} samples, has {count:,}"
                 value = None
-            figures[key] = value
+            out[key] = value
         if field in ("end_to_end_latency_us", "publish_latency_us") and count:
-            figures["spectrum"] = [[p, v if count >= min_samples(p) else None]
-                                   for p, v in zip(SPECTRUM, histogram.percentiles(hist, SPECTRUM))]
-        merged[field] = figures
+            out["spectrum"] = [[p, v if count >= min_samples(p) else None] for p, v in zip(SPECTRUM, combined.spectrum)]
+        merged[field] = out
     return merged
 
 
@@ -246,18 +308,19 @@ def _resources(done: list[dict]) -> dict | None:
                    "repeats": len(rs)} for name, rs in sorted(found.items())} or None
 
 
-def _configuration(cells: list[dict], completed_events: dict[str, dict], intervals: dict[str, list[dict]]) -> dict:
+def _configuration(cells: list[dict], completed_events: dict[str, dict], intervals: dict[str, list[dict]],
+                   digests: dict[str, dict], cache: dict) -> dict:
     first = cells[0]
     done = [c for c in cells if c["status"] == "completed"]
-    # Each histogram is decoded once: for the exact merge and for the sample counts.
-    hists = {c["cell_id"]: {f: histogram.decode(b) for f, b in completed_events[c["cell_id"]]["histograms"].items()
-                            if b} for c in done}
-    counts = {cid: {f: int(h.get_total_count()) for f, h in hs.items()} for cid, hs in hists.items()}
-    per_cell = {c["cell_id"]: cell_verdict(c, intervals.get(c["cell_id"], [])) for c in done}
+    # Each histogram is decoded once (`cache`): for the exact merge and for the sample counts.
+    blobs = {c["cell_id"]: {f: b for f, b in completed_events[c["cell_id"]]["histograms"].items() if b} for c in done}
+    counts = {cid: {f: figures(b, cache).total for f, b in bs.items()} for cid, bs in blobs.items()}
+    per_cell = {c["cell_id"]: cell_verdict(c, intervals.get(c["cell_id"], []), digests.get(c["cell_id"]))
+                for c in done}
     by_repeat = {name: [_read(c, name, counts[c["cell_id"]]) for c in done] for name in METRICS}
     metrics = {}
     for name in METRICS:
-        metrics[name] = median_ci(by_repeat[name]).as_dict()
+        metrics[name] = _median_ci(by_repeat[name])
         need = _withheld(name, done, counts)
         if need is not None and metrics[name]["median"] is None:
             metrics[name]["withheld"] = need
@@ -278,7 +341,7 @@ def _configuration(cells: list[dict], completed_events: dict[str, dict], interva
                          (done[0].get("latency_basis", "intended") if done else "intended"),
         "metrics": metrics,
         "values_by_repeat": by_repeat,
-        "latency": _merged_latency(list(hists.values())),
+        "latency": _merged_latency(list(blobs.values()), cache),
         "sent": sum(c["sent"] for c in done),
         "received": None if publish_only else sum(c["received"] for c in done),
         "lost": None if publish_only else loss["lost"],
@@ -287,11 +350,27 @@ def _configuration(cells: list[dict], completed_events: dict[str, dict], interva
         "resources": _resources(done),
         "sustainability": combined_verdict(cells, per_cell),
         # rates: ["sustainable"]: what each repeat's search found, and its steps.
-        "max_sustainable_rate": median_ci([c.get("max_sustainable_rate") for c in done]).as_dict(),
+        "max_sustainable_rate": _median_ci([c.get("max_sustainable_rate") for c in done]),
         "searches": [c["search"] for c in done if c.get("search")],
-        "intervals": [interval_series(intervals.get(c["cell_id"], []), c.get("publish_only", False),
-                                      c.get("measured_s")) for c in done],
+        "intervals": [_series(c, intervals, digests) for c in done],
     }
+
+
+def _series(cell: dict, intervals: dict[str, list[dict]], digests: dict[str, dict]) -> dict:
+    """A completed cell's per-second series: from its digest when its intervals were not read."""
+    publish_only, measured_s = cell.get("publish_only", False), cell.get("measured_s")
+    if cell["cell_id"] in digests:
+        return series_from_columns(digests[cell["cell_id"]], publish_only, measured_s)
+    return interval_series(intervals.get(cell["cell_id"], []), publish_only, measured_s)
+
+
+def _median_ci(values: list) -> dict:
+    """median_ci(values).as_dict(); a single value (no interval) without the arrays."""
+    present = [v for v in values if v is not None]
+    if len(present) > 1:
+        return median_ci(present).as_dict()
+    median = float(present[0]) if present else None
+    return {"median": median, "ci_low": None, "ci_high": None, "n": len(present), "coverage": None, "method": None}
 
 
 # -- comparisons ------------------------------------------------------------------------------------
@@ -423,23 +502,53 @@ def reference_defaults() -> dict:
     return {name: field["default"] for name, field in request_schema()["properties"]["references"]["properties"].items()}
 
 
-def cost_estimate(events: list[dict]) -> dict:
+def cost_estimate(events: list[dict], digested: list[dict] = ()) -> dict:
     """The run's estimated AWS cost (brokerbench.cost), or the error that kept it from being made: an estimate
-    never breaks a report."""
+    never breaks a report. `digested`: CellCompleted events whose intervals were left unread; each of those
+    intervals is counted as the stored event its digest describes (its size and whether it sampled a local
+    broker: all an estimate reads of an interval read without histograms)."""
     try:
-        return cost.estimate(events)
+        return cost.estimate([*events, *_stand_ins(digested)] if digested else events)
     except Exception as exc:  # noqa: BLE001
         return {"error": f"{type(exc).__name__}: {exc}"}
 
 
+def _stand_ins(ends: list[dict]) -> list[dict]:
+    """For each interval a digest describes, an event an estimate reads as that interval: the cell's, of the
+    size the interval was stored at, sampling a local broker where one of the cell's intervals did. Intervals
+    of one size share one such event."""
+    out = []
+    for end in ends:
+        cell_id, digest = end["data"]["cell_id"], end["data"]["digest"]
+        sizes = Counter(digest["bytes"])
+        if digest.get("broker_sampled") and digest["bytes"]:
+            sizes[digest["bytes"][0]] -= 1
+            out.append(_stand_in(end, digest["bytes"][0], {"resources": {"broker": None}}))
+        for size, n in sizes.items():
+            out += [_stand_in(end, size)] * n
+    return out
+
+
+def _stand_in(end: dict, size: int, extra: dict | None = None) -> dict:
+    data = {"cell_id": end["data"]["cell_id"], **(extra or {}), "stands_for": ""}
+    data["stands_for"] = "x" * max(0, size - len(json.dumps(data)))
+    return {"run_id": end["run_id"], "sk": end["sk"], "type": "IntervalMeasured", "at": end["at"], "data": data}
+
+
 def build_report(events: list[dict]) -> dict:
-    results = build_results(events)
+    cache: dict = {}  # each cumulative histogram's figures, decoded once
+    results = build_results(events, cache)
     spec = results["spec"]
     references = {**reference_defaults(), **spec.get("references", {})}
-    completed_events = {e["data"]["cell_id"]: e["data"] for e in events if e["type"] == "CellCompleted"}
+    ends = {e["data"]["cell_id"]: e for e in events if e["type"] == "CellCompleted"}
+    completed_events = {cid: e["data"] for cid, e in ends.items()}
     intervals = intervals_by_cell(events)
+    # A cell none of whose intervals were read (events.read_report_events) is reported from its digest.
+    measured = {e["data"]["cell_id"] for e in events if e["type"] == "IntervalMeasured"}
+    digests = {cid: data["digest"] for cid, data in completed_events.items()
+               if cid not in measured and has_digest(data)}
     cells = sorted(results["cells"], key=lambda c: (config_key(c), c["repeat"]))
-    configurations = [_configuration(list(group), completed_events, intervals)
+    configurations = [_configuration(list(group), completed_events, intervals, digests, cache)
                       for _, group in groupby(cells, key=config_key)]
     group_key = lambda c: (c["size_bytes"], _rate_sort(c["rate_target"]), c["mode"])  # noqa: E731
     groups = []
@@ -472,5 +581,5 @@ def build_report(events: list[dict]) -> dict:
                   "max_rate": MAX_RATE_NOTE},
         "configurations_with_loss": [c["key"] for c in configurations if c["has_loss"]],
         "groups": groups,
-        "cost": cost_estimate(events),
+        "cost": cost_estimate(events, [ends[cid] for cid in digests]),
     }

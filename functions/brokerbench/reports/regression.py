@@ -44,7 +44,7 @@ import math
 
 import numpy as np
 
-from ..events import EventStore, make_event, planned_cells
+from ..events import EventStore, make_event, planned_cells, read_report_events
 from .stats import spread
 
 ALPHA = 0.01  # family-wise over all verdicts of a run (Holm–Bonferroni): one run in 100 with a false alarm
@@ -369,7 +369,7 @@ def target_configuration(events: list[dict]) -> dict:
 def find_history(store: EventStore, run_id: str, candidate_events: list[dict] | None = None,
                  limit: int = HISTORY_RUNS) -> list[str]:
     """Completed runs of the same suite on the same target configuration before this one, newest first."""
-    events = candidate_events or store.read(run_id, interval_histograms=False)
+    events = candidate_events or read_report_events(store, run_id)
     requested = next(e for e in events if e["type"] == "RunRequested")
     suite = requested["data"].get("suite") or requested["data"]["spec"].get("name", "adhoc")
     wanted = target_configuration(events)
@@ -410,15 +410,15 @@ METHOD = {
 
 def check(store: EventStore, run_id: str, baseline_id: str | None = None, *, record: bool = True) -> dict:
     """Compare a run with its baseline and history; record each regression as a RegressionDetected event."""
-    events = store.read(run_id, interval_histograms=False)
+    events = read_report_events(store, run_id)
     history_ids = find_history(store, run_id, events)
     if baseline_id is None:
         baseline_id = history_ids[0] if history_ids else None
     if baseline_id is None:
         return {"baseline_run_id": None, "history_run_ids": [], "verdicts": [], "regressions": [], "method": METHOD}
     older = [h for h in history_ids if h != baseline_id and h < baseline_id][:HISTORY_RUNS - 1]
-    verdicts = compare(store.read(baseline_id, interval_histograms=False), events,
-                       [store.read(h, interval_histograms=False) for h in older])
+    verdicts = compare(read_report_events(store, baseline_id), events,
+                       [read_report_events(store, h) for h in older])
     regressions = [v for v in verdicts if v["verdict"] == "regression"]
     if record and regressions:
         index = {c["cell_id"]: c["index"] for c in planned_cells(events)}

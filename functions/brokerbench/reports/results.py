@@ -2,6 +2,15 @@
 
 from __future__ import annotations
 
+import base64
+import struct
+import threading
+import zlib
+from typing import NamedTuple
+
+import numpy as np
+import pyhdrh
+
 from .. import histogram
 from ..events import planned_cells
 
@@ -17,14 +26,172 @@ SUMMARY_FIELDS = ("mean", "p50", "p75", "p95", "p99", "p999", "max")
 LOSS_CLASSES = ("lost", "late", "undelivered", "send_errors", "unacknowledged")
 
 
-def latency_object(blob: str | None) -> dict:
+# Percentiles of a latency spectrum (reports.model), figured with each histogram's summary.
+SPECTRUM = (50.0, 75.0, 90.0, 95.0, 99.0, 99.5, 99.9, 99.95, 99.99, 100.0)
+
+
+# -- histograms, decoded once and exactly --------------------------------------------------------------
+# A report reads five cumulative histograms per cell. hdrh's decode allocates a full counts array (23,552
+# buckets) per histogram, and every percentile walks it; here hdrh's own varint decoder (pyhdrh) fills a
+# reused array, only the stretch it wrote is read back (the non-zero buckets), and the figures are
+# brokerbench.histogram's to the last bit: the same buckets, the same value ranges (its
+# _equivalent_ranges, tabulated once per bucket) and the same percentile rule as its _at.
+class Buckets(NamedTuple):
+    """A histogram's non-zero buckets: counts index (ascending) and count, its total count and layout."""
+    indexes: np.ndarray  # int64
+    counts: np.ndarray  # uint64
+    total: int  # as hdrh's get_total_count()
+    layout: object  # an HdrHistogram of the same layout (value ranges)
+
+
+_COMPRESSION_COOKIE, _ENCODING_COOKIE = 0x1C849304, 0x1C849303  # hdrh's V2 cookies (word size masked out)
+_HEADER = struct.Struct(">IIIIQQd")  # the payload's: cookie, length, offset, figures, lowest, highest, ratio
+_LAYOUT = histogram.new()  # the layout of every histogram brokerbench records
+_RANGES = histogram._equivalent_ranges(_LAYOUT, np.arange(_LAYOUT.counts_len, dtype=np.int64))
+_HIGHEST, _MIDDLE = _RANGES[1].astype(np.float64), _RANGES[2].astype(np.float64)
+_BUFFERS = threading.local()  # per thread: a zeroed counts array the decoder writes into
+
+
+def _buckets_of(hist) -> Buckets:
+    counts = np.ctypeslib.as_array(hist.counts)
+    nonzero = np.flatnonzero(counts)
+    return Buckets(nonzero.astype(np.int64), counts[nonzero], int(hist.get_total_count()), hist)
+
+
+def _empty() -> Buckets:
+    return Buckets(np.zeros(0, np.int64), np.zeros(0, np.uint64), 0, _LAYOUT)
+
+
+def decode_buckets(blob: str) -> Buckets:
+    """An encoded histogram's non-zero buckets: what hdrh's decode puts in its counts array."""
+    return _decode_fast(blob) or _buckets_of(histogram.decode(blob))
+
+
+def _decode_fast(blob: str) -> Buckets | None:
+    """hdrh's decode, in brokerbench's layout only (None otherwise: hdrh decodes, or refuses, it)."""
+    try:
+        raw = base64.b64decode(blob)
+        cookie, length = struct.unpack_from(">II", raw)
+        if cookie & ~0xF0 != _COMPRESSION_COOKIE or length != len(raw) - 8:
+            return None
+        data = zlib.decompress(raw[8:])
+        cookie, _, _, digits, lowest, highest, _ = _HEADER.unpack_from(data)
+    except (ValueError, struct.error, zlib.error):
+        return None
+    if cookie & ~0xF0 != _ENCODING_COOKIE or (lowest, highest, digits) != (
+            histogram.LOWEST, histogram.HIGHEST, histogram.SIGNIFICANT_FIGURES):
+        return None
+    if len(data) == _HEADER.size:
+        return _empty()
+    counts = getattr(_BUFFERS, "counts", None)
+    if counts is None:
+        counts = _BUFFERS.counts = np.zeros(_LAYOUT.counts_len, np.uint64)
+    try:
+        found = pyhdrh.decode(data, _HEADER.size, counts.ctypes.data, _LAYOUT.counts_len, 8)
+    except Exception:  # noqa: BLE001 (hdrh raises it again, as it would have)
+        counts[:] = 0
+        return None
+    if not found["total"] or found["min_nonzero_index"] < 0:
+        counts[:] = 0
+        return _empty()
+    low, high = found["min_nonzero_index"], found["max_nonzero_index"] + 1
+    written = counts[low:high]
+    indexes = np.flatnonzero(written)
+    values = written[indexes]  # a copy
+    written[:] = 0
+    return Buckets(indexes + low, values, int(found["total"]), _LAYOUT)
+
+
+def merge_blobs(blobs: list[str]) -> Buckets:
+    """histogram.merge of stored histograms: counts add, exactly (empty ones are skipped, as there)."""
+    parts = [decode_buckets(blob) for blob in blobs if blob is not None]
+    if any(p.layout is not _LAYOUT for p in parts):  # another layout: hdrh adds them value by value
+        return _buckets_of(histogram.merge(blobs))
+    parts = [p for p in parts if p.total]
+    if not parts:
+        return _empty()
+    if len(parts) == 1:
+        return parts[0]
+    indexes = np.concatenate([p.indexes for p in parts])
+    counts = np.concatenate([p.counts for p in parts])
+    order = np.argsort(indexes, kind="stable")
+    indexes, counts = indexes[order], counts[order]
+    first = np.flatnonzero(np.r_[True, indexes[1:] != indexes[:-1]])
+    return Buckets(indexes[first], np.add.reduceat(counts, first), sum(p.total for p in parts), _LAYOUT)
+
+
+def _ranges(b: Buckets) -> tuple[np.ndarray, np.ndarray]:
+    """Highest and median equivalent value of each bucket, as floats (histogram._equivalent_ranges)."""
+    if b.layout is _LAYOUT:
+        return _HIGHEST[b.indexes], _MIDDLE[b.indexes]
+    _, highest, middle = histogram._equivalent_ranges(b.layout, b.indexes)
+    return highest.astype(np.float64), middle.astype(np.float64)
+
+
+def _at(cumulative: np.ndarray, highest: np.ndarray, count: int, wanted) -> list[float]:
+    """histogram._at, every percentile in one search (its targets, max(int(p·count/100 + 0.5), 1), computed
+    in the same float64 steps)."""
+    targets = np.maximum((np.asarray(wanted, dtype=np.float64) * count / 100 + 0.5).astype(np.int64), 1)
+    found = np.minimum(np.searchsorted(cumulative, targets.astype(np.uint64)), highest.size - 1)
+    return highest[found].tolist()
+
+
+def bucket_summary(b: Buckets, scale: float = 1.0) -> dict[str, float | int]:
+    """histogram.summary of these buckets."""
+    return _summary_and_spectrum(b, scale, ())[0]
+
+
+def bucket_percentiles(b: Buckets, wanted) -> list[float]:
+    """histogram.percentiles of these buckets."""
+    if int(b.total) == 0:
+        return [None for _ in wanted]
+    highest, _ = _ranges(b)
+    return _at(np.cumsum(b.counts), highest, int(b.total), wanted)
+
+
+def _summary_and_spectrum(b: Buckets, scale: float, wanted) -> tuple[dict, list]:
+    count = int(b.total)
+    if count == 0:
+        return {"count": 0, "mean": None, **{k: None for k in histogram.PERCENTILES}, "max": None}, []
+    highest, middle = _ranges(b)
+    values = _at(np.cumsum(b.counts), highest, count, [*histogram.PERCENTILES.values(), *wanted])
+    out: dict[str, float | int] = {"count": count, "mean": float((middle * b.counts).sum() / count / scale)}
+    for name, value in zip(histogram.PERCENTILES, values):
+        out[name] = float(value / scale)
+    out["max"] = float(highest[-1] / scale)
+    return out, values[len(histogram.PERCENTILES):]
+
+
+class Figures(NamedTuple):
+    total: int
+    summary: dict  # histogram.summary's figures; shared, never modified
+    spectrum: list  # histogram.percentiles at SPECTRUM; [] when empty
+    standard: bool  # in brokerbench's layout (where a merge of it alone is itself)
+
+
+def figures_of(b: Buckets) -> Figures:
+    summary, spectrum = _summary_and_spectrum(b, 1.0, SPECTRUM)
+    return Figures(int(b.total), summary, spectrum, b.layout is _LAYOUT)
+
+
+def figures(blob: str, cache: dict | None = None) -> Figures:
+    """A stored histogram's total count, summary and spectrum; `cache` (one report's build) keeps them."""
+    found = cache.get(blob) if cache is not None else None
+    if found is None:
+        found = figures_of(decode_buckets(blob))
+        if cache is not None:
+            cache[blob] = found
+    return found
+
+
+def latency_object(blob: str | None, cache: dict | None = None) -> dict:
     if not blob:
         return dict.fromkeys(SUMMARY_FIELDS)
-    summary = histogram.summary(histogram.decode(blob))
+    summary = figures(blob, cache).summary
     return {k: (round(summary[k], 3) if summary[k] is not None else None) for k in SUMMARY_FIELDS}
 
 
-def cell_result(cell: dict, end: dict | None) -> dict:
+def cell_result(cell: dict, end: dict | None, cache: dict | None = None) -> dict:
     base = {
         "cell_id": cell["cell_id"],
         "broker": cell["broker"],
@@ -80,7 +247,7 @@ def cell_result(cell: dict, end: dict | None) -> dict:
         "throughput_msgs_per_s": round(delivered / window, 3),
         "throughput_mb_per_s": round(delivered_bytes / window / 1e6, 4),
         "intervals": data["intervals"],
-        **{field: latency_object(data["histograms"].get(hist)) for field, (hist, _) in LATENCY_METRICS.items()},
+        **{field: latency_object(data["histograms"].get(hist), cache) for field, (hist, _) in LATENCY_METRICS.items()},
     }
 
 
@@ -94,8 +261,8 @@ def _counts(totals: dict) -> dict:
             "unacknowledged": totals.get("unacked")}
 
 
-def build_results(events: list[dict]) -> dict:
-    """Everything results.json holds, computed from the stored events only."""
+def build_results(events: list[dict], cache: dict | None = None) -> dict:
+    """Everything results.json holds, computed from the stored events only (`cache`: see `figures`)."""
     if not events:
         raise LookupError("no events for this run")
     by_type: dict[str, list[dict]] = {}
@@ -105,7 +272,7 @@ def build_results(events: list[dict]) -> dict:
     run_end = (by_type.get("RunCompleted") or by_type.get("RunFailed") or [None])[0]
     ends = {e["data"]["cell_id"]: e for e in by_type.get("CellCompleted", []) + by_type.get("CellFailed", [])}
     # In matrix order (index), whatever order they ran in; each cell says when it ran (`order`).
-    cells = [cell_result(cell, ends.get(cell["cell_id"]))
+    cells = [cell_result(cell, ends.get(cell["cell_id"]), cache)
              for cell in sorted(planned_cells(events), key=lambda c: c["index"])]
     targets = by_type.get("TargetsReady", [{"data": {"targets": {}}}])[0]["data"]["targets"]
     if run_end is None:

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from .. import histogram
+from .. import histogram, verdict
 from ..events import make_event, new_run_id
 from ..runner import run_requested_events
 from ..spec import expand, validate
+from .model import interval_digest, verdict_basis
 
 METRICS_US = ("publish_latency_us", "publish_delay_us", "end_to_end_latency_us")
 
@@ -50,6 +51,7 @@ def synthetic_run(spec_doc: dict, *, intervals: int = 10, rate_scale: float = 1.
                                                          "attempt": 0}, cell_index=cell["index"]))
         cumulative = {m: histogram.new() for m in (*METRICS_US, "encode_ns", "decode_ns")}
         sent_total = 0
+        measured = []
         for i in range(intervals):
             sent = int(rate * rate_scale * rng.lognormal(0, 0.02))
             hists, encoded, summaries = pool[int(rng.integers(len(pool)))]
@@ -61,12 +63,18 @@ def synthetic_run(spec_doc: dict, *, intervals: int = 10, rate_scale: float = 1.
             events.append(make_event(run_id, "IntervalMeasured", {
                 "cell_id": cell["cell_id"], "attempt": 0, "interval": i, "counters": counters, "histograms": encoded,
                 "summary": summaries}, cell_index=cell["index"], interval=i))
+            measured.append(events[-1]["data"])
+        # What the worker adds: its verdict, and the digest of its intervals with what the verdict was judged on.
+        basis = verdict_basis(cell["rate"], float(intervals), False)
+        judged = verdict.sustainability(basis["target"], verdict.interval_inputs(measured, float(intervals)))
         events.append(make_event(run_id, "CellCompleted", {
             "cell_id": cell["cell_id"], "attempt": 0, "measured_s": float(intervals),
             "encoded_bytes": float(cell["size_bytes"]), "intervals": intervals,
             "totals": {"sent": sent_total, "received": sent_total, "lost": 0, "duplicated": 0, "out_of_order": 0,
                        "send_errors": 0, "unacked": 0, "acked": sent_total, "bytes_sent": sent_total * cell["size_bytes"],
                        "bytes_received": sent_total * cell["size_bytes"]},
+            "verdict": {"verdict": judged["verdict"], "reasons": judged["reasons"]},
+            **({"digest": digest} if (digest := interval_digest(measured, basis)) else {}),
             "histograms": {m: histogram.encode(h) for m, h in cumulative.items()}}, cell_index=cell["index"]))
     events.append(make_event(run_id, "RunCompleted", {"status": "completed", "cells_completed": len(cells),
                                                       "cells_failed": 0}))

@@ -19,6 +19,7 @@ from multiprocessing.connection import wait
 from .. import verdict
 from ..drivers import BrokerUnavailable, get_driver
 from ..events import EventStore, cell_prefix, make_event
+from ..reports.model import interval_digest, verdict_basis
 from ..reports.results import cell_result
 from . import outcome, resources, search
 from .consumer import ConsumerTask, consumer_main
@@ -183,7 +184,7 @@ class _CellRun:
         self.processes: list[multiprocessing.Process] = []
         self.conns: dict = {}  # connection -> ("producer"|"consumer", id)
         self.aggregator = IntervalAggregator([])
-        self.series: list[dict] = []  # per written interval, without histograms: what the verdict reads
+        self.series: list[dict] = []  # per written interval, its data without histograms: the verdict's and digest's
         self.topic_created = False
         self.probes = 0  # readiness probe messages in the topic
         self.warmup: WarmupWatch | None = None  # an adaptive warm-up's watch
@@ -392,7 +393,7 @@ class _CellRun:
             data = {"cell_id": self.cell["cell_id"], "attempt": self.attempt, **data, "backlog": backlog}
             if used:
                 data["resources"] = used
-            self.series.append({k: data[k] for k in ("interval", "counters", "summary", "backlog")})
+            self.series.append({k: v for k, v in data.items() if k != "histograms"})
             events.append(make_event(self.run_id, "IntervalMeasured", data, cell_index=self.cell["index"],
                                      interval=data["interval"], attempt=self.attempt))
         self.store.append(events)
@@ -416,8 +417,11 @@ class _CellRun:
         if reason is not None:
             return self.fail(reason, {"totals": counts, "broker_count": broker_count, "warmup": self._warmup_record()})
         delivered = outcome.delivery(producers, consumers, consumed, self.timing["measure_start"])
-        judged = verdict.sustainability(None if cell["rate"] == "max" else cell["rate"],
-                                        verdict.interval_inputs(self.series, schedule_s), publish_only=not consumed)
+        basis = verdict_basis(cell["rate"], schedule_s, not consumed)  # what the verdict is judged on
+        judged = verdict.sustainability(basis["target"], verdict.interval_inputs(self.series, schedule_s),
+                                        publish_only=not consumed)
+        # The digest of the intervals lets a report leave them unread (reports.model.interval_digest).
+        digest = interval_digest(self.series, basis)
         counts.update(delivered=delivered["delivered"], bytes_delivered=delivered["bytes_delivered"])
         self.store.append([make_event(self.run_id, "CellCompleted", {
             "cell_id": cell["cell_id"], "attempt": self.attempt, "measured_s": schedule_s,
@@ -428,6 +432,7 @@ class _CellRun:
             "warmup": self._warmup_record(),
             "resources": resources.summarize(self.resource_samples),
             "verdict": {"verdict": judged["verdict"], "reasons": judged["reasons"]},
+            **({"digest": digest} if digest else {}),
             "histograms": self.aggregator.cumulative_histograms(),
         }, cell_index=cell["index"])])
         self.progress(Progress(cell["cell_id"], "done", 1.0, counts["sent"], counts["received"] or 0))

@@ -10,7 +10,7 @@ import json
 import socket
 
 from .. import config, environment
-from ..events import RUN_EVENTS, make_event, new_run_id, sort_key
+from ..events import RUN_EVENTS, make_event, new_run_id, read_report_events, sort_key
 from ..plan import plan
 from ..reports import html, markdown, regression
 from ..reports.model import build_report
@@ -103,7 +103,7 @@ def publish_reports(store, run_id: str, events: list[dict] | None = None,
 
     `regression_check` is CheckRegression's result, passed through as it is (report["regression_check"]).
     """
-    events = events if events is not None else store.read(run_id, interval_histograms=False)
+    events = events if events is not None else read_report_events(store, run_id)
     report = build_report(events)
     if regression_check is not None:
         report["regression_check"] = regression_check
@@ -129,7 +129,7 @@ def check_regression(event: dict) -> dict:
     requested = store.read(run_id, prefix="00#run")[0]["data"]["spec"]
     checked = regression.check(store, run_id, event.get("baseline_run_id") or requested.get("baseline_run_id"))
     check_file = config.reports().write(run_id, REGRESSION_FILE, json.dumps(checked, indent=2, default=_plain))
-    results = build_results(store.read(run_id, interval_histograms=False))
+    results = build_results(read_report_events(store, run_id))
     failed = [{"cell_id": c["cell_id"], "reason": c.get("reason")} for c in results["cells"] if c["status"] != "completed"]
     regressions = [{k: r.get(k) for k in ("cell", "metric", "baseline_median", "candidate_median", "change", "p_value")}
                    for r in checked["regressions"]]
@@ -142,7 +142,7 @@ def aggregate(event: dict) -> dict:
     so a failure here ends the run RunFailed (the workflow's catch) instead of hiding behind it."""
     store = config.event_store()
     run_id = event["run_id"]
-    events = store.read(run_id, interval_histograms=False)
+    events = read_report_events(store, run_id)
     results = build_results(events)
     completed = sum(1 for c in results["cells"] if c["status"] == "completed")
     failed = len(results["cells"]) - completed

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 from pathlib import Path
 
@@ -49,6 +50,43 @@ def _request(args) -> tuple[dict, str | None]:
     if args.spec:
         return load_file(args.spec), None
     return load_suite(args.suite), args.suite
+
+
+def _scale(text: str) -> float:
+    """--scale F: a factor above 0 and at most 1 (argparse reports anything else and exits 2)."""
+    from .spec import valid_scale
+
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number: give a factor above 0 and at most 1, "
+                                         "e.g. 0.1") from None
+    if not valid_scale(value):
+        raise argparse.ArgumentTypeError(f"{text} is not above 0 and at most 1: give a factor such as 0.1")
+    return value
+
+
+def _requests(args) -> tuple[list[dict], str | None]:
+    """The run requests to run or check, each validated as written, then scaled by --scale: a spec's one,
+    or a suite's (a study may hold several runs, run one after another). SpecError when any is invalid."""
+    from .spec import load_file, scaled, suite_runs, validate
+
+    requests = [load_file(args.spec)] if args.spec else suite_runs(args.suite)
+    for request in requests:
+        validate(request)
+    scale = getattr(args, "scale", None)
+    if scale is not None:
+        requests = [scaled(request, scale) for request in requests]
+        for request in requests:
+            validate(request)
+    return requests, (None if args.spec else args.suite)
+
+
+def _duration(seconds: float) -> str:
+    minutes = round(seconds / 60)
+    if minutes < 1:
+        return f"{math.ceil(seconds)} s"
+    return f"{minutes} min" if minutes < 60 else f"{minutes // 60} h {minutes % 60:02d} min"
 
 
 def _print_problems(exc) -> None:
@@ -210,18 +248,44 @@ def run_exit_code(results: dict, execution) -> tuple[int, list[str]]:
 
 
 def cmd_run(args) -> int:
-    from contextlib import ExitStack
-
-    from .events import new_run_id
-    from .local.stack import StackBusy
-    from .spec import SpecError, validate
+    from .spec import SpecError
 
     try:
-        request, suite = _request(args)
-        validate(request)  # nothing starts for an invalid request
+        requests, suite = _requests(args)  # nothing starts when any of a study's runs is invalid
     except SpecError as exc:
         _print_problems(exc)
         return EXIT_INVALID
+    if args.scale is not None:  # what the scale changed, as the run's notes keep it
+        console.print(requests[0]["notes"][-1], style="dim", markup=False, highlight=False)
+    if len(requests) == 1:
+        return _run_one(args, requests[0], suite)[0]
+    # A study of several runs (e.g. one per topology): one after another, each its own run and run id.
+    names = ", ".join(str(r.get("name", "adhoc")) for r in requests)
+    console.print(f"suite [bold]{suite}[/]: {len(requests)} runs, one after another: {names}")
+    finished = []
+    for number, request in enumerate(requests, 1):
+        console.rule(f"run {number} of {len(requests)}: {request.get('name', 'adhoc')}")
+        code, run_id = _run_one(args, request, suite)
+        finished.append((request.get("name", "adhoc"), run_id, code))
+        if code in (EXIT_INTERRUPTED, EXIT_ENVIRONMENT):
+            break  # interrupted, or the stack is not usable: the later runs would not fare better
+    console.print(f"\nsuite [bold]{suite}[/]: {len(finished)} of {len(requests)} runs")
+    for name, run_id, code in finished:
+        console.print(f"  {run_id}  {name}  exit {code}", markup=False, highlight=False)
+    for request in requests[len(finished):]:
+        console.print(f"  {'-':22}  {request.get('name', 'adhoc')}  not run", markup=False, highlight=False)
+    codes = {code for _, _, code in finished}
+    return next(code for code in (EXIT_INTERRUPTED, EXIT_ENVIRONMENT, EXIT_INVALID, EXIT_CELLS_FAILED, EXIT_OK)
+                if code in codes or code == EXIT_OK)
+
+
+def _run_one(args, request: dict, suite: str | None) -> tuple[int, str]:
+    """One validated run request on the local stack, under the stack's run lock: (exit code, run id)."""
+    from contextlib import ExitStack
+
+    from .events import new_run_id, read_report_events
+    from .local.stack import StackBusy
+
     if args.keep_stack:
         request = {**request, "keep_targets": True}
     stack = _stack(args)
@@ -231,11 +295,12 @@ def cmd_run(args) -> int:
             held.enter_context(stack.run_lock(run_id))
         except StackBusy as exc:
             errors.print(f"local stack busy: {exc}", style="red", markup=False)
-            return EXIT_ENVIRONMENT
-        return _run_locked(args, stack, request, suite, run_id)
+            return EXIT_ENVIRONMENT, run_id
+        return _run_locked(args, stack, request, suite, run_id), run_id
 
 
 def _run_locked(args, stack, request: dict, suite: str | None, run_id: str) -> int:
+    from .events import read_report_events
     from .local.stack import StackError
     from .local.workflow import LocalWorkflow, WorkflowError
     from .reports.results import build_results
@@ -262,7 +327,7 @@ def _run_locked(args, stack, request: dict, suite: str | None, run_id: str) -> i
                 errors.print(f"[red]workflow:[/] {exc}")
                 return EXIT_ENVIRONMENT
             bars.poll()
-        events = store.read(run_id)
+        events = read_report_events(store, run_id)
         if not events:
             if interrupted:
                 return EXIT_INTERRUPTED
@@ -291,15 +356,26 @@ def _run_locked(args, stack, request: dict, suite: str | None, run_id: str) -> i
 
 
 def cmd_validate(args) -> int:
+    from .plan import run_seconds
     from .spec import SpecError, expand, validate
 
     try:
-        request, _ = _request(args)
-        cells = expand(validate(request))
+        requests, _ = _requests(args)
+        specs = [validate(request) for request in requests]
     except SpecError as exc:
         _print_problems(exc)
         return EXIT_INVALID
-    console.print(f"valid: {len(cells)} cells")
+    counts = [(spec, expand(spec)) for spec in specs]
+    total_s = sum(run_seconds(spec, cells) for spec, cells in counts)
+    scaled = f" at scale {args.scale:g}" if args.scale is not None else ""
+    if len(specs) == 1:
+        console.print(f"valid: {len(counts[0][1])} cells{scaled}, about {_duration(total_s)}")
+        return EXIT_OK
+    console.print(f"valid: {len(specs)} runs, {sum(len(cells) for _, cells in counts)} cells{scaled}, "
+                  f"about {_duration(total_s)}")
+    for spec, cells in counts:
+        console.print(f"  {spec['name']}: {len(cells)} cells, about {_duration(run_seconds(spec, cells))}",
+                      markup=False, highlight=False)
     return EXIT_OK
 
 
@@ -337,11 +413,19 @@ def cmd_cost(args) -> int:
 
 
 def cmd_suites(args) -> int:
-    from .spec import expand, load_suite, suite_names, validate
+    """Every built-in suite: its one-line description, cells and estimated time (plan.estimated_seconds,
+    summed over a study's runs), and with --scale the scaled run's."""
+    from .plan import suite_summary
+    from .spec import all_suite_names
 
-    for name in suite_names():
-        request = load_suite(name)
-        console.print(f"[bold]{name}[/] ({len(expand(validate(request)))} cells): {request.get('description', '')}")
+    for name in all_suite_names():
+        full = suite_summary(name)
+        runs = f", {len(full['runs'])} runs" if len(full["runs"]) > 1 else ""
+        line = f"[bold]{name}[/] ({full['cells']} cells{runs}, about {_duration(full['estimated_s'])}"
+        if args.scale is not None:
+            small = suite_summary(name, args.scale)
+            line += f"; at scale {args.scale:g}: {small['cells']} cells, about {_duration(small['estimated_s'])}"
+        console.print(f"{line}): {full['description']}")
     return EXIT_OK
 
 
@@ -388,13 +472,16 @@ def _stored(args):
 
 
 def _run_events(args, *run_ids: str) -> list[list[dict]] | int:
-    """Each run's events (without per-interval histograms), or the exit code to return."""
+    """Each run's events as reports read them (no per-interval histograms; a digested cell's intervals left
+    out), or the exit code to return."""
+    from .events import read_report_events
+
     store = _stored(args)
     if store is None:
         return EXIT_ENVIRONMENT
     found = []
     for run_id in run_ids:
-        events = store.read(run_id, interval_histograms=False)
+        events = read_report_events(store, run_id)
         if not events:
             errors.print(f"[red]no run {run_id}[/]")
             return EXIT_INVALID
@@ -617,6 +704,10 @@ def cmd_openapi(args) -> int:
     return EXIT_OK
 
 
+SCALE_HELP = ("shorten durations, message counts and repeats by F (0 < F <= 1); brokers, sizes, rates, formats "
+              "and modes stay as they are (spec.scaled)")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="brokerbench", description=__doc__.split("\n")[0],
                                      epilog="Exit codes: 0 ok, 1 some cells or a workflow step failed, 2 invalid "
@@ -632,12 +723,14 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--out", default="reports", help="results folder (default reports/): writes OUT/<run_id>/results.json")
     run.add_argument("--keep-stack", action="store_true", help="leave a stack this run started running afterwards")
     run.add_argument("--no-aof", action="store_true", help="start Redis without AOF persistence (default: AOF on)")
+    run.add_argument("--scale", type=_scale, metavar="F", help=SCALE_HELP)
     run.set_defaults(func=cmd_run)
 
     validate = sub.add_parser("validate", help="check a spec or suite without running it")
     vsource = validate.add_mutually_exclusive_group(required=True)
     vsource.add_argument("--suite")
     vsource.add_argument("--spec")
+    validate.add_argument("--scale", type=_scale, metavar="F", help=SCALE_HELP)
     validate.set_defaults(func=cmd_validate)
 
     cost = sub.add_parser("cost", help="estimate a suite's or spec's AWS cost before it runs (list prices)")
@@ -647,7 +740,9 @@ def build_parser() -> argparse.ArgumentParser:
     cost.add_argument("--json", action="store_true", help="print the estimate as JSON")
     cost.set_defaults(func=cmd_cost)
 
-    sub.add_parser("suites", help="list the built-in suites").set_defaults(func=cmd_suites)
+    suites = sub.add_parser("suites", help="list the built-in suites: description, cells and estimated time")
+    suites.add_argument("--scale", type=_scale, metavar="F", help="also the estimate at this scale (0 < F <= 1)")
+    suites.set_defaults(func=cmd_suites)
 
     local = sub.add_parser("local", help="start, stop or inspect the local stack (the brokers, DynamoDB Local)")
     local.add_argument("action", choices=["up", "down", "status"])

@@ -3,7 +3,7 @@
 schemas/run-request.schema.json stays the document people read and validation uses; `generated()`
 is that file with its broker list, targets, provision, client settings, modes, partitions and
 formats taken from the registries (`brokerbench schema --write` rewrites it; a test fails when the
-two differ). Everything else in the file is kept as written.
+two differ), and size_rates' pair copied from sizes and rates. Everything else in the file is kept as written.
 """
 
 from __future__ import annotations
@@ -68,6 +68,13 @@ def modes() -> list[str]:
     return list(dict.fromkeys(mode for plugin in plugins().values() for mode in plugin.capabilities.modes))
 
 
+def size_rate_pair(props: dict) -> dict:
+    """size_rates' item: one size of `sizes` and its own list of `rates`, defined once (in sizes and rates)."""
+    rates = {k: v for k, v in props["rates"].items() if k != "description"}
+    return {"size": {"description": "A message size in bytes, as in sizes.", **copy.deepcopy(props["sizes"]["items"])},
+            "rates": {"description": "This size's rates, as in rates.", **copy.deepcopy(rates)}}
+
+
 def generated(base: dict | None = None) -> dict:
     """The run-request schema with its registry-dependent parts generated (from the checked-in file by default)."""
     schema = copy.deepcopy(checked_in() if base is None else base)
@@ -91,6 +98,7 @@ def generated(base: dict | None = None) -> dict:
     }
     references = props["references"]["properties"]
     references["format"]["enum"] = list(FORMATS)
+    props["size_rates"]["items"]["properties"] = size_rate_pair(props)
     references["broker"] = {**{k: v for k, v in references["broker"].items() if k != "enum"}, **broker_names()}
     return schema
 

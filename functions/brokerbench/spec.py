@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import json
+import math
 import random
 import re
 import secrets
@@ -92,6 +93,49 @@ def _unknown_brokers(doc: dict) -> list[Problem]:
             if isinstance(name, str) and name not in plugins() and not isinstance(targets.get(name), dict)]
 
 
+def _form_problems(doc: dict) -> list[Problem]:
+    """Exactly one of the two forms of the size x rate part: sizes and rates (every size at every rate), or
+    size_rates (each size at its own rates)."""
+    if "size_rates" in doc:
+        both = [field for field in ("sizes", "rates") if field in doc]
+        return [Problem("size_rates", f"give either size_rates or sizes and rates, not both ({' and '.join(both)} "
+                                      f"{'is' if len(both) == 1 else 'are'} given too)")] if both else []
+    # The message starts as the schema's own for a missing property (the API names the field from it).
+    return [Problem(field, f"'{field}' is a required property (with {other}), unless size_rates pairs each size "
+                           f"with its own rates")
+            for field, other in (("sizes", "rates"), ("rates", "sizes")) if field not in doc]
+
+
+def size_rates(spec: dict) -> list[tuple[int, list]]:
+    """The (size, its rates) pairs a request runs, in matrix order: size_rates as given, or every size of
+    sizes with every rate of rates."""
+    if spec.get("size_rates") is not None:
+        return [(pair["size"], list(pair["rates"])) for pair in spec["size_rates"]]
+    return [(size, list(spec["rates"])) for size in spec["sizes"]]
+
+
+def _placed_sizes_and_rates(spec: dict) -> tuple[list[tuple[int, str]], list[tuple[object, str]]]:
+    """Each size and each rate with its place in the document, once each (for the per-size and per-rate checks)."""
+    if spec.get("size_rates") is not None:
+        pairs = spec["size_rates"]
+        return ([(pair["size"], f"size_rates[{i}].size") for i, pair in enumerate(pairs)],
+                [(rate, f"size_rates[{i}].rates[{j}]") for i, pair in enumerate(pairs)
+                 for j, rate in enumerate(pair["rates"])])
+    return ([(size, f"sizes[{i}]") for i, size in enumerate(spec["sizes"])],
+            [(rate, f"rates[{j}]") for j, rate in enumerate(spec["rates"])])
+
+
+def _repeated_sizes(spec: dict) -> list[Problem]:
+    problems, first = [], {}
+    for i, pair in enumerate(spec.get("size_rates") or []):
+        if pair["size"] in first:
+            problems.append(Problem(f"size_rates[{i}].size", f"{pair['size']} B is already paired in "
+                                                             f"size_rates[{first[pair['size']]}]: give each size once, "
+                                                             f"with all its rates"))
+        first.setdefault(pair["size"], i)
+    return problems
+
+
 def _unsupported_modes(spec: dict) -> list[Problem]:
     problems = []
     for broker in spec["brokers"]:
@@ -113,23 +157,26 @@ def validate(doc) -> dict:
     ]
     reported = {problem.path for problem in problems}
     problems += [problem for problem in _unknown_brokers(doc) if problem.path not in reported]
+    problems += _form_problems(doc)
     if problems:
         raise SpecError(problems)
     spec = _defaults(doc, request_schema())
     problems += _unsupported_modes(spec)
+    problems += _repeated_sizes(spec)
+    sizes, rates = _placed_sizes_and_rates(spec)
     minimums = smallest_sizes(spec["formats"], spec["size_basis"])
-    for i, size in enumerate(spec["sizes"]):
+    for size, place in sizes:
         too_small = {fmt: low for fmt, low in minimums.items() if size < low * 0.99}
         if too_small:
             lows = ", ".join(f"{fmt} needs at least {low} B" for fmt, low in too_small.items())
-            problems.append(Problem(f"sizes[{i}]", f"{size} B is below the smallest benchmark record ({lows})"))
+            problems.append(Problem(place, f"{size} B is below the smallest benchmark record ({lows})"))
     if spec["consumers"] > spec["partitions"]:
         problems.append(Problem("consumers", f"{spec['consumers']} consumers need at least as many partitions "
                                              f"(partitions is {spec['partitions']})"))
-    for i, rate in enumerate(spec["rates"]):
+    for rate, place in rates:
         if rate not in ("max", "sustainable") and rate < spec["producers"]:
-            problems.append(Problem(f"rates[{i}]", f"{rate} msgs/s is below one message per second per producer "
-                                                   f"({spec['producers']} producers)"))
+            problems.append(Problem(place, f"{rate} msgs/s is below one message per second per producer "
+                                           f"({spec['producers']} producers)"))
     if problems:
         raise SpecError(problems)
     if spec["order"] == "random" and spec.get("order_seed") is None:
@@ -141,19 +188,112 @@ def validate(doc) -> dict:
 SUITE_NAME = re.compile(r"^[a-z0-9][a-z0-9_-]{0,63}$")
 
 
-def load_suite(name: str) -> dict:
+# A suite file is one run request (quick, smoke), or a study: {"description", "study", "notes", "runs": [request,
+# ...]}, one run or several (e.g. one per topology). A run leaves out description, study or notes to take the
+# study's, so they are stored with every run.
+SUITE_FIELDS = ("description", "study", "notes", "runs")
+
+
+def load_suite_file(name: str) -> dict:
+    """A suite file as written: one run request, or a study of several runs (see suite_runs)."""
     # The name becomes a file name: only plain names, so one cannot reach outside the suites folder.
     if not isinstance(name, str) or not SUITE_NAME.fullmatch(name):
         raise SpecError([Problem("suite", f"{name!r} is not a suite name (lower-case letters, digits, - and _)")])
     path = SUITES_DIR / f"{name}.json"
     if not path.is_file():
-        known = ", ".join(suite_names()) or "none"
+        known = ", ".join(all_suite_names()) or "none"
         raise SpecError([Problem("suite", f"no suite named {name!r} (known: {known})")])
     return json.loads(path.read_text())
 
 
-def suite_names() -> list[str]:
+def _runs_of(name: str, doc: dict) -> list[dict]:
+    if "runs" not in doc:
+        return [doc]
+    runs = doc["runs"]
+    extra = sorted(set(doc) - set(SUITE_FIELDS))
+    if not isinstance(runs, list) or not runs or not all(isinstance(run, dict) for run in runs) or extra:
+        raise SpecError([Problem("suite", f"suite {name!r}: runs must be a non-empty list of run requests, beside "
+                                          f"only {', '.join(SUITE_FIELDS[:3])}"
+                                          + (f" (unexpected: {', '.join(extra)})" if extra else ""))])
+    shared = {field: doc[field] for field in SUITE_FIELDS[:3] if field in doc}
+    return [{**copy.deepcopy(shared), **copy.deepcopy(run)} for run in runs]
+
+
+def suite_runs(name: str) -> list[dict]:
+    """The run requests of a suite, in the order they run: one for a suite that is one run request."""
+    return _runs_of(name, load_suite_file(name))
+
+
+def load_suite(name: str) -> dict:
+    """The run request of a suite that is one run (every suite of suite_names(), and a study of one run);
+    a study of several runs is refused, naming its runs (see suite_runs)."""
+    runs = suite_runs(name)
+    if len(runs) > 1:
+        names = ", ".join(str(run.get("name", "?")) for run in runs)
+        raise SpecError([Problem("suite", f"suite {name!r} is a study of {len(runs)} runs ({names}), not one run "
+                                          f"request: `brokerbench run --suite {name}` runs them one after another")])
+    return runs[0]
+
+
+def all_suite_names() -> list[str]:
+    """Every built-in suite, the studies included (`brokerbench suites`, `run --suite`, `validate --suite`)."""
     return sorted(p.stem for p in SUITES_DIR.glob("*.json"))
+
+
+def suite_names() -> list[str]:
+    """The built-in suites that are a plain run request, not a study (what the API and schedules take)."""
+    return [name for name in all_suite_names() if "runs" not in load_suite_file(name)]
+
+
+# -- scale: a study in a few minutes, its matrix unchanged --------------------------------------------------
+MIN_SCALED_DURATION_S = 1.0  # at least one one-second interval per cell
+ADAPTIVE_WARMUP_EXTRA_S = 10.0  # warmup_max_s null means warmup_s + this (worker/warmup.py DEFAULT_EXTRA_S)
+
+
+def valid_scale(factor) -> bool:
+    return (isinstance(factor, (int, float)) and not isinstance(factor, bool) and math.isfinite(factor)
+            and 0 < factor <= 1)
+
+
+def scaled(request: dict, factor: float) -> dict:
+    """The request shortened by `factor` (0 < factor <= 1), its matrix unchanged.
+
+    Multiplied: duration_s (at least 1 s, one interval, unless it was shorter), warmup_s, the adaptive
+    warm-up's bound (warmup_max_s, or warmup_s + 10 s when it is null), messages (at least one per
+    producer) and repeats (rounded up, at least 1). Unchanged: brokers, sizes and rates (or size_rates),
+    formats, modes, topology, client settings, drain_timeout_s (a bound on waiting for what is still in
+    flight, not measured time: shortening it would count slow deliveries as lost) and search. A note
+    saying what was scaled is appended to notes. A pure function: the request given is not changed.
+    """
+    if not valid_scale(factor):
+        raise ValueError(f"scale must be a number above 0 and at most 1, not {factor!r}")
+    out = copy.deepcopy(request)
+    if factor == 1:
+        return out
+    props = request_schema()["properties"]
+    value = lambda field: request.get(field, props[field].get("default"))  # noqa: E731
+    changed = {}
+
+    def put(field, new):
+        if new != value(field):
+            changed[field] = (value(field), new)
+        out[field] = new
+
+    duration, warmup = value("duration_s"), value("warmup_s")
+    put("duration_s", round(max(min(duration, MIN_SCALED_DURATION_S), duration * factor), 3))
+    put("warmup_s", round(warmup * factor, 3))
+    bound = value("warmup_max_s")
+    if value("warmup_until_steady") or bound is not None:
+        bound = warmup + ADAPTIVE_WARMUP_EXTRA_S if bound is None else bound
+        put("warmup_max_s", max(out["warmup_s"], round(bound * factor, 3)))
+    if value("messages") is not None:
+        put("messages", max(value("producers"), math.ceil(value("messages") * factor)))
+    put("repeats", max(1, math.ceil(value("repeats") * factor - 1e-9)))
+    what = ", ".join(f"{field} {old if old is not None else 'null'} -> {new}" for field, (old, new) in changed.items())
+    out["notes"] = [*request.get("notes", []),
+                    f"scaled by {factor:g} (--scale {factor:g}): {what or 'nothing to shorten'}; brokers, sizes, "
+                    "rates, formats, modes, topology and client settings as in the suite"]
+    return out
 
 
 def load_file(path: str | Path) -> dict:
@@ -189,39 +329,40 @@ def execution_order(spec: dict, cells_per_repeat: int, repeat: int) -> list[int]
 def expand(spec: dict) -> list[dict]:
     """The run's cells in the order they run.
 
-    `index` is a cell's identity (its slot in the matrix, repeats outermost; event sort keys use it),
+    The matrix is size x rate (sizes x rates, or only the pairs of size_rates) x mode x broker x format, per
+    repeat. `index` is a cell's identity (its slot in the matrix, repeats outermost; event sort keys use it),
     `order` its position in the run. Repeats run one after another; inside a repeat the cells are
     shuffled (see execution_order), so no broker or format always goes first or follows the same one.
     """
     matrix = []
+    pairs = [(size, rate) for size, rates in size_rates(spec) for rate in rates]
     for repeat in range(spec["repeats"]):
-        for size in spec["sizes"]:
-            for rate in spec["rates"]:
-                for mode in spec["modes"]:
-                    for broker in spec["brokers"]:
-                        for fmt in spec["formats"]:
-                            matrix.append({
-                                "cell_id": f"{broker}.{fmt}.{mode}.{size}B.{rate_label(rate)}.r{repeat}",
-                                "index": len(matrix),
-                                "broker": broker,
-                                "format": fmt,
-                                "mode": mode,
-                                "size_basis": spec["size_basis"],
-                                "size_bytes": size,
-                                "rate": rate,
-                                "producers": spec["producers"],
-                                "consumers": spec["consumers"],
-                                "partitions": spec["partitions"],
-                                "duration_s": spec["duration_s"],
-                                "messages": spec["messages"],
-                                "warmup_s": spec["warmup_s"],
-                                "warmup_until_steady": spec["warmup_until_steady"],
-                                "warmup_max_s": spec["warmup_max_s"],
-                                "drain_timeout_s": spec["drain_timeout_s"],
-                                "repeat": repeat,
-                                "client": spec["client"],
-                                **({"search": spec["search"]} if rate == "sustainable" else {}),
-                            })
+        for size, rate in pairs:
+            for mode in spec["modes"]:
+                for broker in spec["brokers"]:
+                    for fmt in spec["formats"]:
+                        matrix.append({
+                            "cell_id": f"{broker}.{fmt}.{mode}.{size}B.{rate_label(rate)}.r{repeat}",
+                            "index": len(matrix),
+                            "broker": broker,
+                            "format": fmt,
+                            "mode": mode,
+                            "size_basis": spec["size_basis"],
+                            "size_bytes": size,
+                            "rate": rate,
+                            "producers": spec["producers"],
+                            "consumers": spec["consumers"],
+                            "partitions": spec["partitions"],
+                            "duration_s": spec["duration_s"],
+                            "messages": spec["messages"],
+                            "warmup_s": spec["warmup_s"],
+                            "warmup_until_steady": spec["warmup_until_steady"],
+                            "warmup_max_s": spec["warmup_max_s"],
+                            "drain_timeout_s": spec["drain_timeout_s"],
+                            "repeat": repeat,
+                            "client": spec["client"],
+                            **({"search": spec["search"]} if rate == "sustainable" else {}),
+                        })
     per_repeat = len(matrix) // spec["repeats"]
     cells = []
     for repeat in range(spec["repeats"]):

@@ -59,9 +59,10 @@ CLIENT = {
         "default": 1048576,
     },
     "pulsar_batch_messages": {
-        "description": "Pulsar batchingMaxMessages in batch mode: most messages in one batch.",
+        "description": "Pulsar batchingMaxMessages in batch mode: most messages in one batch (at least 2: the "
+                       "client refuses 1).",
         "type": "integer",
-        "minimum": 1,
+        "minimum": 2,
         "maximum": 1000000,
         "default": 1000,
     },

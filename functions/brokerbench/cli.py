@@ -369,12 +369,12 @@ def cmd_validate(args) -> int:
     total_s = sum(run_seconds(spec, cells) for spec, cells in counts)
     scaled = f" at scale {args.scale:g}" if args.scale is not None else ""
     if len(specs) == 1:
-        console.print(f"valid: {len(counts[0][1])} cells{scaled}, about {_duration(total_s)}")
+        console.print(f"valid: {len(counts[0][1])} cells{scaled}, at most {_duration(total_s)}")
         return EXIT_OK
     console.print(f"valid: {len(specs)} runs, {sum(len(cells) for _, cells in counts)} cells{scaled}, "
-                  f"about {_duration(total_s)}")
+                  f"at most {_duration(total_s)}")
     for spec, cells in counts:
-        console.print(f"  {spec['name']}: {len(cells)} cells, about {_duration(run_seconds(spec, cells))}",
+        console.print(f"  {spec['name']}: {len(cells)} cells, at most {_duration(run_seconds(spec, cells))}",
                       markup=False, highlight=False)
     return EXIT_OK
 
@@ -421,10 +421,10 @@ def cmd_suites(args) -> int:
     for name in all_suite_names():
         full = suite_summary(name)
         runs = f", {len(full['runs'])} runs" if len(full["runs"]) > 1 else ""
-        line = f"[bold]{name}[/] ({full['cells']} cells{runs}, about {_duration(full['estimated_s'])}"
+        line = f"[bold]{name}[/] ({full['cells']} cells{runs}, at most {_duration(full['estimated_s'])}"
         if args.scale is not None:
             small = suite_summary(name, args.scale)
-            line += f"; at scale {args.scale:g}: {small['cells']} cells, about {_duration(small['estimated_s'])}"
+            line += f"; at scale {args.scale:g}: {small['cells']} cells, at most {_duration(small['estimated_s'])}"
         console.print(f"{line}): {full['description']}")
     return EXIT_OK
 

@@ -302,8 +302,8 @@ def test_suites_lists_every_suite_with_its_time(capsys):
     for name in spec.all_suite_names():
         line = next(line for line in lines if line.startswith(f"{name} ("))
         summary = plan.suite_summary(name)
-        assert f"({summary['cells']} cells" in line and re.search(r"about \d+ (min|s)|about \d+ h \d\d min", line)
-    assert "tallberg (81 cells, 2 runs, about 1 h 17 min)" in out
+        assert f"({summary['cells']} cells" in line and re.search(r"at most \d+ (min|s)|at most \d+ h \d\d min", line)
+    assert "tallberg (81 cells, 2 runs, at most 1 h 17 min)" in out
     assert "Redpanda cannot run here" in out  # the one-line description
 
 
@@ -311,7 +311,7 @@ def test_suites_with_scale_adds_the_scaled_estimate(capsys):
     assert main(["suites", "--scale", "0.1"]) == 0
     out = capsys.readouterr().out
     assert out.count("at scale 0.1:") == len(spec.all_suite_names())
-    assert "tallberg (81 cells, 2 runs, about 1 h 17 min; at scale 0.1: 27 cells, about 13 min)" in out
+    assert "tallberg (81 cells, 2 runs, at most 1 h 17 min; at scale 0.1: 27 cells, at most 13 min)" in out
 
 
 @pytest.mark.parametrize("command", [["run", "--suite", "tallberg"], ["validate", "--suite", "tallberg"], ["suites"]])
@@ -330,7 +330,7 @@ def test_validate_a_scaled_study(capsys):
     assert "valid: 2 runs, 27 cells at scale 0.02" in out
     assert "tallberg-throughput: 9 cells" in out and "tallberg-latency: 18 cells" in out
     assert main(["validate", "--suite", "myastovskiy"]) == 0
-    assert "valid: 24 cells, about 2 h" in capsys.readouterr().out
+    assert "valid: 24 cells, at most 2 h" in capsys.readouterr().out
 
 
 def test_run_refuses_a_study_with_an_invalid_run_before_starting_any(tmp_path, monkeypatch, capsys):

@@ -286,6 +286,14 @@ def measured_usage(events: list[dict]) -> Usage:
             size += cumulative.get(event["data"]["cell_id"], 0)
             proxied += 1
         sizes.append(size)
+    # A cell whose intervals were not read (reports read a digested cell's start and end only): its digest
+    # keeps the size each interval was stored at, without histograms.
+    read = {e["data"]["cell_id"] for e in by_type.get("IntervalMeasured", [])}
+    for completed in by_type.get("CellCompleted", []):
+        cell_id, digest = completed["data"]["cell_id"], completed["data"].get("digest")
+        if digest and cell_id not in read:
+            sizes += [size + ITEM_OVERHEAD_BYTES + cumulative.get(cell_id, 0) for size in digest["bytes"]]
+            proxied += len(digest["bytes"])
     notes = [f"{proxied:,} intervals were read without their histograms: each counts the size of its cell's "
              "cumulative histograms."] if proxied else []
     return Usage(run_s=max(0.0, (end - start).total_seconds()), creation_in_run=True,
@@ -305,6 +313,8 @@ def local_evidence(events: list[dict]) -> str | None:
     for event in events:
         if event["type"] in ("CellCompleted", "IntervalMeasured") and "broker" in (event["data"].get("resources") or {}):
             return "a local broker's processes were sampled with the cells"
+        if event["type"] == "CellCompleted" and (event["data"].get("digest") or {}).get("broker_sampled"):
+            return "a local broker's processes were sampled with the cells"  # in intervals a report left unread
     local_only = [b for b in spec["brokers"] if b not in spec.get("targets", {}) and b in plugins()
                   and plugins()[b].cloud is None]
     if local_only:

@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 import math
 import statistics
-from collections import Counter, defaultdict
+from collections import defaultdict
 from dataclasses import dataclass
 from functools import cache
 from itertools import groupby
@@ -502,37 +502,13 @@ def reference_defaults() -> dict:
     return {name: field["default"] for name, field in request_schema()["properties"]["references"]["properties"].items()}
 
 
-def cost_estimate(events: list[dict], digested: list[dict] = ()) -> dict:
+def cost_estimate(events: list[dict]) -> dict:
     """The run's estimated AWS cost (brokerbench.cost), or the error that kept it from being made: an estimate
-    never breaks a report. `digested`: CellCompleted events whose intervals were left unread; each of those
-    intervals is counted as the stored event its digest describes (its size and whether it sampled a local
-    broker: all an estimate reads of an interval read without histograms)."""
+    never breaks a report. A digested cell's unread intervals are counted from its digest (cost.measured_usage)."""
     try:
-        return cost.estimate([*events, *_stand_ins(digested)] if digested else events)
+        return cost.estimate(events)
     except Exception as exc:  # noqa: BLE001
         return {"error": f"{type(exc).__name__}: {exc}"}
-
-
-def _stand_ins(ends: list[dict]) -> list[dict]:
-    """For each interval a digest describes, an event an estimate reads as that interval: the cell's, of the
-    size the interval was stored at, sampling a local broker where one of the cell's intervals did. Intervals
-    of one size share one such event."""
-    out = []
-    for end in ends:
-        cell_id, digest = end["data"]["cell_id"], end["data"]["digest"]
-        sizes = Counter(digest["bytes"])
-        if digest.get("broker_sampled") and digest["bytes"]:
-            sizes[digest["bytes"][0]] -= 1
-            out.append(_stand_in(end, digest["bytes"][0], {"resources": {"broker": None}}))
-        for size, n in sizes.items():
-            out += [_stand_in(end, size)] * n
-    return out
-
-
-def _stand_in(end: dict, size: int, extra: dict | None = None) -> dict:
-    data = {"cell_id": end["data"]["cell_id"], **(extra or {}), "stands_for": ""}
-    data["stands_for"] = "x" * max(0, size - len(json.dumps(data)))
-    return {"run_id": end["run_id"], "sk": end["sk"], "type": "IntervalMeasured", "at": end["at"], "data": data}
 
 
 def build_report(events: list[dict]) -> dict:
@@ -581,5 +557,5 @@ def build_report(events: list[dict]) -> dict:
                   "max_rate": MAX_RATE_NOTE},
         "configurations_with_loss": [c["key"] for c in configurations if c["has_loss"]],
         "groups": groups,
-        "cost": cost_estimate(events, [ends[cid] for cid in digests]),
+        "cost": cost_estimate(events),
     }

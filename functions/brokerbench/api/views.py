@@ -44,6 +44,17 @@ def _status(end: dict | None, execution) -> str:
     return "incomplete"  # the execution ended (or is unknown) and the run has no end event
 
 
+def _end_and_execution(store, starter: Starter, run_id: str, end: dict | None):
+    """The run's end event and, when it has none, its execution. The execution is asked after the events
+    were read, so one that has ended since may have stored its end in between: the tail is read again."""
+    if end is not None:
+        return end, None
+    execution = starter.execution(run_id)
+    if execution is not None and execution.state == "ended":
+        end = next((e for e in store.read(run_id, prefix="90#") if e["type"] in RUN_EVENTS), None)
+    return end, (None if end else execution)
+
+
 def _cell_counts(events: list[dict]) -> dict:
     ends = [e for e in events if e["type"] in ("CellCompleted", "CellFailed")]
     completed = sum(1 for e in ends if e["type"] == "CellCompleted")
@@ -54,8 +65,8 @@ def summary(store, starter: Starter, requested: dict) -> dict:
     """A run's line in a listing, from its RunRequested event and its end (or its cells so far)."""
     run_id = requested["run_id"]
     tail = store.read(run_id, prefix="90#")
-    end = next((e for e in tail if e["type"] in RUN_EVENTS), None)
-    execution = None if end else starter.execution(run_id)
+    end, execution = _end_and_execution(store, starter, run_id,
+                                        next((e for e in tail if e["type"] in RUN_EVENTS), None))
     if end is not None and end["type"] == "RunCompleted":
         counts = {"completed": end["data"]["cells_completed"], "failed": end["data"]["cells_failed"]}
     else:
@@ -109,8 +120,11 @@ def run_detail(store, starter: Starter, run_id: str) -> dict:
         return unrecorded(execution)
     results = build_results(events)
     requested = next(e for e in events if e["type"] == "RunRequested")
-    end = next((e for e in events if e["type"] in RUN_EVENTS), None)
-    execution = None if end else starter.execution(run_id)
+    end, execution = _end_and_execution(store, starter, run_id,
+                                        next((e for e in events if e["type"] in RUN_EVENTS), None))
+    if end is not None and end not in events:  # the run ended while it was being read: read it whole
+        events = read_report_events(store, run_id)
+        results = build_results(events)
     total = len(results["cells"])
     counts = _cell_counts(events)
     done = counts["completed"] + counts["failed"]

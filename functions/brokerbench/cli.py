@@ -380,7 +380,8 @@ def cmd_validate(args) -> int:
 
 
 def cmd_cost(args) -> int:
-    """A run's estimated AWS cost before it runs: its plan on the default provisioned targets."""
+    """A run's estimated AWS cost before it runs: its plan on the default provisioned targets; a study of
+    several runs gets each run's estimate and their sum."""
     from rich.table import Table
 
     from .cost import estimate_plan
@@ -388,26 +389,36 @@ def cmd_cost(args) -> int:
     from .spec import SpecError, validate
 
     try:
-        request, suite = _request(args)
-        estimate = estimate_plan(validate(request))
+        requests, suite = _requests(args)
+        estimates = [(request.get("name", "adhoc"), estimate_plan(validate(request))) for request in requests]
     except SpecError as exc:
         _print_problems(exc)
         return EXIT_INVALID
+    total = round(sum(estimate["total"] for _, estimate in estimates), 2)
+    currency = estimates[0][1]["currency"]
     if args.json:
-        print(json.dumps(estimate, indent=2))
+        if len(estimates) == 1:
+            print(json.dumps(estimates[0][1], indent=2))
+        else:
+            print(json.dumps({"suite": suite, "total": total, "currency": currency,
+                              "runs": [{"name": name, **estimate} for name, estimate in estimates]}, indent=2))
         return EXIT_OK
     name = f"suite {suite}" if suite else args.spec
-    table = Table(title=f"estimated AWS cost of {name}: ${estimate['total']:,.2f} {estimate['currency']}",
-                  title_justify="left", header_style="bold")
-    for column, justify in (("item", "left"), ("quantity", "right"), ("unit", "left"), ("unit price", "right"),
-                            ("cost", "right")):
-        table.add_column(column, justify=justify)
-    for row in cost_rows(estimate):
-        table.add_row(*row)
-    console.print(table)
-    prices = estimate["prices"]
+    for run_name, estimate in estimates:
+        title = name if len(estimates) == 1 else f"{name}, run {run_name}"
+        table = Table(title=f"estimated AWS cost of {title}: ${estimate['total']:,.2f} {estimate['currency']}",
+                      title_justify="left", header_style="bold")
+        for column, justify in (("item", "left"), ("quantity", "right"), ("unit", "left"), ("unit price", "right"),
+                                ("cost", "right")):
+            table.add_column(column, justify=justify)
+        for row in cost_rows(estimate):
+            table.add_row(*row)
+        console.print(table)
+    if len(estimates) > 1:
+        console.print(f"[bold]{name}: {len(estimates)} runs, ${total:,.2f} {currency} in all[/]")
+    prices = estimates[0][1]["prices"]
     console.print(f"list prices for {prices['region']} as of {prices['as_of']}", markup=False, highlight=False)
-    for assumption in estimate["assumptions"]:
+    for assumption in dict.fromkeys(a for _, estimate in estimates for a in estimate["assumptions"]):
         console.print(f"- {assumption}", markup=False, highlight=False)
     return EXIT_OK
 
@@ -575,6 +586,73 @@ def cmd_runs(args) -> int:
     return EXIT_OK
 
 
+def cmd_study(args) -> int:
+    """A published study beside our stored runs of it (reports/study.py); `all` writes every study."""
+    from .reports import study
+
+    try:
+        names = study.study_names() if args.name == "all" else [study.load_study(args.name)["name"]]
+    except study.StudyError as exc:
+        errors.print(f"[red]{exc}[/]", markup=False)
+        return EXIT_INVALID
+    if args.run and args.name == "all":
+        errors.print("[red]--run: name one study to pick its runs (all takes each study's newest runs)[/]")
+        return EXIT_INVALID
+    store = _stored(args)
+    if store is None:
+        return EXIT_ENVIRONMENT
+    comparisons = []
+    for name in names:
+        definition = study.load_study(name)
+        try:
+            runs = study.find_runs(store, definition, args.run)
+        except study.StudyError as exc:
+            errors.print(f"[red]{exc}[/]", markup=False)
+            return EXIT_INVALID
+        missing = [r["name"] for r in definition["runs"] if r["name"] not in runs]
+        if missing:
+            errors.print(f"[red]study {name}: no ended run of {', '.join(missing)} is stored; run "
+                         f"`brokerbench run --suite {name}` (add --scale 0.1 for a short one) or name one with --run[/]",
+                         markup=False)
+            return EXIT_INVALID
+        comparisons.append(study.compare(definition, runs))
+        if args.archive:
+            for run in runs.values():
+                study.archive_run(store, run.run_id, Path(args.archive))
+    if args.json:
+        text = json.dumps(comparisons if args.name == "all" else comparisons[0], indent=2)
+    else:
+        text = study.document(comparisons) if args.name == "all" else study.markdown(comparisons[0])
+    if args.out:
+        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.out).write_text(text if text.endswith("\n") else text + "\n")
+        held = sum(c["ours"]["verdict"] == study.HOLDS for comp in comparisons for c in comp["conclusions"])
+        checked = sum(c["ours"]["verdict"] in (study.HOLDS, study.FAILS) for comp in comparisons
+                      for c in comp["conclusions"])
+        console.print(f"{args.out}: {len(comparisons)} studies, {held} of {checked} checked conclusions hold here",
+                      markup=False, highlight=False)
+    else:
+        print(text)
+    return EXIT_OK
+
+
+def cmd_import(args) -> int:
+    """Load archived runs (brokerbench study --archive) into the event store."""
+    from .reports import study
+
+    store = _stored(args)
+    if store is None:
+        return EXIT_ENVIRONMENT
+    for name in args.files:
+        try:
+            run_id, count = study.import_archive(store, Path(name))
+        except (OSError, ValueError, KeyError) as exc:
+            errors.print(f"[red]file {name}: {exc}[/]", markup=False)
+            return EXIT_INVALID
+        console.print(f"{run_id}: {count} events", markup=False, highlight=False)
+    return EXIT_OK
+
+
 def cmd_serve(args) -> int:
     """The API and console on 127.0.0.1, runs on the local stack, due schedules started."""
     import os
@@ -738,6 +816,7 @@ def build_parser() -> argparse.ArgumentParser:
     csource.add_argument("--suite")
     csource.add_argument("--spec")
     cost.add_argument("--json", action="store_true", help="print the estimate as JSON")
+    cost.add_argument("--scale", type=_scale, metavar="F", help="the cost of the run scaled by F (0 < F <= 1)")
     cost.set_defaults(func=cmd_cost)
 
     suites = sub.add_parser("suites", help="list the built-in suites: description, cells and estimated time")
@@ -773,6 +852,23 @@ def build_parser() -> argparse.ArgumentParser:
     runs.add_argument("--suite")
     runs.add_argument("--limit", type=int, default=20)
     runs.set_defaults(func=cmd_runs)
+
+    study = sub.add_parser("study", help="a published study's tables and conclusions beside our stored runs of it",
+                           description="Writes the comparison of a study (a suite with a published section: "
+                                       "tallberg, helenius, myastovskiy, downard) from stored runs: its tables "
+                                       "beside ours with the ratio, and which of its conclusions hold here. Without "
+                                       "--run, each of the study's runs is its newest ended run. `all` writes "
+                                       "every study (docs/STUDIES.md).")
+    study.add_argument("name", help="study name, or all")
+    study.add_argument("--run", action="append", metavar="RUN_ID", help="use this stored run (repeat for each run)")
+    study.add_argument("--out", help="write to this file (default: print)")
+    study.add_argument("--json", action="store_true", help="the comparison as JSON instead of Markdown")
+    study.add_argument("--archive", metavar="DIR", help="also write the runs' events to DIR/<run_id>.jsonl.gz")
+    study.set_defaults(func=cmd_study)
+
+    load = sub.add_parser("import", help="load archived runs (study --archive) into the event store")
+    load.add_argument("files", nargs="+", metavar="FILE")
+    load.set_defaults(func=cmd_import)
 
     serve = sub.add_parser("serve", help="serve the HTTP API and the web console locally; runs due schedules",
                            description="Serves the API's Lambda handler on 127.0.0.1 (runs execute on the local stack, "

@@ -189,9 +189,10 @@ SUITE_NAME = re.compile(r"^[a-z0-9][a-z0-9_-]{0,63}$")
 
 
 # A suite file is one run request (quick, smoke), or a study: {"description", "study", "notes", "runs": [request,
-# ...]}, one run or several (e.g. one per topology). A run leaves out description, study or notes to take the
-# study's, so they are stored with every run.
-SUITE_FIELDS = ("description", "study", "notes", "runs")
+# ...], "published": {...}}, one run or several (e.g. one per topology). A run leaves out description, study or
+# notes to take the study's, so they are stored with every run. `published` is the study's own tables and
+# conclusions, for `brokerbench study` (reports/study.py); it is not part of any run.
+SUITE_FIELDS = ("description", "study", "notes", "runs", "published")
 
 
 def load_suite_file(name: str) -> dict:
@@ -213,7 +214,7 @@ def _runs_of(name: str, doc: dict) -> list[dict]:
     extra = sorted(set(doc) - set(SUITE_FIELDS))
     if not isinstance(runs, list) or not runs or not all(isinstance(run, dict) for run in runs) or extra:
         raise SpecError([Problem("suite", f"suite {name!r}: runs must be a non-empty list of run requests, beside "
-                                          f"only {', '.join(SUITE_FIELDS[:3])}"
+                                          f"only {', '.join(f for f in SUITE_FIELDS if f != 'runs')}"
                                           + (f" (unexpected: {', '.join(extra)})" if extra else ""))])
     shared = {field: doc[field] for field in SUITE_FIELDS[:3] if field in doc}
     return [{**copy.deepcopy(shared), **copy.deepcopy(run)} for run in runs]

@@ -11,6 +11,8 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 BIN = Path(sys.executable).parent / "brokerbench"
 TALLBERG_PAIRS = {(1000, 1000), (1000, 5000), (65000, 100), (65000, 500), (600000, 50), (600000, 200)}
 
@@ -56,3 +58,19 @@ def test_tallberg_scaled_runs_both_runs_with_the_studys_pairs(stack, extra_broke
     assert requested["spec"]["notes"][-1].startswith("scaled by 0.02")
     assert requested["spec"]["size_rates"][0] == {"size": 1000, "rates": [1000, 5000]}
     print(f"tallberg at scale 0.02: {took:.0f} s")
+
+    # the study beside these runs: `brokerbench study tallberg` takes the newest stored run of each
+    shown = subprocess.run([str(BIN), "--state-dir", str(stack.state_dir), "study", "tallberg", "--json"],
+                           capture_output=True, text=True, timeout=120)
+    assert shown.returncode == 0, shown.stderr
+    comparison = json.loads(shown.stdout)
+    assert {r["name"]: r["run_id"] for r in comparison["runs"]} == {n: r["run_id"] for n, r in results.items()}
+    tables = {t["id"]: t for t in comparison["tables"]}
+    by_key = {(c["broker"], c["size_bytes"], c["rate_target"]): c for r in results.values() for c in r["cells"]}
+    kafka_1kb = tables["table2-msgs"]["rows"][0]["figures"][0]  # one repeat: the cell's own figure
+    assert kafka_1kb["ours"] == by_key[("kafka-zookeeper", 1000, "max")]["throughput_msgs_per_s"]
+    assert kafka_1kb["ratio"] == pytest.approx(kafka_1kb["ours"] / 137676)
+    pulsar_mean = tables["table3"]["rows"][1]["figures"][0]
+    assert pulsar_mean["ours"] == pytest.approx(by_key[("pulsar", 1000, 1000)]["end_to_end_latency_us"]["mean"] / 1000,
+                                                rel=1e-3)
+    assert all(c["ours"]["verdict"] in ("holds", "does not hold", "not checked") for c in comparison["conclusions"])

@@ -236,6 +236,24 @@ def test_cli_cost_of_the_quick_suite(capsys):
     assert f"${estimate['total']:,.2f}" in capsys.readouterr().out
 
 
+def test_cli_cost_of_a_study_is_each_runs_estimate_and_their_sum(capsys):
+    from brokerbench.spec import scaled, suite_runs
+
+    assert main(["cost", "--suite", "helenius", "--scale", "0.1", "--json"]) == 0
+    study = json.loads(capsys.readouterr().out)
+    runs = suite_runs("helenius")
+    assert [r["name"] for r in study["runs"]] == [r["name"] for r in runs]
+    for shown, request in zip(study["runs"], runs):
+        alone = cost.estimate_plan(validate(scaled(request, 0.1)))
+        assert shown["total"] == alone["total"] and shown["items"] == alone["items"]
+    assert study["total"] == round(sum(r["total"] for r in study["runs"]), 2)
+    full = cost.estimate_plan(validate(runs[0]))
+    assert study["runs"][0]["total"] < full["total"]  # a scaled run costs less than the full one
+    assert main(["cost", "--suite", "helenius"]) == 0
+    out = capsys.readouterr().out
+    assert "run helenius-4p1c3b" in out and "3 runs" in out
+
+
 def test_cli_cost_of_an_invalid_spec_exits_2(tmp_path, capsys):
     spec = tmp_path / "bad.json"
     spec.write_text(json.dumps({"brokers": ["kafka"], "sizes": [1024], "rates": [1000], "formats": ["nope"]}))

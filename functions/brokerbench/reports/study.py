@@ -1,0 +1,418 @@
+"""A published study beside our measurements of it: `brokerbench study NAME` and docs/STUDIES.md.
+
+A study's suite file (suites/NAME.json) holds, under `published`, the study's tables as it printed them (rows,
+columns, units and figures) and its conclusions, each with the checks that decide it. Every figure of ours is
+computed here from stored runs of the suite, read from the event store, and each table names the run it comes from.
+
+Our figure for a table's row and column is taken over the run's completed cells that match both (broker, size,
+rate, format, mode, ...): throughput and codec times are the median over those cells (the repeats), latency
+figures come from their end-to-end latency histograms merged (every measured message of every repeat), and
+consumer lag from every one-second sample of the broker's backlog in those cells.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import statistics
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from ..events import RUN_EVENTS, read_report_events
+from ..spec import SpecError, all_suite_names, load_suite_file
+from .results import _RANGES, bucket_percentiles, bucket_summary, build_results, decode_buckets, merge_blobs
+
+MIB = 1 << 20
+# A selector's keys (in a table, a row or a column) and the cell result fields they match.
+SELECTORS = {"broker": "broker", "size": "size_bytes", "rate": "rate_target", "format": "format", "mode": "mode",
+             "producers": "producers", "consumers": "consumers", "partitions": "partitions"}
+LATENCY = {"e2e_mean_ms": "mean", "e2e_min_ms": "min", "e2e_max_ms": "max", "e2e_p25_ms": 25.0,
+           "e2e_p50_ms": 50.0, "e2e_p75_ms": 75.0, "e2e_p99_ms": 99.0}
+METRICS = ("throughput_msgs_per_s", "throughput_mb_per_s", "throughput_mib_per_s", *LATENCY,
+           "lag_mean", "lag_min", "lag_max", "encode_mean_us", "decode_mean_us", "max_sustainable_rate")
+CHECKS = ("order", "highest", "lowest", "ratio", "range")
+HOLDS, FAILS, UNKNOWN = "holds", "does not hold", "cannot tell"
+
+
+class StudyError(ValueError):
+    """A study that cannot be compared as asked: `field` names what is wrong (exit 2)."""
+
+    def __init__(self, field_name: str, message: str) -> None:
+        super().__init__(f"{field_name}: {message}")
+        self.field = field_name
+
+
+def study_names() -> list[str]:
+    """The built-in suites that carry a published study to compare with."""
+    return [name for name in all_suite_names() if "published" in load_suite_file(name)]
+
+
+def load_study(name: str) -> dict:
+    try:
+        doc = load_suite_file(name)
+    except SpecError as exc:
+        raise StudyError("study", exc.problems[0].message) from None
+    if "published" not in doc:
+        raise StudyError("study", f"suite {name!r} has no published study to compare with "
+                                  f"(studies: {', '.join(study_names())})")
+    return {"name": name, **doc}
+
+
+# -- the stored runs a study is compared with ------------------------------------------------------------------
+@dataclass
+class StoredRun:
+    run_id: str
+    name: str
+    results: dict
+    events: list[dict]
+    completed: dict = field(default_factory=dict)  # cell_id -> CellCompleted data
+    intervals: dict = field(default_factory=dict)  # cell_id -> [IntervalMeasured data] (undigested cells)
+
+
+def read_run(store, run_id: str) -> StoredRun:
+    events = read_report_events(store, run_id)
+    if not any(e["type"] == "RunRequested" for e in events):
+        raise StudyError("run", f"no stored run {run_id}")
+    return stored_run(events)
+
+
+def stored_run(events: list[dict]) -> StoredRun:
+    """A run as a study reads it, from its events as read_report_events gives them."""
+    results = build_results(events)
+    run = StoredRun(results["run_id"], results["name"], results, events)
+    for event in events:
+        if event["type"] == "CellCompleted":
+            run.completed[event["data"]["cell_id"]] = event["data"]
+    for event in events:
+        data = event["data"]
+        if event["type"] == "IntervalMeasured" and data["attempt"] == run.completed.get(data["cell_id"], {}).get("attempt", 0):
+            run.intervals.setdefault(data["cell_id"], []).append(data)
+    return run
+
+
+def find_runs(store, study: dict, run_ids: list[str] | None = None) -> dict[str, StoredRun]:
+    """The study's runs by name: those given (each must be one of the study's runs), else for each of its runs the
+    newest stored one of the suite that ended (RunCompleted)."""
+    names = [run["name"] for run in study["runs"]]
+    found: dict[str, StoredRun] = {}
+    for run_id in run_ids or []:
+        run = read_run(store, run_id)
+        if run.name not in names:
+            raise StudyError("run", f"run {run_id} is {run.name!r}, not one of {study['name']}'s runs ({', '.join(names)})")
+        if run.name in found:
+            raise StudyError("run", f"two runs given for {run.name}: {found[run.name].run_id} and {run_id}")
+        found[run.name] = run
+    missing = [name for name in names if name not in found]
+    if missing:
+        for requested in store.list_runs(limit=200, suite=study["name"]):
+            name = requested["data"]["spec"].get("name")
+            if name in missing and name not in found:
+                tail = store.read(requested["run_id"], prefix="90#")
+                if any(e["type"] == "RunCompleted" for e in tail):
+                    found[name] = read_run(store, requested["run_id"])
+    return found
+
+
+# -- our figures ------------------------------------------------------------------------------------------------
+def _selector(*parts: dict) -> dict:
+    out: dict = {}
+    for part in parts:
+        out.update({k: v for k, v in part.items() if k in SELECTORS})
+    return out
+
+
+def _metric(table: dict, row: dict, column: dict) -> str:
+    return column.get("metric") or row.get("metric") or table["metric"]
+
+
+def matching_cells(run: StoredRun, select: dict) -> list[dict]:
+    return [c for c in run.results["cells"] if c["status"] == "completed"
+            and all(c[SELECTORS[k]] == v for k, v in select.items())]
+
+
+def _histogram_min(buckets) -> float | None:
+    if int(buckets.total) == 0:
+        return None
+    return float(_RANGES[0][int(buckets.indexes[0])])
+
+
+def our_figure(run: StoredRun, select: dict, metric: str) -> tuple[float | None, list[str]]:
+    """Our figure for `metric` over the run's completed cells matching `select`, and those cells' ids."""
+    cells = matching_cells(run, select)
+    ids = [c["cell_id"] for c in cells]
+    if not cells:
+        return None, ids
+    if metric.startswith("throughput_"):
+        if metric == "throughput_mib_per_s":
+            values = [c["throughput_mb_per_s"] * 1e6 / MIB for c in cells]
+        else:
+            values = [c[metric] for c in cells]
+        return float(statistics.median(values)), ids
+    if metric in LATENCY:
+        blobs = [run.completed[c["cell_id"]]["histograms"].get("end_to_end_latency_us") for c in cells]
+        blobs = [b for b in blobs if b]
+        if not blobs:
+            return None, ids
+        merged = merge_blobs(blobs)
+        wanted = LATENCY[metric]
+        if wanted == "min":
+            value = _histogram_min(merged)
+        elif isinstance(wanted, float):
+            value = bucket_percentiles(merged, [wanted])[0]
+        else:
+            value = bucket_summary(merged)[wanted]
+        return (None if value is None else value / 1000.0), ids
+    if metric == "max_sustainable_rate":  # what each cell's search found, median over the cells
+        values = [c[metric] for c in cells if c.get(metric) is not None]
+        return (float(statistics.median(values)) if values else None), ids
+    if metric in ("encode_mean_us", "decode_mean_us"):  # the codec's time per record, median over the cells
+        values = [c[f"{metric[:6]}_ns"]["mean"] for c in cells if c[f"{metric[:6]}_ns"]["mean"] is not None]
+        return (float(statistics.median(values)) / 1000.0 if values else None), ids
+    if metric.startswith("lag_"):
+        samples = [v for c in cells for v in _backlog(run, c["cell_id"]) if v is not None]
+        if not samples:
+            return None, ids
+        return float({"lag_mean": np.mean, "lag_min": np.min, "lag_max": np.max}[metric](samples)), ids
+    raise StudyError("metric", f"{metric!r} is not a metric of ours ({', '.join(METRICS)})")
+
+
+def _backlog(run: StoredRun, cell_id: str) -> list:
+    digest = run.completed[cell_id].get("digest")
+    if digest:
+        return list(digest["backlog"])
+    return [d.get("backlog") for d in sorted(run.intervals.get(cell_id, []), key=lambda d: d["interval"])]
+
+
+# -- tables and conclusions -------------------------------------------------------------------------------------
+def compare_table(table: dict, runs: dict[str, StoredRun]) -> dict:
+    """A table's figures, theirs and ours; a row may name its own run (e.g. one run per topology)."""
+    rows, used = [], []
+    for r, row in enumerate(table["rows"]):
+        run = runs.get(row.get("run", table["run"]))
+        if run is not None and run.run_id not in used:
+            used.append(run.run_id)
+        figures = []
+        for c, column in enumerate(table["columns"]):
+            theirs = table["values"][r][c]
+            ours, cells = (None, [])
+            if run is not None:
+                ours, cells = our_figure(run, _selector(table.get("select", {}), row, column),
+                                         _metric(table, row, column))
+            ratio = ours / theirs if ours is not None and theirs not in (None, 0) else None
+            figures.append({"theirs": theirs, "ours": ours, "ratio": ratio, "cells": cells})
+        rows.append({"label": row["label"], "figures": figures})
+    return {"id": table["id"], "title": table["title"], "short": table.get("short", table["id"]), "unit": table["unit"],
+            "run": table["run"], "run_ids": used, "columns": [c["label"] for c in table["columns"]],
+            "rows": rows, "note": table.get("note"), "missing": table.get("missing", "n/r")}
+
+
+def _value(tables: dict, side: str, table_id: str, row: str, column: str) -> float | None:
+    table = tables[table_id]
+    r = next(i for i, x in enumerate(table["rows"]) if x["label"] == row)
+    c = table["columns"].index(column)
+    return table["rows"][r]["figures"][c][side]
+
+
+def evaluate(check: dict, tables: dict, side: str) -> tuple[str, str]:
+    """(holds | does not hold | cannot tell, the figures it was decided on) for one check on one side."""
+    kind = check["kind"]
+    at = lambda row, column=None, table=None: _value(tables, side, table or check["table"], row,  # noqa: E731
+                                                     column or check.get("column"))
+    unit = tables[check["table"]]["unit"]
+    where = tables[check["table"]]["short"]
+    if kind in ("order", "highest", "lowest"):
+        column = f"{where}, {check['column']}"
+        labels = check["rows"] if kind == "order" else [r["label"] for r in tables[check["table"]]["rows"]]
+        values = {label: at(label) for label in labels}
+        shown = ", ".join(f"{label} {fmt(v)}" for label, v in values.items())
+        if kind != "order":  # the highest or lowest of the figures given (a study may not give them all)
+            values = {label: v for label, v in values.items() if v is not None}
+            if check["row"] not in values or len(values) < 2:
+                return UNKNOWN, f"{column}: {shown}"
+        elif any(v is None for v in values.values()):
+            return UNKNOWN, f"{column}: {shown}"
+        if kind == "order":
+            ok = all(values[a] > values[b] for a, b in zip(labels, labels[1:]))
+            return (HOLDS if ok else FAILS), f"{column}, {unit}: " + " > ".join(f"{k} {fmt(v)}" for k, v in
+                                                                              sorted(values.items(), key=lambda kv: -kv[1]))
+        best = (max if kind == "highest" else min)(values, key=values.get)
+        return (HOLDS if best == check["row"] else FAILS), f"{column}, {unit}: {shown}"
+    if kind == "ratio":
+        a, b = check["a"], check["b"]
+        va = at(a["row"], a.get("column"), a.get("table"))
+        vb = at(b["row"], b.get("column"), b.get("table"))
+        side_a = tables[a.get("table", check["table"])]["short"]
+        side_b = tables[b.get("table", check["table"])]["short"]
+        text = f"{a['row']} {side_a}, {a['column']} {fmt(va)} ÷ {b['row']} {side_b}, {b['column']} {fmt(vb)}"
+        if va is None or vb is None or vb == 0:
+            return UNKNOWN, text
+        ratio = va / vb
+        ok = check.get("min", -np.inf) <= ratio <= check.get("max", np.inf)
+        return (HOLDS if ok else FAILS), f"{text} = {ratio:.2f} (wanted {_bounds(check)})"
+    if kind == "range":
+        v = at(check["row"])
+        text = f"{check['row']} {where}, {check['column']} {fmt(v)} {unit}"
+        if v is None:
+            return UNKNOWN, text
+        ok = check.get("min", -np.inf) <= v <= check.get("max", np.inf)
+        return (HOLDS if ok else FAILS), f"{text} (wanted {_bounds(check)})"
+    raise StudyError("check", f"{kind!r} is not a check ({', '.join(CHECKS)})")
+
+
+def _bounds(check: dict) -> str:
+    low, high = check.get("min"), check.get("max")
+    if low is not None and high is not None:
+        return f"{fmt(low)} to {fmt(high)}"
+    return f"at least {fmt(low)}" if low is not None else f"at most {fmt(high)}"
+
+
+def judge(conclusion: dict, tables: dict, side: str) -> dict:
+    checks = conclusion.get("checks") or []
+    if not checks:
+        return {"verdict": "not checked", "figures": [conclusion.get("not_checked", "")]}
+    outcomes = [evaluate(check, tables, side) for check in checks]
+    verdicts = {v for v, _ in outcomes}
+    verdict = FAILS if FAILS in verdicts else UNKNOWN if UNKNOWN in verdicts else HOLDS
+    return {"verdict": verdict, "figures": [text for _, text in outcomes]}
+
+
+def compare(study: dict, runs: dict[str, StoredRun]) -> dict:
+    published = study["published"]
+    tables = [compare_table(table, runs) for table in published["tables"]]
+    by_id = {t["id"]: t for t in tables}
+    conclusions = [{"claim": c["claim"], "ours": judge(c, by_id, "ours"), "theirs": judge(c, by_id, "theirs")}
+                   for c in published["conclusions"]]
+    return {"study": study["name"], "title": study["study"], "description": study["description"],
+            "source": published["source"], "machine": published["machine"], "notes": study.get("notes", []),
+            "runs": [_run_summary(runs[r["name"]]) if r["name"] in runs else {"name": r["name"], "run_id": None}
+                     for r in study["runs"]],
+            "tables": tables, "conclusions": conclusions}
+
+
+def _run_summary(run: StoredRun) -> dict:
+    results = run.results
+    cells = results["cells"]
+    targets = results["environment"].get("brokers", {})
+    return {"name": run.name, "run_id": run.run_id, "status": results["status"],
+            "requested_at": results["requested_at"], "finished_at": results["finished_at"],
+            "cells": len(cells), "completed": sum(1 for c in cells if c["status"] == "completed"),
+            "host": results["environment"]["host"], "code_version": results["environment"].get("code_version"),
+            "scale": next((n for n in results["spec"].get("notes", []) if n.startswith("scaled by ")), None),
+            "brokers": {b: f"{t.get('broker_version', '?')} ({t.get('client_library', '?')} {t.get('client_version', '?')})"
+                        for b, t in sorted(targets.items())}}
+
+
+# -- markdown ---------------------------------------------------------------------------------------------------
+def fmt(value) -> str:
+    if value is None:
+        return "n/r"
+    if isinstance(value, int) or (isinstance(value, float) and abs(value) >= 1000):
+        return f"{value:,.0f}"
+    if abs(value) >= 100:
+        return f"{value:.0f}"
+    if abs(value) >= 10:
+        return f"{value:.1f}"
+    return f"{value:.3g}"
+
+
+def _ratio(value) -> str:
+    return "–" if value is None else f"×{value:.2g}"
+
+
+def _host(host: dict) -> str:
+    memory = host.get("memory_bytes")
+    gb = f", {memory / 2**30:.0f} GiB RAM" if memory else ""
+    return f"{host.get('cpu_model', '?')}, {host.get('cores', '?')} cores{gb}, {host.get('os', '?')} (host {host.get('hostname', '?')})"
+
+
+def markdown(comparison: dict, heading: str = "#") -> str:
+    out = [f"{heading} {comparison['title']} (`{comparison['study']}`)", "", comparison["description"], ""]
+    out += [f"**Their figures:** {comparison['source']}", "", f"**Their machine:** {comparison['machine']}", ""]
+    out += ["**Our runs** (every figure of ours below comes from one of these stored runs):", ""]
+    hosts = set()
+    for run in comparison["runs"]:
+        if run["run_id"] is None:
+            out.append(f"- `{run['name']}`: no stored run")
+            continue
+        out.append(f"- `{run['name']}`: run `{run['run_id']}`, {run['status']}, {run['completed']} of {run['cells']} "
+                   f"cells completed, {run['requested_at']} to {run['finished_at']}, code {run['code_version']}")
+        if run["scale"]:
+            out.append(f"  - {run['scale']}")
+        out.append("  - brokers: " + "; ".join(f"{b} {v}" for b, v in run["brokers"].items()))
+        hosts.add(_host(run["host"]))
+    out += ["", "**Our machine:** " + " / ".join(sorted(hosts)) if hosts else "", ""]
+    for table in comparison["tables"]:
+        out += [f"{heading}# {table['title']}", ""]
+        ids = table["run_ids"]
+        source = (("run " if len(ids) == 1 else "runs ") + ", ".join(f"`{i}`" for i in ids)) if ids else "no stored run"
+        out += [f"Unit: {table['unit']}. Theirs as published; ours from {source}; × is ours ÷ theirs.", ""]
+        header = ["", *[f"{c} {side}" for c in table["columns"] for side in ("theirs", "ours", "×")]]
+        out.append("| " + " | ".join(header) + " |")
+        out.append("|" + "---|" * len(header))
+        for row in table["rows"]:
+            cells = [row["label"]]
+            for figure in row["figures"]:
+                theirs = fmt(figure["theirs"]) if figure["theirs"] is not None else table["missing"]
+                cells += [theirs, fmt(figure["ours"]) if figure["cells"] else "not run", _ratio(figure["ratio"])]
+            out.append("| " + " | ".join(cells) + " |")
+        if table.get("note"):
+            out += ["", table["note"]]
+        out.append("")
+    out += [f"{heading}# Their conclusions, here", ""]
+    out += ["| Claim | In their figures | Here | Our figures |", "|---|---|---|---|"]
+    for c in comparison["conclusions"]:
+        figures = "; ".join(f for f in c["ours"]["figures"] if f)
+        out.append(f"| {c['claim']} | {c['theirs']['verdict']} | **{c['ours']['verdict']}** | {figures} |")
+    out += ["", f"{heading}# How our runs differ from theirs", ""]
+    out += [f"- {note}" for note in comparison["notes"]]
+    out.append("")
+    return "\n".join(out)
+
+
+DOCUMENT_INTRO = """# The published studies, measured again
+
+Generated by `brokerbench study all --out docs/STUDIES.md` from stored runs; do not edit by hand. Each study below
+names the runs its figures come from, when and on what machine they were measured. The runs' events are kept in
+`docs/studies/` (`brokerbench import docs/studies/*.jsonl.gz` loads them into an event store), and a test
+rebuilds this document from them.
+
+Our figures come from scaled-down runs on a small shared machine (see each run's scale and host): their use is
+to show the same comparison made again with one command, and which conclusions hold here, not to restate the
+studies' absolute numbers. A ratio far from 1 is expected where the machines differ as much as they do.
+"""
+
+
+def document(comparisons: list[dict]) -> str:
+    parts = [DOCUMENT_INTRO]
+    parts += [markdown(c, heading="##") for c in comparisons]
+    return "\n".join(parts)
+
+
+# -- archives: a run's events in a file, and back into a store -----------------------------------------------
+def archive_run(store, run_id: str, folder: Path) -> Path:
+    """The events a report and a study read of a run, one JSON object a line, gzipped (deterministic bytes)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    events = read_report_events(store, run_id)
+    if not any(e["type"] in RUN_EVENTS for e in events):
+        raise StudyError("run", f"run {run_id} has not ended: only an ended run is archived")
+    path = folder / f"{run_id}.jsonl.gz"
+    body = "".join(json.dumps(e, sort_keys=True, separators=(",", ":")) + "\n" for e in events).encode()
+    with open(path, "wb") as raw, gzip.GzipFile(fileobj=raw, mode="wb", mtime=0, filename="") as out:
+        out.write(body)
+    return path
+
+
+def import_archive(store, path: Path) -> tuple[str, int]:
+    """Put an archived run's events into `store` (events already there are kept, never doubled)."""
+    with gzip.open(path, "rt") as f:
+        events = [json.loads(line) for line in f if line.strip()]
+    if not events or events[0]["type"] != "RunRequested":
+        raise StudyError("file", f"{path} is not a run archive (its first event must be RunRequested)")
+    store.append(events)
+    return events[0]["run_id"], len(events)
+
+
+__all__ = ["StudyError", "study_names", "load_study", "find_runs", "compare", "markdown", "document",
+           "archive_run", "import_archive"]

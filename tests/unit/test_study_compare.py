@@ -1,0 +1,168 @@
+"""`brokerbench study`: the published tables and conclusions of each study, and our figures beside them.
+
+The published sections are checked against themselves (every check, run on the study's own figures, must not
+contradict the claim it stands for) and against the suite (every table can be filled from the study's runs).
+Our figures are checked on synthetic runs against independent computations: hdrh's own histogram merge for
+latency, the median of the cells' results for throughput, the stored backlog samples for lag.
+"""
+
+import copy
+import statistics
+
+import pytest
+from hdrh.histogram import HdrHistogram
+
+from brokerbench.reports import study
+from brokerbench.reports.synthetic import synthetic_run
+from brokerbench.spec import expand, suite_runs, validate
+
+STUDIES = study.study_names()
+PLANNED = {**study.SELECTORS, "rate": "rate"}  # a planned cell's names for the selectors (results say rate_target)
+
+
+def test_the_five_studies_have_published_sections():
+    assert STUDIES == ["downard", "helenius", "myastovskiy", "tallberg", "vandongen"]
+
+
+@pytest.mark.parametrize("name", STUDIES)
+def test_every_table_fits_its_rows_columns_and_the_studys_runs(name):
+    definition = study.load_study(name)
+    runs = {run["name"]: run for run in suite_runs(name)}
+    for table in definition["published"]["tables"]:
+        assert len(table["values"]) == len(table["rows"]), table["id"]
+        assert all(len(values) == len(table["columns"]) for values in table["values"]), table["id"]
+        for row in table["rows"]:
+            run_name = row.get("run", table["run"])
+            assert run_name in runs, (table["id"], run_name)
+            cells = expand(validate(runs[run_name]))
+            for column in table["columns"]:
+                metric = column.get("metric") or row.get("metric") or table.get("metric")
+                assert metric in study.METRICS, (table["id"], metric)
+                select = study._selector(table.get("select", {}), row, column)
+                matched = [c for c in cells if all(c[PLANNED[k]] == v for k, v in select.items())]
+                # a row for a broker that cannot run here (Redpanda) is the only one allowed to match nothing
+                assert matched or row.get("broker") == "redpanda", (table["id"], row["label"], column["label"])
+
+
+@pytest.mark.parametrize("name", STUDIES)
+def test_no_conclusion_is_contradicted_by_the_studys_own_figures(name):
+    comparison = study.compare(study.load_study(name), {})
+    for conclusion in comparison["conclusions"]:
+        assert conclusion["theirs"]["verdict"] in (study.HOLDS, study.UNKNOWN, "not checked"), conclusion
+        # with no run stored, nothing of ours can be decided
+        assert conclusion["ours"]["verdict"] in (study.UNKNOWN, "not checked"), conclusion
+
+
+def test_the_checks_decide_as_the_figures_say():
+    tables = {"t": {"short": "t", "unit": "u", "columns": ["c"],
+                    "rows": [{"label": "a", "figures": [{"ours": 10.0, "theirs": 1.0}]},
+                             {"label": "b", "figures": [{"ours": 5.0, "theirs": 2.0}]},
+                             {"label": "c", "figures": [{"ours": None, "theirs": 3.0}]}]}}
+    order = {"kind": "order", "table": "t", "column": "c", "rows": ["a", "b"]}
+    assert study.evaluate(order, tables, "ours")[0] == study.HOLDS
+    assert study.evaluate(order, tables, "theirs")[0] == study.FAILS
+    assert study.evaluate({**order, "rows": ["a", "c"]}, tables, "ours")[0] == study.UNKNOWN
+    highest = {"kind": "highest", "table": "t", "column": "c", "row": "a"}
+    assert study.evaluate(highest, tables, "ours")[0] == study.HOLDS  # c has no figure: among those given
+    assert study.evaluate(highest, tables, "theirs")[0] == study.FAILS
+    assert study.evaluate({**highest, "kind": "lowest", "row": "b"}, tables, "ours")[0] == study.HOLDS
+    ratio = {"kind": "ratio", "table": "t", "a": {"row": "a", "column": "c"}, "b": {"row": "b", "column": "c"},
+             "min": 1.5, "max": 2.5}
+    verdict, text = study.evaluate(ratio, tables, "ours")
+    assert verdict == study.HOLDS and "= 2.00" in text
+    assert study.evaluate(ratio, tables, "theirs")[0] == study.FAILS  # 0.5
+    assert study.evaluate({**ratio, "b": {"row": "c", "column": "c"}}, tables, "ours")[0] == study.UNKNOWN
+    ranged = {"kind": "range", "table": "t", "row": "b", "column": "c", "max": 4}
+    assert study.evaluate(ranged, tables, "ours")[0] == study.FAILS
+    assert study.evaluate(ranged, tables, "theirs")[0] == study.HOLDS
+    both = {"claim": "x", "checks": [order, ranged]}
+    assert study.judge(both, tables, "ours")["verdict"] == study.FAILS
+
+
+SPEC = {"name": "tallberg-latency", "brokers": ["kafka-zookeeper", "pulsar", "redis-streams"],
+        "sizes": [1000], "rates": [1000, 5000], "formats": ["raw"], "repeats": 3}
+
+
+def synthetic(seed=5):
+    return study.stored_run(synthetic_run(SPEC, intervals=4, seed=seed))
+
+
+def hdrh_merge(blobs):
+    merged = HdrHistogram(1, 3_600_000_000, 3)
+    for blob in blobs:
+        merged.add(HdrHistogram.decode(blob))
+    return merged
+
+
+def test_latency_figures_are_the_repeats_messages_merged():
+    run = synthetic()
+    select = {"broker": "pulsar", "size": 1000, "rate": 5000}
+    cells = [c for c in run.results["cells"] if c["broker"] == "pulsar" and c["rate_target"] == 5000]
+    assert len(cells) == 3
+    merged = hdrh_merge([run.completed[c["cell_id"]]["histograms"]["end_to_end_latency_us"] for c in cells])
+    mean, ids = study.our_figure(run, select, "e2e_mean_ms")
+    assert sorted(ids) == sorted(c["cell_id"] for c in cells)
+    assert mean == pytest.approx(merged.get_mean_value() / 1000, rel=2e-3)
+    assert study.our_figure(run, select, "e2e_max_ms")[0] == pytest.approx(merged.get_max_value() / 1000, rel=2e-3)
+    assert study.our_figure(run, select, "e2e_min_ms")[0] == pytest.approx(merged.get_min_value() / 1000, rel=2e-3)
+    assert study.our_figure(run, select, "e2e_p50_ms")[0] == pytest.approx(
+        merged.get_value_at_percentile(50) / 1000, rel=2e-3)
+
+
+def test_throughput_is_the_median_of_the_repeats():
+    run = synthetic()
+    cells = [c for c in run.results["cells"] if c["broker"] == "redis-streams" and c["rate_target"] == 1000]
+    value, _ = study.our_figure(run, {"broker": "redis-streams", "rate": 1000}, "throughput_msgs_per_s")
+    assert value == statistics.median(c["throughput_msgs_per_s"] for c in cells)
+    # MB of 2^20 bytes, as Tallberg's figures: the delivered bytes over the window, independently
+    mib, _ = study.our_figure(run, {"broker": "redis-streams", "rate": 1000}, "throughput_mib_per_s")
+    assert mib == pytest.approx(statistics.median(
+        c["received"] * 1000 / c["delivery_window_s"] / 2**20 for c in cells), rel=1e-3)
+
+
+def test_lag_figures_are_the_stored_backlog_samples():
+    events = copy.deepcopy(synthetic_run(SPEC, intervals=4, seed=6))
+    samples = {}
+    for event in events:
+        if event["type"] == "CellCompleted":
+            index = event["sk"]
+            backlog = [len(samples) * 10 + i for i in range(len(event["data"]["digest"]["backlog"]))]
+            event["data"]["digest"]["backlog"] = backlog
+            samples[index] = backlog
+    run = study.stored_run(events)
+    cells = [c["cell_id"] for c in run.results["cells"] if c["broker"] == "kafka-zookeeper"]
+    wanted = [v for c in cells for v in run.completed[c]["digest"]["backlog"]]
+    select = {"broker": "kafka-zookeeper"}
+    assert study.our_figure(run, select, "lag_mean")[0] == pytest.approx(sum(wanted) / len(wanted))
+    assert study.our_figure(run, select, "lag_max")[0] == max(wanted)
+    assert study.our_figure(run, select, "lag_min")[0] == min(wanted)
+
+
+def test_a_table_shows_theirs_ours_and_the_ratio_and_names_the_run():
+    run = synthetic()
+    definition = study.load_study("tallberg")
+    comparison = study.compare(definition, {"tallberg-latency": run})
+    table4 = next(t for t in comparison["tables"] if t["id"] == "table4")
+    assert table4["run_ids"] == [run.run_id]
+    kafka_mean = table4["rows"][0]["figures"][0]
+    assert kafka_mean["theirs"] == 1.995
+    assert kafka_mean["ratio"] == pytest.approx(kafka_mean["ours"] / 1.995)
+    throughput = next(t for t in comparison["tables"] if t["id"] == "table2-msgs")
+    assert throughput["run_ids"] == [] and all(f["ours"] is None for r in throughput["rows"] for f in r["figures"])
+    text = study.markdown(comparison)
+    assert f"ours from run `{run.run_id}`" in text
+    assert "no stored run" in text  # the throughput run is missing, and says so
+    assert study.fmt(kafka_mean["ours"]) in text
+    # the conclusions on latency are decided from the run; those on throughput cannot be
+    verdicts = {c["claim"][:2]: c["ours"]["verdict"] for c in comparison["conclusions"]}
+    assert verdicts["1."] == study.UNKNOWN
+    assert verdicts["9."] in (study.HOLDS, study.FAILS)
+
+
+def test_a_run_of_another_study_or_an_unknown_study_is_refused():
+    with pytest.raises(study.StudyError) as raised:
+        study.load_study("quick")
+    assert raised.value.field == "study"
+    with pytest.raises(study.StudyError) as raised:
+        study.load_study("../tallberg")
+    assert raised.value.field == "study"

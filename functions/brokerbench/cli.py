@@ -71,7 +71,17 @@ def _requests(args) -> tuple[list[dict], str | None]:
     or a suite's (a study may hold several runs, run one after another). SpecError when any is invalid."""
     from .spec import load_file, scaled, suite_runs, validate
 
+    from .spec import Problem, SpecError
+
     requests = [load_file(args.spec)] if args.spec else suite_runs(args.suite)
+    only = getattr(args, "only", None)
+    if only:  # some of a study's runs (e.g. one to run again)
+        names = [str(r.get("name")) for r in requests]
+        unknown = [name for name in only if name not in names]
+        if args.spec or unknown:
+            where = "a spec is one run" if args.spec else f"suite {args.suite} runs {', '.join(names)}"
+            raise SpecError([Problem("--only", f"{', '.join(unknown) or only[0]} is not one of its runs ({where})")])
+        requests = [r for r in requests if r.get("name") in only]
     for request in requests:
         validate(request)
     scale = getattr(args, "scale", None)
@@ -802,6 +812,7 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--keep-stack", action="store_true", help="leave a stack this run started running afterwards")
     run.add_argument("--no-aof", action="store_true", help="start Redis without AOF persistence (default: AOF on)")
     run.add_argument("--scale", type=_scale, metavar="F", help=SCALE_HELP)
+    run.add_argument("--only", action="append", metavar="RUN", help="run only this run of a study (repeatable)")
     run.set_defaults(func=cmd_run)
 
     validate = sub.add_parser("validate", help="check a spec or suite without running it")

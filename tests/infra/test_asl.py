@@ -96,3 +96,27 @@ def test_a_large_plan_runs_through_a_distributed_map_that_reads_the_plan_from_s3
     assert processor == inline["ItemProcessor"]
     for key in ("ItemSelector", "MaxConcurrencyPath", "Catch", "Next"):
         assert distributed[key] == inline[key], key
+
+
+def test_every_lambda_task_times_out_with_its_function():
+    """The States Language's default task timeout is 60 s (the local interpreter applies it): a Lambda task
+    without TimeoutSeconds would fail a cell of 61 s to 600 s that runs on a Lambda worker. Each task waits as
+    long as its function may run (the CDK app's timeout); callback tasks have their own bound and heartbeat."""
+    import sys
+
+    if str(REPO_DIR) not in sys.path:
+        sys.path.insert(0, str(REPO_DIR))
+    from cdk.constructs.functions import SIZING, Sizing
+
+    handlers = {f"${{{name}}}": value.split(":", 1)[1] for name, value in substitutions(DEFINITION.read_text()).items()}
+    definition = json.loads(DEFINITION.read_text())
+    tasks = [(n, s) for n, s in all_states(definition["States"]) if s["Type"] == "Task"]
+    assert tasks
+    for name, state in tasks:
+        if state["Resource"].endswith(".waitForTaskToken"):
+            assert state["TimeoutSeconds"] >= 3600 and state["HeartbeatSeconds"] < state["TimeoutSeconds"], name
+            continue
+        handler = handlers[state["Parameters"]["FunctionName"]]
+        assert state["TimeoutSeconds"] == SIZING.get(handler, Sizing()).timeout.to_seconds(), (name, handler)
+    run_cell = next(s for n, s in tasks if n == "RunCellOnLambda")
+    assert run_cell["TimeoutSeconds"] == 900  # a Lambda cell is at most lambda_max_cell_s (600 s) of estimate

@@ -379,3 +379,18 @@ def test_a_one_request_suite_runs_as_before(monkeypatch):
     calls = fake_runs(monkeypatch, [0])
     assert main(["run", "--suite", "quick"]) == 0
     assert calls == [(spec.load_suite("quick"), "quick")]  # unscaled, unchanged
+
+
+def test_only_runs_the_named_runs_of_a_study(capsys):
+    from argparse import Namespace
+
+    from brokerbench.cli import _requests, main
+
+    requests, suite = _requests(Namespace(spec=None, suite="helenius", scale=0.1, only=["helenius-4p1c3b"]))
+    assert suite == "helenius" and [r["name"] for r in requests] == ["helenius-4p1c3b"]
+    assert requests[0]["notes"][-1].startswith("scaled by 0.1")
+    with pytest.raises(spec.SpecError) as raised:
+        _requests(Namespace(spec=None, suite="helenius", scale=None, only=["helenius-9p"]))
+    assert raised.value.problems[0].path == "--only" and "helenius-9p" in raised.value.problems[0].message
+    assert main(["run", "--suite", "helenius", "--only", "helenius-9p"]) == 2  # refused before anything starts
+    assert "--only" in capsys.readouterr().err

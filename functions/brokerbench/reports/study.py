@@ -275,7 +275,7 @@ def judge(conclusion: dict, tables: dict, side: str) -> dict:
     outcomes = [evaluate(check, tables, side) for check in checks]
     verdicts = {v for v, _ in outcomes}
     verdict = FAILS if FAILS in verdicts else UNKNOWN if UNKNOWN in verdicts else HOLDS
-    return {"verdict": verdict, "figures": [text for _, text in outcomes]}
+    return {"verdict": verdict, "figures": list(dict.fromkeys(text for _, text in outcomes))}  # each figure once
 
 
 def compare(study: dict, runs: dict[str, StoredRun]) -> dict:

@@ -14,6 +14,7 @@ from pathlib import Path
 
 from jsonschema import Draft202012Validator
 
+from . import verdict
 from .brokers import for_target, plugins
 from .paths import SCHEMAS_DIR, SUITES_DIR
 
@@ -259,7 +260,8 @@ def valid_scale(factor) -> bool:
 def scaled(request: dict, factor: float) -> dict:
     """The request shortened by `factor` (0 < factor <= 1), its matrix unchanged.
 
-    Multiplied: duration_s (at least 1 s, one interval, unless it was shorter), warmup_s, the adaptive
+    Multiplied: duration_s (at least 1 s, one interval, unless it was shorter; at least verdict.MIN_INTERVALS
+    seconds when a rate is `sustainable`: each step of the search is judged on that many intervals), warmup_s, the adaptive
     warm-up's bound (warmup_max_s, or warmup_s + 10 s when it is null), messages (at least one per
     producer) and repeats (rounded up, at least 1). Unchanged: brokers, sizes and rates (or size_rates),
     formats, modes, topology, client settings, drain_timeout_s (a bound on waiting for what is still in
@@ -281,7 +283,9 @@ def scaled(request: dict, factor: float) -> dict:
         out[field] = new
 
     duration, warmup = value("duration_s"), value("warmup_s")
-    put("duration_s", round(max(min(duration, MIN_SCALED_DURATION_S), duration * factor), 3))
+    rates = [*request.get("rates", []), *(r for pair in request.get("size_rates", []) for r in pair.get("rates", []))]
+    floor = float(verdict.MIN_INTERVALS) if "sustainable" in rates else MIN_SCALED_DURATION_S
+    put("duration_s", round(max(min(duration, floor), duration * factor), 3))
     put("warmup_s", round(warmup * factor, 3))
     bound = value("warmup_max_s")
     if value("warmup_until_steady") or bound is not None:

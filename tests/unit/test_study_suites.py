@@ -394,3 +394,17 @@ def test_only_runs_the_named_runs_of_a_study(capsys):
     assert raised.value.problems[0].path == "--only" and "helenius-9p" in raised.value.problems[0].message
     assert main(["run", "--suite", "helenius", "--only", "helenius-9p"]) == 2  # refused before anything starts
     assert "--only" in capsys.readouterr().err
+
+
+def test_a_scaled_search_keeps_enough_seconds_per_step_to_judge():
+    """The sustainable-rate search judges each step on verdict.MIN_INTERVALS intervals: scaled below that,
+    every step would be inconclusive and the search could find nothing."""
+    from brokerbench import verdict
+
+    latency, search = spec.suite_runs("vandongen")
+    assert spec.scaled(search, 0.001)["duration_s"] == verdict.MIN_INTERVALS
+    assert spec.scaled(search, 0.5)["duration_s"] == 30  # above the floor, scaled as any run
+    assert spec.scaled(latency, 0.001)["duration_s"] == 1.8  # a fixed-rate run keeps only one interval's floor
+    paired = {"brokers": ["kafka"], "size_rates": [{"size": 100, "rates": [10, "sustainable"]}], "formats": ["raw"],
+              "duration_s": 60}
+    assert spec.scaled(paired, 0.01)["duration_s"] == verdict.MIN_INTERVALS

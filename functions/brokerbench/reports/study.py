@@ -7,7 +7,7 @@ computed here from stored runs of the suite, read from the event store, and each
 Our figure for a table's row and column is taken over the run's completed cells that match both (broker, size,
 rate, format, mode, ...): throughput and codec times are the median over those cells (the repeats), latency
 figures come from their end-to-end latency histograms merged (every measured message of every repeat), and
-consumer lag from every one-second sample of the broker's backlog in those cells.
+consumer lag from every one-second sample of the broker's backlog in those cells while the producers send.
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ from pathlib import Path
 
 import numpy as np
 
+from .. import verdict
 from ..events import RUN_EVENTS, read_report_events
 from ..spec import SpecError, all_suite_names, load_suite_file
 from .results import _RANGES, bucket_percentiles, bucket_summary, build_results, decode_buckets, merge_blobs
@@ -94,7 +95,7 @@ def stored_run(events: list[dict]) -> StoredRun:
 
 def find_runs(store, study: dict, run_ids: list[str] | None = None) -> dict[str, StoredRun]:
     """The study's runs by name: those given (each must be one of the study's runs), else for each of its runs the
-    newest stored one of the suite that ended (RunCompleted)."""
+    newest stored one of the suite that completed every cell, or failing that the newest that ended."""
     names = [run["name"] for run in study["runs"]]
     found: dict[str, StoredRun] = {}
     for run_id in run_ids or []:
@@ -105,13 +106,20 @@ def find_runs(store, study: dict, run_ids: list[str] | None = None) -> dict[str,
             raise StudyError("run", f"two runs given for {run.name}: {found[run.name].run_id} and {run_id}")
         found[run.name] = run
     missing = [name for name in names if name not in found]
+    fallback: dict[str, str] = {}  # the newest run that ended with some cells failed, when none completed
     if missing:
         for requested in store.list_runs(limit=200, suite=study["name"]):
             name = requested["data"]["spec"].get("name")
             if name in missing and name not in found:
-                tail = store.read(requested["run_id"], prefix="90#")
-                if any(e["type"] == "RunCompleted" for e in tail):
+                end = next((e for e in store.read(requested["run_id"], prefix="90#") if e["type"] == "RunCompleted"),
+                           None)
+                if end is not None and end["data"]["status"] == "completed":
                     found[name] = read_run(store, requested["run_id"])
+                elif end is not None:
+                    fallback.setdefault(name, requested["run_id"])
+    for name, run_id in fallback.items():
+        if name not in found:
+            found[name] = read_run(store, run_id)
     return found
 
 
@@ -179,10 +187,17 @@ def our_figure(run: StoredRun, select: dict, metric: str) -> tuple[float | None,
 
 
 def _backlog(run: StoredRun, cell_id: str) -> list:
-    digest = run.completed[cell_id].get("digest")
+    """The broker's backlog samples of a cell's send schedule (the drain after it, emptying the backlog, is left
+    out: a study's lag is sampled while the producers send)."""
+    completed = run.completed[cell_id]
+    schedule = verdict.schedule_end(completed.get("measured_s"))
+    digest = completed.get("digest")
     if digest:
-        return list(digest["backlog"])
-    return [d.get("backlog") for d in sorted(run.intervals.get(cell_id, []), key=lambda d: d["interval"])]
+        rows = zip(digest["interval"], digest["sent"], digest["backlog"])
+    else:
+        rows = ((d["interval"], d["counters"]["sent"], d.get("backlog"))
+                for d in sorted(run.intervals.get(cell_id, []), key=lambda d: d["interval"]))
+    return [backlog for interval, sent, backlog in rows if verdict.in_schedule(interval, sent, schedule)]
 
 
 # -- tables and conclusions -------------------------------------------------------------------------------------
@@ -318,7 +333,9 @@ def fmt(value) -> str:
 
 
 def _ratio(value) -> str:
-    return "–" if value is None else f"×{value:.2g}"
+    if value is None:
+        return "–"
+    return f"×{value:,.0f}" if value >= 100 else f"×{value:.2g}"
 
 
 def _host(host: dict) -> str:

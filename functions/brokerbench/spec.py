@@ -15,7 +15,8 @@ from pathlib import Path
 from jsonschema import Draft202012Validator
 
 from . import verdict
-from .brokers import for_target, plugins
+from .brokers import families, for_target, plugins
+from .drivers import lanes
 from .paths import SCHEMAS_DIR, SUITES_DIR
 
 
@@ -147,6 +148,30 @@ def _unsupported_modes(spec: dict) -> list[Problem]:
     return problems
 
 
+# Client settings that change what a cell sends, not only how a client sends it, with the value that changes
+# nothing: any other value needs every broker of the run to read the setting, or its rows would not measure
+# the same workload.
+WORKLOAD_SETTINGS = {"topics": 1}
+
+
+def _unsupported_client_settings(spec: dict) -> list[Problem]:
+    problems = []
+    for name, neutral in WORKLOAD_SETTINGS.items():
+        value = spec["client"].get(name, neutral)
+        if value == neutral:
+            continue
+        unread = [broker for broker in spec["brokers"]
+                  if name not in for_target(broker, spec["targets"].get(broker)).settings.client]
+        if unread:
+            readers = [n for n, plugin in plugins().items() if name in plugin.settings.client]
+            drivers = [f for f, plugin in families().items() if name in plugin.settings.client]
+            problems.append(Problem(f"client.{name}", f"{value} is not supported by {', '.join(unread)} (only "
+                                                      f"{', '.join(readers)} and targets with driver "
+                                                      f"{' or '.join(drivers)} read client.{name}); leave it at "
+                                                      f"{neutral} or leave {', '.join(unread)} out of this run"))
+    return problems
+
+
 def validate(doc) -> dict:
     """The request with every default filled in, or SpecError listing every problem."""
     if not isinstance(doc, dict):
@@ -163,6 +188,7 @@ def validate(doc) -> dict:
         raise SpecError(problems)
     spec = _defaults(doc, request_schema())
     problems += _unsupported_modes(spec)
+    problems += _unsupported_client_settings(spec)
     problems += _repeated_sizes(spec)
     sizes, rates = _placed_sizes_and_rates(spec)
     minimums = smallest_sizes(spec["formats"], spec["size_basis"])
@@ -171,9 +197,10 @@ def validate(doc) -> dict:
         if too_small:
             lows = ", ".join(f"{fmt} needs at least {low} B" for fmt, low in too_small.items())
             problems.append(Problem(place, f"{size} B is below the smallest benchmark record ({lows})"))
-    if spec["consumers"] > spec["partitions"]:
+    if spec["consumers"] > lanes(spec):  # with client.topics, every topic's partitions count
+        spread = f" x client.topics {spec['client']['topics']}" if spec["client"].get("topics", 1) > 1 else ""
         problems.append(Problem("consumers", f"{spec['consumers']} consumers need at least as many partitions "
-                                             f"(partitions is {spec['partitions']})"))
+                                             f"(partitions is {spec['partitions']}{spread})"))
     for rate, place in rates:
         if rate not in ("max", "sustainable") and rate < spec["producers"]:
             problems.append(Problem(place, f"{rate} msgs/s is below one message per second per producer "

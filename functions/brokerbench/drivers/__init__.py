@@ -7,6 +7,8 @@ A driver may also offer the producer's native send loop (`native_sender`, see br
 or raise native.Unsupported, and the worker runs its Python loop over `producer`.
 The header is the worker's framing (producer id, sequence, intended send time); each driver
 carries it where its broker keeps per-message metadata (a message key, a stream entry's field).
+What this interface calls partitions are the cell's lanes (see `lanes`): a count of them, or lane
+indexes; a driver maps each lane to its broker's own unit (a partition, a stream key).
 Drivers live in the broker plug-ins (brokerbench.brokers); this module is the core's port to them.
 """
 
@@ -70,6 +72,13 @@ class Driver(Protocol):
     def message_count(self, topic: str, partitions: int) -> int | None: ...
 
     def close(self) -> None: ...
+
+
+def lanes(cell: dict) -> int:
+    """How many lanes a cell's messages spread over: its partitions times client.topics (1 unless the run
+    asks for more, which only Kafka's driver serves: lane i is then partition i // topics of topic
+    i % topics). Message seq goes to lane seq % lanes, and consumers split the lanes between them."""
+    return int(cell.get("partitions", 1)) * int((cell.get("client") or {}).get("topics", 1))
 
 
 def get_driver(broker: str, endpoint: dict, client: dict) -> Driver:

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from multiprocessing.connection import wait
 
 from .. import verdict
-from ..drivers import BrokerUnavailable, get_driver
+from ..drivers import BrokerUnavailable, get_driver, lanes
 from ..events import EventStore, cell_prefix, make_event
 from ..reports.model import interval_digest, verdict_basis
 from ..reports.results import cell_result
@@ -196,13 +196,13 @@ class _CellRun:
         cell = self.cell
         self.progress(Progress(cell["cell_id"], "starting", 0.0))
         self.driver.check()
-        self.driver.create_topic(self.topic, cell["partitions"])
+        self.driver.create_topic(self.topic, lanes(cell))
         self.topic_created = True
         ctx = multiprocessing.get_context("spawn")
         producer_rate = None if cell["rate"] == "max" else cell["rate"] / cell["producers"]
         limit = None if cell["messages"] is None else math.ceil(cell["messages"] / cell["producers"])
         for c in range(cell["consumers"]):
-            assigned = [p for p in range(cell["partitions"]) if p % cell["consumers"] == c]
+            assigned = [p for p in range(lanes(cell)) if p % cell["consumers"] == c]
             self._spawn(ctx, consumer_main, ConsumerTask(cell, self.endpoint, self.topic, self.group, c, assigned),
                         ("consumer", c))
         for p in range(cell["producers"]):
@@ -268,10 +268,10 @@ class _CellRun:
         return ready
 
     def _probe(self) -> None:
-        """One message through every partition, acknowledged by the broker and received by the consumers,
-        before anything is measured: a topic whose leaders or a group that is not serving yet would
+        """One message through every partition (every lane), acknowledged by the broker and received by the
+        consumers, before anything is measured: a topic whose leaders or a group that is not serving yet would
         otherwise show as latency, and the consumers' start-up as a burst of catching up."""
-        partitions = self.cell["partitions"]
+        partitions = lanes(self.cell)
         acks: list[bool] = []
         producer = self.driver.producer(self.topic, partitions, "single", lambda header, ok: acks.append(ok))
         try:
@@ -384,7 +384,7 @@ class _CellRun:
         if not merged:
             return
         # The broker's own view of the backlog, sampled once per write (about once a second).
-        backlog = self.driver.backlog(self.topic, self.group, self.cell["partitions"]) if self.cell["consumers"] else None
+        backlog = self.driver.backlog(self.topic, self.group, lanes(self.cell)) if self.cell["consumers"] else None
         used = self.resources.sample() if self.resources else {}
         if used:
             self.resource_samples.append(used)
@@ -404,9 +404,9 @@ class _CellRun:
         producers = [d for c, d in done.items() if self.conns[c][0] == "producer"]
         consumers = [d for c, d in done.items() if self.conns[c][0] == "consumer"]
         consumed = cell["consumers"] > 0  # publish-only cells cannot know what arrived
-        queued = self.driver.backlog(self.topic, self.group, cell["partitions"]) if consumed else None
+        queued = self.driver.backlog(self.topic, self.group, lanes(cell)) if consumed else None
         counts = outcome.totals(producers, consumers, self.aggregator.totals, consumed, queued)
-        broker_count = outcome.broker_count(self.driver.message_count(self.topic, cell["partitions"]), producers,
+        broker_count = outcome.broker_count(self.driver.message_count(self.topic, lanes(cell)), producers,
                                             self.probes)
         if cell["messages"] is None:
             schedule_s = float(cell["duration_s"])
@@ -467,7 +467,7 @@ class _CellRun:
         for conn in self.conns:
             conn.close()
         if self.topic_created:
-            self.driver.delete_topic(self.topic, self.cell["partitions"])
+            self.driver.delete_topic(self.topic, lanes(self.cell))
         self.driver.close()
 
 

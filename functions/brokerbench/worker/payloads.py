@@ -7,6 +7,7 @@ import random
 from math import gcd
 
 from ..codecs import get_codec, prebuilt
+from ..drivers import lanes
 from ..records import SIZE_TOLERANCE, PayloadPool, SizeError, sized_record
 
 POOL_SIZE = 16
@@ -36,9 +37,10 @@ def pool_size_for(cell: dict) -> int:
     compression (Kafka compression.type), a pool that repeats inside a batch lets the compressor
     replace whole messages by back-references and flatters the format: then the pool holds one payload
     more than the largest batch can carry (batch.size / the format's encoded size + 1), at most about
-    MAX_POOL_SIZE. Message i goes to partition i % partitions and carries payload i % pool size, so the
-    size is made coprime with the partition count: each partition's batches then cycle through the
-    whole pool. The same rule applies to every broker of the run, so they all send the same payloads.
+    MAX_POOL_SIZE. Message i goes to lane i % lanes (a partition, of one of client.topics topics) and
+    carries payload i % pool size, so the size is made coprime with the lane count: each partition's
+    batches then cycle through the whole pool. The same rule applies to every broker of the run, so they
+    all send the same payloads.
     """
     client = cell.get("client") or {}
     if client.get("compression", "none") == "none":
@@ -51,7 +53,7 @@ def pool_size_for(cell: dict) -> int:
         encoded = len(codec.encode(codec.prepare(_sized(0, cell["size_bytes"], length_of, 1)[0])))
     smallest = max(1.0, encoded * (1 - SIZE_TOLERANCE))  # the pool's records vary by up to ±1%
     size = max(POOL_SIZE, min(MAX_POOL_SIZE, math.ceil(batch_bytes / smallest) + 1))
-    while gcd(size, max(1, int(cell.get("partitions", 1)))) != 1:
+    while gcd(size, max(1, lanes(cell))) != 1:
         size += 1
     return size
 

@@ -22,7 +22,7 @@ import numpy as np
 
 from .. import native
 from ..codecs import get_codec
-from ..drivers import get_driver
+from ..drivers import get_driver, lanes
 from .drain import Drain
 from .framing import HEADER, unpack_many
 from .payloads import payload_pool, pool_size_for
@@ -114,7 +114,7 @@ def _native_sender(driver, task: ProducerTask):
     if wanted == "python":
         return None
     try:
-        return driver.native_sender(task.topic, task.cell["partitions"], task.cell["mode"])
+        return driver.native_sender(task.topic, lanes(task.cell), task.cell["mode"])
     except native.Unsupported:
         if wanted == "native":
             raise
@@ -249,7 +249,7 @@ def _python_loop(driver, task: ProducerTask, codec, pool, timing: dict, base: in
     objects = pool.objects
     pool_size = len(objects)
     encode = codec.encode
-    partitions = cell["partitions"]
+    partitions = lanes(cell)
     single = cell["mode"] == "single"
     clock = time.monotonic_ns
     pack = HEADER.pack

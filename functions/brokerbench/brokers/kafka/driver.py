@@ -1,4 +1,10 @@
-"""Kafka through confluent-kafka (librdkafka)."""
+"""Kafka through confluent-kafka (librdkafka).
+
+A cell's lanes (brokerbench.drivers.lanes) are the partitions of its topic; with client.topics N > 1 they
+are those of N topics of P partitions each, <topic>-0000 to <topic>-(N-1): lane i is partition i // N of
+topic i % N, so consecutive messages go to consecutive topics, and a lane is known from the topic count
+alone (a consumer is given its lanes, not P). Consumers report each message under its lane.
+"""
 
 from __future__ import annotations
 
@@ -19,6 +25,30 @@ MAX_IN_FLIGHT = 5
 DEFAULT_REPLICATION_FACTOR = 3  # or the number of brokers, when fewer
 
 
+def topic_names(topic: str, topics: int) -> list[str]:
+    """The Kafka topics of a cell's topic: its own name for one, else <topic>-0000, <topic>-0001, ..."""
+    return [topic] if topics == 1 else [f"{topic}-{j:04d}" for j in range(topics)]
+
+
+def lane_place(topic: str, lane: int, topics: int) -> tuple[str, int]:
+    """(Kafka topic, partition) of a lane: partition lane // topics of topic lane % topics."""
+    name = topic if topics == 1 else f"{topic}-{lane % topics:04d}"
+    return name, lane // topics
+
+
+def lane_places(topic: str, lanes: int, topics: int) -> list[tuple[str, int]]:
+    """(Kafka topic, partition) of each of `lanes` lanes, which fill `topics` topics of equal partitions."""
+    if topics < 1 or lanes % topics:
+        raise ValueError(f"{lanes} lanes do not split into {topics} topics of equal partitions")
+    names = topic_names(topic, topics)
+    return [(names[lane % topics], lane // topics) for lane in range(lanes)]
+
+
+def lane_of(topic_index: int, partition: int, topics: int) -> int:
+    """The lane of partition `partition` of the cell's topic_index-th Kafka topic (lane_place's inverse)."""
+    return partition * topics + topic_index
+
+
 class KafkaDriver:
     name = "kafka"
 
@@ -27,6 +57,7 @@ class KafkaDriver:
         self.client = client
         self._common = {"bootstrap.servers": endpoint["bootstrap_servers"], **_security(endpoint)}
         self._admin: AdminClient | None = None
+        self.topics = int(client.get("topics", 1))  # Kafka topics per cell (client.topics)
 
     def admin(self) -> AdminClient:
         if self._admin is None:
@@ -87,28 +118,51 @@ class KafkaDriver:
         return int(entry.value) if entry is not None and entry.value is not None else None
 
     def create_topic(self, topic: str, partitions: int) -> None:
-        futures = self.admin().create_topics(
-            [NewTopic(topic, partitions, self.replication_factor(), config=self.topic_config())], operation_timeout=30)
+        """The cell's topic, or its client.topics topics (in one request), `partitions` lanes in all; returns
+        once every partition has a leader and every replica is in sync."""
+        names = topic_names(topic, self.topics)
+        if partitions % self.topics:
+            raise ValueError(f"{partitions} lanes do not split into {self.topics} topics of equal partitions")
         try:
-            futures[topic].result(timeout=30)
-        except KafkaException as exc:
-            raise BrokerUnavailable(f"could not create topic {topic}: {exc}") from None
+            self._create_topics(names, partitions // self.topics)
+        except BrokerUnavailable:
+            if len(names) > 1:  # many topics left behind would weigh on the later cells' metadata
+                self.delete_topic(topic, partitions)
+            raise
+
+    def _create_topics(self, names: list[str], partitions: int) -> None:
+        futures = self.admin().create_topics(
+            [NewTopic(name, partitions, self.replication_factor(), config=self.topic_config()) for name in names],
+            operation_timeout=30)
+        for name in names:
+            try:
+                futures[name].result(timeout=30)
+            except KafkaException as exc:
+                raise BrokerUnavailable(f"could not create topic {name}: {exc}") from None
         # Metadata reaches the partition leader a moment after the controller answers; the followers
-        # join the in-sync replicas a moment later (acks=all waits for them).
-        for _ in range(100):
-            meta = self.admin().list_topics(topic, timeout=5).topics.get(topic)
-            if meta and not meta.error and len(meta.partitions) == partitions and all(
-                p.leader >= 0 and len(p.isrs) == len(p.replicas) for p in meta.partitions.values()
-            ):
+        # join the in-sync replicas a moment later (acks=all waits for them). More topics take longer.
+        waiting = names
+        for _ in range(99 + len(names)):  # about 5 s, and 50 ms more per further topic
+            listed = self.admin().list_topics(names[0] if len(names) == 1 else None, timeout=5).topics
+            waiting = [name for name in waiting if not _serving(listed.get(name), partitions)]
+            if not waiting:
                 return
             time.sleep(0.05)
-        raise BrokerUnavailable(f"topic {topic} has no leader, or not every replica in sync, after creation")
+        more = f" (and {len(waiting) - 1} more)" if len(waiting) > 1 else ""
+        raise BrokerUnavailable(f"topic {waiting[0]}{more} has no leader, or not every replica in sync, after creation")
 
     def delete_topic(self, topic: str, partitions: int) -> None:
+        # Best effort: a topic left behind does not change later cells (each has its own).
+        names = topic_names(topic, self.topics)
         try:
-            self.admin().delete_topics([topic], operation_timeout=30)[topic].result(timeout=30)
+            futures = self.admin().delete_topics(names, operation_timeout=30)
         except KafkaException:
-            pass  # best effort: a topic left behind does not change later cells (each has its own)
+            return
+        for name in names:
+            try:
+                futures[name].result(timeout=30)
+            except KafkaException:
+                pass
 
     def _offsets_client(self, group: str) -> _KafkaConsumer:
         """A consumer that never joins or reads: it asks the broker for offsets (end offsets, the group's
@@ -120,21 +174,24 @@ class KafkaDriver:
         return clients[group]
 
     def _watermarks(self, client: _KafkaConsumer, topic: str, partitions: int) -> list[tuple[int, int]]:
-        return [client.get_watermark_offsets(TopicPartition(topic, p), timeout=5, cached=False)
-                for p in range(partitions)]
+        return [client.get_watermark_offsets(TopicPartition(name, p), timeout=5, cached=False)
+                for name, p in lane_places(topic, partitions, self.topics)]
 
     def backlog(self, topic: str, group: str, partitions: int) -> int | None:
-        """Messages in the topic that the group has not consumed: end offsets minus committed offsets."""
+        """Messages in the topic (in all its topics) that the group has not consumed: end offsets minus
+        committed offsets."""
         try:
             client = self._offsets_client(group)
-            committed = client.committed([TopicPartition(topic, p) for p in range(partitions)], timeout=5)
+            committed = client.committed([TopicPartition(name, p) for name, p in
+                                          lane_places(topic, partitions, self.topics)], timeout=5)
             marks = self._watermarks(client, topic, partitions)
         except KafkaException:
             return None
         return sum(max(0, high - (tp.offset if tp.offset >= 0 else low)) for tp, (low, high) in zip(committed, marks))
 
     def message_count(self, topic: str, partitions: int) -> int | None:
-        """How many messages the broker holds in the topic (end offset minus start offset, summed)."""
+        """How many messages the broker holds in the topic, or in all its topics (end offset minus start
+        offset, summed)."""
         try:
             return sum(high - low for low, high in self._watermarks(self._offsets_client(f"{topic}-count"), topic,
                                                                    partitions))
@@ -165,12 +222,17 @@ class KafkaDriver:
         }
 
     def producer(self, topic: str, partitions: int, mode: str, on_ack: OnAck) -> KafkaProducer:
+        if self.topics > 1:
+            return SpreadProducer(_KafkaProducer(self.producer_config(mode)), topic, on_ack,
+                                  lane_places(topic, partitions, self.topics))
         return KafkaProducer(_KafkaProducer(self.producer_config(mode)), topic, on_ack)
 
     def native_sender(self, topic: str, partitions: int, mode: str):
         """The native send loop over librdkafka, with the same settings as `producer`."""
         if self.endpoint.get("auth") == "iam":
             raise native.Unsupported("MSK IAM tokens come from a Python callback")
+        if self.topics > 1:
+            raise native.Unsupported("client.topics > 1: the native loop sends to one topic")
         return native.kafka_sender(self.producer_config(mode), topic, partitions, mode == "single")
 
     def consumer(self, topic: str, group: str, partitions: list[int]) -> KafkaConsumer:
@@ -183,8 +245,18 @@ class KafkaDriver:
             "max.partition.fetch.bytes": 16 * 1024 * 1024,
         })
         # Explicit assignment from the start of a fresh topic: no rebalance, nothing missed.
+        if self.topics > 1:
+            consumer.assign([TopicPartition(*lane_place(topic, lane, self.topics), confluent_kafka.OFFSET_BEGINNING)
+                             for lane in partitions])
+            return SpreadConsumer(consumer, topic_names(topic, self.topics))
         consumer.assign([TopicPartition(topic, p, confluent_kafka.OFFSET_BEGINNING) for p in partitions])
         return KafkaConsumer(consumer)
+
+
+def _serving(meta, partitions: int) -> bool:
+    """Whether a topic's metadata shows all its partitions, each with a leader and every replica in sync."""
+    return bool(meta) and not meta.error and len(meta.partitions) == partitions and all(
+        p.leader >= 0 and len(p.isrs) == len(p.replicas) for p in meta.partitions.values())
 
 
 def _security(endpoint: dict) -> dict:
@@ -230,6 +302,23 @@ class KafkaProducer:
         self._producer.flush(5)
 
 
+class SpreadProducer(KafkaProducer):
+    """A producer over several topics: the lane it is given names the topic and the partition."""
+
+    def __init__(self, producer: _KafkaProducer, topic: str, on_ack: OnAck, places: list[tuple[str, int]]) -> None:
+        super().__init__(producer, topic, on_ack)
+        self._places = places
+
+    def send(self, header: bytes, payload: bytes, partition: int) -> None:
+        topic, partition = self._places[partition]
+        while True:
+            try:
+                self._producer.produce(topic, payload, header, partition, self._delivered)
+                return
+            except BufferError:  # local queue full: serve deliveries, then retry
+                self._producer.poll(0.001)
+
+
 class KafkaConsumer:
     def __init__(self, consumer: _KafkaConsumer) -> None:
         self._consumer = consumer
@@ -256,3 +345,21 @@ class KafkaConsumer:
         except KafkaException:
             pass
         self._consumer.close()
+
+
+class SpreadConsumer(KafkaConsumer):
+    """A consumer over several topics: each message is reported under its lane, not its partition within
+    its topic, so per-lane accounting (reordering, the readiness probe) never mixes topics."""
+
+    def __init__(self, consumer: _KafkaConsumer, names: list[str]) -> None:
+        super().__init__(consumer)
+        self._index = {name: j for j, name in enumerate(names)}
+        self._topics = len(names)
+
+    def poll(self, timeout_s: float) -> list[Message]:
+        first = self._consumer.poll(timeout_s)
+        if first is None:
+            return []
+        index, topics = self._index, self._topics
+        return [(m.key(), m.value(), m.partition() * topics + index[m.topic()])  # lane_of, inline
+                for m in [first, *self._consumer.consume(1000, 0)] if m.error() is None]

@@ -24,6 +24,12 @@ def settings_in_force(endpoint: dict, client: dict) -> dict:
         driver.close()
     replication = (f"replication factor {replicas or 'unknown'}, min.insync.replicas {in_sync or 'unknown'}; "
                    f"{nodes or 'unknown'} broker(s)")
+    topics = client.get("topics", 1)
+    # Stated only when a cell has several topics: one topic is what every earlier run had.
+    spread = {"topics": {"per_cell": topics,
+                         "meaning": f"each cell has {topics} topics of the cell's partitions each; every producer "
+                                    f"sends round-robin over all {topics} x partitions, the consumers read them all "
+                                    "(Python send loop)"}} if topics > 1 else {}
     return {
         "acks": client["acks"],
         "acks_meaning": ACKS_MEANING[client["acks"]] + f" (topics have {replication})",
@@ -38,6 +44,7 @@ def settings_in_force(endpoint: dict, client: dict) -> dict:
         },
         "persistence": {"replication_factor": replicas, "min_insync_replicas": in_sync, "nodes": nodes,
                         "flush": "the broker's defaults (acknowledged from the page cache, no fsync per message)"},
+        **spread,
     }
 
 
@@ -49,4 +56,6 @@ def caption(mode: str, client: dict, recorded: dict) -> str:
     else:
         meaning = "single = one send in flight, acknowledged before the next"
     replicas = f", RF {recorded['replication_factor']}" if recorded.get("replication_factor") else ""
-    return f"{meaning}, acks={client.get('acks', '?')}{replicas}"
+    topics = client.get("topics", 1)
+    spread = f", {topics} topics x the cell's partitions" if topics > 1 else ""
+    return f"{meaning}, acks={client.get('acks', '?')}{replicas}{spread}"

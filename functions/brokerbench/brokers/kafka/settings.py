@@ -69,6 +69,15 @@ CLIENT = {
         "minimum": 1,
         "maximum": 16,
     },
+    "topics": {
+        "description": "Kafka topics per cell, each with the cell's partitions: every producer spreads its messages "
+                       "round-robin over all topics x partitions, and the consumers read them all (one producer "
+                       "fanning out over many topics). Omitted: 1, the cell's one topic. Kafka only: a run that asks "
+                       "more with another broker is refused. Above 1 the producers use the Python send loop.",
+        "type": "integer",
+        "minimum": 1,
+        "maximum": 1000,
+    },
     "compression": {
         "description": "Kafka compression.type.",
         "enum": ["none", "gzip", "snappy", "lz4", "zstd"],

@@ -212,7 +212,8 @@ def test_helenius_topologies_are_one_run_each():
 
 def test_downard_and_myastovskiy_use_the_studys_settings():
     sizes, *partitions = (spec.validate(r) for r in spec.suite_runs("downard"))
-    assert [r["partitions"] for r in (sizes, *partitions)] == [1, 10, 100, 400]
+    assert [(r["partitions"], r["client"].get("topics", 1)) for r in (sizes, *partitions)] == [
+        (1, 1), (10, 1), (100, 1), (400, 1), (1, 10), (1, 100)]  # by size, by partitions, by topics
     for r in (sizes, *partitions):
         assert (r["client"]["acks"], r["client"]["batch_bytes"], r["client"]["linger_ms"]) == ("all", 16384, 0)
         assert r["client"]["replication_factor"] == 3 and r["provision"]["kafka-zookeeper"] == {"nodes": 3}

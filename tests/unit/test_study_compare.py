@@ -172,3 +172,19 @@ def test_a_run_of_another_study_or_an_unknown_study_is_refused():
     with pytest.raises(study.StudyError) as raised:
         study.load_study("../tallberg")
     assert raised.value.field == "study"
+
+
+def test_the_document_opens_with_each_study_at_a_glance():
+    run = synthetic()
+    comparisons = [study.compare(study.load_study("tallberg"), {"tallberg-latency": run}),
+                   study.compare(study.load_study("vandongen"), {})]
+    text = study.document(comparisons)
+    tallberg = next(line for line in text.splitlines() if line.startswith("| [Tallberg 2020](#tallberg-2020-tallberg)"))
+    verdicts = [c["ours"]["verdict"] for c in comparisons[0]["conclusions"]]
+    cells = [cell.strip() for cell in tallberg.strip("|").split("|")]
+    assert cells[1] == "1 of 2"  # the throughput run is not stored
+    assert cells[2].endswith("UTC") and run.results["requested_at"][:10] in cells[2]
+    assert cells[3:] == [str(len([v for v in verdicts if v != "not checked"])), str(verdicts.count(study.HOLDS)),
+                         str(verdicts.count(study.FAILS)), str(verdicts.count(study.UNKNOWN))]
+    assert "| [van Dongen 2020](#van-dongen-2020-vandongen) | 0 of 2 | not measured |" in text
+    assert text.index("| [Tallberg 2020]") < text.index("## Tallberg 2020 (`tallberg`)")

@@ -401,8 +401,29 @@ studies' absolute numbers. A ratio far from 1 is expected where the machines dif
 """
 
 
+def at_a_glance(comparisons: list[dict]) -> str:
+    """One line per study: its runs, the measured window, and how many of its checked conclusions hold here."""
+    lines = ["| Study | Our runs | Measured | Conclusions checked | Hold here | Do not hold | Cannot tell |",
+             "|---|---|---|---|---|---|---|"]
+    for c in comparisons:
+        verdicts = [x["ours"]["verdict"] for x in c["conclusions"]]
+        runs = [r for r in c["runs"] if r["run_id"]]
+        first, last = (min(r["requested_at"] for r in runs), max(r["finished_at"] for r in runs)) if runs else ("", "")
+        when = f"{first[:16].replace('T', ' ')} to {last[:16].replace('T', ' ')} UTC" if runs else "not measured"
+        checked = sum(v in (HOLDS, FAILS, UNKNOWN) for v in verdicts)
+        lines.append(f"| [{c['title']}](#{_anchor(c)}) | {len(runs)} of {len(c['runs'])} | {when} | "
+                     f"{checked} | {verdicts.count(HOLDS)} | {verdicts.count(FAILS)} | {verdicts.count(UNKNOWN)} |")
+    return "\n".join(lines) + "\n"
+
+
+def _anchor(comparison: dict) -> str:
+    """GitHub's anchor of a study's heading."""
+    heading = f"{comparison['title']} ({comparison['study']})".lower()
+    return "".join(ch for ch in heading.replace(" ", "-") if ch.isalnum() or ch in "-_")
+
+
 def document(comparisons: list[dict]) -> str:
-    parts = [DOCUMENT_INTRO]
+    parts = [DOCUMENT_INTRO, at_a_glance(comparisons)]
     parts += [markdown(c, heading="##") for c in comparisons]
     return "\n".join(parts)
 

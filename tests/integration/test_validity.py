@@ -76,8 +76,11 @@ def test_an_adaptive_warm_up_is_bounded_and_every_message_is_accounted_for(endpo
         warmup = cell["warmup"]
         assert warmup["until_steady"] and 0.5 <= warmup["used_s"] <= 8 + 0.5
         assert len(warmup["p99_us"]) >= 2  # judged on at least two half-seconds
-        # Measured from the start the warm-up chose: the whole schedule, nothing lost either side of it.
-        assert cell["sent"] == cell["received"] == 3000
+        # Measured from the start the warm-up chose: the schedule's 3,000 messages, nothing lost either side of
+        # it. A producer still behind when the schedule ends stops on time (the shortfall shows as a lower rate),
+        # so a loaded host may send the last few fewer: up to 10 ms of schedule at 1,000 msgs/s; never more.
+        assert cell["sent"] == cell["received"]
+        assert 3000 - 10 <= cell["sent"] <= 3000
         count = cell["broker_count"]
         assert count["difference"] == 0 and count["observed"] > 3000  # warm-up messages are in the topic too
 

@@ -44,14 +44,6 @@ def _store(endpoints: dict):
     return store
 
 
-def _request(args) -> tuple[dict, str | None]:
-    from .spec import load_file, load_suite
-
-    if args.spec:
-        return load_file(args.spec), None
-    return load_suite(args.suite), args.suite
-
-
 def _scale(text: str) -> float:
     """--scale F: a factor above 0 and at most 1 (argparse reports anything else and exits 2)."""
     from .spec import valid_scale
@@ -69,9 +61,7 @@ def _scale(text: str) -> float:
 def _requests(args) -> tuple[list[dict], str | None]:
     """The run requests to run or check, each validated as written, then scaled by --scale: a spec's one,
     or a suite's (a study may hold several runs, run one after another). SpecError when any is invalid."""
-    from .spec import load_file, scaled, suite_runs, validate
-
-    from .spec import Problem, SpecError
+    from .spec import Problem, SpecError, load_file, scaled, suite_runs, validate
 
     requests = [load_file(args.spec)] if args.spec else suite_runs(args.suite)
     only = getattr(args, "only", None)

@@ -42,8 +42,7 @@ def lane_places(topic: str, lanes: int, topics: int) -> list[tuple[str, int]]:
     """(Kafka topic, partition) of each of `lanes` lanes, which fill `topics` topics of equal partitions."""
     if topics < 1 or lanes % topics:
         raise ValueError(f"{lanes} lanes do not split into {topics} topics of equal partitions")
-    names = topic_names(topic, topics)
-    return [(names[lane % topics], lane // topics) for lane in range(lanes)]
+    return [lane_place(topic, lane, topics) for lane in range(lanes)]
 
 
 def lane_of(topic_index: int, partition: int, topics: int) -> int:
@@ -302,9 +301,12 @@ class KafkaProducer:
         self._delivered = delivered
 
     def send(self, header: bytes, payload: bytes, partition: int) -> None:
+        self._produce(self._topic, header, payload, partition)
+
+    def _produce(self, topic: str, header: bytes, payload: bytes, partition: int) -> None:
         while True:
             try:
-                self._producer.produce(self._topic, payload, header, partition, self._delivered)
+                self._producer.produce(topic, payload, header, partition, self._delivered)
                 return
             except BufferError:  # local queue full: serve deliveries, then retry
                 self._producer.poll(0.001)
@@ -328,12 +330,7 @@ class SpreadProducer(KafkaProducer):
 
     def send(self, header: bytes, payload: bytes, partition: int) -> None:
         topic, partition = self._places[partition]
-        while True:
-            try:
-                self._producer.produce(topic, payload, header, partition, self._delivered)
-                return
-            except BufferError:  # local queue full: serve deliveries, then retry
-                self._producer.poll(0.001)
+        self._produce(topic, header, payload, partition)
 
 
 class KafkaConsumer:

@@ -26,6 +26,8 @@ def estimated_seconds(cell: dict) -> float:
         measured = cell["messages"] / ASSUMED_MAX_RATE.get(cell.get("mode"), ASSUMED_MAX_RATE["batch"])
     else:
         measured = cell["duration_s"]
+    if cell.get("backlog"):  # sent before duration_s starts
+        measured += cell["backlog"]["messages"] / cell["backlog"]["rate"]
     return cell["warmup_s"] + measured + cell["drain_timeout_s"] + CELL_OVERHEAD_S
 
 

@@ -172,6 +172,33 @@ def _unsupported_client_settings(spec: dict) -> list[Problem]:
     return problems
 
 
+def _shape_problems(spec: dict, rates: list[tuple[object, str]]) -> list[Problem]:
+    """A startup backlog or bursts need a numeric rate and a duration; a burst's period a whole baseline."""
+    shapes = [name for name in ("backlog", "burst") if spec.get(name)]
+    if not shapes:
+        return []
+    named = " and ".join(shapes)
+    problems = []
+    if spec["messages"] is not None:
+        problems.append(Problem("messages", f"{named} runs for duration_s: messages must be null"))
+    if spec.get("backlog") and spec["consumers"] < 1:
+        problems.append(Problem("backlog", "a startup backlog is read by consumers: consumers must be at least 1"))
+    burst = spec.get("burst")
+    if burst and burst["over_s"] > burst["every_s"]:
+        problems.append(Problem("burst.over_s", f"{burst['over_s']} s is longer than the period every_s "
+                                                f"({burst['every_s']} s)"))
+    for rate, place in rates:
+        if rate in ("max", "sustainable"):
+            problems.append(Problem(place, f"{named} needs a number of msgs/s here, not {rate!r}"))
+        elif burst:
+            baseline = rate / spec["producers"] * burst["every_s"]
+            if abs(baseline - round(baseline)) > 1e-6:
+                problems.append(Problem("burst.every_s", f"{rate} msgs/s / {spec['producers']} producers x "
+                                                         f"{burst['every_s']} s is {baseline:g} messages: each period's "
+                                                         "baseline must be a whole number of messages per producer"))
+    return problems
+
+
 def validate(doc) -> dict:
     """The request with every default filled in, or SpecError listing every problem."""
     if not isinstance(doc, dict):
@@ -205,6 +232,9 @@ def validate(doc) -> dict:
         if rate not in ("max", "sustainable") and rate < spec["producers"]:
             problems.append(Problem(place, f"{rate} msgs/s is below one message per second per producer "
                                            f"({spec['producers']} producers)"))
+    if spec.get("burst"):
+        spec["burst"] = {"over_s": 0, **spec["burst"]}
+    problems += _shape_problems(spec, rates)
     if problems:
         raise SpecError(problems)
     if spec["order"] == "random" and spec.get("order_seed") is None:
@@ -290,8 +320,9 @@ def scaled(request: dict, factor: float) -> dict:
     Multiplied: duration_s (at least 1 s, one interval, unless it was shorter; at least verdict.MIN_INTERVALS
     seconds when a rate is `sustainable`: each step of the search is judged on that many intervals), warmup_s, the adaptive
     warm-up's bound (warmup_max_s, or warmup_s + 10 s when it is null), messages (at least one per
-    producer) and repeats (rounded up, at least 1). Unchanged: brokers, sizes and rates (or size_rates),
-    formats, modes, topology, client settings, drain_timeout_s (a bound on waiting for what is still in
+    producer), backlog.messages (at least one per producer) and repeats (rounded up, at least 1); with burst,
+    duration_s keeps at least two periods (2 x every_s + over_s). Unchanged: brokers, sizes and rates (or size_rates),
+    formats, modes, topology, client settings, burst, drain_timeout_s (a bound on waiting for what is still in
     flight, not measured time: shortening it would count slow deliveries as lost) and search. A note
     saying what was scaled is appended to notes. A pure function: the request given is not changed.
     """
@@ -312,6 +343,9 @@ def scaled(request: dict, factor: float) -> dict:
     duration, warmup = value("duration_s"), value("warmup_s")
     rates = [*request.get("rates", []), *(r for pair in request.get("size_rates", []) for r in pair.get("rates", []))]
     floor = float(verdict.MIN_INTERVALS) if "sustainable" in rates else MIN_SCALED_DURATION_S
+    burst = request.get("burst")
+    if burst:  # at least two whole periods: a burst to measure after the first
+        floor = max(floor, 2 * burst["every_s"] + burst.get("over_s", 0))
     put("duration_s", round(max(min(duration, floor), duration * factor), 3))
     put("warmup_s", round(warmup * factor, 3))
     bound = value("warmup_max_s")
@@ -320,6 +354,11 @@ def scaled(request: dict, factor: float) -> dict:
         put("warmup_max_s", max(out["warmup_s"], round(bound * factor, 3)))
     if value("messages") is not None:
         put("messages", max(value("producers"), math.ceil(value("messages") * factor)))
+    backlog = request.get("backlog")
+    if backlog:
+        messages = max(value("producers"), math.ceil(backlog["messages"] * factor))
+        changed["backlog.messages"] = (backlog["messages"], messages)
+        out["backlog"] = {**backlog, "messages": messages}
     put("repeats", max(1, math.ceil(value("repeats") * factor - 1e-9)))
     what = ", ".join(f"{field} {old if old is not None else 'null'} -> {new}" for field, (old, new) in changed.items())
     out["notes"] = [*request.get("notes", []),
@@ -394,6 +433,7 @@ def expand(spec: dict) -> list[dict]:
                             "repeat": repeat,
                             "client": spec["client"],
                             **({"search": spec["search"]} if rate == "sustainable" else {}),
+                            **{shape: spec[shape] for shape in ("backlog", "burst") if spec.get(shape)},
                         })
     per_repeat = len(matrix) // spec["repeats"]
     cells = []

@@ -317,11 +317,15 @@ def _delay_check(schedule: list[dict]) -> tuple[dict, str | None, str]:
     return check, None, f"publish delay p99 bounded ({second_half / 1000:,.1f} ms in the second half)"
 
 
-def sustainability(target_rate: float | None, intervals: list[dict], *, publish_only: bool = False) -> dict:
+def sustainability(target_rate: float | None, intervals: list[dict], *, publish_only: bool = False,
+                   shaped: bool = False) -> dict:
     """The verdict for one cell: sustainable, unsustainable, inconclusive, or max-rate (no target)."""
     if target_rate is None:
         return {"verdict": "max-rate", "reasons": ["unthrottled: measures capacity; latency from enqueue"],
                 "checks": {}}
+    if shaped:  # every check below compares a second's figures with one constant rate
+        return {"verdict": "inconclusive", "checks": {},
+                "reasons": ["a startup backlog or bursts: no constant rate to judge; see the startup and burst figures"]}
     schedule = [i for i in sorted(intervals, key=lambda i: i["interval"]) if i["in_schedule"]]
     checks: dict = {"intervals": {"in_schedule": len(schedule), "drain": len(intervals) - len(schedule),
                                   "min": MIN_INTERVALS}}

@@ -45,6 +45,10 @@ class Producer(Protocol):
 class Consumer(Protocol):
     def poll(self, timeout_s: float) -> list[Message]: ...
 
+    def hold(self, on: bool) -> None:
+        """Fetch nothing until hold(False), even in the background (a startup backlog builds up at the broker
+        meanwhile, and is then read from it)."""
+
     def commit(self) -> None: ...
 
     def close(self) -> None: ...

@@ -3,7 +3,9 @@
  * timestamps per message and the acknowledgement records, with no interpreter work per message.
  *
  * The loop is the same as the Python one in brokerbench/worker/producer.py (which stays as the
- * fallback): message `seq` is due at base + seq * period; the loop waits for it (serving
+ * fallback): message `seq` is due when the schedule says (brokerbench/worker/schedule.py: a backlog
+ * phase, then cycles of `period` ns whose messages are due at the given offsets; a constant rate is one
+ * message per cycle at offset 0, i.e. base + seq * period); the loop waits for it (serving
  * acknowledgements while it waits), takes it up (t0), encodes it, hands it over (t1) and sends
  * it with the header (producer id, seq, intended ns) as its Kafka key or Redis field. A call of
  * `send_until` stops at an interval boundary, at the end of the run or at a message limit, and
@@ -187,7 +189,11 @@ typedef struct {
     Py_ssize_t pool;
     uint32_t producer_id;
     int64_t base;
-    double period; /* ns between messages; 0 = as fast as possible */
+    double period; /* ns of one cycle (of one message at a constant rate); 0 = as fast as possible */
+    int64_t *cycle_offsets; /* when each message of a cycle is due, from the cycle's start */
+    int64_t cycle_len;
+    int64_t backlog;        /* messages of the backlog phase, before the first cycle */
+    double backlog_period;  /* ns between backlog messages */
     /* what `take()` hands over */
     i64buf started, handed, ack_seq, ack_ns;
     int64_t failed;
@@ -498,16 +504,45 @@ static int encode_one(Sender *s, int64_t seq, const char **payload, Py_ssize_t *
     return 0;
 }
 
+/* When message `seq` is due (schedule.Schedule.at, to the nanosecond). */
+static inline int64_t intended_at(const Sender *s, int64_t seq) {
+    if (seq < s->backlog) return s->base + (int64_t)((double)seq * s->backlog_period);
+    int64_t start = s->base + (int64_t)((double)s->backlog * s->backlog_period), rest = seq - s->backlog;
+    return start + (int64_t)((double)(rest / s->cycle_len) * s->period) + s->cycle_offsets[rest % s->cycle_len];
+}
+
 static PyObject *Sender_configure(Sender *s, PyObject *args, PyObject *kw) {
-    static char *names[] = {"objects", "encode", "producer_id", "base_ns", "period_ns", NULL};
+    static char *names[] = {"objects", "encode", "producer_id", "base_ns", "period_ns", "offsets", "backlog",
+                            "backlog_period_ns", NULL};
     PyObject *objects, *encode;
     unsigned int producer_id;
-    long long base;
-    double period;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "O!OILd", names, &PyList_Type, &objects, &encode, &producer_id, &base,
-                                     &period))
+    long long base, backlog = 0;
+    double period, backlog_period = 0.0;
+    Py_buffer offsets = {0};
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "O!OILd|y*Ld", names, &PyList_Type, &objects, &encode, &producer_id,
+                                     &base, &period, &offsets, &backlog, &backlog_period))
         return NULL;
-    if (s->objects) return PyErr_Format(PyExc_RuntimeError, "configure() once: messages may still use the pool");
+    int64_t one = 0, *cycle = &one, cycle_len = 1;
+    if (offsets.buf) {
+        cycle_len = offsets.len / (Py_ssize_t)sizeof(int64_t);
+        if (cycle_len < 1 || offsets.len % (Py_ssize_t)sizeof(int64_t)) {
+            PyBuffer_Release(&offsets);
+            return PyErr_Format(PyExc_ValueError, "offsets: one or more int64 values, as bytes");
+        }
+        cycle = (int64_t *)offsets.buf;
+    }
+    if (backlog < 0 || (backlog > 0 && backlog_period <= 0)) {
+        if (offsets.buf) PyBuffer_Release(&offsets);
+        return PyErr_Format(PyExc_ValueError, "backlog: a count of 0 or more, with a positive backlog_period_ns");
+    }
+    int64_t *copied = PyMem_RawMalloc((size_t)cycle_len * sizeof(int64_t));
+    if (copied) memcpy(copied, cycle, (size_t)cycle_len * sizeof(int64_t));
+    if (offsets.buf) PyBuffer_Release(&offsets);
+    if (!copied) return PyErr_NoMemory();
+    if (s->objects) {
+        PyMem_RawFree(copied);
+        return PyErr_Format(PyExc_RuntimeError, "configure() once: messages may still use the pool");
+    }
     Py_ssize_t pool = PyList_GET_SIZE(objects);
     if (pool == 0) return PyErr_Format(PyExc_ValueError, "objects: the payload pool is empty");
     if (encode != Py_None && !PyCallable_Check(encode)) return PyErr_Format(PyExc_TypeError, "encode: not callable");
@@ -543,6 +578,11 @@ static PyObject *Sender_configure(Sender *s, PyObject *args, PyObject *kw) {
     s->producer_id = producer_id;
     s->base = base;
     s->period = period;
+    PyMem_RawFree(s->cycle_offsets);
+    s->cycle_offsets = copied;
+    s->cycle_len = cycle_len;
+    s->backlog = backlog;
+    s->backlog_period = backlog_period;
     Py_RETURN_NONE;
 }
 
@@ -560,7 +600,7 @@ static int run_loop(Sender *s, int64_t *seq_io, int64_t stop_seq, int64_t until,
         }
         int64_t now = now_ns(), intended = 0;
         if (s->period > 0) {
-            intended = s->base + (int64_t)((double)seq * s->period);
+            intended = intended_at(s, seq);
             if (intended >= t_end) {
                 *why = STOP_END;
                 break;
@@ -722,6 +762,7 @@ static void Sender_dealloc(Sender *s) {
     pthread_mutex_destroy(&s->ack_lock);
     PyMem_RawFree(s->payload);
     PyMem_RawFree(s->payload_len);
+    PyMem_RawFree(s->cycle_offsets);
     Py_XDECREF(s->objects);
     Py_XDECREF(s->encode);
     Py_TYPE(s)->tp_free((PyObject *)s);
@@ -901,7 +942,8 @@ static PyObject *redis_sender(PyObject *self, PyObject *args) {
 
 static PyMethodDef Sender_methods[] = {
     {"configure", (PyCFunction)(void (*)(void))Sender_configure, METH_VARARGS | METH_KEYWORDS,
-     "configure(objects, encode, producer_id, base_ns, period_ns): the payload pool and the schedule."},
+     "configure(objects, encode, producer_id, base_ns, period_ns, offsets=None, backlog=0, backlog_period_ns=0.0): "
+     "the payload pool and the schedule (brokerbench.worker.schedule)."},
     {"send_until", (PyCFunction)Sender_send_until, METH_VARARGS,
      "send_until(seq, stop_seq, until_ns, t_end_ns) -> (next_seq, why): 0 boundary, 1 end, 2 limit."},
     {"take", (PyCFunction)Sender_take, METH_NOARGS,

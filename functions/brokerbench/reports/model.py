@@ -155,10 +155,10 @@ def interval_digest(intervals: list[dict], judged: dict | None = None) -> dict |
     return digest
 
 
-def verdict_basis(rate, measured_s: float | None, publish_only: bool) -> dict:
+def verdict_basis(rate, measured_s: float | None, publish_only: bool, shaped: bool = False) -> dict:
     """What a cell's verdict is judged on besides its intervals, and by which rules (verdict.FINGERPRINT)."""
     return {"target": _target(rate), "measured_s": measured_s, "publish_only": bool(publish_only),
-            "rules": verdict.FINGERPRINT}
+            "rules": verdict.FINGERPRINT, **({"shaped": True} if shaped else {})}
 
 
 def series_from_columns(columns: dict[str, list], publish_only: bool = False, measured_s: float | None = None) -> dict:
@@ -204,12 +204,13 @@ def cell_verdict(cell: dict, intervals: list[dict], digest: dict | None = None) 
         return {"verdict": cell["verdict"], "reasons": cell.get("verdict_reasons", []), "checks": {}}
     publish_only = cell.get("publish_only", False)
     if digest is not None:
-        if cell.get("verdict") and digest.get("judged") == verdict_basis(rate, cell.get("measured_s"), publish_only):
+        basis = verdict_basis(rate, cell.get("measured_s"), publish_only, cell.get("shaped", False))
+        if cell.get("verdict") and digest.get("judged") == basis:
             return {"verdict": cell["verdict"], "reasons": cell.get("verdict_reasons", []), "checks": {}}
         inputs = verdict.inputs_from_columns(digest, cell.get("measured_s"))
     else:
         inputs = verdict.interval_inputs(intervals, cell.get("measured_s"))
-    return verdict.sustainability(_target(rate), inputs, publish_only=publish_only)
+    return verdict.sustainability(_target(rate), inputs, publish_only=publish_only, shaped=cell.get("shaped", False))
 
 
 def combined_verdict(cells: list[dict], per_cell: dict[str, dict]) -> dict:

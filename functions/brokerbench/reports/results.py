@@ -248,7 +248,25 @@ def cell_result(cell: dict, end: dict | None, cache: dict | None = None) -> dict
         "throughput_mb_per_s": round(delivered_bytes / window / 1e6, 4),
         "intervals": data["intervals"],
         **{field: latency_object(data["histograms"].get(hist), cache) for field, (hist, _) in LATENCY_METRICS.items()},
+        **_shape(cell, data),
     }
+
+
+def _shape(cell: dict, data: dict) -> dict:
+    """A shaped schedule's figures (worker.outcome.startup and .bursts), with the bursts summarised: how many
+    were measured and wholly delivered, and the median and longest time from a burst's first due message to
+    its last delivery."""
+    if not (cell.get("backlog") or cell.get("burst")):
+        return {}
+    out: dict = {"shaped": True, "startup": data.get("startup")}
+    bursts = data.get("bursts")
+    if bursts is not None:
+        times = [row["delivered_in_ms"] for row in bursts["cycles"] if row["delivered_in_ms"] is not None]
+        bursts = {**bursts, "measured": len(bursts["cycles"]), "delivered": len(times),
+                  "delivered_in_ms": {"p50": float(np.median(times)) if times else None,
+                                      "max": max(times) if times else None}}
+    out["bursts"] = bursts
+    return out
 
 
 def _counts(totals: dict) -> dict:

@@ -21,7 +21,7 @@ from ..drivers import BrokerUnavailable, get_driver, lanes
 from ..events import EventStore, cell_prefix, make_event
 from ..reports.model import interval_digest, verdict_basis
 from ..reports.results import cell_result
-from . import outcome, resources, search
+from . import outcome, resources, schedule, search
 from .consumer import ConsumerTask, consumer_main
 from .drain import Drain
 from .framing import probe_header
@@ -190,6 +190,8 @@ class _CellRun:
         self.warmup: WarmupWatch | None = None  # an adaptive warm-up's watch
         self.resources: ResourceSampler | None = None  # CPU and memory of the workers and a local broker
         self.resource_samples: list[dict] = []
+        self.attach_due: int | None = None  # a startup backlog: when the consumers attach (the broker is asked then)
+        self.at_attach: dict | None = None
 
     # -- lifecycle ---------------------------------------------------------------------------
     def run(self) -> CellOutcome:
@@ -206,8 +208,7 @@ class _CellRun:
             self._spawn(ctx, consumer_main, ConsumerTask(cell, self.endpoint, self.topic, self.group, c, assigned),
                         ("consumer", c))
         for p in range(cell["producers"]):
-            phase = int(SECOND_NS / cell["rate"] * p) if producer_rate else 0
-            self._spawn(ctx, producer_main, ProducerTask(cell, self.endpoint, self.topic, p, producer_rate, phase, limit),
+            self._spawn(ctx, producer_main, ProducerTask(cell, self.endpoint, self.topic, p, producer_rate, limit),
                         ("producer", p))
         self.aggregator = IntervalAggregator(list(self.conns))
         ready = self._collect_ready()
@@ -221,7 +222,8 @@ class _CellRun:
         t_start = time.monotonic_ns() + START_LEAD_NS
         # With an adaptive warm-up the measured start is provisional (the bound) until the consumers'
         # warm-up latency is steady; then every process is told the real one ("measure").
-        adaptive = bool(cell.get("warmup_until_steady")) and cell["consumers"] > 0
+        # (A backlog or bursts keep the warm-up as given: their latency is not meant to be steady.)
+        adaptive = bool(cell.get("warmup_until_steady")) and cell["consumers"] > 0 and not schedule.shaped(cell)
         max_s = warmup_max_s(cell)
         if adaptive:
             self.warmup = WarmupWatch([c for c, key in self.conns.items() if key[0] == "consumer"], t_start,
@@ -231,14 +233,16 @@ class _CellRun:
         # is decided by each message's intended send time.
         measure_start = t_start + (int(max_s * SECOND_NS) + PROVISIONAL_MARGIN_NS if adaptive
                                    else int(cell["warmup_s"] * SECOND_NS))
-        if cell["messages"] is None:
-            t_end = measure_start + int(cell["duration_s"] * SECOND_NS)
+        attach = schedule.attach_ns(cell, t_start) if cell.get("backlog") else None
+        if cell["messages"] is None:  # with a startup backlog, duration_s runs from when the consumers attach
+            t_end = max(measure_start, attach or 0) + int(cell["duration_s"] * SECOND_NS)
         elif producer_rate:
             t_end = measure_start + int((limit / producer_rate + 1) * SECOND_NS)
         else:
             t_end = measure_start + 24 * 3600 * SECOND_NS
         self.timing = {"t_start": t_start, "measure_start": measure_start, "t_end": t_end,
-                       "warmup_until_steady": adaptive}
+                       "warmup_until_steady": adaptive, **({"attach_ns": attach} if attach else {})}
+        self.attach_due = attach - schedule.COUNT_BEFORE_ATTACH_NS if attach and cell["consumers"] else None
         self.resources = ResourceSampler({"workers": [p.pid for p in self.processes],
                                           "broker": list(self.endpoint.get("pids") or [])})
         for conn in self.conns:
@@ -316,7 +320,8 @@ class _CellRun:
                 raise KeyboardInterrupt
             if time.monotonic() > deadline:
                 raise CellError("the cell did not finish in time (a client is stuck or the broker stopped answering)")
-            for conn in wait([c for c in self.conns if c not in done], timeout=0.1):
+            timeout = 0.1 if self.attach_due is None else min(0.1, max(0, self.attach_due - time.monotonic_ns()) / 1e9)
+            for conn in wait([c for c in self.conns if c not in done], timeout=timeout):
                 kind, payload = self._recv(conn)
                 if kind == "interval":
                     interval, snapshot = payload
@@ -329,6 +334,8 @@ class _CellRun:
                     done[conn] = payload
                     self.aggregator.finished(conn)
             self._write_intervals()
+            if self.attach_due is not None and time.monotonic_ns() >= self.attach_due:
+                self._count_at_attach()
             if self.warmup is not None and self.warmup.decided is None and self.warmup.decide(time.monotonic_ns()):
                 self._start_measuring(done)
             if drain is None and all(c in done for c in producers):
@@ -345,6 +352,13 @@ class _CellRun:
                             conn.send(command)
             self._report_progress(drain is not None)
         return done
+
+    def _count_at_attach(self) -> None:
+        """The broker's own count of the startup backlog, just before the consumers attach to it."""
+        self.attach_due = None
+        count = self.driver.message_count(self.topic, lanes(self.cell))
+        self.at_attach = {"broker_backlog": self.driver.backlog(self.topic, self.group, lanes(self.cell)),
+                          "broker_messages": None if count is None else count - self.probes}
 
     def _start_measuring(self, done: dict) -> None:
         """The warm-up is over: measurement starts a moment from now, for every process alike."""
@@ -408,7 +422,9 @@ class _CellRun:
         counts = outcome.totals(producers, consumers, self.aggregator.totals, consumed, queued)
         broker_count = outcome.broker_count(self.driver.message_count(self.topic, lanes(cell)), producers,
                                             self.probes)
-        if cell["messages"] is None:
+        if cell.get("backlog"):  # the backlog phase, then duration_s
+            schedule_s = (self.timing["t_end"] - self.timing["measure_start"]) / SECOND_NS
+        elif cell["messages"] is None:
             schedule_s = float(cell["duration_s"])
         else:
             last = max(p["last_send_ns"] for p in producers)
@@ -417,9 +433,10 @@ class _CellRun:
         if reason is not None:
             return self.fail(reason, {"totals": counts, "broker_count": broker_count, "warmup": self._warmup_record()})
         delivered = outcome.delivery(producers, consumers, consumed, self.timing["measure_start"])
-        basis = verdict_basis(cell["rate"], schedule_s, not consumed)  # what the verdict is judged on
+        shaped = schedule.shaped(cell)
+        basis = verdict_basis(cell["rate"], schedule_s, not consumed, shaped)  # what the verdict is judged on
         judged = verdict.sustainability(basis["target"], verdict.interval_inputs(self.series, schedule_s),
-                                        publish_only=not consumed)
+                                        publish_only=not consumed, shaped=shaped)
         # The digest of the intervals lets a report leave them unread (reports.model.interval_digest).
         digest = interval_digest(self.series, basis)
         counts.update(delivered=delivered["delivered"], bytes_delivered=delivered["bytes_delivered"])
@@ -430,6 +447,7 @@ class _CellRun:
             "intervals": self.aggregator.written, "totals": counts, "broker_count": broker_count,
             "latency_basis": "enqueue" if cell["rate"] == "max" else "intended",
             "warmup": self._warmup_record(),
+            **self._shape_figures(consumers),
             "resources": resources.summarize(self.resource_samples),
             "verdict": {"verdict": judged["verdict"], "reasons": judged["reasons"]},
             **({"digest": digest} if digest else {}),
@@ -437,6 +455,18 @@ class _CellRun:
         }, cell_index=cell["index"])])
         self.progress(Progress(cell["cell_id"], "done", 1.0, counts["sent"], counts["received"] or 0))
         return CellOutcome(cell["cell_id"], "completed", intervals=self.aggregator.written)
+
+    def _shape_figures(self, consumers: list[dict]) -> dict:
+        """A shaped schedule's own figures (outcome.startup, outcome.bursts); nothing for a constant rate."""
+        cell, t = self.cell, self.timing
+        records = [c["shape"] for c in consumers if "shape" in c]
+        out = {}
+        if cell.get("backlog") and records:
+            out["startup"] = outcome.startup(cell, t["attach_ns"], t["t_start"], records, self.at_attach)
+        if cell.get("burst") and records:
+            windows = schedule.burst_windows(cell, t["t_start"], t["measure_start"], t["t_end"])
+            out["bursts"] = outcome.bursts(cell, windows, records)
+        return out
 
     def fail(self, reason: str, figures: dict | None = None) -> CellOutcome:
         self._stop_processes()

@@ -13,6 +13,7 @@ from .. import native
 from ..codecs import get_codec
 from ..drivers import get_driver
 from .framing import PROBE_PRODUCER, is_probe, unpack_many
+from .schedule import cell_schedules, shaped
 from .warmup import WINDOW_NS as WARM_WINDOW_NS
 
 SECOND_NS = 1_000_000_000
@@ -29,6 +30,43 @@ class ConsumerTask:
     group: str
     consumer_id: int
     partitions: list[int]
+
+
+class ShapeFigures:
+    """What a shaped schedule's figures need from one consumer (see schedule.py): its first delivery, the
+    startup backlog's messages it received and when the last came, and per burst cycle how many of the burst's
+    messages it received and when the last came."""
+
+    def __init__(self, cell: dict, t_start: int) -> None:
+        self.schedules = cell_schedules(cell, t_start)
+        self.first_delivery_ns: int | None = None
+        self.backlog_received = 0
+        self.backlog_last_ns: int | None = None
+        self.bursts: dict[int, list[int]] = {}  # cycle -> [messages received, last delivery ns]
+
+    def add(self, producers: np.ndarray, seqs: np.ndarray, delivered: np.ndarray) -> None:
+        """Distinct deliveries (producer id, sequence number, delivered at)."""
+        if not seqs.size:
+            return
+        first = int(delivered.min())
+        self.first_delivery_ns = first if self.first_delivery_ns is None else min(self.first_delivery_ns, first)
+        for producer in np.unique(producers).tolist():
+            here = producers == producer
+            backlog, burst, cycle = self.schedules[producer].kinds(seqs[here])
+            at = delivered[here]
+            if backlog.any():
+                self.backlog_received += int(backlog.sum())
+                last = int(at[backlog].max())
+                self.backlog_last_ns = last if self.backlog_last_ns is None else max(self.backlog_last_ns, last)
+            for c in np.unique(cycle[burst]).tolist():
+                mine = burst & (cycle == c)
+                entry = self.bursts.setdefault(int(c), [0, 0])
+                entry[0] += int(mine.sum())
+                entry[1] = max(entry[1], int(at[mine].max()))
+
+    def record(self) -> dict:
+        return {"first_delivery_ns": self.first_delivery_ns, "backlog_received": self.backlog_received,
+                "backlog_last_ns": self.backlog_last_ns, "bursts": self.bursts}
 
 
 class Accounting:
@@ -87,18 +125,22 @@ def consumer_main(conn, task: ConsumerTask) -> None:
 PROCESS_EVERY = 8192
 
 
-def _await_go(conn, consumer, partitions: set[int]) -> tuple[dict | None, list]:
+def _await_go(conn, consumer, partitions: set[int], idle_when_probed: bool) -> tuple[dict | None, list]:
     """Receive until the readiness probe has come through every assigned partition (then tell the
     parent), and until the parent says go: the consumer is fetching before the first message is sent.
     Returns the cell's timing (None when the parent stops the cell instead) and any of the cell's own
-    messages that arrived before "go" was read (a busy machine can delay reading it)."""
+    messages that arrived before "go" was read (a busy machine can delay reading it). With
+    `idle_when_probed` (a startup backlog) it reads nothing after the probe: a "go" read late must not
+    let the backlog's first messages be read before the consumer holds."""
     probed: set[int] = set()
     early: list = []
     told = False
     while True:
-        if conn.poll():
+        if conn.poll(POLL_TIMEOUT_S if told and idle_when_probed else 0):
             command, payload = conn.recv()
             return (payload if command == "go" else None), early
+        if told and idle_when_probed:
+            continue
         for message in consumer.poll(POLL_TIMEOUT_S):
             if is_probe(message[0]):
                 probed.add(message[2])
@@ -134,11 +176,17 @@ def _run(conn, task: ConsumerTask) -> None:
     gc.freeze()  # no reference cycles are made below: no collector pauses while receiving
     gc.disable()
     conn.send(("ready", {}))
-    timing, early = _await_go(conn, consumer, set(task.partitions))
+    timing, early = _await_go(conn, consumer, set(task.partitions), bool(cell.get("backlog")))
     if timing is None:
         return
     if early:  # the first messages can arrive before "go" is read: they are the cell's too
         chunks.append(timed_decode(decode, early, headers))
+    shape = ShapeFigures(cell, timing["t_start"]) if shaped(cell) else None
+    # A startup backlog builds up at the broker while the consumers hold (fetch nothing) until attach_ns.
+    attach = timing.get("attach_ns")
+    holding = attach is not None and clock() < attach
+    if holding:
+        consumer.hold(True)
     measure_start = timing["measure_start"]  # provisional while the warm-up waits to be steady
     interval = -1
     next_boundary = measure_start
@@ -165,6 +213,8 @@ def _run(conn, task: ConsumerTask) -> None:
         intended = framed["intended_ns"].astype(np.int64)
         measured = fresh & (intended >= measure_start)  # duplicates and warm-up are counted, not measured
         totals["distinct"] += int(fresh.sum())
+        if shape is not None:
+            shape.add(framed["producer"][fresh].astype(np.int64), framed["seq"][fresh].astype(np.int64), t1[fresh])
         if warming:
             warm = fresh & ~measured
             warm_parts.append((t1[warm], (t1 - intended)[warm]))
@@ -238,6 +288,14 @@ def _run(conn, task: ConsumerTask) -> None:
             process()
             conn.send(("progress", totals["distinct"]))
             next_progress = now + PROGRESS_EVERY_NS
+        if holding:
+            if now < attach:
+                time.sleep(min(POLL_TIMEOUT_S, (attach - now) / SECOND_NS))
+                if clock() >= next_boundary:
+                    close_interval()
+                continue
+            consumer.hold(False)
+            holding = False
         messages = consumer.poll(POLL_TIMEOUT_S)
         if clock() >= next_boundary:
             close_interval()
@@ -252,4 +310,5 @@ def _run(conn, task: ConsumerTask) -> None:
         **totals,
         "duplicated": accounting.duplicated,
         "out_of_order": accounting.out_of_order,
+        **({"shape": shape.record()} if shape is not None else {}),
     }))

@@ -94,3 +94,38 @@ def broker_count(observed: int | None, producers: list[dict], probes: int = 0) -
         return None
     expected = expected_at_broker(producers) + probes
     return {"observed": observed, "expected": expected, "difference": observed - expected}
+
+
+def startup(cell: dict, attach_ns: int, t_start: int, records: list[dict], at_attach: dict | None) -> dict:
+    """A startup backlog's figures: the consumers attach at `attach_ns` to the messages sent before it.
+
+    first_delivery_s: from attaching to the first message delivered; backlog_read_s: to the delivery of the
+    backlog's last message (None unless every backlog message was delivered); at_attach: the broker's own
+    count of what it held then (its backlog for the group, and the messages in the topic)."""
+    backlog = cell["backlog"]
+    received = sum(r["backlog_received"] for r in records)
+    firsts = [r["first_delivery_ns"] for r in records if r["first_delivery_ns"] is not None]
+    lasts = [r["backlog_last_ns"] for r in records if r["backlog_last_ns"] is not None]
+    read_s = (max(lasts) - attach_ns) / SECOND_NS if lasts and received >= backlog["messages"] else None
+    return {"messages": backlog["messages"], "rate": backlog["rate"],
+            "attach_s": round((attach_ns - t_start) / SECOND_NS, 6), "received": received,
+            "first_delivery_s": (min(firsts) - attach_ns) / SECOND_NS if firsts else None,
+            "backlog_read_s": read_s,
+            "read_rate_msgs_per_s": received / read_s if read_s else None,
+            "at_attach": at_attach}
+
+
+def bursts(cell: dict, windows: list[tuple[int, int, int]], records: list[dict]) -> dict:
+    """Periodic bursts' figures: for each measured burst (cycle, first due, last due), how many of its
+    messages were delivered and how long from its first message's due time to its last delivery
+    (delivered_in_ms; None for a burst not wholly delivered)."""
+    burst = cell["burst"]
+    expected = burst["messages"]
+    rows = []
+    for cycle, first, last in windows:
+        got = [r["bursts"].get(cycle) for r in records]
+        count = sum(g[0] for g in got if g)
+        delivered_at = max((g[1] for g in got if g), default=None)
+        rows.append({"cycle": cycle, "due_s": round((last - first) / SECOND_NS, 6), "received": count,
+                     "delivered_in_ms": (delivered_at - first) / 1e6 if count >= expected and delivered_at else None})
+    return {"every_s": burst["every_s"], "messages": expected, "over_s": burst["over_s"], "cycles": rows}

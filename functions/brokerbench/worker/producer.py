@@ -1,14 +1,14 @@
 """One producer process: an open-loop schedule of intended send times, encode, send, record.
 
-Each message's intended send time comes from the schedule, not from when the previous send
-finished, so a producer (or broker) that falls behind shows up as publish delay and in
+Each message's intended send time comes from the schedule (`schedule.py`: a constant rate, or a
+startup backlog and periodic bursts), not from when the previous send finished, so a producer (or
+broker) that falls behind shows up as publish delay and in
 end-to-end latency instead of silently lowering the load (coordinated omission).
 """
 
 from __future__ import annotations
 
 import gc
-import math
 import os
 import queue
 import signal
@@ -26,6 +26,7 @@ from ..drivers import get_driver, lanes
 from .drain import Drain
 from .framing import HEADER, unpack_many
 from .payloads import payload_pool, pool_size_for
+from .schedule import Schedule, producer_schedule
 
 SECOND_NS = 1_000_000_000
 # How often a producer that does not wait (unthrottled, or behind schedule) serves acknowledgements.
@@ -38,8 +39,7 @@ class ProducerTask:
     endpoint: dict
     topic: str
     producer_id: int
-    rate: float | None  # this producer's msgs/s, None = unthrottled
-    phase_ns: int  # offset of this producer's schedule, so producers interleave
+    rate: float | None  # this producer's msgs/s (its baseline, with bursts), None = unthrottled
     message_limit: int | None  # measured messages for this producer, None = run by time
 
 
@@ -73,21 +73,19 @@ def _run(conn, task: ProducerTask) -> None:
         if sender:
             sender.close()
         return
-    rate = task.rate
-    period = SECOND_NS / rate if rate else 0.0
-    base = timing["t_start"] + task.phase_ns
+    schedule = producer_schedule(cell, task.producer_id, timing["t_start"])
 
     # Each interval's figures are derived and sent by a helper thread, so the send loop only hands
     # over the interval's raw timestamps instead of pausing for the numpy work and the pipe write.
     reports: queue.Queue = queue.Queue()
     acks = AckTotals()
     reporter = threading.Thread(target=_report_intervals,
-                                args=(reports, conn, sizes, len(pool.objects), base, period, rate, acks),
+                                args=(reports, conn, sizes, len(pool.objects), schedule, acks),
                                 name="interval-reporter", daemon=True)
     reporter.start()
-    nice = _boost_this_thread() if rate else None
+    nice = _boost_this_thread() if schedule else None
     loop = _native_loop if sender else _python_loop
-    done = loop(sender or driver, task, codec, pool, timing, base, period, reports, conn)
+    done = loop(sender or driver, task, codec, pool, timing, schedule, reports, conn)
     reports.put(None)
     reporter.join()
     conn.send(("done", {"producer_id": task.producer_id, "send_thread_nice": nice, **done, **vars(acks)}))
@@ -124,8 +122,8 @@ def _native_sender(driver, task: ProducerTask):
 class _Intervals:
     """The interval clock shared by both loops: warm-up first (-1, discarded), then 1 s intervals."""
 
-    def __init__(self, timing: dict, reports: queue.Queue, base: int = 0, period: float = 0.0) -> None:
-        self.base, self.period = base, period
+    def __init__(self, timing: dict, reports: queue.Queue, schedule: Schedule | None = None) -> None:
+        self.schedule = schedule
         self.measure_start = timing["measure_start"]
         self.reports = reports
         self.interval = -1
@@ -145,7 +143,7 @@ class _Intervals:
         if self.interval < 0:
             # Measured means intended at or after the measured start, for the consumer alike: a producer
             # running behind sends warm-up messages after the boundary, and they stay warm-up.
-            scheduled = math.ceil((self.measure_start - self.base) / self.period) if self.period else 0
+            scheduled = self.schedule.first_due_at(self.measure_start) if self.schedule else 0
             self.first_measured_seq = max(end_seq, scheduled)
         self.reports.put((self.interval, self.start_seq, started, handed, acked, acked_ns, failed,
                           self.first_measured_seq))
@@ -184,13 +182,14 @@ class _AwaitMeasure:
             self.next_check = now + self.CHECK_NS
 
 
-def _native_loop(sender, task: ProducerTask, codec, pool, timing: dict, base: int, period: float,
+def _native_loop(sender, task: ProducerTask, codec, pool, timing: dict, schedule: Schedule | None,
                  reports: queue.Queue, conn) -> dict:
     """The native send loop: one call per interval, the interval's records taken at its end."""
     encode = None if codec.prebuilt else codec.encode
-    sender.configure(list(pool.objects), encode, task.producer_id, base, period)
+    timed = schedule.native_args() if schedule else {"base_ns": timing["t_start"], "period_ns": 0.0}
+    sender.configure(list(pool.objects), encode, task.producer_id, **timed)
     t_end = timing["t_end"]
-    intervals = _Intervals(timing, reports, base, period)
+    intervals = _Intervals(timing, reports, schedule)
     limit = task.message_limit
     no_limit = 1 << 62
     seq, last_send_ns = 0, timing["measure_start"]
@@ -242,7 +241,7 @@ def flush_while_acking(flush, idle_s: float, timing: dict) -> int:
     return 0
 
 
-def _python_loop(driver, task: ProducerTask, codec, pool, timing: dict, base: int, period: float,
+def _python_loop(driver, task: ProducerTask, codec, pool, timing: dict, schedule: Schedule | None,
                  reports: queue.Queue, conn) -> dict:
     """The send loop in Python, for where the native one cannot run (Redis TLS, MSK IAM, not built)."""
     cell = task.cell
@@ -275,9 +274,9 @@ def _python_loop(driver, task: ProducerTask, codec, pool, timing: dict, base: in
     send_ns = array("q")  # when the encoded message was handed to the client
     start_append, send_append = start_ns.append, send_ns.append
     t_end = timing["t_end"]
-    intervals = _Intervals(timing, reports, base, period)
+    intervals = _Intervals(timing, reports, schedule)
     measured_limit = task.message_limit
-    rate = task.rate
+    due = schedule.due_function() if schedule else None
 
     def close_interval() -> None:
         nonlocal acked_headers, acked_ns
@@ -310,8 +309,8 @@ def _python_loop(driver, task: ProducerTask, codec, pool, timing: dict, base: in
         if await_measure.pending:
             await_measure.check_every(now)
             t_end = timing["t_end"]
-        if rate:
-            intended = base + int(seq * period)
+        if due:
+            intended = due(seq)
             if intended >= t_end:
                 break
             if now < intended:
@@ -324,7 +323,7 @@ def _python_loop(driver, task: ProducerTask, codec, pool, timing: dict, base: in
         if now >= intervals.next_boundary:
             close_interval()
         t0 = clock()
-        if not rate:
+        if not due:
             intended = t0
         payload = encode(objects[seq % pool_size])
         t1 = clock()
@@ -358,7 +357,7 @@ class AckTotals:
     last_ack_ns: int | None = None  # when the last measured message was acknowledged
 
 
-def _report_intervals(reports: queue.Queue, conn, sizes, pool_size, base, period, rate, acks: AckTotals) -> None:
+def _report_intervals(reports: queue.Queue, conn, sizes, pool_size, schedule: Schedule | None, acks: AckTotals) -> None:
     """Helper thread: each interval's delay, encode time, bytes and publish latency, sent to the parent."""
     firsts: list[int] = []  # first sequence number of each measured interval's send times
     chunks: list[np.ndarray] = []
@@ -380,7 +379,7 @@ def _report_intervals(reports: queue.Queue, conn, sizes, pool_size, base, period
         if first_seq < first_measured_seq:  # sent late but intended in the warm-up: not measured
             measured = seqs >= first_measured_seq
             seqs, started, handed = seqs[measured], started[measured], handed[measured]
-        intended = base + (seqs * period).astype(np.int64) if rate else started
+        intended = schedule.intended(seqs) if schedule else started
         latency, last_ack = _publish_latency(acked_seqs, acked_ns, firsts, chunks, first_measured_seq)
         if last_ack is not None:
             acks.last_ack_ns = max(acks.last_ack_ns or last_ack, last_ack)

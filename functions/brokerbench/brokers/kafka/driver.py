@@ -336,6 +336,7 @@ class SpreadProducer(KafkaProducer):
 class KafkaConsumer:
     def __init__(self, consumer: _KafkaConsumer) -> None:
         self._consumer = consumer
+        self._held: list[TopicPartition] | None = None
 
     def poll(self, timeout_s: float) -> list[Message]:
         # consume(n, timeout) waits for n messages or the whole timeout, which would add up to
@@ -345,6 +346,17 @@ class KafkaConsumer:
             return []
         messages = [first, *self._consumer.consume(1000, 0)]
         return [(m.key(), m.value(), m.partition()) for m in messages if m.error() is None]
+
+    def hold(self, on: bool) -> None:
+        """Stop fetching by leaving the partitions, and take them again at the positions reached: librdkafka
+        otherwise prefetches into its local queue while not polled. (pause/resume would do, but librdkafka
+        2.x fetches again only up to a second after resume, which would show as the backlog's first delivery.)"""
+        if on:
+            self._held = self._consumer.position(self._consumer.assignment())
+            self._consumer.unassign()
+        elif self._held is not None:
+            self._consumer.assign(self._held)
+            self._held = None
 
     def commit(self) -> None:
         """Store the positions reached with the broker (asynchronously), for the broker-side backlog."""

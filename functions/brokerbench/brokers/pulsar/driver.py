@@ -267,6 +267,10 @@ class PulsarConsumer:
             last[topic] = message
         return out
 
+    def hold(self, on: bool) -> None:
+        """Nothing to stop: the client's receiver queue (RECEIVER_QUEUE messages per partition) fills from a
+        backlog and waits there, the rest stays at the broker until received."""
+
     def commit(self) -> None:
         """Acknowledge what was received, for the broker-side backlog."""
         self._acknowledge()

@@ -283,6 +283,9 @@ class RedisStreamsConsumer:
             self._unacked.append(hiredis.pack_command((b"XACK", key, group, *(entry[0] for entry in entries))))
         return out
 
+    def hold(self, on: bool) -> None:
+        """Nothing to do: entries are only read when asked for (XREADGROUP)."""
+
     def commit(self) -> None:
         """Nothing to store: the group's last-delivered id is the broker's record of the position."""
 

@@ -1,0 +1,107 @@
+"""Startup backlogs and periodic bursts against real Kafka and Redis, on both send loops.
+
+Each figure is checked against something the code that computed it does not decide: the schedule by hand,
+the messages' own headers read back from the broker, and the broker's own count of the topic and of the
+group's backlog.
+"""
+
+import time
+
+import numpy as np
+import pytest
+
+from brokerbench.drivers import get_driver
+from brokerbench.events import new_run_id
+from brokerbench.reports.results import build_results
+from brokerbench.runner import execute_run
+from brokerbench.worker.framing import unpack_many
+from brokerbench.worker.schedule import ATTACH_LEAD_NS, COUNT_BEFORE_ATTACH_NS, producer_schedule
+
+from test_send_loop import CLIENT, drain, kafka_messages
+
+S = 1_000_000_000
+
+
+def test_the_native_loop_sends_on_the_shaped_schedule(endpoints):
+    """Every message's intended time in its header is the Python schedule's, to the nanosecond."""
+    driver = get_driver("kafka", endpoints["kafka"], CLIENT)
+    topic = f"shaped-{new_run_id()}"
+    driver.create_topic(topic, 2)
+    try:
+        shaped = {"rate": 2000, "producers": 2, "backlog": {"messages": 301, "rate": 20000},
+                  "burst": {"every_s": 0.1, "messages": 41, "over_s": 0.02}}
+        schedule = producer_schedule(shaped, 1, time.monotonic_ns() + 2_000_000)
+        sender = driver.native_sender(topic, 2, "batch")
+        sender.configure([b"x" * 50], None, 1, **schedule.native_args())
+        started, handed, acked_seq, _, failed = drain(sender, 0, 700)
+        sender.close()
+        assert failed == 0 and sorted(acked_seq.tolist()) == list(range(700))
+        due = schedule.intended(np.arange(700))
+        assert (started >= due).all()  # never early
+        headers = unpack_many([m.key() for m in kafka_messages(endpoints["kafka"]["bootstrap_servers"], topic, 2, 700)])
+        assert sorted(headers["seq"].tolist()) == list(range(700))
+        order = np.argsort(headers["seq"])
+        assert headers["intended_ns"][order].astype(np.int64).tolist() == due.tolist()
+        # by hand: producer 1's 150 of the 301 backlog messages at 10,000 msgs/s, then cycles of 0.1 s from 15 ms on,
+        # each with 100 baseline messages (1,000 msgs/s) and 20 of the 41 burst messages (producer 0 takes 21)
+        assert schedule.backlog == 150 and due[149] - due[0] == 149 * 100_000 and due[150] - due[0] == 15_000_000
+        assert schedule.per_cycle == 100 + 20 and due[150 + 120] - due[150] == 100_000_000
+    finally:
+        driver.delete_topic(topic, 2)
+
+
+@pytest.mark.parametrize("loop", ["native", "python"])
+def test_a_startup_backlog_is_read_from_the_broker(loop, endpoints, store, monkeypatch):
+    monkeypatch.setenv("BROKERBENCH_SEND_LOOP", loop)
+    rate, backlog, backlog_rate, duration = 400, 12000, 6000, 3
+    spec = {"name": f"backlog-{loop}", "brokers": ["kafka", "redis-streams"], "sizes": [190], "size_basis": "record",
+            "rates": [rate], "formats": ["json"], "duration_s": duration, "warmup_s": 0, "partitions": 4,
+            "backlog": {"messages": backlog, "rate": backlog_rate}}
+    outcome = execute_run(spec, endpoints, store)
+    cells = build_results(store.read(outcome.run_id))["cells"]
+    lead_s = ATTACH_LEAD_NS / S
+    for cell in cells:
+        assert cell["status"] == "completed", cell.get("reason")
+        assert cell["verdict"] == "inconclusive"  # no constant rate to judge
+        # by hand: the backlog, the 0.2 s before attaching and duration_s at 400 msgs/s
+        sent = backlog + round(rate * (lead_s + duration))
+        assert abs(cell["sent"] - sent) <= 1 and cell["received"] == cell["sent"] and cell["lost"] == 0
+        assert cell["broker_count"]["difference"] == 0
+        startup = cell["startup"]
+        assert startup["messages"] == startup["received"] == backlog
+        assert startup["attach_s"] == pytest.approx(backlog / backlog_rate + lead_s, abs=1e-6)
+        # the broker's own count just before attaching: the whole backlog, and the baseline sent since
+        before = round(rate * (ATTACH_LEAD_NS - COUNT_BEFORE_ATTACH_NS) / S)
+        assert backlog <= startup["at_attach"]["broker_messages"] <= backlog + before + rate // 10
+        assert startup["at_attach"]["broker_backlog"] >= backlog  # nothing read before attaching
+        assert 0 <= startup["first_delivery_s"] <= startup["backlog_read_s"] < duration
+        assert startup["read_rate_msgs_per_s"] == pytest.approx(backlog / startup["backlog_read_s"])
+        # the first backlog message waited at the broker for the whole backlog phase and the lead
+        assert cell["end_to_end_latency_us"]["max"] >= (backlog / backlog_rate + lead_s) * 1e6 * 0.95
+
+
+@pytest.mark.parametrize("loop", ["native", "python"])
+def test_periodic_bursts_are_sent_and_delivered_by_the_schedule(loop, endpoints, store, monkeypatch):
+    monkeypatch.setenv("BROKERBENCH_SEND_LOOP", loop)
+    rate, every, burst, over = 300, 1, 2001, 0.1
+    spec = {"name": f"burst-{loop}", "brokers": ["kafka", "redis-streams"], "sizes": [190], "size_basis": "record",
+            "rates": [rate], "formats": ["json"], "duration_s": 3, "warmup_s": 0.5, "producers": 2, "partitions": 2,
+            "burst": {"every_s": every, "messages": burst, "over_s": over}}
+    outcome = execute_run(spec, endpoints, store)
+    events = store.read(outcome.run_id)
+    cells = build_results(events)["cells"]
+    for cell in cells:
+        assert cell["status"] == "completed", cell.get("reason")
+        # by hand: measured from 0.5 s to 3.5 s: 3 s of baseline and the bursts due at 1, 2 and 3 s
+        assert cell["sent"] == 3 * rate + 3 * burst and cell["received"] == cell["sent"] and cell["lost"] == 0
+        assert cell["broker_count"]["difference"] == 0  # 4 bursts (0 s too) and 3.5 s of baseline in the topic
+        assert cell["broker_count"]["observed"] == round(3.5 * rate) + 4 * burst + 2
+        bursts = cell["bursts"]
+        assert [row["cycle"] for row in bursts["cycles"]] == [1, 2, 3] and bursts["delivered"] == 3
+        for row in bursts["cycles"]:
+            assert row["received"] == burst
+            assert row["delivered_in_ms"] >= row["due_s"] * 1000  # its last message cannot arrive before it is due
+        # each second's sent count: the baseline, plus a whole burst in the seconds that hold one
+        sent = sorted((e["data"]["interval"], e["data"]["counters"]["sent"]) for e in events
+                      if e["type"] == "IntervalMeasured" and e["data"]["cell_id"] == cell["cell_id"])
+        assert [n for _, n in sent[:3]] == [rate + burst] * 3  # intervals 0-2 span 0.5-3.5 s: one burst each

@@ -52,7 +52,7 @@ CLAIM = "#claim"
 CLAIM_GRACE = timedelta(minutes=10)  # far longer than starting a run takes: a younger claim may still be starting
 RECENT = 10  # due times read back first when looking for the last trigger (all of them only when these hold none)
 TRIGGER_FIELDS = ("due_at", "run_id", "outcome", "reason")
-REQUEST_FIELDS = ("suite", "spec", "notify", "baseline")  # what the run request a schedule starts is made of
+REQUEST_FIELDS = ("suite", "run", "scale", "spec", "notify", "baseline")  # what the run request a schedule starts is made of
 
 log = logging.getLogger(__name__)
 
@@ -70,6 +70,8 @@ class Schedule:
     name: str
     cron: str
     suite: str | None = None
+    run: str | None = None  # a study's run
+    scale: float | None = None
     spec: dict | None = None
     description: str | None = None
     timezone: str = "UTC"
@@ -83,7 +85,8 @@ class Schedule:
 
     def request(self) -> tuple[dict, str | None]:
         """The run request to start, and the suite it runs (None for an inline spec)."""
-        request = run_spec.load_suite(self.suite) if self.suite else copy.deepcopy(self.spec or {})
+        request = (run_spec.suite_request(self.suite, self.run, self.scale) if self.suite
+                   else copy.deepcopy(self.spec or {}))
         if self.baseline != "previous":
             request["baseline_run_id"] = self.baseline
         if self.notify:
@@ -168,26 +171,32 @@ def _check(item: dict, place: str) -> list[Problem]:
     elif "suite" not in item and "spec" not in item:
         problems.append(Problem(place, "give suite (a built-in suite) or spec (an inline run request)"))
     elif isinstance(item.get("suite"), str) and run_spec.SUITE_NAME.fullmatch(item["suite"]):
-        if item["suite"] not in run_spec.suite_names():
-            known = ", ".join(run_spec.suite_names()) or "none"
+        if item["suite"] not in run_spec.all_suite_names():
+            known = ", ".join(run_spec.all_suite_names()) or "none"
             problems.append(Problem(f"{place}.suite", f"no suite named {item['suite']!r} (known: {known})"))
+    for field in ("run", "scale"):
+        if field in item and "spec" in item:
+            problems.append(Problem(f"{place}.{field}", f"{field} goes with suite, not with an inline spec"))
     return problems
 
 
 def _request_problems(schedule: Schedule, place: str) -> list[Problem]:
     """The run request the schedule would start, validated now rather than at 2 a.m."""
-    request, _ = schedule.request()
     try:
+        request, _ = schedule.request()
         run_spec.validate(request)
     except SpecError as exc:
         if schedule.suite:
-            return [Problem(f"{place}.suite", f"suite {schedule.suite}: {p}") for p in exc.problems]
+            return [Problem(f"{place}.{p.path}" if p.path in ("run", "scale") else f"{place}.suite",
+                            p.message if p.path in ("run", "scale") else f"suite {schedule.suite}: {p}")
+                    for p in exc.problems]
         return [Problem(f"{place}.spec" + (f".{p.path}" if p.path else ""), p.message) for p in exc.problems]
     return []
 
 
 def _schedule(item: dict) -> Schedule:
     return Schedule(name=item.get("name", ""), cron=item.get("cron", ""), suite=item.get("suite"),
+                    run=item.get("run"), scale=item.get("scale"),
                     spec=copy.deepcopy(item.get("spec")), description=item.get("description"),
                     timezone=item.get("timezone", "UTC"), baseline=item.get("baseline", "previous"),
                     notify=tuple(item.get("notify", ())), enabled=item.get("enabled", True))
@@ -449,6 +458,7 @@ def describe(schedules: list[Schedule], store: EventStore, now: datetime) -> lis
         last_run_id = max(started, key=lambda e: e["data"]["due_at"])["data"]["run_id"] if started else None
         out.append({
             "name": schedule.name, "description": schedule.description, "suite": schedule.suite,
+            "run": schedule.run, "scale": schedule.scale,
             "cron": schedule.cron, "timezone": schedule.timezone, "baseline": schedule.baseline,
             "notify": list(schedule.notify), "enabled": schedule.enabled,
             "next_due": iso(next_due(schedule, now)) if schedule.enabled else None,

@@ -294,6 +294,27 @@ def load_suite(name: str) -> dict:
     return runs[0]
 
 
+def suite_request(name: str, run: str | None = None, scale=None) -> dict:
+    """The run request of a suite: a plain suite's, or the run named `run` of a study (required when the study has
+    more than one run), scaled by `scale` when given. SpecError names `suite`, `run` or `scale`."""
+    runs = suite_runs(name)
+    names = [str(r.get("name", "?")) for r in runs]
+    if run is None:
+        if len(runs) > 1:
+            raise SpecError([Problem("run", f"suite {name!r} is a study of {len(runs)} runs: name one of them in run "
+                                            f"({', '.join(names)}); each starts on its own")])
+        request = runs[0]
+    elif run not in names:
+        raise SpecError([Problem("run", f"suite {name!r} has no run {run!r} (its runs: {', '.join(names)})")])
+    else:
+        request = runs[names.index(run)]
+    if scale is None:
+        return request
+    if not valid_scale(scale):
+        raise SpecError([Problem("scale", f"must be a number above 0 and at most 1, not {scale!r}")])
+    return scaled(request, scale)
+
+
 def all_suite_names() -> list[str]:
     """Every built-in suite, the studies included (`brokerbench suites`, `run --suite`, `validate --suite`)."""
     return sorted(p.stem for p in SUITES_DIR.glob("*.json"))

@@ -204,6 +204,22 @@ try {
   await shot('field-error');
   expectStatuses = [];
 
+  // -- 3b. one run of a study, at a scale the API refuses: the problem is shown at the suite, nothing starts
+  await begin('study-scale-error');
+  expectStatuses = [422];
+  await page.check('input[name=source][value=suite]');
+  await page.selectOption('#suite', 'vandongen/vandongen-startup-burst');
+  await page.fill('#scale', '7');
+  await page.click('#start-run');
+  await page.waitForSelector('#suite-errors .problem[data-field="scale"]');
+  summary.study_scale_error = {
+    text: await page.textContent('#suite-errors'),
+    info: await page.textContent('#suite-info'),
+  };
+  await shot('study-scale-error');
+  await page.fill('#scale', '');
+  expectStatuses = [];
+
   // -- 4. a tiny run, watched to its end
   await begin('first-run');
   const first = await startTinyRun();

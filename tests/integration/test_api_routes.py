@@ -125,6 +125,44 @@ def test_post_run_starts_one_execution_and_a_retry_returns_the_same_run(api):
     assert first["links"]["self"] == f"/runs/{first['run_id']}"
 
 
+def test_a_run_of_a_study_starts_scaled_under_its_suite(api):
+    """POST /runs {suite, run, scale}: the study's run, shortened, is what StartExecution is given."""
+    handler, _ = api
+    started = {}
+
+    def capture(**kwargs):
+        started.update(json.loads(kwargs["input"]))
+    handler.deps.starter.client.meta.events.register("provide-client-params.states.StartExecution",
+                                                    lambda params, **_: capture(**params))
+    try:
+        with Stubber(handler.deps.starter.client) as sfn:
+            sfn.add_response("start_execution", {"executionArn": "arn:x", "startDate": datetime.now(timezone.utc)},
+                             {"stateMachineArn": MACHINE, "name": ANY, "input": ANY})
+            status, body = call(handler, "POST", "/runs", {"suite": "vandongen", "run": "vandongen-periodic-burst",
+                                                           "scale": 0.05})
+            assert status == 202, body
+            sfn.assert_no_pending_responses()
+    finally:
+        handler.deps.starter.client.meta.events.unregister("provide-client-params.states.StartExecution")
+    text = json.dumps(started)
+    assert "vandongen-periodic-burst" in text and '"suite": "vandongen"' in text
+    assert '"duration_s": 30.0' in text and '"warmup_s": 15.0' in text  # 600 s and 300 s at scale 0.05
+    with Stubber(handler.deps.starter.client) as sfn:  # nothing queued: a StartExecution would fail the call
+        status, body = call(handler, "POST", "/runs", {"suite": "vandongen"})
+        assert status == 422 and body["field"] == "run" and "vandongen-startup-burst" in body["message"]
+        status, body = call(handler, "POST", "/runs", {"suite": "vandongen", "run": "nope"})
+        assert status == 422 and body["field"] == "run" and "no run 'nope'" in body["message"]
+        status, body = call(handler, "POST", "/runs", {"suite": "smoke", "scale": 2})
+        assert status == 422 and body["field"] == "scale"
+        sfn.assert_no_pending_responses()
+    status, suites = call(handler, "GET", "/suites")
+    studies = {s["name"]: s["runs"] for s in suites["suites"]}
+    assert studies["smoke"] == [] and "vandongen-startup-burst" in studies["vandongen"]
+    status, detail = call(handler, "GET", "/suites/vandongen")
+    assert status == 200 and detail["request"] is None
+    assert detail["requests"]["vandongen-periodic-burst"]["burst"]["messages"] == 38000
+
+
 def test_invalid_requests_are_422_naming_the_field_and_start_nothing(api):
     handler, _ = api
     with Stubber(handler.deps.starter.client) as sfn:  # no response queued: any StartExecution would fail the call

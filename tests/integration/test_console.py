@@ -49,10 +49,11 @@ def test_a_person_starts_watches_reads_and_compares_runs_in_the_console(served_a
           + ", ".join(f"{r['run_id']} {r['status']} in {r['seconds']:.0f} s" for r in view["runs"]))
     assert view["ok"], f"{view.get('error')}\n--- server log ---\n{_tail(server_log)}"
 
-    # nothing left the machine, nothing went wrong in the page (the 422 of step 3 is provoked on purpose)
+    # nothing left the machine, nothing went wrong in the page (the 422s of steps 3 and 3b are provoked on purpose;
+    # a 409 is a run still busy, retried)
     assert view["blocked_requests"] == []
     assert view["console_errors"] == []
-    provoked = {("field-error", "422"), ("first-run", "409"), ("second-run", "409")}  # 409: still busy, retried
+    provoked = {("field-error", "422"), ("study-scale-error", "422"), ("first-run", "409"), ("second-run", "409")}
     assert all((e["step"], e["text"].split("status of ")[1][:3]) in provoked for e in view["expected_errors"])
     assert sum("409" in e["text"] for e in view["expected_errors"]) == view["busy_retries"]
 
@@ -61,6 +62,8 @@ def test_a_person_starts_watches_reads_and_compares_runs_in_the_console(served_a
     assert "JSON" in view["json_error"]["text"] and "line 1" in view["json_error"]["text"]
 
     # the API's problem is shown at the field it names, and leads to it in the spec
+    study = view["study_scale_error"]  # a study's run is chosen as its own option; scale 7 is refused at its field
+    assert "scale" in study["text"] and "at most 1" in study["text"] and "startup backlog" in study["info"]
     field = view["field_error"]
     assert [p["field"] for p in field["problems"]] == ["sizes[0]"]
     assert field["problems"][0]["path"] == "sizes[0]" and "64" in field["problems"][0]["text"]
@@ -105,8 +108,9 @@ def test_a_person_starts_watches_reads_and_compares_runs_in_the_console(served_a
 
     # a screenshot of every step, each a real PNG
     names = [Path(p).name for p in view["screenshots"]]
-    for step in ("runs-list", "json-error", "field-error", "first-run-in-progress", "first-run-finished", "report",
-                 "report-chart", "second-run-finished", "runs-after", "compare", "schedules"):
+    for step in ("runs-list", "json-error", "field-error", "study-scale-error", "first-run-in-progress",
+                 "first-run-finished", "report", "report-chart", "second-run-finished", "runs-after", "compare",
+                 "schedules"):
         assert any(n.endswith(f"-{step}.png") for n in names), (step, names)
     for path in map(Path, view["screenshots"]):
         assert path.parent == screenshots

@@ -128,8 +128,8 @@ def test_describe_shows_when_each_schedule_is_next_due_and_how_its_last_run_went
     shown = {s["name"]: s for s in schedules.describe([fired, never, off], store, at(11, 20))}
     run_id = starts.calls[0][2]
     assert shown[fired.name] == {
-        "name": fired.name, "description": "every hour", "suite": "smoke", "cron": "0 * * * *", "timezone": "UTC",
-        "baseline": "previous", "notify": ["perf@example.com"], "enabled": True,
+        "name": fired.name, "description": "every hour", "suite": "smoke", "run": None, "scale": None,
+        "cron": "0 * * * *", "timezone": "UTC", "baseline": "previous", "notify": ["perf@example.com"], "enabled": True,
         "next_due": "2026-11-21T12:00:00+00:00",
         "last_trigger": {"due_at": "2026-11-21T11:00:00+00:00", "run_id": run_id, "outcome": "started",
                          "reason": None},

@@ -1,7 +1,8 @@
 """Every study suite as a user runs it, scaled down to seconds, then `brokerbench study` on the runs it stored.
 
 tallberg is in test_study_run.py; here helenius (its three topologies, the 3-node clusters included), myastovskiy,
-downard (by size and by partition count on a 3-node cluster) and vandongen (latency and the sustainable-rate search).
+downard (by size and by partition count on a 3-node cluster) and vandongen (latency, the sustainable-rate search, the
+startup backlog and the periodic bursts).
 The brokers and clusters they need are started once for the module, so the runs do not each start and stop them.
 Each study's figures of ours must all be there (but for a broker that cannot run here), each from a run it names.
 """
@@ -80,3 +81,10 @@ def test_vandongen_scaled(stack, brokers, tmp_path):
     assert found["max_sustainable_rate"] > 0
     table = next(t for t in comparison["tables"] if t["id"] == "sustainable")
     assert table["rows"][0]["figures"][0]["ours"] == found["max_sustainable_rate"]
+    startup = results["vandongen-startup-burst"]["cells"][0]["startup"]
+    assert startup["messages"] == startup["received"] == 9000  # 1,800,000 x 0.005, all read from the broker
+    assert startup["at_attach"]["broker_messages"] >= 9000
+    bursts = results["vandongen-periodic-burst"]["cells"][0]["bursts"]
+    assert bursts["measured"] == bursts["delivered"] == 2  # 20.175 s measured: the scaled run keeps two bursts
+    table = next(t for t in comparison["tables"] if t["id"] == "periodic-burst")
+    assert table["rows"][0]["figures"][1]["ours"] == bursts["delivered_in_ms"]["max"]

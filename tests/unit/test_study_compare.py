@@ -186,5 +186,25 @@ def test_the_document_opens_with_each_study_at_a_glance():
     assert cells[2].endswith("UTC") and run.results["requested_at"][:10] in cells[2]
     assert cells[3:] == [str(len([v for v in verdicts if v != "not checked"])), str(verdicts.count(study.HOLDS)),
                          str(verdicts.count(study.FAILS)), str(verdicts.count(study.UNKNOWN))]
-    assert "| [van Dongen 2020](#van-dongen-2020-vandongen) | 0 of 2 | not measured |" in text
+    assert "| [van Dongen 2020](#van-dongen-2020-vandongen) | 0 of 4 | not measured |" in text
     assert text.index("| [Tallberg 2020]") < text.index("## Tallberg 2020 (`tallberg`)")
+
+
+def test_startup_and_burst_figures_of_a_study_by_hand():
+    """first message and read rate: the median over the cells; bursts: over every measured burst, none if any was
+    not wholly delivered."""
+    def cell(cell_id, startup, cycles):
+        return {"cell_id": cell_id, "status": "completed", "broker": "kafka", "startup": startup,
+                "bursts": {"cycles": [{"delivered_in_ms": v} for v in cycles]}}
+    cells = [cell("a", {"first_delivery_s": 0.1, "backlog_read_s": 2.0, "read_rate_msgs_per_s": 500.0}, [200, 300]),
+             cell("b", {"first_delivery_s": 0.3, "backlog_read_s": None, "read_rate_msgs_per_s": None}, [250]),
+             cell("c", {"first_delivery_s": 0.2, "backlog_read_s": 4.0, "read_rate_msgs_per_s": 250.0}, [400])]
+    run = study.StoredRun("r", "n", {"cells": cells}, [])
+    select = {"broker": "kafka"}
+    assert study.our_figure(run, select, "first_delivery_s") == (0.2, ["a", "b", "c"])
+    assert study.our_figure(run, select, "backlog_read_s")[0] == 3.0  # b's backlog never wholly arrived
+    assert study.our_figure(run, select, "backlog_read_rate")[0] == 375.0
+    assert study.our_figure(run, select, "burst_delivered_p50_ms")[0] == 275.0  # of 200, 250, 300, 400
+    assert study.our_figure(run, select, "burst_delivered_max_ms")[0] == 400.0
+    cells[1]["bursts"]["cycles"].append({"delivered_in_ms": None})
+    assert study.our_figure(run, select, "burst_delivered_max_ms")[0] is None

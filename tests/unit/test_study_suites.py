@@ -402,7 +402,7 @@ def test_a_scaled_search_keeps_enough_seconds_per_step_to_judge():
     every step would be inconclusive and the search could find nothing."""
     from brokerbench import verdict
 
-    latency, search = spec.suite_runs("vandongen")
+    latency, search, _, _ = spec.suite_runs("vandongen")
     assert spec.scaled(search, 0.001)["duration_s"] == verdict.MIN_INTERVALS
     assert spec.scaled(search, 0.5)["duration_s"] == 30  # above the floor, scaled as any run
     assert spec.scaled(latency, 0.001)["duration_s"] == 1.8  # a fixed-rate run keeps only one interval's floor

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field
 
 RUN_ID = r"^\d{8}T\d{6}Z-[0-9a-f]{6}$"
 CELL_ID = r"^[A-Za-z0-9][A-Za-z0-9_-]*(\.[A-Za-z0-9_-]+)*$"
@@ -145,6 +145,8 @@ class Suite(Model):
     description: str
     cells: int
     estimated_s: float
+    runs: list[str] = Field(default_factory=list, description="A study's runs, each started on its own with "
+                            "POST /runs {suite, run, scale?}; empty for a suite of one run request.")
 
 
 class SuiteList(Model):
@@ -152,7 +154,9 @@ class SuiteList(Model):
 
 
 class SuiteDetail(Suite):
-    request: dict[str, Any]
+    request: dict[str, Any] | None = Field(description="The suite's run request; null for a study (see requests).")
+    requests: dict[str, dict[str, Any]] = Field(description="Each run's request by run name (a suite's one run "
+                                                            "under its suite name).")
 
 
 class Trigger(Model):
@@ -172,6 +176,8 @@ class Schedule(Model):
     name: str
     description: str | None = None
     suite: str | None
+    run: str | None = Field(default=None, description="A study's run, with suite.")
+    scale: float | None = Field(default=None, description="The run's --scale, with suite.")
     cron: str
     timezone: str | None = None
     baseline: str

@@ -14,7 +14,7 @@ from .. import observability
 from ..events import RUN_EVENTS, new_run_id, read_report_events
 from ..reports import html, markdown
 from ..reports.model import build_report
-from ..spec import SpecError, load_suite, validate
+from ..spec import SpecError, suite_request, validate
 from . import views
 from .deps import Deps
 from .errors import ApiError
@@ -27,20 +27,25 @@ REPORT_TYPES = {"html": "text/html; charset=utf-8", "md": "text/markdown; charse
 REPORT_FILES = {"html": "report.html", "md": "report.md", "json": "report.json"}
 REQUIRED = re.compile(r"^'([^']+)' is a required property$")
 RUN_BODY = ("A run spec (schemas/run-request.schema.json, as `brokerbench run --spec` takes it), "
-            'or {"suite": NAME} for a built-in suite.')
+            'or {"suite": NAME} for a built-in suite, or {"suite": STUDY, "run": RUN} for one run of a study '
+            '(GET /suites lists each study\'s runs); "scale" (above 0, at most 1) shortens a suite\'s run as '
+            '`brokerbench run --scale` does.')
+SUITE_BODY = ("suite", "run", "scale")
 
 
 def request_of(body: dict) -> tuple[dict, str | None]:
     """The run request a POST body asks for, validated: nothing starts for an invalid one."""
     if "suite" in body and "brokers" not in body:
-        extra = sorted(set(body) - {"suite"})
+        extra = sorted(set(body) - set(SUITE_BODY))
         if extra:
-            raise ApiError(422, f"a suite request takes only `suite`; unexpected: {', '.join(extra)}", extra[0])
-        if not isinstance(body["suite"], str):
-            raise ApiError(422, "suite must be a suite name (a string)", "suite")
+            raise ApiError(422, f"a suite request takes only {', '.join(f'`{f}`' for f in SUITE_BODY)}; unexpected: "
+                                f"{', '.join(extra)}", extra[0])
+        for field in ("suite", "run"):
+            if field in body and not isinstance(body[field], str):
+                raise ApiError(422, f"{field} must be a {field} name (a string)", field)
         suite = body["suite"]
         try:
-            request = load_suite(suite)
+            request = suite_request(suite, body.get("run"), body.get("scale"))
         except SpecError as exc:
             raise _invalid(exc) from None
     else:

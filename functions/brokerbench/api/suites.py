@@ -1,4 +1,4 @@
-"""/suites: the built-in suites, what each measures and about how long it takes."""
+"""/suites: the built-in suites (the studies too, with their runs), what each measures and about how long it takes."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from typing import Annotated
 from aws_lambda_powertools.event_handler.api_gateway import Router
 from aws_lambda_powertools.event_handler.openapi.params import Path
 
-from ..spec import SpecError, expand, load_suite, suite_names, validate
+from ..spec import SpecError, all_suite_names, expand, load_suite_file, suite_runs, validate
 from .errors import ApiError
 from .models import SUITE, Suite, SuiteDetail, SuiteList, answers
 
@@ -24,11 +24,16 @@ def estimate_s(spec: dict, cells: list[dict]) -> float:
 
 
 def describe(name: str) -> dict:
-    request = load_suite(name)
-    spec = validate(request)
-    cells = expand(spec)
-    return {"name": name, "description": request.get("description", ""), "cells": len(cells),
-            "estimated_s": estimate_s(spec, cells)}
+    """A suite's figures; a study's are its runs' added up."""
+    doc = load_suite_file(name)
+    cells, estimated = 0, 0.0
+    for request in suite_runs(name):
+        spec = validate(request)
+        planned = expand(spec)
+        cells, estimated = cells + len(planned), estimated + estimate_s(spec, planned)
+    runs = [run["name"] for run in suite_runs(name)] if "runs" in doc else []
+    return {"name": name, "description": doc.get("description", ""), "cells": cells, "estimated_s": round(estimated, 1),
+            "runs": runs}
 
 
 def router() -> Router:
@@ -36,15 +41,17 @@ def router() -> Router:
 
     @suites.get("/suites", summary="The built-in suites", tags=["suites"])
     def list_suites() -> SuiteList:
-        return SuiteList(suites=[Suite(**describe(name)) for name in suite_names()])
+        return SuiteList(suites=[Suite(**describe(name)) for name in all_suite_names()])
 
     @suites.get("/suites/<name>", summary="A built-in suite and its run request", responses=answers(SuiteDetail, 404, 422),
                 tags=["suites"])
     def get_suite(name: Annotated[str, Path(pattern=SUITE)]) -> SuiteDetail:
-        if name not in suite_names():
-            raise ApiError(404, f"no suite named {name!r} (known: {', '.join(suite_names())})", "name")
+        if name not in all_suite_names():
+            raise ApiError(404, f"no suite named {name!r} (known: {', '.join(all_suite_names())})", "name")
         try:
-            return SuiteDetail(**describe(name), request=load_suite(name))
+            summary = describe(name)
+            requests = dict(zip(summary["runs"] or [name], suite_runs(name)))
+            return SuiteDetail(**summary, request=None if summary["runs"] else requests[name], requests=requests)
         except SpecError as exc:  # a broken built-in suite is the project's bug, said plainly
             raise RuntimeError(f"built-in suite {name} is invalid: {exc}") from None
 

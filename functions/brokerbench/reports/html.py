@@ -265,8 +265,10 @@ def render(report: dict) -> str:
     parts.append("<h2>Comparison</h2>")
     for group in report["groups"]:
         note = f"<p><i>{escape(group['note'])}</i></p>" if group.get("note") else ""
+        shapes = "".join(f"<li>{escape(line[2:])}</li>" for line in markdown.shape_lines(group) if line)
         parts.append(f"<h3>{escape(group['title'])}</h3>{note}{_grid(group, report['references'])}"
-                     f"<div class='charts'>{_spectrum_chart(group)}</div>")
+                     + (f"<ul class='shapes'>{shapes}</ul>" if shapes else "")
+                     + f"<div class='charts'>{_spectrum_chart(group)}</div>")
     parts += _resources_section(report)
     parts += _cost_section(report)
     parts.append("<h2>Throughput and latency across the matrix</h2><div class='charts'>")

@@ -279,9 +279,42 @@ def render(report: dict) -> str:
                 f"{verdict_text(c)} |")
         lines.append("")
         lines += search_lines(group)
+        lines += shape_lines(group)
     lines += resources_section(report)
     lines += cost_section(report)
     return "\n".join(lines)
+
+
+def _seconds(value) -> str:
+    return "–" if value is None else f"{value:,.3f} s"
+
+
+def startup_text(startup: dict) -> str:
+    at = startup.get("at_attach") or {}
+    read = startup["backlog_read_s"]
+    return (f"startup backlog of {startup['messages']:,} msgs sent at {startup['rate']:,g} msgs/s: the consumers "
+            f"attached {_seconds(startup['attach_s'])} after the first send, when the broker held "
+            f"{_figure(at.get('broker_messages'), 0)} msgs ({_figure(at.get('broker_backlog'), 0)} unread by the "
+            f"group); first message {_seconds(startup['first_delivery_s'])} after attaching, the backlog read in "
+            + (f"{_seconds(read)} ({_figure(startup['read_rate_msgs_per_s'], 0)} msgs/s)" if read is not None
+               else f"– (only {startup['received']:,} of its messages arrived)"))
+
+
+def bursts_text(bursts: dict) -> str:
+    times = bursts["delivered_in_ms"]
+    return (f"bursts of {bursts['messages']:,} msgs every {bursts['every_s']:g} s, due over {bursts['over_s']:g} s: "
+            f"{bursts['delivered']} of {bursts['measured']} measured bursts wholly delivered; from a burst's first "
+            f"due message to its last delivery median {_figure(times['p50'], 1)} ms, longest {_figure(times['max'], 1)} ms")
+
+
+def shape_lines(group: dict) -> list[str]:
+    """Each configuration's startup backlog and burst figures, per repeat."""
+    out = []
+    for c in group["cells"]:
+        for repeat, startup, bursts in zip(c.get("repeat_numbers", []), c.get("startups") or [], c.get("bursts") or []):
+            name = f"- {c['broker']} {c['format']} repeat {repeat}: "
+            out += [name + text for text in (startup and startup_text(startup), bursts and bursts_text(bursts)) if text]
+    return out + [""] if out else []
 
 
 def search_lines(group: dict) -> list[str]:

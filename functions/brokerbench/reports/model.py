@@ -353,6 +353,9 @@ def _configuration(cells: list[dict], completed_events: dict[str, dict], interva
         # rates: ["sustainable"]: what each repeat's search found, and its steps.
         "max_sustainable_rate": _median_ci([c.get("max_sustainable_rate") for c in done]),
         "searches": [c["search"] for c in done if c.get("search")],
+        # a startup backlog or bursts (worker.outcome.startup and .bursts), per repeat
+        **({"startups": [c.get("startup") for c in done], "bursts": [c.get("bursts") for c in done]}
+           if any(c.get("shaped") for c in done) else {}),
         "intervals": [_series(c, intervals, digests) for c in done],
     }
 

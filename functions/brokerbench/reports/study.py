@@ -31,8 +31,13 @@ SELECTORS = {"broker": "broker", "size": "size_bytes", "rate": "rate_target", "f
              "producers": "producers", "consumers": "consumers", "partitions": "partitions"}
 LATENCY = {"e2e_mean_ms": "mean", "e2e_min_ms": "min", "e2e_max_ms": "max", "e2e_p25_ms": 25.0,
            "e2e_p50_ms": 50.0, "e2e_p75_ms": 75.0, "e2e_p99_ms": 99.0}
+# A startup backlog's figures (median over the cells) and the bursts' (over every measured burst of the cells).
+STARTUP = {"first_delivery_s": "first_delivery_s", "backlog_read_s": "backlog_read_s",
+           "backlog_read_rate": "read_rate_msgs_per_s"}
+BURSTS = {"burst_delivered_p50_ms": 50.0, "burst_delivered_max_ms": 100.0}
 METRICS = ("throughput_msgs_per_s", "throughput_mb_per_s", "throughput_mib_per_s", *LATENCY,
-           "lag_mean", "lag_min", "lag_max", "encode_mean_us", "decode_mean_us", "max_sustainable_rate")
+           "lag_mean", "lag_min", "lag_max", "encode_mean_us", "decode_mean_us", "max_sustainable_rate",
+           *STARTUP, *BURSTS)
 CHECKS = ("order", "highest", "lowest", "ratio", "range")
 HOLDS, FAILS, UNKNOWN = "holds", "does not hold", "cannot tell"
 
@@ -178,6 +183,15 @@ def our_figure(run: StoredRun, select: dict, metric: str) -> tuple[float | None,
     if metric in ("encode_mean_us", "decode_mean_us"):  # the codec's time per record, median over the cells
         values = [c[f"{metric[:6]}_ns"]["mean"] for c in cells if c[f"{metric[:6]}_ns"]["mean"] is not None]
         return (float(statistics.median(values)) / 1000.0 if values else None), ids
+    if metric in STARTUP:  # None where a cell's backlog was not wholly delivered: no figure for that cell
+        values = [(c.get("startup") or {}).get(STARTUP[metric]) for c in cells]
+        values = [v for v in values if v is not None]
+        return (float(statistics.median(values)) if values else None), ids
+    if metric in BURSTS:  # a burst not wholly delivered counts as never delivered: no figure at all then
+        rows = [row for c in cells for row in ((c.get("bursts") or {}).get("cycles") or [])]
+        if not rows or any(row["delivered_in_ms"] is None for row in rows):
+            return None, ids
+        return float(np.percentile([row["delivered_in_ms"] for row in rows], BURSTS[metric])), ids
     if metric.startswith("lag_"):
         samples = [v for c in cells for v in _backlog(run, c["cell_id"]) if v is not None]
         if not samples:
@@ -220,6 +234,7 @@ def compare_table(table: dict, runs: dict[str, StoredRun]) -> dict:
         rows.append({"label": row["label"], "figures": figures})
     return {"id": table["id"], "title": table["title"], "short": table.get("short", table["id"]), "unit": table["unit"],
             "run": table["run"], "run_ids": used, "columns": [c["label"] for c in table["columns"]],
+            "column_units": [c.get("unit", table["unit"]) for c in table["columns"]],
             "rows": rows, "note": table.get("note"), "missing": table.get("missing", "n/r")}
 
 
@@ -268,6 +283,9 @@ def evaluate(check: dict, tables: dict, side: str) -> tuple[str, str]:
         return (HOLDS if ok else FAILS), f"{text} = {ratio:.2f} (wanted {_bounds(check)})"
     if kind == "range":
         v = at(check["row"])
+        table = tables[check["table"]]
+        units = table.get("column_units") or [table["unit"]] * len(table["columns"])
+        unit = units[table["columns"].index(check["column"])]  # a column may state its own
         text = f"{check['row']} {where}, {check['column']} {fmt(v)} {unit}"
         if v is None:
             return UNKNOWN, text

@@ -420,8 +420,15 @@
     const specErrors = h('ul', { id: 'spec-errors', class: 'field-errors', 'aria-live': 'polite' });
     const radio = (value, text) => h('label', { class: 'choice' },
       h('input', { type: 'radio', name: 'source', value, checked: value === mode }), ' ', text);
+    // A study's runs start one at a time: each is an option of its own (value "study/run").
+    const scaleInput = h('input', { id: 'scale', name: 'scale', type: 'number', min: '0', max: '1', step: 'any',
+      placeholder: '1 (as written)', 'aria-describedby': 'scale-hint' });
     const suiteFields = h('div', { id: 'suite-fields', class: 'source-fields' },
-      h('label', { for: 'suite' }, 'Suite'), suiteSelect, suiteInfo, suiteErrors,
+      h('label', { for: 'suite' }, 'Suite'), suiteSelect, suiteInfo,
+      h('label', { for: 'scale' }, 'Scale'), scaleInput,
+      h('p', { id: 'scale-hint', class: 'hint' }, 'Above 0 and at most 1: shortens durations, counts and repeats, as ',
+        h('code', {}, 'brokerbench run --scale'), ' does. Empty: the suite as written.'),
+      suiteErrors,
       h('button', { type: 'button', id: 'suite-as-spec', class: 'link-button' }, 'Edit this suite as a spec'));
     const specFields = h('div', { id: 'spec-fields', class: 'source-fields' },
       h('label', { for: 'spec' }, 'Run spec (JSON)'),
@@ -455,8 +462,13 @@
       if (e.target === suiteSelect) describeSuite();
     });
 
+    const chosen = () => {
+      const [suite, run] = suiteSelect.value.split('/');
+      return { suite, run };
+    };
+
     function describeSuite() {
-      const suite = state.suites.find((s) => s.name === suiteSelect.value);
+      const suite = state.suites.find((s) => s.name === chosen().suite);
       fill(suiteInfo, ...(suite ? [suite.description || '', ' ',
         h('span', { class: 'muted' }, `${fmtNumber(suite.cells)} cells, about ${fmtDuration(suite.estimated_s)}`)] : []));
     }
@@ -482,8 +494,9 @@
 
     document.getElementById('suite-as-spec').addEventListener('click', async () => {
       try {
-        const suite = await api(`suites/${enc(suiteSelect.value)}`, { signal });
-        specText.value = JSON.stringify(suite.request, null, 2);
+        const { suite: name, run } = chosen();
+        const suite = await api(`suites/${enc(name)}`, { signal });
+        specText.value = JSON.stringify(run ? suite.requests[run] : suite.request, null, 2);
         form.querySelector('input[value=spec]').checked = true;
         state.submission = null;
         clearProblems();
@@ -514,7 +527,8 @@
           markInvalid(suiteSelect, suiteErrors, [{ field: 'suite', message: 'choose a suite' }]);
           return;
         }
-        body = { suite: suiteSelect.value };
+        const { suite, run } = chosen();
+        body = { suite, ...(run ? { run } : {}), ...(scaleInput.value !== '' ? { scale: Number(scaleInput.value) } : {}) };
       } else {
         try {
           body = JSON.parse(specText.value);
@@ -578,9 +592,10 @@
       const data = await api('suites', { signal });
       state.suites = data.suites || [];
       const wanted = params.get('suite') || (state.suites.some((s) => s.name === 'smoke') ? 'smoke' : null);
-      fill(suiteSelect, h('option', { value: '' }, 'choose a suite…'), state.suites.map((s) =>
-        h('option', { value: s.name, selected: s.name === wanted },
-          `${s.name} — ${fmtNumber(s.cells)} cells, ~${fmtDuration(s.estimated_s)}`)));
+      fill(suiteSelect, h('option', { value: '' }, 'choose a suite…'), state.suites.flatMap((s) => (s.runs || []).length
+        ? (s.runs || []).map((run) => h('option', { value: `${s.name}/${run}` }, `${s.name} · ${run} (one run of a study)`))
+        : [h('option', { value: s.name, selected: s.name === wanted },
+          `${s.name} — ${fmtNumber(s.cells)} cells, ~${fmtDuration(s.estimated_s)}`)]));
       describeSuite();
     } catch (error) {
       if (!signal.aborted) fill(suiteErrors, h('li', {}, `suites could not be loaded: ${error.message}`));

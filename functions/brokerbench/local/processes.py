@@ -22,6 +22,17 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
+def port_free(port: int) -> bool:
+    """Whether `port` on HOST can be bound now (nothing listens on it or holds it)."""
+    with socket.socket() as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as the services' own listeners do
+        try:
+            sock.bind((HOST, port))
+        except OSError:
+            return False
+    return True
+
+
 def port_answers(port: int, timeout: float = 0.5) -> bool:
     try:
         with socket.create_connection((HOST, port), timeout=timeout):

@@ -22,7 +22,7 @@ from pathlib import Path
 from ..brokers import LocalService, Started, local_services
 from .dynamodb import EVENTS_TABLE, DynamoDBLocal
 from .install import REPO_DIR
-from .processes import HOST, StackError, free_port, pid_alive, port_answers, stop, tail
+from .processes import HOST, StackError, free_port, pid_alive, port_answers, port_free, stop, tail
 
 __all__ = ["EVENTS_TABLE", "HOST", "LocalStack", "StackBusy", "StackError", "free_port", "pid_alive", "port_answers"]
 EVENT_STORE = DynamoDBLocal()
@@ -223,13 +223,15 @@ class LocalStack:
                 svc = state.get(name)
                 if svc and svc.running():
                     continue
-                if svc:
+                ports = free_port
+                if svc:  # it died: back on the same ports where they are free, so clients in flight find it again
                     _stop_all(svc)
+                    ports = _same_ports(svc)
                 log(f"starting {name} ...")
                 folder = self._folder(name)
                 _, service, nodes = self._lookup(name)
                 settings = {**self.settings, "nodes": nodes} if nodes > 1 else self.settings
-                state[name] = Service.of(name, service.start(folder, free_port, settings), owner)
+                state[name] = Service.of(name, service.start(folder, ports, settings), owner)
                 started.append(name)
                 self._save(state)
             for name in started:
@@ -301,6 +303,20 @@ class LocalStack:
                 return
             time.sleep(0.2)
         raise StackError(f"{svc.name} did not answer on {HOST}:{svc.port} within {timeout_s:.0f} s; see {svc.log}")
+
+
+def _same_ports(svc: Service):
+    """A port allocator that hands out a dead service's ports again, in the order it first took them (its
+    port, then the ports in its extra settings), each one only while nothing else has it; then free ones."""
+    earlier = [svc.port, *(v for k, v in (svc.extra or {}).items() if k.endswith("port") and isinstance(v, int))]
+
+    def next_port() -> int:
+        while earlier:
+            port = earlier.pop(0)
+            if port_free(port):
+                return port
+        return free_port()
+    return next_port
 
 
 def _stop_all(svc: Service) -> None:

@@ -26,6 +26,7 @@ from .consumer import ConsumerTask, consumer_main
 from .drain import Drain
 from .framing import probe_header
 from .intervals import IntervalAggregator
+from .processes import death
 from .resources import ResourceSampler
 from .warmup import WarmupWatch, warmup_max_s
 from .producer import SECOND_NS, ProducerTask, producer_main
@@ -301,10 +302,18 @@ class _CellRun:
         try:
             message = conn.recv()
         except (EOFError, OSError):
-            raise CellError(f"{self.conns[conn][0]} {self.conns[conn][1]} exited unexpectedly") from None
+            raise CellError(self._death(conn)) from None
         if message[0] == "error":
             raise CellError(message[1])
         return message[0], message[1:] if message[0] == "interval" else message[1]
+
+    def _death(self, conn) -> str:
+        """Why the process behind `conn` stopped talking (processes.death), once it has exited."""
+        role, number = self.conns[conn]
+        process = next((p for p in self.processes if p.name == f"{role}-{number}"), None)
+        if process is not None:
+            process.join(timeout=2)
+        return death(role, number, process.pid if process else None, process.exitcode if process else None)
 
     def _measure(self) -> dict:
         cell = self.cell

@@ -13,6 +13,7 @@ from .. import native
 from ..codecs import get_codec
 from ..drivers import get_driver
 from .framing import PROBE_PRODUCER, is_probe, unpack_many
+from .processes import name_this_process
 from .schedule import cell_schedules, shaped
 from .warmup import WINDOW_NS as WARM_WINDOW_NS
 
@@ -113,6 +114,7 @@ class Accounting:
 
 def consumer_main(conn, task: ConsumerTask) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    name_this_process("consumer", task.consumer_id)
     try:
         _run(conn, task)
     except BaseException as exc:

@@ -1,0 +1,40 @@
+"""What the cell's worker processes are called, and how one that died is described.
+
+Each producer and consumer names itself (`bb-producer-0`, `bb-consumer-1`: what ps, top and /proc/PID/comm
+show), so a person, or a fault test, can tell them apart. A process that ended without saying why is
+described from its exit status: killed by a signal, or exited with a code.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import signal
+
+PR_SET_NAME = 15
+COMM_BYTES = 15  # the kernel keeps 15 characters of a thread's name
+
+
+def name_this_process(role: str, number: int) -> str:
+    """Name the calling process `bb-<role>-<number>` where the kernel allows it (Linux); returns the name."""
+    name = f"bb-{role}-{number}"[:COMM_BYTES]
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+        libc.prctl(PR_SET_NAME, name.encode(), 0, 0, 0)
+    except (OSError, AttributeError):  # not Linux: the name is only a label
+        pass
+    return name
+
+
+def death(role: str, number: int, pid: int | None, exitcode: int | None) -> str:
+    """Why a worker process stopped talking: the reason a cell that lost it fails with."""
+    who = f"{role} {number}" + (f" (pid {pid})" if pid else "")
+    if exitcode is None:
+        return f"ProcessDied: {who} closed its pipe and did not exit"
+    if exitcode < 0:
+        try:
+            how = f"killed by {signal.Signals(-exitcode).name}"
+        except ValueError:
+            how = f"killed by signal {-exitcode}"
+        return f"ProcessDied: {who} {how}"
+    return f"ProcessDied: {who} exited with code {exitcode} without reporting"

@@ -1,0 +1,137 @@
+"""Faults injected into real runs: a producer or a consumer killed with SIGKILL in the middle of a cell, and the
+event store (DynamoDB Local) killed and started again while a run writes to it.
+
+The run is `brokerbench run` as a user starts it, against the session's real stack. The worker processes
+name themselves (bb-producer-0, bb-consumer-0, as ps shows them), so the test finds the one to kill among
+the CLI's descendants. The cell must end failed with the reason (ProcessDied, the signal), keep every
+interval it measured, the run must go on to its next cell against the same broker, the report must mark the
+cell, and the CLI must exit 1.
+"""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from brokerbench.events.dynamodb import DynamoEventStore
+from brokerbench.local.dynamodb import EVENTS_TABLE
+from brokerbench.local.stack import LocalStack
+
+BIN = Path(sys.executable).with_name("brokerbench")
+
+
+def _descendants(pid: int) -> dict[int, str]:
+    """Every process below `pid`: its pid and its name (/proc/PID/comm)."""
+    parents: dict[int, int] = {}
+    names: dict[int, str] = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                stat = (entry / "stat").read_text()
+                names[int(entry.name)] = (entry / "comm").read_text().strip()
+            except OSError:
+                continue
+            parents[int(entry.name)] = int(stat.rsplit(")", 1)[1].split()[1])
+    found, frontier = {}, [pid]
+    while frontier:
+        parent = frontier.pop()
+        for child, its_parent in parents.items():
+            if its_parent == parent and child not in found:
+                found[child] = names.get(child, "")
+                frontier.append(child)
+    return found
+
+
+@pytest.mark.parametrize("victim", ["bb-producer-0", "bb-consumer-0"])
+def test_a_killed_worker_process_fails_its_cell_and_the_run_goes_on(victim, stack, endpoints, tmp_path):
+    spec = {"name": f"fault-{victim}", "brokers": ["kafka"], "sizes": [512], "rates": [500], "formats": ["json", "raw"],
+            "duration_s": 8, "warmup_s": 1, "warmup_until_steady": False, "order": "fixed", "partitions": 2}
+    (tmp_path / "spec.json").write_text(json.dumps(spec))
+    out = tmp_path / "out"
+    cli = subprocess.Popen([str(BIN), "--state-dir", str(stack.state_dir), "run", "--spec", str(tmp_path / "spec.json"),
+                            "--out", str(out)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    killed = None
+    deadline = time.monotonic() + 120
+    while killed is None and time.monotonic() < deadline and cli.poll() is None:
+        target = [pid for pid, name in _descendants(cli.pid).items() if name == victim]
+        if target:
+            time.sleep(4.5)  # the warm-up and a few measured seconds of the first cell
+            os.kill(target[0], signal.SIGKILL)
+            killed = target[0]
+        time.sleep(0.1)
+    stdout, stderr = cli.communicate(timeout=300)
+    assert killed is not None, stdout[-2000:] + stderr[-2000:]
+    assert cli.returncode == 1, stdout[-2000:] + stderr[-2000:]  # a cell failed: the run completed with failures
+
+    results = json.loads(next(out.glob("*/results.json")).read_text())
+    assert results["status"] == "completed_with_failures"
+    first, second = sorted(results["cells"], key=lambda c: c["order"])
+    role = victim.split("-")[1]
+    assert first["status"] == "failed"
+    assert first["reason"] == f"ProcessDied: {role} 0 (pid {killed}) killed by SIGKILL"
+    assert second["status"] == "completed" and second["received"] == second["sent"] > 0  # the broker still serves
+
+    store = DynamoEventStore(EVENTS_TABLE, endpoint_url=endpoints["dynamodb"]["endpoint_url"])
+    events = store.read(results["run_id"])
+    failed = next(e["data"] for e in events if e["type"] == "CellFailed")
+    kept = [e for e in events if e["type"] == "IntervalMeasured" and e["data"]["cell_id"] == first["cell_id"]]
+    assert failed["intervals"] == len(kept) >= 1  # what was measured before the kill is kept, each second once
+    assert len({e["data"]["interval"] for e in kept}) == len(kept)
+    assert [e["type"] for e in events].count("RunCompleted") == 1
+    report = next(out.glob("*/report.md")).read_text()
+    assert f"FAILED: ProcessDied: {role} 0" in report
+    assert not [pid for pid, name in _descendants(os.getpid()).items() if name.startswith("bb-")]  # none left over
+
+
+@pytest.fixture
+def own_stack(tmp_path):
+    """A stack of its own (Kafka and DynamoDB Local), so killing its event store touches no other test."""
+    local = LocalStack(tmp_path / "state")
+    local.up(services=["kafka", "dynamodb"], log=lambda m: None)
+    yield local
+    local.down(log=lambda m: None)
+
+
+def test_the_event_store_killed_and_restarted_mid_run_loses_and_repeats_nothing(own_stack, tmp_path):
+    """kill -9 of DynamoDB Local in the middle of a 3-cell run, `brokerbench local up dynamodb` 5 s later: it comes
+    back on the same port with its data, the writes in flight are retried, and the run completes with every
+    event once: each cell's intervals 0..n-1 once, its start and its end once, one end of the run."""
+    spec = {"name": "fault-event-store", "brokers": ["kafka"], "sizes": [512], "rates": [500],
+            "formats": ["json", "raw", "msgpack"], "duration_s": 5, "warmup_s": 1, "warmup_until_steady": False,
+            "order": "fixed"}
+    (tmp_path / "spec.json").write_text(json.dumps(spec))
+    state = str(own_stack.state_dir)
+    before = own_stack.endpoints(required=["dynamodb"])["dynamodb"]
+    pid = json.loads((own_stack.state_dir / "stack.json").read_text())["dynamodb"]["pids"][0]
+    cli = subprocess.Popen([str(BIN), "--state-dir", state, "run", "--spec", str(tmp_path / "spec.json"),
+                            "--out", str(tmp_path / "out")], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 120
+    while not [p for p, name in _descendants(cli.pid).items() if name == "bb-producer-0"]:
+        assert time.monotonic() < deadline and cli.poll() is None, cli.communicate()
+        time.sleep(0.1)
+    time.sleep(3)  # the first cell is measuring, its intervals being written
+    os.kill(pid, signal.SIGKILL)
+    time.sleep(5)
+    restarted = subprocess.run([str(BIN), "--state-dir", state, "local", "up", "dynamodb"], capture_output=True,
+                               text=True, timeout=120)
+    assert restarted.returncode == 0, restarted.stderr
+    after = own_stack.endpoints(required=["dynamodb"])["dynamodb"]
+    assert after == before  # the same port: the run in flight finds it again
+    stdout, stderr = cli.communicate(timeout=300)
+    assert cli.returncode == 0, stdout[-2000:] + stderr[-2000:]
+
+    results = json.loads(next((tmp_path / "out").glob("*/results.json")).read_text())
+    assert results["status"] == "completed" and all(c["status"] == "completed" for c in results["cells"])
+    events = DynamoEventStore(EVENTS_TABLE, endpoint_url=after["endpoint_url"]).read(results["run_id"])
+    assert len({e["event_id"] for e in events}) == len(events)
+    kinds = [e["type"] for e in events]
+    assert kinds.count("CellStarted") == kinds.count("CellCompleted") == 3 and kinds.count("RunCompleted") == 1
+    for end in (e["data"] for e in events if e["type"] == "CellCompleted"):
+        seconds = sorted(e["data"]["interval"] for e in events
+                         if e["type"] == "IntervalMeasured" and e["data"]["cell_id"] == end["cell_id"])
+        assert seconds == list(range(end["intervals"])), end["cell_id"]

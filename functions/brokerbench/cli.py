@@ -135,6 +135,7 @@ class EventProgress:
         self.cursor: dict[str, str] = {}  # cell_id -> sort key of the last event read
         self.state: dict[str, dict] = {}
         self.reads = 0  # queries made (the tests check that a poll reads little)
+        self.unavailable = False  # the last poll found the event store not answering
 
     def _header(self) -> bool:
         if self.cells is not None:
@@ -159,6 +160,21 @@ class EventProgress:
         return True
 
     def poll(self) -> None:
+        """Show what the stored events say so far; an event store that does not answer is shown, not fatal: the
+        run's own writes retry, and the bars catch up once it answers again."""
+        from .events import StoreUnavailable
+
+        try:
+            self._poll()
+            if self.unavailable and self.cells is not None:
+                self.progress.update(self.overall, status="")
+            self.unavailable = False
+        except StoreUnavailable:
+            self.unavailable = True
+            if self.cells is not None:
+                self.progress.update(self.overall, status="[yellow]the event store does not answer; waiting[/]")
+
+    def _poll(self) -> None:
         from .events import cell_prefix
 
         if not self._header():
@@ -300,6 +316,18 @@ def _run_one(args, request: dict, suite: str | None) -> tuple[int, str]:
 
 
 def _run_locked(args, stack, request: dict, suite: str | None, run_id: str) -> int:
+    from .events import StoreUnavailable
+
+    try:
+        return _run_on_stack(args, stack, request, suite, run_id)
+    except StoreUnavailable as exc:
+        errors.print(f"event store: {exc}.\nRun {run_id} could not be followed to its end. Start the store again with "
+                     "`brokerbench local up dynamodb` (it comes back on its port with its data), then read what "
+                     f"was stored with `brokerbench report {run_id}`.", style="red", markup=False, highlight=False)
+        return EXIT_ENVIRONMENT
+
+
+def _run_on_stack(args, stack, request: dict, suite: str | None, run_id: str) -> int:
     from .events import read_report_events
     from .local.stack import StackError
     from .local.workflow import LocalWorkflow, WorkflowError
@@ -316,7 +344,8 @@ def _run_locked(args, stack, request: dict, suite: str | None, run_id: str) -> i
                    TimeElapsedColumn(), TextColumn("{task.fields[status]}")]
         interrupted, execution = False, None
         with Progress(*columns, console=console, transient=False) as progress:
-            bars = EventProgress(store, run_id, progress)
+            # The bars read without waiting out an outage: they show it and read again at the next poll.
+            bars = EventProgress(type(store)(store.table, client=store.client, outage_s=0), run_id, progress)
             try:
                 execution = LocalWorkflow(stack, Path(args.out)).execute(request, suite=suite, run_id=run_id,
                                                                          on_poll=bars.poll)
@@ -899,12 +928,18 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from .events import StoreUnavailable
+
     args = build_parser().parse_args(argv)
     try:
         return args.func(args)
     except KeyboardInterrupt:
         errors.print("[yellow]interrupted[/]")
         return EXIT_INTERRUPTED
+    except StoreUnavailable as exc:  # any command: say which store, and how to bring a local one back
+        errors.print(f"event store: {exc}. A local store starts again with `brokerbench local up dynamodb`.",
+                     style="red", markup=False, highlight=False)
+        return EXIT_ENVIRONMENT
 
 
 if __name__ == "__main__":

@@ -88,10 +88,10 @@ def test_a_killed_worker_process_fails_its_cell_and_the_run_goes_on(victim, stac
     assert not [pid for pid, name in _descendants(os.getpid()).items() if name.startswith("bb-")]  # none left over
 
 
-@pytest.fixture
-def own_stack(tmp_path):
+@pytest.fixture(scope="module")
+def own_stack(tmp_path_factory):
     """A stack of its own (Kafka and DynamoDB Local), so killing its event store touches no other test."""
-    local = LocalStack(tmp_path / "state")
+    local = LocalStack(tmp_path_factory.mktemp("own") / "state")
     local.up(services=["kafka", "dynamodb"], log=lambda m: None)
     yield local
     local.down(log=lambda m: None)
@@ -135,3 +135,60 @@ def test_the_event_store_killed_and_restarted_mid_run_loses_and_repeats_nothing(
         seconds = sorted(e["data"]["interval"] for e in events
                          if e["type"] == "IntervalMeasured" and e["data"]["cell_id"] == end["cell_id"])
         assert seconds == list(range(end["intervals"])), end["cell_id"]
+
+
+def _store_pid(stack) -> int:
+    return json.loads((stack.state_dir / "stack.json").read_text())["dynamodb"]["pids"][0]
+
+
+def _interpreters_of(state_dir) -> list[int]:
+    """The workflow interpreters (node) still running for this state folder."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                if b"execute.mjs" in (entry / "cmdline").read_bytes() and \
+                        f"BROKERBENCH_STATE_DIR={state_dir}".encode() in (entry / "environ").read_bytes().split(b"\0"):
+                    found.append(int(entry.name))
+            except OSError:
+                continue
+    return found
+
+
+def test_an_event_store_that_stays_down_ends_the_cli_with_exit_3_and_a_way_back(own_stack, tmp_path):
+    """kill -9 of DynamoDB Local mid-run, not started again: the writes retry with backoff and give up (after
+    BROKERBENCH_STORE_OUTAGE_S), the CLI says
+    which store and how to bring it back and exits 3 (no traceback), and no workflow interpreter is left running.
+    Started again, the store has the run up to the outage, each event once."""
+    spec = {"name": "fault-store-down", "brokers": ["kafka"], "sizes": [512], "rates": [500],
+            "formats": ["json", "raw", "msgpack"], "duration_s": 5, "warmup_s": 1, "warmup_until_steady": False,
+            "order": "fixed"}
+    (tmp_path / "spec.json").write_text(json.dumps(spec))
+    state = str(own_stack.state_dir)
+    own_stack.up(services=["dynamodb"], log=lambda m: None)  # up again if an earlier test left it down
+    # Each call gives a store that does not answer 5 s here (60 s by default), so the run gives up in seconds.
+    cli = subprocess.Popen([str(BIN), "--state-dir", state, "run", "--spec", str(tmp_path / "spec.json"),
+                            "--out", str(tmp_path / "out")], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                           env={**os.environ, "BROKERBENCH_STORE_OUTAGE_S": "5"})
+    deadline = time.monotonic() + 120
+    while not [p for p, name in _descendants(cli.pid).items() if name == "bb-producer-0"]:
+        assert time.monotonic() < deadline and cli.poll() is None, cli.communicate()
+        time.sleep(0.1)
+    time.sleep(3)
+    os.kill(_store_pid(own_stack), signal.SIGKILL)
+    stdout, stderr = cli.communicate(timeout=400)
+    assert cli.returncode == 3, stdout[-2000:] + stderr[-2000:]
+    assert "Traceback" not in stderr and "event store:" in stderr and "does not answer" in stderr
+    assert "brokerbench local up dynamodb" in stderr
+    run_id = stdout.split("run ", 1)[1].split(":", 1)[0].strip()
+    assert run_id in stderr
+    assert _interpreters_of(state) == []
+
+    own_stack.up(services=["dynamodb"], log=lambda m: None)
+    db = own_stack.endpoints(required=["dynamodb"])["dynamodb"]
+    events = DynamoEventStore(EVENTS_TABLE, endpoint_url=db["endpoint_url"]).read(run_id)
+    assert events and len({e["event_id"] for e in events}) == len(events)
+    assert [e["type"] for e in events].count("RunRequested") == 1
+    shown = subprocess.run([str(BIN), "--state-dir", state, "report", run_id, "--out", str(tmp_path / "report")],
+                           capture_output=True, text=True, timeout=120)
+    assert shown.returncode == 0, shown.stderr  # what was stored before the outage can be read

@@ -26,6 +26,10 @@ CELLS_PER_CHUNK = 250  # ~170 KB of cells per stored item: far below DynamoDB's 
 DIGEST_VERSION = 1
 
 
+class StoreUnavailable(RuntimeError):
+    """The event store did not answer (after the client's own retries): nothing was read or written by the call."""
+
+
 class InvalidEvent(ValueError):
     pass
 

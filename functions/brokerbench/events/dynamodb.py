@@ -9,14 +9,15 @@ DynamoDB Local; only the endpoint differs.
 from __future__ import annotations
 
 import json
+import os
 import time
 from concurrent.futures import ThreadPoolExecutor
 
 import boto3
 from botocore.config import Config
-from botocore.exceptions import ClientError
+from botocore.exceptions import ClientError, ConnectionClosedError, EndpointConnectionError, ReadTimeoutError
 
-from . import AppendResult, cell_count, has_digest, sort_key, validate
+from . import AppendResult, StoreUnavailable, cell_count, has_digest, sort_key, validate
 
 TRANSACTION_ITEMS = 25
 TRANSACTION_BYTES = 3_000_000
@@ -25,23 +26,46 @@ SUITES_INDEX = "runs-by-suite"
 READ_THREADS = 4
 CELLS_PER_READ = 25
 KEYS_PER_GET = 100  # BatchGetItem's limit
+UNREACHABLE = (EndpointConnectionError, ConnectionClosedError, ReadTimeoutError)
+# How long a call waits for an event store that does not answer (beyond the client's own retries), trying again
+# with backoff: long enough to start a local one again (`brokerbench local up dynamodb`, about 5 s).
+OUTAGE_S = float(os.environ.get("BROKERBENCH_STORE_OUTAGE_S", "60"))
+BACKOFF_S = (0.5, 1, 2, 4, 8)
 RETRYABLE = {"TransactionConflict", "ThrottlingError", "ProvisionedThroughputExceeded", "RequestLimitExceeded"}
 
 
 class DynamoEventStore:
-    def __init__(self, table: str, *, endpoint_url: str | None = None, region: str = "us-east-1", client=None) -> None:
+    def __init__(self, table: str, *, endpoint_url: str | None = None, region: str = "us-east-1", client=None,
+                 outage_s: float | None = None) -> None:
         self.table = table
+        self.outage_s = OUTAGE_S if outage_s is None else outage_s
         if client is None:
-            kwargs = {"region_name": region, "config": Config(retries={"max_attempts": 10, "mode": "standard"})}
+            # The client retries throttling and errors briefly; a store that does not answer is waited for in _call.
+            kwargs = {"region_name": region, "config": Config(retries={"max_attempts": 4, "mode": "standard"})}
             if endpoint_url:  # DynamoDB Local accepts any credentials
                 kwargs.update(endpoint_url=endpoint_url, aws_access_key_id="local", aws_secret_access_key="local")
             client = boto3.client("dynamodb", **kwargs)
         self.client = client
 
+    def _call(self, operation: str, **kwargs):
+        """One client call. An endpoint that does not answer (after the client's own few retries) is tried again with
+        backoff for up to `outage_s`, then StoreUnavailable, naming it. A write is safe to repeat: every item is
+        conditional, so one that did reach the table before the connection broke is skipped, never doubled."""
+        give_up = time.monotonic() + self.outage_s
+        for attempt in range(10**6):
+            try:
+                return getattr(self.client, operation)(**kwargs)
+            except UNREACHABLE as exc:
+                wait = BACKOFF_S[min(attempt, len(BACKOFF_S) - 1)]
+                if time.monotonic() + wait > give_up:
+                    raise StoreUnavailable(f"the event store ({self.client.meta.endpoint_url}, table {self.table}) "
+                                           f"does not answer: {exc}") from exc
+                time.sleep(wait)
+
     def ensure_table(self) -> None:
         """Create the table and its indexes when missing (local runs; in AWS the CDK app owns it)."""
         try:
-            self.client.describe_table(TableName=self.table)
+            self._call("describe_table", TableName=self.table)
             return
         except ClientError as exc:
             if exc.response["Error"]["Code"] != "ResourceNotFoundException":
@@ -121,7 +145,7 @@ class DynamoEventStore:
         pending = items
         for attempt in range(12):
             try:
-                self.client.transact_write_items(TransactItems=[
+                self._call("transact_write_items", TransactItems=[
                     {"Put": {"TableName": self.table, "Item": item,
                              "ConditionExpression": "attribute_not_exists(run_id)"}}
                     for item in pending
@@ -235,7 +259,7 @@ class DynamoEventStore:
         request = {self.table: {"Keys": [{"run_id": {"S": run_id}, "sk": {"S": sk}} for sk in sort_keys],
                                 "ConsistentRead": True}}
         for attempt in range(20):
-            page = self.client.batch_get_item(RequestItems=request)
+            page = self._call("batch_get_item", RequestItems=request)
             for item in page["Responses"].get(self.table, []):
                 event = self._event(item)
                 found[event["sk"]] = event
@@ -259,7 +283,7 @@ class DynamoEventStore:
             kwargs["ProjectionExpression"] = "run_id, sk, event_id, #t, #a, schema_version, #d"
             kwargs["ExpressionAttributeNames"] = {"#t": "type", "#a": "at", "#d": "data"}
         while True:
-            page = self.client.query(**kwargs)
+            page = self._call("query", **kwargs)
             events.extend(self._event(item) for item in page["Items"])
             if "LastEvaluatedKey" not in page:
                 return events
@@ -288,7 +312,7 @@ class DynamoEventStore:
             kwargs["ExpressionAttributeNames"] = {"#a": "at"}
         if start:
             kwargs["ExclusiveStartKey"] = {k: {"S": v} for k, v in start.items()}
-        page = self.client.query(**kwargs)
+        page = self._call("query", **kwargs)
         last = page.get("LastEvaluatedKey")
         return [self._event(item) for item in page["Items"]], {k: v["S"] for k, v in last.items()} if last else None
 
@@ -313,7 +337,7 @@ class DynamoEventStore:
         if not interval_histograms:
             kwargs["ProjectionExpression"] = "run_id, sk, event_id, #t, #a, schema_version, #d"
             kwargs["ExpressionAttributeNames"] = {"#t": "type", "#a": "at", "#d": "data"}
-        page = self.client.query(**kwargs)
+        page = self._call("query", **kwargs)
         events = [self._event(item) for item in page["Items"]]
         return events, (events[-1]["sk"] if events and "LastEvaluatedKey" in page else None)
 

@@ -309,7 +309,7 @@ class LocalWorkflow:
                             reader.join(10)
                             return Execution(run_id, "ABORTED", error="Cancelled", cause="cancelled by request",
                                              tasks=bridge.tasks)
-                except KeyboardInterrupt:
+                except BaseException:  # Ctrl-C, or anything else: the interpreter never outlives the call
                     self._interrupt(process, bridge)
                     raise
             lines = (getattr(process, "result", b"") or b"").decode().strip().splitlines()

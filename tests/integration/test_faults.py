@@ -192,3 +192,47 @@ def test_an_event_store_that_stays_down_ends_the_cli_with_exit_3_and_a_way_back(
     shown = subprocess.run([str(BIN), "--state-dir", state, "report", run_id, "--out", str(tmp_path / "report")],
                            capture_output=True, text=True, timeout=120)
     assert shown.returncode == 0, shown.stderr  # what was stored before the outage can be read
+
+
+def test_a_broker_killed_mid_cell_and_started_again_keeps_its_data_and_serves_the_next_cells(own_stack, tmp_path):
+    """kill -9 of Kafka in the middle of the first of three cells, `brokerbench local up kafka` 3 s later: it comes
+    back on its port with its data (the same cluster), the cell's messages are each counted once in a class of the
+    accounting (sent = received + late + undelivered + lost + send errors + unacknowledged), the broker's own count
+    is beside it, and the next cells run against the broker started again, every message delivered."""
+    spec = {"name": "fault-broker", "brokers": ["kafka"], "sizes": [512], "rates": [500],
+            "formats": ["json", "raw", "msgpack"], "duration_s": 6, "warmup_s": 1, "warmup_until_steady": False,
+            "order": "fixed", "drain_timeout_s": 5}
+    (tmp_path / "spec.json").write_text(json.dumps(spec))
+    state = str(own_stack.state_dir)
+    own_stack.up(services=["kafka", "dynamodb"], log=lambda m: None)
+    before = own_stack.endpoints(required=["kafka"])["kafka"]
+    meta = lambda: sorted((own_stack.state_dir / "kafka" / "data").glob("**/meta.properties"))[0].read_text()  # noqa: E731
+    cluster = meta()
+    pid = json.loads((own_stack.state_dir / "stack.json").read_text())["kafka"]["pids"][0]
+    cli = subprocess.Popen([str(BIN), "--state-dir", state, "run", "--spec", str(tmp_path / "spec.json"),
+                            "--out", str(tmp_path / "out")], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 120
+    while not [p for p, name in _descendants(cli.pid).items() if name == "bb-producer-0"]:
+        assert time.monotonic() < deadline and cli.poll() is None, cli.communicate()
+        time.sleep(0.1)
+    time.sleep(3)
+    os.kill(pid, signal.SIGKILL)
+    time.sleep(3)
+    restarted = subprocess.run([str(BIN), "--state-dir", state, "local", "up", "kafka"], capture_output=True,
+                               text=True, timeout=120)
+    assert restarted.returncode == 0, restarted.stderr
+    assert own_stack.endpoints(required=["kafka"])["kafka"] == before and meta() == cluster
+    stdout, stderr = cli.communicate(timeout=400)
+    assert "Traceback" not in stderr, stderr[-3000:]
+
+    results = json.loads(next((tmp_path / "out").glob("*/results.json")).read_text())
+    assert cli.returncode == (0 if results["status"] == "completed" else 1), stdout[-2000:]
+    first, *rest = sorted(results["cells"], key=lambda c: c["order"])
+    if first["status"] == "completed":
+        classes = ("received", "late", "undelivered", "lost", "send_errors", "unacknowledged")
+        assert first["sent"] == sum(first[k] for k in classes), first
+        assert first["broker_count"] is not None
+    else:
+        assert first["reason"]
+    for cell in rest:
+        assert cell["status"] == "completed" and cell["received"] == cell["sent"] > 0 and not cell["has_loss"]

@@ -40,6 +40,24 @@ def test_a_delivery_without_its_acknowledgement_is_not_negative_loss():
     assert counts["lost"] == 0
 
 
+def test_a_message_delivered_without_its_acknowledgement_is_counted_once_as_delivered():
+    # 1,000 sent; 700 acknowledged, 280 never answered, 20 reported failed; the consumers got 960, 275 of them
+    # among the 300 never acknowledged (a broker that stored them and died before answering).
+    got = {**consumer(960), "delivered_not_acked": 275}
+    counts = outcome.totals([producer(1000, unacked=280)], [got], {**MEASURED, "acked": 700, "send_errors": 20},
+                            consumed=True)
+    assert (counts["unacked"], counts["send_errors"]) == (5, 20)  # they leave the unacknowledged class first
+    classes = counts["received"] + counts["late"] + counts["undelivered"] + counts["lost"] + counts["send_errors"] \
+        + counts["unacked"]
+    assert counts["sent"] == 1000 == classes and counts["lost"] == 15  # 1000 - 20 - 5 - 960
+    # more of them delivered than were unanswered: the rest came from the failed sends
+    # (10 sent: 2 acknowledged, 3 unanswered, 5 failed; 8 delivered: the 2 and 6 of the other 8)
+    got = {**consumer(8), "delivered_not_acked": 6}
+    counts = outcome.totals([producer(10, unacked=3)], [got], {**MEASURED, "acked": 2, "send_errors": 5}, consumed=True)
+    assert (counts["unacked"], counts["send_errors"], counts["lost"]) == (0, 2, 0)
+    assert counts["received"] + counts["send_errors"] + counts["unacked"] + counts["lost"] == 10
+
+
 def test_publish_only_cells_have_no_delivery_classes():
     counts = outcome.totals([producer(10)], [], {**MEASURED, "acked": 10}, consumed=False)
     assert counts["received"] is counts["lost"] is counts["late"] is None

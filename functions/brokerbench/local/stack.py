@@ -224,11 +224,11 @@ class LocalStack:
                 if svc and svc.running():
                     continue
                 ports = free_port
-                if svc:  # it died: back on the same ports where they are free, so clients in flight find it again
-                    _stop_all(svc)
+                if svc:  # it died: back on the same ports where they are free, with its data, as a real broker
+                    _stop_all(svc)  # restarts after a crash: clients in flight find it again, what it stored is kept
                     ports = _same_ports(svc)
-                log(f"starting {name} ...")
-                folder = self._folder(name)
+                log(f"starting {name} ..." if svc is None else f"starting {name} again (it had stopped) ...")
+                folder = self._folder(name, keep_data=svc is not None)
                 _, service, nodes = self._lookup(name)
                 settings = {**self.settings, "nodes": nodes} if nodes > 1 else self.settings
                 state[name] = Service.of(name, service.start(folder, ports, settings), owner)
@@ -284,10 +284,11 @@ class LocalStack:
         return {**svc.endpoint, "pids": svc.pids}
 
     # -- services ----------------------------------------------------------------------------
-    def _folder(self, name: str) -> Path:
-        """The service's folder, with an empty data folder for a broker (the event store keeps its data)."""
+    def _folder(self, name: str, keep_data: bool = False) -> Path:
+        """The service's folder, with an empty data folder for a broker (the event store keeps its data, and so
+        does a broker started again after it stopped by itself)."""
         folder = self.state_dir / name
-        if name != EVENT_STORE.name:
+        if name != EVENT_STORE.name and not keep_data:
             shutil.rmtree(folder / "data", ignore_errors=True)
         (folder / "data").mkdir(parents=True, exist_ok=True)
         return folder

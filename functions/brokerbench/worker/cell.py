@@ -352,7 +352,11 @@ class _CellRun:
                 expected = sum(done[c]["sent_total"] - done[c]["failed_total"] for c in producers)
                 sending_s = (time.monotonic_ns() - self.timing["t_start"]) / SECOND_NS
                 drain = Drain(consumers, expected, cell["drain_timeout_s"], sending_s, time.monotonic())
+                not_acked = {done[c]["producer_id"]: done[c]["not_acked"] for c in producers
+                             if done[c].get("not_acked") is not None and done[c]["not_acked"].size}
                 for conn in consumers:
+                    if not_acked:  # which of them arrive anyway, the consumers say in their "done"
+                        conn.send(("not_acked", not_acked))
                     conn.send(("expect", expected))
             if drain is not None:
                 for command in drain.decide(time.monotonic()):

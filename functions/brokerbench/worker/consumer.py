@@ -13,7 +13,7 @@ from .. import native
 from ..codecs import get_codec
 from ..drivers import get_driver
 from .framing import PROBE_PRODUCER, is_probe, unpack_many
-from .processes import name_this_process
+from .processes import name_this_process, report_failure
 from .schedule import cell_schedules, shaped
 from .warmup import WINDOW_NS as WARM_WINDOW_NS
 
@@ -107,6 +107,13 @@ class Accounting:
     def add(self, producer: int, seq: int, partition: int) -> bool:
         return bool(self.add_many(np.array([producer]), np.array([seq]), np.array([partition]))[0])
 
+    def delivered_of(self, producer: int, seqs: np.ndarray) -> int:
+        """How many of `seqs` (sequence numbers of `producer`) were delivered."""
+        seen = self.seen.get(producer)
+        if seen is None or not seqs.size:
+            return 0
+        return int(seen[seqs[seqs < seen.size]].sum())
+
     def received_from(self, producer: int, first_seq: int = 0, end_seq: int | None = None) -> int:
         seen = self.seen.get(producer)
         return 0 if seen is None else int(seen[first_seq:end_seq].sum())
@@ -118,7 +125,7 @@ def consumer_main(conn, task: ConsumerTask) -> None:
     try:
         _run(conn, task)
     except BaseException as exc:
-        conn.send(("error", f"consumer {task.consumer_id}: {type(exc).__name__}: {exc}"))
+        report_failure(conn, f"consumer {task.consumer_id}", exc)
     finally:
         conn.close()
 
@@ -201,6 +208,7 @@ def _run(conn, task: ConsumerTask) -> None:
     draining = False  # the producers are done: tell the parent how many distinct messages arrived
     next_progress = 0
     late_until = None
+    not_acked: dict = {}  # producer id -> its measured sequence numbers never acknowledged
 
     def process() -> None:
         if not headers:
@@ -273,6 +281,8 @@ def _run(conn, task: ConsumerTask) -> None:
                 warming = False
                 warm_parts.clear()
                 measure_start = next_boundary = payload
+            elif command == "not_acked":  # the producers' measured messages never acknowledged
+                not_acked = payload
             elif command == "expect":
                 draining = True
             elif command == "late":  # the drain deadline passed: what still comes is late
@@ -312,5 +322,7 @@ def _run(conn, task: ConsumerTask) -> None:
         **totals,
         "duplicated": accounting.duplicated,
         "out_of_order": accounting.out_of_order,
+        # of the messages the producers never had acknowledged, those delivered here all the same
+        "delivered_not_acked": sum(accounting.delivered_of(producer, seqs) for producer, seqs in not_acked.items()),
         **({"shape": shape.record()} if shape is not None else {}),
     }))

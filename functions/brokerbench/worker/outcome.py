@@ -2,8 +2,9 @@
 
 Message accounting (measured messages only; warm-up is counted apart):
     sent = received + late + undelivered + lost + send_errors + unacknowledged
-- send_errors: the client reported the send as failed;
-- unacknowledged: no report at all by the end of the producer's flush;
+- send_errors: the client reported the send as failed, and the message was not delivered all the same;
+- unacknowledged: no report at all by the end of the producer's flush, and not delivered all the same (a
+  broker that stored a message and died before answering: its consumers say which of these arrived);
 - received: delivered before the drain deadline (distinct; duplicates are counted apart);
 - late: delivered after the drain deadline, during the short late window;
 - undelivered: still queued at the broker when the drain ended (its own backlog says so): a consumer
@@ -39,7 +40,12 @@ def totals(producers: list[dict], consumers: list[dict], measured: dict, consume
     if consumed:
         received = sum(c["received"] for c in consumers)
         late = sum(c["late"] for c in consumers)
-        # A message delivered although its acknowledgement never came is not missing: clamp at 0.
+        # A message delivered although its acknowledgement never came (the broker stored it, the answer was lost)
+        # is counted as delivered only: it leaves the unacknowledged class, then the send errors.
+        arrived = sum(c.get("delivered_not_acked", 0) for c in consumers)
+        unacknowledged, arrived = max(0, unacknowledged - arrived), max(0, arrived - unacknowledged)
+        send_errors = max(0, send_errors - arrived)
+        out.update(send_errors=send_errors, unacked=unacknowledged)
         missing = max(0, sent - send_errors - unacknowledged - received - late)
         # Measured messages come after the warm-up in every partition, so the broker's backlog holds the
         # missing ones first.

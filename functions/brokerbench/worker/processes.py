@@ -38,3 +38,12 @@ def death(role: str, number: int, pid: int | None, exitcode: int | None) -> str:
             how = f"killed by signal {-exitcode}"
         return f"ProcessDied: {who} {how}"
     return f"ProcessDied: {who} exited with code {exitcode} without reporting"
+
+
+def report_failure(conn, who: str, exc: BaseException) -> None:
+    """Tell the parent why this process failed; a parent that has already ended the cell (its pipe closed) needs
+    no telling, and a traceback about the closed pipe would only hide the real reason."""
+    try:
+        conn.send(("error", f"{who}: {type(exc).__name__}: {exc}"))
+    except OSError:  # BrokenPipeError and the like
+        pass

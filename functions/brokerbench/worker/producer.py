@@ -25,7 +25,7 @@ from ..codecs import get_codec
 from ..drivers import get_driver, lanes
 from .drain import Drain
 from .framing import HEADER, unpack_many
-from .processes import name_this_process
+from .processes import name_this_process, report_failure
 from .payloads import payload_pool, pool_size_for
 from .schedule import Schedule, producer_schedule
 
@@ -50,7 +50,7 @@ def producer_main(conn, task: ProducerTask) -> None:
     try:
         _run(conn, task)
     except BaseException as exc:  # report every failure to the parent, which fails the cell
-        conn.send(("error", f"producer {task.producer_id}: {type(exc).__name__}: {exc}"))
+        report_failure(conn, f"producer {task.producer_id}", exc)
     finally:
         conn.close()
 
@@ -81,8 +81,9 @@ def _run(conn, task: ProducerTask) -> None:
     # over the interval's raw timestamps instead of pausing for the numpy work and the pipe write.
     reports: queue.Queue = queue.Queue()
     acks = AckTotals()
+    acked = AckedSeqs()
     reporter = threading.Thread(target=_report_intervals,
-                                args=(reports, conn, sizes, len(pool.objects), schedule, acks),
+                                args=(reports, conn, sizes, len(pool.objects), schedule, acks, acked),
                                 name="interval-reporter", daemon=True)
     reporter.start()
     nice = _boost_this_thread() if schedule else None
@@ -90,7 +91,12 @@ def _run(conn, task: ProducerTask) -> None:
     done = loop(sender or driver, task, codec, pool, timing, schedule, reports, conn)
     reports.put(None)
     reporter.join()
-    conn.send(("done", {"producer_id": task.producer_id, "send_thread_nice": nice, **done, **vars(acks)}))
+    # The measured messages never acknowledged (send errors among them): the consumers say which of them arrived
+    # anyway, so that none is counted both delivered and unacknowledged (outcome.totals).
+    not_acked = acked.missing(done["first_measured_seq"], done["sent_total"]) if done["unacked"] or acks.failed_total \
+        else np.empty(0, np.int64)
+    conn.send(("done", {"producer_id": task.producer_id, "send_thread_nice": nice, **done, **vars(acks),
+                        "not_acked": not_acked}))
 
 
 SEND_THREAD_NICE = -10
@@ -359,7 +365,32 @@ class AckTotals:
     last_ack_ns: int | None = None  # when the last measured message was acknowledged
 
 
-def _report_intervals(reports: queue.Queue, conn, sizes, pool_size, schedule: Schedule | None, acks: AckTotals) -> None:
+class AckedSeqs:
+    """Which sequence numbers the broker acknowledged, as a growing bitmap."""
+
+    def __init__(self) -> None:
+        self.bits = np.zeros(0, dtype=bool)
+
+    def add(self, seqs: np.ndarray) -> None:
+        if not seqs.size:
+            return
+        top = int(seqs.max()) + 1
+        if top > self.bits.size:
+            grown = np.zeros(max(top, 2 * self.bits.size, 1024), dtype=bool)
+            grown[: self.bits.size] = self.bits
+            self.bits = grown
+        self.bits[seqs] = True
+
+    def missing(self, first: int, end: int) -> np.ndarray:
+        """The sequence numbers in [first, end) never acknowledged."""
+        seen = np.zeros(max(0, end - first), dtype=bool)
+        known = self.bits[first:end]
+        seen[: known.size] = known
+        return np.flatnonzero(~seen).astype(np.int64) + first
+
+
+def _report_intervals(reports: queue.Queue, conn, sizes, pool_size, schedule: Schedule | None, acks: AckTotals,
+                      acked_bits: AckedSeqs) -> None:
     """Helper thread: each interval's delay, encode time, bytes and publish latency, sent to the parent."""
     firsts: list[int] = []  # first sequence number of each measured interval's send times
     chunks: list[np.ndarray] = []
@@ -369,6 +400,7 @@ def _report_intervals(reports: queue.Queue, conn, sizes, pool_size, schedule: Sc
                       else np.frombuffer(acked, dtype=np.int64))  # sequence numbers (native loop)
         acks.acked_total += int(acked_seqs.size)
         acks.failed_total += failed
+        acked_bits.add(acked_seqs)
         if interval < 0:  # warm-up: counted above, never measured
             continue
         acks.delivered += int(acked_seqs.size)

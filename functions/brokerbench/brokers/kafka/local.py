@@ -97,7 +97,7 @@ class KafkaService:
         listeners = [(ports(), ports()) for _ in range(nodes)]  # (client port, controller port) per node
         voters = ",".join(f"{node}@{HOST}:{controller}" for node, (_, controller) in enumerate(listeners, 1))
         classpath = f"{lib}/*"
-        cluster = cluster_id()
+        cluster = formatted_cluster_id(folder) or cluster_id()  # started again after a crash: the same cluster
         configs = []
         for node, (port, controller_port) in enumerate(listeners, 1):
             home = folder if nodes == 1 else folder / f"node-{node}"
@@ -137,6 +137,15 @@ class KafkaService:
     def ready(self, started: Started) -> bool:
         """Every node registered and unfenced, as the first node's metadata lists them."""
         return broker_count(started.port) >= started.extra.get("nodes", 1)
+
+
+def formatted_cluster_id(folder: Path) -> str | None:
+    """The cluster id the storage under `folder` was formatted with (meta.properties), if any."""
+    for meta in sorted((folder / "data").glob("**/meta.properties")):
+        for line in meta.read_text().splitlines():
+            if line.startswith("cluster.id="):
+                return line.split("=", 1)[1].strip()
+    return None
 
 
 def cluster_id() -> str:

@@ -47,23 +47,28 @@ def _descendants(pid: int) -> dict[int, str]:
     return found
 
 
+def _run_until_measuring(state, spec: dict, tmp_path, env: dict | None = None) -> subprocess.Popen:
+    """`brokerbench run` of `spec` on the stack in `state`, returned once its first producer process is up."""
+    (tmp_path / "spec.json").write_text(json.dumps(spec))
+    cli = subprocess.Popen([str(BIN), "--state-dir", str(state), "run", "--spec", str(tmp_path / "spec.json"),
+                            "--out", str(tmp_path / "out")], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                           env={**os.environ, **(env or {})})
+    deadline = time.monotonic() + 120
+    while not [p for p, name in _descendants(cli.pid).items() if name == "bb-producer-0"]:
+        assert time.monotonic() < deadline and cli.poll() is None, cli.communicate()
+        time.sleep(0.1)
+    return cli
+
+
 @pytest.mark.parametrize("victim", ["bb-producer-0", "bb-consumer-0"])
 def test_a_killed_worker_process_fails_its_cell_and_the_run_goes_on(victim, stack, endpoints, tmp_path):
     spec = {"name": f"fault-{victim}", "brokers": ["kafka"], "sizes": [512], "rates": [500], "formats": ["json", "raw"],
             "duration_s": 8, "warmup_s": 1, "warmup_until_steady": False, "order": "fixed", "partitions": 2}
-    (tmp_path / "spec.json").write_text(json.dumps(spec))
     out = tmp_path / "out"
-    cli = subprocess.Popen([str(BIN), "--state-dir", str(stack.state_dir), "run", "--spec", str(tmp_path / "spec.json"),
-                            "--out", str(out)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    killed = None
-    deadline = time.monotonic() + 120
-    while killed is None and time.monotonic() < deadline and cli.poll() is None:
-        target = [pid for pid, name in _descendants(cli.pid).items() if name == victim]
-        if target:
-            time.sleep(4.5)  # the warm-up and a few measured seconds of the first cell
-            os.kill(target[0], signal.SIGKILL)
-            killed = target[0]
-        time.sleep(0.1)
+    cli = _run_until_measuring(stack.state_dir, spec, tmp_path)
+    time.sleep(4.5)  # the warm-up and a few measured seconds of the first cell (consumers start before producers)
+    killed = next(pid for pid, name in _descendants(cli.pid).items() if name == victim)
+    os.kill(killed, signal.SIGKILL)
     stdout, stderr = cli.communicate(timeout=300)
     assert killed is not None, stdout[-2000:] + stderr[-2000:]
     assert cli.returncode == 1, stdout[-2000:] + stderr[-2000:]  # a cell failed: the run completed with failures
@@ -104,16 +109,10 @@ def test_the_event_store_killed_and_restarted_mid_run_loses_and_repeats_nothing(
     spec = {"name": "fault-event-store", "brokers": ["kafka"], "sizes": [512], "rates": [500],
             "formats": ["json", "raw", "msgpack"], "duration_s": 5, "warmup_s": 1, "warmup_until_steady": False,
             "order": "fixed"}
-    (tmp_path / "spec.json").write_text(json.dumps(spec))
     state = str(own_stack.state_dir)
     before = own_stack.endpoints(required=["dynamodb"])["dynamodb"]
     pid = json.loads((own_stack.state_dir / "stack.json").read_text())["dynamodb"]["pids"][0]
-    cli = subprocess.Popen([str(BIN), "--state-dir", state, "run", "--spec", str(tmp_path / "spec.json"),
-                            "--out", str(tmp_path / "out")], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    deadline = time.monotonic() + 120
-    while not [p for p, name in _descendants(cli.pid).items() if name == "bb-producer-0"]:
-        assert time.monotonic() < deadline and cli.poll() is None, cli.communicate()
-        time.sleep(0.1)
+    cli = _run_until_measuring(state, spec, tmp_path)
     time.sleep(3)  # the first cell is measuring, its intervals being written
     os.kill(pid, signal.SIGKILL)
     time.sleep(5)
@@ -163,17 +162,10 @@ def test_an_event_store_that_stays_down_ends_the_cli_with_exit_3_and_a_way_back(
     spec = {"name": "fault-store-down", "brokers": ["kafka"], "sizes": [512], "rates": [500],
             "formats": ["json", "raw", "msgpack"], "duration_s": 5, "warmup_s": 1, "warmup_until_steady": False,
             "order": "fixed"}
-    (tmp_path / "spec.json").write_text(json.dumps(spec))
     state = str(own_stack.state_dir)
     own_stack.up(services=["dynamodb"], log=lambda m: None)  # up again if an earlier test left it down
     # Each call gives a store that does not answer 5 s here (60 s by default), so the run gives up in seconds.
-    cli = subprocess.Popen([str(BIN), "--state-dir", state, "run", "--spec", str(tmp_path / "spec.json"),
-                            "--out", str(tmp_path / "out")], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                           env={**os.environ, "BROKERBENCH_STORE_OUTAGE_S": "5"})
-    deadline = time.monotonic() + 120
-    while not [p for p, name in _descendants(cli.pid).items() if name == "bb-producer-0"]:
-        assert time.monotonic() < deadline and cli.poll() is None, cli.communicate()
-        time.sleep(0.1)
+    cli = _run_until_measuring(state, spec, tmp_path, {"BROKERBENCH_STORE_OUTAGE_S": "5"})
     time.sleep(3)
     os.kill(_store_pid(own_stack), signal.SIGKILL)
     stdout, stderr = cli.communicate(timeout=400)
@@ -202,19 +194,13 @@ def test_a_broker_killed_mid_cell_and_started_again_keeps_its_data_and_serves_th
     spec = {"name": "fault-broker", "brokers": ["kafka"], "sizes": [512], "rates": [500],
             "formats": ["json", "raw", "msgpack"], "duration_s": 6, "warmup_s": 1, "warmup_until_steady": False,
             "order": "fixed", "drain_timeout_s": 5}
-    (tmp_path / "spec.json").write_text(json.dumps(spec))
     state = str(own_stack.state_dir)
     own_stack.up(services=["kafka", "dynamodb"], log=lambda m: None)
     before = own_stack.endpoints(required=["kafka"])["kafka"]
     meta = lambda: sorted((own_stack.state_dir / "kafka" / "data").glob("**/meta.properties"))[0].read_text()  # noqa: E731
     cluster = meta()
     pid = json.loads((own_stack.state_dir / "stack.json").read_text())["kafka"]["pids"][0]
-    cli = subprocess.Popen([str(BIN), "--state-dir", state, "run", "--spec", str(tmp_path / "spec.json"),
-                            "--out", str(tmp_path / "out")], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    deadline = time.monotonic() + 120
-    while not [p for p, name in _descendants(cli.pid).items() if name == "bb-producer-0"]:
-        assert time.monotonic() < deadline and cli.poll() is None, cli.communicate()
-        time.sleep(0.1)
+    cli = _run_until_measuring(state, spec, tmp_path)
     time.sleep(3)
     os.kill(pid, signal.SIGKILL)
     time.sleep(3)

@@ -5,7 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 SUITE ?= quick
 
-.PHONY: setup run test unit integration up down clean
+.PHONY: setup run test unit integration reliability up down clean
 
 setup: $(VENV)/.installed node_modules/.installed
 	@$(BIN)/python -m brokerbench.local.install
@@ -34,6 +34,10 @@ unit: setup
 
 integration: setup
 	$(BIN)/pytest -q tests/integration
+
+# docs/RELIABILITY.md: the fault and bad-input tests against the real local stack, and what they observed.
+reliability: setup
+	$(BIN)/python bench/reliability.py
 
 up: setup
 	$(BIN)/brokerbench local up

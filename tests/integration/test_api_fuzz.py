@@ -34,6 +34,7 @@ from schemathesis.specs.openapi.checks import (content_type_conformance, negativ
 from brokerbench.events import new_run_id
 from brokerbench.events.dynamodb import DynamoEventStore
 from brokerbench.reports.synthetic import synthetic_run
+from reliability_log import tally
 
 SPEC = {"name": "fuzz", "brokers": ["kafka", "redis-streams"], "sizes": [1024], "rates": [1000],
         "formats": ["raw", "json"]}
@@ -106,7 +107,8 @@ start_run = schemathesis.pytest.from_fixture("start_run_schema").include(method=
 
 @every_operation.parametrize()
 def test_every_operation_answers_as_documented(case):
-    case.call_and_validate(checks=CHECKS)
+    response = case.call_and_validate(checks=CHECKS)
+    tally("bad-input-api", f"{response.status_code // 100}xx")
 
 
 @start_run.parametrize()
@@ -114,6 +116,7 @@ def test_start_run_refuses_what_is_not_a_run_request(case):
     if isinstance(case.body, dict) and any(key in case.body for key in RUN_REQUEST_KEYS):
         hypothesis.reject()  # could be a valid run request: it would start a real run
     response = case.call_and_validate(checks=CHECKS)
+    tally("bad-input-api", f"{response.status_code // 100}xx")
     assert 400 <= response.status_code < 500, (response.status_code, response.text[:500])
 
 

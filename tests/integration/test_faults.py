@@ -21,6 +21,7 @@ import pytest
 from brokerbench.events.dynamodb import DynamoEventStore
 from brokerbench.local.dynamodb import EVENTS_TABLE
 from brokerbench.local.stack import LocalStack
+from reliability_log import observe
 
 BIN = Path(sys.executable).with_name("brokerbench")
 
@@ -45,6 +46,20 @@ def _descendants(pid: int) -> dict[int, str]:
                 found[child] = names.get(child, "")
                 frontier.append(child)
     return found
+
+
+def _event_facts(events: list[dict]) -> dict:
+    """The stored events of a run as docs/RELIABILITY.md states them: how many of each type, and how many repeated."""
+    kinds: dict[str, int] = {}
+    for event in events:
+        kinds[event["type"]] = kinds.get(event["type"], 0) + 1
+    return {"events": len(events), "by_type": kinds, "duplicated": len(events) - len({e["event_id"] for e in events})}
+
+
+def _cell_facts(cell: dict) -> dict:
+    keys = ("cell_id", "status", "reason", "sent", "received", "late", "undelivered", "lost", "send_errors",
+            "unacknowledged", "duplicated", "broker_count")
+    return {k: cell.get(k) for k in keys if k in cell}
 
 
 def _run_until_measuring(state, spec: dict, tmp_path, env: dict | None = None) -> subprocess.Popen:
@@ -91,6 +106,9 @@ def test_a_killed_worker_process_fails_its_cell_and_the_run_goes_on(victim, stac
     report = next(out.glob("*/report.md")).read_text()
     assert f"FAILED: ProcessDied: {role} 0" in report
     assert not [pid for pid, name in _descendants(os.getpid()).items() if name.startswith("bb-")]  # none left over
+    observe(f"kill-{role}", fault=f"kill -9 of the {role} process of the first of two cells, about 3 s into it",
+            run_status=results["status"], exit_code=cli.returncode, intervals_kept=len(kept),
+            cells=[_cell_facts(first), _cell_facts(second)], **_event_facts(events))
 
 
 @pytest.fixture(scope="module")
@@ -134,6 +152,10 @@ def test_the_event_store_killed_and_restarted_mid_run_loses_and_repeats_nothing(
         seconds = sorted(e["data"]["interval"] for e in events
                          if e["type"] == "IntervalMeasured" and e["data"]["cell_id"] == end["cell_id"])
         assert seconds == list(range(end["intervals"])), end["cell_id"]
+    observe("event-store-restarted", fault="kill -9 of DynamoDB Local 3 s into the first of three cells, "
+                                           "`brokerbench local up dynamodb` 5 s later (same port, same data)",
+            run_status=results["status"], exit_code=cli.returncode, missing_intervals=0,
+            cells=[_cell_facts(c) for c in results["cells"]], **_event_facts(events))
 
 
 def _store_pid(stack) -> int:
@@ -184,6 +206,10 @@ def test_an_event_store_that_stays_down_ends_the_cli_with_exit_3_and_a_way_back(
     shown = subprocess.run([str(BIN), "--state-dir", state, "report", run_id, "--out", str(tmp_path / "report")],
                            capture_output=True, text=True, timeout=120)
     assert shown.returncode == 0, shown.stderr  # what was stored before the outage can be read
+    observe("event-store-down", fault="kill -9 of DynamoDB Local 3 s into the first of three cells, not started "
+                                      "again until the CLI had ended (BROKERBENCH_STORE_OUTAGE_S=5)",
+            exit_code=cli.returncode, message=stderr.strip().splitlines()[-2:], interpreters_left=0,
+            after_restart=_event_facts(events))
 
 
 def test_a_broker_killed_mid_cell_and_started_again_keeps_its_data_and_serves_the_next_cells(own_stack, tmp_path):
@@ -222,3 +248,9 @@ def test_a_broker_killed_mid_cell_and_started_again_keeps_its_data_and_serves_th
         assert first["reason"]
     for cell in rest:
         assert cell["status"] == "completed" and cell["received"] == cell["sent"] > 0 and not cell["has_loss"]
+    events = DynamoEventStore(EVENTS_TABLE, endpoint_url=own_stack.endpoints(required=["dynamodb"])["dynamodb"][
+        "endpoint_url"]).read(results["run_id"])
+    observe("kill-kafka", fault="kill -9 of Kafka 3 s into the first of three cells, `brokerbench local up kafka` "
+                                "3 s later (same port, same data, same cluster id)",
+            run_status=results["status"], exit_code=cli.returncode,
+            cells=[_cell_facts(c) for c in sorted(results["cells"], key=lambda c: c["order"])], **_event_facts(events))

@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 
 from brokerbench.plan import plan
 from brokerbench.spec import SpecError, request_schema, validate
+from reliability_log import tally
 
 BASE = {"brokers": ["kafka", "redis-streams"], "sizes": [1024], "rates": [1000], "formats": ["json", "raw"],
         "duration_s": 5}
@@ -76,7 +77,9 @@ def test_any_document_is_a_run_or_problems_named_at_their_place(doc):
             assert isinstance(problem.path, str) and problem.message
             top = problem.path.split(".")[0].split("[")[0]
             assert top in ("", *PROPERTIES, *doc) or top.startswith("--"), problem
+        tally("bad-input-specs", "refused, every problem named")
         return
+    tally("bad-input-specs", "valid, planned")
     planned = plan(spec)  # a valid request plans: every cell has what a worker needs
     assert planned["cells"] and all(_finite(c["rate"]) for c in planned["cells"] if c["rate"] not in ("max", "sustainable"))
     assert len({c["cell_id"] for c in planned["cells"]}) == len(planned["cells"])

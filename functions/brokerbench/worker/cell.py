@@ -223,8 +223,12 @@ class _CellRun:
         t_start = time.monotonic_ns() + START_LEAD_NS
         # With an adaptive warm-up the measured start is provisional (the bound) until the consumers'
         # warm-up latency is steady; then every process is told the real one ("measure").
-        # (A backlog or bursts keep the warm-up as given: their latency is not meant to be steady.)
-        adaptive = bool(cell.get("warmup_until_steady")) and cell["consumers"] > 0 and not schedule.shaped(cell)
+        # (A backlog or bursts keep the warm-up as given: their latency is not meant to be steady. So does max
+        # rate: sending faster than the consumers read, its latency grows with the backlog and settles only
+        # when the broker's queue is as long as the machine lets it get, seconds of messages that the measured
+        # ones then wait behind.)
+        adaptive = (bool(cell.get("warmup_until_steady")) and cell["consumers"] > 0 and cell["rate"] != "max"
+                    and not schedule.shaped(cell))
         max_s = warmup_max_s(cell)
         if adaptive:
             self.warmup = WarmupWatch([c for c, key in self.conns.items() if key[0] == "consumer"], t_start,

@@ -35,6 +35,15 @@ def _stack(args):
     return LocalStack(Path(args.state_dir) if args.state_dir else None, redis_aof=not getattr(args, "no_aof", False))
 
 
+def _disk_hint(stack) -> str:
+    """Why a local event store may fail its writes: the disk of its data is full."""
+    from .local.stack import MIN_FREE_MB
+
+    free = stack.free_mb()
+    return (f" The disk of the local stack's data ({stack.state_dir}) has {free} MB free: DynamoDB Local cannot "
+            "write to a full disk; free some space first." if free < MIN_FREE_MB else "")
+
+
 def _store(endpoints: dict):
     from .events.dynamodb import DynamoEventStore
 
@@ -321,7 +330,7 @@ def _run_locked(args, stack, request: dict, suite: str | None, run_id: str) -> i
     try:
         return _run_on_stack(args, stack, request, suite, run_id)
     except StoreUnavailable as exc:
-        errors.print(f"event store: {exc}.\nRun {run_id} could not be followed to its end. Start the store again with "
+        errors.print(f"event store: {exc}.{_disk_hint(stack)}\nRun {run_id} could not be followed to its end. Start the store again with "
                      "`brokerbench local up dynamodb` (it comes back on its port with its data), then read what "
                      f"was stored with `brokerbench report {run_id}`.", style="red", markup=False, highlight=False)
         return EXIT_ENVIRONMENT
@@ -937,7 +946,8 @@ def main(argv: list[str] | None = None) -> int:
         errors.print("[yellow]interrupted[/]")
         return EXIT_INTERRUPTED
     except StoreUnavailable as exc:  # any command: say which store, and how to bring a local one back
-        errors.print(f"event store: {exc}. A local store starts again with `brokerbench local up dynamodb`.",
+        hint = _disk_hint(_stack(args))
+        errors.print(f"event store: {exc}.{hint} A local store starts again with `brokerbench local up dynamodb`.",
                      style="red", markup=False, highlight=False)
         return EXIT_ENVIRONMENT
 

@@ -48,18 +48,22 @@ class DynamoEventStore:
         self.client = client
 
     def _call(self, operation: str, **kwargs):
-        """One client call. An endpoint that does not answer (after the client's own few retries) is tried again with
-        backoff for up to `outage_s`, then StoreUnavailable, naming it. A write is safe to repeat: every item is
+        """One client call. An endpoint that does not answer, or answers with a server error (after the client's own
+        few retries), is tried again with backoff for up to `outage_s`, then StoreUnavailable, naming it. A write is safe to repeat: every item is
         conditional, so one that did reach the table before the connection broke is skipped, never doubled."""
         give_up = time.monotonic() + self.outage_s
         for attempt in range(10**6):
             try:
                 return getattr(self.client, operation)(**kwargs)
-            except UNREACHABLE as exc:
+            except (*UNREACHABLE, ClientError) as exc:
+                failing = isinstance(exc, ClientError)  # answers, with a server error (a full disk, locally)
+                if failing and exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode", 0) < 500:
+                    raise
                 wait = BACKOFF_S[min(attempt, len(BACKOFF_S) - 1)]
                 if time.monotonic() + wait > give_up:
+                    what = "fails every request" if failing else "does not answer"
                     raise StoreUnavailable(f"the event store ({self.client.meta.endpoint_url}, table {self.table}) "
-                                           f"does not answer: {exc}") from exc
+                                           f"{what}: {exc}") from exc
                 time.sleep(wait)
 
     def ensure_table(self) -> None:
@@ -71,7 +75,8 @@ class DynamoEventStore:
             if exc.response["Error"]["Code"] != "ResourceNotFoundException":
                 raise
         keys = [("run_id", "S"), ("sk", "S"), ("entity", "S"), ("at", "S"), ("suite", "S")]
-        self.client.create_table(
+        self._call(
+            "create_table",
             TableName=self.table,
             BillingMode="PAY_PER_REQUEST",
             AttributeDefinitions=[{"AttributeName": n, "AttributeType": t} for n, t in keys],

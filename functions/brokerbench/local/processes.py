@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -56,8 +57,22 @@ def pid_alive(pid: int) -> bool:
         return True
 
 
+def require(program: str, package: str | None = None) -> str:
+    """The path of `program`, or a StackError that says it is missing and how to get it (`package`: the
+    Debian package that has it, when install.py does not list it)."""
+    found = shutil.which(program)
+    if found:
+        return found
+    from .install import DEBIAN_PACKAGES
+
+    package = package or DEBIAN_PACKAGES.get(program)
+    how = f"run `make setup` (it installs Debian's {package})" if package else "run `make setup`"
+    raise StackError(f"{program} is not installed or not on PATH: {how}, or put {program} on PATH")
+
+
 def spawn(cmd: list[str], cwd: Path, log: Path, env: dict | None = None) -> int:
     """Start `cmd` in its own session (so stop() ends it with its children), output appended to `log`."""
+    require(cmd[0])
     with open(log, "ab") as log_file:
         proc = subprocess.Popen(cmd, cwd=cwd, stdout=log_file, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                 start_new_session=True, env=env)

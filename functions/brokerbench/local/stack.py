@@ -26,6 +26,8 @@ from .processes import HOST, StackError, free_port, pid_alive, port_answers, por
 
 __all__ = ["EVENTS_TABLE", "HOST", "LocalStack", "StackBusy", "StackError", "free_port", "pid_alive", "port_answers"]
 EVENT_STORE = DynamoDBLocal()
+# The least free space (MB) on the state folder's disk for starting a service.
+MIN_FREE_MB = int(os.environ.get("BROKERBENCH_MIN_FREE_MB", "256"))
 
 
 class StackBusy(StackError):
@@ -204,6 +206,23 @@ class LocalStack:
         status = self.status()
         return all(status[name]["state"] == "running" for name in self._names(services))
 
+    def free_mb(self) -> int:
+        """Free space on the disk of the state folder (the services' data and logs), in MB."""
+        here = self.state_dir
+        while not here.exists():
+            here = here.parent
+        return shutil.disk_usage(here).free // 2**20
+
+    def check_disk(self) -> None:
+        """Refuse to start services on a disk that is (nearly) full: a broker or DynamoDB Local that runs out of
+        space mid-run fails its writes (DynamoDB Local answers InternalFailure), which no retry mends."""
+        free = self.free_mb()
+        if free < MIN_FREE_MB:
+            raise StackError(f"only {free} MB free on the disk of {self.state_dir} (the local stack's data: broker "
+                             f"logs, DynamoDB Local's tables); starting a service needs at least {MIN_FREE_MB} MB "
+                             "(BROKERBENCH_MIN_FREE_MB): free some space, or put the stack on a larger disk with "
+                             "--state-dir or BROKERBENCH_HOME")
+
     def installed_version(self, service: str) -> str | None:
         return self._lookup(service)[1].installed_version()
 
@@ -227,6 +246,8 @@ class LocalStack:
                 if svc:  # it died: back on the same ports where they are free, with its data, as a real broker
                     _stop_all(svc)  # restarts after a crash: clients in flight find it again, what it stored is kept
                     ports = _same_ports(svc)
+                if not started:
+                    self.check_disk()
                 log(f"starting {name} ..." if svc is None else f"starting {name} again (it had stopped) ...")
                 folder = self._folder(name, keep_data=svc is not None)
                 _, service, nodes = self._lookup(name)

@@ -11,7 +11,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from ...local.install import fetch_maven_jars, jar_version, lib_dir
-from ...local.processes import HOST, StackError, spawn
+from ...local.processes import HOST, StackError, require, spawn
 from .. import Started
 
 POM = Path(__file__).with_name("kafka.pom.xml")
@@ -115,7 +115,7 @@ class KafkaService:
             ]))
             (home / "log4j2.properties").write_text(LOG4J)
             configs.append((home, config))
-        formatting = [subprocess.Popen(["java", "-cp", classpath, "kafka.tools.StorageTool", "format",
+        formatting = [subprocess.Popen([require("java"), "-cp", classpath, "kafka.tools.StorageTool", "format",
                                         f"--cluster-id={cluster}", "-c", str(config), "--ignore-formatted"],
                                        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
                       for _, config in configs]

@@ -7,6 +7,7 @@ native send loop (`native_sender`) does the same on its own RESP connection, as 
 
 from __future__ import annotations
 
+import os
 import socket
 import ssl
 import time
@@ -26,6 +27,9 @@ def stream_key(topic: str, partition: int) -> str:
     return f"{topic}-{partition}"
 
 
+_SECRETS: dict[str, str] = {}  # this process's AUTH tokens, by Secrets Manager ARN
+
+
 class RedisStreamsDriver:
     name = "redis-streams"
 
@@ -34,12 +38,22 @@ class RedisStreamsDriver:
         self.client = client
 
     def _password(self) -> str | None:
-        """ElastiCache's AUTH token stays in Secrets Manager; only its ARN travels in the endpoint."""
-        if "auth_secret_arn" in self.endpoint:
-            import boto3
+        """ElastiCache's AUTH token stays in Secrets Manager; only its ARN travels in the endpoint, and each process
+        fetches it once (not on every connect). A local Redis started with an AUTH password names the environment
+        variable that holds it."""
+        arn = self.endpoint.get("auth_secret_arn")
+        if arn:
+            if arn not in _SECRETS:
+                import boto3
 
-            secret = boto3.client("secretsmanager").get_secret_value(SecretId=self.endpoint["auth_secret_arn"])
-            return secret["SecretString"]
+                _SECRETS[arn] = boto3.client("secretsmanager").get_secret_value(SecretId=arn)["SecretString"]
+            return _SECRETS[arn]
+        variable = self.endpoint.get("auth_env")
+        if variable:
+            if not os.environ.get(variable):
+                raise BrokerUnavailable(f"Redis at {self.endpoint['host']}:{self.endpoint['port']} requires AUTH: "
+                                        f"set {variable} to its password")
+            return os.environ[variable]
         return None
 
     def connect(self) -> redis.Redis:

@@ -260,10 +260,13 @@ def run_exit_code(results: dict, execution) -> tuple[int, list[str]]:
     """
     problems = []
     code = EXIT_OK if results["status"] == "completed" else EXIT_CELLS_FAILED
+    reason = results.get("reason") or ""
     if results["status"] == "failed":
         problems.append(f"run failed: {results['reason']}")
+    elif results["status"] == "completed_with_failures" and reason:  # a step after the run's end failed
+        problems.append(f"run completed with failures: {reason}")
     elif results["status"] not in ("completed", "completed_with_failures"):
-        problems.append(f"run ended {results['status']}" + (f": {results['reason']}" if results.get("reason") else ""))
+        problems.append(f"run ended {results['status']}" + (f": {reason}" if reason else ""))
     if execution is not None and execution.status != "SUCCEEDED":
         code = code or EXIT_CELLS_FAILED
         if execution.error != "RunFailed" or results["status"] != "failed":  # not already said above
@@ -381,7 +384,8 @@ def _run_on_stack(args, stack, request: dict, suite: str | None, run_id: str) ->
         if interrupted:
             errors.print("[yellow]interrupted: what was measured is stored and written above[/]")
             return EXIT_INTERRUPTED
-        if execution is not None and (execution.output or {}).get("notify_error"):
+        if (execution is not None and (execution.output or {}).get("notify_error")
+                and "Notify failed" not in (results.get("reason") or "")):  # else the run's reason says it
             cause = execution.output["notify_error"].get("Cause", "")
             errors.print(f"notification not sent: {cause}", style="yellow", markup=False, highlight=False)
         code, problems = run_exit_code(results, execution)

@@ -69,6 +69,7 @@ NOT_SET_BY_THE_APP = {
     "BROKERBENCH_STORE_OUTAGE_S": "optional: how long a call waits for an event store that does not answer (60 s)",
     "BROKERBENCH_CONSOLE_ORIGIN": "optional: the API serves the console itself (same origin, no CORS)",
     "BROKERBENCH_TASK_TOKEN": "set by the EC2 worker's user data for the worker process, per cell",
+    "BROKERBENCH_REDIS_PASSWORD": "local mode: a local Redis's password (ElastiCache's token comes from Secrets Manager)",
 }
 
 

@@ -212,28 +212,39 @@ def test_an_event_store_that_stays_down_ends_the_cli_with_exit_3_and_a_way_back(
             after_restart=_event_facts(events))
 
 
-def test_a_broker_killed_mid_cell_and_started_again_keeps_its_data_and_serves_the_next_cells(own_stack, tmp_path):
-    """kill -9 of Kafka in the middle of the first of three cells, `brokerbench local up kafka` 3 s later: it comes
-    back on its port with its data (the same cluster), the cell's messages are each counted once in a class of the
-    accounting (sent = received + late + undelivered + lost + send errors + unacknowledged), the broker's own count
-    is beside it, and the next cells run against the broker started again, every message delivered."""
-    spec = {"name": "fault-broker", "brokers": ["kafka"], "sizes": [512], "rates": [500],
+@pytest.mark.parametrize("service, broker", [("kafka", "kafka"), ("redis", "redis-streams")])
+def test_a_broker_killed_mid_cell_and_started_again_keeps_its_data_and_serves_the_next_cells(service, broker, own_stack,
+                                                                                             tmp_path):
+    """kill -9 of the broker (Kafka, Redis) in the middle of the first of three cells, `brokerbench local up` 3 s
+    later: it comes back on its port with its data (Kafka: the same cluster; Redis: its append-only file), the
+    cell's messages are each counted once in a class of the accounting (sent = received + late + undelivered +
+    lost + send errors + unacknowledged), the broker's own count is beside it, and the next cells run against the
+    broker started again, every message delivered."""
+    spec = {"name": f"fault-{service}", "brokers": [broker], "sizes": [512], "rates": [500],
             "formats": ["json", "raw", "msgpack"], "duration_s": 6, "warmup_s": 1, "warmup_until_steady": False,
             "order": "fixed", "drain_timeout_s": 5}
     state = str(own_stack.state_dir)
-    own_stack.up(services=["kafka", "dynamodb"], log=lambda m: None)
-    before = own_stack.endpoints(required=["kafka"])["kafka"]
-    meta = lambda: sorted((own_stack.state_dir / "kafka" / "data").glob("**/meta.properties"))[0].read_text()  # noqa: E731
-    cluster = meta()
-    pid = json.loads((own_stack.state_dir / "stack.json").read_text())["kafka"]["pids"][0]
+    own_stack.up(services=[service, "dynamodb"], log=lambda m: None)
+    before = own_stack.endpoints(required=[service])[broker]
+    if service == "kafka":
+        data = lambda: sorted((own_stack.state_dir / "kafka" / "data").glob("**/meta.properties"))[0].read_text()  # noqa: E731
+    else:  # a key written before the run (and fsynced to the append-only file) is there after the restart
+        import redis
+
+        client = redis.Redis(port=before["port"])
+        client.set("bb-before-the-crash", "kept")
+        time.sleep(1.5)  # appendfsync everysec
+        data = lambda: client.get("bb-before-the-crash")  # noqa: E731
+    kept = data()
+    pid = json.loads((own_stack.state_dir / "stack.json").read_text())[service]["pids"][0]
     cli = _run_until_measuring(state, spec, tmp_path)
     time.sleep(3)
     os.kill(pid, signal.SIGKILL)
     time.sleep(3)
-    restarted = subprocess.run([str(BIN), "--state-dir", state, "local", "up", "kafka"], capture_output=True,
+    restarted = subprocess.run([str(BIN), "--state-dir", state, "local", "up", service], capture_output=True,
                                text=True, timeout=120)
     assert restarted.returncode == 0, restarted.stderr
-    assert own_stack.endpoints(required=["kafka"])["kafka"] == before and meta() == cluster
+    assert own_stack.endpoints(required=[service])[broker] == before and data() == kept and kept
     stdout, stderr = cli.communicate(timeout=400)
     assert "Traceback" not in stderr, stderr[-3000:]
 
@@ -250,7 +261,9 @@ def test_a_broker_killed_mid_cell_and_started_again_keeps_its_data_and_serves_th
         assert cell["status"] == "completed" and cell["received"] == cell["sent"] > 0 and not cell["has_loss"]
     events = DynamoEventStore(EVENTS_TABLE, endpoint_url=own_stack.endpoints(required=["dynamodb"])["dynamodb"][
         "endpoint_url"]).read(results["run_id"])
-    observe("kill-kafka", fault="kill -9 of Kafka 3 s into the first of three cells, `brokerbench local up kafka` "
-                                "3 s later (same port, same data, same cluster id)",
+    assert len(events) == len({e["event_id"] for e in events})
+    observe(f"kill-{service}", fault=f"kill -9 of {'Kafka' if service == 'kafka' else 'Redis'} 3 s into the first of "
+                                     f"three cells, `brokerbench local up {service}` 3 s later (same port, same data"
+                                     f"{', same cluster id' if service == 'kafka' else ', its append-only file'})",
             run_status=results["status"], exit_code=cli.returncode,
             cells=[_cell_facts(c) for c in sorted(results["cells"], key=lambda c: c["order"])], **_event_facts(events))

@@ -8,7 +8,7 @@ import binascii
 import json
 from datetime import datetime
 
-from ..events import RUN_EVENTS, cell_count, cell_prefix, planned_cells, read_report_events
+from ..events import RUN_EVENTS, cell_count, cell_prefix, planned_cells, read_report_events, run_status
 from ..reports.model import intervals_by_cell, interval_series
 from ..reports.results import build_results
 from ..spec import SpecError, expand, validate
@@ -36,9 +36,10 @@ def decode_token(token: str, field: str = "next"):
         raise ApiError(422, "not a token this API gave out", field) from None
 
 
-def _status(end: dict | None, execution) -> str:
+def _status(end: dict | None, execution, tail: list[dict] = ()) -> str:
+    """`tail`: the run's events from its end on (90#), where a step that failed after the end is stored."""
     if end is not None:
-        return "failed" if end["type"] == "RunFailed" else end["data"]["status"]
+        return run_status(end, [e for e in tail if e["type"] == "StepFailed"])[0]
     if execution is not None and execution.state != "ended":
         return "running"
     return "incomplete"  # the execution ended (or is unknown) and the run has no end event
@@ -76,7 +77,7 @@ def summary(store, starter: Starter, requested: dict) -> dict:
         "run_id": run_id,
         "name": data["spec"].get("name", "adhoc"),
         "suite": data.get("suite"),
-        "status": _status(end, execution),
+        "status": _status(end, execution, tail),
         "requested_at": requested["at"],
         "finished_at": end["at"] if end else None,
         "cells": {"total": cell_count(data), **counts},
@@ -133,7 +134,7 @@ def run_detail(store, starter: Starter, run_id: str) -> dict:
         "run_id": run_id,
         "name": results["name"],
         "suite": requested["data"].get("suite"),
-        "status": _status(end, execution),
+        "status": _status(end, execution, events),
         "reason": results["reason"] or (execution.error if execution else None),
         "requested_at": results["requested_at"],
         "finished_at": finished,

@@ -62,6 +62,8 @@ def sort_key(event_type: str, cell_index: int | None = None, interval: int | Non
         return f"{cell}2#end"
     if event_type in RUN_EVENTS:
         return "90#run#end"
+    if event_type == "StepFailed":  # a step after the run's end (Notify, TeardownTargets); `key`: the step
+        return f"90#run#step#{key}"
     if event_type == "ReportBuilt":
         return "95#report"
     if event_type == "RegressionDetected":
@@ -71,6 +73,21 @@ def sort_key(event_type: str, cell_index: int | None = None, interval: int | Non
         # so every scheduler trying the same due time writes the same key, and only the first one lands.
         return f"tr#{key}"
     raise InvalidEvent(f"unknown event type {event_type!r}")
+
+
+def run_status(end: dict | None, step_failures: list[dict] = ()) -> tuple[str | None, str | None]:
+    """The run's status and reason from its end event (RunCompleted or RunFailed; None: no end yet) and its
+    StepFailed events: a step that failed after the run ended (its notification, its teardown) leaves a
+    completed run `completed_with_failures`, and every such step is named in the reason."""
+    if end is None:
+        return None, None
+    status = "failed" if end["type"] == "RunFailed" else end["data"]["status"]
+    reason = end["data"].get("reason")
+    if step_failures:
+        said = "; ".join(f"{e['data']['step']} failed: {e['data']['reason']}" for e in step_failures)
+        status = "completed_with_failures" if status == "completed" else status
+        reason = f"{reason}; {said}" if reason else said
+    return status, reason
 
 
 def planned_cells(events: list[dict]) -> list[dict]:

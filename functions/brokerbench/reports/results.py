@@ -12,7 +12,7 @@ import numpy as np
 import pyhdrh
 
 from .. import histogram
-from ..events import planned_cells
+from ..events import planned_cells, run_status
 
 LATENCY_METRICS = {  # result field -> (histogram, divisor to the field's unit)
     "publish_latency_us": ("publish_latency_us", 1),
@@ -293,17 +293,12 @@ def build_results(events: list[dict], cache: dict | None = None) -> dict:
     cells = [cell_result(cell, ends.get(cell["cell_id"]), cache)
              for cell in sorted(planned_cells(events), key=lambda c: c["index"])]
     targets = by_type.get("TargetsReady", [{"data": {"targets": {}}}])[0]["data"]["targets"]
-    if run_end is None:
-        status = "running"
-    elif run_end["type"] == "RunFailed":
-        status = "failed"
-    else:
-        status = run_end["data"]["status"]
+    status, reason = run_status(run_end, by_type.get("StepFailed", []))
     return {
         "run_id": requested["run_id"],
         "name": requested["data"]["spec"].get("name", "adhoc"),
-        "status": status,
-        "reason": run_end["data"].get("reason") if run_end else None,
+        "status": status or "running",
+        "reason": reason,
         "requested_at": requested["at"],
         "finished_at": run_end["at"] if run_end else None,
         "environment": {**requested["data"]["environment"], "brokers": targets},

@@ -219,6 +219,17 @@ def record_run_failed(event: dict) -> dict:
     return out
 
 
+def record_step_failed(event: dict) -> dict:
+    """StepFailed for a step that failed after the run's end was decided (Notify, TeardownTargets): the run's
+    status then says so (events.run_status) and so does the CLI's exit code. Stored once per step: a retry of
+    this step writes nothing new."""
+    failure = event.get("failure") or {}
+    reason = f"{failure.get('Error', 'States.TaskFailed')}: {failure.get('Cause', 'no cause given')}"
+    result = config.event_store().append([make_event(event["run_id"], "StepFailed",
+                                                     {"step": event["step"], "reason": reason}, key=event["step"])])
+    return {"recorded": bool(result.written), "step": event["step"]}
+
+
 def teardown_target(event: dict) -> dict:
     problem = config.provider_problem(event["broker"], event["spec"])
     if problem:  # nothing was provisioned for it

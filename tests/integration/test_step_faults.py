@@ -1,0 +1,96 @@
+"""A workflow step that fails after the cells have measured (CheckRegression, Aggregate, Notify, Teardown): the real
+definition on the local ASL interpreter, through `brokerbench run` as a user starts it (in this process, so the
+step's Lambda handler, which the local bridge calls here, can be made to raise). The run's last stored event and
+the CLI's exit code must say what failed; what was measured stays stored, once."""
+
+import json
+import sys
+
+import pytest
+
+from brokerbench.cli import main
+from brokerbench.events.dynamodb import DynamoEventStore
+from brokerbench.local.stack import free_port
+from brokerbench.reports.results import build_results
+
+
+
+def run_with_failing(step_module: str, stack, tmp_path, monkeypatch, capsys, *, failing_cell: bool = False):
+    import importlib
+
+    module = importlib.import_module(f"handlers.{step_module}")
+
+    def broken(event, context):
+        raise RuntimeError(f"injected failure of {step_module}")
+
+    monkeypatch.setattr(module, "lambda_handler", broken)
+    spec = {"name": f"step-fault-{step_module}", "brokers": ["kafka", "redis-streams"], "sizes": [512],
+            "rates": [200], "formats": ["raw"], "duration_s": 1, "warmup_s": 0, "warmup_until_steady": False,
+            "drain_timeout_s": 1}
+    if failing_cell:  # Notify runs only when there is something to tell
+        spec["targets"] = {"kafka": {"bootstrap_servers": f"127.0.0.1:{free_port()}"}}
+    (tmp_path / "spec.json").write_text(json.dumps(spec))
+    code = main(["--state-dir", str(stack.state_dir), "run", "--spec", str(tmp_path / "spec.json"),
+                 "--out", str(tmp_path / "out")])
+    captured = capsys.readouterr()
+    db = stack.endpoints(required=["dynamodb"])["dynamodb"]
+    store = DynamoEventStore(db["table"], endpoint_url=db["endpoint_url"])
+    [run_id] = [e["run_id"] for e in store.list_runs(limit=50) if e["data"]["spec"].get("name") == spec["name"]] or [None]
+    events = store.read(run_id) if run_id else []
+    return code, " ".join((captured.out + captured.err).split()), events
+
+
+@pytest.mark.parametrize("step", ["check_regression", "aggregate"])
+def test_a_failing_report_step_fails_the_run_and_keeps_the_measurements(step, stack, tmp_path, monkeypatch, capsys):
+    code, said, events = run_with_failing(step, stack, tmp_path, monkeypatch, capsys)
+    types = [e["type"] for e in events]
+    assert code == 1
+    assert types[-1] == "RunFailed" and f"injected failure of {step}" in events[-1]["data"]["reason"]
+    assert types.count("CellCompleted") == 2 and len(events) == len({e["event_id"] for e in events})
+    assert f"injected failure of {step}" in said
+
+
+def test_a_failing_notify_is_stored_said_and_not_a_success(stack, tmp_path, monkeypatch, capsys):
+    """Notify runs after the run's end (RunCompleted) was stored: its failure is a StepFailed after it, the run
+    reads completed_with_failures with Notify named, and the CLI exits 1."""
+    code, said, events = run_with_failing("notify", stack, tmp_path, monkeypatch, capsys, failing_cell=True)
+    types = [e["type"] for e in events]
+    assert code == 1
+    assert types[-3:] == ["RunCompleted", "StepFailed", "ReportBuilt"] or types[-3:] == ["RunCompleted", "ReportBuilt",
+                                                                                          "StepFailed"]
+    [failed] = [e["data"] for e in events if e["type"] == "StepFailed"]
+    assert failed["step"] == "Notify" and "injected failure of notify" in failed["reason"]
+    results = build_results(events)
+    assert results["status"] == "completed_with_failures" and "Notify failed" in results["reason"]
+    assert "run completed with failures: Notify failed: RuntimeError: injected failure of notify" in said
+
+
+@pytest.fixture
+def quick_teardown_retries(tmp_path, monkeypatch):
+    """The real definition with TeardownTarget's five retries 0.1 s apart instead of 5 s doubling (155 s)."""
+    from brokerbench.local import workflow
+
+    definition = json.loads(workflow.DEFINITION.read_text())
+    retry = definition["States"]["TeardownTargets"]["ItemProcessor"]["States"]["TeardownTarget"]["Retry"][0]
+    assert retry["MaxAttempts"] == 5
+    retry.update(IntervalSeconds=0.1, BackoffRate=1)
+    quick = tmp_path / "definition.asl.json"
+    quick.write_text(json.dumps(definition))
+    monkeypatch.setattr(workflow.LocalWorkflow.__init__, "__defaults__", (quick,))
+
+
+def test_a_failing_teardown_is_stored_said_and_not_a_success(stack, tmp_path, monkeypatch, capsys,
+                                                              quick_teardown_retries):
+    """Every cell completed, then tearing down failed (its retries too): StepFailed, the run reads
+    completed_with_failures (not completed), the CLI says brokers may still run and exits 1: state, events and exit
+    code agree."""
+    code, said, events = run_with_failing("teardown_target", stack, tmp_path, monkeypatch, capsys)
+    assert code == 1
+    [failed] = [e["data"] for e in events if e["type"] == "StepFailed"]
+    assert failed["step"] == "TeardownTargets" and "injected failure of teardown_target" in failed["reason"]
+    results = build_results(events)
+    assert [c["status"] for c in results["cells"]] == ["completed", "completed"]
+    assert results["status"] == "completed_with_failures" and "TeardownTargets failed" in results["reason"]
+    assert "brokers this run started may still be running" in said
+    stored = json.loads(next((tmp_path / "out").glob("*/results.json")).read_text())
+    assert stored["status"] == "completed_with_failures"

@@ -12,68 +12,16 @@ import json
 import os
 import signal
 import subprocess
-import sys
 import time
-from pathlib import Path
 
 import pytest
 
 from brokerbench.events.dynamodb import DynamoEventStore
 from brokerbench.local.dynamodb import EVENTS_TABLE
 from brokerbench.local.stack import LocalStack
+from fault_tools import BIN, cell_facts as _cell_facts, descendants as _descendants, event_facts as _event_facts
+from fault_tools import interpreters_of as _interpreters_of, run_until_measuring as _run_until_measuring
 from reliability_log import observe
-
-BIN = Path(sys.executable).with_name("brokerbench")
-
-
-def _descendants(pid: int) -> dict[int, str]:
-    """Every process below `pid`: its pid and its name (/proc/PID/comm)."""
-    parents: dict[int, int] = {}
-    names: dict[int, str] = {}
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                stat = (entry / "stat").read_text()
-                names[int(entry.name)] = (entry / "comm").read_text().strip()
-            except OSError:
-                continue
-            parents[int(entry.name)] = int(stat.rsplit(")", 1)[1].split()[1])
-    found, frontier = {}, [pid]
-    while frontier:
-        parent = frontier.pop()
-        for child, its_parent in parents.items():
-            if its_parent == parent and child not in found:
-                found[child] = names.get(child, "")
-                frontier.append(child)
-    return found
-
-
-def _event_facts(events: list[dict]) -> dict:
-    """The stored events of a run as docs/RELIABILITY.md states them: how many of each type, and how many repeated."""
-    kinds: dict[str, int] = {}
-    for event in events:
-        kinds[event["type"]] = kinds.get(event["type"], 0) + 1
-    return {"events": len(events), "by_type": kinds, "duplicated": len(events) - len({e["event_id"] for e in events})}
-
-
-def _cell_facts(cell: dict) -> dict:
-    keys = ("cell_id", "status", "reason", "sent", "received", "late", "undelivered", "lost", "send_errors",
-            "unacknowledged", "duplicated", "broker_count")
-    return {k: cell.get(k) for k in keys if k in cell}
-
-
-def _run_until_measuring(state, spec: dict, tmp_path, env: dict | None = None) -> subprocess.Popen:
-    """`brokerbench run` of `spec` on the stack in `state`, returned once its first producer process is up."""
-    (tmp_path / "spec.json").write_text(json.dumps(spec))
-    cli = subprocess.Popen([str(BIN), "--state-dir", str(state), "run", "--spec", str(tmp_path / "spec.json"),
-                            "--out", str(tmp_path / "out")], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                           env={**os.environ, **(env or {})})
-    deadline = time.monotonic() + 120
-    while not [p for p, name in _descendants(cli.pid).items() if name == "bb-producer-0"]:
-        assert time.monotonic() < deadline and cli.poll() is None, cli.communicate()
-        time.sleep(0.1)
-    return cli
-
 
 @pytest.mark.parametrize("victim", ["bb-producer-0", "bb-consumer-0"])
 def test_a_killed_worker_process_fails_its_cell_and_the_run_goes_on(victim, stack, endpoints, tmp_path):
@@ -160,20 +108,6 @@ def test_the_event_store_killed_and_restarted_mid_run_loses_and_repeats_nothing(
 
 def _store_pid(stack) -> int:
     return json.loads((stack.state_dir / "stack.json").read_text())["dynamodb"]["pids"][0]
-
-
-def _interpreters_of(state_dir) -> list[int]:
-    """The workflow interpreters (node) still running for this state folder."""
-    found = []
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                if b"execute.mjs" in (entry / "cmdline").read_bytes() and \
-                        f"BROKERBENCH_STATE_DIR={state_dir}".encode() in (entry / "environ").read_bytes().split(b"\0"):
-                    found.append(int(entry.name))
-            except OSError:
-                continue
-    return found
 
 
 def test_an_event_store_that_stays_down_ends_the_cli_with_exit_3_and_a_way_back(own_stack, tmp_path):

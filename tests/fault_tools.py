@@ -1,0 +1,74 @@
+"""What the fault tests share: the CLI started as a user starts it, the processes below it, and the facts of a run
+as docs/RELIABILITY.md states them."""
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+BIN = Path(sys.executable).with_name("brokerbench")
+
+
+def descendants(pid: int) -> dict[int, str]:
+    """Every process below `pid`: its pid and its name (/proc/PID/comm)."""
+    parents: dict[int, int] = {}
+    names: dict[int, str] = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                stat = (entry / "stat").read_text()
+                names[int(entry.name)] = (entry / "comm").read_text().strip()
+            except OSError:
+                continue
+            parents[int(entry.name)] = int(stat.rsplit(")", 1)[1].split()[1])
+    found, frontier = {}, [pid]
+    while frontier:
+        parent = frontier.pop()
+        for child, its_parent in parents.items():
+            if its_parent == parent and child not in found:
+                found[child] = names.get(child, "")
+                frontier.append(child)
+    return found
+
+
+def event_facts(events: list[dict]) -> dict:
+    """The stored events of a run as docs/RELIABILITY.md states them: how many of each type, and how many repeated."""
+    kinds: dict[str, int] = {}
+    for event in events:
+        kinds[event["type"]] = kinds.get(event["type"], 0) + 1
+    return {"events": len(events), "by_type": kinds, "duplicated": len(events) - len({e["event_id"] for e in events})}
+
+
+def cell_facts(cell: dict) -> dict:
+    keys = ("cell_id", "status", "reason", "sent", "received", "late", "undelivered", "lost", "send_errors",
+            "unacknowledged", "duplicated", "broker_count")
+    return {k: cell.get(k) for k in keys if k in cell}
+
+
+def run_until_measuring(state, spec: dict, tmp_path, env: dict | None = None) -> subprocess.Popen:
+    """`brokerbench run` of `spec` on the stack in `state`, returned once its first producer process is up."""
+    (tmp_path / "spec.json").write_text(json.dumps(spec))
+    cli = subprocess.Popen([str(BIN), "--state-dir", str(state), "run", "--spec", str(tmp_path / "spec.json"),
+                            "--out", str(tmp_path / "out")], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                           env={**os.environ, **(env or {})})
+    deadline = time.monotonic() + 120
+    while not [p for p, name in descendants(cli.pid).items() if name == "bb-producer-0"]:
+        assert time.monotonic() < deadline and cli.poll() is None, cli.communicate()
+        time.sleep(0.1)
+    return cli
+
+
+def interpreters_of(state_dir) -> list[int]:
+    """The workflow interpreters (node) still running for this state folder."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                if b"execute.mjs" in (entry / "cmdline").read_bytes() and \
+                        f"BROKERBENCH_STATE_DIR={state_dir}".encode() in (entry / "environ").read_bytes().split(b"\0"):
+                    found.append(int(entry.name))
+            except OSError:
+                continue
+    return found

@@ -72,3 +72,13 @@ def interpreters_of(state_dir) -> list[int]:
             except OSError:
                 continue
     return found
+
+
+class LambdaContext:
+    """What Lambda hands a handler (Powertools' logger reads these)."""
+
+    def __init__(self, function_name: str = "brokerbench-test") -> None:
+        self.function_name = function_name
+        self.memory_limit_in_mb = 256
+        self.invoked_function_arn = f"arn:aws:lambda:us-east-1:123456789012:function:{function_name}"
+        self.aws_request_id = "test-request"

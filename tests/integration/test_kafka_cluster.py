@@ -74,6 +74,6 @@ def test_settings_the_target_cannot_serve_fail_the_run_before_any_cell(stack, en
 
     execution, events = execute(stack, tmp_path, request)  # the same through the workflow
     assert execution.status == "FAILED"
-    assert [e["type"] for e in events] == ["RunRequested", "RunFailed"]
+    assert [e["type"] for e in events] == ["RunRequested", "RunFailed", "Notified"]  # told once
     failed = next(e for e in events if e["type"] == "RunFailed")["data"]["reason"]
     assert field in failed, failed

@@ -170,7 +170,12 @@ def test_the_run_requests_recipients_are_told_of_its_check_and_of_its_failure(st
     assert failed["message"] == {"run_id": run_id, "status": "failed", "reason": "States.Timeout: too slow"}
 
     again = steps.record_run_failed({"run_id": run_id, "failure": {"Error": "States.Timeout", "Cause": "too slow"}})
-    assert not again["recorded"] and len(notes(step_environment, run_id)) == 3  # a retry: told again, not never
+    # A retry of a step that had told people tells nobody again, and answers with the same message.
+    assert not again["recorded"] and len(notes(step_environment, run_id)) == 2
+    assert again["message_id"] == result["message_id"]
+    steps.notify({"run_id": run_id, "check": check, "summary": {"status": "completed_with_failures"}})
+    assert len(notes(step_environment, run_id)) == 2
+    assert sorted(e["data"]["step"] for e in store.read(run_id) if e["type"] == "Notified") == ["Notify", "RunFailed"]
 
     ended = new_run_id()
     store.append([requested(ended, {"name": "notified", "notify": ["perf@example.com"]}),

@@ -45,7 +45,7 @@ def test_a_failing_report_step_fails_the_run_and_keeps_the_measurements(step, st
     code, said, events = run_with_failing(step, stack, tmp_path, monkeypatch, capsys)
     types = [e["type"] for e in events]
     assert code == 1
-    assert types[-1] == "RunFailed" and f"injected failure of {step}" in events[-1]["data"]["reason"]
+    assert types[-2:] == ["RunFailed", "Notified"] and f"injected failure of {step}" in events[-2]["data"]["reason"]
     assert types.count("CellCompleted") == 2 and len(events) == len({e["event_id"] for e in events})
     assert f"injected failure of {step}" in said
 

@@ -100,8 +100,8 @@ def test_a_provisioning_failure_measures_nothing_tears_down_and_fails_the_run(st
     assert execution.status == "FAILED" and execution.error == "RunFailed"
     assert "2.8 is not available locally" in execution.cause
     types = [e["type"] for e in events]
-    assert types == ["RunRequested", "RunFailed"]  # nothing measured
-    assert "ProvisioningError" in events[-1]["data"]["reason"]
+    assert types == ["RunRequested", "RunFailed", "Notified"]  # nothing measured; the failure was told, once
+    assert "ProvisioningError" in events[1]["data"]["reason"]
     assert states(execution)[-1] == "TeardownTarget"
     assert build_results(events)["status"] == "failed"
     assert store_only_stack.status()["kafka"]["state"] == "stopped"
@@ -157,8 +157,8 @@ def test_a_failed_aggregate_ends_the_run_failed_and_the_execution_too(stack, tmp
     assert execution.status == "FAILED" and execution.error == "RunFailed"
     assert "Is a directory" in execution.cause
     types = [e["type"] for e in events]
-    assert "RunCompleted" not in types and types[-1] == "RunFailed"  # not hidden behind a written RunCompleted
-    assert "IsADirectoryError" in events[-1]["data"]["reason"]
+    assert "RunCompleted" not in types and types[-2:] == ["RunFailed", "Notified"]  # not hidden behind a RunCompleted
+    assert "IsADirectoryError" in events[-2]["data"]["reason"]
     assert build_results(events)["cells"][0]["status"] == "completed"
     assert [s for s in states(execution) if s in ("CheckRegression", "Aggregate", "RecordRunFailed")] == [
         "CheckRegression", "Aggregate", "RecordRunFailed"]
@@ -170,9 +170,9 @@ def test_a_failed_run_tells_the_recipients_of_its_request(store_only_stack, tmp_
                "duration_s": 1, "provision": {"kafka": {"version": "2.8"}},
                "notify": ["perf@example.com", "arn:aws:sns:us-east-1:123456789012:perf"]}
     execution, events = execute(store_only_stack, tmp_path, request)
-    assert execution.status == "FAILED" and [e["type"] for e in events] == ["RunRequested", "RunFailed"]
+    assert execution.status == "FAILED" and [e["type"] for e in events] == ["RunRequested", "RunFailed", "Notified"]
     assert events[0]["data"]["spec"]["notify"] == request["notify"]  # carried into the validated spec
     [note] = [json.loads(line) for line in (tmp_path / "reports" / execution.run_id / "notifications.jsonl").open()]
     assert note["to"] == request["notify"]
     assert note["subject"].startswith(f"brokerbench run {execution.run_id} failed: ") and "2.8" in note["subject"]
-    assert note["message"]["reason"] == events[-1]["data"]["reason"]
+    assert note["message"]["reason"] == events[1]["data"]["reason"]

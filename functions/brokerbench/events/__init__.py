@@ -64,6 +64,8 @@ def sort_key(event_type: str, cell_index: int | None = None, interval: int | Non
         return "90#run#end"
     if event_type == "StepFailed":  # a step after the run's end (Notify, TeardownTargets); `key`: the step
         return f"90#run#step#{key}"
+    if event_type == "Notified":  # a notification sent; `key`: the step that sent it (Notify, RunFailed)
+        return f"90#run#notified#{key}"
     if event_type == "ReportBuilt":
         return "95#report"
     if event_type == "RegressionDetected":

@@ -48,5 +48,10 @@ class LocalTargets:
             return {"broker": broker, "action": "nothing started"}
         if spec.get("keep_targets"):
             return {"broker": broker, "action": "kept (keep_targets)"}
-        stopped = self.stack.down(services=[service], owner=run_id, log=lambda m: None)
-        return {"broker": broker, "action": "stopped" if stopped else "left running (not started by this run)"}
+        if self.stack.down(services=[service], owner=run_id, log=lambda m: None):
+            return {"broker": broker, "action": "stopped"}
+        try:
+            self.stack.endpoint(service)
+        except StackError:  # a retried teardown finds it stopped already
+            return {"broker": broker, "action": "not running (stopped already)"}
+        return {"broker": broker, "action": "left running (not started by this run)"}

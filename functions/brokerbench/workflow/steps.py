@@ -190,16 +190,29 @@ def notify(event: dict) -> dict:
     run_id = event["run_id"]
     subject = f"brokerbench run {run_id}: {', '.join(parts)}"
     message = {"run_id": run_id, "summary": summary, **check}
-    message_id = config.notifier().publish(run_id, subject, message, to=recipients(config.event_store(), run_id))
-    return {"message_id": message_id}
+    return {"message_id": notify_once(config.event_store(), run_id, "Notify", subject, message)}
+
+
+def notify_once(store, run_id: str, step: str, subject: str, message: dict) -> str:
+    """Sends the step's notification unless a Notified event says it was sent: a retry of a step that had
+    already told people (its answer lost, a Lambda retry) tells nobody again. The event is written after the
+    send, so only a step that dies between the two can send twice; a send that fails writes nothing and
+    raises, so its retry sends."""
+    sent = store.read(run_id, prefix=sort_key("Notified", key=step))
+    if sent:
+        return sent[0]["data"]["message_id"]
+    message_id = config.notifier().publish(run_id, subject, message, to=recipients(store, run_id))
+    store.append([make_event(run_id, "Notified", {"step": step, "message_id": message_id}, key=step)])
+    return message_id
 
 
 def record_run_failed(event: dict) -> dict:
     """RunFailed, then a notification. The event comes first and a notification that cannot be sent is
     reported in the result (notify_error), not raised: a retry must not be needed to keep the run's end.
 
-    A retry of this step (its RunFailed already stored) notifies again: better twice than never. A run
-    that had already ended otherwise did not fail, and nobody is told it did.
+    A retry of this step (its RunFailed already stored) sends the notification only if no Notified event
+    says it was sent (notify_once). A run that had already ended otherwise did not fail, and nobody is told it
+    did.
     """
     failure = event.get("failure") or {}
     reason = f"{failure.get('Error', 'RunFailed')}: {failure.get('Cause', 'no cause given')}"
@@ -211,9 +224,8 @@ def record_run_failed(event: dict) -> dict:
         if stored_end != ["RunFailed"]:
             return out
     try:
-        out["message_id"] = config.notifier().publish(
-            run_id, f"brokerbench run {run_id} failed: {reason}",
-            {"run_id": run_id, "status": "failed", "reason": reason}, to=recipients(store, run_id))
+        out["message_id"] = notify_once(store, run_id, "RunFailed", f"brokerbench run {run_id} failed: {reason}",
+                                        {"run_id": run_id, "status": "failed", "reason": reason})
     except Exception as exc:  # noqa: BLE001 (the run's end is stored; the failure to tell is reported)
         out["notify_error"] = f"{type(exc).__name__}: {exc}"
     return out

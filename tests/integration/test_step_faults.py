@@ -12,6 +12,8 @@ from brokerbench.cli import main
 from brokerbench.events.dynamodb import DynamoEventStore
 from brokerbench.local.stack import free_port
 from brokerbench.reports.results import build_results
+from fault_tools import event_facts
+from reliability_log import observe
 
 
 
@@ -48,6 +50,11 @@ def test_a_failing_report_step_fails_the_run_and_keeps_the_measurements(step, st
     assert types[-2:] == ["RunFailed", "Notified"] and f"injected failure of {step}" in events[-2]["data"]["reason"]
     assert types.count("CellCompleted") == 2 and len(events) == len({e["event_id"] for e in events})
     assert f"injected failure of {step}" in said
+    observe(f"step-fails-{step}", fault=f"the {step} step's handler raised (every retry of it too) after both cells "
+                                        "had measured", run_status=build_results(events)["status"], exit_code=code,
+            observed=["the run's end is RunFailed naming the step's error; RunCompleted never written",
+                      "both cells' CellCompleted kept, each event once", "the CLI printed the error and exited 1"],
+            **event_facts(events))
 
 
 def test_a_failing_notify_is_stored_said_and_not_a_success(stack, tmp_path, monkeypatch, capsys):
@@ -63,6 +70,10 @@ def test_a_failing_notify_is_stored_said_and_not_a_success(stack, tmp_path, monk
     results = build_results(events)
     assert results["status"] == "completed_with_failures" and "Notify failed" in results["reason"]
     assert "run completed with failures: Notify failed: RuntimeError: injected failure of notify" in said
+    observe("step-fails-notify", fault="the Notify step's handler raised (every retry of it too) after the run's "
+                                       "end was stored", run_status=results["status"], exit_code=code,
+            observed=["StepFailed(Notify) stored after RunCompleted", "the run reads completed_with_failures, Notify "
+                      "named in its reason", "the CLI said so and exited 1"], **event_facts(events))
 
 
 @pytest.fixture
@@ -94,3 +105,8 @@ def test_a_failing_teardown_is_stored_said_and_not_a_success(stack, tmp_path, mo
     assert "brokers this run started may still be running" in said
     stored = json.loads(next((tmp_path / "out").glob("*/results.json")).read_text())
     assert stored["status"] == "completed_with_failures"
+    observe("step-fails-teardown", fault="the TeardownTarget step's handler raised (its five retries too) after "
+                                         "every cell completed", run_status=results["status"], exit_code=code,
+            observed=["StepFailed(TeardownTargets) stored", "the run and results.json read completed_with_failures",
+                      "the CLI said brokers the run started may still be running and exited 1"],
+            **event_facts(events))

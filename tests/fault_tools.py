@@ -33,6 +33,32 @@ def descendants(pid: int) -> dict[int, str]:
     return found
 
 
+def cmdline(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+    except OSError:
+        return ""
+
+
+def alive(pid: int) -> bool:
+    """The process runs (a zombie, ended but not yet reaped, does not)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+EC2_WORKER = "brokerbench.worker.ec2"
+
+
+def workers_below(pid: int) -> dict[int, str]:
+    """The worker processes running below `pid`: producers and consumers by their names (bb-*), and EC2-kind
+    workers as EC2_WORKER."""
+    found = {child: name if name.startswith("bb-") else EC2_WORKER for child, name in descendants(pid).items()
+             if name.startswith("bb-") or EC2_WORKER in cmdline(child)}
+    return {child: name for child, name in found.items() if alive(child)}
+
+
 def event_facts(events: list[dict]) -> dict:
     """The stored events of a run as docs/RELIABILITY.md states them: how many of each type, and how many repeated."""
     kinds: dict[str, int] = {}

@@ -11,7 +11,6 @@ missing heartbeats reveal).
 import os
 import signal
 import time
-from pathlib import Path
 
 import pytest
 
@@ -19,44 +18,10 @@ from brokerbench.events import new_run_id
 from brokerbench.events.dynamodb import DynamoEventStore
 from brokerbench.local.workflow import LocalWorkflow
 from brokerbench.reports.results import build_results
+from fault_tools import EC2_WORKER, alive, descendants, workers_below
 
 WINDOW_S = 10
 DURATION_S = 90  # far longer than the window: the cell must end because its worker stopped, not by itself
-
-
-def _children(pid: int) -> list[int]:
-    found = []
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                stat = (entry / "stat").read_text()
-            except OSError:
-                continue
-            if int(stat.rsplit(")", 1)[1].split()[1]) == pid:
-                found.append(int(entry.name))
-    return found
-
-
-def _descendants(pid: int) -> list[int]:
-    out = []
-    for child in _children(pid):
-        out += [child, *_descendants(child)]
-    return out
-
-
-def _cmdline(pid: int) -> str:
-    try:
-        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
-    except OSError:
-        return ""
-
-
-def _alive(pid: int) -> bool:
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except OSError:
-        return False
-    return state != "Z"
 
 
 def run_and_signal(stack, tmp_path, monkeypatch, sig):
@@ -74,10 +39,10 @@ def run_and_signal(stack, tmp_path, monkeypatch, sig):
             return
         if not any(e["type"] == "IntervalMeasured" for e in store.read(run_id, interval_histograms=False)):
             return  # signal it mid-measurement, once its producer and consumer processes run
-        workers = [p for p in _children(os.getpid()) if "brokerbench.worker.ec2" in _cmdline(p)]
+        workers = [p for p, name in workers_below(os.getpid()).items() if name == EC2_WORKER]
         if workers:
             [pid] = workers
-            seen["family"] = _descendants(pid)  # its producer and consumer processes
+            seen["family"] = list(descendants(pid))  # its producer and consumer processes
             os.kill(pid, sig)
             seen["pid"], seen["at"] = pid, time.monotonic()
 
@@ -87,7 +52,7 @@ def run_and_signal(stack, tmp_path, monkeypatch, sig):
         ended = time.monotonic()
     finally:
         for pid in [seen.get("pid"), *seen.get("family", [])]:  # what the test's run started is stopped
-            if pid and _alive(pid):
+            if pid and alive(pid):
                 try:
                     os.kill(pid, signal.SIGKILL)
                 except ProcessLookupError:
@@ -125,4 +90,4 @@ def test_a_hung_worker_fails_its_cell_with_states_heartbeat_timeout(stack, tmp_p
     failed = check_failed_cell(execution, events, {"States.HeartbeatTimeout"})
     assert "no heartbeat from the worker" in failed["data"]["reason"]
     assert WINDOW_S - 3 < after_stop_s < WINDOW_S + 30, after_stop_s  # within the window, not the cell's 90 s
-    assert not _alive(seen["pid"])  # the bridge killed the hung worker it started
+    assert not alive(seen["pid"])  # the bridge killed the hung worker it started

@@ -9,8 +9,8 @@ The boot script (fleet.user_data) runs under the real bash, with fake `aws`, `pi
 `python3.11` and `shutdown` commands first on PATH: small shell stubs that log their arguments to a
 file (`python3.11 -m zipfile` is handed to the real Python, so the asset is really unpacked).
 
-The local bridge's heartbeat route and window run for real (an HTTP server on 127.0.0.1 and
-urllib), with a stand-in for the StartEc2Worker handler module.
+The local bridge's heartbeat route and window, and its cancel (TaskTimedOut answers, the worker process told to
+stop), run for real (an HTTP server on 127.0.0.1 and urllib), with a stand-in for the StartEc2Worker handler module.
 """
 
 import base64
@@ -390,6 +390,74 @@ def test_the_local_bridge_fails_a_silent_task_with_states_heartbeat_timeout(monk
         callbacks.success(token, {"cell_id": CELL, "status": "completed"})
         waiter.join(5)
         assert result == {"output": {"cell_id": CELL, "status": "completed"}}
+
+
+class _ProcessLauncher:
+    """Stands in for the StartEc2Worker handler: starts a real process (`script`, Python) as the local fleet does."""
+
+    def __init__(self, script: str) -> None:
+        self.script = script
+        self.process: subprocess.Popen | None = None
+
+    def lambda_handler(self, payload, context):
+        self.process = subprocess.Popen([sys.executable, "-c", self.script])
+        return {"kind": "local-process", "pid": self.process.pid}
+
+
+def _cancel_while_waiting(bridge, launcher) -> tuple[threading.Thread, dict, float]:
+    """Wait for `launcher`'s task in a thread and cancel once its worker runs: the thread, where the task's error
+    will be ("error") and when the cancel came."""
+    payload = {"run_id": RUN, "cell": JOB["cell"], "targets": {}, "task_token": local_workflow.TOKEN_PLACEHOLDER}
+    raised: dict = {}
+
+    def wait():
+        try:
+            bridge._wait_for_token("local:start_ec2_worker", launcher, payload, "RunCellOnEc2")
+        except local_workflow._TaskError as exc:
+            raised["error"] = exc
+
+    waiter = threading.Thread(target=wait)
+    waiter.start()
+    while not bridge.workers:
+        time.sleep(0.01)
+    time.sleep(0.3)  # the stand-in has set its signal handlers
+    started = time.monotonic()
+    bridge.cancelled = True
+    return waiter, raised, started
+
+
+def test_a_cancelled_bridge_answers_task_timed_out_and_stops_the_worker_it_started(monkeypatch, tmp_path):
+    monkeypatch.setenv("BROKERBENCH_MODE", "local")
+    told = tmp_path / "sigterm"
+    with local_workflow.Bridge() as bridge:
+        # A worker that stops on SIGTERM, as brokerbench.worker.ec2 does once its cell has recorded its end.
+        launcher = _ProcessLauncher("import pathlib, signal, sys, time\nsignal.signal(signal.SIGTERM, lambda *a: "
+                                    f"(pathlib.Path({str(told)!r}).touch(), sys.exit(3)))\ntime.sleep(60)")
+        waiter, raised, started = _cancel_while_waiting(bridge, launcher)
+        with pytest.raises(TaskGone, match="TaskTimedOut"):  # what Step Functions answers for a stopped execution
+            LocalCallbacks(bridge.url).heartbeat("local-any")
+        waiter.join(10)
+        assert raised["error"].error == "States.Cancelled" and time.monotonic() - started < 3
+        assert told.exists() and launcher.process.poll() is not None and not bridge.workers  # reaped
+
+    with local_workflow.Bridge() as bridge:  # one that does not stop is killed when the cancel's grace ends
+        launcher = _ProcessLauncher("import signal, time\nsignal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
+                                    "time.sleep(60)")
+        waiter, raised, _ = _cancel_while_waiting(bridge, launcher)
+        time.sleep(1)
+        assert waiter.is_alive() and launcher.process.poll() is None
+        assert bridge.stop_workers() == [launcher.process.pid]
+        waiter.join(10)
+        assert raised["error"].error == "States.Cancelled" and launcher.process.poll() is not None
+
+
+def test_the_worker_stops_its_cell_on_sigterm_and_sigint():
+    for sig in ("SIGTERM", "SIGINT"):
+        done = subprocess.run([sys.executable, "-c", "import os, signal\nfrom brokerbench.worker import ec2\n"
+                               "from brokerbench.worker.cell import CANCELLED\nec2.stop_on_signals()\n"
+                               f"os.kill(os.getpid(), signal.{sig})\nassert CANCELLED.is_set()"],
+                              capture_output=True, text=True, timeout=60)
+        assert done.returncode == 0, done.stderr
 
 
 # --- provisioning: a create that already happened ---------------------------------------------------------

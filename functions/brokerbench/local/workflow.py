@@ -9,6 +9,11 @@ and the task's result is what the worker sent. The interpreter enforces TimeoutS
 HeartbeatSeconds, so the bridge enforces it: the worker beats through /callback/heartbeat
 (SendTaskHeartbeat's contract), and a task that hears nothing for HeartbeatSeconds (or
 BROKERBENCH_LOCAL_HEARTBEAT_S when set) fails with States.HeartbeatTimeout.
+
+A cancel (the API's, or Ctrl-C) is StopExecution's counterpart: no new task starts, every callback is answered
+TaskTimedOut as Step Functions answers a stopped execution's tokens, and each EC2-kind worker the bridge
+started is sent SIGTERM, stops its cell (recording what it measured) and is waited for; one that does not stop
+in time is killed.
 """
 
 from __future__ import annotations
@@ -41,6 +46,7 @@ NODE_POLYFILL = PACKAGE_DIR / "local" / "sfn" / "polyfill.mjs"
 TOKEN_PLACEHOLDER = "local-task-token"
 LAMBDA_INVOKE = "arn:aws:states:::lambda:invoke"
 WAIT_FOR_TOKEN = ".waitForTaskToken"
+STOP_GRACE_S = 30  # how long a cancel waits for the cells in progress to record what they measured
 
 
 class WorkflowError(RuntimeError):
@@ -95,7 +101,7 @@ class Bridge:
         self.workers: dict[str, int] = {}  # token -> pid of the local EC2-kind worker
         self.tasks: list[tuple[str, str]] = []  # (state, "ok" | error name), in the order they ended
         self.active = 0
-        self.cancelled = False  # after Ctrl-C no new task starts
+        self.cancelled = False  # after a cancel or Ctrl-C no new task starts and every token is gone
         self.lock = threading.Lock()
         bridge = self
 
@@ -146,6 +152,8 @@ class Bridge:
                     with self.lock:
                         self.active -= 1
                         self.tasks.append((body["state"], outcome))
+            if path.startswith("/callback/") and self.cancelled:  # a stopped execution's tokens have timed out
+                return 400, {"errorType": "TaskTimedOut", "errorMessage": "the execution was stopped (cancelled)"}
             if path == "/callback/heartbeat":  # SendTaskHeartbeat: the worker is alive
                 future = self.waiting.get(body["task_token"])
                 if future is None or future.done():
@@ -190,10 +198,22 @@ class Bridge:
             self.beats[token] = time.monotonic()  # the heartbeat clock starts with the task
             launched = module.lambda_handler(payload, _LambdaContext(function))
             pid = launched.get("pid") if isinstance(launched, dict) else None
+            if pid:
+                with self.lock:
+                    self.workers[token] = pid
+            stopping = False
             while True:
+                if self.cancelled and not stopping:  # the worker stops its cell and records what it measured
+                    stopping = True
+                    if pid:
+                        _signal(pid, signal.SIGTERM)
                 try:
                     return future.result(timeout=min(0.5, window / 4) if window else 0.5)
                 except TimeoutError:
+                    if stopping:  # given until the cancel's grace ends (LocalWorkflow._interrupt), not the window
+                        if not pid or _exited(pid):
+                            raise _TaskError("States.Cancelled", "the run was cancelled or interrupted") from None
+                        continue
                     if pid and _exited(pid) and not future.done():
                         time.sleep(1)  # a callback may still be on its way
                         if not future.done():
@@ -206,6 +226,16 @@ class Bridge:
         finally:
             self.waiting.pop(token, None)
             self.beats.pop(token, None)
+            with self.lock:
+                self.workers.pop(token, None)
+
+    def stop_workers(self) -> list[int]:
+        """Kill the EC2-kind workers still running (ones that did not stop when told); returns their pids."""
+        with self.lock:
+            pids = list(self.workers.values())
+        for pid in pids:
+            _stop_worker(pid)
+        return pids
 
 
 class _TaskError(Exception):
@@ -227,12 +257,19 @@ def _heartbeat_seconds(states: dict, found: dict | None = None) -> dict[str, flo
     return found
 
 
+def _signal(pid: int, sig: int) -> None:
+    try:
+        os.kill(pid, sig)
+    except ProcessLookupError:
+        pass
+
+
 def _stop_worker(pid: int) -> None:
     """Kill a worker process that stopped beating (it may be stopped or hung, so SIGKILL) and reap it."""
+    _signal(pid, signal.SIGKILL)
     try:
-        os.kill(pid, signal.SIGKILL)
         os.waitpid(pid, 0)
-    except (ProcessLookupError, ChildProcessError):
+    except ChildProcessError:
         pass
 
 
@@ -321,12 +358,14 @@ class LocalWorkflow:
 
     @staticmethod
     def _interrupt(process: subprocess.Popen, bridge: Bridge) -> None:
-        """Ctrl-C: cells in progress stop and record what they measured; the interpreter stops."""
+        """Ctrl-C or a cancel: cells in progress stop and record what they measured, in this process (Lambda
+        kind) and in the EC2-kind worker processes (the bridge tells them); the interpreter stops."""
         bridge.cancelled = True
         cell_module.CANCELLED.set()
-        deadline = time.monotonic() + 30
+        deadline = time.monotonic() + STOP_GRACE_S
         while bridge.active and time.monotonic() < deadline:  # let running tasks write their events
             time.sleep(0.2)
+        bridge.stop_workers()  # none outlives the run (teardown follows and stops the brokers)
         process.terminate()
         try:
             process.wait(timeout=10)

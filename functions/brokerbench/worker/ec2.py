@@ -7,7 +7,8 @@ the same: `python -m brokerbench.worker.ec2 --job BASE64_JSON`, with the token i
 While the cell runs, a daemon thread sends a heartbeat every `config.heartbeat_interval_s()` seconds (60 in
 AWS): the workflow's EC2 task has HeartbeatSeconds, so a worker that dies fails its cell within minutes. When
 the workflow no longer waits for the token (TaskGone: the task timed out or was retried with a new token),
-the worker does not start the cell, or stops the one it runs.
+the worker does not start the cell, or stops the one it runs. SIGTERM or SIGINT (the local bridge's cancel, a
+Ctrl-C) stops the cell the same way: the intervals it measured are kept and it ends failed with the reason.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import argparse
 import base64
 import json
 import os
+import signal
 import socket
 import sys
 import threading
@@ -79,10 +81,16 @@ class Heartbeat:
                 return
 
 
-def _stop_cell() -> None:
+def _stop_cell(*_signal) -> None:
     from .cell import CANCELLED
 
     CANCELLED.set()  # the cell stops like it does on Ctrl-C (its end event is written once, by whoever is first)
+
+
+def stop_on_signals() -> None:
+    """SIGTERM and SIGINT stop the cell where it checks (no KeyboardInterrupt in the middle of a write)."""
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, _stop_cell)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -121,4 +129,5 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
+    stop_on_signals()
     sys.exit(main())

@@ -299,7 +299,7 @@ def cmd_run(args) -> int:
             break  # interrupted, or the stack is not usable: the later runs would not fare better
     console.print(f"\nsuite [bold]{suite}[/]: {len(finished)} of {len(requests)} runs")
     for name, run_id, code in finished:
-        console.print(f"  {run_id}  {name}  exit {code}", markup=False, highlight=False)
+        console.print(f"  {run_id or 'not started':22}  {name}  exit {code}", markup=False, highlight=False)
     for request in requests[len(finished):]:
         console.print(f"  {'-':22}  {request.get('name', 'adhoc')}  not run", markup=False, highlight=False)
     codes = {code for _, _, code in finished}
@@ -307,8 +307,9 @@ def cmd_run(args) -> int:
                 if code in codes or code == EXIT_OK)
 
 
-def _run_one(args, request: dict, suite: str | None) -> tuple[int, str]:
-    """One validated run request on the local stack, under the stack's run lock: (exit code, run id)."""
+def _run_one(args, request: dict, suite: str | None) -> tuple[int, str | None]:
+    """One validated run request on the local stack, under the stack's run lock: (exit code, run id; None when
+    nothing started)."""
     from contextlib import ExitStack
 
     from .events import new_run_id, read_report_events
@@ -316,6 +317,11 @@ def _run_one(args, request: dict, suite: str | None) -> tuple[int, str]:
 
     if args.keep_stack:
         request = {**request, "keep_targets": True}
+    silent = _silent_targets(request)
+    if silent:  # nothing can be measured on them: refused before anything starts, as a stack that is not up is
+        errors.print("; ".join(silent) + ". Start the broker, or correct its endpoint in the spec's targets; nothing "
+                     "was started.", style="red", markup=False, highlight=False)
+        return EXIT_ENVIRONMENT, None
     stack = _stack(args)
     run_id = new_run_id()
     with ExitStack() as held:
@@ -325,6 +331,25 @@ def _run_one(args, request: dict, suite: str | None) -> tuple[int, str]:
             errors.print(f"local stack busy: {exc}", style="red", markup=False)
             return EXIT_ENVIRONMENT, run_id
         return _run_locked(args, stack, request, suite, run_id), run_id
+
+
+def _silent_targets(request: dict) -> list[str]:
+    """The endpoints a request names in `targets` that do not answer (5 s each), as `targets.BROKER: why`. A target
+    that answers but cannot serve the client settings is left to the workflow, which ends the run before any cell."""
+    from .drivers import BrokerUnavailable, get_driver
+    from .spec import validate
+
+    spec = validate(request)
+    silent = []
+    for broker in spec["brokers"]:
+        if broker in spec.get("targets", {}):
+            try:
+                get_driver(broker, spec["targets"][broker], spec["client"]).check(timeout_s=5)
+            except BrokerUnavailable as exc:
+                silent.append(f"targets.{broker}: {exc}")
+            except Exception:  # noqa: BLE001 (TargetRefused and the like: the workflow's RecordTargetsReady says it)
+                continue
+    return silent
 
 
 def _run_locked(args, stack, request: dict, suite: str | None, run_id: str) -> int:

@@ -46,16 +46,23 @@ def test_run_prints_the_table_writes_results_and_leaves_the_stack_as_found(stack
     assert results["run_id"] in listed.stdout
 
 
-def test_a_failed_cell_gives_exit_code_1(stack, tmp_path):
+def test_a_target_that_does_not_answer_is_refused_with_exit_3_before_anything_starts(stack, tmp_path):
+    from brokerbench.events.dynamodb import DynamoEventStore
     from brokerbench.local.stack import free_port
 
+    port = free_port()
     spec = tmp_path / "down.json"
-    spec.write_text(json.dumps({"brokers": ["kafka"], "sizes": [1024], "rates": [100], "formats": ["raw"],
-                                "duration_s": 1, "warmup_s": 0,
-                                "targets": {"kafka": {"bootstrap_servers": f"127.0.0.1:{free_port()}"}}}))
+    spec.write_text(json.dumps({"name": "silent-target", "brokers": ["kafka", "redis-streams"], "sizes": [1024],
+                                "rates": [100], "formats": ["raw"], "duration_s": 1, "warmup_s": 0,
+                                "targets": {"kafka": {"bootstrap_servers": f"127.0.0.1:{port}"}}}))
     done = brokerbench(stack, "run", "--spec", str(spec), "--out", str(tmp_path / "out"))
-    assert done.returncode == 1
-    assert "failed" in done.stdout and "did not answer" in done.stdout
+    assert done.returncode == 3, done.stdout + done.stderr
+    said = " ".join(done.stderr.split())
+    assert f"targets.kafka: Kafka at 127.0.0.1:{port} did not answer" in said and "nothing was started" in said
+    assert "Traceback" not in done.stderr and not (tmp_path / "out").exists()
+    db = stack.endpoints(required=["dynamodb"])["dynamodb"]
+    runs = DynamoEventStore(db["table"], endpoint_url=db["endpoint_url"]).list_runs(limit=200)
+    assert not [r for r in runs if r["data"]["spec"].get("name") == "silent-target"]  # no run was started
 
 
 def test_ctrl_c_keeps_what_was_measured_and_leaves_the_stack_running(stack, tmp_path):

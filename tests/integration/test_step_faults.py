@@ -4,13 +4,11 @@ step's Lambda handler, which the local bridge calls here, can be made to raise).
 the CLI's exit code must say what failed; what was measured stays stored, once."""
 
 import json
-import sys
 
 import pytest
 
 from brokerbench.cli import main
 from brokerbench.events.dynamodb import DynamoEventStore
-from brokerbench.local.stack import free_port
 from brokerbench.reports.results import build_results
 from fault_tools import event_facts
 from reliability_log import observe
@@ -29,8 +27,17 @@ def run_with_failing(step_module: str, stack, tmp_path, monkeypatch, capsys, *, 
     spec = {"name": f"step-fault-{step_module}", "brokers": ["kafka", "redis-streams"], "sizes": [512],
             "rates": [200], "formats": ["raw"], "duration_s": 1, "warmup_s": 0, "warmup_until_steady": False,
             "drain_timeout_s": 1}
-    if failing_cell:  # Notify runs only when there is something to tell
-        spec["targets"] = {"kafka": {"bootstrap_servers": f"127.0.0.1:{free_port()}"}}
+    if failing_cell:  # Notify runs only when there is something to tell: the Kafka cell's worker crashes
+        from handlers import run_cell
+
+        measure = run_cell.lambda_handler
+
+        def crashing_on_kafka(event, context):
+            if event["cell"]["broker"] == "kafka":
+                raise RuntimeError("injected crash of the Kafka cell's worker")
+            return measure(event, context)
+
+        monkeypatch.setattr(run_cell, "lambda_handler", crashing_on_kafka)
     (tmp_path / "spec.json").write_text(json.dumps(spec))
     code = main(["--state-dir", str(stack.state_dir), "run", "--spec", str(tmp_path / "spec.json"),
                  "--out", str(tmp_path / "out")])

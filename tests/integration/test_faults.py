@@ -146,7 +146,11 @@ def test_an_event_store_that_stays_down_ends_the_cli_with_exit_3_and_a_way_back(
             after_restart=_event_facts(events))
 
 
-@pytest.mark.parametrize("service, broker", [("kafka", "kafka"), ("redis", "redis-streams")])
+BROKER_NAMES = {"kafka": "Kafka", "redis": "Redis", "pulsar": "Pulsar"}
+DATA_KEPT = {"kafka": ", same cluster id", "redis": ", its append-only file", "pulsar": ", its metadata and ledgers"}
+
+
+@pytest.mark.parametrize("service, broker", [("kafka", "kafka"), ("redis", "redis-streams"), ("pulsar", "pulsar")])
 def test_a_broker_killed_mid_cell_and_started_again_keeps_its_data_and_serves_the_next_cells(service, broker, own_stack,
                                                                                              tmp_path):
     """kill -9 of the broker (Kafka, Redis) in the middle of the first of three cells, `brokerbench local up` 3 s
@@ -162,6 +166,8 @@ def test_a_broker_killed_mid_cell_and_started_again_keeps_its_data_and_serves_th
     before = own_stack.endpoints(required=[service])[broker]
     if service == "kafka":
         data = lambda: sorted((own_stack.state_dir / "kafka" / "data").glob("**/meta.properties"))[0].read_text()  # noqa: E731
+    elif service == "pulsar":  # the standalone's metadata and ledgers stay where they were
+        data = lambda: sorted(p.name for p in (own_stack.state_dir / "pulsar" / "data").iterdir())  # noqa: E731
     else:  # a key written before the run (and fsynced to the append-only file) is there after the restart
         import redis
 
@@ -188,9 +194,15 @@ def test_a_broker_killed_mid_cell_and_started_again_keeps_its_data_and_serves_th
     if first["status"] == "completed":
         classes = ("received", "late", "undelivered", "lost", "send_errors", "unacknowledged")
         assert first["sent"] == sum(first[k] for k in classes), first
-        assert sum(first[k] for k in classes[1:]) > 0, first  # the crash is counted in a class, not hidden
+        # The crash is not hidden: counted in a class of the accounting, or (a Pulsar client sends again what
+        # the broker had not acknowledged) in the latency of the messages that waited for the broker.
+        waited = first["end_to_end_latency_us"]["max"] >= 2_000_000
+        assert sum(first[k] for k in classes[1:]) > 0 or (service == "pulsar" and waited), first
         count = first["broker_count"]
-        assert count is not None and count["observed"] == count["expected"], first  # the broker's own count agrees
+        if service == "pulsar":  # its counter lives in the broker's memory: after a restart it is not given
+            assert count is None, first
+        else:
+            assert count is not None and count["observed"] == count["expected"], first  # the broker's count agrees
     else:
         assert first["reason"]
     for cell in rest:
@@ -198,8 +210,8 @@ def test_a_broker_killed_mid_cell_and_started_again_keeps_its_data_and_serves_th
     events = DynamoEventStore(EVENTS_TABLE, endpoint_url=own_stack.endpoints(required=["dynamodb"])["dynamodb"][
         "endpoint_url"]).read(results["run_id"])
     assert len(events) == len({e["event_id"] for e in events})
-    observe(f"kill-{service}", fault=f"kill -9 of {'Kafka' if service == 'kafka' else 'Redis'} 3 s into the first of "
+    observe(f"kill-{service}", fault=f"kill -9 of {BROKER_NAMES[service]} 3 s into the first of "
                                      f"three cells, `brokerbench local up {service}` 3 s later (same port, same data"
-                                     f"{', same cluster id' if service == 'kafka' else ', its append-only file'})",
+                                     f"{DATA_KEPT[service]})",
             run_status=results["status"], exit_code=cli.returncode,
             cells=[_cell_facts(c) for c in sorted(results["cells"], key=lambda c: c["order"])], **_event_facts(events))

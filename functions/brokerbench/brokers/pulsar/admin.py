@@ -79,6 +79,10 @@ class Admin:
         """One partition's (or a non-partitioned topic's) counters."""
         return self.call("GET", self.path(topic) + "/stats")
 
+    def internal_stats(self, topic: str) -> dict:
+        """One partition's storage as its managed ledger sees it (entries stored, entries added since loaded)."""
+        return self.call("GET", self.path(topic) + "/internalStats")
+
     def analyze_backlog(self, topic: str, subscription: str, timeout_s: float | None = None) -> dict:
         """Reads the subscription's backlog on one partition and counts its entries and messages (a batch
         entry holds several); `aborted` when the broker's scan limits stopped it before the end."""

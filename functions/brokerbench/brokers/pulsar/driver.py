@@ -130,11 +130,24 @@ class PulsarDriver:
 
     def message_count(self, topic: str, partitions: int) -> int | None:
         """Messages the broker has stored in the topic and acknowledged: msgInCounter, summed over the
-        partitions (it counts each message of a batch). None for a non-persistent topic, which stores none."""
+        partitions (it counts each message of a batch). None for a non-persistent topic, which stores none, and
+        where the counter cannot be trusted: it lives in the broker's memory and starts again at 0 when the topic
+        is loaded again (a broker restarted mid-cell), which shows as fewer entries added since the load than
+        the topic's ledgers hold."""
         if self.topic_type != "persistent":
             return None
         stats = self._partition_stats(topic, partitions)
-        return None if stats is None else sum(int(s.get("msgInCounter", 0)) for s in stats)
+        if stats is None or self._reloaded(topic, partitions):
+            return None
+        return sum(int(s.get("msgInCounter", 0)) for s in stats)
+
+    def _reloaded(self, topic: str, partitions: int) -> bool:
+        """Whether a partition was loaded again since its first message (its in-memory counters restarted)."""
+        try:
+            storage = [self.admin.internal_stats(name) for name in self.partitions_of(topic, range(partitions))]
+        except (AdminError, OSError):
+            return True  # not known: a count that may have restarted is not given
+        return any(int(s.get("entriesAddedCounter", 0)) < int(s.get("numberOfEntries", 0)) for s in storage)
 
     def close(self) -> None:
         pass

@@ -33,6 +33,18 @@ def descendants(pid: int) -> dict[int, str]:
     return found
 
 
+def running(pids) -> dict[int, str]:
+    """Those of `pids` still running (not exited, not a zombie waiting to be reaped), with their names."""
+    alive = {}
+    for pid in pids:
+        try:
+            if Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z":
+                alive[pid] = Path(f"/proc/{pid}/comm").read_text().strip()
+        except OSError:
+            continue
+    return alive
+
+
 def event_facts(events: list[dict]) -> dict:
     """The stored events of a run as docs/RELIABILITY.md states them: how many of each type, and how many repeated."""
     kinds: dict[str, int] = {}

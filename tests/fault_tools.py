@@ -59,6 +59,18 @@ def workers_below(pid: int) -> dict[int, str]:
     return {child: name for child, name in found.items() if alive(child)}
 
 
+def running(pids) -> dict[int, str]:
+    """Those of `pids` still running (not exited, not a zombie waiting to be reaped), with their names."""
+    found = {}
+    for pid in pids:
+        if alive(pid):
+            try:
+                found[pid] = Path(f"/proc/{pid}/comm").read_text().strip()
+            except OSError:
+                continue
+    return found
+
+
 def event_facts(events: list[dict]) -> dict:
     """The stored events of a run as docs/RELIABILITY.md states them: how many of each type, and how many repeated."""
     kinds: dict[str, int] = {}

@@ -13,7 +13,7 @@ from .. import native
 from ..codecs import get_codec
 from ..drivers import get_driver
 from .framing import PROBE_PRODUCER, is_probe, unpack_many
-from .processes import name_this_process, report_failure
+from .processes import die_with_parent, name_this_process, report_failure
 from .schedule import cell_schedules, shaped
 from .warmup import WINDOW_NS as WARM_WINDOW_NS
 
@@ -122,6 +122,7 @@ class Accounting:
 def consumer_main(conn, task: ConsumerTask) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     name_this_process("consumer", task.consumer_id)
+    die_with_parent()
     try:
         _run(conn, task)
     except BaseException as exc:

@@ -1,29 +1,47 @@
 """What the cell's worker processes are called, and how one that died is described.
 
 Each producer and consumer names itself (`bb-producer-0`, `bb-consumer-1`: what ps, top and /proc/PID/comm
-show), so a person, or a fault test, can tell them apart. A process that ended without saying why is
-described from its exit status: killed by a signal, or exited with a code.
+show), so a person, or a fault test, can tell them apart, and dies with the worker that started it. A process
+that ended without saying why is described from its exit status: killed by a signal, or exited with a code.
 """
 
 from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import multiprocessing
+import os
 import signal
 
+PR_SET_PDEATHSIG = 1
 PR_SET_NAME = 15
 COMM_BYTES = 15  # the kernel keeps 15 characters of a thread's name
+
+
+def _prctl(option: int, value) -> bool:
+    """prctl(2) where the kernel has it (Linux); False elsewhere."""
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+        return libc.prctl(option, value, 0, 0, 0) == 0
+    except (OSError, AttributeError):
+        return False
 
 
 def name_this_process(role: str, number: int) -> str:
     """Name the calling process `bb-<role>-<number>` where the kernel allows it (Linux); returns the name."""
     name = f"bb-{role}-{number}"[:COMM_BYTES]
-    try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
-        libc.prctl(PR_SET_NAME, name.encode(), 0, 0, 0)
-    except (OSError, AttributeError):  # not Linux: the name is only a label
-        pass
+    _prctl(PR_SET_NAME, name.encode())  # not Linux: the name is only a label
     return name
+
+
+def die_with_parent() -> None:
+    """SIGKILL for the calling process when the worker that started it dies (Linux): the producers and consumers of
+    a worker killed mid-cell (kill -9 of an EC2-kind worker) would otherwise go on sending into the broker while
+    the run's next cell measures. The kernel sends it when the thread that started the process ends; that thread
+    supervises the cell and stops its processes before it returns."""
+    parent = multiprocessing.parent_process()
+    if _prctl(PR_SET_PDEATHSIG, int(signal.SIGKILL)) and parent is not None and os.getppid() != parent.pid:
+        os._exit(1)  # the worker died before the signal was asked for
 
 
 def death(role: str, number: int, pid: int | None, exitcode: int | None) -> str:

@@ -25,7 +25,7 @@ from ..codecs import get_codec
 from ..drivers import get_driver, lanes
 from .drain import Drain
 from .framing import HEADER, unpack_many
-from .processes import name_this_process, report_failure
+from .processes import die_with_parent, name_this_process, report_failure
 from .payloads import payload_pool, pool_size_for
 from .schedule import Schedule, producer_schedule
 
@@ -47,6 +47,7 @@ class ProducerTask:
 def producer_main(conn, task: ProducerTask) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent decides how a cell stops
     name_this_process("producer", task.producer_id)
+    die_with_parent()
     try:
         _run(conn, task)
     except BaseException as exc:  # report every failure to the parent, which fails the cell

@@ -79,9 +79,13 @@ class Admin:
         """One partition's (or a non-partitioned topic's) counters."""
         return self.call("GET", self.path(topic) + "/stats")
 
-    def internal_stats(self, topic: str) -> dict:
-        """One partition's storage as its managed ledger sees it (entries stored, entries added since loaded)."""
-        return self.call("GET", self.path(topic) + "/internalStats")
+    def started_at(self) -> int | None:
+        """When the broker's JVM started (ms since the epoch), from its own metrics: a broker restarted since
+        an earlier reading has another."""
+        for group in self.call("GET", "/admin/v2/broker-stats/metrics") or []:
+            if "jvm_start_time" in (group.get("metrics") or {}):
+                return int(group["metrics"]["jvm_start_time"])
+        return None
 
     def analyze_backlog(self, topic: str, subscription: str, timeout_s: float | None = None) -> dict:
         """Reads the subscription's backlog on one partition and counts its entries and messages (a batch

@@ -53,6 +53,7 @@ class PulsarDriver:
         self.admin = Admin(endpoint["admin_url"])
         self.topic_type = client["pulsar_topic_type"]
         self.namespace = endpoint.get("namespace", "public/default")
+        self._started_at: int | None = None  # the broker's start when the cell's topic was created
 
     def full_name(self, topic: str) -> str:
         return f"{self.topic_type}://{self.namespace}/{topic}"
@@ -81,6 +82,7 @@ class PulsarDriver:
     def create_topic(self, topic: str, partitions: int) -> None:
         try:
             self.admin.create_partitioned(self.full_name(topic), partitions)
+            self._started_at = self._broker_start()
         except (AdminError, OSError) as exc:
             raise BrokerUnavailable(f"could not create topic {self.full_name(topic)}: {exc}") from None
 
@@ -131,23 +133,20 @@ class PulsarDriver:
     def message_count(self, topic: str, partitions: int) -> int | None:
         """Messages the broker has stored in the topic and acknowledged: msgInCounter, summed over the
         partitions (it counts each message of a batch). None for a non-persistent topic, which stores none, and
-        where the counter cannot be trusted: it lives in the broker's memory and starts again at 0 when the topic
-        is loaded again (a broker restarted mid-cell), which shows as fewer entries added since the load than
-        the topic's ledgers hold."""
+        where the counter cannot be trusted: it lives in the broker's memory and starts again at 0 with the
+        broker, so a broker restarted since the topic was created (its JVM's start time changed) gives none."""
         if self.topic_type != "persistent":
             return None
         stats = self._partition_stats(topic, partitions)
-        if stats is None or self._reloaded(topic, partitions):
+        if stats is None or self._started_at is None or self._broker_start() != self._started_at:
             return None
         return sum(int(s.get("msgInCounter", 0)) for s in stats)
 
-    def _reloaded(self, topic: str, partitions: int) -> bool:
-        """Whether a partition was loaded again since its first message (its in-memory counters restarted)."""
+    def _broker_start(self) -> int | None:
         try:
-            storage = [self.admin.internal_stats(name) for name in self.partitions_of(topic, range(partitions))]
-        except (AdminError, OSError):
-            return True  # not known: a count that may have restarted is not given
-        return any(int(s.get("entriesAddedCounter", 0)) < int(s.get("numberOfEntries", 0)) for s in storage)
+            return self.admin.started_at()
+        except (AdminError, OSError, ValueError):
+            return None
 
     def close(self) -> None:
         pass

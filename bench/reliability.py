@@ -20,15 +20,19 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-FAULT_TESTS = ["tests/integration/test_faults.py", "tests/integration/test_cancel.py",
-               "tests/integration/test_step_faults.py", "tests/integration/test_step_retries.py"]
+FAULT_TESTS = ["tests/integration/test_faults.py", "tests/integration/test_kill_ec2_worker.py",
+               "tests/integration/test_cancel.py", "tests/integration/test_step_faults.py",
+               "tests/integration/test_step_retries.py", "tests/integration/test_two_runs_at_once.py"]
 BAD_INPUT_TESTS = ["tests/unit/test_spec_properties.py", "tests/integration/test_api_fuzz.py"]
 # Tests whose outcome (passed, skipped and why) is the record: what a user meets when the machine is not ready.
-CHECK_TESTS = {"Environment": "tests/integration/test_environment_errors.py", "Secrets": "tests/integration/test_secrets.py"}
+CHECK_TESTS = {"Environment": "tests/integration/test_environment_errors.py",
+               "Secrets in a run": "tests/integration/test_secrets.py",
+               "Secrets in the code": "tests/unit/test_no_secrets_in_code.py",
+               "Local services on 127.0.0.1 only": "tests/integration/test_loopback.py"}
 TESTS = FAULT_TESTS + BAD_INPUT_TESTS + list(CHECK_TESTS.values())
 # The order of the faults in the document; a fault recorded but not listed here follows them, by name.
-FAULTS = ["kill-producer", "kill-consumer", "kill-worker", "kill-kafka", "kill-redis", "event-store-restarted",
-          "event-store-down", "cancel-lambda", "cancel-ec2", "ctrl-c-ec2", "step-fails-check_regression",
+FAULTS = ["kill-producer", "kill-consumer", "kill-worker", "kill-kafka", "kill-redis", "kill-pulsar",
+          "event-store-restarted", "event-store-down", "cancel-lambda", "cancel-ec2", "ctrl-c-ec2", "step-fails-check_regression",
           "step-fails-aggregate", "step-fails-notify", "step-fails-teardown", "step-retries", "two-runs"]
 BAD_INPUT = ("bad-input-specs", "bad-input-api")
 

@@ -117,6 +117,19 @@ def test_bad_requests_are_4xx_with_the_field(served_api):
     assert status == 422 and body["field"].startswith("formats")
     status, _, body = served_api.request("GET", "/runs/..%2F..%2Fetc%2Fpasswd")
     assert 400 <= status < 500 and body["message"]
+    # Traversal and injection in every id and in the report's format: refused by name, never a file or a 5xx.
+    run_id = "20261125T000000Z-abcdef"
+    for path, field in [("/runs/..%2F..%2Fetc%2Fpasswd/report", "run_id"),
+                        (f"/runs/{run_id}/report?format=..%2F..%2Fetc%2Fpasswd", "format"),
+                        (f"/runs/{run_id}/report?format=html%00.json", "format"),
+                        ("/runs/x%27%20OR%20%271%27%3D%271/cells/c", "run_id"),
+                        (f"/runs/{run_id}/cells/..%2F..%2Fresults.json", "cell_id"),
+                        (f"/runs/{run_id}/cells/%3Cscript%3Ealert(1)%3C%2Fscript%3E", "cell_id"),
+                        ("/runs/%24%7Bjndi%3Aldap%3A%2F%2Fx%7D/events", "run_id")]:
+        status, _, body = served_api.request("GET", path)
+        assert 400 <= status < 500 and isinstance(body, dict) and body["message"], (path, status, body)
+        assert status == 404 or field in (body.get("field") or "") or field in body["message"], (path, body)
+        assert "root:" not in json.dumps(body) and "<script>" not in json.dumps(body), path
     status, _, body = served_api.request("GET", "/console/..%2Fserve.py")
     assert 400 <= status < 500
     status, headers, page = served_api.request("GET", "/")

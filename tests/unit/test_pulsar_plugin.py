@@ -77,6 +77,13 @@ class FakeAdmin:
 
     def __init__(self, stats: dict, analyses: dict | None = None) -> None:
         self.stats_by_topic, self.analyses, self.analyzed = stats, analyses or {}, []
+        self.started = 1_795_600_000_000  # the broker's JVM start (ms), as its metrics give it
+
+    def create_partitioned(self, topic, partitions):
+        pass
+
+    def started_at(self):
+        return self.started
 
     def stats(self, topic):
         return self.stats_by_topic[topic]
@@ -106,7 +113,12 @@ def test_the_backlog_counts_the_messages_of_batched_entries_and_is_unknown_when_
     admin = FakeAdmin(stats, {partition(1): {"entries": 3, "messages": 240, "aborted": False}})
     assert pulsar_driver(admin).backlog("t", "g", 2) == 240  # three entries, batches of 80
     assert admin.analyzed == [partition(1)]  # an empty backlog is not read
-    assert pulsar_driver(admin).message_count("t", 2) == 1200
+    counting = pulsar_driver(admin)
+    counting.create_topic("t", 2)
+    assert counting.message_count("t", 2) == 1200
+    admin.started += 60_000  # the broker restarted since the topic was made: its in-memory counter started again
+    assert counting.message_count("t", 2) is None
+    assert pulsar_driver(FakeAdmin(stats)).message_count("t", 2) is None  # no topic made: no start to compare with
     cut_short = FakeAdmin(stats, {partition(1): {"entries": 1, "messages": 80, "aborted": True}})
     assert pulsar_driver(cut_short).backlog("t", "g", 2) is None
     failing = FakeAdmin(stats, {partition(1): AdminError(500, "no")})

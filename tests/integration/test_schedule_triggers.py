@@ -10,6 +10,7 @@ import pytest
 from brokerbench import config, schedules
 from brokerbench.events import make_event, new_run_id
 from brokerbench.workflow import steps
+from fault_tools import LambdaContext
 
 UTC = timezone.utc
 ENVIRONMENT = {"host": {}, "code_version": "test", "python": "3"}
@@ -235,22 +236,13 @@ def test_the_schedule_trigger_function_starts_an_execution_named_by_the_run_id(s
         stub.add_response("start_execution", {"executionArn": f"{machine}:x", "startDate": at(2)},
                           {"stateMachineArn": machine, "name": ANY, "input": ANY})
         result = schedule_trigger.lambda_handler({"schedule": "nightly-quick", "due_at": "2026-11-21T02:00:00Z"},
-                                                 Context())
+                                                 LambdaContext("brokerbench-schedule-trigger"))
         stub.assert_no_pending_responses()
     assert result["outcome"] == "started" and result["due_at"] == "2026-11-21T02:00:00+00:00"
     again = schedule_trigger.lambda_handler({"schedule": "nightly-quick", "due_at": "2026-11-21T02:00:00Z"},
-                                            Context())
+                                            LambdaContext("brokerbench-schedule-trigger"))
     assert again["outcome"] == "already_claimed"  # a retried delivery starts nothing (no second StartExecution)
     stored = [e["data"] for e in store.read(schedules.partition("nightly-quick"))
               if e["data"]["due_at"] == "2026-11-21T02:00:00+00:00"]
     assert {d["outcome"] for d in stored} == {"claimed", "started"} and {d["run_id"] for d in stored} == {
         result["run_id"]}
-
-
-class Context:
-    """What Lambda hands a handler (Powertools' logger reads these)."""
-
-    function_name = "brokerbench-schedule-trigger"
-    memory_limit_in_mb = 256
-    invoked_function_arn = "arn:aws:lambda:us-east-1:123456789012:function:brokerbench-schedule-trigger"
-    aws_request_id = "test-request"

@@ -1,5 +1,5 @@
-"""What the fault tests share: the CLI started as a user starts it, the processes below it, a Lambda context for a handler called directly, and the facts of a run
-as docs/RELIABILITY.md states them."""
+"""What the fault tests share: the CLI started as a user starts it, the processes below it, a Lambda context for
+a handler called directly, and the facts of a run as docs/RELIABILITY.md states them."""
 
 import json
 import os

@@ -27,7 +27,7 @@ run: setup
 
 test: setup
 	@$(BIN)/python -m brokerbench.local.install --with-browser
-	$(BIN)/pytest -q
+	$(BIN)/pytest -q --durations=40
 
 unit: setup
 	$(BIN)/pytest -q tests/unit

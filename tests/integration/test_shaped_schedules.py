@@ -93,9 +93,14 @@ def test_periodic_bursts_are_sent_and_delivered_by_the_schedule(loop, endpoints,
     for cell in cells:
         assert cell["status"] == "completed", cell.get("reason")
         # by hand: measured from 0.5 s to 3.5 s: 3 s of baseline and the bursts due at 1, 2 and 3 s
-        assert cell["sent"] == 3 * rate + 3 * burst and cell["received"] == cell["sent"] and cell["lost"] == 0
+        # A loop that is late when the measured time ends stops on time: the baseline messages due in its
+        # last few ms are not sent (a shortfall it reports as a lower rate). A busy host makes that a
+        # message or two; nothing else may differ.
+        shortfall = 3 * rate + 3 * burst - cell["sent"]
+        assert 0 <= shortfall <= 2 * spec["producers"], cell["sent"]
+        assert cell["received"] == cell["sent"] and cell["lost"] == 0
         assert cell["broker_count"]["difference"] == 0  # 4 bursts (0 s too) and 3.5 s of baseline in the topic
-        assert cell["broker_count"]["observed"] == round(3.5 * rate) + 4 * burst + 2
+        assert cell["broker_count"]["observed"] == round(3.5 * rate) + 4 * burst + 2 - shortfall
         bursts = cell["bursts"]
         assert [row["cycle"] for row in bursts["cycles"]] == [1, 2, 3] and bursts["delivered"] == 3
         for row in bursts["cycles"]:
@@ -104,4 +109,6 @@ def test_periodic_bursts_are_sent_and_delivered_by_the_schedule(loop, endpoints,
         # each second's sent count: the baseline, plus a whole burst in the seconds that hold one
         sent = sorted((e["data"]["interval"], e["data"]["counters"]["sent"]) for e in events
                       if e["type"] == "IntervalMeasured" and e["data"]["cell_id"] == cell["cell_id"])
-        assert [n for _, n in sent[:3]] == [rate + burst] * 3  # intervals 0-2 span 0.5-3.5 s: one burst each
+        # intervals 0-2 span 0.5-3.5 s: one burst each (a late loop moves a message or two to the next)
+        assert sum(n for _, n in sent) == cell["sent"]
+        assert all(abs(n - (rate + burst)) <= 2 * spec["producers"] for _, n in sent[:3]), sent

@@ -65,7 +65,8 @@ def test_a_startup_backlog_is_read_from_the_broker(loop, endpoints, store, monke
         assert cell["verdict"] == "inconclusive"  # no constant rate to judge
         # by hand: the backlog, the 0.2 s before attaching and duration_s at 400 msgs/s
         sent = backlog + round(rate * (lead_s + duration))
-        assert abs(cell["sent"] - sent) <= 1 and cell["received"] == cell["sent"] and cell["lost"] == 0
+        # (a loop late at the end stops on time: the last message or two due may not be sent)
+        assert -3 <= cell["sent"] - sent <= 1 and cell["received"] == cell["sent"] and cell["lost"] == 0
         assert cell["broker_count"]["difference"] == 0
         startup = cell["startup"]
         assert startup["messages"] == startup["received"] == backlog

@@ -8,5 +8,6 @@ from brokerbench.workflow import steps
 def lambda_handler(event, context):
     # Failed cells are counted once, by Aggregate: most fail inside RunCell and never come here.
     recorded = steps.record_cell_failed(event)
-    logger.warning("cell failed", cell_id=recorded["cell_id"], error=(event.get("error") or {}).get("Error"))
+    logger.warning("cell failed", cell_id=recorded["cell_id"], error=(event.get("error") or {}).get("Error"),
+                   topics_removed=recorded["topics_removed"])
     return recorded

@@ -15,6 +15,7 @@ import time
 from pathlib import Path
 
 import pytest
+import redis
 
 from brokerbench.events.dynamodb import DynamoEventStore
 from brokerbench.local.dynamodb import EVENTS_TABLE
@@ -65,6 +66,11 @@ def test_a_killed_ec2_worker_fails_its_cell_as_worker_lost_and_the_run_goes_on(s
     kept = sorted(e["data"]["interval"] for e in events
                   if e["type"] == "IntervalMeasured" and e["data"]["cell_id"] == first["cell_id"])
     assert kept and kept == list(range(len(kept)))  # what was measured before the kill is kept, each second once
+    # The killed worker could not delete its cell's streams: RecordCellFailed did (the completed cell's worker
+    # deleted its own). Redis's own keyspace holds none of the run's.
+    redis_at = endpoints["redis-streams"]
+    left = list(redis.Redis(host=redis_at["host"], port=redis_at["port"]).scan_iter(match=f"bb-{results['run_id']}-*"))
+    assert left == [], left
     report = next(out.glob("*/report.md")).read_text()
     assert "FAILED: WorkerLost" in report
     assert not [pid for pid, name in descendants(os.getpid()).items() if name.startswith("bb-")]
@@ -78,5 +84,6 @@ def test_a_killed_ec2_worker_fails_its_cell_as_worker_lost_and_the_run_goes_on(s
                       "the second cell completed with every message received",
                       "report.md marks the first cell FAILED: WorkerLost",
                       "results.json reads completed_with_failures and the CLI exited 1",
-                      "the killed worker's producer and consumer processes did not outlive it; no bb-* process left"],
+                      "the killed worker's producer and consumer processes did not outlive it; no bb-* process left",
+                      "no stream of the run left in Redis (the failed cell's deleted by RecordCellFailed)"],
             **event_facts(events))

@@ -77,7 +77,7 @@ def test_every_step_called_again_after_it_succeeded_changes_nothing(store, lambd
         # RecordCellFailed after a worker whose answer was lost: the cell that completed stays completed.
         failed = call("record_cell_failed", {"run_id": run_id, "cell": cell,
                                              "error": {"Error": "States.Timeout", "Cause": "answer lost"}})
-        assert failed["cell_id"] == cell["cell_id"]
+        assert failed["cell_id"] == cell["cell_id"] and failed["topics_removed"] == []  # its worker deleted it
         checked.append(cell["cell_id"])
     events = store.read(run_id)
     assert [e["type"] for e in events].count("CellCompleted") == 2 and "CellFailed" not in [e["type"] for e in events]
@@ -127,3 +127,56 @@ def test_every_step_called_again_after_it_succeeded_changes_nothing(store, lambd
                       "Aggregate twice: one RunCompleted, one ReportBuilt, results.json the same",
                       "Notify twice: one notification sent", "a StepFailed recorded twice is stored once"],
             **event_facts(events))
+
+
+def _failed_cell(store, run_id: str, topic: str) -> dict:
+    """A cell whose worker started it (CellStarted names its topic) and then died without a word."""
+    from brokerbench.events import make_event
+    from brokerbench.plan import plan
+    from brokerbench.spec import validate
+
+    cell = plan(validate({**SPEC, "partitions": 2}))["cells"][0]
+    store.append([make_event(run_id, "CellStarted", {"cell_id": cell["cell_id"], "cell": cell, "topic": topic,
+                                                    "attempt": 0}, cell_index=0)])
+    return cell
+
+
+def test_a_lost_workers_streams_are_deleted_when_its_cell_is_recorded_failed(store, endpoints, lambda_env):
+    import redis
+
+    from brokerbench.events import new_run_id
+
+    run_id = new_run_id()
+    topic = f"bb-{run_id}-c00000"
+    at = endpoints["redis-streams"]
+    client = redis.Redis(host=at["host"], port=at["port"])
+    for partition in range(2):
+        client.xadd(f"{topic}-{partition}", {"m": "left by a worker that was killed"})
+    cell = _failed_cell(store, run_id, topic)
+    payload = {"run_id": run_id, "cell": cell, "targets": {"redis-streams": at},
+               "error": {"Error": "WorkerLost", "Cause": "worker process ended without reporting"}}
+    recorded = call("record_cell_failed", payload)
+    assert recorded["topics_removed"] == [topic]
+    assert list(client.scan_iter(match=f"{topic}-*")) == []  # Redis's own keyspace
+    assert [e["type"] for e in store.read(run_id)].count("CellFailed") == 1
+
+
+def test_a_silent_broker_keeps_the_streams_and_the_failure_is_still_recorded_within_seconds(store, lambda_env):
+    import socket
+    import time
+
+    from brokerbench.events import new_run_id
+
+    with socket.socket() as probe:  # a port nothing listens on
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    run_id = new_run_id()
+    cell = _failed_cell(store, run_id, f"bb-{run_id}-c00000")
+    started = time.monotonic()
+    recorded = call("record_cell_failed", {"run_id": run_id, "cell": cell,
+                                           "targets": {"redis-streams": {"host": "127.0.0.1", "port": port}},
+                                           "error": {"Error": "States.Timeout", "Cause": "no heartbeat"}})
+    assert recorded == {"cell_id": cell["cell_id"], "status": "failed", "topics_removed": []}
+    assert time.monotonic() - started < 30  # bounded: the broker's check gives up after 5 s
+    failed = [e for e in store.read(run_id) if e["type"] == "CellFailed"]
+    assert len(failed) == 1 and failed[0]["data"]["reason"] == "States.Timeout: no heartbeat"

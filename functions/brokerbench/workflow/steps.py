@@ -10,7 +10,9 @@ import json
 import socket
 
 from .. import config, environment
-from ..events import RUN_EVENTS, make_event, new_run_id, read_report_events, sort_key
+from ..drivers import get_driver, lanes
+from ..events import RUN_EVENTS, cell_prefix, make_event, new_run_id, read_report_events, sort_key
+from ..observability import logger
 from ..plan import plan
 from ..reports import html, markdown, regression
 from ..reports.model import build_report
@@ -86,12 +88,41 @@ def start_ec2_worker(event: dict) -> dict:
 
 
 def record_cell_failed(event: dict) -> dict:
-    """A worker that crashed or timed out: the cell ends FAILED (a no-op when it already ended)."""
+    """A worker that crashed or timed out: the cell ends FAILED (a no-op when it already ended), and the
+    topics its attempts made are deleted (a worker deletes its own at its end; a killed one cannot)."""
     cell, error = event["cell"], event.get("error") or {}
     reason = f"{error.get('Error', 'WorkerFailed')}: {error.get('Cause', 'no cause given')}"
-    config.event_store().append([make_event(event["run_id"], "CellFailed", {"cell_id": cell["cell_id"], "reason": reason},
-                                            cell_index=cell["index"])])
-    return {"cell_id": cell["cell_id"], "status": "failed"}
+    store = config.event_store()
+    store.append([make_event(event["run_id"], "CellFailed", {"cell_id": cell["cell_id"], "reason": reason},
+                             cell_index=cell["index"])])
+    removed = _remove_cell_topics(store, event["run_id"], cell, (event.get("targets") or {}).get(cell["broker"]))
+    return {"cell_id": cell["cell_id"], "status": "failed", "topics_removed": removed}
+
+
+def _remove_cell_topics(store, run_id: str, cell: dict, endpoint: dict | None) -> list[str]:
+    """Best effort and bounded: a broker that does not answer within 5 s keeps the topics (each cell has its
+    own, so later cells are not affected). A completed cell's worker deleted its topic itself. The steps of a
+    rate search have topics of their own that no event names; they are left."""
+    stored = store.read(run_id, prefix=cell_prefix(cell["index"]))
+    topics = [e["data"]["topic"] for e in stored if e["type"] == "CellStarted"]
+    if not endpoint or not topics or any(e["type"] == "CellCompleted" for e in stored):
+        return []
+    try:
+        driver = get_driver(cell["broker"], endpoint, cell["client"])
+    except Exception as exc:  # noqa: BLE001 - cleanup must never fail the step that records the failure
+        logger.warning("cell topics kept: no driver", extra={"cell_id": cell["cell_id"], "error": str(exc)})
+        return []
+    try:
+        driver.check(timeout_s=5)
+        for topic in topics:
+            driver.delete_topic(topic, lanes(cell))
+        return topics
+    except Exception as exc:  # noqa: BLE001
+        logger.warning("cell topics kept: the broker did not answer", extra={"cell_id": cell["cell_id"],
+                                                                            "topics": topics, "error": str(exc)})
+        return []
+    finally:
+        driver.close()
 
 
 REGRESSION_FILE = "regression.json"

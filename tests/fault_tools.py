@@ -22,7 +22,7 @@ def descendants(pid: int) -> dict[int, str]:
                 names[int(entry.name)] = (entry / "comm").read_text().strip()
             except OSError:
                 continue
-            parents[int(entry.name)] = int(stat.rsplit(")", 1)[1].split()[1])
+            parents[int(entry.name)] = _parent_in(stat)
     found, frontier = {}, [pid]
     while frontier:
         parent = frontier.pop()
@@ -31,6 +31,14 @@ def descendants(pid: int) -> dict[int, str]:
                 found[child] = names.get(child, "")
                 frontier.append(child)
     return found
+
+
+def _parent_in(stat: str) -> int:
+    return int(stat.rsplit(")", 1)[1].split()[1])  # /proc/PID/stat: the field after the state
+
+
+def parent_of(pid: int) -> int:
+    return _parent_in(Path(f"/proc/{pid}/stat").read_text())
 
 
 def cmdline(pid: int) -> str:

@@ -19,14 +19,10 @@ import redis
 
 from brokerbench.events.dynamodb import DynamoEventStore
 from brokerbench.local.dynamodb import EVENTS_TABLE
-from fault_tools import cell_facts, descendants, event_facts, run_until_measuring, running
+from fault_tools import cell_facts, descendants, event_facts, parent_of, run_until_measuring, running
 from reliability_log import observe
 
 WINDOW_S = 10  # the bridge's heartbeat window (BROKERBENCH_LOCAL_HEARTBEAT_S), 300 s in the workflow definition
-
-
-def _parent(pid: int) -> int:
-    return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
 
 
 @pytest.mark.timeout(240)
@@ -36,7 +32,7 @@ def test_a_killed_ec2_worker_fails_its_cell_as_worker_lost_and_the_run_goes_on(s
             "order": "fixed", "placement": {"worker": "ec2"}}
     cli = run_until_measuring(stack.state_dir, spec, tmp_path, {"BROKERBENCH_LOCAL_HEARTBEAT_S": str(WINDOW_S)})
     producer = next(pid for pid, name in descendants(cli.pid).items() if name == "bb-producer-0")
-    worker = _parent(producer)  # the EC2-kind worker runs the cell's processes
+    worker = parent_of(producer)  # the EC2-kind worker runs the cell's processes
     assert b"brokerbench.worker.ec2" in Path(f"/proc/{worker}/cmdline").read_bytes()
     family = set(descendants(worker))
     time.sleep(4)  # the warm-up and a few measured seconds of the first cell

@@ -8,12 +8,18 @@ second notification, a second broker, a second stop), and the same answer.
 """
 
 import json
+import socket
+import time
 
 import pytest
+import redis
 
 from brokerbench import config
+from brokerbench.events import make_event, new_run_id
 from brokerbench.local.stack import LocalStack
+from brokerbench.plan import plan
 from brokerbench.reports.results import build_results
+from brokerbench.spec import validate
 from fault_tools import LambdaContext, event_facts
 from reliability_log import observe
 
@@ -131,10 +137,6 @@ def test_every_step_called_again_after_it_succeeded_changes_nothing(store, lambd
 
 def _failed_cell(store, run_id: str, topic: str) -> dict:
     """A cell whose worker started it (CellStarted names its topic) and then died without a word."""
-    from brokerbench.events import make_event
-    from brokerbench.plan import plan
-    from brokerbench.spec import validate
-
     cell = plan(validate({**SPEC, "partitions": 2}))["cells"][0]
     store.append([make_event(run_id, "CellStarted", {"cell_id": cell["cell_id"], "cell": cell, "topic": topic,
                                                     "attempt": 0}, cell_index=0)])
@@ -142,10 +144,6 @@ def _failed_cell(store, run_id: str, topic: str) -> dict:
 
 
 def test_a_lost_workers_streams_are_deleted_when_its_cell_is_recorded_failed(store, endpoints, lambda_env):
-    import redis
-
-    from brokerbench.events import new_run_id
-
     run_id = new_run_id()
     topic = f"bb-{run_id}-c00000"
     at = endpoints["redis-streams"]
@@ -162,11 +160,6 @@ def test_a_lost_workers_streams_are_deleted_when_its_cell_is_recorded_failed(sto
 
 
 def test_a_silent_broker_keeps_the_streams_and_the_failure_is_still_recorded_within_seconds(store, lambda_env):
-    import socket
-    import time
-
-    from brokerbench.events import new_run_id
-
     with socket.socket() as probe:  # a port nothing listens on
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]

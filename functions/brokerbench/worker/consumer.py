@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import gc
-import signal
 import time
 from dataclasses import dataclass
 
@@ -13,7 +12,7 @@ from .. import native
 from ..codecs import get_codec
 from ..drivers import get_driver
 from .framing import PROBE_PRODUCER, is_probe, unpack_many
-from .processes import die_with_parent, name_this_process, report_failure
+from .processes import serve
 from .schedule import cell_schedules, shaped
 from .warmup import WINDOW_NS as WARM_WINDOW_NS
 
@@ -120,15 +119,7 @@ class Accounting:
 
 
 def consumer_main(conn, task: ConsumerTask) -> None:
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    name_this_process("consumer", task.consumer_id)
-    die_with_parent()
-    try:
-        _run(conn, task)
-    except BaseException as exc:
-        report_failure(conn, f"consumer {task.consumer_id}", exc)
-    finally:
-        conn.close()
+    serve("consumer", task.consumer_id, conn, lambda: _run(conn, task))
 
 
 # Received messages are processed in bulk once this many wait (or at each interval's end).

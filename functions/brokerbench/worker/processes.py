@@ -12,6 +12,7 @@ import ctypes.util
 import multiprocessing
 import os
 import signal
+from collections.abc import Callable
 
 PR_SET_PDEATHSIG = 1
 PR_SET_NAME = 15
@@ -56,6 +57,21 @@ def death(role: str, number: int, pid: int | None, exitcode: int | None) -> str:
             how = f"killed by signal {-exitcode}"
         return f"ProcessDied: {who} {how}"
     return f"ProcessDied: {who} exited with code {exitcode} without reporting"
+
+
+def serve(role: str, number: int, conn, body: Callable[[], None]) -> None:
+    """Run `body` as a cell's producer or consumer process: Ctrl-C is the parent's to handle (it decides how a cell
+    stops), the process is named and dies with its worker, any failure is reported to the parent, and the pipe
+    is closed at the end."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    name_this_process(role, number)
+    die_with_parent()
+    try:
+        body()
+    except BaseException as exc:  # every failure goes to the parent, which fails the cell
+        report_failure(conn, f"{role} {number}", exc)
+    finally:
+        conn.close()
 
 
 def report_failure(conn, who: str, exc: BaseException) -> None:

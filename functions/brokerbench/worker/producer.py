@@ -11,7 +11,6 @@ from __future__ import annotations
 import gc
 import os
 import queue
-import signal
 import sys
 import threading
 import time
@@ -25,7 +24,7 @@ from ..codecs import get_codec
 from ..drivers import get_driver, lanes
 from .drain import Drain
 from .framing import HEADER, unpack_many
-from .processes import die_with_parent, name_this_process, report_failure
+from .processes import serve
 from .payloads import payload_pool, pool_size_for
 from .schedule import Schedule, producer_schedule
 
@@ -45,15 +44,7 @@ class ProducerTask:
 
 
 def producer_main(conn, task: ProducerTask) -> None:
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent decides how a cell stops
-    name_this_process("producer", task.producer_id)
-    die_with_parent()
-    try:
-        _run(conn, task)
-    except BaseException as exc:  # report every failure to the parent, which fails the cell
-        report_failure(conn, f"producer {task.producer_id}", exc)
-    finally:
-        conn.close()
+    serve("producer", task.producer_id, conn, lambda: _run(conn, task))
 
 
 def _run(conn, task: ProducerTask) -> None:

@@ -182,6 +182,19 @@ def test_loss_is_summed_over_repeats_and_flagged(events):
     assert "⚠ lost 562" in markdown.render(report) and "⚠ lost 562" in html.render(report)
 
 
+def test_a_broker_holding_fewer_or_more_messages_than_it_acknowledged_is_shown(events):
+    """The broker's own count beside the acknowledgements: a shortfall (a broker that lost acknowledged messages
+    in a crash) or an excess (retried sends stored twice) is flagged even when no loss class counted anything."""
+    for observed, shown in ((1201, "⚠ broker count -2,300"), (3504, "⚠ broker count +3")):
+        changed = copy.deepcopy(events)
+        target = next(e for e in changed if e["type"] == "CellCompleted")
+        target["data"]["broker_count"] = {"observed": observed, "expected": 3501, "difference": observed - 3501}
+        report = build_report(changed)
+        config = next(c for g in report["groups"] for c in g["cells"] if target["data"]["cell_id"] in c["cell_ids"])
+        assert config["loss"]["broker_count_difference"] == observed - 3501
+        assert shown in markdown.render(report) and shown in html.render(report)
+
+
 def test_renderers_show_regressions_first_and_every_chart_kind(report):
     md = markdown.render(report)
     assert md.index("## Regressions") < md.index("## 1,024 B")

@@ -68,7 +68,10 @@ LOG_PATTERN = "[%d] %p %m (%c)%n"
 LOG4J = ("rootLogger.level=WARN\nrootLogger.appenderRef.stdout.ref=STDOUT\n"
          "appender.stdout.type=Console\nappender.stdout.name=STDOUT\n"
          f"appender.stdout.layout.type=PatternLayout\nappender.stdout.layout.pattern={LOG_PATTERN}\n"
-         "logger.kafka.name=kafka\nlogger.kafka.level=INFO\n")
+         "logger.kafka.name=kafka\nlogger.kafka.level=INFO\n"
+         # The logs' own account (recovery after a crash, truncation, deletion): what a broker that lost or kept
+         # messages across a restart did.
+         "logger.storage.name=org.apache.kafka.storage.internals.log\nlogger.storage.level=INFO\n")
 
 
 def pinned_heap(heap: str = HEAP) -> list[str]:

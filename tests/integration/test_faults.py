@@ -14,6 +14,7 @@ import signal
 import subprocess
 import threading
 import time
+import warnings
 from pathlib import Path
 
 import pytest
@@ -152,9 +153,9 @@ BROKER_NAMES = {"kafka": "Kafka", "redis": "Redis", "pulsar": "Pulsar"}
 
 
 class _EndOffsets:
-    """Samples, from outside the run, the end offset (high watermark) of the first cell's partition every half
-    second while the broker is up: beside the run's own count, it tells a broker that dropped messages after it
-    had held them from one that never held them."""
+    """Samples, from outside the run, the start and end offsets (the end: the high watermark) of the first cell's
+    partition every half second while the broker is up: beside the run's own count (end minus start), it tells a
+    broker that dropped messages after it had held them from one that never held them, or a start that moved."""
 
     def __init__(self, bootstrap: str):
         from confluent_kafka import Consumer
@@ -176,8 +177,8 @@ class _EndOffsets:
                     topic = next((t for t in self.consumer.list_topics(timeout=1).topics if t.endswith("-c00000")),
                                  None)
                     continue
-                _, high = self.consumer.get_watermark_offsets(TopicPartition(topic, 0), timeout=1, cached=False)
-                self.samples.append((round(time.monotonic() - t0, 1), high))
+                low, high = self.consumer.get_watermark_offsets(TopicPartition(topic, 0), timeout=1, cached=False)
+                self.samples.append((round(time.monotonic() - t0, 1), low, high))
             except KafkaException:
                 continue
 
@@ -185,8 +186,8 @@ class _EndOffsets:
         self.done.set()
         self.thread.join(10)
         self.consumer.close()
-        highs = [high for _, high in self.samples if high >= 0]
-        return {"max": max(highs, default=None), "last": self.samples[-8:]}
+        highs = [high for _, _, high in self.samples if high >= 0]
+        return {"max_end": max(highs, default=None), "last (s, start, end)": self.samples[-8:]}
 
 
 def _crash_facts(cell: dict, log, run_id: str) -> str:
@@ -251,7 +252,7 @@ def test_a_broker_killed_mid_cell_and_started_again_keeps_its_data_and_serves_th
     first, *rest = sorted(results["cells"], key=lambda c: c["order"])
     report = next((tmp_path / "out").glob("*/report.md")).read_text()
     log = json.loads((own_stack.state_dir / "stack.json").read_text())[service]["log"]
-    facts = _crash_facts(first, Path(log), results["run_id"]) + f"\nend offsets seen from outside: {seen}"
+    facts = _crash_facts(first, Path(log), results["run_id"]) + f"\noffsets seen from outside: {seen}"
     if first["status"] == "completed":
         classes = ("received", "late", "undelivered", "lost", "send_errors", "unacknowledged")
         assert first["sent"] == sum(first[k] for k in classes), facts
@@ -272,6 +273,7 @@ def test_a_broker_killed_mid_cell_and_started_again_keeps_its_data_and_serves_th
                 # A broker that lost messages it had acknowledged (once in CI: Kafka held 1,201 of 3,501 after its
                 # restart) is a finding about the broker, which the report must show, not hide.
                 assert f"broker count {count['observed'] - count['expected']:+,}" in report, facts
+                warnings.warn(f"{BROKER_NAMES[service]} holds fewer messages than it acknowledged:\n{facts}")
     else:
         assert first["reason"]
     for cell in rest:

@@ -91,6 +91,11 @@ def test_the_broker_count_is_reconciled_with_every_acknowledgement():
         "observed": 1200, "expected": 1200, "difference": 0}
     assert outcome.broker_count(1100, [producer(500, acked_total=1200)])["difference"] == -100
     assert outcome.broker_count(None, [producer(1)]) is None
+    # Never acknowledged, received all the same (the producer gave up waiting while the broker was down, and its
+    # client sent them as it closed): the broker holds them too.
+    assert outcome.broker_count(3501, [producer(3000, acked_total=1232)], probes=1,
+                                consumers=[{"delivered_not_acked": 2268}]) == {
+        "observed": 3501, "expected": 3501, "difference": 0, "delivered_not_acknowledged": 2268}
 
 
 def test_the_drain_stops_when_all_consumers_together_have_everything():

@@ -438,7 +438,7 @@ class _CellRun:
         queued = self.driver.backlog(self.topic, self.group, lanes(cell)) if consumed else None
         counts = outcome.totals(producers, consumers, self.aggregator.totals, consumed, queued)
         broker_count = outcome.broker_count(self.driver.message_count(self.topic, lanes(cell)), producers,
-                                            self.probes)
+                                            self.probes, consumers)
         if cell.get("backlog"):  # the backlog phase, then duration_s
             schedule_s = (self.timing["t_end"] - self.timing["measure_start"]) / SECOND_NS
         elif cell["messages"] is None:

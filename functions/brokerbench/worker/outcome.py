@@ -93,13 +93,18 @@ def expected_at_broker(producers: list[dict]) -> int:
     return sum(p["acked_total"] for p in producers)
 
 
-def broker_count(observed: int | None, producers: list[dict], probes: int = 0) -> dict | None:
-    """The broker's own count (end offsets, XLEN) beside what the producers were told was stored (and the
-    readiness probes)."""
+def broker_count(observed: int | None, producers: list[dict], probes: int = 0,
+                 consumers: list[dict] = ()) -> dict | None:
+    """The broker's own count (end offsets, XLEN) beside what it is known to hold: what the producers were told
+    was stored, the readiness probes, and the messages whose acknowledgement never came but which the consumers
+    received all the same (a broker that stored them and died before answering, a producer that gave up waiting
+    and sent them as it closed)."""
     if observed is None:
         return None
-    expected = expected_at_broker(producers) + probes
-    return {"observed": observed, "expected": expected, "difference": observed - expected}
+    arrived = sum(c.get("delivered_not_acked", 0) for c in consumers)
+    expected = expected_at_broker(producers) + probes + arrived
+    return {"observed": observed, "expected": expected, "difference": observed - expected,
+            **({"delivered_not_acknowledged": arrived} if arrived else {})}
 
 
 def startup(cell: dict, attach_ns: int, t_start: int, records: list[dict], at_attach: dict | None) -> dict:

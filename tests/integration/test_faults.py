@@ -152,7 +152,7 @@ def test_an_event_store_that_stays_down_ends_the_cli_with_exit_3_and_a_way_back(
 BROKER_NAMES = {"kafka": "Kafka", "redis": "Redis", "pulsar": "Pulsar"}
 
 
-class _EndOffsets:
+class _OffsetsWatch:
     """Samples, from outside the run, the start and end offsets (the end: the high watermark) of the first cell's
     partition every half second while the broker is up: beside the run's own count (end minus start), it tells a
     broker that dropped messages after it had held them from one that never held them, or a start that moved."""
@@ -162,7 +162,7 @@ class _EndOffsets:
 
         self.consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "bb-test-watch", "log_level": 0,
                                   "isolation.level": "read_uncommitted", "enable.auto.commit": False})
-        self.samples: list[tuple[float, int]] = []
+        self.samples: list[tuple[float, int, int]] = []  # (s, start, end)
         self.done = threading.Event()
         self.thread = threading.Thread(target=self._run, daemon=True)
         self.thread.start()
@@ -235,7 +235,7 @@ def test_a_broker_killed_mid_cell_and_started_again_keeps_its_data_and_serves_th
     kept = data()
     pid = json.loads((own_stack.state_dir / "stack.json").read_text())[service]["pids"][0]
     cli = _run_until_measuring(state, spec, tmp_path)
-    watch = _EndOffsets(before["bootstrap_servers"]) if service == "kafka" else None
+    watch = _OffsetsWatch(before["bootstrap_servers"]) if service == "kafka" else None
     time.sleep(3)
     os.kill(pid, signal.SIGKILL)
     time.sleep(3)

@@ -42,7 +42,7 @@ def totals(producers: list[dict], consumers: list[dict], measured: dict, consume
         late = sum(c["late"] for c in consumers)
         # A message delivered although its acknowledgement never came (the broker stored it, the answer was lost)
         # is counted as delivered only: it leaves the unacknowledged class, then the send errors.
-        arrived = sum(c.get("delivered_not_acked", 0) for c in consumers)
+        arrived = delivered_not_acked(consumers)
         unacknowledged, arrived = max(0, unacknowledged - arrived), max(0, arrived - unacknowledged)
         send_errors = max(0, send_errors - arrived)
         out.update(send_errors=send_errors, unacked=unacknowledged)
@@ -54,6 +54,11 @@ def totals(producers: list[dict], consumers: list[dict], measured: dict, consume
                    duplicated=sum(c["duplicated"] for c in consumers),
                    out_of_order=sum(c["out_of_order"] for c in consumers))
     return out
+
+
+def delivered_not_acked(consumers: list[dict]) -> int:
+    """Measured messages never acknowledged that the consumers received all the same: the broker stored them."""
+    return sum(c.get("delivered_not_acked", 0) for c in consumers)
 
 
 def has_loss(counts: dict) -> bool:
@@ -101,7 +106,7 @@ def broker_count(observed: int | None, producers: list[dict], probes: int = 0,
     and sent them as it closed)."""
     if observed is None:
         return None
-    arrived = sum(c.get("delivered_not_acked", 0) for c in consumers)
+    arrived = delivered_not_acked(consumers)
     expected = expected_at_broker(producers) + probes + arrived
     return {"observed": observed, "expected": expected, "difference": observed - expected,
             **({"delivered_not_acknowledged": arrived} if arrived else {})}

@@ -156,9 +156,10 @@ def interval_digest(intervals: list[dict], judged: dict | None = None) -> dict |
 
 
 def verdict_basis(rate, measured_s: float | None, publish_only: bool, shaped: bool = False) -> dict:
-    """What a cell's verdict is judged on besides its intervals, and by which rules (verdict.FINGERPRINT)."""
+    """What a cell's verdict is judged on besides its intervals, and by which rules (verdict.FINGERPRINT), with
+    each rule's minimum n (verdict.MIN_N: the fewest intervals at which it can fail)."""
     return {"target": _target(rate), "measured_s": measured_s, "publish_only": bool(publish_only),
-            "rules": verdict.FINGERPRINT, **({"shaped": True} if shaped else {})}
+            "rules": verdict.FINGERPRINT, "min_n": dict(verdict.MIN_N), **({"shaped": True} if shaped else {})}
 
 
 def series_from_columns(columns: dict[str, list], publish_only: bool = False, measured_s: float | None = None) -> dict:

@@ -323,7 +323,8 @@ def _rate_check(target: float, schedule: list[dict], publish_only: bool) -> tupl
     if failures:
         return check, "; ".join(failures), ""
     dips = f"; {below} of {len(counts)} seconds below {INTERVAL_RATE_FLOOR:.0%}, {allowed} allowed" if below else ""
-    return check, None, f"{basis} {mean / target:.1%} of the target rate (lowest second {counts[worst] / target:.0%}{dips})"
+    lowest = counts[worst] / target
+    return check, None, f"{basis} {mean / target:.1%} of the target rate (lowest second {lowest:.0%}{dips})"
 
 
 def _growth(indexes: list[int], backlog: list[float], target: float) -> dict:

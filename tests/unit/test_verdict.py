@@ -282,7 +282,8 @@ def test_the_quantile_tolerates_one_second_in_twenty_and_no_more():
     received[5], received[6], received[20], received[21] = 0, 2 * TARGET, 0, 2 * TARGET  # two stalls in 28
     result = sustainability(TARGET, series(n=30, received=received))
     assert result["verdict"] == "unsustainable"
-    assert result["reasons"][0].startswith("2 of 28 inner intervals received less than 90% of 1,000 msgs/s (at most 1 may")
+    assert result["reasons"][0].startswith("2 of 28 inner intervals received less than 90% of 1,000 msgs/s "
+                                           "(at most 1 may")
     short = [TARGET] * 12  # 10 inner seconds: floor(0.05 × 10) = 0 may dip
     short[5], short[6] = 0, 2 * TARGET
     assert sustainability(TARGET, series(n=12, received=short))["verdict"] == "unsustainable"

@@ -197,9 +197,10 @@ def cell_verdict(cell: dict, intervals: list[dict], digest: dict | None = None) 
     are stored: `checks` is then empty.)"""
     rate = cell["rate_target"]
     if not isinstance(rate, (int, float)) and rate != "max":  # a rate search: its steps carry the verdicts
-        found = cell.get("max_sustainable_rate")
-        return {"verdict": "search", "reasons": [f"maximum sustainable rate {found:,.0f} msgs/s" if found
-                                                 else "rate search"], "checks": {}}
+        found, held = cell.get("max_sustainable_rate"), (cell.get("search") or {}).get("sustainable_for_s")
+        text = f"maximum sustainable rate {found:,.0f} msgs/s" if found else "rate search"
+        return {"verdict": "search", "reasons": [text + (f", sustainable for {held:,.0f} s" if found and held else "")],
+                "checks": {}}
     measured = len(digest["interval"]) if digest is not None else len(intervals)
     if not measured and cell.get("verdict"):  # stored at cell time, but no intervals to recompute it from
         return {"verdict": cell["verdict"], "reasons": cell.get("verdict_reasons", []), "checks": {}}

@@ -28,7 +28,7 @@ That share was half the median before; a whole median halves the false alarms on
 Measured on simulated flat series (lognormal per-second p99s, σ = 0.4 and 0.8 in log space, 2,000
 series each, n = 5 to 60): independent ones fire 0–1.3% of the time at any n; lag-1 autocorrelated
 ones (AR(1), ρ = 0.5) up to 5%, and strongly wandering ones (ρ = 0.8) up to 10% at n = 8–10 and 6%
-at n = 30, where the rule before this one fired 4–5% (it was never able to fire at n = 5). The tests
+at n = 30, where the rule before this one fired 2–5% (and could never fire at n = 5). The tests
 in tests/unit/test_verdict.py hold the rule to these rates.
 A per-message test (the last interval's latencies against the first inner one's, from their
 histograms) was not used: the messages of one second are not independent (a pause delays all of

@@ -156,9 +156,10 @@ def interval_digest(intervals: list[dict], judged: dict | None = None) -> dict |
 
 
 def verdict_basis(rate, measured_s: float | None, publish_only: bool, shaped: bool = False) -> dict:
-    """What a cell's verdict is judged on besides its intervals, and by which rules (verdict.FINGERPRINT)."""
+    """What a cell's verdict is judged on besides its intervals, and by which rules (verdict.FINGERPRINT), with
+    each rule's minimum n (verdict.MIN_N: the fewest intervals at which it can fail)."""
     return {"target": _target(rate), "measured_s": measured_s, "publish_only": bool(publish_only),
-            "rules": verdict.FINGERPRINT, **({"shaped": True} if shaped else {})}
+            "rules": verdict.FINGERPRINT, "min_n": dict(verdict.MIN_N), **({"shaped": True} if shaped else {})}
 
 
 def series_from_columns(columns: dict[str, list], publish_only: bool = False, measured_s: float | None = None) -> dict:
@@ -196,9 +197,10 @@ def cell_verdict(cell: dict, intervals: list[dict], digest: dict | None = None) 
     are stored: `checks` is then empty.)"""
     rate = cell["rate_target"]
     if not isinstance(rate, (int, float)) and rate != "max":  # a rate search: its steps carry the verdicts
-        found = cell.get("max_sustainable_rate")
-        return {"verdict": "search", "reasons": [f"maximum sustainable rate {found:,.0f} msgs/s" if found
-                                                 else "rate search"], "checks": {}}
+        found, held = cell.get("max_sustainable_rate"), (cell.get("search") or {}).get("sustainable_for_s")
+        text = f"maximum sustainable rate {found:,.0f} msgs/s" if found else "rate search"
+        return {"verdict": "search", "reasons": [text + (f", sustainable for {held:,.0f} s" if found and held else "")],
+                "checks": {}}
     measured = len(digest["interval"]) if digest is not None else len(intervals)
     if not measured and cell.get("verdict"):  # stored at cell time, but no intervals to recompute it from
         return {"verdict": cell["verdict"], "reasons": cell.get("verdict_reasons", []), "checks": {}}

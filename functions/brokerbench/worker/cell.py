@@ -133,12 +133,14 @@ def _measure_step(run_id, cell, endpoint, topic, progress, attempt, rate) -> sea
                "end_to_end_p50_us": result["end_to_end_latency_us"]["p50"],
                "end_to_end_p99_us": result["end_to_end_latency_us"]["p99"],
                "publish_latency_p99_us": result["publish_latency_us"]["p99"]}
-    return search.Step(rate, data["verdict"]["verdict"], data["verdict"]["reasons"], figures, sink.events)
+    return search.Step(rate, data["verdict"]["verdict"], data["verdict"]["reasons"], figures, sink.events,
+                       data.get("measured_s"))
 
 
 def _search_cell(run_id, cell, endpoint, store, topic, progress, attempt) -> CellOutcome:
     """rates: ["sustainable"]: search the highest rate the verdict calls sustainable; the cell's figures
-    are those of that step, and every step is recorded in `search`."""
+    are those of that rate's latest sustainable step, and every step is recorded in `search`, with the
+    measured seconds behind the rate found (sustainable_for_s) and any rate whose measurements disagreed."""
     settings = cell.get("search") or {}
     counter = iter(range(10**6))
 
@@ -150,14 +152,14 @@ def _search_cell(run_id, cell, endpoint, store, topic, progress, attempt) -> Cel
     if start is None:  # seed the bracket from what the broker delivers unthrottled
         probe = measure("max")
         start = 0.9 * probe.figures.get("throughput_msgs_per_s", 0) if probe.verdict != "failed" else 1000
-    best, steps, ended = search.search(measure, max(1.0, start), precision=settings.get("precision", search.PRECISION),
-                                       max_steps=settings.get("max_steps", search.MAX_STEPS))
-    record = {"max_sustainable_rate": best.rate if best else None, "ended": ended,
-              "probe": probe.summary() if probe else None, "steps": [s.summary() for s in steps],
+    found = search.search(measure, max(1.0, start), precision=settings.get("precision", search.PRECISION),
+                          max_steps=settings.get("max_steps", search.MAX_STEPS))
+    best, ended = found.best, found.ended
+    record = {**found.record(), "probe": probe.summary() if probe else None,
               "latency_at": [{"fraction": f, **measure(max(1, round(f * best.rate))).summary()}
                              for f in (settings.get("latency_at") or [])] if best else []}
     if best is None:
-        kept = steps[-1].events
+        kept = found.steps[-1].events
         store.append([e for e in kept if e["type"] == "IntervalMeasured"])
         store.append([make_event(run_id, "CellFailed", {
             "cell_id": cell["cell_id"], "attempt": attempt, "reason": f"no sustainable rate found: {ended}",

@@ -163,7 +163,7 @@ def redis_benchmark(port: int, size: int, requests: int, pipeline: int) -> float
 
 
 # -- codecs --------------------------------------------------------------------------------------
-def _time_ns(fn, arg, calls=2000) -> float:
+def _time_ns(fn, arg, calls: int) -> float:
     """One round: mean ns per call of `fn(arg)` in a plain loop."""
     start = time.perf_counter_ns()
     for _ in range(calls):
@@ -171,13 +171,15 @@ def _time_ns(fn, arg, calls=2000) -> float:
     return (time.perf_counter_ns() - start) / calls
 
 
-def _best_ns(timings: dict, rounds=7) -> dict:
-    """Best of several rounds per (fn, arg), the entries taking turns within each round: on a shared machine the
-    minimum is the cost and the rest is interference, and a slow spell hits every implementation alike."""
+def _best_ns(timings: dict, rounds: int = 61, round_ns: float = 500_000) -> dict:
+    """Best of many short rounds (about `round_ns` each) per (fn, arg), the entries taking turns within each
+    round. On a shared machine the minimum is the cost and the rest is interference: short rounds often
+    run without being preempted, and a slow spell hits every implementation alike."""
+    calls = {name: max(10, int(round_ns / max(1.0, _time_ns(fn, arg, 50)))) for name, (fn, arg) in timings.items()}
     best = dict.fromkeys(timings, float("inf"))
     for _ in range(rounds):
         for name, (fn, arg) in timings.items():
-            best[name] = min(best[name], _time_ns(fn, arg))
+            best[name] = min(best[name], _time_ns(fn, arg, calls[name]))
     return best
 
 
@@ -541,6 +543,7 @@ def main() -> None:
         trials = run_trials(args, endpoints, store, step)
         step("codecs")
         codec_results = codecs(args.size)
+        codecs_larger = codecs(10 * args.size)  # the ranking at a larger record too
         step("schedule floor (no broker): idle, and beside one busy process")
         floor = schedule_floor()
         step("instrumentation")
@@ -550,10 +553,13 @@ def main() -> None:
         if started:
             stack.down(started, log=lambda m: None)
     result = summary(args, trials, codec_results, floor, instrumentation, accuracy)
+    result["codecs_at_10x_size"] = codecs_larger
+    result["codec_vs_fastest_worst"] = max(c["ratio_to_fastest"] for r in (codec_results, codecs_larger)
+                                           for c in r.values())
     print(json.dumps({k: result[k] for k in list(result)[:9]}, indent=2))
-    for fmt, c in codec_results.items():
+    for fmt, c in [*codec_results.items(), *((f"{fmt} ×10", c) for fmt, c in codecs_larger.items())]:
         ours = c["brokerbench"]
-        print(f"{fmt:9} ours {ours['library']:24} {ours['encode_ns']:8.0f}/{ours['decode_ns']:8.0f} ns "
+        print(f"{fmt:13} ours {ours['library']:24} {ours['encode_ns']:8.0f}/{ours['decode_ns']:8.0f} ns "
               f"(net {ours['encode_net_ns']:.0f}/{ours['decode_net_ns']:.0f})  fastest {c['fastest']:24} "
               f"×{c['ratio_to_fastest']:.2f}")
     if args.out:

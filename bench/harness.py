@@ -490,6 +490,8 @@ def summary(args, trials: Trials, codec_results: dict, floor: dict, instrumentat
         for a, b in (("kafka_publish", "kafka_bare"), ("kafka_publish", "kafka_native"),
                      ("redis_publish", "redis_bare"), ("redis_publish", "redis_native"))}
     field = lambda cell, key: None if cell is None else cell[key]  # noqa: E731
+    paired_median = {name: (float(np.median(done)) if (done := [r for r in ratios if r is not None]) else None)
+                     for name, ratios in paired.items()}
     return {
         "kafka_vs_bare": ratio(kafka_publish, best.get("kafka_bare")),
         "kafka_vs_native": ratio(kafka_publish, best.get("kafka_native")),
@@ -518,6 +520,7 @@ def summary(args, trials: Trials, codec_results: dict, floor: dict, instrumentat
         "send_loop": field(kafka_publish, "send_loop"),
         "trial_rates": {name: trials.rates(name) for name in trials.values},
         "paired_trial_ratios": paired,
+        "paired_trial_ratio_medians": paired_median,  # steadier than best ÷ best when trials vary this much
         "schedule_floor": floor,
         "codecs": codec_results,
         "instrumentation": instrumentation,

@@ -78,3 +78,20 @@ def test_codec_figures_are_net_of_the_loop_floor_and_every_encode_starts_from_th
                 assert 0 <= figures[f"{op}_net_ns"] <= figures[f"{op}_ns"]
     # every implementation of a format encodes the same record to the same size (same input, same format)
     assert len({f["bytes"] for f in results["protobuf"]["implementations"].values()}) == 1
+
+
+def test_the_summary_comes_out_with_every_redis_trial_failed(harness):
+    import argparse
+
+    trials = harness.Trials()
+    trials.run("kafka_publish", 1, lambda: {"status": "completed", "rate_achieved": 300.0, "lost": 0,
+                                            "send_loop": "native"})
+    trials.run("kafka_bare", 1, lambda: 200.0)
+    trials.run("redis_publish", 1, lambda: {"status": "failed", "reason": "Redis refused"})
+    trials.run("redis_bare", 1, lambda: 100.0)
+    args = argparse.Namespace(size=1024, trials=1, seconds=1.0)
+    result = harness.summary(args, trials, {"json": {"ratio_to_fastest": 1.0}}, {}, {"total_ns": 1.0}, [])
+    assert result["kafka_vs_bare"] == 1.5 and result["paired_trial_ratio_medians"]["kafka_vs_bare"] == 1.5
+    assert result["redis_vs_bare"] is None and result["redis"]["worker_publish_only_msgs_per_s"] is None
+    assert result["rate_error_worst"] is None
+    assert result["failed"] == [{"name": "redis_publish", "trial": 1, "reason": "failed: Redis refused"}]

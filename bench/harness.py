@@ -55,6 +55,7 @@ from brokerbench.worker.framing import HEADER, unpack_many
 from brokerbench.worker.payloads import payload_pool
 
 SERVICES = ("kafka", "redis", EVENT_STORE.name)  # what the harness runs on (started if not running, then stopped)
+WARMUP_S = 1  # the worker's warm-up, which the bare loops skip alike before they count
 CLIENT = {"acks": "1", "linger_ms": 5, "batch_bytes": 1048576, "compression": "none", "pipeline_depth": 100,
           "read_count": 1000}
 
@@ -62,7 +63,7 @@ CLIENT = {"acks": "1", "linger_ms": 5, "batch_bytes": 1048576, "compression": "n
 # -- the worker ----------------------------------------------------------------------------------
 def worker_cell(endpoints, store, broker: str, size: int, rate, seconds: float, consumers: int = 1) -> dict:
     spec = validate({"brokers": [broker], "sizes": [size], "rates": [rate], "formats": ["raw"], "duration_s": seconds,
-                     "warmup_s": 1, "drain_timeout_s": 30, "client": CLIENT, "consumers": consumers})
+                     "warmup_s": WARMUP_S, "drain_timeout_s": 30, "client": CLIENT, "consumers": consumers})
     cell = expand(spec)[0]
     run_id = new_run_id()
     from brokerbench.runner import run_requested_events
@@ -80,7 +81,9 @@ def new_topic(bootstrap: str, prefix: str) -> str:
 
 
 def bare_kafka(bootstrap: str, size: int, seconds: float) -> float:
-    """A bare produce()+poll(0) loop over the worker's own producer configuration and payloads."""
+    """A bare produce()+poll(0) loop over the worker's own producer configuration and payloads. Counted as the
+    worker counts a publish-only cell: what was acknowledged from the end of the warm-up on (the messages
+    still unacknowledged then, and every one produced after), over the time to the last acknowledgement."""
     from confluent_kafka import Producer
 
     topic = new_topic(bootstrap, "bare")
@@ -89,10 +92,12 @@ def bare_kafka(bootstrap: str, size: int, seconds: float) -> float:
     payloads = payload_pool("raw", "wire", size).objects
     pool, key = len(payloads), HEADER.pack(1, 0, 0)  # the worker's key is its 20-byte header
     produce, poll = producer.produce, producer.poll
-    sent = 0
-    start = time.perf_counter()
-    end = start + seconds
-    while time.perf_counter() < end:
+    sent, counted_from = 0, None
+    begin = time.perf_counter()
+    start, end = begin + WARMUP_S, begin + WARMUP_S + seconds
+    while (now := time.perf_counter()) < end:
+        if counted_from is None and now >= start:
+            start, counted_from = now, sent - len(producer)  # from here on every acknowledgement counts
         for _ in range(1000):
             try:
                 produce(topic, payloads[sent % pool], key, 0)
@@ -101,8 +106,9 @@ def bare_kafka(bootstrap: str, size: int, seconds: float) -> float:
                 continue
             poll(0)
             sent += 1
-    producer.flush(60)
-    return sent / (time.perf_counter() - start)
+    if producer.flush(60):
+        raise RuntimeError("the bare loop's messages were not all acknowledged within 60 s")
+    return (sent - counted_from) / (time.perf_counter() - start)
 
 
 def producer_performance(bootstrap: str, size: int, records: int) -> float:
@@ -120,7 +126,8 @@ def producer_performance(bootstrap: str, size: int, records: int) -> float:
 # -- Redis ---------------------------------------------------------------------------------------
 def bare_redis(port: int, size: int, seconds: float, depth: int) -> float:
     """The worker's XADDs (key, header field, payload) pre-packed once, written `depth` at a time and their
-    replies read before the next batch: the least Python can do per message at that pipeline depth."""
+    replies read before the next batch: the least Python can do per message at that pipeline depth. Counted
+    from the end of the worker's warm-up on."""
     import hiredis
 
     key = f"bare-{new_run_id()}-0".encode()
@@ -130,10 +137,13 @@ def bare_redis(port: int, size: int, seconds: float, depth: int) -> float:
     sock = socket.create_connection(("127.0.0.1", port), timeout=30)
     sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
     reader = hiredis.Reader()
-    sent = 0
+    sent, counted_from = 0, None
     try:
-        start = time.perf_counter()
-        while time.perf_counter() - start < seconds:
+        begin = time.perf_counter()
+        start, end = begin + WARMUP_S, begin + WARMUP_S + seconds
+        while (now := time.perf_counter()) < end:
+            if counted_from is None and now >= start:  # after the worker's warm-up, as the worker counts
+                start, counted_from = now, sent
             sock.sendall(batch)
             answered = 0
             while answered < depth:
@@ -146,6 +156,7 @@ def bare_redis(port: int, size: int, seconds: float, depth: int) -> float:
                 answered += 1
             sent += depth
         elapsed = time.perf_counter() - start
+        sent -= counted_from
         sock.sendall(hiredis.pack_command((b"DEL", key)))
         reader.feed(sock.recv(1 << 10))
     finally:

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from multiprocessing.connection import wait
 
 from .. import verdict
+from ..codecs.floor import call_floor_ns
 from ..drivers import BrokerUnavailable, get_driver, lanes
 from ..events import EventStore, cell_prefix, make_event
 from ..reports.model import interval_digest, verdict_basis
@@ -221,6 +222,8 @@ class _CellRun:
         self.encoded_bytes = sum(encoded) / len(encoded)
         loops = {info["send_loop"] for (role, _), info in ready.items() if role == "producer"}
         self.send_loop = loops.pop() if len(loops) == 1 else "mixed"
+        # Before "go", while the processes wait: the timed call's own cost on the loops the cell runs.
+        self.codec_floor = call_floor_ns(self.send_loop)
 
         t_start = time.monotonic_ns() + START_LEAD_NS
         # With an adaptive warm-up the measured start is provisional (the bound) until the consumers'
@@ -462,7 +465,8 @@ class _CellRun:
         self.store.append([make_event(self.run_id, "CellCompleted", {
             "cell_id": cell["cell_id"], "attempt": self.attempt, "measured_s": schedule_s,
             "delivery_window_s": delivered["window_s"],
-            "encoded_bytes": self.encoded_bytes, "send_loop": self.send_loop, "send_thread_nice": _nice(producers),
+            "encoded_bytes": self.encoded_bytes, "send_loop": self.send_loop, "codec_floor_ns": self.codec_floor,
+            "send_thread_nice": _nice(producers),
             "intervals": self.aggregator.written, "totals": counts, "broker_count": broker_count,
             "latency_basis": "enqueue" if cell["rate"] == "max" else "intended",
             "warmup": self._warmup_record(),

@@ -247,7 +247,7 @@ def test_highlights_need_repeats_beyond_the_noise_and_never_compare_latency_of_c
     assert not any(h["metric"] == "end_to_end_p99_us" and "msgpack" in h["text"] for h in report["highlights"])
     latency = [h for h in report["highlights"] if h["metric"] == "end_to_end_p99_us"]
     assert len(latency) == 1 and latency[0]["text"].startswith("kafka: avro end-to-end p99 0.")
-    assert latency[0]["ci"][1] < 1 and "75% interval over 3 paired repeats" in latency[0]["text"]
+    assert latency[0]["ci"][1] < 1 and "95% interval over 3 paired repeats" in latency[0]["text"]
     assert "kafka: avro end-to-end p99" in markdown.render(report)
 
 

@@ -526,13 +526,17 @@ def _highlight(found: dict, noise: dict, p_value: float, comparisons: int) -> di
     level = noise[name]["noise"] or 0.0
     text = (f"{subject} {what} {est['ratio']:.2f}× {other}'s ({est['ci_low']:.2f}–{est['ci_high']:.2f}, "
             f"{est['coverage']:.0%} interval over {est['n']} paired repeats; Holm p {p_value:.2g} among "
-            f"{comparisons}; noise {level:.1%}) at "
-            f"{config['metrics']['encoded_bytes']['median']:,.0f} B ({found['group']['title']})"
+            f"{comparisons}; noise {level:.1%}){_size_text(config)} ({found['group']['title']})"
             + (" — could not keep up with the target rate" if behind and what == "throughput" else ""))
     return {"text": text, "metric": name, "axis": axis, "ratio": round(est["ratio"], 4),
             "ci": [round(est["ci_low"], 4), round(est["ci_high"], 4)], "coverage": est["coverage"],
             "repeats": est["n"], "noise": round(level, 4), "p_value": p_value, "comparisons": comparisons,
             "cell": config["key"], "reference": ref["key"]}
+
+
+def _size_text(config: dict) -> str:
+    size = config["metrics"]["encoded_bytes"]["median"]
+    return "" if size is None else f" at {size:,.0f} B"
 
 
 def claims(groups: list[dict], references: dict, noise: dict[str, dict]) -> tuple[list[dict], dict]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from functools import cache
 
 import numpy as np
 
@@ -161,6 +162,7 @@ def holm(p_values: list[float]) -> list[float]:
     return adjusted
 
 
+@cache
 def t_quantile(p_two_sided: float, df: float) -> float:
     """The t with P(|T| ≥ t) = p_two_sided for df degrees of freedom (bisection on t_two_sided_p)."""
     if p_two_sided >= 1:

@@ -312,7 +312,7 @@ def main() -> int:
     stack = LocalStack()
     started_stack = not stack.is_up()
     started = time.monotonic()
-    endpoints = stack.up(log=log)
+    endpoints = stack.up(["kafka", "redis", "dynamodb"], log=log)  # what the spec needs
     store = DynamoEventStore(endpoints["dynamodb"]["table"], endpoint_url=endpoints["dynamodb"]["endpoint_url"])
     store.ensure_table()
     out_dir = Path(args.home) / "reports"

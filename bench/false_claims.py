@@ -17,7 +17,7 @@ configurations carries any claim, and how often a real difference is claimed.
    configuration measured in the same run: any claim is false. The halves' real figures, verdicts and loss
    enter the rule unchanged. Detection: one half's end-to-end p99 doubled.
 
-usage: .venv/bin/python bench/false_claims.py [--reports 2000] [--runs 3] [--reuse] [--home /tmp/bb-claims]
+usage: .venv/bin/python bench/false_claims.py [--reports 2000] [--runs 3] [--reuse [--resimulate]] [--home /tmp/bb-claims]
        [--out bench/results/false_claims.json] [--no-real]
 """
 
@@ -208,7 +208,7 @@ def by_pair(configs: list[dict]) -> list[list[dict]]:
 def real(store, runs: list[dict]) -> dict:
     from brokerbench.reports.model import build_report
 
-    rows, null, injected, found = [], [], [], 0
+    rows, null, injected, found, eligible = [], [], [], 0, 0
     for run in runs:
         report = build_report(store.read(run["run_id"], interval_histograms=False))
         n = max(len(c["sustainability"]["repeats"]) for g in report["groups"] for c in g["cells"])
@@ -218,26 +218,38 @@ def real(store, runs: list[dict]) -> dict:
             refs = {"format": "A", "broker": "none"}
             verdict = judge(configs, refs, by_pair)
             null.append(verdict)
+            # Detection: the second half of the first configuration whose halves may both claim on latency.
             doubled = halves(report, split)
-            target = doubled[1]  # the first configuration's second half
+            pairs = [doubled[i:i + 2] for i in range(0, len(doubled), 2)]
+            able = [b for a, b in pairs if all(_latency_eligible(c) for c in (a, b))]
+            if not able:
+                continue
+            target = able[0]
             target["values_by_repeat"]["end_to_end_p99_us"] = [v * 2 if v else v for v in
                                                                target["values_by_repeat"]["end_to_end_p99_us"]]
             target["metrics"]["end_to_end_p99_us"]["median"] *= 2
             hit = judge(doubled, refs, by_pair)
             injected.append(hit)
+            eligible += 1
             found += any(h["cell"] == target["key"] and h["metric"] == "end_to_end_p99_us" for h in hit["highlights"])
         rows.append({"run_id": run["run_id"], "splits": len(splits),
                      "reports_with_a_false_claim": sum(bool(v["highlights"] or v["best"]) for v in null[-len(splits):]),
                      "eligible_for_latency_claims": sum(c["sustainability"]["verdict"] == "sustainable" and
                                                         not c["has_loss"] for g in report["groups"]
                                                         for c in g["cells"]),
-                     "p99_noise_pooled": _p99_noise(report)})
-    return {"runs": rows, "reports": len(null), "comparisons_per_report": null[0]["comparisons"] if null else 0,
+                     "p99_repeat_spread": _p99_noise(report)})
+    return {"runs": rows, "reports": len(null),
+            "comparisons_per_report": sorted(v["comparisons"] for v in null)[len(null) // 2] if null else 0,
             "reports_with_a_false_claim": sum(bool(v["highlights"] or v["best"]) for v in null),
             "false_claims": [h["text"] for v in null for h in v["highlights"]] + [f"best {b}" for v in null
                                                                                  for b in v["best"]],
-            "doubled_p99_detected": found, "detection_rate": round(found / max(1, len(injected)), 4),
+            "doubled_p99_detected": found, "doubled_p99_trials": eligible,
+            "detection_rate": round(found / max(1, eligible), 4),
             "false_claim_rate": round(sum(bool(v["highlights"] or v["best"]) for v in null) / max(1, len(null)), 4)}
+
+
+def _latency_eligible(config: dict) -> bool:
+    return config["sustainability"]["verdict"] == "sustainable" and not config["has_loss"]
 
 
 def _p99_noise(report: dict) -> dict:
@@ -282,7 +294,9 @@ def main() -> int:
     parser.add_argument("--runs", type=int, default=3, help="real runs of the 6-repeat spec")
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--no-real", action="store_true", help="simulated reports only")
-    parser.add_argument("--reuse", action="store_true", help="analyse the real runs recorded in --out again")
+    parser.add_argument("--reuse", action="store_true",
+                        help="analyse the real runs recorded in --out again (and keep its simulated results)")
+    parser.add_argument("--resimulate", action="store_true", help="with --reuse: simulate again")
     parser.add_argument("--out", default=str(ROOT / "bench" / "results" / "false_claims.json"))
     parser.add_argument("--home", default="/tmp/bb-claims")
     args = parser.parse_args()
@@ -290,12 +304,14 @@ def main() -> int:
     from brokerbench.reports import model
 
     started = time.monotonic()
+    previous = json.loads(Path(args.out).read_text()) if args.reuse and Path(args.out).is_file() else {}
     document = {"bench": "false_claims", "when": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
                 "host": {k: v for k, v in collect()["host"].items() if k != "hostname"},
                 "rule": model.CLAIMS_RULE, "alpha": model.CLAIM_ALPHA, "floors": model.CLAIM_FLOOR,
                 "simulated_noise": {k: {"level": v[0], "log_sd_range": [round(math.log1p(x), 4) for x in v[1]]}
                                     for k, v in NOISE.items()},
-                "simulated": simulate(args.reports, args.seed)}
+                "simulated": previous["simulated"] if previous.get("simulated") and not args.resimulate
+                else simulate(args.reports, args.seed)}
     if not args.no_real:
         document["real"] = real_runs(args)
         r = document["real"]

@@ -11,13 +11,15 @@ configurations carries any claim, and how often a real difference is claimed.
    for contrast. Detection: kafka msgpack's end-to-end p99 doubled in every repeat; how often the report claims
    it against json (and how often anything else is claimed).
 2. Real A/A reports: a small spec run several times through `brokerbench run` on its own local stack
-   (--home; Kafka and Redis Streams × raw and json, 1 KB at 2,000 msgs/s, 3 s after a 1 s warm-up, 6 repeats).
+   (--home; Kafka and Redis Streams × raw and json, 1 KB at 2,000 msgs/s, 5 s after a 1 s warm-up, 6 repeats:
+   5 intervals, the fewest a sustainability verdict needs; latency claims need that verdict).
    Each run's configurations are split into two halves of 3 repeats (every one of the 10 ways), and each half
    becomes a configuration of its own, so every comparison in the resulting report is between the same
    configuration measured in the same run: any claim is false. The halves' real figures, verdicts and loss
    enter the rule unchanged. Detection: one half's end-to-end p99 doubled.
 
-usage: .venv/bin/python bench/false_claims.py [--reports 2000] [--runs 3] [--reuse [--resimulate]] [--home /tmp/bb-claims]
+usage: .venv/bin/python bench/false_claims.py [--reports 2000] [--runs 3] [--reuse [--resimulate] | --keep-simulated]
+       [--home /tmp/bb-claims]
        [--out bench/results/false_claims.json] [--no-real]
 """
 
@@ -39,7 +41,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent / "brokerbench"
 SPEC = {"brokers": ["kafka", "redis-streams"], "sizes": [1024], "rates": [2000], "formats": ["raw", "json"],
-        "modes": ["batch"], "producers": 1, "consumers": 1, "partitions": 1, "duration_s": 3, "warmup_s": 1,
+        "modes": ["batch"], "producers": 1, "consumers": 1, "partitions": 1, "duration_s": 5, "warmup_s": 1,
         "repeats": 6}
 BROKERS, FORMATS = ("kafka", "redis-streams"), ("json", "msgpack", "avro", "protobuf")
 REFERENCES = {"format": "json", "broker": "kafka"}
@@ -237,7 +239,14 @@ def real(store, runs: list[dict]) -> dict:
                      "eligible_for_latency_claims": sum(c["sustainability"]["verdict"] == "sustainable" and
                                                         not c["has_loss"] for g in report["groups"]
                                                         for c in g["cells"]),
-                     "p99_repeat_spread": _p99_noise(report)})
+                     "p99_repeat_spread": _p99_noise(report),
+                     "verdicts_by_repeat": {f"{c['broker']} {c['format']}": [r["verdict"] for r in
+                                                                           c["sustainability"]["repeats"]]
+                                            for g in report["groups"] for c in g["cells"]},
+                     "with_loss": [f"{c['broker']} {c['format']}" for g in report["groups"] for c in g["cells"]
+                                   if c["has_loss"]],
+                     "reasons": sorted({reason for g in report["groups"] for c in g["cells"]
+                                        for reason in c["sustainability"]["reasons"]})[:12]})
     return {"runs": rows, "reports": len(null),
             "comparisons_per_report": sorted(v["comparisons"] for v in null)[len(null) // 2] if null else 0,
             "reports_with_a_false_claim": sum(bool(v["highlights"] or v["best"]) for v in null),
@@ -297,6 +306,8 @@ def main() -> int:
     parser.add_argument("--reuse", action="store_true",
                         help="analyse the real runs recorded in --out again (and keep its simulated results)")
     parser.add_argument("--resimulate", action="store_true", help="with --reuse: simulate again")
+    parser.add_argument("--keep-simulated", action="store_true",
+                        help="keep the simulated results in --out, make new real runs")
     parser.add_argument("--out", default=str(ROOT / "bench" / "results" / "false_claims.json"))
     parser.add_argument("--home", default="/tmp/bb-claims")
     args = parser.parse_args()
@@ -304,7 +315,8 @@ def main() -> int:
     from brokerbench.reports import model
 
     started = time.monotonic()
-    previous = json.loads(Path(args.out).read_text()) if args.reuse and Path(args.out).is_file() else {}
+    reused = (args.reuse or args.keep_simulated) and Path(args.out).is_file()
+    previous = json.loads(Path(args.out).read_text()) if reused else {}
     document = {"bench": "false_claims", "when": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
                 "host": {k: v for k, v in collect()["host"].items() if k != "hostname"},
                 "rule": model.CLAIMS_RULE, "alpha": model.CLAIM_ALPHA, "floors": model.CLAIM_FLOOR,

@@ -149,12 +149,13 @@ def tally(comparisons: list[list[dict]]) -> dict:
 
 
 def detectable_by_metric(comparisons: list[list[dict]]) -> dict:
-    """Per metric, the median of the smallest regression each A/A verdict was sure to call."""
+    """Per metric, the median factor of the smallest regression each A/A verdict was sure to call (÷ it for
+    throughput, × it for a p99); None counts as beyond any factor (an SE too large to bound)."""
     found: dict[str, list[float]] = {}
     for c in comparisons:
         for v in c:
-            if v.get("detectable") is not None:
-                found.setdefault(v["metric"], []).append(v["detectable"])
+            if v.get("se") is not None:
+                found.setdefault(v["metric"], []).append(v.get("detectable_factor") or math.inf)
     return {m: round(float(np.median(vs)), 4) for m, vs in found.items()}
 
 
@@ -273,10 +274,10 @@ def single_repeat(figures: dict, ids: list[str]) -> dict:
         history = [one[ids[h]] for h in sorted(set(range(len(ids))) - {i, j}, reverse=True)][:R.HISTORY_RUNS - 1]
         alone.append(R.compare(one[ids[i]], one[ids[j]]))
         with_history.append(R.compare(one[ids[i]], one[ids[j]], history))
-    detectable = [v["detectable"] for c in with_history for v in c if v.get("detectable") is not None]
+    detectable = [v["detectable_factor"] for c in with_history for v in c if v.get("detectable_factor") is not None]
     return {"pairs_without_history": tally(alone), "pairs_with_history": tally(with_history),
             "cannot_tell_without_history": sum(bool(v.get("cannot_tell")) for c in alone for v in c),
-            "median_detectable_with_history": round(float(np.median(detectable)), 4) if detectable else None}
+            "median_detectable_factor_with_history": round(float(np.median(detectable)), 4) if detectable else None}
 
 
 def analyse(store, aa: list[dict], injected: list[dict], out_dir: Path) -> dict:

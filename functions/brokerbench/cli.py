@@ -631,6 +631,8 @@ def _history(args, baseline_events: list[dict]) -> list[list[dict]] | int:
 def _compare_table(title: str, verdicts: list[dict]):
     from rich.table import Table
 
+    from .reports.regression import detectable_text
+
     table = Table(title=title, title_justify="left", header_style="bold")
     for name, justify in [("cell", "left"), ("metric", "left"), ("verdict", "left"), ("baseline", "right"),
                           ("candidate", "right"), ("change", "right"), ("p", "right"), ("detectable", "right"),
@@ -644,7 +646,7 @@ def _compare_table(title: str, verdicts: list[dict]):
         table.add_row(v["cell"], v["metric"], f"[{colors[v['verdict']]}]{shown}[/]", fmt(v["baseline_median"]),
                       fmt(v["candidate_median"]), "–" if v["change"] is None else f"{v['change']:+.1%}",
                       "–" if v["p_value"] is None else f"{v['p_value']:.2g}",
-                      "–" if v.get("detectable") is None else f"±{v['detectable']:.0%}", v["why"])
+                      detectable_text(v), v["why"])
     return table
 
 

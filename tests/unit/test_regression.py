@@ -135,7 +135,8 @@ def test_without_history_no_verdict_is_called_on_an_assumed_noise():
         assert f"{R.MIN_HISTORY - 1 - len(history)} more completed run" in alone["why"]
         assert alone["runs_needed"] == R.MIN_HISTORY - 1 - len(history)
         # What would be detectable with 3 runs as steady as these repeats: above the 10% floor, and said.
-        assert alone["detectable"] >= R.MIN_EFFECT and f"{alone['detectable']:.0%} would be detectable" in alone["why"]
+        assert alone["detectable"] >= R.MIN_EFFECT and f"{R.detectable_text(alone)} would be detectable" in alone["why"]
+        assert alone["detectable"] == pytest.approx(1 - 1 / alone["detectable_factor"])  # a drop: ÷ the factor
     # The same halving with 3 runs of history is called.
     history = [[1000 * (1 + e), 1005 * (1 + e), 995 * (1 + e)] for e in (0.01, -0.01)]
     called = R.verdict(base, halved, True, history)

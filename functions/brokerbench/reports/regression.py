@@ -188,22 +188,46 @@ def detectable(figures: dict, comparisons: int) -> float | None:
     when other verdicts' p-values are smaller: Holm's later steps are less strict.)"""
     if figures.get("se") is None or figures.get("threshold") is None:
         return None
-    bar = t_quantile(ALPHA / max(1, comparisons), figures["df"]) * figures["se"]
-    if not math.isfinite(bar):
+    factor = detectable_factor(figures, comparisons)
+    if factor is None:
         return None
-    return max(figures["threshold"], -math.expm1(-bar) if figures["higher_is_better"] else math.expm1(bar))
+    return 1 - 1 / factor if figures["higher_is_better"] else factor - 1
+
+
+def detectable_text(figures: dict) -> str:
+    """The smallest regression a verdict is sure to call, in words: −25%, +40%, or a factor beyond 2 (÷8, ×8)."""
+    factor = figures.get("detectable_factor")
+    if factor is None:
+        return "–"
+    if factor < 2:
+        return f"{'−' if figures['higher_is_better'] else '+'}{figures['detectable']:.0%}"
+    return f"{'÷' if figures['higher_is_better'] else '×'}{factor:,.3g}"
+
+
+def detectable_factor(figures: dict, comparisons: int) -> float | None:
+    """`detectable` as the factor (≥ 1) by which the geometric mean must move: ÷ it for a drop, × it for a rise
+    (a drop of 99.9% and one of 99.99% are both "100%"; as factors, ÷1,000 and ÷10,000)."""
+    if figures.get("se") is None or figures.get("threshold") is None:
+        return None
+    bar = t_quantile(ALPHA / max(1, comparisons), figures["df"]) * figures["se"]
+    if not math.isfinite(bar) or bar > 700:
+        return None
+    floor = -math.log1p(-min(figures["threshold"], 0.999)) if figures["higher_is_better"] \
+        else math.log1p(figures["threshold"])
+    return math.exp(max(bar, floor))
 
 
 def label(figures: dict, p_adjusted: float | None, comparisons: int) -> dict:
     """The verdict of one assessed comparison, given its Holm-adjusted p-value among `comparisons`."""
     if figures.get("verdict") is not None:  # decided before any test (too few samples, too short a history)
-        figures = {**figures, "detectable": detectable(figures, comparisons)}
+        figures = {**figures, "detectable": detectable(figures, comparisons),
+                   "detectable_factor": detectable_factor(figures, comparisons)}
         if figures.get("cannot_tell") and figures["detectable"] is not None:
             figures["why"] += (f" (with {MIN_HISTORY} runs as steady as these samples, a change of "
-                               f"{figures['detectable']:.0%} would be detectable)")
+                               f"{detectable_text(figures)} would be detectable)")
         return figures
     out = {**figures, "p_value": p_adjusted, "comparisons": comparisons,
-           "detectable": detectable(figures, comparisons)}
+           "detectable": detectable(figures, comparisons), "detectable_factor": detectable_factor(figures, comparisons)}
     change, threshold = figures["change"], figures["threshold"]
     # Beyond the noise against the baseline AND against history's mean run, in the direction of the test.
     same_way = figures["log_difference"] * change > 0 and change * figures["change_vs_history"] > 0

@@ -269,12 +269,9 @@ def test_uncompressed_cells_keep_the_small_pool_and_compressed_ones_never_repeat
         assert len(set(seen[:n])) == n
 
 
-def test_a_large_pool_is_distinct_and_quick_to_build():
-    started = time.perf_counter()
+def test_a_large_pool_is_distinct():
     pool = payload_pool("json", "record", 1024, 1025)
-    elapsed = time.perf_counter() - started
     assert len({json.dumps(o, sort_keys=True) for o in pool.objects}) == 1025
     assert all(abs(s - 1024) <= 10 for s in pool.encoded_sizes)
-    assert elapsed < 10  # about 0.4 s on the 2-core development VM; generous for a loaded machine
     raw = payload_pool("raw", "record", 1024, 2000)
     assert len(set(raw.objects)) == 2000

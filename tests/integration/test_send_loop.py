@@ -35,7 +35,14 @@ def drain(sender, seq, count):
     assert (next_seq, why) == (seq + count, native.module().STOP_LIMIT)
     assert sender.flush(30) == 0
     started, handed, acked_seq, acked_ns, failed = sender.take()
-    return [np.frombuffer(b, dtype=np.int64) for b in (started, handed, acked_seq, acked_ns)] + [failed]
+    return [np.frombuffer(b, dtype=np.int64) for b in (started, handed, acked_seq, acked_ns)] + [failed_count(failed)]
+
+
+def failed_count(failed_seqs: bytes) -> int:
+    """take() names the failed sends by sequence number; each is reported once."""
+    seqs = np.frombuffer(failed_seqs, dtype=np.int64)
+    assert np.unique(seqs).size == seqs.size
+    return int(seqs.size)
 
 
 def kafka_messages(bootstrap, topic, partitions, count):

@@ -60,7 +60,8 @@ def main() -> int:
         stack.down(log=lambda m: None)
     for row in rows:
         print(f"{row['rate']:>6} msgs/s {row['mode']}: publish p50 {row['publish_p50_us']:>8.1f} µs, "
-              f"end-to-end p50 {row['end_to_end_p50_us']:>8.1f} µs, publish delay p50 {row['publish_delay_p50_us']:.1f} µs")
+              f"end-to-end p50 {row['end_to_end_p50_us']:>8.1f} µs, "
+              f"publish delay p50 {row['publish_delay_p50_us']:.1f} µs")
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
                             cwd=Path(__file__).parent).stdout.strip()
     args.out.write_text(json.dumps({"measured_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),

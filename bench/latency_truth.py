@@ -4,7 +4,10 @@ A publish (XADD → reply) cannot take longer than the same message's trip to a 
 side by side show whether the producer stamps its replies when they arrive. Starts its own Redis and
 DynamoDB Local; writes bench/results/latency_truth.json.
 
-    PYTHONPATH=functions python bench/latency_truth.py [--seconds 3] [--rates 100,1000] [--out FILE]
+    PYTHONPATH=functions python bench/latency_truth.py [--seconds 3] [--rates 100,1000] [--out FILE] [--code REV]
+
+bench/results/latency_truth_before.json holds the same cells measured with the code before replies were
+stamped on arrival (bb374c2, whose loops slept until the next send).
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ import tempfile
 import time
 from pathlib import Path
 
+import brokerbench
 from brokerbench.events import new_run_id
 from brokerbench.events.dynamodb import DynamoEventStore
 from brokerbench.local.stack import LocalStack
@@ -47,6 +51,7 @@ def main() -> int:
     parser.add_argument("--seconds", type=float, default=3)
     parser.add_argument("--rates", default="100,1000")
     parser.add_argument("--out", type=Path, default=RESULTS)
+    parser.add_argument("--code", help="the measured code's commit, where its tree is not a git checkout")
     args = parser.parse_args()
     stack = LocalStack(Path(tempfile.mkdtemp(prefix="latency-truth-")))
     stack.up(services=["redis", "dynamodb"], log=lambda m: None)
@@ -62,8 +67,8 @@ def main() -> int:
         print(f"{row['rate']:>6} msgs/s {row['mode']}: publish p50 {row['publish_p50_us']:>8.1f} µs, "
               f"end-to-end p50 {row['end_to_end_p50_us']:>8.1f} µs, "
               f"publish delay p50 {row['publish_delay_p50_us']:.1f} µs")
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
-                            cwd=Path(__file__).parent).stdout.strip()
+    commit = args.code or subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
+                                         cwd=Path(brokerbench.__file__).parent).stdout.strip()
     args.out.write_text(json.dumps({"measured_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
                                     "host": platform.node(), "code": commit, "cells": rows}, indent=2) + "\n")
     return 0

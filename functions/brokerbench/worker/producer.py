@@ -86,13 +86,18 @@ def _run(conn, task: ProducerTask) -> None:
     done = loop(sender or driver, task, codec, pool, timing, schedule, reports, conn)
     reports.put(None)
     reporter.join()
-    # The measured messages never acknowledged (send errors among them): the consumers say which of them arrived
-    # anyway, so that none is counted both delivered and unacknowledged (outcome.totals). Unacknowledged are the
-    # measured messages with no report at all (neither acknowledged nor failed), as `sent` counts measured ones.
-    not_acked = acked.missing(done["first_measured_seq"], done["sent_total"])
-    unacked = int(not_acked.size - failed.has(not_acked).sum())
+    not_acked, unacked = never_acknowledged(acked, failed, done["first_measured_seq"], done["sent_total"])
     conn.send(("done", {"producer_id": task.producer_id, "send_thread_nice": nice, **done, **vars(acks),
                         "unacked": unacked, "not_acked": not_acked}))
+
+
+def never_acknowledged(acked: AckedSeqs, failed: AckedSeqs, first: int, end: int) -> tuple[np.ndarray, int]:
+    """The measured messages (sequence numbers first..end-1) never acknowledged, send errors among them, and how
+    many of them had no report at all (unacknowledged). Warm-up messages count in neither, as `sent` counts
+    measured messages only. The consumers say which of the first arrived anyway, so that none is counted both
+    delivered and unacknowledged (outcome.totals)."""
+    missing = acked.missing(first, end)
+    return missing, int(missing.size - np.count_nonzero(failed.has(missing)))
 
 
 SEND_THREAD_NICE = -10

@@ -22,8 +22,9 @@ from ...drivers import BrokerUnavailable, Message, OnAck, TargetRefused
 
 PRODUCER_BUFFER_KB = 32 * 1024
 # librdkafka waits in whole milliseconds: the part of a poll's wait below one is slept in slices this long
-# between non-blocking polls, so a delivery report waits at most this long to be served (and stamped).
-POLL_SLICE_S = 0.0001
+# between non-blocking polls, so a delivery report waits at most this long to be served (and stamped);
+# shorter slices cost the Python loop more wake-ups (at 2,000 msgs/s, up to two per message at 0.25 ms).
+POLL_SLICE_S = 0.00025
 MAX_IN_FLIGHT = 5
 DEFAULT_REPLICATION_FACTOR = 3  # or the number of brokers, when fewer
 CREATE_TIMEOUT_S = 30  # creating a cell's topics: this, and CREATE_S_PER_REPLICA more per partition replica
@@ -327,7 +328,8 @@ class KafkaProducer:
                 continue
             if poll(0) or left <= 0:
                 return
-            time.sleep(min(left, POLL_SLICE_S))
+            # With nothing in flight there is nothing to serve: the rest is slept at once.
+            time.sleep(min(left, POLL_SLICE_S) if len(self._producer) else left)
 
     def flush(self, timeout_s: float) -> int:
         return self._producer.flush(timeout_s)

@@ -4,7 +4,8 @@ A publish (XADD → reply) cannot take longer than the same message's trip to a 
 side by side show whether the producer stamps its replies when they arrive. Starts its own Redis and
 DynamoDB Local; writes bench/results/latency_truth.json.
 
-    PYTHONPATH=functions python bench/latency_truth.py [--seconds 3] [--rates 100,1000] [--out FILE] [--code REV]
+    PYTHONPATH=functions python bench/latency_truth.py [--seconds 3] [--rates 100,1000] [--repeats 3] [--out FILE]
+    [--code REV]
 
 bench/results/latency_truth_before.json holds the same cells measured with the code before replies were
 stamped on arrival (bb374c2, whose loops slept until the next send).
@@ -14,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import platform
 import subprocess
 import tempfile
@@ -50,6 +52,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seconds", type=float, default=3)
     parser.add_argument("--rates", default="100,1000")
+    parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--out", type=Path, default=RESULTS)
     parser.add_argument("--code", help="the measured code's commit, where its tree is not a git checkout")
     args = parser.parse_args()
@@ -60,11 +63,13 @@ def main() -> int:
         db = endpoints["dynamodb"]
         store = DynamoEventStore(f"bb-latency-{new_run_id()[-8:]}", endpoint_url=db["endpoint_url"])
         store.ensure_table()
-        rows = [cell_figures(endpoints, store, int(rate), args.seconds, "batch") for rate in args.rates.split(",")]
+        rows = [{"repeat": repeat, **cell_figures(endpoints, store, int(rate), args.seconds, "batch"),
+                 "load_average_per_core": round(os.getloadavg()[0] / (os.cpu_count() or 1), 2)}
+                for repeat in range(args.repeats) for rate in args.rates.split(",")]
     finally:
         stack.down(log=lambda m: None)
     for row in rows:
-        print(f"{row['rate']:>6} msgs/s {row['mode']}: publish p50 {row['publish_p50_us']:>8.1f} µs, "
+        print(f"{row['rate']:>6} msgs/s {row['mode']} (load {row['load_average_per_core']}/core): publish p50 {row['publish_p50_us']:>8.1f} µs, "
               f"end-to-end p50 {row['end_to_end_p50_us']:>8.1f} µs, "
               f"publish delay p50 {row['publish_delay_p50_us']:.1f} µs")
     commit = args.code or subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,

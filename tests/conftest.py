@@ -105,3 +105,13 @@ def served_api(stack, tmp_path_factory):
     served = ServedApi(stack.state_dir, tmp_path_factory.mktemp("served"), "--no-schedules")
     yield served
     served.stop()
+
+
+@pytest.fixture(scope="module")
+def toxiproxy(tmp_path_factory):
+    """A Toxiproxy server for this module (tests/toxiproxy.py): proxies to real servers with a known latency."""
+    from toxiproxy import Toxiproxy
+
+    proxy = Toxiproxy(tmp_path_factory.mktemp("toxiproxy"))
+    yield proxy
+    proxy.stop()

@@ -5,6 +5,7 @@ run the same small cell on both loops and check that each is recorded and counts
 """
 
 import random
+import threading
 import time
 
 import numpy as np
@@ -20,6 +21,7 @@ from brokerbench.local.stack import free_port
 from brokerbench.records import sized_record
 from brokerbench.reports.results import build_results
 from brokerbench.runner import execute_run
+from brokerbench.worker.cell import topic_name
 from brokerbench.worker.framing import unpack_many
 
 
@@ -35,7 +37,14 @@ def drain(sender, seq, count):
     assert (next_seq, why) == (seq + count, native.module().STOP_LIMIT)
     assert sender.flush(30) == 0
     started, handed, acked_seq, acked_ns, failed = sender.take()
-    return [np.frombuffer(b, dtype=np.int64) for b in (started, handed, acked_seq, acked_ns)] + [failed]
+    return [np.frombuffer(b, dtype=np.int64) for b in (started, handed, acked_seq, acked_ns)] + [failed_count(failed)]
+
+
+def failed_count(failed_seqs: bytes) -> int:
+    """take() names the failed sends by sequence number; each is reported once."""
+    seqs = np.frombuffer(failed_seqs, dtype=np.int64)
+    assert np.unique(seqs).size == seqs.size
+    return int(seqs.size)
 
 
 def kafka_messages(bootstrap, topic, partitions, count):
@@ -220,3 +229,41 @@ def test_cells_on_either_loop_are_recorded_and_count_alike(loop, endpoints, stor
 def test_instrumentation_count_is_checked():
     with pytest.raises(ValueError, match="n: must be at least 1"):
         native.module().instrumentation_ns(0)
+
+
+@pytest.mark.parametrize("loop", ["native", "python"])
+def test_acknowledgements_that_come_while_the_producer_closes_are_counted(loop, endpoints, store, monkeypatch):
+    """Redis holds every write (CLIENT PAUSE WRITE) from near the end of sending until after the producer's flush
+    gave up (1 s without an acknowledgement, drain_timeout_s): the last replies come while the producer closes
+    (its last flush waits up to 5 s). They are acknowledgements like any other: none is left unacknowledged,
+    and what the producer was told was stored is what the stream holds."""
+    monkeypatch.setenv("BROKERBENCH_SEND_LOOP", loop)
+    spec = {"name": f"close-{loop}", "brokers": ["redis-streams"], "sizes": [256], "rates": [100], "formats": ["raw"],
+            "duration_s": 1, "warmup_s": 0.5, "warmup_until_steady": False, "drain_timeout_s": 1}
+    run_id = new_run_id()
+    key = f"{topic_name(run_id, {'index': 0})}-0"
+    client = redis.Redis(host="127.0.0.1", port=int(endpoints["redis-streams"]["port"]))
+    paused = threading.Event()
+
+    def pause_near_the_end():  # 150 messages in all (and the readiness probes): hold the last ~20
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and not paused.is_set():
+            if client.exists(key) and client.xlen(key) >= 130:
+                client.execute_command("CLIENT", "PAUSE", 2500, "WRITE")
+                paused.set()
+            time.sleep(0.002)
+
+    watcher = threading.Thread(target=pause_near_the_end, daemon=True)
+    watcher.start()
+    try:
+        execute_run(spec, endpoints, store, run_id=run_id)
+    finally:
+        paused.set()
+        watcher.join()
+        client.execute_command("CLIENT", "UNPAUSE")
+    [cell] = build_results(store.read(run_id))["cells"]
+    done = [e["data"] for e in store.read(run_id) if e["type"] == "CellCompleted"]
+    assert done, cell.get("reason")
+    assert cell["sent"] == 100 and cell["unacknowledged"] == 0 and cell["send_errors"] == 0, cell
+    assert cell["broker_count"]["difference"] == 0, cell["broker_count"]
+    client.delete(key)

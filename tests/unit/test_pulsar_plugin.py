@@ -1,6 +1,7 @@
 """Apache Pulsar as a plug-in: discovered, in the schema, loopback only; the driver's accounting without a broker."""
 
 import threading
+import time
 
 import pulsar
 import pytest
@@ -160,16 +161,31 @@ class FakeClient:
 def test_acknowledgements_reach_on_ack_only_in_poll_and_flush_on_the_callers_thread():
     acks, threads = [], []
     producers = [FakeProducer(), FakeProducer(pulsar.Result.Timeout)]
-    producer = driver.PulsarProducer(FakeClient(), producers, lambda h, ok: (acks.append((h, ok)),
-                                                                            threads.append(threading.get_ident())))
+    producer = driver.PulsarProducer(FakeClient(), producers, lambda h, ok, at: (acks.append((h, ok)),
+                                                                                threads.append(threading.get_ident())))
     producer.send(b"h0", b"payload", 0)
     producer.send(b"h1", b"payload", 1)
     assert producers[0].bodies == [b"\x02h0payload"] and producers[1].bodies == [b"\x02h1payload"]
     assert producer.flush(5) == 0
     assert sorted(acks) == [(b"h0", True), (b"h1", False)] and set(threads) == {threading.get_ident()}
-    silent = driver.PulsarProducer(FakeClient(), [FakeProducer(answer=None)], lambda h, ok: None)
+    silent = driver.PulsarProducer(FakeClient(), [FakeProducer(answer=None)], lambda h, ok, at: None)
     silent.send(b"h", b"p", 0)
     assert silent.flush(0.05) == 1  # still unacknowledged when the wait is over
+
+
+def test_an_acknowledgement_carries_the_time_it_arrived_not_the_time_the_worker_took_it():
+    """The client's callback stamps the time; the worker serves it later (here 50 ms later) with that time."""
+    stamped = []
+    producer = driver.PulsarProducer(FakeClient(), [FakeProducer()], lambda h, ok, at: stamped.append(at))
+    before = time.monotonic_ns()
+    producer.send(b"h", b"p", 0)
+    while producer._results.empty():  # the callback has run on its own thread
+        time.sleep(0.001)
+    arrived = time.monotonic_ns()
+    time.sleep(0.05)
+    producer.poll(0)
+    [at] = stamped
+    assert before <= at <= arrived < time.monotonic_ns() - 40_000_000
 
 
 class FakeMessage:

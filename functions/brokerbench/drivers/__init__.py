@@ -1,8 +1,11 @@
 """Brokers behind one small interface, in the spirit of OpenMessaging Benchmark's driver API.
 
 A driver creates and deletes topics, and makes producers and consumers. A producer sends
-(header, payload) to a partition and reports each acknowledgement through `on_ack(header, ok)`
-while it is polled or flushed; a consumer returns batches of (header, payload, partition).
+(header, payload) to a partition and reports each acknowledgement through `on_ack(header, ok, at_ns)`
+while it is polled or flushed, `at_ns` being when the acknowledgement arrived (time.monotonic_ns, taken
+where it arrives: on the socket's read, in the client's callback; never when the worker next looks);
+`poll(timeout_s)` waits for acknowledgements, not merely sleeps. A consumer returns batches of
+(header, payload, partition).
 A driver may also offer the producer's native send loop (`native_sender`, see brokerbench.native),
 or raise native.Unsupported, and the worker runs its Python loop over `producer`.
 The header is the worker's framing (producer id, sequence, intended send time); each driver
@@ -19,7 +22,7 @@ from typing import Protocol
 
 from ..brokers import for_target
 
-OnAck = Callable[[bytes, bool], None]
+OnAck = Callable[[bytes, bool, int], None]
 Message = tuple[bytes, bytes, int]
 
 

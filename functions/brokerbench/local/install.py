@@ -1,5 +1,7 @@
 """Idempotent install of the local stack's parts (`make setup`): the tools, each registered broker's local
 service, DynamoDB Local and its launcher, and the native send loop (built against librdkafka-dev's header).
+The tests' own tools come with `--with-browser` (`make test`): chromium, and Toxiproxy (a TCP proxy that adds
+a known latency: the tests' independent truth for latency figures), built from the Go module proxy.
 
 Also the helpers a broker's local service installs with: Debian packages, Maven Central jars.
 """
@@ -18,6 +20,7 @@ from ..paths import PACKAGE_DIR
 REPO_DIR = PACKAGE_DIR.parent.parent
 CACHE_DIR = Path(os.environ.get("BROKERBENCH_CACHE", REPO_DIR / ".cache"))
 JARS_DIR = CACHE_DIR / "jars"
+BIN_DIR = CACHE_DIR / "bin"
 POMS_DIR = PACKAGE_DIR / "local" / "jars"
 LAUNCHER_SOURCE = PACKAGE_DIR / "local" / "java" / "LoopbackDynamoDB.java"
 
@@ -45,12 +48,15 @@ def _run(cmd: list[str], cwd: Path | None = None) -> None:
 
 # Command -> the Debian package that provides it (the tools every part needs; brokers name their own).
 DEBIAN_PACKAGES = {"mvn": "maven", "java": "openjdk-17-jdk-headless", "javac": "openjdk-17-jdk-headless",
-                   "node": "nodejs", "npm": "npm", "gcc": "gcc", "chromium": "chromium"}
+                   "node": "nodejs", "npm": "npm", "gcc": "gcc", "chromium": "chromium", "go": "golang-go"}
 # Header -> the Debian package that provides it (for the native send loop's build).
 DEBIAN_HEADERS = {"/usr/include/librdkafka/rdkafka.h": "librdkafka-dev"}
 NATIVE_SOURCE = PACKAGE_DIR / "native" / "sendloop.c"
-# Only the browser test needs chromium; `make run` does not install it.
-RUN_COMMANDS = tuple(c for c in DEBIAN_PACKAGES if c != "chromium")
+# Only the tests need chromium (the browser test) and go (to build Toxiproxy); `make run` installs neither.
+TEST_COMMANDS = ("chromium", "go")
+RUN_COMMANDS = tuple(c for c in DEBIAN_PACKAGES if c not in TEST_COMMANDS)
+TOXIPROXY_MODULE = "github.com/Shopify/toxiproxy/v2/cmd/server"
+TOXIPROXY_VERSION = "2.5.0"
 
 
 def install_debian(packages: dict[str, str], log=print, headers: dict[str, str] | None = None) -> None:
@@ -113,13 +119,47 @@ def build_native(log=print) -> None:
         raise InstallError("the native send loop did not build (setup.py build_ext printed no error)")
 
 
+def toxiproxy_path() -> Path:
+    """Toxiproxy's server, as `go install` names it."""
+    return BIN_DIR / "server"
+
+
+def toxiproxy_version() -> str | None:
+    """The installed Toxiproxy's module version (`go version -m`: a `go install` build prints "git" for
+    `-version`), None when it is not installed."""
+    if not toxiproxy_path().is_file() or not shutil.which("go"):
+        return None
+    result = subprocess.run(["go", "version", "-m", str(toxiproxy_path())], capture_output=True, text=True)
+    for line in result.stdout.splitlines():
+        fields = line.split()
+        if fields[:2] == ["mod", "github.com/Shopify/toxiproxy/v2"] and len(fields) > 2:
+            return fields[2].removeprefix("v")
+    return None
+
+
+def install_toxiproxy(log=print) -> Path:
+    """Toxiproxy's server from the Go module proxy into .cache/bin, unless that version is there (~40 s)."""
+    if toxiproxy_version() == TOXIPROXY_VERSION:
+        return toxiproxy_path()
+    log(f"building Toxiproxy {TOXIPROXY_VERSION} (go install) ...")
+    BIN_DIR.mkdir(parents=True, exist_ok=True)
+    result = subprocess.run(["go", "install", f"{TOXIPROXY_MODULE}@v{TOXIPROXY_VERSION}"], capture_output=True,
+                            text=True, env={**os.environ, "GOBIN": str(BIN_DIR)})
+    if result.returncode != 0 or toxiproxy_version() != TOXIPROXY_VERSION:
+        raise InstallError(f"go install {TOXIPROXY_MODULE}@v{TOXIPROXY_VERSION} failed:\n{result.stderr[-2000:]}")
+    return toxiproxy_path()
+
+
 def install_all(with_browser: bool = False, log=print) -> None:
-    install_commands((*RUN_COMMANDS, "chromium") if with_browser else RUN_COMMANDS, log)
+    """Everything `make setup` needs; with_browser adds the tests' own tools (chromium, Toxiproxy)."""
+    install_commands((*RUN_COMMANDS, *TEST_COMMANDS) if with_browser else RUN_COMMANDS, log)
     for plugin in plugins().values():
         if plugin.local is not None:
             plugin.local.install(log)
     install_dynamodb_local(log)
     build_native(log)
+    if with_browser:
+        install_toxiproxy(log)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -12,8 +12,12 @@
  * `take()` hands the interval's raw timestamps and acknowledgements to Python, which derives
  * every figure from them in bulk.
  *
- * Waits sleep rather than spin (see wait_until), so a producer ahead of schedule leaves the cores to
- * the broker and the consumer.
+ * Waits block rather than spin (see wait_until), so a producer ahead of schedule leaves the cores to
+ * the broker and the consumer. Every acknowledgement is stamped when it arrives, never when the loop
+ * next wakes: a Redis loop waits on its socket (ppoll until the next message is due) and stamps each
+ * reply as it is read; Kafka's delivery reports are served by a thread waiting in rd_kafka_poll (batch
+ * mode) or by rd_kafka_flush/rd_kafka_poll on the loop's own thread (single mode), and stamped in the
+ * callback.
  *
  * Kafka goes through librdkafka, resolved at run time from the library that confluent-kafka
  * loaded, so the native loop and the Python client use one librdkafka build. Redis goes through
@@ -33,6 +37,7 @@
 #include <netinet/tcp.h>
 #include <poll.h>
 #include <pthread.h>
+#include <signal.h>
 #include <sys/prctl.h>
 #include <stdint.h>
 #include <string.h>
@@ -169,7 +174,7 @@ typedef struct {
     volatile int acker_stop;
     pthread_mutex_t ack_lock;
     i64buf stage_seq, stage_ns;
-    int64_t stage_failed;
+    i64buf stage_failed;
     /* Redis */
     int fd;
     int depth;
@@ -196,7 +201,7 @@ typedef struct {
     double backlog_period;  /* ns between backlog messages */
     /* what `take()` hands over */
     i64buf started, handed, ack_seq, ack_ns;
-    int64_t failed;
+    i64buf failed; /* the seqs of failed sends */
     int oom;
     char error[512];
 } Sender;
@@ -207,14 +212,11 @@ static void on_delivery(rd_kafka_t *r, const rd_kafka_message_t *m, void *opaque
     Sender *s = (Sender *)opaque;
     (void)r;
     int staged = s->acker_running; /* on the acknowledgement thread: record into the stage */
+    int64_t seq = (int64_t)(intptr_t)m->_private, at = now_ns();
     if (m->err) {
-        if (staged)
-            s->stage_failed++;
-        else
-            s->failed++;
+        if (buf_push(staged ? &s->stage_failed : &s->failed, seq)) s->oom = 1;
         return;
     }
-    int64_t seq = (int64_t)(intptr_t)m->_private, at = now_ns();
     if (staged ? (buf_push(&s->stage_seq, seq) || buf_push(&s->stage_ns, at))
                : (buf_push(&s->ack_seq, seq) || buf_push(&s->ack_ns, at)))
         s->oom = 1;
@@ -227,13 +229,13 @@ static int buf_extend(i64buf *b, const i64buf *from) {
 }
 
 static void merge_stage(Sender *s) {
-    if (!s->stage_seq.len && !s->stage_failed) return;
+    if (!s->stage_seq.len && !s->stage_failed.len) return;
     pthread_mutex_lock(&s->ack_lock);
-    if (buf_extend(&s->ack_seq, &s->stage_seq) || buf_extend(&s->ack_ns, &s->stage_ns)) s->oom = 1;
-    s->failed += s->stage_failed;
+    if (buf_extend(&s->ack_seq, &s->stage_seq) || buf_extend(&s->ack_ns, &s->stage_ns) ||
+        buf_extend(&s->failed, &s->stage_failed))
+        s->oom = 1;
     pthread_mutex_unlock(&s->ack_lock);
-    s->stage_seq.len = s->stage_ns.len = 0;
-    s->stage_failed = 0;
+    s->stage_seq.len = s->stage_ns.len = s->stage_failed.len = 0;
 }
 
 static void *acker_main(void *arg) {
@@ -288,7 +290,8 @@ static Py_ssize_t in_flight(Sender *s) { return s->pending.len - s->pending_head
 static void redis_broken(Sender *s) { /* connection lost: what is in flight is unacknowledged */
     if (s->fd >= 0) close(s->fd);
     s->fd = -1;
-    s->failed += in_flight(s);
+    for (Py_ssize_t i = s->pending_head; i < s->pending.len; i++)
+        if (buf_push(&s->failed, s->pending.data[i])) s->oom = 1;
     s->pending.len = s->pending_head = 0;
     s->out_len = 0;
 }
@@ -318,8 +321,8 @@ static void redis_read(Sender *s, int block, int timeout_ms) {
             int64_t seq = s->pending.data[s->pending_head++];
             if (r == 1) {
                 if (buf_push(&s->ack_seq, seq) || buf_push(&s->ack_ns, now_ns())) s->oom = 1;
-            } else {
-                s->failed++;
+            } else if (buf_push(&s->failed, seq)) {
+                s->oom = 1;
             }
             got_one = 1;
             continue;
@@ -406,20 +409,39 @@ static int out_reserve(Sender *s, size_t more) {
     return 0;
 }
 
-/* Serve acknowledgements, waiting up to timeout_ms. */
+/* Serve Kafka's acknowledgements, waiting up to timeout_ms. With the acknowledgement thread running, it
+   waits in rd_kafka_poll and stamps each report as it comes; this thread only sleeps. */
 static void serve(Sender *s, int timeout_ms) {
-    if (s->kind == KIND_KAFKA) {
-        if (!s->acker_running)
-            rk.poll(s->rk, timeout_ms);
-        else if (timeout_ms > 0)
-            sleep_ns((int64_t)timeout_ms * 1000000LL);
-    } else {
-        redis_pump(s);
-        if (timeout_ms > 0) sleep_ns((int64_t)timeout_ms * 1000000LL);
+    if (!s->acker_running)
+        rk.poll(s->rk, timeout_ms);
+    else if (timeout_ms > 0)
+        sleep_ns((int64_t)timeout_ms * 1000000LL);
+}
+
+/* Redis: write what is buffered, then wait on the socket until `until`, reading (and stamping) each reply
+   as it arrives. With nothing in flight there is nothing to wait for: sleep. */
+static void redis_wait(Sender *s, int64_t until) {
+    redis_pump(s);
+    for (;;) {
+        int64_t left = until - now_ns();
+        if (left <= 0) return;
+        if (s->fd < 0 || in_flight(s) == 0) {
+            sleep_ns(left);
+            return;
+        }
+        struct pollfd pfd = {s->fd, POLLIN, 0};
+        struct timespec ts = {left / 1000000000LL, left % 1000000000LL};
+        int ready = ppoll(&pfd, 1, &ts, NULL);
+        if (ready == 0) return; /* timed out: `until` has come */
+        if (ready < 0) {
+            if (errno == EINTR) continue;
+            return;
+        }
+        redis_read(s, 0, 0); /* what has arrived, stamped now; a hang-up shows as a failed read */
     }
 }
 
-/* Wait for `target`, serving acknowledgements. Short waits sleep too (the thread's timer slack is
+/* Wait for `target`, serving acknowledgements. Short waits block too (the thread's timer slack is
    1 ns): on a machine whose cores the broker and the consumer share, a spinning producer would take a
    core from them. A late wake-up shows as publish delay, and the messages then due go out together. */
 static int spin_if_close(int64_t target) { /* 1 when the target is reached */
@@ -431,6 +453,10 @@ static int spin_if_close(int64_t target) { /* 1 when the target is reached */
 
 static void wait_until(Sender *s, int64_t target) {
     while (!spin_if_close(target)) {
+        if (s->kind == KIND_REDIS) {
+            redis_wait(s, target - SPIN_NS);
+            continue;
+        }
         int64_t remaining = target - now_ns();
         if (remaining > 1500000) {
             serve(s, (int)((remaining - 1000000) / 1000000));
@@ -440,6 +466,14 @@ static void wait_until(Sender *s, int64_t target) {
             if (left > SPIN_NS) sleep_ns(left);
         }
     }
+}
+
+/* Serve what has arrived without waiting, where no other thread does. */
+static void serve_now(Sender *s) {
+    if (s->kind == KIND_REDIS)
+        redis_pump(s);
+    else if (!s->acker_running && !s->single)
+        serve(s, 0);
 }
 
 /* Hand one message over. Returns 0, or -1 with s->error set. */
@@ -655,14 +689,14 @@ static int run_loop(Sender *s, int64_t *seq_io, int64_t stop_seq, int64_t until,
         }
         seq++;
         if (seq % POLL_EVERY == 0) {
-            /* Kafka without the acknowledgement thread, unthrottled or behind schedule: still serve acks
-               (Redis answers as its window fills). With an encode callable the GIL is let go here too,
-               so the interval reporter thread gets its turn even when the loop never waits. */
-            int poll_here = s->kind == KIND_KAFKA && !s->acker_running && !s->single;
+            /* Unthrottled or behind schedule, the loop never waits: still serve acknowledgements (Kafka
+               without the acknowledgement thread; Redis: write and read what has arrived). With an encode
+               callable the GIL is let go here too, so the interval reporter thread gets its turn even
+               when the loop never waits. */
             if (raw) {
-                if (poll_here) serve(s, 0);
+                serve_now(s);
             } else {
-                Py_BEGIN_ALLOW_THREADS if (poll_here) serve(s, 0);
+                Py_BEGIN_ALLOW_THREADS serve_now(s);
                 Py_END_ALLOW_THREADS
             }
         }
@@ -693,11 +727,9 @@ static PyObject *Sender_send_until(Sender *s, PyObject *args) {
 
 static PyObject *Sender_take(Sender *s, PyObject *Py_UNUSED(ignored)) {
     pthread_mutex_lock(&s->ack_lock);
-    PyObject *acked = buf_take(&s->ack_seq), *acked_ns = buf_take(&s->ack_ns);
-    long long failed = s->failed;
-    s->failed = 0;
+    PyObject *acked = buf_take(&s->ack_seq), *acked_ns = buf_take(&s->ack_ns), *failed = buf_take(&s->failed);
     pthread_mutex_unlock(&s->ack_lock);
-    return Py_BuildValue("(NNNNL)", buf_take(&s->started), buf_take(&s->handed), acked, acked_ns, failed);
+    return Py_BuildValue("(NNNNN)", buf_take(&s->started), buf_take(&s->handed), acked, acked_ns, failed);
 }
 
 /* Wait for the outstanding acknowledgements; returns how many never came. */
@@ -759,6 +791,8 @@ static void Sender_dealloc(Sender *s) {
     free(s->ack_ns.data);
     free(s->stage_seq.data);
     free(s->stage_ns.data);
+    free(s->stage_failed.data);
+    free(s->failed.data);
     pthread_mutex_destroy(&s->ack_lock);
     PyMem_RawFree(s->payload);
     PyMem_RawFree(s->payload_len);
@@ -947,7 +981,8 @@ static PyMethodDef Sender_methods[] = {
     {"send_until", (PyCFunction)Sender_send_until, METH_VARARGS,
      "send_until(seq, stop_seq, until_ns, t_end_ns) -> (next_seq, why): 0 boundary, 1 end, 2 limit."},
     {"take", (PyCFunction)Sender_take, METH_NOARGS,
-     "take() -> (started, handed, acked_seq, acked_ns, failed) since the last take; int64 arrays as bytes."},
+     "take() -> (started, handed, acked_seq, acked_ns, failed_seq) since the last take; int64 arrays as bytes. "
+     "Acknowledgements served by flush() or close() are taken by the next take()."},
     {"flush", (PyCFunction)Sender_flush, METH_VARARGS, "flush(timeout_s) -> messages still unacknowledged."},
     {"close", (PyCFunction)Sender_close, METH_NOARGS, "close(): flush briefly and let go of the connection."},
     {NULL, NULL, 0, NULL},

@@ -287,7 +287,7 @@ class _CellRun:
         otherwise show as latency, and the consumers' start-up as a burst of catching up."""
         partitions = lanes(self.cell)
         acks: list[bool] = []
-        producer = self.driver.producer(self.topic, partitions, "single", lambda header, ok: acks.append(ok))
+        producer = self.driver.producer(self.topic, partitions, "single", lambda header, ok, _at: acks.append(ok))
         try:
             for partition in range(partitions):
                 producer.send(probe_header(partition), b"", partition)

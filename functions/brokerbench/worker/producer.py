@@ -31,6 +31,9 @@ from .schedule import Schedule, producer_schedule
 SECOND_NS = 1_000_000_000
 # How often a producer that does not wait (unthrottled, or behind schedule) serves acknowledgements.
 POLL_EVERY = 64
+# Waits shorter than this spin on the clock (a poll costs more than the gap at high rates); longer ones wait in
+# the client's poll, which serves (and stamps) acknowledgements as they arrive.
+SPIN_NS = 50_000
 
 
 @dataclass
@@ -73,9 +76,9 @@ def _run(conn, task: ProducerTask) -> None:
     # over the interval's raw timestamps instead of pausing for the numpy work and the pipe write.
     reports: queue.Queue = queue.Queue()
     acks = AckTotals()
-    acked = AckedSeqs()
+    acked, failed = AckedSeqs(), AckedSeqs()
     reporter = threading.Thread(target=_report_intervals,
-                                args=(reports, conn, sizes, len(pool.objects), schedule, acks, acked),
+                                args=(reports, conn, sizes, len(pool.objects), schedule, acks, acked, failed),
                                 name="interval-reporter", daemon=True)
     reporter.start()
     nice = _boost_this_thread() if schedule else None
@@ -83,12 +86,18 @@ def _run(conn, task: ProducerTask) -> None:
     done = loop(sender or driver, task, codec, pool, timing, schedule, reports, conn)
     reports.put(None)
     reporter.join()
-    # The measured messages never acknowledged (send errors among them): the consumers say which of them arrived
-    # anyway, so that none is counted both delivered and unacknowledged (outcome.totals).
-    not_acked = acked.missing(done["first_measured_seq"], done["sent_total"]) if done["unacked"] or acks.failed_total \
-        else np.empty(0, np.int64)
+    not_acked, unacked = never_acknowledged(acked, failed, done["first_measured_seq"], done["sent_total"])
     conn.send(("done", {"producer_id": task.producer_id, "send_thread_nice": nice, **done, **vars(acks),
-                        "not_acked": not_acked}))
+                        "unacked": unacked, "not_acked": not_acked}))
+
+
+def never_acknowledged(acked: AckedSeqs, failed: AckedSeqs, first: int, end: int) -> tuple[np.ndarray, int]:
+    """The measured messages (sequence numbers first..end-1) never acknowledged, send errors among them, and how
+    many of them had no report at all (unacknowledged). Warm-up messages count in neither, as `sent` counts
+    measured messages only. The consumers say which of the first arrived anyway, so that none is counted both
+    delivered and unacknowledged (outcome.totals)."""
+    missing = acked.missing(first, end)
+    return missing, int(missing.size - np.count_nonzero(failed.has(missing)))
 
 
 SEND_THREAD_NICE = -10
@@ -135,8 +144,9 @@ class _Intervals:
         """The warm-up ends at `measure_start` (decided while it ran)."""
         self.measure_start = self.next_boundary = measure_start
 
-    def close(self, end_seq: int, started, handed, acked, acked_ns, failed: int) -> None:
-        """End the open interval at `end_seq`; the message arrays hold its messages only.
+    def close(self, end_seq: int, started, handed, acked, acked_ns, failed) -> None:
+        """End the open interval at `end_seq`; the message arrays hold its messages only, `acked` and `failed`
+        the sends reported since the last close (whichever message they were).
 
         The warm-up (-1) goes to the reporter too: its acknowledgements and failures are not
         measured, but they count in the totals the broker's own count is reconciled with."""
@@ -214,13 +224,13 @@ def _native_loop(sender, task: ProducerTask, codec, pool, timing: dict, schedule
             if time.monotonic_ns() < intervals.next_boundary:
                 continue
         close(seq)
-    unacked = flush_while_acking(sender.flush, task.cell["drain_timeout_s"], timing)
+    flush_while_acking(sender.flush, task.cell["drain_timeout_s"], timing)
+    sender.close()  # its last flush serves acknowledgements too: closed first, so that they are taken below
     if intervals.first_measured_seq is None:  # the run ended inside the warm-up
         intervals.first_measured_seq = seq
     close(seq)
-    sender.close()
     return {"sent_total": seq, "first_measured_seq": intervals.first_measured_seq,
-            "sent": max(0, seq - intervals.first_measured_seq), "unacked": int(unacked), "last_send_ns": last_send_ns}
+            "sent": max(0, seq - intervals.first_measured_seq), "last_send_ns": last_send_ns}
 
 
 def flush_while_acking(flush, idle_s: float, timing: dict) -> int:
@@ -256,14 +266,14 @@ def _python_loop(driver, task: ProducerTask, codec, pool, timing: dict, schedule
 
     acked_headers: list[bytes] = []
     acked_ns = array("q")
-    failed = [0]
+    failed_headers: list[bytes] = []
 
-    def on_ack(header: bytes, ok: bool) -> None:
+    def on_ack(header: bytes, ok: bool, at_ns: int) -> None:  # at_ns: stamped by the driver where it arrived
         if ok:
             acked_headers.append(header)
-            acked_ns.append(clock())
+            acked_ns.append(at_ns)
         else:
-            failed[0] += 1
+            failed_headers.append(header)
 
     producer = driver.producer(task.topic, partitions, cell["mode"], on_ack)
     send, poll = producer.send, producer.poll
@@ -279,25 +289,20 @@ def _python_loop(driver, task: ProducerTask, codec, pool, timing: dict, schedule
     due = schedule.due_function() if schedule else None
 
     def close_interval() -> None:
-        nonlocal acked_headers, acked_ns
+        nonlocal acked_headers, acked_ns, failed_headers
         begin, end = intervals.start_seq, len(send_ns)
-        intervals.close(end, start_ns[begin:end], send_ns[begin:end], acked_headers, acked_ns, failed[0])
-        acked_headers, acked_ns = [], array("q")
-        failed[0] = 0
+        intervals.close(end, start_ns[begin:end], send_ns[begin:end], acked_headers, acked_ns, failed_headers)
+        acked_headers, acked_ns, failed_headers = [], array("q"), []
 
     def wait_until(target: int) -> None:
+        """Wait in the client's poll, which serves acknowledgements as they arrive (a sleep would leave them
+        to be stamped when it ends); closer than SPIN_NS, spin on the clock alone."""
         while True:
             remaining = target - clock()
             if remaining <= 0:
                 return
-            if remaining > 1_500_000:  # the client's own poll serves acks while it waits
-                poll((remaining - 1_000_000) / SECOND_NS)
-            elif remaining > 150_000:
-                poll(0)
-                time.sleep((remaining - 100_000) / SECOND_NS)
-            elif remaining > 50_000:
-                poll(0)
-            # closer than 50 µs: spin on the clock alone (a poll costs more than the gap at high rates)
+            if remaining > SPIN_NS:
+                poll((remaining - SPIN_NS) / SECOND_NS)
 
     await_measure = _AwaitMeasure(conn, timing, intervals)
     seq = 0
@@ -336,13 +341,13 @@ def _python_loop(driver, task: ProducerTask, codec, pool, timing: dict, schedule
         elif seq % POLL_EVERY == 0:  # unthrottled, or behind schedule: still serve acknowledgements
             poll(0)
 
-    unacked = flush_while_acking(producer.flush, cell["drain_timeout_s"], timing)
+    flush_while_acking(producer.flush, cell["drain_timeout_s"], timing)
+    producer.close()  # its last flush serves acknowledgements too: closed first, so that they are counted below
     if intervals.first_measured_seq is None:  # the run ended inside the warm-up
         intervals.first_measured_seq = len(send_ns)
     close_interval()
-    producer.close()
     first = intervals.first_measured_seq
-    return {"sent_total": seq, "first_measured_seq": first, "sent": max(0, seq - first), "unacked": int(unacked),
+    return {"sent_total": seq, "first_measured_seq": first, "sent": max(0, seq - first),
             "last_send_ns": send_ns[-1] if send_ns else timing["measure_start"]}
 
 
@@ -351,14 +356,14 @@ class AckTotals:
     """What the producer's acknowledgements add up to over the whole cell (warm-up included)."""
 
     acked_total: int = 0  # every message the broker acknowledged, warm-up included
-    failed_total: int = 0  # every failed send, warm-up included
+    failed_total: int = 0  # every failed send, warm-up included (measured ones: the intervals' send_errors)
     delivered: int = 0  # acknowledgements from the start of measurement on, warm-up messages included
     bytes_delivered: int = 0
     last_ack_ns: int | None = None  # when the last measured message was acknowledged
 
 
 class AckedSeqs:
-    """Which sequence numbers the broker acknowledged, as a growing bitmap."""
+    """A set of sequence numbers (those the broker acknowledged, or those whose send failed), as a growing bitmap."""
 
     def __init__(self) -> None:
         self.bits = np.zeros(0, dtype=bool)
@@ -373,6 +378,13 @@ class AckedSeqs:
             self.bits = grown
         self.bits[seqs] = True
 
+    def has(self, seqs: np.ndarray) -> np.ndarray:
+        """Whether each of `seqs` is in the set."""
+        inside = seqs < self.bits.size
+        out = np.zeros(seqs.size, dtype=bool)
+        out[inside] = self.bits[seqs[inside]]
+        return out
+
     def missing(self, first: int, end: int) -> np.ndarray:
         """The sequence numbers in [first, end) never acknowledged."""
         seen = np.zeros(max(0, end - first), dtype=bool)
@@ -381,18 +393,26 @@ class AckedSeqs:
         return np.flatnonzero(~seen).astype(np.int64) + first
 
 
+def _seqs(reported) -> np.ndarray:
+    """Sequence numbers from the loop's reports: headers (Python loop) or int64 bytes (native loop)."""
+    if isinstance(reported, list):
+        return unpack_many(reported)["seq"].astype(np.int64) if reported else np.empty(0, np.int64)
+    return np.frombuffer(reported, dtype=np.int64)
+
+
 def _report_intervals(reports: queue.Queue, conn, sizes, pool_size, schedule: Schedule | None, acks: AckTotals,
-                      acked_bits: AckedSeqs) -> None:
-    """Helper thread: each interval's delay, encode time, bytes and publish latency, sent to the parent."""
+                      acked_bits: AckedSeqs, failed_bits: AckedSeqs) -> None:
+    """Helper thread: each interval's delay, encode time, bytes and publish latency, sent to the parent. Its send
+    errors are the failures of measured messages only, as `sent` counts measured messages only."""
     firsts: list[int] = []  # first sequence number of each measured interval's send times
     chunks: list[np.ndarray] = []
     while (item := reports.get()) is not None:
         interval, first_seq, started, handed, acked, acked_ns, failed, first_measured_seq = item
-        acked_seqs = (unpack_many(acked)["seq"].astype(np.int64) if isinstance(acked, list)  # headers (Python loop)
-                      else np.frombuffer(acked, dtype=np.int64))  # sequence numbers (native loop)
+        acked_seqs, failed_seqs = _seqs(acked), _seqs(failed)
         acks.acked_total += int(acked_seqs.size)
-        acks.failed_total += failed
+        acks.failed_total += int(failed_seqs.size)
         acked_bits.add(acked_seqs)
+        failed_bits.add(failed_seqs)
         if interval < 0:  # warm-up: counted above, never measured
             continue
         acks.delivered += int(acked_seqs.size)
@@ -411,7 +431,8 @@ def _report_intervals(reports: queue.Queue, conn, sizes, pool_size, schedule: Sc
             acks.last_ack_ns = max(acks.last_ack_ns or last_ack, last_ack)
         conn.send(("interval", interval, {
             "counters": {"sent": int(seqs.size), "bytes": int(sizes[seqs % pool_size].sum()),
-                         "acked": int(latency.size), "send_errors": failed},
+                         "acked": int(latency.size),
+                         "send_errors": int(np.count_nonzero(failed_seqs >= first_measured_seq))},
             "values": {"publish_delay_us": (started - intended).tobytes(), "encode_ns": (handed - started).tobytes(),
                        "publish_latency_us": latency.tobytes()},
         }))

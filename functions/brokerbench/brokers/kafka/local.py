@@ -46,6 +46,22 @@ SERVER_PROPERTIES = [
 MAX_NODES = 3  # a local cluster: three JVMs at 512 MB of heap (~1.2 GB resident in all)
 
 
+def proxied_listener(settings: dict, nodes: int) -> tuple[str, ...]:
+    """A second client listener for a TCP proxy in front of the broker (the latency tests' Toxiproxy): setting
+    `kafka_proxied_listener` = (listen port, the proxy's port). A client that bootstraps through the proxy is
+    told the proxy's address (Kafka answers with the listener a request came in on), one that bootstraps at
+    the broker's own port goes direct: the same broker measured both ways. Returns the listeners' and the
+    advertised listeners' additions, then the properties it needs."""
+    given = settings.get("kafka_proxied_listener")
+    if not given:
+        return "", ""
+    if nodes != 1:
+        raise StackError("kafka_proxied_listener: a single node only")
+    listen, advertised = given
+    return (f",PROXIED://{HOST}:{listen}", f",PROXIED://{HOST}:{advertised}",
+            "listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT,PROXIED:PLAINTEXT")
+
+
 def cluster_properties(nodes: int) -> list[str]:
     """What a local cluster of `nodes` runs with besides BROKER_PROPERTIES (later lines of a properties file win)."""
     internal = min(3, nodes)
@@ -102,6 +118,7 @@ class KafkaService:
         classpath = f"{lib}/*"
         cluster = formatted_cluster_id(folder) or cluster_id()  # started again after a crash: the same cluster
         configs = []
+        proxied = proxied_listener(settings, nodes)
         for node, (port, controller_port) in enumerate(listeners, 1):
             home = folder if nodes == 1 else folder / f"node-{node}"
             home.mkdir(parents=True, exist_ok=True)
@@ -111,8 +128,9 @@ class KafkaService:
                 *(cluster_properties(nodes) if nodes > 1 else []),
                 f"node.id={node}",
                 f"controller.quorum.voters={voters}",
-                f"listeners=PLAINTEXT://{HOST}:{port},CONTROLLER://{HOST}:{controller_port}",
-                f"advertised.listeners=PLAINTEXT://{HOST}:{port}",
+                f"listeners=PLAINTEXT://{HOST}:{port},CONTROLLER://{HOST}:{controller_port}{proxied[0]}",
+                f"advertised.listeners=PLAINTEXT://{HOST}:{port}{proxied[1]}",
+                *proxied[2:],
                 f"log.dirs={folder / 'data' if nodes == 1 else folder / 'data' / f'node-{node}'}",
                 "",
             ]))

@@ -190,8 +190,9 @@ class PulsarDriver:
 
 
 class PulsarProducer:
-    """send_async per partition producer. The client calls back from its own thread; the results queue up
-    and reach on_ack in poll and flush, on the worker's thread, as the Driver interface promises."""
+    """send_async per partition producer. The client calls back from its own thread, which stamps the time the
+    acknowledgement arrived; the results queue up and reach on_ack in poll and flush, on the worker's thread, as
+    the Driver interface promises (with the callback's time, not the time the worker took them)."""
 
     def __init__(self, client: pulsar.Client, producers: list, on_ack: OnAck) -> None:
         self._client = client
@@ -210,15 +211,15 @@ class PulsarProducer:
         results, on_ack = self._results, self._on_ack
         if timeout_s > 0 and results.empty():
             try:
-                header, result = results.get(timeout=timeout_s)
+                header, result, at_ns = results.get(timeout=timeout_s)
             except queue.Empty:
                 return
             self._pending -= 1
-            on_ack(header, result == OK)
+            on_ack(header, result == OK, at_ns)
         while not results.empty():
-            header, result = results.get_nowait()
+            header, result, at_ns = results.get_nowait()
             self._pending -= 1
-            on_ack(header, result == OK)
+            on_ack(header, result == OK, at_ns)
 
     def poll(self, timeout_s: float) -> None:
         self._serve(timeout_s)
@@ -237,7 +238,7 @@ class PulsarProducer:
 
 
 def _queue_result(put, header: bytes, result, _message_id) -> None:
-    put((header, result))
+    put((header, result, time.monotonic_ns()))  # on the client's thread, as the acknowledgement arrives
 
 
 class PulsarConsumer:

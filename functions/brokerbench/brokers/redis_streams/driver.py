@@ -1,16 +1,19 @@
 """Redis Streams through redis-py with hiredis: XADD, consumer groups, XREADGROUP and XACK.
 
-Partitions map to stream keys `<topic>-<n>`. Batch mode pipelines the XADDs that are due
-(up to `pipeline_depth` unanswered); single mode sends one XADD and waits for its reply. The
-native send loop (`native_sender`) does the same on its own RESP connection, as a sliding window.
+Partitions map to stream keys `<topic>-<n>`. Batch mode pipelines the XADDs that are due, as a
+sliding window of up to `pipeline_depth` unanswered; single mode sends one XADD and waits for its
+reply. The native send loop (`native_sender`) does the same on its own RESP connection. Both wait
+for replies on the socket and stamp each when it is read.
 """
 
 from __future__ import annotations
 
 import os
+import select
 import socket
 import ssl
 import time
+from collections import deque
 
 import hiredis
 import redis
@@ -198,8 +201,10 @@ class RespConnection:
 
 
 class RedisStreamsProducer:
-    """XADDs packed once by hiredis and written together (redis-py's pipeline object costs more per
-    command than the broker does, and would make the client the bottleneck)."""
+    """XADDs packed once by hiredis (redis-py's pipeline object costs more per command than the broker does, and
+    would make the client the bottleneck), written as they fall due and answered as a sliding window: at most
+    `depth` unanswered, as the native loop does. `poll` waits on the socket, so each reply is stamped as it is
+    read, not when the worker next looks."""
 
     def __init__(self, connection: RespConnection, keys: list[str], depth: int, on_ack: OnAck) -> None:
         self._connection = connection
@@ -207,40 +212,80 @@ class RedisStreamsProducer:
         self._depth = depth
         self._on_ack = on_ack
         self._pack = hiredis.pack_command
-        self._commands: list[bytes] = []
-        self._pending: list[bytes] = []
+        self._out: list[bytes] = []  # packed XADDs not written yet
+        self._in_flight: deque[bytes] = deque()  # headers of the XADDs not answered yet, oldest first
+        self._broken = False
 
     def send(self, header: bytes, payload: bytes, partition: int) -> None:
-        self._commands.append(self._pack((b"XADD", self._keys[partition], b"*", HEADER_FIELD, header,
-                                          PAYLOAD_FIELD, payload)))
-        self._pending.append(header)
-        if len(self._pending) >= self._depth:
-            self._execute()
-
-    def _execute(self) -> None:
-        headers, commands = self._pending, self._commands
-        self._pending, self._commands = [], []
-        on_ack = self._on_ack
-        try:
-            self._connection.sock.sendall(b"".join(commands))
-            replies = self._connection.replies(len(headers))
-        except (OSError, ConnectionError):  # connection lost: these are unacknowledged
-            for header in headers:
-                on_ack(header, False)
+        if self._broken:
+            self._on_ack(header, False, time.monotonic_ns())
             return
-        for header, reply in zip(headers, replies):
-            on_ack(header, not isinstance(reply, Exception))
+        self._out.append(self._pack((b"XADD", self._keys[partition], b"*", HEADER_FIELD, header,
+                                     PAYLOAD_FIELD, payload)))
+        self._in_flight.append(header)
+        if len(self._in_flight) >= self._depth:  # the window is full: write, then wait until it has room
+            self._write()
+            while len(self._in_flight) >= self._depth and not self._broken:
+                self._read(None)
+
+    def _write(self) -> None:
+        if not self._out or self._broken:
+            return
+        data, self._out = b"".join(self._out), []
+        try:
+            self._connection.sock.sendall(data)
+        except OSError:
+            self._lost()
+
+    def _read(self, timeout_s: float | None) -> bool:
+        """Read the replies that arrive within timeout_s (None: wait for one, up to the socket's timeout); each
+        acknowledges the oldest XADD in flight, stamped when read. False when none came."""
+        sock, reader = self._connection.sock, self._connection.reader
+        pending = getattr(sock, "pending", None)  # TLS: bytes already decrypted wait in the SSL object
+        if timeout_s is not None and not (pending and pending()):
+            if not select.select([sock], [], [], max(0.0, timeout_s))[0]:
+                return False
+        try:
+            chunk = sock.recv(1 << 16)
+        except (OSError, ConnectionError):  # the socket's timeout, or the connection lost
+            chunk = b""
+        at = time.monotonic_ns()
+        if not chunk:
+            self._lost()
+            return False
+        reader.feed(chunk)
+        on_ack, in_flight = self._on_ack, self._in_flight
+        while in_flight and (reply := reader.gets()) is not False:
+            on_ack(in_flight.popleft(), not isinstance(reply, Exception), at)
+        return True
+
+    def _lost(self) -> None:
+        """The connection is lost: what is in flight is unacknowledged, and so is whatever is sent later."""
+        self._broken, self._out = True, []
+        at = time.monotonic_ns()
+        while self._in_flight:
+            self._on_ack(self._in_flight.popleft(), False, at)
 
     def poll(self, timeout_s: float) -> None:
-        if self._pending:
-            self._execute()
-        if timeout_s > 0:
+        """Write what is buffered and serve the replies: those already here, then waiting up to timeout_s for
+        more (returning once some came). With nothing in flight there is nothing to wait for: it sleeps."""
+        self._write()
+        if self._in_flight and not self._broken and self._read(0):
+            return
+        if timeout_s <= 0:
+            return
+        if self._in_flight and not self._broken:
+            self._read(timeout_s)
+        else:
             time.sleep(timeout_s)
 
     def flush(self, timeout_s: float) -> int:
-        if self._pending:
-            self._execute()
-        return 0
+        """Write everything and wait up to timeout_s for every reply; returns the XADDs still unanswered."""
+        deadline = time.monotonic() + timeout_s
+        self._write()
+        while self._in_flight and not self._broken and (left := deadline - time.monotonic()) > 0:
+            self._read(left)
+        return len(self._in_flight)
 
     def close(self) -> None:
         self.flush(5)

@@ -73,6 +73,10 @@ BACKLOG_ALPHA = 0.05  # one-sided Mann–Kendall: the growth must be consistent,
 TREND_ALPHA = 0.01
 TREND_MIN_RISE_FRACTION = 1.0  # the Theil–Sen rise over the schedule must exceed the median: about doubling
 TREND_MIN_RISE_US = 1000.0
+# A rise that large whose test is not below TREND_ALPHA but below this is unclear: a short cell cannot tell
+# one noisy second from a climb (at 6 intervals one second out of order gives p = 0.028), so the rule says so
+# and the verdict is inconclusive, never sustainable.
+TREND_UNCLEAR_ALPHA = 0.10
 EXACT_MAX_N = 10  # up to this many points the Mann–Kendall p is exact (and not corrected for autocorrelation)
 # Publish delay: the median of the second half's per-second p99 must stay under this.
 DELAY_BOUND_US = 100_000.0
@@ -88,7 +92,7 @@ RULE_TEXT = (
     "Mann–Kendall trend with p < {backlog_alpha:g}); per-second end-to-end p99 (publish p99 for publish-only "
     "cells) had no upward trend (one-sided Mann–Kendall p < {trend_alpha:g}, exact up to {exact_n} intervals, "
     "corrected for autocorrelation above, with a rise over the schedule above {rise_fraction:.0%} of its median "
-    "and {rise_ms:g} ms); and publish delay p99 stayed bounded (median of the second half under {delay_ms:g} ms, "
+    "and {rise_ms:g} ms; such a rise with p < {unclear_alpha:g} is unclear: the rule is not passed); and publish delay p99 stayed bounded (median of the second half under {delay_ms:g} ms, "
     "no such upward trend). Each rule's minimum n, the fewest intervals at which it can fail: {min_n}. Any "
     "failed rule makes it unsustainable; too few intervals, or a rule that could not be checked, make it "
     "inconclusive, never sustainable. Max-rate cells get no verdict: they measure capacity."
@@ -221,18 +225,24 @@ def _trend(indexes: list[int], values: list[float]) -> dict:
     slope = test["slope"]
     median = float(np.median(values))
     rise = slope * (indexes[-1] - indexes[0])
-    rising = (test["s"] > 0 and test["p"] < TREND_ALPHA and rise > TREND_MIN_RISE_FRACTION * median
-              and rise > TREND_MIN_RISE_US)
+    large = test["s"] > 0 and rise > TREND_MIN_RISE_FRACTION * median and rise > TREND_MIN_RISE_US
+    rising = large and test["p"] < TREND_ALPHA
     return {"n": len(values), "median_us": median, "slope_us_per_s": slope, "rise_us": rise,
             "mann_kendall_p": test["p"], "mann_kendall_s": test["s"], "test": test["method"],
-            "lag1_autocorrelation": test["lag1_autocorrelation"], "rising": rising}
+            "lag1_autocorrelation": test["lag1_autocorrelation"], "rising": rising,
+            "unclear": large and not rising and test["p"] < TREND_UNCLEAR_ALPHA}
+
+
+def _unclear_note(label: str, trend: dict) -> str:
+    return (f"{label} rose {trend['rise_us'] / 1000:,.1f} ms over the cell (Mann–Kendall p={trend['mann_kendall_p']:.2g}, "
+            f"not below {TREND_ALPHA:g}): too few or too noisy intervals to tell a climb from noise")
 
 
 RULE = RULE_TEXT.format(
     min_intervals=MIN_INTERVALS, quantile=RATE_QUANTILE, interval_floor=INTERVAL_RATE_FLOOR,
     mean_floor=MEAN_RATE_FLOOR, backlog_slope=BACKLOG_SLOPE_FRACTION, backlog_final=BACKLOG_FINAL_S,
     backlog_alpha=BACKLOG_ALPHA, trend_alpha=TREND_ALPHA, exact_n=EXACT_MAX_N, rise_fraction=TREND_MIN_RISE_FRACTION,
-    rise_ms=TREND_MIN_RISE_US / 1000, delay_ms=DELAY_BOUND_US / 1000, min_n=min_n_text(MIN_N))
+    rise_ms=TREND_MIN_RISE_US / 1000, unclear_alpha=TREND_UNCLEAR_ALPHA, delay_ms=DELAY_BOUND_US / 1000, min_n=min_n_text(MIN_N))
 
 
 # -- input ----------------------------------------------------------------------------------------
@@ -401,10 +411,12 @@ def _latency_check(schedule: list[dict], publish_only: bool) -> tuple[dict, str 
         return ({"metric": key, "n": len(values), "min_n": need, "passed": None}, None,
                 f"{label} was measured in only {len(values)} intervals: no trend can be judged (at least {need})")
     trend = _trend(indexes, values)
-    check = {"metric": key, **trend, "min_n": need, "passed": not trend["rising"]}
+    check = {"metric": key, **trend, "min_n": need, "passed": None if trend["unclear"] else not trend["rising"]}
     if trend["rising"]:
         return (check, f"{label} rises {trend['slope_us_per_s'] / 1000:,.1f} ms/s (Mann–Kendall "
                        f"p={trend['mann_kendall_p']:.2g}; median {trend['median_us'] / 1000:,.1f} ms)", "")
+    if trend["unclear"]:
+        return check, None, _unclear_note(label, trend)
     return check, None, f"no rising {label} trend (Mann–Kendall p={trend['mann_kendall_p']:.2g})"
 
 
@@ -425,9 +437,11 @@ def _delay_check(schedule: list[dict]) -> tuple[dict, str | None, str]:
     if trend["rising"]:
         failures.append(f"publish delay p99 rises {trend['slope_us_per_s'] / 1000:,.1f} ms/s (Mann–Kendall "
                         f"p={trend['mann_kendall_p']:.2g})")
-    check["passed"] = not failures
+    check["passed"] = None if trend["unclear"] and not failures else not failures
     if failures:
         return check, "; ".join(failures), ""
+    if trend["unclear"]:
+        return check, None, _unclear_note("publish delay p99", trend)
     return check, None, f"publish delay p99 bounded ({second_half / 1000:,.1f} ms in the second half)"
 
 

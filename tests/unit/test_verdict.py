@@ -266,6 +266,26 @@ def test_a_steady_rise_is_caught_at_five_and_at_thirty_intervals_through_noise()
     assert caught[30] == 200 and caught[5] >= 100, caught
 
 
+def test_a_large_rise_the_test_cannot_confirm_is_inconclusive_never_sustainable():
+    # A real cell (tests/integration/test_climbing_latency.py): Toxiproxy's delay doubling every second, one noisy
+    # second out of order. Six intervals with one pair out of order give p = 0.028: not below 0.01, not flat.
+    e2e = [3007.0, 5467.0, 38079.0, 31151.0, 33823.0, 70719.0]
+    result = sustainability(200, series(n=6, e2e=e2e, received=[200] * 6, sent=[200] * 6))
+    trend = result["checks"]["latency_trend"]
+    assert trend["rising"] is False and trend["unclear"] is True and trend["passed"] is None
+    assert result["verdict"] == "inconclusive"
+    assert any("too few or too noisy intervals" in r and "p=0.028" in r for r in result["reasons"]), result
+    delay = sustainability(200, series(n=6, delay=e2e, received=[200] * 6, sent=[200] * 6))
+    assert delay["checks"]["publish_delay"]["passed"] is None and delay["verdict"] == "inconclusive"
+
+
+@pytest.mark.parametrize("n", [5, 10, 30])
+def test_the_unclear_band_rarely_takes_a_flat_cell_from_sustainable(n):
+    rng = np.random.default_rng(100 + n)
+    judged = [sustainability(TARGET, series(n=n, e2e=_flat(rng, n, 0.5)))["verdict"] for _ in range(1000)]
+    assert judged.count("sustainable") >= 950, {v: judged.count(v) for v in set(judged)}
+
+
 # -- the rate rule's quantile -------------------------------------------------------------------------
 def test_one_stalled_second_does_not_fail_a_thirty_second_cell():
     received = [TARGET] * 30

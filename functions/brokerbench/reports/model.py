@@ -21,14 +21,16 @@ from itertools import groupby
 from .. import cost, verdict
 from ..events import DIGEST_VERSION, has_digest
 from ..spec import request_schema
-from .results import LOSS_CLASSES, SPECTRUM, SUMMARY_FIELDS, build_results, figures, figures_of, merge_blobs
+from .results import (ACCOUNTING_RULE, LOSS_CLASSES, MISSING_COUNTS_IN, MISSING_RULE, SPECTRUM, SUMMARY_FIELDS, build_results, figures,
+                      figures_of, merge_blobs, missing_of, with_missing)
 from .stats import median_ci, spread
 
 MIN_CLAIM_REPEATS = 3
 # A highlight must also be large enough to matter, beyond being outside the noise.
 MIN_CLAIM_EFFECT = {"throughput_msgs_per_s": 0.05, "end_to_end_p99_us": 0.20}
 PERCENTILES = {"p50": 50.0, "p75": 75.0, "p95": 95.0, "p99": 99.0, "p999": 99.9}
-LATENCY_FIELDS = ("publish_latency_us", "publish_delay_us", "end_to_end_latency_us", "encode_ns", "decode_ns")
+LATENCY_FIELDS = ("publish_latency_us", "publish_delay_us", "end_to_end_latency_us", "delivery_latency_us",
+                  "encode_ns", "decode_ns")
 CONFIG_FIELDS = ("broker", "format", "mode", "size_basis", "size_bytes", "rate_target", "producers", "consumers",
                  "partitions")
 
@@ -67,6 +69,8 @@ METRICS = {
     "end_to_end_p50_us": Metric("end_to_end_latency_us", "p50", False, True),
     "end_to_end_p99_us": Metric("end_to_end_latency_us", "p99", False, True),
     "end_to_end_p999_us": Metric("end_to_end_latency_us", "p999", False, True),
+    "delivery_p50_us": Metric("delivery_latency_us", "p50", False, True),
+    "delivery_p99_us": Metric("delivery_latency_us", "p99", False, True),
     "publish_latency_p99_us": Metric("publish_latency_us", "p99", False, True),
     "publish_delay_p99_us": Metric("publish_delay_us", "p99", False, True),
     "encode_p50_ns": Metric("encode_ns", "p50", False),
@@ -261,16 +265,37 @@ def _withheld(name: str, cells: list[dict], counts: dict[str, dict]) -> int | No
     return None
 
 
-def _merged_latency(blob_maps: list[dict], cache: dict) -> dict:
+def _lower_bound(name: str, done: list[dict], counts: dict[str, dict]) -> float | None:
+    """When some repeat's figure is only a lower bound (missing messages at +infinity): the median over the
+    repeats with each bound in place of its value, itself a lower bound of the median. None otherwise."""
+    metric = METRICS[name]
+    if metric.key is None or not any(metric.key in ((c.get(metric.field) or {}).get("lower_bounds") or {})
+                                     for c in done):
+        return None
+    values = [((c.get(metric.field) or {}).get("lower_bounds") or {}).get(metric.key,
+              _read(c, name, counts[c["cell_id"]])) for c in done]
+    values = [v for v in values if v is not None]
+    return float(statistics.median(values)) if values else None
+
+
+def _merged_latency(blob_maps: list[dict], cache: dict, missing: int = 0) -> dict:
     """Per latency field, the exact merge of the repeats' cumulative histograms (stored, encoded), and its
-    figures; a merge of one non-empty histogram (in brokerbench's layout) is that histogram, already figured."""
+    figures; a merge of one non-empty histogram (in brokerbench's layout) is that histogram, already figured.
+    `missing`: the repeats' measured messages not received in time, at +infinity in end-to-end and delivery
+    latency (results.MISSING_RULE): a figure they put out of reach is None, its bound in `lower_bounds`."""
     merged = {}
     for field in LATENCY_FIELDS:
         found = [m[field] for m in blob_maps if m.get(field) is not None and figures(m[field], cache).total]
         alone = figures(found[0], cache) if len(found) == 1 else None
         combined = alone if alone is not None and alone.standard else figures_of(merge_blobs(found))
-        summary, count = combined.summary, combined.total
+        summary, count, spectrum = dict(combined.summary), combined.total, combined.spectrum
         out = {"count": count, "withheld": {}}
+        if missing and field in MISSING_COUNTS_IN:
+            buckets = merge_blobs(found)
+            values, out["lower_bounds"] = with_missing(buckets, missing, PERCENTILES)
+            summary.update(values, mean=None, max=None)
+            spectrum = list(with_missing(buckets, missing, dict(zip(map(str, SPECTRUM), SPECTRUM)))[0].values())
+            out["missing"] = missing
         for key in SUMMARY_FIELDS:
             value = summary.get(key)
             if key in PERCENTILES and value is not None and count < min_samples(PERCENTILES[key]):
@@ -278,9 +303,15 @@ def _merged_latency(blob_maps: list[dict], cache: dict) -> dict:
                 value = None
             out[key] = value
         if field in ("end_to_end_latency_us", "publish_latency_us") and count:
-            out["spectrum"] = [[p, v if count >= min_samples(p) else None] for p, v in zip(SPECTRUM, combined.spectrum)]
+            out["spectrum"] = [[p, v if count >= min_samples(p) else None] for p, v in zip(SPECTRUM, spectrum)]
         merged[field] = out
     return merged
+
+
+def _missing(done: list[dict]) -> int:
+    """The repeats' measured messages not received in time (sent - received), publish-only ones aside."""
+    return sum(missing_of({"sent": c["sent"], "received": c.get("received"), **({"missing": c["missing"]}
+                          if c.get("missing") is not None else {})}) for c in done)
 
 
 def _loss(done: list[dict]) -> dict:
@@ -290,6 +321,11 @@ def _loss(done: list[dict]) -> dict:
         values = [c.get(name, c.get("unacked") if name == "unacknowledged" else None) for c in done]
         values = [v for v in values if v is not None]
         out[name] = sum(values) if values else None
+    for name in ("undelivered_or_lost", "residual"):  # unknown split of undelivered and lost; accounting errors
+        values = [c.get(name) for c in done if c.get(name) is not None]
+        out[name] = sum(values) if values else None
+    # A repeat whose broker could not tell its backlog leaves undelivered and lost unknown for the configuration.
+    out["backlog_unknown"] = any(c.get("undelivered_or_lost") and c.get("lost") is None for c in done)
     differences = [c["broker_count"]["difference"] for c in done
                    if isinstance(c.get("broker_count"), dict) and c["broker_count"].get("difference") is not None]
     out["broker_count_difference"] = sum(differences) if differences else None
@@ -325,6 +361,9 @@ def _configuration(cells: list[dict], completed_events: dict[str, dict], interva
         need = _withheld(name, done, counts)
         if need is not None and metrics[name]["median"] is None:
             metrics[name]["withheld"] = need
+        bound = _lower_bound(name, done, counts)
+        if bound is not None:  # a repeat's figure is only a lower bound: so is the configuration's, never a value
+            metrics[name].update(median=None, ci_low=None, ci_high=None, lower_bound=bound)
     loss = _loss(done)
     publish_only = any(c.get("publish_only") for c in done)
     return {
@@ -342,7 +381,7 @@ def _configuration(cells: list[dict], completed_events: dict[str, dict], interva
                          (done[0].get("latency_basis", "intended") if done else "intended"),
         "metrics": metrics,
         "values_by_repeat": by_repeat,
-        "latency": _merged_latency(list(blobs.values()), cache),
+        "latency": _merged_latency(list(blobs.values()), cache, _missing(done)),
         "sent": sum(c["sent"] for c in done),
         "received": None if publish_only else sum(c["received"] for c in done),
         "lost": None if publish_only else loss["lost"],
@@ -387,6 +426,8 @@ def _comparable(config: dict, metric: Metric) -> bool:
 def _mark_best(group: list[dict]) -> None:
     """Bold only a value whose interval clears every other comparable configuration's interval."""
     for name, metric in METRICS.items():
+        if any(_comparable(c, metric) and c["metrics"][name].get("lower_bound") is not None for c in group):
+            continue  # a configuration known only to be at least some value cannot be ranked
         rivals = [c for c in group if _comparable(c, metric) and c["metrics"][name]["median"] is not None]
         if len(rivals) < 2 or any(c["metrics"][name]["n"] < MIN_CLAIM_REPEATS or c["metrics"][name]["ci_low"] is None
                                   for c in rivals):
@@ -486,6 +527,8 @@ def highlights(groups: list[dict], references: dict, noise: dict[str, float]) ->
                     if METRICS[name].latency and {config["sustainability"]["verdict"],
                                                   ref["sustainability"]["verdict"]} != {"sustainable"}:
                         continue
+                    if any(c["metrics"][name].get("lower_bound") is not None for c in (config, ref)):
+                        continue  # missing messages put the figure out of reach: no claim on a lower bound
                     claim = _claim(config, ref, axis, name, noise.get(name, 0.0), group)
                     if claim:
                         out.append(claim)
@@ -558,6 +601,7 @@ def build_report(events: list[dict]) -> dict:
         "noise": noise,
         "highlights": [] if note else highlights(groups, references, noise),
         "rules": {"sustainability": verdict.RULE, "claims": CLAIMS_RULE, "percentiles": PERCENTILE_RULE,
+                  "missing": MISSING_RULE, "accounting": ACCOUNTING_RULE,
                   "max_rate": MAX_RATE_NOTE},
         "configurations_with_loss": [c["key"] for c in configurations if c["has_loss"]],
         "groups": groups,

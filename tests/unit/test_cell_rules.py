@@ -86,6 +86,24 @@ def test_throughput_is_the_measured_messages_over_their_own_window():
     assert outcome.delivery([producer(1)], [consumer(0)], True, 0, {**MEASURED, "received": 0})["window_s"] is None
 
 
+def test_time_the_broker_spent_delivering_the_warm_up_is_not_in_the_window():
+    # Behind a capped broker the warm-up backlog is still being delivered when the measured messages are due: the
+    # last warm-up message arrives 6 s into measurement, the last measured one at 16 s, 2,000 of them in between.
+    consumers = [{**consumer(2000, last=20 * SECOND), "first_intended_ns": 4 * SECOND, "last_warmup_ns": 10 * SECOND}]
+    figures = outcome.delivery([producer(2000)], consumers, True, 4 * SECOND,
+                               {**MEASURED, "received": 2000, "bytes_received": 200_000})
+    assert figures["window_start_ns"] == 10 * SECOND and figures["window_s"] == pytest.approx(10.0)  # 200 msgs/s
+    # A warm-up delivered before the measured messages were due changes nothing.
+    consumers[0]["last_warmup_ns"] = 3 * SECOND
+    assert outcome.delivery([producer(2000)], consumers, True, 4 * SECOND,
+                            {**MEASURED, "received": 2000})["window_s"] == pytest.approx(16.0)
+    # publish-only: from the last warm-up acknowledgement
+    producers = [{**producer(10, last_ack=9 * SECOND), "last_warmup_ack_ns": 7 * SECOND}]
+    figures = outcome.delivery(producers, [], False, 4 * SECOND, {**MEASURED, "sent": 10, "bytes_sent": 1000,
+                                                                 "acked": 10})
+    assert figures["window_s"] == pytest.approx(2.0)
+
+
 def test_a_cell_that_delivered_nothing_fails_with_its_counts():
     counts = outcome.totals([producer(500)], [consumer(0)], {**MEASURED, "acked": 500}, consumed=True, queued=0)
     reason = outcome.failure_reason(counts, consumed=True)

@@ -178,8 +178,10 @@ def _run(conn, task: ConsumerTask) -> None:
     counters = {"received": 0, "bytes": 0}
     # Over the whole cell: distinct deliveries (warm-up included: the parent compares them with what
     # the producers had acknowledged), measured ones in time and late, and the delivery window of the
-    # measured ones in time (the earliest intended send time among them, their last receipt).
-    totals = {"distinct": 0, "received": 0, "late": 0, "first_intended_ns": None, "last_delivery_ns": None}
+    # measured ones in time (the earliest intended send time among them, their last receipt), and when the last
+    # warm-up message came (until then the broker was still delivering the warm-up).
+    totals = {"distinct": 0, "received": 0, "late": 0, "first_intended_ns": None, "last_delivery_ns": None,
+              "last_warmup_ns": None}
     late = False  # after the drain deadline, measured deliveries are late: counted, not measured
 
     gc.freeze()  # no reference cycles are made below: no collector pauses while receiving
@@ -232,8 +234,8 @@ def _run(conn, task: ConsumerTask) -> None:
                       received_at[fresh])
         delivery_ns = received_at - intended
         if warming:
-            warm = fresh & ~measured
-            warm_parts.append((received_at[warm], (delivery_ns + decoded)[warm]))
+            warming_up = fresh & ~measured
+            warm_parts.append((received_at[warming_up], (delivery_ns + decoded)[warming_up]))
         headers.clear()
         chunks.clear()
         del polls[:]
@@ -241,6 +243,10 @@ def _run(conn, task: ConsumerTask) -> None:
         if late:
             totals["late"] += count
             return
+        warm = fresh & ~measured
+        if warm.any():
+            last = int(received_at[warm].max())
+            totals["last_warmup_ns"] = max(totals["last_warmup_ns"] or last, last)
         delivery_parts.append(delivery_ns[measured])
         e2e_parts.append((delivery_ns + decoded)[measured])
         decode_parts.append(decoded[measured])

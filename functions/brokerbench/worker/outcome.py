@@ -22,9 +22,10 @@ more than was sent, a warm-up message counted as measured) is an accounting erro
 lost, send errors, unacknowledged). Latency percentiles count them at +infinity (reports.results).
 
 Throughput is what was delivered over the time it took to deliver it: the measured messages delivered in
-time, over the window from the first measured message's intended send time to the last measured delivery
-(to the last measured acknowledgement for a publish-only cell), never to the moment the client library
-accepted the last message. Warm-up messages are in neither the count nor the window.
+time, over the window from the first measured message's intended send time (or, when the broker was still
+delivering warm-up messages then, from the last of those) to the last measured delivery (to the last measured
+acknowledgement for a publish-only cell), never to the moment the client library accepted the last message.
+Warm-up messages are in neither the count nor the window.
 """
 
 from __future__ import annotations
@@ -93,19 +94,25 @@ def delivery(producers: list[dict], consumers: list[dict], consumed: bool, measu
              measured: dict) -> dict:
     """What the broker delivered of the measured messages, and over which window: the measured messages
     received in time (`measured`: the summed interval counters, the same population as the per-second
-    series), from the earliest intended send time among them to the last of their deliveries. A publish-only
-    cell counts the measured acknowledgements, from the start of measurement to the last of them (their
-    bytes at the measured messages' mean size). Warm-up messages are in neither."""
+    series), from the earliest intended send time among them, or from the last warm-up delivery when the
+    broker was still delivering the warm-up then, to the last of their deliveries. A publish-only cell counts
+    the measured acknowledgements, from the start of measurement (or the last warm-up acknowledgement) to the
+    last of them, their bytes at the measured messages' mean size. Warm-up messages are in neither the count
+    nor the window."""
     if consumed:
         lasts = [c["last_delivery_ns"] for c in consumers if c["last_delivery_ns"] is not None]
         firsts = [c.get("first_intended_ns") for c in consumers if c.get("first_intended_ns") is not None]
+        warm = [c.get("last_warmup_ns") for c in consumers if c.get("last_warmup_ns") is not None]
         start = min(firsts) if firsts else measure_start_ns
         count, size = measured["received"], measured["bytes_received"]
     else:
         lasts = [p["last_ack_ns"] for p in producers if p["last_ack_ns"] is not None]
+        warm = [p.get("last_warmup_ack_ns") for p in producers if p.get("last_warmup_ack_ns") is not None]
         start = measure_start_ns
         count = measured["acked"]
         size = round(count * measured["bytes_sent"] / measured["sent"]) if measured.get("sent") else 0
+    if warm and lasts:  # still busy with the warm-up: its time is no more the measured messages' than its count
+        start = max(start, min(max(warm), max(lasts)))
     return {
         "delivered": count,
         "bytes_delivered": size,

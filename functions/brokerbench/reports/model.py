@@ -27,7 +27,11 @@ from .stats import median_ci, spread
 
 MIN_CLAIM_REPEATS = 3
 # A highlight must also be large enough to matter, beyond being outside the noise.
-MIN_CLAIM_EFFECT = {"throughput_msgs_per_s": 0.05, "end_to_end_p99_us": 0.20}
+MIN_CLAIM_EFFECT = {"throughput_msgs_per_s": 0.05, "end_to_end_p99_us": 0.20, "delivery_p99_us": 0.20}
+# Delivery latency (no codec) compares brokers; formats are compared on end-to-end, which holds their decoding.
+CLAIM_AXES = {"delivery_p99_us": ("broker",)}
+CLAIM_WHAT = {"throughput_msgs_per_s": "throughput", "end_to_end_p99_us": "end-to-end p99",
+              "delivery_p99_us": "delivery p99"}
 PERCENTILES = {"p50": 50.0, "p75": 75.0, "p95": 95.0, "p99": 99.0, "p999": 99.9}
 LATENCY_FIELDS = ("publish_latency_us", "publish_delay_us", "end_to_end_latency_us", "delivery_latency_us",
                   "encode_ns", "decode_ns")
@@ -41,7 +45,8 @@ CLAIMS_RULE = (
     "repeats it is the whole range, with the coverage shown) must exclude 1 by more than the run's own noise "
     "(the robust spread of repeats: the reference's, or the run's typical one if larger). \"Best\" marks a "
     "value whose interval does not overlap that of any other comparable configuration of its group. Latency "
-    "is compared only between sustainable cells; max-rate cells are compared only with each other."
+    "is compared only between sustainable cells; max-rate cells are compared only with each other. Brokers are "
+    "compared on delivery p99 too (receipt, before any decode: no codec in it); formats on end-to-end p99."
 )
 PERCENTILE_RULE = (
     "A percentile p is shown only when its sample holds at least 10 / (1 − p/100) values (p50 ≥ 20, p99 ≥ 1,000, "
@@ -499,7 +504,7 @@ def _claim(config: dict, ref: dict, axis: str, name: str, noise: float, group: d
     subject = (f"{config['broker']}: {config['format']}" if axis == "format"
                else f"{config['format']}: {config['broker']}")
     other = ref["format"] if axis == "format" else ref["broker"]
-    what = "throughput" if name == "throughput_msgs_per_s" else "end-to-end p99"
+    what = CLAIM_WHAT[name]
     behind = config["sustainability"]["verdict"] == "unsustainable"
     text = (f"{subject} {what} {est['median']:.2f}× {other}'s ({est['ci_low']:.2f}–{est['ci_high']:.2f}, "
             f"{est['coverage']:.0%} interval over {est['n']} paired repeats; noise {noise:.1%}) at "
@@ -522,6 +527,8 @@ def highlights(groups: list[dict], references: dict, noise: dict[str, float]) ->
                 if ref["status"] == "failed":
                     continue
                 for name in MIN_CLAIM_EFFECT:
+                    if axis not in CLAIM_AXES.get(name, (axis,)):
+                        continue
                     # Never a latency claim for a cell (or reference) that did not keep up, nor for max-rate
                     # cells, whose latency runs from enqueue.
                     if METRICS[name].latency and {config["sustainability"]["verdict"],

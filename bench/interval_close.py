@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import sys
 import tempfile
@@ -67,6 +68,7 @@ def main() -> None:
                      "formats": sorted(set(formats)), "duration_s": args.seconds, "warmup_s": 2,
                      "warmup_until_steady": False})
     by_format = {c["format"]: c for c in expand(spec)}
+    load_before = os.getloadavg()  # a shared machine: its load says how far the tails can be read
     with tempfile.TemporaryDirectory() as home:
         stack = LocalStack(Path(home))
         endpoints = stack.up(["kafka"], log=lambda m: None)
@@ -80,7 +82,8 @@ def main() -> None:
                 print(json.dumps(rows[-1]))
         finally:
             stack.down(["kafka"], log=lambda m: None)
-    result = {"rate": args.rate, "seconds": args.seconds, "size": 1024, "cells": rows}
+    result = {"rate": args.rate, "seconds": args.seconds, "size": 1024, "cores": os.cpu_count(),
+              "load_average_1_5_15": {"before": load_before, "after": os.getloadavg()}, "cells": rows}
     if args.out:
         args.out.write_text(json.dumps(result, indent=2) + "\n")
 

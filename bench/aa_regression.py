@@ -1,12 +1,15 @@
 """A/A benchmark of the regression rule: identical runs must not raise alarms; a real change must.
 
 1. Runs the same small spec N times on this build (Kafka and Redis Streams × raw and json, 1 KB at
-   2,000 msgs/s, 5 s after a 1 s warm-up, 3 repeats: 4 configurations × 3 metrics = 12 verdicts per
-   comparison) through `brokerbench run`, one run at a time, on a stack kept up for the whole bench.
+   2,000 msgs/s, 5 s after a 1 s warm-up, 3 repeats: 4 configurations × (3 figures + the sustainability
+   verdict) = 16 verdicts per comparison) through `brokerbench run`, one run at a time, on a stack kept up
+   for the whole bench.
 2. Compares every pair (N·(N−1)/2 A/A comparisons): baseline = the earlier run, candidate = the later,
    history = the other A/A runs (newest first). Reports the false-alarm rate per verdict and per
-   comparison (a 12-verdict run check with any `regression` or `improvement`), with the rule in
+   comparison (a run check with any `regression` or `improvement`), with the rule in
    reports/regression.py and, for contrast, the previous rule (Mann–Whitney over per-second intervals).
+   The same pairs again with one repeat per run (each run's first): alone, as `brokerbench compare` of two
+   `repeats: 1` runs sees them, and with the other runs as history.
    Each run is also checked against the runs before it, as CheckRegression does (`in_sequence`); what
    the workflow's own CheckRegression recorded during the runs is kept beside it.
 3. Injects a real change: a Kafka producer quota (producer_byte_rate, every client) that cuts the Kafka
@@ -108,8 +111,8 @@ def old_verdicts(baseline: dict, candidate: dict) -> list[dict]:
         if old is None:
             continue
         for metric, (_, _, higher) in METRICS.items():
-            b = [v for s in old["series"][metric] for v in s]
-            c = [v for s in config["series"][metric] for v in s]
+            b = [v for s in old["series"].get(metric, []) for v in s]
+            c = [v for s in config["series"].get(metric, []) for v in s]
             if not b and not c:
                 continue
             if len(b) < 3 or len(c) < 3:
@@ -136,12 +139,24 @@ def tally(comparisons: list[list[dict]]) -> dict:
     return {
         "comparisons": len(comparisons), "verdicts": len(verdicts),
         "by_verdict": {name: count(verdicts, name) for name in ("regression", "improvement", "unstable", "unchanged")},
+        "cannot_tell": sum(bool(v.get("cannot_tell")) for v in verdicts),
         "false_alarm_rate_per_verdict": round((count(verdicts, "regression") + count(verdicts, "improvement"))
                                               / max(1, len(verdicts)), 4),
         "comparisons_with_any_alarm": runs_alarm,
         "comparisons_with_a_regression": runs_regression,
         "false_alarm_rate_per_comparison": round(runs_alarm / max(1, len(comparisons)), 4),
     }
+
+
+def detectable_by_metric(comparisons: list[list[dict]]) -> dict:
+    """Per metric, the median factor of the smallest regression each A/A verdict was sure to call (÷ it for
+    throughput, × it for a p99); None counts as beyond any factor (an SE too large to bound)."""
+    found: dict[str, list[float]] = {}
+    for c in comparisons:
+        for v in c:
+            if v.get("se") is not None:
+                found.setdefault(v["metric"], []).append(v.get("detectable_factor") or math.inf)
+    return {m: round(float(np.median(vs)), 4) for m, vs in found.items()}
 
 
 def run_spread(figures: list[dict]) -> dict:
@@ -243,6 +258,28 @@ def alpha_sensitivity(figures: dict, ids: list[str], injected: list[dict]) -> li
     return out
 
 
+def first_repeat(figures: dict) -> dict:
+    """A run's figures as if it had run one repeat (its first): what `repeats: 1` runs give the rule."""
+    return {key: {**entry, "repeats": {m: v[:1] for m, v in entry["repeats"].items()},
+                  "series": {m: s[:1] for m, s in entry["series"].items()}} for key, entry in figures.items()}
+
+
+def single_repeat(figures: dict, ids: list[str]) -> dict:
+    """The A/A pairs again with one repeat per run: alone (no history) and with the other runs as history."""
+    from brokerbench.reports import regression as R
+
+    one = {i: first_repeat(figures[i]) for i in ids}
+    alone, with_history = [], []
+    for i, j in itertools.combinations(range(len(ids)), 2):
+        history = [one[ids[h]] for h in sorted(set(range(len(ids))) - {i, j}, reverse=True)][:R.HISTORY_RUNS - 1]
+        alone.append(R.compare(one[ids[i]], one[ids[j]]))
+        with_history.append(R.compare(one[ids[i]], one[ids[j]], history))
+    detectable = [v["detectable_factor"] for c in with_history for v in c if v.get("detectable_factor") is not None]
+    return {"pairs_without_history": tally(alone), "pairs_with_history": tally(with_history),
+            "cannot_tell_without_history": sum(bool(v.get("cannot_tell")) for c in alone for v in c),
+            "median_detectable_factor_with_history": round(float(np.median(detectable)), 4) if detectable else None}
+
+
 def analyse(store, aa: list[dict], injected: list[dict], out_dir: Path) -> dict:
     from brokerbench.reports import regression as R
 
@@ -277,7 +314,8 @@ def analyse(store, aa: list[dict], injected: list[dict], out_dir: Path) -> dict:
     result = {
         "aa": {"runs": aa, "new_rule": tally(new_rule), "old_rule": tally(old_rule), "pairs": pairs,
                "in_sequence": tally(sequence), "pairs_without_history": tally(alone), "workflow_checks_recorded": workflow,
-               "noise": run_spread([figures[i] for i in ids])},
+               "noise": run_spread([figures[i] for i in ids]), "single_repeat": single_repeat(figures, ids),
+               "detectable": detectable_by_metric(new_rule)},
     }
     result["injected"] = [injected_series(figures, ids, series, out_dir) for series in injected]
     result["alpha_sensitivity"] = alpha_sensitivity(figures, ids, injected)
@@ -312,7 +350,7 @@ def main() -> int:
     stack = LocalStack()
     started_stack = not stack.is_up()
     started = time.monotonic()
-    endpoints = stack.up(log=log)
+    endpoints = stack.up(["kafka", "redis", "dynamodb"], log=log)  # what the spec needs
     store = DynamoEventStore(endpoints["dynamodb"]["table"], endpoint_url=endpoints["dynamodb"]["endpoint_url"])
     store.ensure_table()
     out_dir = Path(args.home) / "reports"
@@ -359,7 +397,7 @@ def main() -> int:
     }
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(document, indent=2, default=lambda v: v.item() if hasattr(v, "item") else str(v)))
-    log(f"A/A, {new['comparisons']} comparisons × 12 verdicts: new rule {new['by_verdict']} "
+    log(f"A/A, {new['comparisons']} comparisons × {new['verdicts'] // max(1, new['comparisons'])} verdicts: new rule {new['by_verdict']} "
         f"({new['comparisons_with_any_alarm']} comparisons with an alarm); old rule {old['by_verdict']} "
         f"({old['comparisons_with_any_alarm']} with an alarm)")
     for inj in result.get("injected", []):

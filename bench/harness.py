@@ -1,15 +1,22 @@
 """Harness self-check: is the load generator ever the bottleneck? Measured side by side on the local stack.
 
 1. Kafka: the instrumented worker (raw, max rate, publish-only like the others) vs a bare confluent-kafka
-   produce()+poll(0) loop vs Kafka's own ProducerPerformance, all with the same client settings.
-2. Redis Streams: the worker (publish-only) vs redis-benchmark XADD with the same connections and
-   pipeline depth. The produce+consume maximum of both is reported too.
+   produce()+poll(0) loop with the worker's own producer configuration (KafkaDriver.producer_config: the
+   same acks, linger, batch, buffer and in-flight limits, the same payloads and 20-byte key) vs Kafka's own
+   ProducerPerformance with the same acks, linger, batch and compression.
+2. Redis Streams: the worker (publish-only) vs a bare Python loop of the worker's XADDs (pre-packed, written
+   and answered `pipeline_depth` at a time on one connection) and vs redis-benchmark XADD with the same
+   connection count and pipeline depth. The produce+consume maximum is reported too.
 3. Codecs: encode/decode ns per op and size of each codec vs the fastest available implementation
-   of its format, on the same record.
+   of its format, on the same record dict, beside the timing loop's own cost around a no-op (the net
+   figures subtract it; the ratio to the fastest is of net encode + decode).
 4. Instrumentation: what the worker adds per message (clocks, header, histograms, accounting).
 5. Rate accuracy: achieved vs target and publish delay p99 at 25%, 50% and 80% of the worker's max.
 6. The machine's publish-delay floor: the native loop's schedule with nothing sent, idle and beside one
    busy process (on a shared VM the floor under load is what bounds the delay figures).
+
+A cell that fails (or a tool that errs) is reported under "failed" with its reason, and the figures that
+needed it are null; the other figures still come out.
 
 usage: .venv/bin/python bench/harness.py [--out FILE] [--size 1024] [--seconds 5]
 """
@@ -23,6 +30,7 @@ import os
 import platform
 import re
 import shutil
+import socket
 import subprocess
 import sys
 import threading
@@ -38,7 +46,7 @@ from brokerbench.drivers import get_driver
 from brokerbench.events import new_run_id
 from brokerbench.events.dynamodb import DynamoEventStore
 from brokerbench.local.install import lib_dir
-from brokerbench.local.stack import LocalStack
+from brokerbench.local.stack import EVENT_STORE, LocalStack
 from brokerbench.reports.results import build_results
 from brokerbench.spec import expand, validate
 from brokerbench.worker import run_cell
@@ -46,6 +54,8 @@ from brokerbench.worker.consumer import PROCESS_EVERY, Accounting
 from brokerbench.worker.framing import HEADER, unpack_many
 from brokerbench.worker.payloads import payload_pool
 
+SERVICES = ("kafka", "redis", EVENT_STORE.name)  # what the harness runs on (started if not running, then stopped)
+WARMUP_S = 1  # the worker's warm-up, which the bare loops skip alike before they count
 CLIENT = {"acks": "1", "linger_ms": 5, "batch_bytes": 1048576, "compression": "none", "pipeline_depth": 100,
           "read_count": 1000}
 
@@ -53,7 +63,7 @@ CLIENT = {"acks": "1", "linger_ms": 5, "batch_bytes": 1048576, "compression": "n
 # -- the worker ----------------------------------------------------------------------------------
 def worker_cell(endpoints, store, broker: str, size: int, rate, seconds: float, consumers: int = 1) -> dict:
     spec = validate({"brokers": [broker], "sizes": [size], "rates": [rate], "formats": ["raw"], "duration_s": seconds,
-                     "warmup_s": 1, "drain_timeout_s": 30, "client": CLIENT, "consumers": consumers})
+                     "warmup_s": WARMUP_S, "drain_timeout_s": 30, "client": CLIENT, "consumers": consumers})
     cell = expand(spec)[0]
     run_id = new_run_id()
     from brokerbench.runner import run_requested_events
@@ -71,28 +81,34 @@ def new_topic(bootstrap: str, prefix: str) -> str:
 
 
 def bare_kafka(bootstrap: str, size: int, seconds: float) -> float:
+    """A bare produce()+poll(0) loop over the worker's own producer configuration and payloads. Counted as the
+    worker counts a publish-only cell: what was acknowledged from the end of the warm-up on (the messages
+    still unacknowledged then, and every one produced after), over the time to the last acknowledgement."""
     from confluent_kafka import Producer
 
     topic = new_topic(bootstrap, "bare")
-    producer = Producer({"bootstrap.servers": bootstrap, "acks": CLIENT["acks"], "linger.ms": CLIENT["linger_ms"],
-                         "batch.size": CLIENT["batch_bytes"], "compression.type": CLIENT["compression"],
-                         "queue.buffering.max.messages": 1_000_000, "queue.buffering.max.kbytes": 1_048_576})
-    payload = os.urandom(size)
+    config = get_driver("kafka", {"bootstrap_servers": bootstrap}, CLIENT).producer_config("batch")
+    producer = Producer(config)
+    payloads = payload_pool("raw", "wire", size).objects
+    pool, key = len(payloads), HEADER.pack(1, 0, 0)  # the worker's key is its 20-byte header
     produce, poll = producer.produce, producer.poll
-    sent = 0
-    start = time.perf_counter()
-    end = start + seconds
-    while time.perf_counter() < end:
+    sent, counted_from = 0, None
+    begin = time.perf_counter()
+    start, end = begin + WARMUP_S, begin + WARMUP_S + seconds
+    while (now := time.perf_counter()) < end:
+        if counted_from is None and now >= start:
+            start, counted_from = now, sent - len(producer)  # from here on every acknowledgement counts
         for _ in range(1000):
             try:
-                produce(topic, payload)
+                produce(topic, payloads[sent % pool], key, 0)
             except BufferError:
                 poll(0.001)
                 continue
             poll(0)
             sent += 1
-    producer.flush(60)
-    return sent / (time.perf_counter() - start)
+    if producer.flush(60):
+        raise RuntimeError("the bare loop's messages were not all acknowledged within 60 s")
+    return (sent - counted_from) / (time.perf_counter() - start)
 
 
 def producer_performance(bootstrap: str, size: int, records: int) -> float:
@@ -108,6 +124,46 @@ def producer_performance(bootstrap: str, size: int, records: int) -> float:
 
 
 # -- Redis ---------------------------------------------------------------------------------------
+def bare_redis(port: int, size: int, seconds: float, depth: int) -> float:
+    """The worker's XADDs (key, header field, payload) pre-packed once, written `depth` at a time and their
+    replies read before the next batch: the least Python can do per message at that pipeline depth. Counted
+    from the end of the worker's warm-up on."""
+    import hiredis
+
+    key = f"bare-{new_run_id()}-0".encode()
+    payloads = payload_pool("raw", "wire", size).objects
+    batch = b"".join(hiredis.pack_command((b"XADD", key, b"*", b"h", HEADER.pack(1, i, 0), b"p",
+                                           payloads[i % len(payloads)])) for i in range(depth))
+    sock = socket.create_connection(("127.0.0.1", port), timeout=30)
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    reader = hiredis.Reader()
+    sent, counted_from = 0, None
+    try:
+        begin = time.perf_counter()
+        start, end = begin + WARMUP_S, begin + WARMUP_S + seconds
+        while (now := time.perf_counter()) < end:
+            if counted_from is None and now >= start:  # after the worker's warm-up, as the worker counts
+                start, counted_from = now, sent
+            sock.sendall(batch)
+            answered = 0
+            while answered < depth:
+                reply = reader.gets()
+                if reply is False:
+                    reader.feed(sock.recv(1 << 16))
+                    continue
+                if isinstance(reply, Exception):
+                    raise reply
+                answered += 1
+            sent += depth
+        elapsed = time.perf_counter() - start
+        sent -= counted_from
+        sock.sendall(hiredis.pack_command((b"DEL", key)))
+        reader.feed(sock.recv(1 << 10))
+    finally:
+        sock.close()
+    return sent / elapsed
+
+
 def redis_benchmark(port: int, size: int, requests: int, pipeline: int) -> float:
     value, key = "v" * size, f"bench-{new_run_id()}"
     out = subprocess.run(["redis-benchmark", "-h", "127.0.0.1", "-p", str(port), "-c", "1", "-P", str(pipeline),
@@ -118,19 +174,29 @@ def redis_benchmark(port: int, size: int, requests: int, pipeline: int) -> float
 
 
 # -- codecs --------------------------------------------------------------------------------------
-def _time_ns(fn, arg, rounds=7, calls=2000) -> float:
-    """Best of several rounds: on a shared machine the minimum is the cost, the rest is interference."""
-    best = float("inf")
+def _time_ns(fn, arg, calls: int) -> float:
+    """One round: mean ns per call of `fn(arg)` in a plain loop."""
+    start = time.perf_counter_ns()
+    for _ in range(calls):
+        fn(arg)
+    return (time.perf_counter_ns() - start) / calls
+
+
+def _best_ns(timings: dict, rounds: int = 61, round_ns: float = 500_000) -> dict:
+    """Best of many short rounds (about `round_ns` each) per (fn, arg), the entries taking turns within each
+    round. On a shared machine the minimum is the cost and the rest is interference: short rounds often
+    run without being preempted, and a slow spell hits every implementation alike."""
+    calls = {name: max(10, int(round_ns / max(1.0, _time_ns(fn, arg, 50)))) for name, (fn, arg) in timings.items()}
+    best = dict.fromkeys(timings, float("inf"))
     for _ in range(rounds):
-        start = time.perf_counter_ns()
-        for _ in range(calls):
-            fn(arg)
-        best = min(best, (time.perf_counter_ns() - start) / calls)
+        for name, (fn, arg) in timings.items():
+            best[name] = min(best[name], _time_ns(fn, arg, calls[name]))
     return best
 
 
 def codec_candidates(record: dict) -> dict[str, dict[str, tuple]]:
-    """Per format: implementation -> (encode fn, encode input, decode fn)."""
+    """Per format: implementation -> (encode fn, decode fn), every encode starting from the record dict and
+    every decode giving back all of its fields."""
     import json as stdlib_json
 
     import fastavro
@@ -139,6 +205,7 @@ def codec_candidates(record: dict) -> dict[str, dict[str, tuple]]:
     import orjson
     import ormsgpack
 
+    from brokerbench.codecs.telemetry_pb2 import TelemetryRecord
     from brokerbench.paths import RECORD_AVRO_SCHEMA
 
     avro_schema = fastavro.parse_schema(json.loads(RECORD_AVRO_SCHEMA.read_text()))
@@ -148,40 +215,63 @@ def codec_candidates(record: dict) -> dict[str, dict[str, tuple]]:
         fastavro.schemaless_writer(buffer, avro_schema, r)
         return buffer.getvalue()
 
-    out = {
-        "json": {"orjson": (orjson.dumps, record, orjson.loads),
-                 "msgspec.json": (msgspec.json.encode, record, msgspec.json.decode),
-                 "stdlib json": (lambda r: stdlib_json.dumps(r, separators=(",", ":")).encode(), record, stdlib_json.loads)},
-        "msgpack": {"msgspec.msgpack": (msgspec.msgpack.encode, record, msgspec.msgpack.decode),
-                    "msgpack": (msgpack.packb, record, msgpack.unpackb),
-                    "ormsgpack": (ormsgpack.packb, record, ormsgpack.unpackb)},
-        "avro": {"fastavro": (fastavro_encode, record, lambda b: fastavro.schemaless_reader(io.BytesIO(b), avro_schema, None))},
-        "protobuf": {},
-    }
+    def protobuf_setters(r):
+        message = TelemetryRecord()
+        for name in _PB_SCALARS:
+            setattr(message, name, r[name])
+        message.samples.extend(r["samples"])
+        return message.SerializeToString()
+
     pb = get_codec("protobuf")
-    out["protobuf"]["protobuf (upb)"] = (pb.encode, pb.prepare(record), pb.decode)
-    return out
+    return {
+        "json": {"orjson": (orjson.dumps, orjson.loads),
+                 "msgspec.json": (msgspec.json.Encoder().encode, msgspec.json.Decoder().decode),
+                 "stdlib json": (lambda r: stdlib_json.dumps(r, separators=(",", ":")).encode(), stdlib_json.loads)},
+        "msgpack": {"msgspec.msgpack": (msgspec.msgpack.Encoder().encode, msgspec.msgpack.Decoder().decode),
+                    "msgpack": (msgpack.packb, msgpack.unpackb),
+                    "ormsgpack": (ormsgpack.packb, ormsgpack.unpackb)},
+        "avro": {"fastavro": (fastavro_encode, lambda b: fastavro.schemaless_reader(io.BytesIO(b), avro_schema, None))},
+        "protobuf": {"protobuf (upb) keywords": (lambda r: TelemetryRecord(**r).SerializeToString(), pb.decode),
+                     "protobuf (upb) setters": (protobuf_setters, pb.decode)},
+    }
+
+
+_PB_SCALARS = ("device_id", "ts_ms", "seq", "site", "kind", "value", "count", "ok", "note")
+OURS = {"json": "orjson", "msgpack": "msgspec.msgpack", "avro": "fastavro", "protobuf": "protobuf (upb) keywords"}
 
 
 def codecs(size: int) -> dict:
+    """Each format's codec and the other implementations of it on one record, with the loop's own cost around
+    a no-op (`loop_floor_ns`, as codecs.floor does for the worker) and every figure net of it."""
     record = payload_pool("json", "record", size, count=1).objects[0]
     candidates = codec_candidates(record)
-    ours = {"json": "orjson", "msgpack": "msgspec.msgpack", "avro": "fastavro", "protobuf": "protobuf (upb)"}
     result = {}
     for fmt, impls in candidates.items():
         codec = get_codec(fmt)
         obj = codec.prepare(record)
         data = codec.encode(obj)
-        ours_ns = {"encode_ns": _time_ns(codec.encode, obj), "decode_ns": _time_ns(codec.decode, data), "bytes": len(data)}
-        measured = {}
-        for name, (encode, value, decode) in impls.items():
-            encoded = encode(value)
-            measured[name] = {"encode_ns": _time_ns(encode, value), "decode_ns": _time_ns(decode, encoded),
-                              "bytes": len(encoded)}
-        fastest = min(measured, key=lambda n: measured[n]["encode_ns"] + measured[n]["decode_ns"])
-        best = measured[fastest]["encode_ns"] + measured[fastest]["decode_ns"]
-        result[fmt] = {"brokerbench": {"library": ours[fmt], **ours_ns}, "implementations": measured,
-                       "fastest": fastest, "ratio_to_fastest": (ours_ns["encode_ns"] + ours_ns["decode_ns"]) / best}
+        timings = {("floor", "encode"): (callable, obj), ("floor", "decode"): (callable, data),
+                   ("ours", "encode"): (codec.encode, obj), ("ours", "decode"): (codec.decode, data)}
+        sizes = {"ours": len(data)}
+        for name, (encode, decode) in impls.items():
+            encoded = encode(record)
+            timings[(name, "encode")], timings[(name, "decode")] = (encode, record), (decode, encoded)
+            sizes[name] = len(encoded)
+        best = _best_ns(timings)
+        floor = {"encode_ns": best[("floor", "encode")], "decode_ns": best[("floor", "decode")]}
+
+        def figures(name: str) -> dict:
+            out = {f"{op}_ns": best[(name, op)] for op in ("encode", "decode")}
+            out.update({f"{op}_net_ns": max(0.0, best[(name, op)] - floor[f"{op}_ns"]) for op in ("encode", "decode")})
+            return {**out, "bytes": sizes[name]}
+
+        ours = figures("ours")
+        measured = {name: figures(name) for name in impls}
+        net = lambda f: f["encode_net_ns"] + f["decode_net_ns"]  # noqa: E731
+        fastest = min(measured, key=lambda n: net(measured[n]))
+        result[fmt] = {"brokerbench": {"library": OURS[fmt], **ours}, "implementations": measured,
+                       "loop_floor_ns": floor, "fastest": fastest,
+                       "ratio_to_fastest": net(ours) / max(1.0, net(measured[fastest]))}
     return result
 
 
@@ -304,6 +394,151 @@ def schedule_floor(rate: int = 100_000, seconds: float = 3) -> dict:
 
 
 # -- main ----------------------------------------------------------------------------------------
+class Trials:
+    """Every measurement's trials by name; a cell that did not complete or a tool that erred is kept as None
+    and listed in `failed` with its reason, so one bad trial costs its figures, not the whole harness."""
+
+    def __init__(self) -> None:
+        self.values: dict[str, list] = {}
+        self.failed: list[dict] = []
+
+    def run(self, name: str, trial: int, fn, *args, **kwargs):
+        try:
+            value = fn(*args, **kwargs)
+            reason = None if not isinstance(value, dict) or value.get("status") == "completed" else \
+                f"{value.get('status', 'no status')}: {value.get('reason', 'no reason given')}"
+        except Exception as exc:  # noqa: BLE001 (any failure of a trial is reported, not raised)
+            value, reason = None, f"{type(exc).__name__}: {exc}"
+        if reason is not None:
+            self.failed.append({"name": name, "trial": trial, "reason": reason})
+            print(f"  ! {name} (trial {trial}) failed: {reason}", file=sys.stderr, flush=True)
+            value = None
+        self.values.setdefault(name, []).append(value)
+        return value
+
+    def rates(self, name: str) -> list[float | None]:
+        return [rate_of(v) for v in self.values.get(name, [])]
+
+    def best(self, name: str):
+        """The trial with the highest rate (a cell or a figure), None if every trial failed."""
+        done = [v for v in self.values.get(name, []) if v is not None]
+        return max(done, key=rate_of) if done else None
+
+
+def rate_of(value) -> float | None:
+    if value is None:
+        return None
+    return value["rate_achieved"] if isinstance(value, dict) else float(value)
+
+
+def ratio(a, b) -> float | None:
+    a, b = rate_of(a), rate_of(b)
+    return None if a is None or not b else a / b
+
+
+def run_trials(args, endpoints, store, step) -> Trials:
+    """The bare loop and the native tools only publish: the worker is compared publish-only too
+    (consumers: 0); its produce+consume maximum is the base of the rate-accuracy runs. Trials
+    interleave the worker and the tools, so a slow spell of the shared machine hits them alike."""
+    kafka, redis_port, depth = endpoints["kafka"]["bootstrap_servers"], endpoints["redis-streams"]["port"], \
+        CLIENT["pipeline_depth"]
+    trials = Trials()
+    for trial in range(1, args.trials + 1):
+        step(f"trial {trial}/{args.trials}: kafka worker (publish-only, produce+consume), bare loop, "
+             "ProducerPerformance")
+        trials.run("kafka_publish", trial, worker_cell, endpoints, store, "kafka", args.size, "max", args.seconds,
+                   consumers=0)
+        bare = trials.run("kafka_bare", trial, bare_kafka, kafka, args.size, args.seconds)
+        trials.run("kafka_native", trial, producer_performance, kafka, args.size,
+                   int(max(bare or 0, 50_000) * args.seconds))
+        trials.run("kafka_worker", trial, worker_cell, endpoints, store, "kafka", args.size, "max", args.seconds)
+        step(f"trial {trial}/{args.trials}: redis worker (publish-only, produce+consume), bare loop, redis-benchmark")
+        trials.run("redis_publish", trial, worker_cell, endpoints, store, "redis-streams", args.size, "max",
+                   args.seconds, consumers=0)
+        trials.run("redis_bare", trial, bare_redis, redis_port, args.size, args.seconds, depth)
+        trials.run("redis_native", trial, redis_benchmark, redis_port, args.size, 500_000, depth)
+        trials.run("redis_worker", trial, worker_cell, endpoints, store, "redis-streams", args.size, "max",
+                   args.seconds)
+    return trials
+
+
+def rate_accuracy(args, endpoints, store, step, trials: Trials) -> list[dict]:
+    accuracy = []
+    for broker, name in (("kafka", "kafka_worker"), ("redis-streams", "redis_worker")):
+        worker = trials.best(name)
+        if worker is None:
+            step(f"rate accuracy: {broker} skipped (no produce+consume maximum: every trial failed)")
+            continue
+        for share in (0.25, 0.5, 0.8):
+            rate = max(1, int(worker["rate_achieved"] * share))
+            step(f"rate accuracy: {broker} at {share:.0%} ({rate:,} msgs/s)")
+            with FloorProbe(seconds=args.seconds + 2) as floor_during:  # an empty schedule beside the cell
+                cell = trials.run(f"accuracy_{broker}_{share}", 1, worker_cell, endpoints, store, broker, args.size,
+                                  rate, args.seconds)
+            if cell is None:
+                continue
+            accuracy.append({"broker": broker, "share_of_max": share, "rate_target": rate,
+                             "rate_achieved": cell["rate_achieved"],
+                             "rate_error": abs(cell["rate_achieved"] - rate) / rate,
+                             "publish_delay_p99_ms": cell["publish_delay_us"]["p99"] / 1000,
+                             "floor_p99_ms": floor_during.result.get("p99_ms"),
+                             "lost": cell["lost"]})
+    return accuracy
+
+
+def _worst(values) -> float | None:
+    values = [v for v in values if v is not None]
+    return max(values) if values else None
+
+
+def summary(args, trials: Trials, codec_results: dict, floor: dict, instrumentation: dict, accuracy: list) -> dict:
+    best = {name: trials.best(name) for name in trials.values}
+    kafka_publish, kafka_worker = best.get("kafka_publish"), best.get("kafka_worker")
+    redis_publish, redis_worker = best.get("redis_publish"), best.get("redis_worker")
+    paired = {  # each trial's own ratio: the spread the best-of figures hide
+        f"{a.split('_')[0]}_vs_{b.split('_')[1]}": [ratio(x, y) for x, y in zip(trials.values.get(a, []),
+                                                                               trials.values.get(b, []))]
+        for a, b in (("kafka_publish", "kafka_bare"), ("kafka_publish", "kafka_native"),
+                     ("redis_publish", "redis_bare"), ("redis_publish", "redis_native"))}
+    field = lambda cell, key: None if cell is None else cell[key]  # noqa: E731
+    paired_median = {name: (float(np.median(done)) if (done := [r for r in ratios if r is not None]) else None)
+                     for name, ratios in paired.items()}
+    return {
+        "kafka_vs_bare": ratio(kafka_publish, best.get("kafka_bare")),
+        "kafka_vs_native": ratio(kafka_publish, best.get("kafka_native")),
+        "redis_vs_bare": ratio(redis_publish, best.get("redis_bare")),
+        "redis_vs_native": ratio(redis_publish, best.get("redis_native")),
+        "codec_vs_fastest_worst": max(c["ratio_to_fastest"] for c in codec_results.values()),
+        "instrumentation_ns_per_msg": instrumentation["total_ns"],
+        "rate_error_worst": _worst(a["rate_error"] for a in accuracy),
+        "publish_delay_p99_ms_worst": _worst(a["publish_delay_p99_ms"] for a in accuracy),
+        "failed": trials.failed,
+        "machine": {"cpu": platform.processor() or _cpu(), "cores": os.cpu_count(), "python": platform.python_version()},
+        "size_bytes": args.size,
+        "trials": args.trials,
+        "seconds": args.seconds,
+        "client": CLIENT,
+        "kafka": {"worker_publish_only_msgs_per_s": rate_of(kafka_publish),
+                  "worker_produce_consume_msgs_per_s": rate_of(kafka_worker), "worker_lost": field(kafka_worker, "lost"),
+                  "bare_msgs_per_s": rate_of(best.get("kafka_bare")),
+                  "bare_config": "the worker's (KafkaDriver.producer_config)",
+                  "producer_performance_msgs_per_s": rate_of(best.get("kafka_native"))},
+        "redis": {"worker_publish_only_msgs_per_s": rate_of(redis_publish),
+                  "worker_produce_consume_msgs_per_s": rate_of(redis_worker), "worker_lost": field(redis_worker, "lost"),
+                  "bare_msgs_per_s": rate_of(best.get("redis_bare")),
+                  "redis_benchmark_msgs_per_s": rate_of(best.get("redis_native")), "connections": 1,
+                  "pipeline": CLIENT["pipeline_depth"]},
+        "send_loop": field(kafka_publish, "send_loop"),
+        "trial_rates": {name: trials.rates(name) for name in trials.values},
+        "paired_trial_ratios": paired,
+        "paired_trial_ratio_medians": paired_median,  # steadier than best ÷ best when trials vary this much
+        "schedule_floor": floor,
+        "codecs": codec_results,
+        "instrumentation": instrumentation,
+        "rate_accuracy": accuracy,
+    }
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--out", help="write the results as JSON")
@@ -313,93 +548,34 @@ def main() -> None:
                                                                "for the worker and the tools alike")
     args = parser.parse_args()
     stack = LocalStack()
-    started = [s for s, info in stack.status().items() if info["state"] != "running"]
-    endpoints = stack.up(log=lambda m: print(m, file=sys.stderr))
+    started = [s for s in SERVICES if stack.status()[s]["state"] != "running"]
+    endpoints = stack.up(SERVICES, log=lambda m: print(m, file=sys.stderr))
+    step = lambda name: print(f"· {name}", file=sys.stderr, flush=True)  # noqa: E731
     try:
         store = DynamoEventStore(endpoints["dynamodb"]["table"], endpoint_url=endpoints["dynamodb"]["endpoint_url"])
         store.ensure_table()
-        step = lambda name: print(f"· {name}", file=sys.stderr, flush=True)  # noqa: E731
-        # The bare loop and the native tools only publish: the worker is compared publish-only too
-        # (consumers: 0); its produce+consume maximum is the base of the rate-accuracy runs. Trials
-        # interleave the worker and the tools, so a slow spell of the shared machine hits them alike.
-        kafka = endpoints["kafka"]["bootstrap_servers"]
-        redis_port = endpoints["redis-streams"]["port"]
-        trials = {name: [] for name in ("kafka_publish", "kafka_worker", "kafka_bare", "kafka_native",
-                                        "redis_publish", "redis_worker", "redis_native")}
-        for trial in range(1, args.trials + 1):
-            step(f"trial {trial}/{args.trials}: kafka worker (publish-only, produce+consume), bare loop, "
-                 "ProducerPerformance")
-            trials["kafka_publish"].append(worker_cell(endpoints, store, "kafka", args.size, "max", args.seconds,
-                                                       consumers=0))
-            trials["kafka_bare"].append(bare_kafka(kafka, args.size, args.seconds))
-            trials["kafka_native"].append(producer_performance(
-                kafka, args.size, int(max(trials["kafka_bare"][-1], 50_000) * args.seconds)))
-            trials["kafka_worker"].append(worker_cell(endpoints, store, "kafka", args.size, "max", args.seconds))
-            step(f"trial {trial}/{args.trials}: redis worker (publish-only, produce+consume), redis-benchmark")
-            trials["redis_publish"].append(worker_cell(endpoints, store, "redis-streams", args.size, "max", args.seconds,
-                                                       consumers=0))
-            trials["redis_native"].append(redis_benchmark(redis_port, args.size, 500_000, CLIENT["pipeline_depth"]))
-            trials["redis_worker"].append(worker_cell(endpoints, store, "redis-streams", args.size, "max",
-                                                      args.seconds))
-        best_cell = lambda name: max(trials[name], key=lambda c: c["rate_achieved"])  # noqa: E731
-        kafka_publish, kafka_worker = best_cell("kafka_publish"), best_cell("kafka_worker")
-        redis_publish, redis_worker = best_cell("redis_publish"), best_cell("redis_worker")
-        kafka_bare, kafka_native, redis_native = (max(trials[n]) for n in ("kafka_bare", "kafka_native", "redis_native"))
-        paired = {  # each trial's own ratio: the spread the best-of figures hide
-            "kafka_vs_bare": [c["rate_achieved"] / b for c, b in zip(trials["kafka_publish"], trials["kafka_bare"])],
-            "kafka_vs_native": [c["rate_achieved"] / b for c, b in zip(trials["kafka_publish"], trials["kafka_native"])],
-            "redis_vs_native": [c["rate_achieved"] / b for c, b in zip(trials["redis_publish"], trials["redis_native"])],
-        }
+        trials = run_trials(args, endpoints, store, step)
         step("codecs")
         codec_results = codecs(args.size)
+        codecs_larger = codecs(10 * args.size)  # the ranking at a larger record too
         step("schedule floor (no broker): idle, and beside one busy process")
         floor = schedule_floor()
         step("instrumentation")
         instrumentation = instrumentation_ns()
-        accuracy = []
-        for broker, worker in (("kafka", kafka_worker), ("redis-streams", redis_worker)):
-            for share in (0.25, 0.5, 0.8):
-                rate = max(1, int(worker["rate_achieved"] * share))
-                step(f"rate accuracy: {broker} at {share:.0%} ({rate:,} msgs/s)")
-                with FloorProbe(seconds=args.seconds + 2) as floor_during:  # an empty schedule beside the cell
-                    cell = worker_cell(endpoints, store, broker, args.size, rate, args.seconds)
-                accuracy.append({"broker": broker, "share_of_max": share, "rate_target": rate,
-                                 "rate_achieved": cell["rate_achieved"],
-                                 "rate_error": abs(cell["rate_achieved"] - rate) / rate,
-                                 "publish_delay_p99_ms": cell["publish_delay_us"]["p99"] / 1000,
-                                 "floor_p99_ms": floor_during.result.get("p99_ms"),
-                                 "lost": cell["lost"]})
+        accuracy = rate_accuracy(args, endpoints, store, step, trials)
     finally:
         if started:
             stack.down(started, log=lambda m: None)
-    result = {
-        "kafka_vs_bare": kafka_publish["rate_achieved"] / kafka_bare,
-        "kafka_vs_native": kafka_publish["rate_achieved"] / kafka_native,
-        "redis_vs_native": redis_publish["rate_achieved"] / redis_native,
-        "codec_vs_fastest_worst": max(c["ratio_to_fastest"] for c in codec_results.values()),
-        "instrumentation_ns_per_msg": instrumentation["total_ns"],
-        "rate_error_worst": max(a["rate_error"] for a in accuracy),
-        "publish_delay_p99_ms_worst": max(a["publish_delay_p99_ms"] for a in accuracy),
-        "machine": {"cpu": platform.processor() or _cpu(), "cores": os.cpu_count(), "python": platform.python_version()},
-        "size_bytes": args.size,
-        "trials": args.trials,
-        "kafka": {"worker_publish_only_msgs_per_s": kafka_publish["rate_achieved"],
-                  "worker_produce_consume_msgs_per_s": kafka_worker["rate_achieved"], "worker_lost": kafka_worker["lost"],
-                  "bare_msgs_per_s": kafka_bare, "producer_performance_msgs_per_s": kafka_native},
-        "redis": {"worker_publish_only_msgs_per_s": redis_publish["rate_achieved"],
-                  "worker_produce_consume_msgs_per_s": redis_worker["rate_achieved"], "worker_lost": redis_worker["lost"],
-                  "redis_benchmark_msgs_per_s": redis_native, "connections": 1, "pipeline": CLIENT["pipeline_depth"]},
-        "send_loop": kafka_publish.get("send_loop", "python"),
-        "paired_trial_ratios": paired,
-        "schedule_floor": floor,
-        "codecs": codec_results,
-        "instrumentation": instrumentation,
-        "rate_accuracy": accuracy,
-    }
-    print(json.dumps({k: result[k] for k in list(result)[:7]}, indent=2))
-    for fmt, c in codec_results.items():
-        print(f"{fmt:9} ours {c['brokerbench']['library']:16} {c['brokerbench']['encode_ns']:8.0f}/{c['brokerbench']['decode_ns']:8.0f} ns"
-              f"  fastest {c['fastest']:16} ×{c['ratio_to_fastest']:.2f}")
+    result = summary(args, trials, codec_results, floor, instrumentation, accuracy)
+    result["codecs_at_10x_size"] = codecs_larger
+    result["codec_vs_fastest_worst"] = max(c["ratio_to_fastest"] for r in (codec_results, codecs_larger)
+                                           for c in r.values())
+    print(json.dumps({k: result[k] for k in list(result)[:9]}, indent=2))
+    for fmt, c in [*codec_results.items(), *((f"{fmt} ×10", c) for fmt, c in codecs_larger.items())]:
+        ours = c["brokerbench"]
+        print(f"{fmt:13} ours {ours['library']:24} {ours['encode_ns']:8.0f}/{ours['decode_ns']:8.0f} ns "
+              f"(net {ours['encode_net_ns']:.0f}/{ours['decode_net_ns']:.0f})  fastest {c['fastest']:24} "
+              f"×{c['ratio_to_fastest']:.2f}")
     if args.out:
         Path(args.out).parent.mkdir(parents=True, exist_ok=True)
         Path(args.out).write_text(json.dumps(result, indent=2))

@@ -613,33 +613,70 @@ def cmd_report(args) -> int:
     return EXIT_OK
 
 
-def cmd_compare(args) -> int:
+def _history(args, baseline_events: list[dict]) -> list[list[dict]] | int:
+    """The baseline's history (earlier completed runs of its suite on the same target configuration, newest
+    first, not the candidate), as reports read them; none with --no-history."""
+    from .events import read_report_events
+    from .reports.regression import HISTORY_RUNS, find_history
+
+    if args.no_history:
+        return []
+    store = _stored(args)
+    if store is None:
+        return EXIT_ENVIRONMENT
+    found = [h for h in find_history(store, args.baseline, baseline_events) if h != args.candidate]
+    return [read_report_events(store, h) for h in found[:HISTORY_RUNS - 1]]
+
+
+def _compare_table(title: str, verdicts: list[dict]):
     from rich.table import Table
 
+    from .reports.regression import detectable_text
+
+    table = Table(title=title, title_justify="left", header_style="bold")
+    for name, justify in [("cell", "left"), ("metric", "left"), ("verdict", "left"), ("baseline", "right"),
+                          ("candidate", "right"), ("change", "right"), ("p", "right"), ("detectable", "right"),
+                          ("why", "left")]:
+        table.add_column(name, justify=justify)
+    colors = {"regression": "red", "improvement": "green", "unstable": "yellow", "unchanged": "white"}
+    order = {"regression": 0, "unstable": 1, "improvement": 2, "unchanged": 3}
+    fmt = lambda x: "–" if x is None else f"{x:,.1f}"  # noqa: E731
+    for v in sorted(verdicts, key=lambda v: order[v["verdict"]]):
+        shown = "cannot tell" if v.get("cannot_tell") else v["verdict"]
+        table.add_row(v["cell"], v["metric"], f"[{colors[v['verdict']]}]{shown}[/]", fmt(v["baseline_median"]),
+                      fmt(v["candidate_median"]), "–" if v["change"] is None else f"{v['change']:+.1%}",
+                      "–" if v["p_value"] is None else f"{v['p_value']:.2g}",
+                      detectable_text(v), v["why"])
+    return table
+
+
+def cmd_compare(args) -> int:
     from .reports.model import build_report
-    from .reports.regression import compare
+    from .reports.regression import ALPHA, METHOD, compare
 
     found = _run_events(args, args.baseline, args.candidate)
     if isinstance(found, int):
         return found
-    verdicts = compare(build_report(found[0]), build_report(found[1]))
-    table = Table(title=f"{args.candidate} against {args.baseline}", title_justify="left", header_style="bold")
-    for name, justify in [("cell", "left"), ("metric", "left"), ("verdict", "left"), ("baseline", "right"),
-                          ("candidate", "right"), ("change", "right"), ("p", "right"), ("why", "left")]:
-        table.add_column(name, justify=justify)
-    colors = {"regression": "red", "improvement": "green", "unstable": "yellow", "unchanged": "white"}
-    order = {"regression": 0, "unstable": 1, "improvement": 2, "unchanged": 3}
-    for v in sorted(verdicts, key=lambda v: order[v["verdict"]]):
-        fmt = lambda x: "–" if x is None else f"{x:,.1f}"  # noqa: E731
-        table.add_row(v["cell"], v["metric"], f"[{colors[v['verdict']]}]{v['verdict']}[/]", fmt(v["baseline_median"]),
-                      fmt(v["candidate_median"]), "–" if v["change"] is None else f"{v['change']:+.1%}",
-                      "–" if v["p_value"] is None else f"{v['p_value']:.2g}", v["why"])
-    console.print(table)
+    history = _history(args, found[0])
+    if isinstance(history, int):
+        return history
+    history_ids = [h[0]["run_id"] for h in history]
+    verdicts = compare(build_report(found[0]), build_report(found[1]), [build_report(h) for h in history])
+    console.print(_compare_table(f"{args.candidate} against {args.baseline}"
+                                 + (f" and {len(history)} earlier runs" if history else " (no history)"), verdicts))
     path = Path(args.out) / args.candidate / f"compare-{args.baseline}.json"
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps({"baseline": args.baseline, "candidate": args.candidate, "verdicts": verdicts}, indent=2))
+    path.write_text(json.dumps({"baseline": args.baseline, "candidate": args.candidate,
+                                "history_run_ids": [args.baseline, *history_ids], "alpha": ALPHA, "method": METHOD,
+                                "verdicts": verdicts}, indent=2))
     regressions = sum(v["verdict"] == "regression" for v in verdicts)
-    console.print(f"{len(verdicts)} comparisons, {regressions} regressions · {path}")
+    unknown = [v for v in verdicts if v.get("cannot_tell")]
+    line = f"{len(verdicts)} comparisons, {regressions} regressions"
+    if unknown:
+        need = max(v["runs_needed"] for v in unknown)
+        line += (f", {len(unknown)} cannot tell (run-to-run noise unknown: {need} more completed "
+                 f"run{'s' if need != 1 else ''} of the suite needed)")
+    console.print(f"{line} · {path}")
     return EXIT_CELLS_FAILED if regressions else EXIT_OK
 
 
@@ -914,6 +951,8 @@ def build_parser() -> argparse.ArgumentParser:
     compare.add_argument("baseline")
     compare.add_argument("candidate")
     compare.add_argument("--out", default="reports", help="writes OUT/<candidate>/compare-<baseline>.json")
+    compare.add_argument("--no-history", action="store_true",
+                         help="compare the two runs alone (default: with the baseline's history from the store)")
     compare.set_defaults(func=cmd_compare)
 
     runs = sub.add_parser("runs", help="list stored runs, newest first")

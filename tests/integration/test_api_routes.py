@@ -286,8 +286,15 @@ def test_cancel_stops_the_execution_and_the_run_ends_cancelled_with_its_cells_ke
 
 
 def test_compare_finds_the_halved_throughput(api, stored):
-    handler, _ = api
-    status, body = call(handler, "GET", "/compare", query={"baseline": stored["baseline"], "candidate": stored["candidate"]})
+    handler, store = api
+    query = {"baseline": stored["baseline"], "candidate": stored["candidate"]}
+    status, body = call(handler, "GET", "/compare", query=query)  # two runs: run-to-run noise unknown
+    assert status == 200 and body["summary"]["regression"] == 0
+    assert any(v["why"].startswith("cannot tell") for v in body["verdicts"])
+    for i in (1, 2):  # two earlier runs of the suite: its history
+        store.append(synthetic_run({**SPEC, "name": stored["suite"]}, intervals=5, seed=10 + i,
+                                   run_id=f"20200101T00000{i}Z-abcdef"))
+    status, body = call(handler, "GET", "/compare", query=query)
     assert status == 200 and body["summary"]["regression"] > 0
     assert body["verdicts"][0]["verdict"] == "regression"  # regressions first
     status, body = call(handler, "GET", "/compare", query={"baseline": stored["baseline"], "candidate": new_run_id()})

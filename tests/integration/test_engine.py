@@ -50,6 +50,12 @@ def test_rate_accuracy_and_no_loss(rated_run):
         assert 0 < cell["end_to_end_latency_us"]["p50"] < 1_000_000
         assert cell["end_to_end_latency_us"]["p50"] <= cell["end_to_end_latency_us"]["p99"] <= cell["end_to_end_latency_us"]["max"]
         assert cell["publish_latency_us"]["p50"] > 0 and cell["encode_ns"]["p50"] > 0 and cell["decode_ns"]["p50"] > 0
+        # The timed call's own cost is stored with the codec figures, and the net figures are the p50s less it.
+        floor = cell["codec_floor_ns"]
+        assert floor["encode_ns"] >= 0 and floor["decode_ns"] >= 0
+        for op in ("encode", "decode"):
+            net = max(0.0, cell[f"{op}_ns"]["p50"] - floor[f"{op}_ns"])
+            assert cell[f"{op}_net_ns"]["p50"] == pytest.approx(net, abs=0.01)
 
 
 def test_record_basis_is_the_same_record_with_each_formats_own_size(rated_run):

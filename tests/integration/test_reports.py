@@ -29,39 +29,46 @@ def stack_store(stack):
 
 @pytest.fixture(scope="module")
 def runs(stack_store):
-    """An older baseline, a candidate with half the throughput, and a run of another suite. (With no
-    history the rule assumes 10% run-to-run noise, and asks for a change of at least 3 times that.)"""
+    """Two older runs and a baseline of one suite (history: run-to-run noise is measured, never assumed), a
+    candidate with half the throughput, and a run of another suite."""
     suite = f"reg-{new_run_id()[-6:]}"
-    baseline_id, candidate_id = new_run_id(), new_run_id()
-    candidate_id = baseline_id[:-6] + "ffffff" if candidate_id <= baseline_id else candidate_id
+    *older, baseline_id, candidate_id = sorted({new_run_id() for _ in range(4)})
     other = synthetic_run({**SPEC, "name": f"{suite}-other"}, intervals=10, seed=5)
+    for seed, run_id in enumerate(older, start=1):
+        stack_store.append(synthetic_run({**SPEC, "name": suite}, intervals=10, seed=seed, run_id=run_id))
     stack_store.append(synthetic_run({**SPEC, "name": suite}, intervals=10, seed=3, run_id=baseline_id))
     stack_store.append(synthetic_run({**SPEC, "name": suite}, intervals=10, seed=4, run_id=candidate_id, rate_scale=0.5))
     stack_store.append(other)
-    return baseline_id, candidate_id
+    return baseline_id, candidate_id, older
 
 
 def test_the_baseline_is_the_latest_completed_run_of_the_suite_and_regressions_are_recorded(stack_store, runs):
-    baseline_id, candidate_id = runs
+    baseline_id, candidate_id, older = runs
     assert regression.find_baseline(stack_store, candidate_id) == baseline_id
-    assert regression.find_baseline(stack_store, baseline_id) is None
+    assert regression.find_baseline(stack_store, older[0]) is None
     checked = regression.check(stack_store, candidate_id)
     throughput = [v for v in checked["verdicts"] if v["metric"] == "throughput_msgs_per_s"]
     assert len(throughput) == 4 and {v["verdict"] for v in throughput} == {"regression"}
     assert all(v["change"] == pytest.approx(-0.5, abs=0.05) for v in throughput)
     latency = [v for v in checked["verdicts"] if v["metric"] == "end_to_end_p99_us"]
     assert {v["verdict"] for v in latency} <= {"unchanged", "unstable"}  # same latency distribution
+    # Half the rate: a configuration sustainable in all 3 earlier runs that now falls behind is a regression too.
+    flips = [v for v in checked["regressions"] if v["metric"] == "sustainability"]
+    assert all(v["why"].startswith("sustainable → unsustainable; sustainable in every one of history's 3 runs")
+               for v in flips)
+    called = len(checked["regressions"])
+    assert called == 4 + len(flips)
     stored = [e for e in stack_store.read(candidate_id) if e["type"] == "RegressionDetected"]
-    assert len(stored) == 4 and all(e["data"]["baseline_run_id"] == baseline_id for e in stored)
+    assert len(stored) == called and all(e["data"]["baseline_run_id"] == baseline_id for e in stored)
     again = regression.check(stack_store, candidate_id)  # replayed: nothing new
-    assert len([e for e in stack_store.read(candidate_id) if e["type"] == "RegressionDetected"]) == 4
-    assert len(again["regressions"]) == 4
+    assert len([e for e in stack_store.read(candidate_id) if e["type"] == "RegressionDetected"]) == called
+    assert len(again["regressions"]) == called
     report = build_report(stack_store.read(candidate_id, interval_histograms=False))
-    assert len(report["regressions"]) == 4
+    assert len(report["regressions"]) == called
 
 
 def test_report_and_compare_commands(stack, runs, tmp_path):
-    baseline_id, candidate_id = runs
+    baseline_id, candidate_id, older = runs
     common = [str(BIN), "--state-dir", str(stack.state_dir)]
     md = subprocess.run([*common, "report", candidate_id, "--out", str(tmp_path)], capture_output=True, text=True)
     assert md.returncode == 0, md.stderr
@@ -72,14 +79,24 @@ def test_report_and_compare_commands(stack, runs, tmp_path):
     assert json.loads((tmp_path / candidate_id / "report.json").read_text())["run_id"] == candidate_id, as_json.stderr
     worse = subprocess.run([*common, "compare", baseline_id, candidate_id, "--out", str(tmp_path)],
                            capture_output=True, text=True)
-    assert worse.returncode == 1 and "regression" in worse.stdout
+    assert worse.returncode == 1 and "regression" in worse.stdout and "and 2 earlier runs" in worse.stdout
+    stored = json.loads((tmp_path / candidate_id / f"compare-{baseline_id}.json").read_text())
+    assert stored["history_run_ids"] == [baseline_id, *older[::-1]]
+    # Each figure's verdict says the smallest regression it is sure to call, and the table shows it.
+    figures = [v for v in stored["verdicts"] if v["metric"] != "sustainability"]
+    assert figures and all(0 < v["detectable"] for v in figures) and "detectable" in worse.stdout
+    # The two runs alone: run-to-run noise unknown, nothing called, and it says what is needed.
+    alone = subprocess.run([*common, "compare", baseline_id, candidate_id, "--no-history", "--out", str(tmp_path)],
+                           capture_output=True, text=True)
+    assert alone.returncode == 0 and "0 regressions" in alone.stdout and "cannot tell" in alone.stdout, alone.stdout
+    assert "2 more completed runs of the suite needed" in alone.stdout
     same = subprocess.run([*common, "compare", baseline_id, baseline_id, "--out", str(tmp_path)],
                           capture_output=True, text=True)
     assert same.returncode == 0 and "0 regressions" in same.stdout
 
 
 def test_the_html_report_in_a_real_browser(stack, runs, tmp_path):
-    _, candidate_id = runs
+    _, candidate_id, _ = runs
     done = subprocess.run([str(BIN), "--state-dir", str(stack.state_dir), "report", candidate_id, "--format", "html",
                            "--out", str(tmp_path)], capture_output=True, text=True)
     assert done.returncode == 0, done.stderr

@@ -65,7 +65,10 @@ def test_myastovskiy_scaled(stack, brokers, tmp_path):
     results, comparison = run_and_compare(stack, tmp_path, "myastovskiy")
     cells = results["myastovskiy"]["cells"]
     assert len(cells) == 3 * 4 * 2  # sizes x formats x modes
-    assert all(c["received"] == c["sent"] == 2098 for c in cells)  # 1,048,575 x 0.002, every one delivered once
+    short = [{k: c.get(k) for k in ("broker", "format", "mode", "size", "sent", "received", "late", "lost",
+                                    "undelivered", "duplicated", "send_errors", "unacked", "reason")}
+             for c in cells if not c["received"] == c["sent"] == 2098]
+    assert not short, short  # 1,048,575 x 0.002, every one delivered once
 
 
 def test_downard_scaled(stack, brokers, tmp_path):
@@ -75,6 +78,7 @@ def test_downard_scaled(stack, brokers, tmp_path):
     assert all(c["publish_only"] and c["mode"] == "single" for r in results.values() for c in r["cells"])
 
 
+@pytest.mark.timeout(900)  # the search measures both ends of its bracket twice: up to 12 whole steps
 def test_vandongen_scaled(stack, brokers, tmp_path):
     results, comparison = run_and_compare(stack, tmp_path, "vandongen")
     found = results["vandongen-sustainable"]["cells"][0]

@@ -404,9 +404,9 @@ class _ProcessLauncher:
         return {"kind": "local-process", "pid": self.process.pid}
 
 
-def _cancel_while_waiting(bridge, launcher) -> tuple[threading.Thread, dict, float]:
-    """Wait for `launcher`'s task in a thread and cancel once its worker runs: the thread, where the task's error
-    will be ("error") and when the cancel came."""
+def _cancel_while_waiting(bridge, launcher, ready) -> tuple[threading.Thread, dict, float]:
+    """Wait for `launcher`'s task in a thread and cancel once its worker has set its signal handlers (it creates
+    `ready`): the thread, where the task's error will be ("error") and when the cancel came."""
     payload = {"run_id": RUN, "cell": JOB["cell"], "targets": {}, "task_token": local_workflow.TOKEN_PLACEHOLDER}
     raised: dict = {}
 
@@ -418,9 +418,10 @@ def _cancel_while_waiting(bridge, launcher) -> tuple[threading.Thread, dict, flo
 
     waiter = threading.Thread(target=wait)
     waiter.start()
-    while not bridge.workers:
+    deadline = time.monotonic() + 60
+    while not (bridge.workers and ready.exists()) and time.monotonic() < deadline:
         time.sleep(0.01)
-    time.sleep(0.3)  # the stand-in has set its signal handlers
+    assert ready.exists(), "the stand-in worker never set its signal handlers"
     started = time.monotonic()
     bridge.cancelled = True
     return waiter, raised, started
@@ -428,22 +429,25 @@ def _cancel_while_waiting(bridge, launcher) -> tuple[threading.Thread, dict, flo
 
 def test_a_cancelled_bridge_answers_task_timed_out_and_stops_the_worker_it_started(monkeypatch, tmp_path):
     monkeypatch.setenv("BROKERBENCH_MODE", "local")
-    told = tmp_path / "sigterm"
+    told, ready = tmp_path / "sigterm", tmp_path / "ready"
     with local_workflow.Bridge() as bridge:
         # A worker that stops on SIGTERM, as brokerbench.worker.ec2 does once its cell has recorded its end.
         launcher = _ProcessLauncher("import pathlib, signal, sys, time\nsignal.signal(signal.SIGTERM, lambda *a: "
-                                    f"(pathlib.Path({str(told)!r}).touch(), sys.exit(3)))\ntime.sleep(60)")
-        waiter, raised, started = _cancel_while_waiting(bridge, launcher)
+                                    f"(pathlib.Path({str(told)!r}).touch(), sys.exit(3)))\n"
+                                    f"pathlib.Path({str(ready)!r}).touch()\ntime.sleep(60)")
+        waiter, raised, started = _cancel_while_waiting(bridge, launcher, ready)
         with pytest.raises(TaskGone, match="TaskTimedOut"):  # what Step Functions answers for a stopped execution
             LocalCallbacks(bridge.url).heartbeat("local-any")
-        waiter.join(10)
-        assert raised["error"].error == "States.Cancelled" and time.monotonic() - started < 3
+        waiter.join(30)
+        # Answered by the cancel, not by the worker's 60 s sleep ending (a loaded host may take seconds).
+        assert raised["error"].error == "States.Cancelled" and time.monotonic() - started < 30
         assert told.exists() and launcher.process.poll() is not None and not bridge.workers  # reaped
 
     with local_workflow.Bridge() as bridge:  # one that does not stop is killed when the cancel's grace ends
-        launcher = _ProcessLauncher("import signal, time\nsignal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
-                                    "time.sleep(60)")
-        waiter, raised, _ = _cancel_while_waiting(bridge, launcher)
+        ready = tmp_path / "ready-ignoring"
+        launcher = _ProcessLauncher("import pathlib, signal, time\nsignal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
+                                    f"pathlib.Path({str(ready)!r}).touch()\ntime.sleep(60)")
+        waiter, raised, _ = _cancel_while_waiting(bridge, launcher, ready)
         time.sleep(1)
         assert waiter.is_alive() and launcher.process.poll() is None
         assert bridge.stop_workers() == [launcher.process.pid]

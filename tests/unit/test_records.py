@@ -41,3 +41,27 @@ def test_too_small_a_size_is_refused_with_the_smallest_size():
     codec = get_codec("json")
     with pytest.raises(SizeError, match="below the smallest record"):
         sized_record(0, 64, lambda r: len(codec.encode(r)))
+
+
+@pytest.mark.parametrize("size", [16, 100, 200, 1024, 65536])
+def test_raw_payloads_are_distinct_text_of_the_exact_size(size):
+    pool = payload_pool("raw", "wire", size, count=4)
+    assert pool.encoded_sizes == [size] * 4
+    assert all(isinstance(p, bytes) and len(p) == size for p in pool.objects)
+    if size >= 100:
+        assert len(set(pool.objects)) == 4
+    assert all(p.decode("ascii").isprintable() for p in pool.objects)
+
+
+def test_raw_payloads_compress_like_the_json_records_not_like_random_bytes():
+    import os
+    import zlib
+
+    count, size = 64, 1024
+    raw = b"".join(payload_pool("raw", "wire", size, count=count).objects)
+    json_codec = get_codec("json")
+    records = b"".join(json_codec.encode(o) for o in payload_pool("json", "record", size, count=count).objects)
+    ratio = lambda data: len(data) / len(zlib.compress(data, 6))  # noqa: E731
+    assert ratio(os.urandom(len(raw))) < 1.01  # random bytes do not compress
+    assert ratio(raw) > 1.3
+    assert ratio(raw) == pytest.approx(ratio(records), rel=0.1)

@@ -247,7 +247,7 @@ def test_highlights_need_repeats_beyond_the_noise_and_never_compare_latency_of_c
     assert not any(h["metric"] == "end_to_end_p99_us" and "msgpack" in h["text"] for h in report["highlights"])
     latency = [h for h in report["highlights"] if h["metric"] == "end_to_end_p99_us"]
     assert len(latency) == 1 and latency[0]["text"].startswith("kafka: avro end-to-end p99 0.")
-    assert latency[0]["ci"][1] < 1 and "75% interval over 3 paired repeats" in latency[0]["text"]
+    assert latency[0]["ci"][1] < 1 and "95% interval over 3 paired repeats" in latency[0]["text"]
     assert "kafka: avro end-to-end p99" in markdown.render(report)
 
 
@@ -285,3 +285,89 @@ def test_cli_table_shows_verdicts_loss_captions_and_only_supported_percentiles()
     for c in cells:
         c.pop("verdict", None)
     assert "rate ok (no verdict)" in _table_text(results)
+
+
+# -- the claim rule on simulated reports (reports.synthetic.claim_configuration) ----------------------
+GRID = [(b, f) for b in ("kafka", "redis-streams") for f in ("json", "msgpack", "avro", "protobuf")]
+
+
+def simulated_configs(rng, repeats, p99_noise=(0.2, 0.5), scale=None, flags=None):
+    """The 2 × 4 grid of a report, every configuration alike unless scale(broker, format) says otherwise: p99s
+    scatter by a per-configuration noise drawn from p99_noise, p50 by 10%, throughput by 1%."""
+    from brokerbench.reports.synthetic import claim_configuration
+
+    configs = []
+    for broker, fmt in GRID:
+        values = {}
+        for name, level, noise in (("throughput_msgs_per_s", 2000, (0.01, 0.01)), ("end_to_end_p50_us", 800, (0.1, 0.1)),
+                                   ("end_to_end_p99_us", 3000, p99_noise), ("publish_latency_p99_us", 2000, p99_noise),
+                                   ("encoded_bytes", 1024, (0, 0))):
+            sigma = rng.uniform(np.log1p(noise[0]), np.log1p(noise[1]))
+            factor = scale(broker, fmt, name) if scale else 1.0
+            values[name] = list(level * factor * np.exp(rng.normal(0, sigma, repeats)))
+        configs.append(claim_configuration(broker, fmt, values, **(flags or {}).get((broker, fmt), {})))
+    return configs
+
+
+def judged(configs):
+    from brokerbench.reports.model import claims, run_noise
+
+    groups = [{"title": "1,024 B · 2,000 msgs/s · batch", "cells": configs}]
+    highlights, family = claims(groups, {"format": "json", "broker": "kafka"}, run_noise(configs))
+    return highlights, [(c["key"], name) for c in configs for name in c.get("best", [])], family
+
+
+def test_reports_of_identical_configurations_carry_a_false_claim_in_at_most_5_percent():
+    """200 A/A reports, 3 repeats, p99 noise 20–50% per configuration: the previous rule (the range of 3 paired
+    ratios beyond the median spread, uncorrected) claimed something in about half of them."""
+    rng = np.random.default_rng(31)
+    false = 0
+    for _ in range(200):
+        highlights, best, family = judged(simulated_configs(rng, 3))
+        false += bool(highlights or best)
+    assert family["comparisons"] >= 20 and family["alpha"] == 0.05
+    assert false / 200 <= 0.05
+
+
+def test_a_real_difference_is_claimed_with_its_interval_and_nothing_else():
+    rng = np.random.default_rng(32)
+    tripled = lambda b, f, name: 3.0 if (b, f, name) == ("kafka", "avro", "end_to_end_p99_us") else 1.0  # noqa: E731
+    found = other = 0
+    for _ in range(100):
+        highlights, best, family = judged(simulated_configs(rng, 5, scale=tripled))
+        hit = [h for h in highlights if (h["cell"], h["reference"], h["metric"]) ==
+               ("kafka|avro", "kafka|json", "end_to_end_p99_us")]
+        if hit:
+            found += 1
+            h = hit[0]
+            assert h["ci"][0] <= h["ratio"] <= h["ci"][1] and h["ci"][0] > 1 and h["coverage"] == 0.95
+            assert h["p_value"] < 0.05 and h["comparisons"] == family["comparisons"]
+            assert "95% interval over 5 paired repeats; Holm p" in h["text"]
+        real = {("kafka|avro", "kafka|json"), ("redis-streams|avro", "kafka|avro")}
+        other += any((h["cell"], h["reference"]) not in real for h in highlights)
+    assert found >= 80 and other <= 8  # about 93% and 1.6% (400 reports)
+
+
+def test_a_lossy_or_unsustainable_cell_enters_no_latency_claim():
+    rng = np.random.default_rng(33)
+    doubled = lambda b, f, name: 4.0 if (b, f) == ("kafka", "avro") and name.endswith("_us") else 1.0  # noqa: E731
+    clean = judged(simulated_configs(rng, 5, p99_noise=(0.05, 0.05), scale=doubled))
+    assert any(h["cell"] == "kafka|avro" and h["metric"] == "end_to_end_p99_us" for h in clean[0])
+    for flags in ({"has_loss": True}, {"verdict_name": "unsustainable"}, {"verdict_name": "inconclusive"}):
+        configs = simulated_configs(np.random.default_rng(33), 5, p99_noise=(0.05, 0.05), scale=doubled,
+                                    flags={("kafka", "avro"): flags})
+        highlights, best, _ = judged(configs)
+        assert not any("kafka|avro" in (h["cell"], h["reference"]) and h["metric"] == "end_to_end_p99_us"
+                       for h in highlights), flags
+        assert not any(key == "kafka|avro" and name.endswith("_us") for key, name in best), flags
+
+
+def test_best_needs_the_effect_floor_as_well_as_significance():
+    """p99 noise 1%: a 10% lead is far beyond the noise and significant, but below the 20% floor of a latency."""
+    def best_p99(lead):
+        faster = lambda b, f, name: lead if (b, f) == ("redis-streams", "avro") else 1.0  # noqa: E731
+        _, best, _ = judged(simulated_configs(np.random.default_rng(34), 5, p99_noise=(0.01, 0.01), scale=faster))
+        return [key for key, name in best if name == "end_to_end_p99_us"]
+
+    assert best_p99(0.90) == []
+    assert best_p99(0.70) == ["redis-streams|avro"]

@@ -194,3 +194,115 @@ def test_theil_sen_ignores_an_outlier():
 def test_the_rule_is_stated_with_its_thresholds():
     assert "Mann–Kendall" in verdict.RULE and "Theil–Sen" in verdict.RULE and "inconclusive" in verdict.RULE
     assert f"at least {verdict.MIN_INTERVALS}" in verdict.RULE
+
+
+# -- trends at small n --------------------------------------------------------------------------------
+def test_a_doubling_p99_fails_a_five_second_cell():
+    # 2, 4, 8, 16, 32 ms: the normal approximation gave p = 0.0275 two-sided, so this was "not rising".
+    e2e = [2000.0, 4000.0, 8000.0, 16000.0, 32000.0]
+    result = sustainability(TARGET, series(n=5, e2e=e2e))
+    assert result["verdict"] == "unsustainable"
+    check = result["checks"]["latency_trend"]
+    assert check["mann_kendall_p"] == pytest.approx(1 / 120) and check["test"] == "exact"
+    assert result["reasons"][0].startswith("end-to-end p99 rises")
+    delay = sustainability(TARGET, series(n=5, delay=e2e))
+    assert delay["verdict"] == "unsustainable" and delay["reasons"][0].startswith("publish delay p99 rises")
+
+
+def test_exact_mann_kendall_p_against_a_hand_count():
+    # n = 5: 120 orders; 1 with no inversion, 4 with one (the Mahonian numbers 1, 4, 9, 15, ...).
+    assert verdict.exact_rising_p([1, 2, 3, 4, 5]) == pytest.approx(1 / 120)
+    assert verdict.exact_rising_p([2, 1, 3, 4, 5]) == pytest.approx(5 / 120)
+    assert verdict.exact_rising_p([5, 4, 3, 2, 1]) == pytest.approx(1.0)
+    # A tie counts as half an inversion: [1, 1, 2, 3, 4] has S = 9, so p = P(at most 0.5 inversions) = 1/120.
+    assert verdict.exact_rising_p([1, 1, 2, 3, 4]) == pytest.approx(1 / 120)
+    assert verdict.exact_rising_p([1, 1, 1, 3, 4]) == pytest.approx(5 / 120)  # S = 7: 1.5 inversions
+
+
+def test_each_rules_minimum_n_is_where_a_strictly_rising_series_reaches_its_alpha():
+    assert verdict.smallest_n(0.01) == 5  # 1/120 < 0.01 ≤ 1/24
+    assert verdict.smallest_n(0.05) == 4  # 1/24 < 0.05 ≤ 1/6
+    assert verdict.MIN_N == {"rate": 3, "backlog": 4, "latency_trend": 5, "publish_delay": 5}
+    assert verdict.MIN_INTERVALS == 5
+    result = sustainability(TARGET, series())
+    assert result["checks"]["intervals"]["min_n"] == verdict.MIN_N
+    assert all(result["checks"][name]["min_n"] == n for name, n in verdict.MIN_N.items())
+    assert "rate 3, backlog 4, latency trend 5, publish delay 5" in verdict.RULE
+
+
+def test_a_trend_rule_judged_on_too_few_values_is_inconclusive():
+    e2e = [None] * 6 + [2000.0] * 4  # measured in 4 of 10 intervals
+    result = sustainability(TARGET, series(e2e=e2e))
+    assert result["verdict"] == "inconclusive"
+    assert result["reasons"] == ["end-to-end p99 was measured in only 4 intervals: no trend can be judged (at least 5)"]
+
+
+def _flat(rng, n, rho, sigma=0.4):
+    """Per-second p99s of a cell that keeps up: lognormal around 3 ms, AR(1) in log space."""
+    noise = rng.normal(0, 1, n)
+    x = np.empty(n)
+    x[0] = noise[0]
+    for i in range(1, n):
+        x[i] = rho * x[i - 1] + np.sqrt(1 - rho ** 2) * noise[i]
+    return list(3000 * np.exp(sigma * x))
+
+
+@pytest.mark.parametrize("n", [5, 10, 30])
+@pytest.mark.parametrize("rho, limit", [(0.0, 0.02), (0.5, 0.05)])
+def test_the_latency_trend_rarely_fires_on_a_flat_series(n, rho, limit):
+    rng = np.random.default_rng(n)
+    fired = sum(sustainability(TARGET, series(n=n, e2e=_flat(rng, n, rho)))["verdict"] == "unsustainable"
+                for _ in range(1000))
+    assert fired <= limit * 1000, fired
+
+
+def test_a_steady_rise_is_caught_at_five_and_at_thirty_intervals_through_noise():
+    rng = np.random.default_rng(3)
+    caught = {5: 0, 30: 0}
+    for n in caught:
+        for _ in range(200):  # the p99 climbs from 2 ms by 10 ms over the schedule, ±20% noise
+            e2e = [(2000 + 10_000 * i / (n - 1)) * rng.lognormal(0, 0.2) for i in range(n)]
+            caught[n] += sustainability(TARGET, series(n=n, e2e=e2e))["verdict"] == "unsustainable"
+    assert caught[30] == 200 and caught[5] >= 100, caught
+
+
+# -- the rate rule's quantile -------------------------------------------------------------------------
+def test_one_stalled_second_does_not_fail_a_thirty_second_cell():
+    received = [TARGET] * 30
+    received[12], received[13] = 0, 2 * TARGET  # a stall, caught up the next second
+    result = sustainability(TARGET, series(n=30, received=received))
+    assert result["verdict"] == "sustainable", result["reasons"]
+    rate = result["checks"]["rate"]
+    assert rate["min"] == 0 and rate["allowed_below"] == 1 and rate["below_floor"] == 1
+    assert "1 of 28 seconds below 90%, 1 allowed" in result["reasons"][0]
+
+
+def test_the_quantile_tolerates_one_second_in_twenty_and_no_more():
+    received = [TARGET] * 30
+    received[5], received[6], received[20], received[21] = 0, 2 * TARGET, 0, 2 * TARGET  # two stalls in 28
+    result = sustainability(TARGET, series(n=30, received=received))
+    assert result["verdict"] == "unsustainable"
+    assert result["reasons"][0].startswith("2 of 28 inner intervals received less than 90% of 1,000 msgs/s "
+                                           "(at most 1 may")
+    short = [TARGET] * 12  # 10 inner seconds: floor(0.05 × 10) = 0 may dip
+    short[5], short[6] = 0, 2 * TARGET
+    assert sustainability(TARGET, series(n=12, received=short))["verdict"] == "unsustainable"
+
+
+def test_a_sustained_fifteen_percent_shortfall_fails_at_any_length():
+    for n in (5, 30, 300):
+        rng = np.random.default_rng(n)
+        received = [int(0.85 * TARGET) + int(d) for d in rng.integers(-20, 21, n)]
+        result = sustainability(TARGET, series(n=n, received=received))
+        assert result["verdict"] == "unsustainable"
+        assert result["checks"]["rate"]["passed"] is False and result["checks"]["rate"]["low_quantile"] < 0.9 * TARGET
+
+
+def test_the_stored_basis_and_the_reports_rules_carry_each_rules_minimum_n():
+    from brokerbench.reports import markdown
+    from brokerbench.reports.model import verdict_basis
+
+    assert verdict_basis(1000, 10.0, False)["min_n"] == verdict.MIN_N
+    lines = markdown.rules_section({"rules": {"sustainability": verdict.RULE}})
+    assert any("minimum n, the fewest intervals at which it can fail: rate 3, backlog 4, latency trend 5" in line
+               for line in lines)

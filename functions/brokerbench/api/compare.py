@@ -1,4 +1,5 @@
-"""/compare: the regression check of one run against another (the rule `brokerbench compare` applies)."""
+"""/compare: the regression check of one run against another and the baseline's history (the rule `brokerbench
+compare` applies: with fewer than 3 runs, "cannot tell")."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from aws_lambda_powertools.event_handler.openapi.params import Query
 
 from ..events import read_report_events
 from ..reports.model import build_report
-from ..reports.regression import compare
+from ..reports.regression import HISTORY_RUNS, compare, find_history
 from .deps import Deps
 from .errors import ApiError
 from .models import RUN_ID, Comparison, answers
@@ -24,13 +25,16 @@ def router(deps: Deps) -> Router:
                      tags=["compare"])
     def compare_runs(baseline: Annotated[str, Query(pattern=RUN_ID)],
                      candidate: Annotated[str, Query(pattern=RUN_ID)]) -> Comparison:
-        reports = []
+        found = []
         for field, run_id in (("baseline", baseline), ("candidate", candidate)):
             events = read_report_events(deps.store, run_id)
             if not events:
                 raise ApiError(404, f"no run {run_id}", field)
-            reports.append(build_report(events))
-        verdicts = sorted(compare(*reports), key=lambda v: VERDICTS.index(v["verdict"]))
+            found.append(events)
+        older = [h for h in find_history(deps.store, baseline, found[0]) if h != candidate][:HISTORY_RUNS - 1]
+        history = [build_report(read_report_events(deps.store, h)) for h in older]
+        verdicts = sorted(compare(*(build_report(e) for e in found), history),
+                          key=lambda v: VERDICTS.index(v["verdict"]))
         summary = {name: sum(v["verdict"] == name for v in verdicts) for name in VERDICTS}
         return Comparison(baseline=baseline, candidate=candidate, verdicts=[_plain(v) for v in verdicts],
                           summary=summary)

@@ -1,8 +1,11 @@
 """Serialization formats behind one small interface, and the registry that finds them.
 
-A codec turns a benchmark record into its native in-memory object once (`prepare`, outside
-the timed path), then `encode` and `decode` are what the worker times per message. `decode`
-materializes every field, so lazy formats are not credited with work they skipped.
+Every record format encodes from the same input, the record as a dict (`prepare`, outside the timed
+path, hands it over as it is; the pre-built baseline's is the payload's bytes), so building a
+format's own object (a protobuf message) is part of its encode. `encode` and `decode` are what the
+worker times per message; `decode` materializes every field, so lazy formats are not credited with
+work they skipped. The timed call's own cost, the same around a no-op, is measured apart
+(`floor.call_floor_ns`) and stored beside the figures, so they can be read net of it.
 A format is one module here exposing `CODEC` (its class); the run request's format list is
 generated from the registry (brokerbench.schema).
 """

@@ -1,6 +1,9 @@
-"""Protocol Buffers with the upb backend; code generated from schemas/records/telemetry.proto."""
+"""Protocol Buffers with the upb backend; code generated from schemas/records/telemetry.proto.
 
-from google.protobuf.message import Message
+Like the other codecs, `encode` starts from the record as a dict: building the message from it is
+part of what a producer of dicts pays (keyword construction, the fastest way measured here), and
+`decode` reads every field back into a dict.
+"""
 
 from .telemetry_pb2 import TelemetryRecord
 
@@ -12,11 +15,11 @@ class ProtobufCodec:
     library = "protobuf"
     prebuilt = False
 
-    def prepare(self, record: dict) -> Message:
-        return TelemetryRecord(**record)
+    def prepare(self, record: dict) -> dict:
+        return record
 
-    def encode(self, obj: Message) -> bytes:
-        return obj.SerializeToString()
+    def encode(self, obj: dict) -> bytes:
+        return TelemetryRecord(**obj).SerializeToString()
 
     def decode(self, data: bytes) -> dict:
         message = TelemetryRecord.FromString(data)
@@ -25,8 +28,8 @@ class ProtobufCodec:
         fields["samples"] = list(message.samples)
         return fields
 
-    def to_record(self, obj) -> dict:
-        return obj if isinstance(obj, dict) else self.decode(obj.SerializeToString())
+    def to_record(self, obj: dict) -> dict:
+        return obj
 
 
 CODEC = ProtobufCodec

@@ -329,6 +329,14 @@ def shape_lines(group: dict) -> list[str]:
     return out + [""] if out else []
 
 
+def held_for_text(search: dict) -> str:
+    """The measured seconds behind a search's rate found, as ", sustainable for D s" (nothing if not recorded)."""
+    seconds = search.get("sustainable_for_s")
+    if seconds is None or search.get("max_sustainable_rate") is None:
+        return ""
+    return f", sustainable for {seconds:,.0f} s"
+
+
 def search_lines(group: dict) -> list[str]:
     """The maximum sustainable rate of each configuration of a search group, and every step of it."""
     out = []
@@ -338,7 +346,8 @@ def search_lines(group: dict) -> list[str]:
             steps = ", ".join(f"{s['rate']:,.0f} {'✓' if s['verdict'] == 'sustainable' else '✗ ' + s['verdict']}"
                               for s in search["steps"])
             out.append(f"- {c['broker']} {c['format']} repeat {repeat}: maximum sustainable rate "
-                       f"{_figure(search['max_sustainable_rate'], 0)} msgs/s ({search['ended']}); steps: {steps}")
+                       f"{_figure(search['max_sustainable_rate'], 0)} msgs/s{held_for_text(search)} "
+                       f"({search['ended']}); steps: {steps}")
             out += [f"  - at {a['fraction']:.0%} ({a['rate']:,.0f} msgs/s): {a['verdict']}, end-to-end p99 "
                     f"{_figure((a.get('end_to_end_p99_us') or 0) / 1000, 2)} ms" for a in search.get("latency_at", [])]
         if found.get("median") is not None and len(c.get("searches") or []) > 1:

@@ -21,12 +21,14 @@ from itertools import groupby
 from .. import cost, verdict
 from ..events import DIGEST_VERSION, has_digest
 from ..spec import request_schema
-from .results import (ACCOUNTING_RULE, LOSS_CLASSES, MISSING_COUNTS_IN, MISSING_RULE, SPECTRUM, SUMMARY_FIELDS, build_results, figures,
-                      figures_of, merge_blobs, missing_of, with_missing)
-from .stats import median_ci, spread
+from .results import (ACCOUNTING_RULE, LOSS_CLASSES, MISSING_COUNTS_IN, MISSING_RULE, SPECTRUM, SUMMARY_FIELDS,
+                      build_results, figures, figures_of, merge_blobs, missing_of, with_missing)
+from .stats import holm, median_ci, t_quantile, t_two_sided_p
 
 MIN_CLAIM_REPEATS = 3
-# A highlight must also be large enough to matter, beyond being outside the noise.
+CLAIM_ALPHA = 0.05  # family-wise over a report's claims: at most 1 report in 20 with a false one
+CLAIM_CONFIDENCE = 0.95  # the interval shown with a highlight
+# The metrics a highlight is made on, and their effect floor: a claim must also be large enough to matter.
 MIN_CLAIM_EFFECT = {"throughput_msgs_per_s": 0.05, "end_to_end_p99_us": 0.20, "delivery_p99_us": 0.20}
 # Delivery latency (no codec) compares brokers; formats are compared on end-to-end, which holds their decoding.
 CLAIM_AXES = {"delivery_p99_us": ("broker",)}
@@ -38,15 +40,24 @@ LATENCY_FIELDS = ("publish_latency_us", "publish_delay_us", "end_to_end_latency_
 CONFIG_FIELDS = ("broker", "format", "mode", "size_basis", "size_bytes", "rate_target", "producers", "consumers",
                  "partitions")
 
+# The effect floor of every metric (highlights and "best"): throughput and sizes 5%, times 20%.
+CLAIM_FLOOR = {"throughput_msgs_per_s": 0.05, "throughput_mb_per_s": 0.05, "end_to_end_p50_us": 0.20,
+               "end_to_end_p99_us": 0.20, "end_to_end_p999_us": 0.20, "publish_latency_p99_us": 0.20,
+               "publish_delay_p99_us": 0.20, "encode_p50_ns": 0.20, "decode_p50_ns": 0.20, "encoded_bytes": 0.05,
+               "lost": 0.20, "delivery_p50_us": 0.20, "delivery_p99_us": 0.20}
 CLAIMS_RULE = (
     f"A comparison (highlight or bold \"best\") is made only with at least {MIN_CLAIM_REPEATS} completed repeats "
-    "of each side. A highlight pairs repeat r of a configuration with repeat r of its reference; the "
-    "distribution-free interval of the median of those per-repeat ratios (exact order statistics; below 6 "
-    "repeats it is the whole range, with the coverage shown) must exclude 1 by more than the run's own noise "
-    "(the robust spread of repeats: the reference's, or the run's typical one if larger). \"Best\" marks a "
-    "value whose interval does not overlap that of any other comparable configuration of its group. Latency "
-    "is compared only between sustainable cells; max-rate cells are compared only with each other. Brokers are "
-    "compared on delivery p99 too (receipt, before any decode: no codec in it); formats on end-to-end p99."
+    "of each side. Repeat r of a configuration is paired with repeat r of the other; the mean of the log ratios "
+    "is tested with Student's t, its variance the larger of the pair's own and twice the repeats' noise pooled "
+    "over the run's configurations (with the pooled degrees of freedom), and the interval shown is 95%. Every "
+    "comparison the report could claim (each configuration against its references on throughput and "
+    "end-to-end p99, and per group and metric the leader against every rival) is one family, corrected by "
+    f"Holm–Bonferroni at a family-wise {CLAIM_ALPHA:.0%}: a report of identical configurations carries a false "
+    "claim at most 1 time in 20. A claim must also exceed its effect floor (5% for throughput and sizes, 20% for "
+    "latency and serialization times) and the run's noise, with the medians over repeats in the same order; "
+    "\"best\" must do so against every rival. Latency is compared only between sustainable cells without loss; "
+    "max-rate cells are compared only with each other, and never on latency. Brokers are compared on delivery "
+    "p99 too (receipt, before any decode: no codec in it); formats on end-to-end p99."
 )
 PERCENTILE_RULE = (
     "A percentile p is shown only when its sample holds at least 10 / (1 − p/100) values (p50 ≥ 20, p99 ≥ 1,000, "
@@ -165,9 +176,10 @@ def interval_digest(intervals: list[dict], judged: dict | None = None) -> dict |
 
 
 def verdict_basis(rate, measured_s: float | None, publish_only: bool, shaped: bool = False) -> dict:
-    """What a cell's verdict is judged on besides its intervals, and by which rules (verdict.FINGERPRINT)."""
+    """What a cell's verdict is judged on besides its intervals, and by which rules (verdict.FINGERPRINT), with
+    each rule's minimum n (verdict.MIN_N: the fewest intervals at which it can fail)."""
     return {"target": _target(rate), "measured_s": measured_s, "publish_only": bool(publish_only),
-            "rules": verdict.FINGERPRINT, **({"shaped": True} if shaped else {})}
+            "rules": verdict.FINGERPRINT, "min_n": dict(verdict.MIN_N), **({"shaped": True} if shaped else {})}
 
 
 def series_from_columns(columns: dict[str, list], publish_only: bool = False, measured_s: float | None = None) -> dict:
@@ -205,9 +217,10 @@ def cell_verdict(cell: dict, intervals: list[dict], digest: dict | None = None) 
     are stored: `checks` is then empty.)"""
     rate = cell["rate_target"]
     if not isinstance(rate, (int, float)) and rate != "max":  # a rate search: its steps carry the verdicts
-        found = cell.get("max_sustainable_rate")
-        return {"verdict": "search", "reasons": [f"maximum sustainable rate {found:,.0f} msgs/s" if found
-                                                 else "rate search"], "checks": {}}
+        found, held = cell.get("max_sustainable_rate"), (cell.get("search") or {}).get("sustainable_for_s")
+        text = f"maximum sustainable rate {found:,.0f} msgs/s" if found else "rate search"
+        return {"verdict": "search", "reasons": [text + (f", sustainable for {held:,.0f} s" if found and held else "")],
+                "checks": {}}
     measured = len(digest["interval"]) if digest is not None else len(intervals)
     if not measured and cell.get("verdict"):  # stored at cell time, but no intervals to recompute it from
         return {"verdict": cell["verdict"], "reasons": cell.get("verdict_reasons", []), "checks": {}}
@@ -360,6 +373,7 @@ def _configuration(cells: list[dict], completed_events: dict[str, dict], interva
     per_cell = {c["cell_id"]: cell_verdict(c, intervals.get(c["cell_id"], []), digests.get(c["cell_id"]))
                 for c in done}
     by_repeat = {name: [_read(c, name, counts[c["cell_id"]]) for c in done] for name in METRICS}
+    by_repeat["max_sustainable_rate"] = [c.get("max_sustainable_rate") for c in done]  # a rate search's result
     metrics = {}
     for name in METRICS:
         metrics[name] = _median_ci(by_repeat[name])
@@ -422,29 +436,17 @@ def _median_ci(values: list) -> dict:
 
 
 # -- comparisons ------------------------------------------------------------------------------------
-def _comparable(config: dict, metric: Metric) -> bool:
+def _eligible(config: dict, metric: Metric) -> bool:
+    """May this configuration enter a claim on this metric? Latency: only a sustainable cell without loss."""
     if config["status"] == "failed":
         return False
-    return not metric.latency or config["sustainability"]["verdict"] in ("sustainable", "max-rate")
+    return not metric.latency or (config["sustainability"]["verdict"] == "sustainable" and not config["has_loss"])
 
 
-def _mark_best(group: list[dict]) -> None:
-    """Bold only a value whose interval clears every other comparable configuration's interval."""
-    for name, metric in METRICS.items():
-        if any(_comparable(c, metric) and c["metrics"][name].get("lower_bound") is not None for c in group):
-            continue  # a configuration known only to be at least some value cannot be ranked
-        rivals = [c for c in group if _comparable(c, metric) and c["metrics"][name]["median"] is not None]
-        if len(rivals) < 2 or any(c["metrics"][name]["n"] < MIN_CLAIM_REPEATS or c["metrics"][name]["ci_low"] is None
-                                  for c in rivals):
-            continue
-        pick = max if metric.higher_is_better else min
-        best = pick(rivals, key=lambda c: c["metrics"][name]["median"])
-        mine = best["metrics"][name]
-        others = [c["metrics"][name] for c in rivals if c is not best]
-        clear = (all(mine["ci_low"] > o["ci_high"] for o in others) if metric.higher_is_better
-                 else all(mine["ci_high"] < o["ci_low"] for o in others))
-        if clear:
-            best.setdefault("best", []).append(name)
+def _logs(config: dict, name: str) -> dict[int, float]:
+    """Per repeat number, the log of the metric's positive value."""
+    return {r: math.log(v) for r, v in zip(config["repeat_numbers"], config["values_by_repeat"][name])
+            if v is not None and v > 0}
 
 
 def _ratios(group: list[dict], references: dict) -> None:
@@ -470,76 +472,143 @@ def _ratio(value, reference):
     return round(value / reference, 4)
 
 
-def run_noise(configurations: list[dict]) -> dict[str, float]:
-    """Per metric, the typical robust spread of repeats across the run's configurations."""
+def run_noise(configurations: list[dict]) -> dict[str, dict]:
+    """Per metric, the repeats' noise pooled over the run's configurations that may claim on it: the variance
+    of the log values about each configuration's mean, Σ Σ (ln x − mean)² / Σ (n − 1), its degrees of freedom,
+    and `noise`, the typical per-repeat change it stands for (e^s − 1)."""
     out = {}
-    for name in MIN_CLAIM_EFFECT:
-        spreads = [spread([v for v in c["values_by_repeat"][name] if v is not None]) for c in configurations
-                   if sum(v is not None for v in c["values_by_repeat"][name]) >= MIN_CLAIM_REPEATS]
-        finite = sorted(s for s in spreads if math.isfinite(s))
-        out[name] = finite[len(finite) // 2] if finite else 0.0
+    for name, metric in METRICS.items():
+        squares, df = 0.0, 0
+        for config in configurations:
+            logs = list(_logs(config, name).values()) if _eligible(config, metric) else []
+            if len(logs) >= 2:
+                squares += sum((x - statistics.fmean(logs)) ** 2 for x in logs)
+                df += len(logs) - 1
+        variance = squares / df if df else None
+        out[name] = {"noise": round(math.expm1(math.sqrt(variance)), 4) if variance is not None else None,
+                     "log_variance": variance, "df": df}
     return out
 
 
-def paired_ratio(config: dict, reference: dict, name: str) -> dict | None:
-    """Median and interval of the per-repeat ratios (repeat r against the reference's repeat r)."""
-    mine = dict(zip(config["repeat_numbers"], config["values_by_repeat"][name]))
-    theirs = dict(zip(reference["repeat_numbers"], reference["values_by_repeat"][name]))
-    ratios = [mine[r] / theirs[r] for r in sorted(mine.keys() & theirs.keys())
-              if mine[r] is not None and theirs[r] not in (None, 0)]
-    if len(ratios) < MIN_CLAIM_REPEATS:
+def paired_ratio(config: dict, reference: dict, name: str, noise: dict) -> dict | None:
+    """Repeat r of a configuration against repeat r of another, on the log scale: the mean log ratio, its 95%
+    interval and two-sided p from Student's t. Its variance is the larger of the pooled noise's (2·s², the
+    difference of two repeats) and the pair's own scatter, with the pooled degrees of freedom."""
+    mine, theirs = _logs(config, name), _logs(reference, name)
+    differences = [mine[r] - theirs[r] for r in sorted(mine.keys() & theirs.keys())]
+    n = len(differences)
+    if n < MIN_CLAIM_REPEATS or not noise.get("df"):
         return None
-    return median_ci(ratios).as_dict()
+    mean = statistics.fmean(differences)
+    variance = max(2 * noise["log_variance"], statistics.variance(differences))
+    se = math.sqrt(variance / n)
+    df = float(noise["df"])
+    if se > 0:
+        t = mean / se
+    else:  # a deterministic figure (encoded bytes): any difference is real
+        t = 0.0 if mean == 0 else math.copysign(math.inf, mean)
+    half = t_quantile(1 - CLAIM_CONFIDENCE, df) * se
+    medians = (statistics.median(math.exp(v) for v in mine.values()),
+               statistics.median(math.exp(v) for v in theirs.values()))
+    return {"ratio": math.exp(mean), "ci_low": math.exp(mean - half), "ci_high": math.exp(mean + half),
+            "coverage": CLAIM_CONFIDENCE, "n": n, "df": df, "log_difference": mean, "p_raw": t_two_sided_p(t, df),
+            "median_ratio": medians[0] / medians[1] if medians[1] else None}
 
 
-def _claim(config: dict, ref: dict, axis: str, name: str, noise: float, group: dict) -> dict | None:
-    est = paired_ratio(config, ref, name)
-    if est is None or est["ci_low"] is None:
-        return None
-    noise = max(noise, spread([v for v in ref["values_by_repeat"][name] if v is not None]))
-    bound = 1 + noise
-    beyond = est["ci_low"] > bound or est["ci_high"] < 1 / bound
-    if not beyond or abs(est["median"] - 1) < MIN_CLAIM_EFFECT[name]:
-        return None
+def _large(test: dict, name: str, noise: dict) -> bool:
+    """Beyond the effect floor and the run's noise, with the medians over repeats in the same order."""
+    bar = max(CLAIM_FLOOR[name], noise.get("noise") or 0.0)
+    same_order = test["median_ratio"] is not None and (test["median_ratio"] - 1) * test["log_difference"] > 0
+    return abs(test["log_difference"]) >= math.log1p(bar) and same_order
+
+
+def _highlight_tests(groups: list[dict], references: dict, noise: dict) -> list[dict]:
+    """Every highlight the report could make: each configuration against its references, each highlight metric."""
+    out = []
+    for group in groups:
+        by_cell = {(c["broker"], c["format"]): c for c in group["cells"]}
+        for config in group["cells"]:
+            for axis, ref in _references(config, by_cell, references):
+                for name in MIN_CLAIM_EFFECT:
+                    if axis not in CLAIM_AXES.get(name, (axis,)):
+                        continue
+                    # Never a latency claim for a cell (or reference) that lost messages or did not keep up, nor
+                    # for max-rate cells, whose latency runs from enqueue.
+                    if not (_eligible(config, METRICS[name]) and _eligible(ref, METRICS[name])):
+                        continue
+                    test = paired_ratio(config, ref, name, noise[name])
+                    if test is not None:
+                        out.append({"kind": "highlight", "config": config, "ref": ref, "axis": axis, "name": name,
+                                    "group": group, "test": test, "p_raw": test["p_raw"]})
+    return out
+
+
+def _best_tests(groups: list[dict], noise: dict) -> list[dict]:
+    """Per group and metric, the configuration with the best median against each rival: "best" is one hypothesis
+    whose p-value is the largest of those pairwise tests (it must beat every rival)."""
+    out = []
+    for group in groups:
+        for name, metric in METRICS.items():
+            if name == "lost":  # loss is flagged on its own, never a contest
+                continue
+            rivals = [c for c in group["cells"] if _eligible(c, metric) and c["metrics"][name]["median"] is not None]
+            if len(rivals) < 2 or any(len(_logs(c, name)) < MIN_CLAIM_REPEATS for c in rivals):
+                continue
+            pick = max if metric.higher_is_better else min
+            best = pick(rivals, key=lambda c: c["metrics"][name]["median"])
+            tests = [paired_ratio(best, c, name, noise[name]) for c in rivals if c is not best]
+            if any(t is None for t in tests):
+                continue
+            out.append({"kind": "best", "config": best, "name": name, "tests": tests,
+                        "p_raw": max(t["p_raw"] for t in tests)})
+    return out
+
+
+def _highlight(found: dict, noise: dict, p_value: float, comparisons: int) -> dict:
+    config, ref, axis, name, est = found["config"], found["ref"], found["axis"], found["name"], found["test"]
     subject = (f"{config['broker']}: {config['format']}" if axis == "format"
                else f"{config['format']}: {config['broker']}")
     other = ref["format"] if axis == "format" else ref["broker"]
     what = CLAIM_WHAT[name]
     behind = config["sustainability"]["verdict"] == "unsustainable"
-    text = (f"{subject} {what} {est['median']:.2f}× {other}'s ({est['ci_low']:.2f}–{est['ci_high']:.2f}, "
-            f"{est['coverage']:.0%} interval over {est['n']} paired repeats; noise {noise:.1%}) at "
-            f"{config['metrics']['encoded_bytes']['median']:,.0f} B ({group['title']})"
+    level = noise[name]["noise"] or 0.0
+    text = (f"{subject} {what} {est['ratio']:.2f}× {other}'s ({est['ci_low']:.2f}–{est['ci_high']:.2f}, "
+            f"{est['coverage']:.0%} interval over {est['n']} paired repeats; Holm p {p_value:.2g} among "
+            f"{comparisons}; noise {level:.1%}){_size_text(config)} ({found['group']['title']})"
             + (" — could not keep up with the target rate" if behind and what == "throughput" else ""))
-    return {"text": text, "metric": name, "axis": axis, "ratio": round(est["median"], 4),
+    return {"text": text, "metric": name, "axis": axis, "ratio": round(est["ratio"], 4),
             "ci": [round(est["ci_low"], 4), round(est["ci_high"], 4)], "coverage": est["coverage"],
-            "repeats": est["n"], "noise": round(noise, 4), "cell": config["key"], "reference": ref["key"]}
+            "repeats": est["n"], "noise": round(level, 4), "p_value": p_value, "comparisons": comparisons,
+            "cell": config["key"], "reference": ref["key"]}
 
 
-def highlights(groups: list[dict], references: dict, noise: dict[str, float]) -> list[dict]:
-    """Claims in the published studies' form, each backed by paired repeats beyond the run's noise."""
+def _size_text(config: dict) -> str:
+    size = config["metrics"]["encoded_bytes"]["median"]
+    return "" if size is None else f" at {size:,.0f} B"
+
+
+def claims(groups: list[dict], references: dict, noise: dict[str, dict]) -> tuple[list[dict], dict]:
+    """Highlights and "best" marks, one family per report: Holm–Bonferroni at CLAIM_ALPHA over every comparison
+    that could be claimed, and each claim beyond CLAIM_FLOOR and the run's noise. Marks "best" on the groups'
+    configurations; returns the highlights and the family's size."""
+    family = _highlight_tests(groups, references, noise) + _best_tests(groups, noise)
+    adjusted = holm([f["p_raw"] for f in family])
     out = []
-    for group in groups:
-        by_cell = {(c["broker"], c["format"]): c for c in group["cells"]}
-        for config in group["cells"]:
-            if config["status"] == "failed":
-                continue
-            for axis, ref in _references(config, by_cell, references):
-                if ref["status"] == "failed":
-                    continue
-                for name in MIN_CLAIM_EFFECT:
-                    if axis not in CLAIM_AXES.get(name, (axis,)):
-                        continue
-                    # Never a latency claim for a cell (or reference) that did not keep up, nor for max-rate
-                    # cells, whose latency runs from enqueue.
-                    if METRICS[name].latency and {config["sustainability"]["verdict"],
-                                                  ref["sustainability"]["verdict"]} != {"sustainable"}:
-                        continue
-                    if any(c["metrics"][name].get("lower_bound") is not None for c in (config, ref)):
-                        continue  # missing messages put the figure out of reach: no claim on a lower bound
-                    claim = _claim(config, ref, axis, name, noise.get(name, 0.0), group)
-                    if claim:
-                        out.append(claim)
-    return out
+    for found, p_value in zip(family, adjusted):
+        name = found["name"]
+        if p_value >= CLAIM_ALPHA:
+            continue
+        if found["kind"] == "best":
+            if all(_large(t, name, noise[name]) for t in found["tests"]):
+                found["config"].setdefault("best", []).append(name)
+        elif _large(found["test"], name, noise[name]):
+            out.append(_highlight(found, noise, p_value, len(family)))
+    return out, {"comparisons": len(family), "alpha": CLAIM_ALPHA}
+
+
+def highlights(groups: list[dict], references: dict, noise: dict[str, dict]) -> list[dict]:
+    """Claims in the published studies' form (see `claims`, which also marks "best")."""
+    return claims(groups, references, noise)[0]
 
 
 def claims_note(configurations: list[dict]) -> str | None:
@@ -584,7 +653,6 @@ def build_report(events: list[dict]) -> dict:
     groups = []
     for (size, rate, mode), members in groupby(sorted(configurations, key=group_key), key=group_key):
         members = sorted(members, key=lambda c: (c["broker"], c["format"]))
-        _mark_best(members)
         _ratios(members, references)
         target = members[0]["rate_target"]
         groups.append({"size_bytes": size, "rate_target": target, "mode": mode,
@@ -592,6 +660,7 @@ def build_report(events: list[dict]) -> dict:
                        "note": MAX_RATE_NOTE if target == "max" else None})
     note = claims_note(configurations)
     noise = run_noise(configurations)
+    found, family = ([], None) if note else claims(groups, references, noise)
     regressions = [e["data"] for e in events if e["type"] == "RegressionDetected"]
     return {
         "run_id": results["run_id"],
@@ -606,7 +675,8 @@ def build_report(events: list[dict]) -> dict:
         "regressions": regressions,
         "claims_note": note,
         "noise": noise,
-        "highlights": [] if note else highlights(groups, references, noise),
+        "highlights": found,
+        "claims": family,
         "rules": {"sustainability": verdict.RULE, "claims": CLAIMS_RULE, "percentiles": PERCENTILE_RULE,
                   "missing": MISSING_RULE, "accounting": ACCOUNTING_RULE,
                   "max_rate": MAX_RATE_NOTE},

@@ -16,9 +16,12 @@ For each configuration and metric, on the log scale (so changes are ratios):
   samples - mean of history's per-run means) / SE, with SE² = var(history's per-run means)·(1 + 1/k)
   and k - 1 degrees of freedom: the prediction interval of one more run, which carries the
   run-to-run variance and the repeats' share of it. When history's runs agree more closely than
-  their repeats would let them, the repeats' variance pooled over all runs decides instead (with
-  its own degrees of freedom). With fewer than MIN_HISTORY runs of history, run-to-run noise is
-  assumed to be ASSUMED_RUN_NOISE, and the verdict says so.
+  their repeats would let them, the repeats' variance pooled over all runs is the SE² instead, still
+  with k - 1 degrees of freedom (the repeats' own, larger, degrees of freedom know nothing of how
+  runs differ: with them a short history alarmed in 3.8-6.2% of A/A runs at a nominal 1%). With
+  fewer than MIN_HISTORY runs, run-to-run noise is unknown: the verdict is `unstable` with "cannot
+  tell" and the runs needed, never a verdict on an assumed noise (identical single-repeat runs here
+  differ 3-4x in p99).
 - multiplicity: Holm–Bonferroni over every verdict of the run, at a family-wise ALPHA. A nightly
   run makes hundreds of comparisons, and the question a reader asks of a run with no real change
   is "did it raise any alarm", which is the family-wise error rate; Holm controls it under any
@@ -31,6 +34,14 @@ For each configuration and metric, on the log scale (so changes are ratios):
   against history's mean run must be at least MIN_EFFECT and at least K_NOISE × the metric's
   noise, where noise = √(history² + repeats²): the robust spread (1.4826·MAD/median) of history's
   per-run figures, and that of the repeats.
+
+Each verdict gives `detectable`: the smallest change it could call (the effect bar, or the change whose
+t reaches ALPHA / comparisons, Holm's strictest step, whichever is larger).
+
+Besides the figures, a configuration's sustainability verdict: sustainable → unsustainable is a
+regression (the reverse an improvement) when every earlier run of it had the baseline's verdict. A
+rate search regresses its maximum sustainable rate (one figure per repeat, or per run), not a
+throughput that equals the target of each step.
 
 `regression`/`improvement` needs both (significant after Holm, and beyond the noise). A change
 beyond the bar that the test cannot confirm, noise above WATERLINE, or too few samples is
@@ -45,15 +56,14 @@ import math
 import numpy as np
 
 from ..events import EventStore, make_event, planned_cells, read_report_events
-from .stats import spread
+from .stats import holm, spread, t_quantile, t_two_sided_p  # noqa: F401 (holm, t_two_sided_p: this module's API too)
 
 ALPHA = 0.01  # family-wise over all verdicts of a run (Holm–Bonferroni): one run in 100 with a false alarm
 MIN_EFFECT = 0.10  # smallest change ever reported
 K_NOISE = 3.0  # a change must exceed this many times the metric's noise
 WATERLINE = 0.25  # noise above this: "unstable" (no conclusion), not "unchanged"
 HISTORY_RUNS = 10  # the baseline and up to 9 earlier matching runs
-MIN_HISTORY = 3  # runs needed to estimate run-to-run variance (the baseline counts)
-ASSUMED_RUN_NOISE = 0.10  # run-to-run spread assumed when history is shorter than MIN_HISTORY
+MIN_HISTORY = 3  # runs needed to estimate run-to-run variance (the baseline counts); fewer: "cannot tell"
 MIN_REPEATS = 2  # per run, to compare by repeats; fewer: blocks of intervals
 MIN_BLOCKS = 3  # per run, to compare by blocks
 MIN_WITHIN_DF = 4  # history's repeats give the within-run variance when they have this many degrees of freedom
@@ -63,6 +73,8 @@ FLOOR = 1e-3  # values are floored before the log (a throughput of 0 is a very l
 # metric -> (its value in a cell result, its per-second interval series, True when higher is better)
 METRICS = {
     "throughput_msgs_per_s": (lambda c: c.get("throughput_msgs_per_s"), "throughput", True),
+    # a rate search's result: what its cells regress on instead of a throughput that equals each step's target
+    "max_sustainable_rate": (lambda c: c.get("max_sustainable_rate"), None, True),
     "end_to_end_p99_us": (lambda c: (c.get("end_to_end_latency_us") or {}).get("p99"), "end_to_end_p99_us", False),
     "publish_latency_p99_us": (lambda c: (c.get("publish_latency_us") or {}).get("p99"), "publish_latency_p99_us",
                                False),
@@ -72,67 +84,7 @@ TARGET_FIELDS = ("brokers", "client", "producers", "consumers", "partitions", "s
 HOST_FIELDS = ("cpu_model", "cores")
 
 
-# -- small statistics ----------------------------------------------------------------------------
-def _betacf(a: float, b: float, x: float) -> float:
-    """Continued fraction of the regularized incomplete beta function (modified Lentz)."""
-    tiny = 1e-300
-    qab, qap, qam = a + b, a + 1, a - 1
-    c, d = 1.0, 1 - qab * x / qap
-    d = 1 / (d if abs(d) > tiny else tiny)
-    h = d
-    for m in range(1, 400):
-        m2 = 2 * m
-        aa = m * (b - m) * x / ((qam + m2) * (a + m2))
-        d = 1 + aa * d
-        d = 1 / (d if abs(d) > tiny else tiny)
-        c = 1 + aa / c if abs(1 + aa / c) > tiny else tiny
-        h *= d * c
-        aa = -(a + m) * (qab + m) * x / ((a + m2) * (qap + m2))
-        d = 1 + aa * d
-        d = 1 / (d if abs(d) > tiny else tiny)
-        c = 1 + aa / c if abs(1 + aa / c) > tiny else tiny
-        delta = d * c
-        h *= delta
-        if abs(delta - 1) < 1e-14:
-            break
-    return h
-
-
-def _betainc(a: float, b: float, x: float) -> float:
-    if x <= 0:
-        return 0.0
-    if x >= 1:
-        return 1.0
-    front = math.exp(math.lgamma(a + b) - math.lgamma(a) - math.lgamma(b) + a * math.log(x) + b * math.log1p(-x))
-    if x < (a + 1) / (a + b + 2):
-        return front * _betacf(a, b, x) / a
-    return 1 - front * _betacf(b, a, 1 - x) / b
-
-
-def t_two_sided_p(t: float, df: float) -> float:
-    """P(|T| ≥ |t|) for Student's t with df degrees of freedom (df = inf: the normal)."""
-    if math.isnan(t):
-        return 1.0
-    if math.isinf(t):
-        return 0.0
-    if df == math.inf or df > 1e6:
-        return float(math.erfc(abs(t) / math.sqrt(2)))
-    return float(min(1.0, _betainc(df / 2, 0.5, df / (df + t * t))))
-
-
-def holm(p_values: list[float]) -> list[float]:
-    """Holm–Bonferroni adjusted p-values (same order as given): reject where adjusted < alpha."""
-    m = len(p_values)
-    order = sorted(range(m), key=lambda i: p_values[i])
-    adjusted = [1.0] * m
-    running = 0.0
-    for rank, i in enumerate(order):
-        running = max(running, min(1.0, (m - rank) * p_values[i]))
-        adjusted[i] = running
-    return adjusted
-
-
-
+# -- small statistics (t, Holm: .stats) ------------------------------------------------------------
 def lag1_autocorrelation(series) -> float:
     x = np.asarray(series, dtype=float)
     if x.size < 4:
@@ -186,29 +138,25 @@ def assess(baseline, candidate, higher_is_better: bool, history=(), min_samples:
     with_candidate = sum(r.size - 1 for r in runs if r.size >= 2) < MIN_WITHIN_DF
     pooled = [r for r in (runs + [c] if with_candidate else runs) if r.size >= 2]
     df_w = sum(r.size - 1 for r in pooled)
-    s2_w = sum(float(np.sum((r - r.mean()) ** 2)) for r in pooled) / df_w
+    s2_w = sum(float(np.sum((r - r.mean()) ** 2)) for r in pooled) / df_w if df_w else 0.0  # one figure per run
     within = s2_w * (1 / c.size + 1 / sum(r.size for r in runs))  # what the repeats alone would say
     means = np.array([r.mean() for r in runs])
-    if k >= MIN_HISTORY:
-        # A new run against the history's runs: the prediction interval of one more run (k - 1 df), unless
-        # history's runs agree more closely than their repeats would let them (then the repeats decide).
-        between = float(np.var(means, ddof=1)) * (1 + 1 / k)
-        se2, df = (between, k - 1.0) if between >= within else (within, float(df_w))
-        history_noise = spread(np.exp(means))
-        source = f"history of {k} runs"
-    else:
-        assumed = math.log1p(ASSUMED_RUN_NOISE) ** 2 * (1 + 1 / k)
-        se2 = within + assumed
-        df = se2 ** 2 / (within ** 2 / df_w) if within > 0 else math.inf  # Welch–Satterthwaite, assumed part exact
-        history_noise = ASSUMED_RUN_NOISE
-        source = f"no history ({k} run{'s' if k != 1 else ''}): run-to-run noise assumed {ASSUMED_RUN_NOISE:.0%}"
+    spread_from = [r for r in (raw + [raw_c] if with_candidate else raw) if r.size >= 2]
+    repeat_noise = float(np.sqrt(np.mean([spread(r) ** 2 for r in spread_from]))) if spread_from else 0.0
+    if k < MIN_HISTORY:
+        return cannot_tell(figures, k, s2_w * (1 / c.size + 1 / b.size), repeat_noise)
+    # A new run against the history's runs: the prediction interval of one more run, with k - 1 degrees of
+    # freedom whichever variance is larger (history's runs may agree more closely than their repeats would
+    # let them: then the repeats' variance, but never their degrees of freedom, which know nothing of runs).
+    between = float(np.var(means, ddof=1)) * (1 + 1 / k)
+    se2, df = max(between, within), k - 1.0
+    history_noise = spread(np.exp(means))
+    source = f"history of {k} runs"
     difference = float(c.mean() - means.mean())
     if se2 > 0:
         t = difference / math.sqrt(se2)
     else:  # every sample of every run identical
         t = 0.0 if difference == 0 else math.copysign(math.inf, difference)
-    spread_from = [r for r in (raw + [raw_c] if with_candidate else raw) if r.size >= 2]
-    repeat_noise = float(np.sqrt(np.mean([spread(r) ** 2 for r in spread_from])))
     noise = math.hypot(history_noise, repeat_noise)
     # The change is the ratio of geometric means (what the test compares, so a repeat that fell counts
     # in proportion); the medians are given beside it.
@@ -217,15 +165,69 @@ def assess(baseline, candidate, higher_is_better: bool, history=(), min_samples:
             "history_mean": float(np.exp(means.mean())), "change": math.expm1(float(c.mean() - b.mean())),
             "change_vs_history": math.expm1(difference), "log_difference": difference, "p_raw": t_two_sided_p(t, df),
             "t": t if math.isfinite(t) else None, "df": float(df), "noise": noise,
-            "history_noise": history_noise, "repeat_noise": repeat_noise,
+            "history_noise": history_noise, "repeat_noise": repeat_noise, "se": math.sqrt(se2),
             "threshold": max(MIN_EFFECT, K_NOISE * noise), "noise_source": source}
+
+
+def cannot_tell(figures: dict, k: int, within: float, repeat_noise: float) -> dict:
+    """Fewer than MIN_HISTORY runs: how much runs differ is unknown, so no verdict on any assumed figure. What
+    would be detectable is given for MIN_HISTORY runs that differ no more than these samples do (a bound: runs
+    usually differ more)."""
+    need = MIN_HISTORY - k
+    return {**figures, "verdict": "unstable", "cannot_tell": True, "runs_needed": need, "repeat_noise": repeat_noise,
+            "se": math.sqrt(within * (1 + 1 / MIN_HISTORY)), "df": MIN_HISTORY - 1.0,
+            "threshold": max(MIN_EFFECT, K_NOISE * repeat_noise),
+            "why": f"cannot tell: {k} run{'s' if k != 1 else ''} of this configuration, run-to-run noise unknown; "
+                   f"{need} more completed run{'s' if need != 1 else ''} of the suite needed"}
+
+
+def detectable(figures: dict, comparisons: int) -> float | None:
+    """The size of the smallest regression this comparison is sure to call (a drop for a higher-is-better
+    metric, a rise otherwise): the effect bar, or the change whose t reaches Holm's strictest step (ALPHA /
+    comparisons) with this SE and these degrees of freedom, whichever is larger. (A smaller change may be called
+    when other verdicts' p-values are smaller: Holm's later steps are less strict.)"""
+    if figures.get("se") is None or figures.get("threshold") is None:
+        return None
+    factor = detectable_factor(figures, comparisons)
+    if factor is None:
+        return None
+    return 1 - 1 / factor if figures["higher_is_better"] else factor - 1
+
+
+def detectable_text(figures: dict) -> str:
+    """The smallest regression a verdict is sure to call, in words: −25%, +40%, or a factor beyond 2 (÷8, ×8)."""
+    factor = figures.get("detectable_factor")
+    if factor is None:
+        return "–"
+    if factor < 2:
+        return f"{'−' if figures['higher_is_better'] else '+'}{figures['detectable']:.0%}"
+    return f"{'÷' if figures['higher_is_better'] else '×'}{factor:,.3g}"
+
+
+def detectable_factor(figures: dict, comparisons: int) -> float | None:
+    """`detectable` as the factor (≥ 1) by which the geometric mean must move: ÷ it for a drop, × it for a rise
+    (a drop of 99.9% and one of 99.99% are both "100%"; as factors, ÷1,000 and ÷10,000)."""
+    if figures.get("se") is None or figures.get("threshold") is None:
+        return None
+    bar = t_quantile(ALPHA / max(1, comparisons), figures["df"]) * figures["se"]
+    if not math.isfinite(bar) or bar > 700:
+        return None
+    floor = -math.log1p(-min(figures["threshold"], 0.999)) if figures["higher_is_better"] \
+        else math.log1p(figures["threshold"])
+    return math.exp(max(bar, floor))
 
 
 def label(figures: dict, p_adjusted: float | None, comparisons: int) -> dict:
     """The verdict of one assessed comparison, given its Holm-adjusted p-value among `comparisons`."""
-    if figures.get("verdict") == "unstable":
+    if figures.get("verdict") is not None:  # decided before any test (too few samples, too short a history)
+        figures = {**figures, "detectable": detectable(figures, comparisons),
+                   "detectable_factor": detectable_factor(figures, comparisons)}
+        if figures.get("cannot_tell") and figures["detectable"] is not None:
+            figures["why"] += (f" (with {MIN_HISTORY} runs as steady as these samples, a change of "
+                               f"{detectable_text(figures)} would be detectable)")
         return figures
-    out = {**figures, "p_value": p_adjusted, "comparisons": comparisons}
+    out = {**figures, "p_value": p_adjusted, "comparisons": comparisons,
+           "detectable": detectable(figures, comparisons), "detectable_factor": detectable_factor(figures, comparisons)}
     change, threshold = figures["change"], figures["threshold"]
     # Beyond the noise against the baseline AND against history's mean run, in the direction of the test.
     same_way = figures["log_difference"] * change > 0 and change * figures["change_vs_history"] > 0
@@ -256,7 +258,8 @@ def decide(assessed: list[dict]) -> list[dict]:
     """Holm–Bonferroni over every comparison of a run that has a p-value, then the labels."""
     tested = [i for i, f in enumerate(assessed) if f.get("p_raw") is not None]
     adjusted = dict(zip(tested, holm([assessed[i]["p_raw"] for i in tested])))
-    return [label(f, adjusted.get(i), len(tested)) for i, f in enumerate(assessed)]
+    family = len(tested) or len(assessed)  # with nothing tested: the family these comparisons would make
+    return [label(f, adjusted.get(i), family) for i, f in enumerate(assessed)]
 
 
 def verdict(baseline, candidate, higher_is_better: bool, history=()) -> dict:
@@ -294,10 +297,13 @@ def run_figures(source) -> dict[str, dict]:
         for config in group["cells"]:
             series = config.get("intervals") or []
             entry = {"key": config["key"], "cell": f"{config['broker']} {config['format']} · {group['title']}",
-                     "cell_id": config["cell_ids"][0], "status": config["status"], "repeats": {}, "series": {}}
+                     "cell_id": config["cell_ids"][0], "status": config["status"], "repeats": {}, "series": {},
+                     "search": _is_search(config["rate_target"]),
+                     "sustainability": (config.get("sustainability") or {}).get("verdict")}
             by_repeat = config.get("values_by_repeat") or {}
-            for metric, (read, name, _) in METRICS.items():
-                per_second = [_measured(s, name) for s in series]
+            for metric in _metrics_of(entry):
+                read, name, _ = METRICS[metric]
+                per_second = [_measured(s, name) for s in series] if name else []
                 entry["series"][metric] = [s for s in per_second if s]
                 if metric in by_repeat:
                     values = by_repeat[metric]
@@ -306,12 +312,55 @@ def run_figures(source) -> dict[str, dict]:
                         cells = [c for c in build_results(events)["cells"] if c["status"] == "completed"]
                     values = [read(c) for c in sorted((c for c in cells if config_key(c) == config["key"]),
                                                       key=lambda c: c["repeat"])]
-                else:
+                elif name:
                     agg = np.mean if name == "throughput" else np.median
                     values = [float(agg(s)) if s else None for s in per_second]
+                else:
+                    values = []
                 entry["repeats"][metric] = [v for v in values if v is not None]
             out[config["key"]] = entry
     return out
+
+
+def _is_search(rate) -> bool:
+    return not isinstance(rate, (int, float)) and rate != "max"
+
+
+def _metrics_of(entry: dict) -> list[str]:
+    """A rate search regresses its maximum sustainable rate; every other cell its throughput and latencies."""
+    if entry["search"]:
+        return ["max_sustainable_rate"]
+    return [m for m in METRICS if m != "max_sustainable_rate"]
+
+
+def flip(old: dict, new: dict, older: list[dict]) -> dict | None:
+    """The sustainability verdict of a configuration, baseline against candidate: sustainable → unsustainable is
+    a regression (and the reverse an improvement) when every earlier run of the configuration was sustainable
+    (unsustainable); a verdict that changed within history is no evidence; fewer than MIN_HISTORY runs: cannot tell."""
+    before, after = old.get("sustainability"), new.get("sustainability")
+    if not {before, after} <= {"sustainable", "unsustainable", "inconclusive"} or before is None or after is None:
+        return None  # max-rate cells and rate searches have no such verdict
+    history = [h.get("sustainability") for h in older if h is not None]
+    k = 1 + len(history)
+    figures = {"metric": "sustainability", "baseline_median": None, "candidate_median": None, "change": None,
+               "p_raw": None, "p_value": None, "history_runs": k, "samples": "verdicts", "higher_is_better": True,
+               "threshold": None, "se": None}
+    if before == after:
+        return {**figures, "verdict": "unchanged", "why": f"{after} in both runs"}
+    moved = f"{before} → {after}"
+    if {before, after} != {"sustainable", "unsustainable"}:
+        return {**figures, "verdict": "unstable", "why": f"{moved}: an inconclusive verdict is no evidence"}
+    if k < MIN_HISTORY:
+        need = MIN_HISTORY - k
+        return {**figures, "verdict": "unstable", "cannot_tell": True, "runs_needed": need,
+                "why": f"{moved}; cannot tell: {k} run{'s' if k != 1 else ''} of this configuration, {need} more "
+                       f"completed run{'s' if need != 1 else ''} needed to know it does not flip run to run"}
+    if any(h != before for h in history):
+        return {**figures, "verdict": "unstable",
+                "why": f"{moved}, but history's {k} runs were not all {before}: it flips run to run"}
+    worse = after == "unsustainable"
+    return {**figures, "verdict": "regression" if worse else "improvement",
+            "why": f"{moved}; {before} in every one of history's {k} runs"}
 
 
 def _samples(run: dict | None, metric: str, block: int | None) -> list[float] | None:
@@ -336,19 +385,24 @@ def compare(baseline, candidate, history=()) -> list[dict]:
         old = before.get(key)
         if old is None or config["status"] == "failed" or old["status"] == "failed":
             continue
-        for metric, (_, _, higher) in METRICS.items():
+        changed = flip(old, config, [h.get(key) for h in older])
+        if changed is not None:
+            assessed.append({"cell": config["cell"], "key": key, "cell_id": config["cell_id"], **changed})
+        for metric in _metrics_of(config):
+            higher = METRICS[metric][2]
             if not config["repeats"].get(metric) and not old["repeats"].get(metric):
                 continue  # e.g. end-to-end latency of publish-only cells
             by_repeats = min(len(old["repeats"].get(metric, [])), len(config["repeats"].get(metric, []))) >= MIN_REPEATS
-            block = None if by_repeats else block_length(old["series"].get(metric, []) +
-                                                         config["series"].get(metric, []))
+            one_figure = not by_repeats and METRICS[metric][1] is None  # no per-second series: one figure per run
+            block = None if by_repeats or one_figure else block_length(old["series"].get(metric, []) +
+                                                                       config["series"].get(metric, []))
             hist = [s for s in (_samples(h.get(key), metric, block) for h in older) if s]
             figures = assess(_samples(old, metric, block) or [], _samples(config, metric, block) or [], higher, hist,
-                             MIN_REPEATS if by_repeats else MIN_BLOCKS)
-            if block is not None and figures.get("verdict") == "unstable":
+                             MIN_REPEATS if by_repeats else 1 if one_figure else MIN_BLOCKS)
+            if block is not None and figures.get("verdict") == "unstable" and not figures.get("cannot_tell"):
                 figures["why"] = (f"single repeat: fewer than {MIN_BLOCKS} blocks of {block} s "
                                   f"({figures['n_baseline']} vs {figures['n_candidate']})")
-            figures["samples"] = "repeats" if by_repeats else f"blocks of {block} s"
+            figures["samples"] = "repeats" if by_repeats else "one per run" if one_figure else f"blocks of {block} s"
             assessed.append({"cell": config["cell"], "key": key, "cell_id": config["cell_id"], "metric": metric,
                              **figures})
     return decide(assessed)
@@ -395,16 +449,20 @@ def find_baseline(store: EventStore, run_id: str, candidate_events: list[dict] |
 
 METHOD = {
     "samples": "one figure per repeat; a single repeat: medians of non-overlapping blocks of intervals "
-               f"({MIN_BLOCK_S}-{MAX_BLOCK_S} s, from the lag-1 autocorrelation)",
-    "test": "t on log figures: the candidate's mean against history's per-run means, SE² = their variance·(1 + 1/k), "
-            "k − 1 degrees of freedom (the prediction interval of one more run); the repeats' pooled variance when "
-            "that is larger",
+               f"({MIN_BLOCK_S}-{MAX_BLOCK_S} s, from the lag-1 autocorrelation); a rate search: its maximum "
+               "sustainable rate (not a throughput that equals its target)",
+    "test": "t on log figures: the candidate's mean against history's per-run means, SE² = the larger of their "
+            "variance·(1 + 1/k) and the repeats' pooled variance, always k − 1 degrees of freedom (the prediction "
+            "interval of one more run)",
     "multiplicity": f"Holm–Bonferroni over all verdicts of the run, family-wise alpha {ALPHA}",
     "effect": f"|change| (geometric means, against the baseline and against history) ≥ max({MIN_EFFECT:.0%}, "
               f"{K_NOISE:g} × √(history spread² + repeat spread²))",
+    "detectable": f"per verdict, the smallest change it can call: the effect bar, or the change whose t reaches "
+                  f"alpha / comparisons with its SE and k − 1 degrees of freedom, whichever is larger",
+    "sustainability": "sustainable → unsustainable is a regression when every earlier run was sustainable",
     "history": f"the baseline and up to {HISTORY_RUNS - 1} earlier completed runs of the suite on the same "
-               f"target configuration and host kind; under {MIN_HISTORY} runs, run-to-run noise is assumed "
-               f"{ASSUMED_RUN_NOISE:.0%}",
+               f"target configuration and host kind; under {MIN_HISTORY} runs, run-to-run noise is unknown: "
+               "\"cannot tell\" (unstable), never a verdict on an assumed noise",
 }
 
 
@@ -425,7 +483,8 @@ def check(store: EventStore, run_id: str, baseline_id: str | None = None, *, rec
         store.append([make_event(run_id, "RegressionDetected", {
             "baseline_run_id": baseline_id, "cell": r["cell"], "cell_id": r["cell_id"], "metric": r["metric"],
             "verdict": r["verdict"], "baseline_median": r["baseline_median"], "candidate_median": r["candidate_median"],
-            "change": r["change"], "p_value": r["p_value"]}, cell_index=index[r["cell_id"]], key=r["metric"])
+            "change": r["change"], "p_value": r["p_value"], "why": r["why"]}, cell_index=index[r["cell_id"]],
+            key=r["metric"])
             for r in regressions])
     return {"baseline_run_id": baseline_id, "history_run_ids": [baseline_id, *older], "verdicts": verdicts,
             "regressions": regressions, "method": METHOD, "alpha": ALPHA,

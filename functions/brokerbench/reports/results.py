@@ -276,6 +276,7 @@ def cell_result(cell: dict, end: dict | None, cache: dict | None = None) -> dict
         "status": "completed",
         "encoded_bytes": round(data["encoded_bytes"], 1),
         "send_loop": data.get("send_loop", "python"),  # runs stored before the native loop ran Python
+        **_codec_net(data, cache),
         "measured_s": seconds,
         "delivery_window_s": round(window, 6),
         "delivery_window_start_s": data.get("delivery_window_start_s"),
@@ -300,6 +301,19 @@ def cell_result(cell: dict, end: dict | None, cache: dict | None = None) -> dict
            for field, (hist, _) in LATENCY_METRICS.items()},
         **_shape(cell, data),
     }
+
+
+def _codec_net(data: dict, cache: dict | None) -> dict:
+    """The timed call's own cost (codecs.floor) and the codec's p50s net of it (never below 0); nothing for
+    runs stored before the floor was measured."""
+    floor = data.get("codec_floor_ns")
+    if not floor:
+        return {}
+    net = {}
+    for field in ("encode_ns", "decode_ns"):
+        p50 = latency_object(data["histograms"].get(field), cache)["p50"]
+        net[field] = {"p50": None if p50 is None else round(max(0.0, p50 - floor[field]), 3)}
+    return {"codec_floor_ns": floor, "encode_net_ns": net["encode_ns"], "decode_net_ns": net["decode_ns"]}
 
 
 def _shape(cell: dict, data: dict) -> dict:

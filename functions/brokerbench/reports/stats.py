@@ -1,9 +1,11 @@
-"""Small statistics for comparing benchmark samples: Mann–Whitney U, intervals for the median, spread."""
+"""Small statistics for comparing benchmark samples: Mann–Whitney U, intervals for the median, spread, Student's t
+and Holm–Bonferroni."""
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from functools import cache
 
 import numpy as np
 
@@ -98,3 +100,79 @@ def median_ci(values, confidence: float = 0.95) -> Estimate:
     tail = (1 - confidence) / 2 * 100
     low, high = np.percentile(medians, [tail, 100 - tail])
     return Estimate(median, float(low), float(high), int(v.size), confidence, "bootstrap")
+
+
+# -- Student's t and Holm ---------------------------------------------------------------------------
+def _betacf(a: float, b: float, x: float) -> float:
+    """Continued fraction of the regularized incomplete beta function (modified Lentz)."""
+    tiny = 1e-300
+    qab, qap, qam = a + b, a + 1, a - 1
+    c, d = 1.0, 1 - qab * x / qap
+    d = 1 / (d if abs(d) > tiny else tiny)
+    h = d
+    for m in range(1, 400):
+        m2 = 2 * m
+        aa = m * (b - m) * x / ((qam + m2) * (a + m2))
+        d = 1 + aa * d
+        d = 1 / (d if abs(d) > tiny else tiny)
+        c = 1 + aa / c if abs(1 + aa / c) > tiny else tiny
+        h *= d * c
+        aa = -(a + m) * (qab + m) * x / ((a + m2) * (qap + m2))
+        d = 1 + aa * d
+        d = 1 / (d if abs(d) > tiny else tiny)
+        c = 1 + aa / c if abs(1 + aa / c) > tiny else tiny
+        delta = d * c
+        h *= delta
+        if abs(delta - 1) < 1e-14:
+            break
+    return h
+
+
+def _betainc(a: float, b: float, x: float) -> float:
+    if x <= 0:
+        return 0.0
+    if x >= 1:
+        return 1.0
+    front = math.exp(math.lgamma(a + b) - math.lgamma(a) - math.lgamma(b) + a * math.log(x) + b * math.log1p(-x))
+    if x < (a + 1) / (a + b + 2):
+        return front * _betacf(a, b, x) / a
+    return 1 - front * _betacf(b, a, 1 - x) / b
+
+
+def t_two_sided_p(t: float, df: float) -> float:
+    """P(|T| ≥ |t|) for Student's t with df degrees of freedom (df = inf: the normal)."""
+    if math.isnan(t):
+        return 1.0
+    if math.isinf(t):
+        return 0.0
+    if df == math.inf or df > 1e6:
+        return float(math.erfc(abs(t) / math.sqrt(2)))
+    return float(min(1.0, _betainc(df / 2, 0.5, df / (df + t * t))))
+
+
+def holm(p_values: list[float]) -> list[float]:
+    """Holm–Bonferroni adjusted p-values (same order as given): reject where adjusted < alpha."""
+    m = len(p_values)
+    order = sorted(range(m), key=lambda i: p_values[i])
+    adjusted = [1.0] * m
+    running = 0.0
+    for rank, i in enumerate(order):
+        running = max(running, min(1.0, (m - rank) * p_values[i]))
+        adjusted[i] = running
+    return adjusted
+
+
+@cache
+def t_quantile(p_two_sided: float, df: float) -> float:
+    """The t with P(|T| ≥ t) = p_two_sided for df degrees of freedom (bisection on t_two_sided_p)."""
+    if p_two_sided >= 1:
+        return 0.0
+    low, high = 0.0, 1.0
+    while t_two_sided_p(high, df) > p_two_sided:
+        low, high = high, high * 2
+        if high > 1e12:
+            return math.inf
+    for _ in range(100):
+        middle = (low + high) / 2
+        low, high = (middle, high) if t_two_sided_p(middle, df) > p_two_sided else (low, middle)
+    return (low + high) / 2

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from multiprocessing.connection import wait
 
 from .. import verdict
+from ..codecs.floor import call_floor_ns
 from ..drivers import BrokerUnavailable, get_driver, lanes
 from ..events import EventStore, cell_prefix, make_event
 from ..reports.model import interval_digest, verdict_basis
@@ -133,12 +134,14 @@ def _measure_step(run_id, cell, endpoint, topic, progress, attempt, rate) -> sea
                "end_to_end_p50_us": result["end_to_end_latency_us"]["p50"],
                "end_to_end_p99_us": result["end_to_end_latency_us"]["p99"],
                "publish_latency_p99_us": result["publish_latency_us"]["p99"]}
-    return search.Step(rate, data["verdict"]["verdict"], data["verdict"]["reasons"], figures, sink.events)
+    return search.Step(rate, data["verdict"]["verdict"], data["verdict"]["reasons"], figures, sink.events,
+                       data.get("measured_s"))
 
 
 def _search_cell(run_id, cell, endpoint, store, topic, progress, attempt) -> CellOutcome:
     """rates: ["sustainable"]: search the highest rate the verdict calls sustainable; the cell's figures
-    are those of that step, and every step is recorded in `search`."""
+    are those of that rate's latest sustainable step, and every step is recorded in `search`, with the
+    measured seconds behind the rate found (sustainable_for_s) and any rate whose measurements disagreed."""
     settings = cell.get("search") or {}
     counter = iter(range(10**6))
 
@@ -150,14 +153,14 @@ def _search_cell(run_id, cell, endpoint, store, topic, progress, attempt) -> Cel
     if start is None:  # seed the bracket from what the broker delivers unthrottled
         probe = measure("max")
         start = 0.9 * probe.figures.get("throughput_msgs_per_s", 0) if probe.verdict != "failed" else 1000
-    best, steps, ended = search.search(measure, max(1.0, start), precision=settings.get("precision", search.PRECISION),
-                                       max_steps=settings.get("max_steps", search.MAX_STEPS))
-    record = {"max_sustainable_rate": best.rate if best else None, "ended": ended,
-              "probe": probe.summary() if probe else None, "steps": [s.summary() for s in steps],
+    found = search.search(measure, max(1.0, start), precision=settings.get("precision", search.PRECISION),
+                          max_steps=settings.get("max_steps", search.MAX_STEPS))
+    best, ended = found.best, found.ended
+    record = {**found.record(), "probe": probe.summary() if probe else None,
               "latency_at": [{"fraction": f, **measure(max(1, round(f * best.rate))).summary()}
                              for f in (settings.get("latency_at") or [])] if best else []}
     if best is None:
-        kept = steps[-1].events
+        kept = found.steps[-1].events
         store.append([e for e in kept if e["type"] == "IntervalMeasured"])
         store.append([make_event(run_id, "CellFailed", {
             "cell_id": cell["cell_id"], "attempt": attempt, "reason": f"no sustainable rate found: {ended}",
@@ -219,6 +222,8 @@ class _CellRun:
         self.encoded_bytes = sum(encoded) / len(encoded)
         loops = {info["send_loop"] for (role, _), info in ready.items() if role == "producer"}
         self.send_loop = loops.pop() if len(loops) == 1 else "mixed"
+        # Before "go", while the processes wait: the timed call's own cost on the loops the cell runs.
+        self.codec_floor = call_floor_ns(self.send_loop)
 
         t_start = time.monotonic_ns() + START_LEAD_NS
         # With an adaptive warm-up the measured start is provisional (the bound) until the consumers'
@@ -461,9 +466,11 @@ class _CellRun:
         self.store.append([make_event(self.run_id, "CellCompleted", {
             "cell_id": cell["cell_id"], "attempt": self.attempt, "measured_s": schedule_s,
             "delivery_window_s": delivered["window_s"],
-            # the window's start (the first measured message's intended send time), from the start of measurement
+            # where the window starts (the first measured intended time, or the warm-up's last delivery), from the
+            # start of measurement
             "delivery_window_start_s": (delivered["window_start_ns"] - self.timing["measure_start"]) / SECOND_NS,
-            "encoded_bytes": self.encoded_bytes, "send_loop": self.send_loop, "send_thread_nice": _nice(producers),
+            "encoded_bytes": self.encoded_bytes, "send_loop": self.send_loop, "codec_floor_ns": self.codec_floor,
+            "send_thread_nice": _nice(producers),
             "intervals": self.aggregator.written, "totals": counts, "broker_count": broker_count,
             "latency_basis": "enqueue" if cell["rate"] == "max" else "intended",
             "warmup": self._warmup_record(),

@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import math
-import random
 from math import gcd
 
 from ..codecs import get_codec, prebuilt
 from ..drivers import lanes
-from ..records import SIZE_TOLERANCE, PayloadPool, SizeError, sized_record
+from ..records import SIZE_TOLERANCE, PayloadPool, SizeError, make_record, sized_record
 
 POOL_SIZE = 16
 # Compressed cells: enough distinct payloads that none repeats inside one producer batch, so the
@@ -73,10 +72,29 @@ def _sized(first_seed: int, size_bytes: int, length_of, count: int) -> list[dict
     return records
 
 
+def raw_payloads(size_bytes: int, count: int) -> list[bytes]:
+    """`count` distinct payloads of exactly `size_bytes`: the JSON text of the benchmark records (the same
+    seeds as every format's pool), sized to `size_bytes` by JSON and then cut or padded with JSON whitespace
+    to the exact length. Random bytes do not compress at all while every format's records do (a 1 KB
+    JSON record about 2:1 with gzip), so under compression a random baseline would show the broker
+    carrying more bytes than any format; text made the same way as the JSON record compresses like it.
+    Without compression nothing reads the bytes, and the baseline's cost is the same whatever they hold.
+    Where records cannot be sized that small, each payload is the start of a record's JSON with a long note."""
+    encode = get_codec("json").encode
+    try:
+        texts = [encode(r) for r in _sized(0, size_bytes, lambda r: len(encode(r)), count)]
+    except SizeError:
+        texts = [encode(make_record(seed, 0, size_bytes)) for seed in range(count)]
+    return [text[:size_bytes].ljust(size_bytes) for text in texts]
+
+
 def payload_pool(fmt: str, size_basis: str, size_bytes: int, count: int = POOL_SIZE) -> PayloadPool:
-    """`count` distinct ready-to-encode objects; record basis sizes by JSON, wire basis by `fmt` itself."""
+    """`count` distinct ready-to-encode objects; record basis sizes by JSON, wire basis by `fmt` itself.
+
+    The pre-built baseline (raw) gets `raw_payloads`: text, not random bytes, so that under compression it
+    compresses like the formats it is the baseline of."""
     if prebuilt(fmt):
-        objects = [random.Random(seed).randbytes(size_bytes) for seed in range(count)]
+        objects = raw_payloads(size_bytes, count)
         return PayloadPool(objects, [len(o) for o in objects])
     codec, length_of = _length_function(fmt, size_basis)
     objects = [codec.prepare(record) for record in _sized(0, size_bytes, length_of, count)]

@@ -16,7 +16,7 @@ from rich.console import Console
 
 from brokerbench.local.install import lib_dir
 from brokerbench.reports import markdown
-from brokerbench.reports.model import build_report
+from brokerbench.reports.model import PERCENTILES, build_report
 from brokerbench.reports.table import comparison_tables
 from brokerbench.reports.results import build_results
 from brokerbench.runner import execute_run
@@ -70,7 +70,8 @@ def test_throughput_under_a_broker_cap_is_the_cap_not_the_offered_rate(capped):
         # Delivered over the delivery window: within 10% of what the broker lets through.
         assert cell["throughput_msgs_per_s"] == pytest.approx(cap_msgs_per_s(), rel=0.10), cell["cell_id"]
         assert cell["throughput_mb_per_s"] * 1e6 <= QUOTA_BYTES_PER_S * 1.10
-        assert cell["delivery_window_s"] > cell["measured_s"] + 1  # delivery ran on after the schedule ended
+        # delivery ran on after the schedule ended (the window starts where the warm-up's last delivery came)
+        assert cell["delivery_window_start_s"] + cell["delivery_window_s"] > cell["measured_s"] + 1
         assert cell["lost"] == 0 and cell["sent"] == cell["received"]
     rated = next(c for c in results["cells"] if c["rate_target"] == 3000)
     assert rated["send_rate"] == pytest.approx(3000, rel=0.05)  # what the client queued: not the figure
@@ -149,3 +150,44 @@ def test_the_sustainable_rate_search_finds_the_cap(quota, endpoints, store):
     for table in comparison_tables(results):
         console.print(table)
     assert f"max sustainable {found:,.0f} msgs/s ({len(steps)} steps)" in console.export_text()
+
+
+def test_a_consumer_left_behind_is_undelivered_not_lost_and_its_latency_only_a_lower_bound(quota, endpoints, store):
+    """A consumer quota of 512 KiB/s (about 500 msgs/s of 1 KB) against 1,900 msgs/s, and a drain that gives up:
+    thousands of measured messages are still in the topic when the cell ends. The broker's own lag says they are
+    queued (undelivered, not lost), its end offsets that it holds every acknowledged message, and the latency of
+    the messages that never came is +∞: the percentiles whose rank falls among them are lower bounds."""
+    bootstrap = endpoints["kafka"]["bootstrap_servers"]
+    kafka_config(bootstrap, "--alter", "--add-config", "consumer_byte_rate=524288")
+    try:
+        time.sleep(1)
+        events, results = run({"rates": [1900], "duration_s": 6, "warmup_s": 1, "warmup_until_steady": False,
+                               "drain_timeout_s": 1}, endpoints, store)
+    finally:
+        kafka_config(bootstrap, "--alter", "--delete-config", "consumer_byte_rate")
+    [cell] = results["cells"]
+    assert cell["status"] == "completed", cell.get("reason")
+    not_received = cell["sent"] - cell["received"] - cell["late"]
+    assert not_received > 1000  # the quota lets through a fraction of what was sent
+    assert cell["undelivered"] == not_received and cell["lost"] == 0 and cell["residual"] == 0
+    assert cell["broker_count"]["difference"] == 0  # the broker holds every message it acknowledged
+    assert cell["has_loss"]  # not received in time all the same: no latency claim
+    # Latency over everything sent, by hand: a percentile p is a lower bound exactly when its rank among all
+    # sent, int(p × sent / 100 + 0.5), is beyond the received ones; the largest measured value is that bound.
+    assert cell["missing"] == cell["sent"] - cell["received"]
+    for figures in (cell["end_to_end_latency_us"], cell["delivery_latency_us"]):
+        assert figures["missing"] == cell["missing"] and figures["lower_bounds"]["max"] > 0
+        for key, p in PERCENTILES.items():
+            beyond = int(p * cell["sent"] / 100 + 0.5) > cell["received"]
+            assert (figures[key] is None) == beyond, key
+            assert figures["lower_bounds"].get(key) == (figures["lower_bounds"]["max"] if beyond else None)
+    assert cell["end_to_end_latency_us"]["p99"] is None  # over 1% never came
+    report = build_report(events)
+    config = report["groups"][0]["cells"][0]
+    assert config["metrics"]["end_to_end_p99_us"]["lower_bound"] > 0
+    assert "≥ " in markdown.render(report) and "undelivered" in markdown.loss_text(config)
+    # Throughput by hand from the stored intervals: the measured messages received, over the delivery window.
+    received = sum(e["data"]["counters"]["received"] for e in events if e["type"] == "IntervalMeasured")
+    assert received == cell["received"]
+    assert cell["throughput_msgs_per_s"] == pytest.approx(received / cell["delivery_window_s"], rel=1e-5)
+    assert cell["throughput_mb_per_s"] * 1e6 <= 524288 * 1.10  # never more than the broker let the consumer read

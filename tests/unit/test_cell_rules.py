@@ -28,7 +28,8 @@ MEASURED = {"acked": 0, "send_errors": 0, "bytes_sent": 0, "bytes_received": 0}
 
 def test_every_measured_message_is_in_exactly_one_class():
     counts = outcome.totals([producer(600, unacked=20), producer(400)],
-                            [consumer(900, late=30)], {**MEASURED, "acked": 970, "send_errors": 10}, consumed=True)
+                            [consumer(900, late=30)], {**MEASURED, "acked": 970, "send_errors": 10}, consumed=True,
+                            queued=0)
     classes = counts["received"] + counts["late"] + counts["lost"] + counts["send_errors"] + counts["unacked"]
     assert counts["sent"] == 1000 == classes
     assert counts["lost"] == 40  # 1000 - 10 errors - 20 unacknowledged - 900 in time - 30 late
@@ -36,7 +37,8 @@ def test_every_measured_message_is_in_exactly_one_class():
 
 
 def test_a_delivery_without_its_acknowledgement_is_not_negative_loss():
-    counts = outcome.totals([producer(10, unacked=3)], [consumer(10)], {**MEASURED, "acked": 7}, consumed=True)
+    counts = outcome.totals([producer(10, unacked=3)], [consumer(10)], {**MEASURED, "acked": 7}, consumed=True,
+                            queued=0)
     assert counts["lost"] == 0
 
 
@@ -45,7 +47,7 @@ def test_a_message_delivered_without_its_acknowledgement_is_counted_once_as_deli
     # among the 300 never acknowledged (a broker that stored them and died before answering).
     got = {**consumer(960), "delivered_not_acked": 275}
     counts = outcome.totals([producer(1000, unacked=280)], [got], {**MEASURED, "acked": 700, "send_errors": 20},
-                            consumed=True)
+                            consumed=True, queued=0)
     assert (counts["unacked"], counts["send_errors"]) == (5, 20)  # they leave the unacknowledged class first
     classes = counts["received"] + counts["late"] + counts["undelivered"] + counts["lost"] + counts["send_errors"] \
         + counts["unacked"]
@@ -53,7 +55,8 @@ def test_a_message_delivered_without_its_acknowledgement_is_counted_once_as_deli
     # more of them delivered than were unanswered: the rest came from the failed sends
     # (10 sent: 2 acknowledged, 3 unanswered, 5 failed; 8 delivered: the 2 and 6 of the other 8)
     got = {**consumer(8), "delivered_not_acked": 6}
-    counts = outcome.totals([producer(10, unacked=3)], [got], {**MEASURED, "acked": 2, "send_errors": 5}, consumed=True)
+    counts = outcome.totals([producer(10, unacked=3)], [got], {**MEASURED, "acked": 2, "send_errors": 5}, consumed=True,
+                            queued=0)
     assert (counts["unacked"], counts["send_errors"], counts["lost"]) == (0, 2, 0)
     assert counts["received"] + counts["send_errors"] + counts["unacked"] + counts["lost"] == 10
 
@@ -64,19 +67,45 @@ def test_publish_only_cells_have_no_delivery_classes():
     assert not outcome.has_loss(counts)
 
 
-def test_throughput_counts_every_delivery_from_the_start_of_measurement_to_the_last_measured_one():
-    # Warm-up messages the broker delivers inside the window count: at max rate it is still working on them.
-    consumers = [consumer(100, last=10 * SECOND, delivered=150), consumer(50, last=12 * SECOND), consumer(0)]
-    figures = outcome.delivery([producer(150)], consumers, consumed=True, measure_start_ns=4 * SECOND)
-    assert figures == {"delivered": 200, "bytes_delivered": 20_000, "window_s": pytest.approx(8.0)}
+def test_throughput_is_the_measured_messages_over_their_own_window():
+    # Warm-up messages delivered inside the window are in neither the count nor the window: 150 measured
+    # messages received (the interval counters), the first intended 4.5 s in, the last delivered at 12 s.
+    consumers = [{**consumer(100, last=10 * SECOND, delivered=150), "first_intended_ns": 4.5 * SECOND},
+                 {**consumer(50, last=12 * SECOND), "first_intended_ns": 5 * SECOND}, consumer(0)]
+    measured = {**MEASURED, "received": 150, "bytes_received": 15_000}
+    figures = outcome.delivery([producer(150)], consumers, True, 4 * SECOND, measured)
+    assert figures == {"delivered": 150, "bytes_delivered": 15_000, "window_start_ns": 4.5 * SECOND,
+                       "window_s": pytest.approx(7.5)}
+    # publish-only: the measured acknowledgements from the start of measurement to the last of them, their bytes
+    # at the measured messages' mean size
     producers = [producer(10, last_ack=7 * SECOND, delivered=12), producer(10, last_ack=6 * SECOND, delivered=10)]
-    figures = outcome.delivery(producers, [], consumed=False, measure_start_ns=4 * SECOND)
-    assert figures["delivered"] == 22 and figures["window_s"] == pytest.approx(3.0)
-    assert outcome.delivery([producer(1)], [consumer(0)], consumed=True, measure_start_ns=0)["window_s"] is None
+    figures = outcome.delivery(producers, [], False, 4 * SECOND, {**MEASURED, "sent": 20, "bytes_sent": 2000,
+                                                                  "acked": 18})
+    assert (figures["delivered"], figures["bytes_delivered"]) == (18, 1800)
+    assert figures["window_s"] == pytest.approx(3.0)
+    assert outcome.delivery([producer(1)], [consumer(0)], True, 0, {**MEASURED, "received": 0})["window_s"] is None
+
+
+def test_time_the_broker_spent_delivering_the_warm_up_is_not_in_the_window():
+    # Behind a capped broker the warm-up backlog is still being delivered when the measured messages are due: the
+    # last warm-up message arrives 6 s into measurement, the last measured one at 16 s, 2,000 of them in between.
+    consumers = [{**consumer(2000, last=20 * SECOND), "first_intended_ns": 4 * SECOND, "last_warmup_ns": 10 * SECOND}]
+    figures = outcome.delivery([producer(2000)], consumers, True, 4 * SECOND,
+                               {**MEASURED, "received": 2000, "bytes_received": 200_000})
+    assert figures["window_start_ns"] == 10 * SECOND and figures["window_s"] == pytest.approx(10.0)  # 200 msgs/s
+    # A warm-up delivered before the measured messages were due changes nothing.
+    consumers[0]["last_warmup_ns"] = 3 * SECOND
+    assert outcome.delivery([producer(2000)], consumers, True, 4 * SECOND,
+                            {**MEASURED, "received": 2000})["window_s"] == pytest.approx(16.0)
+    # publish-only: from the last warm-up acknowledgement
+    producers = [{**producer(10, last_ack=9 * SECOND), "last_warmup_ack_ns": 7 * SECOND}]
+    figures = outcome.delivery(producers, [], False, 4 * SECOND, {**MEASURED, "sent": 10, "bytes_sent": 1000,
+                                                                 "acked": 10})
+    assert figures["window_s"] == pytest.approx(2.0)
 
 
 def test_a_cell_that_delivered_nothing_fails_with_its_counts():
-    counts = outcome.totals([producer(500)], [consumer(0)], {**MEASURED, "acked": 500}, consumed=True)
+    counts = outcome.totals([producer(500)], [consumer(0)], {**MEASURED, "acked": 500}, consumed=True, queued=0)
     reason = outcome.failure_reason(counts, consumed=True)
     assert reason.startswith("no message was delivered") and "lost 500" in reason
     assert outcome.failure_reason(outcome.totals([producer(5)], [consumer(5)], {**MEASURED, "acked": 5}, True),
@@ -161,3 +190,29 @@ def test_what_the_broker_still_queues_after_the_drain_is_undelivered_not_lost():
     counts = outcome.totals([producer(1000)], [consumer(600)], {**MEASURED, "acked": 1000}, consumed=True, queued=100)
     assert counts["undelivered"] == 100 and counts["lost"] == 300
     assert counts["received"] + counts["late"] + counts["undelivered"] + counts["lost"] == counts["sent"]
+    assert counts["residual"] == 0 and counts["undelivered_or_lost"] == 400 and counts["missing"] == 400
+
+
+def test_a_backlog_the_broker_cannot_tell_leaves_undelivered_and_lost_unknown_not_loss():
+    counts = outcome.totals([producer(1000)], [consumer(600, late=50)], {**MEASURED, "acked": 1000}, consumed=True,
+                            queued=None)  # backlog() answered None: a Kafka error, Redis without a lag
+    assert counts["undelivered"] is None and counts["lost"] is None
+    assert counts["undelivered_or_lost"] == 350 and counts["missing"] == 400 and counts["residual"] == 0
+    assert outcome.has_loss(counts)  # not received in time all the same: no latency claim
+    reason = outcome.failure_reason(outcome.totals([producer(500)], [consumer(0)], {**MEASURED, "acked": 500},
+                                                   consumed=True), consumed=True)
+    assert "undelivered or lost 500 (broker backlog unknown)" in reason and "lost 500," not in reason
+
+
+def test_an_accounting_error_shows_as_a_residual_instead_of_vanishing():
+    # A consumer that counts 30 more measured messages than were sent (e.g. warm-up taken for measured): the
+    # classes cannot be negative, so the excess stays in the residual.
+    counts = outcome.totals([producer(1000, unacked=20)], [consumer(990, late=20)], {**MEASURED, "acked": 980},
+                            consumed=True, queued=0)
+    assert counts["lost"] == counts["undelivered"] == 0
+    assert counts["residual"] == -30
+    assert counts["sent"] == sum(counts[k] for k in ("received", "late", "undelivered", "lost", "send_errors",
+                                                      "unacked")) + counts["residual"]
+    # publish-only: sent = acknowledged + send errors + unacknowledged, or the residual says by how much not
+    counts = outcome.totals([producer(100, unacked=5)], [], {**MEASURED, "acked": 90, "send_errors": 2}, False)
+    assert counts["residual"] == 3

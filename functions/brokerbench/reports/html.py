@@ -30,6 +30,9 @@ def _td(c: dict, name: str, digits=0, scale=1.0) -> str:
     if est["median"] is None and est.get("withheld"):
         return (f"<td class='withheld' title='needs at least {est['withheld']:,} samples per repeat'>"
                 f"{escape(need_label(est['withheld']))}</td>")
+    if est["median"] is None and est.get("lower_bound") is not None:  # missing messages at +∞: a lower bound
+        return (f"<td class='warn' title='missing messages count at +∞: at least this'>"
+                f"≥ {est['lower_bound'] / scale:,.{digits}f}</td>")
     text = "–" if est["median"] is None else f"{est['median'] / scale:,.{digits}f}"
     css = ' class="best"' if name in c.get("best", []) else ""
     title = ""
@@ -44,7 +47,8 @@ def _td(c: dict, name: str, digits=0, scale=1.0) -> str:
 
 def _loss_td(c: dict) -> str:
     text = markdown.loss_text(c)
-    return f"<td class='bad'>{escape(text)}</td>" if text.startswith("⚠") else f"<td>{escape(text)}</td>"
+    css = " class='bad'" if text.startswith("⚠") else (" class='warn'" if "backlog unknown" in text else "")
+    return f"<td{css}>{escape(text)}</td>"
 
 
 def _ratio_td(c: dict, axis: str) -> str:
@@ -54,14 +58,14 @@ def _ratio_td(c: dict, axis: str) -> str:
 
 def _grid(group: dict, refs: dict) -> str:
     head = ("<tr><th>broker</th><th>format</th><th>bytes</th><th>delivered msgs/s</th><th>MB/s</th><th>e2e p50 ms</th>"
-            "<th>e2e p99 ms</th><th>e2e p99.9 ms</th><th>pub p99 ms</th><th>delay p99 ms</th><th>enc µs</th>"
+            "<th>e2e p99 ms</th><th>e2e p99.9 ms</th><th>deliv p99 ms</th><th>pub p99 ms</th><th>delay p99 ms</th><th>enc µs</th>"
             f"<th>dec µs</th><th>loss</th><th>× {escape(refs['format'])}</th><th>× {escape(refs['broker'])}</th>"
             "<th>verdict</th></tr>")
     rows = []
     for c in group["cells"]:
         if c["status"] == "failed":
             rows.append(f"<tr><td>{escape(c['broker'])}</td><td>{escape(c['format'])}</td>"
-                        f"<td colspan=14 class='bad'>FAILED: {escape('; '.join(c['reasons']))}</td></tr>")
+                        f"<td colspan=15 class='bad'>FAILED: {escape('; '.join(c['reasons']))}</td></tr>")
             continue
         verdict = c["sustainability"]["verdict"]
         css = {"unsustainable": "warn", "inconclusive": "muted"}.get(verdict)
@@ -70,7 +74,8 @@ def _grid(group: dict, refs: dict) -> str:
         rows.append("<tr>" + f"<td>{escape(c['broker'])}</td><td>{escape(c['format'])}</td>"
                     + _td(c, "encoded_bytes") + _td(c, "throughput_msgs_per_s") + _td(c, "throughput_mb_per_s", 2)
                     + _td(c, "end_to_end_p50_us", 2, 1000) + _td(c, "end_to_end_p99_us", 2, 1000)
-                    + _td(c, "end_to_end_p999_us", 2, 1000) + _td(c, "publish_latency_p99_us", 2, 1000)
+                    + _td(c, "end_to_end_p999_us", 2, 1000) + _td(c, "delivery_p99_us", 2, 1000)
+                    + _td(c, "publish_latency_p99_us", 2, 1000)
                     + _td(c, "publish_delay_p99_us", 2, 1000) + _td(c, "encode_p50_ns", 1, 1000)
                     + _td(c, "decode_p50_ns", 1, 1000) + _loss_td(c)
                     + _ratio_td(c, "format") + _ratio_td(c, "broker")
@@ -245,7 +250,8 @@ def _claims_and_rules(report: dict) -> list[str]:
     rules = report.get("rules") or {}
     items = [f"<li><b>{label}.</b> {escape(rules[key])}</li>" for key, label in
              (("sustainability", "Sustainability"), ("claims", "Claims"), ("percentiles", "Percentiles"),
-              ("max_rate", "Max rate")) if rules.get(key)]
+              ("max_rate", "Max rate"), ("missing", "Missing messages"), ("accounting", "Accounting"))
+             if rules.get(key)]
     if items:
         parts.append(f"<h2>How to read this report</h2><ul>{''.join(items)}</ul>")
     return parts

@@ -17,6 +17,8 @@ def _metric(cell: dict, name: str, digits=0, scale=1.0) -> str:
     est = cell["metrics"][name]
     if est["median"] is None and est.get("withheld"):
         return need_label(est["withheld"])  # the percentile is finer than the sample supports
+    if est["median"] is None and est.get("lower_bound") is not None:  # missing messages at +∞: a lower bound
+        return f"≥ {_num(est['lower_bound'], digits, scale)}"
     text = _num(est["median"], digits, scale)
     if est["n"] > 1 and est["ci_low"] is not None and est["ci_high"] != est["ci_low"]:
         text += f" ({_num(est['ci_low'], digits, scale)}–{_num(est['ci_high'], digits, scale)})"
@@ -31,15 +33,23 @@ def _ratio(cell: dict, axis: str, name: str) -> str:
 
 
 def loss_text(config: dict) -> str:
-    """'0', or each loss class that occurred (flagged), and the broker's count when it disagrees."""
+    """'0', or each loss class that occurred (flagged ⚠), the broker's count when it disagrees and an accounting
+    residual; a split of undelivered and lost the broker could not tell is shown as their sum, not flagged as loss."""
     loss = config.get("loss") or {}
-    if all(loss.get(k) is None for k in ("lost", "late", "send_errors", "unacknowledged")):
+    if all(loss.get(k) is None for k in ("lost", "late", "send_errors", "unacknowledged", "undelivered_or_lost")):
         return _num(config.get("lost"))
-    parts = [f"{name.replace('_', ' ')} {loss[name]:,}" for name in ("lost", "late", "send_errors", "unacknowledged")
-             if loss.get(name)]
+    unknown = bool(loss.get("backlog_unknown"))
+    names = ("late", "send_errors", "unacknowledged") if unknown else ("lost", "undelivered", "late", "send_errors",
+                                                                         "unacknowledged")
+    parts = [f"{name.replace('_', ' ')} {loss[name]:,}" for name in names if loss.get(name)]
     if loss.get("broker_count_difference"):
         parts.append(f"broker count {loss['broker_count_difference']:+,}")
-    return "⚠ " + ", ".join(parts) if parts else "0"
+    if loss.get("residual"):
+        parts.append(f"accounting residual {loss['residual']:+,}")
+    text = "⚠ " + ", ".join(parts) if parts else ""
+    if unknown:
+        text += ("; " if text else "") + f"undelivered or lost {loss['undelivered_or_lost']:,} (broker backlog unknown)"
+    return text or "0"
 
 
 RESOURCE_GROUPS = ("broker", "workers")
@@ -223,7 +233,7 @@ def claims_section(report: dict) -> list[str]:
 def rules_section(report: dict) -> list[str]:
     rules = report.get("rules") or {}
     names = (("sustainability", "Sustainability"), ("claims", "Claims"), ("percentiles", "Percentiles"),
-             ("max_rate", "Max rate"))
+             ("max_rate", "Max rate"), ("missing", "Missing messages"), ("accounting", "Accounting"))
     return ["## How to read this report", ""] + [f"- **{label}.** {rules[key]}" for key, label in names
                                                   if rules.get(key)] + [""]
 
@@ -262,18 +272,20 @@ def render(report: dict) -> str:
         lines += [f"Median over repeats (distribution-free interval); **bold** only where the intervals do not "
                   f"overlap; ratios of medians against {refs['format']} (same broker) and {refs['broker']} "
                   f"(same format).", "",
-                  "| broker | format | bytes | delivered msgs/s | MB/s | e2e p50 ms | e2e p99 ms | e2e p99.9 ms | pub p99 ms "
+                  "| broker | format | bytes | delivered msgs/s | MB/s | e2e p50 ms | e2e p99 ms | e2e p99.9 ms | deliv p99 ms "
+                  "| pub p99 ms "
                   "| delay p99 ms | enc µs | dec µs | loss | vs format | vs broker | verdict |",
-                  "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
+                  "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
         for c in group["cells"]:
             if c["status"] == "failed":
-                lines.append(f"| {c['broker']} | {c['format']} | " + "– | " * 13 + f"FAILED: {'; '.join(c['reasons'])} |")
+                lines.append(f"| {c['broker']} | {c['format']} | " + "– | " * 14 + f"FAILED: {'; '.join(c['reasons'])} |")
                 continue
             lines.append(
                 f"| {c['broker']} | {c['format']} | {_metric(c, 'encoded_bytes')} | {_metric(c, 'throughput_msgs_per_s')} | "
                 f"{_metric(c, 'throughput_mb_per_s', 2)} | {_metric(c, 'end_to_end_p50_us', 2, 1000)} | "
                 f"{_metric(c, 'end_to_end_p99_us', 2, 1000)} | {_metric(c, 'end_to_end_p999_us', 2, 1000)} | "
-                f"{_metric(c, 'publish_latency_p99_us', 2, 1000)} | {_metric(c, 'publish_delay_p99_us', 2, 1000)} | "
+                f"{_metric(c, 'delivery_p99_us', 2, 1000)} | {_metric(c, 'publish_latency_p99_us', 2, 1000)} | "
+                f"{_metric(c, 'publish_delay_p99_us', 2, 1000)} | "
                 f"{_metric(c, 'encode_p50_ns', 1, 1000)} | {_metric(c, 'decode_p50_ns', 1, 1000)} | {loss_text(c)} | "
                 f"{_ratio(c, 'format', 'throughput_msgs_per_s')} | {_ratio(c, 'broker', 'throughput_msgs_per_s')} | "
                 f"{verdict_text(c)} |")

@@ -21,16 +21,22 @@ from itertools import groupby
 from .. import cost, verdict
 from ..events import DIGEST_VERSION, has_digest
 from ..spec import request_schema
-from .results import LOSS_CLASSES, SPECTRUM, SUMMARY_FIELDS, build_results, figures, figures_of, merge_blobs
+from .results import (ACCOUNTING_RULE, LOSS_CLASSES, MISSING_COUNTS_IN, MISSING_RULE, SPECTRUM, SUMMARY_FIELDS,
+                      build_results, figures, figures_of, merge_blobs, missing_of, with_missing)
 from .stats import holm, median_ci, t_quantile, t_two_sided_p
 
 MIN_CLAIM_REPEATS = 3
 CLAIM_ALPHA = 0.05  # family-wise over a report's claims: at most 1 report in 20 with a false one
 CLAIM_CONFIDENCE = 0.95  # the interval shown with a highlight
 # The metrics a highlight is made on, and their effect floor: a claim must also be large enough to matter.
-MIN_CLAIM_EFFECT = {"throughput_msgs_per_s": 0.05, "end_to_end_p99_us": 0.20}
+MIN_CLAIM_EFFECT = {"throughput_msgs_per_s": 0.05, "end_to_end_p99_us": 0.20, "delivery_p99_us": 0.20}
+# Delivery latency (no codec) compares brokers; formats are compared on end-to-end, which holds their decoding.
+CLAIM_AXES = {"delivery_p99_us": ("broker",)}
+CLAIM_WHAT = {"throughput_msgs_per_s": "throughput", "end_to_end_p99_us": "end-to-end p99",
+              "delivery_p99_us": "delivery p99"}
 PERCENTILES = {"p50": 50.0, "p75": 75.0, "p95": 95.0, "p99": 99.0, "p999": 99.9}
-LATENCY_FIELDS = ("publish_latency_us", "publish_delay_us", "end_to_end_latency_us", "encode_ns", "decode_ns")
+LATENCY_FIELDS = ("publish_latency_us", "publish_delay_us", "end_to_end_latency_us", "delivery_latency_us",
+                  "encode_ns", "decode_ns")
 CONFIG_FIELDS = ("broker", "format", "mode", "size_basis", "size_bytes", "rate_target", "producers", "consumers",
                  "partitions")
 
@@ -38,7 +44,7 @@ CONFIG_FIELDS = ("broker", "format", "mode", "size_basis", "size_bytes", "rate_t
 CLAIM_FLOOR = {"throughput_msgs_per_s": 0.05, "throughput_mb_per_s": 0.05, "end_to_end_p50_us": 0.20,
                "end_to_end_p99_us": 0.20, "end_to_end_p999_us": 0.20, "publish_latency_p99_us": 0.20,
                "publish_delay_p99_us": 0.20, "encode_p50_ns": 0.20, "decode_p50_ns": 0.20, "encoded_bytes": 0.05,
-               "lost": 0.20}
+               "lost": 0.20, "delivery_p50_us": 0.20, "delivery_p99_us": 0.20}
 CLAIMS_RULE = (
     f"A comparison (highlight or bold \"best\") is made only with at least {MIN_CLAIM_REPEATS} completed repeats "
     "of each side. Repeat r of a configuration is paired with repeat r of the other; the mean of the log ratios "
@@ -50,7 +56,8 @@ CLAIMS_RULE = (
     "claim at most 1 time in 20. A claim must also exceed its effect floor (5% for throughput and sizes, 20% for "
     "latency and serialization times) and the run's noise, with the medians over repeats in the same order; "
     "\"best\" must do so against every rival. Latency is compared only between sustainable cells without loss; "
-    "max-rate cells are compared only with each other, and never on latency."
+    "max-rate cells are compared only with each other, and never on latency. Brokers are compared on delivery "
+    "p99 too (receipt, before any decode: no codec in it); formats on end-to-end p99."
 )
 PERCENTILE_RULE = (
     "A percentile p is shown only when its sample holds at least 10 / (1 − p/100) values (p50 ≥ 20, p99 ≥ 1,000, "
@@ -78,6 +85,8 @@ METRICS = {
     "end_to_end_p50_us": Metric("end_to_end_latency_us", "p50", False, True),
     "end_to_end_p99_us": Metric("end_to_end_latency_us", "p99", False, True),
     "end_to_end_p999_us": Metric("end_to_end_latency_us", "p999", False, True),
+    "delivery_p50_us": Metric("delivery_latency_us", "p50", False, True),
+    "delivery_p99_us": Metric("delivery_latency_us", "p99", False, True),
     "publish_latency_p99_us": Metric("publish_latency_us", "p99", False, True),
     "publish_delay_p99_us": Metric("publish_delay_us", "p99", False, True),
     "encode_p50_ns": Metric("encode_ns", "p50", False),
@@ -274,16 +283,37 @@ def _withheld(name: str, cells: list[dict], counts: dict[str, dict]) -> int | No
     return None
 
 
-def _merged_latency(blob_maps: list[dict], cache: dict) -> dict:
+def _lower_bound(name: str, done: list[dict], counts: dict[str, dict]) -> float | None:
+    """When some repeat's figure is only a lower bound (missing messages at +infinity): the median over the
+    repeats with each bound in place of its value, itself a lower bound of the median. None otherwise."""
+    metric = METRICS[name]
+    if metric.key is None or not any(metric.key in ((c.get(metric.field) or {}).get("lower_bounds") or {})
+                                     for c in done):
+        return None
+    values = [((c.get(metric.field) or {}).get("lower_bounds") or {}).get(metric.key,
+              _read(c, name, counts[c["cell_id"]])) for c in done]
+    values = [v for v in values if v is not None]
+    return float(statistics.median(values)) if values else None
+
+
+def _merged_latency(blob_maps: list[dict], cache: dict, missing: int = 0) -> dict:
     """Per latency field, the exact merge of the repeats' cumulative histograms (stored, encoded), and its
-    figures; a merge of one non-empty histogram (in brokerbench's layout) is that histogram, already figured."""
+    figures; a merge of one non-empty histogram (in brokerbench's layout) is that histogram, already figured.
+    `missing`: the repeats' measured messages not received in time, at +infinity in end-to-end and delivery
+    latency (results.MISSING_RULE): a figure they put out of reach is None, its bound in `lower_bounds`."""
     merged = {}
     for field in LATENCY_FIELDS:
         found = [m[field] for m in blob_maps if m.get(field) is not None and figures(m[field], cache).total]
         alone = figures(found[0], cache) if len(found) == 1 else None
         combined = alone if alone is not None and alone.standard else figures_of(merge_blobs(found))
-        summary, count = combined.summary, combined.total
+        summary, count, spectrum = dict(combined.summary), combined.total, combined.spectrum
         out = {"count": count, "withheld": {}}
+        if missing and field in MISSING_COUNTS_IN:
+            buckets = merge_blobs(found)
+            values, out["lower_bounds"] = with_missing(buckets, missing, PERCENTILES)
+            summary.update(values, mean=None, max=None)
+            spectrum = list(with_missing(buckets, missing, dict(zip(map(str, SPECTRUM), SPECTRUM)))[0].values())
+            out["missing"] = missing
         for key in SUMMARY_FIELDS:
             value = summary.get(key)
             if key in PERCENTILES and value is not None and count < min_samples(PERCENTILES[key]):
@@ -291,9 +321,15 @@ def _merged_latency(blob_maps: list[dict], cache: dict) -> dict:
                 value = None
             out[key] = value
         if field in ("end_to_end_latency_us", "publish_latency_us") and count:
-            out["spectrum"] = [[p, v if count >= min_samples(p) else None] for p, v in zip(SPECTRUM, combined.spectrum)]
+            out["spectrum"] = [[p, v if count >= min_samples(p) else None] for p, v in zip(SPECTRUM, spectrum)]
         merged[field] = out
     return merged
+
+
+def _missing(done: list[dict]) -> int:
+    """The repeats' measured messages not received in time (sent - received), publish-only ones aside."""
+    return sum(missing_of({"sent": c["sent"], "received": c.get("received"), **({"missing": c["missing"]}
+                          if c.get("missing") is not None else {})}) for c in done)
 
 
 def _loss(done: list[dict]) -> dict:
@@ -303,6 +339,11 @@ def _loss(done: list[dict]) -> dict:
         values = [c.get(name, c.get("unacked") if name == "unacknowledged" else None) for c in done]
         values = [v for v in values if v is not None]
         out[name] = sum(values) if values else None
+    for name in ("undelivered_or_lost", "residual"):  # unknown split of undelivered and lost; accounting errors
+        values = [c.get(name) for c in done if c.get(name) is not None]
+        out[name] = sum(values) if values else None
+    # A repeat whose broker could not tell its backlog leaves undelivered and lost unknown for the configuration.
+    out["backlog_unknown"] = any(c.get("undelivered_or_lost") and c.get("lost") is None for c in done)
     differences = [c["broker_count"]["difference"] for c in done
                    if isinstance(c.get("broker_count"), dict) and c["broker_count"].get("difference") is not None]
     out["broker_count_difference"] = sum(differences) if differences else None
@@ -339,6 +380,9 @@ def _configuration(cells: list[dict], completed_events: dict[str, dict], interva
         need = _withheld(name, done, counts)
         if need is not None and metrics[name]["median"] is None:
             metrics[name]["withheld"] = need
+        bound = _lower_bound(name, done, counts)
+        if bound is not None:  # a repeat's figure is only a lower bound: so is the configuration's, never a value
+            metrics[name].update(median=None, ci_low=None, ci_high=None, lower_bound=bound)
     loss = _loss(done)
     publish_only = any(c.get("publish_only") for c in done)
     return {
@@ -356,7 +400,7 @@ def _configuration(cells: list[dict], completed_events: dict[str, dict], interva
                          (done[0].get("latency_basis", "intended") if done else "intended"),
         "metrics": metrics,
         "values_by_repeat": by_repeat,
-        "latency": _merged_latency(list(blobs.values()), cache),
+        "latency": _merged_latency(list(blobs.values()), cache, _missing(done)),
         "sent": sum(c["sent"] for c in done),
         "received": None if publish_only else sum(c["received"] for c in done),
         "lost": None if publish_only else loss["lost"],
@@ -486,6 +530,8 @@ def _highlight_tests(groups: list[dict], references: dict, noise: dict) -> list[
         for config in group["cells"]:
             for axis, ref in _references(config, by_cell, references):
                 for name in MIN_CLAIM_EFFECT:
+                    if axis not in CLAIM_AXES.get(name, (axis,)):
+                        continue
                     # Never a latency claim for a cell (or reference) that lost messages or did not keep up, nor
                     # for max-rate cells, whose latency runs from enqueue.
                     if not (_eligible(config, METRICS[name]) and _eligible(ref, METRICS[name])):
@@ -523,7 +569,7 @@ def _highlight(found: dict, noise: dict, p_value: float, comparisons: int) -> di
     subject = (f"{config['broker']}: {config['format']}" if axis == "format"
                else f"{config['format']}: {config['broker']}")
     other = ref["format"] if axis == "format" else ref["broker"]
-    what = "throughput" if name == "throughput_msgs_per_s" else "end-to-end p99"
+    what = CLAIM_WHAT[name]
     behind = config["sustainability"]["verdict"] == "unsustainable"
     level = noise[name]["noise"] or 0.0
     text = (f"{subject} {what} {est['ratio']:.2f}× {other}'s ({est['ci_low']:.2f}–{est['ci_high']:.2f}, "
@@ -632,6 +678,7 @@ def build_report(events: list[dict]) -> dict:
         "highlights": found,
         "claims": family,
         "rules": {"sustainability": verdict.RULE, "claims": CLAIMS_RULE, "percentiles": PERCENTILE_RULE,
+                  "missing": MISSING_RULE, "accounting": ACCOUNTING_RULE,
                   "max_rate": MAX_RATE_NOTE},
         "configurations_with_loss": [c["key"] for c in configurations if c["has_loss"]],
         "groups": groups,

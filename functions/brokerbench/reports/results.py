@@ -18,12 +18,29 @@ LATENCY_METRICS = {  # result field -> (histogram, divisor to the field's unit)
     "publish_latency_us": ("publish_latency_us", 1),
     "publish_delay_us": ("publish_delay_us", 1),
     "end_to_end_latency_us": ("end_to_end_latency_us", 1),
+    "delivery_latency_us": ("delivery_latency_us", 1),
     "encode_ns": ("encode_ns", 1),
     "decode_ns": ("decode_ns", 1),
 }
 SUMMARY_FIELDS = ("mean", "p50", "p75", "p95", "p99", "p999", "max")
 # Every way a measured message can miss being received in time (see worker.outcome).
 LOSS_CLASSES = ("lost", "late", "undelivered", "send_errors", "unacknowledged")
+# Latencies from send to receipt: a measured message not received in time counts in them at +infinity.
+MISSING_COUNTS_IN = ("end_to_end_latency_us", "delivery_latency_us")
+MISSING_RULE = (
+    "End-to-end and delivery latency count every measured message not received in time (sent − received: late, "
+    "undelivered, lost, failed or unacknowledged sends) at +∞. A percentile whose rank falls among those is "
+    "shown as ≥ the largest measured value, a lower bound (results.json: null, with the bound in "
+    "`lower_bounds`), and never enters a comparison; the percentiles below it are taken over all sent "
+    "messages, so they are higher than over the received ones alone. Mean and max are then lower bounds too."
+)
+ACCOUNTING_RULE = (
+    "Every measured message is in one class: sent = received + late + undelivered + lost + send errors + "
+    "unacknowledged. Undelivered (still queued at the broker after the drain: a consumer that fell behind) and "
+    "lost (acknowledged, never delivered, no longer queued) are told apart by the broker's own backlog; when the "
+    "broker cannot tell it, only their sum is known and is shown as \"undelivered or lost N (broker backlog "
+    "unknown)\", never as loss. What the classes leave over (residual) is shown as an accounting error."
+)
 
 
 # Percentiles of a latency spectrum (reports.model), figured with each histogram's summary.
@@ -184,11 +201,41 @@ def figures(blob: str, cache: dict | None = None) -> Figures:
     return found
 
 
-def latency_object(blob: str | None, cache: dict | None = None) -> dict:
+def with_missing(b: Buckets, missing: int, wanted: dict[str, float]) -> tuple[dict, dict]:
+    """Percentiles (name -> p) over the measured values and `missing` more at +infinity: those whose rank falls
+    among the measured ones are read there (histogram._at's rank rule over all values); the others, and the
+    mean and max, are only known to be at least the largest measured value (the mean: at least the measured
+    mean). Returns (values, lower bounds)."""
+    count, total = int(b.total), int(b.total) + missing
+    if not count:
+        return dict.fromkeys(wanted), {}
+    highest, middle = _ranges(b)
+    cumulative = np.cumsum(b.counts)
+    values, bounds = {}, {}
+    for name, p in wanted.items():
+        rank = max(int(p * total / 100 + 0.5), 1)
+        if rank > count:
+            values[name], bounds[name] = None, float(highest[-1])
+        else:
+            values[name] = float(highest[min(int(np.searchsorted(cumulative, np.uint64(rank))), highest.size - 1)])
+    if missing:
+        values.update(mean=None, max=None)
+        bounds.update(mean=float((middle * b.counts).sum() / count), max=float(highest[-1]))
+    return values, bounds
+
+
+def latency_object(blob: str | None, cache: dict | None = None, missing: int = 0) -> dict:
+    """A histogram's summary; with `missing` messages at +infinity (MISSING_RULE), the percentiles taken over all
+    of them, and `missing` and `lower_bounds` beside."""
     if not blob:
         return dict.fromkeys(SUMMARY_FIELDS)
     summary = figures(blob, cache).summary
-    return {k: (round(summary[k], 3) if summary[k] is not None else None) for k in SUMMARY_FIELDS}
+    out = {k: (round(summary[k], 3) if summary[k] is not None else None) for k in SUMMARY_FIELDS}
+    if not missing:
+        return out
+    values, bounds = with_missing(decode_buckets(blob), missing, histogram.PERCENTILES)
+    out.update({k: None if v is None else round(v, 3) for k, v in values.items()})
+    return {**out, "missing": missing, "lower_bounds": {k: round(v, 3) for k, v in bounds.items()}}
 
 
 def cell_result(cell: dict, end: dict | None, cache: dict | None = None) -> dict:
@@ -232,13 +279,14 @@ def cell_result(cell: dict, end: dict | None, cache: dict | None = None) -> dict
         **_codec_net(data, cache),
         "measured_s": seconds,
         "delivery_window_s": round(window, 6),
+        "delivery_window_start_s": data.get("delivery_window_start_s"),
         "latency_basis": data.get("latency_basis", "intended"),
         "warmup": data.get("warmup"),
         "resources": data.get("resources"),  # CPU and memory of the workers and a local broker (worker/resources.py)
         "send_rate": round(totals["sent"] / seconds, 3),
         "rate_achieved": round(delivered / window, 3),
         **counts,
-        "has_loss": any(counts.get(k) for k in LOSS_CLASSES),
+        "has_loss": any(counts.get(k) for k in (*LOSS_CLASSES, "undelivered_or_lost")),
         "broker_count": data.get("broker_count"),
         "max_sustainable_rate": (data.get("search") or {}).get("max_sustainable_rate"),
         "search": data.get("search"),
@@ -248,7 +296,9 @@ def cell_result(cell: dict, end: dict | None, cache: dict | None = None) -> dict
         "throughput_msgs_per_s": round(delivered / window, 3),
         "throughput_mb_per_s": round(delivered_bytes / window / 1e6, 4),
         "intervals": data["intervals"],
-        **{field: latency_object(data["histograms"].get(hist), cache) for field, (hist, _) in LATENCY_METRICS.items()},
+        **{field: latency_object(data["histograms"].get(hist), cache,
+                                 missing_of(totals) if field in MISSING_COUNTS_IN else 0)
+           for field, (hist, _) in LATENCY_METRICS.items()},
         **_shape(cell, data),
     }
 
@@ -283,11 +333,22 @@ def _shape(cell: dict, data: dict) -> dict:
     return out
 
 
+def missing_of(totals: dict) -> int:
+    """Measured messages sent and not received in time (worker.outcome: sent - received); 0 when nothing
+    consumed (publish-only)."""
+    if totals.get("received") is None:
+        return 0
+    return max(0, totals.get("missing", totals["sent"] - totals["received"]))
+
+
 def _counts(totals: dict) -> dict:
     """The message accounting of a cell: sent = received + late + undelivered + lost + send_errors +
     unacknowledged."""
     return {"sent": totals["sent"], "acked": totals.get("acked"), "received": totals["received"],
             "late": totals.get("late"), "undelivered": totals.get("undelivered"), "lost": totals["lost"],
+            # the sum of undelivered and lost, known when the broker's backlog (and so the split) was not
+            "undelivered_or_lost": totals.get("undelivered_or_lost"), "missing": totals.get("missing"),
+            "residual": totals.get("residual"),
             "duplicated": totals["duplicated"],
             "out_of_order": totals["out_of_order"], "send_errors": totals["send_errors"],
             "unacknowledged": totals.get("unacked")}

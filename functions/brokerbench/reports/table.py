@@ -18,7 +18,7 @@ from .model import LOSS_CLASSES, MAX_RATE_NOTE, PERCENTILES, min_samples, need_l
 SUSTAINED_RATE = 0.99  # the fallback for results written before cells carried their verdict
 VERDICT_STYLE = {"sustainable": "green", "unsustainable": "yellow", "inconclusive": "dim", "max-rate": "cyan"}
 # Which count a latency object's sample is, when the object does not carry its own count.
-SAMPLE_OF = {"end_to_end_latency_us": "received", "decode_ns": "received", "publish_latency_us": "acked",
+SAMPLE_OF = {"end_to_end_latency_us": "received", "delivery_latency_us": "received", "decode_ns": "received", "publish_latency_us": "acked",
              "publish_delay_us": "sent", "encode_ns": "sent"}
 
 
@@ -49,8 +49,9 @@ def sample_count(cell: dict, field: str) -> int | None:
 def percentile(cell: dict, field: str, key: str, fmt) -> str:
     """The value, or n<… when the sample is too small for this percentile."""
     value = (cell.get(field) or {}).get(key)
+    bound = ((cell.get(field) or {}).get("lower_bounds") or {}).get(key)
     if value is None:
-        return "-"
+        return "-" if bound is None else f"[yellow]≥ {fmt(bound)}[/]"  # missing messages at +∞: a lower bound
     n, need = sample_count(cell, field), min_samples(PERCENTILES[key]) if key in PERCENTILES else 1
     if n is not None and n < need:
         return f"[dim]{need_label(need)}[/]"
@@ -58,16 +59,25 @@ def percentile(cell: dict, field: str, key: str, fmt) -> str:
 
 
 def loss_cell(cell: dict) -> str:
-    """0, or every loss class that occurred, in red (and the broker's count when it disagrees)."""
+    """0, or every loss class that occurred, in red (and the broker's count when it disagrees, and an accounting
+    residual); undelivered and lost the broker could not tell apart are their sum, in yellow: not loss."""
     classes = {name: cell.get(name) for name in LOSS_CLASSES}
     if cell.get("unacknowledged") is None and cell.get("unacked") is not None:
         classes["unacknowledged"] = cell["unacked"]
+    unknown = cell.get("undelivered_or_lost") if cell.get("lost") is None and cell.get("received") is not None else None
     parts = [f"{name.replace('_', ' ')} {value:,}" for name, value in classes.items() if value]
     difference = (cell.get("broker_count") or {}).get("difference")
     if difference:
         parts.append(f"broker count {difference:+,}")
-    if parts or cell.get("has_loss"):
-        return f"[red]{', '.join(parts) or 'loss'}[/]"
+    if cell.get("residual"):
+        parts.append(f"accounting residual {cell['residual']:+,}")
+    text = f"[red]{', '.join(parts)}[/]" if parts else ""
+    if unknown:
+        text += ("; " if text else "") + f"[yellow]undelivered or lost {unknown:,} (broker backlog unknown)[/]"
+    if text:
+        return text
+    if cell.get("has_loss"):
+        return "[red]loss[/]"
     return "-" if all(v is None for v in classes.values()) else "0"
 
 
@@ -120,13 +130,13 @@ def comparison_tables(results: dict) -> list[Table]:
                       title_justify="left", header_style="bold")
         for name, justify in [("broker", "left"), ("format", "left"), ("bytes", "right"), ("delivered msgs/s", "right"),
                               ("MB/s", "right"), ("e2e p50 ms", "right"), ("e2e p99 ms", "right"),
-                              ("e2e p99.9 ms", "right"), ("delay p99 ms", "right"), ("enc µs", "right"),
+                              ("e2e p99.9 ms", "right"), ("deliv p99 ms", "right"), ("delay p99 ms", "right"), ("enc µs", "right"),
                               ("dec µs", "right"), ("loss", "right"), ("status", "left")]:
             table.add_column(name, justify=justify)
         for cell in group:
             label = cell["format"] + (f" #{cell['repeat']}" if repeats > 1 else "")
             if cell["status"] != "completed":
-                table.add_row(cell["broker"], label, *["-"] * 9, loss_cell(cell),
+                table.add_row(cell["broker"], label, *["-"] * 10, loss_cell(cell),
                               f"[red]{cell['status']}[/]: {escape(cell.get('reason') or '')}")
                 continue
             table.add_row(
@@ -135,6 +145,7 @@ def comparison_tables(results: dict) -> list[Table]:
                 percentile(cell, "end_to_end_latency_us", "p50", _ms),
                 percentile(cell, "end_to_end_latency_us", "p99", _ms),
                 percentile(cell, "end_to_end_latency_us", "p999", _ms),
+                percentile(cell, "delivery_latency_us", "p99", _ms),
                 percentile(cell, "publish_delay_us", "p99", _ms),
                 percentile(cell, "encode_ns", "p50", _us), percentile(cell, "decode_ns", "p50", _us),
                 loss_cell(cell), verdict_cell(cell),

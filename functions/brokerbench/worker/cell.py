@@ -454,7 +454,8 @@ class _CellRun:
         reason = outcome.failure_reason(counts, consumed)
         if reason is not None:
             return self.fail(reason, {"totals": counts, "broker_count": broker_count, "warmup": self._warmup_record()})
-        delivered = outcome.delivery(producers, consumers, consumed, self.timing["measure_start"])
+        delivered = outcome.delivery(producers, consumers, consumed, self.timing["measure_start"],
+                                     self.aggregator.totals)
         shaped = schedule.shaped(cell)
         basis = verdict_basis(cell["rate"], schedule_s, not consumed, shaped)  # what the verdict is judged on
         judged = verdict.sustainability(basis["target"], verdict.interval_inputs(self.series, schedule_s),
@@ -465,6 +466,9 @@ class _CellRun:
         self.store.append([make_event(self.run_id, "CellCompleted", {
             "cell_id": cell["cell_id"], "attempt": self.attempt, "measured_s": schedule_s,
             "delivery_window_s": delivered["window_s"],
+            # where the window starts (the first measured intended time, or the warm-up's last delivery), from the
+            # start of measurement
+            "delivery_window_start_s": (delivered["window_start_ns"] - self.timing["measure_start"]) / SECOND_NS,
             "encoded_bytes": self.encoded_bytes, "send_loop": self.send_loop, "codec_floor_ns": self.codec_floor,
             "send_thread_nice": _nice(producers),
             "intervals": self.aggregator.written, "totals": counts, "broker_count": broker_count,

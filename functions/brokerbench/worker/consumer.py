@@ -1,9 +1,16 @@
-"""One consumer process: receive, decode (timed), account for every (producer, sequence)."""
+"""One consumer process: receive, decode (timed), account for every (producer, sequence).
+
+Each message's receipt is stamped when the poll that brought it returns, before any message of that poll is
+decoded. Delivery latency is receipt minus intended send time: the broker and its client, no codec.
+End-to-end latency is delivery latency plus the message's own decode time, so decoding the earlier
+messages of the same poll is in neither.
+"""
 
 from __future__ import annotations
 
 import gc
 import time
+from array import array
 from dataclasses import dataclass
 
 import numpy as np
@@ -160,18 +167,21 @@ def _run(conn, task: ConsumerTask) -> None:
     clock = time.monotonic_ns
     accounting = Accounting()
     # Per message: its header, and (before decode, after decode, partition, size) as four int64 in a
-    # record chunk; the rest is numpy, in bulk.
+    # record chunk; per poll: when it returned and how many messages it brought. The rest is numpy, in bulk.
     headers: list[bytes] = []
     chunks: list[bytes] = []
+    polls = array("q")  # (returned at, messages) per poll, flat
     timed_decode = native.timed_decode_function()
     e2e_parts: list[np.ndarray] = []
+    delivery_parts: list[np.ndarray] = []
     decode_parts: list[np.ndarray] = []
     counters = {"received": 0, "bytes": 0}
     # Over the whole cell: distinct deliveries (warm-up included: the parent compares them with what
-    # the producers had acknowledged), measured ones in time and late, and the last measured delivery.
-    # `delivered` counts every delivery from the start of measurement on, warm-up messages included:
-    # throughput is what the broker delivered in the window, whichever message it was.
-    totals = {"distinct": 0, "received": 0, "late": 0, "delivered": 0, "bytes_delivered": 0, "last_delivery_ns": None}
+    # the producers had acknowledged), measured ones in time and late, and the delivery window of the
+    # measured ones in time (the earliest intended send time among them, their last receipt), and when the last
+    # warm-up message came (until then the broker was still delivering the warm-up).
+    totals = {"distinct": 0, "received": 0, "late": 0, "first_intended_ns": None, "last_delivery_ns": None,
+              "last_warmup_ns": None}
     late = False  # after the drain deadline, measured deliveries are late: counted, not measured
 
     gc.freeze()  # no reference cycles are made below: no collector pauses while receiving
@@ -181,6 +191,7 @@ def _run(conn, task: ConsumerTask) -> None:
     if timing is None:
         return
     if early:  # the first messages can arrive before "go" is read: they are the cell's too
+        polls.extend((clock(), len(early)))
         chunks.append(timed_decode(decode, early, headers))
     shape = ShapeFigures(cell, timing["t_start"]) if shaped(cell) else None
     # A startup backlog builds up at the broker while the consumers hold (fetch nothing) until attach_ns.
@@ -207,45 +218,56 @@ def _run(conn, task: ConsumerTask) -> None:
             return
         framed = unpack_many(headers)
         records = np.frombuffer(b"".join(chunks), dtype=np.int64).reshape(-1, 4)
+        stamps = np.array(polls, dtype=np.int64).reshape(-1, 2)  # a copy: `polls` is cleared below
+        received_at = np.repeat(stamps[:, 0], stamps[:, 1])  # each message's receipt: its poll's return
         if (framed["producer"] == PROBE_PRODUCER).any():  # a readiness probe delivered again: never counted
             keep = framed["producer"] != PROBE_PRODUCER
-            framed, records = framed[keep], records[keep]
+            framed, records, received_at = framed[keep], records[keep], received_at[keep]
         t0, t1, partitions, lengths = records.T
+        decoded = t1 - t0
         fresh = accounting.add_many(framed["producer"].astype(np.int64), framed["seq"].astype(np.int64), partitions)
         intended = framed["intended_ns"].astype(np.int64)
         measured = fresh & (intended >= measure_start)  # duplicates and warm-up are counted, not measured
         totals["distinct"] += int(fresh.sum())
         if shape is not None:
-            shape.add(framed["producer"][fresh].astype(np.int64), framed["seq"][fresh].astype(np.int64), t1[fresh])
+            shape.add(framed["producer"][fresh].astype(np.int64), framed["seq"][fresh].astype(np.int64),
+                      received_at[fresh])
+        delivery_ns = received_at - intended
         if warming:
-            warm = fresh & ~measured
-            warm_parts.append((t1[warm], (t1 - intended)[warm]))
+            warming_up = fresh & ~measured
+            warm_parts.append((received_at[warming_up], (delivery_ns + decoded)[warming_up]))
         headers.clear()
         chunks.clear()
+        del polls[:]
         count = int(measured.sum())
         if late:
             totals["late"] += count
             return
-        in_window = fresh & (t1 >= measure_start)
-        totals["delivered"] += int(in_window.sum())
-        totals["bytes_delivered"] += int(lengths[in_window].sum())
-        e2e_parts.append((t1 - intended)[measured])
-        decode_parts.append((t1 - t0)[measured])
+        warm = fresh & ~measured
+        if warm.any():
+            last = int(received_at[warm].max())
+            totals["last_warmup_ns"] = max(totals["last_warmup_ns"] or last, last)
+        delivery_parts.append(delivery_ns[measured])
+        e2e_parts.append((delivery_ns + decoded)[measured])
+        decode_parts.append(decoded[measured])
         counters["received"] += count
         counters["bytes"] += int(lengths[measured].sum())
         totals["received"] += count
         if count:
-            last = int(t1[measured].max())
+            last, first = int(received_at[measured].max()), int(intended[measured].min())
             totals["last_delivery_ns"] = max(totals["last_delivery_ns"] or last, last)
+            totals["first_intended_ns"] = min(totals["first_intended_ns"] or first, first)
 
     def close_interval() -> None:
         nonlocal interval, next_boundary
         process()
         consumer.commit()  # the broker-side backlog (end offsets - committed) follows this consumer
         snapshot = {"counters": dict(counters), "values": {
-            "end_to_end_latency_us": np.concatenate(e2e_parts or [np.empty(0, np.int64)]).tobytes(),
-            "decode_ns": np.concatenate(decode_parts or [np.empty(0, np.int64)]).tobytes()}}
+            "end_to_end_latency_us": b"".join(part.tobytes() for part in e2e_parts),
+            "delivery_latency_us": b"".join(part.tobytes() for part in delivery_parts),
+            "decode_ns": b"".join(part.tobytes() for part in decode_parts)}}
         e2e_parts.clear()
+        delivery_parts.clear()
         decode_parts.clear()
         counters.update(received=0, bytes=0)
         if interval >= 0:
@@ -301,9 +323,11 @@ def _run(conn, task: ConsumerTask) -> None:
             consumer.hold(False)
             holding = False
         messages = consumer.poll(POLL_TIMEOUT_S)
-        if clock() >= next_boundary:
+        polled = clock()  # every message of this poll was received by now: its receipt, before any decode
+        if polled >= next_boundary:  # received after the boundary: they belong to the next interval
             close_interval()
         if messages:
+            polls.extend((polled, len(messages)))
             chunks.append(timed_decode(decode, messages, headers))
         if len(headers) >= PROCESS_EVERY and not warming:
             process()

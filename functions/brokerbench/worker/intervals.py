@@ -20,7 +20,7 @@ CONSUMER_COUNTERS = {"received": "received", "bytes": "bytes_received"}
 COUNTERS = ("sent", "bytes_sent", "acked", "send_errors", "received", "bytes_received")
 # Metric -> divisor from the recorded nanoseconds to the histogram's unit.
 METRIC_UNITS = {"publish_latency_us": 1000, "publish_delay_us": 1000, "end_to_end_latency_us": 1000,
-                "encode_ns": 1, "decode_ns": 1}
+                "delivery_latency_us": 1000, "encode_ns": 1, "decode_ns": 1}
 
 
 class IntervalAggregator:

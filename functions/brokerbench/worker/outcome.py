@@ -10,10 +10,22 @@ Message accounting (measured messages only; warm-up is counted apart):
 - undelivered: still queued at the broker when the drain ended (its own backlog says so): a consumer
   that could not keep up, not a broker that dropped them;
 - lost: acknowledged by the broker, never delivered, and no longer queued there.
+When the broker cannot tell its backlog (a Kafka or admin error, Redis without a lag, a non-persistent
+Pulsar topic), undelivered and lost are unknown (None): only their sum is, `undelivered_or_lost`. A
+consumer that fell behind is never shown as a broker that lost messages.
 
-Throughput is what was delivered over the time it took to deliver it: the delivery window runs
-from the start of measurement to the last measured delivery (to the last acknowledgement for a
-publish-only cell), never to the moment the client library accepted the last message.
+`residual` is what the classes leave over, unclamped: sent - (received + late + undelivered_or_lost +
+send_errors + unacknowledged). It is 0 when the accounting holds; anything else (a consumer that counted
+more than was sent, a warm-up message counted as measured) is an accounting error, shown, not hidden.
+
+`missing` is every measured message sent and not received in time (sent - received: late, undelivered,
+lost, send errors, unacknowledged). Latency percentiles count them at +infinity (reports.results).
+
+Throughput is what was delivered over the time it took to deliver it: the measured messages delivered in
+time, over the window from the first measured message's intended send time (or, when the broker was still
+delivering warm-up messages then, from the last of those) to the last measured delivery (to the last measured
+acknowledgement for a publish-only cell), never to the moment the client library accepted the last message.
+Warm-up messages are in neither the count nor the window.
 """
 
 from __future__ import annotations
@@ -46,14 +58,25 @@ def totals(producers: list[dict], consumers: list[dict], measured: dict, consume
         unacknowledged, arrived = max(0, unacknowledged - arrived), max(0, arrived - unacknowledged)
         send_errors = max(0, send_errors - arrived)
         out.update(send_errors=send_errors, unacked=unacknowledged)
-        missing = max(0, sent - send_errors - unacknowledged - received - late)
+        remainder = sent - send_errors - unacknowledged - received - late  # below 0: an accounting error
+        not_delivered = max(0, remainder)
         # Measured messages come after the warm-up in every partition, so the broker's backlog holds the
-        # missing ones first.
-        undelivered = min(missing, queued or 0)
-        out.update(received=received, late=late, undelivered=undelivered, lost=missing - undelivered,
+        # missing ones first. A backlog the broker cannot tell leaves both classes unknown.
+        undelivered = None if queued is None else min(not_delivered, queued)
+        out.update(received=received, late=late, undelivered=undelivered,
+                   lost=None if undelivered is None else not_delivered - undelivered,
+                   undelivered_or_lost=not_delivered, missing=sent - received,
                    duplicated=sum(c["duplicated"] for c in consumers),
                    out_of_order=sum(c["out_of_order"] for c in consumers))
+    out["residual"] = residual(out)
     return out
+
+
+def residual(counts: dict) -> int:
+    """sent minus every class, unclamped: 0 when each measured message is in exactly one class."""
+    classes = ("received", "late", "undelivered_or_lost", "send_errors", "unacked")
+    return counts["sent"] - sum(counts.get(name) or 0 for name in classes) if counts.get("received") is not None \
+        else counts["sent"] - counts["acked"] - counts["send_errors"] - counts["unacked"]
 
 
 def delivered_not_acked(consumers: list[dict]) -> int:
@@ -62,20 +85,39 @@ def delivered_not_acked(consumers: list[dict]) -> int:
 
 
 def has_loss(counts: dict) -> bool:
-    return any(counts.get(name) for name in ("lost", "late", "undelivered", "send_errors", "unacked"))
+    """Any measured message not received in time (an unknown split of undelivered and lost included)."""
+    return any(counts.get(name) for name in ("lost", "late", "undelivered", "undelivered_or_lost", "send_errors",
+                                             "unacked"))
 
 
-def delivery(producers: list[dict], consumers: list[dict], consumed: bool, measure_start_ns: int) -> dict:
-    """What the broker delivered from the start of measurement to the last measured delivery (to the
-    last acknowledgement when nothing consumes), and that window's length. Deliveries of warm-up
-    messages inside the window count: at max rate the broker is still working through them."""
-    sources = consumers if consumed else producers
-    lasts = [s["last_delivery_ns" if consumed else "last_ack_ns"] for s in sources]
-    lasts = [t for t in lasts if t is not None]
+def delivery(producers: list[dict], consumers: list[dict], consumed: bool, measure_start_ns: int,
+             measured: dict) -> dict:
+    """What the broker delivered of the measured messages, and over which window: the measured messages
+    received in time (`measured`: the summed interval counters, the same population as the per-second
+    series), from the earliest intended send time among them, or from the last warm-up delivery when the
+    broker was still delivering the warm-up then, to the last of their deliveries. A publish-only cell counts
+    the measured acknowledgements, from the start of measurement (or the last warm-up acknowledgement) to the
+    last of them, their bytes at the measured messages' mean size. Warm-up messages are in neither the count
+    nor the window."""
+    if consumed:
+        lasts = [c["last_delivery_ns"] for c in consumers if c["last_delivery_ns"] is not None]
+        firsts = [c.get("first_intended_ns") for c in consumers if c.get("first_intended_ns") is not None]
+        warm = [c.get("last_warmup_ns") for c in consumers if c.get("last_warmup_ns") is not None]
+        start = min(firsts) if firsts else measure_start_ns
+        count, size = measured["received"], measured["bytes_received"]
+    else:
+        lasts = [p["last_ack_ns"] for p in producers if p["last_ack_ns"] is not None]
+        warm = [p.get("last_warmup_ack_ns") for p in producers if p.get("last_warmup_ack_ns") is not None]
+        start = measure_start_ns
+        count = measured["acked"]
+        size = round(count * measured["bytes_sent"] / measured["sent"]) if measured.get("sent") else 0
+    if warm and lasts:  # still busy with the warm-up: its time is no more the measured messages' than its count
+        start = max(start, min(max(warm), max(lasts)))
     return {
-        "delivered": sum(s["delivered"] for s in sources),
-        "bytes_delivered": sum(s["bytes_delivered"] for s in sources),
-        "window_s": max(1e-9, (max(lasts) - measure_start_ns) / SECOND_NS) if lasts else None,
+        "delivered": count,
+        "bytes_delivered": size,
+        "window_start_ns": start,
+        "window_s": max(1e-9, (max(lasts) - start) / SECOND_NS) if lasts else None,
     }
 
 
@@ -86,11 +128,17 @@ def failure_reason(counts: dict, consumed: bool) -> str | None:
     if not counts["sent"]:
         return "no message was sent in the measured window"
     if consumed and not counts["received"]:
-        return (f"no message was delivered ({detail}, late {counts['late']:,}, still queued at the broker "
-                f"{counts['undelivered']:,}, lost {counts['lost']:,})")
+        return f"no message was delivered ({detail}, late {counts['late']:,}, {not_delivered_text(counts)})"
     if not consumed and not counts["acked"]:
         return f"no message was acknowledged ({detail})"
     return None
+
+
+def not_delivered_text(counts: dict) -> str:
+    """Undelivered and lost, or their sum when the broker's backlog was unknown."""
+    if counts.get("undelivered") is None and counts.get("lost") is None:
+        return f"undelivered or lost {counts.get('undelivered_or_lost') or 0:,} (broker backlog unknown)"
+    return f"still queued at the broker {counts['undelivered']:,}, lost {counts['lost']:,}"
 
 
 def expected_at_broker(producers: list[dict]) -> int:

@@ -360,6 +360,7 @@ class AckTotals:
     delivered: int = 0  # acknowledgements from the start of measurement on, warm-up messages included
     bytes_delivered: int = 0
     last_ack_ns: int | None = None  # when the last measured message was acknowledged
+    last_warmup_ack_ns: int | None = None  # when the last warm-up message was acknowledged (the delivery window)
 
 
 class AckedSeqs:
@@ -413,6 +414,10 @@ def _report_intervals(reports: queue.Queue, conn, sizes, pool_size, schedule: Sc
         acks.failed_total += int(failed_seqs.size)
         acked_bits.add(acked_seqs)
         failed_bits.add(failed_seqs)
+        warm = acked_seqs < first_measured_seq
+        if warm.any():
+            last = int(np.frombuffer(acked_ns, dtype=np.int64)[: acked_seqs.size][warm].max())
+            acks.last_warmup_ack_ns = max(acks.last_warmup_ack_ns or last, last)
         if interval < 0:  # warm-up: counted above, never measured
             continue
         acks.delivered += int(acked_seqs.size)

@@ -202,6 +202,9 @@ def test_a_backlog_the_broker_cannot_tell_leaves_undelivered_and_lost_unknown_no
     reason = outcome.failure_reason(outcome.totals([producer(500)], [consumer(0)], {**MEASURED, "acked": 500},
                                                    consumed=True), consumed=True)
     assert "undelivered or lost 500 (broker backlog unknown)" in reason and "lost 500," not in reason
+    # Nothing missing: nothing can be undelivered or lost, whatever the broker can tell (a non-persistent topic).
+    whole = outcome.totals([producer(1000)], [consumer(1000)], {**MEASURED, "acked": 1000}, consumed=True, queued=None)
+    assert whole["undelivered"] == whole["lost"] == whole["undelivered_or_lost"] == 0 and not outcome.has_loss(whole)
 
 
 def test_an_accounting_error_shows_as_a_residual_instead_of_vanishing():

@@ -61,8 +61,8 @@ def totals(producers: list[dict], consumers: list[dict], measured: dict, consume
         remainder = sent - send_errors - unacknowledged - received - late  # below 0: an accounting error
         not_delivered = max(0, remainder)
         # Measured messages come after the warm-up in every partition, so the broker's backlog holds the
-        # missing ones first. A backlog the broker cannot tell leaves both classes unknown.
-        undelivered = None if queued is None else min(not_delivered, queued)
+        # missing ones first. A backlog the broker cannot tell leaves both classes unknown, unless none is missing.
+        undelivered = None if queued is None and not_delivered else min(not_delivered, queued or 0)
         out.update(received=received, late=late, undelivered=undelivered,
                    lost=None if undelivered is None else not_delivered - undelivered,
                    undelivered_or_lost=not_delivered, missing=sent - received,

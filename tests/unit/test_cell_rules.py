@@ -93,6 +93,20 @@ def test_time_the_broker_spent_delivering_the_warm_up_is_not_in_the_window():
     figures = outcome.delivery([producer(2000)], consumers, True, 4 * SECOND,
                                {**MEASURED, "received": 2000, "bytes_received": 200_000})
     assert figures["window_start_ns"] == 10 * SECOND and figures["window_s"] == pytest.approx(10.0)  # 200 msgs/s
+    # 300 measured messages came in the same poll as the last warm-up ones (or before): they are left out with the
+    # time before it, so the figure is what came after, over the time after (1,700 in 10 s).
+    consumers[0]["received_by_last_warmup"] = 300
+    figures = outcome.delivery([producer(2000)], consumers, True, 4 * SECOND,
+                               {**MEASURED, "received": 2000, "bytes_received": 200_000})
+    assert (figures["delivered"], figures["bytes_delivered"]) == (1700, 170_000)
+    assert figures["window_start_ns"] == 10 * SECOND and figures["window_s"] == pytest.approx(10.0)
+    # Every measured message polled with the warm-up's last ones: no window after it, so the whole one stands
+    # (never a count over no time: that read 10^12 msgs/s behind a consumer quota).
+    together = [{**consumer(500, last=10 * SECOND), "first_intended_ns": 4 * SECOND, "last_warmup_ns": 10 * SECOND,
+                 "received_by_last_warmup": 500}]
+    figures = outcome.delivery([producer(2000)], together, True, 4 * SECOND, {**MEASURED, "received": 500})
+    assert figures["delivered"] == 500 and figures["window_s"] == pytest.approx(6.0)
+    consumers[0]["received_by_last_warmup"] = 0
     # A warm-up delivered before the measured messages were due changes nothing.
     consumers[0]["last_warmup_ns"] = 3 * SECOND
     assert outcome.delivery([producer(2000)], consumers, True, 4 * SECOND,

@@ -94,8 +94,8 @@ def delivery(producers: list[dict], consumers: list[dict], consumed: bool, measu
              measured: dict) -> dict:
     """What the broker delivered of the measured messages, and over which window: the measured messages
     received in time (`measured`: the summed interval counters, the same population as the per-second
-    series), from the earliest intended send time among them, or from the last warm-up delivery when the
-    broker was still delivering the warm-up then, to the last of their deliveries. A publish-only cell counts
+    series), from the earliest intended send time among them to the last of their deliveries; when the broker was
+    still delivering the warm-up then, from the last warm-up delivery, counting only what came after it. A publish-only cell counts
     the measured acknowledgements, from the start of measurement (or the last warm-up acknowledgement) to the
     last of them, their bytes at the measured messages' mean size. Warm-up messages are in neither the count
     nor the window."""
@@ -111,8 +111,14 @@ def delivery(producers: list[dict], consumers: list[dict], consumed: bool, measu
         start = measure_start_ns
         count = measured["acked"]
         size = round(count * measured["bytes_sent"] / measured["sent"]) if measured.get("sent") else 0
-    if warm and lasts:  # still busy with the warm-up: its time is no more the measured messages' than its count
-        start = max(start, min(max(warm), max(lasts)))
+    if warm and lasts and max(warm) > start:
+        # Still busy with the warm-up: its time is no more the measured messages' than its count. The window
+        # starts at its last delivery and counts what came after it; the measured messages that came with or
+        # before it (polled together) are in neither. With nothing after it, the whole window stands.
+        early = sum(c.get("received_by_last_warmup", 0) for c in consumers) if consumed else 0
+        if max(lasts) > max(warm) and count > early:
+            size = round(size * (count - early) / count)
+            start, count = max(warm), count - early
     return {
         "delivered": count,
         "bytes_delivered": size,

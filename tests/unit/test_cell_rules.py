@@ -1,9 +1,12 @@
 """The cell's pure rules: message accounting, the delivery window, the failure rule, the drain, interval merging."""
 
+import json
+
 import numpy as np
 import pytest
+from jsonschema import Draft202012Validator
 
-from brokerbench import histogram
+from brokerbench import events, histogram
 from brokerbench.worker import outcome
 from brokerbench.worker.drain import LATE_WINDOW_S, Drain
 from brokerbench.worker.intervals import IntervalAggregator
@@ -230,6 +233,13 @@ def test_an_accounting_error_shows_as_a_residual_instead_of_vanishing():
     assert counts["residual"] == -30
     assert counts["sent"] == sum(counts[k] for k in ("received", "late", "undelivered", "lost", "send_errors",
                                                       "unacked")) + counts["residual"]
+    # One more received than sent (a message the producer counted as warm-up and the consumer as measured, seen
+    # once at the boundary of a max-rate cell): nothing is missing, the residual says -1, and the CellCompleted
+    # event that carries it is valid (a negative count made the event store refuse it and the cell fail).
+    counts = outcome.totals([producer(1000)], [consumer(1001)], {**MEASURED, "acked": 1000}, consumed=True, queued=0)
+    assert counts["missing"] == 0 and counts["residual"] == -1
+    schema = json.loads((events.SCHEMAS_DIR / "events.schema.json").read_text())
+    Draft202012Validator(schema["$defs"]["CellCompleted"]["properties"]["totals"]).validate(counts)
     # publish-only: sent = acknowledged + send errors + unacknowledged, or the residual says by how much not
     counts = outcome.totals([producer(100, unacked=5)], [], {**MEASURED, "acked": 90, "send_errors": 2}, False)
     assert counts["residual"] == 3

@@ -65,7 +65,7 @@ def totals(producers: list[dict], consumers: list[dict], measured: dict, consume
         undelivered = None if queued is None and not_delivered else min(not_delivered, queued or 0)
         out.update(received=received, late=late, undelivered=undelivered,
                    lost=None if undelivered is None else not_delivered - undelivered,
-                   undelivered_or_lost=not_delivered, missing=sent - received,
+                   undelivered_or_lost=not_delivered, missing=max(0, sent - received),  # more received: residual
                    duplicated=sum(c["duplicated"] for c in consumers),
                    out_of_order=sum(c["out_of_order"] for c in consumers))
     out["residual"] = residual(out)

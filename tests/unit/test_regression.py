@@ -134,6 +134,9 @@ def test_without_history_no_verdict_is_called_on_an_assumed_noise():
         assert alone["why"].startswith(f"cannot tell: {1 + len(history)} run")
         assert f"{R.MIN_HISTORY - 1 - len(history)} more completed run" in alone["why"]
         assert alone["runs_needed"] == R.MIN_HISTORY - 1 - len(history)
+        # No verdict, but the figures measured are shown: the medians and the change of the geometric means.
+        assert (alone["baseline_median"], alone["candidate_median"]) == (1000, 500)
+        assert alone["change"] == pytest.approx(-0.5, abs=1e-4)
         # What would be detectable with 3 runs as steady as these repeats: above the 10% floor, and said.
         assert alone["detectable"] >= R.MIN_EFFECT and f"{R.detectable_text(alone)} would be detectable" in alone["why"]
         assert alone["detectable"] == pytest.approx(1 - 1 / alone["detectable_factor"])  # a drop: ÷ the factor

@@ -143,8 +143,11 @@ def assess(baseline, candidate, higher_is_better: bool, history=(), min_samples:
     means = np.array([r.mean() for r in runs])
     spread_from = [r for r in (raw + [raw_c] if with_candidate else raw) if r.size >= 2]
     repeat_noise = float(np.sqrt(np.mean([spread(r) ** 2 for r in spread_from]))) if spread_from else 0.0
-    if k < MIN_HISTORY:
-        return cannot_tell(figures, k, s2_w * (1 / c.size + 1 / b.size), repeat_noise)
+    if k < MIN_HISTORY:  # no verdict, but what was measured is shown all the same
+        described = {"baseline_median": float(np.median(raw[0])), "candidate_median": float(np.median(raw_c)),
+                     "baseline_mean": float(np.exp(b.mean())), "candidate_mean": float(np.exp(c.mean())),
+                     "change": math.expm1(float(c.mean() - b.mean()))}
+        return cannot_tell({**figures, **described}, k, s2_w * (1 / c.size + 1 / b.size), repeat_noise)
     # A new run against the history's runs: the prediction interval of one more run, with k - 1 degrees of
     # freedom whichever variance is larger (history's runs may agree more closely than their repeats would
     # let them: then the repeats' variance, but never their degrees of freedom, which know nothing of runs).

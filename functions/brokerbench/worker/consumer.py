@@ -181,7 +181,7 @@ def _run(conn, task: ConsumerTask) -> None:
     # measured ones in time (the earliest intended send time among them, their last receipt), and when the last
     # warm-up message came (until then the broker was still delivering the warm-up).
     totals = {"distinct": 0, "received": 0, "late": 0, "first_intended_ns": None, "last_delivery_ns": None,
-              "last_warmup_ns": None, "received_by_last_warmup": 0}
+              "last_warmup_ns": None}
     late = False  # after the drain deadline, measured deliveries are late: counted, not measured
 
     gc.freeze()  # no reference cycles are made below: no collector pauses while receiving
@@ -250,10 +250,9 @@ def _run(conn, task: ConsumerTask) -> None:
         counters["received"] += count
         counters["bytes"] += int(lengths[measured].sum())
         totals["received"] += count
-        if warm.any():  # the measured messages of this poll and before it came while the warm-up still did
+        if warm.any():
             last = int(received_at[warm].max())
             totals["last_warmup_ns"] = max(totals["last_warmup_ns"] or last, last)
-            totals["received_by_last_warmup"] = totals["received"]
         if count:
             last, first = int(received_at[measured].max()), int(intended[measured].min())
             totals["last_delivery_ns"] = max(totals["last_delivery_ns"] or last, last)

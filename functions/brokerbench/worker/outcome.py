@@ -90,12 +90,15 @@ def has_loss(counts: dict) -> bool:
                                              "unacked"))
 
 
+WARM_WINDOW_SHARE = 0.5  # the share of the delivery window that must remain after the warm-up's last delivery
+
+
 def delivery(producers: list[dict], consumers: list[dict], consumed: bool, measure_start_ns: int,
              measured: dict) -> dict:
     """What the broker delivered of the measured messages, and over which window: the measured messages
     received in time (`measured`: the summed interval counters, the same population as the per-second
-    series), from the earliest intended send time among them to the last of their deliveries; when the broker was
-    still delivering the warm-up then, from the last warm-up delivery, counting only what came after it. A publish-only cell counts
+    series), from the earliest intended send time among them to the last of their deliveries, or from the last
+    warm-up delivery when the broker was still delivering the warm-up then (and at least half the window remains). A publish-only cell counts
     the measured acknowledgements, from the start of measurement (or the last warm-up acknowledgement) to the
     last of them, their bytes at the measured messages' mean size. Warm-up messages are in neither the count
     nor the window."""
@@ -111,14 +114,12 @@ def delivery(producers: list[dict], consumers: list[dict], consumed: bool, measu
         start = measure_start_ns
         count = measured["acked"]
         size = round(count * measured["bytes_sent"] / measured["sent"]) if measured.get("sent") else 0
-    if warm and lasts and max(warm) > start:
-        # Still busy with the warm-up: its time is no more the measured messages' than its count. The window
-        # starts at its last delivery and counts what came after it; the measured messages that came with or
-        # before it (polled together) are in neither. With nothing after it, the whole window stands.
-        early = sum(c.get("received_by_last_warmup", 0) for c in consumers) if consumed else 0
-        if max(lasts) > max(warm) and count > early:
-            size = round(size * (count - early) / count)
-            start, count = max(warm), count - early
+    if warm and lasts and max(lasts) - max(warm) >= WARM_WINDOW_SHARE * (max(lasts) - start) and max(warm) > start:
+        # Still busy with the warm-up: its time is no more the measured messages' than its count. The window starts
+        # at its last delivery, unless that leaves less than half of it: then messages polled together with the
+        # warm-up's last ones would be counted over almost no time (a consumer held by a quota read 10^12 msgs/s),
+        # and the whole window, which can only understate the rate, stands.
+        start = max(warm)
     return {
         "delivered": count,
         "bytes_delivered": size,

@@ -101,8 +101,8 @@ def test_time_the_broker_spent_delivering_the_warm_up_is_not_in_the_window():
     together = [{**consumer(500, last=10 * SECOND), "first_intended_ns": 4 * SECOND, "last_warmup_ns": 10 * SECOND}]
     figures = outcome.delivery([producer(2000)], together, True, 4 * SECOND, {**MEASURED, "received": 500})
     assert figures["delivered"] == 500 and figures["window_s"] == pytest.approx(6.0)
-    # Less than half the window after the warm-up's end: the whole window too.
-    together[0]["last_warmup_ns"] = 8 * SECOND
+    # Less than a fifth of the window after the warm-up's end: the whole window too.
+    together[0]["last_warmup_ns"] = 9.5 * SECOND
     assert outcome.delivery([producer(2000)], together, True, 4 * SECOND,
                             {**MEASURED, "received": 500})["window_s"] == pytest.approx(6.0)
     # A warm-up delivered before the measured messages were due changes nothing.

@@ -90,7 +90,7 @@ def has_loss(counts: dict) -> bool:
                                              "unacked"))
 
 
-WARM_WINDOW_SHARE = 0.5  # the share of the delivery window that must remain after the warm-up's last delivery
+WARM_WINDOW_SHARE = 0.2  # the share of the delivery window that must remain after the warm-up's last delivery
 
 
 def delivery(producers: list[dict], consumers: list[dict], consumed: bool, measure_start_ns: int,
@@ -98,7 +98,8 @@ def delivery(producers: list[dict], consumers: list[dict], consumed: bool, measu
     """What the broker delivered of the measured messages, and over which window: the measured messages
     received in time (`measured`: the summed interval counters, the same population as the per-second
     series), from the earliest intended send time among them to the last of their deliveries, or from the last
-    warm-up delivery when the broker was still delivering the warm-up then (and at least half the window remains). A publish-only cell counts
+    warm-up delivery when the broker was still delivering the warm-up then (and at least a fifth of the window
+    remains). A publish-only cell counts
     the measured acknowledgements, from the start of measurement (or the last warm-up acknowledgement) to the
     last of them, their bytes at the measured messages' mean size. Warm-up messages are in neither the count
     nor the window."""
@@ -116,7 +117,7 @@ def delivery(producers: list[dict], consumers: list[dict], consumed: bool, measu
         size = round(count * measured["bytes_sent"] / measured["sent"]) if measured.get("sent") else 0
     if warm and lasts and max(lasts) - max(warm) >= WARM_WINDOW_SHARE * (max(lasts) - start) and max(warm) > start:
         # Still busy with the warm-up: its time is no more the measured messages' than its count. The window starts
-        # at its last delivery, unless that leaves less than half of it: then messages polled together with the
+        # at its last delivery, unless that leaves less than a fifth of it: then messages polled together with the
         # warm-up's last ones would be counted over almost no time (a consumer held by a quota read 10^12 msgs/s),
         # and the whole window, which can only understate the rate, stands.
         start = max(warm)

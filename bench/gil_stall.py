@@ -3,8 +3,8 @@ figures derived in the producer process (as before producer_figures) against for
 
 No broker: in this process a send thread encodes 1 KB json records back to back with the cell's codec and stamps
 each encode's end; once a second it hands an interval's raw records (`--rate` messages: send times, handed times,
-acknowledged sequence numbers and times, as the native loop's `take` gives them) to a helper thread, which either
-derives the figures itself (`ProducerFigures.add`, the numpy work the producer's reporter used to do) or forwards
+acknowledged sequence numbers and times, as the native loop's `take` gives them) to a second thread, which either
+derives the figures itself (`ProducerFigures.add`, the numpy work the producer's second thread used to do) or forwards
 the buffers to a second process over a pipe (`send_records`), which derives them there. Per interval the longest
 gap between two encodes in the 200 ms after the close is the send thread's stall, and the longest gap in a 200 ms
 window mid-interval (the control) is what the machine's own scheduling costs it without any close; the median gap
@@ -66,7 +66,7 @@ def parent(conn, intervals: int, rate: int) -> None:
     conn.send("done")
 
 
-def helper(reports: queue.Queue, mode: str, conn, rate: int) -> None:
+def second_thread(reports: queue.Queue, mode: str, conn, rate: int) -> None:
     derived = figures(rate)
     while (item := reports.get()) is not None:
         if mode == "in-process":
@@ -89,7 +89,7 @@ def run(mode: str, intervals: int, rate: int) -> dict:
         reader.start()
         assert ours.recv() == "ready"
     reports: queue.Queue = queue.Queue()
-    thread = threading.Thread(target=helper, args=(reports, mode, ours, rate))
+    thread = threading.Thread(target=second_thread, args=(reports, mode, ours, rate))
     thread.start()
     time.sleep(0.5)
     stamps = array("q")

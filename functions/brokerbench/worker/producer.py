@@ -75,7 +75,7 @@ def _run(conn, task: ProducerTask) -> None:
         return
     schedule = producer_schedule(cell, task.producer_id, timing["t_start"])
 
-    # Each interval's raw records go to the parent through a helper thread, as they are: the send loop only hands
+    # Each interval's raw records go to the parent through a second thread, as they are: the send loop only hands
     # them over instead of pausing for the pipe write, and no figure is derived here (producer_figures), so the
     # send loop of a coded format never waits for the GIL behind per-interval numpy work.
     reports: queue.Queue = queue.Queue()
@@ -93,7 +93,7 @@ def _run(conn, task: ProducerTask) -> None:
 
 
 def _forward_intervals(reports: queue.Queue, conn) -> None:
-    """Helper thread: each interval's raw records, as the loop handed them over, to the parent."""
+    """The forwarding thread: each interval's raw records, as the loop handed them over, to the parent."""
     while (item := reports.get()) is not None:
         send_records(conn, *item)
 

@@ -1,55 +1,120 @@
-"""The producer's own accounting, from the send loop's raw reports: measured messages only, warm-up apart."""
+"""The producer's own accounting, from the send loop's raw records: measured messages only, warm-up apart.
 
+The producer process forwards its loop's raw buffers over a real pipe; the cell's parent derives the figures
+(producer_figures). These tests send the records through a real multiprocessing pipe, as a cell does."""
+
+import multiprocessing
 import queue
+import threading
+from array import array
 
 import numpy as np
 
-from brokerbench.worker.producer import AckedSeqs, AckTotals, _report_intervals, never_acknowledged
+from brokerbench.worker.framing import HEADER
+from brokerbench.worker.producer import _forward_intervals
+from brokerbench.worker.producer_figures import RECORDS, ProducerFigures, never_acknowledged, recv_records
+from brokerbench.worker.schedule import producer_schedule
 
 WARM, END = 10, 20  # messages 0-9 are the warm-up's, 10-19 are measured
-
-
-class Pipe:
-    def __init__(self) -> None:
-        self.sent = []
-
-    def send(self, message) -> None:
-        self.sent.append(message)
+SIZE = 100
 
 
 def ints(*values) -> bytes:
     return np.array(values, dtype=np.int64).tobytes()
 
 
+def through_pipe(items: list[tuple]) -> list[dict]:
+    """The items a send loop hands over, forwarded by the producer's thread and read as the parent reads them."""
+    parent, child = multiprocessing.Pipe()
+    reports: queue.Queue = queue.Queue()
+    for item in items:
+        reports.put(item)
+    reports.put(None)
+    forwarder = threading.Thread(target=_forward_intervals, args=(reports, child))
+    forwarder.start()  # a thread: buffers larger than the pipe's are read while they are written
+    received = []
+    for _ in items:
+        kind, interval, meta = parent.recv()
+        assert kind == RECORDS
+        received.append(recv_records(parent, interval, meta))
+    forwarder.join()
+    assert not parent.poll()  # nothing else was sent
+    return received
+
+
+def figures_of(items: list[tuple], schedule=None) -> tuple[list[dict], ProducerFigures]:
+    figures = ProducerFigures(np.full(8, SIZE, dtype=np.int64), 8, schedule)
+    snapshots = [figures.add(records) for records in through_pipe(items)]
+    return [s for s in snapshots if s is not None], figures
+
+
 def report(acked_in_warmup, failed_in_warmup, acked_later, failed_later):
     """Two intervals as the native loop hands them over: the warm-up (-1) and the first measured one (0)."""
-    reports, pipe, totals = queue.Queue(), Pipe(), AckTotals()
-    acked, failed = AckedSeqs(), AckedSeqs()
     sent_at = list(range(1_000, 1_000 + END))
-    reports.put((-1, 0, ints(*sent_at[:WARM]), ints(*sent_at[:WARM]), ints(*acked_in_warmup),
-                 ints(*(5_000 for _ in acked_in_warmup)), ints(*failed_in_warmup), WARM))
-    reports.put((0, WARM, ints(*sent_at[WARM:]), ints(*sent_at[WARM:]), ints(*acked_later),
-                 ints(*(6_000 for _ in acked_later)), ints(*failed_later), WARM))
-    reports.put(None)
-    _report_intervals(reports, pipe, np.full(8, 100, dtype=np.int64), 8, None, totals, acked, failed)
-    [(_, interval, figures)] = pipe.sent
-    return interval, figures["counters"], totals, acked, failed
+    items = [(-1, 0, ints(*sent_at[:WARM]), ints(*sent_at[:WARM]), ints(*acked_in_warmup),
+              ints(*(5_000 for _ in acked_in_warmup)), ints(*failed_in_warmup), WARM),
+             (0, WARM, ints(*sent_at[WARM:]), ints(*sent_at[WARM:]), ints(*acked_later),
+              ints(*(6_000 for _ in acked_later)), ints(*failed_later), WARM)]
+    [snapshot], figures = figures_of(items)
+    return snapshot["counters"], figures
 
 
 def test_warm_up_failures_reported_in_a_measured_interval_are_not_send_errors():
     # Warm-up message 9 fails, and warm-up 6-8 are acknowledged, only once measurement has started.
-    interval, counters, totals, acked, failed = report(range(6), [], [6, 7, 8, *range(10, 18)], [9, 18])
-    assert interval == 0
+    counters, figures = report(range(6), [], [6, 7, 8, *range(10, 18)], [9, 18])
     assert counters["sent"] == 10 and counters["acked"] == 8  # measured messages only
     assert counters["send_errors"] == 1  # message 18; not warm-up message 9
+    totals = figures.acks
     assert totals.failed_total == 2 and totals.acked_total == 6 + 3 + 8  # the whole cell's, for the broker's count
-    missing, unacked = never_acknowledged(acked, failed, WARM, END)
+    missing, unacked = never_acknowledged(figures.acked, figures.failed, WARM, END)
     assert missing.tolist() == [18, 19] and unacked == 1  # 19 had no report at all; 18 failed
     assert counters["sent"] == counters["acked"] + counters["send_errors"] + unacked
+    done = figures.finish({"first_measured_seq": WARM, "sent_total": END, "sent": END - WARM})
+    assert done["unacked"] == 1 and done["not_acked"].tolist() == [18, 19] and done["failed_total"] == 2
+    assert done["last_warmup_ack_ns"] == 6_000  # warm-up 6-8, acknowledged in the measured interval
 
 
 def test_warm_up_messages_never_answered_are_not_unacknowledged():
-    _, counters, _, acked, failed = report(range(3), [], range(10, 20), [])
-    missing, unacked = never_acknowledged(acked, failed, WARM, END)
+    counters, figures = report(range(3), [], range(10, 20), [])
+    missing, unacked = never_acknowledged(figures.acked, figures.failed, WARM, END)
     assert missing.size == 0 and unacked == 0  # warm-up 3-9 never answered: not measured
     assert counters["send_errors"] == 0 and counters["acked"] == 10
+
+
+def test_figures_by_hand_delay_encode_time_bytes_and_publish_latency():
+    """1,000 msgs/s from t=0: message n is intended at n ms. Each measured message is taken up 30 µs late,
+    encoded in 2 µs, and acknowledged 500 µs after it was handed over (the last three one interval later)."""
+    schedule = producer_schedule({"rate": 1000, "producers": 1}, 0, 0)
+    intended = [n * 1_000_000 for n in range(END)]
+    started = [t + 30_000 for t in intended]
+    handed = [t + 2_000 for t in started]
+    acks = [t + 500_000 for t in handed]
+    items = [(-1, 0, ints(*started[:WARM]), ints(*handed[:WARM]), ints(), ints(), ints(), WARM),
+             (0, WARM, ints(*started[WARM:]), ints(*handed[WARM:]), ints(*range(WARM, 17)), ints(*acks[WARM:17]),
+              ints(), WARM),
+             (1, END, ints(), ints(), ints(*range(17, END)), ints(*acks[17:]), ints(), WARM)]
+    (first, second), figures = figures_of(items, schedule)
+    values = {name: np.frombuffer(raw, dtype=np.int64).tolist() for name, raw in first["values"].items()}
+    assert values["publish_delay_us"] == [30_000] * 10 and values["encode_ns"] == [2_000] * 10  # in ns
+    assert values["publish_latency_us"] == [500_000] * 7
+    assert first["counters"] == {"sent": 10, "bytes": 10 * SIZE, "acked": 7, "send_errors": 0}
+    assert np.frombuffer(second["values"]["publish_latency_us"], dtype=np.int64).tolist() == [500_000] * 3
+    assert second["counters"]["acked"] == 3 and second["counters"]["sent"] == 0
+    assert figures.acks.last_ack_ns == acks[-1] and figures.acks.bytes_delivered == 10 * SIZE
+
+
+def test_python_loop_records_give_the_native_loop_figures():
+    """The Python loop hands over array("q") times and message headers; the native loop int64 bytes. The same
+    messages give the same figures either way."""
+    started = list(range(5_000, 5_000 + 3_000 * 7, 7))  # 3,000 messages: buffers larger than a pipe's
+    handed = [t + 3 for t in started]
+    acked, failed = list(range(0, 3_000, 2)), [1, 3]
+    ack_ns = [10_000 + s for s in acked]
+    native = [(0, 0, ints(*started), ints(*handed), ints(*acked), ints(*ack_ns), ints(*failed), 0)]
+    python = [(0, 0, array("q", started), array("q", handed), [HEADER.pack(7, s, 0) for s in acked],
+               array("q", ack_ns), [HEADER.pack(7, s, 0) for s in failed], 0)]
+    [from_native], native_figures = figures_of(native)
+    [from_python], python_figures = figures_of(python)
+    assert from_python == from_native
+    assert vars(python_figures.acks) == vars(native_figures.acks)
+    assert from_native["counters"] == {"sent": 3_000, "bytes": 3_000 * SIZE, "acked": 1_500, "send_errors": 2}

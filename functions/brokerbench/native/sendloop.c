@@ -691,8 +691,8 @@ static int run_loop(Sender *s, int64_t *seq_io, int64_t stop_seq, int64_t until,
         if (seq % POLL_EVERY == 0) {
             /* Unthrottled or behind schedule, the loop never waits: still serve acknowledgements (Kafka
                without the acknowledgement thread; Redis: write and read what has arrived). With an encode
-               callable the GIL is let go here too, so the interval reporter thread gets its turn even
-               when the loop never waits. */
+               callable the GIL is let go here too, so the thread forwarding each interval's records gets its
+               turn even when the loop never waits. */
             if (raw) {
                 serve_now(s);
             } else {

@@ -16,6 +16,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from multiprocessing.connection import wait
 
+import numpy as np
+
 from .. import verdict
 from ..codecs.floor import call_floor_ns
 from ..drivers import BrokerUnavailable, get_driver, lanes
@@ -31,6 +33,7 @@ from .processes import death
 from .resources import ResourceSampler
 from .warmup import WarmupWatch, warmup_max_s
 from .producer import SECOND_NS, ProducerTask, producer_main
+from .producer_figures import RECORDS, ProducerFigures, recv_records
 
 READY_TIMEOUT_S = 60
 SEARCH = "sustainable"  # the rate that asks for the maximum sustainable rate search
@@ -196,6 +199,7 @@ class _CellRun:
         self.resource_samples: list[dict] = []
         self.attach_due: int | None = None  # a startup backlog: when the consumers attach (the broker is asked then)
         self.at_attach: dict | None = None
+        self.figures: dict = {}  # producer connection -> ProducerFigures: its intervals' figures, worked out here
 
     # -- lifecycle ---------------------------------------------------------------------------
     def run(self) -> CellOutcome:
@@ -253,12 +257,25 @@ class _CellRun:
         self.timing = {"t_start": t_start, "measure_start": measure_start, "t_end": t_end,
                        "warmup_until_steady": adaptive, **({"attach_ns": attach} if attach else {})}
         self.attach_due = attach - schedule.COUNT_BEFORE_ATTACH_NS if attach and cell["consumers"] else None
+        self.figures = self._producer_figures(ready, t_start)
         self.resources = ResourceSampler({"workers": [p.pid for p in self.processes],
                                           "broker": list(self.endpoint.get("pids") or [])})
         for conn in self.conns:
             conn.send(("go", self.timing))
         done = self._measure()
         return self._complete(done)
+
+    def _producer_figures(self, ready: dict, t_start: int) -> dict:
+        """Each producer's figures are derived here from its raw records (producer_figures), with its pool's encoded
+        sizes and its schedule (the one it sends by, from the same start)."""
+        figures = {}
+        for conn, (role, number) in self.conns.items():
+            if role == "producer":
+                info = ready[(role, number)]
+                sizes = np.frombuffer(info["encoded_sizes"], dtype=np.int64)
+                figures[conn] = ProducerFigures(sizes, info["pool_size"],
+                                                schedule.producer_schedule(self.cell, number, t_start))
+        return figures
 
     def _spawn(self, ctx, target, task, key) -> None:
         parent, child = ctx.Pipe()
@@ -314,6 +331,11 @@ class _CellRun:
             raise CellError(self._death(conn)) from None
         if message[0] == "error":
             raise CellError(message[1])
+        if message[0] == RECORDS:  # a producer's interval: its raw buffers follow
+            try:
+                return RECORDS, recv_records(conn, *message[1:])
+            except (EOFError, OSError):
+                raise CellError(self._death(conn)) from None
         return message[0], message[1:] if message[0] == "interval" else message[1]
 
     def _death(self, conn) -> str:
@@ -344,12 +366,16 @@ class _CellRun:
                 if kind == "interval":
                     interval, snapshot = payload
                     self.aggregator.add(conn, self.conns[conn][0], interval, snapshot)
+                elif kind == RECORDS:
+                    snapshot = self.figures[conn].add(payload)
+                    if snapshot is not None:  # the warm-up's records only count in the producer's totals
+                        self.aggregator.add(conn, "producer", payload["interval"], snapshot)
                 elif kind == "progress" and drain is not None:
                     drain.update(conn, payload, time.monotonic())
                 elif kind == "warm" and self.warmup is not None:
                     self.warmup.add(conn, *payload)
                 elif kind == "done":
-                    done[conn] = payload
+                    done[conn] = self.figures[conn].finish(payload) if conn in self.figures else payload
                     self.aggregator.finished(conn)
             self._write_intervals()
             if self.attach_due is not None and time.monotonic_ns() >= self.attach_due:

@@ -23,8 +23,9 @@ from .. import native
 from ..codecs import get_codec
 from ..drivers import get_driver, lanes
 from .drain import Drain
-from .framing import HEADER, unpack_many
+from .framing import HEADER
 from .processes import serve
+from .producer_figures import send_records
 from .payloads import payload_pool, pool_size_for
 from .schedule import Schedule, producer_schedule
 
@@ -56,15 +57,17 @@ def _run(conn, task: ProducerTask) -> None:
     pool = payload_pool(cell["format"], cell["size_basis"], cell["size_bytes"], pool_size_for(cell))
     driver = get_driver(cell["broker"], task.endpoint, cell["client"])
     sender = _native_sender(driver, task)
-    sizes = np.asarray(pool.encoded_sizes, dtype=np.int64)
 
     gc.freeze()  # the loops below make no reference cycles: no collector pauses in the middle of a send
     gc.disable()
-    # At each interval's end the send thread needs the GIL back from the reporter thread's numpy work:
-    # ask for it after 0.1 ms instead of the default 5 ms (which would show as a publish-delay spike).
+    # At each interval's end the send thread needs the GIL back from the forwarding thread (which holds it only
+    # to start each pipe write): ask for it after 0.1 ms instead of the default 5 ms.
     sys.setswitchinterval(1e-4)
 
-    conn.send(("ready", {"encoded_bytes": pool.mean_encoded_bytes, "send_loop": "native" if sender else "python"}))
+    conn.send(("ready", {"encoded_bytes": pool.mean_encoded_bytes, "send_loop": "native" if sender else "python",
+                         # what the parent derives bytes from (producer_figures): each pool object's encoded size
+                         "encoded_sizes": np.asarray(pool.encoded_sizes, dtype=np.int64).tobytes(),
+                         "pool_size": len(pool.objects)}))
     command, timing = conn.recv()
     if command != "go":
         if sender:
@@ -72,32 +75,27 @@ def _run(conn, task: ProducerTask) -> None:
         return
     schedule = producer_schedule(cell, task.producer_id, timing["t_start"])
 
-    # Each interval's figures are derived and sent by a helper thread, so the send loop only hands
-    # over the interval's raw timestamps instead of pausing for the numpy work and the pipe write.
+    # Each interval's raw records go to the parent through a second thread, as they are: the send loop only hands
+    # them over instead of pausing for the pipe write, and no figure is derived here (producer_figures), so the
+    # send loop of a coded format never waits for the GIL behind per-interval numpy work.
     reports: queue.Queue = queue.Queue()
-    acks = AckTotals()
-    acked, failed = AckedSeqs(), AckedSeqs()
-    reporter = threading.Thread(target=_report_intervals,
-                                args=(reports, conn, sizes, len(pool.objects), schedule, acks, acked, failed),
-                                name="interval-reporter", daemon=True)
-    reporter.start()
+    forwarder = threading.Thread(target=_forward_intervals, args=(reports, conn), name="interval-forwarder",
+                                 daemon=True)
+    forwarder.start()
     nice = _boost_this_thread() if schedule else None
     loop = _native_loop if sender else _python_loop
-    done = loop(sender or driver, task, codec, pool, timing, schedule, reports, conn)
-    reports.put(None)
-    reporter.join()
-    not_acked, unacked = never_acknowledged(acked, failed, done["first_measured_seq"], done["sent_total"])
-    conn.send(("done", {"producer_id": task.producer_id, "send_thread_nice": nice, **done, **vars(acks),
-                        "unacked": unacked, "not_acked": not_acked}))
+    try:
+        done = loop(sender or driver, task, codec, pool, timing, schedule, reports, conn)
+    finally:  # the records handed over are sent before anything else (a failure included): one writer at a time
+        reports.put(None)
+        forwarder.join()
+    conn.send(("done", {"producer_id": task.producer_id, "send_thread_nice": nice, **done}))
 
 
-def never_acknowledged(acked: AckedSeqs, failed: AckedSeqs, first: int, end: int) -> tuple[np.ndarray, int]:
-    """The measured messages (sequence numbers first..end-1) never acknowledged, send errors among them, and how
-    many of them had no report at all (unacknowledged). Warm-up messages count in neither, as `sent` counts
-    measured messages only. The consumers say which of the first arrived anyway, so that none is counted both
-    delivered and unacknowledged (outcome.totals)."""
-    missing = acked.missing(first, end)
-    return missing, int(missing.size - np.count_nonzero(failed.has(missing)))
+def _forward_intervals(reports: queue.Queue, conn) -> None:
+    """The forwarding thread: each interval's raw records, as the loop handed them over, to the parent."""
+    while (item := reports.get()) is not None:
+        send_records(conn, *item)
 
 
 SEND_THREAD_NICE = -10
@@ -148,7 +146,7 @@ class _Intervals:
         """End the open interval at `end_seq`; the message arrays hold its messages only, `acked` and `failed`
         the sends reported since the last close (whichever message they were).
 
-        The warm-up (-1) goes to the reporter too: its acknowledgements and failures are not
+        The warm-up (-1) goes to the parent too: its acknowledgements and failures are not
         measured, but they count in the totals the broker's own count is reconciled with."""
         if self.interval < 0:
             # Measured means intended at or after the measured start, for the consumer alike: a producer
@@ -349,114 +347,3 @@ def _python_loop(driver, task: ProducerTask, codec, pool, timing: dict, schedule
     first = intervals.first_measured_seq
     return {"sent_total": seq, "first_measured_seq": first, "sent": max(0, seq - first),
             "last_send_ns": send_ns[-1] if send_ns else timing["measure_start"]}
-
-
-@dataclass
-class AckTotals:
-    """What the producer's acknowledgements add up to over the whole cell (warm-up included)."""
-
-    acked_total: int = 0  # every message the broker acknowledged, warm-up included
-    failed_total: int = 0  # every failed send, warm-up included (measured ones: the intervals' send_errors)
-    delivered: int = 0  # acknowledgements from the start of measurement on, warm-up messages included
-    bytes_delivered: int = 0
-    last_ack_ns: int | None = None  # when the last measured message was acknowledged
-    last_warmup_ack_ns: int | None = None  # when the last warm-up message was acknowledged (the delivery window)
-
-
-class AckedSeqs:
-    """A set of sequence numbers (those the broker acknowledged, or those whose send failed), as a growing bitmap."""
-
-    def __init__(self) -> None:
-        self.bits = np.zeros(0, dtype=bool)
-
-    def add(self, seqs: np.ndarray) -> None:
-        if not seqs.size:
-            return
-        top = int(seqs.max()) + 1
-        if top > self.bits.size:
-            grown = np.zeros(max(top, 2 * self.bits.size, 1024), dtype=bool)
-            grown[: self.bits.size] = self.bits
-            self.bits = grown
-        self.bits[seqs] = True
-
-    def has(self, seqs: np.ndarray) -> np.ndarray:
-        """Whether each of `seqs` is in the set."""
-        inside = seqs < self.bits.size
-        out = np.zeros(seqs.size, dtype=bool)
-        out[inside] = self.bits[seqs[inside]]
-        return out
-
-    def missing(self, first: int, end: int) -> np.ndarray:
-        """The sequence numbers in [first, end) never acknowledged."""
-        seen = np.zeros(max(0, end - first), dtype=bool)
-        known = self.bits[first:end]
-        seen[: known.size] = known
-        return np.flatnonzero(~seen).astype(np.int64) + first
-
-
-def _seqs(reported) -> np.ndarray:
-    """Sequence numbers from the loop's reports: headers (Python loop) or int64 bytes (native loop)."""
-    if isinstance(reported, list):
-        return unpack_many(reported)["seq"].astype(np.int64) if reported else np.empty(0, np.int64)
-    return np.frombuffer(reported, dtype=np.int64)
-
-
-def _report_intervals(reports: queue.Queue, conn, sizes, pool_size, schedule: Schedule | None, acks: AckTotals,
-                      acked_bits: AckedSeqs, failed_bits: AckedSeqs) -> None:
-    """Helper thread: each interval's delay, encode time, bytes and publish latency, sent to the parent. Its send
-    errors are the failures of measured messages only, as `sent` counts measured messages only."""
-    firsts: list[int] = []  # first sequence number of each measured interval's send times
-    chunks: list[np.ndarray] = []
-    while (item := reports.get()) is not None:
-        interval, first_seq, started, handed, acked, acked_ns, failed, first_measured_seq = item
-        acked_seqs, failed_seqs = _seqs(acked), _seqs(failed)
-        acks.acked_total += int(acked_seqs.size)
-        acks.failed_total += int(failed_seqs.size)
-        acked_bits.add(acked_seqs)
-        failed_bits.add(failed_seqs)
-        warm = acked_seqs < first_measured_seq
-        if warm.any():
-            last = int(np.frombuffer(acked_ns, dtype=np.int64)[: acked_seqs.size][warm].max())
-            acks.last_warmup_ack_ns = max(acks.last_warmup_ack_ns or last, last)
-        if interval < 0:  # warm-up: counted above, never measured
-            continue
-        acks.delivered += int(acked_seqs.size)
-        acks.bytes_delivered += int(sizes[acked_seqs % pool_size].sum())
-        started = np.frombuffer(started, dtype=np.int64)  # array("q") (Python loop) or bytes (native loop)
-        handed = np.frombuffer(handed, dtype=np.int64)
-        seqs = np.arange(first_seq, first_seq + started.size, dtype=np.int64)
-        firsts.append(first_seq)
-        chunks.append(handed)  # whole: acknowledgements are looked up by sequence number
-        if first_seq < first_measured_seq:  # sent late but intended in the warm-up: not measured
-            measured = seqs >= first_measured_seq
-            seqs, started, handed = seqs[measured], started[measured], handed[measured]
-        intended = schedule.intended(seqs) if schedule else started
-        latency, last_ack = _publish_latency(acked_seqs, acked_ns, firsts, chunks, first_measured_seq)
-        if last_ack is not None:
-            acks.last_ack_ns = max(acks.last_ack_ns or last_ack, last_ack)
-        conn.send(("interval", interval, {
-            "counters": {"sent": int(seqs.size), "bytes": int(sizes[seqs % pool_size].sum()),
-                         "acked": int(latency.size),
-                         "send_errors": int(np.count_nonzero(failed_seqs >= first_measured_seq))},
-            "values": {"publish_delay_us": (started - intended).tobytes(), "encode_ns": (handed - started).tobytes(),
-                       "publish_latency_us": latency.tobytes()},
-        }))
-
-
-def _publish_latency(seqs: np.ndarray, ack_ns, firsts: list[int], chunks: list[np.ndarray],
-                     first_measured_seq: int) -> tuple[np.ndarray, int | None]:
-    """send→ack in ns for the acknowledged measured messages (warm-up acks dropped), and the last
-    measured acknowledgement's time (None when there was none)."""
-    if not seqs.size:
-        return np.empty(0, np.int64), None
-    acked = np.frombuffer(ack_ns, dtype=np.int64)[: seqs.size]
-    measured = seqs >= first_measured_seq
-    seqs, acked = seqs[measured], acked[measured]
-    if not seqs.size:
-        return np.empty(0, np.int64), None
-    which = np.searchsorted(np.asarray(firsts), seqs, side="right") - 1
-    sent = np.empty(seqs.size, dtype=np.int64)
-    for chunk in np.unique(which).tolist():  # acks mostly belong to the latest one or two intervals
-        here = which == chunk
-        sent[here] = chunks[chunk][seqs[here] - firsts[chunk]]
-    return acked - sent, int(acked.max())

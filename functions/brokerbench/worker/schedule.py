@@ -9,7 +9,7 @@ first `over_s`:
     intended(seq) = base + seq * backlog_period                                    (seq < backlog)
     intended(seq) = base + backlog * backlog_period + (r // k) * cycle + offsets[r % k], r = seq - backlog
 
-(each product truncated to whole ns). The Python loop, the interval reporter and the native loop
+(each product truncated to whole ns). The Python loop, the cell's parent (producer_figures) and the native loop
 (`Sender.configure`) compute exactly this, so all three agree on every message's intended time; the
 consumer rebuilds the same schedules to tell backlog, burst and baseline messages apart.
 """

@@ -1,0 +1,184 @@
+"""A producer's per-interval figures and accounting, derived in the cell's parent from the send loop's raw records.
+
+The producer process only measures: per interval its send loop hands over raw int64 buffers (when each message
+was taken up and handed to the client, which sequence numbers were acknowledged and when, which failed), and a
+thread forwards them over the pipe as they are (`send_records`, no copy, no numpy). Everything derived from them
+(publish delay, encode time, bytes, publish latency, the acknowledgement bookkeeping) is worked out here, in the
+parent (`ProducerFigures`). So the producer's interpreter lock is never held for per-interval numpy work while
+its send loop waits to encode the next message: a raw cell (whose native loop never needs the lock) and a coded
+cell (which needs it to call the codec) are measured under the same conditions.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from .framing import HEADER_DTYPE
+from .schedule import Schedule
+
+RECORDS = "records"  # the pipe message that announces one interval's raw buffers
+BUFFERS = ("started", "handed", "acked", "acked_ns", "failed")
+
+
+def send_records(conn, interval: int, first_seq: int, started, handed, acked, acked_ns, failed,
+                 first_measured_seq: int) -> None:
+    """One interval's raw records to the parent: a small header, then each buffer as it is (bytes, array("q"), or
+    the Python loop's list of message headers, joined). Large buffers are written without a copy, and the write
+    lets go of the interpreter lock while the pipe is full."""
+    headers = isinstance(acked, list)
+    if headers:
+        acked, failed = b"".join(acked), b"".join(failed)
+    conn.send((RECORDS, interval, {"first_seq": first_seq, "first_measured_seq": first_measured_seq,
+                                   "headers": headers}))
+    for buffer in (started, handed, acked, acked_ns, failed):
+        conn.send_bytes(buffer)
+
+
+def recv_records(conn, interval: int, meta: dict) -> dict:
+    """The buffers that follow a RECORDS header (send_records), with the header's fields."""
+    return {"interval": interval, **meta, **{name: conn.recv_bytes() for name in BUFFERS}}
+
+
+@dataclass
+class AckTotals:
+    """What the producer's acknowledgements add up to over the whole cell (warm-up included)."""
+
+    acked_total: int = 0  # every message the broker acknowledged, warm-up included
+    failed_total: int = 0  # every failed send, warm-up included (measured ones: the intervals' send_errors)
+    delivered: int = 0  # acknowledgements from the start of measurement on, warm-up messages included
+    bytes_delivered: int = 0
+    last_ack_ns: int | None = None  # when the last measured message was acknowledged
+    last_warmup_ack_ns: int | None = None  # when the last warm-up message was acknowledged (the delivery window)
+
+
+class AckedSeqs:
+    """A set of sequence numbers (those the broker acknowledged, or those whose send failed), as a growing bitmap."""
+
+    def __init__(self) -> None:
+        self.bits = np.zeros(0, dtype=bool)
+
+    def add(self, seqs: np.ndarray) -> None:
+        if not seqs.size:
+            return
+        top = int(seqs.max()) + 1
+        if top > self.bits.size:
+            grown = np.zeros(max(top, 2 * self.bits.size, 1024), dtype=bool)
+            grown[: self.bits.size] = self.bits
+            self.bits = grown
+        self.bits[seqs] = True
+
+    def has(self, seqs: np.ndarray) -> np.ndarray:
+        """Whether each of `seqs` is in the set."""
+        inside = seqs < self.bits.size
+        out = np.zeros(seqs.size, dtype=bool)
+        out[inside] = self.bits[seqs[inside]]
+        return out
+
+    def missing(self, first: int, end: int) -> np.ndarray:
+        """The sequence numbers in [first, end) never acknowledged."""
+        seen = np.zeros(max(0, end - first), dtype=bool)
+        known = self.bits[first:end]
+        seen[: known.size] = known
+        return np.flatnonzero(~seen).astype(np.int64) + first
+
+
+def never_acknowledged(acked: AckedSeqs, failed: AckedSeqs, first: int, end: int) -> tuple[np.ndarray, int]:
+    """The measured messages (sequence numbers first..end-1) never acknowledged, send errors among them, and how
+    many of them had no report at all (unacknowledged). Warm-up messages count in neither, as `sent` counts
+    measured messages only. The consumers say which of the first arrived anyway, so that none is counted both
+    delivered and unacknowledged (outcome.totals)."""
+    missing = acked.missing(first, end)
+    return missing, int(missing.size - np.count_nonzero(failed.has(missing)))
+
+
+def _seqs(reported: bytes, headers: bool) -> np.ndarray:
+    """Sequence numbers from the loop's records: message headers (Python loop) or int64 values (native loop)."""
+    if headers:
+        return np.frombuffer(reported, dtype=HEADER_DTYPE)["seq"].astype(np.int64)
+    return np.frombuffer(reported, dtype=np.int64)
+
+
+class ProducerFigures:
+    """One producer's figures, fed its intervals' raw records in order (`add`), completed by its "done" (`finish`).
+    Send errors are the failures of measured messages only, as `sent` counts measured messages only."""
+
+    def __init__(self, sizes: np.ndarray, pool_size: int, schedule: Schedule | None) -> None:
+        self.sizes, self.pool_size, self.schedule = sizes, pool_size, schedule
+        self.acks = AckTotals()
+        self.acked, self.failed = AckedSeqs(), AckedSeqs()
+        self.firsts: list[int] = []  # first sequence number of each measured interval's send times
+        self.chunks: list[np.ndarray] = []
+
+    def add(self, records: dict) -> dict | None:
+        """One interval's snapshot (counters and raw values, as intervals.IntervalAggregator takes them); None for
+        the warm-up (-1), whose acknowledgements and failures count in the totals only."""
+        first_measured_seq = records["first_measured_seq"]
+        acked_seqs = _seqs(records["acked"], records["headers"])
+        failed_seqs = _seqs(records["failed"], records["headers"])
+        self._count(acked_seqs, failed_seqs, records["acked_ns"], first_measured_seq)
+        if records["interval"] < 0:  # warm-up: counted above, never measured
+            return None
+        acks, sizes, pool_size = self.acks, self.sizes, self.pool_size
+        acks.delivered += int(acked_seqs.size)
+        acks.bytes_delivered += int(sizes[acked_seqs % pool_size].sum())
+        first_seq = records["first_seq"]
+        started = np.frombuffer(records["started"], dtype=np.int64)
+        handed = np.frombuffer(records["handed"], dtype=np.int64)
+        seqs = np.arange(first_seq, first_seq + started.size, dtype=np.int64)
+        self.firsts.append(first_seq)
+        self.chunks.append(handed)  # whole: acknowledgements are looked up by sequence number
+        if first_seq < first_measured_seq:  # sent late but intended in the warm-up: not measured
+            measured = seqs >= first_measured_seq
+            seqs, started, handed = seqs[measured], started[measured], handed[measured]
+        intended = self.schedule.intended(seqs) if self.schedule else started
+        latency, last_ack = _publish_latency(acked_seqs, records["acked_ns"], self.firsts, self.chunks,
+                                             first_measured_seq)
+        if last_ack is not None:
+            acks.last_ack_ns = max(acks.last_ack_ns or last_ack, last_ack)
+        return {
+            "counters": {"sent": int(seqs.size), "bytes": int(sizes[seqs % pool_size].sum()),
+                         "acked": int(latency.size),
+                         "send_errors": int(np.count_nonzero(failed_seqs >= first_measured_seq))},
+            "values": {"publish_delay_us": (started - intended).tobytes(), "encode_ns": (handed - started).tobytes(),
+                       "publish_latency_us": latency.tobytes()},
+        }
+
+    def _count(self, acked_seqs: np.ndarray, failed_seqs: np.ndarray, acked_ns: bytes, first_measured_seq: int) -> None:
+        """The whole cell's acknowledgements and failures (warm-up included), and the last warm-up acknowledgement."""
+        acks = self.acks
+        acks.acked_total += int(acked_seqs.size)
+        acks.failed_total += int(failed_seqs.size)
+        self.acked.add(acked_seqs)
+        self.failed.add(failed_seqs)
+        warm = acked_seqs < first_measured_seq
+        if warm.any():
+            last = int(np.frombuffer(acked_ns, dtype=np.int64)[: acked_seqs.size][warm].max())
+            acks.last_warmup_ack_ns = max(acks.last_warmup_ack_ns or last, last)
+
+    def finish(self, done: dict) -> dict:
+        """The producer's "done" with the accounting added: the totals, and the measured messages never
+        acknowledged (`not_acked`), of which `unacked` had no report at all."""
+        not_acked, unacked = never_acknowledged(self.acked, self.failed, done["first_measured_seq"],
+                                                done["sent_total"])
+        return {**done, **vars(self.acks), "unacked": unacked, "not_acked": not_acked}
+
+
+def _publish_latency(seqs: np.ndarray, ack_ns, firsts: list[int], chunks: list[np.ndarray],
+                     first_measured_seq: int) -> tuple[np.ndarray, int | None]:
+    """send→ack in ns for the acknowledged measured messages (warm-up acks dropped), and the last
+    measured acknowledgement's time (None when there was none)."""
+    if not seqs.size:
+        return np.empty(0, np.int64), None
+    acked = np.frombuffer(ack_ns, dtype=np.int64)[: seqs.size]
+    measured = seqs >= first_measured_seq
+    seqs, acked = seqs[measured], acked[measured]
+    if not seqs.size:
+        return np.empty(0, np.int64), None
+    which = np.searchsorted(np.asarray(firsts), seqs, side="right") - 1
+    sent = np.empty(seqs.size, dtype=np.int64)
+    for chunk in np.unique(which).tolist():  # acks mostly belong to the latest one or two intervals
+        here = which == chunk
+        sent[here] = chunks[chunk][seqs[here] - firsts[chunk]]
+    return acked - sent, int(acked.max())

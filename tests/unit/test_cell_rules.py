@@ -70,15 +70,19 @@ def test_publish_only_cells_have_no_delivery_classes():
     assert not outcome.has_loss(counts)
 
 
-def test_throughput_is_the_measured_messages_over_their_own_window():
-    # Warm-up messages delivered inside the window are in neither the count nor the window: 150 measured
-    # messages received (the interval counters), the first intended 4.5 s in, the last delivered at 12 s.
-    consumers = [{**consumer(100, last=10 * SECOND, delivered=150), "first_intended_ns": 4.5 * SECOND},
-                 {**consumer(50, last=12 * SECOND), "first_intended_ns": 5 * SECOND}, consumer(0)]
+def test_throughput_is_the_measured_messages_at_the_rate_they_came():
+    # 150 measured messages received (the interval counters): one with each consumer's first poll, the first of
+    # them at 5 s, the last delivered at 12 s: 148 after their first polls in 7 s, and the two first ones counted
+    # over the same share of time (the window reaches back 2 x 7 / 148 s before 5 s).
+    consumers = [{**consumer(100, last=10 * SECOND, delivered=150), "first_intended_ns": 4.5 * SECOND,
+                  "first_delivery_ns": 5 * SECOND, "first_poll_measured": 1},
+                 {**consumer(50, last=12 * SECOND), "first_intended_ns": 5 * SECOND,
+                  "first_delivery_ns": 5.5 * SECOND, "first_poll_measured": 1}, consumer(0)]
     measured = {**MEASURED, "received": 150, "bytes_received": 15_000}
     figures = outcome.delivery([producer(150)], consumers, True, 4 * SECOND, measured)
-    assert figures == {"delivered": 150, "bytes_delivered": 15_000, "window_start_ns": 4.5 * SECOND,
-                       "window_s": pytest.approx(7.5)}
+    assert (figures["delivered"], figures["bytes_delivered"]) == (150, 15_000)
+    assert 150 / figures["window_s"] == pytest.approx(148 / 7)
+    assert figures["window_start_ns"] == pytest.approx(5 * SECOND - 2 * 7 * SECOND / 148, abs=1)
     # publish-only: the measured acknowledgements from the start of measurement to the last of them, their bytes
     # at the measured messages' mean size
     producers = [producer(10, last_ack=7 * SECOND, delivered=12), producer(10, last_ack=6 * SECOND, delivered=10)]
@@ -89,26 +93,22 @@ def test_throughput_is_the_measured_messages_over_their_own_window():
     assert outcome.delivery([producer(1)], [consumer(0)], True, 0, {**MEASURED, "received": 0})["window_s"] is None
 
 
-def test_time_the_broker_spent_delivering_the_warm_up_is_not_in_the_window():
-    # Behind a capped broker the warm-up backlog is still being delivered when the measured messages are due: the
-    # last warm-up message arrives 6 s into measurement, the last measured one at 16 s, 2,000 of them in between.
-    consumers = [{**consumer(2000, last=20 * SECOND), "first_intended_ns": 4 * SECOND, "last_warmup_ns": 10 * SECOND}]
+def test_a_warm_up_backlog_counts_neither_its_time_nor_the_burst_that_ends_it():
+    # Behind a capped broker the warm-up backlog is still being delivered when the measured messages are due: a
+    # consumer held by a quota gets bursts of 200 a second; the burst at 10 s ends the warm-up and brings the
+    # first 200 measured messages, nine more bursts follow, the last at 19 s. 2,000 measured at 200 msgs/s.
+    consumers = [{**consumer(2000, last=19 * SECOND), "first_intended_ns": 4 * SECOND, "last_warmup_ns": 10 * SECOND,
+                  "first_delivery_ns": 10 * SECOND, "first_poll_measured": 200}]
     figures = outcome.delivery([producer(2000)], consumers, True, 4 * SECOND,
                                {**MEASURED, "received": 2000, "bytes_received": 200_000})
-    assert figures["window_start_ns"] == 10 * SECOND and figures["window_s"] == pytest.approx(10.0)  # 200 msgs/s
-    # Every measured message polled with the warm-up's last ones: moving the start would count them over no time,
-    # so the whole window stands (never a count over no time: that read 10^12 msgs/s behind a consumer quota).
-    together = [{**consumer(500, last=10 * SECOND), "first_intended_ns": 4 * SECOND, "last_warmup_ns": 10 * SECOND}]
+    assert 2000 / figures["window_s"] == pytest.approx(200)  # not 2,000 / 9 s (counting the first burst at 10 s)
+    assert figures["window_start_ns"] == pytest.approx(9 * SECOND, abs=1)  # nor 2,000 / 15 s (from 4 s)
+    # Every measured message came with first polls: the rate is unknown, and the window from the earliest intended
+    # send time stands, which can only understate it (never a count over no time: that read 10^12 msgs/s).
+    together = [{**consumer(500, last=10 * SECOND), "first_intended_ns": 4 * SECOND, "last_warmup_ns": 10 * SECOND,
+                 "first_delivery_ns": 10 * SECOND, "first_poll_measured": 500}]
     figures = outcome.delivery([producer(2000)], together, True, 4 * SECOND, {**MEASURED, "received": 500})
     assert figures["delivered"] == 500 and figures["window_s"] == pytest.approx(6.0)
-    # Less than a fifth of the window after the warm-up's end: the whole window too.
-    together[0]["last_warmup_ns"] = 9.5 * SECOND
-    assert outcome.delivery([producer(2000)], together, True, 4 * SECOND,
-                            {**MEASURED, "received": 500})["window_s"] == pytest.approx(6.0)
-    # A warm-up delivered before the measured messages were due changes nothing.
-    consumers[0]["last_warmup_ns"] = 3 * SECOND
-    assert outcome.delivery([producer(2000)], consumers, True, 4 * SECOND,
-                            {**MEASURED, "received": 2000})["window_s"] == pytest.approx(16.0)
     # publish-only: from the last warm-up acknowledgement
     producers = [{**producer(10, last_ack=12 * SECOND), "last_warmup_ack_ns": 7 * SECOND}]
     figures = outcome.delivery(producers, [], False, 4 * SECOND, {**MEASURED, "sent": 10, "bytes_sent": 1000,

@@ -285,7 +285,7 @@ def cell_result(cell: dict, end: dict | None, cache: dict | None = None) -> dict
         "resources": data.get("resources"),  # CPU and memory of the workers and a local broker (worker/resources.py)
         "send_rate": round(totals["sent"] / seconds, 3),
         "rate_achieved": round(delivered / window, 3),
-        "delivered": delivered,  # what throughput counts: received in time, after the warm-up's last delivery
+        "delivered": delivered,  # what throughput counts: the measured messages received in time
         **counts,
         "has_loss": any(counts.get(k) for k in (*LOSS_CLASSES, "undelivered_or_lost")),
         "broker_count": data.get("broker_count"),

@@ -492,8 +492,7 @@ class _CellRun:
         self.store.append([make_event(self.run_id, "CellCompleted", {
             "cell_id": cell["cell_id"], "attempt": self.attempt, "measured_s": schedule_s,
             "delivery_window_s": delivered["window_s"],
-            # where the window starts (the first measured intended time, or the warm-up's last delivery), from the
-            # start of measurement
+            # where the window starts (outcome.delivery), from the start of measurement
             "delivery_window_start_s": (delivered["window_start_ns"] - self.timing["measure_start"]) / SECOND_NS,
             "encoded_bytes": self.encoded_bytes, "send_loop": self.send_loop, "codec_floor_ns": self.codec_floor,
             "send_thread_nice": _nice(producers),

@@ -178,10 +178,10 @@ def _run(conn, task: ConsumerTask) -> None:
     counters = {"received": 0, "bytes": 0}
     # Over the whole cell: distinct deliveries (warm-up included: the parent compares them with what
     # the producers had acknowledged), measured ones in time and late, and the delivery window of the
-    # measured ones in time (the earliest intended send time among them, their last receipt), and when the last
-    # warm-up message came (until then the broker was still delivering the warm-up).
+    # measured ones in time (their first and last receipt, how many came with the first poll that brought any,
+    # the earliest intended send time among them), and when the last warm-up message came.
     totals = {"distinct": 0, "received": 0, "late": 0, "first_intended_ns": None, "last_delivery_ns": None,
-              "last_warmup_ns": None}
+              "first_delivery_ns": None, "first_poll_measured": 0, "last_warmup_ns": None}
     late = False  # after the drain deadline, measured deliveries are late: counted, not measured
 
     gc.freeze()  # no reference cycles are made below: no collector pauses while receiving
@@ -254,6 +254,10 @@ def _run(conn, task: ConsumerTask) -> None:
             last = int(received_at[warm].max())
             totals["last_warmup_ns"] = max(totals["last_warmup_ns"] or last, last)
         if count:
+            if totals["first_delivery_ns"] is None:  # the first poll that brought measured messages
+                at = received_at[measured]
+                totals["first_delivery_ns"] = int(at.min())
+                totals["first_poll_measured"] = int(np.count_nonzero(at == at.min()))
             last, first = int(received_at[measured].max()), int(intended[measured].min())
             totals["last_delivery_ns"] = max(totals["last_delivery_ns"] or last, last)
             totals["first_intended_ns"] = min(totals["first_intended_ns"] or first, first)

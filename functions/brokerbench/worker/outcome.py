@@ -90,37 +90,51 @@ def has_loss(counts: dict) -> bool:
                                              "unacked"))
 
 
-WARM_WINDOW_SHARE = 0.2  # the share of the delivery window that must remain after the warm-up's last delivery
+WARM_WINDOW_SHARE = 0.2  # publish-only: the share of the window that must remain after the last warm-up acknowledgement
 
 
 def delivery(producers: list[dict], consumers: list[dict], consumed: bool, measure_start_ns: int,
              measured: dict) -> dict:
-    """What the broker delivered of the measured messages, and over which window: the measured messages
-    received in time (`measured`: the summed interval counters, the same population as the per-second
-    series), from the earliest intended send time among them to the last of their deliveries, or from the last
-    warm-up delivery when the broker was still delivering the warm-up then (and at least a fifth of the window
-    remains). A publish-only cell counts
-    the measured acknowledgements, from the start of measurement (or the last warm-up acknowledgement) to the
-    last of them, their bytes at the measured messages' mean size. Warm-up messages are in neither the count
-    nor the window."""
+    """What the broker delivered of the measured messages, and over which window.
+
+    Consumed cells: the measured messages received in time (`measured`: the summed interval counters, the same
+    population as the per-second series), at the rate they came: those after each consumer's first poll that
+    brought any, over the time from the first such poll to the last delivery. The first poll's own messages are
+    counted over the same share of time (the window reaches back before it at that rate), as they were delivered
+    before it: a broker still busy with a warm-up backlog (a consumer behind a quota gets it in throttled bursts)
+    hands over its first measured messages in a burst with the warm-up's last ones, and counting them over no
+    time overstated the rate. With every measured message in first polls the rate is unknown, and the window runs
+    from the earliest intended send time among them, which can only understate it.
+
+    Publish-only cells: the measured acknowledgements from the start of measurement (or the last warm-up
+    acknowledgement, when at least a fifth of the window remains after it: the producer was still being
+    answered for the warm-up) to the last of them, their bytes at the measured messages' mean size.
+
+    Warm-up messages are in neither the count nor the window."""
     if consumed:
-        lasts = [c["last_delivery_ns"] for c in consumers if c["last_delivery_ns"] is not None]
-        firsts = [c.get("first_intended_ns") for c in consumers if c.get("first_intended_ns") is not None]
-        warm = [c.get("last_warmup_ns") for c in consumers if c.get("last_warmup_ns") is not None]
-        start = min(firsts) if firsts else measure_start_ns
         count, size = measured["received"], measured["bytes_received"]
-    else:
-        lasts = [p["last_ack_ns"] for p in producers if p["last_ack_ns"] is not None]
-        warm = [p.get("last_warmup_ack_ns") for p in producers if p.get("last_warmup_ack_ns") is not None]
-        start = measure_start_ns
-        count = measured["acked"]
-        size = round(count * measured["bytes_sent"] / measured["sent"]) if measured.get("sent") else 0
+        lasts = [c["last_delivery_ns"] for c in consumers if c["last_delivery_ns"] is not None]
+        if not lasts:
+            return {"delivered": count, "bytes_delivered": size, "window_start_ns": measure_start_ns,
+                    "window_s": None}
+        last = max(lasts)
+        firsts = [c["first_delivery_ns"] for c in consumers if c.get("first_delivery_ns") is not None]
+        first_polls = sum(c.get("first_poll_measured", 0) for c in consumers if c["last_delivery_ns"] is not None)
+        if firsts and last > min(firsts) and count > first_polls:
+            span = last - min(firsts)
+            start = min(firsts) - span * first_polls / (count - first_polls)
+        else:
+            intended = [c.get("first_intended_ns") for c in consumers if c.get("first_intended_ns") is not None]
+            start = min(intended) if intended else measure_start_ns
+        return {"delivered": count, "bytes_delivered": size, "window_start_ns": round(start),
+                "window_s": max(1e-9, (last - start) / SECOND_NS)}
+    lasts = [p["last_ack_ns"] for p in producers if p["last_ack_ns"] is not None]
+    warm = [p.get("last_warmup_ack_ns") for p in producers if p.get("last_warmup_ack_ns") is not None]
+    start = measure_start_ns
+    count = measured["acked"]
+    size = round(count * measured["bytes_sent"] / measured["sent"]) if measured.get("sent") else 0
     if warm and lasts and max(lasts) - max(warm) >= WARM_WINDOW_SHARE * (max(lasts) - start) and max(warm) > start:
-        # Still busy with the warm-up: its time is no more the measured messages' than its count. The window starts
-        # at its last delivery, unless that leaves less than a fifth of it: then messages polled together with the
-        # warm-up's last ones would be counted over almost no time (a consumer held by a quota read 10^12 msgs/s),
-        # and the whole window, which can only understate the rate, stands.
-        start = max(warm)
+        start = max(warm)  # still answering for the warm-up: its time is no more the measured messages' than its count
     return {
         "delivered": count,
         "bytes_delivered": size,

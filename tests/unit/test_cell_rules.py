@@ -83,6 +83,13 @@ def test_throughput_is_the_measured_messages_at_the_rate_they_came():
     assert (figures["delivered"], figures["bytes_delivered"]) == (150, 15_000)
     assert 150 / figures["window_s"] == pytest.approx(148 / 7)
     assert figures["window_start_ns"] == pytest.approx(5 * SECOND - 2 * 7 * SECOND / 148, abs=1)
+    # Never before the earliest intended send: 500 msgs/s delivered 0.1 ms after they were due reach back 2 ms from
+    # the first delivery at 4.0001 s, which would start before the first message was due at 4 s.
+    steady = [{**consumer(500, last=int(4.9981 * SECOND)), "first_intended_ns": 4 * SECOND,
+               "first_delivery_ns": int(4.0001 * SECOND), "first_poll_measured": 1}]
+    figures = outcome.delivery([producer(500)], steady, True, 4 * SECOND, {**MEASURED, "received": 500})
+    assert figures["window_start_ns"] == 4 * SECOND  # 500 in 0.9981 s: within one gap of 500 msgs/s
+    assert 500 / figures["window_s"] == pytest.approx(500, rel=2e-3)
     # publish-only: the measured acknowledgements from the start of measurement to the last of them, their bytes
     # at the measured messages' mean size
     producers = [producer(10, last_ack=7 * SECOND, delivered=12), producer(10, last_ack=6 * SECOND, delivered=10)]

@@ -103,8 +103,9 @@ def delivery(producers: list[dict], consumers: list[dict], consumed: bool, measu
     counted over the same share of time (the window reaches back before it at that rate), as they were delivered
     before it: a broker still busy with a warm-up backlog (a consumer behind a quota gets it in throttled bursts)
     hands over its first measured messages in a burst with the warm-up's last ones, and counting them over no
-    time overstated the rate. With every measured message in first polls the rate is unknown, and the window runs
-    from the earliest intended send time among them, which can only understate it.
+    time overstated the rate. The window never starts before the earliest intended send time among the measured
+    messages (none was delivered before it was due). With every measured message in first polls the rate is
+    unknown, and the window runs from that earliest intended time, which can only understate it.
 
     Publish-only cells: the measured acknowledgements from the start of measurement (or the last warm-up
     acknowledgement, when at least a fifth of the window remains after it: the producer was still being
@@ -120,12 +121,13 @@ def delivery(producers: list[dict], consumers: list[dict], consumed: bool, measu
         last = max(lasts)
         firsts = [c["first_delivery_ns"] for c in consumers if c.get("first_delivery_ns") is not None]
         first_polls = sum(c.get("first_poll_measured", 0) for c in consumers if c["last_delivery_ns"] is not None)
+        intended = [c.get("first_intended_ns") for c in consumers if c.get("first_intended_ns") is not None]
+        earliest = min(intended) if intended else measure_start_ns
+        start = earliest
         if firsts and last > min(firsts) and count > first_polls:
             span = last - min(firsts)
-            start = min(firsts) - span * first_polls / (count - first_polls)
-        else:
-            intended = [c.get("first_intended_ns") for c in consumers if c.get("first_intended_ns") is not None]
-            start = min(intended) if intended else measure_start_ns
+            # never before the earliest intended send: no measured message was delivered before it was due
+            start = max(earliest, min(firsts) - span * first_polls / (count - first_polls))
         return {"delivered": count, "bytes_delivered": size, "window_start_ns": round(start),
                 "window_s": max(1e-9, (last - start) / SECOND_NS)}
     lasts = [p["last_ack_ns"] for p in producers if p["last_ack_ns"] is not None]

@@ -58,14 +58,15 @@ def _ratio_td(c: dict, axis: str) -> str:
 
 def _grid(group: dict, refs: dict) -> str:
     head = ("<tr><th>broker</th><th>format</th><th>bytes</th><th>delivered msgs/s</th><th>MB/s</th><th>e2e p50 ms</th>"
-            "<th>e2e p99 ms</th><th>e2e p99.9 ms</th><th>deliv p99 ms</th><th>pub p99 ms</th><th>delay p99 ms</th><th>enc µs</th>"
-            f"<th>dec µs</th><th>loss</th><th>× {escape(refs['format'])}</th><th>× {escape(refs['broker'])}</th>"
+            "<th>e2e p99 ms</th><th>e2e p99.9 ms</th><th>deliv p99 ms</th><th>pub p99 ms</th><th>delay p99 ms</th><th>enc ns</th>"
+            "<th>enc net ns</th><th>dec ns</th><th>dec net ns</th><th>floor ns (enc / dec)</th>"
+            f"<th>loss</th><th>× {escape(refs['format'])}</th><th>× {escape(refs['broker'])}</th>"
             "<th>verdict</th></tr>")
     rows = []
     for c in group["cells"]:
         if c["status"] == "failed":
             rows.append(f"<tr><td>{escape(c['broker'])}</td><td>{escape(c['format'])}</td>"
-                        f"<td colspan=15 class='bad'>FAILED: {escape('; '.join(c['reasons']))}</td></tr>")
+                        f"<td colspan=18 class='bad'>FAILED: {escape('; '.join(c['reasons']))}</td></tr>")
             continue
         verdict = c["sustainability"]["verdict"]
         css = {"unsustainable": "warn", "inconclusive": "muted"}.get(verdict)
@@ -76,8 +77,9 @@ def _grid(group: dict, refs: dict) -> str:
                     + _td(c, "end_to_end_p50_us", 2, 1000) + _td(c, "end_to_end_p99_us", 2, 1000)
                     + _td(c, "end_to_end_p999_us", 2, 1000) + _td(c, "delivery_p99_us", 2, 1000)
                     + _td(c, "publish_latency_p99_us", 2, 1000)
-                    + _td(c, "publish_delay_p99_us", 2, 1000) + _td(c, "encode_p50_ns", 1, 1000)
-                    + _td(c, "decode_p50_ns", 1, 1000) + _loss_td(c)
+                    + _td(c, "publish_delay_p99_us", 2, 1000)
+                    + "".join(_td(c, name) for name in markdown.CODEC_COLUMNS)
+                    + f"<td>{escape(markdown.floor_text(c))}</td>" + _loss_td(c)
                     + _ratio_td(c, "format") + _ratio_td(c, "broker")
                     + f"<td>{verdict_html}</td></tr>")
     return f"<table>{head}{''.join(rows)}</table>"
@@ -250,11 +252,24 @@ def _claims_and_rules(report: dict) -> list[str]:
     rules = report.get("rules") or {}
     items = [f"<li><b>{label}.</b> {escape(rules[key])}</li>" for key, label in
              (("sustainability", "Sustainability"), ("claims", "Claims"), ("percentiles", "Percentiles"),
-              ("max_rate", "Max rate"), ("missing", "Missing messages"), ("accounting", "Accounting"))
+              ("max_rate", "Max rate"), ("missing", "Missing messages"), ("accounting", "Accounting"),
+              ("codec", "Codec figures"))
              if rules.get(key)]
     if items:
         parts.append(f"<h2>How to read this report</h2><ul>{''.join(items)}</ul>")
     return parts
+
+
+def _list_items(lines: list[str]) -> str:
+    """Markdown list lines ('- …', nested '  - …') as <li> items, the nested ones in their parent's own list."""
+    items = []
+    for line in lines:
+        if line.startswith("  - ") and items:
+            items[-1][1].append(line[4:])
+        elif line.startswith("- "):
+            items.append((line[2:], []))
+    return "".join(f"<li>{escape(text)}" + (f"<ul>{''.join(f'<li>{escape(n)}</li>' for n in nested)}</ul>"
+                                             if nested else "") + "</li>" for text, nested in items)
 
 
 def render(report: dict) -> str:
@@ -271,8 +286,10 @@ def render(report: dict) -> str:
     parts.append("<h2>Comparison</h2>")
     for group in report["groups"]:
         note = f"<p><i>{escape(group['note'])}</i></p>" if group.get("note") else ""
-        shapes = "".join(f"<li>{escape(line[2:])}</li>" for line in markdown.shape_lines(group) if line)
+        searches = _list_items(markdown.search_lines(group))
+        shapes = _list_items(markdown.shape_lines(group))
         parts.append(f"<h3>{escape(group['title'])}</h3>{note}{_grid(group, report['references'])}"
+                     + (f"<ul class='searches'>{searches}</ul>" if searches else "")
                      + (f"<ul class='shapes'>{shapes}</ul>" if shapes else "")
                      + f"<div class='charts'>{_spectrum_chart(group)}</div>")
     parts += _resources_section(report)

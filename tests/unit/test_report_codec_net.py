@@ -77,8 +77,8 @@ def test_markdown_and_html_grids_show_measured_net_and_floor_or_a_dash(one_repea
     assert header[codec:codec + 5] == ["enc ns", "enc net ns", "dec ns", "dec net ns", "floor ns (enc / dec)"]
     assert _row(md, "json")[codec:codec + 5] == ["700", "600", "900", "750", "100.0 / 150.0"]
     assert _row(md, "msgpack")[codec:codec + 5] == ["700", "–", "900", "–", "–"]
-    assert "<td>700</td><td>600</td><td>900</td><td>750</td><td>100.0 / 150.0</td>" in page
-    assert "<td>700</td><td>–</td><td>900</td><td>–</td><td>–</td>" in page
+    assert "<td>700</td><td>600</td><td>900</td><td>750</td><td class='nowrap'>100.0 / 150.0</td>" in page
+    assert "<td>700</td><td>–</td><td>900</td><td>–</td><td class='nowrap'>–</td>" in page
     assert report["rules"]["codec"] in md and "Codec figures" in page
 
 

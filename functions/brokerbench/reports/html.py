@@ -15,7 +15,7 @@ h1{font-size:22px}h2{font-size:18px;margin-top:32px;border-bottom:1px solid #ddd
 table{border-collapse:collapse;margin:8px 0;font-size:13px}td,th{border:1px solid #ddd;padding:3px 7px;text-align:right}
 td:first-child,td:nth-child(2),th{text-align:left}.best{font-weight:700;background:#eef7ee}
 .warn{color:#a15c00}.muted{color:#666}.withheld{color:#888}small{color:#777}
-.bad{color:#b00020;font-weight:700}.charts{display:flex;flex-wrap:wrap;gap:12px}
+.bad{color:#b00020;font-weight:700}.nowrap{white-space:nowrap}.charts{display:flex;flex-wrap:wrap;gap:12px}
 svg.chart{border:1px solid #eee;background:#fff}.title{font-size:13px;font-weight:600}.axis{font-size:11px;fill:#555}
 .tick{font-size:10px;fill:#666}.legend{font-size:10px}.grid{stroke:#eee}.frame{stroke:#999}
 """
@@ -79,7 +79,7 @@ def _grid(group: dict, refs: dict) -> str:
                     + _td(c, "publish_latency_p99_us", 2, 1000)
                     + _td(c, "publish_delay_p99_us", 2, 1000)
                     + "".join(_td(c, name) for name in markdown.CODEC_COLUMNS)
-                    + f"<td>{escape(markdown.floor_text(c))}</td>" + _loss_td(c)
+                    + f"<td class='nowrap'>{escape(markdown.floor_text(c))}</td>" + _loss_td(c)
                     + _ratio_td(c, "format") + _ratio_td(c, "broker")
                     + f"<td>{verdict_html}</td></tr>")
     return f"<table>{head}{''.join(rows)}</table>"

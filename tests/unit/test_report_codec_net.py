@@ -80,6 +80,9 @@ def test_markdown_and_html_grids_show_measured_net_and_floor_or_a_dash(one_repea
     assert "<td>700</td><td>600</td><td>900</td><td>750</td><td class='nowrap'>100.0 / 150.0</td>" in page
     assert "<td>700</td><td>–</td><td>900</td><td>–</td><td class='nowrap'>–</td>" in page
     assert report["rules"]["codec"] in md and "Codec figures" in page
+    # the serialization chart: bars of the measured p50s and, where a floor was measured, of the net ones (µs)
+    assert "json encode µs (p50): 0.70" in page and "json encode net µs: 0.60" in page
+    assert "json decode net µs: 0.75" in page and "msgpack encode net µs" not in page
 
 
 def test_the_cli_table_shows_measured_and_net_and_names_the_floor_once(one_repeat):

@@ -302,8 +302,8 @@ def render(report: dict) -> str:
                   f"(same format).", "",
                   "| broker | format | bytes | delivered msgs/s | MB/s | e2e p50 ms | e2e p99 ms | e2e p99.9 ms | deliv p99 ms "
                   "| pub p99 ms "
-                  "| delay p99 ms | enc ns | enc net ns | dec ns | dec net ns | floor ns (enc / dec) | loss | vs format "
-                  "| vs broker | verdict |",
+                  "| delay p99 ms | enc ns | enc net ns | dec ns | dec net ns | floor ns (enc / dec) | loss "
+                  "| vs format | vs broker | verdict |",
                   "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
         for c in group["cells"]:
             if c["status"] == "failed":

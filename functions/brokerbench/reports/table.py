@@ -159,8 +159,8 @@ def comparison_tables(results: dict) -> list[Table]:
                       title_justify="left", header_style="bold")
         for name, justify in [("broker", "left"), ("format", "left"), ("bytes", "right"), ("delivered msgs/s", "right"),
                               ("MB/s", "right"), ("e2e p50 ms", "right"), ("e2e p99 ms", "right"),
-                              ("e2e p99.9 ms", "right"), ("deliv p99 ms", "right"), ("delay p99 ms", "right"), ("enc ns / net", "right"),
-                              ("dec ns / net", "right"), ("loss", "right"), ("status", "left")]:
+                              ("e2e p99.9 ms", "right"), ("deliv p99 ms", "right"), ("delay p99 ms", "right"),
+                              ("enc ns / net", "right"), ("dec ns / net", "right"), ("loss", "right"), ("status", "left")]:
             table.add_column(name, justify=justify, no_wrap=name.endswith("/ net"))  # measured / net on one line
         for cell in group:
             label = cell["format"] + (f" #{cell['repeat']}" if repeats > 1 else "")

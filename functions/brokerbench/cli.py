@@ -23,7 +23,7 @@ EXIT_OK, EXIT_CELLS_FAILED, EXIT_INVALID, EXIT_ENVIRONMENT, EXIT_INTERRUPTED = 0
 
 console = Console()
 if not console.is_terminal:  # logs and CI: wide enough for the comparison table
-    console = Console(width=160)
+    console = Console(width=180)
 errors = Console(stderr=True, soft_wrap=True)
 
 
@@ -113,7 +113,7 @@ def write_results(results: dict, out_dir: Path) -> Path:
 
 
 def print_results(results: dict) -> None:
-    from .reports.table import comparison_tables
+    from .reports.table import comparison_tables, floor_note
 
     env = results["environment"]
     brokers = ", ".join(f"{b} {t['broker_version']}" for b, t in env.get("brokers", {}).items())
@@ -121,6 +121,9 @@ def print_results(results: dict) -> None:
                   f"{env['host']['cores']} cores {env['host']['cpu_model']}")
     for table in comparison_tables(results):
         console.print(table)
+    note = floor_note(results)
+    if note:
+        console.print(note, style="dim", markup=False, highlight=False)
 
 
 class EventProgress:

@@ -15,7 +15,7 @@ import pytest
 from rich.console import Console
 
 from brokerbench.local.install import lib_dir
-from brokerbench.reports import markdown
+from brokerbench.reports import html, markdown
 from brokerbench.reports.model import PERCENTILES, build_report
 from brokerbench.reports.table import comparison_tables
 from brokerbench.reports.results import build_results
@@ -149,7 +149,9 @@ def test_the_sustainable_rate_search_finds_the_cap(quota, endpoints, store):
     console = Console(width=250, record=True)
     for table in comparison_tables(results):
         console.print(table)
-    assert f"max sustainable {found:,.0f} msgs/s ({len(steps)} steps)" in console.export_text()
+    held = cell["search"]["sustainable_for_s"]
+    assert f"max sustainable {found:,.0f} msgs/s (held {held:,.0f} s, {len(steps)} steps)" in console.export_text()
+    assert f"<td>max sustainable {found:,.0f} msgs/s (held {held:,.0f} s)</td>" in html.render(report)
 
 
 def test_a_consumer_left_behind_is_undelivered_not_lost_and_its_latency_only_a_lower_bound(quota, endpoints, store):

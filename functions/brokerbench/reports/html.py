@@ -15,7 +15,7 @@ h1{font-size:22px}h2{font-size:18px;margin-top:32px;border-bottom:1px solid #ddd
 table{border-collapse:collapse;margin:8px 0;font-size:13px}td,th{border:1px solid #ddd;padding:3px 7px;text-align:right}
 td:first-child,td:nth-child(2),th{text-align:left}.best{font-weight:700;background:#eef7ee}
 .warn{color:#a15c00}.muted{color:#666}.withheld{color:#888}small{color:#777}
-.bad{color:#b00020;font-weight:700}.charts{display:flex;flex-wrap:wrap;gap:12px}
+.bad{color:#b00020;font-weight:700}.nowrap{white-space:nowrap}.charts{display:flex;flex-wrap:wrap;gap:12px}
 svg.chart{border:1px solid #eee;background:#fff}.title{font-size:13px;font-weight:600}.axis{font-size:11px;fill:#555}
 .tick{font-size:10px;fill:#666}.legend{font-size:10px}.grid{stroke:#eee}.frame{stroke:#999}
 """
@@ -58,14 +58,15 @@ def _ratio_td(c: dict, axis: str) -> str:
 
 def _grid(group: dict, refs: dict) -> str:
     head = ("<tr><th>broker</th><th>format</th><th>bytes</th><th>delivered msgs/s</th><th>MB/s</th><th>e2e p50 ms</th>"
-            "<th>e2e p99 ms</th><th>e2e p99.9 ms</th><th>deliv p99 ms</th><th>pub p99 ms</th><th>delay p99 ms</th><th>enc µs</th>"
-            f"<th>dec µs</th><th>loss</th><th>× {escape(refs['format'])}</th><th>× {escape(refs['broker'])}</th>"
+            "<th>e2e p99 ms</th><th>e2e p99.9 ms</th><th>deliv p99 ms</th><th>pub p99 ms</th><th>delay p99 ms</th><th>enc ns</th>"
+            "<th>enc net ns</th><th>dec ns</th><th>dec net ns</th><th>floor ns (enc / dec)</th>"
+            f"<th>loss</th><th>× {escape(refs['format'])}</th><th>× {escape(refs['broker'])}</th>"
             "<th>verdict</th></tr>")
     rows = []
     for c in group["cells"]:
         if c["status"] == "failed":
             rows.append(f"<tr><td>{escape(c['broker'])}</td><td>{escape(c['format'])}</td>"
-                        f"<td colspan=15 class='bad'>FAILED: {escape('; '.join(c['reasons']))}</td></tr>")
+                        f"<td colspan=18 class='bad'>FAILED: {escape('; '.join(c['reasons']))}</td></tr>")
             continue
         verdict = c["sustainability"]["verdict"]
         css = {"unsustainable": "warn", "inconclusive": "muted"}.get(verdict)
@@ -76,8 +77,9 @@ def _grid(group: dict, refs: dict) -> str:
                     + _td(c, "end_to_end_p50_us", 2, 1000) + _td(c, "end_to_end_p99_us", 2, 1000)
                     + _td(c, "end_to_end_p999_us", 2, 1000) + _td(c, "delivery_p99_us", 2, 1000)
                     + _td(c, "publish_latency_p99_us", 2, 1000)
-                    + _td(c, "publish_delay_p99_us", 2, 1000) + _td(c, "encode_p50_ns", 1, 1000)
-                    + _td(c, "decode_p50_ns", 1, 1000) + _loss_td(c)
+                    + _td(c, "publish_delay_p99_us", 2, 1000)
+                    + "".join(_td(c, name) for name in markdown.CODEC_COLUMNS)
+                    + f"<td class='nowrap'>{escape(markdown.floor_text(c))}</td>" + _loss_td(c)
                     + _ratio_td(c, "format") + _ratio_td(c, "broker")
                     + f"<td>{verdict_html}</td></tr>")
     return f"<table>{head}{''.join(rows)}</table>"
@@ -147,10 +149,12 @@ def _serialization_charts(report: dict) -> list[str]:
         formats = sorted(cells)
         value = lambda f, m, s=1.0: (None if cells[f]["metrics"][m]["median"] is None  # noqa: E731
                                      else cells[f]["metrics"][m]["median"] / s)
-        out.append(bar_chart(f"Serialization cost per message · {size:,} B", formats, [
-            {"name": "encode µs (p50)", "values": [value(f, "encode_p50_ns", 1000) for f in formats]},
-            {"name": "decode µs (p50)", "values": [value(f, "decode_p50_ns", 1000) for f in formats]},
-        ], y_label="µs"))
+        bars = [{"name": name, "values": [value(f, metric, 1000) for f in formats]} for name, metric in
+                (("encode µs (p50)", "encode_p50_ns"), ("encode net µs", "encode_net_p50_ns"),
+                 ("decode µs (p50)", "decode_p50_ns"), ("decode net µs", "decode_net_p50_ns"))]
+        # net of the call floor (model.CODEC_RULE) where it was measured: runs stored before it keep two bars
+        bars = [b for b in bars if "net" not in b["name"] or any(v is not None for v in b["values"])]
+        out.append(bar_chart(f"Serialization cost per message · {size:,} B", formats, bars, y_label="µs"))
         out.append(bar_chart(f"Encoded size · {size:,} B", formats,
                              [{"name": "bytes", "values": [value(f, "encoded_bytes") for f in formats]}], y_label="bytes"))
     return out
@@ -250,11 +254,24 @@ def _claims_and_rules(report: dict) -> list[str]:
     rules = report.get("rules") or {}
     items = [f"<li><b>{label}.</b> {escape(rules[key])}</li>" for key, label in
              (("sustainability", "Sustainability"), ("claims", "Claims"), ("percentiles", "Percentiles"),
-              ("max_rate", "Max rate"), ("missing", "Missing messages"), ("accounting", "Accounting"))
+              ("max_rate", "Max rate"), ("missing", "Missing messages"), ("accounting", "Accounting"),
+              ("codec", "Codec figures"))
              if rules.get(key)]
     if items:
         parts.append(f"<h2>How to read this report</h2><ul>{''.join(items)}</ul>")
     return parts
+
+
+def _list_items(lines: list[str]) -> str:
+    """Markdown list lines ('- …', nested '  - …') as <li> items, the nested ones in their parent's own list."""
+    items = []
+    for line in lines:
+        if line.startswith("  - ") and items:
+            items[-1][1].append(line[4:])
+        elif line.startswith("- "):
+            items.append((line[2:], []))
+    return "".join(f"<li>{escape(text)}" + (f"<ul>{''.join(f'<li>{escape(n)}</li>' for n in nested)}</ul>"
+                                             if nested else "") + "</li>" for text, nested in items)
 
 
 def render(report: dict) -> str:
@@ -271,8 +288,10 @@ def render(report: dict) -> str:
     parts.append("<h2>Comparison</h2>")
     for group in report["groups"]:
         note = f"<p><i>{escape(group['note'])}</i></p>" if group.get("note") else ""
-        shapes = "".join(f"<li>{escape(line[2:])}</li>" for line in markdown.shape_lines(group) if line)
+        searches = _list_items(markdown.search_lines(group))
+        shapes = _list_items(markdown.shape_lines(group))
         parts.append(f"<h3>{escape(group['title'])}</h3>{note}{_grid(group, report['references'])}"
+                     + (f"<ul class='searches'>{searches}</ul>" if searches else "")
                      + (f"<ul class='shapes'>{shapes}</ul>" if shapes else "")
                      + f"<div class='charts'>{_spectrum_chart(group)}</div>")
     parts += _resources_section(report)

@@ -27,6 +27,16 @@ def _metric(cell: dict, name: str, digits=0, scale=1.0) -> str:
     return text
 
 
+def floor_text(config: dict) -> str:
+    """The median call floor (model.CODEC_RULE) as 'encode / decode' ns, or a dash when a repeat has none."""
+    floor = config.get("codec_floor_ns")
+    return "–" if not floor else f"{_num(floor['encode_ns'], 1)} / {_num(floor['decode_ns'], 1)}"
+
+
+# The grid's codec columns, in ns: each measured p50 beside its net figure (model.NET_METRICS); then the floor.
+CODEC_COLUMNS = ("encode_p50_ns", "encode_net_p50_ns", "decode_p50_ns", "decode_net_p50_ns")
+
+
 def _ratio(cell: dict, axis: str, name: str) -> str:
     ratio = cell.get("ratios", {}).get(axis, {}).get(name)
     return "–" if ratio is None else f"{ratio:.2f}×"
@@ -233,13 +243,31 @@ def claims_section(report: dict) -> list[str]:
 def rules_section(report: dict) -> list[str]:
     rules = report.get("rules") or {}
     names = (("sustainability", "Sustainability"), ("claims", "Claims"), ("percentiles", "Percentiles"),
-             ("max_rate", "Max rate"), ("missing", "Missing messages"), ("accounting", "Accounting"))
+             ("max_rate", "Max rate"), ("missing", "Missing messages"), ("accounting", "Accounting"),
+             ("codec", "Codec figures"))
     return ["## How to read this report", ""] + [f"- **{label}.** {rules[key]}" for key, label in names
                                                   if rules.get(key)] + [""]
 
 
+def search_text(c: dict) -> str:
+    """A rate search's result: 'max sustainable N msgs/s (held D s)'; over repeats, the median rate and the range
+    of the seconds each repeat's rate held (its sustainable steps' measured seconds)."""
+    found = (c.get("max_sustainable_rate") or {}).get("median")
+    if found is None:
+        return "no sustainable rate found"
+    searches = [s for s in c.get("searches") or [] if s.get("max_sustainable_rate") is not None]
+    held = [s["sustainable_for_s"] for s in searches if s.get("sustainable_for_s") is not None]
+    parts = [f"median of {len(searches)} repeats"] if len(searches) > 1 else []
+    if held:
+        low, high = min(held), max(held)
+        parts.append(f"held {low:,.0f} s" if round(low) == round(high) else f"held {low:,.0f}–{high:,.0f} s")
+    return f"max sustainable {found:,.0f} msgs/s" + (f" ({', '.join(parts)})" if parts else "")
+
+
 def verdict_text(c: dict) -> str:
     verdict = c["sustainability"]["verdict"]
+    if verdict == "search":
+        verdict = search_text(c)
     if verdict in ("unsustainable", "inconclusive"):
         mark = "⚠ " if verdict == "unsustainable" else ""
         verdict = f"{mark}{verdict}: " + "; ".join(c["sustainability"]["reasons"])
@@ -274,11 +302,12 @@ def render(report: dict) -> str:
                   f"(same format).", "",
                   "| broker | format | bytes | delivered msgs/s | MB/s | e2e p50 ms | e2e p99 ms | e2e p99.9 ms | deliv p99 ms "
                   "| pub p99 ms "
-                  "| delay p99 ms | enc µs | dec µs | loss | vs format | vs broker | verdict |",
-                  "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
+                  "| delay p99 ms | enc ns | enc net ns | dec ns | dec net ns | floor ns (enc / dec) | loss "
+                  "| vs format | vs broker | verdict |",
+                  "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
         for c in group["cells"]:
             if c["status"] == "failed":
-                lines.append(f"| {c['broker']} | {c['format']} | " + "– | " * 14 + f"FAILED: {'; '.join(c['reasons'])} |")
+                lines.append(f"| {c['broker']} | {c['format']} | " + "– | " * 17 + f"FAILED: {'; '.join(c['reasons'])} |")
                 continue
             lines.append(
                 f"| {c['broker']} | {c['format']} | {_metric(c, 'encoded_bytes')} | {_metric(c, 'throughput_msgs_per_s')} | "
@@ -286,7 +315,7 @@ def render(report: dict) -> str:
                 f"{_metric(c, 'end_to_end_p99_us', 2, 1000)} | {_metric(c, 'end_to_end_p999_us', 2, 1000)} | "
                 f"{_metric(c, 'delivery_p99_us', 2, 1000)} | {_metric(c, 'publish_latency_p99_us', 2, 1000)} | "
                 f"{_metric(c, 'publish_delay_p99_us', 2, 1000)} | "
-                f"{_metric(c, 'encode_p50_ns', 1, 1000)} | {_metric(c, 'decode_p50_ns', 1, 1000)} | {loss_text(c)} | "
+                f"{' | '.join(_metric(c, name) for name in CODEC_COLUMNS)} | {floor_text(c)} | {loss_text(c)} | "
                 f"{_ratio(c, 'format', 'throughput_msgs_per_s')} | {_ratio(c, 'broker', 'throughput_msgs_per_s')} | "
                 f"{verdict_text(c)} |")
         lines.append("")

@@ -96,6 +96,20 @@ METRICS = {
 }
 
 
+# Codec figures net of the timed call's own cost around a no-op (codecs.floor): each is the median over repeats of
+# a repeat's p50 less that repeat's floor (results.encode_net_ns). Shown beside the measured figures, never claimed
+# on (the claims compare the measured ones).
+NET_METRICS = {"encode_net_p50_ns": ("encode_p50_ns", "encode_net_ns"),
+               "decode_net_p50_ns": ("decode_p50_ns", "decode_net_ns")}
+CODEC_RULE = (
+    "Encode and decode are timed as two clock reads around one call, which cost something whatever the codec "
+    "does. Each cell also times the same call around a no-op on its own loops (the call floor, codecs/floor.py). "
+    "enc and dec show the p50 as measured, enc net and dec net the p50 less that cell's floor (the median over "
+    "repeats), and floor the median floor, encode / decode. A dash: the cell was stored before the floor was "
+    "measured, so no net figure is known."
+)
+
+
 @cache
 def min_samples(percentile: float) -> int:
     """The smallest sample that supports a percentile: 10 values beyond it (1 for the maximum)."""
@@ -296,6 +310,28 @@ def _lower_bound(name: str, done: list[dict], counts: dict[str, dict]) -> float 
     return float(statistics.median(values)) if values else None
 
 
+def _net_metrics(done: list[dict], by_repeat: dict, metrics: dict) -> dict:
+    """NET_METRICS of a configuration, over the repeats whose measured p50 counts: None unless each of them has its
+    net figure (a repeat stored before the floor has none), and withheld where the measured p50 is."""
+    out = {}
+    for name, (measured, field) in NET_METRICS.items():
+        values = [(c.get(field) or {}).get("p50") for c, v in zip(done, by_repeat[measured]) if v is not None]
+        out[name] = _median_ci(values if all(v is not None for v in values) else [])
+        if metrics[measured].get("withheld"):
+            out[name]["withheld"] = metrics[measured]["withheld"]
+    return out
+
+
+def _codec_floor(done: list[dict]) -> dict | None:
+    """The median call floor (codecs.floor) over the repeats, encode and decode, in ns; None when a repeat has
+    none."""
+    floors = [c.get("codec_floor_ns") for c in done]
+    if not floors or any(not f for f in floors):
+        return None
+    return {"encode_ns": float(statistics.median(f["encode_ns"] for f in floors)),
+            "decode_ns": float(statistics.median(f["decode_ns"] for f in floors)), "n": len(floors)}
+
+
 def _merged_latency(blob_maps: list[dict], cache: dict, missing: int = 0) -> dict:
     """Per latency field, the exact merge of the repeats' cumulative histograms (stored, encoded), and its
     figures; a merge of one non-empty histogram (in brokerbench's layout) is that histogram, already figured.
@@ -383,6 +419,7 @@ def _configuration(cells: list[dict], completed_events: dict[str, dict], interva
         bound = _lower_bound(name, done, counts)
         if bound is not None:  # a repeat's figure is only a lower bound: so is the configuration's, never a value
             metrics[name].update(median=None, ci_low=None, ci_high=None, lower_bound=bound)
+    metrics.update(_net_metrics(done, by_repeat, metrics))
     loss = _loss(done)
     publish_only = any(c.get("publish_only") for c in done)
     return {
@@ -399,6 +436,7 @@ def _configuration(cells: list[dict], completed_events: dict[str, dict], interva
         "latency_basis": "enqueue" if first["rate_target"] == "max" else
                          (done[0].get("latency_basis", "intended") if done else "intended"),
         "metrics": metrics,
+        "codec_floor_ns": _codec_floor(done),
         "values_by_repeat": by_repeat,
         "latency": _merged_latency(list(blobs.values()), cache, _missing(done)),
         "sent": sum(c["sent"] for c in done),
@@ -679,7 +717,7 @@ def build_report(events: list[dict]) -> dict:
         "claims": family,
         "rules": {"sustainability": verdict.RULE, "claims": CLAIMS_RULE, "percentiles": PERCENTILE_RULE,
                   "missing": MISSING_RULE, "accounting": ACCOUNTING_RULE,
-                  "max_rate": MAX_RATE_NOTE},
+                  "max_rate": MAX_RATE_NOTE, "codec": CODEC_RULE},
         "configurations_with_loss": [c["key"] for c in configurations if c["has_loss"]],
         "groups": groups,
         "cost": cost_estimate(events),

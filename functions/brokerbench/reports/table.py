@@ -26,8 +26,35 @@ def _ms(us: float | None) -> str:
     return "-" if us is None else f"{us / 1000:.2f}"
 
 
-def _us(ns: float | None) -> str:
-    return "-" if ns is None else f"{ns / 1000:.1f}"
+def _ns(ns: float | None) -> str:
+    return "-" if ns is None else f"{ns:,.0f}"
+
+
+def codec_cell(cell: dict, field: str) -> str:
+    """The p50 as measured / net of the cell's call floor (results.encode_net_ns), in ns; the net '-' for a cell
+    stored before the floor was measured."""
+    measured = percentile(cell, field, "p50", _ns)
+    if cell.get(field, {}).get("p50") is None or measured.startswith("[dim]"):  # nothing measured, or withheld
+        return measured
+    return f"{measured} / {_ns((cell.get(field.replace('_ns', '_net_ns')) or {}).get('p50'))}"
+
+
+def _range(values: list[float]) -> str:
+    low, high = min(values), max(values)
+    return f"{low:,.1f}" if round(low, 1) == round(high, 1) else f"{low:,.1f}–{high:,.1f}"
+
+
+def floor_note(results: dict) -> str | None:
+    """The call floor the codec columns' net figures are net of, named once: its range over the run's cells."""
+    done = [c for c in results["cells"] if c["status"] == "completed"]
+    floors = [c["codec_floor_ns"] for c in done if c.get("codec_floor_ns")]
+    if not done:
+        return None
+    text = "enc / dec ns: the p50 as measured / net of its cell's call floor (two clock reads around a no-op call"
+    if floors:
+        text += (f": encode {_range([f['encode_ns'] for f in floors])} ns, decode "
+                 f"{_range([f['decode_ns'] for f in floors])} ns in this run")
+    return text + ")" + ("; net '-': stored before the floor was measured" if len(floors) < len(done) else "")
 
 
 def _group_key(cell: dict):
@@ -85,7 +112,9 @@ def verdict_cell(cell: dict) -> str:
     if cell["rate_target"] == "sustainable":  # a search: the rate found is the result
         found = cell.get("max_sustainable_rate")
         steps = len((cell.get("search") or {}).get("steps", []))
-        return f"max sustainable {found:,.0f} msgs/s ({steps} steps)" if found else "[red]none found[/]"
+        held = (cell.get("search") or {}).get("sustainable_for_s")
+        held = f"held {held:,.0f} s, " if held is not None else ""
+        return f"max sustainable {found:,.0f} msgs/s ({held}{steps} steps)" if found else "[red]none found[/]"
     verdict = cell.get("verdict")
     if verdict is None:  # results stored before the verdict: only the rate can be checked
         if cell["rate_target"] == "max":
@@ -130,9 +159,9 @@ def comparison_tables(results: dict) -> list[Table]:
                       title_justify="left", header_style="bold")
         for name, justify in [("broker", "left"), ("format", "left"), ("bytes", "right"), ("delivered msgs/s", "right"),
                               ("MB/s", "right"), ("e2e p50 ms", "right"), ("e2e p99 ms", "right"),
-                              ("e2e p99.9 ms", "right"), ("deliv p99 ms", "right"), ("delay p99 ms", "right"), ("enc µs", "right"),
-                              ("dec µs", "right"), ("loss", "right"), ("status", "left")]:
-            table.add_column(name, justify=justify)
+                              ("e2e p99.9 ms", "right"), ("deliv p99 ms", "right"), ("delay p99 ms", "right"),
+                              ("enc ns / net", "right"), ("dec ns / net", "right"), ("loss", "right"), ("status", "left")]:
+            table.add_column(name, justify=justify, no_wrap=name.endswith("/ net"))  # measured / net on one line
         for cell in group:
             label = cell["format"] + (f" #{cell['repeat']}" if repeats > 1 else "")
             if cell["status"] != "completed":
@@ -147,7 +176,7 @@ def comparison_tables(results: dict) -> list[Table]:
                 percentile(cell, "end_to_end_latency_us", "p999", _ms),
                 percentile(cell, "delivery_latency_us", "p99", _ms),
                 percentile(cell, "publish_delay_us", "p99", _ms),
-                percentile(cell, "encode_ns", "p50", _us), percentile(cell, "decode_ns", "p50", _us),
+                codec_cell(cell, "encode_ns"), codec_cell(cell, "decode_ns"),
                 loss_cell(cell), verdict_cell(cell),
             )
         tables.append(table)

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import socket
 import subprocess
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -19,6 +20,7 @@ from pathlib import Path
 
 from brokerbench.local.install import toxiproxy_path
 from brokerbench.local.stack import free_port
+from brokerbench.runner import RunHooks
 
 HOST = "127.0.0.1"
 STREAMS = ("upstream", "downstream")  # client → server, server → client
@@ -112,3 +114,39 @@ class Toxiproxy:
                 self.process.kill()
                 self.process.wait()
         self.log.close()
+
+
+class ClimbingDelay(RunHooks):
+    """Run hooks that climb a proxy's upstream delay during a cell: from the moment the cell reports `phase`
+    ("warm-up" or "measuring"), the delay starts at `first_ms` and is multiplied by `factor` every `step_s`, up to
+    `max_ms`, which it then holds. `set_ms` lists the delays set, in order."""
+
+    def __init__(self, toxiproxy: Toxiproxy, proxy: str, phase: str, first_ms: float, factor: float,
+                 step_s: float, max_ms: float) -> None:
+        self.toxiproxy, self.proxy, self.phase = toxiproxy, proxy, phase
+        self.first_ms, self.factor, self.step_s, self.max_ms = first_ms, factor, step_s, max_ms
+        self.started, self.done = threading.Event(), threading.Event()
+        self.set_ms: list[float] = []
+        self.thread = threading.Thread(target=self._climb, daemon=True)
+        self.thread.start()
+
+    def cell_progress(self, progress) -> None:
+        if progress.phase == self.phase:
+            self.started.set()
+
+    def _climb(self) -> None:
+        if not self.started.wait(120):
+            return
+        began, delay = time.monotonic(), self.first_ms
+        while not self.done.is_set() and delay <= self.max_ms:
+            self.toxiproxy.latency(self.proxy, delay, "upstream")
+            self.set_ms.append(delay)
+            delay *= self.factor
+            self.done.wait(max(0.0, began + self.step_s * len(self.set_ms) - time.monotonic()))
+
+    def stop(self) -> None:
+        """Ends the climb and takes the delay away."""
+        self.done.set()
+        self.started.set()
+        self.thread.join(30)
+        self.toxiproxy.latency(self.proxy, 0, "upstream")

@@ -10,47 +10,12 @@ level, calls the rise unclear, which makes the verdict inconclusive.
 
 from __future__ import annotations
 
-import threading
-import time
-
-from brokerbench.runner import RunHooks, execute_run
+from brokerbench.runner import execute_run
 from brokerbench.verdict import interval_inputs, sustainability
+from toxiproxy import ClimbingDelay
 
 RATE = 200
 DURATION_S = 6
-
-
-class _Ramp(RunHooks):
-    """Doubles the proxy's upstream delay every second once the cell reports that it measures."""
-
-    def __init__(self, toxiproxy, proxy: str) -> None:
-        self.toxiproxy, self.proxy = toxiproxy, proxy
-        self.measuring = threading.Event()
-        self.done = threading.Event()
-        self.set_ms: list[int] = []
-        self.thread = threading.Thread(target=self._climb, daemon=True)
-        self.thread.start()
-
-    def cell_progress(self, progress) -> None:
-        if progress.phase == "measuring":
-            self.measuring.set()
-
-    def _climb(self) -> None:
-        if not self.measuring.wait(120):
-            return
-        started = time.monotonic()
-        delay = 1
-        while not self.done.is_set() and delay <= 2 ** (DURATION_S + 1):
-            self.toxiproxy.latency(self.proxy, delay, "upstream")
-            self.set_ms.append(delay)
-            delay *= 2
-            self.done.wait(max(0.0, started + len(self.set_ms) - time.monotonic()))
-
-    def stop(self) -> None:
-        self.done.set()
-        self.measuring.set()
-        self.thread.join(30)
-        self.toxiproxy.latency(self.proxy, 0, "upstream")
 
 
 def test_a_latency_that_doubles_every_second_is_never_sustainable(endpoints, store, toxiproxy):
@@ -61,7 +26,8 @@ def test_a_latency_that_doubles_every_second_is_never_sustainable(endpoints, sto
     spec = {"name": "it-climbing-latency", "brokers": ["slow-redis"], "sizes": [1024], "formats": ["raw"],
             "rates": [RATE], "modes": ["batch"], "duration_s": DURATION_S, "warmup_s": 1,
             "warmup_until_steady": False, "drain_timeout_s": 10, "targets": {"slow-redis": target}}
-    ramp = _Ramp(toxiproxy, "climbing-redis")
+    ramp = ClimbingDelay(toxiproxy, "climbing-redis", "measuring", first_ms=1, factor=2, step_s=1,
+                         max_ms=2 ** (DURATION_S + 1))
     try:
         outcome = execute_run(spec, {**endpoints, "slow-redis": target}, store, hooks=ramp)
     finally:

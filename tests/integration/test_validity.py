@@ -10,8 +10,9 @@ import redis
 
 from brokerbench.events import new_run_id
 from brokerbench.reports.results import build_results
-from brokerbench.runner import RunHooks, execute_run
+from brokerbench.runner import execute_run
 from brokerbench.worker.cell import topic_name
+from toxiproxy import ClimbingDelay
 
 def run(spec, endpoints, store, run_id=None):
     outcome = execute_run(spec, endpoints, store, run_id=run_id)
@@ -96,39 +97,6 @@ def test_an_adaptive_warm_up_is_bounded_and_every_message_is_accounted_for(endpo
         assert count["difference"] == 0 and count["observed"] > 3000  # warm-up messages are in the topic too
 
 
-class _ClimbDuringWarmUp(RunHooks):
-    """Triples Toxiproxy's upstream delay every half second from the moment the cell starts warming up, up to
-    MAX_CLIMB_MS, which it then holds: each warm-up window's p99 is about three times the one before."""
-
-    STEP_S, FIRST_MS, MAX_CLIMB_MS = 0.5, 2, 200
-
-    def __init__(self, toxiproxy, proxy: str) -> None:
-        self.toxiproxy, self.proxy = toxiproxy, proxy
-        self.warming, self.done = threading.Event(), threading.Event()
-        self.set_ms: list[int] = []
-        self.thread = threading.Thread(target=self._climb, daemon=True)
-        self.thread.start()
-
-    def cell_progress(self, progress) -> None:
-        if progress.phase == "warm-up":
-            self.warming.set()
-
-    def _climb(self) -> None:
-        if not self.warming.wait(120):
-            return
-        started, delay = time.monotonic(), self.FIRST_MS
-        while not self.done.is_set() and delay <= self.MAX_CLIMB_MS:
-            self.toxiproxy.latency(self.proxy, delay, "upstream")
-            self.set_ms.append(delay)
-            delay *= 3
-            self.done.wait(max(0.0, started + self.STEP_S * len(self.set_ms) - time.monotonic()))
-
-    def stop(self) -> None:
-        self.done.set()
-        self.warming.set()
-        self.thread.join(30)
-
-
 def test_a_warm_up_that_never_settles_ends_at_its_bound(endpoints, store, toxiproxy):
     """Latency that climbs through the whole warm-up: Toxiproxy, between the clients and a real Redis, triples its
     delay every half second (2, 6, 18, 54, 162 ms), so no three half-second p99s agree and the warm-up runs to
@@ -140,13 +108,12 @@ def test_a_warm_up_that_never_settles_ends_at_its_bound(endpoints, store, toxipr
     spec = {"name": "it-unsettled", "brokers": ["climbing-redis"], "sizes": [1024], "formats": ["raw"],
             "rates": [200], "duration_s": 2, "warmup_s": 0.5, "warmup_max_s": 2, "drain_timeout_s": 5,
             "targets": {"climbing-redis": target}}
-    climb = _ClimbDuringWarmUp(toxiproxy, "warming-redis")
+    climb = ClimbingDelay(toxiproxy, "warming-redis", "warm-up", first_ms=2, factor=3, step_s=0.5, max_ms=200)
     try:
         outcome = execute_run(spec, {**endpoints, "climbing-redis": target}, store, hooks=climb)
         results = build_results(store.read(outcome.run_id))
     finally:
         climb.stop()
-        toxiproxy.latency("warming-redis", 0, "upstream")
     assert len(climb.set_ms) >= 4, climb.set_ms  # the delay climbed through the warm-up's bound
     [cell] = results["cells"]
     assert cell["status"] == "completed", cell.get("reason")

@@ -29,6 +29,9 @@ test: setup
 	@$(BIN)/python -m brokerbench.local.install --with-browser
 	$(BIN)/pytest -q --durations=40
 
+# The fast tier: tests/unit needs no service (the in-memory event store stands in for DynamoDB). 548 tests took
+# 6 min 15 s wall (1 min 19 s of CPU) on 2 shared cores at a load average of 22 (2026-11-26).
+# `pytest -m "not slow"` runs everything but the slow tier (tests/conftest.py names its modules).
 unit: setup
 	$(BIN)/pytest -q tests/unit
 

@@ -1,7 +1,16 @@
 """Fixtures for the real local stack: one Kafka, Redis and DynamoDB Local per test session, stopped at the end;
-the other brokers (Pulsar, Kafka with ZooKeeper) only for the modules that use them."""
+the other brokers (Pulsar, Kafka with ZooKeeper) only for the modules that use them. A session whose tests need only
+the event store (`store`) starts DynamoDB Local alone.
+
+Test tiers (markers, applied here by path, so a new module is in its tier without a decorator):
+- `integration`: every test under tests/integration (a real Kafka, Redis, Pulsar or DynamoDB Local).
+- `slow`: the modules in SLOW_MODULES: scaled study runs, fault injection (brokers, workers or the event store
+  killed mid-run) and long cells (a broker-enforced cap or a proxy's delay measured over many seconds); each
+  takes a minute or more of a full run. `pytest -m "not slow"` leaves them out, `make unit` runs neither tier.
+"""
 
 import secrets
+from pathlib import Path
 
 import pytest
 
@@ -9,14 +18,35 @@ from brokerbench.events.dynamodb import DynamoEventStore
 from brokerbench.local.stack import LocalStack
 
 CORE_SERVICES = ["kafka", "redis", "dynamodb"]
+INTEGRATION_DIR = Path(__file__).parent / "integration"
+SLOW_MODULES = {
+    "test_study_run.py", "test_study_suites_run.py",  # scaled study runs (1-2.5 min each)
+    "test_faults.py", "test_step_faults.py", "test_kill_ec2_worker.py",  # fault injection
+    "test_quota.py", "test_latency_truth.py",  # long cells: a Kafka quota's cap, a Toxiproxy delay
+}
+
+
+def pytest_collection_modifyitems(items):
+    for item in items:
+        path = Path(item.path)
+        if INTEGRATION_DIR in path.parents:
+            item.add_marker(pytest.mark.integration)
+            if path.name in SLOW_MODULES:
+                item.add_marker(pytest.mark.slow)
 
 
 @pytest.fixture(scope="session")
-def stack(tmp_path_factory):
+def local_stack(tmp_path_factory):
+    """The session's local stack, nothing started yet; every service the session started stops at its end."""
     local = LocalStack(tmp_path_factory.mktemp("stack"))
-    local.up(services=CORE_SERVICES, log=lambda m: None)
     yield local
     local.down(log=lambda m: None)
+
+
+@pytest.fixture(scope="session")
+def stack(local_stack):
+    local_stack.up(services=CORE_SERVICES, log=lambda m: None)
+    return local_stack
 
 
 @pytest.fixture(scope="module")
@@ -39,9 +69,18 @@ def endpoints(stack):
 
 
 @pytest.fixture(scope="session")
-def store(endpoints):
-    db = endpoints["dynamodb"]
-    events = DynamoEventStore(f"bb-test-{secrets.token_hex(4)}", endpoint_url=db["endpoint_url"])
+def event_store_endpoint(request, local_stack):
+    """DynamoDB Local's endpoint. When a collected test needs the whole stack, the stack's DynamoDB Local (one per
+    session, whichever test comes first); otherwise DynamoDB Local started alone (about 5 s, no broker)."""
+    if any("stack" in item.fixturenames for item in request.session.items):
+        return request.getfixturevalue("stack").endpoints(required=["dynamodb"])["dynamodb"]
+    return local_stack.up(services=["dynamodb"], log=lambda m: None)["dynamodb"]
+
+
+@pytest.fixture(scope="session")
+def store(event_store_endpoint):
+    """A table of its own on DynamoDB Local. Needs no broker: a test that runs cells asks for `endpoints` too."""
+    events = DynamoEventStore(f"bb-test-{secrets.token_hex(4)}", endpoint_url=event_store_endpoint["endpoint_url"])
     events.ensure_table()
     yield events
     events.client.delete_table(TableName=events.table)

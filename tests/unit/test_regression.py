@@ -10,7 +10,8 @@ import math
 import numpy as np
 import pytest
 
-from brokerbench.events import AppendResult, make_event
+from brokerbench.events import make_event
+from brokerbench.events.memory import MemoryEventStore
 from brokerbench.reports import regression as R
 from brokerbench.reports.model import build_report
 from brokerbench.reports.synthetic import synthetic_run
@@ -250,32 +251,6 @@ SPEC = {"name": "aa", "brokers": ["kafka", "redis-streams"], "sizes": [1024], "r
         "formats": ["raw", "json"], "repeats": 3}
 
 
-class MemoryStore:
-    """The EventStore port in memory (conditional writes by event id, the suite index)."""
-
-    def __init__(self):
-        self.events = {}
-
-    def append(self, events):
-        result = AppendResult()
-        for event in events:
-            if event["event_id"] in self.events:
-                result.skipped += 1
-            else:
-                self.events[event["event_id"]] = event
-                result.written += 1
-        return result
-
-    def read(self, run_id, prefix=None, interval_histograms=True):
-        return sorted((e for e in self.events.values() if e["run_id"] == run_id and e["sk"].startswith(prefix or "")),
-                      key=lambda e: e["sk"])
-
-    def list_runs(self, limit=50, suite=None):
-        runs = [e for e in self.events.values() if e["type"] == "RunRequested"
-                and (suite is None or (e["data"].get("suite") or e["data"]["spec"].get("name")) == suite)]
-        return sorted(runs, key=lambda e: e["run_id"], reverse=True)[:limit]
-
-
 def run_id(i):
     return f"20250101T{i:06d}Z-abcdef"
 
@@ -290,7 +265,7 @@ def on_host(events, cpu_model):
 
 @pytest.fixture(scope="module")
 def stored():
-    store = MemoryStore()
+    store = MemoryEventStore()
     for i in range(12):
         store.append(synthetic_run(SPEC, intervals=5, seed=i, run_id=run_id(i)))
     store.append(on_host(synthetic_run(SPEC, intervals=5, seed=50, run_id=run_id(12)), "another CPU"))

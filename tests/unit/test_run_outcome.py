@@ -11,7 +11,7 @@ import pytest
 
 from brokerbench import config
 from brokerbench.cli import EXIT_CELLS_FAILED, EXIT_OK, EventProgress, run_exit_code
-from brokerbench.events import AppendResult
+from brokerbench.events.memory import MemoryEventStore
 from brokerbench.local.stack import LocalStack, StackBusy
 from brokerbench.reports.synthetic import synthetic_run
 from brokerbench.spec import expand, validate
@@ -22,34 +22,22 @@ SPEC = {"name": "outcome", "brokers": ["kafka", "redis-streams"], "sizes": [1024
         "formats": ["raw", "json"], "repeats": 2}
 
 
-class MemoryStore:
-    """The EventStore port in memory, with the DynamoDB adapter's read semantics (sort-key order,
-    prefix, exclusive `after`). Counts what each read returns."""
+class CountingStore(MemoryEventStore):
+    """The in-memory event store, counting the events each read returns and naming each event offered to append."""
 
     def __init__(self, events=()):
-        self.events = {e["sk"]: e for e in events}
         self.returned = 0
         self.appended: list[str] = []
+        super().__init__(events)
 
     def append(self, events):
-        result = AppendResult()
-        for event in events:
-            self.appended.append(event["type"])
-            if event["sk"] in self.events:
-                result.skipped += 1
-            else:
-                self.events[event["sk"]] = event
-                result.written += 1
-        return result
+        self.appended += [e["type"] for e in events]
+        return super().append(events)
 
-    def read(self, run_id, prefix=None, interval_histograms=True, after=None):
-        out = [e for sk, e in sorted(self.events.items())
-               if (prefix is None or sk.startswith(prefix)) and (after is None or sk > after)]
+    def read(self, run_id, *args, **kwargs):
+        out = super().read(run_id, *args, **kwargs)
         self.returned += len(out)
         return out
-
-    def list_runs(self, limit=50, suite=None):
-        return []
 
 
 # -- exit codes ------------------------------------------------------------------------------
@@ -81,7 +69,7 @@ def test_the_exit_code_comes_from_the_stored_result_and_the_workflow(status, wor
 def finished_cells():
     """A run whose cells all ended, and nothing after them (what Aggregate finds)."""
     events = [e for e in synthetic_run(SPEC, intervals=3) if e["type"] not in ("RunCompleted", "RunFailed")]
-    return MemoryStore(events), events[0]["run_id"]
+    return CountingStore(events), events[0]["run_id"]
 
 
 class Sink:
@@ -111,7 +99,7 @@ def test_aggregate_publishes_then_writes_the_end_and_the_files_show_it(finished_
     assert store.appended[-2:] == ["ReportBuilt", "RunCompleted"]
     results = json.loads(sink.files["results.json"])
     assert results["status"] == "completed"  # built with the end it was about to get
-    stored_end = next(e for e in store.events.values() if e["type"] == "RunCompleted")
+    stored_end = next(e for e in store.read(run_id) if e["type"] == "RunCompleted")
     assert results["finished_at"] == stored_end["at"]
     report = json.loads(sink.files["report.json"])
     assert report["regression_check"] == json.loads(sink.files["regression.json"])  # passed through as is
@@ -126,7 +114,7 @@ def test_a_failure_while_publishing_leaves_the_run_end_free_for_run_failed(finis
         steps.aggregate({"run_id": run_id})
     assert "RunCompleted" not in store.appended
     steps.record_run_failed({"run_id": run_id, "failure": {"Error": "OSError", "Cause": "disk full writing report.html"}})
-    [end] = [e for e in store.events.values() if e["type"] in ("RunCompleted", "RunFailed")]
+    [end] = [e for e in store.read(run_id) if e["type"] in ("RunCompleted", "RunFailed")]
     assert end["type"] == "RunFailed" and "disk full" in end["data"]["reason"]
 
 
@@ -160,7 +148,7 @@ def test_progress_reads_each_event_once_and_follows_the_shuffled_order():
     requested, rest = events[0], events[1:]
     cells = requested["data"]["cells"]
     assert [c["index"] for c in cells] != sorted(c["index"] for c in cells)  # a shuffled run
-    store = MemoryStore([requested])
+    store = CountingStore([requested])
     progress = EventProgress(store, requested["run_id"], Bars())
     progress.poll()
     by_cell = {}
@@ -181,7 +169,7 @@ def test_progress_reads_each_event_once_and_follows_the_shuffled_order():
 
 
 def test_progress_of_a_run_not_stored_yet_waits_for_its_header():
-    store = MemoryStore()
+    store = CountingStore()
     progress = EventProgress(store, "20260101T000000Z-abcdef", Bars())
     progress.poll()
     progress.poll()

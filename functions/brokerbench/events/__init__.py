@@ -174,7 +174,8 @@ class AppendResult:
 
 
 class EventStore(Protocol):
-    """The port the core writes to and reads from; adapters: DynamoDB (AWS or DynamoDB Local)."""
+    """The port the core writes to and reads from; adapters: DynamoDB (AWS or DynamoDB Local) and memory. What every
+    adapter promises is written in events/memory.py and tested on both by tests/integration/test_event_store_contract.py."""
 
     def append(self, events: list[dict]) -> AppendResult: ...
 

@@ -3,7 +3,7 @@
 Writes are conditional (attribute_not_exists) inside TransactWriteItems batches, so a retried
 or replayed event is skipped rather than written twice; items that failed only because another
 item of their batch cancelled the transaction are sent again. The same code serves AWS and
-DynamoDB Local; only the endpoint differs.
+DynamoDB Local; only the endpoint differs. The contract it shares with the memory store: events/memory.py.
 """
 
 from __future__ import annotations
@@ -129,11 +129,17 @@ class DynamoEventStore:
         }
 
     def append(self, events: list[dict]) -> AppendResult:
+        for event in events:  # all of them first: an invalid event leaves the whole append unwritten
+            validate(event)
         result = AppendResult()
         batch: list[dict] = []
         size = 0
+        keys: set[tuple[str, str]] = set()
         for event in events:
-            validate(event)
+            if (event["run_id"], event["sk"]) in keys:  # a transaction cannot write one key twice: the first stays
+                result.skipped += 1
+                continue
+            keys.add((event["run_id"], event["sk"]))
             item = self._item(event)
             item_size = len(item["data"]["S"]) + 200
             if batch and (len(batch) >= TRANSACTION_ITEMS or size + item_size > TRANSACTION_BYTES):

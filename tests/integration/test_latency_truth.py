@@ -1,17 +1,21 @@
 """Latency figures checked against an independent truth: Toxiproxy adds a known delay between the clients and a
-real Redis and a real Kafka, and the tool's publish and end-to-end p50s must grow by exactly that delay over
-the same broker reached directly, measured in the same run.
+real Redis, a real Kafka and a real Pulsar, and the tool's publish and end-to-end p50s must grow by exactly that
+delay over the same broker reached directly, measured in the same run.
 
 The delay is LATENCY_MS on the upstream stream only (client → broker). Then:
 - publish (send → acknowledgement): the request reaches the broker LATENCY_MS later and the answer comes back
   as fast as before: publish p50 = direct p50 + LATENCY_MS, at any rate (both senders pipeline: Redis keeps up
-  to 100 XADDs unanswered, Kafka up to 5 requests of linger-5 ms batches).
+  to 100 XADDs unanswered, Kafka up to 5 requests of linger-5 ms batches, Pulsar up to 10,000 messages in
+  batches of up to 5 ms).
 - end to end (intended send → consumer): the message reaches the broker LATENCY_MS later, and the consumer's
   blocking read (XREADGROUP BLOCK, a Kafka long-poll fetch) is waiting there for it, provided the consumer's own
   next read (sent when the previous message came, itself LATENCY_MS on its way) arrived first: true when the
   messages are further apart than LATENCY_MS (100 msgs/s: 10 ms > 5 ms), so e2e p50 = direct p50 + LATENCY_MS.
   Closer together (1,000 msgs/s) a message may wait up to LATENCY_MS more for that read: e2e p50 lies between
   direct + LATENCY_MS and direct + 2 x LATENCY_MS.
+  A Pulsar consumer makes no read per message: the broker pushes to it while it holds permits (its receiver
+  queue, 10,000 messages, granted ahead), so no message waits for a request on its way through the proxy, and
+  e2e p50 = direct p50 + LATENCY_MS at both rates: Pulsar's bound at 1,000 msgs/s is the one of 100.
   (A downstream delay, or one both ways, delays the consumer's reads the same way; upstream alone keeps the
   arithmetic exact at the low rate.)
 
@@ -23,9 +27,19 @@ is late by up to a send period (10 ms at 100 msgs/s), and one that misses the pr
 
 Single mode runs at 100 msgs/s only: it keeps one message in flight, so through the proxy it is a 5 ms
 stop-and-wait that falls behind at 1,000 msgs/s (end to end, from the intended time, would then grow with the
-backlog). Pulsar is not proxied: its client
-looks the topic's broker up and connects to the address the broker advertises, so it needs a standalone of its
-own advertising the proxy (advertisedListeners), as Kafka gets here; not done yet.
+backlog). At 100 msgs/s Pulsar's stop-and-wait is its direct receipt (~3 ms: the bookie's journal groups writes
+for up to 1 ms) plus the delay, within the 10 ms period.
+
+Kafka and Pulsar look a partition's broker up and connect to the address they are given, so each gets a broker
+of its own that also advertises the proxy: Kafka a second listener (a client bootstrapping through the proxy is
+answered the proxy's address), Pulsar an advertised listener the proxied target names (listener_name; the lookup
+answers the proxy's port for it). Pulsar's standalone adds a rule of its own: where its answer is a loopback
+address it tells the client to connect through the service URL it was given (proxyThroughServiceUrl), so the
+proxied target's service URL is the proxy and the direct one's the broker. Its own standalone costs what any
+Pulsar module's does (one start, 7-25 s here; Pulsar is not in the session's stack). A new standalone's JVM
+runs its send and dispatch paths interpreted until the JIT has compiled them: the first cells read several ms
+more (a cold one's proxied cells grew by 9.5 and 11.6 ms), so it is warmed up before the run, as Kafka's
+offsets topic is.
 
 The lower bound (p50 grows by at least LATENCY_MS - TOLERANCE_MS) is always asserted: a figure below it misses
 part of a delay that really happened. The upper bound is the defect it guards against, not the exact figure: a
@@ -240,8 +254,12 @@ def test_publish_latency_grows_by_the_proxy_delay(cells, broker, rate):
 def test_end_to_end_latency_grows_by_the_proxy_delay(cells, broker):
     low, high = RATES
     check_added(cells, broker, low, "end_to_end_latency_us")
-    # Messages closer together than the delay may also wait for the consumer's next read (see the docstring).
-    check_added(cells, broker, high, "end_to_end_latency_us", most_ms=2 * LATENCY_MS)
+    # Messages closer together than the delay may also wait for the consumer's next read, except Pulsar's, which
+    # are pushed (see the docstring).
+    if broker == "pulsar":
+        check_added(cells, broker, high, "end_to_end_latency_us")
+    else:
+        check_added(cells, broker, high, "end_to_end_latency_us", most_ms=2 * LATENCY_MS)
 
 
 @pytest.mark.parametrize("rate", RATES)

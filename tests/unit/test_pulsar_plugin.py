@@ -65,6 +65,34 @@ def test_start_binds_the_standalone_to_loopback_on_the_ports_it_was_given(tmp_pa
     assert f"-XX:SharedArchiveFile={local.class_archive()}" in spawned[1][0]
 
 
+def test_a_proxied_listener_is_advertised_beside_the_brokers_own_address(tmp_path, monkeypatch):
+    (tmp_path / "lib").mkdir()
+    monkeypatch.setattr(local, "lib_dir", lambda component: tmp_path / "lib")
+    monkeypatch.setattr(local, "spawn", lambda cmd, cwd, log: 101)
+    local.PulsarService().start(tmp_path, iter([6650, 8080, 3181]).__next__, {"pulsar_proxied_listener": 7000})
+    conf = (tmp_path / "standalone.conf").read_text().splitlines()
+    assert f"advertisedListeners=internal:pulsar://{HOST}:6650,proxied:pulsar://{HOST}:7000" in conf
+    assert "internalListenerName=internal" in conf and "brokerServicePort=6650" in conf
+    assert not [line for line in conf if line.startswith("advertisedAddress=")]  # Pulsar refuses both together
+    for wrong in (6650, "7000", 70000, True):
+        with pytest.raises(local.StackError, match="pulsar_proxied_listener"):
+            local.PulsarService().start(tmp_path, iter([6650, 8080, 3181]).__next__, {"pulsar_proxied_listener": wrong})
+
+
+def test_a_target_may_name_the_listener_its_client_connects_through():
+    target = {"driver": "pulsar", "service_url": "pulsar://10.0.0.7:6650", "admin_url": "http://10.0.0.7:8080"}
+    request = {"brokers": ["far"], "sizes": [1024], "rates": [100], "formats": ["json"]}
+    full = spec.validate({**request, "targets": {"far": {**target, "listener_name": "external_1"}}})
+    assert full["targets"]["far"]["listener_name"] == "external_1"
+    made = driver.PulsarDriver(full["targets"]["far"], CLIENT)
+    assert made.describe()["listener_name"] == "external_1"
+    assert "listener_name" not in driver.PulsarDriver(target, CLIENT).describe()
+    for wrong in ("", "a b", "pulsar://x", 7):
+        with pytest.raises(spec.SpecError) as refused:
+            spec.validate({**request, "targets": {"far": {**target, "listener_name": wrong}}})
+        assert "targets.far.listener_name" in {p.path for p in refused.value.problems}
+
+
 def test_the_installed_version_is_the_broker_jars_not_a_siblings(tmp_path, monkeypatch):
     monkeypatch.setattr(local, "lib_dir", lambda component: tmp_path)
     assert local.PulsarService().installed_version() is None

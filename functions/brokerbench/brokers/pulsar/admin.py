@@ -55,6 +55,13 @@ class Admin:
         domain, _, rest = topic.partition("://")
         return f"/admin/v2/{domain}/{urllib.parse.quote(rest)}"
 
+    def lookup(self, topic: str, listener_name: str | None = None) -> dict:
+        """The broker serving `topic`, with the addresses of its listener `listener_name` (its internal one when
+        none is named): {"brokerUrl": "pulsar://HOST:PORT", ...}."""
+        domain, _, rest = topic.partition("://")
+        query = f"?listenerName={urllib.parse.quote(listener_name)}" if listener_name else ""
+        return self.call("GET", f"/lookup/v2/topic/{domain}/{urllib.parse.quote(rest)}{query}")
+
     def version(self) -> str:
         return str(self.call("GET", "/admin/v2/brokers/version"))
 

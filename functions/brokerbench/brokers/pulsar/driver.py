@@ -37,8 +37,11 @@ OK = pulsar.Result.Ok
 
 
 def _client(endpoint: dict, timeout_s: int = 30) -> pulsar.Client:
+    """A client that connects to the addresses the broker advertises for the endpoint's listener_name (its
+    internal listener when none is named)."""
     try:
         return pulsar.Client(endpoint["service_url"], operation_timeout_seconds=timeout_s,
+                             listener_name=endpoint.get("listener_name"),
                              logger=pulsar.ConsoleLogger(pulsar.LoggerLevel.Error))
     except pulsar.PulsarException as exc:
         raise BrokerUnavailable(f"Pulsar at {endpoint['service_url']}: {exc}") from None
@@ -76,8 +79,11 @@ class PulsarDriver:
             version = self.admin.version()
         except (AdminError, OSError):
             version = self.endpoint.get("version", "unknown")
-        return {"broker": "pulsar", "broker_version": version, "client_library": "pulsar-client",
-                "client_version": pulsar.__version__, "topic_type": self.topic_type}
+        described = {"broker": "pulsar", "broker_version": version, "client_library": "pulsar-client",
+                     "client_version": pulsar.__version__, "topic_type": self.topic_type}
+        if self.endpoint.get("listener_name"):
+            described["listener_name"] = self.endpoint["listener_name"]
+        return described
 
     def create_topic(self, topic: str, partitions: int) -> None:
         try:
@@ -85,6 +91,22 @@ class PulsarDriver:
             self._started_at = self._broker_start()
         except (AdminError, OSError) as exc:
             raise BrokerUnavailable(f"could not create topic {self.full_name(topic)}: {exc}") from None
+        if self.endpoint.get("listener_name"):
+            self._check_listener(partition_topic(self.full_name(topic), 0))
+
+    def _check_listener(self, topic: str) -> None:
+        """The broker advertises the listener the client names: asked through the admin API's lookup, which
+        answers at once, where the client's own lookup retries until its operation timeout (30 s) is over."""
+        name = self.endpoint["listener_name"]
+        try:
+            self.admin.lookup(topic, name)
+        except AdminError as exc:
+            if f"{name} listener" in str(exc):
+                raise BrokerUnavailable(f"listener_name {name!r}: the broker at {self.endpoint['admin_url']} "
+                                        "advertises no such listener (its advertisedListeners)") from None
+            raise BrokerUnavailable(f"could not look {topic} up for listener {name!r}: {exc}") from None
+        except OSError as exc:
+            raise BrokerUnavailable(f"could not look {topic} up for listener {name!r}: {exc}") from None
 
     def delete_topic(self, topic: str, partitions: int) -> None:
         try:

@@ -26,7 +26,6 @@ NAMESPACE = "public/default"  # created by the standalone starter once the broke
 STANDALONE_CONF = [
     "clusterName=standalone",
     f"bindAddress={HOST}",
-    f"advertisedAddress={HOST}",
     "metadataStoreUrl=",  # empty: RocksDB under --metadata-dir
     "managedLedgerDefaultEnsembleSize=1",
     "managedLedgerDefaultWriteQuorum=1",
@@ -75,6 +74,30 @@ JVM_OPENS = ["java.base/java.io", "java.base/java.util.zip", "java.base/sun.net"
              "java.base/java.lang", "java.base/java.nio", "java.management/sun.management",
              "jdk.management/com.sun.management.internal"]
 READY_TOPIC = "bb-ready"
+INTERNAL_LISTENER = "internal"
+PROXIED_LISTENER = "proxied"  # the listener a client names (target listener_name) to be sent through the proxy
+
+
+def advertised(port: int, settings: dict) -> list[str]:
+    """What the broker advertises: its own address, and with setting `pulsar_proxied_listener` = a TCP proxy's
+    port (the latency tests' Toxiproxy in front of the broker's port) a second listener, PROXIED_LISTENER, at
+    the proxy. A client naming it (target listener_name) is answered the proxy's address by every lookup, one
+    naming none the broker's own; a name the broker does not advertise fails the lookup. Pulsar refuses
+    advertisedAddress beside advertisedListeners; the broker binds only its own port.
+    Where a client then connects is the standalone's own rule: a standalone whose answer is a loopback address
+    tells the client to connect through the service URL it was given (the lookup's proxyThroughServiceUrl;
+    TopicLookupBase.shouldRedirectThroughServiceUrl in Pulsar 4.0), so here the service URL decides: at the
+    proxy's port every connection goes through the proxy, at the broker's none does, whichever listener is
+    named. A broker not run as a standalone sends the client to the named listener's address."""
+    proxy_port = settings.get("pulsar_proxied_listener")
+    if not proxy_port:
+        return [f"advertisedAddress={HOST}"]
+    if not isinstance(proxy_port, int) or isinstance(proxy_port, bool) or not 0 < proxy_port < 65536 \
+            or proxy_port == port:
+        raise StackError(f"pulsar_proxied_listener: a port other than the broker's own ({port}), not {proxy_port!r}")
+    return [f"advertisedListeners={INTERNAL_LISTENER}:pulsar://{HOST}:{port},"
+            f"{PROXIED_LISTENER}:pulsar://{HOST}:{proxy_port}",
+            f"internalListenerName={INTERNAL_LISTENER}"]
 
 
 class PulsarService:
@@ -132,7 +155,8 @@ class PulsarService:
         data = folder / "data"
         (data / "tmp").mkdir(parents=True, exist_ok=True)
         config = folder / "standalone.conf"
-        config.write_text("\n".join([*STANDALONE_CONF, f"brokerServicePort={port}", f"webServicePort={web_port}", ""]))
+        config.write_text("\n".join([*STANDALONE_CONF, *advertised(port, settings), f"brokerServicePort={port}",
+                                     f"webServicePort={web_port}", ""]))
         log4j = folder / "log4j2.properties"
         log4j.write_text(LOG4J)
         if jvm_options is None:

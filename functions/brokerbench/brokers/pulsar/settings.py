@@ -14,6 +14,10 @@ TARGET = {
                         "pattern": "^pulsar://"},
         "admin_url": {"description": "The web service (admin REST API), http://HOST:8080: topics are created "
                                      "and counted through it.", "type": "string", "pattern": "^https?://"},
+        "listener_name": {"description": "The broker listener (advertisedListeners) whose addresses the client "
+                                         "connects to after a topic lookup; omitted: the broker's internal one. "
+                                         "Where the broker advertises a proxy or another network under a name.",
+                          "type": "string", "pattern": "^[A-Za-z0-9_-]+$"},
         "namespace": {"description": "tenant/namespace the cells' topics are created in.", "type": "string",
                       "pattern": "^[^/]+/[^/]+$", "default": "public/default"},
         "version": {"type": "string"},

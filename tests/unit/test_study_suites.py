@@ -7,8 +7,9 @@ import re
 
 import pytest
 
-from brokerbench import cli, plan, spec
+from brokerbench import plan, spec
 from brokerbench.cli import main
+from brokerbench.cli import run as run_command
 
 BASE = {"brokers": ["kafka", "redis-streams"], "formats": ["raw", "json"], "order_seed": 11}
 PAIRS = [{"size": 1024, "rates": [100, 500]}, {"size": 4096, "rates": ["max"]}, {"size": 65536, "rates": [50]}]
@@ -341,20 +342,20 @@ def test_run_refuses_a_study_with_an_invalid_run_before_starting_any(tmp_path, m
         {"name": "bad-b", "brokers": ["kafka"], "sizes": [1024], "rates": [10], "size_rates": PAIRS,
          "formats": ["raw"]}]}))
     started = []
-    monkeypatch.setattr(cli, "_run_one", lambda *a: started.append(a) or (0, "x"))
+    monkeypatch.setattr(run_command, "_run_one", lambda *a: started.append(a) or (0, "x"))
     assert main(["--state-dir", str(tmp_path / "state"), "run", "--suite", "bad"]) == 2
     assert started == [] and "size_rates" in capsys.readouterr().err
 
 
 def fake_runs(monkeypatch, codes):
-    """cli._run_one replaced: records what it was asked to run, answers the next exit code."""
+    """cli.run._run_one replaced: records what it was asked to run, answers the next exit code."""
     calls, answers = [], iter(codes)
 
     def run_one(args, request, suite):
         calls.append((request, suite))
         return next(answers), f"20261122T1130{len(calls):02d}Z-abcdef"
 
-    monkeypatch.setattr(cli, "_run_one", run_one)
+    monkeypatch.setattr(run_command, "_run_one", run_one)
     return calls
 
 

@@ -1,0 +1,72 @@
+"""What the commands share: exit codes, the consoles, the local stack and its event store, results output."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from rich.console import Console
+
+EXIT_OK, EXIT_CELLS_FAILED, EXIT_INVALID, EXIT_ENVIRONMENT, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
+
+console = Console()
+if not console.is_terminal:  # logs and CI: wide enough for the comparison table
+    console = Console(width=180)
+errors = Console(stderr=True, soft_wrap=True)
+
+
+def local_stack(args):
+    from ..local.stack import LocalStack
+
+    # --no-aof is the Redis service's setting (brokers/redis_streams/local.py); other services ignore it.
+    return LocalStack(Path(args.state_dir) if args.state_dir else None, redis_aof=not getattr(args, "no_aof", False))
+
+
+def disk_hint(stack) -> str:
+    """Why a local event store may fail its writes: the disk of its data is full."""
+    from ..local.stack import MIN_FREE_MB
+
+    free = stack.free_mb()
+    return (f" The disk of the local stack's data ({stack.state_dir}) has {free} MB free: DynamoDB Local cannot "
+            "write to a full disk; free some space first." if free < MIN_FREE_MB else "")
+
+
+def open_store(endpoints: dict):
+    from ..events.dynamodb import DynamoEventStore
+
+    db = endpoints["dynamodb"]
+    store = DynamoEventStore(db["table"], endpoint_url=db["endpoint_url"])
+    store.ensure_table()
+    return store
+
+
+def running_store(args):
+    from ..local.stack import StackError
+
+    try:
+        return open_store(local_stack(args).endpoints(required=["dynamodb"]))
+    except StackError as exc:
+        errors.print(f"[red]local stack:[/] {exc}")
+        return None
+
+
+def write_results(results: dict, out_dir: Path) -> Path:
+    folder = out_dir / results["run_id"]
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / "results.json"
+    path.write_text(json.dumps(results, indent=2))
+    return path
+
+
+def print_results(results: dict) -> None:
+    from ..reports.table import comparison_tables, floor_note
+
+    env = results["environment"]
+    brokers = ", ".join(f"{b} {t['broker_version']}" for b, t in env.get("brokers", {}).items())
+    console.print(f"\n[bold]run {results['run_id']}[/] ({results['name']}) · {results['status']} · {brokers} · "
+                  f"{env['host']['cores']} cores {env['host']['cpu_model']}")
+    for table in comparison_tables(results):
+        console.print(table)
+    note = floor_note(results)
+    if note:
+        console.print(note, style="dim", markup=False, highlight=False)

@@ -1,0 +1,95 @@
+"""A published study beside our stored runs of it (`study`), and loading archived runs (`import`)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from .common import EXIT_ENVIRONMENT, EXIT_INVALID, EXIT_OK, console, errors, running_store
+
+
+def cmd_study(args) -> int:
+    """A published study beside our stored runs of it (reports/study.py); `all` writes every study."""
+    from ..reports import study
+
+    try:
+        names = study.study_names() if args.name == "all" else [study.load_study(args.name)["name"]]
+    except study.StudyError as exc:
+        errors.print(f"[red]{exc}[/]", markup=False)
+        return EXIT_INVALID
+    if args.run and args.name == "all":
+        errors.print("[red]--run: name one study to pick its runs (all takes each study's newest runs)[/]")
+        return EXIT_INVALID
+    store = running_store(args)
+    if store is None:
+        return EXIT_ENVIRONMENT
+    comparisons = []
+    for name in names:
+        definition = study.load_study(name)
+        try:
+            runs = study.find_runs(store, definition, args.run)
+        except study.StudyError as exc:
+            errors.print(f"[red]{exc}[/]", markup=False)
+            return EXIT_INVALID
+        missing = [r["name"] for r in definition["runs"] if r["name"] not in runs]
+        if missing:
+            errors.print(f"[red]study {name}: no ended run of {', '.join(missing)} is stored; run "
+                         f"`brokerbench run --suite {name}` (add --scale 0.1 for a short one) or name one with --run[/]",
+                         markup=False)
+            return EXIT_INVALID
+        comparisons.append(study.compare(definition, runs))
+        if args.archive:
+            for run in runs.values():
+                study.archive_run(store, run.run_id, Path(args.archive))
+    if args.json:
+        text = json.dumps(comparisons if args.name == "all" else comparisons[0], indent=2)
+    else:
+        text = study.document(comparisons) if args.name == "all" else study.markdown(comparisons[0])
+    if args.out:
+        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.out).write_text(text if text.endswith("\n") else text + "\n")
+        held = sum(c["ours"]["verdict"] == study.HOLDS for comp in comparisons for c in comp["conclusions"])
+        checked = sum(c["ours"]["verdict"] in (study.HOLDS, study.FAILS) for comp in comparisons
+                      for c in comp["conclusions"])
+        console.print(f"{args.out}: {len(comparisons)} studies, {held} of {checked} checked conclusions hold here",
+                      markup=False, highlight=False)
+    else:
+        print(text)
+    return EXIT_OK
+
+
+def cmd_import(args) -> int:
+    """Load archived runs (brokerbench study --archive) into the event store."""
+    from ..reports import study
+
+    store = running_store(args)
+    if store is None:
+        return EXIT_ENVIRONMENT
+    for name in args.files:
+        try:
+            run_id, count = study.import_archive(store, Path(name))
+        except (OSError, ValueError, KeyError) as exc:
+            errors.print(f"[red]file {name}: {exc}[/]", markup=False)
+            return EXIT_INVALID
+        console.print(f"{run_id}: {count} events", markup=False, highlight=False)
+    return EXIT_OK
+
+
+def register(sub) -> None:
+    """Adds the study and import commands to the top-level parser's subparsers."""
+    study = sub.add_parser("study", help="a published study's tables and conclusions beside our stored runs of it",
+                           description="Writes the comparison of a study (a suite with a published section: "
+                                       "tallberg, helenius, myastovskiy, downard) from stored runs: its tables "
+                                       "beside ours with the ratio, and which of its conclusions hold here. Without "
+                                       "--run, each of the study's runs is its newest ended run. `all` writes "
+                                       "every study (docs/STUDIES.md).")
+    study.add_argument("name", help="study name, or all")
+    study.add_argument("--run", action="append", metavar="RUN_ID", help="use this stored run (repeat for each run)")
+    study.add_argument("--out", help="write to this file (default: print)")
+    study.add_argument("--json", action="store_true", help="the comparison as JSON instead of Markdown")
+    study.add_argument("--archive", metavar="DIR", help="also write the runs' events to DIR/<run_id>.jsonl.gz")
+    study.set_defaults(func=cmd_study)
+
+    load = sub.add_parser("import", help="load archived runs (study --archive) into the event store")
+    load.add_argument("files", nargs="+", metavar="FILE")
+    load.set_defaults(func=cmd_import)

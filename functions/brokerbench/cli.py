@@ -11,7 +11,9 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import sys
+import webbrowser
 from pathlib import Path
 
 from rich.console import Console
@@ -355,6 +357,41 @@ def _silent_targets(request: dict) -> list[str]:
     return silent
 
 
+def _local_services(request: dict) -> list[str]:
+    """The local stack's services the request's brokers run on (not those given an endpoint in targets)."""
+    from .brokers import plugins
+    from .spec import validate
+
+    spec = validate(request)
+    return [plugins()[broker].local.name for broker in spec["brokers"]
+            if broker not in spec.get("targets", {}) and broker in plugins() and plugins()[broker].local]
+
+
+def _print_report(results_path: Path, args) -> None:
+    """The run's last lines: where its results and reports are (the reports written by the workflow's Aggregate
+    step), the HTML report last; opened in a browser only where one can show it (open_report)."""
+    console.print(f"\nresults: {results_path}", markup=False, highlight=False)
+    reports = [results_path.parent / name for name in ("report.md", "report.html")
+               if (results_path.parent / name).is_file()]
+    for report in reports:
+        console.print(f"report:  {report}", markup=False, highlight=False)
+    html = results_path.parent / "report.html"
+    if html in reports and not args.no_open and open_report(html):
+        console.print("(opened in the browser)", style="dim")
+
+
+def open_report(html: Path, environ=None) -> bool:
+    """Open the HTML report in a browser when one can show it: $BROWSER names one, or a display ($DISPLAY,
+    $WAYLAND_DISPLAY) exists; never under CI ($CI set). True when a browser was started."""
+    env = os.environ if environ is None else environ
+    if env.get("CI") or not any(env.get(name) for name in ("BROWSER", "DISPLAY", "WAYLAND_DISPLAY")):
+        return False
+    try:
+        return webbrowser.open(html.resolve().as_uri())
+    except webbrowser.Error:
+        return False
+
+
 def _run_locked(args, stack, request: dict, suite: str | None, run_id: str) -> int:
     from .events import StoreUnavailable
 
@@ -373,6 +410,11 @@ def _run_on_stack(args, stack, request: dict, suite: str | None, run_id: str) ->
     from .local.workflow import LocalWorkflow, WorkflowError
     from .reports.results import build_results
 
+    try:  # before the workflow: a first-use install is no part of ProvisionTarget's 60 s
+        stack.install(["dynamodb", *_local_services(request)])
+    except StackError as exc:
+        errors.print(f"local stack: {exc}", style="red", markup=False, highlight=False)
+        return EXIT_ENVIRONMENT
     started_store = not stack.is_up(["dynamodb"])
     try:
         try:
@@ -405,12 +447,9 @@ def _run_on_stack(args, stack, request: dict, suite: str | None, run_id: str) ->
         results = build_results(events)
         path = write_results(results, Path(args.out))
         print_results(results)
-        console.print(f"\nresults: {path}")
-        for name in ("report.html", "report.md"):  # written by the workflow's Aggregate step
-            if (path.parent / name).is_file():
-                console.print(f"report:  {path.parent / name}")
         if interrupted:
-            errors.print("[yellow]interrupted: what was measured is stored and written above[/]")
+            errors.print("[yellow]interrupted: what was measured is stored and written below[/]")
+            _print_report(path, args)
             return EXIT_INTERRUPTED
         if (execution is not None and (execution.output or {}).get("notify_error")
                 and "Notify failed" not in (results.get("reason") or "")):  # else the run's reason says it
@@ -419,6 +458,7 @@ def _run_on_stack(args, stack, request: dict, suite: str | None, run_id: str) ->
         code, problems = run_exit_code(results, execution)
         for problem in problems:
             errors.print(problem, style="red", markup=False, highlight=False)
+        _print_report(path, args)
         return code
     finally:
         if started_store and not args.keep_stack:
@@ -762,7 +802,6 @@ def cmd_import(args) -> int:
 
 def cmd_serve(args) -> int:
     """The API and console on 127.0.0.1, runs on the local stack, due schedules started."""
-    import os
     import signal
     import threading
 
@@ -907,6 +946,9 @@ def build_parser() -> argparse.ArgumentParser:
     source.add_argument("--spec", help="run request JSON file (schemas/run-request.schema.json)")
     run.add_argument("--out", default="reports", help="results folder (default reports/): writes OUT/<run_id>/results.json")
     run.add_argument("--keep-stack", action="store_true", help="leave a stack this run started running afterwards")
+    run.add_argument("--no-open", action="store_true",
+                     help="do not open the HTML report in a browser at the end (it opens only where $BROWSER or a "
+                          "display is set, never under $CI)")
     run.add_argument("--no-aof", action="store_true", help="start Redis without AOF persistence (default: AOF on)")
     run.add_argument("--scale", type=_scale, metavar="F", help=SCALE_HELP)
     run.add_argument("--only", action="append", metavar="RUN", help="run only this run of a study (repeatable)")

@@ -370,11 +370,11 @@ def _local_services(request: dict) -> list[str]:
 def _print_report(results_path: Path, args) -> None:
     """The run's last lines: where its results and reports are (the reports written by the workflow's Aggregate
     step), the HTML report last; opened in a browser only where one can show it (open_report)."""
-    console.print(f"\nresults: {results_path}", markup=False, highlight=False)
+    console.print(f"\nresults: {results_path.resolve()}", markup=False, highlight=False, soft_wrap=True)
     reports = [results_path.parent / name for name in ("report.md", "report.html")
                if (results_path.parent / name).is_file()]
-    for report in reports:
-        console.print(f"report:  {report}", markup=False, highlight=False)
+    for report in reports:  # whole paths, never wrapped: one can copy or click them
+        console.print(f"report:  {report.resolve()}", markup=False, highlight=False, soft_wrap=True)
     html = results_path.parent / "report.html"
     if html in reports and not args.no_open and open_report(html):
         console.print("(opened in the browser)", style="dim")

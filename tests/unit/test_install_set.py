@@ -7,6 +7,7 @@ tests check which services are installed and what is said, not that Maven Centra
 first-use install of Pulsar fetches ~316 MB; `make setup-all` and `make test` do that for real).
 """
 
+import argparse
 import json
 from pathlib import Path
 
@@ -151,3 +152,23 @@ def test_the_report_opens_only_where_a_browser_can_show_it_and_never_under_ci(mo
     assert cli.open_report(html, {"BROWSER": "firefox", "CI": "1"}) is False and opened == []
     assert cli.open_report(html, {"DISPLAY": ":0"}) is True
     assert opened == [Path(html).as_uri()]
+
+
+def test_a_run_ends_with_its_results_and_reports_the_html_report_last(tmp_path, capsys, monkeypatch):
+    opened = []
+    monkeypatch.setattr(cli, "open_report", lambda html: opened.append(html) or True)
+    results = tmp_path / "run-1" / "results.json"
+    results.parent.mkdir()
+    for path in (results, results.parent / "report.md", results.parent / "report.html"):
+        path.write_text("{}")
+    cli._print_report(results, argparse.Namespace(no_open=True))
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert lines == [f"results: {results}", f"report:  {results.parent / 'report.md'}",
+                     f"report:  {results.parent / 'report.html'}"] and opened == []
+    cli._print_report(results, argparse.Namespace(no_open=False))
+    assert capsys.readouterr().out.strip().endswith("(opened in the browser)")
+    assert opened == [results.parent / "report.html"]
+    (results.parent / "report.html").unlink()  # no HTML report: nothing to open, the Markdown one is named
+    cli._print_report(results, argparse.Namespace(no_open=False))
+    assert capsys.readouterr().out.strip().splitlines()[-1] == f"report:  {results.parent / 'report.md'}"
+    assert len(opened) == 1

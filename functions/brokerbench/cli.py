@@ -357,16 +357,6 @@ def _silent_targets(request: dict) -> list[str]:
     return silent
 
 
-def _local_services(request: dict) -> list[str]:
-    """The local stack's services the request's brokers run on (not those given an endpoint in targets)."""
-    from .brokers import plugins
-    from .spec import validate
-
-    spec = validate(request)
-    return [plugins()[broker].local.name for broker in spec["brokers"]
-            if broker not in spec.get("targets", {}) and broker in plugins() and plugins()[broker].local]
-
-
 def _print_report(results_path: Path, args) -> None:
     """The run's last lines: where its results and reports are (the reports written by the workflow's Aggregate
     step), the HTML report last; opened in a browser only where one can show it (open_report)."""
@@ -410,11 +400,6 @@ def _run_on_stack(args, stack, request: dict, suite: str | None, run_id: str) ->
     from .local.workflow import LocalWorkflow, WorkflowError
     from .reports.results import build_results
 
-    try:  # before the workflow: a first-use install is no part of ProvisionTarget's 60 s
-        stack.install(["dynamodb", *_local_services(request)])
-    except StackError as exc:
-        errors.print(f"local stack: {exc}", style="red", markup=False, highlight=False)
-        return EXIT_ENVIRONMENT
     started_store = not stack.is_up(["dynamodb"])
     try:
         try:
@@ -868,10 +853,12 @@ def broker_rows() -> list[dict]:
     rows = []
     for plugin in plugins().values():
         installed = plugin.local.installed_version() if plugin.local else None
+        first_use = getattr(plugin.local, "install_version", lambda: None)() if plugin.local else None
         nodes = getattr(plugin.local, "max_nodes", 1) if plugin.local else 0
         where = [f"local (1 to {nodes} nodes)" if place == "local" and nodes > 1 else place for place in plugin.where()]
+        missing = f"not installed ({first_use} on first use)" if first_use else "not installed"
         rows.append({"name": plugin.name, "description": plugin.description, "driver": plugin.family,
-                     "version": installed or ("not installed" if plugin.local else "-"), "runs": where,
+                     "version": installed or (missing if plugin.local else "-"), "runs": where,
                      "local_nodes": nodes,
                      "modes": plugin.capabilities.modes, "partitions": plugin.capabilities.partitions,
                      "persistence": plugin.capabilities.persistence})

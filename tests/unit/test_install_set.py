@@ -15,8 +15,10 @@ import pytest
 
 from brokerbench import brokers, cli, spec
 from brokerbench.brokers.pulsar import local as pulsar_local
+from brokerbench.brokers.redis_streams import local as redis_local
 from brokerbench.local import install
 from brokerbench.local.stack import LocalStack, StackError
+from brokerbench.local.workflow import LocalWorkflow, WorkflowError
 
 
 @pytest.fixture
@@ -108,6 +110,29 @@ def test_a_failed_first_use_install_is_an_error_naming_the_broker(pulsar_cache, 
         stack.install(["pulsar"])
 
 
+def test_a_run_installs_its_local_brokers_before_the_workflow_starts_and_not_those_given_an_endpoint(
+        pulsar_cache, monkeypatch, capsys):
+    def fetch(component, pom, log, maven_settings=None):  # the download step, stubbed
+        pulsar_cache.mkdir(parents=True)
+        (pulsar_cache / "pulsar-broker-4.0.7.jar").touch()
+        (pulsar_cache.parent / "pulsar.jsa").touch()  # the class-data archive: no recording start
+        return pulsar_cache
+
+    monkeypatch.setattr(pulsar_local, "fetch_maven_jars", fetch)
+    redis_installs = []
+    monkeypatch.setattr(redis_local.RedisService, "installed_version", lambda self: None)
+    monkeypatch.setattr(redis_local.RedisService, "install", lambda self, log: redis_installs.append(log))
+    workflow = LocalWorkflow(LocalStack(pulsar_cache.parent / "state"), pulsar_cache.parent / "reports")
+    request = {"brokers": ["pulsar", "redis-streams"], "sizes": [1024], "rates": [100], "formats": ["json"],
+               "targets": {"redis-streams": {"host": "10.0.0.9", "port": 6379}}}
+    assert workflow.install_brokers(request) == ["pulsar"] and redis_installs == []
+    assert capsys.readouterr().err.startswith("installing pulsar 4.0.7 (first use, ~316 MB) ...\n")
+    assert workflow.install_brokers({**request, "sizes": "big"}) == []  # refused by ValidateRequest, not here
+    request["targets"] = {}
+    with pytest.raises(WorkflowError, match="^installing redis-streams failed: it is still not installed"):
+        workflow.install_brokers(request)
+
+
 class LateService:
     """A service that is not installed until install() runs; start() stops the test once it is reached."""
 
@@ -137,7 +162,7 @@ def test_the_stack_installs_a_service_before_it_starts_it(tmp_path, monkeypatch,
     with pytest.raises(StackError, match="started"):
         stack.up(["late"], log=lambda m: None)
     assert service.calls == ["install", "start"]
-    assert capsys.readouterr().err == "installing late (first use, ~12 MB) ...\n"
+    assert capsys.readouterr().err == "installing late-broker (first use, ~12 MB) ...\n"
     with pytest.raises(StackError, match="started"):
         stack.up(["late"], log=lambda m: None)
     assert service.calls == ["install", "start", "start"] and capsys.readouterr().err == ""
@@ -172,3 +197,9 @@ def test_a_run_ends_with_its_results_and_reports_the_html_report_last(tmp_path, 
     cli._print_report(results, argparse.Namespace(no_open=False))
     assert capsys.readouterr().out.strip().splitlines()[-1] == f"report:  {results.parent / 'report.md'}"
     assert len(opened) == 1
+
+
+def test_the_brokers_command_says_which_version_a_missing_broker_installs_on_first_use(pulsar_cache, capsys):
+    assert cli.main(["brokers", "--json"]) == 0
+    rows = {row["name"]: row for row in json.loads(capsys.readouterr().out)}
+    assert rows["pulsar"]["version"] == "not installed (4.0.7 on first use)"  # the pom's pulsar-broker version

@@ -234,14 +234,14 @@ class LocalStack:
         return getattr(self._lookup(service)[1], "install_version", lambda: None)()
 
     def install(self, services) -> list[str]:
-        """Install each service that is not installed yet (a progress line on stderr each); returns those it
-        installed. StackError names the service when its install fails."""
+        """Install each service that is not installed yet (a progress line on stderr each, naming the broker it
+        serves); returns those brokers. StackError names the broker when its install fails."""
         installed = []
         for name in self._names(services):
-            base = name.partition("@")[0]
+            broker, service, _ = self._lookup(name)
             try:
-                if install_on_first_use(base, self._lookup(name)[1]):
-                    installed.append(base)
+                if install_on_first_use(broker, service):
+                    installed.append(broker)
             except InstallError as exc:
                 raise StackError(str(exc)) from None
         return installed

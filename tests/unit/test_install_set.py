@@ -4,7 +4,7 @@ error naming the broker.
 
 Nothing here downloads: every install step (Maven, apt-get, the native build, go install) is stubbed, so the
 tests check which services are installed and what is said, not that Maven Central serves the jars (a real
-first-use install of Pulsar fetches ~316 MB; `make setup-all` and `make test` do that for real).
+first-use install of Pulsar fetches ~234 MB; `make setup-all` and `make test` do that for real).
 """
 
 import argparse
@@ -93,7 +93,7 @@ def test_a_service_not_installed_is_installed_on_first_use_with_a_progress_line(
     assert service.installed_version() is None
     assert install.install_on_first_use("pulsar", service) is True
     err = capsys.readouterr().err.splitlines()
-    assert err[0] == "installing pulsar 4.0.7 (first use, ~316 MB) ..."  # the version the pom pins
+    assert err[0] == "installing pulsar 4.0.7 (first use, ~234 MB) ..."  # the version the pom pins
     assert err[1:] == ["  fetching pulsar jars from Maven Central ...", "  recording"]
     assert fetched == ["pulsar"] and service.installed_version() == "4.0.7"
     assert install.install_on_first_use("pulsar", service) is False  # installed: nothing fetched, nothing said
@@ -126,7 +126,7 @@ def test_a_run_installs_its_local_brokers_before_the_workflow_starts_and_not_tho
     request = {"brokers": ["pulsar", "redis-streams"], "sizes": [1024], "rates": [100], "formats": ["json"],
                "targets": {"redis-streams": {"host": "10.0.0.9", "port": 6379}}}
     assert workflow.install_brokers(request) == ["pulsar"] and redis_installs == []
-    assert capsys.readouterr().err.startswith("installing pulsar 4.0.7 (first use, ~316 MB) ...\n")
+    assert capsys.readouterr().err.startswith("installing pulsar 4.0.7 (first use, ~234 MB) ...\n")
     assert workflow.install_brokers({**request, "sizes": "big"}) == []  # refused by ValidateRequest, not here
     request["targets"] = {}
     with pytest.raises(WorkflowError, match="^installing redis-streams failed: it is still not installed"):

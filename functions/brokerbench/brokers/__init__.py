@@ -63,7 +63,7 @@ class LocalService(Protocol):
         """Install what `start` needs. Idempotent and quick when nothing is missing; raises
         brokerbench.local.install.InstallError saying what to do when it cannot.
 
-        Optional, for the first-use progress line ("installing pulsar 4.0.7 (first use, ~316 MB) ..."):
+        Optional, for the first-use progress line ("installing pulsar 4.0.7 (first use, ~234 MB) ..."):
         `install_version()`, the version install() installs, and `download_mb`, about how much it fetches."""
 
     def start(self, folder: Path, ports: Callable[[], int], settings: dict) -> Started:

@@ -196,7 +196,7 @@ def install_all(with_browser: bool = False, log=print, suite: str | None = None)
 
 # -- install on first use --------------------------------------------------------------------------
 def first_use_line(name: str, service: LocalService) -> str:
-    """The progress line of a first-use install: "installing pulsar 4.0.7 (first use, ~316 MB) ...". A service
+    """The progress line of a first-use install: "installing pulsar 4.0.7 (first use, ~234 MB) ...". A service
     may tell the version its install() installs (`install_version()`) and its download's size (`download_mb`)."""
     version = getattr(service, "install_version", lambda: None)()
     size = getattr(service, "download_mb", None)

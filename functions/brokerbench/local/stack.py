@@ -8,7 +8,7 @@ A service that can run as a cluster (its `max_nodes` > 1) has a second name per 
 it runs beside the single node, with its own folder, and start() gets `nodes` in its settings.
 
 A service that is not installed (`make setup` installs only the quick suite's brokers) is installed before it
-starts, with a progress line on stderr: "installing pulsar 4.0.7 (first use, ~316 MB) ...".
+starts, with a progress line on stderr: "installing pulsar 4.0.7 (first use, ~234 MB) ...".
 """
 
 from __future__ import annotations

@@ -315,7 +315,7 @@ class LocalWorkflow:
     def install_brokers(self, request: dict) -> list[str]:
         """Install the local brokers the request runs on that are not installed yet (first use: a progress line
         on stderr each), before the workflow starts: ProvisionTarget's 60 s (TimeoutSeconds) are for starting a
-        broker, not for fetching Pulsar's ~316 MB. A request the workflow will refuse installs nothing.
+        broker, not for fetching Pulsar's ~234 MB of jars. A request the workflow will refuse installs nothing.
         WorkflowError names the broker whose install failed."""
         try:
             spec = validate(request)

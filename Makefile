@@ -1,14 +1,20 @@
 # brokerbench: `make run` runs the quick suite on the local stack, `make test` runs every test.
-# Both install what is missing first (`make setup`, idempotent).
+# Both install what is missing first (idempotent): `make setup` only what the quick suite (SUITE) runs on (Kafka
+# KRaft, Redis, DynamoDB Local, the Python and Node parts); a broker it leaves out (Pulsar, ZooKeeper-mode Kafka)
+# is installed on its first use, with a progress line. `make setup-all` installs every broker up front, and so
+# does `make test`'s install step (--with-browser), with the tests' own tools.
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 SUITE ?= quick
 
-.PHONY: setup run test unit integration reliability up down clean
+.PHONY: setup setup-all run test unit integration reliability up down clean
 
 setup: $(VENV)/.installed node_modules/.installed
-	@$(BIN)/python -m brokerbench.local.install
+	@$(BIN)/python -m brokerbench.local.install --suite $(SUITE)
+
+setup-all: $(VENV)/.installed node_modules/.installed
+	@$(BIN)/python -m brokerbench.local.install --all
 
 # Node tools: the local ASL interpreter and the ASL validator (versions pinned in package-lock.json).
 node_modules/.installed: package.json package-lock.json $(VENV)/.installed

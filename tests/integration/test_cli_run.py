@@ -39,6 +39,9 @@ def test_run_prints_the_table_writes_results_and_leaves_the_stack_as_found(stack
     assert results["name"] == "tiny" and results["status"] == "completed"
     assert [c["status"] for c in results["cells"]] == ["completed", "completed"]
     assert {n: s.get("pid") for n, s in stack.status().items()} == pids  # the running stack was reused, not stopped
+    # The run ends with where its report is: the HTML report's whole path is the last line (no browser here).
+    assert done.stdout.strip().splitlines()[-1] == f"report:  {(results_path.parent / 'report.html').resolve()}"
+    assert (results_path.parent / "report.html").is_file()
 
     shown = brokerbench(stack, "show", results["run_id"], "--json")
     assert shown.returncode == 0 and json.loads(shown.stdout) == results

@@ -55,11 +55,16 @@ class LocalService(Protocol):
     startup_timeout_s: float  # how long after start() ready() may take before start-up counts as failed
 
     def installed_version(self) -> str | None:
-        """The version `start` would run, or None when it is not installed (`make setup` installs it)."""
+        """The version `start` would run, or None when it is not installed: the local stack then installs it
+        before it starts it (brokerbench.local.install.install_on_first_use); `make setup` installs the quick
+        suite's brokers up front, `make setup-all` every one."""
 
     def install(self, log: Log) -> None:
-        """Install what `start` needs (what `make setup` runs). Idempotent and quick when nothing is
-        missing; raises brokerbench.local.install.InstallError saying what to do when it cannot."""
+        """Install what `start` needs. Idempotent and quick when nothing is missing; raises
+        brokerbench.local.install.InstallError saying what to do when it cannot.
+
+        Optional, for the first-use progress line ("installing pulsar 4.0.7 (first use, ~234 MB) ..."):
+        `install_version()`, the version install() installs, and `download_mb`, about how much it fetches."""
 
     def start(self, folder: Path, ports: Callable[[], int], settings: dict) -> Started:
         """Start the service's processes (in their own sessions, see processes.spawn) and return at once.

@@ -15,10 +15,12 @@ def broker_rows() -> list[dict]:
     rows = []
     for plugin in plugins().values():
         installed = plugin.local.installed_version() if plugin.local else None
+        first_use = getattr(plugin.local, "install_version", lambda: None)() if plugin.local else None
+        missing = f"not installed ({first_use} on first use)" if first_use else "not installed"
         nodes = getattr(plugin.local, "max_nodes", 1) if plugin.local else 0
         where = [f"local (1 to {nodes} nodes)" if place == "local" and nodes > 1 else place for place in plugin.where()]
         rows.append({"name": plugin.name, "description": plugin.description, "driver": plugin.family,
-                     "version": installed or ("not installed" if plugin.local else "-"), "runs": where,
+                     "version": installed or (missing if plugin.local else "-"), "runs": where,
                      "local_nodes": nodes,
                      "modes": plugin.capabilities.modes, "partitions": plugin.capabilities.partitions,
                      "persistence": plugin.capabilities.persistence})

@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
+import webbrowser
 from pathlib import Path
 
 from .common import (EXIT_CELLS_FAILED, EXIT_ENVIRONMENT, EXIT_INTERRUPTED, EXIT_INVALID, EXIT_OK, console,
@@ -178,6 +180,31 @@ def _silent_targets(request: dict) -> list[str]:
     return silent
 
 
+def _print_report(results_path: Path, args) -> None:
+    """The run's last lines: where its results and reports are (the reports written by the workflow's Aggregate
+    step), the HTML report last; opened in a browser only where one can show it (open_report)."""
+    console.print(f"\nresults: {results_path.resolve()}", markup=False, highlight=False, soft_wrap=True)
+    reports = [results_path.parent / name for name in ("report.md", "report.html")
+               if (results_path.parent / name).is_file()]
+    for report in reports:  # whole paths, never wrapped: one can copy or click them
+        console.print(f"report:  {report.resolve()}", markup=False, highlight=False, soft_wrap=True)
+    html = results_path.parent / "report.html"
+    if html in reports and not args.no_open and open_report(html):
+        console.print("(opened in the browser)", style="dim")
+
+
+def open_report(html: Path, environ=None) -> bool:
+    """Open the HTML report in a browser when one can show it: $BROWSER names one, or a display ($DISPLAY,
+    $WAYLAND_DISPLAY) exists; never under CI ($CI set). True when a browser was started."""
+    env = os.environ if environ is None else environ
+    if env.get("CI") or not any(env.get(name) for name in ("BROWSER", "DISPLAY", "WAYLAND_DISPLAY")):
+        return False
+    try:
+        return webbrowser.open(html.resolve().as_uri())
+    except webbrowser.Error:
+        return False
+
+
 def _run_locked(args, stack, request: dict, suite: str | None, run_id: str) -> int:
     from ..events import StoreUnavailable
 
@@ -226,12 +253,9 @@ def _run_on_stack(args, stack, request: dict, suite: str | None, run_id: str) ->
         results = build_results(events)
         path = write_results(results, Path(args.out))
         print_results(results)
-        console.print(f"\nresults: {path}")
-        for name in ("report.html", "report.md"):  # written by the workflow's Aggregate step
-            if (path.parent / name).is_file():
-                console.print(f"report:  {path.parent / name}")
         if interrupted:
-            errors.print("[yellow]interrupted: what was measured is stored and written above[/]")
+            errors.print("[yellow]interrupted: what was measured is stored and written below[/]")
+            _print_report(path, args)
             return EXIT_INTERRUPTED
         if (execution is not None and (execution.output or {}).get("notify_error")
                 and "Notify failed" not in (results.get("reason") or "")):  # else the run's reason says it
@@ -240,6 +264,7 @@ def _run_on_stack(args, stack, request: dict, suite: str | None, run_id: str) ->
         code, problems = run_exit_code(results, execution)
         for problem in problems:
             errors.print(problem, style="red", markup=False, highlight=False)
+        _print_report(path, args)
         return code
     finally:
         if started_store and not args.keep_stack:
@@ -343,6 +368,9 @@ def register(sub) -> None:
     source.add_argument("--spec", help="run request JSON file (schemas/run-request.schema.json)")
     run.add_argument("--out", default="reports", help="results folder (default reports/): writes OUT/<run_id>/results.json")
     run.add_argument("--keep-stack", action="store_true", help="leave a stack this run started running afterwards")
+    run.add_argument("--no-open", action="store_true",
+                     help="do not open the HTML report in a browser at the end (it opens only where $BROWSER or a "
+                          "display is set, never under $CI)")
     run.add_argument("--no-aof", action="store_true", help="start Redis without AOF persistence (default: AOF on)")
     run.add_argument("--scale", type=_scale, metavar="F", help=SCALE_HELP)
     run.add_argument("--only", action="append", metavar="RUN", help="run only this run of a study (repeatable)")

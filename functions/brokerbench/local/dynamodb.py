@@ -6,7 +6,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from ..brokers import Started
-from .install import JARS_DIR, install_dynamodb_local, jar_version, lib_dir
+from .install import JARS_DIR, POMS_DIR, install_dynamodb_local, jar_version, lib_dir, pom_version
 from .processes import HOST, StackError, port_answers, spawn
 
 EVENTS_TABLE = "brokerbench-events"
@@ -15,6 +15,10 @@ EVENTS_TABLE = "brokerbench-events"
 class DynamoDBLocal:
     name = "dynamodb"
     startup_timeout_s = 60.0
+    download_mb = 51  # its jars and sqlite4java's native library (the lib folder install fills)
+
+    def install_version(self) -> str | None:
+        return pom_version((POMS_DIR / "dynamodb-local.pom.xml").read_text(), "DynamoDBLocal")
 
     def installed_version(self) -> str | None:
         return jar_version("dynamodb-local", "DynamoDBLocal")

@@ -1,6 +1,10 @@
-"""Idempotent install of the local stack's parts (`make setup`): the tools, each registered broker's local
-service, DynamoDB Local and its launcher, and the native send loop (built against librdkafka-dev's header).
-The tests' own tools come with `--with-browser` (`make test`): chromium, and Toxiproxy (a TCP proxy that adds
+"""Idempotent install of the local stack's parts. `make setup` installs what the quick suite runs on (the local
+services of the brokers its run requests name, read from suites/quick.json), DynamoDB Local and its launcher, the
+tools and the native send loop (built against librdkafka-dev's header); `--suite NAME` installs another suite's
+brokers instead. Any other broker (Pulsar, ZooKeeper-mode Kafka) is installed on first use: the local stack
+installs a service that is not installed before it starts it, with a progress line on stderr
+(install_on_first_use). `--all` (`make setup-all`) installs every registered broker up front, and so does
+`--with-browser` (`make test`), which adds the tests' own tools: chromium, and Toxiproxy (a TCP proxy that adds
 a known latency: the tests' independent truth for latency figures), built from the Go module proxy.
 
 Also the helpers a broker's local service installs with: Debian packages, Maven Central jars.
@@ -8,14 +12,18 @@ Also the helpers a broker's local service installs with: Debian packages, Maven 
 
 from __future__ import annotations
 
+import argparse
+import fcntl
 import os
+import re
 import shutil
 import subprocess
 import sys
 from pathlib import Path
 
-from ..brokers import plugins
+from ..brokers import LocalService, plugin, plugins
 from ..paths import PACKAGE_DIR
+from ..spec import SpecError, suite_runs
 
 REPO_DIR = PACKAGE_DIR.parent.parent
 CACHE_DIR = Path(os.environ.get("BROKERBENCH_CACHE", REPO_DIR / ".cache"))
@@ -150,23 +158,85 @@ def install_toxiproxy(log=print) -> Path:
     return toxiproxy_path()
 
 
-def install_all(with_browser: bool = False, log=print) -> None:
-    """Everything `make setup` needs; with_browser adds the tests' own tools (chromium, Toxiproxy)."""
+def pom_version(pom: str, artifact: str) -> str | None:
+    """The version a pom's text names for the dependency `artifact` (what fetch_maven_jars would install)."""
+    match = re.search(rf"<artifactId>{re.escape(artifact)}</artifactId>\s*<version>([^<]+)</version>", pom)
+    return match.group(1) if match else None
+
+
+def suite_brokers(suite: str) -> list[str]:
+    """The registered brokers with a local service that the suite's run requests name (all of a study's runs),
+    leaving out those a request gives an endpoint for in `targets` (they are not started here)."""
+    names = set()
+    for request in suite_runs(suite):
+        targets = request.get("targets") or {}
+        names |= {b for b in request.get("brokers", []) if b in plugins() and b not in targets}
+    return sorted(name for name in names if plugin(name).local is not None)
+
+
+def install_set(suite: str | None) -> list[str]:
+    """The brokers `make setup` installs: a suite's (suite_brokers), or every registered local one (suite None)."""
+    if suite is None:
+        return [name for name, p in plugins().items() if p.local is not None]
+    return suite_brokers(suite)
+
+
+def install_all(with_browser: bool = False, log=print, suite: str | None = None) -> None:
+    """What `make setup` needs: the brokers of install_set(suite) (all of them when suite is None), DynamoDB
+    Local, the tools and the native send loop; with_browser adds the tests' own tools (chromium, Toxiproxy)."""
+    names = install_set(suite)  # first: an unknown suite installs nothing
     install_commands((*RUN_COMMANDS, *TEST_COMMANDS) if with_browser else RUN_COMMANDS, log)
-    for plugin in plugins().values():
-        if plugin.local is not None:
-            plugin.local.install(log)
+    for name in names:
+        plugin(name).local.install(log)
     install_dynamodb_local(log)
     build_native(log)
     if with_browser:
         install_toxiproxy(log)
 
 
+# -- install on first use --------------------------------------------------------------------------
+def first_use_line(name: str, service: LocalService) -> str:
+    """The progress line of a first-use install: "installing pulsar 4.0.7 (first use, ~234 MB) ...". A service
+    may tell the version its install() installs (`install_version()`) and its download's size (`download_mb`)."""
+    version = getattr(service, "install_version", lambda: None)()
+    size = getattr(service, "download_mb", None)
+    return (f"installing {name}{f' {version}' if version else ''} (first use"
+            f"{f', ~{size} MB' if size else ''}) ...")
+
+
+def install_on_first_use(name: str, service: LocalService, log=None) -> bool:
+    """Install `service` (the stack's `name` for it) when it is not installed, saying so on stderr first; True
+    when it installed. One install at a time per cache folder (stacks in other folders share the cache): a
+    second caller waits, then finds it installed. InstallError names the service when installing fails."""
+    if service.installed_version() is not None:
+        return False
+    say = log or (lambda message: print(message, file=sys.stderr, flush=True))
+    CACHE_DIR.mkdir(parents=True, exist_ok=True)
+    with open(CACHE_DIR / "install.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if service.installed_version() is not None:
+            return False
+        say(first_use_line(name, service))
+        try:
+            service.install(lambda message: say(f"  {message}"))
+        except InstallError as exc:
+            raise InstallError(f"installing {name} failed: {exc}") from None
+        if service.installed_version() is None:
+            raise InstallError(f"installing {name} failed: it is still not installed after its install step")
+    return True
+
+
 def main(argv: list[str] | None = None) -> int:
-    args = sys.argv[1:] if argv is None else argv
+    """`make setup`: the quick suite's needs (`--suite NAME`: that suite's); `--all` (`make setup-all`) and
+    `--with-browser` (`make test`): every registered broker."""
+    parser = argparse.ArgumentParser(prog="python -m brokerbench.local.install")
+    parser.add_argument("--suite", default="quick", help="install the brokers this suite runs on (default quick)")
+    parser.add_argument("--all", action="store_true", help="install every registered broker")
+    parser.add_argument("--with-browser", action="store_true", help="everything, and the tests' own tools")
+    args = parser.parse_args(sys.argv[1:] if argv is None else argv)
     try:
-        install_all("--with-browser" in args)
-    except InstallError as exc:
+        install_all(args.with_browser, suite=None if args.all or args.with_browser else args.suite)
+    except (InstallError, SpecError) as exc:
         print(f"brokerbench setup: {exc}", file=sys.stderr)
         return 1
     return 0

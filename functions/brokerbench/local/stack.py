@@ -6,6 +6,9 @@ what `up` started.
 
 A service that can run as a cluster (its `max_nodes` > 1) has a second name per size, "kafka@3":
 it runs beside the single node, with its own folder, and start() gets `nodes` in its settings.
+
+A service that is not installed (`make setup` installs only the quick suite's brokers) is installed before it
+starts, with a progress line on stderr: "installing pulsar 4.0.7 (first use, ~234 MB) ...".
 """
 
 from __future__ import annotations
@@ -21,7 +24,7 @@ from pathlib import Path
 
 from ..brokers import LocalService, Started, local_services
 from .dynamodb import EVENTS_TABLE, DynamoDBLocal
-from .install import REPO_DIR
+from .install import REPO_DIR, InstallError, install_on_first_use
 from .processes import HOST, StackError, free_port, pid_alive, port_answers, port_free, stop, tail
 
 __all__ = ["EVENTS_TABLE", "HOST", "LocalStack", "StackBusy", "StackError", "free_port", "pid_alive", "port_answers"]
@@ -226,6 +229,23 @@ class LocalStack:
     def installed_version(self, service: str) -> str | None:
         return self._lookup(service)[1].installed_version()
 
+    def install_version(self, service: str) -> str | None:
+        """The version installing the service would give (None when it cannot tell before installing)."""
+        return getattr(self._lookup(service)[1], "install_version", lambda: None)()
+
+    def install(self, services) -> list[str]:
+        """Install each service that is not installed yet (a progress line on stderr each, naming the broker it
+        serves); returns those brokers. StackError names the broker when its install fails."""
+        installed = []
+        for name in self._names(services):
+            broker, service, _ = self._lookup(name)
+            try:
+                if install_on_first_use(broker, service):
+                    installed.append(broker)
+            except InstallError as exc:
+                raise StackError(str(exc)) from None
+        return installed
+
     def up(self, services=None, *, owner: str | None = None, log=print) -> dict:
         """Start what is not running (reusing what is) and return the endpoints.
 
@@ -248,6 +268,7 @@ class LocalStack:
                     ports = _same_ports(svc)
                 if not started:
                     self.check_disk()
+                self.install([name])  # first use: installed before it starts (its start-up timeout excludes it)
                 log(f"starting {name} ..." if svc is None else f"starting {name} again (it had stopped) ...")
                 folder = self._folder(name, keep_data=svc is not None)
                 _, service, nodes = self._lookup(name)

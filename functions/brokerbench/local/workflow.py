@@ -35,9 +35,11 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 from .. import config
+from ..brokers import plugins
 from ..paths import PACKAGE_DIR
+from ..spec import SpecError, validate
 from ..worker import cell as cell_module
-from .stack import HOST, LocalStack
+from .stack import HOST, LocalStack, StackError
 
 REPO_DIR = PACKAGE_DIR.parent.parent
 DEFINITION = REPO_DIR / "statemachines" / "benchmark_run.asl.json"
@@ -310,6 +312,22 @@ class LocalWorkflow:
             "BROKERBENCH_CALLBACK_URL": bridge_url,
         }
 
+    def install_brokers(self, request: dict) -> list[str]:
+        """Install the local brokers the request runs on that are not installed yet (first use: a progress line
+        on stderr each), before the workflow starts: ProvisionTarget's 60 s (TimeoutSeconds) are for starting a
+        broker, not for fetching Pulsar's ~234 MB of jars. A request the workflow will refuse installs nothing.
+        WorkflowError names the broker whose install failed."""
+        try:
+            spec = validate(request)
+        except SpecError:
+            return []  # ValidateRequest says what is wrong with it
+        services = [plugins()[broker].local.name for broker in spec["brokers"]
+                    if broker in plugins() and plugins()[broker].local and broker not in spec.get("targets", {})]
+        try:
+            return self.stack.install(services)
+        except StackError as exc:
+            raise WorkflowError(str(exc)) from None
+
     def execute(self, request: dict, *, suite: str | None = None, run_id: str,
                 on_poll: Callable[[], None] | None = None, cancel: threading.Event | None = None) -> Execution:
         """Run the workflow to its end; `cancel`, when set from another thread, stops it like Ctrl-C does
@@ -317,6 +335,7 @@ class LocalWorkflow:
         node = shutil.which("node")
         if not node:
             raise WorkflowError("Node.js is needed to run the workflow locally (make setup installs its packages)")
+        self.install_brokers(request)
         cell_module.CANCELLED.clear()
         with Bridge(self.definition) as bridge:
             os.environ.update(self.environment(bridge.url))

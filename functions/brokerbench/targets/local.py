@@ -26,7 +26,9 @@ class LocalTargets:
     def provision(self, run_id: str, broker: str, spec: dict) -> dict:
         service = self._service(broker, spec)
         wanted = spec["provision"].get(broker, {}).get("version")
-        installed = self.stack.installed_version(service) or "not installed"
+        # Not installed yet: the version its first use installs (stack.up installs it).
+        installed = (self.stack.installed_version(service) or self.stack.install_version(service)
+                     or "not installed")
         if wanted and not installed.startswith(wanted.rstrip("x").rstrip(".")):
             raise ProvisioningError(f"{broker} {wanted} is not available locally (the local stack has {installed}); "
                                     f"remove provision.{broker}.version or install that version")

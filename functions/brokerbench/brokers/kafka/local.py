@@ -10,7 +10,7 @@ import uuid
 from collections.abc import Callable
 from pathlib import Path
 
-from ...local.install import fetch_maven_jars, jar_version, lib_dir
+from ...local.install import fetch_maven_jars, jar_version, lib_dir, pom_version
 from ...local.processes import HOST, StackError, require, spawn
 from .. import Started
 
@@ -99,9 +99,13 @@ class KafkaService:
     name = "kafka"
     startup_timeout_s = 60.0
     max_nodes = MAX_NODES
+    download_mb = 54  # its jars (the lib folder install fills)
 
     def installed_version(self) -> str | None:
         return jar_version("kafka", "kafka_2.13")
+
+    def install_version(self) -> str | None:
+        return pom_version(POM.read_text(), "kafka_2.13")
 
     def install(self, log) -> None:
         fetch_maven_jars("kafka", POM.read_text(), log)

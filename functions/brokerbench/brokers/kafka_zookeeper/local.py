@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
-from ...local.install import fetch_maven_jars, jar_version, lib_dir
+from ...local.install import fetch_maven_jars, jar_version, lib_dir, pom_version
 from ...local.processes import HOST, StackError, spawn
 from .. import Started
 from ..kafka.local import BROKER_PROPERTIES, LOG_PATTERN, MAX_NODES, broker_count, cluster_properties, pinned_heap
@@ -35,9 +35,13 @@ class KafkaZooKeeperService:
     name = "kafka-zookeeper"
     startup_timeout_s = 60.0
     max_nodes = MAX_NODES
+    download_mb = 46  # Kafka 3.9's jars, ZooKeeper's included (the lib folder install fills)
 
     def installed_version(self) -> str | None:
         return jar_version(JARS, "kafka_2.13")
+
+    def install_version(self) -> str | None:
+        return pom_version(POM.read_text(), "kafka_2.13")
 
     def install(self, log) -> None:
         fetch_maven_jars(JARS, POM.read_text(), log)
@@ -45,7 +49,7 @@ class KafkaZooKeeperService:
     def start(self, folder: Path, ports: Callable[[], int], settings: dict) -> Started:
         lib = lib_dir(JARS)
         if not lib.is_dir():
-            raise StackError("Kafka 3.9 jars (ZooKeeper mode) are missing: run `make setup`")
+            raise StackError("Kafka 3.9 jars (ZooKeeper mode) are missing: run `make setup-all`")
         zookeeper_port = ports()
         zookeeper_config = folder / "zookeeper.properties"
         zookeeper_config.write_text("\n".join([

@@ -43,6 +43,17 @@ def cell_prefix(cell_index: int) -> str:
     return f"10#c{cell_index:05d}#"
 
 
+def run_listing_key(event: dict, suite: str | None = None) -> dict:
+    """The listing key of a RunRequested event (every store's `run_key`): where a page that ends with it
+    resumes."""
+    key = {"run_id": event["run_id"], "sk": event["sk"], "at": event["at"]}
+    if suite:
+        key["suite"] = suite
+    else:
+        key["entity"] = "run"
+    return key
+
+
 def sort_key(event_type: str, cell_index: int | None = None, interval: int | None = None, attempt: int = 0,
              key: str | None = None) -> str:
     if event_type == "RunRequested":

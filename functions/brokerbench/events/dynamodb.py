@@ -17,7 +17,7 @@ import boto3
 from botocore.config import Config
 from botocore.exceptions import ClientError, ConnectionClosedError, EndpointConnectionError, ReadTimeoutError
 
-from . import AppendResult, StoreUnavailable, cell_count, has_digest, sort_key, validate
+from . import AppendResult, StoreUnavailable, cell_count, has_digest, run_listing_key, sort_key, validate
 
 TRANSACTION_ITEMS = 25
 TRANSACTION_BYTES = 3_000_000
@@ -327,15 +327,7 @@ class DynamoEventStore:
         last = page.get("LastEvaluatedKey")
         return [self._event(item) for item in page["Items"]], {k: v["S"] for k, v in last.items()} if last else None
 
-    @staticmethod
-    def run_key(event: dict, suite: str | None = None) -> dict:
-        """The listing key of a RunRequested event: where a page that ends with it resumes."""
-        key = {"run_id": event["run_id"], "sk": event["sk"], "at": event["at"]}
-        if suite:
-            key["suite"] = suite
-        else:
-            key["entity"] = "run"
-        return key
+    run_key = staticmethod(run_listing_key)
 
     def events_page(self, run_id: str, *, limit: int, after: str | None = None,
                     interval_histograms: bool = False) -> tuple[list[dict], str | None]:

@@ -19,7 +19,7 @@ from __future__ import annotations
 import json
 import threading
 
-from . import AppendResult, cell_count, has_digest, sort_key, validate
+from . import AppendResult, cell_count, has_digest, run_listing_key, sort_key, validate
 
 HEADER_END, TAIL_START = "10#", "11#"  # sort keys below the first are the run's header, from the second its end
 
@@ -98,15 +98,7 @@ class MemoryEventStore:
         page = runs[:limit]
         return page, (self.run_key(page[-1], suite) if len(runs) > limit else None)
 
-    @staticmethod
-    def run_key(event: dict, suite: str | None = None) -> dict:
-        """The listing key of a RunRequested event: where a page that ends with it resumes."""
-        key = {"run_id": event["run_id"], "sk": event["sk"], "at": event["at"]}
-        if suite:
-            key["suite"] = suite
-        else:
-            key["entity"] = "run"
-        return key
+    run_key = staticmethod(run_listing_key)
 
     def events_page(self, run_id: str, *, limit: int, after: str | None = None,
                     interval_histograms: bool = False) -> tuple[list[dict], str | None]:

@@ -26,7 +26,8 @@ SHORT = {"duration_s": 1.0}  # one one-second interval
 SHAPES: dict[str, dict] = {
     "tallberg-throughput": {**SHORT, "sizes": [1000]},
     # 1 kB at both its rates and 65 kB at one: the pairs still differ by size (no 65 kB at 1,000 msgs/s)
-    "tallberg-latency": {**SHORT, "size_rates": [{"size": 1000, "rates": [1000, 5000]}, {"size": 65000, "rates": [100]}]},
+    "tallberg-latency": {**SHORT, "size_rates": [{"size": 1000, "rates": [1000, 5000]},
+                                                 {"size": 65000, "rates": [100]}]},
     "helenius-1p1c1b": SHORT,
     "helenius-4p1c1b": SHORT,
     "helenius-4p1c3b": SHORT,

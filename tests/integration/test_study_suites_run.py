@@ -31,7 +31,8 @@ def brokers(extra_brokers):
 def run_and_compare(stack, tmp_path, name: str) -> tuple[dict, dict]:
     out = tmp_path / "out"
     done = subprocess.run(command("--state-dir", str(stack.state_dir), "run", "--suite", name,
-                                  "--scale", SCALES[name], "--out", str(out)), capture_output=True, text=True, timeout=900)
+                                  "--scale", SCALES[name], "--out", str(out)),
+                          capture_output=True, text=True, timeout=900)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     results = {}
     for path in out.glob("*/results.json"):
@@ -53,6 +54,7 @@ def run_and_compare(stack, tmp_path, name: str) -> tuple[dict, dict]:
     return results, comparison
 
 
+@pytest.mark.timeout(600)  # the module's first test: its time includes starting Kafka with ZooKeeper and two clusters
 def test_helenius_scaled(stack, brokers, tmp_path):
     results, comparison = run_and_compare(stack, tmp_path, "helenius")
     assert set(results) == {"helenius-1p1c1b", "helenius-4p1c1b", "helenius-4p1c3b"}
@@ -91,9 +93,15 @@ def test_vandongen_scaled(stack, brokers, tmp_path):
     table = next(t for t in comparison["tables"] if t["id"] == "sustainable")
     assert table["rows"][0]["figures"][0]["ours"] == found["max_sustainable_rate"]
     backlog = SHAPES["vandongen-startup-burst"]["backlog"]["messages"]
-    startup = results["vandongen-startup-burst"]["cells"][0]["startup"]
-    assert startup["messages"] == startup["received"] == backlog  # all read from the broker
-    assert startup["at_attach"]["broker_messages"] >= backlog
+    cell = results["vandongen-startup-burst"]["cells"][0]
+    startup = cell["startup"]
+    accounting = {k: cell.get(k) for k in ("sent", "received", "lost", "late", "undelivered", "broker_count",
+                                           "startup")}
+    assert startup["messages"] == startup["received"] == backlog, accounting  # all read from the broker
+    # The broker's own count just before the consumers attach holds what had reached it then: the whole backlog
+    # on an idle host, less when a loaded one sent it late (a timing, not a defect); never more than was sent.
+    assert 0 < startup["at_attach"]["broker_messages"] <= cell["sent"], accounting
+    assert cell["broker_count"]["difference"] == 0, accounting  # at the end the broker holds what was sent
     bursts = results["vandongen-periodic-burst"]["cells"][0]["bursts"]
     assert bursts["measured"] == bursts["delivered"] == 2  # two whole periods measured: two bursts
     table = next(t for t in comparison["tables"] if t["id"] == "periodic-burst")

@@ -9,7 +9,7 @@ run of the study (`brokerbench study` needs them all), every broker, format and 
 points of an axis, seconds a cell does not need (the shortest duration the cell's shape allows: one interval,
 verdict.MIN_INTERVALS for a search step, two whole periods with bursts), warm-up beyond a tenth of a second, and
 rates, counts and search steps that only give a shape. That the user's scale keeps the whole matrix, and that the
-whole matrix fills every table and decides every conclusion, is checked without brokers
+whole matrix fills every table and decides every checked conclusion, is checked without brokers
 (tests/unit/test_study_suites.py, test_study_compare.py).
 """
 

@@ -208,3 +208,36 @@ def test_startup_and_burst_figures_of_a_study_by_hand():
     assert study.our_figure(run, select, "burst_delivered_max_ms")[0] == 400.0
     cells[1]["bursts"]["cycles"].append({"delivered_in_ms": None})
     assert study.our_figure(run, select, "burst_delivered_max_ms")[0] is None
+
+
+# The scales the study tests run at (tests/integration/test_study_run.py, test_study_suites_run.py): those runs are
+# cut further to the smallest shape (tests/study_scale.py), so what the whole scaled matrix gives is
+# checked here, on synthetic runs of every run of the study as the user's scale leaves it.
+USER_SCALES = {"tallberg": 0.02, "helenius": 0.002, "myastovskiy": 0.002, "downard": 0.05}
+FROM_REAL_RUNS_ONLY = ("lag_",)  # broker backlog samples: a synthetic run has none (helenius' lag table)
+
+
+@pytest.mark.parametrize("name", sorted(USER_SCALES))
+def test_the_user_scaled_study_fills_every_figure_and_decides_every_checked_conclusion(name):
+    from brokerbench.spec import scaled
+
+    definition = study.load_study(name)
+    runs = {}
+    for number, request in enumerate(suite_runs(name)):
+        small = scaled(request, USER_SCALES[name])
+        small = {k: v for k, v in small.items() if k not in ("duration_s", "messages")}  # synthetic intervals instead
+        runs[request["name"]] = study.stored_run(synthetic_run(small, intervals=3, seed=number))
+    comparison = study.compare(definition, runs)
+    metrics = {t["id"]: t for t in definition["published"]["tables"]}
+    for table in comparison["tables"]:
+        published = metrics[table["id"]]
+        for r, row in enumerate(table["rows"]):
+            for c, figure in enumerate(row["figures"]):
+                metric = study._metric(published, published["rows"][r], published["columns"][c])
+                if published["rows"][r].get("broker") == "redpanda" or metric.startswith(FROM_REAL_RUNS_ONLY):
+                    continue
+                assert figure["ours"] is not None and figure["cells"], (table["id"], row["label"], c)
+    if name == "helenius":  # its checked conclusions need the lag samples or Redpanda
+        return
+    for conclusion in comparison["conclusions"]:
+        assert conclusion["ours"]["verdict"] in (study.HOLDS, study.FAILS, "not checked"), conclusion

@@ -410,3 +410,58 @@ def test_a_scaled_search_keeps_enough_seconds_per_step_to_judge():
     paired = {"brokers": ["kafka"], "size_rates": [{"size": 100, "rates": [10, "sustainable"]}], "formats": ["raw"],
               "duration_s": 60}
     assert spec.scaled(paired, 0.01)["duration_s"] == verdict.MIN_INTERVALS
+
+
+# -- the scales the study tests name -------------------------------------------------------------------------------
+# tests/integration/test_study_run.py and test_study_suites_run.py run each study as `run --suite NAME --scale F`,
+# cut further to the smallest shape (tests/study_scale.py). What F itself leaves of each study is here.
+TALLBERG_PAIRS = {(1000, 1000), (1000, 5000), (65000, 100), (65000, 500), (600000, 50), (600000, 200)}
+
+
+def scaled_runs(name, factor):
+    return {r["name"]: spec.validate(spec.scaled(r, factor)) for r in spec.suite_runs(name)}
+
+
+def test_tallberg_at_the_tests_scale_keeps_both_runs_with_the_studys_pairs():
+    runs = scaled_runs("tallberg", 0.02)
+    assert list(runs) == ["tallberg-throughput", "tallberg-latency"]
+    latency, throughput = spec.expand(runs["tallberg-latency"]), spec.expand(runs["tallberg-throughput"])
+    assert {(c["size_bytes"], c["rate"]) for c in latency} == TALLBERG_PAIRS
+    assert len(latency) == 3 * 6  # one repeat: 3 brokers x the 6 pairs, nothing else
+    assert {(c["size_bytes"], c["rate"]) for c in throughput} == {(1000, "max"), (65000, "max"), (600000, "max")}
+    for run in runs.values():
+        assert {c["broker"] for c in spec.expand(run)} == {"kafka-zookeeper", "pulsar", "redis-streams"}
+        assert run["notes"][-1].startswith("scaled by 0.02") and run["repeats"] == 1
+    assert throughput[0]["consumers"] == 0  # producer-only
+    assert runs["tallberg-latency"]["size_rates"][0] == {"size": 1000, "rates": [1000, 5000]}
+
+
+def test_the_other_studies_at_the_tests_scales_keep_their_matrices():
+    helenius = scaled_runs("helenius", 0.002)
+    assert list(helenius) == ["helenius-1p1c1b", "helenius-4p1c1b", "helenius-4p1c3b"]
+    three = helenius["helenius-4p1c3b"]
+    assert (three["partitions"], three["producers"], three["brokers"]) == (3, 4, ["kafka-zookeeper", "kafka"])
+    assert three["provision"]["kafka"]["nodes"] == three["provision"]["kafka-zookeeper"]["nodes"] == 3
+    [myastovskiy] = scaled_runs("myastovskiy", 0.002).values()
+    assert len(spec.expand(myastovskiy)) == 3 * 4 * 2  # sizes x formats x modes
+    assert myastovskiy["messages"] == 2098  # 1,048,575 x 0.002
+    downard = scaled_runs("downard", 0.05)
+    assert {n: r["partitions"] for n, r in downard.items() if "partitions" in n} == {
+        "downard-partitions-10": 10, "downard-partitions-100": 100, "downard-partitions-400": 400}
+    assert all(r["consumers"] == 0 and r["modes"] == ["single"] for r in downard.values())  # publish-only, single
+    assert len(spec.expand(downard["downard-sizes"])) == 5
+
+
+def test_vandongen_at_the_tests_scale_keeps_its_backlog_and_two_bursts():
+    from brokerbench.worker import schedule
+
+    runs = scaled_runs("vandongen", 0.005)
+    assert runs["vandongen-startup-burst"]["backlog"] == {"messages": 9000, "rate": 6000}  # 1,800,000 x 0.005
+    assert runs["vandongen-sustainable"]["search"]["max_steps"] == 12  # the search as the suite has it
+    burst = runs["vandongen-periodic-burst"]
+    assert burst["duration_s"] == 20.175  # two whole periods of 10 s
+    [cell] = spec.expand(burst)
+    second = 1_000_000_000
+    measure_start = int(burst["warmup_s"] * second)
+    windows = schedule.burst_windows(cell, 0, measure_start, measure_start + int(burst["duration_s"] * second))
+    assert len(windows) == 2  # the scaled run measures two bursts

@@ -1,0 +1,125 @@
+"""The study tests' scale: `brokerbench run --suite NAME --scale F` as a user runs it, each run then cut to the
+smallest shape that still has everything the suite has.
+
+Run as a script, this is the `brokerbench` command with one difference: after --scale (spec.scaled, unchanged:
+what users get) each of a study's runs gets SHAPES[its name] on top, and a note saying so. What stays: every
+run of the study (`brokerbench study` needs them all), every broker, format and mode, the size and rate axes
+(fewer points), paired sizes and rates, the topologies and clusters, partitions and topics, client settings
+(compression, acks), a startup backlog, periodic bursts and the sustainable-rate search. What goes: the other
+points of an axis, seconds a cell does not need (the shortest duration the cell's shape allows: one interval,
+verdict.MIN_INTERVALS for a search step, two whole periods with bursts), warm-up beyond a tenth of a second, and
+rates, counts and search steps that only give a shape. That the user's scale keeps the whole matrix, and that the
+whole matrix fills every table and decides every checked conclusion, is checked without brokers
+(tests/unit/test_study_suites.py, test_study_compare.py).
+"""
+
+from __future__ import annotations
+
+import copy
+import sys
+from pathlib import Path
+
+from brokerbench import cli, spec
+
+WARMUP_S = 0.1  # a warm-up the suite has stays, this short: its messages are still excluded from every figure
+SHORT = {"duration_s": 1.0}  # one one-second interval
+SHAPES: dict[str, dict] = {
+    "tallberg-throughput": {**SHORT, "sizes": [1000]},
+    # 1 kB at both its rates and 65 kB at one: the pairs still differ by size (no 65 kB at 1,000 msgs/s)
+    "tallberg-latency": {**SHORT, "size_rates": [{"size": 1000, "rates": [1000, 5000]},
+                                                 {"size": 65000, "rates": [100]}]},
+    "helenius-1p1c1b": SHORT,
+    "helenius-4p1c1b": SHORT,
+    "helenius-4p1c3b": SHORT,
+    "myastovskiy": {"sizes": [1176], "messages": 500},
+    "downard-sizes": {**SHORT, "sizes": [100, 10000]},
+    "downard-partitions-10": SHORT,
+    "downard-partitions-100": SHORT,
+    "downard-partitions-400": SHORT,
+    "downard-topics-10": SHORT,
+    "downard-topics-100": SHORT,
+    "vandongen-latency": SHORT,
+    # two steps from a rate this host sustains even when loaded: the search runs, records its steps and finds a rate
+    "vandongen-sustainable": {"search": {"start_rate": 200, "precision": 0.5, "max_steps": 2}},
+    "vandongen-startup-burst": {**SHORT, "backlog": {"messages": 600, "rate": 3000}},
+    # two whole periods of 1 s (the duration scaled() keeps for bursts), each a burst of 400 due over 175 ms
+    "vandongen-periodic-burst": {"duration_s": 2.175, "burst": {"every_s": 1, "messages": 400, "over_s": 0.175}},
+}
+
+
+def smallest(request: dict) -> dict:
+    """The (already scaled) run request in the test's shape: SHAPES[name] over it (nested objects merged), the
+    warm-up at most WARMUP_S, and a note saying what changed, put before the scale's own note (which stays the
+    last, as `brokerbench run` prints it and a study shows it)."""
+    out = copy.deepcopy(request)
+    changed = []
+    for field, value in SHAPES[request["name"]].items():
+        old = request.get(field)
+        new = {**old, **value} if isinstance(value, dict) and isinstance(old, dict) else value
+        if new != old:
+            out[field] = new
+            changed.append(f"{field} {old} -> {new}")
+    if out.get("warmup_s", 0) > WARMUP_S:
+        changed.append(f"warmup_s {out['warmup_s']} -> {WARMUP_S}")
+        out["warmup_s"] = WARMUP_S
+    notes = out.get("notes", [])
+    out["notes"] = [*notes[:-1], f"test shape: {'; '.join(changed) or 'as scaled'}", *notes[-1:]]
+    return out
+
+
+def command(*args: str) -> list[str]:
+    """The command line of `brokerbench ARGS` in the tests' shape (this file run by the tests' Python)."""
+    return [sys.executable, str(Path(__file__).resolve()), *args]
+
+
+SELECTED = {"broker": "broker", "size": "size_bytes", "rate": "rate_target", "format": "format", "mode": "mode",
+            "producers": "producers", "consumers": "consumers", "partitions": "partitions"}  # study -> results.json
+
+
+def selected_cells(published: dict, results: dict[str, dict]) -> list[list[list[str]]]:
+    """For each figure of a published table (by row, then column): the completed cells of the run its row names
+    that its row and column select, worked out from the runs' results.json, apart from the comparison."""
+    out = []
+    for row in published["rows"]:
+        run = results.get(row.get("run", published["run"]))
+        cells = [c for c in (run["cells"] if run else []) if c["status"] == "completed"]
+        figures = []
+        for column in published["columns"]:
+            select = {**published.get("select", {}), **row, **column}
+            wanted = {SELECTED[k]: v for k, v in select.items() if k in SELECTED}
+            figures.append([c["cell_id"] for c in cells if all(c[k] == v for k, v in wanted.items())])
+        out.append(figures)
+    return out
+
+
+def check_figures(name: str, comparison: dict, results: dict[str, dict]) -> dict[str, int]:
+    """Each figure of ours in `brokerbench study NAME --json` is there exactly when the runs have cells it selects,
+    and from those cells. Returns how many figures of ours each table has."""
+    from brokerbench.reports import study
+
+    published = {t["id"]: t for t in study.load_study(name)["published"]["tables"]}
+    shown = {}
+    for table in comparison["tables"]:
+        assert set(table["run_ids"]) <= {r["run_id"] for r in results.values()}, table["id"]
+        wanted = selected_cells(published[table["id"]], results)
+        filled = 0
+        for row, cells in zip(table["rows"], wanted):
+            for figure, ids in zip(row["figures"], cells):
+                where = (table["id"], row["label"], figure)
+                if ids:
+                    assert figure["ours"] is not None and sorted(figure["cells"]) == sorted(ids), where
+                    filled += 1
+                else:  # a point the shape leaves out, or a broker that cannot run here (Redpanda)
+                    assert figure["ours"] is None and figure["cells"] == [], where
+        shown[table["id"]] = filled
+    return shown
+
+
+def main(argv: list[str]) -> int:
+    scaled = spec.scaled
+    spec.scaled = lambda request, factor: smallest(scaled(request, factor))  # what cli._requests calls
+    return cli.main(argv)
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -90,13 +90,6 @@ def test_throughput_is_the_measured_messages_at_the_rate_they_came():
     figures = outcome.delivery([producer(500)], steady, True, 4 * SECOND, {**MEASURED, "received": 500})
     assert figures["window_start_ns"] == 4 * SECOND  # 500 in 0.9981 s: within one gap of 500 msgs/s
     assert 500 / figures["window_s"] == pytest.approx(500, rel=2e-3)
-    # publish-only: the measured acknowledgements from the start of measurement to the last of them, their bytes
-    # at the measured messages' mean size
-    producers = [producer(10, last_ack=7 * SECOND, delivered=12), producer(10, last_ack=6 * SECOND, delivered=10)]
-    figures = outcome.delivery(producers, [], False, 4 * SECOND, {**MEASURED, "sent": 20, "bytes_sent": 2000,
-                                                                  "acked": 18})
-    assert (figures["delivered"], figures["bytes_delivered"]) == (18, 1800)
-    assert figures["window_s"] == pytest.approx(3.0)
     assert outcome.delivery([producer(1)], [consumer(0)], True, 0, {**MEASURED, "received": 0})["window_s"] is None
 
 
@@ -116,11 +109,47 @@ def test_a_warm_up_backlog_counts_neither_its_time_nor_the_burst_that_ends_it():
                  "first_delivery_ns": 10 * SECOND, "first_poll_measured": 500}]
     figures = outcome.delivery([producer(2000)], together, True, 4 * SECOND, {**MEASURED, "received": 500})
     assert figures["delivered"] == 500 and figures["window_s"] == pytest.approx(6.0)
-    # publish-only: from the last warm-up acknowledgement
-    producers = [{**producer(10, last_ack=12 * SECOND), "last_warmup_ack_ns": 7 * SECOND}]
-    figures = outcome.delivery(producers, [], False, 4 * SECOND, {**MEASURED, "sent": 10, "bytes_sent": 1000,
-                                                                 "acked": 10})
-    assert figures["window_s"] == pytest.approx(5.0)
+
+
+def acked(count, first_intended, first_ack, together, last):
+    return {**producer(count, last_ack=last), "first_intended_ns": first_intended, "first_ack_ns": first_ack,
+            "first_acks": together}
+
+
+def test_publish_only_throughput_is_the_measured_acknowledgements_at_the_rate_they_came():
+    # The consumed cells' rule on acknowledgements. Two producers at 500 msgs/s each from 4 s, each answered
+    # 0.4 ms after sending, one message per acknowledgement: 2 x 1,500 measured acknowledgements, the last at
+    # 6.9984 s. The window starts at the earliest intended send time (reaching back one gap from the first
+    # acknowledgement would start before it): 3,000 over 2.9984 s, their bytes at the measured mean size.
+    producers = [acked(1500, 4 * SECOND, 4 * SECOND + 400_000, 1, int(6.9984 * SECOND)),
+                 acked(1500, 4 * SECOND + 1_000_000, 4 * SECOND + 1_400_000, 1, int(6.9974 * SECOND))]
+    figures = outcome.delivery(producers, [], False, 4 * SECOND, {**MEASURED, "sent": 3000, "bytes_sent": 300_000,
+                                                                  "acked": 3000})
+    assert (figures["delivered"], figures["bytes_delivered"]) == (3000, 300_000)
+    assert figures["window_start_ns"] == 4 * SECOND and figures["window_s"] == pytest.approx(2.9984)
+    assert 3000 / figures["window_s"] == pytest.approx(1000, rel=1e-3)
+    # Bytes at the measured messages' mean size: 18 of 20 acknowledged, 2,000 bytes sent.
+    figures = outcome.delivery([acked(18, 4 * SECOND, 5 * SECOND, 1, 7 * SECOND)], [], False, 4 * SECOND,
+                               {**MEASURED, "sent": 20, "bytes_sent": 2000, "acked": 18})
+    assert (figures["delivered"], figures["bytes_delivered"]) == (18, 1800)
+    assert outcome.delivery([producer(5)], [], False, 0, {**MEASURED, "sent": 5, "acked": 0})["window_s"] is None
+
+
+def test_publish_only_a_warm_up_backlog_counts_neither_its_time_nor_the_response_that_ends_it():
+    # Behind a producer quota the broker is still answering for the warm-up when the measured messages are due
+    # at 4 s: it answers 200 a second, one response a second; the response at 10 s ends the warm-up and brings
+    # the first 200 measured acknowledgements, nine more follow, the last at 19 s. 2,000 at 200 msgs/s: not
+    # 2,000 / 9 s (counting the first response over no time), nor 2,000 / 15 s (from 4 s, the warm-up's time).
+    producers = [acked(2000, 4 * SECOND, 10 * SECOND, 200, 19 * SECOND)]
+    figures = outcome.delivery(producers, [], False, 4 * SECOND, {**MEASURED, "sent": 2000, "bytes_sent": 200_000,
+                                                                 "acked": 2000})
+    assert 2000 / figures["window_s"] == pytest.approx(200)
+    assert figures["window_start_ns"] == pytest.approx(9 * SECOND, abs=1)
+    # Every measured acknowledgement came with the first: the rate is unknown, the window runs from the earliest
+    # intended send time, which can only understate it.
+    figures = outcome.delivery([acked(500, 4 * SECOND, 10 * SECOND, 500, 10 * SECOND)], [], False, 4 * SECOND,
+                               {**MEASURED, "sent": 500, "acked": 500})
+    assert figures["delivered"] == 500 and figures["window_s"] == pytest.approx(6.0)
 
 
 def test_a_cell_that_delivered_nothing_fails_with_its_counts():

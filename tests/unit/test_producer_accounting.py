@@ -12,11 +12,13 @@ import numpy as np
 
 from brokerbench.worker.framing import HEADER
 from brokerbench.worker.producer import _forward_intervals
-from brokerbench.worker.producer_figures import RECORDS, ProducerFigures, never_acknowledged, recv_records
+from brokerbench.worker.producer_figures import (FIRST_ACKS_NS, RECORDS, ProducerFigures, never_acknowledged,
+                                                 recv_records)
 from brokerbench.worker.schedule import producer_schedule
 
 WARM, END = 10, 20  # messages 0-9 are the warm-up's, 10-19 are measured
 SIZE = 100
+SECOND_NS = 1_000_000_000
 
 
 def ints(*values) -> bytes:
@@ -71,7 +73,9 @@ def test_warm_up_failures_reported_in_a_measured_interval_are_not_send_errors():
     assert counters["sent"] == counters["acked"] + counters["send_errors"] + unacked
     done = figures.finish({"first_measured_seq": WARM, "sent_total": END, "sent": END - WARM})
     assert done["unacked"] == 1 and done["not_acked"].tolist() == [18, 19] and done["failed_total"] == 2
-    assert done["last_warmup_ack_ns"] == 6_000  # warm-up 6-8, acknowledged in the measured interval
+    # the delivery window's start: the first measured acknowledgement and the 8 measured ones with it (warm-up 6-8,
+    # acknowledged at the same moment, are not among them)
+    assert (done["first_ack_ns"], done["first_acks"]) == (6_000, 8)
 
 
 def test_warm_up_messages_never_answered_are_not_unacknowledged():
@@ -118,3 +122,25 @@ def test_python_loop_records_give_the_native_loop_figures():
     assert from_python == from_native
     assert vars(python_figures.acks) == vars(native_figures.acks)
     assert from_native["counters"] == {"sent": 3_000, "bytes": 3_000 * SIZE, "acked": 1_500, "send_errors": 2}
+
+
+def test_the_first_acknowledgements_are_those_stamped_with_the_first():
+    """The delivery window's start (outcome.delivery): the first measured acknowledgement, the measured ones
+    stamped within FIRST_ACKS_NS of it (warm-up ones left out, however close), the last one, and the earliest
+    intended send time of a measured message."""
+    figures = ProducerFigures(np.full(8, SIZE), 8, None)
+    at = 10 * SECOND_NS
+
+    def add(interval, first_seq, taken_up, acked, acked_ns):
+        figures.add({"interval": interval, "first_seq": first_seq, "first_measured_seq": 4, "headers": False,
+                     "started": ints(*taken_up), "handed": ints(*taken_up), "acked": ints(*acked),
+                     "acked_ns": ints(*acked_ns), "failed": ints()})
+
+    add(-1, 0, [1, 2, 3, 4], [], [])
+    # measured 4-7 taken up at 11-14 ns (no schedule: intended = taken up); warm-up 0-3 answered up to the moment
+    # measured 4 is, measured 5 and 6 within a few µs, measured 7 just over FIRST_ACKS_NS later, in the next interval
+    add(0, 4, [11, 12, 13, 14], [0, 1, 2, 3, 4, 5, 6], [at - 5, at - 4, at, at, at, at + 1000, at + 2000])
+    add(1, 8, [], [7], [at + FIRST_ACKS_NS + 1])
+    acks = figures.acks
+    assert (acks.first_ack_ns, acks.first_acks, acks.last_ack_ns) == (at, 3, at + FIRST_ACKS_NS + 1)
+    assert acks.first_intended_ns == 11

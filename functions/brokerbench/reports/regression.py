@@ -69,6 +69,13 @@ MIN_BLOCKS = 3  # per run, to compare by blocks
 MIN_WITHIN_DF = 4  # history's repeats give the within-run variance when they have this many degrees of freedom
 MIN_BLOCK_S, MAX_BLOCK_S = 3, 10
 FLOOR = 1e-3  # values are floored before the log (a throughput of 0 is a very large drop, not -inf)
+# A verdict that can call no regression smaller than a factor of USEFUL_FACTOR (a halving, a doubling) says so in
+# words, with the runs that would detect a change of AIM (see detectable_text).
+USEFUL_FACTOR = 2.0
+AIM = 0.30
+# What the compare tables print beside a change, so that it can be recomputed from them.
+FIGURES = ("baseline and candidate: the geometric means of each run's samples (its repeats, or blocks of a single "
+           "repeat's intervals); change = candidate ÷ baseline − 1")
 
 # metric -> (its value in a cell result, its per-second interval series, True when higher is better)
 METRICS = {
@@ -169,7 +176,9 @@ def assess(baseline, candidate, higher_is_better: bool, history=(), min_samples:
             "change_vs_history": math.expm1(difference), "log_difference": difference, "p_raw": t_two_sided_p(t, df),
             "t": t if math.isfinite(t) else None, "df": float(df), "noise": noise,
             "history_noise": history_noise, "repeat_noise": repeat_noise, "se": math.sqrt(se2),
-            "threshold": max(MIN_EFFECT, K_NOISE * noise), "noise_source": source}
+            "threshold": max(MIN_EFFECT, K_NOISE * noise), "noise_source": source,
+            "projection": {"runs": k, "run_variance": float(np.var(means, ddof=1)),
+                           "within_candidate": s2_w / c.size, "within_history": s2_w / sum(r.size for r in runs)}}
 
 
 def cannot_tell(figures: dict, k: int, within: float, repeat_noise: float) -> dict:
@@ -179,6 +188,8 @@ def cannot_tell(figures: dict, k: int, within: float, repeat_noise: float) -> di
     need = MIN_HISTORY - k
     return {**figures, "verdict": "unstable", "cannot_tell": True, "runs_needed": need, "repeat_noise": repeat_noise,
             "se": math.sqrt(within * (1 + 1 / MIN_HISTORY)), "df": MIN_HISTORY - 1.0,
+            "projection": {"runs": MIN_HISTORY, "run_variance": within, "within_candidate": 0.0,
+                           "within_history": 0.0},
             "threshold": max(MIN_EFFECT, K_NOISE * repeat_noise),
             "why": f"cannot tell: {k} run{'s' if k != 1 else ''} of this configuration, run-to-run noise unknown; "
                    f"{need} more completed run{'s' if need != 1 else ''} of the suite needed"}
@@ -198,21 +209,34 @@ def detectable(figures: dict, comparisons: int) -> float | None:
 
 
 def detectable_text(figures: dict) -> str:
-    """The smallest regression a verdict is sure to call, in words: −25%, +40%, or a factor beyond 2 (÷8, ×8)."""
+    """The smallest regression a verdict is sure to call, in words: −25%, +40%. Beyond a factor of USEFUL_FACTOR
+    (a check that could call only a halving or a doubling), what it means: that this many runs cannot detect a
+    change in the metric, and the runs that could detect AIM (or that none the check uses could)."""
     factor = figures.get("detectable_factor")
     if factor is None:
         return "–"
-    if factor < 2:
-        return f"{'−' if figures['higher_is_better'] else '+'}{figures['detectable']:.0%}"
-    return f"{'÷' if figures['higher_is_better'] else '×'}{factor:,.3g}"
+    worse = "−" if figures["higher_is_better"] else "+"
+    if factor < USEFUL_FACTOR:
+        return f"{worse}{figures['detectable']:.0%}"
+    runs = (figures.get("projection") or {}).get("runs", figures.get("history_runs"))
+    said = f"{runs} runs cannot detect a change in this metric ({'÷' if figures['higher_is_better'] else '×'}" \
+           f"{factor:,.3g} at least)"
+    aim = f"{worse}{AIM:.0%}"
+    if figures.get("runs_to_detect"):
+        return f"{said}; about {figures['runs_to_detect']} runs could detect {aim}"
+    if figures["threshold"] >= AIM:
+        return f"{said}, nor could more: its noise hides any change below {worse}{figures['threshold']:.0%}"
+    return f"{said}; not even the {HISTORY_RUNS} runs a check uses at most could detect {aim}"
 
 
-def detectable_factor(figures: dict, comparisons: int) -> float | None:
+def detectable_factor(figures: dict, comparisons: int, runs: int | None = None) -> float | None:
     """`detectable` as the factor (≥ 1) by which the geometric mean must move: ÷ it for a drop, × it for a rise
-    (a drop of 99.9% and one of 99.99% are both "100%"; as factors, ÷1,000 and ÷10,000)."""
+    (a drop of 99.9% and one of 99.99% are both "100%"; as factors, ÷1,000 and ÷10,000). With `runs`: what it
+    would be with that many runs of history as steady as these (`projected_se`)."""
     if figures.get("se") is None or figures.get("threshold") is None:
         return None
-    bar = t_quantile(ALPHA / max(1, comparisons), figures["df"]) * figures["se"]
+    se, df = (figures["se"], figures["df"]) if runs is None else (projected_se(figures, runs), runs - 1.0)
+    bar = t_quantile(ALPHA / max(1, comparisons), df) * se
     if not math.isfinite(bar) or bar > 700:
         return None
     floor = -math.log1p(-min(figures["threshold"], 0.999)) if figures["higher_is_better"] \
@@ -220,17 +244,36 @@ def detectable_factor(figures: dict, comparisons: int) -> float | None:
     return math.exp(max(bar, floor))
 
 
+def projected_se(figures: dict, runs: int) -> float:
+    """The SE with `runs` runs of history whose per-run figures vary as much as these runs' do, by `assess`'s
+    formula: the larger of their variance × (1 + 1/runs) and the repeats' share (the candidate's, and history's,
+    which shrinks as history's samples grow with its runs). At the verdict's own number of runs, its SE."""
+    p = figures["projection"]
+    within = p["within_candidate"] + p["within_history"] * p["runs"] / runs
+    return math.sqrt(max(p["run_variance"] * (1 + 1 / runs), within))
+
+
+def runs_to_detect(figures: dict, comparisons: int) -> int | None:
+    """The fewest runs of history (up to HISTORY_RUNS, the most a check uses) with which this comparison would
+    call a regression of AIM, or None when none would (its noise bar above AIM, or too few runs)."""
+    if not figures.get("projection") or figures.get("threshold") is None or figures["threshold"] >= AIM:
+        return None
+    aim = 1 / (1 - AIM) if figures["higher_is_better"] else 1 + AIM
+    for runs in range(figures["projection"]["runs"] + 1, HISTORY_RUNS + 1):
+        factor = detectable_factor(figures, comparisons, runs)
+        if factor is not None and factor <= aim:
+            return runs
+    return None
+
+
 def label(figures: dict, p_adjusted: float | None, comparisons: int) -> dict:
     """The verdict of one assessed comparison, given its Holm-adjusted p-value among `comparisons`."""
     if figures.get("verdict") is not None:  # decided before any test (too few samples, too short a history)
-        figures = {**figures, "detectable": detectable(figures, comparisons),
-                   "detectable_factor": detectable_factor(figures, comparisons)}
+        figures = {**figures, **_detectable(figures, comparisons)}
         if figures.get("cannot_tell") and figures["detectable"] is not None:
-            figures["why"] += (f" (with {MIN_HISTORY} runs as steady as these samples, a change of "
-                               f"{detectable_text(figures)} would be detectable)")
+            figures["why"] += f" ({_as_steady(figures)})"
         return figures
-    out = {**figures, "p_value": p_adjusted, "comparisons": comparisons,
-           "detectable": detectable(figures, comparisons), "detectable_factor": detectable_factor(figures, comparisons)}
+    out = {**figures, "p_value": p_adjusted, "comparisons": comparisons, **_detectable(figures, comparisons)}
     change, threshold = figures["change"], figures["threshold"]
     # Beyond the noise against the baseline AND against history's mean run, in the direction of the test.
     same_way = figures["log_difference"] * change > 0 and change * figures["change_vs_history"] > 0
@@ -255,6 +298,20 @@ def label(figures: dict, p_adjusted: float | None, comparisons: int) -> dict:
         return {**out, "verdict": "unstable", "why": why}
     why = f"{change:+.1%} is within {threshold:.0%} (noise {figures['noise']:.1%}; {figures['noise_source']})"
     return {**out, "verdict": "unchanged", "why": why}
+
+
+def _detectable(figures: dict, comparisons: int) -> dict:
+    factor = detectable_factor(figures, comparisons)
+    return {"detectable": detectable(figures, comparisons), "detectable_factor": factor,
+            "runs_to_detect": runs_to_detect(figures, comparisons) if factor and factor >= USEFUL_FACTOR else None}
+
+
+def _as_steady(figures: dict) -> str:
+    """What MIN_HISTORY runs as steady as a short history's samples would detect."""
+    if figures["detectable_factor"] < USEFUL_FACTOR:
+        return f"with {MIN_HISTORY} runs as steady as these samples, a change of {detectable_text(figures)} would " \
+               "be detectable"
+    return f"even as steady as these samples, {detectable_text(figures)}"
 
 
 def decide(assessed: list[dict]) -> list[dict]:

@@ -22,10 +22,10 @@ more than was sent, a warm-up message counted as measured) is an accounting erro
 lost, send errors, unacknowledged). Latency percentiles count them at +infinity (reports.results).
 
 Throughput is what was delivered over the time it took to deliver it: the measured messages delivered in
-time, over the window from the first measured message's intended send time (or, when the broker was still
-delivering warm-up messages then, from the last of those) to the last measured delivery (to the last measured
-acknowledgement for a publish-only cell), never to the moment the client library accepted the last message.
-Warm-up messages are in neither the count nor the window.
+time (acknowledged, for a publish-only cell), at the rate they came after the first of them was delivered,
+over a window that ends at the last measured delivery (acknowledgement) and starts no earlier than the first
+measured message's intended send time (`delivery`), never at the moment the client library accepted the last
+message. Warm-up messages are in neither the count nor the window.
 """
 
 from __future__ import annotations
@@ -90,59 +90,52 @@ def has_loss(counts: dict) -> bool:
                                              "unacked"))
 
 
-WARM_WINDOW_SHARE = 0.2  # publish-only: the share of the window that must remain after the last warm-up acknowledgement
-
-
 def delivery(producers: list[dict], consumers: list[dict], consumed: bool, measure_start_ns: int,
              measured: dict) -> dict:
     """What the broker delivered of the measured messages, and over which window.
 
-    Consumed cells: the measured messages received in time (`measured`: the summed interval counters, the same
-    population as the per-second series), at the rate they came: those after each consumer's first poll that
-    brought any, over the time from the first such poll to the last delivery. The first poll's own messages are
-    counted over the same share of time (the window reaches back before it at that rate), as they were delivered
-    before it: a broker still busy with a warm-up backlog (a consumer behind a quota gets it in throttled bursts)
-    hands over its first measured messages in a burst with the warm-up's last ones, and counting them over no
-    time overstated the rate. The window never starts before the earliest intended send time among the measured
-    messages (none was delivered before it was due). With every measured message in first polls the rate is
-    unknown, and the window runs from that earliest intended time, which can only understate it.
+    One rule for both kinds of cell, on one population (the measured messages: the same as the per-second
+    series'): the measured messages delivered (received in time; acknowledged, for a publish-only cell), at
+    the rate they came: those after the first delivery over the time from it to the last delivery. The first
+    delivery's companions (the messages of each consumer's first poll that brought any; the acknowledgements
+    stamped within FIRST_ACKS_NS of each producer's first measured one, which one response brought) are
+    counted over the same share of time: the window reaches back before the first delivery at that rate, as
+    they were delivered before it. A broker still busy with a warm-up backlog (behind a quota, or saturated)
+    answers for the warm-up first and hands over the first measured messages in a burst with its last ones:
+    neither that backlog's time nor a burst counted over no time belongs in the figure. The window never
+    starts before the earliest intended send time among the measured messages (none was delivered before it
+    was due). With every measured message among the first ones the rate is unknown, and the window runs from
+    that earliest intended time, which can only understate it.
 
-    Publish-only cells: the measured acknowledgements from the start of measurement (or the last warm-up
-    acknowledgement, when at least a fifth of the window remains after it: the producer was still being
-    answered for the warm-up) to the last of them, their bytes at the measured messages' mean size.
-
+    A publish-only cell's bytes are its acknowledged messages at the measured messages' mean size.
     Warm-up messages are in neither the count nor the window."""
     if consumed:
         count, size = measured["received"], measured["bytes_received"]
-        lasts = [c["last_delivery_ns"] for c in consumers if c["last_delivery_ns"] is not None]
-        if not lasts:
-            return {"delivered": count, "bytes_delivered": size, "window_start_ns": measure_start_ns,
-                    "window_s": None}
-        last = max(lasts)
-        firsts = [c["first_delivery_ns"] for c in consumers if c.get("first_delivery_ns") is not None]
-        first_polls = sum(c.get("first_poll_measured", 0) for c in consumers if c["last_delivery_ns"] is not None)
-        intended = [c.get("first_intended_ns") for c in consumers if c.get("first_intended_ns") is not None]
-        earliest = min(intended) if intended else measure_start_ns
-        start = earliest
-        if firsts and last > min(firsts) and count > first_polls:
-            span = last - min(firsts)
-            # never before the earliest intended send: no measured message was delivered before it was due
-            start = max(earliest, min(firsts) - span * first_polls / (count - first_polls))
-        return {"delivered": count, "bytes_delivered": size, "window_start_ns": round(start),
-                "window_s": max(1e-9, (last - start) / SECOND_NS)}
-    lasts = [p["last_ack_ns"] for p in producers if p["last_ack_ns"] is not None]
-    warm = [p.get("last_warmup_ack_ns") for p in producers if p.get("last_warmup_ack_ns") is not None]
-    start = measure_start_ns
-    count = measured["acked"]
-    size = round(count * measured["bytes_sent"] / measured["sent"]) if measured.get("sent") else 0
-    if warm and lasts and max(lasts) - max(warm) >= WARM_WINDOW_SHARE * (max(lasts) - start) and max(warm) > start:
-        start = max(warm)  # still answering for the warm-up: its time is no more the measured messages' than its count
-    return {
-        "delivered": count,
-        "bytes_delivered": size,
-        "window_start_ns": start,
-        "window_s": max(1e-9, (max(lasts) - start) / SECOND_NS) if lasts else None,
-    }
+        takers, last_key, first_key, together_key = consumers, "last_delivery_ns", "first_delivery_ns", \
+            "first_poll_measured"
+    else:
+        count = measured["acked"]
+        size = round(count * measured["bytes_sent"] / measured["sent"]) if measured.get("sent") else 0
+        takers, last_key, first_key, together_key = producers, "last_ack_ns", "first_ack_ns", "first_acks"
+    lasts = [t[last_key] for t in takers if t.get(last_key) is not None]
+    if not lasts:
+        return {"delivered": count, "bytes_delivered": size, "window_start_ns": measure_start_ns, "window_s": None}
+    firsts = [t[first_key] for t in takers if t.get(first_key) is not None]
+    together = sum(t.get(together_key) or 0 for t in takers if t.get(last_key) is not None)
+    intended = [t["first_intended_ns"] for t in takers if t.get("first_intended_ns") is not None]
+    start = window_start(count, min(firsts) if firsts else None, max(lasts), together,
+                         min(intended) if intended else measure_start_ns)
+    return {"delivered": count, "bytes_delivered": size, "window_start_ns": round(start),
+            "window_s": max(1e-9, (max(lasts) - start) / SECOND_NS)}
+
+
+def window_start(count: int, first: int | None, last: int, together: int, earliest: int) -> float:
+    """Where the delivery window starts: `together` of the `count` messages came with the first delivery at
+    `first`, the rest by `last`; they are counted over the time the rest's rate gives them, never from before
+    `earliest` (the first measured message's intended send time)."""
+    if first is None or last <= first or count <= together:
+        return earliest
+    return max(earliest, first - (last - first) * together / (count - together))
 
 
 def failure_reason(counts: dict, consumed: bool) -> str | None:

@@ -18,6 +18,10 @@ import numpy as np
 from .framing import HEADER_DTYPE
 from .schedule import Schedule
 
+# Acknowledgements stamped within this of the first measured one came with it: one response's delivery reports
+# run back to back (the native loop's ~0.1 µs apart, the Python loop's ~1-2 µs), so a batch of a thousand is
+# stamped within it. Counting a few later ones with them costs nothing: they are counted at the measured rate.
+FIRST_ACKS_NS = 1_000_000
 RECORDS = "records"  # the pipe message that announces one interval's raw buffers
 BUFFERS = ("started", "handed", "acked", "acked_ns", "failed")
 
@@ -50,7 +54,11 @@ class AckTotals:
     delivered: int = 0  # acknowledgements from the start of measurement on, warm-up messages included
     bytes_delivered: int = 0
     last_ack_ns: int | None = None  # when the last measured message was acknowledged
-    last_warmup_ack_ns: int | None = None  # when the last warm-up message was acknowledged (the delivery window)
+    # The start of the delivery window (outcome.delivery): the earliest intended send time of a measured message,
+    # when the first measured acknowledgement came, and how many measured ones came with it (FIRST_ACKS_NS).
+    first_intended_ns: int | None = None
+    first_ack_ns: int | None = None
+    first_acks: int = 0
 
 
 class AckedSeqs:
@@ -117,7 +125,7 @@ class ProducerFigures:
         first_measured_seq = records["first_measured_seq"]
         acked_seqs = _seqs(records["acked"], records["headers"])
         failed_seqs = _seqs(records["failed"], records["headers"])
-        self._count(acked_seqs, failed_seqs, records["acked_ns"], first_measured_seq)
+        self._count(acked_seqs, failed_seqs)
         if records["interval"] < 0:  # warm-up: counted above, never measured
             return None
         acks, sizes, pool_size = self.acks, self.sizes, self.pool_size
@@ -133,10 +141,12 @@ class ProducerFigures:
             measured = seqs >= first_measured_seq
             seqs, started, handed = seqs[measured], started[measured], handed[measured]
         intended = self.schedule.intended(seqs) if self.schedule else started
-        latency, last_ack = _publish_latency(acked_seqs, records["acked_ns"], self.firsts, self.chunks,
+        if intended.size:
+            first = int(intended.min())
+            acks.first_intended_ns = min(acks.first_intended_ns or first, first)
+        latency, acked_at = _publish_latency(acked_seqs, records["acked_ns"], self.firsts, self.chunks,
                                              first_measured_seq)
-        if last_ack is not None:
-            acks.last_ack_ns = max(acks.last_ack_ns or last_ack, last_ack)
+        self._window(acked_at)
         return {
             "counters": {"sent": int(seqs.size), "bytes": int(sizes[seqs % pool_size].sum()),
                          "acked": int(latency.size),
@@ -145,17 +155,24 @@ class ProducerFigures:
                        "publish_latency_us": latency.tobytes()},
         }
 
-    def _count(self, acked_seqs: np.ndarray, failed_seqs: np.ndarray, acked_ns: bytes, first_measured_seq: int) -> None:
-        """The whole cell's acknowledgements and failures (warm-up included), and the last warm-up acknowledgement."""
+    def _window(self, acked_at: np.ndarray) -> None:
+        """The first and last measured acknowledgement, and how many came with the first."""
+        if not acked_at.size:
+            return
+        acks = self.acks
+        last = int(acked_at.max())
+        acks.last_ack_ns = max(acks.last_ack_ns or last, last)
+        if acks.first_ack_ns is None:
+            acks.first_ack_ns = int(acked_at.min())
+        acks.first_acks += int(np.count_nonzero(acked_at <= acks.first_ack_ns + FIRST_ACKS_NS))
+
+    def _count(self, acked_seqs: np.ndarray, failed_seqs: np.ndarray) -> None:
+        """The whole cell's acknowledgements and failures (warm-up included)."""
         acks = self.acks
         acks.acked_total += int(acked_seqs.size)
         acks.failed_total += int(failed_seqs.size)
         self.acked.add(acked_seqs)
         self.failed.add(failed_seqs)
-        warm = acked_seqs < first_measured_seq
-        if warm.any():
-            last = int(np.frombuffer(acked_ns, dtype=np.int64)[: acked_seqs.size][warm].max())
-            acks.last_warmup_ack_ns = max(acks.last_warmup_ack_ns or last, last)
 
     def finish(self, done: dict) -> dict:
         """The producer's "done" with the accounting added: the totals, and the measured messages never
@@ -166,19 +183,19 @@ class ProducerFigures:
 
 
 def _publish_latency(seqs: np.ndarray, ack_ns, firsts: list[int], chunks: list[np.ndarray],
-                     first_measured_seq: int) -> tuple[np.ndarray, int | None]:
-    """send→ack in ns for the acknowledged measured messages (warm-up acks dropped), and the last
-    measured acknowledgement's time (None when there was none)."""
+                     first_measured_seq: int) -> tuple[np.ndarray, np.ndarray]:
+    """send→ack in ns for the acknowledged measured messages (warm-up acks dropped), and when each of them was
+    acknowledged."""
     if not seqs.size:
-        return np.empty(0, np.int64), None
+        return np.empty(0, np.int64), np.empty(0, np.int64)
     acked = np.frombuffer(ack_ns, dtype=np.int64)[: seqs.size]
     measured = seqs >= first_measured_seq
     seqs, acked = seqs[measured], acked[measured]
     if not seqs.size:
-        return np.empty(0, np.int64), None
+        return np.empty(0, np.int64), acked
     which = np.searchsorted(np.asarray(firsts), seqs, side="right") - 1
     sent = np.empty(seqs.size, dtype=np.int64)
     for chunk in np.unique(which).tolist():  # acks mostly belong to the latest one or two intervals
         here = which == chunk
         sent[here] = chunks[chunk][seqs[here] - firsts[chunk]]
-    return acked - sent, int(acked.max())
+    return acked - sent, acked

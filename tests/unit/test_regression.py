@@ -353,3 +353,60 @@ def test_a_rate_search_regresses_its_maximum_sustainable_rate_not_a_throughput_a
     single = [_search_run([10_000 * math.exp(rng.normal(0, 0.02))]) for _ in range(5)]
     found = R.compare(single[0], _search_run([6_000]), single[1:])
     assert found[0]["verdict"] == "regression" and found[0]["samples"] == "one per run"
+
+
+def steady_history(offsets, level=1000.0, repeats=3):
+    """Runs whose repeats agree exactly, at the given log offsets: the run-to-run variance is theirs alone."""
+    return [[level * math.exp(o)] * repeats for o in offsets]
+
+
+def standardized(n, scale, seed=7):
+    """n log offsets with mean 0 and sample standard deviation `scale` exactly."""
+    z = np.random.default_rng(seed).normal(size=n)
+    return (z - z.mean()) / z.std(ddof=1) * scale
+
+
+def test_an_absurd_detectable_change_is_said_in_words_with_the_runs_that_would_detect_30_percent():
+    family = 36  # a 12-configuration run's verdicts
+    aim = 1 / (1 - R.AIM)  # a drop of 30%, as a factor
+
+    def check(offsets):
+        runs = steady_history(offsets)
+        return R.label(R.assess(runs[0], runs[0], True, runs[1:]), 1.0, family)
+
+    three = check(standardized(3, 0.05))
+    assert three["detectable_factor"] > R.USEFUL_FACTOR  # 2 degrees of freedom at alpha / 36
+    n = three["runs_to_detect"]
+    text = R.detectable_text(three)
+    assert text.startswith(f"3 runs cannot detect a change in this metric (only one beyond "
+                           f"÷{three['detectable_factor']:,.3g})")
+    assert text.endswith(f"; about {n} runs could detect −30%")
+    # The figure is what the rule itself gives with that many runs as steady (the same run-to-run variance): n runs
+    # detect a 30% drop, n - 1 do not.
+    assert check(standardized(n, 0.05))["detectable_factor"] <= aim
+    assert check(standardized(n - 1, 0.05))["detectable_factor"] > aim
+    assert 3 < n <= R.HISTORY_RUNS
+    # Noise above a tenth: its bar (3 × noise) is beyond 30%, and no number of runs helps.
+    noisy = check([0.0, 0.25, -0.25])
+    assert noisy["runs_to_detect"] is None and noisy["threshold"] >= R.AIM
+    assert R.detectable_text(noisy).endswith(f", nor could more runs: its noise of {noisy['noise']:.0%} needs a "
+                                             "change beyond 3× that")
+    # One run far off the others: a small robust noise, but a variance that not even 10 runs bring down to 30%.
+    odd = check([0.0, 0.001, 0.9])
+    assert odd["threshold"] < R.AIM and odd["runs_to_detect"] is None
+    assert R.detectable_text(odd).endswith("; not even the 10 runs a check uses at most could detect −30%")
+    # A full, steady history: a plain figure.
+    full = check(standardized(10, 0.02))
+    assert full["detectable_factor"] < R.USEFUL_FACTOR and full["runs_to_detect"] is None
+    assert R.detectable_text(full) == f"−{full['detectable']:.0%}"
+    rise = R.label(R.assess([1000] * 3, [1000] * 3, False, steady_history(standardized(9, 0.02))), 1.0, family)
+    assert R.detectable_text(rise) == f"+{rise['detectable']:.0%}"
+
+
+def test_a_short_history_says_what_steady_runs_could_detect_in_words():
+    base = [1000, 1010, 990]
+    steady = R.label(R.assess(base, base, True, ()), None, 1)
+    assert "with 3 runs as steady as these samples, a change of −" in steady["why"]
+    shaky = R.label(R.assess(base, [600, 1400, 1000], True, ()), None, 36)
+    assert shaky["detectable_factor"] > R.USEFUL_FACTOR
+    assert "(even as steady as these samples, 3 runs cannot detect a change in this metric" in shaky["why"]

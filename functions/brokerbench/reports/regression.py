@@ -219,13 +219,14 @@ def detectable_text(figures: dict) -> str:
     if factor < USEFUL_FACTOR:
         return f"{worse}{figures['detectable']:.0%}"
     runs = (figures.get("projection") or {}).get("runs", figures.get("history_runs"))
-    said = f"{runs} runs cannot detect a change in this metric ({'÷' if figures['higher_is_better'] else '×'}" \
-           f"{factor:,.3g} at least)"
+    said = f"{runs} runs cannot detect a change in this metric (only one beyond " \
+           f"{'÷' if figures['higher_is_better'] else '×'}{factor:,.3g})"
     aim = f"{worse}{AIM:.0%}"
     if figures.get("runs_to_detect"):
         return f"{said}; about {figures['runs_to_detect']} runs could detect {aim}"
     if figures["threshold"] >= AIM:
-        return f"{said}, nor could more: its noise hides any change below {worse}{figures['threshold']:.0%}"
+        noise = figures.get("noise") if figures.get("noise") is not None else figures.get("repeat_noise") or 0.0
+        return f"{said}, nor could more runs: its noise of {noise:.0%} needs a change beyond {K_NOISE:g}× that"
     return f"{said}; not even the {HISTORY_RUNS} runs a check uses at most could detect {aim}"
 
 

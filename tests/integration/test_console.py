@@ -100,7 +100,7 @@ def test_a_person_starts_watches_reads_and_compares_runs_in_the_console(served_a
     order = {"regression": 0, "unstable": 1, "improvement": 2, "unchanged": 3}
     assert set(verdicts) <= set(order) and verdicts == sorted(verdicts, key=order.get)
     throughput = [r["cells"] for r in compare["rows"] if r["cells"][2] == "throughput"]
-    assert throughput and all(c.endswith("msgs/s") for c in throughput[0][3:5])  # both medians, with their unit
+    assert throughput and all(c.endswith("msgs/s") for c in throughput[0][3:5])  # both geometric means, with their unit
 
     status, _, listed = served_api.request("GET", "/schedules")
     assert status == 200 and view["schedules"] == {"rows": len(listed["schedules"]), "error": None}

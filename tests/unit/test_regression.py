@@ -410,3 +410,48 @@ def test_a_short_history_says_what_steady_runs_could_detect_in_words():
     shaky = R.label(R.assess(base, [600, 1400, 1000], True, ()), None, 36)
     assert shaky["detectable_factor"] > R.USEFUL_FACTOR
     assert "(even as steady as these samples, 3 runs cannot detect a change in this metric" in shaky["why"]
+
+
+def _decimals(text: str) -> int:
+    return len(text.split(".")[1]) if "." in text else 0
+
+
+def change_recomputes(baseline: str, candidate: str, change: str) -> bool:
+    """Whether a printed change is candidate ÷ baseline − 1 of the printed figures, within their rounding: some
+    pair of values that print as these gives a change that prints as this."""
+    b, c = (float(x.replace(",", "")) for x in (baseline, candidate))
+    half_b, half_c = 0.5 * 10 ** -_decimals(baseline), 0.5 * 10 ** -_decimals(candidate)
+    lowest, highest = (c - half_c) / (b + half_b) - 1, (c + half_c) / (b - half_b) - 1
+    shown = float(change.rstrip("%")) / 100
+    return lowest - 0.0005 <= shown <= highest + 0.0005
+
+
+def test_a_compare_table_prints_the_figures_its_change_is_of(stored):
+    """`brokerbench compare` and the report's regression section: each printed change is candidate ÷ baseline − 1 of
+    the two printed figures (the geometric means), within rounding; the medians would not give it."""
+    from rich.console import Console
+
+    from brokerbench.cli.stored import _compare_table
+    from brokerbench.reports import markdown
+
+    events = [stored.read(run_id(i)) for i in (14, 11, 10, 9)]
+    short = R.compare(events[1], events[0], events[2:3])  # 2 runs: cannot tell, figures shown all the same
+    verdicts = R.compare(events[1], events[0], events[2:]) + short
+    console = Console(width=2000, record=True)
+    console.print(_compare_table("t", verdicts))
+    text = console.export_text()
+    assert R.FIGURES in text
+    lines = text.splitlines()
+    header = next([cell.strip() for cell in line.split("┃")[1:-1]] for line in lines if line.count("┃") > 5)
+    rows = [[cell.strip() for cell in line.split("│")[1:-1]] for line in lines if line.count("│") > 5]
+    b, c, ch = (header.index(name) for name in ("baseline (geo. mean)", "candidate (geo. mean)", "change"))
+    figures = [(row[b], row[c], row[ch]) for row in rows if row[ch] != "–"]
+    assert len(figures) == 2 * VERDICTS and all(change_recomputes(*f) for f in figures)
+    # The medians beside the same change would not check (the test can fail).
+    assert not all(change_recomputes(R.figure_text(v["baseline_median"]), R.figure_text(v["candidate_median"]),
+                                     f"{v['change']:+.1%}") for v in verdicts if v["change"] is not None)
+    lines = markdown.regression_section({"regression_check": {"baseline_run_id": run_id(11), "verdicts": verdicts}})
+    table = [[cell.strip() for cell in line.split("|")[1:-1]] for line in lines if line.startswith("| ")]
+    assert table[0][3:6] == ["baseline (geo. mean)", "candidate (geo. mean)", "change"]
+    shown = [row[3:6] for row in table[1:] if row[5] != "–"]
+    assert len(shown) == 2 * VERDICTS and all(change_recomputes(*f) for f in shown)

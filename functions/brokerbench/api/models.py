@@ -128,6 +128,10 @@ class Verdict(Model):
     verdict: str
     baseline_median: float | None
     candidate_median: float | None
+    baseline_mean: float | None = Field(None, description="The geometric mean of the baseline run's samples (its "
+                                        "repeats, or blocks of a single repeat's intervals): the figure the change "
+                                        "is of, change = candidate_mean / baseline_mean - 1")
+    candidate_mean: float | None = Field(None, description="The geometric mean of the candidate run's samples")
     change: float | None
     p_value: float | None
     why: str

@@ -89,22 +89,23 @@ def _history(args, baseline_events: list[dict]) -> list[list[dict]] | int:
 
 
 def _compare_table(title: str, verdicts: list[dict]):
+    """The verdicts, regressions first. The two figures are those the change is of (the geometric means of each
+    run's samples), so that change = candidate ÷ baseline − 1 can be checked by hand."""
     from rich.table import Table
 
-    from ..reports.regression import detectable_text
+    from ..reports.regression import FIGURES, detectable_text, figure_text
 
-    table = Table(title=title, title_justify="left", header_style="bold")
-    for name, justify in [("cell", "left"), ("metric", "left"), ("verdict", "left"), ("baseline", "right"),
-                          ("candidate", "right"), ("change", "right"), ("p", "right"), ("detectable", "right"),
-                          ("why", "left")]:
+    table = Table(title=title, title_justify="left", header_style="bold", caption=FIGURES, caption_justify="left")
+    for name, justify in [("cell", "left"), ("metric", "left"), ("verdict", "left"), ("baseline (geo. mean)", "right"),
+                          ("candidate (geo. mean)", "right"), ("change", "right"), ("p", "right"),
+                          ("detectable", "right"), ("why", "left")]:
         table.add_column(name, justify=justify)
     colors = {"regression": "red", "improvement": "green", "unstable": "yellow", "unchanged": "white"}
     order = {"regression": 0, "unstable": 1, "improvement": 2, "unchanged": 3}
-    fmt = lambda x: "–" if x is None else f"{x:,.1f}"  # noqa: E731
     for v in sorted(verdicts, key=lambda v: order[v["verdict"]]):
         shown = "cannot tell" if v.get("cannot_tell") else v["verdict"]
-        table.add_row(v["cell"], v["metric"], f"[{colors[v['verdict']]}]{shown}[/]", fmt(v["baseline_median"]),
-                      fmt(v["candidate_median"]), "–" if v["change"] is None else f"{v['change']:+.1%}",
+        table.add_row(v["cell"], v["metric"], f"[{colors[v['verdict']]}]{shown}[/]", figure_text(v.get("baseline_mean")),
+                      figure_text(v.get("candidate_mean")), "–" if v["change"] is None else f"{v['change']:+.1%}",
                       "–" if v["p_value"] is None else f"{v['p_value']:.2g}",
                       detectable_text(v), v["why"])
     return table

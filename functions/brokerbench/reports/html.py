@@ -7,6 +7,7 @@ from html import escape
 
 from . import markdown
 from .model import RESOURCES_NOTE, min_samples, need_label
+from .regression import FIGURES, figure_text
 from .svg import bar_chart, line_chart
 
 CSS = """
@@ -233,10 +234,11 @@ def _regression_section(report: dict) -> list[str]:
             css = {"regression": "bad", "unstable": "warn"}.get(r.get("verdict"), "")
             rows.append(f"<tr><td>{escape(str(r.get('cell', r.get('key', '–'))))}</td><td>{escape(str(r.get('metric')))}</td>"
                         f"<td class='{css}'>{escape(str(r.get('verdict')))}</td>"
-                        f"<td>{markdown._figure(r.get('baseline_median'))}</td>"
-                        f"<td>{markdown._figure(r.get('candidate_median'))}</td><td>{markdown._change(r.get('change'))}</td>"
+                        f"<td>{figure_text(r.get('baseline_mean'))}</td>"
+                        f"<td>{figure_text(r.get('candidate_mean'))}</td><td>{markdown._change(r.get('change'))}</td>"
                         f"<td>{markdown._p(r.get('p_value'))}</td></tr>")
-        parts.append("<table><tr><th>cell</th><th>metric</th><th>verdict</th><th>baseline</th><th>candidate</th>"
+        parts.append(f"<table><caption>{escape(FIGURES[0].upper() + FIGURES[1:])}</caption><tr><th>cell</th>"
+                     "<th>metric</th><th>verdict</th><th>baseline (geo. mean)</th><th>candidate (geo. mean)</th>"
                      f"<th>change</th><th>p</th></tr>{''.join(rows)}</table>")
     return parts
 

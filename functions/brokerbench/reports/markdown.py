@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from .model import RESOURCES_NOTE, need_label, rate_text
+from .regression import FIGURES, figure_text
 
 VERDICT_ORDER = {"regression": 0, "unstable": 1, "improvement": 2, "unchanged": 3}
 
@@ -195,6 +196,9 @@ def _method_lines(check: dict) -> list[str]:
     return ["", f"Rule: {method}"]
 
 
+VERDICT_HEADER = "| cell | metric | verdict | baseline (geo. mean) | candidate (geo. mean) | change | p |"
+
+
 def regression_section(report: dict) -> list[str]:
     """The regression check's verdicts and its baseline, or what was recorded, or that none was."""
     check = report.get("regression_check")
@@ -204,23 +208,22 @@ def regression_section(report: dict) -> list[str]:
         lines.append(check_summary(check))
         lines += _method_lines(check)
         if verdicts:
-            lines += ["", "| cell | metric | verdict | baseline | candidate | change | p |",
-                      "|---|---|---|---:|---:|---:|---:|"]
+            lines += ["", f"{FIGURES[0].upper()}{FIGURES[1:]}.", "", VERDICT_HEADER, "|---|---|---|---:|---:|---:|---:|"]
             for v in verdicts:
                 name = v.get("verdict")
                 lines.append(f"| {v.get('cell', v.get('key', '–'))} | {v.get('metric', '–')} | "
                              f"{'**' + name + '**' if name == 'regression' else name} | "
-                             f"{_figure(v.get('baseline_median'))} | {_figure(v.get('candidate_median'))} | "
+                             f"{figure_text(v.get('baseline_mean'))} | {figure_text(v.get('candidate_mean'))} | "
                              f"{_change(v.get('change'))} | {_p(v.get('p_value'))} |")
         return lines + [""]
     regressions = [r for r in report["regressions"] if r["verdict"] == "regression"]
     if regressions:
         baselines = sorted({r["baseline_run_id"] for r in regressions if r.get("baseline_run_id")})
-        lines += [f"Against baseline run {', '.join(baselines) or '–'}.", "",
-                  "| cell | metric | verdict | baseline | candidate | change | p |", "|---|---|---|---:|---:|---:|---:|"]
+        lines += [f"Against baseline run {', '.join(baselines) or '–'}.", "", f"{FIGURES[0].upper()}{FIGURES[1:]}.",
+                  "", VERDICT_HEADER, "|---|---|---|---:|---:|---:|---:|"]
         for r in regressions:
-            lines.append(f"| {r['cell']} | {r['metric']} | **{r['verdict']}** | {_figure(r['baseline_median'])} | "
-                         f"{_figure(r['candidate_median'])} | {_change(r['change'])} | {_p(r['p_value'])} |")
+            lines.append(f"| {r['cell']} | {r['metric']} | **{r['verdict']}** | {figure_text(r.get('baseline_mean'))} | "
+                         f"{figure_text(r.get('candidate_mean'))} | {_change(r['change'])} | {_p(r['p_value'])} |")
     else:
         lines.append("No regression check recorded for this run.")
     return lines + [""]

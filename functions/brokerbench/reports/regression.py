@@ -91,6 +91,16 @@ TARGET_FIELDS = ("brokers", "client", "producers", "consumers", "partitions", "s
 HOST_FIELDS = ("cpu_model", "cores")
 
 
+def figure_text(value) -> str:
+    """A compared figure with at least 4 significant digits: a change printed to 0.1% can be recomputed from two of
+    them."""
+    if value is None:
+        return "–"
+    if not math.isfinite(value):
+        return "∞"
+    return f"{value:,.1f}" if abs(value) >= 100 else f"{value:,.4g}"
+
+
 # -- small statistics (t, Holm: .stats) ------------------------------------------------------------
 def lag1_autocorrelation(series) -> float:
     x = np.asarray(series, dtype=float)
@@ -518,6 +528,7 @@ METHOD = {
     "multiplicity": f"Holm–Bonferroni over all verdicts of the run, family-wise alpha {ALPHA}",
     "effect": f"|change| (geometric means, against the baseline and against history) ≥ max({MIN_EFFECT:.0%}, "
               f"{K_NOISE:g} × √(history spread² + repeat spread²))",
+    "figures": FIGURES + " (each run's median sample beside them in the JSON)",
     "detectable": f"per verdict, the smallest change it can call: the effect bar, or the change whose t reaches "
                   f"alpha / comparisons with its SE and k − 1 degrees of freedom, whichever is larger",
     "sustainability": "sustainable → unsustainable is a regression when every earlier run was sustainable",
@@ -544,7 +555,7 @@ def check(store: EventStore, run_id: str, baseline_id: str | None = None, *, rec
         store.append([make_event(run_id, "RegressionDetected", {
             "baseline_run_id": baseline_id, "cell": r["cell"], "cell_id": r["cell_id"], "metric": r["metric"],
             "verdict": r["verdict"], "baseline_median": r["baseline_median"], "candidate_median": r["candidate_median"],
-            "change": r["change"], "p_value": r["p_value"], "why": r["why"]}, cell_index=index[r["cell_id"]],
+            "baseline_mean": r.get("baseline_mean"), "candidate_mean": r.get("candidate_mean"), "change": r["change"], "p_value": r["p_value"], "why": r["why"]}, cell_index=index[r["cell_id"]],
             key=r["metric"])
             for r in regressions])
     return {"baseline_run_id": baseline_id, "history_run_ids": [baseline_id, *older], "verdicts": verdicts,

@@ -159,7 +159,7 @@ def check_regression(event: dict) -> dict:
     check_file = config.reports().write(run_id, REGRESSION_FILE, json.dumps(checked, indent=2, default=_plain))
     results = build_results(read_report_events(store, run_id))
     failed = [{"cell_id": c["cell_id"], "reason": c.get("reason")} for c in results["cells"] if c["status"] != "completed"]
-    regressions = [{k: r.get(k) for k in ("cell", "metric", "baseline_median", "candidate_median", "change", "p_value")}
+    regressions = [{k: r.get(k) for k in ("cell", "metric", "baseline_mean", "candidate_mean", "change", "p_value")}
                    for r in checked["regressions"]]
     return {"failed_cells": failed, "regressions": regressions, "baseline_run_id": checked.get("baseline_run_id"),
             "check_file": check_file, "notify": bool(failed or regressions)}

@@ -155,6 +155,18 @@
     return fmtNumber(value, 2);
   }
 
+  // A compared figure, in fmtMetric's unit, with at least 4 significant digits: a change printed to 0.1 % can be
+  // recomputed from two of them.
+  function fmtFigure(metric, value, scale = value) {
+    if (value === null || value === undefined) return '–';
+    const digits = (x) => new Intl.NumberFormat(undefined, {
+      maximumSignificantDigits: Math.min(21, Math.max(4, Math.floor(Math.log10(Math.abs(x) || 1)) + 1)),
+    }).format(x);
+    if (metric.endsWith('_us')) return scale >= 10000 ? `${digits(value / 1000)} ms` : `${digits(value)} µs`;
+    if (metric.includes('msgs_per_s')) return `${digits(value)} msgs/s`;
+    return digits(value);
+  }
+
   function label(text) { return String(text).replaceAll('_', ' '); }
 
   const METRIC_NAMES = {
@@ -773,21 +785,24 @@
     const verdicts = [...(data.verdicts || [])].sort((a, b) =>
       (VERDICT_ORDER[a.verdict] ?? 9) - (VERDICT_ORDER[b.verdict] ?? 9));
     const summary = data.summary || {};
-    const larger = (v) => Math.max(v.baseline_median ?? 0, v.candidate_median ?? 0);
+    // The figures the change is of: the geometric means of each run's samples (change = candidate ÷ baseline − 1).
+    const larger = (v) => Math.max(v.baseline_mean ?? 0, v.candidate_mean ?? 0);
     const cellName = (c) => (typeof c === 'string' ? c : JSON.stringify(c));
     fill(result,
       h('h2', {}, 'Candidate ', runLink(data.candidate || candidate), ' against baseline ', runLink(data.baseline || baseline)),
       h('ul', { class: 'summary', id: 'compare-summary' }, ['regression', 'improvement', 'unstable', 'unchanged'].map((v) =>
         h('li', { class: `verdict-${v}` }, h('strong', {}, fmtNumber(summary[v] || 0)), ` ${label(v)}`))),
-      verdicts.length ? table('Verdicts, regressions first',
-        ['Verdict', 'Configuration', 'Metric', { text: 'Baseline', class: 'num' }, { text: 'Candidate', class: 'num' },
+      verdicts.length ? table('Verdicts, regressions first. Baseline and candidate: the geometric means of each '
+        + 'run\'s samples (its repeats, or blocks of a single repeat\'s intervals); change = candidate ÷ baseline − 1',
+        ['Verdict', 'Configuration', 'Metric', { text: 'Baseline (geo. mean)', class: 'num' },
+          { text: 'Candidate (geo. mean)', class: 'num' },
           { text: 'Change', class: 'num' }, { text: 'p', class: 'num' }, 'Why'],
         verdicts.map((v) => h('tr', { class: `row-${v.verdict}`, dataset: { verdict: v.verdict } },
           h('td', {}, verdictBadge(v.verdict)),
           h('td', {}, cellName(v.cell)),
           h('td', {}, metricName(v.metric)),
-          h('td', { class: 'num' }, fmtMetric(v.metric, v.baseline_median, larger(v))),
-          h('td', { class: 'num' }, fmtMetric(v.metric, v.candidate_median, larger(v))),
+          h('td', { class: 'num' }, fmtFigure(v.metric, v.baseline_mean, larger(v))),
+          h('td', { class: 'num' }, fmtFigure(v.metric, v.candidate_mean, larger(v))),
           h('td', { class: 'num' }, fmtPercent(v.change)),
           h('td', { class: 'num' }, fmtP(v.p_value)),
           h('td', { class: 'why' }, v.why || ''))), { id: 'compare-table', class: 'verdicts' })

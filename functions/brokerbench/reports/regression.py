@@ -36,7 +36,10 @@ For each configuration and metric, on the log scale (so changes are ratios):
   per-run figures, and that of the repeats.
 
 Each verdict gives `detectable`: the smallest change it could call (the effect bar, or the change whose
-t reaches ALPHA / comparisons, Holm's strictest step, whichever is larger).
+t reaches ALPHA / comparisons, Holm's strictest step, whichever is larger). Beyond a factor of USEFUL_FACTOR it
+is said in words, with the runs of history that would detect a change of AIM by the same formula
+(`runs_to_detect`), or why none would. The tables print, beside each change, the figures it is of: the
+geometric means of the two runs' samples (FIGURES).
 
 Besides the figures, a configuration's sustainability verdict: sustainable → unsustainable is a
 regression (the reverse an improvement) when every earlier run of it had the baseline's verdict. A
@@ -555,8 +558,8 @@ def check(store: EventStore, run_id: str, baseline_id: str | None = None, *, rec
         store.append([make_event(run_id, "RegressionDetected", {
             "baseline_run_id": baseline_id, "cell": r["cell"], "cell_id": r["cell_id"], "metric": r["metric"],
             "verdict": r["verdict"], "baseline_median": r["baseline_median"], "candidate_median": r["candidate_median"],
-            "baseline_mean": r.get("baseline_mean"), "candidate_mean": r.get("candidate_mean"), "change": r["change"], "p_value": r["p_value"], "why": r["why"]}, cell_index=index[r["cell_id"]],
-            key=r["metric"])
+            "baseline_mean": r.get("baseline_mean"), "candidate_mean": r.get("candidate_mean"), "change": r["change"],
+            "p_value": r["p_value"], "why": r["why"]}, cell_index=index[r["cell_id"]], key=r["metric"])
             for r in regressions])
     return {"baseline_run_id": baseline_id, "history_run_ids": [baseline_id, *older], "verdicts": verdicts,
             "regressions": regressions, "method": METHOD, "alpha": ALPHA,

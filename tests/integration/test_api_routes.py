@@ -297,6 +297,10 @@ def test_compare_finds_the_halved_throughput(api, stored):
     status, body = call(handler, "GET", "/compare", query=query)
     assert status == 200 and body["summary"]["regression"] > 0
     assert body["verdicts"][0]["verdict"] == "regression"  # regressions first
+    # each change is of the two figures given with it (the geometric means), as `brokerbench compare` prints them
+    changed = [v for v in body["verdicts"] if v["change"] is not None]
+    assert changed and all(v["change"] == pytest.approx(v["candidate_mean"] / v["baseline_mean"] - 1, abs=1e-12)
+                           for v in changed)
     status, body = call(handler, "GET", "/compare", query={"baseline": stored["baseline"], "candidate": new_run_id()})
     assert status == 404 and body["field"] == "candidate"
 

@@ -22,6 +22,19 @@ RUN_TIMEOUT_S = 180  # a tiny run takes ~5 s here; the bound is for a slow, busy
 UUID = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$")
 
 
+def _number(text: str) -> tuple[float, float]:
+    """A printed figure ("2,002 msgs/s", "-25.2 %") and half its last digit."""
+    digits = re.sub(r"[^0-9.\-−]", "", text).replace("−", "-")
+    decimals = len(digits.split(".")[1]) if "." in digits else 0
+    return float(digits), 0.5 * 10 ** -decimals
+
+
+def _change_recomputes(baseline: str, candidate: str, change: str) -> bool:
+    (b, db), (c, dc), (shown, ds) = _number(baseline), _number(candidate), _number(change)
+    lowest, highest = (c - dc) / (b + db) - 1, (c + dc) / (b - db) - 1
+    return lowest * 100 - ds <= shown <= highest * 100 + ds
+
+
 def _tail(path: Path, lines: int = 40) -> str:
     return "\n".join(path.read_text(errors="replace").splitlines()[-lines:]) if path.exists() else ""
 
@@ -101,6 +114,8 @@ def test_a_person_starts_watches_reads_and_compares_runs_in_the_console(served_a
     assert set(verdicts) <= set(order) and verdicts == sorted(verdicts, key=order.get)
     throughput = [r["cells"] for r in compare["rows"] if r["cells"][2] == "throughput"]
     assert throughput and all(c.endswith("msgs/s") for c in throughput[0][3:5])  # both geometric means, with their unit
+    # each change recomputes from the two figures printed beside it (candidate ÷ baseline − 1), within rounding
+    assert all(_change_recomputes(*row[3:6]) for row in throughput if "–" not in row[3:6]), throughput
 
     status, _, listed = served_api.request("GET", "/schedules")
     assert status == 200 and view["schedules"] == {"rows": len(listed["schedules"]), "error": None}

@@ -17,7 +17,7 @@ from datetime import datetime
 from functools import cache
 
 from . import deployment
-from .brokers import plugins
+from .registry import plugins
 from .events import planned_cells
 from .paths import PACKAGE_DIR
 from .plan import CELL_OVERHEAD_S, estimated_seconds, plan, worker_kind

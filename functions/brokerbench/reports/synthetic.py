@@ -6,9 +6,9 @@ import numpy as np
 
 from .. import histogram, verdict
 from ..events import make_event, new_run_id
-from ..runner import run_requested_events
+from ..events.run import run_requested_events
+from ..series import interval_digest, verdict_basis
 from ..spec import expand, validate
-from .model import interval_digest, verdict_basis
 
 METRICS_US = ("publish_latency_us", "publish_delay_us", "end_to_end_latency_us")
 

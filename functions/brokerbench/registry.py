@@ -99,6 +99,11 @@ class Cloud:
 
     service: str  # its name, e.g. "Amazon MSK"
     factory: str  # "module:function" () -> a TargetProvider (brokerbench.targets), configured from the environment
+    # What a provisioned target costs (brokerbench.cost adds it to a run's estimate): "module:function"
+    # (broker, provision settings, life_s) -> (cost items, notes), at the list prices of a table beside it; None:
+    # the target is not priced. creation_s: about how long it takes to create before it serves, billed all the same.
+    prices: str | None = None
+    creation_s: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -131,6 +136,10 @@ class Plugin:
         if self.cloud is None:
             raise UnknownBroker(f"{self.name} has no cloud provider: give its endpoint in targets.{self.name}")
         return load(self.cloud.factory)()
+
+    def price_target(self, broker: str, settings: dict, life_s: float) -> tuple[list[dict], list[str]]:
+        """What its provisioned target costs over `life_s` with these provision settings: cost items and notes."""
+        return load(self.cloud.prices)(broker, settings, life_s)
 
     def where(self) -> list[str]:
         """Where it runs: local, the cloud service, and always an existing (external) endpoint."""

@@ -42,11 +42,11 @@ import numpy as np
 
 from brokerbench import histogram, native
 from brokerbench.codecs import get_codec
-from brokerbench.drivers import get_driver
 from brokerbench.events import new_run_id
 from brokerbench.events.dynamodb import DynamoEventStore
 from brokerbench.local.install import lib_dir
 from brokerbench.local.stack import EVENT_STORE, LocalStack
+from brokerbench.registry import get_driver
 from brokerbench.reports.results import build_results
 from brokerbench.spec import expand, validate
 from brokerbench.worker import run_cell
@@ -66,7 +66,7 @@ def worker_cell(endpoints, store, broker: str, size: int, rate, seconds: float, 
                      "warmup_s": WARMUP_S, "drain_timeout_s": 30, "client": CLIENT, "consumers": consumers})
     cell = expand(spec)[0]
     run_id = new_run_id()
-    from brokerbench.runner import run_requested_events
+    from brokerbench.events.run import run_requested_events
 
     store.append(run_requested_events(run_id, spec, [cell], "harness"))
     run_cell(run_id, cell, endpoints[broker], store)

@@ -27,7 +27,7 @@ from brokerbench.events import new_run_id
 from brokerbench.events.dynamodb import DynamoEventStore
 from brokerbench.local.stack import LocalStack
 from brokerbench.reports.results import build_results
-from brokerbench.runner import run_requested_events
+from brokerbench.events.run import run_requested_events
 from brokerbench.spec import expand, validate
 from brokerbench.worker import run_cell
 

@@ -56,7 +56,7 @@ def alive(pid: int) -> bool:
         return False
 
 
-EC2_WORKER = "brokerbench.worker.ec2"
+EC2_WORKER = "brokerbench.ec2_worker"
 
 
 def workers_below(pid: int) -> dict[int, str]:

@@ -20,7 +20,7 @@ from pathlib import Path
 
 from brokerbench.local.install import toxiproxy_path
 from brokerbench.local.stack import free_port
-from brokerbench.runner import RunHooks
+from inline_run import RunHooks
 
 HOST = "127.0.0.1"
 STREAMS = ("upstream", "downstream")  # client → server, server → client

@@ -63,7 +63,7 @@ class Ec2Workers(Construct):
         )
 
     def environment(self) -> dict[str, str]:
-        """What StartEc2Worker reads (brokerbench.config.fleet) and what its user data downloads."""
+        """What StartEc2Worker reads (brokerbench.workflow.wiring.fleet) and what its user data downloads."""
         return {
             "BROKERBENCH_WORKER_LAUNCH_TEMPLATE": self.launch_template_name,
             "BROKERBENCH_WORKER_SUBNET": self.network.private_subnets[0].subnet_id,

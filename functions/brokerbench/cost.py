@@ -1,4 +1,10 @@
-"""What a run costs in AWS: list prices (pricing.json) times what the run used.
+"""What a run costs in AWS: list prices times what the run used.
+
+The prices of the service's own parts (workers, Step Functions, DynamoDB) are in pricing.json; a broker's
+provisioned target is priced by its plug-in (registry.Cloud.prices: brokers/<name>/prices.py and the
+prices.json beside it), so a broker plug-in adds its prices without touching this module. A plug-in's
+Cloud.creation_s says how long its target takes to create, billed all the same: used where the creation is
+not in a run's own timeline (a plan, a local run's `on_aws`).
 
 Two sources of usage, one arithmetic (`price`): a run's stored events (`estimate`, what every report
 shows) and a run request's plan before it runs (`estimate_plan`, `brokerbench cost`).
@@ -17,10 +23,10 @@ from datetime import datetime
 from functools import cache
 
 from . import deployment
-from .brokers import plugins
 from .events import planned_cells
 from .paths import PACKAGE_DIR
 from .plan import CELL_OVERHEAD_S, estimated_seconds, plan, worker_kind
+from .registry import plugin, plugins
 from .spec import request_schema
 
 PRICING_FILE = PACKAGE_DIR / "pricing.json"
@@ -30,13 +36,6 @@ PRICING_FILE = PACKAGE_DIR / "pricing.json"
 LAMBDA_WORKER_MEMORY_MB = deployment.WORKER_LAMBDA_MEMORY_MB
 LAMBDA_WORKER_ARCHITECTURE = deployment.WORKER_LAMBDA_ARCHITECTURE
 EC2_WORKER_INSTANCE_TYPE = deployment.EC2_WORKER_INSTANCE_TYPE
-
-# How long a provisioned target takes to create before it serves, billed all the same: a 3-broker
-# Amazon MSK cluster takes about 20 min (15 to 30), a one-node ElastiCache replication group about
-# 10 min. Used where the creation is not in a run's own timeline (a plan, a local run's `on_aws`).
-CREATION_S = {"kafka": 20 * 60, "redis-streams": 10 * 60}
-MSK_DEFAULT_NODES = 3  # brokers/kafka/cloud.py: NumberOfBrokerNodes when provision.kafka.nodes is omitted
-ELASTICACHE_NODES = 1  # brokers/redis_streams/cloud.py: NumCacheClusters=1 (a primary, no replica)
 
 HOURS_PER_MONTH = 730  # AWS's month for prorating GB-month prices
 EC2_MINIMUM_S = 60  # EC2 bills Linux instances per second with a 60 s minimum
@@ -83,41 +82,18 @@ class Usage:
 
 
 # -- the arithmetic ----------------------------------------------------------------------------
-def _item(what: str, quantity: float, unit: str, unit_price: float) -> dict:
+def line_item(what: str, quantity: float, unit: str, unit_price: float) -> dict:
     return {"what": what, "quantity": round(quantity, 6), "unit": unit, "unit_price": round(unit_price, 12),
             "cost": round(quantity * unit_price, 4)}
 
 
-def _hours(seconds: float) -> str:
+def hours_text(seconds: float) -> str:
     return f"{seconds / 3600:.2f} h"
 
 
-def _msk(broker: str, settings: dict, life_s: float, table: dict) -> tuple[list[dict], list[str]]:
-    instance = settings.get("instance_type", "kafka.m7g.large")
-    nodes = settings.get("nodes", MSK_DEFAULT_NODES)
-    volume = settings.get("volume_gb", 100)
-    rate = table["msk"]["broker_hour"].get(instance)
-    if rate is None:
-        return [], [f"{broker}: no list price for {instance} in pricing.json: its broker-hours are not counted"]
-    hours = life_s / 3600
-    return [_item(f"{broker}: Amazon MSK {instance}, {nodes} brokers × {_hours(life_s)}", nodes * hours,
-                  "broker-hour", rate),
-            _item(f"{broker}: Amazon MSK storage, {nodes} × {volume} GB for {_hours(life_s)}",
-                  nodes * volume * hours / HOURS_PER_MONTH, "GB-month", table["msk"]["storage_gb_month"])], []
-
-
-def _elasticache(broker: str, settings: dict, life_s: float, table: dict) -> tuple[list[dict], list[str]]:
-    node_type = settings.get("node_type", "cache.r7g.large")
-    rate = table["elasticache"]["node_hour"].get(node_type)
-    if rate is None:
-        return [], [f"{broker}: no list price for {node_type} in pricing.json: its node-hours are not counted"]
-    billed = math.ceil(life_s / 3600 - 1e-9)  # a partial node-hour is billed as a full one
-    return [_item(f"{broker}: ElastiCache {node_type}, {ELASTICACHE_NODES} node × {_hours(life_s)} "
-                  f"(billed as {billed} h)", ELASTICACHE_NODES * billed, "node-hour", rate)], []
-
-
-# What each broker's cloud provider creates, priced (brokers/<name>/cloud.py).
-TARGET_PRICES = {"kafka": _msk, "redis-streams": _elasticache}
+def creation_s(broker: str) -> float:
+    """About how long `broker`'s provisioned target takes to create (its plug-in's Cloud.creation_s)."""
+    return plugin(broker).cloud.creation_s
 
 
 def target_kinds(spec: dict, *, provision_all: bool = False) -> dict[str, str]:
@@ -128,7 +104,7 @@ def target_kinds(spec: dict, *, provision_all: bool = False) -> dict[str, str]:
         found = plugins().get(broker)
         if broker in spec.get("targets", {}) and not (provision_all and found is not None):
             kinds[broker] = "existing"
-        elif found is None or found.cloud is None or broker not in TARGET_PRICES:
+        elif found is None or found.cloud is None or found.cloud.prices is None:
             kinds[broker] = "unpriced"
         else:
             kinds[broker] = "provisioned"
@@ -141,41 +117,41 @@ def price(spec: dict, usage: Usage, kinds: dict[str, str], where: str) -> dict:
     items: list[dict] = []
     assumptions = [f"Prices: brokerbench/pricing.json, {table['region']}, as of {table['as_of']}. {table['note']}"]
     provisioned = [b for b, kind in kinds.items() if kind == "provisioned"]
-    creation = 0 if usage.creation_in_run else max((CREATION_S.get(b, 0) for b in provisioned), default=0)
+    creation = 0 if usage.creation_in_run else max((creation_s(b) for b in provisioned), default=0)
     life_s = usage.run_s + creation
     for broker in provisioned:
-        found, notes = TARGET_PRICES[broker](broker, spec.get("provision", {}).get(broker, {}), life_s, table)
+        found, notes = plugin(broker).price_target(broker, spec.get("provision", {}).get(broker, {}), life_s)
         items += found
         assumptions += notes
     if provisioned:
         if usage.creation_in_run:
             assumptions.append(f"Targets live from RunRequested (written before they are created) to the run's end: "
-                               f"{_hours(life_s)}, their creation as measured.")
+                               f"{hours_text(life_s)}, their creation as measured.")
         else:
-            allowances = ", ".join(f"{b} {CREATION_S.get(b, 0) // 60} min" for b in provisioned)
-            assumptions.append(f"Targets live from their creation to the run's end: {_hours(usage.run_s)} of run plus "
-                               f"the slowest creation allowance ({allowances}; targets are created together and "
-                               f"cells start when all are ready) = {_hours(life_s)}.")
-        assumptions.append("MSK broker-hours are billed per second, ElastiCache node-hours per started hour; "
-                           "deleting the targets after the run is not counted.")
+            allowances = ", ".join(f"{b} {creation_s(b) // 60:.0f} min" for b in provisioned)
+            assumptions.append(f"Targets live from their creation to the run's end: {hours_text(usage.run_s)} of run "
+                               f"plus the slowest creation allowance ({allowances}; targets are created together "
+                               f"and cells start when all are ready) = {hours_text(life_s)}.")
+        assumptions.append("Not counted: deleting the targets after the run.")
     for broker, kind in kinds.items():
         if kind == "existing":
             assumptions.append(f"{broker}: an existing endpoint (targets.{broker}): no broker cost counted.")
         elif kind == "unpriced":
             assumptions.append(f"{broker}: no provisioned target to price (no cloud provider, or none in "
-                               "cost.TARGET_PRICES): no broker cost counted.")
+                               "prices beside its cloud provider): no broker cost counted.")
 
     lambdas = [seconds for kind, seconds in usage.workers if kind == "lambda"]
     ec2 = [max(EC2_MINIMUM_S, seconds) for kind, seconds in usage.workers if kind == "ec2"]
     gb = LAMBDA_WORKER_MEMORY_MB / 1024
     if lambdas:
-        items.append(_item(f"Lambda workers: {len(lambdas)} × {LAMBDA_WORKER_MEMORY_MB} MB {LAMBDA_WORKER_ARCHITECTURE}, "
+        items.append(line_item(f"Lambda workers: {len(lambdas)} × {LAMBDA_WORKER_MEMORY_MB} MB "
+                               f"{LAMBDA_WORKER_ARCHITECTURE}, "
                            f"{sum(lambdas):,.0f} s", sum(lambdas) * gb, "GB-second",
                            table["lambda"]["gb_second"][LAMBDA_WORKER_ARCHITECTURE]))
-        items.append(_item("Lambda worker requests", len(lambdas), "request",
+        items.append(line_item("Lambda worker requests", len(lambdas), "request",
                            table["lambda"]["per_million_requests"] / 1e6))
     if ec2:
-        items.append(_item(f"EC2 workers: {len(ec2)} × {EC2_WORKER_INSTANCE_TYPE}, {sum(ec2):,.0f} s "
+        items.append(line_item(f"EC2 workers: {len(ec2)} × {EC2_WORKER_INSTANCE_TYPE}, {sum(ec2):,.0f} s "
                            f"(at least {EC2_MINIMUM_S} s each)", sum(ec2) / 3600, "instance-hour",
                            table["ec2"]["instance_hour"][EC2_WORKER_INSTANCE_TYPE]))
     assumptions.append(f"Workers as the CDK app deploys them: Lambda {LAMBDA_WORKER_MEMORY_MB} MB "
@@ -189,11 +165,11 @@ def price(spec: dict, usage: Usage, kinds: dict[str, str], where: str) -> dict:
         if usage.creation_in_run:  # measured: until TargetsReady, or the whole run when it never came
             waited = usage.ready_after_s if usage.ready_after_s is not None else usage.run_s
         else:
-            waited = CREATION_S.get(broker, 0)
+            waited = creation_s(broker)
         checks += math.ceil(waited / poll_s)
     transitions = (MAIN_PATH_STATES + STATES_PER_TARGET * len(kinds) + STATES_PER_READINESS_CHECK * checks
                    + STATES_PER_CELL * usage.cells + STATES_PER_FAILED_CELL * usage.failed_cells)
-    items.append(_item(f"Step Functions: {transitions:,} state transitions", transitions, "state transition",
+    items.append(line_item(f"Step Functions: {transitions:,} state transitions", transitions, "state transition",
                        table["stepfunctions"]["standard_per_1000_transitions"] / 1000))
     assumptions.append(TRANSITIONS_RULE)
 
@@ -203,11 +179,12 @@ def price(spec: dict, usage: Usage, kinds: dict[str, str], where: str) -> dict:
     rru = REPORT_READS * math.ceil(sum(sizes) / 4096)
     stored_gb = (sum(sizes) + RUN_INDEXES * usage.header_bytes) / 1024**3
     table_db = table["dynamodb"]
-    items.append(_item(f"DynamoDB writes: {len(sizes):,} events", wru, "write request unit",
+    items.append(line_item(f"DynamoDB writes: {len(sizes):,} events", wru, "write request unit",
                        table_db["on_demand_per_million_wru"] / 1e6))
-    items.append(_item(f"DynamoDB reads: the run's events, {REPORT_READS} times", rru, "read request unit",
+    items.append(line_item(f"DynamoDB reads: the run's events, {REPORT_READS} times", rru, "read request unit",
                        table_db["on_demand_per_million_rru"] / 1e6))
-    items.append(_item("DynamoDB storage of the events, one month", stored_gb, "GB-month", table_db["storage_gb_month"]))
+    items.append(line_item("DynamoDB storage of the events, one month", stored_gb, "GB-month",
+                           table_db["storage_gb_month"]))
     assumptions.append(f"DynamoDB: each event is its data as JSON + {ITEM_OVERHEAD_BYTES} B; written in transactions "
                        f"({TRANSACTIONAL_WRITE_FACTOR} WRU per started KB), the run header also into its "
                        f"{RUN_INDEXES} indexes; read {REPORT_READS} times (CheckRegression, Aggregate) at 1 RRU per "

@@ -8,8 +8,8 @@ import platform
 import subprocess
 from importlib.metadata import PackageNotFoundError, version
 
-from . import __version__
-from .brokers import for_target, plugins
+from . import __version__, native
+from .registry import for_target, plugins
 from .codecs import codecs
 from .paths import PACKAGE_DIR
 
@@ -82,8 +82,6 @@ def collect() -> dict:
 
 
 def _native_built() -> bool:
-    from . import native
-
     return native._sendloop is not None
 
 

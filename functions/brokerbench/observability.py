@@ -24,7 +24,7 @@ from aws_lambda_powertools.metrics.functions import is_metrics_disabled
 from aws_lambda_powertools.metrics.provider.cloudwatch_emf.cloudwatch import AmazonCloudWatchEMFProvider
 from aws_lambda_powertools.utilities import jmespath_utils
 
-from . import config
+from . import settings
 
 SERVICE = "brokerbench"
 NAMESPACE = "brokerbench"
@@ -41,7 +41,7 @@ def sink_dir() -> Path:
 
 
 def _emit(file_name: str, line: str) -> None:
-    if config.local():
+    if settings.local():
         with _appending:
             folder = sink_dir()
             folder.mkdir(parents=True, exist_ok=True)

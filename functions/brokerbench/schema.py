@@ -12,7 +12,7 @@ import copy
 import json
 from pathlib import Path
 
-from .brokers import families, plugins
+from .registry import families, plugins
 from .codecs import FORMATS
 from .paths import SCHEMAS_DIR
 

@@ -15,9 +15,10 @@ from pathlib import Path
 from jsonschema import Draft202012Validator
 
 from . import verdict
-from .brokers import families, for_target, plugins
-from .drivers import lanes
+from .codecs import get_codec, prebuilt
 from .paths import SCHEMAS_DIR, SUITES_DIR
+from .records import smallest_size
+from .registry import families, for_target, plugins
 
 
 @dataclass(frozen=True)
@@ -35,6 +36,13 @@ class SpecError(ValueError):
     def __init__(self, problems: list[Problem]) -> None:
         self.problems = problems
         super().__init__("invalid run request:\n" + "\n".join(f"  - {p}" for p in problems))
+
+
+def lanes(cell: dict) -> int:
+    """How many lanes a cell's messages spread over: its partitions times client.topics (1 unless the run
+    asks for more, which only Kafka's driver serves: lane i is then partition i // topics of topic
+    i % topics). Message seq goes to lane seq % lanes, and consumers split the lanes between them."""
+    return int(cell.get("partitions", 1)) * int((cell.get("client") or {}).get("topics", 1))
 
 
 @cache
@@ -68,9 +76,6 @@ def _defaults(doc: dict, schema: dict) -> dict:
 
 def smallest_sizes(formats, size_basis: str) -> dict[str, int]:
     """Smallest reachable message size per format under the size basis."""
-    from .codecs import get_codec, prebuilt
-    from .records import smallest_size
-
     def length_of(fmt):
         codec = get_codec(fmt)
         return lambda record: len(codec.encode(codec.prepare(record)))

@@ -6,15 +6,16 @@ from datetime import datetime
 
 import boto3
 
-from brokerbench import config, schedules
-from brokerbench.api.starter import StepFunctionsStarter
+from brokerbench import schedules, settings
+from brokerbench.workflow import wiring
+from brokerbench.workflow.starter import StepFunctionsStarter
 from brokerbench.observability import lambda_entry, logger
 
 
 @lambda_entry
 def lambda_handler(event, context):
-    store = config.event_store()
-    starter = StepFunctionsStarter(boto3.client("stepfunctions"), config.env("BROKERBENCH_STATE_MACHINE_ARN"), store)
+    store = wiring.event_store()
+    starter = StepFunctionsStarter(boto3.client("stepfunctions"), settings.env("BROKERBENCH_STATE_MACHINE_ARN"), store)
     due_at = datetime.fromisoformat(event["due_at"].replace("Z", "+00:00"))
     result = schedules.trigger(event["schedule"], due_at, store, starter.start)
     logger.info("schedule triggered", **result)

@@ -4,7 +4,7 @@ each once, the run's teardown stops the broker it started, and no worker process
 
 The stack is the module's own (DynamoDB Local only): each run starts its Redis itself, so its teardown has something
 to stop (the session's brokers belong to no run). An EC2-kind cell runs in the real `python -m
-brokerbench.worker.ec2` process the local bridge starts, which the bridge tells to stop when the run is cancelled.
+brokerbench.ec2_worker` process the local bridge starts, which the bridge tells to stop when the run is cancelled.
 """
 
 import json

@@ -10,8 +10,8 @@ level, calls the rise unclear, which makes the verdict inconclusive.
 
 from __future__ import annotations
 
-from brokerbench.runner import execute_run
 from brokerbench.verdict import interval_inputs, sustainability
+from inline_run import execute_run
 from toxiproxy import ClimbingDelay
 
 RATE = 200

@@ -6,7 +6,7 @@ import pytest
 from brokerbench import histogram
 from brokerbench.local.stack import free_port
 from brokerbench.reports.results import build_results
-from brokerbench.runner import execute_run
+from inline_run import execute_run
 
 
 def run(spec, endpoints, store):

@@ -7,13 +7,13 @@ from pathlib import Path
 
 import pytest
 from conftest import CORE_SERVICES
+from inline_run import execute_run
 
 from brokerbench.drivers import TargetRefused
 from brokerbench.events import new_run_id
 from brokerbench.events.dynamodb import DynamoEventStore
 from brokerbench.local.workflow import LocalWorkflow
 from brokerbench.reports.results import build_results
-from brokerbench.runner import execute_run
 
 TINY = {"sizes": [1024], "rates": [200], "formats": ["json"], "duration_s": 2, "warmup_s": 0.5,
         "warmup_until_steady": False, "drain_timeout_s": 5}

@@ -12,7 +12,7 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaException, TopicPar
 from confluent_kafka.admin import AdminClient
 
 from brokerbench.reports.results import build_results
-from brokerbench.runner import execute_run
+from inline_run import execute_run
 
 HEADER = struct.Struct("<IQQ")  # producer id, sequence, intended send time: the worker's framing, read here by hand
 PROBE = 0xFFFFFFFF  # the readiness probe's producer id

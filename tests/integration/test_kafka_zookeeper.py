@@ -8,7 +8,7 @@ from brokerbench.events.dynamodb import DynamoEventStore
 from brokerbench.local.stack import pid_alive, port_answers
 from brokerbench.local.workflow import LocalWorkflow
 from brokerbench.reports.results import build_results
-from brokerbench.runner import execute_run
+from inline_run import execute_run
 
 
 def test_a_zookeeper_mode_cell_runs_beside_kraft_in_the_same_run(extra_brokers, store):

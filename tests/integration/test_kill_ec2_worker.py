@@ -1,7 +1,7 @@
 """A whole EC2-kind worker killed with SIGKILL in the middle of a cell, through `brokerbench run` as a user starts it.
 
 The spec places its cells on the EC2 worker kind (`placement.worker: ec2`); locally the bridge starts each as
-`python -m brokerbench.worker.ec2` (LocalProcessFleet), the parent of the cell's producer and consumer processes.
+`python -m brokerbench.ec2_worker` (LocalProcessFleet), the parent of the cell's producer and consumer processes.
 The test kills that worker, the whole of it, while the first of two cells measures: the cell must end failed as
 WorkerLost, keep the intervals it measured (each once), the run must go on to its second cell, the report must
 mark the first, results.json must read completed_with_failures, the CLI must exit 1, and no worker process may be
@@ -33,7 +33,7 @@ def test_a_killed_ec2_worker_fails_its_cell_as_worker_lost_and_the_run_goes_on(s
     cli = run_until_measuring(stack.state_dir, spec, tmp_path, {"BROKERBENCH_LOCAL_HEARTBEAT_S": str(WINDOW_S)})
     producer = next(pid for pid, name in descendants(cli.pid).items() if name == "bb-producer-0")
     worker = parent_of(producer)  # the EC2-kind worker runs the cell's processes
-    assert b"brokerbench.worker.ec2" in Path(f"/proc/{worker}/cmdline").read_bytes()
+    assert b"brokerbench.ec2_worker" in Path(f"/proc/{worker}/cmdline").read_bytes()
     family = set(descendants(worker))
     time.sleep(4)  # the warm-up and a few measured seconds of the first cell
     os.kill(worker, signal.SIGKILL)
@@ -70,7 +70,7 @@ def test_a_killed_ec2_worker_fails_its_cell_as_worker_lost_and_the_run_goes_on(s
     report = next(out.glob("*/report.md")).read_text()
     assert "FAILED: WorkerLost" in report
     assert not [pid for pid, name in descendants(os.getpid()).items() if name.startswith("bb-")]
-    observe("kill-worker", fault="kill -9 of the whole EC2-kind worker process (python -m brokerbench.worker.ec2, "
+    observe("kill-worker", fault="kill -9 of the whole EC2-kind worker process (python -m brokerbench.ec2_worker, "
                                  "the parent of the cell's producer and consumer) about 4 s into the first of two "
                                  f"cells (BROKERBENCH_LOCAL_HEARTBEAT_S={WINDOW_S})",
             run_status=results["status"], exit_code=cli.returncode, intervals_kept=len(kept),

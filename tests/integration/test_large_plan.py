@@ -6,12 +6,11 @@ import json
 import pytest
 from botocore.stub import Stubber
 
-from brokerbench import config
 from brokerbench.api.views import summary
 from brokerbench.events import new_run_id, planned_cells
 from brokerbench.reports.results import build_results
 from brokerbench.spec import validate
-from brokerbench.workflow import steps
+from brokerbench.workflow import steps, wiring
 from brokerbench.workflow.outputs import S3Reports
 
 ITEM_LIMIT = 400 * 1024
@@ -87,7 +86,7 @@ def test_in_aws_a_large_plan_leaves_the_state_for_the_object_the_distributed_map
     with Stubber(s3) as stub:
         stub.add_response("put_object", {}, {"Bucket": "bb-reports", "Key": f"reports/{run_id}/plan-cells.json",
                                              "Body": Stub(bodies), "ContentType": "application/json"})
-        monkeypatch.setattr(config, "reports", lambda: S3Reports(s3, "bb-reports", "reports"))
+        monkeypatch.setattr(wiring, "reports", lambda: S3Reports(s3, "bb-reports", "reports"))
         planned = steps.plan_cells({"run_id": run_id, "spec": large_spec(), "suite": None})
         stub.assert_no_pending_responses()
     assert planned["cells"] == [] and planned["cell_count"] == 2000

@@ -78,12 +78,13 @@ import pytest
 from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 
 from brokerbench.brokers.pulsar.local import PROXIED_LISTENER
-from brokerbench.drivers import BrokerUnavailable, get_driver
+from brokerbench.drivers import BrokerUnavailable
 from brokerbench.events import new_run_id
 from brokerbench.local.stack import LocalStack, free_port
+from brokerbench.registry import get_driver
 from brokerbench.reports.results import build_results
-from brokerbench.runner import execute_run
 from brokerbench.spec import validate
+from inline_run import execute_run
 
 LATENCY_MS = 5
 TOLERANCE_MS = 1.5

@@ -3,7 +3,7 @@
 import pytest
 
 from brokerbench.reports.results import build_results
-from brokerbench.runner import execute_run
+from inline_run import execute_run
 
 TINY = {"brokers": ["pulsar"], "sizes": [1024], "rates": [200], "duration_s": 1, "warmup_s": 0.2,
         "warmup_until_steady": False, "drain_timeout_s": 2}

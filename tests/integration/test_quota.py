@@ -19,7 +19,7 @@ from brokerbench.reports import html, markdown
 from brokerbench.reports.model import PERCENTILES, build_report
 from brokerbench.reports.table import comparison_tables
 from brokerbench.reports.results import build_results
-from brokerbench.runner import execute_run
+from inline_run import execute_run
 
 QUOTA_BYTES_PER_S = 2 * 1024 * 1024
 SIZE = 1024

@@ -3,8 +3,8 @@ with the next read: every delivered entry is acknowledged, once."""
 
 import redis
 
-from brokerbench.drivers import get_driver
 from brokerbench.brokers.redis_streams.driver import HEADER_FIELD, PAYLOAD_FIELD, stream_key
+from brokerbench.registry import get_driver
 from brokerbench.spec import validate
 
 CLIENT = validate({"brokers": ["redis-streams"], "sizes": [1024], "rates": [100], "formats": ["raw"]})["client"]

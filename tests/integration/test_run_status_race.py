@@ -3,10 +3,10 @@ that stored its end in between is shown by that end (`cancelled`), never `incomp
 executor is a stand-in whose answer is timed to land between the two reads, the moment no real run can be made to hit."""
 
 from brokerbench.api import views
-from brokerbench.api.starter import Execution
+from brokerbench.workflow.starter import Execution
 from brokerbench.events import RUN_EVENTS
 from brokerbench.reports.synthetic import synthetic_run
-from brokerbench.runner import run_completed_event
+from brokerbench.events.run import run_completed_event
 
 SPEC = {"name": "race", "brokers": ["kafka"], "sizes": [1024], "rates": [1000], "formats": ["json", "raw"], "repeats": 1}
 

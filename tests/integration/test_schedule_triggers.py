@@ -7,9 +7,9 @@ from datetime import datetime, timezone
 
 import pytest
 
-from brokerbench import config, schedules
-from brokerbench.events import make_event, new_run_id
-from brokerbench.workflow import steps
+from brokerbench import schedules
+from brokerbench.events import dynamodb, make_event, new_run_id
+from brokerbench.workflow import steps, wiring
 from fault_tools import LambdaContext
 
 UTC = timezone.utc
@@ -190,7 +190,7 @@ def test_a_notification_that_cannot_be_sent_keeps_the_run_failed_event(store, st
         def publish(self, run_id, subject, message, to=()):
             raise ConnectionError("SNS did not answer")
 
-    monkeypatch.setattr(config, "notifier", Unreachable)
+    monkeypatch.setattr(wiring, "notifier", Unreachable)
     run_id = new_run_id()
     result = steps.record_run_failed({"run_id": run_id, "failure": {"Error": "ProvisioningError", "Cause": "no"}})
     assert result == {"recorded": True, "notify_error": "ConnectionError: SNS did not answer"}
@@ -231,7 +231,7 @@ def test_the_schedule_trigger_function_starts_an_execution_named_by_the_run_id(s
     real_client = boto3.client
     monkeypatch.setattr(boto3, "client", lambda service, **kw: sfn if service == "stepfunctions"
                         else real_client(service, **kw))
-    config._store.cache_clear()
+    dynamodb._store.cache_clear()
     with Stubber(sfn) as stub:
         stub.add_response("start_execution", {"executionArn": f"{machine}:x", "startDate": at(2)},
                           {"stateMachineArn": machine, "name": ANY, "input": ANY})

@@ -15,14 +15,15 @@ from confluent_kafka import Consumer, TopicPartition
 
 from brokerbench import native
 from brokerbench.codecs import get_codec
-from brokerbench.drivers import BrokerUnavailable, get_driver
+from brokerbench.drivers import BrokerUnavailable
 from brokerbench.events import new_run_id
 from brokerbench.local.stack import free_port
 from brokerbench.records import sized_record
+from brokerbench.registry import get_driver
 from brokerbench.reports.results import build_results
-from brokerbench.runner import execute_run
 from brokerbench.worker.cell import topic_name
 from brokerbench.worker.framing import unpack_many
+from inline_run import execute_run
 
 
 CLIENT = {"acks": "1", "linger_ms": 1, "batch_bytes": 1048576, "compression": "none", "pipeline_depth": 10,

@@ -10,12 +10,12 @@ import time
 import numpy as np
 import pytest
 
-from brokerbench.drivers import get_driver
 from brokerbench.events import new_run_id
+from brokerbench.registry import get_driver
 from brokerbench.reports.results import build_results
-from brokerbench.runner import execute_run
 from brokerbench.worker.framing import unpack_many
 from brokerbench.worker.schedule import ATTACH_LEAD_NS, COUNT_BEFORE_ATTACH_NS, producer_schedule
+from inline_run import execute_run
 
 from test_send_loop import CLIENT, drain, kafka_messages
 

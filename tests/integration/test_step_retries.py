@@ -14,8 +14,7 @@ import time
 import pytest
 import redis
 
-from brokerbench import config
-from brokerbench.events import make_event, new_run_id
+from brokerbench.events import dynamodb, make_event, new_run_id
 from brokerbench.local.stack import LocalStack
 from brokerbench.plan import plan
 from brokerbench.reports.results import build_results
@@ -35,10 +34,10 @@ def lambda_env(store, tmp_path, monkeypatch):
                         "BROKERBENCH_REPORTS": str(tmp_path / "reports"), "BROKERBENCH_NOTIFY": str(tmp_path / "notes"),
                         "BROKERBENCH_STATE_DIR": str(tmp_path / "state")}.items():
         monkeypatch.setenv(name, value)
-    config._store.cache_clear()
+    dynamodb._store.cache_clear()
     yield tmp_path
     LocalStack(tmp_path / "state").down(log=lambda m: None)
-    config._store.cache_clear()
+    dynamodb._store.cache_clear()
 
 
 def call(step: str, payload: dict):

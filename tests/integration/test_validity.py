@@ -10,8 +10,8 @@ import redis
 
 from brokerbench.events import new_run_id
 from brokerbench.reports.results import build_results
-from brokerbench.runner import execute_run
 from brokerbench.worker.cell import topic_name
+from inline_run import execute_run
 from toxiproxy import ClimbingDelay
 
 def run(spec, endpoints, store, run_id=None):

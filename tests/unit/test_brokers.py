@@ -7,7 +7,7 @@ from dataclasses import replace
 
 import pytest
 
-from brokerbench import brokers, config, schema, spec
+from brokerbench import brokers, registry, schema, spec
 from brokerbench.brokers import Started, UnknownBroker
 from brokerbench.cli import main
 from brokerbench.codecs import FORMATS, codecs, prebuilt
@@ -15,7 +15,7 @@ from brokerbench.local.processes import HOST, pid_alive, port_answers, spawn
 from brokerbench.local.stack import LocalStack, StackError
 from brokerbench.targets import ExistingTargets, ProvisioningError
 from brokerbench.targets.local import LocalTargets
-from brokerbench.workflow import steps
+from brokerbench.workflow import steps, wiring
 
 MINIMAL = {"sizes": [1024], "rates": [100], "formats": ["json"]}
 
@@ -96,20 +96,20 @@ def test_a_broker_without_a_cloud_provider_is_refused_in_aws_mode_with_its_name(
     kafka = brokers.plugin("kafka")
     local_only = replace(kafka, name="local-only", cloud=None)
     registered = brokers.plugins()
-    monkeypatch.setattr(brokers, "plugins", lambda: {**registered, "local-only": local_only})
-    monkeypatch.setattr(spec, "plugins", brokers.plugins)
+    monkeypatch.setattr(registry, "plugins", lambda: {**registered, "local-only": local_only})
+    monkeypatch.setattr(spec, "plugins", registry.plugins)
     monkeypatch.setenv("BROKERBENCH_MODE", "aws")
     request = {**MINIMAL, "brokers": ["kafka", "local-only"]}
-    assert config.provider_problem("kafka", spec.validate(request)) is None
-    assert "local-only has no cloud provider" in config.provider_problem("local-only", spec.validate(request))
+    assert wiring.provider_problem("kafka", spec.validate(request)) is None
+    assert "local-only has no cloud provider" in wiring.provider_problem("local-only", spec.validate(request))
     with pytest.raises(steps.InvalidRequest, match="local-only has no cloud provider"):
         steps.validate_request({"request": request})
     with pytest.raises(ProvisioningError, match="local-only"):
-        config.target_provider("local-only", spec.validate(request))
+        wiring.target_provider("local-only", spec.validate(request))
     teardown = steps.teardown_target({"run_id": "R", "broker": "local-only", "spec": spec.validate(request)})
     assert teardown["action"].startswith("nothing to tear down")
     given = {"targets": {"local-only": {"bootstrap_servers": "10.0.0.5:9092"}}}
-    assert isinstance(config.target_provider("local-only", given), ExistingTargets)  # an endpoint needs no provider
+    assert isinstance(wiring.target_provider("local-only", given), ExistingTargets)  # an endpoint needs no provider
 
 
 def test_brokers_command_lists_version_where_and_capabilities(capsys):

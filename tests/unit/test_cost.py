@@ -1,4 +1,4 @@
-"""The AWS cost estimate: hand-calculated from pricing.json for measured runs (in AWS, local, EC2 workers,
+"""The AWS cost estimate: hand-calculated from the price tables for measured runs (in AWS, local, EC2 workers,
 existing targets) and for a plan; in every report; the `cost` command."""
 
 import copy
@@ -9,6 +9,8 @@ from datetime import datetime, timedelta, timezone
 import pytest
 
 from brokerbench import cost, deployment
+from brokerbench.brokers.kafka import prices as msk_prices
+from brokerbench.brokers.redis_streams import prices as elasticache_prices
 from brokerbench.cli import main
 from brokerbench.reports import html, markdown
 from brokerbench.reports.model import build_report
@@ -16,9 +18,11 @@ from brokerbench.reports.synthetic import synthetic_run
 from brokerbench.spec import validate
 
 P = json.loads(cost.PRICING_FILE.read_text())
-MSK_HOUR = P["msk"]["broker_hour"]["kafka.m7g.large"]
-MSK_GB_MONTH = P["msk"]["storage_gb_month"]
-REDIS_HOUR = P["elasticache"]["node_hour"]["cache.r7g.large"]
+MSK = json.loads(msk_prices.PRICES_FILE.read_text())  # beside the Kafka plug-in's cloud provider
+ELASTICACHE = json.loads(elasticache_prices.PRICES_FILE.read_text())
+MSK_HOUR = MSK["broker_hour"]["kafka.m7g.large"]
+MSK_GB_MONTH = MSK["storage_gb_month"]
+REDIS_HOUR = ELASTICACHE["node_hour"]["cache.r7g.large"]
 LAMBDA_GB_S = P["lambda"]["gb_second"][deployment.WORKER_LAMBDA_ARCHITECTURE]  # as the CDK app deploys it
 LAMBDA_REQUEST = P["lambda"]["per_million_requests"] / 1e6
 EC2_HOUR = P["ec2"]["instance_hour"][deployment.EC2_WORKER_INSTANCE_TYPE]

@@ -27,13 +27,14 @@ import boto3
 import pytest
 from botocore.stub import ANY, Stubber
 
-from brokerbench import config
+from brokerbench import ec2_worker as worker_ec2
+from brokerbench import settings
 from brokerbench.brokers.kafka.cloud import MskTargets
 from brokerbench.brokers.redis_streams.cloud import ElastiCacheTargets
 from brokerbench.local import workflow as local_workflow
 from brokerbench.spec import validate
 from brokerbench.targets import ProvisioningError, TransientProvisioningError, resource_name
-from brokerbench.worker import ec2 as worker_ec2
+from brokerbench.workflow import wiring
 from brokerbench.workflow.callbacks import LocalCallbacks, StepFunctionsCallbacks, TaskGone
 from brokerbench.workflow.fleet import (MAX_LAUNCH_ATTEMPTS, Ec2Fleet, WorkerLaunchFailed, client_token,
                                         encode_job, user_data)
@@ -187,8 +188,8 @@ def test_boot_script_installs_the_asset_runs_the_worker_and_powers_off(tmp_path)
     assert ["python3.11", "-m", "venv", str(tmp_path / "opt/.venv")] in calls
     [pip] = [c for c in calls if c[0] == "pip"]
     assert pip[:2] == ["pip", "install"] and pip[-2:] == ["-r", str(tmp_path / "opt/app/requirements.txt")]
-    assert ["python", "-c", "import brokerbench.worker.ec2"] in calls
-    [worker] = [c for c in calls if c[:3] == ["python", "-m", "brokerbench.worker.ec2"]]
+    assert ["python", "-c", "import brokerbench.ec2_worker"] in calls
+    [worker] = [c for c in calls if c[:3] == ["python", "-m", "brokerbench.ec2_worker"]]
     assert worker[3:] == ["--job", encode_job(JOB)]  # the token is not on the command line...
     assert (tmp_path / "worker.env").read_text() == f"token={TOKEN}\n"  # ...but in the worker's environment
     assert names.index("pip") < calls.index(worker) < len(calls) - 1
@@ -287,8 +288,8 @@ def test_the_heartbeat_thread_beats_until_stopped_and_stops_the_cell_when_the_ta
 
 def test_the_worker_beats_while_the_cell_runs_and_measures_nothing_for_a_gone_token(monkeypatch):
     callbacks = FakeCallbacks()
-    monkeypatch.setattr(config, "task_callbacks", lambda: callbacks)
-    monkeypatch.setattr(config, "heartbeat_interval_s", lambda: 0.05)
+    monkeypatch.setattr(wiring, "task_callbacks", lambda: callbacks)
+    monkeypatch.setattr(settings, "heartbeat_interval_s", lambda: 0.05)
     ran = []
 
     def run_cell(job, worker):
@@ -304,7 +305,7 @@ def test_the_worker_beats_while_the_cell_runs_and_measures_nothing_for_a_gone_to
     assert callbacks.calls.count(("heartbeat", "T-env")) >= 3  # one before the cell, then every interval
 
     gone = FakeCallbacks(gone_after=0)
-    monkeypatch.setattr(config, "task_callbacks", lambda: gone)
+    monkeypatch.setattr(wiring, "task_callbacks", lambda: gone)
     assert worker_ec2.main(["--task-token", "T-old", "--job", encode_job(JOB)]) == worker_ec2.EXIT_TASK_GONE
     assert len(ran) == 1 and gone.calls == [("heartbeat", "T-old")]
 
@@ -312,19 +313,19 @@ def test_the_worker_beats_while_the_cell_runs_and_measures_nothing_for_a_gone_to
 def test_heartbeat_interval_follows_the_local_window(monkeypatch):
     monkeypatch.delenv("BROKERBENCH_LOCAL_HEARTBEAT_S", raising=False)
     monkeypatch.setenv("BROKERBENCH_MODE", "aws")
-    assert config.heartbeat_interval_s() == 60
+    assert settings.heartbeat_interval_s() == 60
     monkeypatch.setenv("BROKERBENCH_MODE", "local")
-    assert config.heartbeat_interval_s() == 60 and config.local_heartbeat_s() is None
+    assert settings.heartbeat_interval_s() == 60 and settings.local_heartbeat_s() is None
     monkeypatch.setenv("BROKERBENCH_LOCAL_HEARTBEAT_S", "8")
-    assert config.local_heartbeat_s() == 8 and config.heartbeat_interval_s() == 2
+    assert settings.local_heartbeat_s() == 8 and settings.heartbeat_interval_s() == 2
     monkeypatch.setenv("BROKERBENCH_LOCAL_HEARTBEAT_S", "0")
     with pytest.raises(RuntimeError, match="positive"):
-        config.local_heartbeat_s()
+        settings.local_heartbeat_s()
 
 
-def test_config_docstring_lists_the_new_settings():
+def test_settings_docstring_lists_the_new_settings():
     for name in ("BROKERBENCH_WORKER_ASSET", "BROKERBENCH_LOCAL_HEARTBEAT_S", "BROKERBENCH_TASK_TOKEN"):
-        assert name in config.__doc__
+        assert name in settings.__doc__
 
 
 class _Launcher:
@@ -431,7 +432,7 @@ def test_a_cancelled_bridge_answers_task_timed_out_and_stops_the_worker_it_start
     monkeypatch.setenv("BROKERBENCH_MODE", "local")
     told, ready = tmp_path / "sigterm", tmp_path / "ready"
     with local_workflow.Bridge() as bridge:
-        # A worker that stops on SIGTERM, as brokerbench.worker.ec2 does once its cell has recorded its end.
+        # A worker that stops on SIGTERM, as brokerbench.ec2_worker does once its cell has recorded its end.
         launcher = _ProcessLauncher("import pathlib, signal, sys, time\nsignal.signal(signal.SIGTERM, lambda *a: "
                                     f"(pathlib.Path({str(told)!r}).touch(), sys.exit(3)))\n"
                                     f"pathlib.Path({str(ready)!r}).touch()\ntime.sleep(60)")
@@ -457,7 +458,7 @@ def test_a_cancelled_bridge_answers_task_timed_out_and_stops_the_worker_it_start
 
 def test_the_worker_stops_its_cell_on_sigterm_and_sigint():
     for sig in ("SIGTERM", "SIGINT"):
-        done = subprocess.run([sys.executable, "-c", "import os, signal\nfrom brokerbench.worker import ec2\n"
+        done = subprocess.run([sys.executable, "-c", "import os, signal\nfrom brokerbench import ec2_worker as ec2\n"
                                "from brokerbench.worker.cell import CANCELLED\nec2.stop_on_signals()\n"
                                f"os.kill(os.getpid(), signal.{sig})\nassert CANCELLED.is_set()"],
                               capture_output=True, text=True, timeout=60)

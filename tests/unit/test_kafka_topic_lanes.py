@@ -7,8 +7,8 @@ import pytest
 from brokerbench import native, schema, spec
 from brokerbench.brokers import plugin
 from brokerbench.brokers.kafka.driver import KafkaDriver, lane_of, lane_place, lane_places, topic_names
-from brokerbench.drivers import lanes
 from brokerbench.environment import broker_settings
+from brokerbench.spec import lanes
 from brokerbench.worker.payloads import pool_size_for
 
 MINIMAL = {"brokers": ["kafka"], "sizes": [1024], "rates": [100], "formats": ["json"]}

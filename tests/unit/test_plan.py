@@ -44,7 +44,7 @@ def test_steps_plan_cells_stores_the_seed_and_the_order_it_runs(monkeypatch):
         def append(self, events):
             stored.extend(events)
 
-    monkeypatch.setattr("brokerbench.config.event_store", lambda: Store())
+    monkeypatch.setattr("brokerbench.workflow.wiring.event_store", lambda: Store())
     run = steps.validate_request({"request": {**BASE, "formats": ["raw", "json", "avro"], "repeats": 2}})
     planned = steps.plan_cells(run)
     [requested] = stored

@@ -9,14 +9,13 @@ from types import SimpleNamespace
 
 import pytest
 
-from brokerbench import config
 from brokerbench.cli import EXIT_CELLS_FAILED, EXIT_OK, EventProgress, run_exit_code
 from brokerbench.events.memory import MemoryEventStore
 from brokerbench.local.stack import LocalStack, StackBusy
 from brokerbench.reports.synthetic import synthetic_run
 from brokerbench.spec import expand, validate
 from brokerbench.worker.payloads import MAX_POOL_SIZE, POOL_SIZE, payload_pool, pool_size_for
-from brokerbench.workflow import steps
+from brokerbench.workflow import steps, wiring
 
 SPEC = {"name": "outcome", "brokers": ["kafka", "redis-streams"], "sizes": [1024], "rates": [100],
         "formats": ["raw", "json"], "repeats": 2}
@@ -90,8 +89,8 @@ class Sink:
 def test_aggregate_publishes_then_writes_the_end_and_the_files_show_it(finished_cells, monkeypatch):
     store, run_id = finished_cells
     sink = Sink(store)
-    monkeypatch.setattr(config, "event_store", lambda: store)
-    monkeypatch.setattr(config, "reports", lambda: sink)
+    monkeypatch.setattr(wiring, "event_store", lambda: store)
+    monkeypatch.setattr(wiring, "reports", lambda: sink)
     check = steps.check_regression({"run_id": run_id})
     assert check["baseline_run_id"] is None and check["check_file"].endswith("regression.json")
     summary = steps.aggregate({"run_id": run_id, "check": check})
@@ -108,8 +107,8 @@ def test_aggregate_publishes_then_writes_the_end_and_the_files_show_it(finished_
 
 def test_a_failure_while_publishing_leaves_the_run_end_free_for_run_failed(finished_cells, monkeypatch):
     store, run_id = finished_cells
-    monkeypatch.setattr(config, "event_store", lambda: store)
-    monkeypatch.setattr(config, "reports", lambda: Sink(store, fail_on="report.html"))
+    monkeypatch.setattr(wiring, "event_store", lambda: store)
+    monkeypatch.setattr(wiring, "reports", lambda: Sink(store, fail_on="report.html"))
     with pytest.raises(OSError, match="disk full"):
         steps.aggregate({"run_id": run_id})
     assert "RunCompleted" not in store.appended
@@ -120,8 +119,8 @@ def test_a_failure_while_publishing_leaves_the_run_end_free_for_run_failed(finis
 
 def test_aggregate_fails_when_the_check_it_was_given_cannot_be_read(finished_cells, monkeypatch):
     store, run_id = finished_cells
-    monkeypatch.setattr(config, "event_store", lambda: store)
-    monkeypatch.setattr(config, "reports", lambda: Sink(store))
+    monkeypatch.setattr(wiring, "event_store", lambda: store)
+    monkeypatch.setattr(wiring, "reports", lambda: Sink(store))
     with pytest.raises(FileNotFoundError, match="regression.json"):
         steps.aggregate({"run_id": run_id, "check": {"check_file": "gone"}})
     assert "RunCompleted" not in store.appended

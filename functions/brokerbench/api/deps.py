@@ -4,9 +4,16 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
-from .starter import Starter
+import boto3
+from aws_lambda_powertools.utilities.idempotency import DynamoDBPersistenceLayer
+
+from .. import schedules, settings
+from ..workflow import wiring
+from ..workflow.outputs import FolderReports
+from ..workflow.starter import LocalStarter, Starter, StepFunctionsStarter
 
 
 @dataclass
@@ -21,18 +28,12 @@ class Deps:
 
 def from_environment() -> Deps:
     """In Lambda: everything from the environment the CDK app sets."""
-    import boto3
-    from aws_lambda_powertools.utilities.idempotency import DynamoDBPersistenceLayer
-
-    from .. import config, schedules
-    from .starter import StepFunctionsStarter
-
-    store = config.event_store()
+    store = wiring.event_store()
     return Deps(store=store,
-                starter=StepFunctionsStarter(boto3.client("stepfunctions"), config.env("BROKERBENCH_STATE_MACHINE_ARN"),
+                starter=StepFunctionsStarter(boto3.client("stepfunctions"), settings.env("BROKERBENCH_STATE_MACHINE_ARN"),
                                              store),
-                reports=config.reports(), schedules=schedules.load, mode="aws",
-                idempotency=DynamoDBPersistenceLayer(table_name=config.env("BROKERBENCH_IDEMPOTENCY_TABLE")))
+                reports=wiring.reports(), schedules=schedules.load, mode="aws",
+                idempotency=DynamoDBPersistenceLayer(table_name=settings.env("BROKERBENCH_IDEMPOTENCY_TABLE")))
 
 
 IDEMPOTENCY_TABLE = "brokerbench-idempotency"
@@ -54,14 +55,6 @@ def ensure_idempotency_table(client, table: str = IDEMPOTENCY_TABLE) -> None:
 
 def local(stack, store, reports_dir, schedules_file=None) -> Deps:
     """`brokerbench serve`: the local stack runs the workflow, DynamoDB Local keeps events and idempotency records."""
-    from pathlib import Path
-
-    from aws_lambda_powertools.utilities.idempotency import DynamoDBPersistenceLayer
-
-    from .. import schedules
-    from ..workflow.outputs import FolderReports
-    from .starter import LocalStarter
-
     ensure_idempotency_table(store.client)
     return Deps(store=store, starter=LocalStarter(stack, Path(reports_dir), store), reports=FolderReports(reports_dir),
                 schedules=lambda: schedules.load(schedules_file), mode="local",

@@ -15,12 +15,12 @@ from ..events import RUN_EVENTS, new_run_id, read_report_events
 from ..reports import html, markdown
 from ..reports.model import build_report
 from ..spec import SpecError, suite_request, validate
+from ..workflow.starter import StarterBusy
 from . import views
 from .deps import Deps
 from .errors import ApiError
 from .models import (CELL_ID, RUN_ID, Cancelling, CellDetail, EventPage, RunDetail, RunList, RunStarted, RunStatus,
                      answers)
-from .starter import StarterBusy
 
 RunId = Annotated[str, Path(pattern=RUN_ID, description="a run id, e.g. 20261122T071300Z-1a2b3c")]
 REPORT_TYPES = {"html": "text/html; charset=utf-8", "md": "text/markdown; charset=utf-8", "json": "application/json"}

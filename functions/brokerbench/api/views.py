@@ -9,11 +9,11 @@ import json
 from datetime import datetime
 
 from ..events import RUN_EVENTS, cell_count, cell_prefix, planned_cells, read_report_events, run_status
-from ..reports.model import intervals_by_cell, interval_series
 from ..reports.results import build_results
+from ..series import interval_series, intervals_by_cell
 from ..spec import SpecError, expand, validate
+from ..workflow.starter import Starter
 from .errors import ApiError
-from .starter import Starter
 
 SUMMARY_FIELDS = ("run_id", "name", "suite", "status", "requested_at", "finished_at", "cells", "links")
 # A listing with a status filter reads at most this many runs per page before it answers with what it has.

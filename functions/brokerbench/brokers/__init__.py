@@ -1,4 +1,5 @@
-"""Brokers as plug-ins: the interface a broker package implements, and the registry that finds them.
+"""Brokers as plug-ins, one package each; the interface they implement and the registry that finds them
+live in brokerbench.registry.
 
 A broker is one package under brokerbench/brokers/ whose `__init__` exposes `PLUGIN` (a Plugin):
 its driver (the Driver interface in brokerbench.drivers), its local service (install, start,
@@ -13,188 +14,20 @@ the reports) imports no broker client. A plug-in package's `__init__` imports on
 library and brokerbench's own helpers.
 """
 
-from __future__ import annotations
-
-import importlib
-import pkgutil
-from collections.abc import Callable
-from dataclasses import dataclass, field
-from functools import cache
-from pathlib import Path
-from typing import Protocol
-
-Log = Callable[[str], None]
-
-
-class UnknownBroker(ValueError):
-    """A broker name that no plug-in registers and no named target explains."""
-
-
-# -- the local service -------------------------------------------------------------------------
-@dataclass
-class Started:
-    """A service the local stack started: what it records in its state file and hands to drivers."""
-
-    pids: list[int]  # every process, in start order (the stack stops them last first, each with its group)
-    port: int  # the main port: the service counts as running while it answers and every pid lives
-    endpoint: dict  # what drivers connect to, in the shape of the broker's targets.<name> object
-    version: str
-    log: str  # the main log file (the stack shows its last lines when start-up fails)
-    extra: dict = field(default_factory=dict)  # worth recording: more ports, settings in force
-
-
-class LocalService(Protocol):
-    """A broker run on 127.0.0.1 by the local stack (brokerbench.local.stack).
-
-    Helpers a service uses: brokerbench.local.processes (spawn a process with its log, HOST,
-    port_answers, StackError), brokerbench.local.install (InstallError, install_debian for Debian packages,
-    fetch_maven_jars and lib_dir for Maven Central jars, jar_version).
-    """
-
-    name: str  # its name in the stack: state key, folder under the state folder, `local status` row
-    startup_timeout_s: float  # how long after start() ready() may take before start-up counts as failed
-
-    def installed_version(self) -> str | None:
-        """The version `start` would run, or None when it is not installed: the local stack then installs it
-        before it starts it (brokerbench.local.install.install_on_first_use); `make setup` installs the quick
-        suite's brokers up front, `make setup-all` every one."""
-
-    def install(self, log: Log) -> None:
-        """Install what `start` needs. Idempotent and quick when nothing is missing; raises
-        brokerbench.local.install.InstallError saying what to do when it cannot.
-
-        Optional, for the first-use progress line ("installing pulsar 4.0.7 (first use, ~234 MB) ..."):
-        `install_version()`, the version install() installs, and `download_mb`, about how much it fetches."""
-
-    def start(self, folder: Path, ports: Callable[[], int], settings: dict) -> Started:
-        """Start the service's processes (in their own sessions, see processes.spawn) and return at once.
-
-        folder: the service's own folder, with an empty `data/` inside (a broker's data lasts one
-        session). ports(): a free 127.0.0.1 port each call. settings: the settings the stack was made
-        with (`LocalStack(..., redis_aof=False)`); a service reads its own and ignores the rest.
-        Raises brokerbench.local.processes.StackError when it cannot start (e.g. not installed)."""
-
-    def ready(self, started: Started) -> bool:
-        """Whether the service serves clients now: a real request (metadata, PING, an admin call),
-        not only an open port. The stack polls it until startup_timeout_s."""
-
-
-# -- the rest of a plug-in -------------------------------------------------------------------------
-@dataclass(frozen=True)
-class Settings:
-    """JSON Schema fragments this broker adds to the run request (brokerbench.schema puts them in place)."""
-
-    target: dict  # targets.<name>: an existing endpoint (an object schema); also a named target's shape
-    provision: dict = field(default_factory=dict)  # provision.<name>: what the local stack or cloud is asked for
-    client: dict = field(default_factory=dict)  # client.<setting>: the client settings it reads (shared by name)
-
-
-@dataclass(frozen=True)
-class Capabilities:
-    """What the broker supports, shown by `brokerbench brokers`; a run asking for a mode not listed is refused."""
-
-    modes: dict[str, str]  # mode (the run request's `modes`) -> what it means on this broker
-    partitions: str  # what one of a cell's partitions is on this broker
-    persistence: dict[str, str]  # persistence option -> what it means; the first is the default
-
-
-@dataclass(frozen=True)
-class Cloud:
-    """The managed service a run provisions in AWS mode."""
-
-    service: str  # its name, e.g. "Amazon MSK"
-    factory: str  # "module:function" () -> a TargetProvider (brokerbench.targets), configured from the environment
-
-
-@dataclass(frozen=True)
-class Plugin:
-    name: str  # the broker's name in run requests ("kafka", "redis-streams")
-    description: str
-    family: str  # the wire protocol; a named target's `driver` field names a family ("kafka", "redis")
-    driver: str  # "module:Class" of its Driver, constructed as Class(endpoint, client)
-    settings: Settings
-    capabilities: Capabilities
-    environment: str  # "module:function" (endpoint, client) -> dict: what the run's settings mean on it
-    caption: str  # "module:function" (mode, client, recorded) -> str: one line for report tables
-    local: LocalService | None = None
-    cloud: Cloud | None = None
-    libraries: tuple[str, ...] = ()  # client library distributions whose versions every run records
-
-    def new_driver(self, endpoint: dict, client: dict):
-        return load(self.driver)(endpoint, client)
-
-    def settings_in_force(self, endpoint: dict, client: dict) -> dict:
-        """TargetsReady's `settings`: the acks in force, what each mode means, persistence (may ask the broker)."""
-        return load(self.environment)(endpoint, client)
-
-    def describe_mode(self, mode: str, client: dict, recorded: dict | None) -> str:
-        """What `mode` means with these client settings; `recorded` is TargetsReady's target, when stored."""
-        return load(self.caption)(mode, client, recorded or {})
-
-    def cloud_targets(self):
-        """The TargetProvider for AWS mode; UnknownBroker when this broker has no cloud provider."""
-        if self.cloud is None:
-            raise UnknownBroker(f"{self.name} has no cloud provider: give its endpoint in targets.{self.name}")
-        return load(self.cloud.factory)()
-
-    def where(self) -> list[str]:
-        """Where it runs: local, the cloud service, and always an existing (external) endpoint."""
-        return [*(["local"] if self.local else []), *([f"cloud: {self.cloud.service}"] if self.cloud else []),
-                "external"]
-
-
-def load(reference: str):
-    """The attribute a "module:attribute" reference names."""
-    module, _, attribute = reference.partition(":")
-    return getattr(importlib.import_module(module), attribute)
-
-
-# -- the registry ------------------------------------------------------------------------------
-@cache
-def plugins() -> dict[str, Plugin]:
-    """Every registered broker by name, in name order: each package under brokerbench/brokers with a PLUGIN."""
-    found: dict[str, Plugin] = {}
-    for info in sorted(pkgutil.iter_modules(__path__), key=lambda i: i.name):
-        if not info.ispkg:
-            continue
-        plugin = getattr(importlib.import_module(f"{__name__}.{info.name}"), "PLUGIN", None)
-        if plugin is None:
-            continue
-        if plugin.name in found:
-            raise RuntimeError(f"two broker plug-ins are named {plugin.name!r}")
-        found[plugin.name] = plugin
-    return dict(sorted(found.items()))
-
-
-def plugin(name: str) -> Plugin:
-    """The registered broker `name`."""
-    try:
-        return plugins()[name]
-    except KeyError:
-        raise UnknownBroker(f"unknown broker {name!r}; registered: {', '.join(plugins())}") from None
-
-
-def families() -> dict[str, Plugin]:
-    """The plug-in that serves named targets of each family: the one named like the family, else the first."""
-    out: dict[str, Plugin] = {}
-    for candidate in sorted(plugins().values(), key=lambda p: (p.name != p.family, p.name)):
-        out.setdefault(candidate.family, candidate)
-    return dict(sorted(out.items()))
-
-
-def for_target(name: str, endpoint: dict | None = None) -> Plugin:
-    """The plug-in serving the row `name`: a registered broker, or a named target (its endpoint's `driver`)."""
-    if name in plugins():
-        return plugins()[name]
-    family = (endpoint or {}).get("driver")
-    if family in families():
-        return families()[family]
-    if family is None:
-        raise UnknownBroker(f"unknown broker {name!r}; registered: {', '.join(plugins())}, or a target in "
-                            f"targets with a driver ({', '.join(families())})")
-    raise UnknownBroker(f"target {name!r} names driver {family!r}; known: {', '.join(families())}")
-
-
-def local_services() -> dict[str, tuple[str, LocalService]]:
-    """Each registered local service by its stack name, with the broker it serves."""
-    return {p.local.name: (p.name, p.local) for p in plugins().values() if p.local is not None}
+from ..registry import (  # noqa: F401 (a plug-in's `from .. import Plugin`, and the old import paths)
+    Capabilities,
+    Cloud,
+    LocalService,
+    Log,
+    Plugin,
+    Settings,
+    Started,
+    UnknownBroker,
+    families,
+    for_target,
+    get_driver,
+    load,
+    local_services,
+    plugin,
+    plugins,
+)

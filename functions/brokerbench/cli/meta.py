@@ -10,7 +10,7 @@ from .common import EXIT_CELLS_FAILED, EXIT_OK, console, errors
 
 def broker_rows() -> list[dict]:
     """Each registered broker: its version here, where it runs and what it supports."""
-    from ..brokers import plugins
+    from ..registry import plugins
 
     rows = []
     for plugin in plugins().values():

@@ -164,7 +164,8 @@ def _run_one(args, request: dict, suite: str | None) -> tuple[int, str | None]:
 def _silent_targets(request: dict) -> list[str]:
     """The endpoints a request names in `targets` that do not answer (5 s each), as `targets.BROKER: why`. A target
     that answers but cannot serve the client settings is left to the workflow, which ends the run before any cell."""
-    from ..drivers import BrokerUnavailable, get_driver
+    from ..drivers import BrokerUnavailable
+    from ..registry import get_driver
     from ..spec import validate
 
     spec = validate(request)

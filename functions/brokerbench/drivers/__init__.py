@@ -12,15 +12,15 @@ The header is the worker's framing (producer id, sequence, intended send time); 
 carries it where its broker keeps per-message metadata (a message key, a stream entry's field).
 What this interface calls partitions are the cell's lanes (see `lanes`): a count of them, or lane
 indexes; a driver maps each lane to its broker's own unit (a partition, a stream key).
-Drivers live in the broker plug-ins (brokerbench.brokers); this module is the core's port to them.
+Drivers live in the broker plug-ins (brokerbench.brokers); this module is the core's port to them and imports
+nothing of brokerbench: brokerbench.registry.get_driver makes a plug-in's driver, brokerbench.spec.lanes
+counts a cell's lanes.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from typing import Protocol
-
-from ..brokers import for_target
 
 OnAck = Callable[[bytes, bool, int], None]
 Message = tuple[bytes, bytes, int]
@@ -79,16 +79,3 @@ class Driver(Protocol):
     def message_count(self, topic: str, partitions: int) -> int | None: ...
 
     def close(self) -> None: ...
-
-
-def lanes(cell: dict) -> int:
-    """How many lanes a cell's messages spread over: its partitions times client.topics (1 unless the run
-    asks for more, which only Kafka's driver serves: lane i is then partition i // topics of topic
-    i % topics). Message seq goes to lane seq % lanes, and consumers split the lanes between them."""
-    return int(cell.get("partitions", 1)) * int((cell.get("client") or {}).get("topics", 1))
-
-
-def get_driver(broker: str, endpoint: dict, client: dict) -> Driver:
-    """The driver for `broker` (a registered broker, or a named target whose endpoint names its `driver`),
-    connected to `endpoint` with the run's client settings."""
-    return for_target(broker, endpoint).new_driver(endpoint, client)

@@ -17,13 +17,11 @@ from typing import Protocol
 from jsonschema import Draft202012Validator
 
 from ..paths import SCHEMAS_DIR
+from ..series import DIGEST_VERSION
 
 RUN_EVENTS = ("RunCompleted", "RunFailed")
 INLINE_CELLS = 200  # a plan up to this many cells travels in RunRequested; a larger one in CellsPlanned chunks
 CELLS_PER_CHUNK = 250  # ~170 KB of cells per stored item: far below DynamoDB's 400 KB item limit
-# CellCompleted's `digest` (reports.model.interval_digest): what reports read of the cell's intervals, so a
-# report can leave the intervals themselves unread. A digest of another version is not relied on.
-DIGEST_VERSION = 1
 
 
 class StoreUnavailable(RuntimeError):

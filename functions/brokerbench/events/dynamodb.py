@@ -12,11 +12,13 @@ import json
 import os
 import time
 from concurrent.futures import ThreadPoolExecutor
+from functools import cache
 
 import boto3
 from botocore.config import Config
 from botocore.exceptions import ClientError, ConnectionClosedError, EndpointConnectionError, ReadTimeoutError
 
+from ..settings import env
 from . import AppendResult, StoreUnavailable, cell_count, has_digest, run_listing_key, sort_key, validate
 
 TRANSACTION_ITEMS = 25
@@ -32,6 +34,18 @@ UNREACHABLE = (EndpointConnectionError, ConnectionClosedError, ReadTimeoutError)
 OUTAGE_S = float(os.environ.get("BROKERBENCH_STORE_OUTAGE_S", "60"))
 BACKOFF_S = (0.5, 1, 2, 4, 8)
 RETRYABLE = {"TransactionConflict", "ThrottlingError", "ProvisionedThroughputExceeded", "RequestLimitExceeded"}
+
+
+def from_environment() -> DynamoEventStore:
+    """The store the settings name: BROKERBENCH_EVENTS_TABLE (default brokerbench-events), at
+    BROKERBENCH_DYNAMODB_ENDPOINT when set (DynamoDB Local); one per table and endpoint."""
+    return _store(env("BROKERBENCH_EVENTS_TABLE", "brokerbench-events"), os.environ.get("BROKERBENCH_DYNAMODB_ENDPOINT"))
+
+
+@cache
+def _store(table: str, endpoint: str | None) -> DynamoEventStore:
+    # In Lambda the function's own region (AWS_REGION); DynamoDB Local takes any.
+    return DynamoEventStore(table, endpoint_url=endpoint, region=os.environ.get("AWS_REGION", "us-east-1"))
 
 
 class DynamoEventStore:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
-from ..brokers import Started
+from ..registry import Started
 from .install import JARS_DIR, POMS_DIR, install_dynamodb_local, jar_version, lib_dir, pom_version
 from .processes import HOST, StackError, port_answers, spawn
 

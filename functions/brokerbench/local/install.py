@@ -21,7 +21,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from ..brokers import LocalService, plugin, plugins
+from ..registry import LocalService, plugin, plugins
 from ..paths import PACKAGE_DIR
 from ..spec import SpecError, suite_runs
 

@@ -10,6 +10,8 @@ import subprocess
 import time
 from pathlib import Path
 
+from .install import DEBIAN_PACKAGES
+
 HOST = "127.0.0.1"
 
 
@@ -63,8 +65,6 @@ def require(program: str, package: str | None = None) -> str:
     found = shutil.which(program)
     if found:
         return found
-    from .install import DEBIAN_PACKAGES
-
     package = package or DEBIAN_PACKAGES.get(program)
     how = f"run `make setup` (it installs Debian's {package})" if package else "run `make setup`"
     raise StackError(f"{program} is not installed or not on PATH: {how}, or put {program} on PATH")

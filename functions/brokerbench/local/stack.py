@@ -22,7 +22,7 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from ..brokers import LocalService, Started, local_services
+from ..registry import LocalService, Started, local_services
 from .dynamodb import EVENTS_TABLE, DynamoDBLocal
 from .install import REPO_DIR, InstallError, install_on_first_use
 from .processes import HOST, StackError, free_port, pid_alive, port_answers, port_free, stop, tail

@@ -34,9 +34,10 @@ from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
-from .. import config
-from ..brokers import plugins
+from .. import settings
+from ..events.dynamodb import from_environment as event_store
 from ..paths import PACKAGE_DIR
+from ..registry import plugins
 from ..spec import SpecError, validate
 from ..worker import cell as cell_module
 from .stack import HOST, LocalStack, StackError
@@ -195,7 +196,7 @@ class Bridge:
         payload = {k: (token if v == TOKEN_PLACEHOLDER else v) for k, v in payload.items()}
         future: Future = Future()
         self.waiting[token] = future
-        window = (config.local_heartbeat_s() or self.heartbeats.get(state)) if state in self.heartbeats else None
+        window = (settings.local_heartbeat_s() or self.heartbeats.get(state)) if state in self.heartbeats else None
         try:
             self.beats[token] = time.monotonic()  # the heartbeat clock starts with the task
             launched = module.lambda_handler(payload, _LambdaContext(function))
@@ -339,7 +340,7 @@ class LocalWorkflow:
         cell_module.CANCELLED.clear()
         with Bridge(self.definition) as bridge:
             os.environ.update(self.environment(bridge.url))
-            config.event_store().ensure_table()  # in AWS the CDK app owns the table
+            event_store().ensure_table()  # in AWS the CDK app owns the table
             job = {
                 "definition": load_definition(self.definition),
                 "input": {"request": request, "suite": suite, "run_id": run_id},

@@ -6,9 +6,10 @@ import numpy as np
 
 from .. import histogram, verdict
 from ..events import make_event, new_run_id
-from ..runner import run_requested_events
+from ..events.run import run_requested_events
+from ..series import interval_digest, verdict_basis
 from ..spec import expand, validate
-from .model import interval_digest, verdict_basis
+from .model import METRICS
 
 METRICS_US = ("publish_latency_us", "publish_delay_us", "end_to_end_latency_us")
 
@@ -85,8 +86,6 @@ def claim_configuration(broker: str, fmt: str, values: dict[str, list], *, verdi
                         has_loss: bool = False, status: str = "completed") -> dict:
     """A configuration as the report's claims read it (model.claims), from per-repeat figures by metric: what
     the false-claim benchmark and the claim tests simulate reports with, without histograms."""
-    from .model import METRICS
-
     repeats = max(len(v) for v in values.values())
     by_repeat = {name: list(values.get(name, [None] * repeats)) for name in METRICS}
     present = lambda vs: [v for v in vs if v is not None]  # noqa: E731

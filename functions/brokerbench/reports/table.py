@@ -12,7 +12,7 @@ from itertools import groupby
 from rich.markup import escape
 from rich.table import Table
 
-from ..brokers import UnknownBroker, for_target
+from ..registry import UnknownBroker, for_target
 from .model import LOSS_CLASSES, MAX_RATE_NOTE, PERCENTILES, min_samples, need_label
 
 SUSTAINED_RATE = 0.99  # the fallback for results written before cells carried their verdict

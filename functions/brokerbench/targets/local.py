@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ..brokers import plugin
+from ..registry import plugin
 from ..local.stack import LocalStack, StackError, cluster_name
 from . import ProvisioningError, target
 

@@ -20,10 +20,12 @@ import numpy as np
 
 from .. import verdict
 from ..codecs.floor import call_floor_ns
-from ..drivers import BrokerUnavailable, get_driver, lanes
+from ..drivers import BrokerUnavailable
 from ..events import EventStore, cell_prefix, make_event
-from ..reports.model import interval_digest, verdict_basis
-from ..reports.results import cell_result
+from ..figures import cell_result
+from ..registry import get_driver
+from ..series import interval_digest, verdict_basis
+from ..spec import lanes
 from . import outcome, resources, schedule, search
 from .consumer import ConsumerTask, consumer_main
 from .drain import Drain

@@ -17,7 +17,7 @@ import numpy as np
 
 from .. import native
 from ..codecs import get_codec
-from ..drivers import get_driver
+from ..registry import get_driver
 from .framing import PROBE_PRODUCER, is_probe, unpack_many
 from .processes import serve
 from .schedule import cell_schedules, shaped

@@ -6,8 +6,8 @@ import math
 from math import gcd
 
 from ..codecs import get_codec, prebuilt
-from ..drivers import lanes
 from ..records import SIZE_TOLERANCE, PayloadPool, SizeError, make_record, sized_record
+from ..spec import lanes
 
 POOL_SIZE = 16
 # Compressed cells: enough distinct payloads that none repeats inside one producer batch, so the

@@ -21,7 +21,8 @@ import numpy as np
 
 from .. import native
 from ..codecs import get_codec
-from ..drivers import get_driver, lanes
+from ..registry import get_driver
+from ..spec import lanes
 from .drain import Drain
 from .framing import HEADER
 from .processes import serve

@@ -1,7 +1,7 @@
 """Starting an EC2-kind worker for one cell: an instance whose user data installs and runs the worker, or
 locally a process.
 
-Both run the same command, `python -m brokerbench.worker.ec2 --job ...` with the task token in
+Both run the same command, `python -m brokerbench.ec2_worker --job ...` with the task token in
 BROKERBENCH_TASK_TOKEN, and the worker answers through the task-token contract (workflow.callbacks),
 with a heartbeat while the cell runs.
 """
@@ -18,7 +18,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-WORKER_MODULE = "brokerbench.worker.ec2"
+from ..plan import estimated_seconds
+
+WORKER_MODULE = "brokerbench.ec2_worker"
 TOKEN_ENV = "BROKERBENCH_TASK_TOKEN"
 WORKER_ROOT = "/opt/brokerbench"  # the instance's install: .venv, the unpacked worker asset (app/)
 # A launch that EC2 could not do now (capacity, throttling): RunCellOnEc2's Retry names this error.
@@ -47,8 +49,6 @@ def client_token(run_id: str, cell_id: str, attempt: int) -> str:
 def power_off_minutes(job: dict) -> int:
     """When a worker's instance powers off whatever happens: twice the cell's estimated time, plus 30 minutes
     for the boot and the install."""
-    from ..plan import estimated_seconds
-
     try:
         estimate = estimated_seconds(job["cell"])
     except (KeyError, TypeError):

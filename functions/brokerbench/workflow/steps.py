@@ -1,7 +1,7 @@
 """The workflow's steps: what each Task state of statemachines/benchmark_run.asl.json does.
 
 Each function takes the state's payload and returns its result; handlers/ wraps them for Lambda.
-Adapters (event store, targets, fleet, outputs) come from brokerbench.config.
+Adapters (event store, targets, fleet, outputs) come from brokerbench.workflow.wiring.
 """
 
 from __future__ import annotations
@@ -9,17 +9,19 @@ from __future__ import annotations
 import json
 import socket
 
-from .. import config, environment
-from ..drivers import get_driver, lanes
+from .. import environment
+from ..drivers import BrokerUnavailable
 from ..events import RUN_EVENTS, cell_prefix, make_event, new_run_id, read_report_events, sort_key
+from ..events.run import run_completed_event, run_requested_events
 from ..observability import logger
 from ..plan import plan
+from ..registry import get_driver
 from ..reports import html, markdown, regression
 from ..reports.model import build_report
 from ..reports.results import build_results
-from ..runner import describe_targets, run_completed_event, run_requested_events
-from ..spec import SpecError, validate
+from ..spec import SpecError, lanes, validate
 from ..worker import run_cell as measure_cell
+from . import wiring
 
 
 class InvalidRequest(ValueError):
@@ -32,7 +34,7 @@ def validate_request(event: dict) -> dict:
         spec = validate(request)
     except SpecError as exc:
         raise InvalidRequest("; ".join(str(p) for p in exc.problems)) from None
-    unprovidable = [problem for broker in spec["brokers"] if (problem := config.provider_problem(broker, spec))]
+    unprovidable = [problem for broker in spec["brokers"] if (problem := wiring.provider_problem(broker, spec))]
     if unprovidable:  # e.g. a broker with no cloud provider in AWS mode: refused before anything starts
         raise InvalidRequest("; ".join(unprovidable))
     return {"run_id": event.get("run_id") or new_run_id(), "spec": spec, "suite": event.get("suite")}
@@ -50,41 +52,55 @@ def plan_cells(run: dict) -> dict:
     state limit and they stay inline."""
     planned = plan(run["spec"])
     cells = planned["cells"]
-    config.event_store().append(run_requested_events(run["run_id"], run["spec"], cells, run.get("suite")))
+    wiring.event_store().append(run_requested_events(run["run_id"], run["spec"], cells, run.get("suite")))
     location = None
     if len(cells) > STATE_CELLS:
-        location = config.reports().put_items(run["run_id"], "plan-cells.json", cells)
+        location = wiring.reports().put_items(run["run_id"], "plan-cells.json", cells)
     return {**planned, "cells": [] if location else cells, "cells_location": location, "cell_count": len(cells)}
 
 
 def provision_target(event: dict) -> dict:
-    return config.target_provider(event["broker"], event["spec"]).provision(event["run_id"], event["broker"], event["spec"])
+    return wiring.target_provider(event["broker"], event["spec"]).provision(event["run_id"], event["broker"], event["spec"])
 
 
 def check_target(target: dict) -> dict:
     # The provider kind travels in the target; the spec is only needed to pick "existing".
     spec = {"targets": {target["broker"]: target["endpoint"]}} if target["provider"] == "existing" else {}
-    return config.target_provider(target["broker"], spec).check(target)
+    return wiring.target_provider(target["broker"], spec).check(target)
+
+
+def describe_targets(brokers: list[str], endpoints: dict, client: dict) -> dict:
+    """Broker and client versions of each target that answers (a silent one is left out; one that cannot serve
+    the client settings raises TargetRefused)."""
+    targets = {}
+    for broker in brokers:
+        driver = get_driver(broker, endpoints[broker], client)
+        try:
+            driver.check(timeout_s=5)
+        except BrokerUnavailable:
+            continue
+        targets[broker] = driver.describe()
+    return targets
 
 
 def record_targets_ready(event: dict) -> dict:
     endpoints = {t["broker"]: t["endpoint"] for t in event["targets"]}
     client = event["spec"]["client"]
     described = environment.with_settings(describe_targets(list(endpoints), endpoints, client), endpoints, client)
-    config.event_store().append([make_event(event["run_id"], "TargetsReady", {"targets": described})])
+    wiring.event_store().append([make_event(event["run_id"], "TargetsReady", {"targets": described})])
     return {"endpoints": endpoints}
 
 
 def run_cell(event: dict, worker: dict | None = None) -> dict:
     cell = event["cell"]
-    outcome = measure_cell(event["run_id"], cell, event["targets"][cell["broker"]], config.event_store(),
+    outcome = measure_cell(event["run_id"], cell, event["targets"][cell["broker"]], wiring.event_store(),
                            worker=worker or {"kind": "lambda", "host": socket.gethostname()})
     return {"cell_id": outcome.cell_id, "status": outcome.status, "reason": outcome.reason}
 
 
 def start_ec2_worker(event: dict) -> dict:
     job = {"run_id": event["run_id"], "cell": event["cell"], "targets": event["targets"]}
-    return config.fleet().launch(job, event["task_token"])
+    return wiring.fleet().launch(job, event["task_token"])
 
 
 def record_cell_failed(event: dict) -> dict:
@@ -92,7 +108,7 @@ def record_cell_failed(event: dict) -> dict:
     topics its attempts made are deleted (a worker deletes its own at its end; a killed one cannot)."""
     cell, error = event["cell"], event.get("error") or {}
     reason = f"{error.get('Error', 'WorkerFailed')}: {error.get('Cause', 'no cause given')}"
-    store = config.event_store()
+    store = wiring.event_store()
     store.append([make_event(event["run_id"], "CellFailed", {"cell_id": cell["cell_id"], "reason": reason},
                              cell_index=cell["index"])])
     removed = _remove_cell_topics(store, event["run_id"], cell, (event.get("targets") or {}).get(cell["broker"]))
@@ -136,7 +152,7 @@ def publish_reports(store, run_id: str, events: list[dict] | None = None,
     if regression_check is not None:
         report["regression_check"] = regression_check
         report["baseline"] = regression_check.get("baseline_run_id")
-    sink = config.reports()
+    sink = wiring.reports()
     return {
         "results": sink.write(run_id, "results.json", json.dumps(build_results(events), indent=2)),
         "json": sink.write(run_id, "report.json", json.dumps(report, indent=2)),
@@ -152,11 +168,11 @@ def check_regression(event: dict) -> dict:
     the run's outputs as regression.json, where Aggregate reads it: it can be larger than a state's
     payload may be. The state gets the summary that Notify needs.
     """
-    store = config.event_store()
+    store = wiring.event_store()
     run_id = event["run_id"]
     requested = store.read(run_id, prefix="00#run")[0]["data"]["spec"]
     checked = regression.check(store, run_id, event.get("baseline_run_id") or requested.get("baseline_run_id"))
-    check_file = config.reports().write(run_id, REGRESSION_FILE, json.dumps(checked, indent=2, default=_plain))
+    check_file = wiring.reports().write(run_id, REGRESSION_FILE, json.dumps(checked, indent=2, default=_plain))
     results = build_results(read_report_events(store, run_id))
     failed = [{"cell_id": c["cell_id"], "reason": c.get("reason")} for c in results["cells"] if c["status"] != "completed"]
     regressions = [{k: r.get(k) for k in ("cell", "metric", "baseline_mean", "candidate_mean", "change", "p_value")}
@@ -168,7 +184,7 @@ def check_regression(event: dict) -> dict:
 def aggregate(event: dict) -> dict:
     """The run's outputs, then its end: RunCompleted is written only once the reports are published,
     so a failure here ends the run RunFailed (the workflow's catch) instead of hiding behind it."""
-    store = config.event_store()
+    store = wiring.event_store()
     run_id = event["run_id"]
     events = read_report_events(store, run_id)
     results = build_results(events)
@@ -195,7 +211,7 @@ def _regression_check(run_id: str, check: dict | None) -> dict | None:
     """CheckRegression's full result (None when no check ran before this step)."""
     if not check:
         return None
-    body = config.reports().read(run_id, REGRESSION_FILE)
+    body = wiring.reports().read(run_id, REGRESSION_FILE)
     if body is None:
         raise FileNotFoundError(f"{REGRESSION_FILE} of run {run_id} is missing (CheckRegression wrote "
                                 f"{check.get('check_file')})")
@@ -218,7 +234,7 @@ def notify(event: dict) -> dict:
     run_id = event["run_id"]
     subject = f"brokerbench run {run_id}: {', '.join(parts)}"
     message = {"run_id": run_id, "summary": summary, **check}
-    return {"message_id": notify_once(config.event_store(), run_id, "Notify", subject, message)}
+    return {"message_id": notify_once(wiring.event_store(), run_id, "Notify", subject, message)}
 
 
 def notify_once(store, run_id: str, step: str, subject: str, message: dict) -> str:
@@ -229,7 +245,7 @@ def notify_once(store, run_id: str, step: str, subject: str, message: dict) -> s
     sent = store.read(run_id, prefix=sort_key("Notified", key=step))
     if sent:
         return sent[0]["data"]["message_id"]
-    message_id = config.notifier().publish(run_id, subject, message, to=recipients(store, run_id))
+    message_id = wiring.notifier().publish(run_id, subject, message, to=recipients(store, run_id))
     store.append([make_event(run_id, "Notified", {"step": step, "message_id": message_id}, key=step)])
     return message_id
 
@@ -244,7 +260,7 @@ def record_run_failed(event: dict) -> dict:
     """
     failure = event.get("failure") or {}
     reason = f"{failure.get('Error', 'RunFailed')}: {failure.get('Cause', 'no cause given')}"
-    store, run_id = config.event_store(), event["run_id"]
+    store, run_id = wiring.event_store(), event["run_id"]
     result = store.append([make_event(run_id, "RunFailed", {"reason": reason})])
     out = {"recorded": bool(result.written)}
     if not result.written:
@@ -265,14 +281,14 @@ def record_step_failed(event: dict) -> dict:
     this step writes nothing new."""
     failure = event.get("failure") or {}
     reason = f"{failure.get('Error', 'States.TaskFailed')}: {failure.get('Cause', 'no cause given')}"
-    result = config.event_store().append([make_event(event["run_id"], "StepFailed",
+    result = wiring.event_store().append([make_event(event["run_id"], "StepFailed",
                                                      {"step": event["step"], "reason": reason}, key=event["step"])])
     return {"recorded": bool(result.written), "step": event["step"]}
 
 
 def teardown_target(event: dict) -> dict:
-    problem = config.provider_problem(event["broker"], event["spec"])
+    problem = wiring.provider_problem(event["broker"], event["spec"])
     if problem:  # nothing was provisioned for it
         return {"broker": event["broker"], "action": f"nothing to tear down ({problem})"}
-    return config.target_provider(event["broker"], event["spec"]).teardown(event["run_id"], event["broker"], event["spec"])
+    return wiring.target_provider(event["broker"], event["spec"]).teardown(event["run_id"], event["broker"], event["spec"])
 

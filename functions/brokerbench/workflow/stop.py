@@ -4,7 +4,7 @@ its targets are torn down, as the workflow's TeardownTargets would have done. Wh
 from __future__ import annotations
 
 from ..events import RUN_EVENTS, EventStore
-from ..runner import run_completed_event
+from ..events.run import run_completed_event
 from ..spec import SpecError, validate
 from . import steps
 

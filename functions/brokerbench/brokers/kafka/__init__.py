@@ -20,6 +20,8 @@ PLUGIN = Plugin(
     environment="brokerbench.brokers.kafka.environment:settings_in_force",
     caption="brokerbench.brokers.kafka.environment:caption",
     local=KafkaService(),
-    cloud=Cloud(service="Amazon MSK", factory="brokerbench.brokers.kafka.cloud:provider"),
+    # prices: brokers/kafka/prices.py; creation_s: a 3-broker cluster takes about 20 min (15 to 30) to create
+    cloud=Cloud(service="Amazon MSK", factory="brokerbench.brokers.kafka.cloud:provider",
+                prices="brokerbench.brokers.kafka.prices:price", creation_s=20 * 60),
     libraries=("confluent-kafka",),
 )

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from botocore.exceptions import ClientError
 
-from ... import config
+from ... import settings
 from ...targets import ProvisioningError, raise_client_error, resource_name, still_waiting, target
 
 DEFAULT_VERSION = "3.9.x"
@@ -95,5 +95,5 @@ class MskTargets:
 
 
 def provider() -> MskTargets:
-    return MskTargets(config.boto("kafka"), subnets=config.env_list("BROKERBENCH_MSK_SUBNETS"),
-                      security_groups=config.env_list("BROKERBENCH_MSK_SECURITY_GROUPS"))
+    return MskTargets(settings.boto("kafka"), subnets=settings.env_list("BROKERBENCH_MSK_SUBNETS"),
+                      security_groups=settings.env_list("BROKERBENCH_MSK_SECURITY_GROUPS"))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from ...drivers import BrokerUnavailable
 
 ACKS_MEANING = {"0": "none: a message counts as sent once written to the socket",
                 "1": "the partition leader has appended it",
@@ -12,8 +13,7 @@ def settings_in_force(endpoint: dict, client: dict) -> dict:
     """Kafka batches by time and size (linger.ms, batch.size) with many messages in flight; single mode
     is one message in flight. The replication in force is asked of the broker (its broker count, its
     min.insync.replicas) unless the client settings fix it."""
-    from ...drivers import BrokerUnavailable
-    from .driver import MAX_IN_FLIGHT, KafkaDriver
+    from .driver import MAX_IN_FLIGHT, KafkaDriver  # the client library, loaded when a target is described
 
     driver = KafkaDriver(endpoint, client)
     try:

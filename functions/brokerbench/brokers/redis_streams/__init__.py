@@ -20,6 +20,8 @@ PLUGIN = Plugin(
     environment="brokerbench.brokers.redis_streams.environment:settings_in_force",
     caption="brokerbench.brokers.redis_streams.environment:caption",
     local=RedisService(),
-    cloud=Cloud(service="ElastiCache for Redis", factory="brokerbench.brokers.redis_streams.cloud:provider"),
+    # prices: brokers/redis_streams/prices.py; creation_s: a one-node replication group about 10 min
+    cloud=Cloud(service="ElastiCache for Redis", factory="brokerbench.brokers.redis_streams.cloud:provider",
+                prices="brokerbench.brokers.redis_streams.prices:price", creation_s=10 * 60),
     libraries=("redis", "hiredis"),
 )

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from botocore.exceptions import ClientError
 
-from ... import config
+from ... import settings
 from ...targets import ProvisioningError, raise_client_error, resource_name, still_waiting, target
 
 DEFAULT_VERSION = "7.1"
@@ -95,7 +95,7 @@ class ElastiCacheTargets:
 
 
 def provider() -> ElastiCacheTargets:
-    return ElastiCacheTargets(config.boto("elasticache"), config.boto("secretsmanager"),
-                              auth_secret_arn=config.env("BROKERBENCH_REDIS_AUTH_SECRET_ARN"),
-                              subnet_group=config.env("BROKERBENCH_REDIS_SUBNET_GROUP"),
-                              security_groups=config.env_list("BROKERBENCH_REDIS_SECURITY_GROUPS"))
+    return ElastiCacheTargets(settings.boto("elasticache"), settings.boto("secretsmanager"),
+                              auth_secret_arn=settings.env("BROKERBENCH_REDIS_AUTH_SECRET_ARN"),
+                              subnet_group=settings.env("BROKERBENCH_REDIS_SUBNET_GROUP"),
+                              security_groups=settings.env_list("BROKERBENCH_REDIS_SECURITY_GROUPS"))

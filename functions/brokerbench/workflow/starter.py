@@ -1,7 +1,7 @@
 """Starting, watching and cancelling workflow executions: Step Functions in AWS, the local workflow runner here.
 
-The API only talks to the `Starter` port. An execution is named by its run id in both, so a run id is
-all the API needs to find, describe or stop one.
+The API and a schedule's trigger only talk to the `Starter` port. An execution is named by its run id in both, so
+a run id is all the API needs to find, describe or stop one.
 """
 
 from __future__ import annotations
@@ -14,8 +14,10 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Protocol
 
-from ..events import EventStore, make_event
-from ..workflow.stop import finish_stopped
+from ..events import RUN_EVENTS, EventStore, make_event
+from ..local.stack import StackBusy
+from ..local.workflow import LocalWorkflow
+from .stop import finish_stopped
 
 
 class StarterBusy(RuntimeError):
@@ -61,8 +63,6 @@ class LocalStarter:
         self._ended: dict[str, Execution] = {}
 
     def start(self, request: dict, suite: str | None, run_id: str) -> None:
-        from ..local.stack import StackBusy
-
         held = ExitStack()
         try:
             held.enter_context(self.stack.run_lock(run_id))
@@ -90,8 +90,6 @@ class LocalStarter:
                            "to end or cancel it, then start this one again", run_id)
 
     def _execute(self, held: ExitStack, request: dict, suite: str | None, run_id: str, cancel: threading.Event) -> None:
-        from ..local.workflow import LocalWorkflow
-
         error, cancelled = None, False
         with held:
             try:
@@ -112,8 +110,6 @@ class LocalStarter:
 
     def _finishing(self, wait_s: float = 60) -> bool:
         """True once this server's run in progress, whose end is already stored, has finished its teardown."""
-        from ..events import RUN_EVENTS
-
         with self._lock:
             active = list(self._active.items())
         for run_id, (thread, _) in active:

@@ -1,10 +1,10 @@
-"""The EC2-kind worker: runs one cell and answers the waiting workflow task through its task token.
+"""The EC2-kind worker's entry point: runs one cell and answers the waiting workflow task through its task token.
 
 Started by an instance's user data in AWS, or as a process by the local workflow; the command line is
-the same: `python -m brokerbench.worker.ec2 --job BASE64_JSON`, with the token in the environment
+the same: `python -m brokerbench.ec2_worker --job BASE64_JSON`, with the token in the environment
 (BROKERBENCH_TASK_TOKEN, which keeps it off the command line) or given as `--task-token TOKEN`.
 
-While the cell runs, a daemon thread sends a heartbeat every `config.heartbeat_interval_s()` seconds (60 in
+While the cell runs, a daemon thread sends a heartbeat every `settings.heartbeat_interval_s()` seconds (60 in
 AWS): the workflow's EC2 task has HeartbeatSeconds, so a worker that dies fails its cell within minutes. When
 the workflow no longer waits for the token (TaskGone: the task timed out or was retried with a new token),
 the worker does not start the cell, or stops the one it runs. SIGTERM or SIGINT (the local bridge's cancel, a
@@ -22,9 +22,10 @@ import socket
 import sys
 import threading
 
-from .. import config
-from ..workflow import steps
-from ..workflow.callbacks import TaskGone
+from . import settings
+from .worker.cell import CANCELLED
+from .workflow import steps, wiring
+from .workflow.callbacks import TaskGone
 
 TOKEN_ENV = "BROKERBENCH_TASK_TOKEN"
 EXIT_TASK_GONE = 3  # nobody waits for this worker's answer
@@ -82,8 +83,6 @@ class Heartbeat:
 
 
 def _stop_cell(*_signal) -> None:
-    from .cell import CANCELLED
-
     CANCELLED.set()  # the cell stops like it does on Ctrl-C (its end event is written once, by whoever is first)
 
 
@@ -94,7 +93,7 @@ def stop_on_signals() -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m brokerbench.worker.ec2", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m brokerbench.ec2_worker", description=__doc__.split("\n")[0])
     parser.add_argument("--task-token", default=None,
                         help=f"the workflow task's token (default: ${TOKEN_ENV}, which keeps it off the command line)")
     parser.add_argument("--job", required=True, help="base64 JSON: run_id, cell, targets")
@@ -102,8 +101,8 @@ def main(argv: list[str] | None = None) -> int:
     token = args.task_token or os.environ.get(TOKEN_ENV)
     if not token:
         parser.error(f"give the task token with --task-token or ${TOKEN_ENV}")
-    callbacks = config.task_callbacks()
-    heartbeat = Heartbeat(callbacks, token, config.heartbeat_interval_s(), on_gone=_stop_cell)
+    callbacks = wiring.task_callbacks()
+    heartbeat = Heartbeat(callbacks, token, settings.heartbeat_interval_s(), on_gone=_stop_cell)
     if not heartbeat.beat():  # a launch the workflow gave up on (a retry has its own worker): measure nothing
         return EXIT_TASK_GONE
     heartbeat.start()

@@ -1,20 +1,19 @@
-"""A whole run: validate, expand, record the request, measure every cell, record the end.
-
-The core only sees the EventStore port and endpoint dicts; the CLI, the Lambda handlers and
-the EC2 worker supply them.
-"""
+"""A whole run in this process, without the workflow: validate, expand, record the request, measure every cell
+one after another, record the end. The integration tests use it to measure cells against brokers they started
+(a run proper goes through the workflow's steps: brokerbench.workflow.steps, the local workflow or Step Functions)."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from . import environment
-from .drivers import BrokerUnavailable, get_driver
-from .events import CELLS_PER_CHUNK, INLINE_CELLS, EventStore, make_event, new_run_id
-from .spec import expand, validate
-from .worker import CellOutcome, run_cell
-from .worker.cell import Progress
+from brokerbench import environment
+from brokerbench.events import EventStore, make_event, new_run_id
+from brokerbench.events.run import run_completed_event, run_requested_events
+from brokerbench.spec import expand, validate
+from brokerbench.worker import CellOutcome, run_cell
+from brokerbench.worker.cell import Progress
+from brokerbench.workflow.steps import describe_targets
 
 
 @dataclass
@@ -36,33 +35,6 @@ class RunHooks:
     def cell_progress(self, progress: Progress) -> None: ...
 
     def cell_finished(self, outcome: CellOutcome) -> None: ...
-
-
-def describe_targets(brokers: list[str], endpoints: dict, client: dict) -> dict:
-    """Broker and client versions of each target that answers (a silent one is left out; one that cannot serve
-    the client settings raises TargetRefused)."""
-    targets = {}
-    for broker in brokers:
-        driver = get_driver(broker, endpoints[broker], client)
-        try:
-            driver.check(timeout_s=5)
-        except BrokerUnavailable:
-            continue
-        targets[broker] = driver.describe()
-    return targets
-
-
-def run_requested_events(run_id: str, spec: dict, cells: list[dict], suite: str | None) -> list[dict]:
-    """RunRequested, holding the cells when the plan is small; a large plan follows it in CellsPlanned chunks."""
-    data = {"spec": spec, "cell_count": len(cells), "environment": environment.collect()}
-    if suite:
-        data["suite"] = suite
-    if len(cells) <= INLINE_CELLS:
-        return [make_event(run_id, "RunRequested", {**data, "cells": cells})]
-    chunks = [cells[start:start + CELLS_PER_CHUNK] for start in range(0, len(cells), CELLS_PER_CHUNK)]
-    return [make_event(run_id, "RunRequested", {**data, "cell_chunks": len(chunks)}),
-            *(make_event(run_id, "CellsPlanned", {"chunk": i, "cells": chunk}, key=f"{i:05d}")
-              for i, chunk in enumerate(chunks))]
 
 
 def execute_run(request: dict, endpoints: dict, store: EventStore, *, suite: str | None = None,
@@ -99,13 +71,6 @@ def execute_run(request: dict, endpoints: dict, store: EventStore, *, suite: str
     outcome.status = "completed_with_failures" if outcome.failed else "completed"
     _finish(store, run_id, outcome)
     return outcome
-
-
-def run_completed_event(run_id: str, status: str, completed: int, failed: int, reason: str | None = None) -> dict:
-    data = {"status": status, "cells_completed": completed, "cells_failed": failed}
-    if reason:
-        data["reason"] = reason
-    return make_event(run_id, "RunCompleted", data)
 
 
 def _finish(store: EventStore, run_id: str, outcome: RunOutcome) -> None:

@@ -1,0 +1,356 @@
+"""One cell's figures from its end event, pure: latency summaries decoded exactly from the stored
+histograms, the message accounting, throughput over the delivery window (`cell_result`). The worker uses it for
+a rate search's steps, the results projection (reports.results) for every cell of a run."""
+
+from __future__ import annotations
+
+import base64
+import struct
+import threading
+import zlib
+from typing import NamedTuple
+
+import numpy as np
+import pyhdrh
+
+from . import histogram
+
+LATENCY_METRICS = {  # result field -> (histogram, divisor to the field's unit)
+    "publish_latency_us": ("publish_latency_us", 1),
+    "publish_delay_us": ("publish_delay_us", 1),
+    "end_to_end_latency_us": ("end_to_end_latency_us", 1),
+    "delivery_latency_us": ("delivery_latency_us", 1),
+    "encode_ns": ("encode_ns", 1),
+    "decode_ns": ("decode_ns", 1),
+}
+SUMMARY_FIELDS = ("mean", "p50", "p75", "p95", "p99", "p999", "max")
+# Every way a measured message can miss being received in time (see worker.outcome).
+LOSS_CLASSES = ("lost", "late", "undelivered", "send_errors", "unacknowledged")
+# Latencies from send to receipt: a measured message not received in time counts in them at +infinity.
+MISSING_COUNTS_IN = ("end_to_end_latency_us", "delivery_latency_us")
+MISSING_RULE = (
+    "End-to-end and delivery latency count every measured message not received in time (sent − received: late, "
+    "undelivered, lost, failed or unacknowledged sends) at +∞. A percentile whose rank falls among those is "
+    "shown as ≥ the largest measured value, a lower bound (results.json: null, with the bound in "
+    "`lower_bounds`), and never enters a comparison; the percentiles below it are taken over all sent "
+    "messages, so they are higher than over the received ones alone. Mean and max are then lower bounds too."
+)
+ACCOUNTING_RULE = (
+    "Every measured message is in one class: sent = received + late + undelivered + lost + send errors + "
+    "unacknowledged. Undelivered (still queued at the broker after the drain: a consumer that fell behind) and "
+    "lost (acknowledged, never delivered, no longer queued) are told apart by the broker's own backlog; when the "
+    "broker cannot tell it, only their sum is known and is shown as \"undelivered or lost N (broker backlog "
+    "unknown)\", never as loss. What the classes leave over (residual) is shown as an accounting error."
+)
+
+
+# Percentiles of a latency spectrum (reports.model), figured with each histogram's summary.
+SPECTRUM = (50.0, 75.0, 90.0, 95.0, 99.0, 99.5, 99.9, 99.95, 99.99, 100.0)
+
+
+# -- histograms, decoded once and exactly --------------------------------------------------------------
+# A report reads five cumulative histograms per cell. hdrh's decode allocates a full counts array (23,552
+# buckets) per histogram, and every percentile walks it; here hdrh's own varint decoder (pyhdrh) fills a
+# reused array, only the stretch it wrote is read back (the non-zero buckets), and the figures are
+# brokerbench.histogram's to the last bit: the same buckets, the same value ranges (its
+# _equivalent_ranges, tabulated once per bucket) and the same percentile rule as its _at.
+class Buckets(NamedTuple):
+    """A histogram's non-zero buckets: counts index (ascending) and count, its total count and layout."""
+    indexes: np.ndarray  # int64
+    counts: np.ndarray  # uint64
+    total: int  # as hdrh's get_total_count()
+    layout: object  # an HdrHistogram of the same layout (value ranges)
+
+
+_COMPRESSION_COOKIE, _ENCODING_COOKIE = 0x1C849304, 0x1C849303  # hdrh's V2 cookies (word size masked out)
+_HEADER = struct.Struct(">IIIIQQd")  # the payload's: cookie, length, offset, figures, lowest, highest, ratio
+_LAYOUT = histogram.new()  # the layout of every histogram brokerbench records
+_RANGES = histogram._equivalent_ranges(_LAYOUT, np.arange(_LAYOUT.counts_len, dtype=np.int64))
+_HIGHEST, _MIDDLE = _RANGES[1].astype(np.float64), _RANGES[2].astype(np.float64)
+_BUFFERS = threading.local()  # per thread: a zeroed counts array the decoder writes into
+
+
+def _buckets_of(hist) -> Buckets:
+    counts = np.ctypeslib.as_array(hist.counts)
+    nonzero = np.flatnonzero(counts)
+    return Buckets(nonzero.astype(np.int64), counts[nonzero], int(hist.get_total_count()), hist)
+
+
+def _empty() -> Buckets:
+    return Buckets(np.zeros(0, np.int64), np.zeros(0, np.uint64), 0, _LAYOUT)
+
+
+def decode_buckets(blob: str) -> Buckets:
+    """An encoded histogram's non-zero buckets: what hdrh's decode puts in its counts array."""
+    return _decode_fast(blob) or _buckets_of(histogram.decode(blob))
+
+
+def _decode_fast(blob: str) -> Buckets | None:
+    """hdrh's decode, in brokerbench's layout only (None otherwise: hdrh decodes, or refuses, it)."""
+    try:
+        raw = base64.b64decode(blob)
+        cookie, length = struct.unpack_from(">II", raw)
+        if cookie & ~0xF0 != _COMPRESSION_COOKIE or length != len(raw) - 8:
+            return None
+        data = zlib.decompress(raw[8:])
+        cookie, _, _, digits, lowest, highest, _ = _HEADER.unpack_from(data)
+    except (ValueError, struct.error, zlib.error):
+        return None
+    if cookie & ~0xF0 != _ENCODING_COOKIE or (lowest, highest, digits) != (
+            histogram.LOWEST, histogram.HIGHEST, histogram.SIGNIFICANT_FIGURES):
+        return None
+    if len(data) == _HEADER.size:
+        return _empty()
+    counts = getattr(_BUFFERS, "counts", None)
+    if counts is None:
+        counts = _BUFFERS.counts = np.zeros(_LAYOUT.counts_len, np.uint64)
+    try:
+        found = pyhdrh.decode(data, _HEADER.size, counts.ctypes.data, _LAYOUT.counts_len, 8)
+    except Exception:  # noqa: BLE001 (hdrh raises it again, as it would have)
+        counts[:] = 0
+        return None
+    if not found["total"] or found["min_nonzero_index"] < 0:
+        counts[:] = 0
+        return _empty()
+    low, high = found["min_nonzero_index"], found["max_nonzero_index"] + 1
+    written = counts[low:high]
+    indexes = np.flatnonzero(written)
+    values = written[indexes]  # a copy
+    written[:] = 0
+    return Buckets(indexes + low, values, int(found["total"]), _LAYOUT)
+
+
+def merge_blobs(blobs: list[str]) -> Buckets:
+    """histogram.merge of stored histograms: counts add, exactly (empty ones are skipped, as there)."""
+    parts = [decode_buckets(blob) for blob in blobs if blob is not None]
+    if any(p.layout is not _LAYOUT for p in parts):  # another layout: hdrh adds them value by value
+        return _buckets_of(histogram.merge(blobs))
+    parts = [p for p in parts if p.total]
+    if not parts:
+        return _empty()
+    if len(parts) == 1:
+        return parts[0]
+    indexes = np.concatenate([p.indexes for p in parts])
+    counts = np.concatenate([p.counts for p in parts])
+    order = np.argsort(indexes, kind="stable")
+    indexes, counts = indexes[order], counts[order]
+    first = np.flatnonzero(np.r_[True, indexes[1:] != indexes[:-1]])
+    return Buckets(indexes[first], np.add.reduceat(counts, first), sum(p.total for p in parts), _LAYOUT)
+
+
+def _ranges(b: Buckets) -> tuple[np.ndarray, np.ndarray]:
+    """Highest and median equivalent value of each bucket, as floats (histogram._equivalent_ranges)."""
+    if b.layout is _LAYOUT:
+        return _HIGHEST[b.indexes], _MIDDLE[b.indexes]
+    _, highest, middle = histogram._equivalent_ranges(b.layout, b.indexes)
+    return highest.astype(np.float64), middle.astype(np.float64)
+
+
+def _at(cumulative: np.ndarray, highest: np.ndarray, count: int, wanted) -> list[float]:
+    """histogram._at, every percentile in one search (its targets, max(int(p·count/100 + 0.5), 1), computed
+    in the same float64 steps)."""
+    targets = np.maximum((np.asarray(wanted, dtype=np.float64) * count / 100 + 0.5).astype(np.int64), 1)
+    found = np.minimum(np.searchsorted(cumulative, targets.astype(np.uint64)), highest.size - 1)
+    return highest[found].tolist()
+
+
+def bucket_summary(b: Buckets, scale: float = 1.0) -> dict[str, float | int]:
+    """histogram.summary of these buckets."""
+    return _summary_and_spectrum(b, scale, ())[0]
+
+
+def bucket_percentiles(b: Buckets, wanted) -> list[float]:
+    """histogram.percentiles of these buckets."""
+    if int(b.total) == 0:
+        return [None for _ in wanted]
+    highest, _ = _ranges(b)
+    return _at(np.cumsum(b.counts), highest, int(b.total), wanted)
+
+
+def _summary_and_spectrum(b: Buckets, scale: float, wanted) -> tuple[dict, list]:
+    count = int(b.total)
+    if count == 0:
+        return {"count": 0, "mean": None, **{k: None for k in histogram.PERCENTILES}, "max": None}, []
+    highest, middle = _ranges(b)
+    values = _at(np.cumsum(b.counts), highest, count, [*histogram.PERCENTILES.values(), *wanted])
+    out: dict[str, float | int] = {"count": count, "mean": float((middle * b.counts).sum() / count / scale)}
+    for name, value in zip(histogram.PERCENTILES, values):
+        out[name] = float(value / scale)
+    out["max"] = float(highest[-1] / scale)
+    return out, values[len(histogram.PERCENTILES):]
+
+
+class Figures(NamedTuple):
+    total: int
+    summary: dict  # histogram.summary's figures; shared, never modified
+    spectrum: list  # histogram.percentiles at SPECTRUM; [] when empty
+    standard: bool  # in brokerbench's layout (where a merge of it alone is itself)
+
+
+def figures_of(b: Buckets) -> Figures:
+    summary, spectrum = _summary_and_spectrum(b, 1.0, SPECTRUM)
+    return Figures(int(b.total), summary, spectrum, b.layout is _LAYOUT)
+
+
+def figures(blob: str, cache: dict | None = None) -> Figures:
+    """A stored histogram's total count, summary and spectrum; `cache` (one report's build) keeps them."""
+    found = cache.get(blob) if cache is not None else None
+    if found is None:
+        found = figures_of(decode_buckets(blob))
+        if cache is not None:
+            cache[blob] = found
+    return found
+
+
+def with_missing(b: Buckets, missing: int, wanted: dict[str, float]) -> tuple[dict, dict]:
+    """Percentiles (name -> p) over the measured values and `missing` more at +infinity: those whose rank falls
+    among the measured ones are read there (histogram._at's rank rule over all values); the others, and the
+    mean and max, are only known to be at least the largest measured value (the mean: at least the measured
+    mean). Returns (values, lower bounds)."""
+    count, total = int(b.total), int(b.total) + missing
+    if not count:
+        return dict.fromkeys(wanted), {}
+    highest, middle = _ranges(b)
+    cumulative = np.cumsum(b.counts)
+    values, bounds = {}, {}
+    for name, p in wanted.items():
+        rank = max(int(p * total / 100 + 0.5), 1)
+        if rank > count:
+            values[name], bounds[name] = None, float(highest[-1])
+        else:
+            values[name] = float(highest[min(int(np.searchsorted(cumulative, np.uint64(rank))), highest.size - 1)])
+    if missing:
+        values.update(mean=None, max=None)
+        bounds.update(mean=float((middle * b.counts).sum() / count), max=float(highest[-1]))
+    return values, bounds
+
+
+def latency_object(blob: str | None, cache: dict | None = None, missing: int = 0) -> dict:
+    """A histogram's summary; with `missing` messages at +infinity (MISSING_RULE), the percentiles taken over all
+    of them, and `missing` and `lower_bounds` beside."""
+    if not blob:
+        return dict.fromkeys(SUMMARY_FIELDS)
+    summary = figures(blob, cache).summary
+    out = {k: (round(summary[k], 3) if summary[k] is not None else None) for k in SUMMARY_FIELDS}
+    if not missing:
+        return out
+    values, bounds = with_missing(decode_buckets(blob), missing, histogram.PERCENTILES)
+    out.update({k: None if v is None else round(v, 3) for k, v in values.items()})
+    return {**out, "missing": missing, "lower_bounds": {k: round(v, 3) for k, v in bounds.items()}}
+
+
+def cell_result(cell: dict, end: dict | None, cache: dict | None = None) -> dict:
+    base = {
+        "cell_id": cell["cell_id"],
+        "broker": cell["broker"],
+        "format": cell["format"],
+        "mode": cell["mode"],
+        "size_basis": cell["size_basis"],
+        "size_bytes": cell["size_bytes"],
+        "rate_target": cell["rate"],
+        "producers": cell["producers"],
+        "consumers": cell["consumers"],
+        "partitions": cell["partitions"],
+        "repeat": cell["repeat"],
+        "order": cell.get("order", cell["index"]),
+        "client": cell["client"],
+    }
+    if end is None:
+        return {**base, "status": "incomplete", "reason": "no end event (the run was stopped)"}
+    if end["type"] == "CellFailed":
+        data = end["data"]
+        failed = {**base, "status": "failed", "reason": data["reason"]}
+        if "totals" in data:  # a cell that measured nothing usable keeps its counts as evidence
+            failed.update(_counts(data["totals"]), broker_count=data.get("broker_count"), warmup=data.get("warmup"))
+        return failed
+    data = end["data"]
+    totals, seconds = data["totals"], data["measured_s"]
+    consumed = totals["received"] is not None  # publish-only cells: throughput is what was acknowledged
+    # Delivered over the time it took to deliver it; events from before the delivery window was
+    # recorded fall back to what was measured over the schedule's seconds.
+    delivered = totals.get("delivered", totals["received"] if consumed else totals["sent"])
+    delivered_bytes = totals.get("bytes_delivered", totals["bytes_received"] if consumed else totals["bytes_sent"])
+    window = data.get("delivery_window_s") or seconds
+    counts = _counts(totals)
+    return {
+        **base,
+        "status": "completed",
+        "encoded_bytes": round(data["encoded_bytes"], 1),
+        "send_loop": data.get("send_loop", "python"),  # runs stored before the native loop ran Python
+        **_codec_net(data, cache),
+        "measured_s": seconds,
+        "delivery_window_s": round(window, 6),
+        "delivery_window_start_s": data.get("delivery_window_start_s"),
+        "latency_basis": data.get("latency_basis", "intended"),
+        "warmup": data.get("warmup"),
+        "resources": data.get("resources"),  # CPU and memory of the workers and a local broker (worker/resources.py)
+        "send_rate": round(totals["sent"] / seconds, 3),
+        "rate_achieved": round(delivered / window, 3),
+        "delivered": delivered,  # what throughput counts: the measured messages received in time
+        **counts,
+        "has_loss": any(counts.get(k) for k in (*LOSS_CLASSES, "undelivered_or_lost")),
+        "broker_count": data.get("broker_count"),
+        "max_sustainable_rate": (data.get("search") or {}).get("max_sustainable_rate"),
+        "search": data.get("search"),
+        "verdict": (data.get("verdict") or {}).get("verdict"),
+        "verdict_reasons": (data.get("verdict") or {}).get("reasons", []),
+        "publish_only": not consumed,
+        "throughput_msgs_per_s": round(delivered / window, 3),
+        "throughput_mb_per_s": round(delivered_bytes / window / 1e6, 4),
+        "intervals": data["intervals"],
+        **{field: latency_object(data["histograms"].get(hist), cache,
+                                 missing_of(totals) if field in MISSING_COUNTS_IN else 0)
+           for field, (hist, _) in LATENCY_METRICS.items()},
+        **_shape(cell, data),
+    }
+
+
+def _codec_net(data: dict, cache: dict | None) -> dict:
+    """The timed call's own cost (codecs.floor) and the codec's p50s net of it (never below 0); nothing for
+    runs stored before the floor was measured."""
+    floor = data.get("codec_floor_ns")
+    if not floor:
+        return {}
+    net = {}
+    for field in ("encode_ns", "decode_ns"):
+        p50 = latency_object(data["histograms"].get(field), cache)["p50"]
+        net[field] = {"p50": None if p50 is None else round(max(0.0, p50 - floor[field]), 3)}
+    return {"codec_floor_ns": floor, "encode_net_ns": net["encode_ns"], "decode_net_ns": net["decode_ns"]}
+
+
+def _shape(cell: dict, data: dict) -> dict:
+    """A shaped schedule's figures (worker.outcome.startup and .bursts), with the bursts summarised: how many
+    were measured and wholly delivered, and the median and longest time from a burst's first due message to
+    its last delivery."""
+    if not (cell.get("backlog") or cell.get("burst")):
+        return {}
+    out: dict = {"shaped": True, "startup": data.get("startup")}
+    bursts = data.get("bursts")
+    if bursts is not None:
+        times = [row["delivered_in_ms"] for row in bursts["cycles"] if row["delivered_in_ms"] is not None]
+        bursts = {**bursts, "measured": len(bursts["cycles"]), "delivered": len(times),
+                  "delivered_in_ms": {"p50": float(np.median(times)) if times else None,
+                                      "max": max(times) if times else None}}
+    out["bursts"] = bursts
+    return out
+
+
+def missing_of(totals: dict) -> int:
+    """Measured messages sent and not received in time (worker.outcome: sent - received); 0 when nothing
+    consumed (publish-only)."""
+    if totals.get("received") is None:
+        return 0
+    return max(0, totals.get("missing", totals["sent"] - totals["received"]))
+
+
+def _counts(totals: dict) -> dict:
+    """The message accounting of a cell: sent = received + late + undelivered + lost + send_errors +
+    unacknowledged."""
+    return {"sent": totals["sent"], "acked": totals.get("acked"), "received": totals["received"],
+            "late": totals.get("late"), "undelivered": totals.get("undelivered"), "lost": totals["lost"],
+            # the sum of undelivered and lost, known when the broker's backlog (and so the split) was not
+            "undelivered_or_lost": totals.get("undelivered_or_lost"), "missing": totals.get("missing"),
+            "residual": totals.get("residual"),
+            "duplicated": totals["duplicated"],
+            "out_of_order": totals["out_of_order"], "send_errors": totals["send_errors"],
+            "unacknowledged": totals.get("unacked")}

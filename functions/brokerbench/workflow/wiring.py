@@ -1,0 +1,83 @@
+"""The composition root: the adapters the settings (brokerbench.settings) choose, for the workflow's steps,
+the API and the EC2 worker's entry point. Only the application layer and the entry points import it; the
+adapters it puts together import settings, never this module."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from ..registry import UnknownBroker, for_target, plugin
+from ..events.dynamodb import from_environment
+from ..local.stack import LocalStack
+from ..settings import boto, env, local, worker_environment
+from ..targets import ExistingTargets, ProvisioningError
+from ..targets.local import LocalTargets
+from .callbacks import LocalCallbacks, StepFunctionsCallbacks
+from .fleet import Ec2Fleet, LocalProcessFleet
+from .outputs import FileNotifier, FolderReports, S3Reports, SnsNotifier
+
+
+def event_store():
+    """The DynamoDB event store the settings name (one per table and endpoint)."""
+    return from_environment()
+
+
+def local_stack() -> LocalStack:
+    return LocalStack(Path(env("BROKERBENCH_STATE_DIR")) if os.environ.get("BROKERBENCH_STATE_DIR") else None)
+
+
+def provider_problem(broker: str, spec: dict) -> str | None:
+    """Why no provider can supply `broker` in this mode (None when one can): the run is refused, not started."""
+    if broker in spec.get("targets", {}):
+        return None
+    try:
+        chosen = for_target(broker)
+    except UnknownBroker as exc:
+        return str(exc)
+    if local() and chosen.local is None:
+        return f"{broker} has no local service: give its endpoint in targets.{broker}"
+    if not local() and chosen.cloud is None:
+        return f"{broker} has no cloud provider: give its endpoint in targets.{broker}"
+    return None
+
+
+def target_provider(broker: str, spec: dict):
+    """Where `broker`'s endpoint comes from: the request's targets, the local stack, or its cloud provider."""
+    problem = provider_problem(broker, spec)
+    if problem:
+        raise ProvisioningError(problem)
+    if broker in spec.get("targets", {}):
+        return ExistingTargets()
+    if local():
+        return LocalTargets(local_stack())
+    return plugin(broker).cloud_targets()
+
+
+def fleet():
+    if local():
+        return LocalProcessFleet(worker_environment())
+    return Ec2Fleet(boto("ec2"), launch_template=env("BROKERBENCH_WORKER_LAUNCH_TEMPLATE"),
+                    subnet=env("BROKERBENCH_WORKER_SUBNET"), environment=worker_environment(),
+                    worker_asset=os.environ.get("BROKERBENCH_WORKER_ASSET") or None)
+
+
+def task_callbacks():
+    if local():
+        return LocalCallbacks(env("BROKERBENCH_CALLBACK_URL"))
+    return StepFunctionsCallbacks(boto("stepfunctions"))
+
+
+def reports():
+    where = env("BROKERBENCH_REPORTS", "reports")
+    if where.startswith("s3://"):
+        bucket, _, prefix = where[5:].partition("/")
+        return S3Reports(boto("s3"), bucket, prefix or "reports")
+    return FolderReports(where)
+
+
+def notifier():
+    where = env("BROKERBENCH_NOTIFY", env("BROKERBENCH_REPORTS", "reports"))
+    if where.startswith("arn:"):
+        return SnsNotifier(boto("sns"), where)
+    return FileNotifier(where)

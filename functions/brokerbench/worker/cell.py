@@ -8,6 +8,7 @@ while the cell runs and whatever was measured before a failure or Ctrl-C is kept
 
 from __future__ import annotations
 
+import logging
 import math
 import multiprocessing
 import threading
@@ -42,6 +43,7 @@ MEASURE_LEAD_NS = 200_000_000  # from the end of an adaptive warm-up to the firs
 PROVISIONAL_MARGIN_NS = 1_000_000_000
 # Set by a front end on Ctrl-C when cells run in threads (the local workflow's Lambda-kind cells).
 CANCELLED = threading.Event()
+log = logging.getLogger(__name__)
 
 
 class CellError(RuntimeError):
@@ -54,6 +56,23 @@ class CellOutcome:
     status: str  # completed | failed
     reason: str | None = None
     intervals: int = 0
+
+
+class Phases:
+    """Where a cell's wall time goes: named moments (time.monotonic_ns, one clock for the worker and its
+    processes), logged at DEBUG when the cell ends; bench/cell_overhead.py reads them."""
+
+    def __init__(self) -> None:
+        self.marks: list[tuple[str, int]] = [("begin", time.monotonic_ns())]
+
+    def mark(self, name: str, at_ns: int | None = None) -> None:
+        self.marks.append((name, time.monotonic_ns() if at_ns is None else at_ns))
+
+    def seconds(self) -> dict[str, float]:
+        """Each moment's distance from the one before it (in time order), in seconds: what the phase ending
+        there took."""
+        ordered = sorted(self.marks, key=lambda m: m[1])
+        return {name: round((at - before) / 1e9, 4) for (_, before), (name, at) in zip(ordered, ordered[1:])}
 
 
 @dataclass
@@ -78,6 +97,15 @@ def run_cell(run_id: str, cell: dict, endpoint: dict, store: EventStore,
     Idempotent per cell: a cell that already ended returns its stored outcome, and a new attempt
     (a retried worker) records its own start and intervals beside those of the earlier attempt.
     """
+    phases = Phases()
+    try:
+        return _run_cell(run_id, cell, endpoint, store, progress, worker, phases)
+    finally:
+        phases.mark("end")
+        log.debug("cell phases", extra={"cell_id": cell["cell_id"], "phases": phases.seconds()})
+
+
+def _run_cell(run_id, cell, endpoint, store, progress, worker, phases: Phases) -> CellOutcome:
     stored = store.read(run_id, prefix=cell_prefix(cell["index"]))
     for event in stored:
         if event["type"] in ("CellCompleted", "CellFailed"):
@@ -90,10 +118,11 @@ def run_cell(run_id: str, cell: dict, endpoint: dict, store: EventStore,
     if worker:
         started["worker"] = worker
     store.append([make_event(run_id, "CellStarted", started, cell_index=cell["index"], attempt=attempt)])
+    phases.mark("cell_started_written")
     progress = progress or (lambda p: None)
     if cell["rate"] == SEARCH:
         return _search_cell(run_id, cell, endpoint, store, topic, progress, attempt)
-    runner = _CellRun(run_id, cell, endpoint, store, topic, progress, attempt)
+    runner = _CellRun(run_id, cell, endpoint, store, topic, progress, attempt, phases)
     try:
         return runner.run()
     except KeyboardInterrupt:
@@ -182,12 +211,14 @@ class _CellRun:
     writes the cell's events. The arithmetic lives in `intervals` (merging) and `outcome` (counts,
     delivery window, failure rule), which are tested on their own."""
 
-    def __init__(self, run_id, cell, endpoint, store, topic, progress, attempt) -> None:
+    def __init__(self, run_id, cell, endpoint, store, topic, progress, attempt, phases: Phases | None = None) -> None:
         self.run_id, self.cell, self.endpoint, self.store, self.topic = run_id, cell, endpoint, store, topic
         self.group = f"{topic}-g"
         self.attempt = attempt
         self.progress = progress
+        self.phases = phases or Phases()
         self.driver = get_driver(cell["broker"], endpoint, cell["client"])
+        self.phases.mark("driver")
         self.processes: list[multiprocessing.Process] = []
         self.conns: dict = {}  # connection -> ("producer"|"consumer", id)
         self.aggregator = IntervalAggregator([])
@@ -206,8 +237,10 @@ class _CellRun:
         cell = self.cell
         self.progress(Progress(cell["cell_id"], "starting", 0.0))
         self.driver.check()
+        self.phases.mark("check")
         self.driver.create_topic(self.topic, lanes(cell))
         self.topic_created = True
+        self.phases.mark("create_topic")
         ctx = multiprocessing.get_context("spawn")
         producer_rate = None if cell["rate"] == "max" else cell["rate"] / cell["producers"]
         limit = None if cell["messages"] is None else math.ceil(cell["messages"] / cell["producers"])
@@ -219,15 +252,20 @@ class _CellRun:
             self._spawn(ctx, producer_main, ProducerTask(cell, self.endpoint, self.topic, p, producer_rate, limit),
                         ("producer", p))
         self.aggregator = IntervalAggregator(list(self.conns))
+        self.phases.mark("spawn")
         ready = self._collect_ready()
+        self.phases.mark("processes_began", max(info["began_ns"] for info in ready.values()))
+        self.phases.mark("processes_ready")
         if cell["consumers"]:
             self._probe()
+            self.phases.mark("probe")
         encoded = [info["encoded_bytes"] for (role, _), info in ready.items() if role == "producer"]
         self.encoded_bytes = sum(encoded) / len(encoded)
         loops = {info["send_loop"] for (role, _), info in ready.items() if role == "producer"}
         self.send_loop = loops.pop() if len(loops) == 1 else "mixed"
         # Before "go", while the processes wait: the timed call's own cost on the loops the cell runs.
         self.codec_floor = call_floor_ns(self.send_loop)
+        self.phases.mark("codec_floor")
 
         t_start = time.monotonic_ns() + START_LEAD_NS
         # With an adaptive warm-up the measured start is provisional (the bound) until the consumers'
@@ -262,8 +300,14 @@ class _CellRun:
                                           "broker": list(self.endpoint.get("pids") or [])})
         for conn in self.conns:
             conn.send(("go", self.timing))
+        self.phases.mark("go")
         done = self._measure()
-        return self._complete(done)
+        self.phases.mark("processes_done")
+        for name in ("t_start", "measure_start", "t_end"):  # the schedule
+            self.phases.mark(name, self.timing[name])
+        outcome = self._complete(done)
+        self.phases.mark("complete")
+        return outcome
 
     def _producer_figures(self, ready: dict, t_start: int) -> dict:
         """Each producer's figures are derived here from its raw records (producer_figures), with its pool's encoded
@@ -384,6 +428,7 @@ class _CellRun:
                 self._start_measuring(done)
             if drain is None and all(c in done for c in producers):
                 # Every producer has flushed: the consumers now drain what the broker still holds.
+                self.phases.mark("producers_done")
                 expected = sum(done[c]["sent_total"] - done[c]["failed_total"] for c in producers)
                 sending_s = (time.monotonic_ns() - self.timing["t_start"]) / SECOND_NS
                 drain = Drain(consumers, expected, cell["drain_timeout_s"], sending_s, time.monotonic())
@@ -546,11 +591,14 @@ class _CellRun:
 
     def cleanup(self) -> None:
         self._stop_processes()
+        self.phases.mark("processes_stopped")
         for conn in self.conns:
             conn.close()
         if self.topic_created:
             self.driver.delete_topic(self.topic, lanes(self.cell))
+            self.phases.mark("delete_topic")
         self.driver.close()
+        self.phases.mark("driver_closed")
 
 
 def _nice(producers: list[dict]) -> int | None:

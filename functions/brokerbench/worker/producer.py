@@ -52,6 +52,7 @@ def producer_main(conn, task: ProducerTask) -> None:
 
 
 def _run(conn, task: ProducerTask) -> None:
+    began_ns = time.monotonic_ns()  # the interpreter is up and this module imported (the parent logs the phases)
     cell = task.cell
     codec = get_codec(cell["format"])
     pool = payload_pool(cell["format"], cell["size_basis"], cell["size_bytes"], pool_size_for(cell))
@@ -64,7 +65,7 @@ def _run(conn, task: ProducerTask) -> None:
     # to start each pipe write): ask for it after 0.1 ms instead of the default 5 ms.
     sys.setswitchinterval(1e-4)
 
-    conn.send(("ready", {"encoded_bytes": pool.mean_encoded_bytes, "send_loop": "native" if sender else "python",
+    conn.send(("ready", {"began_ns": began_ns, "encoded_bytes": pool.mean_encoded_bytes, "send_loop": "native" if sender else "python",
                          # what the parent derives bytes from (producer_figures): each pool object's encoded size
                          "encoded_sizes": np.asarray(pool.encoded_sizes, dtype=np.int64).tobytes(),
                          "pool_size": len(pool.objects)}))

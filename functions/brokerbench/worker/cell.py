@@ -1,8 +1,8 @@
 """One cell: start consumers and producers, merge their per-second snapshots, write the cell's events.
 
-Producers and consumers are separate processes (started, not forked, so no client library
-state is shared); they compare the same monotonic clock, so end-to-end latency needs no
-cross-host time. Interval i is written once every process has reported it, so events appear
+Producers and consumers are separate processes (forked from a fork server that never made a client, so no
+client library state is shared: worker.processes); they compare the same monotonic clock, so end-to-end latency
+needs no cross-host time. Interval i is written once every process has reported it, so events appear
 while the cell runs and whatever was measured before a failure or Ctrl-C is kept.
 """
 
@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 import math
 import multiprocessing
+import os
 import threading
 import time
 from collections.abc import Callable
@@ -21,11 +22,11 @@ import numpy as np
 
 from .. import verdict
 from ..codecs.floor import call_floor_ns
-from ..drivers import BrokerUnavailable, get_driver, lanes
+from ..drivers import BrokerUnavailable, driver_modules, get_driver, lanes
 from ..events import EventStore, cell_prefix, make_event
 from ..reports.model import interval_digest, verdict_basis
 from ..reports.results import cell_result
-from . import outcome, resources, schedule, search
+from . import outcome, processes, resources, schedule, search
 from .consumer import ConsumerTask, consumer_main
 from .drain import Drain
 from .framing import probe_header
@@ -241,17 +242,9 @@ class _CellRun:
         self.driver.create_topic(self.topic, lanes(cell))
         self.topic_created = True
         self.phases.mark("create_topic")
-        ctx = multiprocessing.get_context("spawn")
         producer_rate = None if cell["rate"] == "max" else cell["rate"] / cell["producers"]
         limit = None if cell["messages"] is None else math.ceil(cell["messages"] / cell["producers"])
-        for c in range(cell["consumers"]):
-            assigned = [p for p in range(lanes(cell)) if p % cell["consumers"] == c]
-            self._spawn(ctx, consumer_main, ConsumerTask(cell, self.endpoint, self.topic, self.group, c, assigned),
-                        ("consumer", c))
-        for p in range(cell["producers"]):
-            self._spawn(ctx, producer_main, ProducerTask(cell, self.endpoint, self.topic, p, producer_rate, limit),
-                        ("producer", p))
-        self.aggregator = IntervalAggregator(list(self.conns))
+        self._start_processes(producer_rate, limit)
         self.phases.mark("spawn")
         ready = self._collect_ready()
         self.phases.mark("processes_began", max(info["began_ns"] for info in ready.values()))
@@ -321,9 +314,21 @@ class _CellRun:
                                                 schedule.producer_schedule(self.cell, number, t_start))
         return figures
 
+    def _start_processes(self, producer_rate: float | None, limit: int | None) -> None:
+        cell, ctx = self.cell, processes.context(driver_modules())
+        for c in range(cell["consumers"]):
+            assigned = [p for p in range(lanes(cell)) if p % cell["consumers"] == c]
+            self._spawn(ctx, consumer_main, ConsumerTask(cell, self.endpoint, self.topic, self.group, c, assigned),
+                        ("consumer", c))
+        for p in range(cell["producers"]):
+            self._spawn(ctx, producer_main, ProducerTask(cell, self.endpoint, self.topic, p, producer_rate, limit),
+                        ("producer", p))
+        self.aggregator = IntervalAggregator(list(self.conns))
+
     def _spawn(self, ctx, target, task, key) -> None:
         parent, child = ctx.Pipe()
-        process = ctx.Process(target=target, args=(child, task), daemon=True, name=f"{key[0]}-{key[1]}")
+        process = ctx.Process(target=processes.start, args=(*key, dict(os.environ), target, child, task), daemon=True,
+                              name=f"{key[0]}-{key[1]}")
         process.start()
         child.close()
         self.processes.append(process)

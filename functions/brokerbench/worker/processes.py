@@ -1,4 +1,11 @@
-"""What the cell's worker processes are called, and how one that died is described.
+"""How the cell's worker processes start, what they are called, and how one that died is described.
+
+They start from a fork server (multiprocessing's forkserver): one process per worker, started with the first
+cell, that has imported the worker's modules and the brokers' client libraries and never made a client, and
+forks each producer and consumer from that state. A fresh interpreter (spawn) spent seconds importing them
+in every process of every cell on a loaded machine; a fork takes milliseconds, and still shares no client
+library state (no client, connection or client thread exists before the fork). Each process takes the worker's
+environment as it is when the process starts (`start`), as a spawned one would.
 
 Each producer and consumer names itself (`bb-producer-0`, `bb-consumer-1`: what ps, top and /proc/PID/comm
 show), so a person, or a fault test, can tell them apart, and dies with the worker that started it. A process
@@ -13,6 +20,7 @@ import multiprocessing
 import os
 import signal
 from collections.abc import Callable
+from multiprocessing import forkserver
 
 PR_SET_PDEATHSIG = 1
 PR_SET_NAME = 15
@@ -35,14 +43,58 @@ def name_this_process(role: str, number: int) -> str:
     return name
 
 
+# Imported by the fork server before it forks anything: the worker's process code and each broker's driver (and
+# with it its client library). A module that cannot be imported is left to the process that needs it.
+PRELOAD = ["__main__", "brokerbench.worker.producer", "brokerbench.worker.consumer"]
+
+
+def context(preload: list[str]):
+    """The multiprocessing context the cell's processes start from: the fork server where the platform has one
+    (Linux, macOS), with PRELOAD and `preload` (the drivers' modules) imported; else spawn."""
+    if "forkserver" not in multiprocessing.get_all_start_methods():
+        return multiprocessing.get_context("spawn")
+    ctx = multiprocessing.get_context("forkserver")
+    # Read when the server starts (with the worker's first cell); later calls change nothing.
+    ctx.set_forkserver_preload([*PRELOAD, *preload])
+    return ctx
+
+
+def start(role: str, number: int, environ: dict, target: Callable, conn, task) -> None:
+    """The first thing a cell's process runs: it stops holding the fork server open (the server ends when every
+    holder has, and this process with it: see die_with_parent), takes the worker's environment of when the
+    process was started (`environ`; a fork server's children would otherwise have the server's, from when it
+    started), then runs `target(conn, task)`."""
+    alive = getattr(forkserver._forkserver, "_forkserver_alive_fd", None)
+    if alive is not None:  # forked by the fork server (a spawned process holds none)
+        os.close(alive)
+        forkserver._forkserver._forkserver_alive_fd = None
+    os.environ.clear()
+    os.environ.update(environ)
+    target(conn, task)
+
+
 def die_with_parent() -> None:
     """SIGKILL for the calling process when the worker that started it dies (Linux): the producers and consumers of
     a worker killed mid-cell (kill -9 of an EC2-kind worker) would otherwise go on sending into the broker while
-    the run's next cell measures. The kernel sends it when the thread that started the process ends; that thread
-    supervises the cell and stops its processes before it returns."""
+    the run's next cell measures. The kernel sends it when the process that forked this one ends: the fork server
+    (or, spawned, the worker's thread that supervises the cell and stops its processes before it returns). The
+    fork server ends when the worker does: its cell processes let go of the pipe that keeps it (`start`), so the
+    worker holds it alone."""
     parent = multiprocessing.parent_process()
-    if _prctl(PR_SET_PDEATHSIG, int(signal.SIGKILL)) and parent is not None and os.getppid() != parent.pid:
+    if not _prctl(PR_SET_PDEATHSIG, int(signal.SIGKILL)) or parent is None:
+        return
+    if os.getppid() != parent.pid and not _alive(parent.pid):
         os._exit(1)  # the worker died before the signal was asked for
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 def death(role: str, number: int, pid: int | None, exitcode: int | None) -> str:

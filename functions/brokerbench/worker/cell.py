@@ -226,6 +226,7 @@ class _CellRun:
         self.series: list[dict] = []  # per written interval, its data without histograms: the verdict's and digest's
         self.topic_created = False
         self.probes = 0  # readiness probe messages in the topic
+        self.probe: tuple | None = None  # the readiness probe's producer while it is open, its acks, its partitions
         self.warmup: WarmupWatch | None = None  # an adaptive warm-up's watch
         self.resources: ResourceSampler | None = None  # CPU and memory of the workers and a local broker
         self.resource_samples: list[dict] = []
@@ -242,16 +243,23 @@ class _CellRun:
         self.driver.create_topic(self.topic, lanes(cell))
         self.topic_created = True
         self.phases.mark("create_topic")
+        # The probe goes first: the consumers read the topic from its start, so it waits for them there while their
+        # processes start (see _send_probe).
+        if cell["consumers"]:
+            self._send_probe()
         producer_rate = None if cell["rate"] == "max" else cell["rate"] / cell["producers"]
         limit = None if cell["messages"] is None else math.ceil(cell["messages"] / cell["producers"])
         self._start_processes(producer_rate, limit)
         self.phases.mark("spawn")
+        if self.probe is not None:
+            self._probe_acknowledged()
+            self.phases.mark("probe_acknowledged")
         ready = self._collect_ready()
         self.phases.mark("processes_began", max(info["began_ns"] for info in ready.values()))
         self.phases.mark("processes_ready")
         if cell["consumers"]:
-            self._probe()
-            self.phases.mark("probe")
+            self._probe_received()
+            self.phases.mark("probe_received")
         encoded = [info["encoded_bytes"] for (role, _), info in ready.items() if role == "producer"]
         self.encoded_bytes = sum(encoded) / len(encoded)
         loops = {info["send_loop"] for (role, _), info in ready.items() if role == "producer"}
@@ -347,22 +355,31 @@ class _CellRun:
                     ready[self.conns[conn]] = payload
         return ready
 
-    def _probe(self) -> None:
-        """One message through every partition (every lane), acknowledged by the broker and received by the
-        consumers, before anything is measured: a topic whose leaders or a group that is not serving yet would
-        otherwise show as latency, and the consumers' start-up as a burst of catching up."""
+    def _send_probe(self) -> None:
+        """The readiness probe: one message through every partition (every lane), acknowledged by the broker
+        (_probe_acknowledged) and received by the consumers (_probe_received) before anything is measured, so a
+        topic whose leaders or a group that is not serving yet does not show as latency, nor the consumers'
+        start-up as a burst of catching up. It is sent as the cell's processes start: every driver's consumer
+        reads the cell's new topic from its start (Kafka's earliest offset, Redis's group at 0, Pulsar's
+        earliest position), so it waits there for them, and their start-up and its round trip overlap."""
         partitions = lanes(self.cell)
         acks: list[bool] = []
         producer = self.driver.producer(self.topic, partitions, "single", lambda header, ok, _at: acks.append(ok))
+        self.probe = (producer, acks, partitions)  # closed by _probe_acknowledged, or by cleanup after a failure
+        for partition in range(partitions):
+            producer.send(probe_header(partition), b"", partition)
+
+    def _probe_acknowledged(self) -> None:
+        (producer, acks, partitions), self.probe = self.probe, None
         try:
-            for partition in range(partitions):
-                producer.send(probe_header(partition), b"", partition)
             producer.flush(READY_TIMEOUT_S)
         finally:
             producer.close()
         if len(acks) < partitions or not all(acks):
             raise CellError(f"the broker did not acknowledge the readiness probe ({acks.count(True)} of {partitions})")
         self.probes = partitions
+
+    def _probe_received(self) -> None:
         waiting = [c for c, key in self.conns.items() if key[0] == "consumer"]
         deadline = time.monotonic() + READY_TIMEOUT_S
         while waiting:
@@ -595,6 +612,9 @@ class _CellRun:
                 process.join(timeout=5)
 
     def cleanup(self) -> None:
+        if self.probe is not None:  # a cell that failed before its probe was acknowledged
+            self.probe[0].close()
+            self.probe = None
         self._stop_processes()
         self.phases.mark("processes_stopped")
         for conn in self.conns:

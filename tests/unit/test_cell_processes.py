@@ -126,3 +126,39 @@ def test_a_cell_process_dies_with_a_worker_killed_by_sigkill(tmp_path):
     while any(map(_running, mine)) and time.monotonic() < deadline:
         time.sleep(0.05)
     assert not any(map(_running, mine))
+
+
+MAIN_COUNTED = textwrap.dedent("""
+    import os, sys
+    from brokerbench.worker import processes
+
+    if __name__ == "__mp_main__":  # imported by a process multiprocessing started: counted
+        with open(os.environ["IMPORTS"], "a") as f:
+            f.write(f"{os.getpid()}\\n")
+
+    def body(conn, task):
+        conn.send(os.getpid())
+
+    if __name__ == "__main__":
+        ctx = processes.context([])
+        for _ in range(3):
+            parent, child = ctx.Pipe()
+            process = ctx.Process(target=processes.start, args=("producer", 0, dict(os.environ), body, child, None))
+            process.start()
+            child.close()
+            print(parent.recv(), flush=True)
+            process.join(10)
+""")
+
+
+def test_the_workers_main_module_is_imported_once_by_the_fork_server_not_by_each_process(tmp_path):
+    """multiprocessing imports the starting process's main module in every process it starts; from the fork
+    server they find it imported (there the CLI's modules cost 0.2 to 0.9 s per process on a loaded machine)."""
+    script, imports = tmp_path / "worker.py", tmp_path / "imports"
+    script.write_text(MAIN_COUNTED)
+    done = subprocess.run([sys.executable, str(script)], env={**os.environ, "IMPORTS": str(imports)},
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    started = [int(line) for line in done.stdout.split()]
+    importers = [int(line) for line in imports.read_text().split()]
+    assert len(started) == 3 and len(importers) == 1 and importers[0] not in started

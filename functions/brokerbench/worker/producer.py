@@ -94,9 +94,14 @@ def _run(conn, task: ProducerTask) -> None:
 
 
 def _forward_intervals(reports: queue.Queue, conn) -> None:
-    """The forwarding thread: each interval's raw records, as the loop handed them over, to the parent."""
+    """The forwarding thread: each interval's raw records, as the loop handed them over, to the parent. A parent
+    that closed the pipe (it ended the cell, or its worker died: this process is being stopped, or killed with the
+    worker's fork server a moment later) is not written to again, and no traceback hides why the cell ended."""
     while (item := reports.get()) is not None:
-        send_records(conn, *item)
+        try:
+            send_records(conn, *item)
+        except OSError:  # BrokenPipeError and the like
+            return
 
 
 SEND_THREAD_NICE = -10

@@ -6,6 +6,9 @@ its end against the cell's own schedule. What is left between cells is process s
 readiness probe, the drain, topic creation and deletion, and the workflow's steps.
 
     .venv/bin/python bench/run_overhead.py --out bench/results/run_overhead.json
+    .venv/bin/python bench/run_overhead.py --runs quick --label after --out bench/results/quick_overhead.json
+
+With --label the figures go under that key of the result file, beside the others already there.
 """
 
 from __future__ import annotations
@@ -13,6 +16,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -21,7 +25,7 @@ from datetime import datetime
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
-CLI = REPO / ".venv" / "bin" / "brokerbench"
+CLI = Path(sys.executable).parent / "brokerbench"  # the CLI of the environment running this script
 MULTI_CONSUMER = {
     "name": "overhead-multi-consumer", "brokers": ["kafka", "redis-streams"], "sizes": [1024],
     "rates": [2000], "formats": ["raw", "json"], "consumers": 2, "partitions": 2, "duration_s": 5,
@@ -34,7 +38,8 @@ def _at(event: dict) -> float:
 
 
 def measure(args: list[str], home: Path, out: Path) -> dict:
-    env = {**os.environ, "BROKERBENCH_HOME": str(home)}
+    # DEBUG: each cell's phases (brokerbench.worker.cell.Phases) go to the local functions.log with the rest.
+    env = {**os.environ, "BROKERBENCH_HOME": str(home), "POWERTOOLS_LOG_LEVEL": "DEBUG"}
     started = time.monotonic()
     done = subprocess.run([str(CLI), "run", *args, "--out", str(out)], env=env, capture_output=True, text=True)
     wall = time.monotonic() - started
@@ -43,7 +48,18 @@ def measure(args: list[str], home: Path, out: Path) -> dict:
     scheduled = sum(c["warmup_s"] + c["duration_s"] for c in _cells(home, results["run_id"]))
     return {"args": args, "exit_code": done.returncode, "run_id": results["run_id"], "cells": len(results["cells"]),
             "wall_s": round(wall, 1), "scheduled_s": scheduled, "ratio": round(wall / scheduled, 2),
-            "per_cell": _per_cell(home, results["run_id"])}
+            "per_cell": _per_cell(home, results["run_id"]), "phases_s_median": _phases(home)}
+
+
+def _phases(home: Path) -> dict:
+    """The median of each cell phase over the run's cells, from the local functions.log."""
+    logged = []
+    log = home / "local" / "functions.log"
+    for line in (log.read_text().splitlines() if log.exists() else []):
+        if '"cell phases"' in line:
+            logged.append(json.loads(line)["phases"])
+    names = list(dict.fromkeys(name for phases in logged for name in phases))
+    return {name: round(statistics.median(p.get(name, 0.0) for p in logged), 4) for name in names}
 
 
 def _events(home: Path, run_id: str) -> list[dict]:
@@ -74,21 +90,41 @@ def _per_cell(home: Path, run_id: str) -> dict:
             cell = cells[event["data"]["cell_id"]]
             ratios.append((_at(event) - starts[cell["cell_id"]]) / (cell["warmup_s"] + cell["duration_s"]))
     ratios.sort()
+    # From one cell's end event to the next one's CellStarted: the workflow's steps between cells.
+    ends = sorted(_at(e) for e in events if e["type"] in ("CellCompleted", "CellFailed"))
+    gaps = sorted(b - a for a, b in zip(ends, sorted(starts.values())[1:]))
+    first_start, last_end = min(starts.values()), max(ends)
+    run_start = next(_at(e) for e in events if e["type"] == "RunRequested")
     return {"cell_time_over_schedule_median": round(ratios[len(ratios) // 2], 2),
-            "cell_time_over_schedule_max": round(ratios[-1], 2)}
+            "cell_time_over_schedule_max": round(ratios[-1], 2),
+            "cell_overhead_s_median": round(statistics.median(
+                _at(e) - starts[e["data"]["cell_id"]] - cells[e["data"]["cell_id"]]["warmup_s"]
+                - cells[e["data"]["cell_id"]]["duration_s"] for e in events if e["type"] in ("CellCompleted", "CellFailed")), 3),
+            "between_cells_s_median": round(statistics.median(gaps), 3) if gaps else None,
+            "run_requested_to_first_cell_s": round(first_start - run_start, 2),
+            "last_cell_to_run_end_s": round(max(_at(e) for e in events) - last_end, 2)}
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", default=str(REPO / "bench" / "results" / "run_overhead.json"))
+    parser.add_argument("--runs", nargs="+", choices=["quick", "multi_consumer"], default=["quick", "multi_consumer"])
+    parser.add_argument("--label", help="store the figures under this key of --out, keeping the other keys")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         home, out = Path(tmp) / "home", Path(tmp) / "reports"
         spec = Path(tmp) / "multi.json"
         spec.write_text(json.dumps(MULTI_CONSUMER))
-        figures = {"quick": measure(["--suite", "quick"], home, out / "quick"),
-                   "multi_consumer": measure(["--spec", str(spec)], home, out / "multi")}
-    Path(args.out).write_text(json.dumps(figures, indent=2) + "\n")
+        runs = {"quick": ["--suite", "quick", "--no-open"], "multi_consumer": ["--spec", str(spec), "--no-open"]}
+        with open("/proc/loadavg") as f:
+            load = f.read().split()[:3]
+        figures = {name: {**measure(runs[name], home, out / name), "load_average_before": load} for name in args.runs}
+    path = Path(args.out)
+    if args.label:
+        stored = json.loads(path.read_text()) if path.exists() else {}
+        path.write_text(json.dumps({**stored, args.label: figures}, indent=2) + "\n")
+    else:
+        path.write_text(json.dumps(figures, indent=2) + "\n")
     for name, f in figures.items():
         print(f"{name}: {f['cells']} cells, wall {f['wall_s']} s for {f['scheduled_s']} s scheduled "
               f"(×{f['ratio']}); per cell median ×{f['per_cell']['cell_time_over_schedule_median']}, "

@@ -41,6 +41,17 @@ def parent_of(pid: int) -> int:
     return _parent_in(Path(f"/proc/{pid}/stat").read_text())
 
 
+def ancestor_running(pid: int, needle: str) -> int:
+    """The nearest process above `pid` whose command line holds `needle` (a cell's processes are forked by the
+    worker's fork server, a child of the worker)."""
+    parent = parent_of(pid)
+    while parent > 1 and needle not in cmdline(parent):
+        parent = parent_of(parent)
+    if parent <= 1:
+        raise LookupError(f"no process above {pid} runs {needle}")
+    return parent
+
+
 def cmdline(pid: int) -> str:
     try:
         return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()

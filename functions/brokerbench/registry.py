@@ -209,3 +209,9 @@ def get_driver(broker: str, endpoint: dict, client: dict):
     """The driver (a brokerbench.drivers.Driver) for `broker` (a registered broker, or a named target whose endpoint names its `driver`),
     connected to `endpoint` with the run's client settings."""
     return for_target(broker, endpoint).new_driver(endpoint, client)
+
+
+def driver_modules() -> list[str]:
+    """The module of every registered broker's driver (what a worker's fork server imports before it forks the
+    cell's processes)."""
+    return [p.driver.partition(":")[0] for p in plugins().values()]

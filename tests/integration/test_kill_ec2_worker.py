@@ -12,14 +12,13 @@ import json
 import os
 import signal
 import time
-from pathlib import Path
 
 import pytest
 import redis
 
 from brokerbench.events.dynamodb import DynamoEventStore
 from brokerbench.local.dynamodb import EVENTS_TABLE
-from fault_tools import cell_facts, descendants, event_facts, parent_of, run_until_measuring, running
+from fault_tools import EC2_WORKER, ancestor_running, cell_facts, descendants, event_facts, run_until_measuring, running
 from reliability_log import observe
 
 WINDOW_S = 10  # the bridge's heartbeat window (BROKERBENCH_LOCAL_HEARTBEAT_S), 300 s in the workflow definition
@@ -32,9 +31,8 @@ def test_a_killed_ec2_worker_fails_its_cell_as_worker_lost_and_the_run_goes_on(s
             "order": "fixed", "placement": {"worker": "ec2"}}
     cli = run_until_measuring(stack.state_dir, spec, tmp_path, {"BROKERBENCH_LOCAL_HEARTBEAT_S": str(WINDOW_S)})
     producer = next(pid for pid, name in descendants(cli.pid).items() if name == "bb-producer-0")
-    worker = parent_of(producer)  # the EC2-kind worker runs the cell's processes
-    assert b"brokerbench.ec2_worker" in Path(f"/proc/{worker}/cmdline").read_bytes()
-    family = set(descendants(worker))
+    worker = ancestor_running(producer, EC2_WORKER)  # the EC2-kind worker runs the cell's processes
+    family = set(descendants(worker))  # its fork server, the cell's producer and consumer
     time.sleep(4)  # the warm-up and a few measured seconds of the first cell
     os.kill(worker, signal.SIGKILL)
     deadline = time.monotonic() + 5

@@ -211,7 +211,7 @@ def test_send_loop_choice_is_checked(monkeypatch):
 
 @pytest.mark.parametrize("loop", ["native", "python"])
 def test_cells_on_either_loop_are_recorded_and_count_alike(loop, endpoints, store, monkeypatch):
-    monkeypatch.setenv("BROKERBENCH_SEND_LOOP", loop)  # the spawned workers inherit it
+    monkeypatch.setenv("BROKERBENCH_SEND_LOOP", loop)  # the cell's processes start with the worker's environment
     spec = {"name": f"loop-{loop}", "brokers": ["kafka", "redis-streams"], "sizes": [512], "rates": [2000],
             "formats": ["raw", "msgpack"], "duration_s": 3, "warmup_s": 1, "partitions": 2}
     outcome = execute_run(spec, endpoints, store)

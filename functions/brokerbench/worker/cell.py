@@ -1,15 +1,17 @@
 """One cell: start consumers and producers, merge their per-second snapshots, write the cell's events.
 
-Producers and consumers are separate processes (started, not forked, so no client library
-state is shared); they compare the same monotonic clock, so end-to-end latency needs no
-cross-host time. Interval i is written once every process has reported it, so events appear
+Producers and consumers are separate processes (forked from a fork server that never made a client, so no
+client library state is shared: worker.processes); they compare the same monotonic clock, so end-to-end latency
+needs no cross-host time. Interval i is written once every process has reported it, so events appear
 while the cell runs and whatever was measured before a failure or Ctrl-C is kept.
 """
 
 from __future__ import annotations
 
+import logging
 import math
 import multiprocessing
+import os
 import threading
 import time
 from collections.abc import Callable
@@ -23,10 +25,10 @@ from ..codecs.floor import call_floor_ns
 from ..drivers import BrokerUnavailable
 from ..events import EventStore, cell_prefix, make_event
 from ..figures import cell_result
-from ..registry import get_driver
+from ..registry import driver_modules, get_driver
 from ..series import interval_digest, verdict_basis
 from ..spec import lanes
-from . import outcome, resources, schedule, search
+from . import outcome, processes, resources, schedule, search
 from .consumer import ConsumerTask, consumer_main
 from .drain import Drain
 from .framing import probe_header
@@ -44,6 +46,7 @@ MEASURE_LEAD_NS = 200_000_000  # from the end of an adaptive warm-up to the firs
 PROVISIONAL_MARGIN_NS = 1_000_000_000
 # Set by a front end on Ctrl-C when cells run in threads (the local workflow's Lambda-kind cells).
 CANCELLED = threading.Event()
+log = logging.getLogger(__name__)
 
 
 class CellError(RuntimeError):
@@ -56,6 +59,23 @@ class CellOutcome:
     status: str  # completed | failed
     reason: str | None = None
     intervals: int = 0
+
+
+class Phases:
+    """Where a cell's wall time goes: named moments (time.monotonic_ns, one clock for the worker and its
+    processes), logged at DEBUG when the cell ends; bench/cell_overhead.py reads them."""
+
+    def __init__(self) -> None:
+        self.marks: list[tuple[str, int]] = [("begin", time.monotonic_ns())]
+
+    def mark(self, name: str, at_ns: int | None = None) -> None:
+        self.marks.append((name, time.monotonic_ns() if at_ns is None else at_ns))
+
+    def seconds(self) -> dict[str, float]:
+        """Each moment's distance from the one before it (in time order), in seconds: what the phase ending
+        there took."""
+        ordered = sorted(self.marks, key=lambda m: m[1])
+        return {name: round((at - before) / 1e9, 4) for (_, before), (name, at) in zip(ordered, ordered[1:])}
 
 
 @dataclass
@@ -80,6 +100,15 @@ def run_cell(run_id: str, cell: dict, endpoint: dict, store: EventStore,
     Idempotent per cell: a cell that already ended returns its stored outcome, and a new attempt
     (a retried worker) records its own start and intervals beside those of the earlier attempt.
     """
+    phases = Phases()
+    try:
+        return _run_cell(run_id, cell, endpoint, store, progress, worker, phases)
+    finally:
+        phases.mark("end")
+        log.debug("cell phases", extra={"cell_id": cell["cell_id"], "phases": phases.seconds()})
+
+
+def _run_cell(run_id, cell, endpoint, store, progress, worker, phases: Phases) -> CellOutcome:
     stored = store.read(run_id, prefix=cell_prefix(cell["index"]))
     for event in stored:
         if event["type"] in ("CellCompleted", "CellFailed"):
@@ -92,10 +121,11 @@ def run_cell(run_id: str, cell: dict, endpoint: dict, store: EventStore,
     if worker:
         started["worker"] = worker
     store.append([make_event(run_id, "CellStarted", started, cell_index=cell["index"], attempt=attempt)])
+    phases.mark("cell_started_written")
     progress = progress or (lambda p: None)
     if cell["rate"] == SEARCH:
         return _search_cell(run_id, cell, endpoint, store, topic, progress, attempt)
-    runner = _CellRun(run_id, cell, endpoint, store, topic, progress, attempt)
+    runner = _CellRun(run_id, cell, endpoint, store, topic, progress, attempt, phases)
     try:
         return runner.run()
     except KeyboardInterrupt:
@@ -184,18 +214,21 @@ class _CellRun:
     writes the cell's events. The arithmetic lives in `intervals` (merging) and `outcome` (counts,
     delivery window, failure rule), which are tested on their own."""
 
-    def __init__(self, run_id, cell, endpoint, store, topic, progress, attempt) -> None:
+    def __init__(self, run_id, cell, endpoint, store, topic, progress, attempt, phases: Phases | None = None) -> None:
         self.run_id, self.cell, self.endpoint, self.store, self.topic = run_id, cell, endpoint, store, topic
         self.group = f"{topic}-g"
         self.attempt = attempt
         self.progress = progress
+        self.phases = phases or Phases()
         self.driver = get_driver(cell["broker"], endpoint, cell["client"])
+        self.phases.mark("driver")
         self.processes: list[multiprocessing.Process] = []
         self.conns: dict = {}  # connection -> ("producer"|"consumer", id)
         self.aggregator = IntervalAggregator([])
         self.series: list[dict] = []  # per written interval, its data without histograms: the verdict's and digest's
         self.topic_created = False
         self.probes = 0  # readiness probe messages in the topic
+        self.probe: tuple | None = None  # the readiness probe's producer while it is open, its acks, its partitions
         self.warmup: WarmupWatch | None = None  # an adaptive warm-up's watch
         self.resources: ResourceSampler | None = None  # CPU and memory of the workers and a local broker
         self.resource_samples: list[dict] = []
@@ -208,28 +241,34 @@ class _CellRun:
         cell = self.cell
         self.progress(Progress(cell["cell_id"], "starting", 0.0))
         self.driver.check()
+        self.phases.mark("check")
         self.driver.create_topic(self.topic, lanes(cell))
         self.topic_created = True
-        ctx = multiprocessing.get_context("spawn")
+        self.phases.mark("create_topic")
+        # The probe goes first: the consumers read the topic from its start, so it waits for them there while their
+        # processes start (see _send_probe).
+        if cell["consumers"]:
+            self._send_probe()
         producer_rate = None if cell["rate"] == "max" else cell["rate"] / cell["producers"]
         limit = None if cell["messages"] is None else math.ceil(cell["messages"] / cell["producers"])
-        for c in range(cell["consumers"]):
-            assigned = [p for p in range(lanes(cell)) if p % cell["consumers"] == c]
-            self._spawn(ctx, consumer_main, ConsumerTask(cell, self.endpoint, self.topic, self.group, c, assigned),
-                        ("consumer", c))
-        for p in range(cell["producers"]):
-            self._spawn(ctx, producer_main, ProducerTask(cell, self.endpoint, self.topic, p, producer_rate, limit),
-                        ("producer", p))
-        self.aggregator = IntervalAggregator(list(self.conns))
+        self._start_processes(producer_rate, limit)
+        self.phases.mark("spawn")
+        if self.probe is not None:
+            self._probe_acknowledged()
+            self.phases.mark("probe_acknowledged")
         ready = self._collect_ready()
+        self.phases.mark("processes_began", max(info["began_ns"] for info in ready.values()))
+        self.phases.mark("processes_ready")
         if cell["consumers"]:
-            self._probe()
+            self._probe_received()
+            self.phases.mark("probe_received")
         encoded = [info["encoded_bytes"] for (role, _), info in ready.items() if role == "producer"]
         self.encoded_bytes = sum(encoded) / len(encoded)
         loops = {info["send_loop"] for (role, _), info in ready.items() if role == "producer"}
         self.send_loop = loops.pop() if len(loops) == 1 else "mixed"
         # Before "go", while the processes wait: the timed call's own cost on the loops the cell runs.
         self.codec_floor = call_floor_ns(self.send_loop)
+        self.phases.mark("codec_floor")
 
         t_start = time.monotonic_ns() + START_LEAD_NS
         # With an adaptive warm-up the measured start is provisional (the bound) until the consumers'
@@ -264,8 +303,14 @@ class _CellRun:
                                           "broker": list(self.endpoint.get("pids") or [])})
         for conn in self.conns:
             conn.send(("go", self.timing))
+        self.phases.mark("go")
         done = self._measure()
-        return self._complete(done)
+        self.phases.mark("processes_done")
+        for name in ("t_start", "measure_start", "t_end"):  # the schedule
+            self.phases.mark(name, self.timing[name])
+        outcome = self._complete(done)
+        self.phases.mark("complete")
+        return outcome
 
     def _producer_figures(self, ready: dict, t_start: int) -> dict:
         """Each producer's figures are derived here from its raw records (producer_figures), with its pool's encoded
@@ -279,9 +324,21 @@ class _CellRun:
                                                 schedule.producer_schedule(self.cell, number, t_start))
         return figures
 
+    def _start_processes(self, producer_rate: float | None, limit: int | None) -> None:
+        cell, ctx = self.cell, processes.context(driver_modules())
+        for c in range(cell["consumers"]):
+            assigned = [p for p in range(lanes(cell)) if p % cell["consumers"] == c]
+            self._spawn(ctx, consumer_main, ConsumerTask(cell, self.endpoint, self.topic, self.group, c, assigned),
+                        ("consumer", c))
+        for p in range(cell["producers"]):
+            self._spawn(ctx, producer_main, ProducerTask(cell, self.endpoint, self.topic, p, producer_rate, limit),
+                        ("producer", p))
+        self.aggregator = IntervalAggregator(list(self.conns))
+
     def _spawn(self, ctx, target, task, key) -> None:
         parent, child = ctx.Pipe()
-        process = ctx.Process(target=target, args=(child, task), daemon=True, name=f"{key[0]}-{key[1]}")
+        process = ctx.Process(target=processes.start, args=(*key, dict(os.environ), target, child, task), daemon=True,
+                              name=f"{key[0]}-{key[1]}")
         process.start()
         child.close()
         self.processes.append(process)
@@ -300,22 +357,31 @@ class _CellRun:
                     ready[self.conns[conn]] = payload
         return ready
 
-    def _probe(self) -> None:
-        """One message through every partition (every lane), acknowledged by the broker and received by the
-        consumers, before anything is measured: a topic whose leaders or a group that is not serving yet would
-        otherwise show as latency, and the consumers' start-up as a burst of catching up."""
+    def _send_probe(self) -> None:
+        """The readiness probe: one message through every partition (every lane), acknowledged by the broker
+        (_probe_acknowledged) and received by the consumers (_probe_received) before anything is measured, so a
+        topic whose leaders or a group that is not serving yet does not show as latency, nor the consumers'
+        start-up as a burst of catching up. It is sent as the cell's processes start: every driver's consumer
+        reads the cell's new topic from its start (Kafka's earliest offset, Redis's group at 0, Pulsar's
+        earliest position), so it waits there for them, and their start-up and its round trip overlap."""
         partitions = lanes(self.cell)
         acks: list[bool] = []
         producer = self.driver.producer(self.topic, partitions, "single", lambda header, ok, _at: acks.append(ok))
+        self.probe = (producer, acks, partitions)  # closed by _probe_acknowledged, or by cleanup after a failure
+        for partition in range(partitions):
+            producer.send(probe_header(partition), b"", partition)
+
+    def _probe_acknowledged(self) -> None:
+        (producer, acks, partitions), self.probe = self.probe, None
         try:
-            for partition in range(partitions):
-                producer.send(probe_header(partition), b"", partition)
             producer.flush(READY_TIMEOUT_S)
         finally:
             producer.close()
         if len(acks) < partitions or not all(acks):
             raise CellError(f"the broker did not acknowledge the readiness probe ({acks.count(True)} of {partitions})")
         self.probes = partitions
+
+    def _probe_received(self) -> None:
         waiting = [c for c, key in self.conns.items() if key[0] == "consumer"]
         deadline = time.monotonic() + READY_TIMEOUT_S
         while waiting:
@@ -386,6 +452,7 @@ class _CellRun:
                 self._start_measuring(done)
             if drain is None and all(c in done for c in producers):
                 # Every producer has flushed: the consumers now drain what the broker still holds.
+                self.phases.mark("producers_done")
                 expected = sum(done[c]["sent_total"] - done[c]["failed_total"] for c in producers)
                 sending_s = (time.monotonic_ns() - self.timing["t_start"]) / SECOND_NS
                 drain = Drain(consumers, expected, cell["drain_timeout_s"], sending_s, time.monotonic())
@@ -547,12 +614,18 @@ class _CellRun:
                 process.join(timeout=5)
 
     def cleanup(self) -> None:
+        if self.probe is not None:  # a cell that failed before its probe was acknowledged
+            self.probe[0].close()
+            self.probe = None
         self._stop_processes()
+        self.phases.mark("processes_stopped")
         for conn in self.conns:
             conn.close()
         if self.topic_created:
             self.driver.delete_topic(self.topic, lanes(self.cell))
+            self.phases.mark("delete_topic")
         self.driver.close()
+        self.phases.mark("driver_closed")
 
 
 def _nice(producers: list[dict]) -> int | None:

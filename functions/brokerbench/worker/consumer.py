@@ -160,6 +160,7 @@ def _await_go(conn, consumer, partitions: set[int], idle_when_probed: bool) -> t
 
 
 def _run(conn, task: ConsumerTask) -> None:
+    began_ns = time.monotonic_ns()  # the interpreter is up and this module imported (the parent logs the phases)
     cell = task.cell
     decode = get_codec(cell["format"]).decode
     driver = get_driver(cell["broker"], task.endpoint, cell["client"])
@@ -186,7 +187,7 @@ def _run(conn, task: ConsumerTask) -> None:
 
     gc.freeze()  # no reference cycles are made below: no collector pauses while receiving
     gc.disable()
-    conn.send(("ready", {}))
+    conn.send(("ready", {"began_ns": began_ns}))
     timing, early = _await_go(conn, consumer, set(task.partitions), bool(cell.get("backlog")))
     if timing is None:
         return

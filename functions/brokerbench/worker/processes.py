@@ -1,4 +1,11 @@
-"""What the cell's worker processes are called, and how one that died is described.
+"""How the cell's worker processes start, what they are called, and how one that died is described.
+
+They start from a fork server (multiprocessing's forkserver): one process per worker, started with the first
+cell, that has imported the worker's modules and the brokers' client libraries and never made a client, and
+forks each producer and consumer from that state. A fresh interpreter (spawn) spent seconds importing them
+in every process of every cell on a loaded machine; a fork takes milliseconds, and still shares no client
+library state (no client, connection or client thread exists before the fork). Each process takes the worker's
+environment as it is when the process starts (`start`), as a spawned one would.
 
 Each producer and consumer names itself (`bb-producer-0`, `bb-consumer-1`: what ps, top and /proc/PID/comm
 show), so a person, or a fault test, can tell them apart, and dies with the worker that started it. A process
@@ -9,10 +16,13 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import json
 import multiprocessing
 import os
 import signal
+import sys
 from collections.abc import Callable
+from multiprocessing import forkserver, spawn
 
 PR_SET_PDEATHSIG = 1
 PR_SET_NAME = 15
@@ -35,14 +45,95 @@ def name_this_process(role: str, number: int) -> str:
     return name
 
 
+# Imported by the fork server before it forks anything: the worker's process code and each broker's driver (and
+# with it its client library), then the worker's main module (fork_server_main, last). A module that cannot be
+# imported is left to the process that needs it.
+PRELOAD = ["brokerbench.worker.producer", "brokerbench.worker.consumer"]
+SERVER_MAIN = "brokerbench.worker.fork_server_main"
+# How the fork server learns the worker's main module: set only while the server starts (see start_fork_server).
+MAIN_VARIABLE = "BROKERBENCH_FORK_SERVER_MAIN"
+
+
+def context(preload: list[str]):
+    """The multiprocessing context the cell's processes start from: the fork server where the platform has one
+    (Linux, macOS), with PRELOAD and `preload` (the drivers' modules) imported; else spawn."""
+    if "forkserver" not in multiprocessing.get_all_start_methods():
+        return multiprocessing.get_context("spawn")
+    ctx = multiprocessing.get_context("forkserver")
+    # Read when the server starts (with the worker's first cell); later calls change nothing.
+    ctx.set_forkserver_preload([*PRELOAD, *preload, SERVER_MAIN])
+    start_fork_server()
+    return ctx
+
+
+def start_fork_server() -> None:
+    """Start the worker's fork server if it is not running, telling it the worker's main module.
+
+    A process that multiprocessing starts imports the main module of the process that started it (a function it
+    runs may live there). The fork server's own '__main__' preload never does it (it looks for a key that
+    multiprocessing's preparation data does not have), so every producer and consumer imported it again, the
+    CLI's modules or a test runner's: 0.2 to 0.9 s per process on a loaded machine. The server imports it once
+    instead (prepare_fork_server) and each process finds it imported."""
+    data = spawn.get_preparation_data("main")
+    main = {key: data[key] for key in ("init_main_from_name", "init_main_from_path") if key in data}
+    os.environ[MAIN_VARIABLE] = json.dumps({"worker": os.getpid(), **main})
+    try:
+        forkserver.ensure_running()
+    finally:
+        os.environ.pop(MAIN_VARIABLE, None)
+
+
+def prepare_fork_server() -> None:
+    """In the fork server (SERVER_MAIN imports it last): the worker's main module, imported as each process would
+    import it. Anywhere else it does nothing; if the import fails, each process imports it itself, as before."""
+    found = os.environ.pop(MAIN_VARIABLE, None)
+    if found is None:
+        return
+    main = json.loads(found)
+    if os.getppid() != main.pop("worker") or sys.argv[:1] != ["-c"]:  # not the server of the worker that set it
+        return
+    try:
+        spawn.prepare(main)
+    except Exception:  # noqa: BLE001 (the processes import it themselves)
+        pass
+
+
+def start(role: str, number: int, environ: dict, target: Callable, conn, task) -> None:
+    """The first thing a cell's process runs: it stops holding the fork server open (the server ends when every
+    holder has, and this process with it: see die_with_parent), takes the worker's environment of when the
+    process was started (`environ`; a fork server's children would otherwise have the server's, from when it
+    started), then runs `target(conn, task)`."""
+    alive = getattr(forkserver._forkserver, "_forkserver_alive_fd", None)
+    if alive is not None:  # forked by the fork server (a spawned process holds none)
+        os.close(alive)
+        forkserver._forkserver._forkserver_alive_fd = None
+    os.environ.clear()
+    os.environ.update(environ)
+    target(conn, task)
+
+
 def die_with_parent() -> None:
     """SIGKILL for the calling process when the worker that started it dies (Linux): the producers and consumers of
     a worker killed mid-cell (kill -9 of an EC2-kind worker) would otherwise go on sending into the broker while
-    the run's next cell measures. The kernel sends it when the thread that started the process ends; that thread
-    supervises the cell and stops its processes before it returns."""
+    the run's next cell measures. The kernel sends it when the process that forked this one ends: the fork server
+    (or, spawned, the worker's thread that supervises the cell and stops its processes before it returns). The
+    fork server ends when the worker does: its cell processes let go of the pipe that keeps it (`start`), so the
+    worker holds it alone."""
     parent = multiprocessing.parent_process()
-    if _prctl(PR_SET_PDEATHSIG, int(signal.SIGKILL)) and parent is not None and os.getppid() != parent.pid:
+    if not _prctl(PR_SET_PDEATHSIG, int(signal.SIGKILL)) or parent is None:
+        return
+    if os.getppid() != parent.pid and not _alive(parent.pid):
         os._exit(1)  # the worker died before the signal was asked for
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 def death(role: str, number: int, pid: int | None, exitcode: int | None) -> str:

@@ -53,6 +53,7 @@ def producer_main(conn, task: ProducerTask) -> None:
 
 
 def _run(conn, task: ProducerTask) -> None:
+    began_ns = time.monotonic_ns()  # the interpreter is up and this module imported (the parent logs the phases)
     cell = task.cell
     codec = get_codec(cell["format"])
     pool = payload_pool(cell["format"], cell["size_basis"], cell["size_bytes"], pool_size_for(cell))
@@ -65,7 +66,7 @@ def _run(conn, task: ProducerTask) -> None:
     # to start each pipe write): ask for it after 0.1 ms instead of the default 5 ms.
     sys.setswitchinterval(1e-4)
 
-    conn.send(("ready", {"encoded_bytes": pool.mean_encoded_bytes, "send_loop": "native" if sender else "python",
+    conn.send(("ready", {"began_ns": began_ns, "encoded_bytes": pool.mean_encoded_bytes, "send_loop": "native" if sender else "python",
                          # what the parent derives bytes from (producer_figures): each pool object's encoded size
                          "encoded_sizes": np.asarray(pool.encoded_sizes, dtype=np.int64).tobytes(),
                          "pool_size": len(pool.objects)}))
@@ -94,9 +95,14 @@ def _run(conn, task: ProducerTask) -> None:
 
 
 def _forward_intervals(reports: queue.Queue, conn) -> None:
-    """The forwarding thread: each interval's raw records, as the loop handed them over, to the parent."""
+    """The forwarding thread: each interval's raw records, as the loop handed them over, to the parent. A parent
+    that closed the pipe (it ended the cell, or its worker died: this process is being stopped, or killed with the
+    worker's fork server a moment later) is not written to again, and no traceback hides why the cell ended."""
     while (item := reports.get()) is not None:
-        send_records(conn, *item)
+        try:
+            send_records(conn, *item)
+        except OSError:  # BrokenPipeError and the like
+            return
 
 
 SEND_THREAD_NICE = -10

@@ -29,6 +29,7 @@ MAX_IN_FLIGHT = 5
 DEFAULT_REPLICATION_FACTOR = 3  # or the number of brokers, when fewer
 CREATE_TIMEOUT_S = 30  # creating a cell's topics: this, and CREATE_S_PER_REPLICA more per partition replica
 CREATE_S_PER_REPLICA = 0.05
+FIRST_OFFSET = 0  # of a new topic's partitions
 
 
 def topic_names(topic: str, topics: int) -> list[str]:
@@ -212,9 +213,12 @@ class KafkaDriver:
     def message_count(self, topic: str, partitions: int) -> int | None:
         """How many messages the broker holds in the topic, or in all its topics (end offset minus start
         offset, summed)."""
+        # End and start offsets are the partition's, whichever group asks: a client already connected (the backlog's)
+        # serves, and a new one is made only when there is none.
+        client = next(iter(self.__dict__.get("_offsets_clients", {}).values()), None)
         try:
-            return sum(high - low for low, high in self._watermarks(self._offsets_client(f"{topic}-count"), topic,
-                                                                   partitions))
+            client = client or self._offsets_client(f"{topic}-count")
+            return sum(high - low for low, high in self._watermarks(client, topic, partitions))
         except KafkaException:
             return None
 
@@ -264,12 +268,14 @@ class KafkaDriver:
             "fetch.max.bytes": 64 * 1024 * 1024,
             "max.partition.fetch.bytes": 16 * 1024 * 1024,
         })
-        # Explicit assignment from the start of a fresh topic: no rebalance, nothing missed.
+        # Explicit assignment from the start of a fresh topic: no rebalance, nothing missed. A cell's topic is new, so
+        # its start is offset 0. The logical OFFSET_BEGINNING would be looked up first, and right after assign
+        # librdkafka does not know the partition's leader yet and looks it up 500 ms later (fixed): every cell's
+        # readiness probe waited that long. (Were 0 ever out of range, auto.offset.reset=earliest starts at the start.)
         if self.topics > 1:
-            consumer.assign([TopicPartition(*lane_place(topic, lane, self.topics), confluent_kafka.OFFSET_BEGINNING)
-                             for lane in partitions])
+            consumer.assign([TopicPartition(*lane_place(topic, lane, self.topics), FIRST_OFFSET) for lane in partitions])
             return SpreadConsumer(consumer, topic_names(topic, self.topics))
-        consumer.assign([TopicPartition(topic, p, confluent_kafka.OFFSET_BEGINNING) for p in partitions])
+        consumer.assign([TopicPartition(topic, p, FIRST_OFFSET) for p in partitions])
         return KafkaConsumer(consumer)
 
 

@@ -1,4 +1,5 @@
-"""Fixtures for the real local stack: one Kafka, Redis and DynamoDB Local per test session, stopped at the end;
+"""Fixtures for the real local stack: one Kafka, Redis and DynamoDB Local per test session (under pytest-xdist, per
+worker: each has its own on free loopback ports and its own temporary directories), stopped at the end;
 the other brokers (Pulsar, Kafka with ZooKeeper) only for the modules that use them. A session whose tests need only
 the event store (`store`) starts DynamoDB Local alone.
 

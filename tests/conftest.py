@@ -1,4 +1,5 @@
-"""Fixtures for the real local stack: one Kafka, Redis and DynamoDB Local per test session, stopped at the end;
+"""Fixtures for the real local stack: one Kafka, Redis and DynamoDB Local per test session (under pytest-xdist, per
+worker: each has its own on free loopback ports and its own temporary directories), stopped at the end;
 the other brokers (Pulsar, Kafka with ZooKeeper) only for the modules that use them. A session whose tests need only
 the event store (`store`) starts DynamoDB Local alone.
 
@@ -26,13 +27,29 @@ SLOW_MODULES = {
 }
 
 
-def pytest_collection_modifyitems(items):
+# `make test` runs the modules on two pytest-xdist workers, a module on one worker (`--dist loadfile`, so a module's
+# brokers and fixtures start once), handed out in collection order (`--no-loadscope-reorder`). These modules go
+# first, longest first (their serial times on a quiet host, 40 s to 5 min): one of them left for the end would
+# keep a worker busy after the other has finished. The rest keep pytest's order.
+LONGEST_FIRST = [
+    "test_study_suites_run.py", "test_faults.py", "test_quota.py", "test_latency_truth.py", "test_engine.py",
+    "test_workflow.py", "test_send_loop.py", "test_study_run.py", "test_two_runs_at_once.py",
+    "test_kafka_zookeeper.py", "test_console.py", "test_kafka_cluster.py", "test_api_schedules.py", "test_pulsar.py",
+    "test_ec2_heartbeat.py", "test_cancel.py", "test_kill_ec2_worker.py", "test_secrets.py", "test_stack.py",
+    "test_step_faults.py", "test_cdk_app.py", "test_cli_run.py",
+]
+
+
+def pytest_collection_modifyitems(config, items):
     for item in items:
         path = Path(item.path)
         if INTEGRATION_DIR in path.parents:
             item.add_marker(pytest.mark.integration)
             if path.name in SLOW_MODULES:
                 item.add_marker(pytest.mark.slow)
+    if getattr(config, "workerinput", None) is not None:  # a pytest-xdist worker: every worker sorts alike
+        rank = {name: i for i, name in enumerate(LONGEST_FIRST)}
+        items.sort(key=lambda item: rank.get(Path(item.path).name, len(rank)))  # stable: modules stay whole
 
 
 @pytest.fixture(scope="session")

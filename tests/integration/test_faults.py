@@ -26,13 +26,22 @@ from fault_tools import BIN, cell_facts as _cell_facts, descendants as _descenda
 from fault_tools import interpreters_of as _interpreters_of, run_until_measuring as _run_until_measuring
 from reliability_log import observe
 
+def _until_an_interval_is_stored(store: DynamoEventStore, run_id: str, cli) -> None:
+    """Waits until the run's first cell has stored a measured second: what the kill must leave kept."""
+    deadline = time.monotonic() + 120
+    while not any(e["type"] == "IntervalMeasured" for e in store.read(run_id, interval_histograms=False)):
+        assert time.monotonic() < deadline and cli.poll() is None, "the first cell measured nothing"
+        time.sleep(0.2)
+
+
 @pytest.mark.parametrize("victim", ["bb-producer-0", "bb-consumer-0"])
 def test_a_killed_worker_process_fails_its_cell_and_the_run_goes_on(victim, stack, endpoints, tmp_path):
     spec = {"name": f"fault-{victim}", "brokers": ["kafka"], "sizes": [512], "rates": [500], "formats": ["json", "raw"],
             "duration_s": 8, "warmup_s": 1, "warmup_until_steady": False, "order": "fixed", "partitions": 2}
     out = tmp_path / "out"
     cli = _run_until_measuring(stack.state_dir, spec, tmp_path)
-    time.sleep(4.5)  # the warm-up and a few measured seconds of the first cell (consumers start before producers)
+    store = DynamoEventStore(EVENTS_TABLE, endpoint_url=endpoints["dynamodb"]["endpoint_url"])
+    _until_an_interval_is_stored(store, stack.run_holder()["run_id"], cli)  # a fixed sleep lost the race on a loaded host
     killed = next(pid for pid, name in _descendants(cli.pid).items() if name == victim)
     os.kill(killed, signal.SIGKILL)
     stdout, stderr = cli.communicate(timeout=300)
@@ -47,7 +56,6 @@ def test_a_killed_worker_process_fails_its_cell_and_the_run_goes_on(victim, stac
     assert first["reason"] == f"ProcessDied: {role} 0 (pid {killed}) killed by SIGKILL"
     assert second["status"] == "completed" and second["received"] == second["sent"] > 0  # the broker still serves
 
-    store = DynamoEventStore(EVENTS_TABLE, endpoint_url=endpoints["dynamodb"]["endpoint_url"])
     events = store.read(results["run_id"])
     failed = next(e["data"] for e in events if e["type"] == "CellFailed")
     kept = [e for e in events if e["type"] == "IntervalMeasured" and e["data"]["cell_id"] == first["cell_id"]]

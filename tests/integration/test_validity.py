@@ -12,6 +12,7 @@ from brokerbench.events import new_run_id
 from brokerbench.reports.results import build_results
 from brokerbench.worker.cell import topic_name
 from inline_run import execute_run
+from steady import assert_sent_on_schedule
 from toxiproxy import ClimbingDelay
 
 def run(spec, endpoints, store, run_id=None):
@@ -67,13 +68,16 @@ def test_a_cell_that_loses_everything_fails(endpoints, store):
     assert [e for e in events if e["type"] == "IntervalMeasured"]  # what was measured is kept
 
 
+@pytest.mark.timeout(420)
 def test_several_consumers_drain_without_waiting_out_the_timeout(endpoints, store):
+    # A drain bound far beyond the run's own time (about 15 s idle, under a minute on a loaded host), so the wall
+    # clock tells only whether a drain was waited out.
     spec = {"name": "it-drain", "brokers": ["kafka", "redis-streams"], "sizes": [1024], "formats": ["raw"],
             "rates": [1000], "consumers": 2, "partitions": 2, "duration_s": 2, "warmup_s": 0.5,
-            "drain_timeout_s": 120}
+            "drain_timeout_s": 300}
     started = time.monotonic()
     _, results = run(spec, endpoints, store)
-    assert time.monotonic() - started < 120  # two cells; either waiting out its drain would take 120 s
+    assert time.monotonic() - started < 300  # two cells; either waiting out its drain would take 300 s
     for cell in results["cells"]:
         assert cell["status"] == "completed", cell.get("reason")
         assert cell["sent"] == cell["received"] and cell["late"] == cell["lost"] == 0
@@ -90,9 +94,10 @@ def test_an_adaptive_warm_up_is_bounded_and_every_message_is_accounted_for(endpo
         assert len(warmup["p99_us"]) >= 2  # judged on at least two half-seconds
         # Measured from the start the warm-up chose: the schedule's 3,000 messages, nothing lost either side of
         # it. A producer still behind when the schedule ends stops on time (the shortfall shows as a lower rate),
-        # so a loaded host may send the last few fewer: up to 10 ms of schedule at 1,000 msgs/s; never more.
+        # so a loaded host may send the last ones fewer (how many is a timing, tests/steady.py); never more.
         assert cell["sent"] == cell["received"]
-        assert 3000 - 10 <= cell["sent"] <= 3000
+        assert_sent_on_schedule(cell, 1000)
+        assert cell["sent"] <= 3000
         count = cell["broker_count"]
         assert count["difference"] == 0 and count["observed"] > 3000  # warm-up messages are in the topic too
 

@@ -245,9 +245,11 @@ class _CellRun:
         self.driver.create_topic(self.topic, lanes(cell))
         self.topic_created = True
         self.phases.mark("create_topic")
-        # The probe goes first: the consumers read the topic from its start, so it waits for them there while their
-        # processes start (see _send_probe).
-        if cell["consumers"]:
+        # The probe goes first where the topic keeps what no consumer has read yet: the consumers read it from its
+        # start, so the probe waits for them there while their processes start (see _send_probe). A topic that
+        # drops unread messages (a non-persistent Pulsar topic: `keeps_unread` False) gets it once they are ready.
+        early = bool(cell["consumers"]) and getattr(self.driver, "keeps_unread", True)
+        if early:
             self._send_probe()
         producer_rate = None if cell["rate"] == "max" else cell["rate"] / cell["producers"]
         limit = None if cell["messages"] is None else math.ceil(cell["messages"] / cell["producers"])
@@ -259,6 +261,9 @@ class _CellRun:
         ready = self._collect_ready()
         self.phases.mark("processes_began", max(info["began_ns"] for info in ready.values()))
         self.phases.mark("processes_ready")
+        if cell["consumers"] and not early:
+            self._send_probe()
+            self._probe_acknowledged()
         if cell["consumers"]:
             self._probe_received()
             self.phases.mark("probe_received")

@@ -55,6 +55,9 @@ class PulsarDriver:
         self.client = client
         self.admin = Admin(endpoint["admin_url"])
         self.topic_type = client["pulsar_topic_type"]
+        # A non-persistent topic drops what is published while no consumer is subscribed (the worker then sends
+        # its readiness probe only once the consumers are ready).
+        self.keeps_unread = self.topic_type == "persistent"
         self.namespace = endpoint.get("namespace", "public/default")
         self._started_at: int | None = None  # the broker's start when the cell's topic was created
 

@@ -59,6 +59,9 @@ class Consumer(Protocol):
 
 class Driver(Protocol):
     name: str
+    # Optional (True when absent): whether a new topic keeps what is published before a consumer reads it; the
+    # cell sends its readiness probe before the consumers start only where it does.
+    keeps_unread: bool
 
     def check(self, timeout_s: float = 5.0) -> None: ...
 

@@ -245,10 +245,12 @@ class _CellRun:
         self.driver.create_topic(self.topic, lanes(cell))
         self.topic_created = True
         self.phases.mark("create_topic")
-        # The probe goes first where the topic keeps what no consumer has read yet: the consumers read it from its
-        # start, so the probe waits for them there while their processes start (see _send_probe). A topic that
-        # drops unread messages (a non-persistent Pulsar topic: `keeps_unread` False) gets it once they are ready.
-        early = bool(cell["consumers"]) and getattr(self.driver, "keeps_unread", True)
+        # The probe goes first, also for a publish-only cell (its acknowledgement through every partition says the
+        # new topic's leaders serve before anything is measured), where the topic keeps what no consumer has read
+        # yet: the consumers read it from its start, so the probe waits for them there while their processes start
+        # (see _send_probe). A topic that drops unread messages (a non-persistent Pulsar topic: `keeps_unread`
+        # False) gets it once they are ready.
+        early = not cell["consumers"] or getattr(self.driver, "keeps_unread", True)
         if early:
             self._send_probe()
         producer_rate = None if cell["rate"] == "max" else cell["rate"] / cell["producers"]

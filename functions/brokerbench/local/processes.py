@@ -10,6 +10,7 @@ import subprocess
 import time
 from pathlib import Path
 
+from ..worker.processes import pid_exists
 from .install import DEBIAN_PACKAGES
 
 HOST = "127.0.0.1"
@@ -45,12 +46,8 @@ def port_answers(port: int, timeout: float = 0.5) -> bool:
 
 
 def pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
+    if not pid_exists(pid):
         return False
-    except PermissionError:
-        return True
     # A zombie child (started by this process, not yet reaped) is not alive.
     try:
         with open(f"/proc/{pid}/stat") as stat:

@@ -122,11 +122,12 @@ def die_with_parent() -> None:
     parent = multiprocessing.parent_process()
     if not _prctl(PR_SET_PDEATHSIG, int(signal.SIGKILL)) or parent is None:
         return
-    if os.getppid() != parent.pid and not _alive(parent.pid):
+    if os.getppid() != parent.pid and not pid_exists(parent.pid):
         os._exit(1)  # the worker died before the signal was asked for
 
 
-def _alive(pid: int) -> bool:
+def pid_exists(pid: int) -> bool:
+    """Whether a process `pid` exists (a zombie included; one of another user's counts too)."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:

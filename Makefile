@@ -8,7 +8,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 SUITE ?= quick
 
-.PHONY: setup setup-all run test unit integration reliability up down clean
+.PHONY: setup setup-all run test unit integration reliability performance up down clean
 
 setup: $(VENV)/.installed node_modules/.installed
 	@$(BIN)/python -m brokerbench.local.install --suite $(SUITE)
@@ -52,6 +52,10 @@ integration: setup
 # docs/RELIABILITY.md: the fault and bad-input tests against the real local stack, and what they observed.
 reliability: setup
 	$(BIN)/python bench/reliability.py
+
+# docs/performance.md from bench/results/*.json and bench/performance/*.md (stdlib only); --check: differs? exit 1.
+performance:
+	$(PYTHON) bench/performance.py
 
 up: setup
 	$(BIN)/brokerbench local up

@@ -1,0 +1,578 @@
+"""docs/performance.md: written from bench/results/*.json and the prose beside this script (bench/performance/*.md).
+
+Each section is a Markdown template (bench/performance/NN-name.md, `$name` placeholders, string.Template) and a function
+here of the same name that renders the section's figures and tables from the result files it names. No figure of the
+page is typed by hand: change a result file, then write the page again.
+
+    .venv/bin/python bench/performance.py            # writes docs/performance.md
+    .venv/bin/python bench/performance.py --check    # exit 1 and print a diff when the page differs from the results
+"""
+
+from __future__ import annotations
+
+import argparse
+import difflib
+import json
+import math
+import sys
+from pathlib import Path
+from string import Template
+
+REPO = Path(__file__).resolve().parents[1]
+RESULTS = REPO / "bench" / "results"
+TEMPLATES = REPO / "bench" / "performance"
+OUT = REPO / "docs" / "performance.md"
+BROKERS = {"kafka": "Kafka", "redis-streams": "Redis"}
+NOTICE = ("<!-- Written by bench/performance.py from bench/results/*.json and bench/performance/*.md: "
+          "edit those and run it, not this page. -->")
+
+
+# ---- number formats -------------------------------------------------------------------------------------------------
+
+def count(x: float) -> str:
+    """344k, 47.4k, 980: a rate or a count as the page writes it."""
+    if x >= 100_000:
+        return f"{x / 1000:.0f}k"
+    return f"{x / 1000:.1f}k" if x >= 10_000 else f"{x:,.0f}"
+
+
+def ratio(x: float | None) -> str:
+    return "–" if x is None else f"{x:.2f}"
+
+
+def pct(x: float, digits: int = 1) -> str:
+    return f"{100 * x:.{digits}f}%"
+
+
+def change(x: float) -> str:
+    """-0.4924 → '−49%': a relative change with its sign."""
+    return f"{100 * x:+.0f}%".replace("-", "−")
+
+
+def ms(x: float) -> str:
+    """Milliseconds with about two significant digits (0.46, 2.3, 52, 3,629)."""
+    if x < 1:
+        return f"{x:.2f}"
+    return f"{x:.1f}" if x < 10 else f"{x:,.0f}"
+
+
+def secs(x: float, digits: int = 2) -> str:
+    return f"{x:.{digits}f}"
+
+
+def minutes(x: float) -> str:
+    """1916 → '31 min 56 s'."""
+    total = round(x)
+    return f"{total // 60} min {total % 60} s"
+
+
+def spread(values: list[float], fmt=ratio) -> str:
+    """'0.67–1.09': the range of some figures, or one figure when they agree."""
+    low, high = fmt(min(values)), fmt(max(values))
+    return low if low == high else f"{low}–{high}"
+
+
+def table(header: list[str], rows: list[list[str]], align: list[str] | None = None) -> str:
+    rule = align or ["---"] * len(header)
+    lines = ["| " + " | ".join(header) + " |", "|" + "|".join(rule) + "|"]
+    return "\n".join(lines + ["| " + " | ".join(map(str, row)) + " |" for row in rows])
+
+
+def load_average(values: list) -> float:
+    return float(values[0])
+
+
+# ---- harness (bench/harness.py) -------------------------------------------------------------------------------------
+
+def _vs(h: dict, figure: str, worker: float, other: float) -> str:
+    trials = ", ".join(ratio(r) for r in h["paired_trial_ratios"][figure])
+    median = ratio(h["paired_trial_ratio_medians"][figure])
+    return f"**{ratio(h[figure])}** ({count(worker)} vs {count(other)} msgs/s; per trial {trials}; median {median})"
+
+
+def _codecs(h: dict) -> str:
+    behind = [f"{fmt}: {c['brokerbench']['library']} (fastest {c['fastest']})"
+              for fmt, c in {**h["codecs"], **h["codecs_at_10x_size"]}.items()
+              if c["brokerbench"]["library"] != c["fastest"]]
+    which = ", ".join(f"{fmt} {c['brokerbench']['library']}" for fmt, c in h["codecs"].items())
+    told = "every codec is its format's fastest" if not behind else "not the fastest: " + "; ".join(behind)
+    return f"**{ratio(h['codec_vs_fastest_worst'])}** ({told}: {which})"
+
+
+def _accuracy(h: dict, figure) -> str:
+    by_broker: dict[str, list[str]] = {}
+    for cell in h["rate_accuracy"]:
+        by_broker.setdefault(BROKERS.get(cell["broker"], cell["broker"]), []).append(figure(cell))
+    return "; ".join(f"{broker} {' / '.join(values)}" for broker, values in by_broker.items())
+
+
+def _signed_error(cell: dict) -> str:
+    error = cell["rate_achieved"] / cell["rate_target"] - 1
+    return f"{pct(abs(error), 2 if abs(error) < 0.01 else 1)} {'over' if error > 0 else 'short'}"
+
+
+def _harness_column(h: dict) -> list[str]:
+    k, r, i = h["kafka"], h["redis"], h["instrumentation"]
+    floor = h["schedule_floor"]
+    worst = max(h["rate_accuracy"], key=lambda c: c["publish_delay_p99_ms"])
+    return [
+        _vs(h, "kafka_vs_bare", k["worker_publish_only_msgs_per_s"], k["bare_msgs_per_s"]),
+        _vs(h, "redis_vs_bare", r["worker_publish_only_msgs_per_s"], r["bare_msgs_per_s"]),
+        _vs(h, "kafka_vs_native", k["worker_publish_only_msgs_per_s"], k["producer_performance_msgs_per_s"]),
+        _vs(h, "redis_vs_native", r["worker_publish_only_msgs_per_s"], r["redis_benchmark_msgs_per_s"]),
+        _codecs(h),
+        f"**{i['total_ns']:,.0f} ns** (producer {i['producer_ns']:.0f}, consumer {i['consumer_ns']:.0f}, "
+        f"bulk {i['bulk_ns']:.0f})",
+        f"**{pct(h['rate_error_worst'])}** (at 25/50/80%: {_accuracy(h, _signed_error)})",
+        f"**{ms(h['publish_delay_p99_ms_worst'])} ms** ({BROKERS.get(worst['broker'], worst['broker'])} at {worst['share_of_max']:.0%}). "
+        f"At 25/50/80%: {_accuracy(h, lambda c: ms(c['publish_delay_p99_ms']))} ms",
+        f"{_accuracy(h, lambda c: ms(c['floor_p99_ms']))} ms",
+        f"idle **{ms(floor['idle']['p99_ms'])} ms**; beside one busy process **{ms(floor['one_core_busy']['p99_ms'])} ms** "
+        f"(max {ms(floor['one_core_busy']['max_ms'])} ms)",
+    ]
+
+
+HARNESS_ROWS = [
+    ("`kafka_vs_bare`: worker (publish-only, max rate) ÷ bare confluent-kafka produce()+poll(0) loop, same producer "
+     "config", "≥ 1.0"),
+    ("`redis_vs_bare`: worker (publish-only) ÷ bare Python loop of the same XADDs, pipeline 100", "≥ 1.0"),
+    ("`kafka_vs_native`: worker ÷ Kafka's ProducerPerformance, same acks, linger, batch, compression", "≥ 1.0"),
+    ("`redis_vs_native`: worker (publish-only) ÷ redis-benchmark XADD, 1 connection, pipeline 100", "≥ 0.8"),
+    ("`codec_vs_fastest_worst`: each codec ÷ the fastest Python implementation of its format (net encode + decode, "
+     "1 KB and 10 KB)", "≤ 1.2"),
+    ("`instrumentation_ns_per_msg`: clocks, header, ack and receive bookkeeping, bulk accounting and histograms",
+     "≤ 1 µs"),
+    ("`rate_error_worst`: delivered vs target at 25/50/80% of the produce+consume maximum", "≤ 1%"),
+    ("`publish_delay_p99_ms_worst`", "< 1 ms"),
+    ("`floor_p99_ms` of each rate-accuracy run: an empty schedule (2,000 ticks/s, same thread priority) running beside "
+     "the cell", "(the machine's floor)"),
+    ("`schedule_floor`: the same empty schedule at 100k ticks/s, alone", ""),
+]
+
+
+def _run_title(h: dict) -> str:
+    return f"{h['conditions']['when']} ({h['conditions']['load']}, {h['trials']} trials of {h['seconds']} s)"
+
+
+def _implementations(codec: dict) -> str:
+    return ", ".join(f"{name} {c['encode_net_ns']:,.0f} / {c['decode_net_ns']:,.0f}"
+                     for name, c in codec["implementations"].items())
+
+
+def harness(results: dict) -> dict:
+    runs = [results["harness"]] + ([results["harness_loaded"]] if "harness_loaded" in results else [])
+    columns = [_harness_column(h) for h in runs]
+    rows = [[name, *(c[n] for c in columns), target] for n, (name, target) in enumerate(HARNESS_ROWS)]
+    h = runs[0]
+    worst = max(h["rate_accuracy"], key=lambda c: c["publish_delay_p99_ms"])
+    maxima = "; ".join(f"{_run_title(run)}: Kafka {count(run['kafka']['worker_produce_consume_msgs_per_s'])} msgs/s, "
+                       f"Redis Streams {count(run['redis']['worker_produce_consume_msgs_per_s'])}" for run in runs)
+    return {
+        "conditions": "; ".join(_run_title(run) for run in runs),
+        "trials": str(h["trials"]),
+        "machine": f"{h['machine']['cpu']}, {h['machine']['cores']} cores, Python {h['machine']['python']}",
+        "table": table(["figure", *(_run_title(run) for run in runs), "target"], rows),
+        "loop_floor_ns": f"{h['codecs']['json']['loop_floor_ns']['encode_ns']:.0f}",
+        "maxima": maxima,
+        "msgpack_1kb": _implementations(h["codecs"]["msgpack"]),
+        "msgpack_10kb": _implementations(h["codecs_at_10x_size"]["msgpack"]),
+        "protobuf_1kb": _implementations(h["codecs"]["protobuf"]),
+        "kafka_trials": ", ".join(ratio(r) for r in h["paired_trial_ratios"]["kafka_vs_bare"]),
+        "redis_trials": ", ".join(ratio(r) for r in h["paired_trial_ratios"]["redis_vs_bare"]),
+        "worst_delay": f"{BROKERS.get(worst['broker'], worst['broker'])} at {worst['share_of_max']:.0%}: {ms(worst['publish_delay_p99_ms'])} ms "
+                       f"delay p99 beside a floor p99 of {ms(worst['floor_p99_ms'])} ms",
+        "idle_floor": ms(h["schedule_floor"]["idle"]["p99_ms"]),
+        "busy_floor": ms(h["schedule_floor"]["one_core_busy"]["p99_ms"]),
+        "sleeping_loop": _sleeping_loop(results["latency_truth_before"]),
+    }
+
+
+def _sleeping_loop(before: dict) -> str:
+    cell = next(c for c in before["cells"] if c["rate"] == 1000)
+    return (f"{cell['publish_p50_us']:,.0f} µs at {cell['rate']:,} msgs/s for a {cell['end_to_end_p50_us']:,.0f} µs "
+            f"end-to-end p50")
+
+
+# ---- cell overhead (bench/cell_overhead.py) -------------------------------------------------------------------------
+
+PHASES = [
+    ("CellStarted read + write", ["cell_started_written"]),
+    ("driver, broker check, topic creation", ["driver", "check", "create_topic"]),
+    ("processes: start to first line", ["spawn", "processes_began"]),
+    ("processes: connect, payload pool (ready)", ["processes_ready"]),
+    ("readiness probe, after ready", ["probe", "probe_acknowledged", "probe_received"]),
+    ("codec floor, lead to t_start", ["codec_floor", "go", "t_start"]),
+    ("producers' flush after t_end", ["producers_done"]),
+    ("drain and consumers' close", ["processes_done"]),
+    ("cell end (broker counts, verdict, CellCompleted)", ["complete"]),
+    ("stop processes, delete topic, close", ["processes_stopped", "delete_topic", "driver_closed", "end"]),
+]
+
+
+def _phase(summary: dict, keys: list[str]) -> str:
+    return secs(sum(summary["phases_s_median"].get(k, 0.0) for k in keys))
+
+
+def _label_columns(co: dict, labels: list[str]) -> list[tuple[str, dict]]:
+    return [(f"{BROKERS[b]} {label}", co[label]["summary"][b]) for b in BROKERS for label in labels]
+
+
+def cell_overhead(results: dict) -> dict:
+    co = results["cell_overhead"]
+    columns = _label_columns(co, ["before", "after"])
+    figures = [("overhead per cell", "overhead_s_median", ""),
+               ("of which past the warm-up the cell used", "overhead_beyond_warmup_used_s_median", "**"),
+               ("warm-up used (adaptive, `warmup_s` = 1)", "warmup_used_s_median", "")]
+    summary = [[name] + [f"{bold}{s[key]:.1f} s{bold}" for _, s in columns] for name, key, bold in figures]
+    phases = [[name] + [_phase(s, keys) for _, s in columns] for name, keys in PHASES]
+    loads = [load_average(co[label][when]) for label in ("before", "after")
+             for when in ("load_average_before", "load_average_after")]
+    once = co["after_main_once"]["summary"]
+    writes = [s["event_writes_s_median"] for _, s in columns]
+    return {
+        "summary_table": table([""] + [c for c, _ in columns], summary),
+        "phase_table": table(["phase"] + [c for c, _ in columns], phases),
+        "load": f"{min(loads):.0f} to {max(loads):.0f}",
+        "event_writes": f"{min(writes):.2f} to {max(writes):.2f} s",
+        "first_line": " and ".join(f"{_phase(once[b], ['spawn', 'processes_began'])} s ({BROKERS[b]})" for b in BROKERS),
+        "past_warmup": " and ".join(f"**{once[b]['overhead_beyond_warmup_used_s_median']:.2f} s**" for b in BROKERS),
+        "once_load": f"{load_average(co['after_main_once']['load_average_before']):.0f}",
+        "warmup_bound": f"{max(c['warmup']['max_s'] for c in co['after']['cells']):.0f} s",
+    }
+
+
+# ---- run overhead (bench/run_overhead.py) ---------------------------------------------------------------------------
+
+QUICK_LABELS = {
+    "before": "before",
+    "after_fork_server_probe_offset0": "fork server, early probe, Kafka offset 0",
+    "after_main_module_once": "and the main module imported once",
+    "after_main_module_once_second_run": "the same code again",
+}
+
+
+def _rest_of_cell(quick: dict) -> float:
+    phases = quick["phases_s_median"]
+    return sum(v for k, v in phases.items() if k not in ("measure_start", "t_end"))
+
+
+def _quick_row(label: str, q: dict) -> list[str]:
+    cell = q["per_cell"]
+    phased = "phases_s_median" in q
+    return [QUICK_LABELS.get(label, label), f"{q['wall_s']:.0f} s", f"×{q['ratio']:.2f}",
+            f"×{cell['cell_time_over_schedule_median']:.2f} / ×{cell['cell_time_over_schedule_max']:.2f}",
+            f"{q['phases_s_median']['measure_start']:.1f} s" if phased else "",
+            f"{_rest_of_cell(q):.2f} + {cell['between_cells_s_median']:.2f} s" if phased else "",
+            f"{cell['run_requested_to_first_cell_s']:.0f} s" if phased else "",
+            f"{load_average(q['load_average_before']):.0f}"]
+
+
+def _run_row(name: str, r: dict) -> list[str]:
+    cell = r["per_cell"]
+    return [name, str(r["cells"]), f"**{r['wall_s']:.1f} s**", f"{r['scheduled_s']} s", f"×{r['ratio']:.2f}",
+            f"×{cell['cell_time_over_schedule_median']:.2f} / ×{cell['cell_time_over_schedule_max']:.2f}"]
+
+
+def run_overhead(results: dict) -> dict:
+    quick = {label: entry["quick"] for label, entry in results["quick_overhead"].items()}
+    last = list(quick.values())[-1]
+    runs = results["run_overhead"]
+    return {
+        "quick_table": table(["quick suite", "wall time", "ratio", "per cell (median / max)", "warm-up used (median)",
+                              "rest of a cell + between cells", "before the first cell", "load at the start"],
+                             [_quick_row(label, q) for label, q in quick.items()]),
+        "quick_cells": str(last["cells"]),
+        "quick_scheduled": f"{last['scheduled_s']}",
+        "rest": f"{_rest_of_cell(last):.2f} s",
+        "between": f"{last['per_cell']['between_cells_s_median']:.2f} s",
+        "warmup": f"{last['phases_s_median']['measure_start']:.1f} s",
+        "run_table": table(["run", "cells", "wall time", "scheduled", "ratio", "per cell (median / max)"],
+                           [_run_row("quick suite (`make run`) of an earlier, 5 s-cell suite", runs["quick"]),
+                            _run_row("multi-consumer", runs["multi_consumer"])]),
+    }
+
+
+# ---- the test suite (bench/test_suite.py) ---------------------------------------------------------------------------
+
+def _result(row: dict) -> str:
+    counts = [f"{row[k]} {k}" for k in ("passed", "failed", "errors", "skipped") if row.get(k)]
+    done = ", ".join(counts) or "no result"
+    return done if row.get("finished", True) else f"stopped unfinished: {done}"
+
+
+def _load(row: dict) -> str:
+    start, end = row.get("load_start"), row.get("load_end")
+    note = row.get("load_note")
+    if start is None:
+        return note or "not recorded"
+    return f"{start:g} → {end:g}" + (f" ({note})" if note else "")
+
+
+def _wall(seconds: float | None, bold: bool = False) -> str:
+    if seconds is None:
+        return "–"
+    return f"**{minutes(seconds)}**" if bold else minutes(seconds)
+
+
+def _suite_row(row: dict) -> list[str]:
+    return [row["how"], _load(row), _wall(row.get("pytest_wall_s"), row.get("finished", True)),
+            _wall(row.get("make_test_wall_s")), _wall(row.get("cpu_s")), _result(row), _when(row)]
+
+
+def _when(row: dict) -> str:
+    return f"{row['date']}, {row.get('commit') or 'code not recorded'}" + (f"; {row['note']}" if row.get("note") else "")
+
+
+def test_suite(results: dict) -> dict:
+    rows = results["test_suite"]["rows"]
+    return {"table": table(["how", "machine's load (1-min average, start → end)", "wall time of pytest",
+                            "whole `make test`", "CPU time (user + system)", "result", "date, code"],
+                           [_suite_row(r) for r in rows])}
+
+
+# ---- the first run (bench/first_run.py, setup_first_run.json) -------------------------------------------------------
+
+def _first_run_row(row: dict) -> list[str]:
+    return [row["label"], row["how"], _wall(row.get("setup_wall_s")), _wall(row.get("run_wall_s"), True),
+            _wall(row.get("total_wall_s")), str(row.get("exit_code", "–")), _load(row),
+            _when(row)]
+
+
+def first_run(results: dict) -> dict:
+    rows = results.get("first_run", {}).get("rows", [])
+    setup = results["setup_first_run"]
+    before, after = setup["make_setup_wall_s"]["before"], setup["make_setup_wall_s"]["after"]
+    header = ["label", "how", "`make setup`", "`make run`", "together", "exit code", "load (start → end)", "date, code"]
+    body = [_first_run_row(r) for r in rows] or [["not measured yet"] + [""] * (len(header) - 1)]
+    skipped = setup["skipped_by_make_setup"]
+    return {
+        "table": table(header, body),
+        "setup_what": setup["what"],
+        "setup_date": setup["date"],
+        "setup_table": table(["", "before", "after"], [
+            ["`make setup` wall time", minutes(before), minutes(after)],
+            ["of which `pip install`", minutes(setup["pip_install_s"]["before"]), minutes(setup["pip_install_s"]["after"])],
+            ["broker install step", minutes(setup["broker_step_s"]["before"]), minutes(setup["broker_step_s"]["after"])],
+            ["broker install step alone (shared venv)", minutes(setup["broker_step_alone_s"]["before"]),
+             minutes(setup["broker_step_alone_s"]["after"])],
+            ["installed brokers (MB)", str(skipped["cache_mb"]["before"]), str(skipped["cache_mb"]["after"])]]),
+        "skipped": f"ZooKeeper-mode Kafka {skipped['kafka_zookeeper_fetch_s']} s, Pulsar {skipped['pulsar_fetch_s']} s "
+                   f"and its class-data archive {skipped['pulsar_class_archive_s']} s",
+        "cold": "; ".join(f"{name} {c['seconds']} s ({c['repository_mb']} MB)"
+                          for name, c in setup["cold_maven_download"].items() if isinstance(c, dict)),
+    }
+
+
+# ---- reports (bench/report_build.py) --------------------------------------------------------------------------------
+
+def _report_row(r: dict, how: str) -> list[str]:
+    what = (f"comparison report of a {r['cells']:,}-cell run with {r['intervals_per_cell']} intervals per cell "
+            f"({r['events']:,} events stored, {r['events_read']:,} read)")
+    figure = (f"**{r['total_s']:.2f} s** (read {r['read_s']:.2f} s, model {r['model_s']:.2f} s, Markdown + HTML "
+              f"{r['render_s']:.2f} s; HTML {r['html_kb'] / 1000:.1f} MB); {r['machine']}, {r['date']}")
+    return [what, figure, "< 5 s", how]
+
+
+def reports(results: dict) -> dict:
+    rows = [_report_row(results["report_build"], "`.venv/bin/python bench/report_build.py` "
+                                                 "(`bench/results/report_build.json`)"),
+            _report_row(results["report_build_2000"], "`.venv/bin/python bench/report_build.py --cells 2000 --repeat 1` "
+                                                      "(`bench/results/report_build_2000.json`)")]
+    big = results["report_build_2000"]
+    return {"table": table(["what", "figure", "target", "how"], rows),
+            "setup_2000": f"{big['setup_s']:.0f} s"}
+
+
+# ---- the HTTP API under load (bench/api_load.py) --------------------------------------------------------------------
+
+ROUTES = {"list_runs": "`GET /runs?limit=20`", "get_run": "`GET /runs/{id}`", "report_published": "report, published",
+          "report_built": "report, built from events"}
+
+
+def _latency(x: float) -> str:
+    return f"{x / 1000:.2f} s" if x >= 1000 else f"{x:.0f} ms"
+
+
+def _api_row(name: str, r: dict, bold: bool = False) -> list[str]:
+    b = "**" if bold else ""
+    lat = r["latency_ms"]
+    return [name, str(r["requests"]), f"{b}{r['errors']}{b}", f"{b}{r['throughput_req_per_s']}{b}",
+            f"{b}{_latency(lat['p50'])}{b}", _latency(lat["p90"]), f"{b}{_latency(lat['p99'])}{b}", _latency(lat["max"])]
+
+
+def api_load(results: dict) -> dict:
+    a = results["api_load"]
+    s, alone = a["setup"], a["one_client"]
+    rows = [_api_row("all requests", a["overall"], True)]
+    rows += [_api_row(ROUTES[k], r) for k, r in a["routes"].items()]
+    rows.append(_api_row(f"one client alone ({alone['elapsed_s']:.0f} s, first)", alone["overall"]))
+    runs = s["stored_runs"]
+    return {
+        "clients": str(s["clients"]), "seconds": str(s["seconds"]),
+        "runs": str(len(runs)), "cells": str(runs[0]["cells"]), "events": str(runs[0]["events"]),
+        "published": str(sum(1 for r in runs if r["published"])),
+        "unpublished": str(sum(1 for r in runs if not r["published"])),
+        "load": f"{a['machine']['load_average_1min']['before']:.1f} before, "
+                f"{a['machine']['load_average_1min']['after']:.1f} after",
+        "elapsed": f"{a['elapsed_s']:.0f} s",
+        "table": table([f"{s['clients']} clients, {s['seconds']} s", "requests", "errors", "req/s", "p50", "p90", "p99",
+                        "max"], rows),
+        "little": f"{s['clients']} clients ÷ {a['overall']['throughput_req_per_s']} req/s = "
+                  f"{s['clients'] / a['overall']['throughput_req_per_s']:.1f} s",
+        "alone": ", ".join(f"{ROUTES[k]} {_latency(r['latency_ms']['p50'])}" for k, r in alone["routes"].items()),
+    }
+
+
+# ---- false claims in A/A reports (bench/false_claims.py) ------------------------------------------------------------
+
+NOISE = {"lognormal": "lognormal", "heavy": "heavy-tailed (t, 3 df)", "shared": "shared offset per repeat"}
+
+
+def _noise_range(simulated_noise: dict, figure: str) -> str:
+    low, high = (math.exp(x) - 1 for x in simulated_noise[figure]["log_sd_range"])
+    return f"{100 * low:.0f}–{100 * high:.0f}%" if round(low, 2) != round(high, 2) else f"{100 * low:.0f}%"
+
+
+def _simulated_row(s: dict) -> list[str]:
+    return [NOISE.get(s["noise"], s["noise"]), str(s["repeats"]), f"**{pct(s['false_claim_rate'])}**",
+            pct(s["previous_rule_false_claim_rate"]), pct(s["detection_rate"])]
+
+
+def false_claims(results: dict) -> dict:
+    f = results["false_claims"]
+    sim, real, noise = f["simulated"], f["real"], f["simulated_noise"]
+    runs = real["runs"]
+    spreads = [v for run in runs for v in run["p99_repeat_spread"].values()]
+    walls = [r["wall_s"] for r in real["run_list"]]
+    early = f["real_3s_cells"]
+    return {
+        "reports": f"{sim[0]['reports']:,}", "comparisons": str(sim[0]["comparisons_per_report"]),
+        "p99_noise": _noise_range(noise, "end_to_end_p99_us"),
+        "p999_noise": _noise_range(noise, "end_to_end_p999_us"),
+        "p50_noise": _noise_range(noise, "end_to_end_p50_us"),
+        "throughput_noise": _noise_range(noise, "throughput_msgs_per_s"),
+        "table": table(["noise", "repeats", "reports with any false claim", "previous rule", "doubled p99 claimed"],
+                       [_simulated_row(s) for s in sim], ["---", "---:", "---:", "---:", "---:"]),
+        "detect_3": spread([s["detection_rate"] for s in sim if s["repeats"] == 3], pct),
+        "detect_5": spread([s["detection_rate"] for s in sim if s["repeats"] == 5], pct),
+        "another": spread([s["with_doubled_p99_reports_with_another_false_claim"] / s["reports"] for s in sim], pct),
+        "real_runs": str(len(runs)), "real_repeats": str(real["spec"]["repeats"]),
+        "real_spec": f"{real['spec']['sizes'][0]:,} B at {real['spec']['rates'][0]:,} msgs/s, "
+                     f"{real['spec']['duration_s']} s after a {real['spec']['warmup_s']} s warm-up",
+        "real_wall": f"{min(walls):.0f}–{max(walls):.0f} s",
+        "real_comparisons": str(real["comparisons_per_report"]),
+        "real_false": f"**{real['reports_with_a_false_claim']} of {real['reports']} reports carried a false claim**",
+        "real_claims": "; ".join(f"`{c}`" for c in real["false_claims"]),
+        "real_spread": f"{100 * min(spreads):.0f}–{100 * max(spreads):.0f}%",
+        "eligible": spread([r["eligible_for_latency_claims"] for r in runs], lambda x: f"{x:.0f}"),
+        "configurations": str(len(runs[0]["p99_repeat_spread"])),
+        "doubled": f"{real['doubled_p99_detected']} of {real['doubled_p99_trials']}",
+        "early": f"{early['reports_with_a_false_claim']} of {early['reports']}",
+        "early_claims": "; ".join(f"`{c}`" for c in early["false_claims"]),
+        "early_duration": f"{early['spec']['duration_s']} s",
+    }
+
+
+# ---- regression checks in A/A (bench/aa_regression.py) --------------------------------------------------------------
+
+def _verdicts(block: dict) -> str:
+    v = block["by_verdict"]
+    return ", ".join(f"{v[k]} `{k}`" for k in ("regression", "improvement", "unstable", "unchanged") if v[k])
+
+
+def _injected(inj: dict, figure: str) -> dict:
+    return {k: v for k, v in inj["per_verdict"].items() if k.startswith("kafka") and k.endswith(figure)}
+
+
+
+def aa_regression(results: dict) -> dict:
+    a = results["aa_regression"]
+    aa, inj = a["aa"], a["injected"][0]
+    spec = a["spec"]
+    walls = [r["wall_s"] for r in aa["runs"]]
+    throughput = _injected(inj, "throughput_msgs_per_s")
+    p99 = {**_injected(inj, "end_to_end_p99_us"), **_injected(inj, "publish_latency_p99_us")}
+    tp_regressions = sum(v["regression"] for v in throughput.values())
+    tp_total = sum(sum(v[k] for k in ("regression", "improvement", "unstable", "unchanged")) for v in throughput.values())
+    p99_unstable = sum(v["unstable"] for v in p99.values())
+    p99_total = sum(sum(v[k] for k in ("regression", "improvement", "unstable", "unchanged")) for v in p99.values())
+    redis_alarms = inj["redis_false_alarms"]
+    noise = aa["noise"]
+    p99_repeat = [v["repeat_spread"] for k, v in noise.items() if k.endswith("p99_us")]
+    rows = [
+        [f"A/A: comparisons with any `regression` or `improvement` ({aa['new_rule']['comparisons']} comparisons × "
+         f"{aa['new_rule']['verdicts'] // aa['new_rule']['comparisons']} verdicts)",
+         f"**{aa['new_rule']['comparisons_with_any_alarm']} of {aa['new_rule']['comparisons']}** "
+         f"({_verdicts(aa['new_rule'])})",
+         f"{aa['old_rule']['comparisons_with_any_alarm']} of {aa['old_rule']['comparisons']}"],
+        [f"each A/A run against the runs before it, as CheckRegression does ({aa['in_sequence']['comparisons']} checks "
+         "with a baseline)", f"{aa['in_sequence']['comparisons_with_any_alarm']} alarms "
+         f"({aa['in_sequence']['cannot_tell']} of {aa['in_sequence']['verdicts']} verdicts \"cannot tell\")", "–"],
+        [f"the same {aa['pairs_without_history']['comparisons']} pairs with no history",
+         f"{aa['pairs_without_history']['comparisons_with_any_alarm']} alarms "
+         f"({aa['pairs_without_history']['cannot_tell']} of {aa['pairs_without_history']['verdicts']} \"cannot tell\")",
+         ""],
+        [f"quota {inj['quota_bytes_per_s']:,} B/s: Kafka throughput "
+         f"({spread([v['median_change'] for v in throughput.values()], change)}; repeats "
+         f"{spread([x for r in inj['kafka_repeats'] for x in r['throughput_per_repeat']], lambda x: f'{x:,.0f}')} msgs/s)",
+         f"**regression in {tp_regressions} of {tp_total}**", ""],
+        [f"quota {inj['quota_bytes_per_s']:,} B/s: Kafka p99 "
+         f"(×{spread([v['median_change'] + 1 for v in p99.values()], lambda x: f'{x:.0f}')}, end-to-end and publish)",
+         f"`unstable` in {p99_unstable} of {p99_total}", ""],
+        [f"quota {inj['quota_bytes_per_s']:,} B/s: any alarm on the Redis cells",
+         f"{redis_alarms} in {inj['comparisons']} comparisons", ""],
+    ]
+    return {
+        "runs": str(len(aa["runs"])), "quick": "a `--quick` session" if a["quick"] else "a session",
+        "spec": f"{spec['sizes'][0]:,} B at {spec['rates'][0]:,} msgs/s, {spec['warmup_s']} s warm-up, "
+                f"{spec['duration_s']} s cells, {spec['repeats']} repeats",
+        "walls": f"{min(walls):.0f}–{max(walls):.0f} s per run",
+        "when": a["when"][:10],
+        "table": table(["", "new rule", "previous rule (Mann–Whitney over per-second intervals)"], rows),
+        "detectable": f"÷{a['aa']['detectable']['throughput_msgs_per_s']:.1f}",
+        "p99_repeat": f"{100 * min(p99_repeat):.0f}–{100 * max(p99_repeat):.0f}%",
+        "workflow": "; ".join(c for w in inj["workflow_checks"] for c in w["regressions"]),
+    }
+
+
+# ---- the page -------------------------------------------------------------------------------------------------------
+
+SECTIONS = {"intro": None, "harness": harness, "cell_overhead": cell_overhead, "run_overhead": run_overhead,
+            "test_suite": test_suite, "first_run": first_run, "reports": reports, "api_load": api_load,
+            "false_claims": false_claims, "aa_regression": aa_regression}
+
+
+def load_results(folder: Path) -> dict:
+    return {p.stem: json.loads(p.read_text()) for p in sorted(folder.glob("*.json"))}
+
+
+def render_section(name: str, results: dict, templates: Path = TEMPLATES) -> str:
+    path = next(templates.glob(f"*-{name}.md"))
+    fill = SECTIONS[name]
+    return Template(path.read_text()).substitute(fill(results) if fill else {}).strip() + "\n"
+
+
+def render(results: dict, templates: Path = TEMPLATES) -> str:
+    return NOTICE + "\n" + "\n".join(render_section(name, results, templates) for name in SECTIONS)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--results", default=str(RESULTS), help="the folder of result files")
+    parser.add_argument("--out", default=str(OUT), help="the page to write or check")
+    parser.add_argument("--check", action="store_true", help="write nothing; exit 1 with a diff if the page differs")
+    args = parser.parse_args(argv)
+    text = render(load_results(Path(args.results)))
+    out = Path(args.out)
+    if args.check:
+        old = out.read_text() if out.exists() else ""
+        diff = list(difflib.unified_diff(old.splitlines(True), text.splitlines(True), str(out), "from the results"))
+        sys.stdout.writelines(diff)
+        return 1 if diff else 0
+    out.write_text(text)
+    print(f"written: {out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

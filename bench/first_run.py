@@ -32,7 +32,8 @@ OUT = REPO / "bench" / "results" / "first_run.json"
 
 def fresh_env() -> dict:
     """The caller's environment without the project's own variables and with CI=true (no browser opens)."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("BROKERBENCH_") and k not in ("PYTHONPATH", "VIRTUAL_ENV")}
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith("BROKERBENCH_") and k not in ("PYTHONPATH", "VIRTUAL_ENV")}
     return {**env, "CI": "true"}
 
 

@@ -539,6 +539,12 @@ def summary(args, trials: Trials, codec_results: dict, floor: dict, instrumentat
     }
 
 
+def conditions(when: str, load_before: float, load_after: float) -> dict:
+    """When the run started and the machine's 1-min load average before and after it (docs/performance.md's column)."""
+    return {"when": when, "load": f"load average {load_before:.1f} before, {load_after:.1f} after",
+            "load_average_1min": {"before": round(load_before, 2), "after": round(load_after, 2)}}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--out", help="write the results as JSON")
@@ -547,6 +553,7 @@ def main() -> None:
     parser.add_argument("--trials", type=int, default=3, help="capacity figures are the best of this many runs, "
                                                                "for the worker and the tools alike")
     args = parser.parse_args()
+    when, load_before = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), os.getloadavg()[0]
     stack = LocalStack()
     started = [s for s in SERVICES if stack.status()[s]["state"] != "running"]
     endpoints = stack.up(SERVICES, log=lambda m: print(m, file=sys.stderr))
@@ -568,6 +575,7 @@ def main() -> None:
             stack.down(started, log=lambda m: None)
     result = summary(args, trials, codec_results, floor, instrumentation, accuracy)
     result["codecs_at_10x_size"] = codecs_larger
+    result["conditions"] = conditions(when, load_before, os.getloadavg()[0])
     result["codec_vs_fastest_worst"] = max(c["ratio_to_fastest"] for r in (codec_results, codecs_larger)
                                            for c in r.values())
     print(json.dumps({k: result[k] for k in list(result)[:9]}, indent=2))

@@ -106,6 +106,10 @@ def _accuracy(h: dict, figure) -> str:
     return "; ".join(f"{broker} {' / '.join(values)}" for broker, values in by_broker.items())
 
 
+def _cell_name(cell: dict) -> str:
+    return f"{BROKERS.get(cell['broker'], cell['broker'])} at {cell['share_of_max']:.0%}"
+
+
 def _signed_error(cell: dict) -> str:
     error = cell["rate_achieved"] / cell["rate_target"] - 1
     return f"{pct(abs(error), 2 if abs(error) < 0.01 else 1)} {'over' if error > 0 else 'short'}"
@@ -124,10 +128,11 @@ def _harness_column(h: dict) -> list[str]:
         f"**{i['total_ns']:,.0f} ns** (producer {i['producer_ns']:.0f}, consumer {i['consumer_ns']:.0f}, "
         f"bulk {i['bulk_ns']:.0f})",
         f"**{pct(h['rate_error_worst'])}** (at 25/50/80%: {_accuracy(h, _signed_error)})",
-        f"**{ms(h['publish_delay_p99_ms_worst'])} ms** ({BROKERS.get(worst['broker'], worst['broker'])} at {worst['share_of_max']:.0%}). "
+        f"**{ms(h['publish_delay_p99_ms_worst'])} ms** ({_cell_name(worst)}). "
         f"At 25/50/80%: {_accuracy(h, lambda c: ms(c['publish_delay_p99_ms']))} ms",
         f"{_accuracy(h, lambda c: ms(c['floor_p99_ms']))} ms",
-        f"idle **{ms(floor['idle']['p99_ms'])} ms**; beside one busy process **{ms(floor['one_core_busy']['p99_ms'])} ms** "
+        f"idle **{ms(floor['idle']['p99_ms'])} ms**; "
+        f"beside one busy process **{ms(floor['one_core_busy']['p99_ms'])} ms** "
         f"(max {ms(floor['one_core_busy']['max_ms'])} ms)",
     ]
 
@@ -151,7 +156,9 @@ HARNESS_ROWS = [
 
 
 def _run_title(h: dict) -> str:
-    return f"{h['conditions']['when']} ({h['conditions']['load']}, {h['trials']} trials of {h['seconds']} s)"
+    """The run's column title: when, at what load (bench/harness.py's `conditions`), how many trials."""
+    told = h.get("conditions") or {"when": "a run", "load": "time and load not recorded"}
+    return f"{told['when']} ({told['load']}, {h['trials']} trials of {h['seconds']:g} s)"
 
 
 def _implementations(codec: dict) -> str:
@@ -179,7 +186,7 @@ def harness(results: dict) -> dict:
         "protobuf_1kb": _implementations(h["codecs"]["protobuf"]),
         "kafka_trials": ", ".join(ratio(r) for r in h["paired_trial_ratios"]["kafka_vs_bare"]),
         "redis_trials": ", ".join(ratio(r) for r in h["paired_trial_ratios"]["redis_vs_bare"]),
-        "worst_delay": f"{BROKERS.get(worst['broker'], worst['broker'])} at {worst['share_of_max']:.0%}: {ms(worst['publish_delay_p99_ms'])} ms "
+        "worst_delay": f"{_cell_name(worst)}: {ms(worst['publish_delay_p99_ms'])} ms "
                        f"delay p99 beside a floor p99 of {ms(worst['floor_p99_ms'])} ms",
         "idle_floor": ms(h["schedule_floor"]["idle"]["p99_ms"]),
         "busy_floor": ms(h["schedule_floor"]["one_core_busy"]["p99_ms"]),
@@ -234,7 +241,8 @@ def cell_overhead(results: dict) -> dict:
         "phase_table": table(["phase"] + [c for c, _ in columns], phases),
         "load": f"{min(loads):.0f} to {max(loads):.0f}",
         "event_writes": f"{min(writes):.2f} to {max(writes):.2f} s",
-        "first_line": " and ".join(f"{_phase(once[b], ['spawn', 'processes_began'])} s ({BROKERS[b]})" for b in BROKERS),
+        "first_line": " and ".join(f"{_phase(once[b], ['spawn', 'processes_began'])} s ({name})"
+                                   for b, name in BROKERS.items()),
         "past_warmup": " and ".join(f"**{once[b]['overhead_beyond_warmup_used_s_median']:.2f} s**" for b in BROKERS),
         "once_load": f"{load_average(co['after_main_once']['load_average_before']):.0f}",
         "warmup_bound": f"{max(c['warmup']['max_s'] for c in co['after']['cells']):.0f} s",
@@ -320,7 +328,8 @@ def _suite_row(row: dict) -> list[str]:
 
 
 def _when(row: dict) -> str:
-    return f"{row['date']}, {row.get('commit') or 'code not recorded'}" + (f"; {row['note']}" if row.get("note") else "")
+    when = f"{row['date']}, {row.get('commit') or 'code not recorded'}"
+    return when + (f"; {row['note']}" if row.get("note") else "")
 
 
 def test_suite(results: dict) -> dict:
@@ -338,24 +347,32 @@ def _first_run_row(row: dict) -> list[str]:
             _when(row)]
 
 
+def _before_after(figure: dict) -> list[str]:
+    return [minutes(figure["before"]), minutes(figure["after"])]
+
+
+def _setup_table(setup: dict) -> str:
+    brokers = setup["skipped_by_make_setup"]["cache_mb"]
+    return table(["", "before", "after"], [
+        ["`make setup` wall time", *_before_after(setup["make_setup_wall_s"])],
+        ["of which `pip install`", *_before_after(setup["pip_install_s"])],
+        ["broker install step", *_before_after(setup["broker_step_s"])],
+        ["broker install step alone (shared venv)", *_before_after(setup["broker_step_alone_s"])],
+        ["installed brokers (MB)", str(brokers["before"]), str(brokers["after"])]])
+
+
 def first_run(results: dict) -> dict:
     rows = results.get("first_run", {}).get("rows", [])
     setup = results["setup_first_run"]
-    before, after = setup["make_setup_wall_s"]["before"], setup["make_setup_wall_s"]["after"]
-    header = ["label", "how", "`make setup`", "`make run`", "together", "exit code", "load (start → end)", "date, code"]
+    header = ["label", "how", "`make setup`", "`make run`", "together", "exit code", "load (start → end)",
+              "date, code"]
     body = [_first_run_row(r) for r in rows] or [["not measured yet"] + [""] * (len(header) - 1)]
     skipped = setup["skipped_by_make_setup"]
     return {
         "table": table(header, body),
         "setup_what": setup["what"],
         "setup_date": setup["date"],
-        "setup_table": table(["", "before", "after"], [
-            ["`make setup` wall time", minutes(before), minutes(after)],
-            ["of which `pip install`", minutes(setup["pip_install_s"]["before"]), minutes(setup["pip_install_s"]["after"])],
-            ["broker install step", minutes(setup["broker_step_s"]["before"]), minutes(setup["broker_step_s"]["after"])],
-            ["broker install step alone (shared venv)", minutes(setup["broker_step_alone_s"]["before"]),
-             minutes(setup["broker_step_alone_s"]["after"])],
-            ["installed brokers (MB)", str(skipped["cache_mb"]["before"]), str(skipped["cache_mb"]["after"])]]),
+        "setup_table": _setup_table(setup),
         "skipped": f"ZooKeeper-mode Kafka {skipped['kafka_zookeeper_fetch_s']} s, Pulsar {skipped['pulsar_fetch_s']} s "
                    f"and its class-data archive {skipped['pulsar_class_archive_s']} s",
         "cold": "; ".join(f"{name} {c['seconds']} s ({c['repository_mb']} MB)"
@@ -376,8 +393,8 @@ def _report_row(r: dict, how: str) -> list[str]:
 def reports(results: dict) -> dict:
     rows = [_report_row(results["report_build"], "`.venv/bin/python bench/report_build.py` "
                                                  "(`bench/results/report_build.json`)"),
-            _report_row(results["report_build_2000"], "`.venv/bin/python bench/report_build.py --cells 2000 --repeat 1` "
-                                                      "(`bench/results/report_build_2000.json`)")]
+            _report_row(results["report_build_2000"], "`.venv/bin/python bench/report_build.py --cells 2000 "
+                                                      "--repeat 1` (`bench/results/report_build_2000.json`)")]
     big = results["report_build_2000"]
     return {"table": table(["what", "figure", "target", "how"], rows),
             "setup_2000": f"{big['setup_s']:.0f} s"}
@@ -397,7 +414,8 @@ def _api_row(name: str, r: dict, bold: bool = False) -> list[str]:
     b = "**" if bold else ""
     lat = r["latency_ms"]
     return [name, str(r["requests"]), f"{b}{r['errors']}{b}", f"{b}{r['throughput_req_per_s']}{b}",
-            f"{b}{_latency(lat['p50'])}{b}", _latency(lat["p90"]), f"{b}{_latency(lat['p99'])}{b}", _latency(lat["max"])]
+            f"{b}{_latency(lat['p50'])}{b}", _latency(lat["p90"]), f"{b}{_latency(lat['p99'])}{b}",
+            _latency(lat["max"])]
 
 
 def api_load(results: dict) -> dict:
@@ -475,71 +493,115 @@ def false_claims(results: dict) -> dict:
 
 # ---- regression checks in A/A (bench/aa_regression.py) --------------------------------------------------------------
 
+VERDICTS = ("regression", "improvement", "unstable", "unchanged")
+
+
 def _verdicts(block: dict) -> str:
     v = block["by_verdict"]
-    return ", ".join(f"{v[k]} `{k}`" for k in ("regression", "improvement", "unstable", "unchanged") if v[k])
+    return ", ".join(f"{v[k]} `{k}`" for k in VERDICTS if v[k])
 
 
-def _injected(inj: dict, figure: str) -> dict:
-    return {k: v for k, v in inj["per_verdict"].items() if k.startswith("kafka") and k.endswith(figure)}
+def _injected(inj: dict, *figures: str) -> dict:
+    """The quota run's verdicts on the Kafka cells' `figures`."""
+    return {k: v for k, v in inj["per_verdict"].items() if k.startswith("kafka") and k.endswith(figures)}
 
+
+def _tally(per: dict, verdict: str) -> str:
+    return f"{sum(v[verdict] for v in per.values())} of {sum(v[k] for v in per.values() for k in VERDICTS)}"
+
+
+def _aa_rows(aa: dict) -> list[list[str]]:
+    new, old, seq, alone = aa["new_rule"], aa["old_rule"], aa["in_sequence"], aa["pairs_without_history"]
+    return [
+        [f"A/A: comparisons with any `regression` or `improvement` ({new['comparisons']} comparisons × "
+         f"{new['verdicts'] // new['comparisons']} verdicts)",
+         f"**{new['comparisons_with_any_alarm']} of {new['comparisons']}** ({_verdicts(new)})",
+         f"{old['comparisons_with_any_alarm']} of {old['comparisons']}"],
+        [f"each A/A run against the runs before it, as CheckRegression does ({seq['comparisons']} checks with a "
+         f"baseline)", f"{seq['comparisons_with_any_alarm']} alarms ({seq['cannot_tell']} of {seq['verdicts']} "
+         f"verdicts \"cannot tell\")", "–"],
+        [f"the same {alone['comparisons']} pairs with no history", f"{alone['comparisons_with_any_alarm']} alarms "
+         f"({alone['cannot_tell']} of {alone['verdicts']} \"cannot tell\")", ""],
+    ]
+
+
+def _quota_rows(inj: dict) -> list[list[str]]:
+    quota = f"quota {inj['quota_bytes_per_s']:,} B/s"
+    throughput = _injected(inj, "throughput_msgs_per_s")
+    p99 = _injected(inj, "end_to_end_p99_us", "publish_latency_p99_us")
+    repeats = [x for r in inj["kafka_repeats"] for x in r["throughput_per_repeat"]]
+    return [
+        [f"{quota}: Kafka throughput ({spread([v['median_change'] for v in throughput.values()], change)}; repeats "
+         f"{spread(repeats, lambda x: f'{x:,.0f}')} msgs/s)", f"**regression in {_tally(throughput, 'regression')}**",
+         ""],
+        [f"{quota}: Kafka p99 (×{spread([v['median_change'] + 1 for v in p99.values()], lambda x: f'{x:.0f}')}, "
+         "end-to-end and publish)", f"`unstable` in {_tally(p99, 'unstable')}", ""],
+        [f"{quota}: any alarm on the Redis cells", f"{inj['redis_false_alarms']} in {inj['comparisons']} comparisons",
+         ""],
+    ]
 
 
 def aa_regression(results: dict) -> dict:
     a = results["aa_regression"]
-    aa, inj = a["aa"], a["injected"][0]
-    spec = a["spec"]
+    aa, inj, spec = a["aa"], a["injected"][0], a["spec"]
     walls = [r["wall_s"] for r in aa["runs"]]
-    throughput = _injected(inj, "throughput_msgs_per_s")
-    p99 = {**_injected(inj, "end_to_end_p99_us"), **_injected(inj, "publish_latency_p99_us")}
-    tp_regressions = sum(v["regression"] for v in throughput.values())
-    tp_total = sum(sum(v[k] for k in ("regression", "improvement", "unstable", "unchanged")) for v in throughput.values())
-    p99_unstable = sum(v["unstable"] for v in p99.values())
-    p99_total = sum(sum(v[k] for k in ("regression", "improvement", "unstable", "unchanged")) for v in p99.values())
-    redis_alarms = inj["redis_false_alarms"]
-    noise = aa["noise"]
-    p99_repeat = [v["repeat_spread"] for k, v in noise.items() if k.endswith("p99_us")]
-    rows = [
-        [f"A/A: comparisons with any `regression` or `improvement` ({aa['new_rule']['comparisons']} comparisons × "
-         f"{aa['new_rule']['verdicts'] // aa['new_rule']['comparisons']} verdicts)",
-         f"**{aa['new_rule']['comparisons_with_any_alarm']} of {aa['new_rule']['comparisons']}** "
-         f"({_verdicts(aa['new_rule'])})",
-         f"{aa['old_rule']['comparisons_with_any_alarm']} of {aa['old_rule']['comparisons']}"],
-        [f"each A/A run against the runs before it, as CheckRegression does ({aa['in_sequence']['comparisons']} checks "
-         "with a baseline)", f"{aa['in_sequence']['comparisons_with_any_alarm']} alarms "
-         f"({aa['in_sequence']['cannot_tell']} of {aa['in_sequence']['verdicts']} verdicts \"cannot tell\")", "–"],
-        [f"the same {aa['pairs_without_history']['comparisons']} pairs with no history",
-         f"{aa['pairs_without_history']['comparisons_with_any_alarm']} alarms "
-         f"({aa['pairs_without_history']['cannot_tell']} of {aa['pairs_without_history']['verdicts']} \"cannot tell\")",
-         ""],
-        [f"quota {inj['quota_bytes_per_s']:,} B/s: Kafka throughput "
-         f"({spread([v['median_change'] for v in throughput.values()], change)}; repeats "
-         f"{spread([x for r in inj['kafka_repeats'] for x in r['throughput_per_repeat']], lambda x: f'{x:,.0f}')} msgs/s)",
-         f"**regression in {tp_regressions} of {tp_total}**", ""],
-        [f"quota {inj['quota_bytes_per_s']:,} B/s: Kafka p99 "
-         f"(×{spread([v['median_change'] + 1 for v in p99.values()], lambda x: f'{x:.0f}')}, end-to-end and publish)",
-         f"`unstable` in {p99_unstable} of {p99_total}", ""],
-        [f"quota {inj['quota_bytes_per_s']:,} B/s: any alarm on the Redis cells",
-         f"{redis_alarms} in {inj['comparisons']} comparisons", ""],
-    ]
+    p99_repeat = [v["repeat_spread"] for k, v in aa["noise"].items() if k.endswith("p99_us")]
     return {
         "runs": str(len(aa["runs"])), "quick": "a `--quick` session" if a["quick"] else "a session",
         "spec": f"{spec['sizes'][0]:,} B at {spec['rates'][0]:,} msgs/s, {spec['warmup_s']} s warm-up, "
                 f"{spec['duration_s']} s cells, {spec['repeats']} repeats",
         "walls": f"{min(walls):.0f}–{max(walls):.0f} s per run",
         "when": a["when"][:10],
-        "table": table(["", "new rule", "previous rule (Mann–Whitney over per-second intervals)"], rows),
-        "detectable": f"÷{a['aa']['detectable']['throughput_msgs_per_s']:.1f}",
+        "table": table(["", "new rule", "previous rule (Mann–Whitney over per-second intervals)"],
+                       _aa_rows(aa) + _quota_rows(inj)),
+        "detectable": f"÷{aa['detectable']['throughput_msgs_per_s']:.1f}",
         "p99_repeat": f"{100 * min(p99_repeat):.0f}–{100 * max(p99_repeat):.0f}%",
         "workflow": "; ".join(c for w in inj["workflow_checks"] for c in w["regressions"]),
     }
+
+
+# ---- publish against end-to-end latency (bench/latency_truth.py) ----------------------------------------------------
+
+def _truth_rows(run: dict, which: str) -> list[list[str]]:
+    return [[which, run["code"], str(c.get("repeat", "–")), f"{c['rate']:,}", c["status"], f"{c['sent']:,}",
+             f"{c['publish_p50_us']:,.0f}", f"{c['end_to_end_p50_us']:,.0f}", f"{c['publish_delay_p50_us']:,.0f}",
+             f"{c['load_average_per_core']:.1f}" if "load_average_per_core" in c else "–"] for c in run["cells"]]
+
+
+def latency_truth(results: dict) -> dict:
+    before, now = results["latency_truth_before"], results["latency_truth"]
+    rows = _truth_rows(before, "replies stamped when the loop woke") + _truth_rows(now, "replies stamped on arrival")
+    return {"table": table(["code", "commit", "repeat", "msgs/s", "status", "sent", "publish p50 (µs)",
+                            "end-to-end p50 (µs)", "publish delay p50 (µs)", "load per core"], rows,
+                           ["---", "---", "---:", "---:", "---", "---:", "---:", "---:", "---:", "---:"]),
+            "before_at": before["measured_at"], "now_at": now["measured_at"]}
+
+
+# ---- the interval close (bench/interval_close.py) -------------------------------------------------------------------
+
+def _close_row(cell: dict) -> list[str]:
+    figures = [f"{cell['format']}", cell["status"], f"{cell['sent']:,} / {cell['received']:,}"]
+    for kind in ("end_to_end_latency_us", "delivery_latency_us", "publish_delay_us"):
+        f = cell[kind]
+        figures.append(f"{ms(f['p99'] / 1000)} / {ms(f['max'] / 1000)} / {ms(f['interval_max_median'] / 1000)}")
+    return figures
+
+
+def interval_close(results: dict) -> dict:
+    ic = results["interval_close"]
+    loads = ic["load_average_1_5_15"]
+    return {"rate": f"{ic['rate']:,}", "seconds": str(ic["seconds"]), "size": f"{ic['size']:,}",
+            "load": f"{loads['before'][0]:.0f} before, {loads['after'][0]:.0f} after",
+            "table": table(["format", "status", "sent / received", "end-to-end (ms)", "delivery (ms)",
+                            "publish delay (ms)"], [_close_row(c) for c in ic["cells"]])}
 
 
 # ---- the page -------------------------------------------------------------------------------------------------------
 
 SECTIONS = {"intro": None, "harness": harness, "cell_overhead": cell_overhead, "run_overhead": run_overhead,
             "test_suite": test_suite, "first_run": first_run, "reports": reports, "api_load": api_load,
-            "false_claims": false_claims, "aa_regression": aa_regression}
+            "false_claims": false_claims, "aa_regression": aa_regression, "latency_truth": latency_truth,
+            "interval_close": interval_close}
 
 
 def load_results(folder: Path) -> dict:

@@ -71,6 +71,14 @@ def test_a_harness_figure_follows_its_result_file(tmp_path):
     assert "| **1.23** (" in performance.render_section("harness", results)
 
 
+def test_a_harness_run_is_titled_with_the_time_and_load_the_harness_recorded():
+    performance, harness = script("performance"), script("harness")
+    results = performance.load_results(REPO / "bench" / "results")
+    results["harness"] = {**results["harness"], "conditions": harness.conditions("2030-01-01 00:00 UTC", 1.234, 4.5)}
+    assert "| 2030-01-01 00:00 UTC (load average 1.2 before, 4.5 after, 3 trials of 5 s) |" in (
+        performance.render_section("harness", results))
+
+
 def test_pytest_summary_lines_are_read():
     test_suite = script("test_suite")
     out = "....\nFAILED tests/x.py::t\n= 803 passed, 2 failed, 7 errors, 4 skipped, 3 warnings in 2143.50s (0:35:43) ="
@@ -91,4 +99,5 @@ def test_a_test_suite_row_is_appended_under_its_label(tmp_path):
     rows = json.loads(out.read_text())["rows"]
     assert [r["label"] for r in rows] == ["earlier", "trial"]
     assert (rows[1]["load_start"], rows[1]["load_end"], rows[1]["load_max"]) == (0.5, 2.0, 3.0)
-    assert (rows[1]["pytest_wall_s"], rows[1]["make_test_wall_s"], rows[1]["passed"], rows[1]["failed"]) == (25.0, 30.0, 1, 1)
+    figures = [rows[1][k] for k in ("pytest_wall_s", "make_test_wall_s", "cpu_s", "passed", "failed", "finished")]
+    assert figures == [25.0, 30.0, 12.5, 1, 1, True]

@@ -224,6 +224,13 @@ def _label_columns(co: dict, labels: list[str]) -> list[tuple[str, dict]]:
     return [(f"{BROKERS[b]} {label}", co[label]["summary"][b]) for b in BROKERS for label in labels]
 
 
+def _spec(spec: dict) -> str:
+    """'kafka and redis-streams × raw, 1,024 B at 1,000 msgs/s, 1 s warm-up, 2 s measured, 4 repeats'."""
+    return (f"{' and '.join(spec['brokers'])} × {', '.join(spec['formats'])}, "
+            f"{', '.join(f'{x:,}' for x in spec['sizes'])} B at {', '.join(f'{x:,}' for x in spec['rates'])} msgs/s, "
+            f"{spec['warmup_s']} s warm-up, {spec['duration_s']} s measured, {spec['repeats']} repeats")
+
+
 def cell_overhead(results: dict) -> dict:
     co = results["cell_overhead"]
     columns = _label_columns(co, ["before", "after"])
@@ -237,6 +244,7 @@ def cell_overhead(results: dict) -> dict:
     once = co["after_main_once"]["summary"]
     writes = [s["event_writes_s_median"] for _, s in columns]
     return {
+        "spec": _spec(co["after"]["spec"]),
         "summary_table": table([""] + [c for c, _ in columns], summary),
         "phase_table": table(["phase"] + [c for c, _ in columns], phases),
         "load": f"{min(loads):.0f} to {max(loads):.0f}",
@@ -397,7 +405,7 @@ def reports(results: dict) -> dict:
                                                       "--repeat 1` (`bench/results/report_build_2000.json`)")]
     big = results["report_build_2000"]
     return {"table": table(["what", "figure", "target", "how"], rows),
-            "setup_2000": f"{big['setup_s']:.0f} s"}
+            "cells_2000": f"{big['cells']:,}", "setup_2000": f"{big['setup_s']:.0f} s"}
 
 
 # ---- the HTTP API under load (bench/api_load.py) --------------------------------------------------------------------

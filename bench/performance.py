@@ -483,6 +483,7 @@ def false_claims(results: dict) -> dict:
         "detect_5": spread([s["detection_rate"] for s in sim if s["repeats"] == 5], pct),
         "another": spread([s["with_doubled_p99_reports_with_another_false_claim"] / s["reports"] for s in sim], pct),
         "real_runs": str(len(runs)), "real_repeats": str(real["spec"]["repeats"]),
+        "half": str(real["spec"]["repeats"] // 2), "splits": spread([r["splits"] for r in runs], lambda x: f"{x}"),
         "real_spec": f"{real['spec']['sizes'][0]:,} B at {real['spec']['rates'][0]:,} msgs/s, "
                      f"{real['spec']['duration_s']} s after a {real['spec']['warmup_s']} s warm-up",
         "real_wall": f"{min(walls):.0f}–{max(walls):.0f} s",

@@ -211,3 +211,22 @@ def test_the_api_url_and_the_bind_address_are_checked():
     with pytest.raises(ProxyConfigError, match="--host 0.0.0.0 is not a loopback"):
         SigningProxy("https://abc.execute-api.eu-west-1.amazonaws.com/v1/", REGION, lambda: CREDENTIALS,
                      host="0.0.0.0", port=0)
+
+
+def test_the_command_needs_aws_and_names_a_bad_option(capsys, monkeypatch):
+    from brokerbench.cli import main
+
+    for name, value in {"AWS_ACCESS_KEY_ID": CREDENTIALS.access_key, "AWS_SECRET_ACCESS_KEY": CREDENTIALS.secret_key,
+                        "AWS_CONFIG_FILE": "/nonexistent", "AWS_SHARED_CREDENTIALS_FILE": "/nonexistent"}.items():
+        monkeypatch.setenv(name, value)
+    for name in ("AWS_REGION", "AWS_DEFAULT_REGION", "AWS_PROFILE", "AWS_SESSION_TOKEN"):
+        monkeypatch.delenv(name, raising=False)
+    assert main(["console"]) == 2
+    assert "give --aws" in capsys.readouterr().err
+    assert main(["console", "--aws", "--api-url", "http://abc.execute-api.eu-west-1.amazonaws.com/v1/"]) == 2
+    assert "--api-url" in capsys.readouterr().err
+    assert main(["console", "--aws", "--api-url", "https://api.example.com/v1/", "--port", "0"]) == 2
+    assert "--region" in capsys.readouterr().err  # no region in the host name, none given, none configured
+    assert main(["console", "--aws", "--api-url", "https://abc.execute-api.eu-west-1.amazonaws.com/v1/",
+                 "--host", "192.0.2.1"]) == 2
+    assert "not a loopback address" in capsys.readouterr().err

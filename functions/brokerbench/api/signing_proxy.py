@@ -113,7 +113,8 @@ def send(request: AWSRequest, timeout_s: float = UPSTREAM_TIMEOUT_S) -> tuple[in
 class SigningProxy:
     """The console's files from this package, everything else to `api_url`, signed.
 
-    `credentials` is called for each request and returns botocore credentials (frozen or refreshable)."""
+    `credentials` is called for each request and returns botocore credentials (refreshable ones are read afresh:
+    get_frozen_credentials), or None when there are none."""
 
     def __init__(self, api_url: str, region: str, credentials: Callable[[], object], host: str = "127.0.0.1",
                  port: int = 8081) -> None:
@@ -189,8 +190,7 @@ class SigningProxy:
             if credentials is None:
                 raise ProxyConfigError("no AWS credentials found (AWS_PROFILE, AWS_ACCESS_KEY_ID, aws sso login)")
             request = signed_request(method, upstream_url(self.api_url, target), headers, body,
-                                     credentials.get_frozen_credentials()
-                                     if hasattr(credentials, "get_frozen_credentials") else credentials, self.region)
+                                     credentials.get_frozen_credentials(), self.region)
             return send(request)
         except (OSError, http.client.HTTPException, ProxyConfigError) as exc:
             message = f"the API at {self.api_url} was not reached: {type(exc).__name__}: {exc}"

@@ -17,7 +17,7 @@ def cmd_console(args) -> int:
     import boto3
     from botocore.exceptions import BotoCoreError
 
-    from ..api.signing_proxy import ProxyConfigError, SigningProxy, api_url_from_stack, region_of
+    from ..api.signing_proxy import ProxyConfigError, SigningProxy, api_url_from_stack, check_api_url, region_of
 
     if not args.aws:
         errors.print("brokerbench console opens the deployed API's console: give --aws. The local console is "
@@ -25,7 +25,7 @@ def cmd_console(args) -> int:
         return EXIT_INVALID
     try:
         session = boto3.Session(profile_name=args.profile, region_name=args.region)
-        api_url = args.api_url or api_url_from_stack(session.client("cloudformation"), args.stack)
+        api_url = check_api_url(args.api_url or api_url_from_stack(session.client("cloudformation"), args.stack))
         region = region_of(api_url) or args.region or session.region_name
         if not region:
             raise ProxyConfigError(f"--region: the region of {api_url} is not in its host name; give --region")

@@ -97,7 +97,7 @@ def test_a_post_with_a_query_and_a_body_is_forwarded_with_the_signature_botocore
     body = json.dumps({"suite": "smoke", "name": "café: ü"}).encode()
     status, headers, answer = call(proxy.url + "runs?z=1&suite=smoke:nightly&a=x%20y", "POST", body, {
         "Content-Type": "application/json", "Idempotency-Key": "0f8e7d6c-5b4a-4987-a654-3210fedcba98",
-        "Cookie": "session=secret", "Origin": "http://127.0.0.1", "X-Other": "kept here"})
+        "Cookie": "session=secret", "Origin": proxy.url.rstrip("/"), "X-Other": "kept here"})
     assert (status, json.loads(answer)) == (201, {"ok": True}) and headers["Content-Type"] == "application/json"
     [got] = upstream.requests
     # the path under the API's stage, the query in SigV4's canonical form (sorted, ":" and " " encoded)
@@ -230,3 +230,20 @@ def test_the_command_needs_aws_and_names_a_bad_option(capsys, monkeypatch):
     assert main(["console", "--aws", "--api-url", "https://abc.execute-api.eu-west-1.amazonaws.com/v1/",
                  "--host", "192.0.2.1"]) == 2
     assert "not a loopback address" in capsys.readouterr().err
+
+
+def test_requests_another_site_could_make_from_the_browser_are_refused_and_never_signed(proxied):
+    """A page of another site open in the same browser can send requests to 127.0.0.1: a cross-site POST carries its
+    Origin, a DNS-rebinding page its own Host. Neither reaches the API; the console's own page does."""
+    proxy, upstream = proxied
+    body, json_type = b'{"suite": "smoke"}', {"Content-Type": "application/json"}
+    status, _, answer = call(proxy.url + "runs", "POST", body, {**json_type, "Origin": "https://evil.example"})
+    assert status == 403 and "https://evil.example" in json.loads(answer)["message"]
+    status, _, answer = call(proxy.url + "runs", "POST", body, {**json_type, "Host": f"evil.example:{proxy.port}"})
+    assert status == 403 and "Host" in json.loads(answer)["message"]
+    assert upstream.requests == []
+    own = f"http://127.0.0.1:{proxy.port}"
+    assert call(proxy.url + "runs", "POST", body, {**json_type, "Origin": own})[0] == 201
+    assert call(proxy.url + "runs", "POST", body, {**json_type, "Origin": f"http://localhost:{proxy.port}"})[0] == 201
+    assert call(proxy.url + "runs", "POST", body, json_type)[0] == 201  # a program sends no Origin
+    assert len(upstream.requests) == 3

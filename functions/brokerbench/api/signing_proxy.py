@@ -9,7 +9,8 @@ What is forwarded is what is signed: the method, the path under the API's stage,
 canonical form (each name and value percent-encoded except A-Z a-z 0-9 - _ . ~, as API Gateway re-encodes what it
 receives before it checks the signature), the body, and the headers the API reads (Content-Type, Accept,
 Idempotency-Key). Cookies and every other browser header stay on this machine. It binds loopback only: whoever
-reaches it acts with the credentials it signs with.
+reaches it acts with the credentials it signs with; and it refuses what another site open in the same browser could
+send it (another Origin, another Host).
 """
 
 from __future__ import annotations
@@ -128,10 +129,15 @@ class SigningProxy:
             protocol_version = "HTTP/1.1"
 
             def _serve(self) -> None:
+                headers = {k.lower(): v for k, v in self.headers.items()}
+                refused = proxy.refused(headers)
+                if refused:
+                    self.close_connection = True
+                    return self._answer(403, [("Content-Type", "application/json")],
+                                        json.dumps({"message": refused, "field": None}).encode())
                 local = proxy.console_file(self.command, self.path)
                 if local is not None:
                     return self._answer(*local)
-                headers = {k.lower(): v for k, v in self.headers.items()}
                 try:
                     length = int(headers.get("content-length") or 0)
                 except ValueError:
@@ -168,6 +174,19 @@ class SigningProxy:
         self.host, self.port = self.httpd.server_address[:2]
         self.url = f"http://{self.host}:{self.port}/"
         self.thread = threading.Thread(target=self.httpd.serve_forever, name="signing-proxy", daemon=True)
+
+    def refused(self, headers: dict[str, str]) -> str | None:
+        """Why a request is not this machine's console speaking (None: it is). Another site open in the same browser
+        could send requests here, and they would be signed: a request whose Host is not this server's address (DNS
+        rebinding) or whose Origin is another site's (a cross-site form or fetch; browsers send Origin with every
+        such request) is refused. A request without Origin comes from a program, not from another site's page."""
+        mine = {f"{name}:{self.port}" for name in (self.host, "localhost", "127.0.0.1")}
+        if headers.get("host") not in mine:
+            return f"Host {headers.get('host')!r} is not this console's address ({self.url})"
+        origin = headers.get("origin")
+        if origin is not None and urlsplit(origin).netloc not in mine:
+            return f"requests from {origin} are not forwarded: only this console's own page ({self.url}) is signed for"
+        return None
 
     @staticmethod
     def console_file(method: str, target: str) -> tuple[int, list[tuple[str, str]], bytes] | None:

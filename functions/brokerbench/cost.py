@@ -32,10 +32,9 @@ from .spec import request_schema
 PRICING_FILE = PACKAGE_DIR / "pricing.json"
 
 # The workers as the CDK app deploys them (brokerbench/deployment.py): the RunCell Lambda function's
-# memory and architecture, and the EC2 worker's instance type.
-LAMBDA_WORKER_MEMORY_MB = deployment.WORKER_LAMBDA_MEMORY_MB
+# memory (-c brokerbench:workerMemoryMb, told to every function as BROKERBENCH_WORKER_MEMORY_MB) and
+# architecture, and the EC2 worker's instance type (-c brokerbench:workerInstanceType, likewise).
 LAMBDA_WORKER_ARCHITECTURE = deployment.WORKER_LAMBDA_ARCHITECTURE
-EC2_WORKER_INSTANCE_TYPE = deployment.EC2_WORKER_INSTANCE_TYPE
 
 HOURS_PER_MONTH = 730  # AWS's month for prorating GB-month prices
 EC2_MINIMUM_S = 60  # EC2 bills Linux instances per second with a 60 s minimum
@@ -142,20 +141,21 @@ def price(spec: dict, usage: Usage, kinds: dict[str, str], where: str) -> dict:
 
     lambdas = [seconds for kind, seconds in usage.workers if kind == "lambda"]
     ec2 = [max(EC2_MINIMUM_S, seconds) for kind, seconds in usage.workers if kind == "ec2"]
-    gb = LAMBDA_WORKER_MEMORY_MB / 1024
+    memory_mb, instance_type = deployment.worker_lambda_memory_mb(), deployment.worker_instance_type()
+    gb = memory_mb / 1024
     if lambdas:
-        items.append(line_item(f"Lambda workers: {len(lambdas)} × {LAMBDA_WORKER_MEMORY_MB} MB "
+        items.append(line_item(f"Lambda workers: {len(lambdas)} × {memory_mb:,} MB "
                                f"{LAMBDA_WORKER_ARCHITECTURE}, "
                            f"{sum(lambdas):,.0f} s", sum(lambdas) * gb, "GB-second",
                            table["lambda"]["gb_second"][LAMBDA_WORKER_ARCHITECTURE]))
         items.append(line_item("Lambda worker requests", len(lambdas), "request",
                            table["lambda"]["per_million_requests"] / 1e6))
     if ec2:
-        items.append(line_item(f"EC2 workers: {len(ec2)} × {EC2_WORKER_INSTANCE_TYPE}, {sum(ec2):,.0f} s "
+        items.append(line_item(f"EC2 workers: {len(ec2)} × {instance_type}, {sum(ec2):,.0f} s "
                            f"(at least {EC2_MINIMUM_S} s each)", sum(ec2) / 3600, "instance-hour",
-                           table["ec2"]["instance_hour"][EC2_WORKER_INSTANCE_TYPE]))
-    assumptions.append(f"Workers as the CDK app deploys them: Lambda {LAMBDA_WORKER_MEMORY_MB} MB "
-                       f"{LAMBDA_WORKER_ARCHITECTURE}, EC2 {EC2_WORKER_INSTANCE_TYPE}; each is billed from its cell's "
+                           table["ec2"]["instance_hour"][instance_type]))
+    assumptions.append(f"Workers as the CDK app deploys them: Lambda {memory_mb:,} MB "
+                       f"{LAMBDA_WORKER_ARCHITECTURE}, EC2 {instance_type}; each is billed from its cell's "
                        f"start to its end (EC2 at least {EC2_MINIMUM_S} s per instance; an instance's boot before "
                        "its cell starts is not counted).")
 

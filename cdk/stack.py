@@ -90,7 +90,7 @@ class BrokerbenchStack(Stack):
         workflow.grant_api(functions["schedule_trigger"])  # StepFunctionsStarter: start, and describe a run it started
         store.grant_reports(workflow.role, write=False)  # RunCellsDistributed's ItemReader: the plan's cells
 
-        api = Api(self, "Api", handler=functions["api"])
+        api = Api(self, "Api", handler=functions["api"], logs=logs.bucket)
         Schedules(self, "Schedules", trigger=functions["schedule_trigger"], enabled=schedules_on)
         Budget(self, "Budget", monthly_usd=monthly_budget_usd, emails=list(budget_emails) or list(alert_emails),
                topic=alerts.topic, key=alerts.key)

@@ -81,6 +81,10 @@ class Workflow(Construct):
             logs=sfn.LogOptions(destination=self.log_group, level=LOG_LEVEL, include_execution_data=False),
         )
         self.role = role
+        acknowledge(self.state_machine, "AwsSolutions-SF1",
+                    "StateMachine logs at ERROR, not ALL, on purpose: ALL with execution data puts every state's "
+                    "input and output in CloudWatch Logs, the EC2 task's task token among them, and bills their "
+                    "ingestion per GB; every state's data stays in the execution history (GetExecutionHistory)")
         # RunCellsDistributed (a large plan): a Distributed Map runs its items as child executions of this
         # state machine. A policy of its own, not the role's default one: the state machine depends on that.
         executions = (f"arn:{Aws.PARTITION}:states:{Aws.REGION}:{Aws.ACCOUNT_ID}:execution:"

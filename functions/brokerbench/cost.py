@@ -54,6 +54,30 @@ TRANSITIONS_RULE = (f"Step Functions: {MAIN_PATH_STATES} transitions on the main
                     f"{STATES_PER_CELL} per cell and {STATES_PER_FAILED_CELL} more per failed cell "
                     "(statemachines/benchmark_run.asl.json).")
 
+# The network and the logs (their prices: pricing.json's data_transfer, vpc and cloudwatch).
+# Workers and brokers spread over the VPC's three AZs: a partition leader (MSK) or the one node (ElastiCache)
+# is in another AZ than its worker two times in three, so 2/3 of the bytes between them cross AZs (billed
+# out of one AZ and into the other). MSK's replication between its brokers is not billed.
+AZS = 3
+CROSS_AZ_SHARE = (AZS - 1) / AZS
+CROSS_AZ_SIDES = 2  # out of one AZ, into the other
+# An EC2 worker installs requirements.txt from PyPI at boot, through the NAT gateway (about 120 MB).
+EC2_BOOT_DOWNLOAD_BYTES = 120 * 1024**2
+# CloudWatch Logs written per Lambda invocation: START, END and REPORT (about 0.4 KB) and the handler's few
+# Powertools lines; an allowance, not a measurement. The workflow logs at ERROR (a run that succeeds: nothing).
+LOG_BYTES_PER_INVOCATION = 2048
+LAMBDA_STEPS_PER_RUN = 6  # ValidateRequest, PlanCells, RecordTargetsReady, CheckRegression, Aggregate, Notify
+LAMBDA_STEPS_PER_TARGET = 2  # ProvisionTarget, TeardownTarget (and a CheckTarget per readiness check)
+NETWORK_RULE = (f"Network: {CROSS_AZ_SHARE:.0%} of the message bytes between workers and provisioned brokers "
+                f"cross AZs ({AZS} AZs; a broker is in the worker's AZ one time in {AZS}), billed out and in; "
+                "message payloads as measured (CellCompleted's bytes_sent + bytes_received), without protocol "
+                "overhead or warm-up; MSK's own replication is not billed. The NAT gateway bills every hour "
+                f"whether a run happens or not: the run's hours of it are counted, and {EC2_BOOT_DOWNLOAD_BYTES // 1024**2} "
+                "MB per EC2 worker (its packages from PyPI at boot) through it.")
+LOGS_RULE = (f"CloudWatch Logs: {LOG_BYTES_PER_INVOCATION:,} B per Lambda invocation (an allowance: {LAMBDA_STEPS_PER_RUN} "
+             f"steps per run, {LAMBDA_STEPS_PER_TARGET} per target plus one per readiness check, one per cell and one "
+             "more per failed cell); the workflow logs at ERROR; EC2 workers run no log agent.")
+
 # Sizes of stored events (their `data` as JSON) for a plan, which has none yet: what synthetic_run's events
 # measure (0.7, 2.4 and 3.9 KB), rounded up for what real cells add (warm-up, verdict, resources, settings).
 PLANNED_EVENT_BYTES = {"RunRequested.environment": 1500, "TargetsReady per target": 1200, "CellStarted": 1000,
@@ -78,6 +102,7 @@ class Usage:
     event_bytes: tuple[int, ...]  # each stored event item: data as JSON + ITEM_OVERHEAD_BYTES
     header_bytes: int  # the RunRequested item (also written to the run indexes)
     notes: tuple[str, ...] = ()
+    broker_bytes: tuple[tuple[str, float], ...] = ()  # (broker, message bytes sent + received) per cell
 
 
 # -- the arithmetic ----------------------------------------------------------------------------
@@ -172,6 +197,10 @@ def price(spec: dict, usage: Usage, kinds: dict[str, str], where: str) -> dict:
     items.append(line_item(f"Step Functions: {transitions:,} state transitions", transitions, "state transition",
                        table["stepfunctions"]["standard_per_1000_transitions"] / 1000))
     assumptions.append(TRANSITIONS_RULE)
+    items += network_items(usage, kinds, table)
+    assumptions.append(NETWORK_RULE)
+    items.append(logs_item(usage, len(kinds), checks, table))
+    assumptions.append(LOGS_RULE)
 
     sizes = (usage.header_bytes, *usage.event_bytes)
     wru = (TRANSACTIONAL_WRITE_FACTOR * sum(math.ceil(size / 1024) for size in sizes)
@@ -190,11 +219,38 @@ def price(spec: dict, usage: Usage, kinds: dict[str, str], where: str) -> dict:
                        f"{RUN_INDEXES} indexes; read {REPORT_READS} times (CheckRegression, Aggregate) at 1 RRU per "
                        "4 KB; kept one month.")
     assumptions += list(usage.notes)
-    assumptions.append("Not counted: the workflow's own Lambda steps, S3 reports, SNS, CloudWatch, the VPC (NAT) and "
-                       "data transfer.")
+    assumptions.append("Not counted: the workflow's own Lambda steps, S3 reports, SNS, CloudWatch metrics and alarms, "
+                       "VPC flow logs, the interface endpoints, and data transfer out of the region.")
     return {"currency": table.get("currency", "USD"), "where": where,
             "total": round(sum(item["cost"] for item in items), 2), "items": items,
             "prices": {"region": table["region"], "as_of": table["as_of"]}, "assumptions": assumptions}
+
+
+def network_items(usage: Usage, kinds: dict[str, str], table: dict) -> list[dict]:
+    """Cross-AZ data transfer of the messages to and from provisioned brokers, and the NAT gateway's hours and
+    GB during the run: their own lines, shown even when they come to nothing."""
+    moved = sum(size for broker, size in usage.broker_bytes if kinds.get(broker) == "provisioned")
+    crossing_gb = moved * CROSS_AZ_SHARE / 1024**3
+    ec2_workers = sum(1 for kind, _ in usage.workers if kind == "ec2")
+    nat_gb = ec2_workers * EC2_BOOT_DOWNLOAD_BYTES / 1024**3
+    vpc = table["vpc"]
+    return [
+        line_item(f"Cross-AZ data transfer: {CROSS_AZ_SHARE:.0%} of {moved / 1024**3:,.3f} GB of messages, "
+                  "billed out and in", crossing_gb, "GB crossing AZs",
+                  CROSS_AZ_SIDES * table["data_transfer"]["cross_az_per_gb_each_direction"]),
+        line_item(f"NAT gateway: {hours_text(usage.run_s)} of the run", usage.run_s / 3600, "NAT gateway-hour",
+                  vpc["nat_gateway_hour"]),
+        line_item(f"NAT gateway data: {ec2_workers} EC2 workers × {EC2_BOOT_DOWNLOAD_BYTES // 1024**2} MB", nat_gb,
+                  "GB processed", vpc["nat_gateway_per_gb"]),
+    ]
+
+
+def logs_item(usage: Usage, targets: int, checks: int, table: dict) -> dict:
+    invocations = (LAMBDA_STEPS_PER_RUN + LAMBDA_STEPS_PER_TARGET * targets + checks + len(usage.workers)
+                   + usage.failed_cells)
+    return line_item(f"CloudWatch Logs: {invocations:,} Lambda invocations × {LOG_BYTES_PER_INVOCATION:,} B",
+                     invocations * LOG_BYTES_PER_INVOCATION / 1024**3, "GB ingested",
+                     table["cloudwatch"]["logs_ingestion_per_gb"])
 
 
 # -- usage from a run's events -------------------------------------------------------------------
@@ -273,12 +329,18 @@ def measured_usage(events: list[dict]) -> Usage:
             proxied += len(digest["bytes"])
     notes = [f"{proxied:,} intervals were read without their histograms: each counts the size of its cell's "
              "cumulative histograms."] if proxied else []
+    moved: dict[str, tuple[str, float]] = {}
+    for completed in by_type.get("CellCompleted", []):  # the first completion of each cell
+        cid, totals = completed["data"]["cell_id"], completed["data"].get("totals") or {}
+        broker = (planned.get(cid) or {}).get("broker")
+        if broker and cid not in moved:
+            moved[cid] = (broker, float(totals.get("bytes_sent", 0)) + float(totals.get("bytes_received", 0)))
     return Usage(run_s=max(0.0, (end - start).total_seconds()), creation_in_run=True,
                  ready_after_s=(_at(ready[0]) - start).total_seconds() if ready else None,
                  workers=tuple(workers), cells=len(set(started) | set(cell_end)),
                  failed_cells=len({e["data"]["cell_id"] for e in by_type.get("CellFailed", [])}),
                  event_bytes=tuple(sizes), header_bytes=len(json.dumps(requested["data"])) + ITEM_OVERHEAD_BYTES,
-                 notes=tuple(notes))
+                 notes=tuple(notes), broker_bytes=tuple(moved.values()))
 
 
 def local_evidence(events: list[dict]) -> str | None:
@@ -339,6 +401,14 @@ def _planned_intervals(cell: dict) -> float:
     return max(1.0, estimated_seconds(cell) - cell["warmup_s"] - cell["drain_timeout_s"] - CELL_OVERHEAD_S)
 
 
+def _planned_bytes(cell: dict) -> float:
+    """A fixed-rate cell's message bytes to and from its broker: rate × size over its measured seconds, each
+    message sent once and received once (0 for max and sustainable rates, which a plan cannot know)."""
+    if not isinstance(cell["rate"], (int, float)):
+        return 0.0
+    return 2.0 * cell["rate"] * cell["size_bytes"] * _planned_intervals(cell)
+
+
 def planned_usage(spec: dict) -> Usage:
     """What a validated spec's plan will use: estimated cell times (plan.estimated_seconds), no failures."""
     planned = plan(spec)
@@ -351,12 +421,16 @@ def planned_usage(spec: dict) -> Usage:
         sizes += [PLANNED_EVENT_BYTES["IntervalMeasured"] + ITEM_OVERHEAD_BYTES] * math.ceil(_planned_intervals(cell))
     header = (len(json.dumps({"spec": spec, "cells": cells})) + PLANNED_EVENT_BYTES["RunRequested.environment"]
               + ITEM_OVERHEAD_BYTES)
+    moved = tuple((cell["broker"], _planned_bytes(cell)) for cell in cells)
+    unknown = sum(1 for cell in cells if not isinstance(cell["rate"], (int, float)))
     note = (f"Planned: {len(cells)} cells, {planned['estimated_s']:,} s of cells at max_concurrency "
             f"{planned['max_concurrency']} (plan.estimated_seconds: warm-up + measured + drain + "
             f"{CELL_OVERHEAD_S} s start-up per cell); stored events of typical sizes.")
+    notes = (note,) + ((f"{unknown} cells at max or sustainable rate move bytes a plan cannot know: their cross-AZ "
+                        "data transfer is not counted.",) if unknown else ())
     return Usage(run_s=float(planned["estimated_s"]), creation_in_run=False, ready_after_s=None,
                  workers=tuple((cell["worker"], estimated_seconds(cell)) for cell in cells), cells=len(cells),
-                 failed_cells=0, event_bytes=tuple(sizes), header_bytes=header, notes=(note,))
+                 failed_cells=0, event_bytes=tuple(sizes), header_bytes=header, notes=notes, broker_bytes=moved)
 
 
 def estimate_plan(spec: dict) -> dict:

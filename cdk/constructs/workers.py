@@ -1,7 +1,9 @@
 """The EC2 worker path: long or heavy cells run on an instance started per cell by StartEc2Worker.
 
 brokerbench.workflow.fleet.Ec2Fleet calls RunInstances with this launch template (by name), one private
-subnet, the cell's user data and IMDSv2 required; the user data downloads the worker code
+subnet, the cell's user data and IMDSv2 required, after putting the task token in an SSM SecureString
+parameter under /<stack>/task-tokens/ (the user data names the parameter; the boot script reads and deletes
+it, so the token is never in the user data); the user data downloads the worker code
 (BROKERBENCH_WORKER_ASSET, `aws s3 cp`), unzips it into /opt/brokerbench/app, installs requirements.txt
 into a venv, runs the cell with PYTHONPATH=app/functions, heartbeats and answers the workflow's task token
 (SendTaskHeartbeat / SendTaskSuccess / SendTaskFailure), and powers off, which terminates the instance.
@@ -69,6 +71,11 @@ class Ec2Workers(Construct):
         store.grant_events(self.role, write=True)
         targets.grant_clients(self.role)
 
+        # fleet.TokenParameters: each launch's task token waits here for its instance (never in user data).
+        self.token_parameters = f"/{Stack.of(self).stack_name}/task-tokens"
+        allow(self.role, ["ssm:GetParameter", "ssm:DeleteParameter"], [self._token_parameter_arn()],
+              wildcard_reason="an EC2 worker reads and deletes its own launch's task-token parameter, named per launch "
+                              "at run time under /<stack>/task-tokens/ (SecureString, the account's aws/ssm key)")
         self.launch_template_name = f"{Stack.of(self).stack_name}-worker"  # fleet.py launches it by name
         self.launch_template = ec2.LaunchTemplate(
             self, "LaunchTemplate",
@@ -91,7 +98,11 @@ class Ec2Workers(Construct):
             "BROKERBENCH_WORKER_LAUNCH_TEMPLATE": self.launch_template_name,
             "BROKERBENCH_WORKER_SUBNET": self.network.private_subnets[0].subnet_id,
             "BROKERBENCH_WORKER_ASSET": self.asset.s3_object_url,
+            "BROKERBENCH_TOKEN_PARAMETERS": self.token_parameters,
         }
+
+    def _token_parameter_arn(self) -> str:
+        return f"arn:{Aws.PARTITION}:ssm:{Aws.REGION}:{Aws.ACCOUNT_ID}:parameter{self.token_parameters}/*"
 
     def grant_launch(self, grantee: iam.IGrantable) -> None:
         """StartEc2Worker: RunInstances from this launch template only, tags at launch, PassRole of the worker role."""
@@ -119,6 +130,10 @@ class Ec2Workers(Construct):
               conditions={"StringEquals": {"ec2:CreateAction": "RunInstances"}},
               wildcard_reason="the brokerbench:run and brokerbench:cell tags are set on the new instance at launch "
                               "(TagSpecifications), which needs CreateTags on the not-yet-existing instance")
+        allow(grantee, ["ssm:PutParameter", "ssm:DeleteParameter"], [self._token_parameter_arn()],
+              wildcard_reason="StartEc2Worker leaves each launch's task token in a parameter of its own under "
+                              "/<stack>/task-tokens/ (named by the launch's client token), and deletes it when the "
+                              "launch goes to another attempt")
         allow(grantee, ["iam:PassRole"], [self.role.role_arn],
               conditions={"StringEquals": {"iam:PassedToService": "ec2.amazonaws.com"}})
 

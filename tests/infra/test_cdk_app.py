@@ -783,3 +783,15 @@ def test_the_app_reads_the_spend_flags_and_refuses_bad_ones():
     assert monthly_amount("250") == 250.0
     with pytest.raises(ValueError, match="brokerbench:monthlyBudgetUsd"):
         monthly_amount("0")
+
+
+def test_task_tokens_pass_through_ssm_parameters_of_the_stack(resources):
+    functions = handler_functions(resources)
+    prefix = functions["start_ec2_worker"][1]["Environment"]["Variables"]["BROKERBENCH_TOKEN_PARAMETERS"]
+    assert prefix == f"/{STACK}/task-tokens"
+    by_action = {}
+    for _, statement in statements(resources):
+        for action in as_list(statement["Action"]):
+            by_action.setdefault(action, []).append(json.dumps(statement["Resource"]))
+    for action in ("ssm:PutParameter", "ssm:GetParameter", "ssm:DeleteParameter"):
+        assert by_action[action] and all(f":parameter{prefix}/*" in r for r in by_action[action]), action

@@ -19,7 +19,7 @@ from brokerbench.targets import ProvisioningError, TransientProvisioningError, r
 from brokerbench.brokers.redis_streams.cloud import ElastiCacheTargets
 from brokerbench.brokers.kafka.cloud import MskTargets
 from brokerbench.workflow.callbacks import StepFunctionsCallbacks
-from brokerbench.workflow.fleet import Ec2Fleet, client_token, encode_job
+from brokerbench.workflow.fleet import Ec2Fleet, TokenParameters, client_token, encode_job, token_parameter
 from brokerbench.workflow.outputs import S3Reports, SnsNotifier
 
 RUN = "20261121T101500Z-abc123"
@@ -150,11 +150,16 @@ def test_elasticache_teardown_and_failures():
             provider.check({"resource": name})
 
 
-def test_ec2_worker_is_launched_with_the_job_and_task_token_in_user_data():
-    ec2 = client("ec2")
-    fleet = Ec2Fleet(ec2, launch_template="bb-worker", subnet="subnet-w", environment={"BROKERBENCH_EVENTS_TABLE": "t"})
+def test_ec2_worker_is_launched_with_the_job_in_user_data_and_the_task_token_in_ssm():
+    ec2, ssm = client("ec2"), client("ssm")
+    fleet = Ec2Fleet(ec2, launch_template="bb-worker", subnet="subnet-w", environment={"BROKERBENCH_EVENTS_TABLE": "t"},
+                     tokens=TokenParameters(ssm, "/bb/task-tokens"))
     job = {"run_id": RUN, "cell": {"cell_id": "kafka.json.batch.1024B.100mps.r0"}, "targets": {}}
-    with Stubber(ec2) as stub:
+    parameter = token_parameter("/bb/task-tokens", client_token(RUN, job["cell"]["cell_id"], 0), "TOKEN-1")
+    with Stubber(ec2) as stub, Stubber(ssm) as ssm_stub:
+        ssm_stub.add_response("put_parameter", {"Version": 1}, {"Name": parameter, "Value": "TOKEN-1",
+                                                               "Type": "SecureString", "Overwrite": True,
+                                                               "Tier": "Standard", "Description": ANY})
         stub.add_response("run_instances", {"Instances": [{"InstanceId": "i-0123"}]}, {
             "MinCount": 1, "MaxCount": 1, "ClientToken": client_token(RUN, job["cell"]["cell_id"], 0),
             "LaunchTemplate": {"LaunchTemplateName": "bb-worker", "Version": "$Latest"},
@@ -164,8 +169,9 @@ def test_ec2_worker_is_launched_with_the_job_and_task_token_in_user_data():
         assert fleet.launch(job, "TOKEN-1") == {"kind": "ec2", "instance_id": "i-0123", "attempt": 0}
     from brokerbench.workflow.fleet import user_data
 
-    script = user_data(job, "TOKEN-1", {"BROKERBENCH_EVENTS_TABLE": "t"})
-    assert "TASK_TOKEN=TOKEN-1\n" in script and encode_job(job) in script and "shutdown -h now" in script
+    script = user_data(job, parameter, {"BROKERBENCH_EVENTS_TABLE": "t"})
+    assert "TOKEN-1" not in script and f"TOKEN_PARAMETER={parameter}\n" in script
+    assert encode_job(job) in script and "shutdown -h now" in script
     assert json.loads(base64.b64decode(encode_job(job))) == job
 
 

@@ -795,3 +795,24 @@ def test_task_tokens_pass_through_ssm_parameters_of_the_stack(resources):
             by_action.setdefault(action, []).append(json.dumps(statement["Resource"]))
     for action in ("ssm:PutParameter", "ssm:GetParameter", "ssm:DeleteParameter"):
         assert by_action[action] and all(f":parameter{prefix}/*" in r for r in by_action[action]), action
+
+
+def test_the_app_passes_the_memory_and_schedules_flags_to_the_stack(tmp_path):
+    """The context values reach the constructs: RunCell's memory (and what every function tells the cost
+    estimate), the schedules' state and the budget's amount. Read from the construct tree, without a second synthesis."""
+    from cdk.app import build
+
+    _, stack = build({"brokerbench:bundle": "false", "brokerbench:workerMemoryMb": "1769",
+                      "brokerbench:schedules": "on", "brokerbench:monthlyBudgetUsd": "250"},
+                     nag_checks=False, outdir=str(tmp_path / "cdk.out"))
+    functions = stack.node.find_child("Functions")
+    run_cell = functions.node.find_child("RunCell").node.default_child
+    assert run_cell.memory_size == 1769
+    assert functions.worker_memory_mb == 1769  # what every function's BROKERBENCH_WORKER_MEMORY_MB says
+    states = [c.state for c in stack.node.find_child("Schedules").node.children if hasattr(c, "state")]
+    assert "ENABLED" in states
+    budget = stack.node.find_child("Budget").node.find_child("Monthly")
+    assert stack.resolve(budget.budget)["budgetLimit"]["amount"] == 250
+    with pytest.raises(ValueError, match="brokerbench:workerMemoryMb=20000"):
+        build({"brokerbench:bundle": "false", "brokerbench:workerMemoryMb": "20000"}, nag_checks=False,
+              outdir=str(tmp_path / "refused"))

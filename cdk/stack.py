@@ -57,7 +57,9 @@ class BrokerbenchStack(Stack):
         })
         functions.add_environment(list(TARGET_FUNCTIONS), targets.environment())
         functions.add_environment(["start_ec2_worker"], workers.environment())
-        functions.add_environment(["api"], {"BROKERBENCH_IDEMPOTENCY_TABLE": store.idempotency.table_name})
+        functions.add_environment(["api"], {"BROKERBENCH_IDEMPOTENCY_TABLE": store.idempotency.table_name,
+                                            # GET /schedules shows them as deployed (off: none enabled)
+                                            "BROKERBENCH_SCHEDULES_DEPLOYED": "on" if schedules_on else "off"})
 
         # Least privilege, per function (what each handler's step touches: brokerbench/workflow/steps.py).
         for module in ("plan_cells", "record_targets_ready", "run_cell", "record_cell_failed", "aggregate",

@@ -38,8 +38,8 @@ class Budget(Construct):
         super().__init__(scope, id)
         amount = monthly_amount(monthly_usd)
         if len(emails) > MAX_EMAIL_SUBSCRIBERS:
-            raise ValueError(f"brokerbench:budgetEmail: at most {MAX_EMAIL_SUBSCRIBERS} addresses (AWS Budgets' limit), "
-                             f"not {len(emails)}")
+            raise ValueError(f"brokerbench:budgetEmail (else brokerbench:alertEmails): at most {MAX_EMAIL_SUBSCRIBERS} "
+                             f"addresses (AWS Budgets' limit per notification), not {len(emails)}")
         # AWS Budgets publishes to the KMS-encrypted alerts topic: the topic and its key must let it.
         topic.add_to_resource_policy(iam.PolicyStatement(
             principals=[iam.ServicePrincipal("budgets.amazonaws.com")], actions=["sns:Publish"],

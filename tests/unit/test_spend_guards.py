@@ -57,3 +57,23 @@ def test_a_worker_memory_outside_lambdas_range_is_refused_naming_the_setting(val
         deployment.lambda_memory_mb(value, "brokerbench:workerMemoryMb")
     assert says in str(caught.value)
     assert deployment.lambda_memory_mb("3,008", "x") == 3008
+
+
+def test_schedules_deployed_off_are_all_shown_disabled(monkeypatch):
+    """In AWS the API says what the deploy did: with schedules off (the default deploy), none is enabled or
+    due, whatever schedules.json says; unset (locally), the file's own `enabled`."""
+    from datetime import datetime, timezone
+
+    from brokerbench import schedules
+    from brokerbench.events.memory import MemoryEventStore
+
+    monkeypatch.delenv(schedules.DEPLOYED_ENV, raising=False)
+    as_written = schedules.deployed()
+    assert any(s.enabled for s in as_written) and as_written == schedules.load()
+    monkeypatch.setenv(schedules.DEPLOYED_ENV, "off")
+    off = schedules.deployed()
+    assert [s.name for s in off] == [s.name for s in as_written] and not any(s.enabled for s in off)
+    described = schedules.describe(off, MemoryEventStore(), datetime(2026, 11, 26, tzinfo=timezone.utc))
+    assert all(d["enabled"] is False and d["next_due"] is None for d in described)
+    monkeypatch.setenv(schedules.DEPLOYED_ENV, "on")
+    assert schedules.deployed() == as_written

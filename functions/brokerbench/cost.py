@@ -103,6 +103,7 @@ class Usage:
     header_bytes: int  # the RunRequested item (also written to the run indexes)
     notes: tuple[str, ...] = ()
     broker_bytes: tuple[tuple[str, float], ...] = ()  # (broker, message bytes sent + received) per cell
+    lambda_memory_mb: int | None = None  # as the run's Lambda cells recorded it (None: as deployed now)
 
 
 # -- the arithmetic ----------------------------------------------------------------------------
@@ -166,7 +167,8 @@ def price(spec: dict, usage: Usage, kinds: dict[str, str], where: str) -> dict:
 
     lambdas = [seconds for kind, seconds in usage.workers if kind == "lambda"]
     ec2 = [max(EC2_MINIMUM_S, seconds) for kind, seconds in usage.workers if kind == "ec2"]
-    memory_mb, instance_type = deployment.worker_lambda_memory_mb(), deployment.worker_instance_type()
+    memory_mb = usage.lambda_memory_mb or deployment.worker_lambda_memory_mb()
+    instance_type = deployment.worker_instance_type()
     gb = memory_mb / 1024
     if lambdas:
         items.append(line_item(f"Lambda workers: {len(lambdas)} × {memory_mb:,} MB "
@@ -179,8 +181,9 @@ def price(spec: dict, usage: Usage, kinds: dict[str, str], where: str) -> dict:
         items.append(line_item(f"EC2 workers: {len(ec2)} × {instance_type}, {sum(ec2):,.0f} s "
                            f"(at least {EC2_MINIMUM_S} s each)", sum(ec2) / 3600, "instance-hour",
                            table["ec2"]["instance_hour"][instance_type]))
-    assumptions.append(f"Workers as the CDK app deploys them: Lambda {memory_mb:,} MB "
-                       f"{LAMBDA_WORKER_ARCHITECTURE}, EC2 {instance_type}; each is billed from its cell's "
+    memory_from = "as the run's Lambda cells recorded it" if usage.lambda_memory_mb else "as the CDK app deploys it"
+    assumptions.append(f"Workers: Lambda {memory_mb:,} MB {LAMBDA_WORKER_ARCHITECTURE} ({memory_from}), EC2 "
+                       f"{instance_type} (as the CDK app deploys it); each is billed from its cell's "
                        f"start to its end (EC2 at least {EC2_MINIMUM_S} s per instance; an instance's boot before "
                        "its cell starts is not counted).")
 
@@ -329,6 +332,8 @@ def measured_usage(events: list[dict]) -> Usage:
             proxied += len(digest["bytes"])
     notes = [f"{proxied:,} intervals were read without their histograms: each counts the size of its cell's "
              "cumulative histograms."] if proxied else []
+    recorded_memory = next((e["data"]["worker"]["memory_mb"] for e in by_type.get("CellStarted", [])
+                            if (e["data"].get("worker") or {}).get("memory_mb")), None)
     moved: dict[str, tuple[str, float]] = {}
     for completed in by_type.get("CellCompleted", []):  # the first completion of each cell
         cid, totals = completed["data"]["cell_id"], completed["data"].get("totals") or {}
@@ -340,7 +345,7 @@ def measured_usage(events: list[dict]) -> Usage:
                  workers=tuple(workers), cells=len(set(started) | set(cell_end)),
                  failed_cells=len({e["data"]["cell_id"] for e in by_type.get("CellFailed", [])}),
                  event_bytes=tuple(sizes), header_bytes=len(json.dumps(requested["data"])) + ITEM_OVERHEAD_BYTES,
-                 notes=tuple(notes), broker_bytes=tuple(moved.values()))
+                 notes=tuple(notes), broker_bytes=tuple(moved.values()), lambda_memory_mb=recorded_memory)
 
 
 def local_evidence(events: list[dict]) -> str | None:

@@ -347,3 +347,22 @@ def test_the_worker_memory_and_instance_type_priced_are_the_deployed_ones(aws_ru
     events = timed(synthetic_run(spec, intervals=3), ready_s=1200, durations=[30, 90], end_s=1800)
     ec2 = item(cost.estimate(events), "EC2 workers")
     assert "c7g.2xlarge" in ec2["what"] and ec2["unit_price"] == P["ec2"]["instance_hour"]["c7g.2xlarge"]
+
+
+def test_the_memory_a_lambda_cell_recorded_is_the_one_priced(aws_run, monkeypatch):
+    """RunCell records its function's memory as Lambda states it (AWS_LAMBDA_FUNCTION_MEMORY_SIZE) in
+    CellStarted: a run is priced at what it ran with, even after a redeploy changed the setting."""
+    from brokerbench.workflow import steps
+
+    monkeypatch.setenv("AWS_LAMBDA_FUNCTION_MEMORY_SIZE", "2048")
+    assert steps.lambda_worker()["memory_mb"] == 2048
+    monkeypatch.delenv("AWS_LAMBDA_FUNCTION_MEMORY_SIZE")
+    assert "memory_mb" not in steps.lambda_worker()
+    events = copy.deepcopy(aws_run)
+    for event in events:
+        if event["type"] == "CellStarted":
+            event["data"]["worker"] = {"kind": "lambda", "host": "169.254.1.1", "memory_mb": 2048}
+    monkeypatch.setenv("BROKERBENCH_WORKER_MEMORY_MB", "3008")  # deployed now; the run ran with 2,048 MB
+    estimate = cost.estimate(events)
+    assert item(estimate, "Lambda workers")["quantity"] == pytest.approx(2 * 40 * 2.0)
+    assert any("2,048 MB x86_64 (as the run's Lambda cells recorded it)" in a for a in estimate["assumptions"])

@@ -7,6 +7,7 @@ Adapters (event store, targets, fleet, outputs) come from brokerbench.workflow.w
 from __future__ import annotations
 
 import json
+import os
 import socket
 
 from .. import environment
@@ -91,10 +92,19 @@ def record_targets_ready(event: dict) -> dict:
     return {"endpoints": endpoints}
 
 
+def lambda_worker() -> dict:
+    """Where a Lambda cell runs, with the function's memory as Lambda states it (the cost estimate prices it)."""
+    worker = {"kind": "lambda", "host": socket.gethostname()}
+    memory = os.environ.get("AWS_LAMBDA_FUNCTION_MEMORY_SIZE")
+    if memory and memory.isdigit():
+        worker["memory_mb"] = int(memory)
+    return worker
+
+
 def run_cell(event: dict, worker: dict | None = None) -> dict:
     cell = event["cell"]
     outcome = measure_cell(event["run_id"], cell, event["targets"][cell["broker"]], wiring.event_store(),
-                           worker=worker or {"kind": "lambda", "host": socket.gethostname()})
+                           worker=worker or lambda_worker())
     return {"cell_id": outcome.cell_id, "status": outcome.status, "reason": outcome.reason}
 
 

@@ -43,7 +43,7 @@ def test_resource_names_are_valid_for_both_services():
 
 def test_msk_cluster_is_created_with_tls_and_iam_then_polled_until_active():
     kafka = client("kafka")
-    provider = MskTargets(kafka, subnets=["subnet-a", "subnet-b"], security_groups=["sg-1"])
+    provider = MskTargets(kafka, subnets=["subnet-a", "subnet-b", "subnet-c"], security_groups=["sg-1"])
     with Stubber(kafka) as stub:
         stub.add_response("create_cluster_v2", {"ClusterArn": ARN, "ClusterName": resource_name(RUN, "kafka"),
                                                 "State": "CREATING"}, {
@@ -51,7 +51,7 @@ def test_msk_cluster_is_created_with_tls_and_iam_then_polled_until_active():
             "Tags": {"brokerbench:run": RUN},
             "Provisioned": {
                 "KafkaVersion": "3.8.x", "NumberOfBrokerNodes": 3,
-                "BrokerNodeGroupInfo": {"InstanceType": "kafka.m7g.large", "ClientSubnets": ["subnet-a", "subnet-b"],
+                "BrokerNodeGroupInfo": {"InstanceType": "kafka.m7g.large", "ClientSubnets": ["subnet-a", "subnet-b", "subnet-c"],
                                         "SecurityGroups": ["sg-1"], "StorageInfo": {"EbsStorageInfo": {"VolumeSize": 100}}},
                 "EncryptionInfo": {"EncryptionInTransit": {"ClientBroker": "TLS", "InCluster": True}},
                 "ClientAuthentication": {"Sasl": {"Iam": {"Enabled": True}}, "Unauthenticated": {"Enabled": False}},
@@ -73,6 +73,17 @@ def test_msk_cluster_is_created_with_tls_and_iam_then_polled_until_active():
         stub.assert_no_pending_responses()
     assert ready["ready"] and ready["endpoint"] == {"bootstrap_servers": "b-1.bb:9098,b-2.bb:9098", "auth": "iam",
                                                      "tls": True, "version": "3.8.x"}
+
+
+def test_msk_brokers_not_a_multiple_of_the_client_subnets_are_refused_before_any_call():
+    """MSK spreads its brokers evenly over the client subnets (one per AZ): 4 over 3 would be refused by MSK
+    after the run had waited for it; here it fails at once, naming the field. (Stubber: no call expected.)"""
+    kafka = client("kafka")
+    provider = MskTargets(kafka, subnets=["subnet-a", "subnet-b", "subnet-c"], security_groups=["sg-1"])
+    with Stubber(kafka) as stub:
+        with pytest.raises(ProvisioningError, match=r"provision.kafka.nodes=4: .* multiple of its 3 client subnets"):
+            provider.provision(RUN, "kafka", spec(provision={"kafka": {"nodes": 4}}))
+        stub.assert_no_pending_responses()
 
 
 def test_msk_failure_and_timeout_are_reported():

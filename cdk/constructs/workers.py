@@ -158,10 +158,13 @@ class Ec2Workers(Construct):
 
 
 def callback_resources(state_machine: sfn.StateMachine) -> list[str]:
-    """The state machine, its executions, and its Distributed Map child executions (standard and express)."""
+    """The state machine, its executions, and its Distributed Map children: the child state machine and its
+    executions (standard and express). Which of these AWS evaluates a callback against was never tried in
+    AWS: all are named, each scoped to this one state machine."""
     machine = state_machine.state_machine_name
     own = f"arn:{Aws.PARTITION}:states:{Aws.REGION}:{Aws.ACCOUNT_ID}"
     return [state_machine.state_machine_arn,
+            f"{own}:stateMachine:{machine}/*",  # a map run's child state machine: <machine>/<map run label>
             f"{own}:execution:{machine}:*",  # the run's execution
             f"{own}:execution:{machine}/*",  # a child execution: <machine>/<map run label>:<execution id>
             f"{own}:express:{machine}/*"]  # the same as an express child: <machine>/<label>:<id>:<run id>

@@ -1,5 +1,5 @@
 """The whole service in one stack: storage, network, run-time broker targets, EC2 workers, the functions,
-the workflow, the API, the schedules and the alerts. Environment-agnostic: the account and region are the
+the workflow, the API, the schedules, the alerts and the budget. Environment-agnostic: the account and region are the
 ones `cdk deploy` runs with."""
 
 from __future__ import annotations

@@ -40,10 +40,8 @@ class Sizing:
     in_vpc: bool = False  # talks to the run's brokers (private subnets, workers security group)
 
 
-# No function asks for more than this by default: a new account's Lambda memory quota (more would make
+# No function asks for more than 3,008 MB by default, a new account's Lambda memory quota (more would make
 # the first deploy roll back). RunCell takes -c brokerbench:workerMemoryMb (brokerbench/deployment.py).
-DEFAULT_MEMORY_CEILING_MB = deployment.DEFAULT_WORKER_LAMBDA_MEMORY_MB
-
 SIZING = {
     # A Lambda cell runs producers, consumers and the cell's parent as processes: memory buys vCPUs
     # (1,769 MB = 1 vCPU), and a cell is at most 600 s of estimated time (brokerbench/workflow placement).

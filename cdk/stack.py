@@ -1,6 +1,6 @@
 """The whole service in one stack: storage, network, run-time broker targets, EC2 workers, the functions,
-the workflow, the API, the schedules, the alerts and the budget. Environment-agnostic: the account and region are the
-ones `cdk deploy` runs with."""
+the workflow, the API, the schedules, the alerts and the budget. Environment-agnostic: the account and
+region are the ones `cdk deploy` runs with."""
 
 from __future__ import annotations
 
@@ -33,8 +33,8 @@ class BrokerbenchStack(Stack):
         super().__init__(scope, id, description="brokerbench: event-sourced benchmarks of message brokers", **kwargs)
         Tags.of(self).add("project", "brokerbench")
         if availability_zones and len(availability_zones) != AZ_COUNT:
-            raise ValueError(f"brokerbench:availabilityZones: name exactly {AZ_COUNT} AZs (MSK's brokers are a multiple "
-                             f"of its client subnets, one per AZ), not {list(availability_zones)}")
+            raise ValueError(f"brokerbench:availabilityZones: name exactly {AZ_COUNT} AZs (MSK's brokers are a "
+                             f"multiple of its client subnets, one per AZ), not {list(availability_zones)}")
         self._chosen_azs = list(availability_zones)  # read by availability_zones (the Vpc asks for it)
 
         logs = LogsBucket(self, "Logs")

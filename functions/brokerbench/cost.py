@@ -72,10 +72,10 @@ NETWORK_RULE = (f"Network: {CROSS_AZ_SHARE:.0%} of the message bytes between wor
                 f"cross AZs ({AZS} AZs; a broker is in the worker's AZ one time in {AZS}), billed out and in; "
                 "message payloads as measured (CellCompleted's bytes_sent + bytes_received), without protocol "
                 "overhead or warm-up; MSK's own replication is not billed. The NAT gateway bills every hour "
-                f"whether a run happens or not: the run's hours of it are counted, and {EC2_BOOT_DOWNLOAD_BYTES // 1024**2} "
-                "MB per EC2 worker (its packages from PyPI at boot) through it.")
-LOGS_RULE = (f"CloudWatch Logs: {LOG_BYTES_PER_INVOCATION:,} B per Lambda invocation (an allowance: {LAMBDA_STEPS_PER_RUN} "
-             f"steps per run, {LAMBDA_STEPS_PER_TARGET} per target plus one per readiness check, one per cell and one "
+                "whether a run happens or not: the run's hours of it are counted, and "
+                f"{EC2_BOOT_DOWNLOAD_BYTES // 1024**2} MB per EC2 worker (its packages from PyPI at boot) through it.")
+LOGS_RULE = (f"CloudWatch Logs: {LOG_BYTES_PER_INVOCATION:,} B per Lambda invocation (an allowance: "
+             f"{LAMBDA_STEPS_PER_RUN} steps per run, {LAMBDA_STEPS_PER_TARGET} per target plus one per readiness check, one per cell and one "
              "more per failed cell); the workflow logs at ERROR; EC2 workers run no log agent.")
 
 # Sizes of stored events (their `data` as JSON) for a plan, which has none yet: what synthetic_run's events

@@ -121,8 +121,8 @@ def user_data(job: dict, token_parameter_: str, environment: dict[str, str], *, 
         "  set +e\n"
         '  if [ "$WORKER_RAN" = 0 ]; then\n'
         '    echo "brokerbench boot: $STEP failed (exit $status)" >&2\n'
-        '    [ -n "$TASK_TOKEN" ] && aws stepfunctions send-task-failure --task-token "$TASK_TOKEN" --error WorkerBootFailed \\\n'
-        '      --cause "$STEP failed (exit $status): $FAILED_COMMAND" >/dev/null\n'
+        '    [ -n "$TASK_TOKEN" ] && aws stepfunctions send-task-failure --task-token "$TASK_TOKEN" \\\n'
+        '      --error WorkerBootFailed --cause "$STEP failed (exit $status): $FAILED_COMMAND" >/dev/null\n'
         "  fi\n"
         "  shutdown -h now\n"
         "}\n"

@@ -9,6 +9,7 @@ SCHEMAS = REPO / "schemas"
 REQUIREMENTS = REPO / "requirements.txt"
 STATE_MACHINE = REPO / "statemachines" / "benchmark_run.asl.json"
 SCHEDULES = FUNCTIONS / "brokerbench" / "schedules.json"
+PRICING = FUNCTIONS / "brokerbench" / "pricing.json"  # the cost estimate's prices: the allowed worker instance types
 
 # Left out of every code asset: caches, packaging metadata, and the native send loop built for this
 # machine's CPython and glibc (it is optional; the worker falls back to its Python loop).

@@ -1,15 +1,18 @@
 """The whole service in one stack: storage, network, run-time broker targets, EC2 workers, the functions,
-the workflow, the API, the schedules and the alerts. Environment-agnostic: the account and region are the
-ones `cdk deploy` runs with."""
+the workflow, the API, the schedules, the alerts and the budget. Environment-agnostic: the account and
+region are the ones `cdk deploy` runs with."""
 
 from __future__ import annotations
 
 from aws_cdk import CfnOutput, Fn, Stack, Tags
 from constructs import Construct
 
+from brokerbench import deployment
+
 from .constructs.alerts import Alerts
 from .constructs.api import Api
 from .constructs.broker_targets import BrokerTargets
+from .constructs.budget import DEFAULT_MONTHLY_BUDGET_USD, Budget
 from .constructs.functions import DEFAULT_PYTHON, Functions
 from .constructs.network import AZ_COUNT, DEFAULT_INTERFACE_ENDPOINTS, Network
 from .constructs.schedules import Schedules
@@ -24,9 +27,15 @@ class BrokerbenchStack(Stack):
     def __init__(self, scope: Construct, id: str, *, bundle: bool = True, python: str = DEFAULT_PYTHON,
                  worker_instance_type: str = DEFAULT_INSTANCE_TYPE, alert_emails: list[str] = (),
                  recipient_emails: list[str] = (), interface_endpoints: tuple[str, ...] = DEFAULT_INTERFACE_ENDPOINTS,
-                 **kwargs) -> None:
+                 worker_memory_mb: int | str = deployment.DEFAULT_WORKER_LAMBDA_MEMORY_MB, schedules_on: bool = False,
+                 budget_emails: list[str] = (), monthly_budget_usd: float | str = DEFAULT_MONTHLY_BUDGET_USD,
+                 availability_zones: list[str] = (), **kwargs) -> None:
         super().__init__(scope, id, description="brokerbench: event-sourced benchmarks of message brokers", **kwargs)
         Tags.of(self).add("project", "brokerbench")
+        if availability_zones and len(availability_zones) != AZ_COUNT:
+            raise ValueError(f"brokerbench:availabilityZones: name exactly {AZ_COUNT} AZs (MSK's brokers are a "
+                             f"multiple of its client subnets, one per AZ), not {list(availability_zones)}")
+        self._chosen_azs = list(availability_zones)  # read by availability_zones (the Vpc asks for it)
 
         logs = LogsBucket(self, "Logs")
         store = EventStore(self, "Store", logs=logs.bucket)
@@ -36,17 +45,21 @@ class BrokerbenchStack(Stack):
         workers = Ec2Workers(self, "Workers", network=network, store=store, targets=targets,
                              instance_type=worker_instance_type)
 
-        functions = Functions(self, "Functions", network=network, python=python, bundle=bundle, environment={
+        functions = Functions(self, "Functions", network=network, python=python, bundle=bundle,
+                              worker_memory_mb=worker_memory_mb, environment={
             "BROKERBENCH_MODE": "aws",
             "BROKERBENCH_EVENTS_TABLE": store.events.table_name,
             "BROKERBENCH_REPORTS": store.reports_url,
             "BROKERBENCH_NOTIFY": alerts.topic.topic_arn,
             "POWERTOOLS_SERVICE_NAME": "brokerbench",
             "POWERTOOLS_METRICS_NAMESPACE": "brokerbench",
+            deployment.WORKER_INSTANCE_TYPE_ENV: workers.instance_type,  # what the cost estimate prices
         })
         functions.add_environment(list(TARGET_FUNCTIONS), targets.environment())
         functions.add_environment(["start_ec2_worker"], workers.environment())
-        functions.add_environment(["api"], {"BROKERBENCH_IDEMPOTENCY_TABLE": store.idempotency.table_name})
+        functions.add_environment(["api"], {"BROKERBENCH_IDEMPOTENCY_TABLE": store.idempotency.table_name,
+                                            # GET /schedules shows them as deployed (off: none enabled)
+                                            "BROKERBENCH_SCHEDULES_DEPLOYED": "on" if schedules_on else "off"})
 
         # Least privilege, per function (what each handler's step touches: brokerbench/workflow/steps.py).
         for module in ("plan_cells", "record_targets_ready", "run_cell", "record_cell_failed", "aggregate",
@@ -66,8 +79,8 @@ class BrokerbenchStack(Stack):
         targets.grant_check(functions["check_target"])
         targets.grant_teardown(functions["teardown_target"])
         targets.grant_teardown(functions["api"])  # a cancel tears the run's targets down (workflow/stop.py)
-        for module in ("record_targets_ready", "run_cell"):
-            targets.grant_clients(functions[module])
+        for module in ("record_targets_ready", "run_cell", "record_cell_failed"):  # the last deletes a failed
+            targets.grant_clients(functions[module])  # cell's topics
         workers.grant_launch(functions["start_ec2_worker"])
 
         workflow = Workflow(self, "Workflow", functions=functions)
@@ -79,8 +92,10 @@ class BrokerbenchStack(Stack):
         workflow.grant_api(functions["schedule_trigger"])  # StepFunctionsStarter: start, and describe a run it started
         store.grant_reports(workflow.role, write=False)  # RunCellsDistributed's ItemReader: the plan's cells
 
-        api = Api(self, "Api", handler=functions["api"])
-        Schedules(self, "Schedules", trigger=functions["schedule_trigger"])
+        api = Api(self, "Api", handler=functions["api"], logs=logs.bucket)
+        Schedules(self, "Schedules", trigger=functions["schedule_trigger"], enabled=schedules_on)
+        Budget(self, "Budget", monthly_usd=monthly_budget_usd, emails=list(budget_emails) or list(alert_emails),
+               topic=alerts.topic, key=alerts.key)
 
         alerts.watch_workflow(state_machine)
         for module, function in functions:
@@ -94,5 +109,9 @@ class BrokerbenchStack(Stack):
 
     @property
     def availability_zones(self) -> list[str]:
-        """Three AZs of whatever region the stack is deployed to (an env-agnostic stack would get two)."""
+        """The AZs named by -c brokerbench:availabilityZones, else three of whatever region the stack is deployed
+        to (an env-agnostic stack would get two). Naming them is how to keep out an AZ MSK does not support
+        (docs/deploy.md: use1-az3 in us-east-1, whose name differs per account)."""
+        if getattr(self, "_chosen_azs", None):
+            return list(self._chosen_azs)
         return [Fn.select(i, Fn.get_azs()) for i in range(AZ_COUNT)]

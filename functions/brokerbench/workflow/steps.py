@@ -7,6 +7,7 @@ Adapters (event store, targets, fleet, outputs) come from brokerbench.workflow.w
 from __future__ import annotations
 
 import json
+import os
 import socket
 
 from .. import environment
@@ -92,6 +93,15 @@ def record_targets_ready(event: dict) -> dict:
     return {"endpoints": endpoints}
 
 
+def lambda_worker() -> dict:
+    """Where a Lambda cell runs, with the function's memory as Lambda states it (the cost estimate prices it)."""
+    worker = {"kind": "lambda", "host": socket.gethostname()}
+    memory = os.environ.get("AWS_LAMBDA_FUNCTION_MEMORY_SIZE")
+    if memory and memory.isdigit():
+        worker["memory_mb"] = int(memory)
+    return worker
+
+
 RUN_ENDED = "stopped: the run ended before the cell did (nothing written after the run's end)"
 
 
@@ -106,7 +116,7 @@ def run_cell(event: dict, worker: dict | None = None) -> dict:
     with watch:
         try:
             outcome = measure_cell(run_id, cell, event["targets"][cell["broker"]], watch,
-                                   worker=worker or {"kind": "lambda", "host": socket.gethostname()}, stop=watch.ended)
+                                   worker=worker or lambda_worker(), stop=watch.ended)
         except KeyboardInterrupt:
             if not watch.ended.is_set():
                 raise  # Ctrl-C or a local cancel: the front end that stopped it goes on

@@ -27,13 +27,18 @@ class MskTargets:
     def provision(self, run_id: str, broker: str, spec: dict) -> dict:
         settings = spec["provision"].get("kafka", {})
         name = resource_name(run_id, broker)
+        nodes = settings.get("nodes", 3)
+        if self.subnets and nodes % len(self.subnets):
+            raise ProvisioningError(f"provision.kafka.nodes={nodes}: Amazon MSK needs a multiple of its "
+                                    f"{len(self.subnets)} client subnets (one per AZ): "
+                                    f"{', '.join(str(len(self.subnets) * k) for k in (1, 2))}")
         try:
             response = self.client.create_cluster_v2(
                 ClusterName=name,
                 Tags={**self.tags, "brokerbench:run": run_id},
                 Provisioned={
                     "KafkaVersion": settings.get("version", DEFAULT_VERSION),
-                    "NumberOfBrokerNodes": settings.get("nodes", 3),
+                    "NumberOfBrokerNodes": nodes,
                     "BrokerNodeGroupInfo": {
                         "InstanceType": settings.get("instance_type", "kafka.m7g.large"),
                         "ClientSubnets": self.subnets,

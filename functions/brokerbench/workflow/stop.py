@@ -45,7 +45,8 @@ class InlineTeardowns:
 
 class StepFunctionsTeardowns:
     """Starts the teardown state machine for a run, as an execution named `<run id>-teardown`: a second start for
-    the same run (a cancel, then the ending rule) finds it and starts nothing."""
+    the same run (a cancel, then the ending rule) starts nothing new (Step Functions answers a start with the name
+    and input of a running execution with that execution, and one of a closed execution ExecutionAlreadyExists)."""
 
     def __init__(self, client, state_machine_arn: str) -> None:
         self.client, self.state_machine_arn = client, state_machine_arn

@@ -8,6 +8,7 @@ HANDLERS = FUNCTIONS / "handlers"
 SCHEMAS = REPO / "schemas"
 REQUIREMENTS = REPO / "requirements.txt"
 STATE_MACHINE = REPO / "statemachines" / "benchmark_run.asl.json"
+TEARDOWN_MACHINE = REPO / "statemachines" / "teardown_run.asl.json"  # the run workflow's teardown states alone
 SCHEDULES = FUNCTIONS / "brokerbench" / "schedules.json"
 
 # Left out of every code asset: caches, packaging metadata, and the native send loop built for this

@@ -9,7 +9,7 @@ from brokerbench.workflow import sweep
 def lambda_handler(event, context):
     swept = sweep.sweep_targets()
     for item in swept["deleted"]:
-        logger.info("swept", kind=item["kind"], name=item["name"], run_id=item["run_id"], state=item["outcome"])
+        logger.info("swept", kind=item["kind"], resource=item["name"], run_id=item["run_id"], state=item["outcome"])
     for item in swept["left"]:
-        logger.info("left", kind=item["kind"], name=item["name"], run_id=item["run_id"], reason=item["reason"])
+        logger.info("left", kind=item["kind"], resource=item["name"], run_id=item["run_id"], reason=item["reason"])
     return swept

@@ -681,6 +681,9 @@ def test_a_run_that_ends_failed_aborted_or_timed_out_invokes_the_ending_handler(
         "source": ["aws.states"], "detail-type": ["Step Functions Execution Status Change"],
         "detail": {"status": ["FAILED", "ABORTED", "TIMED_OUT"], "stateMachineArn": [{"Ref": run}]}}
     assert rule["State"] == "ENABLED"
+    from brokerbench.workflow.stop import ENDINGS  # what the handler turns each ending into
+
+    assert set(rule["EventPattern"]["detail"]["status"]) == set(ENDINGS)
     ended = handler_functions(resources)["run_ended"]
     (target,) = rule["Targets"]
     assert target["Arn"] == {"Fn::GetAtt": [ended[0], "Arn"]} and target["RetryPolicy"]["MaximumRetryAttempts"] > 0

@@ -332,3 +332,37 @@ def test_the_sweeper_deletes_what_an_ended_run_left_and_nothing_else(store):
     states = instance_states()
     assert states[workers[ended]] in ("shutting-down", "terminated")
     assert states[workers[going]] == "running" and states[untagged] == "running"
+
+
+# -- the Lambda entry points, as EventBridge invokes them ----------------------------------------------------------
+
+
+def test_the_run_ended_and_sweeper_handlers_as_eventbridge_invokes_them(store, monkeypatch):
+    """handlers/run_ended.py with an "Execution Status Change" event of a console stop (ABORTED) starts the
+    teardown state machine for the run; handlers/sweep_targets.py with a scheduled event deletes the ended run's
+    cluster and reports it."""
+    from brokerbench.local.workflow import _LambdaContext
+    from handlers import run_ended as run_ended_handler
+    from handlers import sweep_targets
+
+    machine = teardown_machine()
+    monkeypatch.setenv("BROKERBENCH_EVENTS_TABLE", store.table)
+    monkeypatch.setenv("BROKERBENCH_TEARDOWN_MACHINE_ARN", machine)
+    run_id = "20261126T232000Z-ab0005"
+    requested(store, run_id)
+    create_cluster(run_id)
+    event = {"version": "0", "source": "aws.states", "detail-type": "Step Functions Execution Status Change",
+             "detail": {"executionArn": f"arn:aws:states:{REGION}:{DEFAULT_ACCOUNT_ID}:execution:bb-run:{run_id}",
+                        "stateMachineArn": f"arn:aws:states:{REGION}:{DEFAULT_ACCOUNT_ID}:stateMachine:bb-run",
+                        "name": run_id, "status": "ABORTED", "input": json.dumps({"request": REQUEST, "run_id": run_id}),
+                        "error": None, "cause": None}}
+    ended = run_ended_handler.lambda_handler(event, _LambdaContext("local:run_ended"))
+    assert ended["status"] == "cancelled" and ended["teardown"]["execution"].endswith(f":{run_id}-teardown")
+    sfn = boto3.client("stepfunctions")
+    assert [e["name"] for e in sfn.list_executions(stateMachineArn=machine)["executions"]] == [f"{run_id}-teardown"]
+
+    swept = sweep_targets.lambda_handler({"source": "aws.events", "detail-type": "Scheduled Event", "detail": {}},
+                                         _LambdaContext("local:sweep_targets"))
+    assert [(d["kind"], d["name"], d["run_id"]) for d in swept["deleted"]] == [
+        ("msk", resource_name(run_id, "kafka"), run_id)]
+    assert clusters() == {}

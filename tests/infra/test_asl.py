@@ -49,8 +49,13 @@ def test_every_task_is_a_thin_lambda_invoke_and_teardown_is_always_reached():
             assert "Retry" in state, name
     top = definition["States"]
     # After the request is accepted, every step either goes on or is caught into a path that tears down.
-    for name in ("PlanCells", "ProvisionTargets", "RecordTargetsReady", "RunCells", "Aggregate", "CheckRegression"):
-        assert [c["Next"] for c in top[name]["Catch"]] == ["RecordRunFailed"], name
+    # States.ALL does not match States.DataLimitExceeded (a result larger than a state may hold): it is named
+    # first. States.Runtime no catcher takes; the RunEnded rule tears such a run down (docs/workflow.md).
+    for name in ("PlanCells", "ProvisionTargets", "RecordTargetsReady", "RunCells", "RunCellsDistributed",
+                 "Aggregate", "CheckRegression"):
+        assert [c["Next"] for c in top[name]["Catch"]] == ["RecordRunFailed", "RecordRunFailed"], name
+        assert [c["ErrorEquals"] for c in top[name]["Catch"]] == [["States.DataLimitExceeded"], ["States.ALL"]], name
+        assert {c["ResultPath"] for c in top[name]["Catch"]} == {"$.failure"}, name
     assert top["RecordRunFailed"]["Next"] == "TeardownTargets"
     assert top["Notify"]["Next"] == "TeardownTargets" and top["Notify?"]["Default"] == "TeardownTargets"
     # Inside RunCells a failed cell is recorded and the map goes on.

@@ -366,3 +366,20 @@ def test_the_run_ended_and_sweeper_handlers_as_eventbridge_invokes_them(store, m
     assert [(d["kind"], d["name"], d["run_id"]) for d in swept["deleted"]] == [
         ("msk", resource_name(run_id, "kafka"), run_id)]
     assert clusters() == {}
+
+
+def test_a_delete_the_sweeper_is_refused_is_reported_and_the_others_still_go(store):
+    ended = "20261126T200000Z-e0d006"
+    requested(store, ended)
+    store.append([run_completed_event(ended, "completed", 2, 0)])
+    create_cluster(ended)
+    worker = launch(ended)
+    ec2 = boto3.client("ec2")
+    with Stubber(ec2) as stub:  # EC2 refuses the termination (an IAM condition, say); MSK still deletes
+        stub.add_response("describe_instances", {"Reservations": [{"Instances": [
+            {"InstanceId": worker, "State": {"Name": "running"}, "Tags": [{"Key": "brokerbench:run", "Value": ended}]}]}]})
+        stub.add_client_error("terminate_instances", "UnauthorizedOperation", expected_params={"InstanceIds": [worker]})
+        swept = Sweeper(store, [msk()], ec2).sweep()
+    assert [(d["kind"], d["run_id"]) for d in swept["deleted"]] == [("msk", ended)]
+    [refused] = swept["left"]
+    assert refused["name"] == worker and "UnauthorizedOperation" in refused["reason"]

@@ -37,7 +37,11 @@ class Sweeper:
             if why:
                 left.append({**item, "reason": why})
                 continue
-            outcome = self.delete(item)
+            try:
+                outcome = self.delete(item)
+            except Exception as exc:  # noqa: BLE001 (one refused delete must not keep the others)
+                left.append({**item, "reason": f"the delete failed: {type(exc).__name__}: {exc}"})
+                continue
             if outcome in (DELETING, GONE, "terminating"):
                 deleted.append({**item, "outcome": outcome})
             else:

@@ -98,6 +98,7 @@ class MskTargets:
         except ClientError as exc:
             raise_client_error(exc, TRANSIENT, f"looking up MSK cluster {name}")
         states = [self.delete(c["ClusterArn"], c["State"]) for c in clusters if c["ClusterName"] == name]
+        states = [state for state in states if state != GONE]  # one that went away while it was listed
         if not states:
             return torn_down(broker, GONE, "nothing to delete")
         state = NOT_DELETABLE if NOT_DELETABLE in states else DELETING

@@ -326,7 +326,7 @@ def test_one_function_per_handler_sharing_one_code_asset_and_layer(resources):
     from cdk.constructs.functions import handler_modules
 
     functions = handler_functions(resources)
-    assert set(functions) == set(handler_modules()) and len(functions) == 15
+    assert set(functions) == set(handler_modules()) and len(functions) == 17
     codes = {json.dumps(p["Code"], sort_keys=True) for _, p in functions.values()}
     layers = {json.dumps(p["Layers"], sort_keys=True) for _, p in functions.values()}
     assert len(codes) == 1 and len(layers) == 1

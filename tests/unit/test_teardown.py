@@ -256,6 +256,9 @@ def test_the_ending_rule_and_a_cancel_start_one_teardown_execution(store):
     assert again["execution"] == first["execution"]
     assert [e["executionArn"] for e in boto3.client("stepfunctions").list_executions(stateMachineArn=machine)[
         "executions"]] == [first["execution"]]
+    existing = validate({**REQUEST, "targets": {"kafka": {"bootstrap_servers": "10.0.0.1:9092"},
+                                                 "redis-streams": {"host": "10.0.0.2", "port": 6379}}})
+    assert teardowns.start("20261126T231500Z-ab0033", existing)["execution"] is None  # nothing was provisioned
     described = boto3.client("stepfunctions").describe_execution(executionArn=first["execution"])
     assert json.loads(described["input"]) == {"run": {"run_id": run_id, "spec": spec}}
 

@@ -48,15 +48,18 @@ class StepFunctionsTeardowns:
     the same run (a cancel, then the ending rule) starts nothing new (Step Functions answers a start with the name
     and input of a running execution with that execution, and one of a closed execution ExecutionAlreadyExists)."""
 
-    def __init__(self, client, state_machine_arn: str) -> None:
-        self.client, self.state_machine_arn = client, state_machine_arn
+    def __init__(self, client, state_machine_arn: str | None = None) -> None:
+        self.client, self.state_machine_arn = client, state_machine_arn  # None: BROKERBENCH_TEARDOWN_MACHINE_ARN
 
     def start(self, run_id: str, spec: dict) -> dict:
+        if all(broker in spec.get("targets", {}) for broker in spec["brokers"]):  # existing endpoints only
+            return {"execution": None, "started": False, "reason": "nothing provisioned (existing endpoints only)"}
+        machine_arn = self.state_machine_arn or env("BROKERBENCH_TEARDOWN_MACHINE_ARN")
         name = teardown_execution_name(run_id)
-        prefix, _, machine = self.state_machine_arn.rpartition(":stateMachine:")
+        prefix, _, machine = machine_arn.rpartition(":stateMachine:")
         arn = f"{prefix}:execution:{machine}:{name}"
         try:
-            self.client.start_execution(stateMachineArn=self.state_machine_arn, name=name,
+            self.client.start_execution(stateMachineArn=machine_arn, name=name,
                                         input=json.dumps({"run": {"run_id": run_id, "spec": spec}}))
         except self.client.exceptions.ExecutionAlreadyExists:
             return {"execution": arn, "started": False}
@@ -68,7 +71,7 @@ def teardowns():
     (BROKERBENCH_TEARDOWN_MACHINE_ARN, set by the CDK app), the same rounds in this process locally."""
     if local():
         return InlineTeardowns()
-    return StepFunctionsTeardowns(boto("stepfunctions"), env("BROKERBENCH_TEARDOWN_MACHINE_ARN"))
+    return StepFunctionsTeardowns(boto("stepfunctions"))
 
 
 def teardown_execution_name(run_id: str) -> str:

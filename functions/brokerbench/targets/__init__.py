@@ -50,6 +50,19 @@ class TargetProvider(Protocol):
     def teardown(self, run_id: str, broker: str, spec: dict) -> dict: ...
 
 
+class CloudTargetProvider(TargetProvider, Protocol):
+    """A provider that creates resources in AWS also lets the hourly sweeper (workflow/sweep.py) find and delete
+    what a run left behind."""
+
+    kind: str  # what the sweeper calls its resources ("msk", "elasticache")
+
+    def leftovers(self) -> list[dict]:
+        """Its bb-* resources tagged with a run, not being deleted: {kind, name, resource, state, run_id} each."""
+
+    def delete(self, resource: str, state: str) -> str:
+        """Delete one if it can be deleted now: DELETING, GONE or NOT_DELETABLE."""
+
+
 def raise_client_error(exc, transient_codes, doing: str):
     """A provider's AWS error as ours: transient ones are retried by the workflow, the rest fail the run."""
     code = exc.response["Error"]["Code"]

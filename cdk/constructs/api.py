@@ -2,7 +2,9 @@
 the API function (functions/handlers/api.py, a Powertools APIGatewayRestResolver).
 
 The console needs no hosting of its own: the API function serves it (brokerbench/api/meta.py: GET / and
-GET /console/<name>), behind the same IAM authorization as every other route.
+GET /console/<name>), behind the same IAM authorization as every other route. A browser cannot sign, so people
+open it through `brokerbench console --aws` (brokerbench/api/signing_proxy.py): a server on 127.0.0.1 that serves
+the same console files and forwards every API request signed with the user's own AWS credentials.
 
 Request validation is the resolver's (enable_validation: typed routes, 422 with every problem and its
 field, which API Gateway's 400 would lose). API Gateway's validator (parameters and body) is attached to
@@ -64,7 +66,9 @@ class Api(Construct):
                     "ACL (from about $5/month plus rules) would add nothing a private, IAM-only API needs")
         acknowledge(self.rest_api, "AwsSolutions-COG4",
                     "RestApi authorizes every method with IAM (SigV4) instead of a Cognito user pool: its callers "
-                    "are the team's AWS principals (console through a SigV4 proxy, CLI, scripts), not end users")
+                    "are the team's AWS principals, each with its own credentials: scripts sign their requests, "
+                    "and the console is opened through `brokerbench console --aws`, a proxy on the user's machine "
+                    "that signs every request with the user's own credentials (brokerbench/api/signing_proxy.py)")
         acknowledge(self.rest_api, "AwsSolutions-IAM4[Policy::arn:<AWS::Partition>:iam::aws:policy/service-role/"
                                    "AmazonAPIGatewayPushToCloudWatchLogs]",
                     "RestApi CloudWatchRole: API Gateway's account-wide logging role takes the AWS-managed "

@@ -540,6 +540,27 @@ def test_api_gets_start_describe_stop_on_the_one_state_machine(resources):
                         "states:StopExecution": {"run"}}
 
 
+def test_api_reads_reports_and_lists_only_their_prefix(resources):
+    """A report not published (a failed or cancelled run) must be NoSuchKey to the API, not AccessDenied: S3 says
+    which only to a reader that may list the bucket, so the API may list it, under reports/ alone."""
+    functions = handler_functions(resources)
+    api_role = functions["api"][1]["Role"]["Fn::GetAtt"][0]
+    (bucket,) = [k for k, r in of_type(resources, "AWS::S3::Bucket").items()
+                 if "Reports" in k and r["Properties"].get("VersioningConfiguration")]
+    granted = {}
+    for logical_id, statement in statements(resources):
+        if resources[logical_id]["Properties"].get("Roles") == [{"Ref": api_role}]:
+            for action in as_list(statement["Action"]):
+                if action.startswith("s3:"):
+                    granted[action] = statement
+    assert set(granted) == {"s3:GetObject", "s3:ListBucket"}
+    listing = granted["s3:ListBucket"]
+    assert listing["Resource"] == {"Fn::GetAtt": [bucket, "Arn"]}
+    assert listing["Condition"] == {"StringLike": {"s3:prefix": ["reports/*"]}}
+    assert bucket in json.dumps(granted["s3:GetObject"]["Resource"]) and "/reports/*" in json.dumps(
+        granted["s3:GetObject"]["Resource"])
+
+
 # -- network -----------------------------------------------------------------------------------------------
 
 

@@ -209,3 +209,22 @@ def test_s3_reports_read_back_what_a_step_wrote_and_none_when_missing():
         reports = S3Reports(s3, "bb-reports")
         assert reports.read(RUN, "regression.json") == '{"baseline_run_id": null}'
         assert reports.read(RUN, "other.json") is None
+
+
+def test_s3_reports_read_a_denied_key_as_not_published_and_raise_other_errors():
+    """Botocore's Stubber: a reader without s3:ListBucket gets AccessDenied (403) for a key that does not exist, as
+    the API did for the report of a failed or cancelled run; it reads as not published (the API builds the report
+    from the events). Any other error (the bucket gone, throttling) still raises."""
+    from botocore.exceptions import ClientError
+
+    s3 = client("s3")
+    with Stubber(s3) as stub:
+        stub.add_client_error("get_object", "AccessDenied", http_status_code=403,
+                              expected_params={"Bucket": "bb-reports", "Key": f"reports/{RUN}/report.html"})
+        stub.add_client_error("get_object", "NoSuchBucket", http_status_code=404,
+                              expected_params={"Bucket": "bb-reports", "Key": f"reports/{RUN}/report.md"})
+        reports = S3Reports(s3, "bb-reports")
+        assert reports.read(RUN, "report.html") is None
+        with pytest.raises(ClientError, match="NoSuchBucket"):
+            reports.read(RUN, "report.md")
+        stub.assert_no_pending_responses()

@@ -23,6 +23,7 @@ from ..reports.results import build_results
 from ..spec import SpecError, lanes, validate
 from ..targets import GONE, TEARDOWN_DONE, TEARDOWN_TIMEOUT_S, TEARDOWN_WAIT_S, torn_down
 from ..worker import run_cell as measure_cell
+from ..worker.run_end import RunEndWatch
 from . import wiring
 
 
@@ -93,10 +94,28 @@ def record_targets_ready(event: dict) -> dict:
     return {"endpoints": endpoints}
 
 
+RUN_ENDED = "stopped: the run ended before the cell did (nothing written after the run's end)"
+
+
 def run_cell(event: dict, worker: dict | None = None) -> dict:
-    cell = event["cell"]
-    outcome = measure_cell(event["run_id"], cell, event["targets"][cell["broker"]], wiring.event_store(),
-                           worker=worker or {"kind": "lambda", "host": socket.gethostname()})
+    """One cell, on whichever worker calls it (RunCell on Lambda, the EC2 worker, the local workflow). The cell
+    watches its run's end in the store (worker/run_end.py): a run cancelled or failed while it measures stops it
+    within about an interval, and nothing it would write after the run's end is written."""
+    cell, run_id = event["cell"], event["run_id"]
+    watch = RunEndWatch(wiring.event_store(), run_id)
+    if watch.check():  # a cell the Map started after the run had ended measures nothing
+        return {"cell_id": cell["cell_id"], "status": "failed", "reason": RUN_ENDED}
+    with watch:
+        try:
+            outcome = measure_cell(run_id, cell, event["targets"][cell["broker"]], watch,
+                                   worker=worker or {"kind": "lambda", "host": socket.gethostname()}, stop=watch.ended)
+        except KeyboardInterrupt:
+            if not watch.ended.is_set():
+                raise  # Ctrl-C or a local cancel: the front end that stopped it goes on
+            outcome = None
+    if outcome is None or watch.dropped:
+        logger.warning("cell stopped: its run ended", extra={"cell_id": cell["cell_id"], "not_written": watch.dropped})
+        return {"cell_id": cell["cell_id"], "status": "failed", "reason": RUN_ENDED}
     return {"cell_id": outcome.cell_id, "status": outcome.status, "reason": outcome.reason}
 
 

@@ -10,6 +10,9 @@ from brokerbench.workflow.stop import run_ended, teardowns
 @lambda_entry(correlation_id_path="detail.name")
 def lambda_handler(event, context):
     ended = run_ended(wiring.event_store(), event["detail"], teardowns())
+    if ended.get("ignored"):
+        logger.info("execution end ignored", reason=ended["ignored"], execution=event["detail"].get("executionArn"))
+        return ended
     logger.info("run ended early: teardown handed over", run_id=ended["run_id"],
                 execution_status=ended["execution_status"], status=ended["status"], teardown=ended["teardown"])
     return ended

@@ -246,6 +246,19 @@ def test_an_execution_that_failed_after_the_run_ended_keeps_its_end(store):
     assert [e["type"] for e in store.read(run_id)].count("RunFailed") == 1
 
 
+def test_a_distributed_map_child_that_failed_is_not_the_run(store):
+    """A failed cell of a large plan is a child execution of the run's state machine (<machine>/<map run>): if its
+    end ever reached the handler, the run (still going) gets no end and nothing is torn down."""
+    run_id = "20261126T231500Z-fa0007"
+    requested(store, run_id)
+    create_cluster(run_id)
+    detail = {"status": "FAILED", "name": "0b5c7f2e-child",
+              "stateMachineArn": f"arn:aws:states:{REGION}:{DEFAULT_ACCOUNT_ID}:stateMachine:bb-run/RunCellsDistributed",
+              "input": json.dumps({"run_id": run_id, "cell": {}, "targets": {}})}
+    assert run_ended(store, detail, InlineTeardowns(lambda s: None))["ignored"]
+    assert store.read(run_id, prefix="90#run#end") == [] and resource_name(run_id, "kafka") in clusters()
+
+
 def test_the_ending_rule_and_a_cancel_start_one_teardown_execution(store):
     machine = teardown_machine()
     run_id = "20261126T231500Z-ab0003"

@@ -125,6 +125,10 @@ def run_ended(store: EventStore, detail: dict, teardowns) -> dict:
     The run id is the execution's input's (the API and the schedules always set it), else the execution's name;
     the targets come from the stored request (RunRequested), else the execution's input."""
     status = detail["status"]
+    if "/" in detail.get("stateMachineArn", "").rpartition(":stateMachine:")[2]:
+        # A Distributed Map's child execution (<machine>/<map run>): one cell of a run still going, not the run.
+        return {"run_id": None, "execution_status": status, "status": None, "teardown": [],
+                "ignored": "a Distributed Map child execution"}
     if status not in ENDINGS:
         raise ValueError(f"detail.status: {status!r} is not one of {sorted(ENDINGS)}")
     started = json.loads(detail.get("input") or "{}")

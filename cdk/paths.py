@@ -8,6 +8,7 @@ HANDLERS = FUNCTIONS / "handlers"
 SCHEMAS = REPO / "schemas"
 REQUIREMENTS = REPO / "requirements.txt"
 STATE_MACHINE = REPO / "statemachines" / "benchmark_run.asl.json"
+TEARDOWN_MACHINE = REPO / "statemachines" / "teardown_run.asl.json"  # the run workflow's teardown states alone
 SCHEDULES = FUNCTIONS / "brokerbench" / "schedules.json"
 PRICING = FUNCTIONS / "brokerbench" / "pricing.json"  # the cost estimate's prices: the allowed worker instance types
 

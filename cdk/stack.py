@@ -17,10 +17,12 @@ from .constructs.functions import DEFAULT_PYTHON, Functions
 from .constructs.network import AZ_COUNT, DEFAULT_INTERFACE_ENDPOINTS, Network
 from .constructs.schedules import Schedules
 from .constructs.storage import EventStore, LogsBucket
+from .constructs.teardown import Teardown
 from .constructs.workers import DEFAULT_INSTANCE_TYPE, Ec2Workers
 from .constructs.workflow import Workflow
 
-TARGET_FUNCTIONS = ("provision_target", "check_target", "teardown_target", "api")  # read the BROKERBENCH_MSK_*/REDIS_*
+# read the BROKERBENCH_MSK_*/REDIS_* settings
+TARGET_FUNCTIONS = ("provision_target", "check_target", "teardown_target", "sweep_targets", "api")
 
 
 class BrokerbenchStack(Stack):
@@ -78,7 +80,6 @@ class BrokerbenchStack(Stack):
         targets.grant_provision(functions["provision_target"])
         targets.grant_check(functions["check_target"])
         targets.grant_teardown(functions["teardown_target"])
-        targets.grant_teardown(functions["api"])  # a cancel tears the run's targets down (workflow/stop.py)
         for module in ("record_targets_ready", "run_cell", "record_cell_failed"):  # the last deletes a failed
             targets.grant_clients(functions[module])  # cell's topics
         workers.grant_launch(functions["start_ec2_worker"])
@@ -91,6 +92,9 @@ class BrokerbenchStack(Stack):
         functions["schedule_trigger"].add_environment("BROKERBENCH_STATE_MACHINE_ARN", state_machine.state_machine_arn)
         workflow.grant_api(functions["schedule_trigger"])  # StepFunctionsStarter: start, and describe a run it started
         store.grant_reports(workflow.role, write=False)  # RunCellsDistributed's ItemReader: the plan's cells
+        # Runs that end early (a failed, stopped or timed-out execution, a cancel) and leftovers: cdk/constructs/teardown.py
+        teardown = Teardown(self, "Teardown", functions=functions, run_machine=state_machine, store=store)
+        teardown.grant_handover(functions["api"])  # a cancel hands the run's teardown to the teardown state machine
 
         api = Api(self, "Api", handler=functions["api"], logs=logs.bucket)
         Schedules(self, "Schedules", trigger=functions["schedule_trigger"], enabled=schedules_on)
@@ -98,11 +102,14 @@ class BrokerbenchStack(Stack):
                topic=alerts.topic, key=alerts.key)
 
         alerts.watch_workflow(state_machine)
+        alerts.watch_teardown(teardown.state_machine)
         for module, function in functions:
             alerts.watch_function(function.node.id, function)
 
         CfnOutput(self, "ApiUrl", value=api.url, description="the API and the console (IAM / SigV4 auth)")
         CfnOutput(self, "StateMachineArn", value=state_machine.state_machine_arn)
+        CfnOutput(self, "TeardownStateMachineArn", value=teardown.state_machine.state_machine_arn,
+                  description="tears down a run that ended early (input {\"run\": {\"run_id\": ..., \"spec\": ...}})")
         CfnOutput(self, "EventsTable", value=store.events.table_name)
         CfnOutput(self, "ReportsBucket", value=store.reports.bucket_name)
         CfnOutput(self, "AlertsTopic", value=alerts.topic.topic_arn)

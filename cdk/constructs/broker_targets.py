@@ -121,7 +121,7 @@ class BrokerTargets(Construct):
               wildcard_reason="replication groups are named per run (bb-<run id>-redis): bb-* scopes them")
 
     def grant_teardown(self, grantee: iam.IGrantable) -> None:
-        """TeardownTarget (and the API's cancel): list_clusters_v2 + delete_cluster, delete_replication_group."""
+        """TeardownTarget: list_clusters_v2 + delete_cluster, describe_replication_groups + delete_replication_group."""
         allow(grantee, ["kafka:ListClustersV2"], ["*"],
               wildcard_reason="teardown finds the run's MSK cluster by name with ListClustersV2, a List action with "
                               "no resource-level permissions")
@@ -130,6 +130,9 @@ class BrokerTargets(Construct):
                               "end in a UUID assigned at creation")
         allow(grantee, ["elasticache:DeleteReplicationGroup"], [self._redis_groups()], conditions=TAGGED_RESOURCE,
               wildcard_reason="only replication groups named bb-* that carry the brokerbench:run tag can be deleted")
+        allow(grantee, ["elasticache:DescribeReplicationGroups"], [self._redis_groups()],
+              wildcard_reason="teardown reads the run's bb-<run id>-redis group's status: still creating (not "
+                              "deletable yet), deleting, or gone")
 
     # -- data plane -------------------------------------------------------------------------------------
 

@@ -54,6 +54,7 @@ SIZING = {
     "check_regression": Sizing(memory_mb=2048, timeout=Duration.minutes(5)),
     "api": Sizing(memory_mb=1769, timeout=Duration.seconds(29)),  # API Gateway's integration limit
     "start_ec2_worker": Sizing(memory_mb=512),
+    "sweep_targets": Sizing(timeout=Duration.minutes(5)),  # lists every bb-* cluster, group and worker
 }
 
 

@@ -51,6 +51,7 @@ STAR_ACTIONS = {
     "ec2:DescribeVpcs": "MSK CreateClusterV2; Describe has no resource-level permissions",
     "ec2:DescribeVpcAttribute": "MSK CreateClusterV2; Describe has no resource-level permissions",
     "kafka:ListClustersV2": "teardown finds the run's cluster by name; a List action has no resource-level permissions",
+    "ec2:DescribeInstances": "the sweeper finds EC2 workers by their run tag; Describe has no resource-level permissions",
 }
 
 # cfn-lint warnings that are CDK's doing and harmless: W3005, a DependsOn on a role that a GetAtt already
@@ -163,6 +164,13 @@ def of_type(resources: dict, kind: str) -> dict:
     return {k: r for k, r in resources.items() if r["Type"] == kind}
 
 
+def state_machine(resources: dict, construct: str) -> tuple[str, dict]:
+    """(logical id, resource) of the state machine of a construct: Workflow (the run), Teardown (a run's teardown)."""
+    (found,) = [(k, r) for k, r in of_type(resources, "AWS::StepFunctions::StateMachine").items()
+                if k.startswith(f"{construct}StateMachine")]
+    return found
+
+
 def handler_functions(resources: dict) -> dict[str, tuple[str, dict]]:
     """handler module -> (logical id, properties) of the workflow's and the API's functions."""
     out = {}
@@ -256,7 +264,7 @@ def test_state_machine_file_is_the_local_runners_definition(assembly, cli_templa
 
     assert paths.STATE_MACHINE.resolve() == DEFINITION.resolve()
     text = DEFINITION.read_bytes()
-    (machine,) = of_type(cli_template["Resources"], "AWS::StepFunctions::StateMachine").values()
+    machine = state_machine(cli_template["Resources"], "Workflow")[1]
     location = machine["Properties"]["DefinitionS3Location"]  # DefinitionBody.from_file: an asset of the file
     assert (assembly / f"asset.{location['Key']}").read_bytes() == text
 
@@ -266,7 +274,7 @@ def test_every_placeholder_resolves_to_a_function_of_the_stack(resources):
 
     text = DEFINITION.read_text()
     placeholders = set(re.findall(r"\$\{([^}]*)\}", text))
-    (machine,) = of_type(resources, "AWS::StepFunctions::StateMachine").values()
+    machine = state_machine(resources, "Workflow")[1]
     substitutions = machine["Properties"]["DefinitionSubstitutions"]
     assert set(substitutions) == placeholders and len(placeholders) == 13
     functions = handler_functions(resources)
@@ -281,7 +289,7 @@ def test_every_placeholder_resolves_to_a_function_of_the_stack(resources):
 
 
 def test_workflow_role_invokes_exactly_the_workflow_functions(resources):
-    (machine,) = of_type(resources, "AWS::StepFunctions::StateMachine").values()
+    machine = state_machine(resources, "Workflow")[1]
     role = machine["Properties"]["RoleArn"]["Fn::GetAtt"][0]
     invoked = [s for logical_id, s in statements(resources) if "lambda:InvokeFunction" in as_list(s["Action"])
                and resources[logical_id]["Properties"].get("Roles") == [{"Ref": role}]]
@@ -292,7 +300,7 @@ def test_workflow_role_invokes_exactly_the_workflow_functions(resources):
 
 def test_workflow_logs_errors_without_execution_data_under_vendedlogs_and_traces(resources):
     """ERROR without execution data: ALL would log StartEc2Worker's task token with every state's data."""
-    (machine,) = of_type(resources, "AWS::StepFunctions::StateMachine").values()
+    machine = state_machine(resources, "Workflow")[1]
     props = machine["Properties"]
     assert props["LoggingConfiguration"]["Level"] == "ERROR"
     assert props["LoggingConfiguration"]["IncludeExecutionData"] is False
@@ -321,7 +329,7 @@ def test_one_function_per_handler_sharing_one_code_asset_and_layer(resources):
     from cdk.constructs.functions import handler_modules
 
     functions = handler_functions(resources)
-    assert set(functions) == set(handler_modules()) and len(functions) == 15
+    assert set(functions) == set(handler_modules()) and len(functions) == 17
     codes = {json.dumps(p["Code"], sort_keys=True) for _, p in functions.values()}
     layers = {json.dumps(p["Layers"], sort_keys=True) for _, p in functions.values()}
     assert len(codes) == 1 and len(layers) == 1
@@ -488,10 +496,18 @@ def test_broker_resources_are_scoped_by_name_and_run_tag(resources):
     for action in ("kafka:DeleteCluster", "elasticache:DeleteReplicationGroup"):
         for statement in by_action[action]:
             assert statement["Condition"] == {"Null": {"aws:ResourceTag/brokerbench:run": "false"}}, action
+    # Listing every replication group (the sweeper's DescribeReplicationGroups without an id) is the one
+    # describe of groups not named bb-*: it reads, and the sweeper keeps only the bb-* ones.
+    sweeper_role = handler_functions(resources)["sweep_targets"][1]["Role"]["Fn::GetAtt"][0]
+    listing = [s for logical_id, s in statements(resources) if resources[logical_id]["Properties"].get("Roles") ==
+               [{"Ref": sweeper_role}] and "elasticache:DescribeReplicationGroups" in as_list(s["Action"])]
     for action in ("kafka:DescribeClusterV2", "kafka:GetBootstrapBrokers", "kafka-cluster:Connect",
                    "kafka-cluster:WriteData", "elasticache:DescribeReplicationGroups"):
         for statement in by_action[action]:
             text = json.dumps(statement["Resource"])
+            if statement in listing:
+                assert text.endswith(':replicationgroup:*"]]}') and as_list(statement["Action"]) == [action]
+                continue
             assert re.search(r"(cluster|topic|replicationgroup)[/:]bb-\*", text), (action, text)
 
 
@@ -515,15 +531,19 @@ def test_ec2_workers_are_launched_only_from_the_template_with_their_role(resourc
 def test_api_gets_start_describe_stop_on_the_one_state_machine(resources):
     functions = handler_functions(resources)
     api_role = functions["api"][1]["Role"]["Fn::GetAtt"][0]
-    granted = {}
+    granted = []  # (action, resources) of every states: grant of the API's role
     for logical_id, statement in statements(resources):
         if resources[logical_id]["Properties"].get("Roles") == [{"Ref": api_role}]:
-            for action in as_list(statement["Action"]):
-                if action.startswith("states:"):
-                    granted[action] = json.dumps(statement["Resource"])
-    assert set(granted) == {"states:StartExecution", "states:DescribeExecution", "states:StopExecution"}
-    (machine,) = of_type(resources, "AWS::StepFunctions::StateMachine")
-    assert all(machine in text for text in granted.values())
+            granted += [(a, json.dumps(statement["Resource"])) for a in as_list(statement["Action"])
+                        if a.startswith("states:")]
+    run, teardown = state_machine(resources, "Workflow")[0], state_machine(resources, "Teardown")[0]
+    machines = {}  # action -> the state machines its statements name
+    for action, text in granted:
+        machines.setdefault(action, set()).update(name for name, id_ in (("run", run), ("teardown", teardown))
+                                                  if id_ in text)
+    # A cancel hands the run's teardown to the teardown state machine: it may start it, nothing more.
+    assert machines == {"states:StartExecution": {"run", "teardown"}, "states:DescribeExecution": {"run"},
+                        "states:StopExecution": {"run"}}
 
 
 def test_api_reads_reports_and_lists_only_their_prefix(resources):
@@ -654,7 +674,7 @@ def test_a_schedule_for_every_entry_of_the_schedules_file(resources):
     entries = schedules.load(REPO / "functions" / "brokerbench" / "schedules.json")
     assert set(deployed) == {e.name for e in entries}
     expected = {"nightly-quick": "cron(0 2 * * ? *)", "weekly-sizes": "cron(0 3 ? * SUN *)"}
-    (machine,) = of_type(resources, "AWS::StepFunctions::StateMachine")
+    machine = state_machine(resources, "Workflow")[0]
     trigger = handler_functions(resources)["schedule_trigger"][0]
     for entry in entries:
         props = deployed[entry.name]
@@ -675,7 +695,7 @@ def test_alarms_watch_the_workflow_and_every_function(resources):
     alarms = [r["Properties"] for r in of_type(resources, "AWS::CloudWatch::Alarm").values()]
     (topic,) = of_type(resources, "AWS::SNS::Topic")
     assert all(a["AlarmActions"] == [{"Ref": topic}] for a in alarms)
-    (machine,) = of_type(resources, "AWS::StepFunctions::StateMachine")
+    machine = state_machine(resources, "Workflow")[0]
     assert any(a["MetricName"] == "ExecutionsFailed" and a["Namespace"] == "AWS/States"
                and a["Dimensions"][0]["Value"] == {"Ref": machine} for a in alarms)
     watched = {a["Dimensions"][0]["Value"]["Ref"] for a in alarms if a["MetricName"] == "Errors"}
@@ -837,3 +857,65 @@ def test_the_app_passes_the_memory_and_schedules_flags_to_the_stack(tmp_path):
     with pytest.raises(ValueError, match="brokerbench:workerMemoryMb=20000"):
         build({"brokerbench:bundle": "false", "brokerbench:workerMemoryMb": "20000"}, nag_checks=False,
               outdir=str(tmp_path / "refused"))
+
+# -- teardown that always happens ----------------------------------------------------------------------------
+
+
+def test_a_run_that_ends_failed_aborted_or_timed_out_invokes_the_ending_handler(resources):
+    rules = of_type(resources, "AWS::Events::Rule")
+    (rule,) = [r["Properties"] for r in rules.values() if "EventPattern" in r["Properties"]]
+    run = state_machine(resources, "Workflow")[0]
+    assert rule["EventPattern"] == {
+        "source": ["aws.states"], "detail-type": ["Step Functions Execution Status Change"],
+        "detail": {"status": ["FAILED", "ABORTED", "TIMED_OUT"], "stateMachineArn": [{"Ref": run}]}}
+    assert rule["State"] == "ENABLED"
+    from brokerbench.workflow.stop import ENDINGS  # what the handler turns each ending into
+
+    assert set(rule["EventPattern"]["detail"]["status"]) == set(ENDINGS)
+    ended = handler_functions(resources)["run_ended"]
+    (target,) = rule["Targets"]
+    assert target["Arn"] == {"Fn::GetAtt": [ended[0], "Arn"]} and target["RetryPolicy"]["MaximumRetryAttempts"] > 0
+    permissions = [r["Properties"] for r in of_type(resources, "AWS::Lambda::Permission").values()
+                   if r["Properties"]["FunctionName"] == {"Fn::GetAtt": [ended[0], "Arn"]}]
+    assert [p["Principal"] for p in permissions] == ["events.amazonaws.com"]
+    # It starts the teardown state machine, whose definition is the teardown states alone.
+    teardown, machine = state_machine(resources, "Teardown")
+    assert ended[1]["Environment"]["Variables"]["BROKERBENCH_TEARDOWN_MACHINE_ARN"] == {"Ref": teardown}
+    assert set(machine["Properties"]["DefinitionSubstitutions"]) == {"TeardownTargetFunctionArn",
+                                                                     "RecordRunFailedFunctionArn"}
+
+
+def test_the_teardown_machine_invokes_only_its_two_functions_and_is_watched(resources):
+    teardown, machine = state_machine(resources, "Teardown")
+    role = machine["Properties"]["RoleArn"]["Fn::GetAtt"][0]
+    invoked = [s for logical_id, s in statements(resources) if "lambda:InvokeFunction" in as_list(s["Action"])
+               and resources[logical_id]["Properties"].get("Roles") == [{"Ref": role}]]
+    functions = handler_functions(resources)
+    assert [{r["Fn::GetAtt"][0] for r in as_list(s["Resource"])} for s in invoked] == [
+        {functions["teardown_target"][0], functions["record_run_failed"][0]}]
+    alarms = [r["Properties"] for r in of_type(resources, "AWS::CloudWatch::Alarm").values()]
+    assert any(a["MetricName"] == "ExecutionsFailed" and a["Dimensions"][0]["Value"] == {"Ref": teardown}
+               for a in alarms)
+
+
+def test_the_sweeper_runs_hourly_and_may_delete_only_tagged_bb_resources(resources):
+    rules = of_type(resources, "AWS::Events::Rule")
+    (rule,) = [r["Properties"] for r in rules.values() if "ScheduleExpression" in r["Properties"]]
+    sweeper = handler_functions(resources)["sweep_targets"]
+    assert rule["ScheduleExpression"] == "rate(1 hour)" and rule["State"] == "ENABLED"
+    assert rule["Targets"][0]["Arn"] == {"Fn::GetAtt": [sweeper[0], "Arn"]}
+    role = sweeper[1]["Role"]["Fn::GetAtt"][0]
+    granted = {}
+    for logical_id, statement in statements(resources):
+        if resources[logical_id]["Properties"].get("Roles") == [{"Ref": role}]:
+            for action in as_list(statement["Action"]):
+                granted.setdefault(action, []).append(statement)
+    tagged = {"Null": {"aws:ResourceTag/brokerbench:run": "false"}}
+    for action in ("kafka:DeleteCluster", "elasticache:DeleteReplicationGroup", "ec2:TerminateInstances"):
+        assert [s.get("Condition") for s in granted[action]] == [tagged], action
+    for action in ("kafka:DeleteCluster", "elasticache:DeleteReplicationGroup", "elasticache:ListTagsForResource"):
+        assert all(re.search(r"(cluster/|replicationgroup:)bb-\*", json.dumps(s["Resource"])) for s in granted[action])
+    assert not any(a.startswith(("kafka:Create", "elasticache:Create", "ec2:RunInstances", "states:"))
+                   for a in granted)
+    assert "dynamodb:Query" in granted and "dynamodb:PutItem" not in granted  # reads the runs' events only
+    assert sweeper[1]["Timeout"] == 300

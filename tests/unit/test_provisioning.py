@@ -146,19 +146,27 @@ def test_elasticache_group_has_tls_at_rest_encryption_and_an_auth_token_from_sec
 
 
 def test_elasticache_teardown_and_failures():
+    """Teardown's every state, from ElastiCache's answers (tests/unit/test_teardown.py runs them against moto)."""
     cache, secrets = client("elasticache"), client("secretsmanager")
     name = resource_name(RUN, "redis-streams")
     provider = ElastiCacheTargets(cache, secrets, auth_secret_arn=SECRET, subnet_group="g", security_groups=["s"])
     with Stubber(cache) as stub:
+        described = {"ReplicationGroupId": name}
+        stub.add_response("describe_replication_groups", {"ReplicationGroups": [{"Status": "available"}]}, described)
         stub.add_response("delete_replication_group", {"ReplicationGroup": {"ReplicationGroupId": name}},
                           {"ReplicationGroupId": name})
-        stub.add_client_error("delete_replication_group", "ReplicationGroupNotFoundFault")
+        stub.add_response("describe_replication_groups", {"ReplicationGroups": [{"Status": "deleting"}]}, described)
+        stub.add_client_error("describe_replication_groups", "ReplicationGroupNotFoundFault", expected_params=described)
         stub.add_response("describe_replication_groups", {"ReplicationGroups": [{"Status": "create-failed"}]},
                           {"ReplicationGroupId": name})
-        assert provider.teardown(RUN, "redis-streams", spec())["action"] == f"deleting {name}"
-        assert provider.teardown(RUN, "redis-streams", spec())["action"] == "nothing to delete"
+        assert provider.teardown(RUN, "redis-streams", spec()) == {"broker": "redis-streams", "state": "deleting",
+                                                                    "action": f"deleting {name}"}
+        assert provider.teardown(RUN, "redis-streams", spec())["state"] == "deleting"
+        assert provider.teardown(RUN, "redis-streams", spec()) == {"broker": "redis-streams", "state": "gone",
+                                                                    "action": "nothing to delete"}
         with pytest.raises(ProvisioningError, match="failed to create"):
             provider.check({"resource": name})
+        stub.assert_no_pending_responses()
 
 
 def test_ec2_worker_is_launched_with_the_job_in_user_data_and_the_task_token_in_ssm():

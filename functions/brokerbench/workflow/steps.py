@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import socket
+import time
 
 from .. import environment
 from ..drivers import BrokerUnavailable
@@ -21,6 +22,7 @@ from ..reports import html, markdown, regression
 from ..reports.model import build_report
 from ..reports.results import build_results
 from ..spec import SpecError, lanes, validate
+from ..targets import GONE, TEARDOWN_DONE, TEARDOWN_TIMEOUT_S, TEARDOWN_WAIT_S, torn_down
 from ..worker import run_cell as measure_cell
 from ..worker.run_end import RunEndWatch
 from . import wiring
@@ -316,8 +318,18 @@ def record_step_failed(event: dict) -> dict:
 
 
 def teardown_target(event: dict) -> dict:
+    """One round of the workflow's teardown loop (TeardownTarget, asked again after TEARDOWN_WAIT_S until `done`).
+
+    `event["teardown"]` is the previous round's answer, when there was one: its deadline holds for the whole loop
+    (TEARDOWN_TIMEOUT_S from the first round), and `timed_out` says the loop should give up."""
+    previous = event.get("teardown") or {}
+    deadline = previous.get("deadline") or time.time() + TEARDOWN_TIMEOUT_S
     problem = wiring.provider_problem(event["broker"], event["spec"])
     if problem:  # nothing was provisioned for it
-        return {"broker": event["broker"], "action": f"nothing to tear down ({problem})"}
-    return wiring.target_provider(event["broker"], event["spec"]).teardown(event["run_id"], event["broker"], event["spec"])
-
+        answer = torn_down(event["broker"], GONE, f"nothing to tear down ({problem})")
+    else:
+        provider = wiring.target_provider(event["broker"], event["spec"])
+        answer = provider.teardown(event["run_id"], event["broker"], event["spec"])
+    done = answer["state"] in TEARDOWN_DONE
+    return {**answer, "done": done, "rounds": previous.get("rounds", 0) + 1, "deadline": deadline,
+            "wait_s": TEARDOWN_WAIT_S, "timed_out": not done and time.time() > deadline}

@@ -5,7 +5,9 @@ starts measuring its upstream delay doubles every second (1, 2, 4, 8, 16, 32, 64
 batch: up to 100 XADDs in flight) is far below what the proxied path carries, so the rate holds while each
 second's end-to-end p99 is about twice the one before. The cell measures 6 s (below the quick suite's 10 s) and
 the verdict's latency check must not pass: it finds the rise, or, when a noisy second leaves the test short of its
-level, calls the rise unclear, which makes the verdict inconclusive.
+level, calls the rise unclear, which makes the verdict inconclusive. On a loaded host a stall can fail another rule
+first (a second received 55 of 200 messages, its p99 above the climb's): the verdict is then unsustainable by that
+rule, and the latency rule is held to the climb only in a cell where every other rule passed.
 """
 
 from __future__ import annotations
@@ -43,6 +45,15 @@ def test_a_latency_that_doubles_every_second_is_never_sustainable(endpoints, sto
         [e["data"] for e in store.read(outcome.run_id, interval_histograms=False) if e["type"] == "IntervalMeasured"],
         completed[0]["measured_s"]))
     assert judged["verdict"] == verdict["verdict"], (judged, verdict)  # the stored verdict, judged again
-    trend = judged["checks"]["latency_trend"]
-    assert trend["n"] >= trend["min_n"] and trend["passed"] is not True, (trend, verdict["reasons"])
+    checks = judged["checks"]
+    trend = checks["latency_trend"]
+    assert trend["n"] >= trend["min_n"], trend
+    failed = [name for name in ("rate", "backlog", "publish_delay") if checks[name]["passed"] is False]
+    if failed:
+        # A loaded host stalled the cell (a second received short, a backlog or a publish delay grew): the stall's
+        # own latency can outweigh the climb in the trend test, and the verdict fails on that rule instead.
+        assert verdict["verdict"] == "unsustainable" and len(verdict["reasons"]) >= len(failed), (failed, verdict)
+        return
+    # Every other rule held: the climb is all that moved, and the latency rule must see it.
+    assert trend["passed"] is not True, (trend, verdict["reasons"])
     assert any("end-to-end p99 r" in reason for reason in verdict["reasons"]), verdict["reasons"]

@@ -127,6 +127,7 @@ class ClimbingDelay(RunHooks):
         self.first_ms, self.factor, self.step_s, self.max_ms = first_ms, factor, step_s, max_ms
         self.started, self.done = threading.Event(), threading.Event()
         self.set_ms: list[float] = []
+        self.set_at_ns: list[int] = []  # when each was set (time.monotonic_ns, the cell's clock)
         self.thread = threading.Thread(target=self._climb, daemon=True)
         self.thread.start()
 
@@ -140,6 +141,7 @@ class ClimbingDelay(RunHooks):
         began, delay = time.monotonic(), self.first_ms
         while not self.done.is_set() and delay <= self.max_ms:
             self.toxiproxy.latency(self.proxy, delay, "upstream")
+            self.set_at_ns.append(time.monotonic_ns())
             self.set_ms.append(delay)
             delay *= self.factor
             self.done.wait(max(0.0, began + self.step_s * len(self.set_ms) - time.monotonic()))

@@ -112,7 +112,7 @@ def proxied_kafka(tmp_path_factory, toxiproxy):
 
 
 def warm_up(bootstrap: str) -> None:
-    """A new broker's first consumer group creates its offsets topic (50 partitions), which holds up the first
+    """A new broker's first consumer group creates its offsets topic (3 partitions here), which can hold up the first
     cell for seconds: done before the measured run, so that the first cell is not measured against it. The
     commit is answered "not coordinator" until that topic is loaded: asked again until it is stored."""
     topic = f"warm-{new_run_id()}"

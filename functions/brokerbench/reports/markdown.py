@@ -336,10 +336,17 @@ def _seconds(value) -> str:
 def startup_text(startup: dict) -> str:
     at = startup.get("at_attach") or {}
     read = startup["backlog_read_s"]
+    # The consumers attach when due, or after the broker's count if a loaded host took it later; the figures still
+    # run from when they were due.
+    late = at.get("counted_s") is not None and at["counted_s"] > startup["attach_s"]
+    attached = (f"attached {_seconds(at['counted_s'])} after the first send (due at {_seconds(startup['attach_s'])}; "
+                f"they wait for the broker's count, taken late)" if late
+                else f"attached {_seconds(startup['attach_s'])} after the first send")
     return (f"startup backlog of {startup['messages']:,} msgs sent at {startup['rate']:,g} msgs/s: the consumers "
-            f"attached {_seconds(startup['attach_s'])} after the first send, when the broker held "
+            f"{attached}, when the broker held "
             f"{_figure(at.get('broker_messages'), 0)} msgs ({_figure(at.get('broker_backlog'), 0)} unread by the "
-            f"group); first message {_seconds(startup['first_delivery_s'])} after attaching, the backlog read in "
+            f"group); first message {_seconds(startup['first_delivery_s'])} after "
+            f"{'they were due' if late else 'attaching'}, the backlog read in "
             + (f"{_seconds(read)} ({_figure(startup['read_rate_msgs_per_s'], 0)} msgs/s)" if read is not None
                else f"– (only {startup['received']:,} of its messages arrived)"))
 

@@ -483,11 +483,17 @@ class _CellRun:
         return done
 
     def _count_at_attach(self) -> None:
-        """The broker's own count of the startup backlog, just before the consumers attach to it."""
+        """The broker's own count of the startup backlog, just before the consumers attach to it: they hold until
+        it is taken ("attach"), so on a loaded host that takes it late they attach late, after it (counted_s, from
+        the first send as attach_s, says when), and it never finds any of the backlog read."""
         self.attach_due = None
         count = self.driver.message_count(self.topic, lanes(self.cell))
         self.at_attach = {"broker_backlog": self.driver.backlog(self.topic, self.group, lanes(self.cell)),
-                          "broker_messages": None if count is None else count - self.probes}
+                          "broker_messages": None if count is None else count - self.probes,
+                          "counted_s": round((time.monotonic_ns() - self.timing["t_start"]) / SECOND_NS, 6)}
+        for conn, (role, _) in self.conns.items():
+            if role == "consumer":
+                conn.send(("attach", None))
 
     def _start_measuring(self, done: dict) -> None:
         """The warm-up is over: measurement starts a moment from now, for every process alike."""

@@ -195,9 +195,12 @@ def _run(conn, task: ConsumerTask) -> None:
         polls.extend((clock(), len(early)))
         chunks.append(timed_decode(decode, early, headers))
     shape = ShapeFigures(cell, timing["t_start"]) if shaped(cell) else None
-    # A startup backlog builds up at the broker while the consumers hold (fetch nothing) until attach_ns.
+    # A startup backlog builds up at the broker while the consumers hold (fetch nothing) until attach_ns, and until
+    # the parent has taken the broker's count of it ("attach": on a loaded host the count can come late, and it
+    # must find nothing read). A consumer that reads "go" late holds all the same.
     attach = timing.get("attach_ns")
-    holding = attach is not None and clock() < attach
+    holding = attach is not None
+    counted = False
     if holding:
         consumer.hold(True)
     measure_start = timing["measure_start"]  # provisional while the warm-up waits to be steady
@@ -302,6 +305,8 @@ def _run(conn, task: ConsumerTask) -> None:
                 measure_start = next_boundary = payload
             elif command == "not_acked":  # the producers' measured messages never acknowledged
                 not_acked = payload
+            elif command == "attach":  # the broker's count of the startup backlog is taken
+                counted = True
             elif command == "expect":
                 draining = True
             elif command == "late":  # the drain deadline passed: what still comes is late
@@ -320,8 +325,8 @@ def _run(conn, task: ConsumerTask) -> None:
             conn.send(("progress", totals["distinct"]))
             next_progress = now + PROGRESS_EVERY_NS
         if holding:
-            if now < attach:
-                time.sleep(min(POLL_TIMEOUT_S, (attach - now) / SECOND_NS))
+            if now < attach or not counted:
+                conn.poll(min(POLL_TIMEOUT_S, (attach - now) / SECOND_NS) if now < attach else POLL_TIMEOUT_S)
                 if clock() >= next_boundary:
                     close_interval()
                 continue

@@ -112,7 +112,15 @@ def run_until_measuring(state, spec: dict, tmp_path, env: dict | None = None) ->
                            env={**os.environ, **(env or {})})
     deadline = time.monotonic() + 120
     while not [p for p, name in descendants(cli.pid).items() if name == "bb-producer-0"]:
-        assert time.monotonic() < deadline and cli.poll() is None, cli.communicate()
+        if cli.poll() is not None:
+            stdout, stderr = cli.communicate()
+            raise AssertionError(f"the CLI ended (exit {cli.returncode}) before its first producer started:\n"
+                                 f"{stdout[-3000:]}\n{stderr[-3000:]}")
+        if time.monotonic() > deadline:
+            cli.kill()
+            stdout, stderr = cli.communicate()
+            raise AssertionError(f"no producer process within 120 s of the CLI's start:\n{stdout[-3000:]}\n"
+                                 f"{stderr[-3000:]}")
         time.sleep(0.1)
     return cli
 

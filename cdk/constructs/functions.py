@@ -55,6 +55,10 @@ SIZING = {
     "api": Sizing(memory_mb=1769, timeout=Duration.seconds(29)),  # API Gateway's integration limit
     "start_ec2_worker": Sizing(memory_mb=512),
     "sweep_targets": Sizing(timeout=Duration.minutes(5)),  # lists every bb-* cluster, group and worker
+    # In AWS a create call that returns at once (the Wait/CheckTarget loop waits for the cluster); the local stack
+    # starts the broker within the step: the storage formats and JVMs, then its start-up bound, 60 s per node for
+    # Kafka (a 3-node cluster took 40 to 124 s in all at a load of 16 to 32; the 60 s default failed the run).
+    "provision_target": Sizing(timeout=Duration.minutes(5)),
 }
 
 

@@ -47,7 +47,7 @@ class LocalService(Protocol):
     """
 
     name: str  # its name in the stack: state key, folder under the state folder, `local status` row
-    startup_timeout_s: float  # how long after start() ready() may take before start-up counts as failed
+    startup_timeout_s: float  # how long after start() ready() may take before start-up counts as failed (per node)
 
     def installed_version(self) -> str | None:
         """The version `start` would run, or None when it is not installed: the local stack then installs it
@@ -71,7 +71,7 @@ class LocalService(Protocol):
 
     def ready(self, started: Started) -> bool:
         """Whether the service serves clients now: a real request (metadata, PING, an admin call),
-        not only an open port. The stack polls it until startup_timeout_s."""
+        not only an open port. The stack polls it until startup_timeout_s (times the nodes of a cluster)."""
 
 
 # -- the rest of a plug-in -------------------------------------------------------------------------

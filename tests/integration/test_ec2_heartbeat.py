@@ -5,15 +5,22 @@ bridge sees the process end, the run going on to its next cell.
 
 The real workflow definition runs through the local ASL interpreter against the real local stack. The
 interpreter (aws-local-stepfunctions) enforces TimeoutSeconds but ignores HeartbeatSeconds, so the local
-bridge enforces it; BROKERBENCH_LOCAL_HEARTBEAT_S gives it a window of a few seconds for these tests
-instead of RunCellOnEc2's 300. The worker is a real process (LocalProcessFleet), found among this
-process's children and signalled: SIGSTOP (a hung one, which only the
-missing heartbeats reveal).
+bridge enforces it; BROKERBENCH_LOCAL_HEARTBEAT_S gives it a window of WINDOW_S for this test instead of
+RunCellOnEc2's 300. The worker is a real process (LocalProcessFleet), found among this process's children and
+signalled once its cell has stored a measured second: SIGSTOP (a hung one, which only the missing heartbeats reveal).
+
+The window's clock starts with the task, as Step Functions' does, so the worker's start-up counts against it: the
+window outlasts a loaded worker's start-up (its first beat came 9 to 17 s after its launch at a load of 11 to 14
+beside two CPU hogs, 4 to 6 s at 10 without them), or the cell fails before it measures and the test cannot stop it.
+The worker beats every WINDOW_S / 4 and a loaded host may delay a beat, so the window runs out no sooner than
+WINDOW_S / 2 after the stop (a window less one beat interval and one delayed beat), and long before the cell's
+schedule would have ended: the test asserts those bounds, not how promptly the bridge notices.
 """
 
 import os
 import signal
 import time
+from datetime import datetime
 
 import pytest
 
@@ -23,7 +30,7 @@ from brokerbench.local.workflow import LocalWorkflow
 from brokerbench.reports.results import build_results
 from fault_tools import EC2_WORKER, alive, descendants, workers_below
 
-WINDOW_S = 10
+WINDOW_S = 40
 DURATION_S = 90  # far longer than the window: the cell must end because its worker stopped, not by itself
 
 
@@ -47,12 +54,11 @@ def run_and_signal(stack, tmp_path, monkeypatch, sig):
             [pid] = workers
             seen["family"] = list(descendants(pid))  # its producer and consumer processes
             os.kill(pid, sig)
-            seen["pid"], seen["at"] = pid, time.monotonic()
+            seen["pid"], seen["at"] = pid, time.time()
 
     try:
         execution = LocalWorkflow(stack, tmp_path / "reports").execute(request, suite=request["name"], run_id=run_id,
                                                                         on_poll=on_poll)
-        ended = time.monotonic()
     finally:
         for pid in [seen.get("pid"), *seen.get("family", [])]:  # what the test's run started is stopped
             if pid and alive(pid):
@@ -61,7 +67,7 @@ def run_and_signal(stack, tmp_path, monkeypatch, sig):
                 except ProcessLookupError:
                     pass
     assert "pid" in seen, "the worker process was not found"
-    return execution, store.read(run_id), ended - seen["at"], seen
+    return execution, store.read(run_id), seen
 
 
 def check_failed_cell(execution, events, error_names):
@@ -81,8 +87,13 @@ def check_failed_cell(execution, events, error_names):
 
 @pytest.mark.timeout(240)
 def test_a_hung_worker_fails_its_cell_with_states_heartbeat_timeout(stack, tmp_path, monkeypatch):
-    execution, events, after_stop_s, seen = run_and_signal(stack, tmp_path, monkeypatch, signal.SIGSTOP)
+    execution, events, seen = run_and_signal(stack, tmp_path, monkeypatch, signal.SIGSTOP)
     failed = check_failed_cell(execution, events, {"States.HeartbeatTimeout"})
-    assert "no heartbeat from the worker" in failed["data"]["reason"]
-    assert WINDOW_S - 3 < after_stop_s < WINDOW_S + 30, after_stop_s  # within the window, not the cell's 90 s
+    assert failed["data"]["reason"].endswith(f"no heartbeat from the worker for {WINDOW_S} s (HeartbeatSeconds)"), \
+        failed["data"]["reason"]
+    measured = sum(e["type"] == "IntervalMeasured" for e in events)
+    assert measured >= 1, events  # stopped mid-measurement, not at its start-up
+    after_stop_s = datetime.fromisoformat(failed["at"]).timestamp() - seen["at"]
+    # Not before the window less a beat interval and a delayed beat; before the cell's schedule would have ended.
+    assert WINDOW_S / 2 <= after_stop_s < DURATION_S, (after_stop_s, measured, failed["data"])
     assert not alive(seen["pid"])  # the bridge killed the hung worker it started

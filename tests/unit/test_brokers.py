@@ -3,6 +3,7 @@
 import json
 import sys
 import textwrap
+import time
 from dataclasses import replace
 
 import pytest
@@ -208,6 +209,27 @@ def test_a_cluster_runs_beside_the_single_node_under_its_own_name_and_down_stops
         stopped = stack.down(log=lambda m: None)
     assert sorted(stopped) == ["pair", "pair@3"] and not any(map(pid_alive, cluster["pids"]))
     assert "pair@3" not in stack.status()
+
+
+class SilentService(ClusterService):
+    """A service whose processes start but never answer."""
+
+    startup_timeout_s = 1.0
+
+    def ready(self, started):
+        return False
+
+
+def test_a_cluster_gets_the_start_up_bound_of_each_of_its_nodes_and_a_silent_one_is_stopped(tmp_path):
+    stack = LocalStack(tmp_path)
+    stack.services = {"pair": ("pair-broker", SilentService())}
+    for name, bound_s in [("pair", 1), ("pair@3", 3)]:
+        started = time.monotonic()
+        with pytest.raises(StackError, match=f"{name} did not answer on .* within {bound_s} s") as raised:
+            stack.up(services=[name], log=lambda m: None)
+        waited = time.monotonic() - started
+        assert bound_s <= waited, (name, waited, str(raised.value))
+        assert name not in stack.status() or stack.status()[name] == {"state": "stopped"}  # nothing left running
 
 
 def test_a_local_cluster_larger_than_the_service_runs_is_refused_before_anything_starts(tmp_path):

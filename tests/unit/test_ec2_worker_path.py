@@ -15,6 +15,8 @@ stop), run for real (an HTTP server on 127.0.0.1 and urllib), with a stand-in fo
 
 import base64
 import json
+import os
+import signal
 import stat
 import subprocess
 import sys
@@ -32,12 +34,13 @@ from brokerbench import settings
 from brokerbench.brokers.kafka.cloud import MskTargets
 from brokerbench.brokers.redis_streams.cloud import ElastiCacheTargets
 from brokerbench.local import workflow as local_workflow
+from brokerbench.local.processes import pid_alive
 from brokerbench.spec import validate
 from brokerbench.targets import ProvisioningError, TransientProvisioningError, resource_name
 from brokerbench.workflow import wiring
 from brokerbench.workflow.callbacks import LocalCallbacks, StepFunctionsCallbacks, TaskGone
-from brokerbench.workflow.fleet import (MAX_LAUNCH_ATTEMPTS, Ec2Fleet, TokenParameters, WorkerLaunchFailed,
-                                        client_token, encode_job, token_parameter, user_data)
+from brokerbench.workflow.fleet import (MAX_LAUNCH_ATTEMPTS, Ec2Fleet, LocalProcessFleet, TokenParameters,
+                                        WorkerLaunchFailed, client_token, encode_job, token_parameter, user_data)
 
 RUN = "20261122T101500Z-def456"
 CELL = "kafka.json.batch.1024B.100mps.r0"
@@ -444,13 +447,40 @@ def test_the_local_bridge_fails_a_silent_task_with_states_heartbeat_timeout(monk
 class _ProcessLauncher:
     """Stands in for the StartEc2Worker handler: starts a real process (`script`, Python) as the local fleet does."""
 
-    def __init__(self, script: str) -> None:
+    def __init__(self, script: str, process_group: int = -1) -> None:
         self.script = script
+        self.process_group = process_group  # 0: its own, as LocalProcessFleet starts a worker
         self.process: subprocess.Popen | None = None
 
     def lambda_handler(self, payload, context):
-        self.process = subprocess.Popen([sys.executable, "-c", self.script])
+        self.process = subprocess.Popen([sys.executable, "-c", self.script], process_group=self.process_group)
         return {"kind": "local-process", "pid": self.process.pid}
+
+
+def test_a_lost_worker_is_stopped_with_every_process_it_started(monkeypatch, tmp_path):
+    monkeypatch.setenv("BROKERBENCH_MODE", "local")
+    fleet = LocalProcessFleet({"BROKERBENCH_CALLBACK_URL": "http://127.0.0.1:9"})
+    pid = fleet.launch(JOB, "T")["pid"]
+    try:
+        assert os.getpgid(pid) == pid  # the leader of its own process group
+    finally:
+        os.kill(pid, signal.SIGKILL)
+        os.waitpid(pid, 0)
+    # A worker that starts a process (its fork server does, and the cell's producers) and dies without reporting.
+    child = tmp_path / "child"
+    launcher = _ProcessLauncher("import os, pathlib, subprocess, sys\n"
+                                "p = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)'])\n"
+                                f"pathlib.Path({str(child)!r}).write_text(str(p.pid))\nos._exit(1)", process_group=0)
+    payload = {"run_id": RUN, "cell": JOB["cell"], "targets": {}, "task_token": local_workflow.TOKEN_PLACEHOLDER}
+    with local_workflow.Bridge() as bridge:
+        with pytest.raises(local_workflow._TaskError) as raised:
+            bridge._wait_for_token("local:start_ec2_worker", launcher, payload, "RunCellOnEc2")
+    assert raised.value.error == "WorkerLost", raised.value
+    left = int(child.read_text())
+    deadline = time.monotonic() + 10
+    while pid_alive(left) and time.monotonic() < deadline:  # SIGKILLed; reaped by whoever adopted it
+        time.sleep(0.05)
+    assert not pid_alive(left), f"the lost worker's process {left} outlived it"
 
 
 def _cancel_while_waiting(bridge, launcher, ready) -> tuple[threading.Thread, dict, float]:

@@ -221,6 +221,7 @@ class Bridge:
                     if pid and _exited(pid) and not future.done():
                         time.sleep(1)  # a callback may still be on its way
                         if not future.done():
+                            _stop_group(pid)  # what is left of it must not write after RecordCellFailed cleans up
                             raise _TaskError("WorkerLost", f"worker process {pid} ended without reporting") from None
                     if window and time.monotonic() - self.beats[token] > window and not future.done():
                         if pid:  # a hung worker: nobody waits for it any more
@@ -269,11 +270,24 @@ def _signal(pid: int, sig: int) -> None:
 
 
 def _stop_worker(pid: int) -> None:
-    """Kill a worker process that stopped beating (it may be stopped or hung, so SIGKILL) and reap it."""
+    """Kill a worker process that stopped beating (it may be stopped or hung, so SIGKILL), with its processes, and
+    reap it."""
     _signal(pid, signal.SIGKILL)
+    _stop_group(pid)
     try:
         os.waitpid(pid, 0)
     except ChildProcessError:
+        pass
+
+
+def _stop_group(pid: int) -> None:
+    """SIGKILL for what is left of a worker: its process group (LocalProcessFleet starts each worker as the leader
+    of its own), the fork server and the cell's producers and consumers. They die with the worker anyway, once
+    its fork server has ended, but on a loaded host that took seconds, in which a producer wrote again into the
+    stream that RecordCellFailed had deleted."""
+    try:
+        os.killpg(pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
         pass
 
 

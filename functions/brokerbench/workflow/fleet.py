@@ -231,5 +231,6 @@ class LocalProcessFleet:
             [sys.executable, "-m", WORKER_MODULE, "--job", encode_job(job)],
             env={**os.environ, **self.environment, TOKEN_ENV: token}, stdin=subprocess.DEVNULL,
             cwd=Path(__file__).resolve().parents[3],
+            process_group=0,  # its own group: a lost worker is stopped with every process it started (local bridge)
         )
         return {"kind": "local-process", "pid": process.pid}

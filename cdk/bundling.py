@@ -136,6 +136,31 @@ class LocalPipBundling:
         return True
 
 
+def wheels_command(lock: Path, target: Path, python_version: str = LOCK_PYTHON) -> list[str]:
+    """The locked wheels themselves (hashes checked), for an EC2 worker to install with --no-index."""
+    platforms = [arg for p in manylinux_platforms() for arg in ("--platform", p)]
+    return [sys.executable, "-m", "pip", "download", "--quiet", "--disable-pip-version-check", "--require-hashes",
+            "--no-deps", "--requirement", str(lock), "--dest", str(target), "--only-binary=:all:",
+            "--implementation", "cp", "--python-version", python_version, *platforms]
+
+
+@jsii.implements(ILocalBundling)
+class LocalWheelsBundling:
+    """The EC2 worker's asset built on this machine: the staging folder as it is, and the lock's wheels in wheels/,
+    so a worker installs exactly the layer's packages without reaching PyPI (fleet.user_data)."""
+
+    def __init__(self, source: Path) -> None:
+        self.source = source
+
+    def try_bundle(self, output_dir: str, _options=None, **_keywords) -> bool:  # jsii passes the options positionally
+        out = Path(output_dir)
+        shutil.copytree(self.source, out, dirs_exist_ok=True)
+        _check(wheels_command(self.source / paths.LAMBDA_LOCK.name, out / "wheels"),
+               "downloading the EC2 worker's wheels failed (pip needs PyPI; for an offline synthesis pass "
+               "-c brokerbench:bundle=false)")
+        return True
+
+
 def _check(command: list[str], failure: str) -> None:
     done = subprocess.run(command, capture_output=True, text=True)
     if done.returncode != 0:
@@ -170,6 +195,21 @@ def staging(name: str, entries: dict[str, Path]) -> Path:
         else:
             shutil.copy2(source, folder / target)
     return folder
+
+
+def worker_code(source: Path, bundle: bool) -> dict:
+    """The EC2 worker asset's options: its staging folder and, bundled, the lock's wheels beside it; named by
+    the hash of both (the wheels are exactly the lock's)."""
+    digest = hashlib.sha256(layer_hash(source, LOCK_PYTHON, bundle).encode()
+                            + " ".join(wheels_command(Path("LOCK"), Path("TARGET"))[1:]).encode()).hexdigest()
+    options = {"path": str(source), "asset_hash_type": AssetHashType.CUSTOM, "asset_hash": digest}
+    if bundle:
+        options["bundling"] = BundlingOptions(
+            image=lambda_.Runtime.PYTHON_3_12.bundling_image,  # only used if local bundling declined (it raises)
+            command=["bash", "-c", f"cp -r . /asset-output/ && pip download --require-hashes --no-deps -r "
+                                   f"{paths.LAMBDA_LOCK.name} -d /asset-output/wheels"],
+            local=LocalWheelsBundling(source))
+    return options
 
 
 def layer_source() -> Path:

@@ -31,7 +31,9 @@ if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
 from cdk import paths  # noqa: E402
-from cdk.bundling import LocalPipBundling, find_python, layer_hash, layer_source, manylinux_platforms  # noqa: E402
+from cdk.bundling import (  # noqa: E402
+    LocalPipBundling, LocalWheelsBundling, find_python, layer_hash, layer_source, manylinux_platforms, staging,
+)
 from cdk.constructs.functions import DEFAULT_PYTHON, SCHEMAS_IN_LAYER  # noqa: E402
 
 # The runtime interface client, beside the layer (Lambda's runtime brings its own): pinned with its two dependencies.
@@ -75,6 +77,19 @@ def runtime_client() -> Path:
                         "--target", str(tmp), "--only-binary=:all:", "--implementation", "cp", "--python-version",
                         DEFAULT_PYTHON, *platforms, *RIC], check=True, capture_output=True)
     return _build_once(LAMBDA_CACHE / ("ric-" + "-".join(r.replace("==", "") for r in RIC)), fill)
+
+
+def worker_asset(into: Path) -> Path:
+    """The EC2 worker's asset as the stack bundles it (cdk/constructs/workers.py), zipped as CDK uploads it; the
+    wheels are cached per lock (they are exactly the lock's)."""
+    wheels = _build_once(LAMBDA_CACHE / f"wheels-{layer_hash(layer_source(), DEFAULT_PYTHON, bundled=True)[:16]}",
+                         lambda tmp: LocalWheelsBundling(layer_source()).try_bundle(str(tmp)))
+    folder = into / "asset"
+    shutil.copytree(staging("worker", {
+        "functions": paths.FUNCTIONS, "schemas": paths.SCHEMAS, paths.LAMBDA_LOCK.name: paths.LAMBDA_LOCK,
+        "pyproject.toml": paths.REPO / "pyproject.toml", "setup.py": paths.REPO / "setup.py"}), folder)
+    shutil.copytree(wheels / "wheels", folder / "wheels")
+    return Path(shutil.make_archive(str(into / "worker"), "zip", folder))
 
 
 def code_asset(into: Path) -> Path:

@@ -2,11 +2,12 @@
 
 brokerbench.workflow.fleet.Ec2Fleet calls RunInstances with this launch template (by name), one private
 subnet, the cell's user data and IMDSv2 required; the user data downloads the worker code
-(BROKERBENCH_WORKER_ASSET, `aws s3 cp`), unzips it into /opt/brokerbench/app, installs requirements.txt
-into a venv, runs the cell with PYTHONPATH=app/functions, heartbeats and answers the workflow's task token
+(BROKERBENCH_WORKER_ASSET, `aws s3 cp`), unzips it into /opt/brokerbench/app, installs the Lambda layer's
+lock (requirements-lambda.txt) into a Python 3.12 venv from the wheels the asset carries (pip --no-index
+--require-hashes: no PyPI at boot, the same packages as the layer; bundling.worker_code), runs the cell with PYTHONPATH=app/functions, heartbeats and answers the workflow's task token
 (SendTaskHeartbeat / SendTaskSuccess / SendTaskFailure), and powers off, which terminates the instance.
-The asset is laid out like the repository (functions/, schemas/, requirements.txt, pyproject.toml,
-setup.py), so brokerbench/paths.py finds the schemas beside functions/ as in a checkout.
+The asset is laid out like the repository (functions/, schemas/, requirements-lambda.txt, pyproject.toml,
+setup.py, and wheels/ when bundled), so brokerbench/paths.py finds the schemas beside functions/ as in a checkout.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from constructs import Construct
 from brokerbench import deployment
 
 from .. import paths
-from ..bundling import staging
+from ..bundling import staging, worker_code
 from ..nag import allow
 from .broker_targets import BrokerTargets
 from .network import Network
@@ -33,14 +34,14 @@ ROOT_VOLUME_GB = 30
 
 class Ec2Workers(Construct):
     def __init__(self, scope: Construct, id: str, *, network: Network, store: EventStore, targets: BrokerTargets,
-                 instance_type: str = DEFAULT_INSTANCE_TYPE) -> None:
+                 instance_type: str = DEFAULT_INSTANCE_TYPE, bundle: bool = True) -> None:
         super().__init__(scope, id)
         self.network = network
         self.role = iam.Role(self, "InstanceRole", assumed_by=iam.ServicePrincipal("ec2.amazonaws.com"),
                              description="brokerbench EC2 worker: runs one cell and reports to the workflow")
-        self.asset = s3_assets.Asset(self, "Code", path=str(staging("worker", {
-            "functions": paths.FUNCTIONS, "schemas": paths.SCHEMAS, "requirements.txt": paths.REQUIREMENTS,
-            "pyproject.toml": paths.REPO / "pyproject.toml", "setup.py": paths.REPO / "setup.py"})))
+        self.asset = s3_assets.Asset(self, "Code", **worker_code(staging("worker", {
+            "functions": paths.FUNCTIONS, "schemas": paths.SCHEMAS, paths.LAMBDA_LOCK.name: paths.LAMBDA_LOCK,
+            "pyproject.toml": paths.REPO / "pyproject.toml", "setup.py": paths.REPO / "setup.py"}), bundle))
         # The one object of the worker code (Asset.grant_read would give the whole CDK assets bucket).
         allow(self.role, ["s3:GetObject"],
               [f"arn:{Aws.PARTITION}:s3:::{self.asset.s3_bucket_name}/{self.asset.s3_object_key}"])

@@ -4,6 +4,7 @@ invoked through the Lambda Runtime Interface Emulator with awslambdaric, against
 DynamoDB Local. The first run builds the layer (about a minute with PyPI); later runs find it in .cache/lambda."""
 
 import json
+import re
 import secrets
 import subprocess
 import time
@@ -14,9 +15,10 @@ from brokerbench import environment
 from brokerbench.events import make_event, new_run_id
 from brokerbench.events.run import run_completed_event, run_requested_events
 from brokerbench.spec import expand, validate
+from brokerbench.workflow.fleet import TOKEN_ENV, WORKER_MODULE, user_data
 from brokerbench.workflow.steps import describe_targets
 from lambda_runtime import IMPORT_CHECK, Emulator, code_asset, environment as lambda_environment, layer, python, \
-    runtime_client
+    runtime_client, worker_asset
 
 from cdk import paths
 
@@ -118,3 +120,45 @@ def test_the_api_handler_answers_a_get_inside_the_emulator(cell_run, function, t
     body = json.loads(answer["body"])
     assert body["run_id"] == cell_run["run_id"] and body["status"] == "completed"
     assert body["cells"] == {"total": len(cell_run["cells"]), "completed": len(cell_run["cells"]), "failed": 0}
+
+
+# --- the EC2 worker's boot: the same lock, from the asset's wheels, without PyPI ---------------------------------
+
+BOOT_STUB = """#!/bin/bash
+(IFS=$'\\t'; printf '%s\\t%s\\n' "$(basename "$0")" "$*") >> "$FAKE_LOG"
+if [ "$(basename "$0") $1 $2" = "aws s3 cp" ]; then cp "$FAKE_ASSET" "${@: -1}"; fi
+exit 0
+"""
+
+
+def test_an_ec2_worker_installs_the_layers_packages_from_its_asset_without_an_index(tmp_path):
+    """The boot script (fleet.user_data) under bash with the real Python 3.12 and pip; only `aws` and `shutdown` are
+    stubs, and the worker itself is not started (it would call Step Functions): the script stops once the
+    installed worker imports."""
+    asset = worker_asset(tmp_path)
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "python3.12").symlink_to(python())
+    for name in ("aws", "shutdown"):
+        (bin_dir / name).write_text(BOOT_STUB)
+        (bin_dir / name).chmod(0o755)
+    script = user_data({"run_id": "r", "cell": {}}, "T", {"BROKERBENCH_MODE": "aws"}, worker_asset="s3://bb/w.zip",
+                       root=str(tmp_path / "opt"))
+    worker_line = f'{TOKEN_ENV}="$TASK_TOKEN" python -m {WORKER_MODULE}'
+    assert worker_line in script
+    (tmp_path / "boot.sh").write_text(script.replace(worker_line, "exit 0; " + worker_line))
+    env = {"PATH": f"{bin_dir}:/usr/bin:/bin", "HOME": str(tmp_path), "FAKE_LOG": str(tmp_path / "calls.log"),
+           "FAKE_ASSET": str(asset), "PIP_CONFIG_FILE": "/dev/null", "PIP_NO_CACHE_DIR": "1"}
+    done = subprocess.run(["bash", str(tmp_path / "boot.sh")], env=env, capture_output=True, text=True, timeout=600,
+                          cwd=tmp_path)
+    calls = (tmp_path / "calls.log").read_text()
+    assert done.returncode == 0 and "send-task-failure" not in calls, done.stderr[-3000:]
+    venv = tmp_path / "opt" / ".venv"
+    frozen = subprocess.run([str(venv / "bin" / "python"), "-m", "pip", "freeze", "--all"], capture_output=True,
+                            text=True, check=True).stdout
+    installed = {line.split("==")[0].lower().replace("_", "-"): line.split("==")[1] for line in frozen.splitlines()
+                 if "==" in line}
+    locked = {m.group(1).lower(): m.group(2) for m in re.finditer(r"(?m)^([A-Za-z0-9_.\-]+)==(\S+) \\",
+                                                                    paths.LAMBDA_LOCK.read_text())}
+    assert {name: installed.get(name) for name in locked} == locked  # exactly the layer's versions
+    assert "pulsar-client" not in installed

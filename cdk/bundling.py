@@ -212,6 +212,13 @@ def worker_code(source: Path, bundle: bool) -> dict:
     return options
 
 
+def worker_source() -> Path:
+    """The EC2 worker asset's staging folder, laid out like the repository: the code, the schemas, the lock."""
+    return staging("worker", {"functions": paths.FUNCTIONS, "schemas": paths.SCHEMAS,
+                              paths.LAMBDA_LOCK.name: paths.LAMBDA_LOCK, "pyproject.toml": paths.REPO / "pyproject.toml",
+                              "setup.py": paths.REPO / "setup.py"})
+
+
 def layer_source() -> Path:
     """The layer's staging folder: the lock and the schemas."""
     return staging("layer", {paths.LAMBDA_LOCK.name: paths.LAMBDA_LOCK, "schemas": paths.SCHEMAS})

@@ -32,7 +32,7 @@ if str(REPO) not in sys.path:
 
 from cdk import paths  # noqa: E402
 from cdk.bundling import (  # noqa: E402
-    LocalPipBundling, LocalWheelsBundling, find_python, layer_hash, layer_source, manylinux_platforms, staging,
+    LocalPipBundling, LocalWheelsBundling, find_python, layer_hash, layer_source, manylinux_platforms, worker_source,
 )
 from cdk.constructs.functions import DEFAULT_PYTHON, SCHEMAS_IN_LAYER  # noqa: E402
 
@@ -85,9 +85,7 @@ def worker_asset(into: Path) -> Path:
     wheels = _build_once(LAMBDA_CACHE / f"wheels-{layer_hash(layer_source(), DEFAULT_PYTHON, bundled=True)[:16]}",
                          lambda tmp: LocalWheelsBundling(layer_source()).try_bundle(str(tmp)))
     folder = into / "asset"
-    shutil.copytree(staging("worker", {
-        "functions": paths.FUNCTIONS, "schemas": paths.SCHEMAS, paths.LAMBDA_LOCK.name: paths.LAMBDA_LOCK,
-        "pyproject.toml": paths.REPO / "pyproject.toml", "setup.py": paths.REPO / "setup.py"}), folder)
+    shutil.copytree(worker_source(), folder)
     shutil.copytree(wheels / "wheels", folder / "wheels")
     return Path(shutil.make_archive(str(into / "worker"), "zip", folder))
 

@@ -21,8 +21,7 @@ from constructs import Construct
 
 from brokerbench import deployment
 
-from .. import paths
-from ..bundling import staging, worker_code
+from ..bundling import worker_code, worker_source
 from ..nag import allow
 from .broker_targets import BrokerTargets
 from .network import Network
@@ -39,9 +38,7 @@ class Ec2Workers(Construct):
         self.network = network
         self.role = iam.Role(self, "InstanceRole", assumed_by=iam.ServicePrincipal("ec2.amazonaws.com"),
                              description="brokerbench EC2 worker: runs one cell and reports to the workflow")
-        self.asset = s3_assets.Asset(self, "Code", **worker_code(staging("worker", {
-            "functions": paths.FUNCTIONS, "schemas": paths.SCHEMAS, paths.LAMBDA_LOCK.name: paths.LAMBDA_LOCK,
-            "pyproject.toml": paths.REPO / "pyproject.toml", "setup.py": paths.REPO / "setup.py"}), bundle))
+        self.asset = s3_assets.Asset(self, "Code", **worker_code(worker_source(), bundle))
         # The one object of the worker code (Asset.grant_read would give the whole CDK assets bucket).
         allow(self.role, ["s3:GetObject"],
               [f"arn:{Aws.PARTITION}:s3:::{self.asset.s3_bucket_name}/{self.asset.s3_object_key}"])

@@ -71,3 +71,25 @@ def test_the_layer_hash_follows_the_lock_and_the_schemas(tmp_path):
     (source / "requirements-lambda.txt").write_text("a==1 \\\n    --hash=sha256:00\n")
     (source / "schemas" / "s.json").write_text('{"x": 1}')
     assert layer_hash(source, "3.12", bundled=True) != first
+
+
+def test_the_ec2_worker_runs_the_python_the_lock_is_for():
+    from brokerbench.workflow.fleet import WORKER_LOCK, WORKER_PYTHON
+
+    from cdk.bundling import LOCK_PYTHON
+
+    assert WORKER_PYTHON == f"python{LOCK_PYTHON}" and WORKER_LOCK == paths.LAMBDA_LOCK.name
+
+
+def test_the_worker_asset_carries_the_lock_and_bundled_its_wheels():
+    from cdk.bundling import LocalWheelsBundling, wheels_command, worker_code, worker_source
+
+    source = worker_source()
+    assert (source / "requirements-lambda.txt").read_text() == paths.LAMBDA_LOCK.read_text()
+    assert not (source / "requirements.txt").exists() and (source / "functions" / "handlers").is_dir()
+    offline, bundled = worker_code(source, bundle=False), worker_code(source, bundle=True)
+    assert "bundling" not in offline and isinstance(bundled["bundling"].local, LocalWheelsBundling)
+    assert offline["asset_hash"] != bundled["asset_hash"]  # the folder without wheels is another asset
+    command = wheels_command(Path("lock.txt"), Path("wheels"))
+    assert command[3] == "download" and {"--require-hashes", "--no-deps", "--only-binary=:all:"} <= set(command)
+    assert command[command.index("--python-version") + 1] == "3.12"

@@ -86,7 +86,7 @@ class Functions(Construct):
         self.layer = lambda_.LayerVersion(
             self, "Dependencies", code=dependencies_code(self.runtime, python, bundle),
             compatible_runtimes=[self.runtime], compatible_architectures=[lambda_.Architecture.X86_64],
-            description="brokerbench: requirements.txt (manylinux wheels) and the JSON Schemas")
+            description="brokerbench: requirements-lambda.txt (manylinux wheels, compiled) and the JSON Schemas")
         common = {**environment, "BROKERBENCH_SCHEMAS": SCHEMAS_IN_LAYER}
         self.by_module: dict[str, lambda_.Function] = {}
         for module in handler_modules():

@@ -9,7 +9,8 @@ compiles them to bytecode there (Lambda's /opt is read-only: without .pyc files 
 producer or consumer process a cell spawns, compiles them again). If either is impossible the synthesis fails
 with the reason instead of falling back to Docker silently. With `-c brokerbench:bundle=false` (the tests,
 offline synthesis) the staging folder is used as it is: the template is the same, only the layer's contents
-differ. Either way the asset hash is the hash of the lock, the schemas and these commands (layer_hash), so a
+differ. The functions' code asset (functions/) is compiled the same way when bundled (LocalCodeBundling), and
+the EC2 worker's asset carries the lock's wheels (LocalWheelsBundling). Either way the asset hash is the hash of the lock, the schemas and these commands (layer_hash), so a
 new lock is a new layer and an unchanged one is not uploaded again.
 
 tests/integration/test_lambda_runtime.py builds the layer with LocalPipBundling itself (cached per layer_hash in
@@ -19,6 +20,7 @@ tests/integration/test_lambda_runtime.py builds the layer with LocalPipBundling 
 from __future__ import annotations
 
 import atexit
+import fnmatch
 import glob
 import hashlib
 import os
@@ -159,6 +161,40 @@ class LocalWheelsBundling:
                "downloading the EC2 worker's wheels failed (pip needs PyPI; for an offline synthesis pass "
                "-c brokerbench:bundle=false)")
         return True
+
+
+@jsii.implements(ILocalBundling)
+class LocalCodeBundling:
+    """The functions' code asset built on this machine: functions/ less paths.CODE_EXCLUDES, compiled by the runtime's
+    Python like the layer (Lambda's /var/task is read-only too)."""
+
+    def __init__(self, source: Path, python_version: str) -> None:
+        self.source = source
+        self.python_version = python_version
+
+    def try_bundle(self, output_dir: str, _options=None, **_keywords) -> bool:  # jsii passes the options positionally
+        out = Path(output_dir)
+        shutil.copytree(self.source, out, ignore=code_ignore, dirs_exist_ok=True)
+        python = find_python(self.python_version)
+        _check(compile_command(python, out), f"compiling the functions' code with {python} failed")
+        return True
+
+
+def code_ignore(_directory: str, names: list[str]) -> set[str]:
+    """What paths.CODE_EXCLUDES leaves out of the code asset, for shutil.copytree (each pattern's last part)."""
+    patterns = [pattern.rsplit("/", 1)[-1] for pattern in paths.CODE_EXCLUDES]
+    return {name for name in names if any(fnmatch.fnmatch(name, pattern) for pattern in patterns)}
+
+
+def function_code(runtime: lambda_.Runtime, python_version: str, bundle: bool) -> lambda_.Code:
+    """The one code asset of every function: functions/ as it is (bundle=false), or compiled."""
+    if not bundle:
+        return lambda_.Code.from_asset(str(paths.FUNCTIONS), exclude=paths.CODE_EXCLUDES)
+    return lambda_.Code.from_asset(str(paths.FUNCTIONS), exclude=paths.CODE_EXCLUDES, bundling=BundlingOptions(
+        image=runtime.bundling_image,  # only used if local bundling declined, which it never does (it raises)
+        command=["bash", "-c", "cp -r . /asset-output/ && python -m compileall -q --invalidation-mode unchecked-hash "
+                               "/asset-output"],
+        local=LocalCodeBundling(paths.FUNCTIONS, python_version)))
 
 
 def _check(command: list[str], failure: str) -> None:

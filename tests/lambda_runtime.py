@@ -10,7 +10,6 @@ Not emulated: Lambda's read-only file system, its missing /dev/shm, its memory a
 from __future__ import annotations
 
 import fcntl
-import fnmatch
 import json
 import os
 import shutil
@@ -32,7 +31,7 @@ if str(REPO) not in sys.path:
 
 from cdk import paths  # noqa: E402
 from cdk.bundling import (  # noqa: E402
-    LocalPipBundling, LocalWheelsBundling, find_python, layer_hash, layer_source, manylinux_platforms, worker_source,
+    LocalCodeBundling, LocalPipBundling, LocalWheelsBundling, find_python, layer_hash, layer_source, manylinux_platforms, worker_source,
 )
 from cdk.constructs.functions import DEFAULT_PYTHON, SCHEMAS_IN_LAYER  # noqa: E402
 
@@ -91,10 +90,9 @@ def worker_asset(into: Path) -> Path:
 
 
 def code_asset(into: Path) -> Path:
-    """functions/ as the stack's code asset holds it (paths.CODE_EXCLUDES left out): /var/task."""
-    names = [pattern.rsplit("/", 1)[-1] for pattern in paths.CODE_EXCLUDES]
-    shutil.copytree(paths.FUNCTIONS, into,
-                    ignore=lambda _d, entries: {e for e in entries if any(fnmatch.fnmatch(e, n) for n in names)})
+    """functions/ as the stack's code asset holds it (paths.CODE_EXCLUDES left out, compiled): /var/task."""
+    into.mkdir(parents=True)
+    LocalCodeBundling(paths.FUNCTIONS, DEFAULT_PYTHON).try_bundle(str(into))
     return into
 
 
@@ -163,7 +161,8 @@ class Emulator:
         self.stop()
 
 
-# Run by the runtime's Python in the import test: every handler imported, then where each loaded module came from.
+# Run by the runtime's Python in the import test: every handler imported, then where each loaded module came from
+# and, for the layer's and the code asset's, whether its .pyc is one the runtime uses as it is.
 IMPORT_CHECK = r"""
 import importlib, importlib.util, json, os, sys, sysconfig
 handlers, layer, task = json.loads(sys.argv[1]), os.path.realpath(sys.argv[2]), os.path.realpath(sys.argv[3])
@@ -176,12 +175,12 @@ under = lambda path, roots: any(path.startswith(r + os.sep) for r in roots)
 outside, stale, from_layer = [], [], 0
 for module in list(sys.modules.values()):
     path = os.path.realpath(getattr(module, "__file__", None) or "/")
-    if path == "/" or under(path, [task]) or (under(path, stdlib) and not under(path, site)):
+    if path == "/" or (under(path, stdlib) and not under(path, site)):
         continue
-    if not under(path, [layer]):
+    if not under(path, [layer, task]):
         outside.append(path)
     elif path.endswith(".py"):
-        from_layer += 1
+        from_layer += under(path, [layer])
         cached = importlib.util.cache_from_source(path)
         header = open(cached, "rb").read(8) if os.path.exists(cached) else b""
         if header[:4] != importlib.util.MAGIC_NUMBER or int.from_bytes(header[4:8], "little") != 1:

@@ -17,7 +17,7 @@ from constructs import Construct
 from brokerbench import deployment
 
 from .. import paths
-from ..bundling import dependencies_code
+from ..bundling import dependencies_code, function_code
 from ..nag import acknowledge, allow
 from .network import Network
 
@@ -82,7 +82,7 @@ class Functions(Construct):
         if python not in RUNTIMES:
             raise ValueError(f"brokerbench:python={python!r}: one of {sorted(RUNTIMES)}")
         self.runtime = RUNTIMES[python]
-        code = lambda_.Code.from_asset(str(paths.FUNCTIONS), exclude=paths.CODE_EXCLUDES)
+        code = function_code(self.runtime, python, bundle)
         self.layer = lambda_.LayerVersion(
             self, "Dependencies", code=dependencies_code(self.runtime, python, bundle),
             compatible_runtimes=[self.runtime], compatible_architectures=[lambda_.Architecture.X86_64],

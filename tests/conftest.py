@@ -19,7 +19,12 @@ from brokerbench.events.dynamodb import DynamoEventStore
 from brokerbench.local.stack import LocalStack
 
 CORE_SERVICES = ["kafka", "redis", "dynamodb"]
-INTEGRATION_DIR = Path(__file__).parent / "integration"
+# The modules that start Pulsar or ZooKeeper-mode Kafka (extra_brokers): one group, run one after another.
+EXTRA_BROKER_MODULES = {"test_pulsar.py", "test_study_run.py", "test_loopback.py", "test_kafka_zookeeper.py"}
+EXTRA_BROKERS_GROUP = "extra-brokers"
+NEXT_ITEM = pytest.StashKey()
+TESTS_DIR = Path(__file__).parent
+INTEGRATION_DIR = TESTS_DIR / "integration"
 SLOW_MODULES = {
     "test_study_run.py", "test_study_suites_run.py",  # scaled study runs (1-2.5 min each)
     "test_faults.py", "test_step_faults.py", "test_kill_ec2_worker.py",  # fault injection
@@ -27,10 +32,11 @@ SLOW_MODULES = {
 }
 
 
-# `make test` runs the modules on two pytest-xdist workers, a module on one worker (`--dist loadfile`, so a module's
-# brokers and fixtures start once), handed out in collection order (`--no-loadscope-reorder`). These modules go
-# first, longest first (their serial times on a quiet host, 40 s to 5 min): one of them left for the end would
-# keep a worker busy after the other has finished. The rest keep pytest's order.
+# `make test` runs the modules on pytest-xdist workers, a module on one worker (`--dist loadgroup`: each module is a
+# group, and the EXTRA_BROKER_MODULES one group, so brokers and module fixtures start once), handed out in
+# collection order (`--no-loadscope-reorder`). These modules go first, longest first (their serial times on a quiet
+# host, 40 s to 5 min): one of them left for the end would keep a worker busy after the others have finished. The
+# rest keep pytest's order.
 LONGEST_FIRST = [
     "test_study_suites_run.py", "test_faults.py", "test_quota.py", "test_latency_truth.py", "test_engine.py",
     "test_workflow.py", "test_send_loop.py", "test_study_run.py", "test_two_runs_at_once.py",
@@ -47,9 +53,19 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(pytest.mark.integration)
             if path.name in SLOW_MODULES:
                 item.add_marker(pytest.mark.slow)
-    if getattr(config, "workerinput", None) is not None:  # a pytest-xdist worker: every worker sorts alike
-        rank = {name: i for i, name in enumerate(LONGEST_FIRST)}
-        items.sort(key=lambda item: rank.get(Path(item.path).name, len(rank)))  # stable: modules stay whole
+        # pytest-xdist's --dist loadgroup hands a group to one worker whole: a module is a group of its own,
+        # and the modules that share the extra brokers are one
+        own = str(path.relative_to(TESTS_DIR)) if TESTS_DIR in path.parents else path.name
+        item.add_marker(pytest.mark.xdist_group(EXTRA_BROKERS_GROUP if path.name in EXTRA_BROKER_MODULES else own))
+    rank = {name: i for i, name in enumerate(LONGEST_FIRST)}
+    first_of_group = min(rank.get(name, len(rank)) for name in EXTRA_BROKER_MODULES)
+
+    def order(item) -> tuple[int, int]:
+        name = Path(item.path).name
+        own = rank.get(name, len(rank))
+        return (first_of_group, own) if name in EXTRA_BROKER_MODULES else (own, 0)
+
+    items.sort(key=order)  # stable: a module stays whole, the group's modules one after another, every worker alike
 
 
 @pytest.fixture(scope="session")
@@ -66,18 +82,34 @@ def stack(local_stack):
     return local_stack
 
 
-@pytest.fixture(scope="module")
-def extra_brokers(stack):
-    """`extra_brokers("pulsar")` starts that broker for this module (once) and returns every endpoint; the
-    brokers it started stop when the module ends, so idle JVMs do not share the cores with other tests."""
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_teardown(item, nextitem):
+    """The test after this one, for the module fixtures torn down now (extra_brokers)."""
+    item.config.stash[NEXT_ITEM] = nextitem
+    yield
+
+
+@pytest.fixture(scope="session")
+def _extra_owner(stack):
     owner = f"tests-{secrets.token_hex(3)}"
+    yield owner
+    stack.down(owner=owner, log=lambda m: None)
+
+
+@pytest.fixture(scope="module")
+def extra_brokers(stack, _extra_owner, request):
+    """`extra_brokers("pulsar")` starts that broker (once) and returns every endpoint. The modules that use it run
+    one after another on one worker (EXTRA_BROKER_MODULES), so a broker started for one serves the next; the
+    brokers stop when the last of them ends, so idle JVMs do not share the cores with other tests."""
 
     def up(*services: str) -> dict:
-        stack.up(services=list(services), owner=owner, log=lambda m: None)
+        stack.up(services=list(services), owner=_extra_owner, log=lambda m: None)
         return stack.endpoints(required=CORE_SERVICES)
 
     yield up
-    stack.down(owner=owner, log=lambda m: None)
+    following = request.config.stash.get(NEXT_ITEM, None)
+    if following is None or Path(following.path).name not in EXTRA_BROKER_MODULES:
+        stack.down(owner=_extra_owner, log=lambda m: None)
 
 
 @pytest.fixture(scope="session")

@@ -64,6 +64,11 @@ class Alerts(Construct):
         self._alarm("WorkflowTimedOut", state_machine.metric_timed_out(period=PERIOD, statistic="Sum"),
                     "brokerbench: a benchmark run's workflow execution timed out")
 
+    def watch_teardown(self, state_machine: sfn.StateMachine) -> None:
+        self._alarm("TeardownFailed", state_machine.metric_failed(period=PERIOD, statistic="Sum"),
+                    "brokerbench: tearing down a run that ended early failed or ran out of time: its MSK cluster or "
+                    "ElastiCache group may still be running (the hourly sweeper tries again)")
+
     def watch_function(self, name: str, function: lambda_.Function) -> None:
         self._alarm(f"{name}Errors", function.metric_errors(period=PERIOD, statistic="Sum"),
                     f"brokerbench: the {name} function raised errors")

@@ -15,6 +15,8 @@ from aws_cdk import aws_iam as iam
 from aws_cdk import aws_secretsmanager as secretsmanager
 from constructs import Construct
 
+from brokerbench.brokers.redis_streams import settings as redis_settings
+
 from ..nag import acknowledge, allow
 from .network import Network
 
@@ -64,6 +66,8 @@ class BrokerTargets(Construct):
 
     def grant_provision(self, grantee: iam.IGrantable) -> None:
         """ProvisionTarget: create_cluster_v2, create_replication_group (with the AUTH token)."""
+        # MSK has no IAM condition key for the broker type, count or volume (only the aws:Request/ResourceTag
+        # keys): those are held by the run-request schema alone (brokers/kafka/settings.py).
         allow(grantee, ["kafka:CreateClusterV2", "kafka:TagResource"], [self._msk_clusters()], conditions=TAGGED_REQUEST,
               wildcard_reason="MSK clusters are created per run as bb-<run id>-kafka; their ARNs end in a UUID MSK "
                               "assigns, so only the bb-* name pattern (and the brokerbench:run tag) can scope them")
@@ -75,11 +79,13 @@ class BrokerTargets(Construct):
               conditions={"StringEquals": {"kms:ViaService": f"kafka.{Aws.REGION}.amazonaws.com"}},
               wildcard_reason="MSK encrypts broker volumes at rest with the account's AWS-managed aws/kafka key, whose "
                               "id is not known at deploy time; the grant is only usable through MSK (kms:ViaService)")
-        allow(grantee, ["elasticache:CreateReplicationGroup", "elasticache:AddTagsToResource"],
-              [self._redis_groups(), _arn("elasticache", f"cluster:{NAME_PREFIX}*")],
-              conditions=TAGGED_REQUEST,
-              wildcard_reason="ElastiCache replication groups (and their member clusters) are created per run as "
-                              "bb-<run id>-redis; only the bb-* name pattern (and the brokerbench:run tag) can scope them")
+        redis = [self._redis_groups(), _arn("elasticache", f"cluster:{NAME_PREFIX}*")]
+        reason = ("ElastiCache replication groups (and their member clusters) are created per run as "
+                  "bb-<run id>-redis; only the bb-* name pattern (and the brokerbench:run tag) can scope them")
+        # Spend guard: only the node types the run-request schema allows (brokers/redis_streams/settings.py).
+        allow(grantee, ["elasticache:CreateReplicationGroup"], redis, wildcard_reason=reason, conditions={
+            **TAGGED_REQUEST, "StringEquals": {"elasticache:CacheNodeType": list(redis_settings.NODE_TYPES)}})
+        allow(grantee, ["elasticache:AddTagsToResource"], redis, conditions=TAGGED_REQUEST, wildcard_reason=reason)
         allow(grantee, ["elasticache:CreateReplicationGroup"],
               [_arn("elasticache", f"subnetgroup:{self.subnet_group.ref}"),
                _arn("elasticache", "parametergroup:default.redis*")],
@@ -115,7 +121,7 @@ class BrokerTargets(Construct):
               wildcard_reason="replication groups are named per run (bb-<run id>-redis): bb-* scopes them")
 
     def grant_teardown(self, grantee: iam.IGrantable) -> None:
-        """TeardownTarget (and the API's cancel): list_clusters_v2 + delete_cluster, delete_replication_group."""
+        """TeardownTarget: list_clusters_v2 + delete_cluster, describe_replication_groups + delete_replication_group."""
         allow(grantee, ["kafka:ListClustersV2"], ["*"],
               wildcard_reason="teardown finds the run's MSK cluster by name with ListClustersV2, a List action with "
                               "no resource-level permissions")
@@ -124,6 +130,9 @@ class BrokerTargets(Construct):
                               "end in a UUID assigned at creation")
         allow(grantee, ["elasticache:DeleteReplicationGroup"], [self._redis_groups()], conditions=TAGGED_RESOURCE,
               wildcard_reason="only replication groups named bb-* that carry the brokerbench:run tag can be deleted")
+        allow(grantee, ["elasticache:DescribeReplicationGroups"], [self._redis_groups()],
+              wildcard_reason="teardown reads the run's bb-<run id>-redis group's status: still creating (not "
+                              "deletable yet), deleting, or gone")
 
     # -- data plane -------------------------------------------------------------------------------------
 

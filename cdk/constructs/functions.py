@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import ast
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from aws_cdk import Duration, RemovalPolicy
 from aws_cdk import aws_iam as iam
@@ -40,15 +40,21 @@ class Sizing:
     in_vpc: bool = False  # talks to the run's brokers (private subnets, workers security group)
 
 
+# No function asks for more than 3,008 MB by default, a new account's Lambda memory quota (more would make
+# the first deploy roll back). RunCell takes -c brokerbench:workerMemoryMb (brokerbench/deployment.py).
 SIZING = {
     # A Lambda cell runs producers, consumers and the cell's parent as processes: memory buys vCPUs
     # (1,769 MB = 1 vCPU), and a cell is at most 600 s of estimated time (brokerbench/workflow placement).
-    "run_cell": Sizing(memory_mb=deployment.WORKER_LAMBDA_MEMORY_MB, timeout=Duration.minutes(15), in_vpc=True),
+    # Its memory is the deploy's worker memory (Functions' worker_memory_mb), this the default.
+    "run_cell": Sizing(memory_mb=deployment.DEFAULT_WORKER_LAMBDA_MEMORY_MB, timeout=Duration.minutes(15), in_vpc=True),
     "record_targets_ready": Sizing(timeout=Duration.minutes(2), in_vpc=True),  # reads each broker's settings
+    # A failed cell's cleanup deletes its topics on the run's brokers, which only the VPC reaches.
+    "record_cell_failed": Sizing(in_vpc=True),
     "aggregate": Sizing(memory_mb=3008, timeout=Duration.minutes(5)),  # builds the reports from every event
     "check_regression": Sizing(memory_mb=2048, timeout=Duration.minutes(5)),
     "api": Sizing(memory_mb=1769, timeout=Duration.seconds(29)),  # API Gateway's integration limit
     "start_ec2_worker": Sizing(memory_mb=512),
+    "sweep_targets": Sizing(timeout=Duration.minutes(5)),  # lists every bb-* cluster, group and worker
 }
 
 
@@ -77,17 +83,29 @@ def snake(name: str) -> str:
 
 class Functions(Construct):
     def __init__(self, scope: Construct, id: str, *, network: Network, environment: dict[str, str],
-                 python: str = DEFAULT_PYTHON, bundle: bool = True) -> None:
+                 python: str = DEFAULT_PYTHON, bundle: bool = True,
+                 worker_memory_mb: int = deployment.DEFAULT_WORKER_LAMBDA_MEMORY_MB) -> None:
         super().__init__(scope, id)
         if python not in RUNTIMES:
             raise ValueError(f"brokerbench:python={python!r}: one of {sorted(RUNTIMES)}")
         self.runtime = RUNTIMES[python]
+<<<<<<< HEAD
         code = function_code(self.runtime, python, bundle)
         self.layer = lambda_.LayerVersion(
             self, "Dependencies", code=dependencies_code(self.runtime, python, bundle),
             compatible_runtimes=[self.runtime], compatible_architectures=[lambda_.Architecture.X86_64],
             description="brokerbench: requirements-lambda.txt (manylinux wheels, compiled) and the JSON Schemas")
         common = {**environment, "BROKERBENCH_SCHEMAS": SCHEMAS_IN_LAYER}
+=======
+        self.worker_memory_mb = deployment.lambda_memory_mb(worker_memory_mb, "brokerbench:workerMemoryMb")
+        code = lambda_.Code.from_asset(str(paths.FUNCTIONS), exclude=paths.CODE_EXCLUDES)
+        self.layer = lambda_.LayerVersion(
+            self, "Dependencies", code=dependencies_code(self.runtime, python, bundle),
+            compatible_runtimes=[self.runtime], compatible_architectures=[lambda_.Architecture.X86_64],
+            description="brokerbench: requirements.txt (manylinux wheels) and the JSON Schemas")
+        common = {**environment, "BROKERBENCH_SCHEMAS": SCHEMAS_IN_LAYER,
+                  deployment.WORKER_MEMORY_ENV: str(self.worker_memory_mb)}  # what the cost estimate prices
+>>>>>>> main
         self.by_module: dict[str, lambda_.Function] = {}
         for module in handler_modules():
             self.by_module[module] = self._function(module, code, common, network)
@@ -95,6 +113,8 @@ class Functions(Construct):
     def _function(self, module: str, code: lambda_.Code, environment: dict[str, str], network: Network) -> lambda_.Function:
         name = camel(module)
         sizing = SIZING.get(module, Sizing())
+        if module == "run_cell":
+            sizing = replace(sizing, memory_mb=self.worker_memory_mb)
         log_group = logs.LogGroup(self, f"{name}Logs", retention=logs.RetentionDays.THREE_MONTHS,
                                   removal_policy=RemovalPolicy.DESTROY)
         role = iam.Role(self, f"{name}Role", assumed_by=iam.ServicePrincipal("lambda.amazonaws.com"),

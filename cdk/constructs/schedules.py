@@ -108,8 +108,15 @@ def schedule_input(schedule: project_schedules.Schedule) -> dict:
     return {"request": request, "suite": suite}
 
 
+def state(entry: project_schedules.Schedule, enabled: bool) -> str:
+    """A schedule's deployed state: DISABLED unless the deploy opted in (-c brokerbench:schedules=on), and
+    then as the entry's own `enabled` says. A schedule creates MSK clusters and ElastiCache groups each time
+    it fires, so nobody pays for one they did not ask for."""
+    return "ENABLED" if enabled and entry.enabled else "DISABLED"
+
+
 class Schedules(Construct):
-    def __init__(self, scope: Construct, id: str, *, trigger: lambda_.IFunction) -> None:
+    def __init__(self, scope: Construct, id: str, *, trigger: lambda_.IFunction, enabled: bool = False) -> None:
         super().__init__(scope, id)
         self.role = iam.Role(
             self, "Role", description="brokerbench schedules: invoke the schedule trigger function",
@@ -125,7 +132,7 @@ class Schedules(Construct):
                 description=(entry.description or f"brokerbench schedule {entry.name}")[:512],
                 schedule_expression=eventbridge_cron(entry.cron),
                 schedule_expression_timezone=entry.timezone,
-                state="ENABLED" if entry.enabled else "DISABLED",
+                state=state(entry, enabled),
                 flexible_time_window=scheduler.CfnSchedule.FlexibleTimeWindowProperty(mode="OFF"),
                 target=scheduler.CfnSchedule.TargetProperty(
                     arn=trigger.function_arn,

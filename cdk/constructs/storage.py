@@ -101,10 +101,14 @@ class EventStore(Construct):
                     "which DynamoDB names table/index/<name>; CDK grants them as table/index/*")
 
     def grant_reports(self, grantee: iam.IGrantable, *, write: bool) -> None:
-        """S3Reports (brokerbench/workflow/outputs.py): get_object / put_object under reports/<run id>/."""
+        """S3Reports (brokerbench/workflow/outputs.py): get_object / put_object under reports/<run id>/, and
+        s3:ListBucket under the same prefix, so a report not published (a failed or cancelled run) is NoSuchKey
+        (404), not AccessDenied, and the API builds it from the run's events."""
         allow(grantee, ["s3:GetObject", "s3:PutObject"] if write else ["s3:GetObject"],
               [self.reports.arn_for_objects(f"{REPORTS_PREFIX}/*")],
               wildcard_reason="each run's files live under reports/<run id>/, and run ids are made at run time")
+        allow(grantee, ["s3:ListBucket"], [self.reports.bucket_arn],
+              conditions={"StringLike": {"s3:prefix": [f"{REPORTS_PREFIX}/*"]}})
 
     def grant_idempotency(self, grantee: iam.IGrantable) -> None:
         self.idempotency.grant_read_write_data(grantee)

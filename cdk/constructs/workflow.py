@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from aws_cdk import Aws, RemovalPolicy
+from aws_cdk import Aws, RemovalPolicy, Stack
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_logs as logs
 from aws_cdk import aws_stepfunctions as sfn
@@ -19,6 +19,14 @@ from constructs import Construct
 from .. import paths
 from ..nag import acknowledge, allow, flatten
 from .functions import Functions, snake
+
+LOG_LEVEL = sfn.LogLevel.ERROR
+LOG_GROUP_PREFIX = "/aws/vendedlogs/states/"
+
+
+def log_group_name(stack_name: str) -> str:
+    return f"{LOG_GROUP_PREFIX}{stack_name}-workflow"
+
 
 PLACEHOLDER = re.compile(r"\$\{([^}]*)\}")
 FUNCTION_ARN = "FunctionArn"
@@ -52,8 +60,10 @@ class Workflow(Construct):
         super().__init__(scope, id)
         values = substitutions(functions)
         invoked = sorted({v for v in values.values()}, key=str)
-        self.log_group = logs.LogGroup(self, "Logs", retention=logs.RetentionDays.THREE_MONTHS,
-                                       removal_policy=RemovalPolicy.DESTROY)
+        # Under /aws/vendedlogs/: Step Functions delivers logs as vended logs, and a log group under that
+        # prefix keeps the resource policy CloudWatch Logs writes for it within its size limit.
+        self.log_group = logs.LogGroup(self, "Logs", log_group_name=log_group_name(Stack.of(self).stack_name),
+                                       retention=logs.RetentionDays.THREE_MONTHS, removal_policy=RemovalPolicy.DESTROY)
         role = iam.Role(self, "Role", assumed_by=iam.ServicePrincipal("states.amazonaws.com"),
                         description="brokerbench workflow: invokes the workflow's functions, logs, traces")
         # Exactly the functions the definition names (unqualified ARNs, as its FunctionName parameters).
@@ -65,9 +75,16 @@ class Workflow(Construct):
             state_machine_type=sfn.StateMachineType.STANDARD,
             role=role,
             tracing_enabled=True,
-            logs=sfn.LogOptions(destination=self.log_group, level=sfn.LogLevel.ALL, include_execution_data=True),
+            # ERROR without execution data: ALL with data would put every state's input and output in the logs,
+            # the EC2 task's task token among them (StartEc2Worker's parameters), and bill their ingestion per GB.
+            # The execution history (90 days, states:GetExecutionHistory) still has every state's data.
+            logs=sfn.LogOptions(destination=self.log_group, level=LOG_LEVEL, include_execution_data=False),
         )
         self.role = role
+        acknowledge(self.state_machine, "AwsSolutions-SF1",
+                    "StateMachine logs at ERROR, not ALL, on purpose: ALL with execution data puts every state's "
+                    "input and output in CloudWatch Logs, the EC2 task's task token among them, and bills their "
+                    "ingestion per GB; every state's data stays in the execution history (GetExecutionHistory)")
         # RunCellsDistributed (a large plan): a Distributed Map runs its items as child executions of this
         # state machine. A policy of its own, not the role's default one: the state machine depends on that.
         executions = (f"arn:{Aws.PARTITION}:states:{Aws.REGION}:{Aws.ACCOUNT_ID}:execution:"

@@ -32,10 +32,9 @@ from .spec import request_schema
 PRICING_FILE = PACKAGE_DIR / "pricing.json"
 
 # The workers as the CDK app deploys them (brokerbench/deployment.py): the RunCell Lambda function's
-# memory and architecture, and the EC2 worker's instance type.
-LAMBDA_WORKER_MEMORY_MB = deployment.WORKER_LAMBDA_MEMORY_MB
+# memory (-c brokerbench:workerMemoryMb, told to every function as BROKERBENCH_WORKER_MEMORY_MB) and
+# architecture, and the EC2 worker's instance type (-c brokerbench:workerInstanceType, likewise).
 LAMBDA_WORKER_ARCHITECTURE = deployment.WORKER_LAMBDA_ARCHITECTURE
-EC2_WORKER_INSTANCE_TYPE = deployment.EC2_WORKER_INSTANCE_TYPE
 
 HOURS_PER_MONTH = 730  # AWS's month for prorating GB-month prices
 EC2_MINIMUM_S = 60  # EC2 bills Linux instances per second with a 60 s minimum
@@ -54,6 +53,34 @@ TRANSITIONS_RULE = (f"Step Functions: {MAIN_PATH_STATES} transitions on the main
                     f"{STATES_PER_READINESS_CHECK} per readiness check of a target being created (one per poll_s), "
                     f"{STATES_PER_CELL} per cell and {STATES_PER_FAILED_CELL} more per failed cell "
                     "(statemachines/benchmark_run.asl.json).")
+
+# The network and the logs (their prices: pricing.json's data_transfer, vpc and cloudwatch).
+# Workers and brokers spread over the VPC's three AZs: a partition leader (MSK) or the one node (ElastiCache)
+# is in another AZ than its worker two times in three, so 2/3 of the bytes between them cross AZs (billed
+# out of one AZ and into the other). MSK's replication between its brokers is not billed.
+AZS = 3
+CROSS_AZ_SHARE = (AZS - 1) / AZS
+CROSS_AZ_SIDES = 2  # out of one AZ, into the other
+# An EC2 worker installs requirements.txt from PyPI at boot, through the NAT gateway (about 120 MB).
+EC2_BOOT_DOWNLOAD_BYTES = 120 * 1024**2
+# CloudWatch Logs written per Lambda invocation: the handler's Powertools lines (390 to 409 B per invocation in
+# the functions.log of four local runs, 592 invocations) and Lambda's START, END and REPORT lines (about 0.4 KB,
+# not measured here); 2 KB is a generous allowance for both. The workflow logs at ERROR (a run that succeeds:
+# nothing).
+LOG_BYTES_PER_INVOCATION = 2048
+LAMBDA_STEPS_PER_RUN = 6  # ValidateRequest, PlanCells, RecordTargetsReady, CheckRegression, Aggregate, Notify
+LAMBDA_STEPS_PER_TARGET = 2  # ProvisionTarget, TeardownTarget (and a CheckTarget per readiness check)
+NETWORK_RULE = (f"Network: {CROSS_AZ_SHARE:.0%} of the message bytes between workers and provisioned brokers "
+                f"cross AZs ({AZS} AZs; a broker is in the worker's AZ one time in {AZS}), billed out and in; "
+                "message payloads as measured (CellCompleted's bytes_sent + bytes_received), without protocol "
+                "overhead or warm-up; MSK's own replication is not billed. The NAT gateway bills every hour "
+                "whether a run happens or not: the run's hours of it are counted, and "
+                f"{EC2_BOOT_DOWNLOAD_BYTES // 1024**2} MB per EC2 worker (its packages from PyPI at boot) through it.")
+LOGS_RULE = (f"CloudWatch Logs: {LOG_BYTES_PER_INVOCATION:,} B per Lambda invocation (an allowance over twice the "
+             "expected 0.4 KB of the handlers' own lines, as measured locally, and 0.4 KB of Lambda's START, END and "
+             "REPORT lines; "
+             f"{LAMBDA_STEPS_PER_RUN} steps per run, {LAMBDA_STEPS_PER_TARGET} per target plus one per readiness check, one per cell and one "
+             "more per failed cell); the workflow logs at ERROR; EC2 workers run no log agent.")
 
 # Sizes of stored events (their `data` as JSON) for a plan, which has none yet: what synthetic_run's events
 # measure (0.7, 2.4 and 3.9 KB), rounded up for what real cells add (warm-up, verdict, resources, settings).
@@ -79,6 +106,8 @@ class Usage:
     event_bytes: tuple[int, ...]  # each stored event item: data as JSON + ITEM_OVERHEAD_BYTES
     header_bytes: int  # the RunRequested item (also written to the run indexes)
     notes: tuple[str, ...] = ()
+    broker_bytes: tuple[tuple[str, float], ...] = ()  # (broker, message bytes sent + received) per cell
+    lambda_memory_mb: int | None = None  # as the run's Lambda cells recorded it (None: as deployed now)
 
 
 # -- the arithmetic ----------------------------------------------------------------------------
@@ -142,20 +171,23 @@ def price(spec: dict, usage: Usage, kinds: dict[str, str], where: str) -> dict:
 
     lambdas = [seconds for kind, seconds in usage.workers if kind == "lambda"]
     ec2 = [max(EC2_MINIMUM_S, seconds) for kind, seconds in usage.workers if kind == "ec2"]
-    gb = LAMBDA_WORKER_MEMORY_MB / 1024
+    memory_mb = usage.lambda_memory_mb or deployment.worker_lambda_memory_mb()
+    instance_type = deployment.worker_instance_type()
+    gb = memory_mb / 1024
     if lambdas:
-        items.append(line_item(f"Lambda workers: {len(lambdas)} × {LAMBDA_WORKER_MEMORY_MB} MB "
+        items.append(line_item(f"Lambda workers: {len(lambdas)} × {memory_mb:,} MB "
                                f"{LAMBDA_WORKER_ARCHITECTURE}, "
                            f"{sum(lambdas):,.0f} s", sum(lambdas) * gb, "GB-second",
                            table["lambda"]["gb_second"][LAMBDA_WORKER_ARCHITECTURE]))
         items.append(line_item("Lambda worker requests", len(lambdas), "request",
                            table["lambda"]["per_million_requests"] / 1e6))
     if ec2:
-        items.append(line_item(f"EC2 workers: {len(ec2)} × {EC2_WORKER_INSTANCE_TYPE}, {sum(ec2):,.0f} s "
+        items.append(line_item(f"EC2 workers: {len(ec2)} × {instance_type}, {sum(ec2):,.0f} s "
                            f"(at least {EC2_MINIMUM_S} s each)", sum(ec2) / 3600, "instance-hour",
-                           table["ec2"]["instance_hour"][EC2_WORKER_INSTANCE_TYPE]))
-    assumptions.append(f"Workers as the CDK app deploys them: Lambda {LAMBDA_WORKER_MEMORY_MB} MB "
-                       f"{LAMBDA_WORKER_ARCHITECTURE}, EC2 {EC2_WORKER_INSTANCE_TYPE}; each is billed from its cell's "
+                           table["ec2"]["instance_hour"][instance_type]))
+    memory_from = "as the run's Lambda cells recorded it" if usage.lambda_memory_mb else "as the CDK app deploys it"
+    assumptions.append(f"Workers: Lambda {memory_mb:,} MB {LAMBDA_WORKER_ARCHITECTURE} ({memory_from}), EC2 "
+                       f"{instance_type} (as the CDK app deploys it); each is billed from its cell's "
                        f"start to its end (EC2 at least {EC2_MINIMUM_S} s per instance; an instance's boot before "
                        "its cell starts is not counted).")
 
@@ -172,6 +204,10 @@ def price(spec: dict, usage: Usage, kinds: dict[str, str], where: str) -> dict:
     items.append(line_item(f"Step Functions: {transitions:,} state transitions", transitions, "state transition",
                        table["stepfunctions"]["standard_per_1000_transitions"] / 1000))
     assumptions.append(TRANSITIONS_RULE)
+    items += network_items(usage, kinds, table)
+    assumptions.append(NETWORK_RULE)
+    items.append(logs_item(usage, len(kinds), checks, table))
+    assumptions.append(LOGS_RULE)
 
     sizes = (usage.header_bytes, *usage.event_bytes)
     wru = (TRANSACTIONAL_WRITE_FACTOR * sum(math.ceil(size / 1024) for size in sizes)
@@ -190,11 +226,38 @@ def price(spec: dict, usage: Usage, kinds: dict[str, str], where: str) -> dict:
                        f"{RUN_INDEXES} indexes; read {REPORT_READS} times (CheckRegression, Aggregate) at 1 RRU per "
                        "4 KB; kept one month.")
     assumptions += list(usage.notes)
-    assumptions.append("Not counted: the workflow's own Lambda steps, S3 reports, SNS, CloudWatch, the VPC (NAT) and "
-                       "data transfer.")
+    assumptions.append("Not counted: the workflow's own Lambda steps, S3 reports, SNS, CloudWatch metrics and alarms, "
+                       "VPC flow logs, the interface endpoints, and data transfer out of the region.")
     return {"currency": table.get("currency", "USD"), "where": where,
             "total": round(sum(item["cost"] for item in items), 2), "items": items,
             "prices": {"region": table["region"], "as_of": table["as_of"]}, "assumptions": assumptions}
+
+
+def network_items(usage: Usage, kinds: dict[str, str], table: dict) -> list[dict]:
+    """Cross-AZ data transfer of the messages to and from provisioned brokers, and the NAT gateway's hours and
+    GB during the run: their own lines, shown even when they come to nothing."""
+    moved = sum(size for broker, size in usage.broker_bytes if kinds.get(broker) == "provisioned")
+    crossing_gb = moved * CROSS_AZ_SHARE / 1024**3
+    ec2_workers = sum(1 for kind, _ in usage.workers if kind == "ec2")
+    nat_gb = ec2_workers * EC2_BOOT_DOWNLOAD_BYTES / 1024**3
+    vpc = table["vpc"]
+    return [
+        line_item(f"Cross-AZ data transfer: {CROSS_AZ_SHARE:.0%} of {moved / 1024**3:,.3f} GB of messages, "
+                  "billed out and in", crossing_gb, "GB crossing AZs",
+                  CROSS_AZ_SIDES * table["data_transfer"]["cross_az_per_gb_each_direction"]),
+        line_item(f"NAT gateway: {hours_text(usage.run_s)} of the run", usage.run_s / 3600, "NAT gateway-hour",
+                  vpc["nat_gateway_hour"]),
+        line_item(f"NAT gateway data: {ec2_workers} EC2 workers × {EC2_BOOT_DOWNLOAD_BYTES // 1024**2} MB", nat_gb,
+                  "GB processed", vpc["nat_gateway_per_gb"]),
+    ]
+
+
+def logs_item(usage: Usage, targets: int, checks: int, table: dict) -> dict:
+    invocations = (LAMBDA_STEPS_PER_RUN + LAMBDA_STEPS_PER_TARGET * targets + checks + len(usage.workers)
+                   + usage.failed_cells)
+    return line_item(f"CloudWatch Logs: {invocations:,} Lambda invocations × {LOG_BYTES_PER_INVOCATION:,} B",
+                     invocations * LOG_BYTES_PER_INVOCATION / 1024**3, "GB ingested",
+                     table["cloudwatch"]["logs_ingestion_per_gb"])
 
 
 # -- usage from a run's events -------------------------------------------------------------------
@@ -273,12 +336,20 @@ def measured_usage(events: list[dict]) -> Usage:
             proxied += len(digest["bytes"])
     notes = [f"{proxied:,} intervals were read without their histograms: each counts the size of its cell's "
              "cumulative histograms."] if proxied else []
+    recorded_memory = next((e["data"]["worker"]["memory_mb"] for e in by_type.get("CellStarted", [])
+                            if (e["data"].get("worker") or {}).get("memory_mb")), None)
+    moved: dict[str, tuple[str, float]] = {}
+    for completed in by_type.get("CellCompleted", []):  # the first completion of each cell
+        cid, totals = completed["data"]["cell_id"], completed["data"].get("totals") or {}
+        broker = (planned.get(cid) or {}).get("broker")
+        if broker and cid not in moved:
+            moved[cid] = (broker, float(totals.get("bytes_sent", 0)) + float(totals.get("bytes_received", 0)))
     return Usage(run_s=max(0.0, (end - start).total_seconds()), creation_in_run=True,
                  ready_after_s=(_at(ready[0]) - start).total_seconds() if ready else None,
                  workers=tuple(workers), cells=len(set(started) | set(cell_end)),
                  failed_cells=len({e["data"]["cell_id"] for e in by_type.get("CellFailed", [])}),
                  event_bytes=tuple(sizes), header_bytes=len(json.dumps(requested["data"])) + ITEM_OVERHEAD_BYTES,
-                 notes=tuple(notes))
+                 notes=tuple(notes), broker_bytes=tuple(moved.values()), lambda_memory_mb=recorded_memory)
 
 
 def local_evidence(events: list[dict]) -> str | None:
@@ -339,6 +410,14 @@ def _planned_intervals(cell: dict) -> float:
     return max(1.0, estimated_seconds(cell) - cell["warmup_s"] - cell["drain_timeout_s"] - CELL_OVERHEAD_S)
 
 
+def _planned_bytes(cell: dict) -> float:
+    """A fixed-rate cell's message bytes to and from its broker: rate × size over its measured seconds, each
+    message sent once and received once (0 for max and sustainable rates, which a plan cannot know)."""
+    if not isinstance(cell["rate"], (int, float)):
+        return 0.0
+    return 2.0 * cell["rate"] * cell["size_bytes"] * _planned_intervals(cell)
+
+
 def planned_usage(spec: dict) -> Usage:
     """What a validated spec's plan will use: estimated cell times (plan.estimated_seconds), no failures."""
     planned = plan(spec)
@@ -351,12 +430,16 @@ def planned_usage(spec: dict) -> Usage:
         sizes += [PLANNED_EVENT_BYTES["IntervalMeasured"] + ITEM_OVERHEAD_BYTES] * math.ceil(_planned_intervals(cell))
     header = (len(json.dumps({"spec": spec, "cells": cells})) + PLANNED_EVENT_BYTES["RunRequested.environment"]
               + ITEM_OVERHEAD_BYTES)
+    moved = tuple((cell["broker"], _planned_bytes(cell)) for cell in cells)
+    unknown = sum(1 for cell in cells if not isinstance(cell["rate"], (int, float)))
     note = (f"Planned: {len(cells)} cells, {planned['estimated_s']:,} s of cells at max_concurrency "
             f"{planned['max_concurrency']} (plan.estimated_seconds: warm-up + measured + drain + "
             f"{CELL_OVERHEAD_S} s start-up per cell); stored events of typical sizes.")
+    notes = (note,) + ((f"{unknown} cells at max or sustainable rate move bytes a plan cannot know: their cross-AZ "
+                        "data transfer is not counted.",) if unknown else ())
     return Usage(run_s=float(planned["estimated_s"]), creation_in_run=False, ready_after_s=None,
                  workers=tuple((cell["worker"], estimated_seconds(cell)) for cell in cells), cells=len(cells),
-                 failed_cells=0, event_bytes=tuple(sizes), header_bytes=header, notes=(note,))
+                 failed_cells=0, event_bytes=tuple(sizes), header_bytes=header, notes=notes, broker_bytes=moved)
 
 
 def estimate_plan(spec: dict) -> dict:

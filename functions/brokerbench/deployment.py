@@ -1,12 +1,51 @@
 """What the CDK app deploys that the service's own code must agree with: the cell workers' sizes.
 
 The app (cdk/constructs/functions.py, cdk/constructs/workers.py) builds the workers from these values and
-the cost estimate (brokerbench/cost.py) prices them, so the two cannot drift apart.
+the cost estimate (brokerbench/cost.py) prices them, so the two cannot drift apart. The RunCell memory is
+a deploy-time choice (`-c brokerbench:workerMemoryMb`): the app sets BROKERBENCH_WORKER_MEMORY_MB on every
+function to what it deployed, and the estimate reads it from there (locally: the default, or the variable).
 """
+
+from __future__ import annotations
+
+import os
 
 # The RunCell Lambda function: memory buys vCPUs (1,769 MB = 1 vCPU); a cell runs its producers,
 # consumers and parent as processes. x86_64: the dependency layer's wheels are built for it.
-WORKER_LAMBDA_MEMORY_MB = 4096
+# 3,008 MB is the most a new account's Lambda quota allows: a larger default would make the first deploy
+# roll back in such an account. 10,240 MB is Lambda's own ceiling (asked for with a quota increase).
+DEFAULT_WORKER_LAMBDA_MEMORY_MB = 3008
+LAMBDA_MEMORY_MB_RANGE = (128, 10240)
+WORKER_MEMORY_ENV = "BROKERBENCH_WORKER_MEMORY_MB"
+WORKER_LAMBDA_MEMORY_MB = DEFAULT_WORKER_LAMBDA_MEMORY_MB  # the default, as the app deploys it without context
 WORKER_LAMBDA_ARCHITECTURE = "x86_64"
 # The EC2 worker's launch template: 8 vCPUs, for the cells Lambda cannot take (> 4 processes, or long).
 EC2_WORKER_INSTANCE_TYPE = "c7i.2xlarge"
+
+
+def lambda_memory_mb(value, source: str) -> int:
+    """A Lambda memory size in MB from text (context or environment), or a ValueError naming `source`."""
+    low, high = LAMBDA_MEMORY_MB_RANGE
+    try:
+        memory = int(str(value).replace(",", "").replace("_", ""))
+    except ValueError:
+        raise ValueError(f"{source}={value!r}: a whole number of MB ({low} to {high})") from None
+    if not low <= memory <= high:
+        raise ValueError(f"{source}={memory}: Lambda memory is {low} to {high} MB")
+    return memory
+
+
+def worker_lambda_memory_mb() -> int:
+    """The RunCell function's memory: BROKERBENCH_WORKER_MEMORY_MB (set by the CDK app), else the default."""
+    value = os.environ.get(WORKER_MEMORY_ENV)
+    if not value:
+        return DEFAULT_WORKER_LAMBDA_MEMORY_MB
+    return lambda_memory_mb(value, WORKER_MEMORY_ENV)
+
+WORKER_INSTANCE_TYPE_ENV = "BROKERBENCH_WORKER_INSTANCE_TYPE"
+
+
+def worker_instance_type() -> str:
+    """The EC2 workers' instance type: BROKERBENCH_WORKER_INSTANCE_TYPE (set by the CDK app from
+    `-c brokerbench:workerInstanceType`), else the default."""
+    return os.environ.get(WORKER_INSTANCE_TYPE_ENV) or EC2_WORKER_INSTANCE_TYPE

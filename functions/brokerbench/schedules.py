@@ -23,6 +23,7 @@ passed (started when the run has stored events, not_started otherwise).
 from __future__ import annotations
 
 import copy
+import dataclasses
 import json
 import logging
 import os
@@ -106,6 +107,18 @@ def load(path: str | Path | None = None) -> list[Schedule]:
     except json.JSONDecodeError as exc:
         raise ScheduleError([Problem("", f"not valid JSON: {exc}")], str(path)) from None
     return parse(doc, str(path))
+
+
+DEPLOYED_ENV = "BROKERBENCH_SCHEDULES_DEPLOYED"  # on | off: set by the CDK app (-c brokerbench:schedules)
+
+
+def deployed(path: str | Path | None = None) -> list[Schedule]:
+    """The schedules as the deploy runs them: in AWS every schedule is DISABLED unless the deploy turned them
+    on (BROKERBENCH_SCHEDULES_DEPLOYED=on), whatever its entry says; unset (locally), as the file says."""
+    found = load(path)
+    if os.environ.get(DEPLOYED_ENV, "on").strip().lower() == "off":
+        return [dataclasses.replace(schedule, enabled=False) for schedule in found]
+    return found
 
 
 def parse(doc, source: str = "schedules") -> list[Schedule]:

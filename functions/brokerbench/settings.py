@@ -14,6 +14,8 @@ BROKERBENCH_WORKER_LAUNCH_TEMPLATE, BROKERBENCH_WORKER_SUBNET   (AWS mode, set b
 BROKERBENCH_WORKER_ASSET    s3://bucket/key.zip of the functions/ folder, the layer's lock and its wheels, which an EC2
                             worker's user data installs (AWS mode, set by the CDK app for StartEc2Worker;
                             unset: the instance's image already has /opt/brokerbench/.venv and the code)
+BROKERBENCH_TOKEN_PARAMETERS  the SSM parameter path under which StartEc2Worker leaves each EC2 worker's task
+                            token for its boot script (AWS mode, set by the CDK app)
 BROKERBENCH_TASK_TOKEN      an EC2-kind worker's task token (set for the worker process by its launcher)
 BROKERBENCH_LOCAL_HEARTBEAT_S  local mode: the heartbeat window the local bridge enforces on task-token tasks
                             instead of their HeartbeatSeconds (tests use a few seconds); workers beat 4 times in it

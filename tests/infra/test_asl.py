@@ -49,8 +49,13 @@ def test_every_task_is_a_thin_lambda_invoke_and_teardown_is_always_reached():
             assert "Retry" in state, name
     top = definition["States"]
     # After the request is accepted, every step either goes on or is caught into a path that tears down.
-    for name in ("PlanCells", "ProvisionTargets", "RecordTargetsReady", "RunCells", "Aggregate", "CheckRegression"):
-        assert [c["Next"] for c in top[name]["Catch"]] == ["RecordRunFailed"], name
+    # States.ALL does not match States.DataLimitExceeded (a result larger than a state may hold): it is named
+    # first. States.Runtime no catcher takes; the RunEnded rule tears such a run down (docs/workflow.md).
+    for name in ("PlanCells", "ProvisionTargets", "RecordTargetsReady", "RunCells", "RunCellsDistributed",
+                 "Aggregate", "CheckRegression"):
+        assert [c["Next"] for c in top[name]["Catch"]] == ["RecordRunFailed", "RecordRunFailed"], name
+        assert [c["ErrorEquals"] for c in top[name]["Catch"]] == [["States.DataLimitExceeded"], ["States.ALL"]], name
+        assert {c["ResultPath"] for c in top[name]["Catch"]} == {"$.failure"}, name
     assert top["RecordRunFailed"]["Next"] == "TeardownTargets"
     assert top["Notify"]["Next"] == "TeardownTargets" and top["Notify?"]["Default"] == "TeardownTargets"
     # Inside RunCells a failed cell is recorded and the map goes on.
@@ -120,3 +125,37 @@ def test_every_lambda_task_times_out_with_its_function():
         assert state["TimeoutSeconds"] == SIZING.get(handler, Sizing()).timeout.to_seconds(), (name, handler)
     run_cell = next(s for n, s in tasks if n == "RunCellOnLambda")
     assert run_cell["TimeoutSeconds"] == 900  # a Lambda cell is at most lambda_max_cell_s (600 s) of estimate
+
+
+TEARDOWN_DEFINITION = REPO_DIR / "statemachines" / "teardown_run.asl.json"
+
+
+def test_teardown_asks_again_until_the_target_is_gone_within_a_bound():
+    """TeardownTarget is a loop like provisioning's: done -> the target's result; timed out -> a failure the Map's
+    catcher records; otherwise wait and ask again. The bound is long enough for an MSK cluster still creating."""
+    from brokerbench.targets import TEARDOWN_TIMEOUT_S, TEARDOWN_WAIT_S
+
+    states = json.loads(DEFINITION.read_text())["States"]["TeardownTargets"]["ItemProcessor"]["States"]
+    assert states["TeardownTarget"]["Next"] == "TargetGone?"
+    assert states["TargetGone?"]["Choices"] == [
+        {"Variable": "$.teardown.done", "BooleanEquals": True, "Next": "TargetTornDown"},
+        {"Variable": "$.teardown.timed_out", "BooleanEquals": True, "Next": "TeardownTimedOut"}]
+    assert states["TargetGone?"]["Default"] == "WaitForTeardown"
+    assert states["WaitForTeardown"] == {"Type": "Wait", "SecondsPath": "$.teardown.wait_s", "Next": "TeardownTarget"}
+    assert states["TeardownTimedOut"]["Type"] == "Fail" and states["TargetTornDown"]["End"] is True
+    assert TEARDOWN_TIMEOUT_S >= 60 * 60 and TEARDOWN_WAIT_S <= 60  # MSK: 20-30+ min to create, then ~15 to delete
+    # A standard execution keeps 25,000 history events; a round is 3 states (about 8 events).
+    assert TEARDOWN_TIMEOUT_S / TEARDOWN_WAIT_S * 8 < 25_000 / 4
+
+
+def test_the_teardown_machine_runs_the_run_workflows_own_teardown_states():
+    run = json.loads(DEFINITION.read_text())["States"]
+    alone = json.loads(TEARDOWN_DEFINITION.read_text())
+    assert alone["StartAt"] == "TeardownTargets"
+    assert set(alone["States"]) == {"TeardownTargets", "RecordTeardownFailed", "TeardownFailed", "TornDown"}
+    assert {**alone["States"]["TeardownTargets"], "Next": "RunFailed?"} == run["TeardownTargets"]
+    for name in ("RecordTeardownFailed", "TeardownFailed"):
+        assert alone["States"][name] == run[name], name
+    assert alone["States"]["TornDown"] == {"Type": "Succeed"}
+    done = subprocess.run([str(VALIDATOR), "--json-path", str(TEARDOWN_DEFINITION)], capture_output=True, text=True)
+    assert done.returncode == 0, done.stdout + done.stderr

@@ -51,6 +51,7 @@ STAR_ACTIONS = {
     "ec2:DescribeVpcs": "MSK CreateClusterV2; Describe has no resource-level permissions",
     "ec2:DescribeVpcAttribute": "MSK CreateClusterV2; Describe has no resource-level permissions",
     "kafka:ListClustersV2": "teardown finds the run's cluster by name; a List action has no resource-level permissions",
+    "ec2:DescribeInstances": "the sweeper finds EC2 workers by their run tag; Describe has no resource-level permissions",
 }
 
 # cfn-lint warnings that are CDK's doing and harmless: W3005, a DependsOn on a role that a GetAtt already
@@ -163,6 +164,13 @@ def of_type(resources: dict, kind: str) -> dict:
     return {k: r for k, r in resources.items() if r["Type"] == kind}
 
 
+def state_machine(resources: dict, construct: str) -> tuple[str, dict]:
+    """(logical id, resource) of the state machine of a construct: Workflow (the run), Teardown (a run's teardown)."""
+    (found,) = [(k, r) for k, r in of_type(resources, "AWS::StepFunctions::StateMachine").items()
+                if k.startswith(f"{construct}StateMachine")]
+    return found
+
+
 def handler_functions(resources: dict) -> dict[str, tuple[str, dict]]:
     """handler module -> (logical id, properties) of the workflow's and the API's functions."""
     out = {}
@@ -256,7 +264,7 @@ def test_state_machine_file_is_the_local_runners_definition(assembly, cli_templa
 
     assert paths.STATE_MACHINE.resolve() == DEFINITION.resolve()
     text = DEFINITION.read_bytes()
-    (machine,) = of_type(cli_template["Resources"], "AWS::StepFunctions::StateMachine").values()
+    machine = state_machine(cli_template["Resources"], "Workflow")[1]
     location = machine["Properties"]["DefinitionS3Location"]  # DefinitionBody.from_file: an asset of the file
     assert (assembly / f"asset.{location['Key']}").read_bytes() == text
 
@@ -266,7 +274,7 @@ def test_every_placeholder_resolves_to_a_function_of_the_stack(resources):
 
     text = DEFINITION.read_text()
     placeholders = set(re.findall(r"\$\{([^}]*)\}", text))
-    (machine,) = of_type(resources, "AWS::StepFunctions::StateMachine").values()
+    machine = state_machine(resources, "Workflow")[1]
     substitutions = machine["Properties"]["DefinitionSubstitutions"]
     assert set(substitutions) == placeholders and len(placeholders) == 13
     functions = handler_functions(resources)
@@ -281,7 +289,7 @@ def test_every_placeholder_resolves_to_a_function_of_the_stack(resources):
 
 
 def test_workflow_role_invokes_exactly_the_workflow_functions(resources):
-    (machine,) = of_type(resources, "AWS::StepFunctions::StateMachine").values()
+    machine = state_machine(resources, "Workflow")[1]
     role = machine["Properties"]["RoleArn"]["Fn::GetAtt"][0]
     invoked = [s for logical_id, s in statements(resources) if "lambda:InvokeFunction" in as_list(s["Action"])
                and resources[logical_id]["Properties"].get("Roles") == [{"Ref": role}]]
@@ -290,13 +298,16 @@ def test_workflow_role_invokes_exactly_the_workflow_functions(resources):
     assert granted == {v["Fn::GetAtt"][0] for v in machine["Properties"]["DefinitionSubstitutions"].values()}
 
 
-def test_workflow_logs_everything_and_traces(resources):
-    (machine,) = of_type(resources, "AWS::StepFunctions::StateMachine").values()
+def test_workflow_logs_errors_without_execution_data_under_vendedlogs_and_traces(resources):
+    """ERROR without execution data: ALL would log StartEc2Worker's task token with every state's data."""
+    machine = state_machine(resources, "Workflow")[1]
     props = machine["Properties"]
-    assert props["LoggingConfiguration"]["Level"] == "ALL"
+    assert props["LoggingConfiguration"]["Level"] == "ERROR"
+    assert props["LoggingConfiguration"]["IncludeExecutionData"] is False
     assert props["TracingConfiguration"] == {"Enabled": True}
     group = props["LoggingConfiguration"]["Destinations"][0]["CloudWatchLogsLogGroup"]["LogGroupArn"]["Fn::GetAtt"][0]
     assert resources[group]["Properties"]["RetentionInDays"] > 0
+    assert resources[group]["Properties"]["LogGroupName"] == f"/aws/vendedlogs/states/{STACK}-workflow"
 
 
 def test_placeholder_without_a_value_fails_the_synthesis(tmp_path, app_and_stack):
@@ -318,7 +329,7 @@ def test_one_function_per_handler_sharing_one_code_asset_and_layer(resources):
     from cdk.constructs.functions import handler_modules
 
     functions = handler_functions(resources)
-    assert set(functions) == set(handler_modules()) and len(functions) == 15
+    assert set(functions) == set(handler_modules()) and len(functions) == 17
     codes = {json.dumps(p["Code"], sort_keys=True) for _, p in functions.values()}
     layers = {json.dumps(p["Layers"], sort_keys=True) for _, p in functions.values()}
     assert len(codes) == 1 and len(layers) == 1
@@ -484,16 +495,24 @@ def test_broker_resources_are_scoped_by_name_and_run_tag(resources):
         for action in as_list(statement["Action"]):
             by_action.setdefault(action, []).append(statement)
     for action in ("kafka:CreateClusterV2", "elasticache:CreateReplicationGroup"):
-        tagged = [s for s in by_action[action] if s.get("Condition") ==
-                  {"Null": {"aws:RequestTag/brokerbench:run": "false"}}]
+        tagged = [s for s in by_action[action] if s.get("Condition", {}).get("Null") ==
+                  {"aws:RequestTag/brokerbench:run": "false"}]
         assert tagged, action
     for action in ("kafka:DeleteCluster", "elasticache:DeleteReplicationGroup"):
         for statement in by_action[action]:
             assert statement["Condition"] == {"Null": {"aws:ResourceTag/brokerbench:run": "false"}}, action
+    # Listing every replication group (the sweeper's DescribeReplicationGroups without an id) is the one
+    # describe of groups not named bb-*: it reads, and the sweeper keeps only the bb-* ones.
+    sweeper_role = handler_functions(resources)["sweep_targets"][1]["Role"]["Fn::GetAtt"][0]
+    listing = [s for logical_id, s in statements(resources) if resources[logical_id]["Properties"].get("Roles") ==
+               [{"Ref": sweeper_role}] and "elasticache:DescribeReplicationGroups" in as_list(s["Action"])]
     for action in ("kafka:DescribeClusterV2", "kafka:GetBootstrapBrokers", "kafka-cluster:Connect",
                    "kafka-cluster:WriteData", "elasticache:DescribeReplicationGroups"):
         for statement in by_action[action]:
             text = json.dumps(statement["Resource"])
+            if statement in listing:
+                assert text.endswith(':replicationgroup:*"]]}') and as_list(statement["Action"]) == [action]
+                continue
             assert re.search(r"(cluster|topic|replicationgroup)[/:]bb-\*", text), (action, text)
 
 
@@ -502,6 +521,9 @@ def test_ec2_workers_are_launched_only_from_the_template_with_their_role(resourc
     assert run and all("*" not in as_list(s["Resource"]) for s in run)
     new = [s for s in run if "instance/*" in json.dumps(s["Resource"])]
     assert new and all("ec2:LaunchTemplate" in s["Condition"]["ArnLike"] for s in new)
+    # The instance only of the deployed type: ec2:InstanceType, on a statement with the instance alone.
+    assert all(s["Condition"]["StringEquals"] == {"ec2:InstanceType": ["c7i.2xlarge"]} for s in new)
+    assert all(len(as_list(s["Resource"])) == 1 for s in new)
     (pass_role,) = [s for _, s in statements(resources) if "iam:PassRole" in as_list(s["Action"])]
     assert pass_role["Condition"] == {"StringEquals": {"iam:PassedToService": "ec2.amazonaws.com"}}
     (template,) = of_type(resources, "AWS::EC2::LaunchTemplate").values()
@@ -514,15 +536,40 @@ def test_ec2_workers_are_launched_only_from_the_template_with_their_role(resourc
 def test_api_gets_start_describe_stop_on_the_one_state_machine(resources):
     functions = handler_functions(resources)
     api_role = functions["api"][1]["Role"]["Fn::GetAtt"][0]
+    granted = []  # (action, resources) of every states: grant of the API's role
+    for logical_id, statement in statements(resources):
+        if resources[logical_id]["Properties"].get("Roles") == [{"Ref": api_role}]:
+            granted += [(a, json.dumps(statement["Resource"])) for a in as_list(statement["Action"])
+                        if a.startswith("states:")]
+    run, teardown = state_machine(resources, "Workflow")[0], state_machine(resources, "Teardown")[0]
+    machines = {}  # action -> the state machines its statements name
+    for action, text in granted:
+        machines.setdefault(action, set()).update(name for name, id_ in (("run", run), ("teardown", teardown))
+                                                  if id_ in text)
+    # A cancel hands the run's teardown to the teardown state machine: it may start it, nothing more.
+    assert machines == {"states:StartExecution": {"run", "teardown"}, "states:DescribeExecution": {"run"},
+                        "states:StopExecution": {"run"}}
+
+
+def test_api_reads_reports_and_lists_only_their_prefix(resources):
+    """A report not published (a failed or cancelled run) must be NoSuchKey to the API, not AccessDenied: S3 says
+    which only to a reader that may list the bucket, so the API may list it, under reports/ alone."""
+    functions = handler_functions(resources)
+    api_role = functions["api"][1]["Role"]["Fn::GetAtt"][0]
+    (bucket,) = [k for k, r in of_type(resources, "AWS::S3::Bucket").items()
+                 if "Reports" in k and r["Properties"].get("VersioningConfiguration")]
     granted = {}
     for logical_id, statement in statements(resources):
         if resources[logical_id]["Properties"].get("Roles") == [{"Ref": api_role}]:
             for action in as_list(statement["Action"]):
-                if action.startswith("states:"):
-                    granted[action] = json.dumps(statement["Resource"])
-    assert set(granted) == {"states:StartExecution", "states:DescribeExecution", "states:StopExecution"}
-    (machine,) = of_type(resources, "AWS::StepFunctions::StateMachine")
-    assert all(machine in text for text in granted.values())
+                if action.startswith("s3:"):
+                    granted[action] = statement
+    assert set(granted) == {"s3:GetObject", "s3:ListBucket"}
+    listing = granted["s3:ListBucket"]
+    assert listing["Resource"] == {"Fn::GetAtt": [bucket, "Arn"]}
+    assert listing["Condition"] == {"StringLike": {"s3:prefix": ["reports/*"]}}
+    assert bucket in json.dumps(granted["s3:GetObject"]["Resource"]) and "/reports/*" in json.dumps(
+        granted["s3:GetObject"]["Resource"])
 
 
 # -- network -----------------------------------------------------------------------------------------------
@@ -568,13 +615,26 @@ def test_every_api_method_requires_iam(resources):
             assert r["Properties"].get("RequestValidatorId"), logical_id
 
 
-def test_api_stage_logs_traces_and_throttles(resources):
+def test_api_stage_logs_through_firehose_traces_and_throttles(resources):
     (stage,) = of_type(resources, "AWS::ApiGateway::Stage").values()
     props = stage["Properties"]
-    assert props["AccessLogSetting"]["DestinationArn"] and props["TracingEnabled"] is True
+    assert props["TracingEnabled"] is True
+    (stream_id, stream), = of_type(resources, "AWS::KinesisFirehose::DeliveryStream").items()
+    assert props["AccessLogSetting"]["DestinationArn"] == {"Fn::GetAtt": [stream_id, "Arn"]}
+    assert stream["Properties"]["DeliveryStreamName"].startswith("amazon-apigateway-")
+    assert stream["Properties"]["DeliveryStreamEncryptionConfigurationInput"] == {"KeyType": "AWS_OWNED_CMK"}
     (settings,) = props["MethodSettings"]
     assert settings["ThrottlingRateLimit"] > 0 and settings["ThrottlingBurstLimit"] > 0
-    assert settings["LoggingLevel"] == "ERROR"
+    assert settings["LoggingLevel"] == "OFF"  # execution logs would need the account-wide role
+
+
+def test_the_account_wide_api_gateway_role_is_left_alone(resources):
+    """cloud_watch_role=False: no AWS::ApiGateway::Account (which would replace the role every API of the account
+    and region logs with) and no role for it."""
+    assert of_type(resources, "AWS::ApiGateway::Account") == {}
+    pushers = [r for r in of_type(resources, "AWS::IAM::Role").values()
+               if "AmazonAPIGatewayPushToCloudWatchLogs" in json.dumps(r["Properties"].get("ManagedPolicyArns", []))]
+    assert pushers == []
 
 
 # -- schedules and alerts ----------------------------------------------------------------------------------
@@ -619,7 +679,7 @@ def test_a_schedule_for_every_entry_of_the_schedules_file(resources):
     entries = schedules.load(REPO / "functions" / "brokerbench" / "schedules.json")
     assert set(deployed) == {e.name for e in entries}
     expected = {"nightly-quick": "cron(0 2 * * ? *)", "weekly-sizes": "cron(0 3 ? * SUN *)"}
-    (machine,) = of_type(resources, "AWS::StepFunctions::StateMachine")
+    machine = state_machine(resources, "Workflow")[0]
     trigger = handler_functions(resources)["schedule_trigger"][0]
     for entry in entries:
         props = deployed[entry.name]
@@ -627,7 +687,7 @@ def test_a_schedule_for_every_entry_of_the_schedules_file(resources):
         if entry.name in expected:
             assert props["ScheduleExpression"] == expected[entry.name]
         assert props["ScheduleExpressionTimezone"] == entry.timezone
-        assert props["State"] == ("ENABLED" if entry.enabled else "DISABLED")
+        assert props["State"] == "DISABLED"  # without -c brokerbench:schedules=on, whatever the entry says
         assert props["Target"]["Arn"] == {"Fn::GetAtt": [trigger, "Arn"]}
         assert json.loads(props["Target"]["Input"]) == {"schedule": entry.name,
                                                         "due_at": "<aws.scheduler.scheduled-time>"}
@@ -640,7 +700,7 @@ def test_alarms_watch_the_workflow_and_every_function(resources):
     alarms = [r["Properties"] for r in of_type(resources, "AWS::CloudWatch::Alarm").values()]
     (topic,) = of_type(resources, "AWS::SNS::Topic")
     assert all(a["AlarmActions"] == [{"Ref": topic}] for a in alarms)
-    (machine,) = of_type(resources, "AWS::StepFunctions::StateMachine")
+    machine = state_machine(resources, "Workflow")[0]
     assert any(a["MetricName"] == "ExecutionsFailed" and a["Namespace"] == "AWS/States"
                and a["Dimensions"][0]["Value"] == {"Ref": machine} for a in alarms)
     watched = {a["Dimensions"][0]["Value"]["Ref"] for a in alarms if a["MetricName"] == "Errors"}
@@ -653,3 +713,214 @@ def test_alerts_topic_is_encrypted_and_ssl_only(resources):
     (policy,) = of_type(resources, "AWS::SNS::TopicPolicy").values()
     assert any(s["Effect"] == "Deny" and s.get("Condition") == {"Bool": {"aws:SecureTransport": "false"}}
                for s in policy["Properties"]["PolicyDocument"]["Statement"])
+
+
+# -- spend guards and the smaller deploy fixes ----------------------------------------------------------
+
+
+def test_no_function_asks_for_more_than_a_new_accounts_lambda_memory(resources):
+    from brokerbench import deployment
+
+    functions = handler_functions(resources)
+    assert max(props["MemorySize"] for _, props in functions.values()) <= 3008
+    assert functions["run_cell"][1]["MemorySize"] == deployment.DEFAULT_WORKER_LAMBDA_MEMORY_MB == 3008
+    # Every function tells the cost estimate what was deployed.
+    for _, props in functions.values():
+        variables = props["Environment"]["Variables"]
+        assert variables["BROKERBENCH_WORKER_MEMORY_MB"] == "3008"
+        assert variables["BROKERBENCH_WORKER_INSTANCE_TYPE"] == "c7i.2xlarge"
+
+
+def test_a_monthly_budget_alarms_by_email_and_on_the_alerts_topic(resources):
+    (budget,) = of_type(resources, "AWS::Budgets::Budget").values()
+    data = budget["Properties"]["Budget"]
+    assert (data["BudgetType"], data["TimeUnit"]) == ("COST", "MONTHLY")
+    assert data["BudgetLimit"] == {"Amount": 100, "Unit": "USD"}
+    notifications = budget["Properties"]["NotificationsWithSubscribers"]
+    assert {(n["Notification"]["NotificationType"], n["Notification"]["Threshold"]) for n in notifications} == {
+        ("ACTUAL", 80), ("ACTUAL", 100), ("FORECASTED", 100)}
+    (topic,) = of_type(resources, "AWS::SNS::Topic")
+    assert all({"SubscriptionType": "SNS", "Address": {"Ref": topic}} in n["Subscribers"] for n in notifications)
+    (policy,) = of_type(resources, "AWS::SNS::TopicPolicy").values()
+    assert any(s.get("Principal") == {"Service": "budgets.amazonaws.com"} and s["Action"] == "sns:Publish"
+               for s in policy["Properties"]["PolicyDocument"]["Statement"])
+
+
+def test_iam_holds_the_instance_and_node_types_where_aws_has_a_condition_key(resources):
+    from brokerbench.brokers.redis_streams import settings as redis
+
+    create = [s for _, s in statements(resources) if "elasticache:CreateReplicationGroup" in as_list(s["Action"])
+              and "replicationgroup:bb-*" in json.dumps(s["Resource"])]
+    assert create and all(s["Condition"]["StringEquals"] == {"elasticache:CacheNodeType": redis.NODE_TYPES}
+                          for s in create)
+    assert "cache.r7g.large" in redis.NODE_TYPES and "cache.r7g.4xlarge" not in redis.NODE_TYPES
+    # MSK has no condition key for the broker type: CreateClusterV2 carries the run tag's condition only.
+    msk = [s for _, s in statements(resources) if "kafka:CreateClusterV2" in as_list(s["Action"])]
+    assert msk and all(set(s["Condition"]) == {"Null"} for s in msk)
+
+
+def test_workers_answer_task_tokens_of_the_run_and_of_distributed_map_children(resources):
+    (callback,) = [s for _, s in statements(resources) if "states:SendTaskSuccess" in as_list(s["Action"])]
+    text = json.dumps(callback["Resource"])
+    for form in (":execution:", ":express:"):
+        assert form in text
+    assert '"/*"' in text and '":*"' in text  # <machine>/<map run>:<id> and <machine>:<execution>
+
+
+def test_record_cell_failed_runs_in_the_vpc_to_reach_the_brokers(resources):
+    functions = handler_functions(resources)
+    for module in ("record_cell_failed", "run_cell", "record_targets_ready"):
+        assert functions[module][1]["VpcConfig"]["SubnetIds"], module
+
+
+def test_the_worker_ami_follows_the_instance_types_architecture(template):
+    from aws_cdk import aws_ec2 as ec2
+
+    from cdk.constructs.workers import allowed_instance_types, checked_instance_type, cpu_type
+
+    assert cpu_type("c7g.2xlarge") == ec2.AmazonLinuxCpuType.ARM_64  # Graviton: an arm64 AMI
+    assert cpu_type("c7i.2xlarge") == ec2.AmazonLinuxCpuType.X86_64
+    images = [p["Default"] for p in template.to_json().get("Parameters", {}).values()
+              if "ami-amazon-linux-latest" in str(p.get("Default"))]
+    assert len(images) == 1 and images[0].startswith("/aws/service/ami-amazon-linux-latest/al2023-ami-")
+    assert images[0].endswith("-x86_64")  # c7i.2xlarge by default
+    assert "c7g.2xlarge" in allowed_instance_types()
+    with pytest.raises(ValueError, match="brokerbench:workerInstanceType='p5.48xlarge'"):
+        checked_instance_type("p5.48xlarge")
+
+
+def _small_stack():
+    from aws_cdk import App, Stack
+    from aws_cdk import aws_lambda as lambda_
+
+    app = App()
+    stack = Stack(app, "Small")
+    trigger = lambda_.Function.from_function_arn(stack, "Trigger", "arn:aws:lambda:us-east-1:111122223333:function:t")
+    return stack, trigger
+
+
+@pytest.mark.parametrize("enabled", [False, True])
+def test_schedules_are_disabled_unless_the_deploy_turns_them_on(enabled):
+    from aws_cdk.assertions import Template
+
+    from brokerbench import schedules
+
+    from cdk.constructs.schedules import Schedules
+
+    stack, trigger = _small_stack()
+    Schedules(stack, "Schedules", trigger=trigger, enabled=enabled)
+    states = {r["Properties"]["Name"].split("-", 1)[1]: r["Properties"]["State"]
+              for r in Template.from_stack(stack).find_resources("AWS::Scheduler::Schedule").values()}
+    entries = schedules.load(REPO / "functions" / "brokerbench" / "schedules.json")
+    assert states == {e.name: ("ENABLED" if enabled and e.enabled else "DISABLED") for e in entries}
+    assert enabled == ("ENABLED" in states.values())
+
+
+def test_the_app_reads_the_spend_flags_and_refuses_bad_ones():
+    from aws_cdk import App
+
+    from cdk.app import _switch
+    from cdk.constructs.budget import monthly_amount
+
+    assert _switch(App(context={"brokerbench:schedules": "on"}), "brokerbench:schedules") is True
+    assert _switch(App(), "brokerbench:schedules") is False
+    with pytest.raises(ValueError, match="brokerbench:schedules='yes'"):
+        _switch(App(context={"brokerbench:schedules": "yes"}), "brokerbench:schedules")
+    assert monthly_amount("250") == 250.0
+    with pytest.raises(ValueError, match="brokerbench:monthlyBudgetUsd"):
+        monthly_amount("0")
+
+
+def test_task_tokens_pass_through_ssm_parameters_of_the_stack(resources):
+    functions = handler_functions(resources)
+    prefix = functions["start_ec2_worker"][1]["Environment"]["Variables"]["BROKERBENCH_TOKEN_PARAMETERS"]
+    assert prefix == f"/{STACK}/task-tokens"
+    by_action = {}
+    for _, statement in statements(resources):
+        for action in as_list(statement["Action"]):
+            by_action.setdefault(action, []).append(json.dumps(statement["Resource"]))
+    for action in ("ssm:PutParameter", "ssm:GetParameter", "ssm:DeleteParameter"):
+        assert by_action[action] and all(f":parameter{prefix}/*" in r for r in by_action[action]), action
+
+
+def test_the_app_passes_the_memory_and_schedules_flags_to_the_stack(tmp_path):
+    """The context values reach the constructs: RunCell's memory (and what every function tells the cost
+    estimate), the schedules' state and the budget's amount. Read from the construct tree, without a second synthesis."""
+    from cdk.app import build
+
+    _, stack = build({"brokerbench:bundle": "false", "brokerbench:workerMemoryMb": "1769",
+                      "brokerbench:schedules": "on", "brokerbench:monthlyBudgetUsd": "250"},
+                     nag_checks=False, outdir=str(tmp_path / "cdk.out"))
+    functions = stack.node.find_child("Functions")
+    run_cell = functions.node.find_child("RunCell").node.default_child
+    assert run_cell.memory_size == 1769
+    assert functions.worker_memory_mb == 1769  # what every function's BROKERBENCH_WORKER_MEMORY_MB says
+    states = [c.state for c in stack.node.find_child("Schedules").node.children if hasattr(c, "state")]
+    assert "ENABLED" in states
+    budget = stack.node.find_child("Budget").node.find_child("Monthly")
+    assert stack.resolve(budget.budget)["budgetLimit"]["amount"] == 250
+    with pytest.raises(ValueError, match="brokerbench:workerMemoryMb=20000"):
+        build({"brokerbench:bundle": "false", "brokerbench:workerMemoryMb": "20000"}, nag_checks=False,
+              outdir=str(tmp_path / "refused"))
+
+# -- teardown that always happens ----------------------------------------------------------------------------
+
+
+def test_a_run_that_ends_failed_aborted_or_timed_out_invokes_the_ending_handler(resources):
+    rules = of_type(resources, "AWS::Events::Rule")
+    (rule,) = [r["Properties"] for r in rules.values() if "EventPattern" in r["Properties"]]
+    run = state_machine(resources, "Workflow")[0]
+    assert rule["EventPattern"] == {
+        "source": ["aws.states"], "detail-type": ["Step Functions Execution Status Change"],
+        "detail": {"status": ["FAILED", "ABORTED", "TIMED_OUT"], "stateMachineArn": [{"Ref": run}]}}
+    assert rule["State"] == "ENABLED"
+    from brokerbench.workflow.stop import ENDINGS  # what the handler turns each ending into
+
+    assert set(rule["EventPattern"]["detail"]["status"]) == set(ENDINGS)
+    ended = handler_functions(resources)["run_ended"]
+    (target,) = rule["Targets"]
+    assert target["Arn"] == {"Fn::GetAtt": [ended[0], "Arn"]} and target["RetryPolicy"]["MaximumRetryAttempts"] > 0
+    permissions = [r["Properties"] for r in of_type(resources, "AWS::Lambda::Permission").values()
+                   if r["Properties"]["FunctionName"] == {"Fn::GetAtt": [ended[0], "Arn"]}]
+    assert [p["Principal"] for p in permissions] == ["events.amazonaws.com"]
+    # It starts the teardown state machine, whose definition is the teardown states alone.
+    teardown, machine = state_machine(resources, "Teardown")
+    assert ended[1]["Environment"]["Variables"]["BROKERBENCH_TEARDOWN_MACHINE_ARN"] == {"Ref": teardown}
+    assert set(machine["Properties"]["DefinitionSubstitutions"]) == {"TeardownTargetFunctionArn",
+                                                                     "RecordRunFailedFunctionArn"}
+
+
+def test_the_teardown_machine_invokes_only_its_two_functions_and_is_watched(resources):
+    teardown, machine = state_machine(resources, "Teardown")
+    role = machine["Properties"]["RoleArn"]["Fn::GetAtt"][0]
+    invoked = [s for logical_id, s in statements(resources) if "lambda:InvokeFunction" in as_list(s["Action"])
+               and resources[logical_id]["Properties"].get("Roles") == [{"Ref": role}]]
+    functions = handler_functions(resources)
+    assert [{r["Fn::GetAtt"][0] for r in as_list(s["Resource"])} for s in invoked] == [
+        {functions["teardown_target"][0], functions["record_run_failed"][0]}]
+    alarms = [r["Properties"] for r in of_type(resources, "AWS::CloudWatch::Alarm").values()]
+    assert any(a["MetricName"] == "ExecutionsFailed" and a["Dimensions"][0]["Value"] == {"Ref": teardown}
+               for a in alarms)
+
+
+def test_the_sweeper_runs_hourly_and_may_delete_only_tagged_bb_resources(resources):
+    rules = of_type(resources, "AWS::Events::Rule")
+    (rule,) = [r["Properties"] for r in rules.values() if "ScheduleExpression" in r["Properties"]]
+    sweeper = handler_functions(resources)["sweep_targets"]
+    assert rule["ScheduleExpression"] == "rate(1 hour)" and rule["State"] == "ENABLED"
+    assert rule["Targets"][0]["Arn"] == {"Fn::GetAtt": [sweeper[0], "Arn"]}
+    role = sweeper[1]["Role"]["Fn::GetAtt"][0]
+    granted = {}
+    for logical_id, statement in statements(resources):
+        if resources[logical_id]["Properties"].get("Roles") == [{"Ref": role}]:
+            for action in as_list(statement["Action"]):
+                granted.setdefault(action, []).append(statement)
+    tagged = {"Null": {"aws:ResourceTag/brokerbench:run": "false"}}
+    for action in ("kafka:DeleteCluster", "elasticache:DeleteReplicationGroup", "ec2:TerminateInstances"):
+        assert [s.get("Condition") for s in granted[action]] == [tagged], action
+    for action in ("kafka:DeleteCluster", "elasticache:DeleteReplicationGroup", "elasticache:ListTagsForResource"):
+        assert all(re.search(r"(cluster/|replicationgroup:)bb-\*", json.dumps(s["Resource"])) for s in granted[action])
+    assert not any(a.startswith(("kafka:Create", "elasticache:Create", "ec2:RunInstances", "states:"))
+                   for a in granted)
+    assert "dynamodb:Query" in granted and "dynamodb:PutItem" not in granted  # reads the runs' events only
+    assert sweeper[1]["Timeout"] == 300

@@ -5,17 +5,30 @@ each once, the run's teardown stops the broker it started, and no worker process
 The stack is the module's own (DynamoDB Local only): each run starts its Redis itself, so its teardown has something
 to stop (the session's brokers belong to no run). An EC2-kind cell runs in the real `python -m
 brokerbench.ec2_worker` process the local bridge starts, which the bridge tells to stop when the run is cancelled.
+
+The cancel of a deployed run is checked here too, where nothing tells the cell to stop: RunCell's Lambda handler
+runs in a process of its own, and the AWS cancel (StepFunctionsStarter.cancel) writes the run's end; the cell must
+see that end in the store and stop, writing nothing after it.
 """
 
 import json
+import os
 import signal
+import subprocess
+import sys
 import time
+from datetime import datetime, timezone
+from pathlib import Path
 
+import boto3
 import pytest
+from botocore.stub import Stubber
 
 from brokerbench.events.dynamodb import DynamoEventStore
 from brokerbench.local.stack import LocalStack
 from brokerbench.reports.results import build_results
+from brokerbench.workflow import steps
+from brokerbench.workflow.starter import StepFunctionsStarter
 from conftest import ServedApi
 from fault_tools import EC2_WORKER, alive, cell_facts, event_facts, run_until_measuring, workers_below
 from reliability_log import observe
@@ -145,3 +158,81 @@ def test_ctrl_c_stops_the_ec2_worker_mid_cell(own_stack, events, tmp_path):
             "worker kind", run_status=results["status"], exit_code=cli.returncode, cells=[cell_facts(cell)],
             observed=[f"the CLI exited 130 {took:.1f} s after the signal, the run interrupted", *observed],
             **event_facts(stored))
+
+
+AWS_CANCEL_HANDLER = """
+import json, sys
+from fault_tools import LambdaContext
+from handlers import run_cell
+print(json.dumps(run_cell.lambda_handler(json.loads(sys.stdin.read()), LambdaContext("brokerbench-RunCell"))))
+"""
+STATE_MACHINE = "arn:aws:states:us-east-1:123456789012:stateMachine:brokerbench-run"
+
+
+def aws_cancel(store, run_id: str, spec: dict) -> None:
+    """What POST /runs/{id}/cancel does in AWS (the API's StepFunctionsStarter); StopExecution, which stops no
+    Lambda invocation in flight, answered by botocore's Stubber (there is no Step Functions here)."""
+    client = boto3.client("stepfunctions", region_name="us-east-1", aws_access_key_id="test", aws_secret_access_key="test")
+    with Stubber(client) as stub:
+        stub.add_response("stop_execution", {"stopDate": datetime.now(timezone.utc)},
+                          {"executionArn": f"arn:aws:states:us-east-1:123456789012:execution:brokerbench-run:{run_id}",
+                           "error": "Cancelled", "cause": "cancelled by request"})
+        StepFunctionsStarter(client, STATE_MACHINE, store).cancel(run_id, spec)
+        stub.assert_no_pending_responses()
+
+
+@pytest.mark.timeout(240)
+def test_an_aws_cancel_stops_a_lambda_cell_in_flight_and_nothing_is_written_after_the_run_ends(
+        own_stack, events, monkeypatch, tmp_path):
+    owner = "tests-aws-cancel"  # a Redis of this test's own, which the run's teardown leaves running
+    events.ensure_table()  # in AWS the CDK app's table
+    own_stack.up(services=["redis"], owner=owner, log=lambda m: None)
+    handler = None
+    try:
+        settings = {"BROKERBENCH_MODE": "local", "BROKERBENCH_STATE_DIR": str(own_stack.state_dir),
+                    "BROKERBENCH_EVENTS_TABLE": events.table,
+                    "BROKERBENCH_DYNAMODB_ENDPOINT": events.client.meta.endpoint_url,
+                    "BROKERBENCH_REPORTS": str(tmp_path / "reports")}
+        for name, value in settings.items():
+            monkeypatch.setenv(name, value)
+        run = steps.validate_request({"request": spec("lambda")})
+        [cell] = steps.plan_cells(run)["cells"]  # RunRequested stored, as the workflow's PlanCells does
+        run_id = run["run_id"]
+        job = {"run_id": run_id, "cell": cell, "targets": {"redis-streams": own_stack.endpoint("redis")}}
+        path = os.pathsep.join([os.environ.get("PYTHONPATH", ""), str(Path(__file__).parents[1])])
+        (tmp_path / "job.json").write_text(json.dumps(job))
+        out, err = tmp_path / "handler.stdout", tmp_path / "handler.stderr"
+        with open(tmp_path / "job.json") as stdin, open(out, "wb") as stdout, open(err, "wb") as stderr:
+            handler = subprocess.Popen([sys.executable, "-c", AWS_CANCEL_HANDLER], stdin=stdin, stdout=stdout,
+                                       stderr=stderr, env={**os.environ, **settings, "PYTHONPATH": path})
+        deadline = time.monotonic() + 120
+        while sum(e["type"] == "IntervalMeasured" for e in events.read(run_id, interval_histograms=False)) < 2:
+            assert time.monotonic() < deadline and handler.poll() is None, err.read_text()[-3000:]
+            time.sleep(0.3)
+        family = workers_below(handler.pid)
+
+        aws_cancel(events, run_id, run["spec"])
+        asked = time.monotonic()
+        at_the_end = events.read(run_id)  # the run's end is stored when the cancel returns
+        handler.wait(timeout=120)
+        took = time.monotonic() - asked
+    finally:
+        if handler is not None and handler.poll() is None:  # a failed check above: no handler outlives the test
+            handler.kill()
+            handler.wait()
+        own_stack.down(owner=owner, log=lambda m: None)
+    assert handler.returncode == 0, err.read_text()[-3000:]
+    outcome = json.loads(out.read_text().strip().splitlines()[-1])
+    assert outcome == {"cell_id": cell["cell_id"], "status": "failed", "reason": steps.RUN_ENDED}
+    stored = events.read(run_id)
+    assert stored == at_the_end  # nothing was written after the run's end
+    [end] = [e for e in stored if e["type"] == "RunCompleted"]
+    assert end["data"]["status"] == "cancelled" and all(e["at"] <= end["at"] for e in stored)
+    assert not [e for e in stored if e["type"] in ("CellCompleted", "CellFailed")]
+    kept = [e["data"]["interval"] for e in stored if e["type"] == "IntervalMeasured"]
+    assert 2 <= len(kept) < CELL_S - 5 and sorted(set(kept)) == sorted(kept)  # stopped mid-cell, each interval once
+    [result] = build_results(stored)["cells"]
+    assert result["status"] == "incomplete"
+    assert {"bb-producer-0", "bb-consumer-0"} <= set(family.values())
+    assert not [pid for pid in family if alive(pid)]
+    assert took < CELL_S, took  # long before the cell's own end (how promptly is a timing)

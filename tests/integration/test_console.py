@@ -5,20 +5,30 @@ Two tiny real runs are started from the console and watched to their end; the re
 comparison of the two runs and the schedules are read as a person sees them. Nothing may leave
 127.0.0.1 and the page may log no error. Screenshots of every step go to BROKERBENCH_SCREENSHOTS when it
 names a folder (e.g. reports/screenshots), else to the test's tmp_path.
+
+The same walk runs a second time through `brokerbench console --aws` (the SigV4-signing proxy for the deployed
+API), in front of a stand-in for API Gateway's IAM authorization that refuses any request signed wrong.
 """
 
 import json
 import os
 import re
 import shutil
+import signal
 import subprocess
+import sys
 import time
 from pathlib import Path
 
 import pytest
+from botocore.credentials import Credentials
+
+from sigv4_verifier import VerifyingUpstream
 
 CONSOLE_CHECK = Path(__file__).parents[1] / "e2e" / "console.mjs"
 RUN_TIMEOUT_S = 180  # a tiny run takes ~5 s here; the bound is for a slow, busy machine
+# AWS's documented example keys (never valid), with a session token as temporary credentials have.
+TEST_CREDENTIALS = Credentials("AKIDEXAMPLE", "wJalrXUtnFEMI/K7MDENG+bPxRfiCYEXAMPLEKEY", "FQoGZXIvYXdzEXAMPLETOKEN//=")
 UUID = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$")
 
 
@@ -40,18 +50,18 @@ def _tail(path: Path, lines: int = 40) -> str:
 
 
 @pytest.fixture
-def screenshots(tmp_path):
+def screenshots(tmp_path, request):
     named = os.environ.get("BROKERBENCH_SCREENSHOTS")
-    folder = Path(named) / "console" if named else tmp_path / "screenshots"
+    kind = "console-aws" if "signing_proxy" in request.node.name else "console"  # through `console --aws`
+    folder = Path(named) / kind if named else tmp_path / "screenshots"
     if folder.exists():
         shutil.rmtree(folder)  # only this run's pictures
     folder.mkdir(parents=True)
     return folder
 
 
-@pytest.mark.timeout(2 * RUN_TIMEOUT_S + 240)
-def test_a_person_starts_watches_reads_and_compares_runs_in_the_console(served_api, screenshots):
-    url, server_log = served_api.url, served_api.out_dir / "serve.stderr"
+def drive_console(url: str, screenshots: Path, server_log: Path) -> dict:
+    """console.mjs against `url`: what the browser saw (its JSON summary, also written beside the pictures)."""
     started = time.monotonic()
     seen = subprocess.run(["node", str(CONSOLE_CHECK), url, str(screenshots)], capture_output=True, text=True,
                           timeout=2 * RUN_TIMEOUT_S + 180, env={**os.environ, "RUN_TIMEOUT_S": str(RUN_TIMEOUT_S)})
@@ -61,7 +71,17 @@ def test_a_person_starts_watches_reads_and_compares_runs_in_the_console(served_a
     print(f"console test: {time.monotonic() - started:.0f} s, runs "
           + ", ".join(f"{r['run_id']} {r['status']} in {r['seconds']:.0f} s" for r in view["runs"]))
     assert view["ok"], f"{view.get('error')}\n--- server log ---\n{_tail(server_log)}"
+    return view
 
+
+@pytest.mark.timeout(2 * RUN_TIMEOUT_S + 240)
+def test_a_person_starts_watches_reads_and_compares_runs_in_the_console(served_api, screenshots):
+    view = drive_console(served_api.url, screenshots, served_api.out_dir / "serve.stderr")
+    check_what_the_person_saw(view, served_api, screenshots)
+
+
+def check_what_the_person_saw(view: dict, served_api, screenshots: Path) -> None:
+    """Everything the browser saw, as a person must see it."""
     # nothing left the machine, nothing went wrong in the page (the 422s of steps 3 and 3b are provoked on purpose;
     # a 409 is a run still busy, retried)
     assert view["blocked_requests"] == []
@@ -131,3 +151,39 @@ def test_a_person_starts_watches_reads_and_compares_runs_in_the_console(served_a
         assert path.parent == screenshots
         data = path.read_bytes()
         assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 2000, path
+
+
+@pytest.mark.timeout(2 * RUN_TIMEOUT_S + 240)
+def test_the_console_through_the_signing_proxy_signs_every_api_request(served_api, screenshots, tmp_path):
+    """`brokerbench console --aws`, as a user starts it (known test credentials in the environment), in front of an
+    upstream that stands where API Gateway stands: it refuses, as IAM authorization does, any request whose SigV4
+    signature it does not compute the same from those credentials (tests/sigv4_verifier.py), and passes the others
+    to the local API under its stage path. The same browser walk as above must come out the same, and every API
+    request it made (POSTs with their bodies, GETs with query strings) must have been signed right."""
+    upstream = VerifyingUpstream(served_api.url, TEST_CREDENTIALS, "us-east-1")
+    environment = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
+    environment.update({"AWS_ACCESS_KEY_ID": TEST_CREDENTIALS.access_key,
+                        "AWS_SECRET_ACCESS_KEY": TEST_CREDENTIALS.secret_key,
+                        "AWS_SESSION_TOKEN": TEST_CREDENTIALS.token, "AWS_CONFIG_FILE": str(tmp_path / "none"),
+                        "AWS_SHARED_CREDENTIALS_FILE": str(tmp_path / "none"), "AWS_EC2_METADATA_DISABLED": "true"})
+    stderr = open(tmp_path / "console.stderr", "wb")
+    proxy = subprocess.Popen([str(Path(sys.executable).with_name("brokerbench")), "console", "--aws", "--api-url",
+                              upstream.url, "--region", "us-east-1", "--port", "0"],
+                             stdout=subprocess.PIPE, stderr=stderr, env=environment)
+    try:
+        line = proxy.stdout.readline().decode().strip()  # "serving http://127.0.0.1:PORT/"
+        assert line.startswith("serving http://127.0.0.1:"), (line, (tmp_path / "console.stderr").read_text())
+        view = drive_console(line.split(" ", 1)[1], screenshots, served_api.out_dir / "serve.stderr")
+    finally:
+        proxy.send_signal(signal.SIGTERM)
+        proxy.wait(timeout=30)
+        proxy.stdout.close()
+        stderr.close()
+        upstream.stop()
+    assert upstream.rejected == []
+    assert proxy.returncode == 0
+    accepted = upstream.accepted
+    assert sum(r["method"] == "POST" and r["target"] == "/v1/runs" and r["body"] > 0 for r in accepted) >= 3
+    assert any(r["method"] == "GET" and "?" in r["target"] for r in accepted)  # query strings signed too
+    assert any(r["target"].startswith("/v1/compare?") for r in accepted)
+    check_what_the_person_saw(view, served_api, screenshots)

@@ -1,10 +1,13 @@
-"""An EC2-kind worker that dies or hangs mid-cell: its cell fails within the heartbeat window and the run ends.
+"""An EC2-kind worker that hangs mid-cell: its cell fails within the heartbeat window and the run ends.
+
+A worker that dies (SIGKILL) is test_kill_ec2_worker.py's: through `brokerbench run`, WorkerLost as soon as the
+bridge sees the process end, the run going on to its next cell.
 
 The real workflow definition runs through the local ASL interpreter against the real local stack. The
 interpreter (aws-local-stepfunctions) enforces TimeoutSeconds but ignores HeartbeatSeconds, so the local
 bridge enforces it; BROKERBENCH_LOCAL_HEARTBEAT_S gives it a window of a few seconds for these tests
 instead of RunCellOnEc2's 300. The worker is a real process (LocalProcessFleet), found among this
-process's children and signalled: SIGKILL (a dead worker) and SIGSTOP (a hung one, which only the
+process's children and signalled: SIGSTOP (a hung one, which only the
 missing heartbeats reveal).
 """
 
@@ -74,14 +77,6 @@ def check_failed_cell(execution, events, error_names):
     types = [e["type"] for e in events]
     assert "RunCompleted" in types and types.count("CellCompleted") == 0
     return failed
-
-
-@pytest.mark.timeout(240)
-def test_a_killed_worker_fails_its_cell_and_the_run_ends(stack, tmp_path, monkeypatch):
-    execution, events, after_kill_s, _ = run_and_signal(stack, tmp_path, monkeypatch, signal.SIGKILL)
-    # The bridge sees the process end (WorkerLost) even before the heartbeat window runs out.
-    check_failed_cell(execution, events, {"WorkerLost", "States.HeartbeatTimeout"})
-    assert after_kill_s < WINDOW_S + 30, after_kill_s
 
 
 @pytest.mark.timeout(240)

@@ -123,7 +123,7 @@ def _store_pid(stack) -> int:
 
 def test_an_event_store_that_stays_down_ends_the_cli_with_exit_3_and_a_way_back(own_stack, tmp_path):
     """kill -9 of DynamoDB Local mid-run, not started again: the writes retry with backoff and give up (after
-    BROKERBENCH_STORE_OUTAGE_S), the CLI says
+    BROKERBENCH_STORE_OUTAGE_S), the CLI's progress reads give up after as long and stop the run, the CLI says
     which store and how to bring it back and exits 3 (no traceback), and no workflow interpreter is left running.
     Started again, the store has the run up to the outage, each event once."""
     spec = {"name": "fault-store-down", "brokers": ["kafka"], "sizes": [512], "rates": [500],

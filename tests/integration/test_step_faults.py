@@ -117,3 +117,52 @@ def test_a_failing_teardown_is_stored_said_and_not_a_success(stack, tmp_path, mo
             observed=["StepFailed(TeardownTargets) stored", "the run and results.json read completed_with_failures",
                       "the CLI said brokers the run started may still be running and exited 1"],
             **event_facts(events))
+
+
+def run_with_teardown_answers(answers, stack, tmp_path, monkeypatch, capsys):
+    """A run whose TeardownTarget answers, per broker, `answers` first (each merged over the real answer), then the
+    real one: the workflow's teardown loop (TargetGone?, WaitForTeardown) on the local interpreter."""
+    from handlers import teardown_target
+
+    real = teardown_target.lambda_handler
+    rounds = {}
+
+    def answering(event, context):
+        answer = real(event, context)
+        rounds[event["broker"]] = rounds.get(event["broker"], 0) + 1
+        if rounds[event["broker"]] <= len(answers):
+            return {**answer, **answers[rounds[event["broker"]] - 1]}
+        return answer
+
+    monkeypatch.setattr(teardown_target, "lambda_handler", answering)
+    spec = {"name": "teardown-loop", "brokers": ["kafka", "redis-streams"], "sizes": [512], "rates": [200],
+            "formats": ["raw"], "duration_s": 1, "warmup_s": 0, "warmup_until_steady": False, "drain_timeout_s": 1}
+    (tmp_path / "spec.json").write_text(json.dumps(spec))
+    code = main(["--state-dir", str(stack.state_dir), "run", "--spec", str(tmp_path / "spec.json"),
+                 "--out", str(tmp_path / "out")])
+    captured = capsys.readouterr()
+    said = " ".join((captured.out + captured.err).split())
+    db = stack.endpoints(required=["dynamodb"])["dynamodb"]
+    store = DynamoEventStore(db["table"], endpoint_url=db["endpoint_url"])
+    [run_id] = [e["run_id"] for e in store.list_runs(limit=50) if e["data"]["spec"].get("name") == spec["name"]][:1]
+    return code, rounds, store.read(run_id), said
+
+
+NOT_YET = {"state": "not deletable yet", "done": False, "timed_out": False, "wait_s": 1}
+
+
+def test_teardown_waits_while_a_target_cannot_be_deleted_and_asks_again(stack, tmp_path, monkeypatch, capsys):
+    """A target that refuses deletion twice (still being created, in AWS): the loop waits and asks again, a third
+    round deletes it, and the run ends as a success with no StepFailed."""
+    code, rounds, events, _ = run_with_teardown_answers([NOT_YET, NOT_YET], stack, tmp_path, monkeypatch, capsys)
+    assert code == 0 and rounds == {"kafka": 3, "redis-streams": 3}
+    assert "StepFailed" not in [e["type"] for e in events] and build_results(events)["status"] == "completed"
+
+
+def test_a_teardown_still_not_done_at_its_deadline_is_a_failed_teardown(stack, tmp_path, monkeypatch, capsys):
+    """The loop's bound ran out (TeardownTimedOut): StepFailed(TeardownTargets) names it and the CLI exits 1."""
+    code, rounds, events, _ = run_with_teardown_answers([NOT_YET, {**NOT_YET, "timed_out": True}], stack, tmp_path,
+                                                        monkeypatch, capsys)
+    assert code == 1 and rounds == {"kafka": 2, "redis-streams": 2}
+    [failed] = [e["data"] for e in events if e["type"] == "StepFailed"]
+    assert failed["step"] == "TeardownTargets" and "TeardownTimedOut" in failed["reason"]

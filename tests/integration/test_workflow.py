@@ -176,3 +176,21 @@ def test_a_failed_run_tells_the_recipients_of_its_request(store_only_stack, tmp_
     assert note["to"] == request["notify"]
     assert note["subject"].startswith(f"brokerbench run {execution.run_id} failed: ") and "2.8" in note["subject"]
     assert note["message"]["reason"] == events[1]["data"]["reason"]
+
+
+def test_the_teardown_state_machine_runs_and_stops_what_the_run_started(store_only_stack, tmp_path):
+    """statemachines/teardown_run.asl.json (what the RunEnded rule and a cancel start in AWS) on the local interpreter,
+    with {"run": {"run_id", "spec"}}: the run's Redis is stopped by the same TeardownTarget loop."""
+    from brokerbench.local.workflow import TEARDOWN_DEFINITION
+    from brokerbench.spec import validate
+
+    run_id = new_run_id()
+    spec = validate({"brokers": ["redis-streams"], "sizes": [1024], "rates": [100], "formats": ["raw"]})
+    store_only_stack.up(services=["redis"], owner=run_id, log=lambda m: None)  # as the run's provisioning did
+    assert store_only_stack.status()["redis"]["state"] == "running"
+    execution = LocalWorkflow(store_only_stack, tmp_path / "reports", definition=TEARDOWN_DEFINITION).execute(
+        spec, run_id=run_id, execution_input={"run": {"run_id": run_id, "spec": spec}})
+    assert execution.status == "SUCCEEDED", (execution.error, execution.cause)
+    assert execution.output["teardown"] == [{"broker": "redis-streams", "action": "stopped"}]
+    assert states(execution) == ["TeardownTarget"]
+    assert store_only_stack.status()["redis"]["state"] == "stopped"

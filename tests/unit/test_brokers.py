@@ -236,5 +236,5 @@ def test_a_local_cluster_larger_than_the_service_runs_is_refused_before_anything
         targets.provision("run-1", "kafka", spec)
     with pytest.raises(ProvisioningError, match=r"provision.redis-streams.nodes: 2 nodes; .* runs as 1 node"):
         targets.provision("run-1", "redis-streams", spec)
-    assert targets.teardown("run-1", "kafka", spec) == {"broker": "kafka", "action": "nothing started"}
+    assert targets.teardown("run-1", "kafka", spec) == {"broker": "kafka", "state": "gone", "action": "nothing started"}
     assert not stack.state_file.exists()

@@ -31,6 +31,9 @@ WRU = P["dynamodb"]["on_demand_per_million_wru"] / 1e6
 RRU = P["dynamodb"]["on_demand_per_million_rru"] / 1e6
 GB_MONTH = P["dynamodb"]["storage_gb_month"]
 WORKER_GB = deployment.WORKER_LAMBDA_MEMORY_MB / 1024
+CROSS_AZ_GB = P["data_transfer"]["cross_az_per_gb_each_direction"]
+NAT_HOUR, NAT_GB = P["vpc"]["nat_gateway_hour"], P["vpc"]["nat_gateway_per_gb"]
+LOGS_GB = P["cloudwatch"]["logs_ingestion_per_gb"]
 
 SPEC = {"brokers": ["kafka", "redis-streams"], "sizes": [1024], "rates": [1000], "formats": ["json"]}
 T0 = datetime(2026, 1, 5, 2, 0, tzinfo=timezone.utc)
@@ -276,3 +279,90 @@ def test_a_large_plan_is_priced_from_its_cellsplanned_chunks():
     assert "error" not in estimate and estimate["total"] >= 0
     lambdas = next(i for i in (estimate["on_aws"] or estimate)["items"] if i["what"].startswith("Lambda workers"))
     assert lambdas["what"].startswith("Lambda workers: 216 ×")  # every planned cell, from the chunks
+
+
+def with_bytes(events, moved: dict[str, tuple[int, int]]):
+    """The run's events with each completed cell's measured bytes (sent, received) set, by broker."""
+    out = copy.deepcopy(events)
+    for event in out:
+        if event["type"] == "CellCompleted":
+            sent, received = moved[event["data"]["cell_id"].split(".")[0]]
+            event["data"]["totals"].update(bytes_sent=sent, bytes_received=received)
+    return out
+
+
+def test_cross_az_nat_and_logs_are_lines_of_their_own_by_hand(aws_run):
+    """1 GiB sent and 1 GiB received on Kafka, 0.5 GiB each way on Redis, both provisioned: 3 GiB between
+    workers and brokers, 2/3 of which crosses AZs = 2 GiB, at $0.01 out + $0.01 in = $0.04. The NAT gateway's
+    0.5 h of the run = $0.0225; no EC2 worker, no NAT data. Logs: 6 run steps + 2 × 2 targets + 80 readiness
+    checks + 2 cells = 92 invocations × 2 KiB = 0.000175 GiB at $0.50."""
+    gib = 1024**3
+    events = with_bytes(aws_run, {"kafka": (gib, gib), "redis-streams": (gib // 2, gib // 2)})
+    estimate = cost.estimate(events)
+    cross = item(estimate, "Cross-AZ data transfer")
+    assert cross["quantity"] == pytest.approx(2.0)
+    assert cross["unit_price"] == pytest.approx(2 * CROSS_AZ_GB) and cross["cost"] == pytest.approx(0.04)
+    assert item(estimate, "NAT gateway:")["cost"] == round(0.5 * NAT_HOUR, 4) == 0.0225
+    assert item(estimate, "NAT gateway data")["quantity"] == 0
+    logs = item(estimate, "CloudWatch Logs")
+    assert "92 Lambda invocations" in logs["what"]
+    assert logs["quantity"] == pytest.approx(92 * 2048 / gib, abs=1e-6) and logs["unit_price"] == LOGS_GB
+    assert_total(estimate)
+    assert any(a.startswith("Network: 67% of the message bytes") for a in estimate["assumptions"])
+
+
+def test_an_existing_target_moves_no_priced_cross_az_bytes_and_ec2_workers_pass_the_nat():
+    """kafka given as an existing endpoint: only Redis's bytes count. Two EC2 workers: 2 × 120 MiB through the
+    NAT gateway = 0.234375 GiB at $0.045."""
+    spec = {**SPEC, "targets": {"kafka": {"bootstrap_servers": "kafka.example:9092"}}, "placement": {"worker": "ec2"}}
+    events = timed(synthetic_run(spec, intervals=3), ready_s=600, durations=[40, 40], end_s=1800)
+    events = with_bytes(events, {"kafka": (3 * 1024**3, 3 * 1024**3), "redis-streams": (3 * 1024**3, 0)})
+    estimate = cost.estimate(events)
+    assert item(estimate, "Cross-AZ data transfer")["quantity"] == pytest.approx(2.0)  # 2/3 of Redis's 3 GiB
+    nat = item(estimate, "NAT gateway data")
+    assert nat["quantity"] == pytest.approx(240 / 1024) and nat["cost"] == round(240 / 1024 * NAT_GB, 4)
+
+
+def test_a_plan_counts_fixed_rate_bytes_and_says_max_rate_bytes_are_unknown():
+    """1,000 msgs/s of 1,024 B for 5 measured s, sent and received: 10,240,000 B, 2/3 crossing AZs."""
+    spec = validate({"brokers": ["kafka"], "sizes": [1024], "rates": [1000, "max"], "formats": ["json"],
+                     "duration_s": 5, "warmup_s": 1, "drain_timeout_s": 10})
+    estimate = cost.estimate_plan(spec)
+    assert item(estimate, "Cross-AZ data transfer")["quantity"] == pytest.approx(2 * 1000 * 1024 * 5 * 2 / 3 / 1024**3, abs=1e-6)
+    assert any("1 cells at max or sustainable rate" in a for a in estimate["assumptions"])
+
+
+def test_the_worker_memory_and_instance_type_priced_are_the_deployed_ones(aws_run, monkeypatch):
+    """The CDK app tells every function what it deployed (BROKERBENCH_WORKER_MEMORY_MB, ..._INSTANCE_TYPE)."""
+    monkeypatch.setenv("BROKERBENCH_WORKER_MEMORY_MB", "1769")
+    lambdas = item(cost.estimate(aws_run), "Lambda workers")
+    assert "1,769 MB" in lambdas["what"] and lambdas["quantity"] == pytest.approx(2 * 40 * 1769 / 1024)
+    monkeypatch.setenv("BROKERBENCH_WORKER_MEMORY_MB", "12000")
+    with pytest.raises(ValueError, match="BROKERBENCH_WORKER_MEMORY_MB=12000"):
+        cost.estimate(aws_run)
+    monkeypatch.delenv("BROKERBENCH_WORKER_MEMORY_MB")
+    assert deployment.worker_lambda_memory_mb() == 3008
+    monkeypatch.setenv("BROKERBENCH_WORKER_INSTANCE_TYPE", "c7g.2xlarge")
+    spec = {**SPEC, "placement": {"worker": "ec2"}}
+    events = timed(synthetic_run(spec, intervals=3), ready_s=1200, durations=[30, 90], end_s=1800)
+    ec2 = item(cost.estimate(events), "EC2 workers")
+    assert "c7g.2xlarge" in ec2["what"] and ec2["unit_price"] == P["ec2"]["instance_hour"]["c7g.2xlarge"]
+
+
+def test_the_memory_a_lambda_cell_recorded_is_the_one_priced(aws_run, monkeypatch):
+    """RunCell records its function's memory as Lambda states it (AWS_LAMBDA_FUNCTION_MEMORY_SIZE) in
+    CellStarted: a run is priced at what it ran with, even after a redeploy changed the setting."""
+    from brokerbench.workflow import steps
+
+    monkeypatch.setenv("AWS_LAMBDA_FUNCTION_MEMORY_SIZE", "2048")
+    assert steps.lambda_worker()["memory_mb"] == 2048
+    monkeypatch.delenv("AWS_LAMBDA_FUNCTION_MEMORY_SIZE")
+    assert "memory_mb" not in steps.lambda_worker()
+    events = copy.deepcopy(aws_run)
+    for event in events:
+        if event["type"] == "CellStarted":
+            event["data"]["worker"] = {"kind": "lambda", "host": "169.254.1.1", "memory_mb": 2048}
+    monkeypatch.setenv("BROKERBENCH_WORKER_MEMORY_MB", "3008")  # deployed now; the run ran with 2,048 MB
+    estimate = cost.estimate(events)
+    assert item(estimate, "Lambda workers")["quantity"] == pytest.approx(2 * 40 * 2.0)
+    assert any("2,048 MB x86_64 (as the run's Lambda cells recorded it)" in a for a in estimate["assumptions"])

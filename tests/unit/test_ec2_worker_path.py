@@ -1,6 +1,6 @@
 """The EC2 worker path: idempotent launches, the boot script, heartbeats, and provisioning retries.
 
-AWS control-plane calls (RunInstances, SendTaskHeartbeat, CreateClusterV2, ListClustersV2,
+AWS control-plane calls (RunInstances, SSM PutParameter, SendTaskHeartbeat, CreateClusterV2, ListClustersV2,
 CreateReplicationGroup, DescribeReplicationGroups, ListTagsForResource) cannot run on this machine, so
 they go through botocore's Stubber, which checks each request against the service model and the exact
 parameters expected and plays back the responses (including the error codes AWS would answer).
@@ -36,8 +36,8 @@ from brokerbench.spec import validate
 from brokerbench.targets import ProvisioningError, TransientProvisioningError, resource_name
 from brokerbench.workflow import wiring
 from brokerbench.workflow.callbacks import LocalCallbacks, StepFunctionsCallbacks, TaskGone
-from brokerbench.workflow.fleet import (MAX_LAUNCH_ATTEMPTS, Ec2Fleet, WorkerLaunchFailed, client_token,
-                                        encode_job, user_data)
+from brokerbench.workflow.fleet import (MAX_LAUNCH_ATTEMPTS, Ec2Fleet, TokenParameters, WorkerLaunchFailed,
+                                        client_token, encode_job, token_parameter, user_data)
 
 RUN = "20261122T101500Z-def456"
 CELL = "kafka.json.batch.1024B.100mps.r0"
@@ -45,6 +45,8 @@ JOB = {"run_id": RUN, "cell": {"cell_id": CELL, "index": 0}, "targets": {}}
 ARN = "arn:aws:kafka:us-east-1:123456789012:cluster/bb/1"
 # Shaped to need quoting in bash: the script must pass it through verbatim, and never run any of it.
 TOKEN = "AAAAKgAAAAIAAAAA+/=" + "x" * 300 + "$(touch pwned)'\"`;"
+PREFIX = "/Brokerbench/task-tokens"
+PARAMETER = token_parameter(PREFIX, client_token(RUN, CELL, 0), TOKEN)
 
 
 def client(service):
@@ -68,55 +70,87 @@ def test_client_token_is_deterministic_short_ascii_and_distinct_per_run_cell_and
     assert len(client_token(RUN, long_cell, MAX_LAUNCH_ATTEMPTS - 1)) <= 64
 
 
+def parameter_of(token: str, attempt: int) -> str:
+    return token_parameter(PREFIX, client_token(RUN, CELL, attempt), token)
+
+
 def expected_run_instances(token: str, attempt: int) -> dict:
     return {"MinCount": 1, "MaxCount": 1, "ClientToken": client_token(RUN, CELL, attempt),
             "LaunchTemplate": {"LaunchTemplateName": "bb-worker", "Version": "$Latest"}, "SubnetId": "subnet-w",
-            "UserData": user_data(JOB, token, {"AWS_REGION": "us-east-1"}, worker_asset="s3://assets/worker.zip"),
+            "UserData": user_data(JOB, parameter_of(token, attempt), {"AWS_REGION": "us-east-1"},
+                                  worker_asset="s3://assets/worker.zip"),
             "InstanceInitiatedShutdownBehavior": "terminate", "MetadataOptions": {"HttpTokens": "required"},
             "TagSpecifications": ANY}
 
 
-def fleet(ec2):
+def expected_put(token: str, attempt: int) -> dict:
+    return {"Name": parameter_of(token, attempt), "Value": token, "Type": "SecureString", "Overwrite": True,
+            "Tier": "Standard", "Description": ANY}
+
+
+def fleet(ec2, ssm):
     return Ec2Fleet(ec2, launch_template="bb-worker", subnet="subnet-w", environment={"AWS_REGION": "us-east-1"},
-                    worker_asset="s3://assets/worker.zip")
+                    tokens=TokenParameters(ssm, PREFIX), worker_asset="s3://assets/worker.zip")
+
+
+def test_the_task_token_waits_in_an_ssm_parameter_never_in_the_user_data():
+    """The token is put in a SecureString parameter named per launch attempt and per token; the user data
+    names the parameter only."""
+    ec2, ssm = client("ec2"), client("ssm")
+    with Stubber(ec2) as ec2_stub, Stubber(ssm) as ssm_stub:
+        ssm_stub.add_response("put_parameter", {"Version": 1}, expected_put(TOKEN, 0))
+        ec2_stub.add_response("run_instances", {"Instances": [{"InstanceId": "i-0abc"}]}, expected_run_instances(TOKEN, 0))
+        fleet(ec2, ssm).launch(JOB, TOKEN)
+        ssm_stub.assert_no_pending_responses()
+    script = user_data(JOB, PARAMETER, {"AWS_REGION": "us-east-1"}, worker_asset="s3://assets/worker.zip")
+    assert TOKEN not in script and "x" * 300 not in script and PARAMETER in script
+    assert PARAMETER.startswith(PREFIX + "/bb-a0-") and PARAMETER != parameter_of("TOKEN-2", 0)
 
 
 def test_a_retried_launch_sends_the_same_request_and_gets_the_same_instance_back():
     """StartEc2Worker running twice for one task (same job, same token) sends RunInstances twice with the same
     ClientToken and parameters; EC2 answers such a retry with the instance the first call started."""
-    ec2 = client("ec2")
-    with Stubber(ec2) as stub:
+    ec2, ssm = client("ec2"), client("ssm")
+    with Stubber(ec2) as stub, Stubber(ssm) as ssm_stub:
         for _ in range(2):
+            ssm_stub.add_response("put_parameter", {"Version": 1}, expected_put(TOKEN, 0))
             stub.add_response("run_instances", {"Instances": [{"InstanceId": "i-0abc"}]},
                               expected_run_instances(TOKEN, 0))
-        first = fleet(ec2).launch(JOB, TOKEN)
-        second = fleet(ec2).launch(json.loads(json.dumps(JOB)), TOKEN)
+        first = fleet(ec2, ssm).launch(JOB, TOKEN)
+        second = fleet(ec2, ssm).launch(json.loads(json.dumps(JOB)), TOKEN)
         stub.assert_no_pending_responses()
     assert first == second == {"kind": "ec2", "instance_id": "i-0abc", "attempt": 0}
 
 
 def test_a_launch_for_a_new_task_token_takes_the_next_attempt():
     """RunCellOnEc2 retried: the new token changes the user data, EC2 answers IdempotentParameterMismatch for
-    attempt 0's ClientToken, and the launch starts the instance of attempt 1."""
-    ec2 = client("ec2")
-    with Stubber(ec2) as stub:
+    attempt 0's ClientToken, and the launch starts the instance of attempt 1 (the parameter put for attempt 0
+    is deleted: no instance will read it)."""
+    ec2, ssm = client("ec2"), client("ssm")
+    with Stubber(ec2) as stub, Stubber(ssm) as ssm_stub:
+        ssm_stub.add_response("put_parameter", {"Version": 1}, expected_put("TOKEN-2", 0))
         stub.add_client_error("run_instances", "IdempotentParameterMismatch", http_status_code=400,
                               expected_params=expected_run_instances("TOKEN-2", 0))
+        ssm_stub.add_response("delete_parameter", {}, {"Name": parameter_of("TOKEN-2", 0)})
+        ssm_stub.add_response("put_parameter", {"Version": 1}, expected_put("TOKEN-2", 1))
         stub.add_response("run_instances", {"Instances": [{"InstanceId": "i-0def"}]},
                           expected_run_instances("TOKEN-2", 1))
-        assert fleet(ec2).launch(JOB, "TOKEN-2") == {"kind": "ec2", "instance_id": "i-0def", "attempt": 1}
+        assert fleet(ec2, ssm).launch(JOB, "TOKEN-2") == {"kind": "ec2", "instance_id": "i-0def", "attempt": 1}
         stub.assert_no_pending_responses()
+        ssm_stub.assert_no_pending_responses()
 
 
 def test_a_capacity_error_is_the_retried_worker_launch_failed_and_others_stay_errors():
-    ec2 = client("ec2")
-    with Stubber(ec2) as stub:
+    ec2, ssm = client("ec2"), client("ssm")
+    with Stubber(ec2) as stub, Stubber(ssm) as ssm_stub:
+        for _ in range(2):
+            ssm_stub.add_response("put_parameter", {"Version": 1}, expected_put(TOKEN, 0))
         stub.add_client_error("run_instances", "InsufficientInstanceCapacity", http_status_code=500)
         stub.add_client_error("run_instances", "InvalidParameterValue", http_status_code=400)
         with pytest.raises(WorkerLaunchFailed, match="InsufficientInstanceCapacity"):
-            fleet(ec2).launch(JOB, TOKEN)
+            fleet(ec2, ssm).launch(JOB, TOKEN)
         with pytest.raises(Exception, match="InvalidParameterValue") as raised:
-            fleet(ec2).launch(JOB, TOKEN)
+            fleet(ec2, ssm).launch(JOB, TOKEN)
         assert not isinstance(raised.value, WorkerLaunchFailed)
     # The state's Retry names the error by the exception's class name (Lambda's errorType).
     definition = local_workflow.load_definition()
@@ -132,6 +166,10 @@ name=$(basename "$0")
 (IFS=$'\\t'; printf '%s\\t%s\\n' "$name" "$*") >> "$FAKE_LOG"
 case "$name" in
   aws)
+    if [ "$1 $2" = "ssm get-parameter" ]; then
+      [ -n "${FAKE_SSM_FAIL:-}" ] && { echo "An error occurred (ParameterNotFound)" >&2; exit 254; }
+      printf '%s\n' "$FAKE_TOKEN"
+    fi
     if [ "$1 $2" = "s3 cp" ]; then
       [ -n "${FAKE_S3_FAIL:-}" ] && { echo "fatal error: An error occurred (403) when calling the HeadObject operation: Forbidden" >&2; exit 1; }
       cp "$FAKE_ASSET" "${@: -1}"
@@ -164,11 +202,11 @@ def boot(tmp_path, **fake) -> tuple[subprocess.CompletedProcess, list[list[str]]
         zf.writestr("wheels/boto3-1.44.5-py3-none-any.whl", "")
         zf.writestr("functions/brokerbench/__init__.py", "")
     script = tmp_path / "user-data.sh"
-    script.write_text(user_data(JOB, TOKEN, {"AWS_REGION": "us-east-1", "BROKERBENCH_MODE": "aws"},
+    script.write_text(user_data(JOB, PARAMETER, {"AWS_REGION": "us-east-1", "BROKERBENCH_MODE": "aws"},
                                 worker_asset="s3://bb-assets/worker-abc.zip", root=str(tmp_path / "opt")))
     env = {"PATH": f"{bin_dir}:/usr/bin:/bin", "HOME": str(tmp_path), "FAKE_LOG": str(tmp_path / "calls.log"),
            "FAKE_ASSET": str(asset), "REAL_PYTHON": sys.executable, "FAKE_WORKER_ENV": str(tmp_path / "worker.env"),
-           **fake}
+           "FAKE_TOKEN": TOKEN, **fake}
     done = subprocess.run(["bash", str(script)], env=env, capture_output=True, text=True, timeout=60, cwd=tmp_path)
     calls = [line.split("\t") for line in (tmp_path / "calls.log").read_text().splitlines()]
     assert not (tmp_path / "pwned").exists()
@@ -183,7 +221,10 @@ def failures(calls):
 def test_boot_script_installs_the_asset_runs_the_worker_and_powers_off(tmp_path):
     done, calls = boot(tmp_path)
     names = [c[0] for c in calls]
-    assert calls[0][:3] == ["aws", "stepfunctions", "send-task-heartbeat"] and calls[0][4] == TOKEN
+    # The token read from its parameter and the parameter deleted, before anything else.
+    assert calls[0][:5] == ["aws", "ssm", "get-parameter", "--name", PARAMETER] and "--with-decryption" in calls[0]
+    assert calls[1] == ["aws", "ssm", "delete-parameter", "--name", PARAMETER]
+    assert calls[2][:3] == ["aws", "stepfunctions", "send-task-heartbeat"] and calls[2][4] == TOKEN
     assert ["aws", "s3", "cp", "--only-show-errors", "s3://bb-assets/worker-abc.zip", str(tmp_path / "opt/worker.zip")] in calls
     assert (tmp_path / "opt/app/requirements-lambda.txt").read_text().startswith("boto3==")  # really unpacked
     assert ["python3.12", "-m", "venv", str(tmp_path / "opt/.venv")] in calls
@@ -227,6 +268,13 @@ def test_a_failed_install_reports_its_step_and_a_failed_worker_reports_nothing_m
     done, calls = boot(worker_failed, FAKE_WORKER_EXIT="1")  # the worker sent its own WorkerFailed
     assert not failures(calls) and calls[-1] == ["shutdown", "-h", "now"]
     assert "the worker exited with 1" in done.stderr
+
+
+def test_a_token_that_cannot_be_read_sends_nothing_and_powers_off(tmp_path):
+    """No token, no answer: the task's heartbeat timeout (300 s) fails the cell."""
+    done, calls = boot(tmp_path, FAKE_SSM_FAIL="1")
+    assert not failures(calls) and not [c for c in calls if c[0] in ("pip", "python")]
+    assert calls[-1] == ["shutdown", "-h", "now"] and "reading the task token" in done.stderr
 
 
 def test_without_an_asset_the_image_install_is_used(tmp_path):

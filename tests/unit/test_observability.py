@@ -78,7 +78,8 @@ def test_a_step_exception_propagates_unchanged_and_is_logged(local, monkeypatch)
 
 
 def test_a_step_that_counts_nothing_publishes_nothing_and_warns_nothing(local, monkeypatch):
-    monkeypatch.setattr(steps, "teardown_target", lambda event: {"broker": "kafka", "action": "stopped"})
+    monkeypatch.setattr(steps, "teardown_target", lambda event: {"broker": "kafka", "action": "stopped", "state": "gone",
+                                                                 "done": True, "timed_out": False})
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         teardown_target.lambda_handler({"run_id": "RUN4", "broker": "kafka", "spec": {}},

@@ -19,7 +19,7 @@ from brokerbench.targets import ProvisioningError, TransientProvisioningError, r
 from brokerbench.brokers.redis_streams.cloud import ElastiCacheTargets
 from brokerbench.brokers.kafka.cloud import MskTargets
 from brokerbench.workflow.callbacks import StepFunctionsCallbacks
-from brokerbench.workflow.fleet import Ec2Fleet, client_token, encode_job
+from brokerbench.workflow.fleet import Ec2Fleet, TokenParameters, client_token, encode_job, token_parameter
 from brokerbench.workflow.outputs import S3Reports, SnsNotifier
 
 RUN = "20261121T101500Z-abc123"
@@ -43,7 +43,7 @@ def test_resource_names_are_valid_for_both_services():
 
 def test_msk_cluster_is_created_with_tls_and_iam_then_polled_until_active():
     kafka = client("kafka")
-    provider = MskTargets(kafka, subnets=["subnet-a", "subnet-b"], security_groups=["sg-1"])
+    provider = MskTargets(kafka, subnets=["subnet-a", "subnet-b", "subnet-c"], security_groups=["sg-1"])
     with Stubber(kafka) as stub:
         stub.add_response("create_cluster_v2", {"ClusterArn": ARN, "ClusterName": resource_name(RUN, "kafka"),
                                                 "State": "CREATING"}, {
@@ -51,7 +51,7 @@ def test_msk_cluster_is_created_with_tls_and_iam_then_polled_until_active():
             "Tags": {"brokerbench:run": RUN},
             "Provisioned": {
                 "KafkaVersion": "3.8.x", "NumberOfBrokerNodes": 3,
-                "BrokerNodeGroupInfo": {"InstanceType": "kafka.m7g.large", "ClientSubnets": ["subnet-a", "subnet-b"],
+                "BrokerNodeGroupInfo": {"InstanceType": "kafka.m7g.large", "ClientSubnets": ["subnet-a", "subnet-b", "subnet-c"],
                                         "SecurityGroups": ["sg-1"], "StorageInfo": {"EbsStorageInfo": {"VolumeSize": 100}}},
                 "EncryptionInfo": {"EncryptionInTransit": {"ClientBroker": "TLS", "InCluster": True}},
                 "ClientAuthentication": {"Sasl": {"Iam": {"Enabled": True}}, "Unauthenticated": {"Enabled": False}},
@@ -73,6 +73,17 @@ def test_msk_cluster_is_created_with_tls_and_iam_then_polled_until_active():
         stub.assert_no_pending_responses()
     assert ready["ready"] and ready["endpoint"] == {"bootstrap_servers": "b-1.bb:9098,b-2.bb:9098", "auth": "iam",
                                                      "tls": True, "version": "3.8.x"}
+
+
+def test_msk_brokers_not_a_multiple_of_the_client_subnets_are_refused_before_any_call():
+    """MSK spreads its brokers evenly over the client subnets (one per AZ): 4 over 3 would be refused by MSK
+    after the run had waited for it; here it fails at once, naming the field. (Stubber: no call expected.)"""
+    kafka = client("kafka")
+    provider = MskTargets(kafka, subnets=["subnet-a", "subnet-b", "subnet-c"], security_groups=["sg-1"])
+    with Stubber(kafka) as stub:
+        with pytest.raises(ProvisioningError, match=r"provision.kafka.nodes=4: .* multiple of its 3 client subnets"):
+            provider.provision(RUN, "kafka", spec(provision={"kafka": {"nodes": 4}}))
+        stub.assert_no_pending_responses()
 
 
 def test_msk_failure_and_timeout_are_reported():
@@ -135,26 +146,39 @@ def test_elasticache_group_has_tls_at_rest_encryption_and_an_auth_token_from_sec
 
 
 def test_elasticache_teardown_and_failures():
+    """Teardown's every state, from ElastiCache's answers (tests/unit/test_teardown.py runs them against moto)."""
     cache, secrets = client("elasticache"), client("secretsmanager")
     name = resource_name(RUN, "redis-streams")
     provider = ElastiCacheTargets(cache, secrets, auth_secret_arn=SECRET, subnet_group="g", security_groups=["s"])
     with Stubber(cache) as stub:
+        described = {"ReplicationGroupId": name}
+        stub.add_response("describe_replication_groups", {"ReplicationGroups": [{"Status": "available"}]}, described)
         stub.add_response("delete_replication_group", {"ReplicationGroup": {"ReplicationGroupId": name}},
                           {"ReplicationGroupId": name})
-        stub.add_client_error("delete_replication_group", "ReplicationGroupNotFoundFault")
+        stub.add_response("describe_replication_groups", {"ReplicationGroups": [{"Status": "deleting"}]}, described)
+        stub.add_client_error("describe_replication_groups", "ReplicationGroupNotFoundFault", expected_params=described)
         stub.add_response("describe_replication_groups", {"ReplicationGroups": [{"Status": "create-failed"}]},
                           {"ReplicationGroupId": name})
-        assert provider.teardown(RUN, "redis-streams", spec())["action"] == f"deleting {name}"
-        assert provider.teardown(RUN, "redis-streams", spec())["action"] == "nothing to delete"
+        assert provider.teardown(RUN, "redis-streams", spec()) == {"broker": "redis-streams", "state": "deleting",
+                                                                    "action": f"deleting {name}"}
+        assert provider.teardown(RUN, "redis-streams", spec())["state"] == "deleting"
+        assert provider.teardown(RUN, "redis-streams", spec()) == {"broker": "redis-streams", "state": "gone",
+                                                                    "action": "nothing to delete"}
         with pytest.raises(ProvisioningError, match="failed to create"):
             provider.check({"resource": name})
+        stub.assert_no_pending_responses()
 
 
-def test_ec2_worker_is_launched_with_the_job_and_task_token_in_user_data():
-    ec2 = client("ec2")
-    fleet = Ec2Fleet(ec2, launch_template="bb-worker", subnet="subnet-w", environment={"BROKERBENCH_EVENTS_TABLE": "t"})
+def test_ec2_worker_is_launched_with_the_job_in_user_data_and_the_task_token_in_ssm():
+    ec2, ssm = client("ec2"), client("ssm")
+    fleet = Ec2Fleet(ec2, launch_template="bb-worker", subnet="subnet-w", environment={"BROKERBENCH_EVENTS_TABLE": "t"},
+                     tokens=TokenParameters(ssm, "/bb/task-tokens"))
     job = {"run_id": RUN, "cell": {"cell_id": "kafka.json.batch.1024B.100mps.r0"}, "targets": {}}
-    with Stubber(ec2) as stub:
+    parameter = token_parameter("/bb/task-tokens", client_token(RUN, job["cell"]["cell_id"], 0), "TOKEN-1")
+    with Stubber(ec2) as stub, Stubber(ssm) as ssm_stub:
+        ssm_stub.add_response("put_parameter", {"Version": 1}, {"Name": parameter, "Value": "TOKEN-1",
+                                                               "Type": "SecureString", "Overwrite": True,
+                                                               "Tier": "Standard", "Description": ANY})
         stub.add_response("run_instances", {"Instances": [{"InstanceId": "i-0123"}]}, {
             "MinCount": 1, "MaxCount": 1, "ClientToken": client_token(RUN, job["cell"]["cell_id"], 0),
             "LaunchTemplate": {"LaunchTemplateName": "bb-worker", "Version": "$Latest"},
@@ -164,8 +188,9 @@ def test_ec2_worker_is_launched_with_the_job_and_task_token_in_user_data():
         assert fleet.launch(job, "TOKEN-1") == {"kind": "ec2", "instance_id": "i-0123", "attempt": 0}
     from brokerbench.workflow.fleet import user_data
 
-    script = user_data(job, "TOKEN-1", {"BROKERBENCH_EVENTS_TABLE": "t"})
-    assert "TASK_TOKEN=TOKEN-1\n" in script and encode_job(job) in script and "shutdown -h now" in script
+    script = user_data(job, parameter, {"BROKERBENCH_EVENTS_TABLE": "t"})
+    assert "TOKEN-1" not in script and f"TOKEN_PARAMETER={parameter}\n" in script
+    assert encode_job(job) in script and "shutdown -h now" in script
     assert json.loads(base64.b64decode(encode_job(job))) == job
 
 
@@ -201,3 +226,22 @@ def test_s3_reports_read_back_what_a_step_wrote_and_none_when_missing():
         reports = S3Reports(s3, "bb-reports")
         assert reports.read(RUN, "regression.json") == '{"baseline_run_id": null}'
         assert reports.read(RUN, "other.json") is None
+
+
+def test_s3_reports_read_a_denied_key_as_not_published_and_raise_other_errors():
+    """Botocore's Stubber: a reader without s3:ListBucket gets AccessDenied (403) for a key that does not exist, as
+    the API did for the report of a failed or cancelled run; it reads as not published (the API builds the report
+    from the events). Any other error (the bucket gone, throttling) still raises."""
+    from botocore.exceptions import ClientError
+
+    s3 = client("s3")
+    with Stubber(s3) as stub:
+        stub.add_client_error("get_object", "AccessDenied", http_status_code=403,
+                              expected_params={"Bucket": "bb-reports", "Key": f"reports/{RUN}/report.html"})
+        stub.add_client_error("get_object", "NoSuchBucket", http_status_code=404,
+                              expected_params={"Bucket": "bb-reports", "Key": f"reports/{RUN}/report.md"})
+        reports = S3Reports(s3, "bb-reports")
+        assert reports.read(RUN, "report.html") is None
+        with pytest.raises(ClientError, match="NoSuchBucket"):
+            reports.read(RUN, "report.md")
+        stub.assert_no_pending_responses()

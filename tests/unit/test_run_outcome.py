@@ -10,6 +10,7 @@ from types import SimpleNamespace
 import pytest
 
 from brokerbench.cli import EXIT_CELLS_FAILED, EXIT_OK, EventProgress, run_exit_code
+from brokerbench.events import StoreUnavailable
 from brokerbench.events.memory import MemoryEventStore
 from brokerbench.local.stack import LocalStack, StackBusy
 from brokerbench.reports.synthetic import synthetic_run
@@ -173,6 +174,45 @@ def test_progress_of_a_run_not_stored_yet_waits_for_its_header():
     progress.poll()
     progress.poll()
     assert progress.cells is None and progress.reads == 2
+
+
+class DownStore(CountingStore):
+    """A store that stops answering once `down` is set, as a killed DynamoDB Local does to a read."""
+
+    down = False
+
+    def read(self, *args, **kwargs):
+        if self.down:
+            raise StoreUnavailable("the event store (test) does not answer: connection refused")
+        return super().read(*args, **kwargs)
+
+
+def test_progress_waits_out_a_short_outage_and_gives_up_after_the_stores_own_wait():
+    events = synthetic_run(SPEC, intervals=2)
+    store = DownStore([events[0]])
+    progress = EventProgress(store, events[0]["run_id"], Bars(), give_up_s=0.3)
+    progress.poll()
+    store.down = True
+    progress.poll()  # shown, not fatal
+    assert progress.unavailable
+    store.down = False
+    time.sleep(0.35)
+    progress.poll()  # it answered again: the outage is over, and the next one is timed from its own start
+    assert not progress.unavailable and progress.unavailable_since is None
+    store.down = True
+    progress.poll()
+    time.sleep(0.35)
+    with pytest.raises(StoreUnavailable, match="does not answer"):
+        progress.poll()
+
+
+def test_progress_without_a_limit_never_gives_up():
+    store = DownStore()
+    store.down = True
+    progress = EventProgress(store, "20260101T000000Z-abcdef", Bars())
+    for _ in range(3):
+        progress.poll()
+    assert progress.unavailable
 
 
 # -- one local run per stack ---------------------------------------------------------------------

@@ -32,7 +32,7 @@ def from_environment() -> Deps:
     return Deps(store=store,
                 starter=StepFunctionsStarter(boto3.client("stepfunctions"), settings.env("BROKERBENCH_STATE_MACHINE_ARN"),
                                              store),
-                reports=wiring.reports(), schedules=schedules.load, mode="aws",
+                reports=wiring.reports(), schedules=schedules.deployed, mode="aws",
                 idempotency=DynamoDBPersistenceLayer(table_name=settings.env("BROKERBENCH_IDEMPOTENCY_TABLE")))
 
 

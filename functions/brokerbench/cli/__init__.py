@@ -7,8 +7,8 @@ environment is not usable (stack, event store, or another run holds the local st
 
 One module per command group, each adding its commands with `register(sub)` (parser.py calls them in the
 order `brokerbench --help` lists the commands): run.py (run, validate, cost, suites), local.py
-(local), stored.py (show, report, compare, runs), study.py (study, import), serve.py (serve), meta.py
-(brokers, schema, openapi); progress.py draws a run's progress from its events; common.py holds what they
+(local), stored.py (show, report, compare, runs), study.py (study, import), serve.py (serve), webconsole.py
+(console --aws), meta.py (brokers, schema, openapi); progress.py draws a run's progress from its events; common.py holds what they
 share. A command imports what it needs inside its function, so `brokerbench --help` stays fast.
 """
 

@@ -5,10 +5,10 @@ from __future__ import annotations
 import argparse
 
 from .. import __version__
-from . import local, meta, run, serve, stored, study
+from . import local, meta, run, serve, stored, study, webconsole
 
 DESCRIPTION = "brokerbench command line: run suites, manage the local stack, show stored runs."
-GROUPS = (run, local, stored, study, serve, meta)
+GROUPS = (run, local, stored, study, serve, webconsole, meta)
 
 
 def build_parser() -> argparse.ArgumentParser:

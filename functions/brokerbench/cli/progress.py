@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 from rich.progress import BarColumn, Progress, TaskProgressColumn, TextColumn, TimeElapsedColumn
 
 from .common import console
@@ -16,8 +18,9 @@ class EventProgress:
     whose sort key is lower than one already seen; each cell has its own.
     """
 
-    def __init__(self, store, run_id: str, progress: Progress) -> None:
+    def __init__(self, store, run_id: str, progress: Progress, give_up_s: float | None = None) -> None:
         self.store, self.run_id, self.progress = store, run_id, progress
+        self.give_up_s = give_up_s  # an outage this long ends the wait (None: never)
         self.bars: dict[str, int] = {}
         self.overall = None
         self.finished: set[str] = set()
@@ -29,6 +32,7 @@ class EventProgress:
         self.state: dict[str, dict] = {}
         self.reads = 0  # queries made (the tests check that a poll reads little)
         self.unavailable = False  # the last poll found the event store not answering
+        self.unavailable_since: float | None = None  # monotonic time of the first poll of the current outage
 
     def _header(self) -> bool:
         if self.cells is not None:
@@ -54,16 +58,22 @@ class EventProgress:
 
     def poll(self) -> None:
         """Show what the stored events say so far; an event store that does not answer is shown, not fatal: the
-        run's own writes retry, and the bars catch up once it answers again."""
+        run's own writes retry, and the bars catch up once it answers again. An outage that has lasted
+        `give_up_s` (the store's own wait, BROKERBENCH_STORE_OUTAGE_S) raises StoreUnavailable: the run's steps
+        would each wait that long again, one after another, and the caller stops the run instead."""
         from ..events import StoreUnavailable
 
         try:
             self._poll()
             if self.unavailable and self.cells is not None:
                 self.progress.update(self.overall, status="")
-            self.unavailable = False
+            self.unavailable, self.unavailable_since = False, None
         except StoreUnavailable:
+            now = time.monotonic()
             self.unavailable = True
+            self.unavailable_since = self.unavailable_since or now
+            if self.give_up_s is not None and now - self.unavailable_since >= self.give_up_s:
+                raise
             if self.cells is not None:
                 self.progress.update(self.overall, status="[yellow]the event store does not answer; waiting[/]")
 

@@ -233,8 +233,11 @@ def _run_on_stack(args, stack, request: dict, suite: str | None, run_id: str) ->
             return EXIT_ENVIRONMENT
         interrupted, execution = False, None
         with progress_bars() as progress:
-            # The bars read without waiting out an outage: they show it and read again at the next poll.
-            bars = EventProgress(type(store)(store.table, client=store.client, outage_s=0), run_id, progress)
+            # The bars read without waiting out an outage: they show it and read again at the next poll, until it
+            # has lasted as long as the store's own wait; then the run is stopped (as Ctrl-C stops it) and the CLI
+            # says how to bring the store back (exit 3).
+            bars = EventProgress(type(store)(store.table, client=store.client, outage_s=0), run_id, progress,
+                                 give_up_s=store.outage_s)
             try:
                 execution = LocalWorkflow(stack, Path(args.out)).execute(request, suite=suite, run_id=run_id,
                                                                          on_poll=bars.poll)

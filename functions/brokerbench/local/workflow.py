@@ -44,6 +44,7 @@ from .stack import HOST, LocalStack, StackError
 
 REPO_DIR = PACKAGE_DIR.parent.parent
 DEFINITION = REPO_DIR / "statemachines" / "benchmark_run.asl.json"
+TEARDOWN_DEFINITION = REPO_DIR / "statemachines" / "teardown_run.asl.json"  # its teardown states alone
 NODE_RUNNER = PACKAGE_DIR / "local" / "sfn" / "execute.mjs"
 NODE_POLYFILL = PACKAGE_DIR / "local" / "sfn" / "polyfill.mjs"
 TOKEN_PLACEHOLDER = "local-task-token"
@@ -330,9 +331,13 @@ class LocalWorkflow:
             raise WorkflowError(str(exc)) from None
 
     def execute(self, request: dict, *, suite: str | None = None, run_id: str,
-                on_poll: Callable[[], None] | None = None, cancel: threading.Event | None = None) -> Execution:
+                on_poll: Callable[[], None] | None = None, cancel: threading.Event | None = None,
+                execution_input: dict | None = None) -> Execution:
         """Run the workflow to its end; `cancel`, when set from another thread, stops it like Ctrl-C does
-        (cells in progress record what they measured) and the execution ends ABORTED."""
+        (cells in progress record what they measured) and the execution ends ABORTED.
+
+        `execution_input` replaces the run workflow's input ({"request", "suite", "run_id"}) for another definition:
+        the teardown state machine (TEARDOWN_DEFINITION) takes {"run": {"run_id", "spec"}}."""
         node = shutil.which("node")
         if not node:
             raise WorkflowError("Node.js is needed to run the workflow locally (make setup installs its packages)")
@@ -343,7 +348,7 @@ class LocalWorkflow:
             event_store().ensure_table()  # in AWS the CDK app owns the table
             job = {
                 "definition": load_definition(self.definition),
-                "input": {"request": request, "suite": suite, "run_id": run_id},
+                "input": execution_input or {"request": request, "suite": suite, "run_id": run_id},
                 "bridge": bridge.url,
                 "context": {"Execution": {"Name": run_id, "Id": f"local:{run_id}"}, "Task": {"Token": TOKEN_PLACEHOLDER}},
             }

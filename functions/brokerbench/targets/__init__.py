@@ -3,6 +3,13 @@
 A provider provisions a broker for a run (or takes one that exists), reports when it is ready
 and tears it down after the run. Resource names derive from the run id, so teardown finds what
 provisioning created even when provisioning failed halfway.
+
+Teardown is asked again until it is done (the workflow's TeardownTarget loop): each call answers with the
+target's teardown state, one of
+  GONE          nothing of the run's is left (deleted, never created, or stopped)
+  KEPT          left on purpose (keep_targets, an existing endpoint)
+  DELETING      the delete was accepted and the resource is going away
+  NOT_DELETABLE the resource is still being created or changed and refuses a delete now: ask again later
 """
 
 from __future__ import annotations
@@ -19,12 +26,41 @@ class TransientProvisioningError(RuntimeError):
     """Worth retrying (throttling, a conflict with a resource still changing state)."""
 
 
+GONE, KEPT, DELETING, NOT_DELETABLE = "gone", "kept", "deleting", "not deletable yet"
+TEARDOWN_DONE = (GONE, KEPT)
+# How long the workflow keeps asking, and how often. The bound covers the slowest case: a run that failed or was
+# cancelled just after CreateClusterV2. MSK takes 20 to 30 minutes to create a 3-broker cluster (longer at
+# times), refusing DeleteCluster until it is ACTIVE, then 10 to 15 minutes to delete it: 90 minutes is about
+# twice that. A teardown still not done then fails the run's teardown (StepFailed), and the hourly sweeper
+# deletes what is left. Checking once a minute costs about 3 state transitions a minute.
+TEARDOWN_TIMEOUT_S = 90 * 60
+TEARDOWN_WAIT_S = 60
+
+
+def torn_down(broker: str, state: str, action: str) -> dict:
+    """A provider's answer to teardown: the state (above) and what it did, in words."""
+    return {"broker": broker, "state": state, "action": action}
+
+
 class TargetProvider(Protocol):
     def provision(self, run_id: str, broker: str, spec: dict) -> dict: ...
 
     def check(self, target: dict) -> dict: ...
 
     def teardown(self, run_id: str, broker: str, spec: dict) -> dict: ...
+
+
+class CloudTargetProvider(TargetProvider, Protocol):
+    """A provider that creates resources in AWS also lets the hourly sweeper (workflow/sweep.py) find and delete
+    what a run left behind."""
+
+    kind: str  # what the sweeper calls its resources ("msk", "elasticache")
+
+    def leftovers(self) -> list[dict]:
+        """Its bb-* resources tagged with a run, not being deleted: {kind, name, resource, state, run_id} each."""
+
+    def delete(self, resource: str, state: str) -> str:
+        """Delete one if it can be deleted now: DELETING, GONE or NOT_DELETABLE."""
 
 
 def raise_client_error(exc, transient_codes, doing: str):
@@ -63,4 +99,4 @@ class ExistingTargets:
         return {**current, "ready": True}
 
     def teardown(self, run_id: str, broker: str, spec: dict) -> dict:
-        return {"broker": broker, "action": "kept (existing endpoint)"}
+        return torn_down(broker, KEPT, "kept (existing endpoint)")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from ..registry import plugin
 from ..local.stack import LocalStack, StackError, cluster_name
-from . import ProvisioningError, target
+from . import GONE, KEPT, ProvisioningError, target, torn_down
 
 
 class LocalTargets:
@@ -47,13 +47,13 @@ class LocalTargets:
         try:
             service = self._service(broker, spec)
         except ProvisioningError:  # refused before anything started
-            return {"broker": broker, "action": "nothing started"}
+            return torn_down(broker, GONE, "nothing started")
         if spec.get("keep_targets"):
-            return {"broker": broker, "action": "kept (keep_targets)"}
+            return torn_down(broker, KEPT, "kept (keep_targets)")
         if self.stack.down(services=[service], owner=run_id, log=lambda m: None):
-            return {"broker": broker, "action": "stopped"}
+            return torn_down(broker, GONE, "stopped")
         try:
             self.stack.endpoint(service)
         except StackError:  # a retried teardown finds it stopped already
-            return {"broker": broker, "action": "not running (stopped already)"}
-        return {"broker": broker, "action": "left running (not started by this run)"}
+            return torn_down(broker, GONE, "not running (stopped already)")
+        return torn_down(broker, KEPT, "left running (not started by this run)")

@@ -44,7 +44,8 @@ SEARCH = "sustainable"  # the rate that asks for the maximum sustainable rate se
 START_LEAD_NS = 100_000_000
 MEASURE_LEAD_NS = 200_000_000  # from the end of an adaptive warm-up to the first measured message
 PROVISIONAL_MARGIN_NS = 1_000_000_000
-# Set by a front end on Ctrl-C when cells run in threads (the local workflow's Lambda-kind cells).
+# Set by a front end on Ctrl-C when cells run in threads (the local workflow's Lambda-kind cells). A cell given
+# its own `stop` event (run_cell's; set when its run has ended: worker/run_end.py) stops the same way on either.
 CANCELLED = threading.Event()
 log = logging.getLogger(__name__)
 
@@ -94,21 +95,23 @@ def topic_name(run_id: str, cell: dict) -> str:
 
 
 def run_cell(run_id: str, cell: dict, endpoint: dict, store: EventStore,
-             progress: Callable[[Progress], None] | None = None, worker: dict | None = None) -> CellOutcome:
+             progress: Callable[[Progress], None] | None = None, worker: dict | None = None,
+             stop: threading.Event | None = None) -> CellOutcome:
     """Measure one cell against `endpoint` and append its events to `store`.
 
     Idempotent per cell: a cell that already ended returns its stored outcome, and a new attempt
     (a retried worker) records its own start and intervals beside those of the earlier attempt.
+    `stop`, once set, stops the cell as CANCELLED does (KeyboardInterrupt, after its end event is offered).
     """
     phases = Phases()
     try:
-        return _run_cell(run_id, cell, endpoint, store, progress, worker, phases)
+        return _run_cell(run_id, cell, endpoint, store, progress, worker, phases, stop)
     finally:
         phases.mark("end")
         log.debug("cell phases", extra={"cell_id": cell["cell_id"], "phases": phases.seconds()})
 
 
-def _run_cell(run_id, cell, endpoint, store, progress, worker, phases: Phases) -> CellOutcome:
+def _run_cell(run_id, cell, endpoint, store, progress, worker, phases: Phases, stop=None) -> CellOutcome:
     stored = store.read(run_id, prefix=cell_prefix(cell["index"]))
     for event in stored:
         if event["type"] in ("CellCompleted", "CellFailed"):
@@ -124,8 +127,8 @@ def _run_cell(run_id, cell, endpoint, store, progress, worker, phases: Phases) -
     phases.mark("cell_started_written")
     progress = progress or (lambda p: None)
     if cell["rate"] == SEARCH:
-        return _search_cell(run_id, cell, endpoint, store, topic, progress, attempt)
-    runner = _CellRun(run_id, cell, endpoint, store, topic, progress, attempt, phases)
+        return _search_cell(run_id, cell, endpoint, store, topic, progress, attempt, stop)
+    runner = _CellRun(run_id, cell, endpoint, store, topic, progress, attempt, phases, stop)
     try:
         return runner.run()
     except KeyboardInterrupt:
@@ -149,11 +152,11 @@ class _Collected:
         self.events += events
 
 
-def _measure_step(run_id, cell, endpoint, topic, progress, attempt, rate) -> search.Step:
+def _measure_step(run_id, cell, endpoint, topic, progress, attempt, rate, stop=None) -> search.Step:
     """One fixed-rate step of a search: a whole cell measurement with its own topic and verdict."""
     step_cell = {**cell, "rate": rate}
     sink = _Collected()
-    runner = _CellRun(run_id, step_cell, endpoint, sink, topic, progress, attempt)
+    runner = _CellRun(run_id, step_cell, endpoint, sink, topic, progress, attempt, stop=stop)
     try:
         runner.run()
     except (CellError, BrokerUnavailable) as exc:
@@ -173,7 +176,7 @@ def _measure_step(run_id, cell, endpoint, topic, progress, attempt, rate) -> sea
                        data.get("measured_s"))
 
 
-def _search_cell(run_id, cell, endpoint, store, topic, progress, attempt) -> CellOutcome:
+def _search_cell(run_id, cell, endpoint, store, topic, progress, attempt, stop=None) -> CellOutcome:
     """rates: ["sustainable"]: search the highest rate the verdict calls sustainable; the cell's figures
     are those of that rate's latest sustainable step, and every step is recorded in `search`, with the
     measured seconds behind the rate found (sustainable_for_s) and any rate whose measurements disagreed."""
@@ -181,7 +184,7 @@ def _search_cell(run_id, cell, endpoint, store, topic, progress, attempt) -> Cel
     counter = iter(range(10**6))
 
     def measure(rate):
-        return _measure_step(run_id, cell, endpoint, f"{topic}-s{next(counter)}", progress, attempt, rate)
+        return _measure_step(run_id, cell, endpoint, f"{topic}-s{next(counter)}", progress, attempt, rate, stop)
 
     start = settings.get("start_rate")
     probe = None
@@ -214,8 +217,10 @@ class _CellRun:
     writes the cell's events. The arithmetic lives in `intervals` (merging) and `outcome` (counts,
     delivery window, failure rule), which are tested on their own."""
 
-    def __init__(self, run_id, cell, endpoint, store, topic, progress, attempt, phases: Phases | None = None) -> None:
+    def __init__(self, run_id, cell, endpoint, store, topic, progress, attempt, phases: Phases | None = None,
+                 stop: threading.Event | None = None) -> None:
         self.run_id, self.cell, self.endpoint, self.store, self.topic = run_id, cell, endpoint, store, topic
+        self.stop = stop
         self.group = f"{topic}-g"
         self.attempt = attempt
         self.progress = progress
@@ -431,7 +436,7 @@ class _CellRun:
         # The producers flush for up to the same bound as the drain (see Drain.cap_s).
         deadline = time.monotonic() + run_s + 2 * Drain.cap_s(cell["drain_timeout_s"], run_s) + READY_TIMEOUT_S
         while len(done) < len(self.conns):
-            if CANCELLED.is_set():
+            if CANCELLED.is_set() or (self.stop is not None and self.stop.is_set()):
                 raise KeyboardInterrupt
             if time.monotonic() > deadline:
                 raise CellError("the cell did not finish in time (a client is stuck or the broker stopped answering)")

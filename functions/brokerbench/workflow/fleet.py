@@ -4,6 +4,10 @@ locally a process.
 Both run the same command, `python -m brokerbench.ec2_worker --job ...` with the task token in
 BROKERBENCH_TASK_TOKEN, and the worker answers through the task-token contract (workflow.callbacks),
 with a heartbeat while the cell runs.
+
+In EC2 the task token never enters the user data (which anyone with ec2:DescribeInstanceAttribute can read,
+and which stays with the instance): StartEc2Worker puts it in an SSM SecureString parameter of its own
+(BROKERBENCH_TOKEN_PARAMETERS/<launch's client token>-<token digest>), the boot script reads it and deletes it.
 """
 
 from __future__ import annotations
@@ -60,16 +64,24 @@ def power_off_minutes(job: dict) -> int:
     return math.ceil(2 * estimate / 60) + 30
 
 
-def user_data(job: dict, token: str, environment: dict[str, str], *, worker_asset: str | None = None,
+def token_parameter(prefix: str, client_token_: str, token: str) -> str:
+    """Where one launch's task token waits for its instance: per launch attempt and per token, so a new task
+    token changes the user data (and EC2 answers IdempotentParameterMismatch, as before)."""
+    return f"{prefix.rstrip('/')}/{client_token_}-{hashlib.sha256(token.encode()).hexdigest()[:16]}"
+
+
+def user_data(job: dict, token_parameter_: str, environment: dict[str, str], *, worker_asset: str | None = None,
               root: str = WORKER_ROOT) -> str:
     """The instance's boot script: install the worker (from `worker_asset`, an s3:// zip of functions/, the
     layer's lock and its wheels, installed without PyPI; without one the image must have `root`/.venv with the
     code), run the cell, power off (the instance terminates on shutdown).
 
-    When anything fails before the worker runs, the EXIT trap sends WorkerBootFailed with the task token
-    (the step and command that failed as the cause) and powers off. The token is kept in a variable and
-    handed to the worker in its environment: it is never echoed, traced (no `set -x`) or put on a command
-    line that a failure message would show."""
+    The task token is read from the SSM SecureString parameter `token_parameter_` (and the parameter
+    deleted): it is never in the user data. When anything fails before the worker runs, the EXIT trap sends
+    WorkerBootFailed with the task token (the step and command that failed as the cause) and powers off;
+    when the token itself cannot be read, nothing can answer and the task's heartbeat timeout fails the cell.
+    The token is kept in a variable and handed to the worker in its environment: it is never echoed, traced
+    (no `set -x`) or put on a command line that a failure message would show."""
     q = shlex.quote
     exports = "".join(f"export {k}={q(v)}\n" for k, v in sorted(environment.items()))
     if worker_asset:
@@ -101,7 +113,8 @@ def user_data(job: dict, token: str, environment: dict[str, str], *, worker_asse
         "# No `set -x`: the task token must stay out of the boot log.\n"
         "set -Eeuo pipefail\n"
         f"{exports}"
-        f"TASK_TOKEN={q(token)}\n"
+        'TASK_TOKEN=""\n'
+        f"TOKEN_PARAMETER={q(token_parameter_)}\n"
         f"ROOT={q(root)}\n"
         f"WORKER_ASSET={q(worker_asset or '')}\n"
         'STEP="starting the boot script"\n'
@@ -113,13 +126,17 @@ def user_data(job: dict, token: str, environment: dict[str, str], *, worker_asse
         "  set +e\n"
         '  if [ "$WORKER_RAN" = 0 ]; then\n'
         '    echo "brokerbench boot: $STEP failed (exit $status)" >&2\n'
-        '    aws stepfunctions send-task-failure --task-token "$TASK_TOKEN" --error WorkerBootFailed \\\n'
-        '      --cause "$STEP failed (exit $status): $FAILED_COMMAND" >/dev/null\n'
+        '    [ -n "$TASK_TOKEN" ] && aws stepfunctions send-task-failure --task-token "$TASK_TOKEN" \\\n'
+        '      --error WorkerBootFailed --cause "$STEP failed (exit $status): $FAILED_COMMAND" >/dev/null\n'
         "  fi\n"
         "  shutdown -h now\n"
         "}\n"
         "trap 'FAILED_COMMAND=$BASH_COMMAND' ERR\n"
         "trap finish EXIT\n"
+        'STEP="reading the task token from SSM parameter $TOKEN_PARAMETER"\n'
+        'TASK_TOKEN=$(aws ssm get-parameter --name "$TOKEN_PARAMETER" --with-decryption '
+        '--query Parameter.Value --output text)\n'
+        'aws ssm delete-parameter --name "$TOKEN_PARAMETER" >/dev/null 2>&1 || true\n'
         "beat() {  # the task's heartbeat clock runs during the boot too\n"
         '  aws stepfunctions send-task-heartbeat --task-token "$TASK_TOKEN" >/dev/null 2>&1 || true\n'
         "}\n"
@@ -135,10 +152,32 @@ def user_data(job: dict, token: str, environment: dict[str, str], *, worker_asse
     )
 
 
+class TokenParameters:
+    """The task tokens of launching workers, as SSM SecureString parameters (the account's aws/ssm key)."""
+
+    def __init__(self, client, prefix: str) -> None:
+        self.client = client
+        self.prefix = prefix
+
+    def name(self, client_token_: str, token: str) -> str:
+        return token_parameter(self.prefix, client_token_, token)
+
+    def put(self, name: str, token: str) -> None:
+        self.client.put_parameter(Name=name, Value=token, Type="SecureString", Overwrite=True, Tier="Standard",
+                                  Description="brokerbench: an EC2 worker's task token, deleted when it boots")
+
+    def delete(self, name: str) -> None:
+        try:
+            self.client.delete_parameter(Name=name)
+        except self.client.exceptions.ParameterNotFound:
+            pass
+
+
 class Ec2Fleet:
     def __init__(self, client, *, launch_template: str, subnet: str, environment: dict[str, str],
-                 worker_asset: str | None = None) -> None:
+                 tokens: TokenParameters, worker_asset: str | None = None) -> None:
         self.client = client
+        self.tokens = tokens
         self.launch_template = launch_template
         self.subnet = subnet
         self.environment = environment
@@ -154,11 +193,15 @@ class Ec2Fleet:
 
         run_id, cell_id = job["run_id"], job["cell"]["cell_id"]
         for attempt in range(MAX_LAUNCH_ATTEMPTS):
+            launch_token = client_token(run_id, cell_id, attempt)
+            parameter = self.tokens.name(launch_token, token)
+            self.tokens.put(parameter, token)
             try:
-                response = self._run_instance(job, token, client_token(run_id, cell_id, attempt))
+                response = self._run_instance(job, parameter, launch_token)
             except ClientError as exc:
                 code = exc.response["Error"]["Code"]
-                if code == "IdempotentParameterMismatch":
+                if code == "IdempotentParameterMismatch":  # an earlier attempt's instance: not this token's
+                    self.tokens.delete(parameter)
                     continue
                 if code in RETRYABLE_LAUNCH_ERRORS:
                     raise WorkerLaunchFailed(f"{code}: {exc.response['Error'].get('Message', '')}") from None
@@ -166,13 +209,13 @@ class Ec2Fleet:
             return {"kind": "ec2", "instance_id": response["Instances"][0]["InstanceId"], "attempt": attempt}
         raise RuntimeError(f"cell {cell_id} was launched {MAX_LAUNCH_ATTEMPTS} times already; not launching again")
 
-    def _run_instance(self, job: dict, token: str, client_token_: str) -> dict:
+    def _run_instance(self, job: dict, parameter: str, client_token_: str) -> dict:
         return self.client.run_instances(
             MinCount=1, MaxCount=1,
             ClientToken=client_token_,
             LaunchTemplate={"LaunchTemplateName": self.launch_template, "Version": "$Latest"},
             SubnetId=self.subnet,
-            UserData=user_data(job, token, self.environment, worker_asset=self.worker_asset),
+            UserData=user_data(job, parameter, self.environment, worker_asset=self.worker_asset),
             InstanceInitiatedShutdownBehavior="terminate",
             MetadataOptions={"HttpTokens": "required"},
             TagSpecifications=[{"ResourceType": "instance", "Tags": [

@@ -8,6 +8,8 @@ from collections.abc import Sequence
 from datetime import datetime, timezone
 from pathlib import Path
 
+from ..observability import logger
+
 
 class FolderReports:
     def __init__(self, folder: str | Path) -> None:
@@ -29,6 +31,15 @@ class FolderReports:
 
 
 class S3Reports:
+    """Report files under s3://BUCKET/PREFIX/<run id>/.
+
+    A file that is not there reads as None ("not published": the API then builds the report from the run's
+    events). S3 answers NoSuchKey only to a reader that may list the bucket (the CDK app grants s3:ListBucket
+    under the prefix); to one that may not, it answers AccessDenied for a missing key, so AccessDenied reads as
+    not published too, with a warning: the report is still built from the events, never lost."""
+
+    NOT_PUBLISHED = ("NoSuchKey", "AccessDenied")
+
     def __init__(self, client, bucket: str, prefix: str = "reports") -> None:
         self.client, self.bucket, self.prefix = client, bucket, prefix.strip("/")
 
@@ -48,7 +59,13 @@ class S3Reports:
     def read(self, run_id: str, name: str) -> str | None:
         try:
             response = self.client.get_object(Bucket=self.bucket, Key=f"{self.prefix}/{run_id}/{name}")
-        except self.client.exceptions.NoSuchKey:
+        except self.client.exceptions.ClientError as exc:
+            code = exc.response.get("Error", {}).get("Code")
+            if code not in self.NOT_PUBLISHED:
+                raise
+            if code == "AccessDenied":
+                logger.warning("report file not readable: read as not published",
+                               extra={"run_id": run_id, "file": name, "bucket": self.bucket})
             return None
         return response["Body"].read().decode()
 

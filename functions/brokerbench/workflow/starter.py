@@ -17,7 +17,7 @@ from typing import Protocol
 from ..events import RUN_EVENTS, EventStore, make_event
 from ..local.stack import StackBusy
 from ..local.workflow import LocalWorkflow
-from .stop import finish_stopped
+from .stop import finish_stopped, teardowns
 
 
 class StarterBusy(RuntimeError):
@@ -161,8 +161,9 @@ class LocalStarter:
 class StepFunctionsStarter:
     """StartExecution / DescribeExecution / StopExecution on the deployed state machine."""
 
-    def __init__(self, client, state_machine_arn: str, store: EventStore) -> None:
+    def __init__(self, client, state_machine_arn: str, store: EventStore, teardowns=None) -> None:
         self.client, self.state_machine_arn, self.store = client, state_machine_arn, store
+        self.teardowns = teardowns  # StepFunctionsTeardowns (the teardown state machine); built when first needed
 
     def _arn(self, run_id: str) -> str:
         # arn:aws:states:REGION:ACCOUNT:stateMachine:NAME -> arn:aws:states:REGION:ACCOUNT:execution:NAME:RUN
@@ -190,6 +191,8 @@ class StepFunctionsStarter:
         return []  # in AWS the workflow stores the run's request within a second of its start
 
     def cancel(self, run_id: str, request: dict) -> None:
-        # StopExecution skips the workflow's own teardown, so the stop does what TeardownTargets would.
+        # StopExecution skips the workflow's own teardown: the run's end is stored here, and its targets go to the
+        # teardown state machine, which waits for a target still being created and deletes it once it can (for as
+        # long as that takes, not within this request's 29 s). The ending rule (ABORTED) would start it too.
         self.client.stop_execution(executionArn=self._arn(run_id), error="Cancelled", cause="cancelled by request")
-        finish_stopped(self.store, run_id, request, "cancelled")
+        finish_stopped(self.store, run_id, request, "cancelled", teardowns=self.teardowns or teardowns())

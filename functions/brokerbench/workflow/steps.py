@@ -7,7 +7,9 @@ Adapters (event store, targets, fleet, outputs) come from brokerbench.workflow.w
 from __future__ import annotations
 
 import json
+import os
 import socket
+import time
 
 from .. import environment
 from ..drivers import BrokerUnavailable
@@ -20,7 +22,9 @@ from ..reports import html, markdown, regression
 from ..reports.model import build_report
 from ..reports.results import build_results
 from ..spec import SpecError, lanes, validate
+from ..targets import GONE, TEARDOWN_DONE, TEARDOWN_TIMEOUT_S, TEARDOWN_WAIT_S, torn_down
 from ..worker import run_cell as measure_cell
+from ..worker.run_end import RunEndWatch
 from . import wiring
 
 
@@ -91,10 +95,37 @@ def record_targets_ready(event: dict) -> dict:
     return {"endpoints": endpoints}
 
 
+def lambda_worker() -> dict:
+    """Where a Lambda cell runs, with the function's memory as Lambda states it (the cost estimate prices it)."""
+    worker = {"kind": "lambda", "host": socket.gethostname()}
+    memory = os.environ.get("AWS_LAMBDA_FUNCTION_MEMORY_SIZE")
+    if memory and memory.isdigit():
+        worker["memory_mb"] = int(memory)
+    return worker
+
+
+RUN_ENDED = "stopped: the run ended before the cell did (nothing written after the run's end)"
+
+
 def run_cell(event: dict, worker: dict | None = None) -> dict:
-    cell = event["cell"]
-    outcome = measure_cell(event["run_id"], cell, event["targets"][cell["broker"]], wiring.event_store(),
-                           worker=worker or {"kind": "lambda", "host": socket.gethostname()})
+    """One cell, on whichever worker calls it (RunCell on Lambda, the EC2 worker, the local workflow). The cell
+    watches its run's end in the store (worker/run_end.py): a run cancelled or failed while it measures stops it
+    within about an interval, and nothing it would write after the run's end is written."""
+    cell, run_id = event["cell"], event["run_id"]
+    watch = RunEndWatch(wiring.event_store(), run_id)
+    if watch.check():  # a cell the Map started after the run had ended measures nothing
+        return {"cell_id": cell["cell_id"], "status": "failed", "reason": RUN_ENDED}
+    with watch:
+        try:
+            outcome = measure_cell(run_id, cell, event["targets"][cell["broker"]], watch,
+                                   worker=worker or lambda_worker(), stop=watch.ended)
+        except KeyboardInterrupt:
+            if not watch.ended.is_set():
+                raise  # Ctrl-C or a local cancel: the front end that stopped it goes on
+            outcome = None
+    if outcome is None or watch.dropped:
+        logger.warning("cell stopped: its run ended", extra={"cell_id": cell["cell_id"], "not_written": watch.dropped})
+        return {"cell_id": cell["cell_id"], "status": "failed", "reason": RUN_ENDED}
     return {"cell_id": outcome.cell_id, "status": outcome.status, "reason": outcome.reason}
 
 
@@ -287,8 +318,18 @@ def record_step_failed(event: dict) -> dict:
 
 
 def teardown_target(event: dict) -> dict:
+    """One round of the workflow's teardown loop (TeardownTarget, asked again after TEARDOWN_WAIT_S until `done`).
+
+    `event["teardown"]` is the previous round's answer, when there was one: its deadline holds for the whole loop
+    (TEARDOWN_TIMEOUT_S from the first round), and `timed_out` says the loop should give up."""
+    previous = event.get("teardown") or {}
+    deadline = previous.get("deadline") or time.time() + TEARDOWN_TIMEOUT_S
     problem = wiring.provider_problem(event["broker"], event["spec"])
     if problem:  # nothing was provisioned for it
-        return {"broker": event["broker"], "action": f"nothing to tear down ({problem})"}
-    return wiring.target_provider(event["broker"], event["spec"]).teardown(event["run_id"], event["broker"], event["spec"])
-
+        answer = torn_down(event["broker"], GONE, f"nothing to tear down ({problem})")
+    else:
+        provider = wiring.target_provider(event["broker"], event["spec"])
+        answer = provider.teardown(event["run_id"], event["broker"], event["spec"])
+    done = answer["state"] in TEARDOWN_DONE
+    return {**answer, "done": done, "rounds": previous.get("rounds", 0) + 1, "deadline": deadline,
+            "wait_s": TEARDOWN_WAIT_S, "timed_out": not done and time.time() > deadline}

@@ -15,7 +15,7 @@ from ..settings import boto, env, local, worker_environment
 from ..targets import ExistingTargets, ProvisioningError
 from ..targets.local import LocalTargets
 from .callbacks import LocalCallbacks, StepFunctionsCallbacks
-from .fleet import Ec2Fleet, LocalProcessFleet
+from .fleet import Ec2Fleet, LocalProcessFleet, TokenParameters
 from .outputs import FileNotifier, FolderReports, S3Reports, SnsNotifier
 
 
@@ -77,6 +77,7 @@ def fleet():
         return LocalProcessFleet(worker_environment())
     return Ec2Fleet(boto("ec2"), launch_template=env("BROKERBENCH_WORKER_LAUNCH_TEMPLATE"),
                     subnet=env("BROKERBENCH_WORKER_SUBNET"), environment=worker_environment(),
+                    tokens=TokenParameters(boto("ssm"), env("BROKERBENCH_TOKEN_PARAMETERS")),
                     worker_asset=os.environ.get("BROKERBENCH_WORKER_ASSET") or None)
 
 

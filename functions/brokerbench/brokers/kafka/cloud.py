@@ -4,6 +4,10 @@ BROKERBENCH_MSK_SUBNETS, BROKERBENCH_MSK_SECURITY_GROUPS   comma-separated; set 
 
 Provisioning is idempotent per run: a CreateClusterV2 that already happened (a retried step) answers
 ConflictException, and the cluster of that name tagged with this run is taken as the target.
+
+Teardown: MSK deletes a cluster only when it is ACTIVE or FAILED; one still CREATING (or UPDATING, HEALING,
+in MAINTENANCE...) refuses DeleteCluster with BadRequestException. Teardown then answers "not deletable yet"
+and the workflow asks again later; a cluster DELETING is "deleting", and one no longer listed is "gone".
 """
 
 from __future__ import annotations
@@ -11,13 +15,18 @@ from __future__ import annotations
 from botocore.exceptions import ClientError
 
 from ... import settings
-from ...targets import ProvisioningError, raise_client_error, resource_name, still_waiting, target
+from ...targets import (DELETING, GONE, KEPT, NOT_DELETABLE, ProvisioningError, raise_client_error, resource_name,
+                        still_waiting, target, torn_down)
 
 DEFAULT_VERSION = "3.9.x"
 TRANSIENT = {"TooManyRequestsException", "ServiceUnavailableException", "ConflictException"}
+DELETABLE = {"ACTIVE", "FAILED"}  # DeleteCluster refuses a cluster in any other state (BadRequestException)
+REFUSED = {"BadRequestException", "ConflictException"}  # what a delete of a cluster changing state answers
 
 
 class MskTargets:
+    kind = "msk"  # what the sweeper calls its resources
+
     def __init__(self, client, *, subnets: list[str], security_groups: list[str], tags: dict | None = None) -> None:
         self.client = client
         self.subnets = subnets
@@ -27,13 +36,18 @@ class MskTargets:
     def provision(self, run_id: str, broker: str, spec: dict) -> dict:
         settings = spec["provision"].get("kafka", {})
         name = resource_name(run_id, broker)
+        nodes = settings.get("nodes", 3)
+        if self.subnets and nodes % len(self.subnets):
+            raise ProvisioningError(f"provision.kafka.nodes={nodes}: Amazon MSK needs a multiple of its "
+                                    f"{len(self.subnets)} client subnets (one per AZ): "
+                                    f"{', '.join(str(len(self.subnets) * k) for k in (1, 2))}")
         try:
             response = self.client.create_cluster_v2(
                 ClusterName=name,
                 Tags={**self.tags, "brokerbench:run": run_id},
                 Provisioned={
                     "KafkaVersion": settings.get("version", DEFAULT_VERSION),
-                    "NumberOfBrokerNodes": settings.get("nodes", 3),
+                    "NumberOfBrokerNodes": nodes,
                     "BrokerNodeGroupInfo": {
                         "InstanceType": settings.get("instance_type", "kafka.m7g.large"),
                         "ClientSubnets": self.subnets,
@@ -83,15 +97,49 @@ class MskTargets:
     def teardown(self, run_id: str, broker: str, spec: dict) -> dict:
         name = resource_name(run_id, broker)
         if spec.get("keep_targets"):
-            return {"broker": broker, "action": f"kept {name} (keep_targets)"}
+            return torn_down(broker, KEPT, f"kept {name} (keep_targets)")
         try:
             clusters = self.client.list_clusters_v2(ClusterNameFilter=name)["ClusterInfoList"]
-            arns = [c["ClusterArn"] for c in clusters if c["ClusterName"] == name and c["State"] != "DELETING"]
-            for arn in arns:
-                self.client.delete_cluster(ClusterArn=arn)
         except ClientError as exc:
-            raise_client_error(exc, TRANSIENT, f"deleting MSK cluster {name}")
-        return {"broker": broker, "action": f"deleting {name}" if arns else "nothing to delete"}
+            raise_client_error(exc, TRANSIENT, f"looking up MSK cluster {name}")
+        states = [self.delete(c["ClusterArn"], c["State"]) for c in clusters if c["ClusterName"] == name]
+        states = [state for state in states if state != GONE]  # one that went away while it was listed
+        if not states:
+            return torn_down(broker, GONE, "nothing to delete")
+        state = NOT_DELETABLE if NOT_DELETABLE in states else DELETING
+        return torn_down(broker, state, f"{state} {name}" if state == DELETING else f"{name} {state}")
+
+    def delete(self, arn: str, state: str) -> str:
+        """Delete one cluster if MSK allows it now: DELETING when it is going away, NOT_DELETABLE while it is
+        still being created or changed."""
+        if state == "DELETING":
+            return DELETING
+        if state not in DELETABLE:
+            return NOT_DELETABLE
+        try:
+            self.client.delete_cluster(ClusterArn=arn)
+        except ClientError as exc:
+            code = exc.response["Error"]["Code"]
+            if code == "NotFoundException":
+                return GONE
+            if code in REFUSED:  # it changed state since it was listed
+                return NOT_DELETABLE
+            raise_client_error(exc, TRANSIENT, f"deleting MSK cluster {arn}")
+        return DELETING
+
+    def leftovers(self) -> list[dict]:
+        """Every bb-* cluster tagged with a run, not already being deleted: what the sweeper may delete."""
+        found, token = [], None
+        while True:
+            page = self.client.list_clusters_v2(ClusterNameFilter="bb-", **({"NextToken": token} if token else {}))
+            for cluster in page["ClusterInfoList"]:
+                run_id = cluster.get("Tags", {}).get("brokerbench:run")
+                if cluster["ClusterName"].startswith("bb-") and run_id and cluster["State"] != "DELETING":
+                    found.append({"kind": "msk", "name": cluster["ClusterName"], "resource": cluster["ClusterArn"],
+                                  "state": cluster["State"], "run_id": run_id})
+            token = page.get("NextToken")
+            if not token:
+                return found
 
 
 def provider() -> MskTargets:

@@ -1,8 +1,22 @@
-"""Kafka's part of the run request: its endpoint, what is provisioned for it, the client settings it reads."""
+"""Kafka's part of the run request: its endpoint, what is provisioned for it, the client settings it reads.
+
+Spend guards on what a run may provision on Amazon MSK: the broker types are those priced in prices.json
+beside this module (so every run's brokers are priced; add a price to allow another type), at most
+MAX_NODES brokers of at most MAX_VOLUME_GB each. MSK has no IAM condition key for the broker type or count,
+so this schema is the only guard there (docs/deploy.md).
+"""
+
+import json
+from pathlib import Path
+
+INSTANCE_TYPES = sorted(json.loads(Path(__file__).with_name("prices.json").read_text())["broker_hour"])
+MAX_NODES = 6  # two brokers per AZ over the VPC's three; locally at most 3 (a JVM each)
+MAX_VOLUME_GB = 1000  # per broker: 6 x 1,000 GB is about $0.82 an hour of storage
 
 NODES_DESCRIPTION = ("Broker nodes. Locally 1 (the default) or a cluster of 2 or 3 nodes on this host, a JVM "
                      "each (512 MB of heap), beside the single node. On Amazon MSK 3 by default, a multiple of "
-                     "the availability zones of the client subnets.")
+                     f"the availability zones of the client subnets (3 or {MAX_NODES}); at most {MAX_NODES}, a spend "
+                     "guard.")
 
 TARGET = {
     "type": "object",
@@ -23,9 +37,12 @@ PROVISION = {
                            "Locally a given version must match the local Kafka's version prefix.",
             "type": "string",
         },
-        "instance_type": {"type": "string", "default": "kafka.m7g.large"},
-        "nodes": {"description": NODES_DESCRIPTION, "type": "integer", "minimum": 1, "maximum": 30},
-        "volume_gb": {"type": "integer", "minimum": 1, "maximum": 16384, "default": 100},
+        "instance_type": {"description": "Amazon MSK broker type: one priced in brokers/kafka/prices.json (a spend "
+                                         "guard: every run's brokers are priced).",
+                          "enum": INSTANCE_TYPES, "default": "kafka.m7g.large"},
+        "nodes": {"description": NODES_DESCRIPTION, "type": "integer", "minimum": 1, "maximum": MAX_NODES},
+        "volume_gb": {"description": f"EBS storage per MSK broker in GB; at most {MAX_VOLUME_GB:,}, a spend guard.",
+                      "type": "integer", "minimum": 1, "maximum": MAX_VOLUME_GB, "default": 100},
     },
     "default": {},
 }

@@ -6,6 +6,10 @@ BROKERBENCH_REDIS_AUTH_SECRET_ARN   set by the CDK app
 
 Provisioning is idempotent per run: a CreateReplicationGroup that already happened (a retried step) answers
 ReplicationGroupAlreadyExists, and the group of that name tagged with this run is taken as the target.
+
+Teardown: a group still `creating` (or `modifying`, `snapshotting`...) refuses DeleteReplicationGroup with
+InvalidReplicationGroupState. Teardown then answers "not deletable yet" and the workflow asks again later; a
+group `deleting` is "deleting", and one ElastiCache no longer knows is "gone".
 """
 
 from __future__ import annotations
@@ -13,13 +17,18 @@ from __future__ import annotations
 from botocore.exceptions import ClientError
 
 from ... import settings
-from ...targets import ProvisioningError, raise_client_error, resource_name, still_waiting, target
+from ...targets import (DELETING, GONE, KEPT, NOT_DELETABLE, ProvisioningError, raise_client_error, resource_name,
+                        still_waiting, target, torn_down)
 
 DEFAULT_VERSION = "7.1"
 TRANSIENT = {"Throttling", "InvalidReplicationGroupState", "ServiceUnavailable"}
+DELETABLE = {"available", "create-failed"}  # DeleteReplicationGroup refuses any other state
+NOT_FOUND = "ReplicationGroupNotFoundFault"
 
 
 class ElastiCacheTargets:
+    kind = "elasticache"  # what the sweeper calls its resources
+
     def __init__(self, client, secrets, *, auth_secret_arn: str, subnet_group: str, security_groups: list[str],
                  tags: dict | None = None) -> None:
         self.client = client
@@ -84,14 +93,54 @@ class ElastiCacheTargets:
     def teardown(self, run_id: str, broker: str, spec: dict) -> dict:
         name = resource_name(run_id, broker)
         if spec.get("keep_targets"):
-            return {"broker": broker, "action": f"kept {name} (keep_targets)"}
+            return torn_down(broker, KEPT, f"kept {name} (keep_targets)")
+        try:
+            groups = self.client.describe_replication_groups(ReplicationGroupId=name)["ReplicationGroups"]
+        except ClientError as exc:
+            if exc.response["Error"]["Code"] == NOT_FOUND:
+                return torn_down(broker, GONE, "nothing to delete")
+            raise_client_error(exc, TRANSIENT, f"looking up ElastiCache replication group {name}")
+        state = self.delete(name, groups[0]["Status"])
+        if state == GONE:
+            return torn_down(broker, GONE, "nothing to delete")
+        return torn_down(broker, state, f"deleting {name}" if state == DELETING
+                         else f"{name} {state} ({groups[0]['Status']})")
+
+    def delete(self, name: str, status: str) -> str:
+        """Delete one group if ElastiCache allows it now: DELETING when it is going away, NOT_DELETABLE while it
+        is still being created or changed."""
+        if status == "deleting":
+            return DELETING
+        if status not in DELETABLE:
+            return NOT_DELETABLE
         try:
             self.client.delete_replication_group(ReplicationGroupId=name)
         except ClientError as exc:
-            if exc.response["Error"]["Code"] == "ReplicationGroupNotFoundFault":
-                return {"broker": broker, "action": "nothing to delete"}
+            code = exc.response["Error"]["Code"]
+            if code == NOT_FOUND:
+                return GONE
+            if code == "InvalidReplicationGroupState":  # it changed state since it was described
+                return NOT_DELETABLE
             raise_client_error(exc, TRANSIENT, f"deleting ElastiCache replication group {name}")
-        return {"broker": broker, "action": f"deleting {name}"}
+        return DELETING
+
+    def leftovers(self) -> list[dict]:
+        """Every bb-* replication group tagged with a run, not already being deleted: what the sweeper may delete."""
+        found, marker = [], None
+        while True:
+            page = self.client.describe_replication_groups(**({"Marker": marker} if marker else {}))
+            for group in page["ReplicationGroups"]:
+                name = group["ReplicationGroupId"]
+                if not name.startswith("bb-") or group["Status"] == "deleting":
+                    continue
+                tags = self.client.list_tags_for_resource(ResourceName=group["ARN"])["TagList"]
+                run_id = {t["Key"]: t["Value"] for t in tags}.get("brokerbench:run")
+                if run_id:
+                    found.append({"kind": "elasticache", "name": name, "resource": name, "state": group["Status"],
+                                  "run_id": run_id})
+            marker = page.get("Marker")
+            if not marker:
+                return found
 
 
 def provider() -> ElastiCacheTargets:

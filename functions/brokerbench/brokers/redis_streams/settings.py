@@ -1,4 +1,14 @@
-"""Redis Streams' part of the run request: its endpoint, what is provisioned for it, the client settings it reads."""
+"""Redis Streams' part of the run request: its endpoint, what is provisioned for it, the client settings it reads.
+
+Spend guard: the ElastiCache node types are those priced in prices.json beside this module (add a price to
+allow another). The CDK app holds the IAM policy to the same list (elasticache:CacheNodeType on
+CreateReplicationGroup), so a request that got past this schema still cannot create a larger node.
+"""
+
+import json
+from pathlib import Path
+
+NODE_TYPES = sorted(json.loads(Path(__file__).with_name("prices.json").read_text())["node_hour"])
 
 TARGET = {
     "type": "object",
@@ -21,7 +31,9 @@ PROVISION = {
                            "installed). Locally a given version must match the local Redis's version prefix.",
             "type": "string",
         },
-        "node_type": {"type": "string", "default": "cache.r7g.large"},
+        "node_type": {"description": "ElastiCache node type: one priced in brokers/redis_streams/prices.json (a spend "
+                                     "guard, also held by the IAM policy's elasticache:CacheNodeType condition).",
+                      "enum": NODE_TYPES, "default": "cache.r7g.large"},
     },
     "default": {},
 }

@@ -1,0 +1,112 @@
+"""Teardown that always happens, beyond the run workflow's own TeardownTargets:
+
+- **The teardown state machine** (statemachines/teardown_run.asl.json): the run workflow's teardown states alone
+  (delete what can be deleted, wait while a target still being created refuses, ask again for up to 90 minutes).
+- **RunEnded**, an EventBridge rule on "Step Functions Execution Status Change" of the run workflow with status
+  FAILED, ABORTED or TIMED_OUT: the RunEnded function gives the run its end and starts the teardown state machine
+  for it. A stop from the console, an execution timeout and an error no catcher takes (States.Runtime,
+  States.DataLimitExceeded) skip the workflow's own teardown; this is what deletes their targets.
+- The API's cancel starts the teardown state machine too (brokerbench/workflow/stop.py), instead of deleting
+  within its 29 s request.
+- **Sweeper**, an hourly EventBridge schedule: the SweepTargets function deletes bb-* MSK clusters, ElastiCache
+  groups and EC2 workers tagged with a run whose end is stored, and leaves everything else
+  (brokerbench/workflow/sweep.py).
+"""
+
+from __future__ import annotations
+
+from aws_cdk import Aws, Duration, RemovalPolicy
+from aws_cdk import aws_events as events
+from aws_cdk import aws_events_targets as events_targets
+from aws_cdk import aws_iam as iam
+from aws_cdk import aws_logs as logs
+from aws_cdk import aws_stepfunctions as sfn
+from constructs import Construct
+
+from .. import paths
+from ..nag import acknowledge, allow
+from .broker_targets import TAGGED_RESOURCE, BrokerTargets, RUN_TAG
+from .functions import Functions
+from .storage import EventStore
+from .workflow import substitutions
+
+ENDINGS = ["FAILED", "ABORTED", "TIMED_OUT"]  # brokerbench.workflow.stop.ENDINGS
+SWEEP_EVERY = Duration.hours(1)
+MACHINE_ENV = "BROKERBENCH_TEARDOWN_MACHINE_ARN"  # brokerbench.workflow.stop.teardowns
+
+
+class Teardown(Construct):
+    def __init__(self, scope: Construct, id: str, *, functions: Functions, run_machine: sfn.IStateMachine,
+                 store: EventStore) -> None:
+        super().__init__(scope, id)
+        values = substitutions(functions, paths.TEARDOWN_MACHINE)
+        self.log_group = logs.LogGroup(self, "Logs", retention=logs.RetentionDays.THREE_MONTHS,
+                                       removal_policy=RemovalPolicy.DESTROY)
+        role = iam.Role(self, "Role", assumed_by=iam.ServicePrincipal("states.amazonaws.com"),
+                        description="brokerbench teardown: invokes TeardownTarget and RecordRunFailed, logs, traces")
+        allow(role, ["lambda:InvokeFunction"], sorted(set(values.values()), key=str))
+        self.state_machine = sfn.StateMachine(
+            self, "StateMachine",
+            definition_body=sfn.DefinitionBody.from_file(str(paths.TEARDOWN_MACHINE)),
+            definition_substitutions=values,
+            state_machine_type=sfn.StateMachineType.STANDARD,
+            role=role,
+            tracing_enabled=True,
+            logs=sfn.LogOptions(destination=self.log_group, level=sfn.LogLevel.ALL, include_execution_data=True),
+        )
+        acknowledge(role, "AwsSolutions-IAM5[Resource::*]",
+                    "the teardown workflow role: CloudWatch Logs log delivery and X-Ray tracing support no "
+                    "resource-level permissions; Step Functions documents Resource * for both")
+
+        ended = functions["run_ended"]
+        self.rule = events.Rule(
+            self, "RunEnded", description="brokerbench: a run's workflow ended FAILED, ABORTED or TIMED_OUT: "
+                                          "store its end and tear its targets down",
+            event_pattern=events.EventPattern(
+                source=["aws.states"], detail_type=["Step Functions Execution Status Change"],
+                detail={"status": ENDINGS, "stateMachineArn": [run_machine.state_machine_arn]}),
+            targets=[events_targets.LambdaFunction(ended, retry_attempts=8, max_event_age=Duration.hours(24))])
+        self.grant_handover(ended)
+        store.grant_events(ended, write=True)
+
+        sweeper = functions["sweep_targets"]
+        self.schedule = events.Rule(
+            self, "Sweeper", description="brokerbench: delete bb-* brokers and workers of runs that have ended",
+            schedule=events.Schedule.rate(SWEEP_EVERY),
+            targets=[events_targets.LambdaFunction(sweeper, retry_attempts=2)])
+        store.grant_events(sweeper, write=False)
+        grant_sweep(sweeper)
+
+    def grant_handover(self, grantee) -> None:
+        """StepFunctionsTeardowns: start the teardown state machine for a run (the RunEnded function, the API's
+        cancel), told its ARN."""
+        self.state_machine.grant_start_execution(grantee)
+        grantee.add_environment(MACHINE_ENV, self.state_machine.state_machine_arn)
+
+
+def _arn(service: str, resource: str) -> str:
+    return f"arn:{Aws.PARTITION}:{service}:{Aws.REGION}:{Aws.ACCOUNT_ID}:{resource}"
+
+
+def grant_sweep(grantee: iam.IGrantable) -> None:
+    """The sweeper lists what runs created and deletes only what is named bb-* and tagged with a run."""
+    allow(grantee, ["kafka:ListClustersV2"], ["*"],
+          wildcard_reason="the sweeper lists bb-* MSK clusters with ListClustersV2, a List action with no "
+                          "resource-level permissions")
+    allow(grantee, ["kafka:DeleteCluster"], [BrokerTargets._msk_clusters()], conditions=TAGGED_RESOURCE,
+          wildcard_reason="the sweeper deletes only MSK clusters named bb-* that carry the brokerbench:run tag; "
+                          "their ARNs end in a UUID assigned at creation")
+    allow(grantee, ["elasticache:DescribeReplicationGroups"], [_arn("elasticache", "replicationgroup:*")],
+          wildcard_reason="the sweeper lists the replication groups (DescribeReplicationGroups without an id "
+                          "needs every group) and keeps only those named bb-*")
+    allow(grantee, ["elasticache:ListTagsForResource"], [BrokerTargets._redis_groups()],
+          wildcard_reason="the sweeper reads the brokerbench:run tag of the bb-* replication groups only")
+    allow(grantee, ["elasticache:DeleteReplicationGroup"], [BrokerTargets._redis_groups()], conditions=TAGGED_RESOURCE,
+          wildcard_reason="the sweeper deletes only replication groups named bb-* that carry the brokerbench:run tag")
+    allow(grantee, ["ec2:DescribeInstances"], ["*"],
+          wildcard_reason="the sweeper finds EC2 workers by their brokerbench:run tag; DescribeInstances has no "
+                          "resource-level permissions")
+    allow(grantee, ["ec2:TerminateInstances"], [_arn("ec2", "instance/*")],
+          conditions={"Null": {f"aws:ResourceTag/{RUN_TAG}": "false"}},
+          wildcard_reason="the sweeper terminates only instances that carry the brokerbench:run tag (EC2 workers "
+                          "of a run); instance ids are made at launch")

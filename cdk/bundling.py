@@ -138,9 +138,11 @@ class LocalPipBundling:
         return True
 
 
-def wheels_command(lock: Path, target: Path, python_version: str = LOCK_PYTHON) -> list[str]:
-    """The locked wheels themselves (hashes checked), for an EC2 worker to install with --no-index."""
-    platforms = [arg for p in manylinux_platforms() for arg in ("--platform", p)]
+def wheels_command(lock: Path, target: Path, arch: str = "x86_64", python_version: str = LOCK_PYTHON) -> list[str]:
+    """The locked wheels themselves (hashes checked) for the worker's architecture, for an EC2 worker to install
+    with --no-index. A package with no wheel for it fails the download, naming the package (hdrhistogram 0.10.8
+    has no aarch64 wheel: a Graviton worker cannot be packaged with this lock)."""
+    platforms = [arg for p in manylinux_platforms(arch=arch) for arg in ("--platform", p)]
     return [sys.executable, "-m", "pip", "download", "--quiet", "--disable-pip-version-check", "--require-hashes",
             "--no-deps", "--requirement", str(lock), "--dest", str(target), "--only-binary=:all:",
             "--implementation", "cp", "--python-version", python_version, *platforms]
@@ -151,15 +153,16 @@ class LocalWheelsBundling:
     """The EC2 worker's asset built on this machine: the staging folder as it is, and the lock's wheels in wheels/,
     so a worker installs exactly the layer's packages without reaching PyPI (fleet.user_data)."""
 
-    def __init__(self, source: Path) -> None:
+    def __init__(self, source: Path, arch: str = "x86_64") -> None:
         self.source = source
+        self.arch = arch
 
     def try_bundle(self, output_dir: str, _options=None, **_keywords) -> bool:  # jsii passes the options positionally
         out = Path(output_dir)
         shutil.copytree(self.source, out, dirs_exist_ok=True)
-        _check(wheels_command(self.source / paths.LAMBDA_LOCK.name, out / "wheels"),
-               "downloading the EC2 worker's wheels failed (pip needs PyPI; for an offline synthesis pass "
-               "-c brokerbench:bundle=false)")
+        _check(wheels_command(self.source / paths.LAMBDA_LOCK.name, out / "wheels", self.arch),
+               f"downloading the EC2 worker's {self.arch} wheels failed (pip needs PyPI, and every locked package a "
+               "wheel for the worker's architecture; for an offline synthesis pass -c brokerbench:bundle=false)")
         return True
 
 
@@ -233,18 +236,18 @@ def staging(name: str, entries: dict[str, Path]) -> Path:
     return folder
 
 
-def worker_code(source: Path, bundle: bool) -> dict:
-    """The EC2 worker asset's options: its staging folder and, bundled, the lock's wheels beside it; named by
-    the hash of both (the wheels are exactly the lock's)."""
+def worker_code(source: Path, bundle: bool, arch: str = "x86_64") -> dict:
+    """The EC2 worker asset's options: its staging folder and, bundled, the lock's wheels for the instance's
+    architecture beside it; named by the hash of both (the wheels are exactly the lock's)."""
     digest = hashlib.sha256(layer_hash(source, LOCK_PYTHON, bundle).encode()
-                            + " ".join(wheels_command(Path("LOCK"), Path("TARGET"))[1:]).encode()).hexdigest()
+                            + " ".join(wheels_command(Path("LOCK"), Path("TARGET"), arch)[1:]).encode()).hexdigest()
     options = {"path": str(source), "asset_hash_type": AssetHashType.CUSTOM, "asset_hash": digest}
     if bundle:
         options["bundling"] = BundlingOptions(
             image=lambda_.Runtime.PYTHON_3_12.bundling_image,  # only used if local bundling declined (it raises)
             command=["bash", "-c", f"cp -r . /asset-output/ && pip download --require-hashes --no-deps -r "
                                    f"{paths.LAMBDA_LOCK.name} -d /asset-output/wheels"],
-            local=LocalWheelsBundling(source))
+            local=LocalWheelsBundling(source, arch))
     return options
 
 

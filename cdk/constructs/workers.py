@@ -74,7 +74,8 @@ class Ec2Workers(Construct):
         self.instance_type = checked_instance_type(instance_type)
         self.role = iam.Role(self, "InstanceRole", assumed_by=iam.ServicePrincipal("ec2.amazonaws.com"),
                              description="brokerbench EC2 worker: runs one cell and reports to the workflow")
-        self.asset = s3_assets.Asset(self, "Code", **worker_code(worker_source(), bundle))
+        arm = cpu_type(self.instance_type) == ec2.AmazonLinuxCpuType.ARM_64
+        self.asset = s3_assets.Asset(self, "Code", **worker_code(worker_source(), bundle, "aarch64" if arm else "x86_64"))
         # The one object of the worker code (Asset.grant_read would give the whole CDK assets bucket).
         allow(self.role, ["s3:GetObject"],
               [f"arn:{Aws.PARTITION}:s3:::{self.asset.s3_bucket_name}/{self.asset.s3_object_key}"])

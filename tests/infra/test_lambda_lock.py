@@ -93,3 +93,7 @@ def test_the_worker_asset_carries_the_lock_and_bundled_its_wheels():
     command = wheels_command(Path("lock.txt"), Path("wheels"))
     assert command[3] == "download" and {"--require-hashes", "--no-deps", "--only-binary=:all:"} <= set(command)
     assert command[command.index("--python-version") + 1] == "3.12"
+    assert "manylinux2014_x86_64" in command and "manylinux2014_aarch64" not in command
+    graviton = worker_code(source, bundle=True, arch="aarch64")
+    assert graviton["bundling"].local.arch == "aarch64" and graviton["asset_hash"] != bundled["asset_hash"]
+    assert "manylinux2014_aarch64" in wheels_command(Path("lock.txt"), Path("wheels"), "aarch64")

@@ -89,23 +89,14 @@ class Functions(Construct):
         if python not in RUNTIMES:
             raise ValueError(f"brokerbench:python={python!r}: one of {sorted(RUNTIMES)}")
         self.runtime = RUNTIMES[python]
-<<<<<<< HEAD
+        self.worker_memory_mb = deployment.lambda_memory_mb(worker_memory_mb, "brokerbench:workerMemoryMb")
         code = function_code(self.runtime, python, bundle)
         self.layer = lambda_.LayerVersion(
             self, "Dependencies", code=dependencies_code(self.runtime, python, bundle),
             compatible_runtimes=[self.runtime], compatible_architectures=[lambda_.Architecture.X86_64],
             description="brokerbench: requirements-lambda.txt (manylinux wheels, compiled) and the JSON Schemas")
-        common = {**environment, "BROKERBENCH_SCHEMAS": SCHEMAS_IN_LAYER}
-=======
-        self.worker_memory_mb = deployment.lambda_memory_mb(worker_memory_mb, "brokerbench:workerMemoryMb")
-        code = lambda_.Code.from_asset(str(paths.FUNCTIONS), exclude=paths.CODE_EXCLUDES)
-        self.layer = lambda_.LayerVersion(
-            self, "Dependencies", code=dependencies_code(self.runtime, python, bundle),
-            compatible_runtimes=[self.runtime], compatible_architectures=[lambda_.Architecture.X86_64],
-            description="brokerbench: requirements.txt (manylinux wheels) and the JSON Schemas")
         common = {**environment, "BROKERBENCH_SCHEMAS": SCHEMAS_IN_LAYER,
                   deployment.WORKER_MEMORY_ENV: str(self.worker_memory_mb)}  # what the cost estimate prices
->>>>>>> main
         self.by_module: dict[str, lambda_.Function] = {}
         for module in handler_modules():
             self.by_module[module] = self._function(module, code, common, network)

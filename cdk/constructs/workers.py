@@ -1,18 +1,13 @@
 """The EC2 worker path: long or heavy cells run on an instance started per cell by StartEc2Worker.
 
 brokerbench.workflow.fleet.Ec2Fleet calls RunInstances with this launch template (by name), one private
-<<<<<<< HEAD
-subnet, the cell's user data and IMDSv2 required; the user data downloads the worker code
-(BROKERBENCH_WORKER_ASSET, `aws s3 cp`), unzips it into /opt/brokerbench/app, installs the Lambda layer's
-lock (requirements-lambda.txt) into a Python 3.12 venv from the wheels the asset carries (pip --no-index
---require-hashes: no PyPI at boot, the same packages as the layer; bundling.worker_code), runs the cell with PYTHONPATH=app/functions, heartbeats and answers the workflow's task token
-=======
 subnet, the cell's user data and IMDSv2 required, after putting the task token in an SSM SecureString
 parameter under /<stack>/task-tokens/ (the user data names the parameter; the boot script reads and deletes
 it, so the token is never in the user data); the user data downloads the worker code
-(BROKERBENCH_WORKER_ASSET, `aws s3 cp`), unzips it into /opt/brokerbench/app, installs requirements.txt
-into a venv, runs the cell with PYTHONPATH=app/functions, heartbeats and answers the workflow's task token
->>>>>>> main
+(BROKERBENCH_WORKER_ASSET, `aws s3 cp`), unzips it into /opt/brokerbench/app, installs the Lambda layer's
+lock (requirements-lambda.txt) into a Python 3.12 venv from the wheels the asset carries (pip --no-index
+--require-hashes: no PyPI at boot, the same packages as the layer; bundling.worker_code), runs the cell with
+PYTHONPATH=app/functions, heartbeats and answers the workflow's task token
 (SendTaskHeartbeat / SendTaskSuccess / SendTaskFailure), and powers off, which terminates the instance.
 The asset is laid out like the repository (functions/, schemas/, requirements-lambda.txt, pyproject.toml,
 setup.py, and wheels/ when bundled), so brokerbench/paths.py finds the schemas beside functions/ as in a checkout.
@@ -31,14 +26,9 @@ from constructs import Construct
 
 from brokerbench import deployment
 
-<<<<<<< HEAD
-from ..bundling import worker_code, worker_source
-from ..nag import allow
-=======
 from .. import paths
-from ..bundling import staging
+from ..bundling import worker_code, worker_source
 from ..nag import acknowledge, allow, flatten
->>>>>>> main
 from .broker_targets import BrokerTargets
 from .network import Network
 from .storage import EventStore

@@ -33,6 +33,8 @@ STACK_SETTINGS = {
     "BROKERBENCH_WORKER_SUBNET": "subnet-1", "BROKERBENCH_WORKER_ASSET": "s3://bb-none/worker.zip",
     "BROKERBENCH_IDEMPOTENCY_TABLE": "bb-idempotency",
     "BROKERBENCH_STATE_MACHINE_ARN": "arn:aws:states:us-east-1:123456789012:stateMachine:bb",
+    "BROKERBENCH_TEARDOWN_MACHINE_ARN": "arn:aws:states:us-east-1:123456789012:stateMachine:bb-teardown",
+    "BROKERBENCH_TOKEN_PARAMETERS": "/bb/task-tokens", "BROKERBENCH_SCHEDULES_DEPLOYED": "off",
 }
 
 

@@ -48,14 +48,18 @@ def _locked(build):
         return build()
 
 
-def _build_once(folder: Path, fill) -> Path:
-    """folder, made by fill(tmp) the first time (into a temporary sibling renamed at the end)."""
+def _build_once(folder: Path, fill, replaces: str | None = None) -> Path:
+    """folder, made by fill(tmp) the first time (into a temporary sibling renamed at the end); then the folders
+    named `replaces`* that it replaces (a layer or wheels built for an earlier lock or schemas) are removed."""
     def build():
         if not folder.is_dir():
             tmp = folder.with_name(folder.name + ".partial")
             shutil.rmtree(tmp, ignore_errors=True)
             fill(tmp)
             tmp.rename(folder)
+            for old in LAMBDA_CACHE.glob(f"{replaces}*") if replaces else ():
+                if old != folder:
+                    shutil.rmtree(old, ignore_errors=True)
         return folder
     return _locked(build)
 
@@ -65,7 +69,7 @@ def layer() -> Path:
     source = layer_source()
     digest = layer_hash(source, DEFAULT_PYTHON, bundled=True)[:16]
     return _build_once(LAMBDA_CACHE / f"layer-{digest}",
-                       lambda tmp: LocalPipBundling(source, DEFAULT_PYTHON).try_bundle(str(tmp)))
+                       lambda tmp: LocalPipBundling(source, DEFAULT_PYTHON).try_bundle(str(tmp)), replaces="layer-")
 
 
 def runtime_client() -> Path:
@@ -82,7 +86,7 @@ def worker_asset(into: Path) -> Path:
     """The EC2 worker's asset as the stack bundles it (cdk/constructs/workers.py), zipped as CDK uploads it; the
     wheels are cached per lock (they are exactly the lock's)."""
     wheels = _build_once(LAMBDA_CACHE / f"wheels-{layer_hash(layer_source(), DEFAULT_PYTHON, bundled=True)[:16]}",
-                         lambda tmp: LocalWheelsBundling(layer_source()).try_bundle(str(tmp)))
+                         lambda tmp: LocalWheelsBundling(layer_source()).try_bundle(str(tmp)), replaces="wheels-")
     folder = into / "asset"
     shutil.copytree(worker_source(), folder)
     shutil.copytree(wheels / "wheels", folder / "wheels")

@@ -8,7 +8,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 SUITE ?= quick
 
-.PHONY: setup setup-all run test unit integration reliability performance up down clean
+.PHONY: setup setup-all run test unit integration reliability performance lambda-lock up down clean
 
 setup: $(VENV)/.installed node_modules/.installed
 	@$(BIN)/python -m brokerbench.local.install --suite $(SUITE)
@@ -57,6 +57,11 @@ reliability: setup
 # docs/performance.md from bench/results/*.json and bench/performance/*.md (stdlib only); --check: differs? exit 1.
 performance:
 	$(PYTHON) bench/performance.py
+
+# requirements-lambda.txt, the Lambda layer's lock (hashes, CPython 3.12 manylinux x86_64), from requirements.txt
+# (cdk/bundling.py; needs PyPI). Run it after changing requirements.txt: tests/unit/test_lambda_lock.py says when.
+lambda-lock: $(VENV)/.installed
+	$(BIN)/python -c "from cdk.bundling import write_lock; write_lock()"
 
 up: setup
 	$(BIN)/brokerbench local up

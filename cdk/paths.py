@@ -7,6 +7,7 @@ FUNCTIONS = REPO / "functions"
 HANDLERS = FUNCTIONS / "handlers"
 SCHEMAS = REPO / "schemas"
 REQUIREMENTS = REPO / "requirements.txt"
+LAMBDA_LOCK = REPO / "requirements-lambda.txt"  # the layer's lock (cdk/bundling.py)
 STATE_MACHINE = REPO / "statemachines" / "benchmark_run.asl.json"
 TEARDOWN_MACHINE = REPO / "statemachines" / "teardown_run.asl.json"  # the run workflow's teardown states alone
 SCHEDULES = FUNCTIONS / "brokerbench" / "schedules.json"

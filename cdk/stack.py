@@ -45,7 +45,7 @@ class BrokerbenchStack(Stack):
         network = Network(self, "Network", flow_logs=logs.bucket, interface_endpoints=tuple(interface_endpoints))
         targets = BrokerTargets(self, "Targets", network=network)
         workers = Ec2Workers(self, "Workers", network=network, store=store, targets=targets,
-                             instance_type=worker_instance_type)
+                             instance_type=worker_instance_type, bundle=bundle)
 
         functions = Functions(self, "Functions", network=network, python=python, bundle=bundle,
                               worker_memory_mb=worker_memory_mb, environment={

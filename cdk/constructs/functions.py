@@ -17,7 +17,7 @@ from constructs import Construct
 from brokerbench import deployment
 
 from .. import paths
-from ..bundling import dependencies_code
+from ..bundling import dependencies_code, function_code
 from ..nag import acknowledge, allow
 from .network import Network
 
@@ -94,11 +94,11 @@ class Functions(Construct):
             raise ValueError(f"brokerbench:python={python!r}: one of {sorted(RUNTIMES)}")
         self.runtime = RUNTIMES[python]
         self.worker_memory_mb = deployment.lambda_memory_mb(worker_memory_mb, "brokerbench:workerMemoryMb")
-        code = lambda_.Code.from_asset(str(paths.FUNCTIONS), exclude=paths.CODE_EXCLUDES)
+        code = function_code(self.runtime, python, bundle)
         self.layer = lambda_.LayerVersion(
             self, "Dependencies", code=dependencies_code(self.runtime, python, bundle),
             compatible_runtimes=[self.runtime], compatible_architectures=[lambda_.Architecture.X86_64],
-            description="brokerbench: requirements.txt (manylinux wheels) and the JSON Schemas")
+            description="brokerbench: requirements-lambda.txt (manylinux wheels, compiled) and the JSON Schemas")
         common = {**environment, "BROKERBENCH_SCHEMAS": SCHEMAS_IN_LAYER,
                   deployment.WORKER_MEMORY_ENV: str(self.worker_memory_mb)}  # what the cost estimate prices
         self.by_module: dict[str, lambda_.Function] = {}

@@ -4,11 +4,13 @@ brokerbench.workflow.fleet.Ec2Fleet calls RunInstances with this launch template
 subnet, the cell's user data and IMDSv2 required, after putting the task token in an SSM SecureString
 parameter under /<stack>/task-tokens/ (the user data names the parameter; the boot script reads and deletes
 it, so the token is never in the user data); the user data downloads the worker code
-(BROKERBENCH_WORKER_ASSET, `aws s3 cp`), unzips it into /opt/brokerbench/app, installs requirements.txt
-into a venv, runs the cell with PYTHONPATH=app/functions, heartbeats and answers the workflow's task token
+(BROKERBENCH_WORKER_ASSET, `aws s3 cp`), unzips it into /opt/brokerbench/app, installs the Lambda layer's
+lock (requirements-lambda.txt) into a Python 3.12 venv from the wheels the asset carries (pip --no-index
+--require-hashes: no PyPI at boot, the same packages as the layer; bundling.worker_code), runs the cell with
+PYTHONPATH=app/functions, heartbeats and answers the workflow's task token
 (SendTaskHeartbeat / SendTaskSuccess / SendTaskFailure), and powers off, which terminates the instance.
-The asset is laid out like the repository (functions/, schemas/, requirements.txt, pyproject.toml,
-setup.py), so brokerbench/paths.py finds the schemas beside functions/ as in a checkout.
+The asset is laid out like the repository (functions/, schemas/, requirements-lambda.txt, pyproject.toml,
+setup.py, and wheels/ when bundled), so brokerbench/paths.py finds the schemas beside functions/ as in a checkout.
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ from constructs import Construct
 from brokerbench import deployment
 
 from .. import paths
-from ..bundling import staging
+from ..bundling import worker_code, worker_source
 from ..nag import acknowledge, allow, flatten
 from .broker_targets import BrokerTargets
 from .network import Network
@@ -56,15 +58,14 @@ def cpu_type(instance_type: str) -> ec2.AmazonLinuxCpuType:
 
 class Ec2Workers(Construct):
     def __init__(self, scope: Construct, id: str, *, network: Network, store: EventStore, targets: BrokerTargets,
-                 instance_type: str = DEFAULT_INSTANCE_TYPE) -> None:
+                 instance_type: str = DEFAULT_INSTANCE_TYPE, bundle: bool = True) -> None:
         super().__init__(scope, id)
         self.network = network
         self.instance_type = checked_instance_type(instance_type)
         self.role = iam.Role(self, "InstanceRole", assumed_by=iam.ServicePrincipal("ec2.amazonaws.com"),
                              description="brokerbench EC2 worker: runs one cell and reports to the workflow")
-        self.asset = s3_assets.Asset(self, "Code", path=str(staging("worker", {
-            "functions": paths.FUNCTIONS, "schemas": paths.SCHEMAS, "requirements.txt": paths.REQUIREMENTS,
-            "pyproject.toml": paths.REPO / "pyproject.toml", "setup.py": paths.REPO / "setup.py"})))
+        arm = cpu_type(self.instance_type) == ec2.AmazonLinuxCpuType.ARM_64
+        self.asset = s3_assets.Asset(self, "Code", **worker_code(worker_source(), bundle, "aarch64" if arm else "x86_64"))
         # The one object of the worker code (Asset.grant_read would give the whole CDK assets bucket).
         allow(self.role, ["s3:GetObject"],
               [f"arn:{Aws.PARTITION}:s3:::{self.asset.s3_bucket_name}/{self.asset.s3_object_key}"])

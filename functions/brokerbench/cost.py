@@ -61,7 +61,9 @@ TRANSITIONS_RULE = (f"Step Functions: {MAIN_PATH_STATES} transitions on the main
 AZS = 3
 CROSS_AZ_SHARE = (AZS - 1) / AZS
 CROSS_AZ_SIDES = 2  # out of one AZ, into the other
-# An EC2 worker installs requirements.txt from PyPI at boot, through the NAT gateway (about 120 MB).
+# An EC2 worker installs its packages from the wheels in its asset (51 MB, from S3 through the VPC's gateway
+# endpoint: no NAT charge); Python 3.12 from Amazon Linux's repositories may still pass the NAT gateway. The 120 MB
+# counted per worker is an allowance for that, not a measurement.
 EC2_BOOT_DOWNLOAD_BYTES = 120 * 1024**2
 # CloudWatch Logs written per Lambda invocation: the handler's Powertools lines (390 to 409 B per invocation in
 # the functions.log of four local runs, 592 invocations) and Lambda's START, END and REPORT lines (about 0.4 KB,
@@ -75,7 +77,8 @@ NETWORK_RULE = (f"Network: {CROSS_AZ_SHARE:.0%} of the message bytes between wor
                 "message payloads as measured (CellCompleted's bytes_sent + bytes_received), without protocol "
                 "overhead or warm-up; MSK's own replication is not billed. The NAT gateway bills every hour "
                 "whether a run happens or not: the run's hours of it are counted, and "
-                f"{EC2_BOOT_DOWNLOAD_BYTES // 1024**2} MB per EC2 worker (its packages from PyPI at boot) through it.")
+                f"{EC2_BOOT_DOWNLOAD_BYTES // 1024**2} MB per EC2 worker through it (an allowance for Python 3.12 from Amazon "
+                "Linux's repositories at boot; its packages come from S3 through the gateway endpoint).")
 LOGS_RULE = (f"CloudWatch Logs: {LOG_BYTES_PER_INVOCATION:,} B per Lambda invocation (an allowance over twice the "
              "expected 0.4 KB of the handlers' own lines, as measured locally, and 0.4 KB of Lambda's START, END and "
              "REPORT lines; "

@@ -11,7 +11,7 @@ BROKERBENCH_NOTIFY          an SNS topic ARN, or a folder for notifications.json
 BROKERBENCH_STATE_DIR       the local stack's state folder (local mode)
 BROKERBENCH_CALLBACK_URL    the local workflow bridge (local mode: where EC2-kind workers report)
 BROKERBENCH_WORKER_LAUNCH_TEMPLATE, BROKERBENCH_WORKER_SUBNET   (AWS mode, set by the CDK app)
-BROKERBENCH_WORKER_ASSET    s3://bucket/key.zip of the functions/ folder and requirements.txt, which an EC2
+BROKERBENCH_WORKER_ASSET    s3://bucket/key.zip of the functions/ folder, the layer's lock and its wheels, which an EC2
                             worker's user data installs (AWS mode, set by the CDK app for StartEc2Worker;
                             unset: the instance's image already has /opt/brokerbench/.venv and the code)
 BROKERBENCH_TOKEN_PARAMETERS  the SSM parameter path under which StartEc2Worker leaves each EC2 worker's task

@@ -341,21 +341,26 @@ def test_one_function_per_handler_sharing_one_code_asset_and_layer(resources):
 
 
 def test_dependencies_are_packaged_for_the_lambda_runtime(resources, assembly, cli_template):
-    """With bundling on, pip fetches wheels for the functions' Python and any manylinux up to the runtime's
-    glibc; with -c brokerbench:bundle=false (here) the layer is the plain staging folder."""
-    from cdk.bundling import pip_command
+    """With bundling on, pip installs the lock's wheels for the functions' Python and any manylinux up to the
+    runtime's glibc; with -c brokerbench:bundle=false (here) the layer is the plain staging folder: the lock and
+    the schemas, hashed as layer_hash says."""
+    from cdk.bundling import layer_hash, pip_command
 
     runtimes = {p["Runtime"] for _, p in handler_functions(resources).values()}
     (runtime,) = runtimes
-    command = pip_command(Path("requirements.txt"), Path("out"), runtime.removeprefix("python"))
+    command = pip_command(Path("requirements-lambda.txt"), Path("out"), runtime.removeprefix("python"))
     assert command[command.index("--python-version") + 1] == runtime.removeprefix("python")
     platforms = {command[i + 1] for i, arg in enumerate(command) if arg == "--platform"}
     assert {"manylinux2014_x86_64", "manylinux_2_28_x86_64"} <= platforms and "--only-binary=:all:" in command
     (layer,) = of_type(cli_template["Resources"], "AWS::Lambda::LayerVersion").values()
     assert layer["Properties"]["CompatibleRuntimes"] == [runtime]
     staged = assembly / layer["Metadata"]["aws:asset:path"]
-    assert (staged / "requirements.txt").read_text() == (REPO / "requirements.txt").read_text()
+    assert sorted(p.name for p in staged.iterdir()) == ["requirements-lambda.txt", "schemas"]
+    assert (staged / "requirements-lambda.txt").read_text() == (REPO / "requirements-lambda.txt").read_text()
+    assert "\npulsar-client==" not in (staged / "requirements-lambda.txt").read_text()
     assert (staged / "schemas" / "events.schema.json").exists()
+    # The asset is named by a hash of the custom one: the same folder under bundling would be another asset.
+    assert layer_hash(staged, runtime.removeprefix("python"), False) != layer_hash(staged, runtime.removeprefix("python"), True)
 
 
 def test_functions_get_every_setting_the_code_reads(resources):

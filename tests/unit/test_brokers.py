@@ -113,6 +113,24 @@ def test_a_broker_without_a_cloud_provider_is_refused_in_aws_mode_with_its_name(
     assert isinstance(wiring.target_provider("local-only", given), ExistingTargets)  # an endpoint needs no provider
 
 
+def test_a_broker_whose_client_is_not_deployed_is_refused_in_aws_mode_even_with_an_endpoint(monkeypatch):
+    """The Lambda layer and the EC2 worker leave pulsar-client out (requirements-lambda.txt): a Pulsar run in AWS is
+    refused when it is requested, naming the broker and the missing module, rather than failing in every cell."""
+    monkeypatch.setitem(sys.modules, "pulsar", None)  # import pulsar raises ImportError, as in the layer
+    for module in [m for m in sys.modules if m.startswith("brokerbench.brokers.pulsar.driver")]:
+        monkeypatch.delitem(sys.modules, module)
+    monkeypatch.setenv("BROKERBENCH_MODE", "aws")
+    request = spec.validate({**MINIMAL, "brokers": ["kafka", "pulsar"], "targets": {"pulsar": {
+        "service_url": "pulsar://10.0.0.7:6650", "admin_url": "http://10.0.0.7:8080"}}})
+    assert wiring.provider_problem("kafka", request) is None
+    problem = wiring.provider_problem("pulsar", request)
+    assert problem.startswith("pulsar cannot run in AWS: its client library is not deployed") and "pulsar" in problem[40:]
+    with pytest.raises(steps.InvalidRequest, match="pulsar cannot run in AWS"):
+        steps.validate_request({"request": request})
+    monkeypatch.setenv("BROKERBENCH_MODE", "local")  # locally the client is a requirement: not checked here
+    assert wiring.provider_problem("pulsar", request) is None
+
+
 def test_brokers_command_lists_version_where_and_capabilities(capsys):
     assert main(["brokers", "--json"]) == 0
     rows = {row["name"]: row for row in json.loads(capsys.readouterr().out)}

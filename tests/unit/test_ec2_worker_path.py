@@ -6,8 +6,8 @@ they go through botocore's Stubber, which checks each request against the servic
 parameters expected and plays back the responses (including the error codes AWS would answer).
 
 The boot script (fleet.user_data) runs under the real bash, with fake `aws`, `pip`, `python`,
-`python3.11` and `shutdown` commands first on PATH: small shell stubs that log their arguments to a
-file (`python3.11 -m zipfile` is handed to the real Python, so the asset is really unpacked).
+`python3.12` and `shutdown` commands first on PATH: small shell stubs that log their arguments to a
+file (`python3.12 -m zipfile` is handed to the real Python, so the asset is really unpacked).
 
 The local bridge's heartbeat route and window, and its cancel (TaskTimedOut answers, the worker process told to
 stop), run for real (an HTTP server on 127.0.0.1 and urllib), with a stand-in for the StartEc2Worker handler module.
@@ -177,7 +177,7 @@ case "$name" in
       [ -n "${FAKE_S3_FAIL:-}" ] && { echo "fatal error: An error occurred (403) when calling the HeadObject operation: Forbidden" >&2; exit 1; }
       cp "$FAKE_ASSET" "${@: -1}"
     fi ;;
-  python3.11)
+  python3.12)
     if [ "$1 $2" = "-m venv" ]; then mkdir -p "$3/bin"; exit 0; fi
     exec "$REAL_PYTHON" "$@" ;;
   pip)
@@ -196,12 +196,13 @@ exit 0
 def boot(tmp_path, **fake) -> tuple[subprocess.CompletedProcess, list[list[str]]]:
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
-    for name in ("aws", "pip", "python", "python3.11", "shutdown"):
+    for name in ("aws", "pip", "python", "python3.12", "shutdown"):
         (bin_dir / name).write_text(STUB)
         (bin_dir / name).chmod(stat.S_IRWXU)
     asset = tmp_path / "asset.zip"
     with zipfile.ZipFile(asset, "w") as zf:
-        zf.writestr("requirements.txt", "boto3\n")
+        zf.writestr("requirements-lambda.txt", "boto3==1.44.5 --hash=sha256:00\n")
+        zf.writestr("wheels/boto3-1.44.5-py3-none-any.whl", "")
         zf.writestr("functions/brokerbench/__init__.py", "")
     script = tmp_path / "user-data.sh"
     script.write_text(user_data(JOB, PARAMETER, {"AWS_REGION": "us-east-1", "BROKERBENCH_MODE": "aws"},
@@ -228,10 +229,13 @@ def test_boot_script_installs_the_asset_runs_the_worker_and_powers_off(tmp_path)
     assert calls[1] == ["aws", "ssm", "delete-parameter", "--name", PARAMETER]
     assert calls[2][:3] == ["aws", "stepfunctions", "send-task-heartbeat"] and calls[2][4] == TOKEN
     assert ["aws", "s3", "cp", "--only-show-errors", "s3://bb-assets/worker-abc.zip", str(tmp_path / "opt/worker.zip")] in calls
-    assert (tmp_path / "opt/app/requirements.txt").read_text() == "boto3\n"  # really unpacked
-    assert ["python3.11", "-m", "venv", str(tmp_path / "opt/.venv")] in calls
+    assert (tmp_path / "opt/app/requirements-lambda.txt").read_text().startswith("boto3==")  # really unpacked
+    assert ["python3.12", "-m", "venv", str(tmp_path / "opt/.venv")] in calls
     [pip] = [c for c in calls if c[0] == "pip"]
-    assert pip[:2] == ["pip", "install"] and pip[-2:] == ["-r", str(tmp_path / "opt/app/requirements.txt")]
+    # The layer's lock, from the asset's wheels only: no index, hashes checked, nothing resolved.
+    assert pip[:2] == ["pip", "install"] and pip[-2:] == ["-r", str(tmp_path / "opt/app/requirements-lambda.txt")]
+    assert {"--no-index", "--require-hashes", "--no-deps"} <= set(pip)
+    assert pip[pip.index("--find-links") + 1] == str(tmp_path / "opt/app/wheels")
     assert ["python", "-c", "import brokerbench.ec2_worker"] in calls
     [worker] = [c for c in calls if c[:3] == ["python", "-m", "brokerbench.ec2_worker"]]
     assert worker[3:] == ["--job", encode_job(JOB)]  # the token is not on the command line...
@@ -259,7 +263,7 @@ def test_a_failed_download_reports_worker_boot_failed_with_the_token_and_powers_
 def test_a_failed_install_reports_its_step_and_a_failed_worker_reports_nothing_more(tmp_path):
     done, calls = boot(tmp_path, FAKE_PIP_FAIL="1")
     [failure] = failures(calls)
-    assert failure[4] == TOKEN and failure[8].startswith("installing the worker's requirements failed (exit 1)")
+    assert failure[4] == TOKEN and failure[8].startswith("installing the worker's packages from the asset's wheels failed (exit 1)")
     assert not [c for c in calls if c[0] == "python"] and calls[-1] == ["shutdown", "-h", "now"]
 
     worker_failed = tmp_path / "worker-failed"

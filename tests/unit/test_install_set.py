@@ -29,7 +29,7 @@ def installs(monkeypatch):
     for plugin in brokers.plugins().values():
         if plugin.local is not None:
             monkeypatch.setattr(plugin.local, "install", lambda log, name=plugin.name: called.append(name))
-    for step in ("install_commands", "install_dynamodb_local", "build_native", "install_toxiproxy"):
+    for step in ("install_commands", "install_dynamodb_local", "build_native", "install_toxiproxy", "install_rie"):
         monkeypatch.setattr(install, step, lambda *a, step=step, **k: called.append(step))
     return called
 
@@ -58,7 +58,7 @@ def test_setup_installs_the_quick_suites_brokers_setup_all_and_test_every_one(in
     assert install.main([]) == 0
     assert installs == ["install_commands", "kafka", "redis-streams", "install_dynamodb_local", "build_native"]
     everything = [name for name, p in brokers.plugins().items() if p.local is not None]
-    for flags, tools in ((["--all"], []), (["--with-browser"], ["install_toxiproxy"])):
+    for flags, tools in ((["--all"], []), (["--with-browser"], ["install_toxiproxy", "install_rie"])):
         installs.clear()
         assert install.main(flags) == 0
         assert installs == ["install_commands", *everything, "install_dynamodb_local", "build_native", *tools]

@@ -137,6 +137,10 @@ def cmd_compare(args) -> int:
         need = max(v["runs_needed"] for v in unknown)
         line += (f", {len(unknown)} cannot tell (run-to-run noise unknown: {need} more completed "
                  f"run{'s' if need != 1 else ''} of the suite needed)")
+    across = [v for v in verdicts if v.get("send_loops")]
+    if across:
+        line += (f", [yellow]{len(across)} between cells of different send loops (native C and Python): their "
+                 "changes may be the loop's[/]")
     console.print(f"{line} · {path}")
     return EXIT_CELLS_FAILED if regressions else EXIT_OK
 

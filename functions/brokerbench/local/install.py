@@ -4,8 +4,9 @@ tools and the native send loop (built against librdkafka-dev's header); `--suite
 brokers instead. Any other broker (Pulsar, ZooKeeper-mode Kafka) is installed on first use: the local stack
 installs a service that is not installed before it starts it, with a progress line on stderr
 (install_on_first_use). `--all` (`make setup-all`) installs every registered broker up front, and so does
-`--with-browser` (`make test`), which adds the tests' own tools: chromium, and Toxiproxy (a TCP proxy that adds
-a known latency: the tests' independent truth for latency figures), built from the Go module proxy.
+`--with-browser` (`make test`), which adds the tests' own tools: chromium, Toxiproxy (a TCP proxy that adds
+a known latency: the tests' independent truth for latency figures) and the AWS Lambda Runtime Interface Emulator
+(the handlers run through it as Lambda runs them), both built from the Go module proxy.
 
 Also the helpers a broker's local service installs with: Debian packages, Maven Central jars.
 """
@@ -65,6 +66,9 @@ TEST_COMMANDS = ("chromium", "go")
 RUN_COMMANDS = tuple(c for c in DEBIAN_PACKAGES if c not in TEST_COMMANDS)
 TOXIPROXY_MODULE = "github.com/Shopify/toxiproxy/v2/cmd/server"
 TOXIPROXY_VERSION = "2.5.0"
+# AWS publishes no tagged module version: this is the Go module proxy's pseudo-version of its 2026-10-30 commit.
+RIE_MODULE = "github.com/aws/aws-lambda-runtime-interface-emulator/cmd/aws-lambda-rie"
+RIE_VERSION = "0.0.0-20261030222936-bef5c4ba774d"
 
 
 def install_debian(packages: dict[str, str], log=print, headers: dict[str, str] | None = None) -> None:
@@ -133,29 +137,52 @@ def toxiproxy_path() -> Path:
 
 
 def toxiproxy_version() -> str | None:
-    """The installed Toxiproxy's module version (`go version -m`: a `go install` build prints "git" for
-    `-version`), None when it is not installed."""
-    if not toxiproxy_path().is_file() or not shutil.which("go"):
+    """The installed Toxiproxy's module version, None when it is not installed."""
+    return go_binary_version(toxiproxy_path(), "github.com/Shopify/toxiproxy/v2")
+
+
+def go_binary_version(path: Path, module: str) -> str | None:
+    """The version of `module` a `go install`ed binary was built from (`go version -m`: such a build prints "git"
+    for its own `-version`), None when it is not installed."""
+    if not path.is_file() or not shutil.which("go"):
         return None
-    result = subprocess.run(["go", "version", "-m", str(toxiproxy_path())], capture_output=True, text=True)
+    result = subprocess.run(["go", "version", "-m", str(path)], capture_output=True, text=True)
     for line in result.stdout.splitlines():
         fields = line.split()
-        if fields[:2] == ["mod", "github.com/Shopify/toxiproxy/v2"] and len(fields) > 2:
+        if fields[:2] == ["mod", module] and len(fields) > 2:
             return fields[2].removeprefix("v")
     return None
 
 
+def go_install(name: str, package: str, module: str, version: str, path: Path, log=print) -> Path:
+    """`package` from the Go module proxy into .cache/bin, unless that version is there."""
+    if go_binary_version(path, module) == version:
+        return path
+    log(f"building {name} {version} (go install) ...")
+    BIN_DIR.mkdir(parents=True, exist_ok=True)
+    result = subprocess.run(["go", "install", f"{package}@v{version}"], capture_output=True,
+                            text=True, env={**os.environ, "GOBIN": str(BIN_DIR)})
+    if result.returncode != 0 or go_binary_version(path, module) != version:
+        raise InstallError(f"go install {package}@v{version} failed:\n{result.stderr[-2000:]}")
+    return path
+
+
 def install_toxiproxy(log=print) -> Path:
     """Toxiproxy's server from the Go module proxy into .cache/bin, unless that version is there (~40 s)."""
-    if toxiproxy_version() == TOXIPROXY_VERSION:
-        return toxiproxy_path()
-    log(f"building Toxiproxy {TOXIPROXY_VERSION} (go install) ...")
-    BIN_DIR.mkdir(parents=True, exist_ok=True)
-    result = subprocess.run(["go", "install", f"{TOXIPROXY_MODULE}@v{TOXIPROXY_VERSION}"], capture_output=True,
-                            text=True, env={**os.environ, "GOBIN": str(BIN_DIR)})
-    if result.returncode != 0 or toxiproxy_version() != TOXIPROXY_VERSION:
-        raise InstallError(f"go install {TOXIPROXY_MODULE}@v{TOXIPROXY_VERSION} failed:\n{result.stderr[-2000:]}")
-    return toxiproxy_path()
+    return go_install("Toxiproxy", TOXIPROXY_MODULE, "github.com/Shopify/toxiproxy/v2", TOXIPROXY_VERSION,
+                      toxiproxy_path(), log)
+
+
+def rie_path() -> Path:
+    """The AWS Lambda Runtime Interface Emulator, as `go install` names it."""
+    return BIN_DIR / "aws-lambda-rie"
+
+
+def install_rie(log=print) -> Path:
+    """The Lambda Runtime Interface Emulator from the Go module proxy into .cache/bin (~25 s): the tests run the
+    handlers through it, as Lambda does (tests/integration/test_lambda_runtime.py)."""
+    return go_install("the Lambda Runtime Interface Emulator", RIE_MODULE, RIE_MODULE.removesuffix("/cmd/aws-lambda-rie"),
+                      RIE_VERSION, rie_path(), log)
 
 
 def pom_version(pom: str, artifact: str) -> str | None:
@@ -192,6 +219,7 @@ def install_all(with_browser: bool = False, log=print, suite: str | None = None)
     build_native(log)
     if with_browser:
         install_toxiproxy(log)
+        install_rie(log)
 
 
 # -- install on first use --------------------------------------------------------------------------

@@ -57,7 +57,8 @@ def _ratio_td(c: dict, axis: str) -> str:
     return "<td>–</td>" if ratio is None else f"<td>{ratio:.2f}×</td>"
 
 
-def _grid(group: dict, refs: dict) -> str:
+def _grid(group: dict, report: dict) -> str:
+    refs = report["references"]
     head = ("<tr><th>broker</th><th>format</th><th>bytes</th><th>delivered msgs/s</th><th>MB/s</th><th>e2e p50 ms</th>"
             "<th>e2e p99 ms</th><th>e2e p99.9 ms</th><th>deliv p99 ms</th><th>pub p99 ms</th><th>delay p99 ms</th><th>enc ns</th>"
             "<th>enc net ns</th><th>dec ns</th><th>dec net ns</th><th>floor ns (enc / dec)</th>"
@@ -66,14 +67,14 @@ def _grid(group: dict, refs: dict) -> str:
     rows = []
     for c in group["cells"]:
         if c["status"] == "failed":
-            rows.append(f"<tr><td>{escape(c['broker'])}</td><td>{escape(c['format'])}</td>"
+            rows.append(f"<tr><td>{escape(c['broker'])}</td><td>{escape(markdown.format_text(c, report))}</td>"
                         f"<td colspan=18 class='bad'>FAILED: {escape('; '.join(c['reasons']))}</td></tr>")
             continue
         verdict = c["sustainability"]["verdict"]
         css = {"unsustainable": "warn", "inconclusive": "muted"}.get(verdict)
         verdict_html = (f"<span class='{css}'>{escape(markdown.verdict_text(c))}</span>" if css
                         else escape(markdown.verdict_text(c)))
-        rows.append("<tr>" + f"<td>{escape(c['broker'])}</td><td>{escape(c['format'])}</td>"
+        rows.append("<tr>" + f"<td>{escape(c['broker'])}</td><td>{escape(markdown.format_text(c, report))}</td>"
                     + _td(c, "encoded_bytes") + _td(c, "throughput_msgs_per_s") + _td(c, "throughput_mb_per_s", 2)
                     + _td(c, "end_to_end_p50_us", 2, 1000) + _td(c, "end_to_end_p99_us", 2, 1000)
                     + _td(c, "end_to_end_p999_us", 2, 1000) + _td(c, "delivery_p99_us", 2, 1000)
@@ -251,13 +252,15 @@ def _claims_and_rules(report: dict) -> list[str]:
         parts.append("<ul>" + "".join(f"<li>{escape(h['text'])}</li>" for h in report["highlights"]) + "</ul>")
     else:
         parts.append("<p>No difference between configurations exceeded the run's own noise.</p>")
+    if report.get("send_loop_note"):
+        parts.append(f"<p class='warn'><b>Send loops differ:</b> {escape(report['send_loop_note'])}.</p>")
     if report.get("configurations_with_loss"):
         parts.append(f"<p class='bad'>Loss in {len(report['configurations_with_loss'])} configuration(s): see the loss column.</p>")
     rules = report.get("rules") or {}
     items = [f"<li><b>{label}.</b> {escape(rules[key])}</li>" for key, label in
              (("sustainability", "Sustainability"), ("claims", "Claims"), ("percentiles", "Percentiles"),
               ("max_rate", "Max rate"), ("missing", "Missing messages"), ("accounting", "Accounting"),
-              ("codec", "Codec figures"))
+              ("codec", "Codec figures"), ("send_loop", "Send loop"))
              if rules.get(key)]
     if items:
         parts.append(f"<h2>How to read this report</h2><ul>{''.join(items)}</ul>")
@@ -284,7 +287,7 @@ def render(report: dict) -> str:
              f"<h1>brokerbench run {escape(report['run_id'])} ({escape(report['name'])})</h1>",
              f"<p>Status <b>{escape(report['status'])}</b>{' — ' + escape(report['reason']) if report.get('reason') else ''}"
              f" · {brokers} · {env['host']['cores']} cores {escape(env['host']['cpu_model'])} · code "
-             f"{escape(env['code_version'])}</p>"]
+             f"{escape(env['code_version'])}{escape(markdown.send_loop_header(report))}</p>"]
     parts += _regression_section(report)
     parts += _claims_and_rules(report)
     parts.append("<h2>Comparison</h2>")
@@ -292,7 +295,7 @@ def render(report: dict) -> str:
         note = f"<p><i>{escape(group['note'])}</i></p>" if group.get("note") else ""
         searches = _list_items(markdown.search_lines(group))
         shapes = _list_items(markdown.shape_lines(group))
-        parts.append(f"<h3>{escape(group['title'])}</h3>{note}{_grid(group, report['references'])}"
+        parts.append(f"<h3>{escape(group['title'])}</h3>{note}{_grid(group, report)}"
                      + (f"<ul class='searches'>{searches}</ul>" if searches else "")
                      + (f"<ul class='shapes'>{shapes}</ul>" if shapes else "")
                      + f"<div class='charts'>{_spectrum_chart(group)}</div>")

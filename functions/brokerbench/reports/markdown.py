@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from .model import RESOURCES_NOTE, need_label, rate_text
+from .model import RESOURCES_NOTE, need_label, rate_text, send_loop_text
 from .regression import FIGURES, figure_text
 
 VERDICT_ORDER = {"regression": 0, "unstable": 1, "improvement": 2, "unchanged": 3}
@@ -229,9 +229,22 @@ def regression_section(report: dict) -> list[str]:
     return lines + [""]
 
 
-def _send_loops(report: dict) -> str:
-    loops = sorted({c.get("send_loop") for g in report["groups"] for c in g["cells"] if c.get("send_loop")})
-    return f" · send loop {', '.join(loops)}" if loops else ""
+def send_loop_header(report: dict) -> str:
+    """The header's send loop when every cell used one (each row names its own otherwise: format_text)."""
+    loops = report.get("send_loops") or {}
+    return f" · {send_loop_text(next(iter(loops)))}" if len(loops) == 1 and not report.get("send_loop_note") else ""
+
+
+def format_text(c: dict, report: dict) -> str:
+    """A row's format, with the send loop that measured it when the report's cells mix loops."""
+    if report.get("send_loop_note") and c.get("send_loop"):
+        return f"{c['format']} · {send_loop_text(c['send_loop'])}"
+    return c["format"]
+
+
+def send_loop_lines(report: dict) -> list[str]:
+    note = report.get("send_loop_note")
+    return [f"**Send loops differ:** {note}.", ""] if note else []
 
 
 def claims_section(report: dict) -> list[str]:
@@ -247,7 +260,7 @@ def rules_section(report: dict) -> list[str]:
     rules = report.get("rules") or {}
     names = (("sustainability", "Sustainability"), ("claims", "Claims"), ("percentiles", "Percentiles"),
              ("max_rate", "Max rate"), ("missing", "Missing messages"), ("accounting", "Accounting"),
-             ("codec", "Codec figures"))
+             ("codec", "Codec figures"), ("send_loop", "Send loop"))
     return ["## How to read this report", ""] + [f"- **{label}.** {rules[key]}" for key, label in names
                                                   if rules.get(key)] + [""]
 
@@ -287,11 +300,12 @@ def render(report: dict) -> str:
         "",
         f"Status **{report['status']}**{' — ' + report['reason'] if report.get('reason') else ''} · brokers {brokers} · "
         f"{env['host']['cores']} cores {env['host']['cpu_model']} · code {env['code_version']}"
-        f"{_send_loops(report)}",
+        f"{send_loop_header(report)}",
         "",
     ]
     lines += regression_section(report)
     lines += claims_section(report)
+    lines += send_loop_lines(report)
     if report.get("configurations_with_loss"):
         lines += [f"**Loss** in {len(report['configurations_with_loss'])} configuration(s): see the loss column.", ""]
     lines += rules_section(report)
@@ -310,10 +324,10 @@ def render(report: dict) -> str:
                   "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
         for c in group["cells"]:
             if c["status"] == "failed":
-                lines.append(f"| {c['broker']} | {c['format']} | " + "– | " * 17 + f"FAILED: {'; '.join(c['reasons'])} |")
+                lines.append(f"| {c['broker']} | {format_text(c, report)} | " + "– | " * 17 + f"FAILED: {'; '.join(c['reasons'])} |")
                 continue
             lines.append(
-                f"| {c['broker']} | {c['format']} | {_metric(c, 'encoded_bytes')} | {_metric(c, 'throughput_msgs_per_s')} | "
+                f"| {c['broker']} | {format_text(c, report)} | {_metric(c, 'encoded_bytes')} | {_metric(c, 'throughput_msgs_per_s')} | "
                 f"{_metric(c, 'throughput_mb_per_s', 2)} | {_metric(c, 'end_to_end_p50_us', 2, 1000)} | "
                 f"{_metric(c, 'end_to_end_p99_us', 2, 1000)} | {_metric(c, 'end_to_end_p999_us', 2, 1000)} | "
                 f"{_metric(c, 'delivery_p99_us', 2, 1000)} | {_metric(c, 'publish_latency_p99_us', 2, 1000)} | "

@@ -118,6 +118,17 @@ CODEC_RULE = (
     "repeats), and floor the median floor, encode / decode. A dash: the cell was stored before the floor was "
     "measured, so no net figure is known."
 )
+# What each cell's producers sent with (CellCompleted.send_loop, worker/producer.py): the native C loop (built on
+# the worker's host and chosen by BROKERBENCH_SEND_LOOP) or Python's. Lambda and EC2 workers in AWS always run the
+# Python loop: the code asset leaves the native module out, and it refuses MSK's IAM and TLS settings.
+SEND_LOOP_NAMES = {"native": "native C", "python": "Python", "mixed": "mixed (native C and Python producers in one cell)"}
+SEND_LOOP_RULE = (
+    "The send loop is the producers' inner loop: native C or Python. It sets how fast a producer can send and where "
+    "its publish timings are taken, so a figure measured by one loop is compared with another loop's only with a "
+    "warning: the header names the loop when every cell used the same one; otherwise each row names its loop and "
+    "the report says above the tables that its cells mix loops (`brokerbench compare` and GET /compare mark each "
+    "verdict whose two runs used different loops)."
+)
 
 
 @cache
@@ -578,6 +589,31 @@ def highlights(groups: list[dict], references: dict, noise: dict[str, dict]) -> 
     return claims(groups, references, noise)[0]
 
 
+def send_loops(configurations: list[dict]) -> dict[str, int]:
+    """How many configurations each send loop measured (a configuration whose repeats differ counts for each)."""
+    counts: dict[str, int] = {}
+    for c in configurations:
+        for loop in filter(None, (c.get("send_loop") or "").split(", ")):
+            counts[loop] = counts.get(loop, 0) + 1
+    return dict(sorted(counts.items()))
+
+
+def send_loop_text(loop: str) -> str:
+    """'native' -> 'native C loop'; 'native, python' (a configuration's repeats) -> 'native C and Python loops'."""
+    names = [SEND_LOOP_NAMES.get(name, name) for name in loop.split(", ")]
+    return f"{' and '.join(names)} loop{'s' if len(names) > 1 else ''}"
+
+
+def send_loop_note(loops: dict[str, int]) -> str | None:
+    """The words a report shows when its cells were measured by more than one send loop (or one cell by both)."""
+    if len(loops) <= 1 and "mixed" not in loops:
+        return None
+    parts = ", ".join(f"{SEND_LOOP_NAMES.get(loop, loop)}: {n}" for loop, n in loops.items())
+    return (f"these cells were measured by different send loops (configurations per loop: {parts}): the loop sets "
+            "how fast a producer can send and where its publish timings are taken, so a difference between cells of "
+            "different loops may be the loop's, not the broker's or the format's")
+
+
 def claims_note(configurations: list[dict]) -> str | None:
     repeats = max((c["completed_repeats"] for c in configurations), default=0)
     if repeats <= 1:
@@ -629,6 +665,7 @@ def build_report(events: list[dict]) -> dict:
     noise = run_noise(configurations)
     found, family = ([], None) if note else claims(groups, references, noise)
     regressions = [e["data"] for e in events if e["type"] == "RegressionDetected"]
+    loops = send_loops(configurations)
     return {
         "run_id": results["run_id"],
         "name": results["name"],
@@ -641,12 +678,14 @@ def build_report(events: list[dict]) -> dict:
         "references": references,
         "regressions": regressions,
         "claims_note": note,
+        "send_loops": loops,
+        "send_loop_note": send_loop_note(loops),
         "noise": noise,
         "highlights": found,
         "claims": family,
         "rules": {"sustainability": verdict.RULE, "claims": CLAIMS_RULE, "percentiles": PERCENTILE_RULE,
                   "missing": MISSING_RULE, "accounting": ACCOUNTING_RULE,
-                  "max_rate": MAX_RATE_NOTE, "codec": CODEC_RULE},
+                  "max_rate": MAX_RATE_NOTE, "codec": CODEC_RULE, "send_loop": SEND_LOOP_RULE},
         "configurations_with_loss": [c["key"] for c in configurations if c["has_loss"]],
         "groups": groups,
         "cost": cost_estimate(events),

@@ -59,6 +59,7 @@ import math
 import numpy as np
 
 from ..events import EventStore, make_event, planned_cells, read_report_events
+from .model import send_loop_text
 from .stats import holm, spread, t_quantile, t_two_sided_p  # noqa: F401 (holm, t_two_sided_p: this module's API too)
 
 ALPHA = 0.01  # family-wise over all verdicts of a run (Holm–Bonferroni): one run in 100 with a false alarm
@@ -373,6 +374,7 @@ def run_figures(source) -> dict[str, dict]:
             entry = {"key": config["key"], "cell": f"{config['broker']} {config['format']} · {group['title']}",
                      "cell_id": config["cell_ids"][0], "status": config["status"], "repeats": {}, "series": {},
                      "search": _is_search(config["rate_target"]),
+                     "send_loop": config.get("send_loop"),
                      "sustainability": (config.get("sustainability") or {}).get("verdict")}
             by_repeat = config.get("values_by_repeat") or {}
             for metric in _metrics_of(entry):
@@ -479,7 +481,17 @@ def compare(baseline, candidate, history=()) -> list[dict]:
             figures["samples"] = "repeats" if by_repeats else "one per run" if one_figure else f"blocks of {block} s"
             assessed.append({"cell": config["cell"], "key": key, "cell_id": config["cell_id"], "metric": metric,
                              **figures})
-    return decide(assessed)
+    return [flag_send_loops(v, before[v["key"]], after[v["key"]]) for v in decide(assessed)]
+
+
+def flag_send_loops(verdict: dict, old: dict, new: dict) -> dict:
+    """A verdict between cells that different send loops measured says so first (reports.model.SEND_LOOP_RULE):
+    the change may be the loop's. Figures stored before cells named their loop are left as they are."""
+    if not old.get("send_loop") or not new.get("send_loop") or old["send_loop"] == new["send_loop"]:
+        return verdict
+    loops = f"{send_loop_text(old['send_loop'])} → {send_loop_text(new['send_loop'])}"
+    return {**verdict, "send_loops": {"baseline": old["send_loop"], "candidate": new["send_loop"]},
+            "why": f"send loops differ ({loops}): the change may be the loop's; {verdict['why']}"}
 
 
 def target_configuration(events: list[dict]) -> dict:

@@ -27,6 +27,10 @@ from ..plan import estimated_seconds
 WORKER_MODULE = "brokerbench.ec2_worker"
 TOKEN_ENV = "BROKERBENCH_TASK_TOKEN"
 WORKER_ROOT = "/opt/brokerbench"  # the instance's install: .venv, the unpacked worker asset (app/)
+# The worker's Python: the one the Lambda layer's lock is resolved for (cdk/bundling.py LOCK_PYTHON), so the asset's
+# wheels install on it and the worker runs what the Lambda functions run. Amazon Linux 2023 packages it.
+WORKER_PYTHON = "python3.12"
+WORKER_LOCK = "requirements-lambda.txt"  # in the asset, with the wheels it pins in wheels/
 # A launch that EC2 could not do now (capacity, throttling): RunCellOnEc2's Retry names this error.
 RETRYABLE_LAUNCH_ERRORS = frozenset({"InsufficientInstanceCapacity", "RequestLimitExceeded", "Unavailable",
                                      "InternalError", "ServiceUnavailable"})
@@ -68,9 +72,9 @@ def token_parameter(prefix: str, client_token_: str, token: str) -> str:
 
 def user_data(job: dict, token_parameter_: str, environment: dict[str, str], *, worker_asset: str | None = None,
               root: str = WORKER_ROOT) -> str:
-    """The instance's boot script: install the worker (from `worker_asset`, an s3:// zip of functions/ and
-    requirements.txt; without one the image must have `root`/.venv with the code), run the cell, power off
-    (the instance terminates on shutdown).
+    """The instance's boot script: install the worker (from `worker_asset`, an s3:// zip of functions/, the
+    layer's lock and its wheels, installed without PyPI; without one the image must have `root`/.venv with the
+    code), run the cell, power off (the instance terminates on shutdown).
 
     The task token is read from the SSM SecureString parameter `token_parameter_` (and the parameter
     deleted): it is never in the user data. When anything fails before the worker runs, the EXIT trap sends
@@ -82,21 +86,22 @@ def user_data(job: dict, token_parameter_: str, environment: dict[str, str], *, 
     exports = "".join(f"export {k}={q(v)}\n" for k, v in sorted(environment.items()))
     if worker_asset:
         install = (
-            'STEP="installing python3.11"\n'
-            "command -v python3.11 >/dev/null || dnf install -y -q python3.11 python3.11-pip\n"
+            f'STEP="installing {WORKER_PYTHON}"\n'
+            f"command -v {WORKER_PYTHON} >/dev/null || dnf install -y -q {WORKER_PYTHON} {WORKER_PYTHON}-pip\n"
             'STEP="downloading the worker code from $WORKER_ASSET"\n'
             'mkdir -p "$ROOT"\n'
             'aws s3 cp --only-show-errors "$WORKER_ASSET" "$ROOT/worker.zip"\n'
             "beat\n"
             'STEP="unpacking the worker code"\n'
             'rm -rf "$ROOT/app"\n'
-            'python3.11 -m zipfile -e "$ROOT/worker.zip" "$ROOT/app"\n'
-            'STEP="creating $ROOT/.venv with python3.11"\n'
-            'python3.11 -m venv "$ROOT/.venv"\n'
+            f'{WORKER_PYTHON} -m zipfile -e "$ROOT/worker.zip" "$ROOT/app"\n'
+            f'STEP="creating $ROOT/.venv with {WORKER_PYTHON}"\n'
+            f'{WORKER_PYTHON} -m venv "$ROOT/.venv"\n'
             'export PATH="$ROOT/.venv/bin:$PATH"\n'
             "beat\n"
-            'STEP="installing the worker\'s requirements"\n'
-            'pip install --disable-pip-version-check --no-input -q -r "$ROOT/app/requirements.txt"\n'
+            'STEP="installing the worker\'s packages from the asset\'s wheels"\n'
+            "pip install --disable-pip-version-check --no-input -q --no-index --find-links \"$ROOT/app/wheels\" "
+            f'--require-hashes --no-deps -r "$ROOT/app/{WORKER_LOCK}"\n'
             'export PYTHONPATH="$ROOT/app/functions"\n'
             "beat\n"
         )

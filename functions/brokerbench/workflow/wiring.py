@@ -4,6 +4,7 @@ adapters it puts together import settings, never this module."""
 
 from __future__ import annotations
 
+import importlib
 import os
 from pathlib import Path
 
@@ -29,6 +30,8 @@ def local_stack() -> LocalStack:
 
 def provider_problem(broker: str, spec: dict) -> str | None:
     """Why no provider can supply `broker` in this mode (None when one can): the run is refused, not started."""
+    if not local() and (missing := missing_client(broker, spec)):
+        return missing
     if broker in spec.get("targets", {}):
         return None
     try:
@@ -39,6 +42,21 @@ def provider_problem(broker: str, spec: dict) -> str | None:
         return f"{broker} has no local service: give its endpoint in targets.{broker}"
     if not local() and chosen.cloud is None:
         return f"{broker} has no cloud provider: give its endpoint in targets.{broker}"
+    return None
+
+
+def missing_client(broker: str, spec: dict) -> str | None:
+    """Why `broker`'s driver cannot load here (None when it can): in AWS, a client library the Lambda layer and the
+    EC2 worker leave out (cdk/bundling.py LAYER_LEAVES_OUT: pulsar-client), even for an existing endpoint."""
+    try:
+        chosen = for_target(broker, spec.get("targets", {}).get(broker))
+    except UnknownBroker:
+        return None  # provider_problem names it
+    try:
+        importlib.import_module(chosen.driver.partition(":")[0])
+    except ImportError as exc:
+        return (f"{broker} cannot run in AWS: its client library is not deployed with the workers "
+                f"(requirements-lambda.txt leaves it out; {exc})")
     return None
 
 

@@ -31,7 +31,8 @@ if str(REPO) not in sys.path:
 
 from cdk import paths  # noqa: E402
 from cdk.bundling import (  # noqa: E402
-    LocalCodeBundling, LocalPipBundling, LocalWheelsBundling, find_python, layer_hash, layer_source, manylinux_platforms, worker_source,
+    LocalCodeBundling, LocalPipBundling, LocalWheelsBundling, find_python, layer_hash, layer_source,
+    manylinux_platforms, worker_source,
 )
 from cdk.constructs.functions import DEFAULT_PYTHON, SCHEMAS_IN_LAYER  # noqa: E402
 

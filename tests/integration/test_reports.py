@@ -115,3 +115,22 @@ def test_the_html_report_in_a_real_browser(stack, runs, tmp_path):
                                                                  ("spectrum", "rate per second", "Serialization")
                                                                  if k in c["title"]}
     assert screenshot.stat().st_size > 10_000
+
+
+def test_compare_says_when_the_two_runs_cells_used_different_send_loops(stack, stack_store, tmp_path):
+    """reports.model.SEND_LOOP_RULE: the verdicts are the same, each says the loops differ, and so does the summary."""
+    suite = f"loops-{new_run_id()[-6:]}"
+    baseline_id, candidate_id = sorted({new_run_id() for _ in range(2)})
+    for run_id, seed, loop in ((baseline_id, 3, "native"), (candidate_id, 4, "python")):
+        events = synthetic_run({**SPEC, "name": suite}, intervals=10, seed=seed, run_id=run_id)
+        for e in events:
+            if e["type"] == "CellCompleted":
+                e["data"]["send_loop"] = loop
+        stack_store.append(events)
+    done = subprocess.run([str(BIN), "--state-dir", str(stack.state_dir), "compare", baseline_id, candidate_id,
+                           "--no-history", "--out", str(tmp_path)], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    stored = json.loads((tmp_path / candidate_id / f"compare-{baseline_id}.json").read_text())["verdicts"]
+    assert stored and all(v["send_loops"] == {"baseline": "native", "candidate": "python"} for v in stored)
+    summary = " ".join(done.stdout.split())  # rich wraps the line to the terminal's width
+    assert f"{len(stored)} between cells of different send loops (native C and Python)" in summary, done.stdout

@@ -15,11 +15,13 @@ import json
 import re
 import threading
 from datetime import datetime, timedelta, timezone
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import ThreadingHTTPServer
 from urllib.parse import quote, unquote_plus, urlsplit
 
 from botocore.auth import SigV4Auth
 from botocore.awsrequest import AWSRequest
+
+from brokerbench.api.http_handler import AnyMethodHandler
 
 AUTHORIZATION = re.compile(r"^AWS4-HMAC-SHA256 Credential=([^/]+)/(\d{8})/([^/]+)/([^/]+)/aws4_request, "
                            r"SignedHeaders=([a-z0-9;-]+), Signature=([0-9a-f]{64})$")
@@ -82,29 +84,13 @@ class VerifyingUpstream:
         self.rejected: list[dict] = []
         upstream = self
 
-        class Handler(BaseHTTPRequestHandler):
+        class Handler(AnyMethodHandler):
             protocol_version = "HTTP/1.1"
 
             def _serve(self) -> None:
                 headers = {k.lower(): v for k, v in self.headers.items()}
                 body = self.rfile.read(int(headers.get("content-length") or 0))
-                status, out_headers, out_body = upstream.handle(self.command, self.path, headers, body)
-                self.send_response(status)
-                for name, value in out_headers:
-                    if name.lower() not in ("content-length", "connection", "transfer-encoding"):
-                        self.send_header(name, value)
-                self.send_header("Content-Length", str(len(out_body)))
-                self.end_headers()
-                if self.command != "HEAD":
-                    self.wfile.write(out_body)
-
-            def __getattr__(self, name: str):
-                if name.startswith("do_"):
-                    return self._serve
-                raise AttributeError(name)
-
-            def log_message(self, *args) -> None:
-                pass
+                self._answer(*upstream.handle(self.command, self.path, headers, body))
 
         self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.httpd.daemon_threads = True

@@ -14,8 +14,10 @@ import threading
 import time
 import uuid
 from collections.abc import Callable
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import ThreadingHTTPServer
 from urllib.parse import parse_qsl, urlsplit
+
+from .http_handler import AnyMethodHandler
 
 MAX_BODY = 1024 * 1024  # a run spec is a few KB; API Gateway's own cap is 10 MB
 DRAIN_LIMIT = 16 * MAX_BODY  # larger bodies are not read at all: the connection is closed after the 413
@@ -96,7 +98,7 @@ class ApiServer:
         self._one_at_a_time = threading.Lock()
         server = self
 
-        class Handler(BaseHTTPRequestHandler):
+        class Handler(AnyMethodHandler):
             protocol_version = "HTTP/1.1"
 
             def _serve(self) -> None:
@@ -123,24 +125,6 @@ class ApiServer:
                 event = to_event(self.command, self.path, headers, body, self.client_address[0])
                 status, out_headers, out_body = server.invoke(event)
                 self._answer(status, out_headers, out_body)
-
-            def _answer(self, status: int, headers: dict, body: bytes) -> None:
-                self.send_response(status)
-                for name, value in headers.items():
-                    if name.lower() not in ("content-length", "connection", "transfer-encoding"):
-                        self.send_header(name, value)
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                if self.command != "HEAD":
-                    self.wfile.write(body)
-
-            def __getattr__(self, name: str):
-                if name.startswith("do_"):  # every method goes to the API, which answers what it does not route
-                    return self._serve
-                raise AttributeError(name)
-
-            def log_message(self, *args) -> None:
-                pass
 
         self.httpd = ThreadingHTTPServer((host, port), Handler)
         self.httpd.daemon_threads = True

@@ -21,18 +21,18 @@ import json
 import re
 import threading
 from collections.abc import Callable
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import ThreadingHTTPServer
 from urllib.parse import quote, unquote_plus, urlsplit
 
 from botocore.auth import SigV4Auth
 from botocore.awsrequest import AWSRequest
 
+from .http_handler import HOP_BY_HOP, AnyMethodHandler
 from .meta import CONSOLE_DIR, CONTENT_TYPES
 from .serve import MAX_BODY
 
 SERVICE = "execute-api"
 FORWARDED_HEADERS = ("content-type", "accept", "idempotency-key")  # what the API reads; nothing else leaves
-HOP_BY_HOP = {"connection", "keep-alive", "transfer-encoding", "content-length", "te", "trailer", "upgrade"}
 UPSTREAM_TIMEOUT_S = 35  # API Gateway's integration timeout is 29 s
 EXECUTE_API_HOST = re.compile(r"^[a-z0-9]+\.execute-api\.([a-z0-9-]+)\.amazonaws\.com(\.cn)?$")
 CONSOLE_PATH = re.compile(r"^/console/([A-Za-z0-9_-]+\.[a-z]+)$")
@@ -125,7 +125,7 @@ class SigningProxy:
         self.api_url, self.region, self.credentials = check_api_url(api_url), region, credentials
         proxy = self
 
-        class Handler(BaseHTTPRequestHandler):
+        class Handler(AnyMethodHandler):
             protocol_version = "HTTP/1.1"
 
             def _serve(self) -> None:
@@ -150,24 +150,6 @@ class SigningProxy:
                                         f'"field": "body"}}'.encode())
                 body = self.rfile.read(length) if length else b""
                 self._answer(*proxy.forward(self.command, self.path, headers, body))
-
-            def _answer(self, status: int, headers: list[tuple[str, str]], body: bytes) -> None:
-                self.send_response(status)
-                for name, value in headers:
-                    if name.lower() not in HOP_BY_HOP:
-                        self.send_header(name, value)
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                if self.command != "HEAD":
-                    self.wfile.write(body)
-
-            def __getattr__(self, name: str):
-                if name.startswith("do_"):
-                    return self._serve
-                raise AttributeError(name)
-
-            def log_message(self, *args) -> None:
-                pass
 
         self.httpd = ThreadingHTTPServer((host, port), Handler)
         self.httpd.daemon_threads = True

@@ -37,7 +37,8 @@ def test_a_run_on_a_three_node_cluster_replicates_every_partition_to_each_node_w
     results = build_results(events)
     assert len(results["cells"]) == 2
     for cell in results["cells"]:
-        assert cell["status"] == "completed", cell.get("reason")
+        assert cell["status"] == "completed", {k: cell.get(k) for k in ("cell_id", "reason", "sent", "acked",
+                                                                       "received", "send_errors", "warmup")}
         assert cell["sent"] == cell["received"] > 0 and cell["lost"] == cell["duplicated"] == 0, cell
         assert cell["broker_count"]["observed"] == cell["broker_count"]["expected"], cell["broker_count"]
     completed = [e["data"] for e in events if e["type"] == "CellCompleted"]

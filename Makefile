@@ -22,10 +22,14 @@ node_modules/.installed: package.json package-lock.json $(VENV)/.installed
 	npm ci --silent --no-audit --no-fund
 	@touch $@
 
+# The packages are installed by uv (its version pinned in requirements-dev.txt, itself installed by pip): the same
+# pins from PyPI, downloaded and installed in parallel (about 20 s here with an empty cache, where pip took minutes).
+UV_PIN = $(shell grep -m1 '^uv==' requirements-dev.txt)
 $(VENV)/.installed: requirements.txt requirements-dev.txt pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/pip install -q --disable-pip-version-check -r requirements-dev.txt
-	$(BIN)/pip install -q --disable-pip-version-check --no-deps -e .
+	$(BIN)/pip install -q --disable-pip-version-check $(UV_PIN)
+	$(BIN)/uv pip install -q --python $(BIN)/python -r requirements-dev.txt
+	$(BIN)/uv pip install -q --python $(BIN)/python --no-deps -e .
 	@touch $@
 
 run: setup

@@ -35,12 +35,11 @@ $(VENV)/.installed: requirements.txt requirements-dev.txt pyproject.toml
 run: setup
 	$(BIN)/brokerbench run --suite $(SUITE)
 
-# WORKERS pytest-xdist workers (3 by default; WORKERS=1: one pytest process). A module runs whole on one worker,
-# and the modules that use Pulsar or ZooKeeper-mode Kafka run one after another on one (`--dist loadgroup`, groups in
-# tests/conftest.py), the longest first; each worker has its own brokers on free loopback ports. The cells mostly
-# wait on their schedules, so three workers keep the 2 cores busier than two (docs/testing.md).
+# WORKERS pytest-xdist workers (3 by default; WORKERS=1: one pytest process). A module runs whole on one worker
+# (`--dist loadfile`), the longest first (tests/conftest.py); each worker has its own brokers on free loopback ports.
+# The cells mostly wait on their schedules, so three workers keep the 2 cores busier than two (docs/testing.md).
 WORKERS ?= 3
-XDIST := $(if $(filter-out 1,$(WORKERS)),-n $(WORKERS) --dist loadgroup --no-loadscope-reorder)
+XDIST := $(if $(filter-out 1,$(WORKERS)),-n $(WORKERS) --dist loadfile --no-loadscope-reorder)
 test: setup
 	@$(BIN)/python -m brokerbench.local.install --with-browser
 	$(BIN)/pytest -q --durations=40 $(XDIST)
@@ -49,7 +48,7 @@ test: setup
 # (a module whole on one). `pytest -m "not slow"` runs everything but the slow tier (tests/conftest.py names its
 # modules). Its wall time is measured in docs/performance.md.
 unit: setup
-	$(BIN)/pytest -q -n 2 --dist loadgroup tests/unit
+	$(BIN)/pytest -q -n 2 --dist loadfile tests/unit
 
 integration: setup
 	$(BIN)/pytest -q tests/integration

@@ -19,9 +19,9 @@ from brokerbench.events.dynamodb import DynamoEventStore
 from brokerbench.local.stack import LocalStack
 
 CORE_SERVICES = ["kafka", "redis", "dynamodb"]
-# The modules that start Pulsar or ZooKeeper-mode Kafka (extra_brokers): one group, run one after another.
+# The modules that start Pulsar or ZooKeeper-mode Kafka (extra_brokers), sorted one after another: in one process
+# (or on one worker) a broker one of them started serves the next.
 EXTRA_BROKER_MODULES = {"test_pulsar.py", "test_study_run.py", "test_loopback.py", "test_kafka_zookeeper.py"}
-EXTRA_BROKERS_GROUP = "extra-brokers"
 NEXT_ITEM = pytest.StashKey()
 TESTS_DIR = Path(__file__).parent
 INTEGRATION_DIR = TESTS_DIR / "integration"
@@ -32,11 +32,12 @@ SLOW_MODULES = {
 }
 
 
-# `make test` runs the modules on pytest-xdist workers, a module on one worker (`--dist loadgroup`: each module is a
-# group, and the EXTRA_BROKER_MODULES one group, so brokers and module fixtures start once), handed out in
-# collection order (`--no-loadscope-reorder`). These modules go first, longest first (their serial times on a quiet
-# host, 40 s to 5 min): one of them left for the end would keep a worker busy after the others have finished. The
-# rest keep pytest's order.
+# `make test` runs the modules on pytest-xdist workers, a module on one worker (`--dist loadfile`, so that what a
+# module starts starts once), handed out in collection order (`--no-loadscope-reorder`). These modules go first,
+# longest first (their serial times on a quiet host, 40 s to 5 min): one of them left for the end would keep a
+# worker busy after the others have finished. The rest keep pytest's order. (pytest-xdist 3.8's `loadgroup`
+# would keep the EXTRA_BROKER_MODULES on one worker, but under pytest 9 the group never reaches the scheduler:
+# it is written into the item's `_nodeid`, and the ids sent are `nodeid`'s.)
 LONGEST_FIRST = [
     "test_study_suites_run.py", "test_faults.py", "test_quota.py", "test_latency_truth.py", "test_engine.py",
     "test_workflow.py", "test_send_loop.py", "test_study_run.py", "test_two_runs_at_once.py",
@@ -46,17 +47,16 @@ LONGEST_FIRST = [
 ]
 
 
+def pytest_itemcollected(item):
+    """Each test's tier, as it is collected."""
+    path = Path(item.path)
+    if INTEGRATION_DIR in path.parents:
+        item.add_marker(pytest.mark.integration)
+        if path.name in SLOW_MODULES:
+            item.add_marker(pytest.mark.slow)
+
+
 def pytest_collection_modifyitems(config, items):
-    for item in items:
-        path = Path(item.path)
-        if INTEGRATION_DIR in path.parents:
-            item.add_marker(pytest.mark.integration)
-            if path.name in SLOW_MODULES:
-                item.add_marker(pytest.mark.slow)
-        # pytest-xdist's --dist loadgroup hands a group to one worker whole: a module is a group of its own,
-        # and the modules that share the extra brokers are one
-        own = str(path.relative_to(TESTS_DIR)) if TESTS_DIR in path.parents else path.name
-        item.add_marker(pytest.mark.xdist_group(EXTRA_BROKERS_GROUP if path.name in EXTRA_BROKER_MODULES else own))
     rank = {name: i for i, name in enumerate(LONGEST_FIRST)}
     first_of_group = min(rank.get(name, len(rank)) for name in EXTRA_BROKER_MODULES)
 
@@ -65,7 +65,7 @@ def pytest_collection_modifyitems(config, items):
         own = rank.get(name, len(rank))
         return (first_of_group, own) if name in EXTRA_BROKER_MODULES else (own, 0)
 
-    items.sort(key=order)  # stable: a module stays whole, the group's modules one after another, every worker alike
+    items.sort(key=order)  # stable: a module stays whole, those modules one after another, every worker alike
 
 
 @pytest.fixture(scope="session")

@@ -35,10 +35,10 @@ $(VENV)/.installed: requirements.txt requirements-dev.txt pyproject.toml
 run: setup
 	$(BIN)/brokerbench run --suite $(SUITE)
 
-# WORKERS pytest-xdist workers (3 by default; WORKERS=1: one pytest process). A module runs whole on one worker
-# (`--dist loadfile`), the longest first (tests/conftest.py); each worker has its own brokers on free loopback ports.
-# The cells mostly wait on their schedules, so three workers keep the 2 cores busier than two (docs/testing.md).
-WORKERS ?= 3
+# One pytest process by default; WORKERS=N runs the modules on N pytest-xdist workers, a module whole on one
+# (`--dist loadfile`), the longest first (tests/conftest.py), each worker with its own brokers on free loopback ports.
+# Not the default: 2 or 3 workers load the 2 cores to 15-50 by themselves and were no faster (docs/performance.md).
+WORKERS ?= 1
 XDIST := $(if $(filter-out 1,$(WORKERS)),-n $(WORKERS) --dist loadfile --no-loadscope-reorder)
 test: setup
 	@$(BIN)/python -m brokerbench.local.install --with-browser

@@ -32,7 +32,7 @@ SLOW_MODULES = {
 }
 
 
-# `make test` runs the modules on pytest-xdist workers, a module on one worker (`--dist loadfile`, so that what a
+# `make test WORKERS=N` runs the modules on pytest-xdist workers, a module on one worker (`--dist loadfile`, so that what a
 # module starts starts once), handed out in collection order (`--no-loadscope-reorder`). These modules go first,
 # longest first (their serial times on a quiet host, 40 s to 5 min): one of them left for the end would keep a
 # worker busy after the others have finished. The rest keep pytest's order. (pytest-xdist 3.8's `loadgroup`

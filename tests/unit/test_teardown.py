@@ -47,7 +47,9 @@ def aws(monkeypatch):
                        "BROKERBENCH_MSK_SECURITY_GROUPS": "sg-1", "BROKERBENCH_REDIS_SUBNET_GROUP": "bb-subnets",
                        "BROKERBENCH_REDIS_SECURITY_GROUPS": "sg-1"}.items():
         monkeypatch.setenv(key, value)
-    for key in ("AWS_PROFILE", "AWS_SESSION_TOKEN", "AWS_ENDPOINT_URL"):
+    # BROKERBENCH_DYNAMODB_ENDPOINT: a local workflow run earlier in this process (an integration module on the
+    # same pytest-xdist worker) leaves DynamoDB Local's endpoint in the environment, and the handlers would read it
+    for key in ("AWS_PROFILE", "AWS_SESSION_TOKEN", "AWS_ENDPOINT_URL", "BROKERBENCH_DYNAMODB_ENDPOINT"):
         monkeypatch.delenv(key, raising=False)
     with mock_aws():
         secret = boto3.client("secretsmanager").create_secret(Name=SECRET_NAME, SecretString="t" * 32)["ARN"]

@@ -57,6 +57,10 @@ def pytest_itemcollected(item):
 
 
 def pytest_collection_modifyitems(config, items):
+    if getattr(config, "workerinput", None) is None:
+        # one process keeps pytest's order: run after the study suites' 3-node clusters, the 3-node cluster
+        # module's single-mode acks=all cell sent nothing in its window (seen twice; not yet understood)
+        return
     rank = {name: i for i, name in enumerate(LONGEST_FIRST)}
     first_of_group = min(rank.get(name, len(rank)) for name in EXTRA_BROKER_MODULES)
 
@@ -107,8 +111,11 @@ def extra_brokers(stack, _extra_owner, request):
         return stack.endpoints(required=CORE_SERVICES)
 
     yield up
+    # Kept only from one of those modules to the next: any other module's brokers (a 3-node cluster, say) stop
+    # with it, so that a later module that starts its own finds none running.
     following = request.config.stash.get(NEXT_ITEM, None)
-    if following is None or Path(following.path).name not in EXTRA_BROKER_MODULES:
+    if (Path(request.node.path).name not in EXTRA_BROKER_MODULES or following is None
+            or Path(following.path).name not in EXTRA_BROKER_MODULES):
         stack.down(owner=_extra_owner, log=lambda m: None)
 
 

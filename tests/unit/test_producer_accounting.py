@@ -6,10 +6,14 @@ The producer process forwards its loop's raw buffers over a real pipe; the cell'
 import multiprocessing
 import queue
 import threading
+import time
 from array import array
+from types import SimpleNamespace
 
 import numpy as np
 
+from brokerbench.codecs import get_codec
+from brokerbench.worker import producer
 from brokerbench.worker.framing import HEADER
 from brokerbench.worker.producer import _forward_intervals
 from brokerbench.worker.producer_figures import (FIRST_ACKS_NS, RECORDS, ProducerFigures, never_acknowledged,
@@ -144,3 +148,50 @@ def test_the_first_acknowledgements_are_those_stamped_with_the_first():
     acks = figures.acks
     assert (acks.first_ack_ns, acks.first_acks, acks.last_ack_ns) == (at, 3, at + FIRST_ACKS_NS + 1)
     assert acks.first_intended_ns == 11
+
+
+class _KeptProducer:
+    """A client that acknowledges each send at once and keeps the headers it was handed."""
+
+    def __init__(self, on_ack) -> None:
+        self.on_ack, self.headers = on_ack, []
+
+    def send(self, header: bytes, payload: bytes, partition: int) -> None:
+        self.headers.append(header)
+        self.on_ack(header, True, 0)
+
+    def poll(self, timeout_s: float) -> None:
+        pass
+
+    def flush(self, timeout_s: float) -> int:
+        return 0
+
+    def close(self) -> None:
+        pass
+
+
+class _KeptDriver:
+    def producer(self, topic, partitions, mode, on_ack):
+        self.client = _KeptProducer(on_ack)
+        return self.client
+
+
+def test_a_message_taken_up_across_the_measured_start_is_warm_up_on_both_sides(monkeypatch):
+    """At max rate a message's intended time is the clock; the consumer calls it measured from that stamp, the
+    producer from the interval it was sent in. A clock that ticks 1 ns per reading puts the measured start
+    between the loop's boundary check and the message's take-up once in every three starts tried: either way
+    a message is measured on both sides or on neither (an off-by-one in the accounting otherwise)."""
+    for measure_start in (1_000, 1_001, 1_002):
+        ticks = iter(range(10**9))
+        monkeypatch.setattr(producer, "time", SimpleNamespace(monotonic_ns=lambda: next(ticks),
+                                                              monotonic=time.monotonic))
+        cell = {"mode": "batch", "partitions": 1, "drain_timeout_s": 1.0}
+        task = producer.ProducerTask(cell, {}, "t", 7, None, message_limit=50)
+        timing = {"t_start": 0, "measure_start": measure_start, "t_end": 10**9}
+        driver, reports = _KeptDriver(), queue.Queue()
+        done = producer._python_loop(driver, task, get_codec("raw"), SimpleNamespace(objects=[b"x" * SIZE]),
+                                     timing, None, reports, None)
+        stamped = [HEADER.unpack(h) for h in driver.client.headers]
+        by_stamp = [seq for _, seq, intended in stamped if intended >= measure_start]
+        assert by_stamp == list(range(done["first_measured_seq"], done["sent_total"])), measure_start
+        assert done["sent"] == 50 and len(by_stamp) == 50

@@ -35,10 +35,11 @@ $(VENV)/.installed: requirements.txt requirements-dev.txt pyproject.toml
 run: setup
 	$(BIN)/brokerbench run --suite $(SUITE)
 
-# One pytest process by default; WORKERS=N runs the modules on N pytest-xdist workers, a module whole on one
-# (`--dist loadfile`), the longest first (tests/conftest.py), each worker with its own brokers on free loopback ports.
-# Not the default: 2 or 3 workers load the 2 cores to 15-50 by themselves and were no faster (docs/performance.md).
-WORKERS ?= 1
+# Two pytest-xdist workers by default (WORKERS=1: one process): a module whole on one (`--dist loadfile`), the
+# longest first (tests/conftest.py), each worker with its own brokers on free loopback ports. Much of the suite
+# waits (broker start-ups, heartbeat windows, a schedule's minute), so two workers overlap it on 2 cores
+# (docs/performance.md).
+WORKERS ?= 2
 XDIST := $(if $(filter-out 1,$(WORKERS)),-n $(WORKERS) --dist loadfile --no-loadscope-reorder)
 test: setup
 	@$(BIN)/python -m brokerbench.local.install --with-browser

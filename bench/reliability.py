@@ -31,7 +31,7 @@ CHECK_TESTS = {"Environment": "tests/integration/test_environment_errors.py",
                "Local services on 127.0.0.1 only": "tests/integration/test_loopback.py"}
 TESTS = FAULT_TESTS + BAD_INPUT_TESTS + list(CHECK_TESTS.values())
 # The order of the faults in the document; a fault recorded but not listed here follows them, by name.
-FAULTS = ["kill-producer", "kill-consumer", "kill-worker", "kill-kafka", "kill-redis", "kill-pulsar",
+FAULTS = ["kill-producer", "kill-consumer", "kill-worker", "hang-worker", "kill-kafka", "kill-redis", "kill-pulsar",
           "event-store-restarted", "event-store-down", "cancel-lambda", "cancel-ec2", "ctrl-c-ec2", "step-fails-check_regression",
           "step-fails-aggregate", "step-fails-notify", "step-fails-teardown", "step-retries", "two-runs"]
 BAD_INPUT = ("bad-input-specs", "bad-input-api")

@@ -42,7 +42,7 @@ LONGEST_FIRST = [
     "test_study_suites_run.py", "test_faults.py", "test_quota.py", "test_latency_truth.py", "test_engine.py",
     "test_workflow.py", "test_send_loop.py", "test_study_run.py", "test_two_runs_at_once.py",
     "test_kafka_zookeeper.py", "test_console.py", "test_kafka_cluster.py", "test_api_schedules.py", "test_pulsar.py",
-    "test_ec2_heartbeat.py", "test_cancel.py", "test_kill_ec2_worker.py", "test_secrets.py", "test_stack.py",
+    "test_cancel.py", "test_kill_ec2_worker.py", "test_secrets.py", "test_stack.py",
     "test_step_faults.py", "test_cdk_app.py", "test_lambda_runtime.py", "test_cli_run.py",
 ]
 

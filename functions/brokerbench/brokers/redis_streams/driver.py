@@ -17,7 +17,10 @@ from collections import deque
 
 import hiredis
 import redis
-from redis.exceptions import RedisError, ResponseError
+from redis.exceptions import AuthenticationError, RedisError, ResponseError
+from redis.backoff import NoBackoff
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.retry import Retry
 
 from ... import native
 from ...drivers import BrokerUnavailable, Message, OnAck
@@ -59,7 +62,7 @@ class RedisStreamsDriver:
             return os.environ[variable]
         return None
 
-    def connect(self) -> redis.Redis:
+    def connect(self, **options) -> redis.Redis:
         return redis.Redis(
             host=self.endpoint["host"],
             port=int(self.endpoint["port"]),
@@ -67,13 +70,27 @@ class RedisStreamsDriver:
             ssl=bool(self.endpoint.get("tls", False)),
             socket_connect_timeout=5,
             socket_timeout=30,
+            **options,
         )
 
     def check(self, timeout_s: float = 5.0) -> None:
-        try:
-            self.connect().ping()
-        except RedisError as exc:
-            raise self._unavailable(exc) from None
+        """Redis answers a PING within `timeout_s`, as Kafka's check waits for its broker: a refused connection or a
+        server still loading its append-only file (BusyLoadingError) is asked again until then, so a Redis started
+        again a moment before a cell serves it instead of failing it. A refused password fails at once. The client's
+        own retries (3, backoff with jitter: 4 to 7 s) are off here: the wait is `timeout_s`, not theirs."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            try:
+                self.connect(retry=Retry(NoBackoff(), 0)).ping()
+                return
+            except AuthenticationError as exc:
+                raise self._unavailable(exc) from None
+            except RedisConnectionError as exc:
+                if time.monotonic() >= deadline:
+                    raise self._unavailable(exc) from None
+                time.sleep(0.2)
+            except RedisError as exc:
+                raise self._unavailable(exc) from None
 
     def describe(self) -> dict:
         try:

@@ -100,17 +100,23 @@ def test_under_a_producer_cap_the_backlog_waits_in_the_client_not_in_the_topic(c
     assert any("backlog (sent − received) grew" in reason for reason in rated["verdict_reasons"])
 
 
-def test_the_broker_side_backlog_follows_a_consumer_cap(quota, endpoints, store):
-    """A consumer quota of 512 KiB/s against 1,500 msgs/s of 1 KB (under the producer cap): the topic
-    itself backs up by about 1,000 messages a second, and the broker's own lag must show it."""
+@pytest.fixture(scope="module")
+def consumer_capped(quota, endpoints, store):
+    """A consumer quota of 512 KiB/s (about 500 msgs/s of 1 KB) against 1,500 msgs/s (under the producer cap),
+    and a drain that gives up after 1 s."""
     bootstrap = endpoints["kafka"]["bootstrap_servers"]
     kafka_config(bootstrap, "--alter", "--add-config", "consumer_byte_rate=524288")
     try:
         time.sleep(1)
-        events, results = run({"rates": [1500], "duration_s": 6, "warmup_s": 2, "warmup_max_s": 4,
-                               "drain_timeout_s": 5}, endpoints, store)
+        return run({"rates": [1500], "duration_s": 6, "warmup_s": 1, "warmup_until_steady": False,
+                    "drain_timeout_s": 1}, endpoints, store)
     finally:
         kafka_config(bootstrap, "--alter", "--delete-config", "consumer_byte_rate")
+
+
+def test_the_broker_side_backlog_follows_a_consumer_cap(consumer_capped):
+    """The topic itself backs up by about 1,000 messages a second, and the broker's own lag must show it."""
+    events, results = consumer_capped
     [cell] = results["cells"]
     backlog = [e["data"]["backlog"] for e in sorted(events, key=lambda e: e["sk"])
                if e["type"] == "IntervalMeasured"][:6]
@@ -186,19 +192,12 @@ def test_the_sustainable_rate_search_finds_the_cap(quota, endpoints, store):
     assert half["throughput_msgs_per_s"] == pytest.approx(half["rate"], rel=0.05)  # well under the cap: it keeps up
 
 
-def test_a_consumer_left_behind_is_undelivered_not_lost_and_its_latency_only_a_lower_bound(quota, endpoints, store):
-    """A consumer quota of 512 KiB/s (about 500 msgs/s of 1 KB) against 1,900 msgs/s, and a drain that gives up:
-    thousands of measured messages are still in the topic when the cell ends. The broker's own lag says they are
-    queued (undelivered, not lost), its end offsets that it holds every acknowledged message, and the latency of
-    the messages that never came is +∞: the percentiles whose rank falls among them are lower bounds."""
-    bootstrap = endpoints["kafka"]["bootstrap_servers"]
-    kafka_config(bootstrap, "--alter", "--add-config", "consumer_byte_rate=524288")
-    try:
-        time.sleep(1)
-        events, results = run({"rates": [1900], "duration_s": 6, "warmup_s": 1, "warmup_until_steady": False,
-                               "drain_timeout_s": 1}, endpoints, store)
-    finally:
-        kafka_config(bootstrap, "--alter", "--delete-config", "consumer_byte_rate")
+def test_a_consumer_left_behind_is_undelivered_not_lost_and_its_latency_only_a_lower_bound(consumer_capped):
+    """The same consumer cap, and a drain that gives up: thousands of measured messages are still in the topic when
+    the cell ends. The broker's own lag says they are queued (undelivered, not lost), its end offsets that it holds
+    every acknowledged message, and the latency of the messages that never came is +∞: the percentiles whose rank
+    falls among them are lower bounds."""
+    events, results = consumer_capped
     [cell] = results["cells"]
     assert cell["status"] == "completed", cell.get("reason")
     not_received = cell["sent"] - cell["received"] - cell["late"]

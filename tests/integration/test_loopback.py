@@ -1,6 +1,6 @@
 """Every socket a local service listens on binds 127.0.0.1, not only the port its clients use: Kafka's controller
-listener, Pulsar's bookie, metadata store and admin ports, ZooKeeper's, DynamoDB Local's, the NATS server's. Read from the kernel's
-own tables: each service process's socket inodes (/proc/PID/fd) matched against the listening sockets of
+listener, Pulsar's bookie, metadata store and admin ports, ZooKeeper's, DynamoDB Local's, the NATS server's. Read
+from the kernel's own tables: each service process's socket inodes (/proc/PID/fd) matched against the listening sockets of
 /proc/net/tcp and tcp6."""
 
 import os

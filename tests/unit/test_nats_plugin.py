@@ -76,7 +76,8 @@ def test_the_sync_policy_comes_from_the_stack_or_the_environment_and_a_wrong_one
     monkeypatch.setattr(local, "spawn", lambda cmd, cwd, log: 101)
     monkeypatch.setenv(local.SYNC_ENV, "always")
     started = local.NatsService().start(tmp_path, iter([4222]).__next__, {})
-    assert started.endpoint["sync_interval"] == "always" and "sync_interval: always" in (tmp_path / "nats.conf").read_text()
+    assert started.endpoint["sync_interval"] == "always"
+    assert "sync_interval: always" in (tmp_path / "nats.conf").read_text()
     monkeypatch.setenv(local.SYNC_ENV, "sometimes")
     with pytest.raises(StackError, match=local.SYNC_ENV):
         local.NatsService().start(tmp_path, iter([4222]).__next__, {})

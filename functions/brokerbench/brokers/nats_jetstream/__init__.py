@@ -14,7 +14,8 @@ PLUGIN = Plugin(
     capabilities=Capabilities(
         modes={"batch": "up to nats_max_in_flight publishes awaiting their PubAck",
                "single": "one publish in flight: each send waits for its PubAck"},
-        partitions="subjects <stream>.<n> of the cell's stream; each consumer is a durable pull consumer of its subjects",
+        partitions="subjects <stream>.<n> of the cell's stream; each consumer is a durable pull consumer of "
+                   "its subjects",
         persistence={"file": "file storage (nats_storage: file), synced to disk every 2 minutes (the server's "
                              "default sync_interval): a PubAck means written, not synced",
                      "file-sync-always": "file storage on a server started with sync_interval: always "

@@ -1,6 +1,8 @@
 """NATS JetStream end to end on the local nats-server: every format in both modes on file storage, a memory-storage
 cell, and a server started with sync_interval: always."""
 
+import subprocess
+
 import pytest
 
 from brokerbench.brokers.nats_jetstream.local import NatsService
@@ -97,3 +99,18 @@ def test_a_server_that_syncs_every_write_is_recorded_and_serves_a_cell(extra_bro
         assert "syncs every write to disk before its PubAck" in settings["acks_meaning"]
     finally:
         stop(started.pids[0])
+
+
+def test_a_cell_samples_the_servers_cpu_and_memory(extra_brokers, stack, store):
+    """The local stack hands the server's pid with its endpoint; each interval samples it, and its memory agrees
+    with ps reading the same process."""
+    endpoints = extra_brokers("nats")
+    served = stack.endpoint("nats")  # the endpoint with the service's pids, as the workflow's local targets give it
+    request = {**TINY, "formats": ["raw"], "modes": ["batch"]}
+    _, events, _ = run(request, {**endpoints, "nats-jetstream": served}, store)
+    intervals = [e["data"] for e in events if e["type"] == "IntervalMeasured"]
+    assert intervals and all(i["resources"]["broker"]["rss_mb"] > 0 for i in intervals)
+    summary = next(e["data"] for e in events if e["type"] == "CellCompleted")["resources"]["broker"]
+    ps_mb = int(subprocess.run(["ps", "-o", "rss=", "-p", str(served["pids"][0])], capture_output=True,
+                               text=True).stdout) / 1024
+    assert 0.5 * ps_mb <= summary["rss_mb_max"] <= 2 * ps_mb, (summary, ps_mb)

@@ -114,39 +114,38 @@ class Loop:
             self.thread.join(5)
 
 
+_ADMIN_LOOP: Loop | None = None
+
+
+def admin_loop() -> Loop:
+    """This process's loop for admin requests (made again in a forked child: a parent's thread is not there)."""
+    global _ADMIN_LOOP
+    if _ADMIN_LOOP is None or _ADMIN_LOOP.pid != os.getpid():
+        _ADMIN_LOOP = Loop()
+    return _ADMIN_LOOP
+
+
 class NatsJetStreamDriver:
     name = "nats-jetstream"
 
     def __init__(self, endpoint: dict, client: dict) -> None:
         self.endpoint = endpoint
         self.client = client
-        self._loop: Loop | None = None
-        self._nc = None
 
-    # -- the admin connection -----------------------------------------------------------------------
+    # -- admin requests -------------------------------------------------------------------------------------
     def _admin(self, call, timeout_s: float = ADMIN_TIMEOUT_S):
-        """Run `call(jsm)` (a coroutine function of the JetStream manager) on this process's admin connection."""
-        if self._loop is None or self._loop.pid != os.getpid():  # made again in a forked child
-            self._loop, self._nc = Loop(), None
+        """Run `call(jsm)` (a coroutine function of the JetStream manager) on a connection of its own, made on the
+        process's shared admin loop and closed again: a driver holds no connection or thread between calls, so
+        one that is never closed leaves nothing behind (a sample per interval costs a loopback connect)."""
 
         async def go():
-            if self._nc is None or self._nc.is_closed:
-                self._nc = await _connect(self.endpoint["url"], reconnect=False)
-            return await call(self._nc.jsm())
-
-        try:
-            return self._loop.run(go(), timeout_s)
-        except ERRORS:
-            self._drop_admin()
-            raise
-
-    def _drop_admin(self) -> None:
-        nc, self._nc = self._nc, None
-        if nc is not None and self._loop is not None:
+            nc = await _connect(self.endpoint["url"], reconnect=False)
             try:
-                self._loop.run(nc.close(), 2)
-            except ERRORS:
-                pass
+                return await call(nc.jsm())
+            finally:
+                await nc.close()
+
+        return admin_loop().run(go(), timeout_s)
 
     def check(self, timeout_s: float = 5.0) -> None:
         """JetStream answers, and the stream's replicas are ones the server can place (a single server: 1)."""
@@ -221,10 +220,7 @@ class NatsJetStreamDriver:
         return sum(int(c.num_pending or 0) + int(c.num_ack_pending or 0) for c in mine)
 
     def close(self) -> None:
-        self._drop_admin()
-        if self._loop is not None:
-            self._loop.stop()
-            self._loop = None
+        pass
 
     # -- producers and consumers ------------------------------------------------------------------------------
     def producer(self, topic: str, partitions: int, mode: str, on_ack: OnAck) -> NatsProducer:

@@ -164,7 +164,7 @@ def test_an_event_store_that_stays_down_ends_the_cli_with_exit_3_and_a_way_back(
             after_restart=_event_facts(events))
 
 
-BROKER_NAMES = {"kafka": "Kafka", "redis": "Redis", "pulsar": "Pulsar"}
+BROKER_NAMES = {"kafka": "Kafka", "redis": "Redis", "pulsar": "Pulsar", "nats": "NATS"}
 
 
 class _OffsetsWatch:
@@ -250,15 +250,17 @@ def test_a_redis_started_while_a_cell_asks_for_it_serves_the_cell(tmp_path):
             server.wait(30)
 
 
-DATA_KEPT = {"kafka": ", same cluster id", "redis": ", its append-only file", "pulsar": ", its metadata and ledgers"}
+DATA_KEPT = {"kafka": ", same cluster id", "redis": ", its append-only file", "pulsar": ", its metadata and ledgers",
+             "nats": ", its JetStream store"}
 
 
-@pytest.mark.parametrize("service, broker", [("kafka", "kafka"), ("redis", "redis-streams"), ("pulsar", "pulsar")])
+@pytest.mark.parametrize("service, broker", [("kafka", "kafka"), ("redis", "redis-streams"), ("pulsar", "pulsar"),
+                                             ("nats", "nats-jetstream")])
 def test_a_broker_killed_mid_cell_and_started_again_keeps_its_data_and_serves_the_next_cells(service, broker, own_stack,
                                                                                              tmp_path):
-    """kill -9 of the broker (Kafka, Redis, Pulsar) in the middle of the first of two cells (Pulsar: of one),
+    """kill -9 of the broker (Kafka, Redis, Pulsar, NATS) in the middle of the first of two cells (Pulsar: of one),
     `brokerbench local up` 3 s later: it comes back on its port with its data (Kafka: the same cluster; Redis: its
-    append-only file; Pulsar: its metadata and ledgers), the cell's messages are each counted once in a class of
+    append-only file; Pulsar: its metadata and ledgers; NATS: its JetStream store), the cell's messages are each counted once in a class of
     the accounting (sent = received + late + undelivered + lost + send errors + unacknowledged) or the crash shows
     as latency, the broker's own count is at most the acknowledged messages, the unacknowledged ones and the copies
     the consumers saw twice, a count below the acknowledged ones shows in the report, and the next cell runs against
@@ -281,6 +283,8 @@ def test_a_broker_killed_mid_cell_and_started_again_keeps_its_data_and_serves_th
         data = lambda: sorted((own_stack.state_dir / "kafka" / "data").glob("**/meta.properties"))[0].read_text()  # noqa: E731
     elif service == "pulsar":  # the standalone's metadata and ledgers stay where they were
         data = lambda: sorted(p.name for p in (own_stack.state_dir / "pulsar" / "data").iterdir())  # noqa: E731
+    elif service == "nats":  # the JetStream store (its accounts' streams and consumers) stays where it was
+        data = lambda: sorted(p.name for p in (own_stack.state_dir / "nats" / "data").iterdir())  # noqa: E731
     else:  # a key written before the run (and fsynced to the append-only file) is there after the restart
         import redis
 

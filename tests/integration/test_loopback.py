@@ -1,6 +1,6 @@
 """Every socket a local service listens on binds 127.0.0.1, not only the port its clients use: Kafka's controller
-listener, Pulsar's bookie, metadata store and admin ports, ZooKeeper's, DynamoDB Local's. Read from the kernel's
-own tables: each service process's socket inodes (/proc/PID/fd) matched against the listening sockets of
+listener, Pulsar's bookie, metadata store and admin ports, ZooKeeper's, DynamoDB Local's, the NATS server's. Read
+from the kernel's own tables: each service process's socket inodes (/proc/PID/fd) matched against the listening sockets of
 /proc/net/tcp and tcp6."""
 
 import os
@@ -33,13 +33,13 @@ def listening(pid: int) -> list[tuple[str, int]]:
 
 @pytest.fixture(scope="module")
 def services(stack, extra_brokers):
-    extra_brokers("pulsar", "kafka-zookeeper")
+    extra_brokers("pulsar", "kafka-zookeeper", "nats")
     return {name: stack.endpoint(name)["pids"] for name in stack.status()
             if stack.status()[name]["state"] == "running"}
 
 
 def test_every_listening_socket_of_every_local_service_is_loopback(services):
-    assert {"kafka", "redis", "dynamodb", "pulsar", "kafka-zookeeper"} <= set(services), services
+    assert {"kafka", "redis", "dynamodb", "pulsar", "kafka-zookeeper", "nats"} <= set(services), services
     for name, pids in services.items():
         sockets = [s for pid in pids for s in listening(pid)]
         assert sockets, name  # the service listens somewhere: the check looked at something

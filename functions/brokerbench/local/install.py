@@ -57,12 +57,14 @@ def _run(cmd: list[str], cwd: Path | None = None) -> None:
 
 # Command -> the Debian package that provides it (the tools every part needs; brokers name their own).
 DEBIAN_PACKAGES = {"mvn": "maven", "java": "openjdk-17-jdk-headless", "javac": "openjdk-17-jdk-headless",
-                   "node": "nodejs", "npm": "npm", "gcc": "gcc", "chromium": "chromium", "go": "golang-go"}
+                   "node": "nodejs", "npm": "npm", "gcc": "gcc", "chromium": "chromium", "go": "golang-go",
+                   "strace": "strace"}
 # Header -> the Debian package that provides it (for the native send loop's build).
 DEBIAN_HEADERS = {"/usr/include/librdkafka/rdkafka.h": "librdkafka-dev"}
 NATIVE_SOURCE = PACKAGE_DIR / "native" / "sendloop.c"
-# Only the tests need chromium (the browser test) and go (to build Toxiproxy); `make run` installs neither.
-TEST_COMMANDS = ("chromium", "go")
+# Only the tests need chromium (the browser test), go (to build Toxiproxy) and strace (to count a broker's fsync
+# calls); `make run` installs none of them.
+TEST_COMMANDS = ("chromium", "go", "strace")
 RUN_COMMANDS = tuple(c for c in DEBIAN_PACKAGES if c not in TEST_COMMANDS)
 TOXIPROXY_MODULE = "github.com/Shopify/toxiproxy/v2/cmd/server"
 TOXIPROXY_VERSION = "2.5.0"

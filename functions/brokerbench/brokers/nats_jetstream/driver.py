@@ -1,0 +1,452 @@
+"""NATS JetStream through nats-py (asyncio): a stream per cell, PubAcks as the acknowledgements, durable pull consumers.
+
+nats-py is asyncio only. Each producer, consumer and the driver's own admin connection runs an event loop on a
+thread of its own (`Loop`), behind the synchronous Driver interface; a call from the worker hands its work to that
+loop and, where it needs an answer, waits for it.
+
+A cell's stream is named after its topic and holds the subjects `<topic>.<lane>`, one per lane. The worker's
+header travels at the start of the message body, after one byte with its length (NATS headers are text, parsed per
+message). Batch mode keeps up to `nats_max_in_flight` publishes awaiting their PubAck, single mode one; a full
+window makes the next send wait.
+
+Each consumer process creates a durable pull consumer on the stream for its lanes (filter subjects), named after
+the group and the lanes, acknowledgement policy "all": acknowledging a message acknowledges every earlier one of
+that consumer. The consumer acknowledges the last message of each fetched batch, with its next poll (after the
+worker took the batch's receive timestamps): one acknowledgement per batch, not per message, for a consumer that is
+the only reader of its subjects and takes every message in order, so nothing it has not received is acknowledged.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import itertools
+import os
+import queue
+import re
+import threading
+import time
+from collections import deque
+
+import nats
+from nats.errors import Error as NatsError
+from nats.js import api
+
+from ... import native
+from ...drivers import BrokerUnavailable, Message, OnAck, TargetRefused
+
+LENGTHS = [bytes((n,)) for n in range(256)]  # the header's length byte, made once
+CONNECT_TIMEOUT_S = 5.0
+ADMIN_TIMEOUT_S = 10.0
+# A publish whose PubAck has not come within this long is no longer waited for: the client never sends it again and
+# the server will not answer it (its connection was lost, or the server stopped). It frees its place in the window
+# and stays unacknowledged in the accounting; a PubAck that comes later still is ignored.
+ACK_TIMEOUT_S = 10.0
+RECONNECT_WAIT_S = 0.5
+MAX_RECONNECTS = 120  # about a minute of attempts, RECONNECT_WAIT_S apart
+# While disconnected the client keeps what is published in its buffer (up to this many bytes) and sends it once it
+# has reconnected; past it a publish fails (a send error).
+RECONNECT_BUFFER_BYTES = 8 * 1024 * 1024
+ERRORS = (NatsError, asyncio.TimeoutError, concurrent.futures.TimeoutError, OSError)
+
+
+def stream_name(topic: str) -> str:
+    """A stream name from a topic: JetStream allows no '.', '*', '>', spaces or path separators."""
+    return re.sub(r"[^A-Za-z0-9_-]", "_", topic)
+
+
+def subject(topic: str, lane: int) -> str:
+    return f"{stream_name(topic)}.{lane}"
+
+
+def durable_name(group: str, lanes: list[int]) -> str:
+    """One durable consumer per consumer process: the group's name and its lanes."""
+    return f"{stream_name(group)}_{'-'.join(map(str, lanes))}"
+
+
+def frame(header: bytes, payload: bytes) -> bytes:
+    return b"".join((LENGTHS[len(header)], header, payload))
+
+
+def unframe(body: bytes) -> tuple[bytes, bytes]:
+    end = body[0] + 1
+    return body[1:end], body[end:]
+
+
+def is_pub_ack(data: bytes, headers: dict | None) -> bool:
+    """Whether a publish's reply is a PubAck: a JSON object without an error (a status message, such as 503 no
+    responders when no stream holds the subject, has headers and no body)."""
+    return not headers and data[:1] == b"{" and b'"error"' not in data
+
+
+async def _quiet(_error) -> None:
+    """The client's errors reach the caller through the calls that meet them; nats-py's default prints each."""
+
+
+async def _connect(url: str, reconnect: bool = True):
+    return await nats.connect(servers=[url], connect_timeout=CONNECT_TIMEOUT_S, allow_reconnect=reconnect,
+                              max_reconnect_attempts=MAX_RECONNECTS if reconnect else 0,
+                              reconnect_time_wait=RECONNECT_WAIT_S, pending_size=RECONNECT_BUFFER_BYTES,
+                              error_cb=_quiet)
+
+
+class Loop:
+    """An asyncio event loop on a daemon thread of its own."""
+
+    def __init__(self) -> None:
+        self.loop = asyncio.new_event_loop()
+        self.pid = os.getpid()
+        self.thread = threading.Thread(target=self.loop.run_forever, name="bb-nats-loop", daemon=True)
+        self.thread.start()
+
+    def run(self, coroutine, timeout_s: float = ADMIN_TIMEOUT_S):
+        """Run `coroutine` on the loop and wait up to timeout_s for its result."""
+        future = asyncio.run_coroutine_threadsafe(asyncio.wait_for(coroutine, timeout_s), self.loop)
+        try:
+            return future.result(timeout_s + 1)
+        except concurrent.futures.TimeoutError:
+            future.cancel()
+            raise
+
+    def stop(self) -> None:
+        if self.loop.is_running():
+            self.loop.call_soon_threadsafe(self.loop.stop)
+            self.thread.join(5)
+
+
+_ADMIN_LOOP: Loop | None = None
+
+
+def admin_loop() -> Loop:
+    """This process's loop for admin requests (made again in a forked child: a parent's thread is not there)."""
+    global _ADMIN_LOOP
+    if _ADMIN_LOOP is None or _ADMIN_LOOP.pid != os.getpid():
+        _ADMIN_LOOP = Loop()
+    return _ADMIN_LOOP
+
+
+class NatsJetStreamDriver:
+    name = "nats-jetstream"
+
+    def __init__(self, endpoint: dict, client: dict) -> None:
+        self.endpoint = endpoint
+        self.client = client
+
+    # -- admin requests -------------------------------------------------------------------------------------
+    def _admin(self, call, timeout_s: float = ADMIN_TIMEOUT_S):
+        """Run `call(jsm)` (a coroutine function of the JetStream manager) on a connection of its own, made on the
+        process's shared admin loop and closed again: a driver holds no connection or thread between calls, so
+        one that is never closed leaves nothing behind (a sample per interval costs a loopback connect)."""
+
+        async def go():
+            nc = await _connect(self.endpoint["url"], reconnect=False)
+            try:
+                return await call(nc.jsm())
+            finally:
+                await nc.close()
+
+        return admin_loop().run(go(), timeout_s)
+
+    def check(self, timeout_s: float = 5.0) -> None:
+        """JetStream answers, and the stream's replicas are ones the server can place (a single server: 1)."""
+        try:
+            self._admin(lambda jsm: jsm.account_info(), timeout_s)
+        except ERRORS as exc:
+            raise BrokerUnavailable(f"NATS JetStream at {self.endpoint['url']} did not answer: {exc!r}") from None
+        replicas = self.client["nats_replicas"]
+        if replicas > 1 and not self._clustered():
+            raise TargetRefused(f"client.nats_replicas: {replicas} replicas, but the NATS server at "
+                                f"{self.endpoint['url']} is not clustered (it can hold 1)")
+
+    def _clustered(self) -> bool:
+        info = self._admin(lambda jsm: _server_info(jsm))
+        return bool(info.get("cluster"))
+
+    def describe(self) -> dict:
+        try:
+            version = self._admin(lambda jsm: _server_info(jsm)).get("version") or self.endpoint.get("version")
+        except ERRORS:
+            version = self.endpoint.get("version", "unknown")
+        return {"broker": "nats-jetstream", "broker_version": version or "unknown", "client_library": "nats-py",
+                "client_version": client_version(),
+                "storage": self.client["nats_storage"], "replicas": self.client["nats_replicas"],
+                "sync_interval": self.endpoint.get("sync_interval")}
+
+    def create_topic(self, topic: str, partitions: int) -> None:
+        """The cell's stream (any left from an earlier attempt is replaced), one subject per lane."""
+        name = stream_name(topic)
+        storage = api.StorageType.FILE if self.client["nats_storage"] == "file" else api.StorageType.MEMORY
+        config = api.StreamConfig(name=name, subjects=[subject(topic, p) for p in range(partitions)], storage=storage,
+                                  num_replicas=self.client["nats_replicas"], retention=api.RetentionPolicy.LIMITS,
+                                  discard=api.DiscardPolicy.OLD)
+
+        async def create(jsm):
+            try:
+                await jsm.delete_stream(name)
+            except nats.js.errors.NotFoundError:
+                pass
+            return await jsm.add_stream(config)
+
+        try:
+            self._admin(create)
+        except ERRORS as exc:
+            raise BrokerUnavailable(f"could not create stream {name}: {exc!r}") from None
+
+    def delete_topic(self, topic: str, partitions: int) -> None:
+        try:
+            self._admin(lambda jsm: jsm.delete_stream(stream_name(topic)))
+        except ERRORS:
+            pass  # best effort: each cell has its own stream
+
+    def message_count(self, topic: str, partitions: int) -> int | None:
+        """The messages the stream holds (its state's count): every one the server stored and acknowledged."""
+        try:
+            return int(self._admin(lambda jsm: jsm.stream_info(stream_name(topic))).state.messages)
+        except ERRORS:
+            return None
+
+    def backlog(self, topic: str, group: str, partitions: int) -> int | None:
+        """Messages the group has not acknowledged: each of its consumers' num_pending (not delivered yet) plus
+        num_ack_pending (delivered, not acknowledged). None before the group has a consumer, or when the server
+        does not answer."""
+        prefix = f"{stream_name(group)}_"
+        try:
+            consumers = self._admin(lambda jsm: jsm.consumers_info(stream_name(topic)))
+        except ERRORS:
+            return None
+        mine = [c for c in consumers if (c.name or "").startswith(prefix)]
+        if not mine:
+            return None
+        return sum(int(c.num_pending or 0) + int(c.num_ack_pending or 0) for c in mine)
+
+    def close(self) -> None:
+        pass
+
+    # -- producers and consumers ------------------------------------------------------------------------------
+    def producer(self, topic: str, partitions: int, mode: str, on_ack: OnAck) -> NatsProducer:
+        window = self.client["nats_max_in_flight"] if mode == "batch" else 1
+        return NatsProducer(self.endpoint["url"], [subject(topic, p) for p in range(partitions)], window, on_ack)
+
+    def native_sender(self, topic: str, partitions: int, mode: str):
+        raise native.Unsupported("the native send loop speaks librdkafka and RESP; NATS runs the Python loop")
+
+    def consumer(self, topic: str, group: str, partitions: list[int]) -> NatsConsumer:
+        return NatsConsumer(self.endpoint["url"], topic, durable_name(group, partitions), partitions,
+                            self.client["nats_fetch_batch"])
+
+
+async def _server_info(jsm) -> dict:
+    """What the server said of itself when the connection was made (INFO): version, cluster."""
+    return dict(jsm._nc._server_info)
+
+
+def client_version() -> str:
+    from nats.aio.client import __version__
+
+    return __version__
+
+
+class NatsProducer:
+    """Publishes with a reply subject of its own per message and takes each PubAck as it arrives, on the loop's
+    thread, stamped there; the results queue up and reach on_ack in poll and flush, on the worker's thread, as the
+    Driver interface promises (with the arrival's time, not the time the worker took them)."""
+
+    def __init__(self, url: str, subjects: list[str], window: int, on_ack: OnAck) -> None:
+        self._subjects = subjects
+        self._on_ack = on_ack
+        self._results: queue.SimpleQueue = queue.SimpleQueue()
+        self._room = threading.Semaphore(window)
+        self._pending = 0  # sent and not answered yet (the worker's thread's count)
+        self._out: deque = deque()  # (subject, body, header) handed to the loop, not published yet
+        self._in_flight: dict[str, tuple[bytes, float]] = {}  # reply token -> (header, monotonic s); loop's thread
+        self._tokens = itertools.count()
+        self._loop = Loop()
+        try:
+            self._loop.run(self._open(url))
+        except ERRORS as exc:
+            self._loop.stop()
+            raise BrokerUnavailable(f"NATS at {url}: {exc!r}") from None
+
+    async def _open(self, url: str) -> None:
+        self._nc = await _connect(url)
+        self._prefix = f"{self._nc.new_inbox()}."
+        await self._nc.subscribe(f"{self._prefix}*", cb=self._on_reply, pending_msgs_limit=-1,
+                                 pending_bytes_limit=-1)
+        self._wake = asyncio.Event()
+        self._tasks = [asyncio.ensure_future(self._pump()), asyncio.ensure_future(self._expire())]
+
+    async def _on_reply(self, msg) -> None:
+        at = time.monotonic_ns()
+        sent = self._in_flight.pop(msg.subject[len(self._prefix):], None)
+        if sent is not None:
+            self._results.put((sent[0], is_pub_ack(msg.data, msg.headers), at))
+
+    async def _pump(self) -> None:
+        """Publishes what the worker handed over, in order, each with its own reply subject."""
+        out, publish, in_flight = self._out, self._nc.publish, self._in_flight
+        while True:
+            await self._wake.wait()
+            self._wake.clear()
+            while out:
+                where, body, header = out.popleft()
+                token = str(next(self._tokens))
+                in_flight[token] = (header, time.monotonic())
+                try:
+                    await publish(where, body, reply=self._prefix + token)
+                except NatsError:  # closed, or its reconnect buffer is full: never sent
+                    if in_flight.pop(token, None) is not None:
+                        self._results.put((header, False, time.monotonic_ns()))
+
+    async def _expire(self) -> None:
+        """Stops waiting for PubAcks older than ACK_TIMEOUT_S (see there): they leave the window unacknowledged."""
+        in_flight = self._in_flight
+        while True:
+            await asyncio.sleep(0.5)
+            limit = time.monotonic() - ACK_TIMEOUT_S
+            while in_flight:
+                token = next(iter(in_flight))
+                if in_flight[token][1] > limit:
+                    break
+                del in_flight[token]
+                self._results.put((None, False, 0))
+
+    def send(self, header: bytes, payload: bytes, partition: int) -> None:
+        while not self._room.acquire(timeout=0.05):  # the window is full: serve PubAcks until it has room
+            self._serve(0)
+        self._out.append((self._subjects[partition], frame(header, payload), header))
+        self._pending += 1
+        self._loop.loop.call_soon_threadsafe(self._wake.set)
+
+    def _take(self, item) -> None:
+        header, ok, at_ns = item
+        self._pending -= 1
+        self._room.release()
+        if header is not None:  # None: expired, left unacknowledged
+            self._on_ack(header, ok, at_ns)
+
+    def _serve(self, timeout_s: float) -> None:
+        results = self._results
+        if timeout_s > 0 and results.empty():
+            try:
+                self._take(results.get(timeout=timeout_s))
+            except queue.Empty:
+                return
+        while not results.empty():
+            self._take(results.get_nowait())
+
+    def poll(self, timeout_s: float) -> None:
+        if self._pending:
+            self._serve(timeout_s)
+        elif timeout_s > 0:
+            time.sleep(timeout_s)
+
+    def flush(self, timeout_s: float) -> int:
+        """Wait for the PubAcks of everything sent; returns how many are still awaited."""
+        deadline = time.monotonic() + timeout_s
+        self._serve(0)
+        while self._pending and (left := deadline - time.monotonic()) > 0:
+            self._serve(left)
+        return self._pending
+
+    def close(self) -> None:
+        self.flush(5)
+        try:
+            self._loop.run(self._close(), 5)
+        except ERRORS:
+            pass
+        finally:
+            self._loop.stop()
+
+    async def _close(self) -> None:
+        for task in self._tasks:
+            task.cancel()
+        await self._nc.close()
+
+
+class NatsConsumer:
+    """A durable pull consumer for the lanes given, acknowledgement policy "all" (see the module's notes)."""
+
+    def __init__(self, url: str, topic: str, durable: str, lanes: list[int], batch: int) -> None:
+        self._stream = stream_name(topic)
+        self._durable = durable
+        self._lane = {subject(topic, p): p for p in lanes}
+        self._batch = batch
+        self._last = None  # the last message received, not acknowledged yet
+        self._loop = Loop()
+        try:
+            self._loop.run(self._open(url))
+        except ERRORS as exc:
+            self._loop.stop()
+            raise BrokerUnavailable(f"could not create consumer {durable} on stream {self._stream}: {exc!r}") from None
+
+    async def _open(self, url: str) -> None:
+        self._nc = await _connect(url)
+        js = self._nc.jetstream()
+        config = api.ConsumerConfig(durable_name=self._durable, ack_policy=api.AckPolicy.ALL,
+                                    deliver_policy=api.DeliverPolicy.ALL, filter_subjects=list(self._lane),
+                                    max_ack_pending=max(10 * self._batch, 10_000), ack_wait=60.0)
+        await js.add_consumer(self._stream, config)
+        self._sub = await js.pull_subscribe_bind(durable=self._durable, stream=self._stream)
+
+    def _acknowledge(self) -> None:
+        last, self._last = self._last, None
+        if last is not None:
+            self._loop.run(last.ack())
+
+    def poll(self, timeout_s: float) -> list[Message]:
+        try:
+            self._acknowledge()
+            messages = self._loop.run(self._fetch(max(0.01, timeout_s)), timeout_s + ADMIN_TIMEOUT_S)
+        except ERRORS:
+            return []  # the server is away: the client reconnects, the consumer resumes where it was acknowledged
+        if not messages:
+            return []
+        self._last = messages[-1]
+        lane = self._lane
+        out: list[Message] = []
+        for message in messages:
+            header, payload = unframe(message.data)
+            out.append((header, payload, lane[message.subject]))
+        return out
+
+    async def _fetch(self, timeout_s: float) -> list:
+        try:
+            return await self._sub.fetch(self._batch, timeout=timeout_s)
+        except (asyncio.TimeoutError, nats.errors.TimeoutError):
+            return []
+
+    def hold(self, on: bool) -> None:
+        """Nothing to stop: messages come only for a pull request (fetch)."""
+
+    def commit(self) -> None:
+        """Acknowledge what was received, for the broker-side backlog."""
+        try:
+            self._acknowledge()
+        except ERRORS:
+            pass
+
+    def close(self) -> None:
+        try:
+            self._acknowledge()
+            self._loop.run(self._nc.close(), 5)
+        except ERRORS:
+            pass  # the server is gone: what was not acknowledged stays pending on the consumer
+        finally:
+            self._loop.stop()
+
+
+def jetstream_answers(endpoint: dict, timeout_s: float = 3.0) -> bool:
+    """Whether a client connects and JetStream answers the account's info request."""
+
+    async def ask() -> bool:
+        nc = await _connect(endpoint["url"], reconnect=False)
+        try:
+            await nc.jetstream().account_info()
+            return True
+        finally:
+            await nc.close()
+
+    try:
+        return asyncio.run(asyncio.wait_for(ask(), timeout_s))
+    except (*ERRORS, Exception):  # noqa: BLE001 (not ready yet, whatever the reason)
+        return False

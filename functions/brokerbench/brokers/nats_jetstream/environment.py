@@ -1,0 +1,67 @@
+"""What a run's client settings mean on NATS JetStream, and the durability in force: recorded with the targets
+(TargetsReady) and in report captions."""
+
+from __future__ import annotations
+
+from .driver import ACK_TIMEOUT_S, client_version
+
+SYNC_MEANING = {
+    "always": "the server syncs every write to disk before its PubAck (sync_interval: always)",
+    "2m": "the server syncs its file store to disk every 2 minutes (sync_interval 2m, JetStream's default): a PubAck "
+          "means written to the store file in the operating system's page cache, not yet on disk",
+    None: "the server's sync_interval is not known (give it in the target's sync_interval)",
+}
+
+
+def acks_meaning(client: dict, sync: str | None) -> str:
+    """What a PubAck says about a message, for these stream settings and the server's sync policy."""
+    replicas = client["nats_replicas"]
+    where = (f"stored by a quorum of the stream's {replicas} replicas" if replicas > 1 else
+             "stored by the stream's one replica")
+    if client["nats_storage"] == "memory":
+        return f"{where}, in the server's memory (memory storage: nothing is written to disk)"
+    return f"{where}, in its file store; {SYNC_MEANING.get(sync, SYNC_MEANING[None])}"
+
+
+def settings_in_force(endpoint: dict, client: dict) -> dict:
+    """Batch mode is up to nats_max_in_flight publishes awaiting their PubAck, single mode one. JetStream has no acks
+    setting: every publish to a stream is answered by a PubAck once stored (acks_meaning)."""
+    window, sync = client["nats_max_in_flight"], endpoint.get("sync_interval")
+    return {
+        "acks": "PubAck",
+        "acks_meaning": acks_meaning(client, sync),
+        "compression": "none",
+        "client_version": client_version(),
+        "modes": {
+            "batch": {"in_flight": window,
+                      "meaning": f"up to {window:,} publishes awaiting their PubAck, each answered on its own"},
+            "single": {"in_flight": 1, "meaning": "one publish in flight: each send waits for its PubAck"},
+        },
+        "consumer": {"kind": "durable pull consumer per consumer process (filter subjects: its lanes)",
+                     "fetch_batch": client["nats_fetch_batch"],
+                     "acknowledgement": "ack policy all: the last message of each fetched batch is acknowledged "
+                                        "with the next fetch, after its receive timestamps"},
+        "unacknowledged": f"the client does not publish again a message whose PubAck did not come; after "
+                          f"{ACK_TIMEOUT_S:g} s it stops waiting and the message counts as unacknowledged",
+        "persistence": {"storage": client["nats_storage"], "replicas": client["nats_replicas"],
+                        "sync_interval": sync, "meaning": acks_meaning(client, sync)},
+    }
+
+
+def caption(mode: str, client: dict, recorded: dict) -> str:
+    meaning = (f"batch = up to {client.get('nats_max_in_flight', '?')} publishes in flight" if mode == "batch"
+               else "single = one publish in flight")
+    return f"{meaning}, {_durability_text(client, recorded)}"
+
+
+def _durability_text(client: dict, target: dict) -> str:
+    """"PubAck: file storage, fsync always, 1 replica" from what TargetsReady recorded (else the request)."""
+    persistence = (target.get("settings") or {}).get("persistence") or {}
+    storage = persistence.get("storage", client.get("nats_storage", "file"))
+    replicas = persistence.get("replicas", client.get("nats_replicas", 1))
+    sync = persistence.get("sync_interval", target.get("sync_interval"))
+    where = f"{storage} storage, {replicas} replica{'s' if replicas != 1 else ''}"
+    if storage == "memory":
+        return f"PubAck: {where}, in memory only"
+    synced = {"always": "fsync before each PubAck", "2m": "fsync every 2 min"}.get(sync, "sync policy not recorded")
+    return f"PubAck: {where}, {synced}"

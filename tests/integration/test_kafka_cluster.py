@@ -39,6 +39,10 @@ def test_a_run_on_a_three_node_cluster_replicates_every_partition_to_each_node_w
     request = {"name": "wf-cluster", "brokers": ["kafka"], "provision": {"kafka": {"nodes": 3}}, "partitions": 3,
                "modes": ["single", "batch"], "order": "fixed", "client": {"acks": "all", "min_insync_replicas": 2},
                **COUNTED}
+    # A node's log is appended across the cluster's starts (an earlier module's run may have started it): this
+    # run's part is read from where each log ended before it.
+    cluster = Path(stack.state_dir) / "kafka@3"
+    before = {log: log.stat().st_size for log in cluster.glob("node-*/kafka.log")}
     execution, events = execute(stack, tmp_path, request)
     assert execution.status == "SUCCEEDED", (execution.error, execution.cause)
     target = next(e for e in events if e["type"] == "TargetsReady")["data"]["targets"]["kafka"]
@@ -56,21 +60,29 @@ def test_a_run_on_a_three_node_cluster_replicates_every_partition_to_each_node_w
 
     # Each node's own log: a replica of every partition of every cell's topic, made with min.insync.replicas=2.
     topics = {e["data"]["topic"] for e in events if e["type"] == "CellStarted"}
-    logs = sorted((Path(stack.state_dir) / "kafka@3").glob("node-*/kafka.log"))
+    logs = sorted(cluster.glob("node-*/kafka.log"))
     assert len(logs) == 3
+    text = {log: this_run(log, before.get(log, 0)) for log in logs}
     for log in logs:
-        created = re.findall(r"Created log for partition (\S+)-(\d+) in .* with properties \{(.*)\}", log.read_text())
+        created = re.findall(r"Created log for partition (\S+)-(\d+) in .* with properties \{(.*)\}", text[log])
         replicas = {(topic, int(p)) for topic, p, properties in created
                     if topic in topics and "min.insync.replicas=2" in properties}
         assert replicas == {(topic, p) for topic in topics for p in range(3)}, log
 
     for log in logs:  # each node's client and controller listeners on loopback only
-        listening = re.findall(r"Awaiting socket connections on (\S+):\d+\.", log.read_text())
+        listening = re.findall(r"Awaiting socket connections on (\S+):\d+\.", text[log])
         assert len(listening) == 2 and set(listening) == {"127.0.0.1"}, (log, listening)
 
     # The run started the cluster, so its teardown stopped it; the session's single node runs on.
     assert execution.output["teardown"] == [{"broker": "kafka", "action": "stopped"}]
     assert "kafka@3" not in stack.status() and stack.is_up(CORE_SERVICES)
+
+
+def this_run(log: Path, offset: int) -> str:
+    """What a node wrote to its log from `offset` on (where it ended before this run)."""
+    with log.open("rb") as f:
+        f.seek(offset)
+        return f.read().decode(errors="replace")
 
 
 @pytest.mark.parametrize("client, field", [({"replication_factor": 2}, "client.replication_factor"),

@@ -163,6 +163,17 @@ def test_a_cell_that_delivered_nothing_fails_with_its_counts():
     assert "sent" in outcome.failure_reason(outcome.totals([producer(0)], [], MEASURED, False), False)
 
 
+def test_a_producer_that_sent_only_messages_due_in_the_warm_up_is_told_apart_from_one_that_sent_nothing():
+    # A single-mode producer 60 times behind a 200 msgs/s schedule (acks=all on a cold 3-node cluster): the 8
+    # messages it sent in 2.5 s were due in the warm-up's first 40 ms, so none is measured.
+    counts = outcome.totals([producer(0)], [consumer(0)], MEASURED, consumed=True, queued=0)
+    behind = outcome.failure_reason(counts, True, sent_total=8)
+    assert behind.startswith("no message due in the measured window was sent") and "the 8 the producers" in behind
+    assert outcome.failure_reason(counts, True, sent_total=0) == "no message was sent in the measured window"
+    measured = outcome.totals([producer(5)], [consumer(5)], {**MEASURED, "acked": 5}, True)
+    assert outcome.failure_reason(measured, True, sent_total=13) is None
+
+
 def test_the_broker_count_is_reconciled_with_every_acknowledgement():
     assert outcome.broker_count(1200, [producer(500, acked_total=700), producer(500)]) == {
         "observed": 1200, "expected": 1200, "difference": 0}

@@ -569,7 +569,7 @@ class _CellRun:
         else:
             last = max(p["last_send_ns"] for p in producers)
             schedule_s = max(1e-9, (last - self.timing["measure_start"]) / SECOND_NS)
-        reason = outcome.failure_reason(counts, consumed)
+        reason = outcome.failure_reason(counts, consumed, sum(p["sent_total"] for p in producers))
         if reason is not None:
             return self.fail(reason, {"totals": counts, "broker_count": broker_count, "warmup": self._warmup_record()})
         delivered = outcome.delivery(producers, consumers, consumed, self.timing["measure_start"],

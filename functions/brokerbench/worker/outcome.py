@@ -138,10 +138,14 @@ def window_start(count: int, first: int | None, last: int, together: int, earlie
     return max(earliest, first - (last - first) * together / (count - together))
 
 
-def failure_reason(counts: dict, consumed: bool) -> str | None:
-    """Why a cell that measured nothing usable must fail rather than report zeros as figures."""
+def failure_reason(counts: dict, consumed: bool, sent_total: int = 0) -> str | None:
+    """Why a cell that measured nothing usable must fail rather than report zeros as figures. `sent_total`: every
+    message the producers sent, warm-up included (a message is measured by when it was due, not when it went)."""
     detail = (f"sent {counts['sent']:,}, acknowledged {counts['acked']:,}, send errors {counts['send_errors']:,}, "
               f"unacknowledged {counts['unacked']:,}")
+    if not counts["sent"] and sent_total:
+        return (f"no message due in the measured window was sent: the {sent_total:,} the producers sent were all due "
+                "in the warm-up (they fell behind their schedule, or stopped)")
     if not counts["sent"]:
         return "no message was sent in the measured window"
     if consumed and not counts["received"]:

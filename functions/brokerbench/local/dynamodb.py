@@ -14,7 +14,7 @@ EVENTS_TABLE = "brokerbench-events"
 
 class DynamoDBLocal:
     name = "dynamodb"
-    startup_timeout_s = 60.0
+    startup_timeout_s = 120.0  # a hang, not a slow host (local/stack.py STARTUP_CAP_S)
     download_mb = 51  # its jars and sqlite4java's native library (the lib folder install fills)
 
     def install_version(self) -> str | None:

@@ -100,7 +100,7 @@ def pinned_heap(heap: str = HEAP) -> list[str]:
 
 class KafkaService:
     name = "kafka"
-    startup_timeout_s = 60.0
+    startup_timeout_s = 120.0  # a hang, not a slow host (local/stack.py STARTUP_CAP_S)
     max_nodes = MAX_NODES
     download_mb = 54  # its jars (the lib folder install fills)
 

@@ -33,7 +33,7 @@ LOG4J = ("log4j.rootLogger=WARN, stdout\n"
 
 class KafkaZooKeeperService:
     name = "kafka-zookeeper"
-    startup_timeout_s = 60.0
+    startup_timeout_s = 120.0  # a hang, not a slow host (local/stack.py STARTUP_CAP_S)
     max_nodes = MAX_NODES
     download_mb = 46  # Kafka 3.9's jars, ZooKeeper's included (the lib folder install fills)
 

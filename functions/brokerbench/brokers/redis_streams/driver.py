@@ -20,7 +20,7 @@ import redis
 from redis.exceptions import RedisError, ResponseError
 
 from ... import native
-from ...drivers import BrokerUnavailable, Message, OnAck
+from ...drivers import BrokerUnavailable, Message, OnAck, TargetRefused
 
 HEADER_FIELD = b"h"
 PAYLOAD_FIELD = b"d"
@@ -71,7 +71,27 @@ class RedisStreamsDriver:
 
     def check(self, timeout_s: float = 5.0) -> None:
         try:
-            self.connect().ping()
+            connection = self.connect()
+            connection.ping()
+        except RedisError as exc:
+            raise self._unavailable(exc) from None
+        self.apply_persistence(connection)
+
+    def apply_persistence(self, connection: redis.Redis) -> None:
+        """client.redis_appendfsync, when the run sets it: AOF on with that fsync policy (CONFIG SET, for the
+        server's whole life: a run that started the local Redis stops it; one started by hand keeps the policy).
+        A server that refuses CONFIG (ElastiCache) cannot serve the run: TargetRefused names the setting."""
+        policy = self.client.get("redis_appendfsync")
+        if policy is None:
+            return
+        try:
+            for name, value in (("appendfsync", policy), ("appendonly", "yes")):
+                current = connection.config_get(name).get(name)
+                if (current.decode() if isinstance(current, bytes) else current) != value:
+                    connection.config_set(name, value)
+        except ResponseError as exc:
+            raise TargetRefused(f"client.redis_appendfsync: Redis at {self.endpoint['host']}:{self.endpoint['port']} "
+                                f"refused CONFIG SET ({exc}); set its AOF policy on the server and omit the setting") from None
         except RedisError as exc:
             raise self._unavailable(exc) from None
 
@@ -89,6 +109,7 @@ class RedisStreamsDriver:
         }
 
     def create_topic(self, topic: str, partitions: int) -> None:
+        self.apply_persistence(self.connect())
         try:
             self.connect().delete(*(stream_key(topic, p) for p in range(partitions)))
         except RedisError as exc:

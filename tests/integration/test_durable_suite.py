@@ -1,0 +1,64 @@
+"""The durable-1k suite as a user runs it, scaled to 3 s cells (at 1.2 s, a Kafka cell that fsyncs every message sent nothing in its window at a load of 13), on the local stack's Kafka and Redis: every cell
+completes, and results.json states for each broker an fsync per acknowledgement and no replica, from what the
+brokers themselves report (Redis's CONFIG GET after the run set its AOF policy; Kafka's topic configuration)."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from brokerbench.brokers.kafka.driver import KafkaDriver
+from brokerbench.brokers.redis_streams.driver import RedisStreamsDriver
+
+# Update with the suite when rabbitmq-quorum and nats-jetstream join it (see tests/unit/test_durable_suite.py).
+BROKERS = {"kafka", "redis-streams"}
+
+
+@pytest.fixture
+def redis_policy_restored(endpoints):
+    """The session's Redis is shared by every module: the suite sets appendfsync always on it, this puts back the
+    policy it had."""
+    connection = RedisStreamsDriver(endpoints["redis-streams"], {}).connect()
+    before = {name: connection.config_get(name)[name] for name in ("appendonly", "appendfsync")}
+    yield
+    for name, value in before.items():
+        connection.config_set(name, value)
+    connection.close()
+
+
+def test_durable_suite_scaled_runs_every_broker_at_an_fsync_per_acknowledgement(stack, redis_policy_restored,
+                                                                                  tmp_path):
+    done = subprocess.run([sys.executable, "-m", "brokerbench.cli", "--state-dir", str(stack.state_dir), "run",
+                           "--suite", "durable-1k", "--scale", "0.1", "--out", str(tmp_path / "out")],
+                          capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    [path] = (tmp_path / "out").glob("*/results.json")
+    results = json.loads(path.read_text())
+    assert {c["broker"] for c in results["cells"]} == BROKERS
+    assert {c["mode"] for c in results["cells"]} == {"batch", "single"}
+    assert all(c["status"] == "completed" and c["received"] > 0 and c["lost"] == 0 for c in results["cells"]), \
+        [(c["broker"], c["mode"], c.get("reason")) for c in results["cells"]]
+    for broker in BROKERS:
+        stated = results["durability"][broker]
+        assert (stated["fsync"], stated["replicas"], stated["memory_only"]) == (True, 0, False), (broker, stated)
+    # Redis's own answer, recorded with the targets after the run set it: AOF on, fsync always.
+    redis = results["environment"]["brokers"]["redis-streams"]["settings"]["persistence"]
+    assert (redis["appendonly"], redis["appendfsync"], redis["source"]) == ("yes", "always", "CONFIG GET")
+    assert "durability: kafka fsync per message, no replicas; redis-streams fsync per message, no replicas" \
+        in " ".join(done.stdout.split())  # the table's caption, however the terminal wrapped it
+
+
+def test_kafka_topics_carry_flush_messages_as_the_broker_reports_it(endpoints):
+    from confluent_kafka.admin import ConfigResource
+
+    driver = KafkaDriver(endpoints["kafka"], {"kafka_flush_messages": 1, "replication_factor": 1, "topics": 1})
+    topic = "durable-flush-check"
+    driver.create_topic(topic, 1)
+    try:
+        resource = ConfigResource(ConfigResource.Type.TOPIC, topic)
+        config = driver.admin().describe_configs([resource])[resource].result(timeout=10)
+        assert config["flush.messages"].value == "1"
+    finally:
+        driver.delete_topic(topic, 1)
+        driver.close()

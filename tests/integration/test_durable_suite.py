@@ -4,13 +4,18 @@ acknowledgement and no replica, from what the brokers themselves report (Redis's
 AOF policy; Kafka's topic configuration)."""
 
 import json
+import shutil
 import subprocess
 import sys
+import time
 
 import pytest
 
 from brokerbench.brokers.kafka.driver import KafkaDriver
 from brokerbench.brokers.redis_streams.driver import RedisStreamsDriver
+from brokerbench.brokers.redis_streams.environment import persistence
+from brokerbench.drivers import TargetRefused
+from brokerbench.local.processes import HOST, free_port, port_answers
 
 # Update with the suite when rabbitmq-quorum and nats-jetstream join it (see tests/unit/test_durable_suite.py).
 BROKERS = {"kafka", "redis-streams"}
@@ -69,3 +74,26 @@ def test_kafka_topics_carry_flush_messages_as_the_broker_reports_it(endpoints):
     finally:
         driver.delete_topic(topic, 1)
         driver.close()
+
+
+def test_a_redis_that_refuses_config_refuses_a_run_that_sets_its_aof_policy(tmp_path):
+    """ElastiCache refuses CONFIG; a redis-server with CONFIG renamed away plays it: a run that sets
+    client.redis_appendfsync is refused naming the setting, one that does not is served, and the durability it
+    records comes from INFO persistence."""
+    port = free_port()
+    server = subprocess.Popen([shutil.which("redis-server"), "--bind", HOST, "--port", str(port), "--save", "",
+                               "--appendonly", "no", "--dir", str(tmp_path), "--rename-command", "CONFIG", ""],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 30
+        while not port_answers(port) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        endpoint = {"host": HOST, "port": port}
+        with pytest.raises(TargetRefused, match="client.redis_appendfsync"):
+            RedisStreamsDriver(endpoint, {"redis_appendfsync": "always"}).check()
+        RedisStreamsDriver(endpoint, {}).check()
+        assert persistence(endpoint, {}) == {"appendonly": "no", "appendfsync": None,
+                                             "source": "INFO persistence (CONFIG is not allowed)"}
+    finally:
+        server.terminate()
+        server.wait(timeout=10)

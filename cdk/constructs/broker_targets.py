@@ -1,7 +1,9 @@
-"""What the workflow needs to create brokers at run time: MSK clusters (TLS, IAM auth) and ElastiCache
-replication groups (TLS, encryption at rest, AUTH), in the private subnets behind the brokers group.
+"""What the workflow needs to create brokers at run time: MSK clusters (TLS, IAM auth), ElastiCache
+replication groups (TLS, encryption at rest, AUTH) and Amazon MQ for RabbitMQ brokers (amqps, a password per run in
+Secrets Manager), in the private subnets behind the brokers group.
 
-The providers (functions/brokerbench/brokers/kafka/cloud.py, redis_streams/cloud.py) name what they create
+The providers (functions/brokerbench/brokers/kafka/cloud.py, redis_streams/cloud.py, rabbitmq/cloud.py) name what
+they create
 `bb-<run id>-<broker>` (brokerbench.targets.resource_name) and tag it `brokerbench:run`. IAM holds them to
 that: create only with the tag in the request, describe and delete only names starting `bb-`, delete only
 what carries the tag.
@@ -22,6 +24,7 @@ from .network import Network
 
 RUN_TAG = "brokerbench:run"  # brokerbench/brokers/*/cloud.py: Tags={..., "brokerbench:run": run_id}
 NAME_PREFIX = "bb-"  # brokerbench.targets.resource_name
+MQ_SECRET_PREFIX = "brokerbench/"  # brokers/rabbitmq/cloud.py SECRET_PREFIX: the run's Amazon MQ password
 
 TAGGED_REQUEST = {"Null": {f"aws:RequestTag/{RUN_TAG}": "false"}}
 TAGGED_RESOURCE = {"Null": {f"aws:ResourceTag/{RUN_TAG}": "false"}}
@@ -60,6 +63,8 @@ class BrokerTargets(Construct):
             "BROKERBENCH_REDIS_SUBNET_GROUP": self.subnet_group.ref,
             "BROKERBENCH_REDIS_SECURITY_GROUPS": groups,
             "BROKERBENCH_REDIS_AUTH_SECRET_ARN": self.auth_secret.secret_arn,
+            "BROKERBENCH_MQ_SUBNETS": subnets,
+            "BROKERBENCH_MQ_SECURITY_GROUPS": groups,
         }
 
     # -- control plane --------------------------------------------------------------------------------
@@ -112,6 +117,42 @@ class BrokerTargets(Construct):
               wildcard_reason="a retried CreateReplicationGroup checks that the existing bb-<run id>-redis group is "
                               "the run's own (its brokerbench:run tag); groups are named per run")
         self.auth_secret.grant_read(grantee)
+        self.grant_mq_provision(grantee)
+
+    def grant_mq_provision(self, grantee: iam.IGrantable) -> None:
+        """Amazon MQ for RabbitMQ: the run's password secret (brokerbench/bb-*), then CreateBroker with the run tag."""
+        # Spend guard: Amazon MQ has no IAM condition key for the host instance type or deployment mode (only the
+        # aws:Request/ResourceTag keys), so the allowed types (brokers/rabbitmq/prices.json) and the 1-or-3 nodes are
+        # held by the provider (rabbitmq/cloud.py, before any call) and the plug-in's provision schema.
+        allow(grantee, ["mq:CreateBroker", "mq:CreateTags"], [self._mq_brokers()], conditions=TAGGED_REQUEST,
+              wildcard_reason="Amazon MQ brokers are created per run as bb-<run id>-<broker>; their ARNs end in an id "
+                              "Amazon MQ assigns, so only the bb-* name pattern (and the brokerbench:run tag) can "
+                              "scope them")
+        allow(grantee, ["ec2:CreateNetworkInterface", "ec2:CreateNetworkInterfacePermission",
+                        "ec2:DeleteNetworkInterface", "ec2:DescribeInternetGateways", "ec2:DescribeNetworkInterfaces",
+                        "ec2:DescribeNetworkInterfacePermissions", "ec2:DescribeRouteTables",
+                        "ec2:DescribeSecurityGroups", "ec2:DescribeSubnets", "ec2:DescribeVpcs"], ["*"],
+              wildcard_reason="Amazon MQ CreateBroker places the broker's network interfaces in the given subnets "
+                              "with the caller's permissions (Amazon MQ's documented requirement); these EC2 actions "
+                              "take no resource-level permissions at creation")
+        allow(grantee, ["iam:CreateServiceLinkedRole"],
+              [f"arn:{Aws.PARTITION}:iam::{Aws.ACCOUNT_ID}:role/aws-service-role/mq.amazonaws.com/AWSServiceRoleForAmazonMQ*"],
+              conditions={"StringEquals": {"iam:AWSServiceName": "mq.amazonaws.com"}},
+              wildcard_reason="the first Amazon MQ broker in an account creates its service-linked role; the ARN "
+                              "pattern is AWS's own name for it")
+        allow(grantee, ["mq:ListBrokers"], ["*"],
+              wildcard_reason="a retried CreateBroker finds the run's broker by name with ListBrokers, a List action "
+                              "with no resource-level permissions")
+        allow(grantee, ["mq:ListTags"], [self._mq_brokers()],
+              wildcard_reason="a retried CreateBroker checks that the existing bb-* broker is the run's own (its "
+                              "brokerbench:run tag)")
+        allow(grantee, ["secretsmanager:CreateSecret", "secretsmanager:TagResource"], [self._mq_secrets()],
+              conditions=TAGGED_REQUEST,
+              wildcard_reason="each run's broker password is stored as brokerbench/bb-<run id>-<broker>; Secrets "
+                              "Manager appends a random suffix to the ARN")
+        allow(grantee, ["secretsmanager:DescribeSecret", "secretsmanager:GetSecretValue"], [self._mq_secrets()],
+              conditions=TAGGED_RESOURCE,
+              wildcard_reason="a retried provision reads the password the run stored before (brokerbench/bb-*)")
 
     def grant_check(self, grantee: iam.IGrantable) -> None:
         """CheckTarget: describe_cluster_v2 + get_bootstrap_brokers, describe_replication_groups."""
@@ -119,6 +160,8 @@ class BrokerTargets(Construct):
               wildcard_reason="MSK cluster ARNs end in a UUID assigned at creation: bb-* (the run's name) scopes them")
         allow(grantee, ["elasticache:DescribeReplicationGroups"], [self._redis_groups()],
               wildcard_reason="replication groups are named per run (bb-<run id>-redis): bb-* scopes them")
+        allow(grantee, ["mq:DescribeBroker"], [self._mq_brokers()],
+              wildcard_reason="Amazon MQ broker ARNs end in an id assigned at creation: bb-* (the run's name) scopes them")
 
     def grant_teardown(self, grantee: iam.IGrantable) -> None:
         """TeardownTarget: list_clusters_v2 + delete_cluster, describe_replication_groups + delete_replication_group."""
@@ -133,6 +176,7 @@ class BrokerTargets(Construct):
         allow(grantee, ["elasticache:DescribeReplicationGroups"], [self._redis_groups()],
               wildcard_reason="teardown reads the run's bb-<run id>-redis group's status: still creating (not "
                               "deletable yet), deleting, or gone")
+        grant_mq_delete(grantee, "teardown")
 
     # -- data plane -------------------------------------------------------------------------------------
 
@@ -150,6 +194,9 @@ class BrokerTargets(Construct):
                         "kafka-cluster:ReadData"], [topic], wildcard_reason=reason)
         allow(grantee, ["kafka-cluster:AlterGroup", "kafka-cluster:DescribeGroup"], [group], wildcard_reason=reason)
         self.auth_secret.grant_read(grantee)
+        allow(grantee, ["secretsmanager:GetSecretValue"], [self._mq_secrets()], conditions=TAGGED_RESOURCE,
+              wildcard_reason="RabbitMQ clients read the run's Amazon MQ broker password (brokerbench/bb-*, one per "
+                              "run, with a random suffix Secrets Manager appends)")
 
     @staticmethod
     def _msk_clusters() -> str:
@@ -158,3 +205,27 @@ class BrokerTargets(Construct):
     @staticmethod
     def _redis_groups() -> str:
         return _arn("elasticache", f"replicationgroup:{NAME_PREFIX}*")
+
+    @staticmethod
+    def _mq_brokers() -> str:
+        return _arn("mq", f"broker:{NAME_PREFIX}*")
+
+    @staticmethod
+    def _mq_secrets() -> str:
+        return _arn("secretsmanager", f"secret:{MQ_SECRET_PREFIX}{NAME_PREFIX}*")
+
+
+def grant_mq_delete(grantee: iam.IGrantable, who: str) -> None:
+    """Teardown and the sweeper: find bb-* Amazon MQ brokers, delete those tagged with a run, and their passwords."""
+    allow(grantee, ["mq:ListBrokers"], ["*"],
+          wildcard_reason=f"{who} finds the run's Amazon MQ broker by name with ListBrokers, a List action with no "
+                          "resource-level permissions")
+    allow(grantee, ["mq:ListTags"], [BrokerTargets._mq_brokers()],
+          wildcard_reason=f"{who} reads the brokerbench:run tag of bb-* brokers only")
+    allow(grantee, ["mq:DeleteBroker"], [BrokerTargets._mq_brokers()], conditions=TAGGED_RESOURCE,
+          wildcard_reason=f"{who} deletes only Amazon MQ brokers named bb-* that carry the brokerbench:run tag")
+    allow(grantee, ["secretsmanager:DeleteSecret"], [BrokerTargets._mq_secrets()], conditions=TAGGED_RESOURCE,
+          wildcard_reason=f"{who} deletes only the brokerbench/bb-* password secrets that carry the brokerbench:run tag")
+    allow(grantee, ["secretsmanager:ListSecrets"], ["*"],
+          wildcard_reason=f"{who} finds password secrets whose broker has gone; ListSecrets has no resource-level "
+                          "permissions")

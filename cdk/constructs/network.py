@@ -23,6 +23,7 @@ from constructs import Construct
 
 KAFKA_PORTS = ec2.Port.tcp_range(9092, 9098)  # MSK: plaintext, TLS, SASL/SCRAM, IAM (9098), and ZooKeeper-less
 REDIS_PORT = ec2.Port.tcp(6379)
+AMQPS_PORT = ec2.Port.tcp(5671)  # Amazon MQ for RabbitMQ: AMQP over TLS
 AZ_COUNT = 3
 
 INTERFACE_ENDPOINTS = {  # context name -> (construct id, service)
@@ -66,9 +67,11 @@ class Network(Construct):
                                                        open=False)  # HTTPS from the workers only, not the whole VPC
             endpoint.connections.allow_default_port_from(self.workers, f"HTTPS to {name} from the workers")
         self.brokers = ec2.SecurityGroup(self, "Brokers", vpc=self.vpc, allow_all_outbound=False,
-                                         description="brokerbench run-time brokers (MSK, ElastiCache): reached only by workers")
+                                         description="brokerbench run-time brokers (MSK, ElastiCache, Amazon MQ): reached only by "
+                                                     "workers")
         self.brokers.add_ingress_rule(self.workers, KAFKA_PORTS, "Kafka (MSK) from the workers")
         self.brokers.add_ingress_rule(self.workers, REDIS_PORT, "Redis (ElastiCache) from the workers")
+        self.brokers.add_ingress_rule(self.workers, AMQPS_PORT, "AMQPS (Amazon MQ for RabbitMQ) from the workers")
 
     @property
     def private_subnets(self) -> list[ec2.ISubnet]:

@@ -25,7 +25,7 @@ from constructs import Construct
 
 from .. import paths
 from ..nag import acknowledge, allow
-from .broker_targets import TAGGED_RESOURCE, BrokerTargets, RUN_TAG
+from .broker_targets import RUN_TAG, TAGGED_RESOURCE, BrokerTargets, grant_mq_delete
 from .functions import Functions
 from .storage import EventStore
 from .workflow import substitutions
@@ -103,6 +103,7 @@ def grant_sweep(grantee: iam.IGrantable) -> None:
           wildcard_reason="the sweeper reads the brokerbench:run tag of the bb-* replication groups only")
     allow(grantee, ["elasticache:DeleteReplicationGroup"], [BrokerTargets._redis_groups()], conditions=TAGGED_RESOURCE,
           wildcard_reason="the sweeper deletes only replication groups named bb-* that carry the brokerbench:run tag")
+    grant_mq_delete(grantee, "the sweeper")
     allow(grantee, ["ec2:DescribeInstances"], ["*"],
           wildcard_reason="the sweeper finds EC2 workers by their brokerbench:run tag; DescribeInstances has no "
                           "resource-level permissions")

@@ -117,6 +117,9 @@ class Plugin:
     environment: str  # "module:function" (endpoint, client) -> dict: what the run's settings mean on it
     caption: str  # "module:function" (mode, client, recorded) -> str: one line for report tables
     local: LocalService | None = None
+    # "module:function" (client, recorded) -> dict: what an acknowledgement waits for with the settings in force
+    # (see `durability`); None: the plug-in does not state it, and reports say so.
+    durability: str | None = None
     cloud: Cloud | None = None
     libraries: tuple[str, ...] = ()  # client library distributions whose versions every run records
 
@@ -130,6 +133,12 @@ class Plugin:
     def describe_mode(self, mode: str, client: dict, recorded: dict | None) -> str:
         """What `mode` means with these client settings; `recorded` is TargetsReady's target, when stored."""
         return load(self.caption)(mode, client, recorded or {})
+
+    def state_durability(self, client: dict, recorded: dict | None) -> dict:
+        """What an acknowledgement waits for on this row: a disk sync, replicas, or memory only (see `durability`)."""
+        if self.durability is None:
+            return dict(NOT_STATED)
+        return durability(load(self.durability)(client, recorded or {}))
 
     def cloud_targets(self):
         """The TargetProvider for AWS mode; UnknownBroker when this broker has no cloud provider."""
@@ -145,6 +154,47 @@ class Plugin:
         """Where it runs: local, the cloud service, and always an existing (external) endpoint."""
         return [*(["local"] if self.local else []), *([f"cloud: {self.cloud.service}"] if self.cloud else []),
                 "external"]
+
+
+# -- matched durability ------------------------------------------------------------------------
+# What a plug-in's durability function returns, and the statement of one that has none. fsync: True when the
+# acknowledgement waits for a disk sync of the message, "interval" when the broker syncs on a timer (the
+# acknowledgement does not wait for it), False when nothing syncs it, None when unknown. replicas: the other copies
+# the acknowledgement waits for (0: only the node that answered; None: unknown). memory_only: True when the
+# acknowledged message is on no disk at all (no write, or a write that is never synced and not replicated).
+DURABILITY_FIELDS = ("fsync", "replicas", "memory_only", "text")
+NOT_STATED = {"fsync": None, "replicas": None, "memory_only": None,
+              "text": "not stated (the broker's plug-in does not describe its durability)"}
+
+
+def durability(statement: dict) -> dict:
+    """A plug-in's durability statement, checked: every field present and of its kind (ValueError names the field)."""
+    missing = [name for name in DURABILITY_FIELDS if name not in statement]
+    if missing:
+        raise ValueError(f"durability statement lacks {', '.join(missing)}")
+    if statement["fsync"] not in (True, False, "interval", None):
+        raise ValueError(f"durability.fsync: {statement['fsync']!r} is not true, false, \"interval\" or null")
+    replicas = statement["replicas"]
+    if replicas is not None and (isinstance(replicas, bool) or not isinstance(replicas, int) or replicas < 0):
+        raise ValueError(f"durability.replicas: {replicas!r} is not a count of replicas (0 or more) or null")
+    if statement["memory_only"] not in (True, False, None):
+        raise ValueError(f"durability.memory_only: {statement['memory_only']!r} is not true, false or null")
+    if not isinstance(statement["text"], str) or not statement["text"]:
+        raise ValueError("durability.text: a sentence is required")
+    return {name: statement[name] for name in DURABILITY_FIELDS}
+
+
+def durability_label(statement: dict) -> str:
+    """The statement in a few words for a table: "fsync per message, 2 replicas", "memory only"..."""
+    if statement.get("memory_only"):
+        return "memory only"
+    fsync = {True: "fsync per message", "interval": "fsync on a timer", False: "no fsync", None: "fsync unknown"}
+    replicas = statement.get("replicas")
+    copies = ("replicas unknown" if replicas is None else "no replicas" if replicas == 0
+              else f"{replicas} replica{'s' if replicas > 1 else ''}")
+    if statement.get("fsync") is None and replicas is None and statement.get("memory_only") is None:
+        return "not stated"
+    return f"{fsync[statement.get('fsync')]}, {copies}"
 
 
 def load(reference: str):

@@ -1,4 +1,4 @@
-"""Lambda entry point of the hourly sweeper: deletes bb-* MSK clusters, ElastiCache groups and EC2 workers tagged
+"""Lambda entry point of the hourly sweeper: deletes bb-* MSK clusters, ElastiCache groups, Amazon MQ brokers and EC2 workers tagged
 with a run that has ended, and says what it deleted and what it left (brokerbench/workflow/sweep.py)."""
 
 from brokerbench.observability import lambda_entry, logger

@@ -52,6 +52,12 @@ STAR_ACTIONS = {
     "ec2:DescribeVpcAttribute": "MSK CreateClusterV2; Describe has no resource-level permissions",
     "kafka:ListClustersV2": "teardown finds the run's cluster by name; a List action has no resource-level permissions",
     "ec2:DescribeInstances": "the sweeper finds EC2 workers by their run tag; Describe has no resource-level permissions",
+    "ec2:CreateNetworkInterfacePermission": "Amazon MQ CreateBroker places the broker's ENIs with the caller's permissions",
+    "ec2:DescribeInternetGateways": "Amazon MQ CreateBroker; Describe has no resource-level permissions",
+    "ec2:DescribeNetworkInterfacePermissions": "Amazon MQ CreateBroker; Describe has no resource-level permissions",
+    "ec2:DescribeRouteTables": "Amazon MQ CreateBroker; Describe has no resource-level permissions",
+    "mq:ListBrokers": "teardown and the sweeper find brokers by name; a List action has no resource-level permissions",
+    "secretsmanager:ListSecrets": "the sweeper finds password secrets whose broker has gone; no resource-level permissions",
 }
 
 # cfn-lint warnings that are CDK's doing and harmless: W3005, a DependsOn on a role that a GetAtt already
@@ -378,7 +384,8 @@ def test_functions_get_every_setting_the_code_reads(resources):
         assert name in env["start_ec2_worker"]
     for module in ("provision_target", "check_target", "teardown_target", "api"):
         for name in ("BROKERBENCH_MSK_SUBNETS", "BROKERBENCH_MSK_SECURITY_GROUPS", "BROKERBENCH_REDIS_SUBNET_GROUP",
-                     "BROKERBENCH_REDIS_SECURITY_GROUPS", "BROKERBENCH_REDIS_AUTH_SECRET_ARN"):
+                     "BROKERBENCH_REDIS_SECURITY_GROUPS", "BROKERBENCH_REDIS_AUTH_SECRET_ARN",
+                     "BROKERBENCH_MQ_SUBNETS", "BROKERBENCH_MQ_SECURITY_GROUPS"):
             assert name in env[module], (module, name)
     # Every BROKERBENCH_* the package reads is set somewhere, or belongs to the local mode.
     read = set()
@@ -494,11 +501,13 @@ def test_broker_resources_are_scoped_by_name_and_run_tag(resources):
     for _, statement in statements(resources):
         for action in as_list(statement["Action"]):
             by_action.setdefault(action, []).append(statement)
-    for action in ("kafka:CreateClusterV2", "elasticache:CreateReplicationGroup"):
+    for action in ("kafka:CreateClusterV2", "elasticache:CreateReplicationGroup", "mq:CreateBroker",
+                   "secretsmanager:CreateSecret"):
         tagged = [s for s in by_action[action] if s.get("Condition", {}).get("Null") ==
                   {"aws:RequestTag/brokerbench:run": "false"}]
         assert tagged, action
-    for action in ("kafka:DeleteCluster", "elasticache:DeleteReplicationGroup"):
+    for action in ("kafka:DeleteCluster", "elasticache:DeleteReplicationGroup", "mq:DeleteBroker",
+                   "secretsmanager:DeleteSecret"):
         for statement in by_action[action]:
             assert statement["Condition"] == {"Null": {"aws:ResourceTag/brokerbench:run": "false"}}, action
     # Listing every replication group (the sweeper's DescribeReplicationGroups without an id) is the one
@@ -507,13 +516,14 @@ def test_broker_resources_are_scoped_by_name_and_run_tag(resources):
     listing = [s for logical_id, s in statements(resources) if resources[logical_id]["Properties"].get("Roles") ==
                [{"Ref": sweeper_role}] and "elasticache:DescribeReplicationGroups" in as_list(s["Action"])]
     for action in ("kafka:DescribeClusterV2", "kafka:GetBootstrapBrokers", "kafka-cluster:Connect",
-                   "kafka-cluster:WriteData", "elasticache:DescribeReplicationGroups"):
+                   "kafka-cluster:WriteData", "elasticache:DescribeReplicationGroups", "mq:DescribeBroker",
+                   "mq:ListTags", "mq:DeleteBroker"):
         for statement in by_action[action]:
             text = json.dumps(statement["Resource"])
             if statement in listing:
                 assert text.endswith(':replicationgroup:*"]]}') and as_list(statement["Action"]) == [action]
                 continue
-            assert re.search(r"(cluster|topic|replicationgroup)[/:]bb-\*", text), (action, text)
+            assert re.search(r"(cluster|topic|replicationgroup|broker)[/:]bb-\*", text), (action, text)
 
 
 def test_ec2_workers_are_launched_only_from_the_template_with_their_role(resources):
@@ -583,7 +593,7 @@ def test_brokers_accept_only_the_workers_on_broker_ports(resources):
     assert not groups[brokers]["Properties"].get("SecurityGroupIngress")
     rules = [r["Properties"] for r in of_type(resources, "AWS::EC2::SecurityGroupIngress").values()
              if r["Properties"]["GroupId"] == {"Fn::GetAtt": [brokers, "GroupId"]}]
-    assert {(r["FromPort"], r["ToPort"]) for r in rules} == {(9092, 9098), (6379, 6379)}
+    assert {(r["FromPort"], r["ToPort"]) for r in rules} == {(9092, 9098), (6379, 6379), (5671, 5671)}
     assert all(r["SourceSecurityGroupId"] == {"Fn::GetAtt": [workers, "GroupId"]} for r in rules)
 
 

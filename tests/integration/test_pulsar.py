@@ -36,6 +36,9 @@ def test_every_format_in_both_modes_arrives_whole_and_the_broker_count_reconcile
     assert target["client_library"] == "pulsar-client" and target["broker_version"].startswith("4.0")
     settings = events[1]["data"]["targets"]["pulsar"]["settings"]
     assert settings["persistence"]["topic_type"] == "persistent" and settings["modes"]["single"]["batching"] is False
+    # The local standalone's ack quorum of 1 as its admin API reports it, and its bookie's journalSyncData=false.
+    durability = results["durability"]["pulsar"]
+    assert (durability["fsync"], durability["replicas"], durability["memory_only"]) == (False, 0, False), durability
 
 
 def test_a_non_persistent_cell_delivers_everything_and_claims_no_broker_count(extra_brokers, store):

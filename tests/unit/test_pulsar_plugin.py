@@ -52,8 +52,9 @@ def test_start_binds_the_standalone_to_loopback_on_the_ports_it_was_given(tmp_pa
     started = local.PulsarService().start(tmp_path, lambda: next(free), {})
     assert started.pids == [101] and started.port == 6650
     assert started.endpoint == {"service_url": f"pulsar://{HOST}:6650", "admin_url": f"http://{HOST}:8080",
-                                "version": "unknown"}
+                                "version": "unknown", "journal_sync_data": False}
     conf = set((tmp_path / "standalone.conf").read_text().splitlines())
+    assert "journalSyncData=false" in conf  # what the endpoint states
     assert {f"bindAddress={HOST}", f"advertisedAddress={HOST}", "brokerServicePort=6650", "webServicePort=8080",
             "listeningInterface=lo", "allowAutoTopicCreation=false", "functionsWorkerEnabled=false"} <= conf
     cmd, cwd = spawned[0]

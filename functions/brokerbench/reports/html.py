@@ -87,6 +87,16 @@ def _grid(group: dict, report: dict) -> str:
     return f"<table>{head}{''.join(rows)}</table>"
 
 
+def _durability_section(report: dict) -> list[str]:
+    rows = markdown.durability_rows(report)
+    if not rows:
+        return []
+    head = ("<tr><th>broker</th><th>fsync</th><th>replicas</th><th>memory only</th>"
+            "<th>acknowledgement</th></tr>")
+    body = "".join("<tr>" + "".join(f"<td>{escape(v)}</td>" for v in row) + "</tr>" for row in rows)
+    return [f"<h2>Durability: what an acknowledgement waited for</h2><table>{head}{body}</table>"]
+
+
 def _resources_section(report: dict) -> list[str]:
     rows = markdown.resource_rows(report)
     if not rows:
@@ -260,7 +270,7 @@ def _claims_and_rules(report: dict) -> list[str]:
     items = [f"<li><b>{label}.</b> {escape(rules[key])}</li>" for key, label in
              (("sustainability", "Sustainability"), ("claims", "Claims"), ("percentiles", "Percentiles"),
               ("max_rate", "Max rate"), ("missing", "Missing messages"), ("accounting", "Accounting"),
-              ("codec", "Codec figures"), ("send_loop", "Send loop"))
+              ("codec", "Codec figures"), ("send_loop", "Send loop"), ("durability", "Durability"))
              if rules.get(key)]
     if items:
         parts.append(f"<h2>How to read this report</h2><ul>{''.join(items)}</ul>")
@@ -290,6 +300,7 @@ def render(report: dict) -> str:
              f"{escape(env['code_version'])}{escape(markdown.send_loop_header(report))}</p>"]
     parts += _regression_section(report)
     parts += _claims_and_rules(report)
+    parts += _durability_section(report)
     parts.append("<h2>Comparison</h2>")
     for group in report["groups"]:
         note = f"<p><i>{escape(group['note'])}</i></p>" if group.get("note") else ""

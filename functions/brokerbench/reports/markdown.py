@@ -256,11 +256,30 @@ def claims_section(report: dict) -> list[str]:
     return lines + [f"- {h['text']}" for h in report["highlights"]] + [""]
 
 
+def _yes_no(value) -> str:
+    return {True: "yes", False: "no", None: "unknown"}.get(value, str(value))
+
+
+def durability_rows(report: dict) -> list[list[str]]:
+    """One row per broker: whether its acknowledgement waited for a disk sync, replicas, or memory only."""
+    return [[broker, _yes_no(d["fsync"]), "unknown" if d["replicas"] is None else str(d["replicas"]),
+             _yes_no(d["memory_only"]), d["text"]] for broker, d in (report.get("durability") or {}).items()]
+
+
+def durability_section(report: dict) -> list[str]:
+    rows = durability_rows(report)
+    if not rows:
+        return []
+    lines = ["## Durability: what an acknowledgement waited for", "",
+             "| broker | fsync | replicas | memory only | acknowledgement |", "|---|---|---:|---|---|"]
+    return lines + ["| " + " | ".join(row) + " |" for row in rows] + [""]
+
+
 def rules_section(report: dict) -> list[str]:
     rules = report.get("rules") or {}
     names = (("sustainability", "Sustainability"), ("claims", "Claims"), ("percentiles", "Percentiles"),
              ("max_rate", "Max rate"), ("missing", "Missing messages"), ("accounting", "Accounting"),
-             ("codec", "Codec figures"), ("send_loop", "Send loop"))
+             ("codec", "Codec figures"), ("send_loop", "Send loop"), ("durability", "Durability"))
     return ["## How to read this report", ""] + [f"- **{label}.** {rules[key]}" for key, label in names
                                                   if rules.get(key)] + [""]
 
@@ -308,6 +327,7 @@ def render(report: dict) -> str:
     lines += send_loop_lines(report)
     if report.get("configurations_with_loss"):
         lines += [f"**Loss** in {len(report['configurations_with_loss'])} configuration(s): see the loss column.", ""]
+    lines += durability_section(report)
     lines += rules_section(report)
     refs = report["references"]
     for group in report["groups"]:

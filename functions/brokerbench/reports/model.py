@@ -31,7 +31,7 @@ from ..series import (  # noqa: F401 (the old import paths)
     verdict_basis,
 )
 from ..spec import request_schema
-from .results import (ACCOUNTING_RULE, LOSS_CLASSES, MISSING_COUNTS_IN, MISSING_RULE, SPECTRUM, SUMMARY_FIELDS,
+from .results import (ACCOUNTING_RULE, DURABILITY_RULE, LOSS_CLASSES, MISSING_COUNTS_IN, MISSING_RULE, SPECTRUM, SUMMARY_FIELDS,
                       build_results, figures, figures_of, merge_blobs, missing_of, with_missing)
 from .stats import holm, median_ci, t_quantile, t_two_sided_p
 
@@ -675,6 +675,7 @@ def build_report(events: list[dict]) -> dict:
         "finished_at": results["finished_at"],
         "environment": results["environment"],
         "spec": spec,
+        "durability": results["durability"],
         "references": references,
         "regressions": regressions,
         "claims_note": note,
@@ -685,7 +686,8 @@ def build_report(events: list[dict]) -> dict:
         "claims": family,
         "rules": {"sustainability": verdict.RULE, "claims": CLAIMS_RULE, "percentiles": PERCENTILE_RULE,
                   "missing": MISSING_RULE, "accounting": ACCOUNTING_RULE,
-                  "max_rate": MAX_RATE_NOTE, "codec": CODEC_RULE, "send_loop": SEND_LOOP_RULE},
+                  "max_rate": MAX_RATE_NOTE, "codec": CODEC_RULE, "send_loop": SEND_LOOP_RULE,
+                  "durability": DURABILITY_RULE},
         "configurations_with_loss": [c["key"] for c in configurations if c["has_loss"]],
         "groups": groups,
         "cost": cost_estimate(events),

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from ..events import planned_cells, run_status
+from ..registry import NOT_STATED, UnknownBroker, for_target
 from ..figures import (  # noqa: F401 (the old import paths)
     _RANGES,
     ACCOUNTING_RULE,
@@ -25,6 +26,26 @@ from ..figures import (  # noqa: F401 (the old import paths)
     missing_of,
     with_missing,
 )
+
+
+DURABILITY_RULE = ("Durability, per broker: what a send's acknowledgement waited for with the run's settings in force "
+                   "(its plug-in states it from the recorded settings): fsync true = a disk sync of the message, "
+                   "\"interval\" = a sync on a timer or a count that the acknowledgement does not wait for, false = no "
+                   "sync; replicas = copies on other nodes written before the acknowledgement; memory_only = in no file "
+                   "at all; null = unknown. Rows are compared at equal durability only where these match.")
+
+
+def durability(spec: dict, targets: dict) -> dict:
+    """Each broker's durability statement (registry.durability), from the run's client settings and what
+    TargetsReady recorded of its target; "not stated" for a broker no plug-in registers any more."""
+    client, endpoints = spec.get("client") or {}, spec.get("targets") or {}
+    out = {}
+    for broker in spec.get("brokers") or list(targets):
+        try:
+            out[broker] = for_target(broker, endpoints.get(broker)).state_durability(client, targets.get(broker))
+        except UnknownBroker:
+            out[broker] = dict(NOT_STATED)
+    return out
 
 
 def build_results(events: list[dict], cache: dict | None = None) -> dict:
@@ -51,5 +72,6 @@ def build_results(events: list[dict], cache: dict | None = None) -> dict:
         "finished_at": run_end["at"] if run_end else None,
         "environment": {**requested["data"]["environment"], "brokers": targets},
         "spec": requested["data"]["spec"],
+        "durability": durability(requested["data"]["spec"], targets),
         "cells": cells,
     }

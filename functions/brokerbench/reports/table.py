@@ -1,7 +1,8 @@
 """The comparison table: per (size, rate, mode), one row per broker × format, from results.json.
 
 Above each table a caption says what the mode means on each broker, the acks and persistence in force
-(each broker's plug-in words it), so brokers are read on the same footing. A percentile finer than the cell's sample
+(each broker's plug-in words it), and on a second line what each broker's acknowledgement waited for (a disk sync,
+replicas, or memory only: results.json `durability`), so brokers are read on the same footing. A percentile finer than the cell's sample
 supports is not shown (see model.min_samples).
 """
 
@@ -12,7 +13,7 @@ from itertools import groupby
 from rich.markup import escape
 from rich.table import Table
 
-from ..registry import UnknownBroker, for_target
+from ..registry import UnknownBroker, durability_label, for_target
 from .model import LOSS_CLASSES, MAX_RATE_NOTE, PERCENTILES, min_samples, need_label
 
 SUSTAINED_RATE = 0.99  # the fallback for results written before cells carried their verdict
@@ -141,7 +142,14 @@ def caption(results: dict, brokers: list[str], mode: str, rate) -> str:
     text = "; ".join(parts)
     if rate == "max":
         text += f". {MAX_RATE_NOTE}"
-    return text
+    return text + durability_line(results, brokers)
+
+
+def durability_line(results: dict, brokers: list[str]) -> str:
+    """The caption's second line: what each broker's acknowledgement waited for (results.json `durability`)."""
+    stated = results.get("durability") or {}
+    parts = [f"{broker} {durability_label(stated[broker])}" for broker in brokers if broker in stated]
+    return ("\ndurability: " + "; ".join(parts)) if parts else ""
 
 
 def comparison_tables(results: dict) -> list[Table]:

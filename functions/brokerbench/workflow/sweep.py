@@ -1,7 +1,8 @@
 """The sweeper: what a run's own teardown missed, deleted once the run has ended.
 
-Every hour (the CDK app's Sweeper schedule) it lists the bb-* MSK clusters and ElastiCache replication groups
-and the EC2 workers that carry a `brokerbench:run` tag, and reads each run's events:
+Every hour (the CDK app's Sweeper schedule) it lists the bb-* MSK clusters, ElastiCache replication groups and
+Amazon MQ brokers (each cloud provider's `leftovers`) and the EC2 workers that carry a `brokerbench:run` tag,
+and reads each run's events:
   - a run whose end (RunCompleted or RunFailed) is stored has ended: its resources are deleted (an MSK cluster or
     ElastiCache group still being created refuses, and is left for the next sweep);
   - a run with no end stored is still going: left alone;

@@ -19,6 +19,7 @@ PLUGIN = Plugin(
     ),
     environment="brokerbench.brokers.kafka.environment:settings_in_force",
     caption="brokerbench.brokers.kafka.environment:caption",
+    durability="brokerbench.brokers.kafka.environment:durability",
     local=KafkaService(),
     # prices: brokers/kafka/prices.py; creation_s: a 3-broker cluster takes about 20 min (15 to 30) to create
     cloud=Cloud(service="Amazon MSK", factory="brokerbench.brokers.kafka.cloud:provider",

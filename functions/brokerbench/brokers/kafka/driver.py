@@ -104,8 +104,9 @@ class KafkaDriver:
         return given if given is not None else min(DEFAULT_REPLICATION_FACTOR, self.brokers())
 
     def topic_config(self) -> dict[str, str]:
-        in_sync = self.client.get("min_insync_replicas")
-        return {} if in_sync is None else {"min.insync.replicas": str(in_sync)}
+        in_sync, flush = self.client.get("min_insync_replicas"), self.client.get("kafka_flush_messages")
+        return {**({} if in_sync is None else {"min.insync.replicas": str(in_sync)}),
+                **({} if flush is None else {"flush.messages": str(flush)})}
 
     def describe(self) -> dict:
         return {

@@ -43,9 +43,40 @@ def settings_in_force(endpoint: dict, client: dict) -> dict:
                        "meaning": "one message in flight: each send waits for its acknowledgement; linger.ms 0"},
         },
         "persistence": {"replication_factor": replicas, "min_insync_replicas": in_sync, "nodes": nodes,
-                        "flush": "the broker's defaults (acknowledged from the page cache, no fsync per message)"},
+                        "flush_messages": client.get("kafka_flush_messages"), "flush": flush_text(client)},
         **spread,
     }
+
+
+def flush_text(client: dict) -> str:
+    flush = client.get("kafka_flush_messages")
+    if flush is None:
+        return "the broker's defaults (acknowledged from the page cache, no fsync per message)"
+    if flush == 1:
+        return "flush.messages 1: the leader fsyncs every message before it answers"
+    return f"flush.messages {flush}: the leader fsyncs after every {flush:,} messages"
+
+
+def durability(client: dict, recorded: dict) -> dict:
+    """What a send's acknowledgement waits for: the leader's append (acks=1), every in-sync replica's (acks=all),
+    nothing (acks=0); a disk sync only when the topic's flush.messages asks for one (Kafka's default leaves the
+    log in the page cache: log.flush.interval.messages is unlimited)."""
+    acks, flush = client.get("acks", "all"), client.get("kafka_flush_messages")
+    persistence = (recorded.get("settings") or {}).get("persistence") or {}
+    replicas = recorded.get("replication_factor", persistence.get("replication_factor"))
+    in_sync = recorded.get("min_insync_replicas", persistence.get("min_insync_replicas"))
+    if acks == "0":
+        return {"fsync": False, "replicas": 0, "memory_only": True,
+                "text": "acks=0: nothing waits, a message counts as sent once written to the socket"}
+    waits = None if replicas is None else (replicas - 1 if acks == "all" else 0)
+    fsync = False if flush is None else True if flush == 1 else "interval"
+    copies = ("the partition leader's append" if acks == "1" else
+              f"every in-sync replica of {replicas or '?'} (min.insync.replicas {in_sync or '?'}: fewer in sync "
+              "fails the send)")
+    sync = ("no fsync (page cache; Kafka's log.flush.interval.messages is unlimited by default)" if flush is None
+            else "the leader fsyncs each message first (flush.messages 1)" if flush == 1
+            else f"the leader fsyncs every {flush:,} messages (flush.messages)")
+    return {"fsync": fsync, "replicas": waits, "memory_only": False, "text": f"acks={acks}: {copies}; {sync}"}
 
 
 def caption(mode: str, client: dict, recorded: dict) -> str:

@@ -86,6 +86,16 @@ CLIENT = {
         "minimum": 1,
         "maximum": 16,
     },
+    "kafka_flush_messages": {
+        "description": "flush.messages of each cell's topic: the partition leader fsyncs its log after this many "
+                       "messages, before it answers the send that reached the count (1: every message is synced "
+                       "before its acknowledgement). Omitted: the broker's log.flush.interval.messages (Kafka's "
+                       "default never forces a sync: messages are acknowledged from the page cache, synced when a "
+                       "segment rolls or the OS writes them back).",
+        "type": "integer",
+        "minimum": 1,
+        "maximum": 1000000,
+    },
     "topics": {
         "description": "Kafka topics per cell, each with the cell's partitions: every producer spreads its messages "
                        "round-robin over all topics x partitions, and the consumers read them all (one producer "

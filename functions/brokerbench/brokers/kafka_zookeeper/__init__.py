@@ -20,6 +20,7 @@ PLUGIN = Plugin(
     capabilities=KAFKA.capabilities,
     environment=KAFKA.environment,
     caption=KAFKA.caption,
+    durability=KAFKA.durability,
     local=KafkaZooKeeperService(),
     libraries=KAFKA.libraries,
 )

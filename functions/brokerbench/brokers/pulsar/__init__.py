@@ -22,6 +22,7 @@ PLUGIN = Plugin(
     ),
     environment="brokerbench.brokers.pulsar.environment:settings_in_force",
     caption="brokerbench.brokers.pulsar.environment:caption",
+    durability="brokerbench.brokers.pulsar.environment:durability",
     local=PulsarService(),
     libraries=("pulsar-client",),
 )

@@ -37,7 +37,7 @@ def settings_in_force(endpoint: dict, client: dict) -> dict:
                                         "for up to 100 ms"},
         # How soon a caught-up subscription learns of a new entry (the broker's default polls every 10 ms).
         "new_entries_check_delay_ms": _number(config, "managedLedgerNewEntriesCheckDelayInMillis"),
-        "persistence": persistence(client, config),
+        "persistence": {**persistence(client, config), "journal_sync_data": endpoint.get("journal_sync_data")},
     }
 
 
@@ -67,6 +67,23 @@ def persistence(client: dict, config: dict | None) -> dict:
     return {"topic_type": "persistent", "ledger_quorum": quorum,
             "meaning": "written to the ack quorum of bookies before the send receipt; whether a bookie fsyncs "
                        "first is its journalSyncData (off in the local stack's standalone)"}
+
+
+def durability(client: dict, recorded: dict) -> dict:
+    """A persistent topic's send receipt waits for the ack quorum of bookies to write the entry to their journal;
+    whether a bookie fsyncs the journal first is its journalSyncData (the local stack's standalone: false; another
+    Pulsar's bookies are not asked, so unknown). A non-persistent topic stores nothing."""
+    persistence = (recorded.get("settings") or {}).get("persistence") or {}
+    if (persistence.get("topic_type") or client.get("pulsar_topic_type")) == "non-persistent":
+        return {"fsync": False, "replicas": 0, "memory_only": True,
+                "text": "send receipt: taken in by the broker; a non-persistent topic stores nothing"}
+    ack_quorum = (persistence.get("ledger_quorum") or {}).get("managedLedgerDefaultAckQuorum")
+    sync = persistence.get("journal_sync_data")
+    sync_text = {True: "each bookie fsyncs its journal first (journalSyncData true)",
+                 False: "the bookies write their journal without fsync (journalSyncData false, the local stack's)",
+                 None: "whether the bookies fsync their journal is their journalSyncData (not reported by the broker)"}
+    return {"fsync": sync, "replicas": None if ack_quorum is None else ack_quorum - 1, "memory_only": False,
+            "text": f"send receipt: {ack_quorum or '?'} bookie(s) of the ack quorum have written it; {sync_text[sync]}"}
 
 
 def caption(mode: str, client: dict, recorded: dict) -> str:

@@ -178,8 +178,9 @@ class PulsarService:
                "--bookkeeper-port", str(bookie_port)]
         log = folder / "pulsar.log"
         version = self.installed_version() or "unknown"
+        # journal_sync_data: the bookie's setting above, which no broker API reports (durability statements read it).
         endpoint = {"service_url": f"pulsar://{HOST}:{port}", "admin_url": f"http://{HOST}:{web_port}",
-                    "version": version}
+                    "version": version, "journal_sync_data": "journalSyncData=true" in STANDALONE_CONF}
         # The working folder is the data folder: whatever the broker still writes relative to it stays there.
         return Started([spawn(cmd, data, log)], port, endpoint, version, str(log),
                        {"web_port": web_port, "bookie_port": bookie_port, "heap": HEAP})

@@ -20,6 +20,10 @@ TARGET = {
                           "type": "string", "pattern": "^[A-Za-z0-9_-]+$"},
         "namespace": {"description": "tenant/namespace the cells' topics are created in.", "type": "string",
                       "pattern": "^[^/]+/[^/]+$", "default": "public/default"},
+        "journal_sync_data": {"description": "Whether the bookies fsync their journal before they acknowledge "
+                                             "(BookKeeper journalSyncData), when known: no broker API reports it, so "
+                                             "the durability statement says unknown without it. The local stack sets "
+                                             "it (false).", "type": "boolean"},
         "version": {"type": "string"},
     },
 }

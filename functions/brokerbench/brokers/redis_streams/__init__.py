@@ -19,6 +19,7 @@ PLUGIN = Plugin(
     ),
     environment="brokerbench.brokers.redis_streams.environment:settings_in_force",
     caption="brokerbench.brokers.redis_streams.environment:caption",
+    durability="brokerbench.brokers.redis_streams.environment:durability",
     local=RedisService(),
     # prices: brokers/redis_streams/prices.py; creation_s: a one-node replication group about 10 min
     cloud=Cloud(service="ElastiCache for Redis", factory="brokerbench.brokers.redis_streams.cloud:provider",

@@ -23,7 +23,7 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.retry import Retry
 
 from ... import native
-from ...drivers import BrokerUnavailable, Message, OnAck
+from ...drivers import BrokerUnavailable, Message, OnAck, TargetRefused
 
 HEADER_FIELD = b"h"
 PAYLOAD_FIELD = b"d"
@@ -81,8 +81,9 @@ class RedisStreamsDriver:
         deadline = time.monotonic() + timeout_s
         while True:
             try:
-                self.connect(retry=Retry(NoBackoff(), 0)).ping()
-                return
+                connection = self.connect(retry=Retry(NoBackoff(), 0))
+                connection.ping()
+                break
             except AuthenticationError as exc:
                 raise self._unavailable(exc) from None
             except RedisConnectionError as exc:
@@ -91,6 +92,25 @@ class RedisStreamsDriver:
                 time.sleep(0.2)
             except RedisError as exc:
                 raise self._unavailable(exc) from None
+        self.apply_persistence(connection)
+
+    def apply_persistence(self, connection: redis.Redis) -> None:
+        """client.redis_appendfsync, when the run sets it: AOF on with that fsync policy (CONFIG SET, for the
+        server's whole life: a run that started the local Redis stops it; one started by hand keeps the policy).
+        A server that refuses CONFIG (ElastiCache) cannot serve the run: TargetRefused names the setting."""
+        policy = self.client.get("redis_appendfsync")
+        if policy is None:
+            return
+        try:
+            for name, value in (("appendfsync", policy), ("appendonly", "yes")):
+                current = connection.config_get(name).get(name)
+                if (current.decode() if isinstance(current, bytes) else current) != value:
+                    connection.config_set(name, value)
+        except ResponseError as exc:
+            raise TargetRefused(f"client.redis_appendfsync: Redis at {self.endpoint['host']}:{self.endpoint['port']} "
+                                f"refused CONFIG SET ({exc}); set its AOF policy on the server and omit the setting") from None
+        except RedisError as exc:
+            raise self._unavailable(exc) from None
 
     def describe(self) -> dict:
         try:
@@ -106,6 +126,7 @@ class RedisStreamsDriver:
         }
 
     def create_topic(self, topic: str, partitions: int) -> None:
+        self.apply_persistence(self.connect())
         try:
             self.connect().delete(*(stream_key(topic, p) for p in range(partitions)))
         except RedisError as exc:

@@ -57,15 +57,44 @@ def _text(value) -> str | None:
     return value.decode() if isinstance(value, bytes) else value
 
 
+FSYNC = {"always": True, "everysec": "interval", "no": False}
+FSYNC_TEXT = {"always": "Redis fsyncs the AOF before it replies (appendfsync always)",
+              "everysec": "written to the AOF before the reply, fsynced once a second in the background "
+                          "(appendfsync everysec: a power loss may lose about the last second)",
+              "no": "written to the AOF before the reply, never fsynced by Redis (appendfsync no: the OS writes "
+                    "it back)"}
+
+
+def durability(client: dict, recorded: dict) -> dict:
+    """An XADD is answered once the entry is in memory and, with AOF on, written to the AOF (Redis writes the AOF
+    before it sends replies); a replica is never waited for (no WAIT), so replicas are 0."""
+    settings = _recorded_persistence(recorded)
+    aof, fsync = settings.get("appendonly", settings.get("aof")), settings.get("appendfsync")
+    if aof is None:
+        return {"fsync": None, "replicas": 0, "memory_only": None,
+                "text": "XADD reply: in memory; AOF policy not recorded (the server did not answer CONFIG or INFO)"}
+    if str(aof).lower() in ("no", "false", "off", "0"):
+        return {"fsync": False, "replicas": 0, "memory_only": True,
+                "text": "XADD reply: in memory only (AOF off); no replica is waited for"}
+    return {"fsync": FSYNC.get(fsync), "replicas": 0, "memory_only": False,
+            "text": f"XADD reply: {FSYNC_TEXT.get(fsync, 'written to the AOF, fsync policy unknown')}; "
+                    "no replica is waited for"}
+
+
 def caption(mode: str, client: dict, recorded: dict) -> str:
     meaning = (f"batch = up to {client.get('pipeline_depth', '?')} XADDs in flight" if mode == "batch"
                else "single = one XADD at a time")
     return f"{meaning}, {_persistence_text(recorded)}"
 
 
-def _persistence_text(target: dict) -> str:
+def _recorded_persistence(target: dict) -> dict:
+    """TargetsReady's target with its settings and their persistence laid over it (older runs kept them apart)."""
     recorded = target.get("settings") or {}
-    settings = {**target, **recorded, **(recorded.get("persistence") or {})}
+    return {**target, **recorded, **(recorded.get("persistence") or {})}
+
+
+def _persistence_text(target: dict) -> str:
+    settings = _recorded_persistence(target)
     aof = settings.get("appendonly", settings.get("aof"))
     fsync = settings.get("appendfsync")
     if aof is None and fsync is None:

@@ -46,6 +46,14 @@ CLIENT = {
         "maximum": 100000,
         "default": 100,
     },
+    "redis_appendfsync": {
+        "description": "Redis Streams: the AOF fsync policy the run needs, set with CONFIG SET (AOF on) before the "
+                       "cells: always (Redis fsyncs the AOF before it replies to an XADD), everysec (a background "
+                       "fsync each second) or no (the OS writes it back). Omitted: the server's own (the local "
+                       "stack's: AOF on, everysec; `--no-aof`: off). A server that refuses CONFIG (ElastiCache) "
+                       "refuses a run that sets it.",
+        "enum": ["always", "everysec", "no"],
+    },
     "read_count": {
         "description": "Redis Streams: COUNT of each XREADGROUP.",
         "type": "integer",

@@ -60,6 +60,21 @@ def test_pulsar_waits_for_its_ack_quorum_and_states_the_bookies_journal_sync():
     assert gone["memory_only"] is True
 
 
+@pytest.mark.parametrize("persistence, fsync, replicas, memory_only", [
+    ({"storage": "file", "replicas": 1, "sync_interval": "always"}, True, 0, False),
+    ({"storage": "file", "replicas": 1, "sync_interval": "2m"}, "interval", 0, False),
+    ({"storage": "file", "replicas": 3, "sync_interval": "always"}, True, 1, False),  # a quorum of 3: one other
+    ({"storage": "memory", "replicas": 1, "sync_interval": "always"}, False, 0, True),
+    ({"storage": "file", "replicas": 1}, None, 0, False),  # a server whose policy was not given: unknown
+])
+def test_nats_follows_its_stream_storage_replicas_and_the_servers_sync_interval(persistence, fsync, replicas,
+                                                                                memory_only):
+    stated = plugin("nats-jetstream").state_durability({"nats_storage": "file", "nats_replicas": 1},
+                                                       {"settings": {"persistence": persistence}})
+    assert (stated["fsync"], stated["replicas"], stated["memory_only"]) == (fsync, replicas, memory_only)
+    assert stated["text"].startswith("PubAck: ")
+
+
 def test_a_plugin_that_states_nothing_says_not_stated():
     silent = replace(plugin("kafka"), name="silent", durability=None)
     stated = silent.state_durability({"acks": "all"}, KAFKA_RECORDED)

@@ -24,6 +24,7 @@ PLUGIN = Plugin(
     ),
     environment="brokerbench.brokers.nats_jetstream.environment:settings_in_force",
     caption="brokerbench.brokers.nats_jetstream.environment:caption",
+    durability="brokerbench.brokers.nats_jetstream.environment:durability",
     local=NatsService(),
     libraries=("nats-py",),
 )

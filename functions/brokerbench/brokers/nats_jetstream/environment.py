@@ -48,6 +48,22 @@ def settings_in_force(endpoint: dict, client: dict) -> dict:
     }
 
 
+def durability(client: dict, recorded: dict) -> dict:
+    """What a PubAck waits for: the stream's replicas (a quorum of them; the others are not waited for), a write to
+    its file store, and a disk sync only on a server with sync_interval: always (JetStream's default syncs every
+    2 minutes); memory storage is never written to disk."""
+    persistence = (recorded.get("settings") or {}).get("persistence") or {}
+    storage = persistence.get("storage", client.get("nats_storage", "file"))
+    replicas = persistence.get("replicas", client.get("nats_replicas", 1))
+    sync = persistence.get("sync_interval", recorded.get("sync_interval"))
+    waits = replicas // 2  # the other members of a quorum of `replicas`, the leader apart
+    text = f"PubAck: {acks_meaning({'nats_replicas': replicas, 'nats_storage': storage}, sync)}"
+    if storage == "memory":
+        return {"fsync": False, "replicas": waits, "memory_only": True, "text": text}
+    fsync = True if sync == "always" else "interval" if sync else None
+    return {"fsync": fsync, "replicas": waits, "memory_only": False, "text": text}
+
+
 def caption(mode: str, client: dict, recorded: dict) -> str:
     meaning = (f"batch = up to {client.get('nats_max_in_flight', '?')} publishes in flight" if mode == "batch"
                else "single = one publish in flight")

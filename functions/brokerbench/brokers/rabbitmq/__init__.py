@@ -1,0 +1,9 @@
+"""RabbitMQ's shared parts: the local service (Debian's rabbitmq-server run as our own node on 127.0.0.1), the
+endpoint's shape and the client settings, and the AMQP 0-9-1 helpers both RabbitMQ plug-ins use.
+
+No PLUGIN here: RabbitMQ is two rows, `rabbitmq-streams` (brokers/rabbitmq_streams: the stream protocol, a
+Kafka-like log) and `rabbitmq-quorum` (brokers/rabbitmq_quorum: quorum queues over AMQP 0-9-1). They are two
+plug-ins, not one with a mode setting, because a run has one row per broker: two names put a stream and a quorum
+queue side by side in one report, each with its own caption saying what its acknowledgement means. Both are served
+by one local node (the stack's service `rabbitmq`), started once when a run names either or both.
+"""

@@ -7,13 +7,13 @@ from ..rabbitmq.local import SERVICE
 PLUGIN = Plugin(
     name="rabbitmq-quorum",
     description="RabbitMQ quorum queues over AMQP 0-9-1 through pika: publisher confirms, consumer acks",
-    family="rabbitmq-quorum",
+    family="rabbitmq-amqp",  # a named target with "driver": "rabbitmq-amqp" is served by quorum queues
     driver="brokerbench.brokers.rabbitmq_quorum.driver:RabbitMQQuorumDriver",
     settings=Settings(target=settings.TARGET, provision=settings.PROVISION, client=settings.CLIENT),
     capabilities=Capabilities(
         modes={"batch": "up to rabbitmq_in_flight messages published and not yet confirmed",
                "single": "one message in flight: each publish waits for its confirm"},
-        partitions="quorum queues <topic>-<n>, one per partition",
+        partitions="a quorum queue <topic>-<n> each",
         persistence={"quorum-fsync": "always: each write is fsynced to the Raft log of a majority of the queue's "
                                      "members before the confirm (one member on the local node)"},
     ),

@@ -15,6 +15,7 @@ from collections import OrderedDict
 
 from pika.exceptions import AMQPError
 
+from ... import native
 from ...drivers import BrokerUnavailable, Message, OnAck
 from ...worker.framing import HEADER
 from ..rabbitmq import amqp
@@ -67,8 +68,6 @@ class RabbitMQQuorumDriver:
                               depth, on_ack)
 
     def native_sender(self, topic: str, partitions: int, mode: str):
-        from ... import native
-
         raise native.Unsupported("no native send loop for AMQP")
 
     def consumer(self, topic: str, group: str, partitions: list[int]) -> QuorumConsumer:

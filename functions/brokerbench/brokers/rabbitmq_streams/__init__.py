@@ -7,14 +7,14 @@ from ..rabbitmq.local import SERVICE
 PLUGIN = Plugin(
     name="rabbitmq-streams",
     description="RabbitMQ streams (an append-only log) through rstream: publish confirms, stored consumer offsets",
-    family="rabbitmq-streams",
+    family="rabbitmq-stream",  # a named target with "driver": "rabbitmq-stream" is served by streams
     driver="brokerbench.brokers.rabbitmq_streams.driver:RabbitMQStreamsDriver",
     settings=Settings(target=settings.TARGET, provision=settings.PROVISION, client=settings.CLIENT),
     capabilities=Capabilities(
         modes={"batch": "up to rabbitmq_in_flight messages published and not yet confirmed, sent as one publish "
                         "frame per partition per poll",
                "single": "one message in flight: each publish waits for its confirm"},
-        partitions="streams <topic>-<n>, one per partition",
+        partitions="a stream <topic>-<n> each",
         persistence={"replicated-no-fsync": "written to the leader's segment file and a majority of replicas "
                                             "before the confirm, never fsynced (one replica on the local node)"},
     ),

@@ -22,6 +22,7 @@ from functools import partial
 from rstream import Consumer, ConsumerOffsetSpecification, OffsetNotFound, OffsetType, Producer
 from rstream.utils import RawMessage
 
+from ... import native
 from ...drivers import BrokerUnavailable, Message, OnAck
 from ...worker.framing import HEADER
 from ..rabbitmq import amqp
@@ -141,8 +142,6 @@ class RabbitMQStreamsDriver:
             raise BrokerUnavailable(f"RabbitMQ stream producer could not start: {exc!r}") from None
 
     def native_sender(self, topic: str, partitions: int, mode: str):
-        from ... import native
-
         raise native.Unsupported("no native send loop for the stream protocol")
 
     def consumer(self, topic: str, group: str, partitions: list[int]) -> StreamsConsumer:

@@ -157,7 +157,7 @@ def test_an_event_store_that_stays_down_ends_the_cli_with_exit_3_and_a_way_back(
             after_restart=_event_facts(events))
 
 
-BROKER_NAMES = {"kafka": "Kafka", "redis": "Redis", "pulsar": "Pulsar"}
+BROKER_NAMES = {"kafka": "Kafka", "redis": "Redis", "pulsar": "Pulsar", "rabbitmq": "RabbitMQ"}
 
 
 class _OffsetsWatch:
@@ -198,6 +198,11 @@ class _OffsetsWatch:
         return {"max_end": max(highs, default=None), "last (s, start, end)": self.samples[-8:]}
 
 
+def _endpoint(stack, service: str) -> dict:
+    """The service's endpoint without its pids (they change when it is started again)."""
+    return {k: v for k, v in stack.endpoint(service).items() if k != "pids"}
+
+
 def _crash_facts(cell: dict, log, run_id: str) -> str:
     """The crashed cell's figures and what the broker's log says about the run, in full (a dict given to assert is
     cut short), so a failure in CI can be read without running it again."""
@@ -206,13 +211,15 @@ def _crash_facts(cell: dict, log, run_id: str) -> str:
     return json.dumps(_cell_facts(cell)) + "\n" + "\n".join(line[:300] for line in lines[-80:])
 
 
-DATA_KEPT = {"kafka": ", same cluster id", "redis": ", its append-only file", "pulsar": ", its metadata and ledgers"}
+DATA_KEPT = {"kafka": ", same cluster id", "redis": ", its append-only file", "pulsar": ", its metadata and ledgers",
+             "rabbitmq": ", its node's database and message stores"}
 
 
-@pytest.mark.parametrize("service, broker", [("kafka", "kafka"), ("redis", "redis-streams"), ("pulsar", "pulsar")])
+@pytest.mark.parametrize("service, broker", [("kafka", "kafka"), ("redis", "redis-streams"), ("pulsar", "pulsar"),
+                                             ("rabbitmq", "rabbitmq-streams"), ("rabbitmq", "rabbitmq-quorum")])
 def test_a_broker_killed_mid_cell_and_started_again_keeps_its_data_and_serves_the_next_cells(service, broker, own_stack,
                                                                                              tmp_path):
-    """kill -9 of the broker (Kafka, Redis, Pulsar) in the middle of the first of three cells (Pulsar: of one),
+    """kill -9 of the broker (Kafka, Redis, Pulsar, RabbitMQ's node under a stream or a quorum queue) in the middle of the first of three cells (Pulsar: of one),
     `brokerbench local up` 3 s later: it comes back on its port with its data (Kafka: the same cluster; Redis: its
     append-only file; Pulsar: its metadata and ledgers), the cell's messages are each counted once in a class of
     the accounting (sent = received + late + undelivered + lost + send errors + unacknowledged) or the crash shows
@@ -228,11 +235,11 @@ def test_a_broker_killed_mid_cell_and_started_again_keeps_its_data_and_serves_th
             "order": "fixed", "drain_timeout_s": 5}
     state = str(own_stack.state_dir)
     own_stack.up(services=[service, "dynamodb"], log=lambda m: None)
-    before = own_stack.endpoints(required=[service])[broker]
+    before = _endpoint(own_stack, service)
     if service == "kafka":
         data = lambda: sorted((own_stack.state_dir / "kafka" / "data").glob("**/meta.properties"))[0].read_text()  # noqa: E731
-    elif service == "pulsar":  # the standalone's metadata and ledgers stay where they were
-        data = lambda: sorted(p.name for p in (own_stack.state_dir / "pulsar" / "data").iterdir())  # noqa: E731
+    elif service in ("pulsar", "rabbitmq"):  # the standalone's metadata and ledgers, the node's database stay
+        data = lambda: sorted(p.name for p in (own_stack.state_dir / service / "data").iterdir())  # noqa: E731
     else:  # a key written before the run (and fsynced to the append-only file) is there after the restart
         import redis
 
@@ -241,7 +248,8 @@ def test_a_broker_killed_mid_cell_and_started_again_keeps_its_data_and_serves_th
         time.sleep(1.5)  # appendfsync everysec
         data = lambda: client.get("bb-before-the-crash")  # noqa: E731
     kept = data()
-    pid = json.loads((own_stack.state_dir / "stack.json").read_text())[service]["pids"][0]
+    # The broker's process: RabbitMQ's node is the second (after its epmd, which `local up` stops and starts again).
+    pid = json.loads((own_stack.state_dir / "stack.json").read_text())[service]["pids"][-1 if service == "rabbitmq" else 0]
     cli = _run_until_measuring(state, spec, tmp_path)
     watch = _OffsetsWatch(before["bootstrap_servers"]) if service == "kafka" else None
     time.sleep(3)
@@ -250,7 +258,7 @@ def test_a_broker_killed_mid_cell_and_started_again_keeps_its_data_and_serves_th
     restarted = subprocess.run([str(BIN), "--state-dir", state, "local", "up", service], capture_output=True,
                                text=True, timeout=120)
     assert restarted.returncode == 0, restarted.stderr
-    assert own_stack.endpoints(required=[service])[broker] == before and data() == kept and kept
+    assert _endpoint(own_stack, service) == before and data() == kept and kept
     stdout, stderr = cli.communicate(timeout=400)
     seen = watch.stop() if watch else None
     assert "Traceback" not in stderr, stderr[-3000:]
@@ -273,8 +281,8 @@ def test_a_broker_killed_mid_cell_and_started_again_keeps_its_data_and_serves_th
         waited = longest >= 2_000_000
         assert sum(first[k] for k in classes[1:]) > 0 or waited, facts
         count = first["broker_count"]
-        if service == "pulsar":  # its counter lives in the broker's memory: after a restart it is not given
-            assert count is None, facts
+        if service == "pulsar" or broker == "rabbitmq-quorum":  # Pulsar's counter lives in the broker's memory:
+            assert count is None, facts  # after a restart it is not given; a quorum queue keeps no total at all
         else:
             assert count is not None, facts
             # Besides what it acknowledged, the broker may hold messages it stored without telling the producer
@@ -294,7 +302,7 @@ def test_a_broker_killed_mid_cell_and_started_again_keeps_its_data_and_serves_th
     events = DynamoEventStore(EVENTS_TABLE, endpoint_url=own_stack.endpoints(required=["dynamodb"])["dynamodb"][
         "endpoint_url"]).read(results["run_id"])
     assert len(events) == len({e["event_id"] for e in events})
-    observe(f"kill-{service}", fault=f"kill -9 of {BROKER_NAMES[service]} 3 s into the first of "
+    observe(f"kill-{broker if service == 'rabbitmq' else service}", fault=f"kill -9 of {BROKER_NAMES[service]} 3 s into the first of "
                                      f"{len(formats)} cell(s), `brokerbench local up {service}` 3 s later (same port, same data"
                                      f"{DATA_KEPT[service]})",
             run_status=results["status"], exit_code=cli.returncode,

@@ -249,7 +249,8 @@ def test_a_broker_killed_mid_cell_and_started_again_keeps_its_data_and_serves_th
         data = lambda: client.get("bb-before-the-crash")  # noqa: E731
     kept = data()
     # The broker's process: RabbitMQ's node is the second (after its epmd, which `local up` stops and starts again).
-    pid = json.loads((own_stack.state_dir / "stack.json").read_text())[service]["pids"][-1 if service == "rabbitmq" else 0]
+    pids = json.loads((own_stack.state_dir / "stack.json").read_text())[service]["pids"]
+    pid = pids[-1 if service == "rabbitmq" else 0]
     cli = _run_until_measuring(state, spec, tmp_path)
     watch = _OffsetsWatch(before["bootstrap_servers"]) if service == "kafka" else None
     time.sleep(3)

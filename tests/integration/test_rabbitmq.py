@@ -41,7 +41,8 @@ def test_every_format_in_both_modes_through_streams_and_quorum_queues(rabbit, st
         else:
             assert cell["broker_count"] is None  # a queue keeps no total of what it took in
     for broker in ("rabbitmq-streams", "rabbitmq-quorum"):
-        intervals = [e["data"] for e in events if e["type"] == "IntervalMeasured" and e["data"]["cell_id"].startswith(f"{broker}.")]
+        intervals = [e["data"] for e in events
+                     if e["type"] == "IntervalMeasured" and e["data"]["cell_id"].startswith(f"{broker}.")]
         backlogs = [i["backlog"] for i in intervals]
         assert all(isinstance(b, int) for b in backlogs) and backlogs[-1] == 0, (broker, backlogs)
         # The broker's processes were sampled: the node's beam.smp and epmd.

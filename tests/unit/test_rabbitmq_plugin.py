@@ -13,7 +13,8 @@ from brokerbench.brokers.rabbitmq_streams.driver import RabbitMQStreamsDriver
 from brokerbench.drivers import BrokerUnavailable
 from brokerbench.local.processes import HOST
 
-CLIENT = spec.validate({"brokers": ["rabbitmq-streams"], "sizes": [1024], "rates": [100], "formats": ["json"]})["client"]
+CLIENT = spec.validate({"brokers": ["rabbitmq-streams"], "sizes": [1024], "rates": [100],
+                        "formats": ["json"]})["client"]
 
 
 def test_two_rows_share_one_local_service_and_their_settings():

@@ -13,6 +13,7 @@ from __future__ import annotations
 import time
 from collections import OrderedDict
 
+import pika
 from pika.exceptions import AMQPError
 
 from ... import native
@@ -35,10 +36,9 @@ class RabbitMQQuorumDriver:
         amqp.connect(self.endpoint, timeout_s).close()
 
     def describe(self) -> dict:
-        import pika
-
-        return {"broker": self.name, "broker_version": amqp.server_version(self.endpoint)
-                or self.endpoint.get("version", "unknown"), "client_library": "pika", "client_version": pika.__version__}
+        return {"broker": self.name,
+                "broker_version": amqp.server_version(self.endpoint) or self.endpoint.get("version", "unknown"),
+                "client_library": "pika", "client_version": pika.__version__}
 
     def create_topic(self, topic: str, partitions: int) -> None:
         amqp.declare_lanes(self.endpoint, topic, partitions, "quorum")

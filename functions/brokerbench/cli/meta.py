@@ -38,7 +38,8 @@ def cmd_brokers(args) -> int:
     for name in ("broker", "driver", "local version", "runs", "modes", "partitions", "persistence (default first)"):
         table.add_column(name)
     for row in rows:
-        table.add_row(row["name"], row["driver"], row["version"], ", ".join(row["runs"]), ", ".join(row["modes"]),
+        # One place per line: "cloud: Amazon MSK" is never cut, however many brokers narrow the columns.
+        table.add_row(row["name"], row["driver"], row["version"], "\n".join(row["runs"]), ", ".join(row["modes"]),
                       row["partitions"], ", ".join(row["persistence"]))
     console.print(table)
     console.print("[dim]Any endpoint of a driver's protocol can be benchmarked under its own name: "

@@ -215,8 +215,8 @@ def install_all(with_browser: bool = False, log=print, suite: str | None = None)
     Local, the tools and the native send loop; with_browser adds the tests' own tools (chromium, Toxiproxy)."""
     names = install_set(suite)  # first: an unknown suite installs nothing
     install_commands((*RUN_COMMANDS, *TEST_COMMANDS) if with_browser else RUN_COMMANDS, log)
-    for name in names:
-        plugin(name).local.install(log)
+    for service in dict.fromkeys(plugin(name).local for name in names):  # a service two brokers share: once
+        service.install(log)
     install_dynamodb_local(log)
     build_native(log)
     if with_browser:

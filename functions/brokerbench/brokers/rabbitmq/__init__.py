@@ -1,8 +1,13 @@
-"""RabbitMQ: Amazon MQ for RabbitMQ as its cloud provider (cloud.py, prices.py, prices.json).
+"""RabbitMQ's shared parts: the local service (Debian's rabbitmq-server run as our own node on 127.0.0.1), the
+endpoint's shape and the client settings, and the AMQP 0-9-1 helpers both RabbitMQ plug-ins use.
 
-Not a plug-in by itself (no PLUGIN here): the RabbitMQ plug-ins name this provider in their Plugin, e.g.
-    cloud=Cloud(service="Amazon MQ for RabbitMQ", factory="brokerbench.brokers.rabbitmq.cloud:provider",
-                prices="brokerbench.brokers.rabbitmq.prices:price", creation_s=20 * 60)
-and put cloud.PROVISION_PROPERTIES in their provision schema. The endpoint it hands over is the AMQP one over TLS
-(host, amqp_port 5671, tls, username, password_secret_arn: the driver fetches the password from Secrets Manager).
+No PLUGIN here: RabbitMQ is two rows, `rabbitmq-streams` (brokers/rabbitmq_streams: the stream protocol, a
+Kafka-like log) and `rabbitmq-quorum` (brokers/rabbitmq_quorum: quorum queues over AMQP 0-9-1). They are two
+plug-ins, not one with a mode setting, because a run has one row per broker: two names put a stream and a quorum
+queue side by side in one report, each with its own caption saying what its acknowledgement means. Both are served
+by one local node (the stack's service `rabbitmq`), started once when a run names either or both.
+
+Its cloud provider, Amazon MQ for RabbitMQ, is here too (cloud.py, prices.py, prices.json): the endpoint it hands over
+is the AMQP one over TLS (host, amqp_port 5671, tls, username, password_secret_arn: the password stays in Secrets
+Manager).
 """

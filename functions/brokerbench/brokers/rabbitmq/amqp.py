@@ -1,0 +1,138 @@
+"""AMQP 0-9-1 through pika, for what both RabbitMQ plug-ins do outside the hot path: connect, declare a cell's
+queues (quorum queues, or streams, which are queues of type stream), count them (a passive declare's message
+count: the broker's own figure, for a stream too), delete them."""
+
+from __future__ import annotations
+
+import os
+
+import pika
+from pika.exceptions import AMQPError, ChannelClosedByBroker
+
+from ...drivers import BrokerUnavailable
+
+QUEUE_TYPES = ("quorum", "stream")
+
+
+def lane_queue(topic: str, lane: int) -> str:
+    """One queue (or stream) per lane, as the Redis plug-in has one stream key per lane."""
+    return f"{topic}-{lane}"
+
+
+def credentials(endpoint: dict) -> tuple[str, str]:
+    """(user, password): the password from the environment variable the endpoint names, else guest's."""
+    variable = endpoint.get("password_env")
+    if variable:
+        if not os.environ.get(variable):
+            raise BrokerUnavailable(f"RabbitMQ at {endpoint['host']}: set {variable} to the password of "
+                                    f"{endpoint.get('username', 'guest')}")
+        return endpoint.get("username", "guest"), os.environ[variable]
+    return endpoint.get("username", "guest"), "guest"
+
+
+def parameters(endpoint: dict, timeout_s: float = 10.0) -> pika.ConnectionParameters:
+    user, password = credentials(endpoint)
+    return pika.ConnectionParameters(
+        host=endpoint["host"], port=int(endpoint["amqp_port"]), virtual_host=endpoint.get("vhost", "/"),
+        credentials=pika.PlainCredentials(user, password), socket_timeout=timeout_s,
+        blocked_connection_timeout=30, connection_attempts=1, heartbeat=60)  # pika sets TCP_NODELAY itself
+
+
+def connect(endpoint: dict, timeout_s: float = 10.0) -> pika.BlockingConnection:
+    try:
+        return pika.BlockingConnection(parameters(endpoint, timeout_s))
+    except (AMQPError, OSError) as exc:
+        raise BrokerUnavailable(f"RabbitMQ at {endpoint['host']}:{endpoint['amqp_port']} did not answer: "
+                                f"{exc!r}") from None
+
+
+def declare(channel, queue: str, queue_type: str) -> None:
+    """A durable queue of `queue_type` (quorum or stream); RabbitMQ requires both to be durable."""
+    channel.queue_declare(queue, durable=True, arguments={"x-queue-type": queue_type})
+
+
+def declare_lanes(endpoint: dict, topic: str, lanes: int, queue_type: str) -> None:
+    """The cell's queues afresh: any left from an earlier cell of that name are deleted first."""
+    connection = connect(endpoint)
+    try:
+        channel = connection.channel()
+        for lane in range(lanes):
+            channel.queue_delete(lane_queue(topic, lane))
+            declare(channel, lane_queue(topic, lane), queue_type)
+    except AMQPError as exc:
+        raise BrokerUnavailable(f"could not declare {queue_type} queues for {topic}: {exc!r}") from None
+    finally:
+        _close(connection)
+
+
+def delete_lanes(endpoint: dict, topic: str, lanes: int) -> None:
+    try:
+        connection = connect(endpoint)
+    except BrokerUnavailable:
+        return  # best effort: each cell has its own queues
+    try:
+        channel = connection.channel()
+        for lane in range(lanes):
+            channel.queue_delete(lane_queue(topic, lane))
+    except AMQPError:
+        pass
+    finally:
+        _close(connection)
+
+
+def counts(endpoint: dict, topic: str, lanes: int) -> list[int] | None:
+    """Each lane's message count as the broker reports it (queue.declare-ok of a passive declare): a quorum
+    queue's ready messages, a stream's committed messages. None when it does not answer or a queue is missing."""
+    try:
+        connection = connect(endpoint, timeout_s=5)
+    except BrokerUnavailable:
+        return None
+    try:
+        out = []
+        for lane in range(lanes):
+            channel = connection.channel()
+            out.append(int(channel.queue_declare(lane_queue(topic, lane), passive=True).method.message_count))
+            channel.close()
+        return out
+    except (AMQPError, OSError):
+        return None
+    finally:
+        _close(connection)
+
+
+def declare_ready(endpoint: dict, queue: str) -> bool:
+    """The readiness probe: a client connects, declares a quorum queue and a stream, and deletes them."""
+    try:
+        connection = pika.BlockingConnection(parameters(endpoint, timeout_s=2))
+    except (AMQPError, OSError):
+        return False
+    try:
+        channel = connection.channel()
+        for queue_type in QUEUE_TYPES:
+            declare(channel, f"{queue}-{queue_type}", queue_type)
+            channel.queue_delete(f"{queue}-{queue_type}")
+        return True
+    except (AMQPError, OSError):
+        return False
+    finally:
+        _close(connection)
+
+
+def server_version(endpoint: dict) -> str | None:
+    """The version the broker announces when a connection opens (its server properties)."""
+    try:
+        connection = connect(endpoint, timeout_s=5)
+    except BrokerUnavailable:
+        return None
+    try:
+        version = connection._impl.server_properties.get("version")  # pika keeps Connection.Start's properties
+        return version.decode() if isinstance(version, bytes) else version
+    finally:
+        _close(connection)
+
+
+def _close(connection) -> None:
+    try:
+        connection.close()
+    except (AMQPError, OSError, ChannelClosedByBroker):
+        pass

@@ -1,0 +1,53 @@
+"""RabbitMQ's part of the run request, shared by rabbitmq-streams and rabbitmq-quorum: the endpoint, what the local
+stack is asked for, and the client settings both read (one meaning each, so the two rows can share them)."""
+
+TARGET = {
+    "type": "object",
+    "additionalProperties": False,
+    "required": ["host", "amqp_port"],
+    "properties": {
+        "host": {"type": "string", "minLength": 1},
+        "amqp_port": {"description": "AMQP 0-9-1 port (5672): queues are declared, counted and (quorum) used "
+                                     "through it.", "type": "integer", "minimum": 1, "maximum": 65535},
+        "stream_port": {"description": "The stream protocol's port (5552; rabbitmq-streams needs it).",
+                        "type": "integer", "minimum": 1, "maximum": 65535},
+        "vhost": {"type": "string", "default": "/"},
+        "username": {"type": "string", "default": "guest"},
+        "password_env": {"description": "The environment variable that holds the user's password (omitted: "
+                                        "guest's, which RabbitMQ accepts from loopback only).",
+                         "type": "string", "pattern": "^[A-Za-z_][A-Za-z0-9_]*$"},
+        "version": {"type": "string"},
+    },
+}
+
+PROVISION = {
+    "type": "object",
+    "additionalProperties": False,
+    "properties": {
+        "version": {
+            "description": "RabbitMQ version; locally it must match the installed Debian rabbitmq-server's prefix "
+                           "(3.10).",
+            "type": "string",
+        },
+    },
+    "default": {},
+}
+
+CLIENT = {
+    "rabbitmq_in_flight": {
+        "description": "RabbitMQ (streams and quorum queues): most messages published and not yet confirmed in "
+                       "batch mode (single mode: one).",
+        "type": "integer",
+        "minimum": 1,
+        "maximum": 100000,
+        "default": 1000,
+    },
+    "rabbitmq_prefetch": {
+        "description": "RabbitMQ: a quorum-queue consumer's prefetch (basic.qos, unacknowledged deliveries), and "
+                       "a stream consumer's credit in chunks (each chunk a batch of messages).",
+        "type": "integer",
+        "minimum": 1,
+        "maximum": 65535,
+        "default": 1000,
+    },
+}

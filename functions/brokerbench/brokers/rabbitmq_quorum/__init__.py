@@ -1,0 +1,24 @@
+"""RabbitMQ quorum queues over AMQP 0-9-1 (pika), on the local RabbitMQ node that rabbitmq-streams shares."""
+
+from .. import Capabilities, Plugin, Settings
+from ..rabbitmq import settings
+from ..rabbitmq.local import SERVICE
+
+PLUGIN = Plugin(
+    name="rabbitmq-quorum",
+    description="RabbitMQ quorum queues over AMQP 0-9-1 through pika: publisher confirms, consumer acks",
+    family="rabbitmq-amqp",  # a named target with "driver": "rabbitmq-amqp" is served by quorum queues
+    driver="brokerbench.brokers.rabbitmq_quorum.driver:RabbitMQQuorumDriver",
+    settings=Settings(target=settings.TARGET, provision=settings.PROVISION, client=settings.CLIENT),
+    capabilities=Capabilities(
+        modes={"batch": "up to rabbitmq_in_flight messages published and not yet confirmed",
+               "single": "one message in flight: each publish waits for its confirm"},
+        partitions="a quorum queue <topic>-<n> each",
+        persistence={"quorum-fsync": "always: each write is fsynced to the Raft log of a majority of the queue's "
+                                     "members before the confirm (one member on the local node)"},
+    ),
+    environment="brokerbench.brokers.rabbitmq_quorum.environment:settings_in_force",
+    caption="brokerbench.brokers.rabbitmq_quorum.environment:caption",
+    local=SERVICE,
+    libraries=("pika",),
+)

@@ -1,0 +1,226 @@
+"""RabbitMQ quorum queues over AMQP 0-9-1 through pika: publisher confirms, consumer acknowledgements.
+
+Each lane is one quorum queue, `<topic>-<n>`, published to through the default exchange. A message's body is the
+worker's header (a fixed 20 bytes) followed by the payload. The producer publishes on a channel in confirm mode
+without waiting (pika's own blocking publish waits for each confirm): batch mode keeps up to rabbitmq_in_flight
+unconfirmed, single mode one. A confirm is stamped in pika's callback, as the frame is read from the socket, and
+may confirm many at once (`multiple`). The consumer takes deliveries with a prefetch of rabbitmq_prefetch and
+acknowledges a poll's deliveries (one `multiple` ack) with the next poll, after their receive timestamps.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import OrderedDict
+
+import pika
+from pika.exceptions import AMQPError
+
+from ... import native
+from ...drivers import BrokerUnavailable, Message, OnAck
+from ...worker.framing import HEADER
+from ..rabbitmq import amqp
+from ..rabbitmq.amqp import lane_queue
+
+HEADER_SIZE = HEADER.size
+
+
+class RabbitMQQuorumDriver:
+    name = "rabbitmq-quorum"
+
+    def __init__(self, endpoint: dict, client: dict) -> None:
+        self.endpoint = endpoint
+        self.client = client
+
+    def check(self, timeout_s: float = 5.0) -> None:
+        amqp.connect(self.endpoint, timeout_s).close()
+
+    def describe(self) -> dict:
+        return {"broker": self.name,
+                "broker_version": amqp.server_version(self.endpoint) or self.endpoint.get("version", "unknown"),
+                "client_library": "pika", "client_version": pika.__version__}
+
+    def create_topic(self, topic: str, partitions: int) -> None:
+        amqp.declare_lanes(self.endpoint, topic, partitions, "quorum")
+
+    def delete_topic(self, topic: str, partitions: int) -> None:
+        amqp.delete_lanes(self.endpoint, topic, partitions)
+
+    def backlog(self, topic: str, group: str, partitions: int) -> int | None:
+        """Messages ready in the cell's queues (the passive declare's count): delivered-but-unacknowledged ones
+        are not counted, as a consumer group's lag does not count fetched messages."""
+        counts = amqp.counts(self.endpoint, topic, partitions)
+        return None if counts is None else sum(counts)
+
+    def message_count(self, topic: str, partitions: int) -> int | None:
+        """None: a queue removes what its consumers acknowledge, and RabbitMQ reports over AMQP only what a queue
+        holds now (its depth, the backlog), never a total of what it took in, so there is no count of the cell's
+        messages to set beside the producers' (the management plug-in's publish counters, off here, lag by their
+        5 s collection interval)."""
+        return None
+
+    def close(self) -> None:
+        pass
+
+    def producer(self, topic: str, partitions: int, mode: str, on_ack: OnAck) -> QuorumProducer:
+        depth = self.client["rabbitmq_in_flight"] if mode == "batch" else 1
+        return QuorumProducer(amqp.connect(self.endpoint), [lane_queue(topic, p) for p in range(partitions)],
+                              depth, on_ack)
+
+    def native_sender(self, topic: str, partitions: int, mode: str):
+        raise native.Unsupported("no native send loop for AMQP")
+
+    def consumer(self, topic: str, group: str, partitions: list[int]) -> QuorumConsumer:
+        return QuorumConsumer(amqp.connect(self.endpoint), [lane_queue(topic, p) for p in partitions],
+                              self.client["rabbitmq_prefetch"])
+
+
+class QuorumProducer:
+    """Publishes without waiting and counts confirms as they come. pika's BlockingChannel waits for each confirm
+    in basic_publish, so this publishes on the channel's asynchronous half (`_impl`, pika's Channel) in confirm
+    mode; the blocking connection still reads the socket (process_data_events), and a confirm wakes it
+    (add_callback_threadsafe) so that a wait ends as soon as one arrives."""
+
+    def __init__(self, connection, queues: list[str], depth: int, on_ack: OnAck) -> None:
+        self._connection = connection
+        self._queues = queues
+        self._depth = depth
+        self._on_ack = on_ack
+        self._in_flight: OrderedDict[int, bytes] = OrderedDict()  # delivery tag -> header, oldest first
+        self._tag = 0
+        self._broken = False
+        self._woken = False
+        self._blocking_channel = connection.channel()  # kept: its asynchronous half is the one published on
+        self._channel = self._blocking_channel._impl
+        selected = []
+        self._channel.confirm_delivery(self._confirmed, callback=lambda _frame: selected.append(True))
+        while not selected:
+            connection.process_data_events(0.1)
+
+    def _confirmed(self, frame) -> None:
+        """Basic.Ack or Basic.Nack for one delivery tag, or every tag up to it (`multiple`)."""
+        at = time.monotonic_ns()
+        method = frame.method
+        ok = method.NAME == "Basic.Ack"
+        if method.multiple:
+            while self._in_flight and next(iter(self._in_flight)) <= method.delivery_tag:
+                self._on_ack(self._in_flight.popitem(last=False)[1], ok, at)
+        elif (header := self._in_flight.pop(method.delivery_tag, None)) is not None:
+            self._on_ack(header, ok, at)
+        if not self._woken:
+            self._woken = True
+            self._connection.add_callback_threadsafe(self._wake)
+
+    def _wake(self) -> None:
+        self._woken = False
+
+    def send(self, header: bytes, payload: bytes, partition: int) -> None:
+        if self._broken:
+            self._on_ack(header, False, time.monotonic_ns())
+            return
+        try:
+            self._channel.basic_publish("", self._queues[partition], header + payload)
+        except (AMQPError, OSError):
+            self._on_ack(header, False, time.monotonic_ns())
+            self._lost()
+            return
+        self._tag += 1
+        self._in_flight[self._tag] = header
+        while len(self._in_flight) >= self._depth and not self._broken:  # the window is full: wait for room
+            self._events(None)
+
+    def _events(self, timeout_s: float | None) -> None:
+        try:
+            self._connection.process_data_events(timeout_s)
+        except (AMQPError, OSError):
+            self._lost()
+
+    def _lost(self) -> None:
+        """The connection is lost: what is in flight is unconfirmed, and so is whatever is sent later."""
+        self._broken = True
+        at = time.monotonic_ns()
+        while self._in_flight:
+            self._on_ack(self._in_flight.popitem(last=False)[1], False, at)
+
+    def poll(self, timeout_s: float) -> None:
+        """Write what is published and serve the confirms: waiting up to timeout_s while any are due."""
+        if self._broken:
+            time.sleep(max(0.0, timeout_s))
+            return
+        if not self._in_flight:
+            self._events(0)
+            time.sleep(max(0.0, timeout_s))
+            return
+        self._events(max(0.0, timeout_s))
+
+    def flush(self, timeout_s: float) -> int:
+        """Wait up to timeout_s for every confirm; returns the messages still unconfirmed."""
+        deadline = time.monotonic() + timeout_s
+        while self._in_flight and not self._broken and (left := deadline - time.monotonic()) > 0:
+            self._events(left)
+        return len(self._in_flight)
+
+    def close(self) -> None:
+        self.flush(5)
+        try:
+            self._connection.close()
+        except (AMQPError, OSError):
+            pass
+
+
+class QuorumConsumer:
+    """basic.consume on each of its lanes' queues on one channel (prefetch shared by them). A poll's deliveries
+    are acknowledged in one `multiple` ack with the next poll (or at close), after their receive timestamps."""
+
+    def __init__(self, connection, queues: list[str], prefetch: int) -> None:
+        self._connection = connection
+        self._queues = queues
+        self._lane = {queue: int(queue.rsplit("-", 1)[1]) for queue in queues}
+        self._channel = connection.channel()
+        self._channel.basic_qos(prefetch_count=prefetch)
+        self._held = False
+        self._consuming = False
+        self._received: list[Message] = []
+        self._last_tag = 0  # the last delivery tag not acknowledged yet
+
+    def _deliver(self, _channel, method, _properties, body: bytes) -> None:
+        self._received.append((body[:HEADER_SIZE], body[HEADER_SIZE:], self._lane[method.routing_key]))
+        self._last_tag = method.delivery_tag
+
+    def _start(self) -> None:
+        for queue in self._queues:
+            self._channel.basic_consume(queue, self._deliver)
+        self._consuming = True
+
+    def _ack(self) -> None:
+        if self._last_tag:
+            self._channel.basic_ack(self._last_tag, multiple=True)
+            self._last_tag = 0
+
+    def poll(self, timeout_s: float) -> list[Message]:
+        if self._held:
+            time.sleep(timeout_s)
+            return []
+        try:
+            if not self._consuming:
+                self._start()
+            self._ack()
+            self._connection.process_data_events(timeout_s)
+        except (AMQPError, OSError) as exc:
+            raise BrokerUnavailable(f"RabbitMQ consumer lost its connection: {exc!r}") from None
+        out, self._received = self._received, []
+        return out
+
+    def hold(self, on: bool) -> None:
+        """Consuming starts at the first poll after hold(False): until then the queues keep everything."""
+        self._held = on
+
+    def commit(self) -> None:
+        """Nothing to store: acknowledged deliveries leave the queue, the rest stays there."""
+
+    def close(self) -> None:
+        try:
+            self._ack()
+            self._connection.close()
+        except (AMQPError, OSError):
+            pass  # the broker is gone: unacknowledged deliveries go back to the queue, as RabbitMQ requeues them

@@ -1,0 +1,31 @@
+"""What a run's settings mean on RabbitMQ quorum queues: recorded with the targets (TargetsReady) and in report
+captions."""
+
+from __future__ import annotations
+
+import pika
+
+from ..rabbitmq import environment
+
+ACK = ("publisher confirm: the message is in the queue's Raft log on a majority of its members, each having "
+       "fsynced its write-ahead log first (on one node: this node's log, fsynced)")
+
+
+def settings_in_force(endpoint: dict, client: dict) -> dict:
+    return {
+        "acks": "publisher confirm",
+        "acks_meaning": ACK,
+        "compression": "none (AMQP 0-9-1 does not compress)",
+        "client_version": pika.__version__,
+        "modes": environment.modes(client, "messages"),
+        "consumer": {"prefetch": client["rabbitmq_prefetch"],
+                     "acknowledgement": "manual; a poll's deliveries in one multiple ack, sent with the next poll"},
+        "persistence": {"queue_type": "quorum", "fsync": True, "replicas": "the queue's members (1 on one node)",
+                        "meaning": "quorum queues are always durable: every write is fsynced to the Raft log before "
+                                   "it counts toward the majority that confirms it"},
+        "lanes": "one quorum queue per partition, <topic>-<n>, through the default exchange",
+    }
+
+
+def caption(mode: str, client: dict, recorded: dict) -> str:
+    return environment.caption(mode, client, "confirm after fsync on a Raft majority (quorum queue)")

@@ -1,0 +1,25 @@
+"""RabbitMQ streams through rstream (the stream protocol), on the local RabbitMQ node that rabbitmq-quorum shares."""
+
+from .. import Capabilities, Plugin, Settings
+from ..rabbitmq import settings
+from ..rabbitmq.local import SERVICE
+
+PLUGIN = Plugin(
+    name="rabbitmq-streams",
+    description="RabbitMQ streams (an append-only log) through rstream: publish confirms, stored consumer offsets",
+    family="rabbitmq-stream",  # a named target with "driver": "rabbitmq-stream" is served by streams
+    driver="brokerbench.brokers.rabbitmq_streams.driver:RabbitMQStreamsDriver",
+    settings=Settings(target=settings.TARGET, provision=settings.PROVISION, client=settings.CLIENT),
+    capabilities=Capabilities(
+        modes={"batch": "up to rabbitmq_in_flight messages published and not yet confirmed, sent as one publish "
+                        "frame per partition per poll",
+               "single": "one message in flight: each publish waits for its confirm"},
+        partitions="a stream <topic>-<n> each",
+        persistence={"replicated-no-fsync": "written to the leader's segment file and a majority of replicas "
+                                            "before the confirm, never fsynced (one replica on the local node)"},
+    ),
+    environment="brokerbench.brokers.rabbitmq_streams.environment:settings_in_force",
+    caption="brokerbench.brokers.rabbitmq_streams.environment:caption",
+    local=SERVICE,
+    libraries=("rstream",),
+)

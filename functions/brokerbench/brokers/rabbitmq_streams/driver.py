@@ -1,0 +1,417 @@
+"""RabbitMQ streams through rstream (the stream protocol, asyncio), run on an event loop of its own thread.
+
+Each lane is one stream, `<topic>-<n>`, declared and counted over AMQP 0-9-1 (a stream is a queue of type
+stream). A message's data is the worker's header (a fixed 20 bytes) followed by the payload. The producer hands
+what is due to the loop as one publish frame per lane (rstream's send_batch, which does not wait: its `send`
+would hold messages for up to half a second); each publish confirm is stamped in rstream's confirm callback, on
+the loop's thread, as it is read, and the worker takes the stamps from a queue while it polls. Batch mode keeps up
+to rabbitmq_in_flight unconfirmed, single mode one. The consumer subscribes to each of its lanes from the first
+offset with a credit of rabbitmq_prefetch chunks, and stores its offset (named after the group) on commit: the
+broker's committed messages less that offset is the backlog.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import queue
+import threading
+import time
+from functools import partial
+
+from rstream import Consumer, ConsumerOffsetSpecification, OffsetNotFound, OffsetType, Producer
+from rstream.utils import RawMessage
+
+from ... import native
+from ...drivers import BrokerUnavailable, Message, OnAck
+from ...worker.framing import HEADER
+from ..rabbitmq import amqp
+from ..rabbitmq.amqp import lane_queue
+
+HEADER_SIZE = HEADER.size
+CALL_TIMEOUT_S = 30.0
+COUNT_TIMEOUT_S = 60.0  # reading a cell's streams through to count them
+
+
+class Loop:
+    """An asyncio event loop on a daemon thread of this process (a forked worker makes its own)."""
+
+    _current: Loop | None = None
+
+    def __init__(self) -> None:
+        self.pid = os.getpid()
+        self.loop = asyncio.new_event_loop()
+        threading.Thread(target=self.loop.run_forever, name="rstream-loop", daemon=True).start()
+
+    @classmethod
+    def get(cls) -> Loop:
+        if cls._current is None or cls._current.pid != os.getpid():
+            cls._current = Loop()
+        return cls._current
+
+    def run(self, coroutine, timeout_s: float = CALL_TIMEOUT_S):
+        """Run a coroutine on the loop and wait for its result."""
+        return asyncio.run_coroutine_threadsafe(coroutine, self.loop).result(timeout_s)
+
+    def submit(self, coroutine) -> None:
+        asyncio.run_coroutine_threadsafe(coroutine, self.loop)
+
+
+class RabbitMQStreamsDriver:
+    name = "rabbitmq-streams"
+
+    def __init__(self, endpoint: dict, client: dict) -> None:
+        self.endpoint = endpoint
+        self.client = client
+
+    def _stream_endpoint(self) -> dict:
+        """What an rstream client is made with; BrokerUnavailable naming the field when the endpoint has none."""
+        if not self.endpoint.get("stream_port"):
+            raise BrokerUnavailable(f"targets.{self.name}.stream_port: the stream protocol's port is not given")
+        user, password = amqp.credentials(self.endpoint)
+        return {"host": self.endpoint["host"], "port": int(self.endpoint["stream_port"]),
+                "vhost": self.endpoint.get("vhost", "/"), "username": user, "password": password}
+
+    def check(self, timeout_s: float = 5.0) -> None:
+        amqp.connect(self.endpoint, timeout_s).close()
+        settings = self._stream_endpoint()
+
+        async def connect() -> None:
+            client = Consumer(**settings)
+            await client.start()
+            await client.close()
+
+        try:
+            Loop.get().run(connect(), timeout_s)
+        except Exception as exc:  # noqa: BLE001 (rstream raises its own and asyncio's errors)
+            raise BrokerUnavailable(f"RabbitMQ's stream port {settings['host']}:{settings['port']} did not answer: "
+                                    f"{exc!r}") from None
+
+    def describe(self) -> dict:
+        import rstream
+
+        return {"broker": self.name, "broker_version": amqp.server_version(self.endpoint)
+                or self.endpoint.get("version", "unknown"), "client_library": "rstream",
+                "client_version": rstream.__version__ if hasattr(rstream, "__version__") else _version("rstream")}
+
+    def create_topic(self, topic: str, partitions: int) -> None:
+        amqp.declare_lanes(self.endpoint, topic, partitions, "stream")
+
+    def delete_topic(self, topic: str, partitions: int) -> None:
+        amqp.delete_lanes(self.endpoint, topic, partitions)
+
+    def message_count(self, topic: str, partitions: int) -> int | None:
+        """The messages the streams hold, as the broker serves them: each stream read from its first offset to its
+        last, the messages counted, summed over the lanes (streams keep what is read, so this is everything the
+        broker took in). Offsets are not a count: the offsets a consumer group stores take offsets of their own
+        (a cell's stream read 121 messages over offsets 0 to 121), and a passive declare's message count follows
+        the offsets (and RabbitMQ 3.10 refreshes it about once a second)."""
+        try:
+            return Loop.get().run(_count(self._stream_endpoint(), [lane_queue(topic, p) for p in range(partitions)]),
+                                  COUNT_TIMEOUT_S + 15)
+        except Exception:  # noqa: BLE001 (not answering, or not read to the end in time)
+            return None
+
+    def backlog(self, topic: str, group: str, partitions: int) -> int | None:
+        """Offsets after the one the group stored, summed over the lanes (a lane with no stored offset: from its
+        first). Offsets, not messages: a stored offset takes one too, so while the consumers are behind it may read
+        a few high; once they have read everything it is 0."""
+        bounds = self._bounds(topic, partitions)
+        if bounds is None:
+            return None
+        try:
+            stored = Loop.get().run(_stored_offsets(self._stream_endpoint(), topic, group, partitions), 10)
+        except Exception:  # noqa: BLE001 (not answering: no backlog this time)
+            return None
+        return sum(last - (first - 1 if offset is None else offset)
+                   for (first, last), offset in zip(bounds, stored) if last is not None)
+
+    def _bounds(self, topic: str, partitions: int) -> list[tuple[int | None, int | None]] | None:
+        """Each lane's (first offset, last offset), as the broker serves them; (None, None) for an empty stream."""
+        streams = [lane_queue(topic, p) for p in range(partitions)]
+        try:
+            return Loop.get().run(_offset_bounds(self._stream_endpoint(), streams), 15)
+        except Exception:  # noqa: BLE001 (not answering)
+            return None
+
+    def close(self) -> None:
+        pass
+
+    def producer(self, topic: str, partitions: int, mode: str, on_ack: OnAck) -> StreamsProducer:
+        depth = self.client["rabbitmq_in_flight"] if mode == "batch" else 1
+        try:
+            return StreamsProducer(self._stream_endpoint(), [lane_queue(topic, p) for p in range(partitions)],
+                                   depth, on_ack)
+        except BrokerUnavailable:
+            raise
+        except Exception as exc:  # noqa: BLE001
+            raise BrokerUnavailable(f"RabbitMQ stream producer could not start: {exc!r}") from None
+
+    def native_sender(self, topic: str, partitions: int, mode: str):
+        raise native.Unsupported("no native send loop for the stream protocol")
+
+    def consumer(self, topic: str, group: str, partitions: list[int]) -> StreamsConsumer:
+        return StreamsConsumer(self._stream_endpoint(), {p: lane_queue(topic, p) for p in partitions}, group,
+                               self.client["rabbitmq_prefetch"])
+
+
+def _version(distribution: str) -> str:
+    from importlib.metadata import version
+
+    return version(distribution)
+
+
+async def _edge(settings: dict, streams: list[str], which: OffsetType, wait_s: float) -> list[int | None]:
+    """The offset of the first message delivered from each stream's `which` end (FIRST: its first message;
+    LAST: the first of its last chunk, read to the chunk's end), None for a stream that delivers none in wait_s."""
+    seen: dict[str, int] = {}
+
+    def on_message(stream: str, _data: bytes, context) -> None:
+        if which is OffsetType.FIRST:
+            seen.setdefault(stream, context.offset)
+        else:
+            seen[stream] = max(seen.get(stream, -1), context.offset)
+
+    client = Consumer(**settings, connection_name="brokerbench-count")
+    await client.start()
+    try:
+        for stream in streams:
+            await client.subscribe(stream, partial(on_message, stream), initial_credit=1,
+                                   offset_specification=ConsumerOffsetSpecification(which, None))
+        deadline = asyncio.get_running_loop().time() + wait_s
+        while len(seen) < len(streams) and asyncio.get_running_loop().time() < deadline:
+            await asyncio.sleep(0.005)
+        await asyncio.sleep(0.005)  # the rest of a last chunk already received
+        return [seen.get(stream) for stream in streams]
+    finally:
+        await client.close()
+
+
+async def _count(settings: dict, streams: list[str]) -> int:
+    """Messages delivered from each stream's first offset up to its last (found first), summed."""
+    lasts = await _edge(settings, streams, OffsetType.LAST, 1.0)
+    counted = {stream: 0 for stream in streams}
+    reached = {stream for stream, last in zip(streams, lasts) if last is None}  # empty streams
+    goal = dict(zip(streams, lasts))
+
+    def on_message(stream: str, _data: bytes, context) -> None:
+        if context.offset <= goal[stream]:
+            counted[stream] += 1
+        if context.offset >= goal[stream]:
+            reached.add(stream)
+
+    client = Consumer(**settings, connection_name="brokerbench-count")
+    await client.start()
+    try:
+        for stream, last in goal.items():
+            if last is not None:
+                await client.subscribe(stream, partial(on_message, stream), initial_credit=10,
+                                       offset_specification=ConsumerOffsetSpecification(OffsetType.FIRST, None))
+        deadline = asyncio.get_running_loop().time() + COUNT_TIMEOUT_S
+        while len(reached) < len(streams):
+            if asyncio.get_running_loop().time() > deadline:
+                raise TimeoutError(f"streams not read to their last offset in {COUNT_TIMEOUT_S} s")
+            await asyncio.sleep(0.005)
+        return sum(counted.values())
+    finally:
+        await client.close()
+
+
+async def _offset_bounds(settings: dict, streams: list[str]) -> list[tuple[int | None, int | None]]:
+    firsts = await _edge(settings, streams, OffsetType.FIRST, 1.0)
+    lasts = await _edge(settings, streams, OffsetType.LAST, 1.0)
+    return list(zip(firsts, lasts))
+
+
+async def _stored_offsets(settings: dict, topic: str, group: str, partitions: int) -> list[int | None]:
+    client = Consumer(**settings)
+    await client.start()
+    try:
+        out = []
+        for lane in range(partitions):
+            try:
+                out.append(await client.query_offset(lane_queue(topic, lane), group))
+            except OffsetNotFound:
+                out.append(None)
+        return out
+    finally:
+        await client.close()
+
+
+class StreamsProducer:
+    """Sends buffered per lane until a poll, a flush or a full window hands them to the loop. Confirms come back
+    through a queue, each with the time its callback ran."""
+
+    def __init__(self, settings: dict, streams: list[str], depth: int, on_ack: OnAck) -> None:
+        self._loop = Loop.get()
+        self._streams = streams
+        self._depth = depth
+        self._on_ack = on_ack
+        self._confirms: queue.SimpleQueue = queue.SimpleQueue()  # (publishing id, ok, at_ns); id None: lost
+        self._pending: list[list[RawMessage]] = [[] for _ in streams]  # not handed to the loop yet
+        self._in_flight: dict[int, bytes] = {}  # publishing id -> header
+        self._next_id = 0
+        self._broken = False
+        self._producer = self._loop.run(self._open(settings))
+
+    @staticmethod
+    async def _open(settings: dict) -> Producer:
+        producer = Producer(**settings, connection_name="brokerbench")
+        await producer.start()
+        return producer
+
+    def _confirmed(self, status) -> None:  # on the loop's thread
+        self._confirms.put((status.message_id, status.is_confirmed, time.monotonic_ns()))
+
+    async def _publish(self, batches: list[tuple[str, list[RawMessage]]]) -> None:
+        try:
+            for stream, messages in batches:
+                await self._producer.send_batch(stream, messages, on_publish_confirm=self._confirmed)
+        except Exception:  # noqa: BLE001 (the connection is lost: what is in flight stays unconfirmed)
+            self._confirms.put((None, False, time.monotonic_ns()))
+
+    def send(self, header: bytes, payload: bytes, partition: int) -> None:
+        if self._broken:
+            self._on_ack(header, False, time.monotonic_ns())
+            return
+        self._next_id += 1
+        self._in_flight[self._next_id] = header
+        self._pending[partition].append(RawMessage(header + payload, publishing_id=self._next_id))
+        if len(self._in_flight) >= self._depth:  # the window is full: hand it over, then wait for room
+            self._hand_over()
+            while len(self._in_flight) >= self._depth and not self._broken:
+                self._serve(CALL_TIMEOUT_S)
+
+    def _hand_over(self) -> None:
+        batches = [(stream, pending) for stream, pending in zip(self._streams, self._pending) if pending]
+        if batches and not self._broken:
+            self._pending = [[] for _ in self._streams]
+            self._loop.submit(self._publish(batches))
+
+    def _serve(self, timeout_s: float) -> bool:
+        """Take the confirms that came, waiting up to timeout_s for the first; False when none came."""
+        try:
+            item = self._confirms.get(timeout=timeout_s) if timeout_s > 0 else self._confirms.get_nowait()
+        except queue.Empty:
+            if timeout_s >= CALL_TIMEOUT_S:
+                self._lost()
+            return False
+        while True:
+            publishing_id, ok, at = item
+            if publishing_id is None:
+                self._lost()
+            elif (header := self._in_flight.pop(publishing_id, None)) is not None:
+                self._on_ack(header, ok, at)
+            try:
+                item = self._confirms.get_nowait()
+            except queue.Empty:
+                return True
+
+    def _lost(self) -> None:
+        self._broken = True
+        self._pending = [[] for _ in self._streams]
+        at = time.monotonic_ns()
+        for header in self._in_flight.values():
+            self._on_ack(header, False, at)
+        self._in_flight.clear()
+
+    def poll(self, timeout_s: float) -> None:
+        self._hand_over()
+        if self._in_flight and not self._broken:
+            if not self._serve(0) and timeout_s > 0:
+                self._serve(timeout_s)
+        elif timeout_s > 0:
+            time.sleep(timeout_s)
+
+    def flush(self, timeout_s: float) -> int:
+        deadline = time.monotonic() + timeout_s
+        self._hand_over()
+        while self._in_flight and not self._broken and (left := deadline - time.monotonic()) > 0:
+            self._serve(min(left, CALL_TIMEOUT_S - 1))
+        return len(self._in_flight)
+
+    def close(self) -> None:
+        self.flush(5)
+        try:
+            self._loop.run(self._producer.close(), 10)
+        except Exception:  # noqa: BLE001 (the broker is gone)
+            pass
+
+
+class StreamsConsumer:
+    """One subscription per lane, from the first offset, made at the first poll after hold(False). Deliveries
+    come through a queue; `commit` stores each lane's last offset read under the group's name."""
+
+    def __init__(self, settings: dict, streams: dict[int, str], group: str, credit: int) -> None:
+        self._loop = Loop.get()
+        self._settings = settings
+        self._streams = streams
+        self._group = group
+        self._credit = credit
+        self._deliveries: queue.SimpleQueue = queue.SimpleQueue()  # (data, lane, offset)
+        self._held = False
+        self._consumer: Consumer | None = None
+        self._read: dict[int, int] = {}  # lane -> last offset read
+        self._stored: dict[int, int] = {}
+
+    def _deliver(self, lane: int, data: bytes, context) -> None:  # on the loop's thread
+        self._deliveries.put((data, lane, context.offset))
+
+    async def _subscribe(self) -> Consumer:
+        consumer = Consumer(**self._settings, connection_name="brokerbench")
+        await consumer.start()
+        for lane, stream in self._streams.items():
+            await consumer.subscribe(stream, partial(self._deliver, lane), subscriber_name=self._group,
+                                     offset_specification=ConsumerOffsetSpecification(OffsetType.FIRST, None),
+                                     initial_credit=self._credit)
+        return consumer
+
+    def poll(self, timeout_s: float) -> list[Message]:
+        if self._held:
+            time.sleep(timeout_s)
+            return []
+        if self._consumer is None:
+            try:
+                self._consumer = self._loop.run(self._subscribe())
+            except Exception as exc:  # noqa: BLE001
+                raise BrokerUnavailable(f"RabbitMQ stream consumer could not subscribe: {exc!r}") from None
+        try:
+            first = self._deliveries.get(timeout=timeout_s) if timeout_s > 0 else self._deliveries.get_nowait()
+        except queue.Empty:
+            return []
+        out: list[Message] = []
+        item, read = first, self._read
+        while True:
+            data, lane, offset = item
+            out.append((data[:HEADER_SIZE], data[HEADER_SIZE:], lane))
+            read[lane] = offset
+            try:
+                item = self._deliveries.get_nowait()
+            except queue.Empty:
+                return out
+
+    def hold(self, on: bool) -> None:
+        self._held = on
+
+    def commit(self) -> None:
+        """Store each lane's last offset read, where it moved (the broker's record of the group's position)."""
+        moved = {lane: offset for lane, offset in self._read.items() if self._stored.get(lane) != offset}
+        if not moved or self._consumer is None:
+            return
+        try:
+            self._loop.run(self._store(moved), 10)
+            self._stored.update(moved)
+        except Exception:  # noqa: BLE001 (the broker is gone: the backlog is then counted from the last stored)
+            pass
+
+    async def _store(self, offsets: dict[int, int]) -> None:
+        for lane, offset in offsets.items():
+            await self._consumer.store_offset(self._streams[lane], self._group, offset)
+
+    def close(self) -> None:
+        self.commit()
+        if self._consumer is not None:
+            try:
+                self._loop.run(self._consumer.close(), 10)
+            except Exception:  # noqa: BLE001
+                pass

@@ -1,0 +1,92 @@
+"""RabbitMQ as two plug-ins on one local node: registered, in the schema, loopback only, captions that say what a
+confirm means; the quorum producer's confirm accounting without a broker."""
+
+from collections import OrderedDict
+from types import SimpleNamespace
+
+import pytest
+
+from brokerbench import brokers, schema, spec
+from brokerbench.brokers.rabbitmq import amqp, local
+from brokerbench.brokers.rabbitmq_quorum.driver import QuorumProducer
+from brokerbench.brokers.rabbitmq_streams.driver import RabbitMQStreamsDriver
+from brokerbench.drivers import BrokerUnavailable
+from brokerbench.local.processes import HOST
+
+CLIENT = spec.validate({"brokers": ["rabbitmq-streams"], "sizes": [1024], "rates": [100],
+                        "formats": ["json"]})["client"]
+
+
+def test_two_rows_share_one_local_service_and_their_settings():
+    streams, quorum = brokers.plugin("rabbitmq-streams"), brokers.plugin("rabbitmq-quorum")
+    assert streams.local is quorum.local and streams.local.name == "rabbitmq"
+    assert streams.cloud is None and quorum.cloud is None and streams.where() == ["local", "external"]
+    assert streams.settings.client is quorum.settings.client and streams.settings.target is quorum.settings.target
+    assert brokers.families()["rabbitmq-stream"] is streams and brokers.families()["rabbitmq-amqp"] is quorum
+    assert (streams.libraries, quorum.libraries) == (("rstream",), ("pika",))
+
+
+def test_their_settings_reach_the_schema_and_a_run_request():
+    props = schema.generated()["properties"]
+    assert {"rabbitmq-streams", "rabbitmq-quorum"} <= set(props["brokers"]["items"]["anyOf"][0]["enum"])
+    assert props["targets"]["properties"]["rabbitmq-quorum"]["required"] == ["host", "amqp_port"]
+    assert CLIENT["rabbitmq_in_flight"] == 1000 and CLIENT["rabbitmq_prefetch"] == 1000
+    with pytest.raises(spec.SpecError) as refused:
+        spec.validate({"brokers": ["rabbitmq-quorum"], "sizes": [1024], "rates": [100], "formats": ["json"],
+                       "client": {"rabbitmq_in_flight": 0}})
+    assert "client.rabbitmq_in_flight" in {p.path for p in refused.value.problems}
+
+
+def test_the_node_listens_on_loopback_only_on_the_ports_it_was_given(tmp_path):
+    assert set(local.config(5672, 5552).splitlines()) >= {
+        f"listeners.tcp.1 = {HOST}:5672", f"stream.listeners.tcp.1 = {HOST}:5552",
+        f"stream.advertised_host = {HOST}", "stream.advertised_port = 5552"}
+    env = local.environment(tmp_path, {"amqp_port": 5672, "dist_port": 25672, "epmd_port": 4369})
+    assert env["RABBITMQ_NODE_IP_ADDRESS"] == HOST and env["ERL_EPMD_ADDRESS"] == HOST
+    assert (env["RABBITMQ_NODE_PORT"], env["RABBITMQ_DIST_PORT"], env["ERL_EPMD_PORT"]) == ("5672", "25672", "4369")
+    assert "inet_dist_use_interface {127,0,0,1}" in env["RABBITMQ_SERVER_ADDITIONAL_ERL_ARGS"]
+    # Nothing of the node lives outside its folder, and no system-wide configuration is read.
+    for key in ("HOME", "RABBITMQ_MNESIA_BASE", "RABBITMQ_BASE", "RABBITMQ_LOG_BASE", "RABBITMQ_CONFIG_FILE",
+                "RABBITMQ_ENABLED_PLUGINS_FILE", "RABBITMQ_CONF_ENV_FILE"):
+        assert env[key].startswith(str(tmp_path)), key
+
+
+def test_captions_and_recorded_settings_say_what_a_confirm_waits_for():
+    quorum, streams = brokers.plugin("rabbitmq-quorum"), brokers.plugin("rabbitmq-streams")
+    assert quorum.describe_mode("batch", CLIENT, {}) == \
+        "batch = up to 1000 unconfirmed, confirm after fsync on a Raft majority (quorum queue)"
+    assert streams.describe_mode("single", CLIENT, {}) == \
+        "single = one unconfirmed at a time, confirm after a majority of replicas wrote it, no fsync (stream)"
+    from brokerbench.brokers.rabbitmq_quorum import environment as quorum_env
+    from brokerbench.brokers.rabbitmq_streams import environment as streams_env
+
+    assert quorum_env.settings_in_force({}, CLIENT)["persistence"]["fsync"] is True
+    recorded = streams_env.settings_in_force({}, CLIENT)
+    assert recorded["persistence"]["fsync"] is False and recorded["modes"]["batch"]["in_flight"] == 1000
+
+
+def test_an_endpoint_without_its_stream_port_or_password_is_refused_naming_the_field(monkeypatch):
+    with pytest.raises(BrokerUnavailable, match=r"targets\.rabbitmq-streams\.stream_port"):
+        RabbitMQStreamsDriver({"host": "h", "amqp_port": 5672}, CLIENT)._stream_endpoint()
+    monkeypatch.delenv("BB_TEST_RABBIT_PASSWORD", raising=False)
+    with pytest.raises(BrokerUnavailable, match="BB_TEST_RABBIT_PASSWORD"):
+        amqp.credentials({"host": "h", "username": "bench", "password_env": "BB_TEST_RABBIT_PASSWORD"})
+    monkeypatch.setenv("BB_TEST_RABBIT_PASSWORD", "s3cret")
+    assert amqp.credentials({"host": "h", "username": "bench", "password_env": "BB_TEST_RABBIT_PASSWORD"}) == \
+        ("bench", "s3cret")
+
+
+def test_a_multiple_confirm_acknowledges_every_tag_up_to_it_once_and_a_nack_fails_its_message():
+    acks = []
+    producer = QuorumProducer.__new__(QuorumProducer)  # its confirm accounting alone, without a connection
+    producer._on_ack, producer._woken = (lambda header, ok, at: acks.append((header, ok))), True
+    producer._in_flight = OrderedDict((tag, b"h%d" % tag) for tag in range(1, 6))
+
+    def frame(name, tag, multiple):
+        return SimpleNamespace(method=SimpleNamespace(NAME=name, delivery_tag=tag, multiple=multiple))
+
+    producer._confirmed(frame("Basic.Ack", 3, True))
+    producer._confirmed(frame("Basic.Nack", 5, False))
+    producer._confirmed(frame("Basic.Ack", 3, True))  # again: nothing left up to 3
+    assert acks == [(b"h1", True), (b"h2", True), (b"h3", True), (b"h5", False)]
+    assert list(producer._in_flight) == [4]

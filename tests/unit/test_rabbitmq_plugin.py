@@ -20,7 +20,9 @@ CLIENT = spec.validate({"brokers": ["rabbitmq-streams"], "sizes": [1024], "rates
 def test_two_rows_share_one_local_service_and_their_settings():
     streams, quorum = brokers.plugin("rabbitmq-streams"), brokers.plugin("rabbitmq-quorum")
     assert streams.local is quorum.local and streams.local.name == "rabbitmq"
-    assert streams.cloud is None and quorum.cloud is None and streams.where() == ["local", "external"]
+    # Amazon MQ serves quorum queues over AMQP; its endpoints list no stream-protocol port, so streams has no cloud
+    assert streams.cloud is None and streams.where() == ["local", "external"]
+    assert quorum.where() == ["local", "cloud: Amazon MQ for RabbitMQ", "external"]
     assert streams.settings.client is quorum.settings.client and streams.settings.target is quorum.settings.target
     assert brokers.families()["rabbitmq-stream"] is streams and brokers.families()["rabbitmq-amqp"] is quorum
     assert (streams.libraries, quorum.libraries) == (("rstream",), ("pika",))
@@ -90,3 +92,33 @@ def test_a_multiple_confirm_acknowledges_every_tag_up_to_it_once_and_a_nack_fail
     producer._confirmed(frame("Basic.Ack", 3, True))  # again: nothing left up to 3
     assert acks == [(b"h1", True), (b"h2", True), (b"h3", True), (b"h5", False)]
     assert list(producer._in_flight) == [4]
+
+
+def test_an_amazon_mq_endpoint_connects_over_tls_with_the_password_from_its_secret(monkeypatch):
+    """Amazon MQ's endpoint names the secret its provider stored ({"username", "password"}); the password is read
+    from Secrets Manager (moto: no real AWS here) once per process and never travels in the endpoint."""
+    import json
+
+    import boto3
+    from moto import mock_aws
+
+    monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
+    with mock_aws():
+        arn = boto3.client("secretsmanager").create_secret(
+            Name="brokerbench/bb-run-rabbitmq-quorum",
+            SecretString=json.dumps({"username": "brokerbench", "password": "s3cret"}))["ARN"]
+        endpoint = {"host": "b-1.mq.us-east-1.amazonaws.com", "amqp_port": 5671, "tls": True,
+                    "username": "brokerbench", "password_secret_arn": arn}
+        params = amqp.parameters(endpoint)
+    assert (params.credentials.username, params.credentials.password) == ("brokerbench", "s3cret")
+    assert params.ssl_options is not None and params.ssl_options.server_hostname == endpoint["host"]
+    assert params.port == 5671
+    assert amqp.parameters({"host": HOST, "amqp_port": 5672}).ssl_options is None  # the local node: plain AMQP
+
+
+@pytest.mark.parametrize("broker, fsync", [("rabbitmq-quorum", True), ("rabbitmq-streams", False)])
+def test_each_row_states_its_durability(broker, fsync):
+    one = brokers.plugin(broker).state_durability({}, {"nodes": 1})
+    three = brokers.plugin(broker).state_durability({}, {"nodes": 3})
+    assert (one["fsync"], one["replicas"], one["memory_only"]) == (fsync, 0, False)
+    assert three["replicas"] == 1  # a majority of 3: one other member

@@ -45,6 +45,7 @@ def aws(monkeypatch):
     for key, value in {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing", "AWS_DEFAULT_REGION": REGION,
                        "AWS_REGION": REGION, "BROKERBENCH_MODE": "aws", "BROKERBENCH_MSK_SUBNETS": "subnet-a",
                        "BROKERBENCH_MSK_SECURITY_GROUPS": "sg-1", "BROKERBENCH_REDIS_SUBNET_GROUP": "bb-subnets",
+                       "BROKERBENCH_MQ_SUBNETS": "subnet-a", "BROKERBENCH_MQ_SECURITY_GROUPS": "sg-1",
                        "BROKERBENCH_REDIS_SECURITY_GROUPS": "sg-1"}.items():
         monkeypatch.setenv(key, value)
     # BROKERBENCH_DYNAMODB_ENDPOINT: a local workflow run earlier in this process (an integration module on the

@@ -4,7 +4,9 @@ count: the broker's own figure, for a stream too), delete them."""
 
 from __future__ import annotations
 
+import json
 import os
+import ssl
 
 import pika
 from pika.exceptions import AMQPError, ChannelClosedByBroker
@@ -19,8 +21,28 @@ def lane_queue(topic: str, lane: int) -> str:
     return f"{topic}-{lane}"
 
 
+_SECRETS: dict[str, str] = {}  # secret ARN -> password, fetched once per process
+
+
+def _secret_password(arn: str) -> str:
+    """The password in Secrets Manager: a JSON object's `password` (Amazon MQ's provider stores
+    {"username", "password"}), or the secret string itself."""
+    if arn not in _SECRETS:
+        import boto3
+
+        value = boto3.client("secretsmanager").get_secret_value(SecretId=arn)["SecretString"]
+        try:
+            _SECRETS[arn] = json.loads(value)["password"]
+        except (ValueError, TypeError, KeyError):
+            _SECRETS[arn] = value
+    return _SECRETS[arn]
+
+
 def credentials(endpoint: dict) -> tuple[str, str]:
-    """(user, password): the password from the environment variable the endpoint names, else guest's."""
+    """(user, password): the password from the secret the endpoint names (Amazon MQ), or the environment variable it
+    names, else guest's."""
+    if endpoint.get("password_secret_arn"):
+        return endpoint.get("username", "guest"), _secret_password(endpoint["password_secret_arn"])
     variable = endpoint.get("password_env")
     if variable:
         if not os.environ.get(variable):
@@ -32,9 +54,10 @@ def credentials(endpoint: dict) -> tuple[str, str]:
 
 def parameters(endpoint: dict, timeout_s: float = 10.0) -> pika.ConnectionParameters:
     user, password = credentials(endpoint)
+    tls = pika.SSLOptions(ssl.create_default_context(), endpoint["host"]) if endpoint.get("tls") else None
     return pika.ConnectionParameters(
         host=endpoint["host"], port=int(endpoint["amqp_port"]), virtual_host=endpoint.get("vhost", "/"),
-        credentials=pika.PlainCredentials(user, password), socket_timeout=timeout_s,
+        credentials=pika.PlainCredentials(user, password), socket_timeout=timeout_s, ssl_options=tls,
         blocked_connection_timeout=30, connection_attempts=1, heartbeat=60)  # pika sets TCP_NODELAY itself
 
 

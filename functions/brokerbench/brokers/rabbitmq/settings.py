@@ -1,5 +1,8 @@
 """RabbitMQ's part of the run request, shared by rabbitmq-streams and rabbitmq-quorum: the endpoint, what the local
-stack is asked for, and the client settings both read (one meaning each, so the two rows can share them)."""
+stack (or Amazon MQ) is asked for, and the client settings both read (one meaning each, so the two rows can share
+them)."""
+
+from .cloud import PROVISION_PROPERTIES
 
 TARGET = {
     "type": "object",
@@ -16,6 +19,12 @@ TARGET = {
         "password_env": {"description": "The environment variable that holds the user's password (omitted: "
                                         "guest's, which RabbitMQ accepts from loopback only).",
                          "type": "string", "pattern": "^[A-Za-z_][A-Za-z0-9_]*$"},
+        "tls": {"description": "AMQP over TLS (amqps; Amazon MQ's endpoint, port 5671), the server's certificate "
+                               "verified against the system's trust store.", "type": "boolean", "default": False},
+        "password_secret_arn": {"description": "A Secrets Manager secret holding the user's password (a JSON "
+                                               "object's `password`, or the string itself): Amazon MQ's endpoint "
+                                               "names the one its provider stored; the password itself never "
+                                               "travels in an endpoint or an event.", "type": "string"},
         "version": {"type": "string"},
     },
 }
@@ -29,6 +38,7 @@ PROVISION = {
                            "(3.10).",
             "type": "string",
         },
+        **PROVISION_PROPERTIES,
     },
     "default": {},
 }

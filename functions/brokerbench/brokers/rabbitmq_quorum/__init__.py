@@ -1,6 +1,7 @@
-"""RabbitMQ quorum queues over AMQP 0-9-1 (pika), on the local RabbitMQ node that rabbitmq-streams shares."""
+"""RabbitMQ quorum queues over AMQP 0-9-1 (pika), on the local RabbitMQ node that rabbitmq-streams shares, or on
+Amazon MQ for RabbitMQ in the cloud (AMQP over TLS)."""
 
-from .. import Capabilities, Plugin, Settings
+from .. import Capabilities, Cloud, Plugin, Settings
 from ..rabbitmq import settings
 from ..rabbitmq.local import SERVICE
 
@@ -19,6 +20,10 @@ PLUGIN = Plugin(
     ),
     environment="brokerbench.brokers.rabbitmq_quorum.environment:settings_in_force",
     caption="brokerbench.brokers.rabbitmq_quorum.environment:caption",
+    durability="brokerbench.brokers.rabbitmq_quorum.environment:durability",
     local=SERVICE,
+    # prices: brokers/rabbitmq/prices.py; creation_s: an Amazon MQ broker takes about 20 min to create
+    cloud=Cloud(service="Amazon MQ for RabbitMQ", factory="brokerbench.brokers.rabbitmq.cloud:provider",
+                prices="brokerbench.brokers.rabbitmq.prices:price", creation_s=20 * 60),
     libraries=("pika",),
 )

@@ -27,5 +27,12 @@ def settings_in_force(endpoint: dict, client: dict) -> dict:
     }
 
 
+def durability(client: dict, recorded: dict) -> dict:
+    """A confirm waits for a majority of the queue's Raft members to fsync the message: the other members of that
+    majority are the replicas waited for (none on one node; one of Amazon MQ's 3-node cluster)."""
+    nodes = recorded.get("nodes") or 1
+    return {"fsync": True, "replicas": nodes // 2, "memory_only": False, "text": ACK}
+
+
 def caption(mode: str, client: dict, recorded: dict) -> str:
     return environment.caption(mode, client, "confirm after fsync on a Raft majority (quorum queue)")

@@ -20,6 +20,7 @@ PLUGIN = Plugin(
     ),
     environment="brokerbench.brokers.rabbitmq_streams.environment:settings_in_force",
     caption="brokerbench.brokers.rabbitmq_streams.environment:caption",
+    durability="brokerbench.brokers.rabbitmq_streams.environment:durability",
     local=SERVICE,
     libraries=("rstream",),
 )

@@ -28,5 +28,11 @@ def settings_in_force(endpoint: dict, client: dict) -> dict:
     }
 
 
+def durability(client: dict, recorded: dict) -> dict:
+    """A confirm waits for a majority of the stream's replicas to have written the message, never for an fsync."""
+    nodes = recorded.get("nodes") or 1
+    return {"fsync": False, "replicas": nodes // 2, "memory_only": False, "text": ACK}
+
+
 def caption(mode: str, client: dict, recorded: dict) -> str:
     return environment.caption(mode, client, "confirm after a majority of replicas wrote it, no fsync (stream)")

@@ -78,6 +78,7 @@ NOT_SET_BY_THE_APP = {
     "BROKERBENCH_CONSOLE_ORIGIN": "optional: the API serves the console itself (same origin, no CORS)",
     "BROKERBENCH_TASK_TOKEN": "set by the EC2 worker's user data for the worker process, per cell",
     "BROKERBENCH_REDIS_PASSWORD": "local mode: a local Redis's password (ElastiCache's token comes from Secrets Manager)",
+    "BROKERBENCH_NATS_SYNC": "local mode: the sync_interval the local stack starts NATS with (no managed NATS in AWS)",
 }
 
 

@@ -21,7 +21,10 @@ from ..series import DIGEST_VERSION
 
 RUN_EVENTS = ("RunCompleted", "RunFailed")
 INLINE_CELLS = 200  # a plan up to this many cells travels in RunRequested; a larger one in CellsPlanned chunks
-CELLS_PER_CHUNK = 250  # ~170 KB of cells per stored item: far below DynamoDB's 400 KB item limit
+CELLS_PER_CHUNK = 250  # at most this many cells per stored item
+# ...and at most this much of their JSON: far below DynamoDB's 400 KB item limit however many client settings the
+# plug-ins give each cell (250 cells took 170 KB with two brokers' settings, 210 KB with six)
+CHUNK_BYTES = 150_000
 
 
 class StoreUnavailable(RuntimeError):

@@ -3,8 +3,10 @@ CellsPlanned chunks when it is large) and RunCompleted."""
 
 from __future__ import annotations
 
+import json
+
 from .. import environment
-from . import CELLS_PER_CHUNK, INLINE_CELLS, make_event
+from . import CELLS_PER_CHUNK, CHUNK_BYTES, INLINE_CELLS, make_event
 
 
 def run_requested_events(run_id: str, spec: dict, cells: list[dict], suite: str | None) -> list[dict]:
@@ -14,10 +16,24 @@ def run_requested_events(run_id: str, spec: dict, cells: list[dict], suite: str 
         data["suite"] = suite
     if len(cells) <= INLINE_CELLS:
         return [make_event(run_id, "RunRequested", {**data, "cells": cells})]
-    chunks = [cells[start:start + CELLS_PER_CHUNK] for start in range(0, len(cells), CELLS_PER_CHUNK)]
+    chunks = plan_chunks(cells)
     return [make_event(run_id, "RunRequested", {**data, "cell_chunks": len(chunks)}),
             *(make_event(run_id, "CellsPlanned", {"chunk": i, "cells": chunk}, key=f"{i:05d}")
               for i, chunk in enumerate(chunks))]
+
+
+def plan_chunks(cells: list[dict]) -> list[list[dict]]:
+    """The cells in order, in chunks of at most CELLS_PER_CHUNK cells and CHUNK_BYTES of JSON each."""
+    chunks: list[list[dict]] = [[]]
+    size = 0
+    for cell in cells:
+        length = len(json.dumps(cell, separators=(",", ":")))
+        if chunks[-1] and (len(chunks[-1]) >= CELLS_PER_CHUNK or size + length > CHUNK_BYTES):
+            chunks.append([])
+            size = 0
+        chunks[-1].append(cell)
+        size += length
+    return chunks
 
 
 def run_completed_event(run_id: str, status: str, completed: int, failed: int, reason: str | None = None) -> dict:

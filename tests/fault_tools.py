@@ -3,6 +3,7 @@ a handler called directly, and the facts of a run as docs/RELIABILITY.md states 
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -104,12 +105,20 @@ def cell_facts(cell: dict) -> dict:
     return {k: cell.get(k) for k in keys if k in cell}
 
 
+def as_from_a_terminal() -> None:
+    """A Popen preexec_fn: Ctrl-C reaches the CLI as it does from a terminal. A command started in the background of a
+    non-interactive shell (`make test &` in a script) has SIGINT ignored, and every process below it inherits that,
+    the CLI included: it then runs on through a `kill -INT` and exits 0."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+
+
 def run_until_measuring(state, spec: dict, tmp_path, env: dict | None = None) -> subprocess.Popen:
     """`brokerbench run` of `spec` on the stack in `state`, returned once its first producer process is up."""
     (tmp_path / "spec.json").write_text(json.dumps(spec))
     cli = subprocess.Popen([str(BIN), "--state-dir", str(state), "run", "--spec", str(tmp_path / "spec.json"),
                             "--out", str(tmp_path / "out")], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                           env={**os.environ, **(env or {})})
+                           env={**os.environ, **(env or {})}, preexec_fn=as_from_a_terminal)
     deadline = time.monotonic() + 300  # a hang, not a slow host: at a load of 30 an EC2-kind cell took over 120 s
     while not [p for p, name in descendants(cli.pid).items() if name == "bb-producer-0"]:
         if cli.poll() is not None:

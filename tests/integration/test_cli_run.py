@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 from conftest import CORE_SERVICES
+from fault_tools import as_from_a_terminal
 
 BIN = Path(sys.executable).parent / "brokerbench"
 
@@ -76,7 +77,7 @@ def test_ctrl_c_keeps_what_was_measured_and_leaves_the_stack_running(stack, tmp_
                                 "formats": ["raw", "json"], "duration_s": 30, "warmup_s": 0}))
     proc = subprocess.Popen([str(BIN), "--state-dir", str(stack.state_dir), "run", "--spec", str(spec),
                              "--out", str(tmp_path / "out")], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env={**os.environ, "PYTHONUNBUFFERED": "1"})
+                            env={**os.environ, "PYTHONUNBUFFERED": "1"}, preexec_fn=as_from_a_terminal)
     db = stack.endpoints(required=["dynamodb"])["dynamodb"]
     events = DynamoEventStore(db["table"], endpoint_url=db["endpoint_url"])
     deadline = time.monotonic() + 120  # a hang, not a loaded host (idle: about 10 s)

@@ -40,6 +40,7 @@ from .producer import SECOND_NS, ProducerTask, producer_main
 from .producer_figures import RECORDS, ProducerFigures, recv_records
 
 READY_TIMEOUT_S = 60
+COUNT_WAIT_S = 60  # a broker that does not answer at a cell's end is waited for this long for its own count
 SEARCH = "sustainable"  # the rate that asks for the maximum sustainable rate search
 START_LEAD_NS = 100_000_000
 MEASURE_LEAD_NS = 200_000_000  # from the end of an adaptive warm-up to the first measured message
@@ -552,6 +553,24 @@ class _CellRun:
                                      interval=data["interval"], attempt=self.attempt))
         self.store.append(events)
 
+    def _final_count(self) -> int | None:
+        """The broker's own count at the cell's end. A broker that does not answer then (it crashed, and the cell
+        ended before it was back: a client that gives up at once on a lost connection sends nothing more) is
+        waited for up to COUNT_WAIT_S and asked again; one that answers but cannot count is not waited for."""
+        count = self.driver.message_count(self.topic, lanes(self.cell))
+        if count is not None:
+            return count
+        deadline = time.monotonic() + COUNT_WAIT_S
+        while True:
+            try:
+                self.driver.check(timeout_s=min(5.0, max(0.5, deadline - time.monotonic())))
+                break
+            except Exception:  # noqa: BLE001 (unreachable, whatever the client raises: the count is not given)
+                if time.monotonic() >= deadline:
+                    return None
+                time.sleep(0.5)
+        return self.driver.message_count(self.topic, lanes(self.cell))
+
     def _complete(self, done: dict) -> CellOutcome:
         self._write_intervals(final=True)
         cell = self.cell
@@ -560,8 +579,7 @@ class _CellRun:
         consumed = cell["consumers"] > 0  # publish-only cells cannot know what arrived
         queued = self.driver.backlog(self.topic, self.group, lanes(cell)) if consumed else None
         counts = outcome.totals(producers, consumers, self.aggregator.totals, consumed, queued)
-        broker_count = outcome.broker_count(self.driver.message_count(self.topic, lanes(cell)), producers,
-                                            self.probes, consumers)
+        broker_count = outcome.broker_count(self._final_count(), producers, self.probes, consumers)
         if cell.get("backlog"):  # the backlog phase, then duration_s
             schedule_s = (self.timing["t_end"] - self.timing["measure_start"]) / SECOND_NS
         elif cell["messages"] is None:

@@ -20,6 +20,7 @@ import time
 from functools import partial
 
 from rstream import Consumer, ConsumerOffsetSpecification, OffsetNotFound, OffsetType, Producer
+from rstream.exceptions import LeaderNotAvailable, StreamNotAvailable
 from rstream.utils import RawMessage
 
 from ... import native
@@ -31,6 +32,7 @@ from ..rabbitmq.amqp import lane_queue
 HEADER_SIZE = HEADER.size
 CALL_TIMEOUT_S = 30.0
 COUNT_TIMEOUT_S = 60.0  # reading a cell's streams through to count them
+RECOVERY_S = 30.0  # a node started again: its streams' writers are back within this
 
 
 class Loop:
@@ -105,12 +107,20 @@ class RabbitMQStreamsDriver:
         last, the messages counted, summed over the lanes (streams keep what is read, so this is everything the
         broker took in). Offsets are not a count: the offsets a consumer group stores take offsets of their own
         (a cell's stream read 121 messages over offsets 0 to 121), and a passive declare's message count follows
-        the offsets (and RabbitMQ 3.10 refreshes it about once a second)."""
-        try:
-            return Loop.get().run(_count(self._stream_endpoint(), [lane_queue(topic, p) for p in range(partitions)]),
-                                  COUNT_TIMEOUT_S + 15)
-        except Exception:  # noqa: BLE001 (not answering, or not read to the end in time)
-            return None
+        the offsets (and RabbitMQ 3.10 refreshes it about once a second). None when the broker does not answer."""
+        deadline = time.monotonic() + RECOVERY_S
+        while True:
+            try:
+                return Loop.get().run(_count(self._stream_endpoint(), [lane_queue(topic, p) for p in range(partitions)]),
+                                      COUNT_TIMEOUT_S + 15)
+            except (StreamNotAvailable, LeaderNotAvailable):
+                # a node just started again answers before its streams are back (seen: "stream not available" for
+                # a few seconds): asked again until RECOVERY_S
+                if time.monotonic() >= deadline:
+                    return None
+                time.sleep(0.5)
+            except Exception:  # noqa: BLE001 (not answering, or not read to the end in time)
+                return None
 
     def backlog(self, topic: str, group: str, partitions: int) -> int | None:
         """Offsets after the one the group stored, summed over the lanes (a lane with no stored offset: from its

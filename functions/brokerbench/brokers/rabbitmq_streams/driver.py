@@ -108,11 +108,11 @@ class RabbitMQStreamsDriver:
         broker took in). Offsets are not a count: the offsets a consumer group stores take offsets of their own
         (a cell's stream read 121 messages over offsets 0 to 121), and a passive declare's message count follows
         the offsets (and RabbitMQ 3.10 refreshes it about once a second). None when the broker does not answer."""
+        streams = [lane_queue(topic, p) for p in range(partitions)]
         deadline = time.monotonic() + RECOVERY_S
         while True:
             try:
-                return Loop.get().run(_count(self._stream_endpoint(), [lane_queue(topic, p) for p in range(partitions)]),
-                                      COUNT_TIMEOUT_S + 15)
+                return self._on_reader(lambda client: _count(client, streams), COUNT_TIMEOUT_S + 15)
             except (StreamNotAvailable, LeaderNotAvailable):
                 # a node just started again answers before its streams are back (seen: "stream not available" for
                 # a few seconds): asked again until RECOVERY_S
@@ -126,26 +126,39 @@ class RabbitMQStreamsDriver:
         """Offsets after the one the group stored, summed over the lanes (a lane with no stored offset: from its
         first). Offsets, not messages: a stored offset takes one too, so while the consumers are behind it may read
         a few high; once they have read everything it is 0."""
-        bounds = self._bounds(topic, partitions)
-        if bounds is None:
-            return None
+        streams = [lane_queue(topic, p) for p in range(partitions)]
         try:
-            stored = Loop.get().run(_stored_offsets(self._stream_endpoint(), topic, group, partitions), 10)
+            bounds, stored = self._on_reader(lambda client: _backlog_parts(client, streams, group), 20)
         except Exception:  # noqa: BLE001 (not answering: no backlog this time)
             return None
         return sum(last - (first - 1 if offset is None else offset)
                    for (first, last), offset in zip(bounds, stored) if last is not None)
 
-    def _bounds(self, topic: str, partitions: int) -> list[tuple[int | None, int | None]] | None:
-        """Each lane's (first offset, last offset), as the broker serves them; (None, None) for an empty stream."""
-        streams = [lane_queue(topic, p) for p in range(partitions)]
-        try:
-            return Loop.get().run(_offset_bounds(self._stream_endpoint(), streams), 15)
-        except Exception:  # noqa: BLE001 (not answering)
-            return None
+    def _on_reader(self, work, timeout_s: float):
+        """Run work(client) on the loop with the driver's reading client, kept open between calls: the backlog is
+        asked about once a second while a cell runs, and a client's close alone takes rstream 0.2 s per connection
+        (a sleep of its own), which a new client per call paid three times over. A kept client that fails (its node
+        was started again) is dropped and a new one tried once."""
+        for fresh in (False, True):
+            kept = self.__dict__.get("_reader")
+            if kept is None or kept[0] != os.getpid() or fresh:
+                self._drop_reader()
+                kept = self._reader = (os.getpid(), Loop.get().run(_open_reader(self._stream_endpoint())))
+            try:
+                return Loop.get().run(work(kept[1]), timeout_s)
+            except Exception:
+                self._drop_reader()
+                if fresh:
+                    raise
+        raise AssertionError("unreachable")
+
+    def _drop_reader(self) -> None:
+        pid, client = self.__dict__.pop("_reader", (None, None))
+        if client is not None and pid == os.getpid():
+            Loop.get().submit(_close_quietly(client))  # not waited for (rstream sleeps in it)
 
     def close(self) -> None:
-        pass
+        self._drop_reader()
 
     def producer(self, topic: str, partitions: int, mode: str, on_ack: OnAck) -> StreamsProducer:
         depth = self.client["rabbitmq_in_flight"] if mode == "batch" else 1
@@ -171,81 +184,86 @@ def _version(distribution: str) -> str:
     return version(distribution)
 
 
-async def _edge(settings: dict, streams: list[str], which: OffsetType, wait_s: float) -> list[int | None]:
+async def _open_reader(settings: dict) -> Consumer:
+    client = Consumer(**settings, connection_name="brokerbench-count")
+    await client.start()
+    return client
+
+
+async def _close_quietly(client: Consumer) -> None:
+    try:
+        await client.close()
+    except Exception:  # noqa: BLE001 (its node is gone)
+        pass
+
+
+async def _read(client: Consumer, streams: list[str], which: OffsetType, credit: int, on_message,
+                until, wait_s: float, settle_s: float = 0.0) -> None:
+    """Subscribe to each stream from `which`, call on_message(stream, offset) for what is delivered until `until()`
+    holds or wait_s has passed, and settle_s more, then unsubscribe."""
+    ids = []
+    try:
+        for stream in streams:
+            ids.append(await client.subscribe(
+                stream, lambda _data, context, stream=stream: on_message(stream, context.offset),
+                initial_credit=credit, offset_specification=ConsumerOffsetSpecification(which, None)))
+        deadline = asyncio.get_running_loop().time() + wait_s
+        while not until() and asyncio.get_running_loop().time() < deadline:
+            await asyncio.sleep(0.002)
+        await asyncio.sleep(settle_s)
+    finally:
+        for subscriber in ids:
+            await client.unsubscribe(subscriber)
+
+
+async def _edge(client: Consumer, streams: list[str], which: OffsetType, wait_s: float) -> list[int | None]:
     """The offset of the first message delivered from each stream's `which` end (FIRST: its first message;
     LAST: the first of its last chunk, read to the chunk's end), None for a stream that delivers none in wait_s."""
     seen: dict[str, int] = {}
 
-    def on_message(stream: str, _data: bytes, context) -> None:
+    def on_message(stream: str, offset: int) -> None:
         if which is OffsetType.FIRST:
-            seen.setdefault(stream, context.offset)
+            seen.setdefault(stream, offset)
         else:
-            seen[stream] = max(seen.get(stream, -1), context.offset)
+            seen[stream] = max(seen.get(stream, -1), offset)
 
-    client = Consumer(**settings, connection_name="brokerbench-count")
-    await client.start()
-    try:
-        for stream in streams:
-            await client.subscribe(stream, partial(on_message, stream), initial_credit=1,
-                                   offset_specification=ConsumerOffsetSpecification(which, None))
-        deadline = asyncio.get_running_loop().time() + wait_s
-        while len(seen) < len(streams) and asyncio.get_running_loop().time() < deadline:
-            await asyncio.sleep(0.005)
-        await asyncio.sleep(0.005)  # the rest of a last chunk already received
-        return [seen.get(stream) for stream in streams]
-    finally:
-        await client.close()
+    # LAST: the rest of a last chunk already received comes within a moment
+    await _read(client, streams, which, 1, on_message, lambda: len(seen) >= len(streams), wait_s,
+                0.005 if which is OffsetType.LAST else 0.0)
+    return [seen.get(stream) for stream in streams]
 
 
-async def _count(settings: dict, streams: list[str]) -> int:
+async def _count(client: Consumer, streams: list[str]) -> int:
     """Messages delivered from each stream's first offset up to its last (found first), summed."""
-    lasts = await _edge(settings, streams, OffsetType.LAST, 1.0)
-    counted = {stream: 0 for stream in streams}
-    reached = {stream for stream, last in zip(streams, lasts) if last is None}  # empty streams
-    goal = dict(zip(streams, lasts))
+    goal = dict(zip(streams, await _edge(client, streams, OffsetType.LAST, 1.0)))
+    counted = dict.fromkeys(streams, 0)
+    reached = {stream for stream, last in goal.items() if last is None}  # empty streams
 
-    def on_message(stream: str, _data: bytes, context) -> None:
-        if context.offset <= goal[stream]:
+    def on_message(stream: str, offset: int) -> None:
+        if offset <= goal[stream]:
             counted[stream] += 1
-        if context.offset >= goal[stream]:
+        if offset >= goal[stream]:
             reached.add(stream)
 
-    client = Consumer(**settings, connection_name="brokerbench-count")
-    await client.start()
-    try:
-        for stream, last in goal.items():
-            if last is not None:
-                await client.subscribe(stream, partial(on_message, stream), initial_credit=10,
-                                       offset_specification=ConsumerOffsetSpecification(OffsetType.FIRST, None))
-        deadline = asyncio.get_running_loop().time() + COUNT_TIMEOUT_S
-        while len(reached) < len(streams):
-            if asyncio.get_running_loop().time() > deadline:
-                raise TimeoutError(f"streams not read to their last offset in {COUNT_TIMEOUT_S} s")
-            await asyncio.sleep(0.005)
-        return sum(counted.values())
-    finally:
-        await client.close()
+    await _read(client, [s for s in streams if goal[s] is not None], OffsetType.FIRST, 10, on_message,
+                lambda: len(reached) >= len(streams), COUNT_TIMEOUT_S)
+    if len(reached) < len(streams):
+        raise TimeoutError(f"streams not read to their last offset in {COUNT_TIMEOUT_S} s")
+    return sum(counted.values())
 
 
-async def _offset_bounds(settings: dict, streams: list[str]) -> list[tuple[int | None, int | None]]:
-    firsts = await _edge(settings, streams, OffsetType.FIRST, 1.0)
-    lasts = await _edge(settings, streams, OffsetType.LAST, 1.0)
-    return list(zip(firsts, lasts))
-
-
-async def _stored_offsets(settings: dict, topic: str, group: str, partitions: int) -> list[int | None]:
-    client = Consumer(**settings)
-    await client.start()
-    try:
-        out = []
-        for lane in range(partitions):
-            try:
-                out.append(await client.query_offset(lane_queue(topic, lane), group))
-            except OffsetNotFound:
-                out.append(None)
-        return out
-    finally:
-        await client.close()
+async def _backlog_parts(client: Consumer, streams: list[str], group: str):
+    """Each stream's (first offset, last offset) as the broker serves them ((None, None) when empty), and the
+    offset the group stored on it (None where it stored none)."""
+    firsts = await _edge(client, streams, OffsetType.FIRST, 1.0)
+    lasts = await _edge(client, streams, OffsetType.LAST, 1.0)
+    stored = []
+    for stream in streams:
+        try:
+            stored.append(await client.query_offset(stream, group))
+        except OffsetNotFound:
+            stored.append(None)
+    return list(zip(firsts, lasts)), stored
 
 
 class StreamsProducer:

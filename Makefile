@@ -38,12 +38,12 @@ run: setup
 # Two pytest-xdist workers by default (WORKERS=1: one process): a module whole on one (`--dist loadfile`), the
 # longest first (tests/conftest.py), each worker with its own brokers on free loopback ports. Much of the suite
 # waits (broker start-ups, heartbeat windows, a schedule's minute), so two workers overlap it on 2 cores
-# (docs/performance.md).
+# (docs/performance.md). PYTEST_ARGS go to pytest after these (a --junitxml file, -x, a -k expression).
 WORKERS ?= 2
 XDIST := $(if $(filter-out 1,$(WORKERS)),-n $(WORKERS) --dist loadfile --no-loadscope-reorder)
 test: setup
 	@$(BIN)/python -m brokerbench.local.install --with-browser
-	$(BIN)/pytest -q --durations=40 $(XDIST)
+	$(BIN)/pytest -q --durations=40 $(XDIST) $(PYTEST_ARGS)
 
 # The fast tier: tests/unit needs no service (the in-memory event store stands in for DynamoDB), on two workers
 # (a module whole on one). `pytest -m "not slow"` runs everything but the slow tier (tests/conftest.py names its

@@ -25,8 +25,10 @@ from brokerbench.drivers import BrokerUnavailable
 from brokerbench.events.dynamodb import DynamoEventStore
 from brokerbench.local.dynamodb import EVENTS_TABLE
 from brokerbench.local.stack import HOST, LocalStack, free_port
+from brokerbench.brokers.redis_streams.driver import stream_key
 from brokerbench.registry import get_driver
 from brokerbench.spec import validate
+from brokerbench.worker import cell as cell_module
 from fault_tools import BIN, cell_facts as _cell_facts, descendants as _descendants, event_facts as _event_facts
 from fault_tools import interpreters_of as _interpreters_of, run_until_measuring as _run_until_measuring
 from reliability_log import observe
@@ -251,6 +253,41 @@ def test_a_redis_started_while_a_cell_asks_for_it_serves_the_cell(tmp_path):
     finally:
         later.join()
         for server in started:
+            server.terminate()
+            server.wait(30)
+
+
+def test_a_cell_that_ends_while_its_broker_is_down_waits_for_the_brokers_count(tmp_path, monkeypatch):
+    """The broker's own count at a cell's end: a Redis that does not answer then (it crashed, and a client that gives
+    up at once on a lost connection ended the cell before it was back: RabbitMQ streams in CI) is waited for and
+    asked again, so the count is given (the 2 entries it kept on disk); one that never comes back leaves the count
+    not given after COUNT_WAIT_S, not a cell that hangs."""
+    port = free_port()
+    driver = get_driver("redis-streams", {"host": HOST, "port": port}, validate(
+        {"brokers": ["redis-streams"], "sizes": [512], "rates": [1], "formats": ["raw"]})["client"])
+    command = ["redis-server", "--bind", HOST, "--port", str(port), "--save", "", "--appendonly", "no", "--dir",
+               str(tmp_path)]
+    first = subprocess.Popen(command, stdout=subprocess.DEVNULL)
+    driver.check(timeout_s=60)
+    for n in range(2):
+        driver.connect().xadd(stream_key("bb-count", 0), {"n": n})
+    driver.connect().shutdown(save=True)  # the entries on disk, read again by the next start
+    first.wait(30)
+    run = cell_module._CellRun.__new__(cell_module._CellRun)
+    run.driver, run.topic, run.cell = driver, "bb-count", {"partitions": 1}
+    monkeypatch.setattr(cell_module, "COUNT_WAIT_S", 1.0)
+    started_at = time.monotonic()
+    assert run._final_count() is None and time.monotonic() - started_at >= 1.0
+    monkeypatch.setattr(cell_module, "COUNT_WAIT_S", 120.0)  # a deadline that catches a hang, not a slow host
+    servers: list[subprocess.Popen] = []
+    later = threading.Timer(3, lambda: servers.append(subprocess.Popen(command, stdout=subprocess.DEVNULL)))
+    later.start()
+    try:
+        assert run._final_count() == 2
+        assert servers, "counted before Redis was started"
+    finally:
+        later.join()
+        for server in servers:
             server.terminate()
             server.wait(30)
 

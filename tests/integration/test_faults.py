@@ -302,7 +302,7 @@ DATA_KEPT = {"kafka": ", same cluster id", "redis": ", its append-only file", "p
 def test_a_broker_killed_mid_cell_and_started_again_keeps_its_data_and_serves_the_next_cells(service, broker, own_stack,
                                                                                              tmp_path):
     """kill -9 of the broker (Kafka, Redis, Pulsar, NATS, RabbitMQ's node under a stream or a quorum queue) in the
-    middle of the first of two cells (Pulsar, RabbitMQ: of one),
+    middle of the first of two cells (Pulsar, RabbitMQ under a quorum queue: of one),
     `brokerbench local up` 3 s later: it comes back on its port with its data (Kafka: the same cluster; Redis: its
     append-only file; Pulsar: its metadata and ledgers; NATS: its JetStream store; RabbitMQ: its node's database), the cell's messages are each counted once in a class of
     the accounting (sent = received + late + undelivered + lost + send errors + unacknowledged) or the crash shows
@@ -316,11 +316,12 @@ def test_a_broker_killed_mid_cell_and_started_again_keeps_its_data_and_serves_th
     # Pulsar measures the cell it crashed in only: its standalone, killed and started again on its data, can
     # lose its bookie's registration about a minute later ("Not enough non-faulty bookies", 1 of 3 tries here),
     # which would fail the cells after it for a reason of Pulsar's own.
-    # RabbitMQ too, for now: its node, killed and started again, comes back on its ports with its data and the cell it
-    # crashed in is accounted for, but the cell after it failed in the one loaded run that had one (streams: a
-    # worker's pipe broke, "BrokenPipeError"; quorum queues: a consumer's connection reset, "StreamLostError"): not
-    # yet understood, and left out until it is (docs/faults.md).
-    formats = ["json"] if service in ("pulsar", "rabbitmq") else ["json", "raw"]
+    # RabbitMQ under a quorum queue too: the cell it crashed in fails at once (pika's consumer does not reconnect:
+    # "StreamLostError"), so on a loaded host the next cell's check (5 s) can come before the node is back ("Connection
+    # refused"): a wait of the check's, not a defect, left out. Under a stream the next cell runs (it failed on a
+    # negative backlog, and once on ports shifted by `local up`: both fixed).
+    one_cell = service == "pulsar" or broker == "rabbitmq-quorum"
+    formats = ["json"] if one_cell else ["json", "raw"]
     spec = {"name": f"fault-{service}", "brokers": [broker], "sizes": [512], "rates": [500],
             "formats": formats, "duration_s": 6, "warmup_s": 1, "warmup_until_steady": False,
             "order": "fixed", "drain_timeout_s": 5}
@@ -389,7 +390,9 @@ def test_a_broker_killed_mid_cell_and_started_again_keeps_its_data_and_serves_th
     else:
         assert first["reason"]
     for cell in rest:
-        assert cell["status"] == "completed", (cell["cell_id"], cell["reason"], first.get("reason"))
+        tail = "\n".join(line[:300] for line in Path(log).read_text(errors="replace").splitlines()[-40:])
+        assert cell["status"] == "completed", f"{cell['cell_id']}: {cell['reason']}\n(the first cell: " \
+                                              f"{first.get('reason')})\nthe broker's log ends:\n{tail}"
         assert cell["received"] == cell["sent"] > 0 and not cell["has_loss"], cell
     events = DynamoEventStore(EVENTS_TABLE, endpoint_url=own_stack.endpoints(required=["dynamodb"])["dynamodb"][
         "endpoint_url"]).read(results["run_id"])

@@ -357,17 +357,26 @@ class LocalStack:
         raise StackError(f"{svc.name} did not answer on {HOST}:{svc.port} within {timeout_s:.0f} s; see {svc.log}")
 
 
+SAME_PORT_WAIT_S = 10.0  # a dead service's port still held a moment (its children closing) is waited for this long
+
+
 def _same_ports(svc: Service):
     """A port allocator that hands out a dead service's ports again, in the order it first took them (its
-    port, then the ports in its extra settings), each one only while nothing else has it; then free ones."""
+    port, then the ports in its extra settings), each one once nothing else has it (waited for up to
+    SAME_PORT_WAIT_S); one still held then is replaced by a free one in its place, so the others keep theirs
+    (skipping it shifted them: a restarted RabbitMQ took its old stream port for AMQP). Then free ones."""
     earlier = [svc.port, *(v for k, v in (svc.extra or {}).items() if k.endswith("port") and isinstance(v, int))]
 
     def next_port() -> int:
-        while earlier:
-            port = earlier.pop(0)
-            if port_free(port):
-                return port
-        return free_port()
+        if not earlier:
+            return free_port()
+        port = earlier.pop(0)
+        deadline = time.monotonic() + SAME_PORT_WAIT_S
+        while not port_free(port):
+            if time.monotonic() >= deadline:
+                return free_port()
+            time.sleep(0.2)
+        return port
     return next_port
 
 

@@ -7,9 +7,11 @@ from __future__ import annotations
 import json
 import os
 import ssl
+import time
 
 import pika
-from pika.exceptions import AMQPError, ChannelClosedByBroker
+from pika.exceptions import (AMQPError, AuthenticationError, ChannelClosedByBroker, ProbableAccessDeniedError,
+                             ProbableAuthenticationError)
 
 from ...drivers import BrokerUnavailable
 
@@ -65,8 +67,28 @@ def connect(endpoint: dict, timeout_s: float = 10.0) -> pika.BlockingConnection:
     try:
         return pika.BlockingConnection(parameters(endpoint, timeout_s))
     except (AMQPError, OSError) as exc:
-        raise BrokerUnavailable(f"RabbitMQ at {endpoint['host']}:{endpoint['amqp_port']} did not answer: "
-                                f"{exc!r}") from None
+        raise _unanswered(endpoint, exc) from None
+
+
+def check(endpoint: dict, timeout_s: float) -> None:
+    """RabbitMQ answers over AMQP within `timeout_s`, as Kafka's and Redis's checks wait for theirs: a refused or
+    reset connection (a node started again a moment before, on a loaded host, takes connections before it serves
+    them: "Connection reset by peer") is tried again every 0.2 s until then. A refused login fails at once."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            pika.BlockingConnection(parameters(endpoint, max(0.5, deadline - time.monotonic()))).close()
+            return
+        except (AuthenticationError, ProbableAuthenticationError, ProbableAccessDeniedError) as exc:
+            raise _unanswered(endpoint, exc) from None
+        except (AMQPError, OSError) as exc:
+            if time.monotonic() >= deadline:
+                raise _unanswered(endpoint, exc) from None
+            time.sleep(0.2)
+
+
+def _unanswered(endpoint: dict, exc: Exception) -> BrokerUnavailable:
+    return BrokerUnavailable(f"RabbitMQ at {endpoint['host']}:{endpoint['amqp_port']} did not answer: {exc!r}")
 
 
 def declare(channel, queue: str, queue_type: str) -> None:

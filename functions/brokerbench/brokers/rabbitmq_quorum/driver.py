@@ -33,7 +33,7 @@ class RabbitMQQuorumDriver:
         self.client = client
 
     def check(self, timeout_s: float = 5.0) -> None:
-        amqp.connect(self.endpoint, timeout_s).close()
+        amqp.check(self.endpoint, timeout_s)
 
     def describe(self) -> dict:
         return {"broker": self.name,

@@ -232,24 +232,23 @@ def _crash_facts(cell: dict, log, run_id: str) -> str:
     return json.dumps(_cell_facts(cell)) + "\n" + "\n".join(line[:300] for line in lines[-80:])
 
 
-def test_a_redis_started_while_a_cell_asks_for_it_serves_the_cell(tmp_path):
-    """The Redis driver's check (the first thing a cell does) waits for Redis within its timeout, as Kafka's does:
-    a Redis started 8 s after the check began (one started again after a crash, on a loaded host) answers it, where
-    redis-py's own retries alone gave up after 4 to 7 s; with none started the check names the address once its
-    timeout has passed."""
+def _redis_at_a_free_port(tmp_path) -> tuple:
+    """A Redis driver for a free port where nothing runs yet, and the command that starts a Redis there."""
     port = free_port()
     driver = get_driver("redis-streams", {"host": HOST, "port": port}, validate(
         {"brokers": ["redis-streams"], "sizes": [512], "rates": [1], "formats": ["raw"]})["client"])
-    with pytest.raises(BrokerUnavailable, match=f"Redis at {HOST}:{port} did not answer"):
-        driver.check(timeout_s=0.5)
+    return driver, ["redis-server", "--bind", HOST, "--port", str(port), "--save", "", "--appendonly", "no", "--dir",
+                    str(tmp_path)]
+
+
+@contextmanager
+def _started_in(seconds: float, command: list[str]):
+    """`command` started `seconds` from now; yields the list its process goes in, stopped at the end."""
     started: list[subprocess.Popen] = []
-    later = threading.Timer(8, lambda: started.append(subprocess.Popen(
-        ["redis-server", "--bind", HOST, "--port", str(port), "--save", "", "--appendonly", "no", "--dir",
-         str(tmp_path)], stdout=subprocess.DEVNULL)))
+    later = threading.Timer(seconds, lambda: started.append(subprocess.Popen(command, stdout=subprocess.DEVNULL)))
     later.start()
     try:
-        driver.check(timeout_s=120)  # a deadline that catches a hang, not a slow host
-        assert started, "the check answered before Redis was started"
+        yield started
     finally:
         later.join()
         for server in started:
@@ -257,16 +256,25 @@ def test_a_redis_started_while_a_cell_asks_for_it_serves_the_cell(tmp_path):
             server.wait(30)
 
 
+def test_a_redis_started_while_a_cell_asks_for_it_serves_the_cell(tmp_path):
+    """The Redis driver's check (the first thing a cell does) waits for Redis within its timeout, as Kafka's does:
+    a Redis started 8 s after the check began (one started again after a crash, on a loaded host) answers it, where
+    redis-py's own retries alone gave up after 4 to 7 s; with none started the check names the address once its
+    timeout has passed."""
+    driver, command = _redis_at_a_free_port(tmp_path)
+    with pytest.raises(BrokerUnavailable, match=f"Redis at {HOST}:{driver.endpoint['port']} did not answer"):
+        driver.check(timeout_s=0.5)
+    with _started_in(8, command) as started:
+        driver.check(timeout_s=120)  # a deadline that catches a hang, not a slow host
+        assert started, "the check answered before Redis was started"
+
+
 def test_a_cell_that_ends_while_its_broker_is_down_waits_for_the_brokers_count(tmp_path, monkeypatch):
     """The broker's own count at a cell's end: a Redis that does not answer then (it crashed, and a client that gives
     up at once on a lost connection ended the cell before it was back: RabbitMQ streams in CI) is waited for and
     asked again, so the count is given (the 2 entries it kept on disk); one that never comes back leaves the count
     not given after COUNT_WAIT_S, not a cell that hangs."""
-    port = free_port()
-    driver = get_driver("redis-streams", {"host": HOST, "port": port}, validate(
-        {"brokers": ["redis-streams"], "sizes": [512], "rates": [1], "formats": ["raw"]})["client"])
-    command = ["redis-server", "--bind", HOST, "--port", str(port), "--save", "", "--appendonly", "no", "--dir",
-               str(tmp_path)]
+    driver, command = _redis_at_a_free_port(tmp_path)
     first = subprocess.Popen(command, stdout=subprocess.DEVNULL)
     driver.check(timeout_s=60)
     for n in range(2):
@@ -279,17 +287,9 @@ def test_a_cell_that_ends_while_its_broker_is_down_waits_for_the_brokers_count(t
     started_at = time.monotonic()
     assert run._final_count() is None and time.monotonic() - started_at >= 1.0
     monkeypatch.setattr(cell_module, "COUNT_WAIT_S", 120.0)  # a deadline that catches a hang, not a slow host
-    servers: list[subprocess.Popen] = []
-    later = threading.Timer(3, lambda: servers.append(subprocess.Popen(command, stdout=subprocess.DEVNULL)))
-    later.start()
-    try:
+    with _started_in(3, command) as servers:
         assert run._final_count() == 2
         assert servers, "counted before Redis was started"
-    finally:
-        later.join()
-        for server in servers:
-            server.terminate()
-            server.wait(30)
 
 
 DATA_KEPT = {"kafka": ", same cluster id", "redis": ", its append-only file", "pulsar": ", its metadata and ledgers",

@@ -10,7 +10,11 @@ Test tiers (markers, applied here by path, so a new module is in its tier withou
   takes a minute or more of a full run. `pytest -m "not slow"` leaves them out, `make unit` runs neither tier.
 """
 
+import fcntl
+import os
 import secrets
+import tempfile
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -40,12 +44,50 @@ SLOW_MODULES = {
 # would keep the EXTRA_BROKER_MODULES on one worker, but under pytest 9 the group never reaches the scheduler:
 # it is written into the item's `_nodeid`, and the ids sent are `nodeid`'s.)
 LONGEST_FIRST = [
-    "test_study_suites_run.py", "test_faults.py", "test_quota.py", "test_latency_truth.py", "test_engine.py",
+    "test_study_suites_run.py", "test_faults.py", "test_quota.py", "test_engine.py",
     "test_workflow.py", "test_send_loop.py", "test_study_run.py", "test_two_runs_at_once.py",
     "test_kafka_zookeeper.py", "test_console.py", "test_kafka_cluster.py", "test_api_schedules.py", "test_pulsar.py",
     "test_cancel.py", "test_kill_ec2_worker.py", "test_secrets.py", "test_stack.py",
     "test_step_faults.py", "test_cdk_app.py", "test_lambda_runtime.py", "test_cli_run.py",
 ]
+
+
+# Modules that judge timings against a known truth (Toxiproxy's delay) run with the machine to themselves: under
+# pytest-xdist the other worker finishes the test it is in and waits while such a module runs (its CPU pressure
+# would otherwise skip most of its checks, tests/machine_load.py). A lock file shared by the run's workers:
+# every other test holds it shared, the module holds it exclusive, and an "intent" lock taken first keeps new
+# tests from starting while the module waits for the one under way.
+QUIET_MODULES = {"test_latency_truth.py"}
+
+
+def _lock_path(kind: str) -> Path:
+    run = os.environ.get("PYTEST_XDIST_TESTRUNUID") or f"pid{os.getpid()}"
+    return Path(tempfile.gettempdir()) / f"brokerbench-tests-{run}.{kind}"
+
+
+@contextmanager
+def _locked(kind: str, how: int):
+    with open(_lock_path(kind), "a") as handle:
+        fcntl.flock(handle, how)
+        yield
+
+
+@pytest.hookimpl(hookwrapper=True, tryfirst=True)
+def pytest_runtest_protocol(item, nextitem):
+    if Path(item.path).name in QUIET_MODULES:
+        yield
+        return
+    with _locked("intent", fcntl.LOCK_SH):
+        pass  # a quiet module waiting for the machine: start nothing new
+    with _locked("quiet", fcntl.LOCK_SH):
+        yield
+
+
+@pytest.fixture(scope="module")
+def machine_to_itself():
+    """Held by a QUIET_MODULES module (autouse there): no other test runs on any worker meanwhile."""
+    with _locked("intent", fcntl.LOCK_EX), _locked("quiet", fcntl.LOCK_EX):
+        yield
 
 
 def pytest_itemcollected(item):
@@ -65,6 +107,8 @@ def pytest_collection_modifyitems(config, items):
 
     def order(item) -> tuple[int, int]:
         name = Path(item.path).name
+        if name in QUIET_MODULES:  # last: the other worker is then in short tests, or done, when one starts
+            return (len(rank) + 1, 0)
         own = rank.get(name, len(rank))
         return (first_of_group, own) if name in EXTRA_BROKER_MODULES else (own, 0)
 

@@ -9,7 +9,7 @@ and on a CI host at 2.1 per core a Kafka end-to-end p50 grew 12.3 ms for a 5 ms 
 apart is the kernel's CPU pressure in the cell's own seconds (/proc/pressure/cpu, "some": the share of time in
 which some runnable task waited for a CPU): 78 to 96% in those cells, 56 to 61% in cells already a few ms off,
 at most 43% in any cell of an idle run, and up to 52% in cells whose figures were still right; BUSY_PRESSURE is
-set below the overlap. Measured idle, beside another test module and beside a busy loop (docs/testing.md).
+set between. The module runs alone (tests/conftest.py, QUIET_MODULES), where its cells read 6 to 43%. Measured idle, beside another test module and beside a busy loop (docs/testing.md).
 
 A timer's lateness was measured too and did not tell them apart: a process sleeping 1 ms at a time is woken
 promptly by the scheduler however busy the machine (a sleeper is owed CPU time), so it stayed under 1 ms at its
@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 PSI = Path("/proc/pressure/cpu")
-BUSY_PRESSURE = 0.4  # a cell in whose seconds some task waited for a CPU more than 40% of the time: not steady
+BUSY_PRESSURE = 0.5  # a cell in whose seconds some task waited for a CPU more than half the time: not steady
 BUSY_LOAD = 3.0  # without /proc/pressure: a one-minute load average per core above this in the cell's seconds
 SAMPLE_S = 1.0
 

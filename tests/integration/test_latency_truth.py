@@ -64,7 +64,8 @@ failed a CI host's Kafka end-to-end p50 at 1,000 msgs/s grown by 12.3 ms against
 the delay is right (end to end at 1,000 msgs/s), the bound is that plus TOLERANCE_MS; a double count there is
 judged at 100 msgs/s, by the same code.
 
-Both growth bounds assume the proxy, the brokers and the clients ran when their timers fired. Where either cell
+Both growth bounds assume the proxy, the brokers and the clients ran when their timers fired. So the module runs
+with the machine to itself (the other pytest-xdist worker waits: tests/conftest.py, QUIET_MODULES), and where either cell
 of a pair ran on a machine busy enough that they could not (machine_load: the kernel's CPU pressure in the cell's
 own seconds above BUSY_PRESSURE), the growth is skipped with both cells' figures rather than judged: beside a busy
 loop a Kafka pair at 100 msgs/s read a growth of 8.9 to 15 ms at 56 to 59% pressure, and at 1,000 msgs/s proxied
@@ -101,6 +102,11 @@ RESOLUTION = 1e-3  # HdrHistogram with 3 significant digits: a percentile reads 
 RATES = (100, 1000)
 BROKERS = ("redis", "kafka", "pulsar")
 PROXIES = BROKERS  # one Toxiproxy proxy per broker, named after it
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _alone(machine_to_itself):
+    """The other test worker waits while this module measures (tests/conftest.py, QUIET_MODULES)."""
 
 
 @pytest.fixture(scope="module")

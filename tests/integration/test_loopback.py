@@ -55,13 +55,15 @@ def is_epmd(pid: int) -> bool:
     return Path(f"/proc/{pid}/comm").read_text().strip() == "epmd"
 
 
-def test_rabbitmq_listens_on_amqp_stream_distribution_and_epmd_ports_only(services, stack):
-    """Four listeners, each on 127.0.0.1 and on the port the stack gave it: nothing else opened a port."""
+def test_rabbitmq_listens_on_amqp_stream_management_distribution_and_epmd_ports_only(services, stack):
+    """Five listeners, each on 127.0.0.1 and on the port the stack gave it: nothing else opened a port."""
     recorded = json.loads(stack.state_file.read_text())["rabbitmq"]  # the ports the stack handed out
     node = stack.endpoint("rabbitmq")
     epmd, beam = node["pids"]
     assert is_epmd(epmd) and Path(f"/proc/{beam}/comm").read_text().strip() == "beam.smp"
     ports = {(a, p) for a, p in listening(beam)}
     assert ports == {("0100007F", node["amqp_port"]), ("0100007F", node["stream_port"]),
+                     ("0100007F", recorded["extra"]["management_port"]),
                      ("0100007F", recorded["extra"]["dist_port"])}, (ports, recorded)
+    assert node["management_url"] == f"http://127.0.0.1:{recorded['extra']['management_port']}"
     assert {p for a, p in listening(epmd) if a == "0100007F"} == {recorded["extra"]["epmd_port"]}

@@ -77,6 +77,7 @@ def test_a_single_instance_broker_over_tls_with_a_password_kept_only_in_secrets_
     assert ready["ready"] is True
     endpoint = ready["endpoint"]
     assert endpoint["tls"] is True and endpoint["amqp_port"] == 5671 and endpoint["host"]
+    assert endpoint["management_url"].startswith("https://")  # the console URL: a quorum queue's count
     assert endpoint["password_secret_arn"] == created["secret_arn"] and endpoint["username"] == user["Username"]
     assert user["Password"] not in json.dumps(ready)  # the target (stored with the run) names the secret only
 

@@ -40,9 +40,10 @@ def test_their_settings_reach_the_schema_and_a_run_request():
 
 
 def test_the_node_listens_on_loopback_only_on_the_ports_it_was_given(tmp_path):
-    assert set(local.config(5672, 5552).splitlines()) >= {
+    assert set(local.config(5672, 5552, 15672).splitlines()) >= {
         f"listeners.tcp.1 = {HOST}:5672", f"stream.listeners.tcp.1 = {HOST}:5552",
-        f"stream.advertised_host = {HOST}", "stream.advertised_port = 5552"}
+        f"stream.advertised_host = {HOST}", "stream.advertised_port = 5552",
+        f"management.tcp.ip = {HOST}", "management.tcp.port = 15672"}
     env = local.environment(tmp_path, {"amqp_port": 5672, "dist_port": 25672, "epmd_port": 4369})
     assert env["RABBITMQ_NODE_IP_ADDRESS"] == HOST and env["ERL_EPMD_ADDRESS"] == HOST
     assert (env["RABBITMQ_NODE_PORT"], env["RABBITMQ_DIST_PORT"], env["ERL_EPMD_PORT"]) == ("5672", "25672", "4369")

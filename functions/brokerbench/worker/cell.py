@@ -133,7 +133,7 @@ def _run_cell(run_id, cell, endpoint, store, progress, worker, phases: Phases, s
     try:
         return runner.run()
     except KeyboardInterrupt:
-        runner.fail("stopped: the run was interrupted or cancelled")
+        runner.fail("stopped: the run was interrupted or cancelled", wait_for_broker=False)
         raise
     except (CellError, BrokerUnavailable) as exc:
         return runner.fail(str(exc))
@@ -560,16 +560,21 @@ class _CellRun:
         count = self.driver.message_count(self.topic, lanes(self.cell))
         if count is not None:
             return count
+        if not self._broker_back():
+            return None
+        return self.driver.message_count(self.topic, lanes(self.cell))
+
+    def _broker_back(self) -> bool:
+        """Whether the broker answers, waiting up to COUNT_WAIT_S for one that does not (yet)."""
         deadline = time.monotonic() + COUNT_WAIT_S
         while True:
             try:
                 self.driver.check(timeout_s=min(5.0, max(0.5, deadline - time.monotonic())))
-                break
-            except Exception:  # noqa: BLE001 (unreachable, whatever the client raises: the count is not given)
+                return True
+            except Exception:  # noqa: BLE001 (unreachable, whatever the client raises)
                 if time.monotonic() >= deadline:
-                    return None
+                    return False
                 time.sleep(0.5)
-        return self.driver.message_count(self.topic, lanes(self.cell))
 
     def _complete(self, done: dict) -> CellOutcome:
         self._write_intervals(final=True)
@@ -630,7 +635,12 @@ class _CellRun:
             out["bursts"] = outcome.bursts(cell, windows, records)
         return out
 
-    def fail(self, reason: str, figures: dict | None = None) -> CellOutcome:
+    def fail(self, reason: str, figures: dict | None = None, wait_for_broker: bool = True) -> CellOutcome:
+        """Record the cell as failed with what it measured. A cell whose broker answered at its start (its topic
+        was made) and does not now (it crashed, or restarts) waits for it up to COUNT_WAIT_S before it ends, so
+        that the run's next cell measures the broker started again instead of being refused while it starts; a
+        broker that never answered is not waited for (each cell of a run against one that is down fails in the
+        check's 5 s)."""
         self._stop_processes()
         try:
             self._write_intervals(final=True)  # keep what was measured
@@ -640,6 +650,8 @@ class _CellRun:
                                       {"cell_id": self.cell["cell_id"], "reason": reason, "attempt": self.attempt,
                                        "intervals": self.aggregator.written, **(figures or {})},
                                       cell_index=self.cell["index"])])
+        if wait_for_broker and self.topic_created:
+            self._broker_back()
         totals = self.aggregator.totals
         self.progress(Progress(self.cell["cell_id"], "done", 1.0, totals["sent"], totals["received"]))
         return CellOutcome(self.cell["cell_id"], "failed", reason, self.aggregator.written)

@@ -11,3 +11,5 @@ Its cloud provider, Amazon MQ for RabbitMQ, is here too (cloud.py, prices.py, pr
 is the AMQP one over TLS (host, amqp_port 5671, tls, username, password_secret_arn: the password stays in Secrets
 Manager).
 """
+
+STATS_INTERVAL_MS = 250  # the local node's collect_statistics_interval: a quorum queue's count comes from it

@@ -185,9 +185,11 @@ class AmazonMqTargets:
         if amqps is None:
             raise ProvisioningError(f"Amazon MQ broker {info.get('BrokerId')} lists no amqps endpoint ({urls})")
         host, _, port = amqps.removeprefix("amqps://").rstrip("/").partition(":")
+        console = next((i["ConsoleURL"] for i in info.get("BrokerInstances", []) if i.get("ConsoleURL")), None)
         return {"host": host, "amqp_port": int(port or AMQPS_PORT), "tls": True, "vhost": "/", "username": USERNAME,
                 "password_secret_arn": secret_arn, "version": info.get("EngineVersion", "unknown"),
-                "deployment": info.get("DeploymentMode"), "instance_type": info.get("HostInstanceType")}
+                "deployment": info.get("DeploymentMode"), "instance_type": info.get("HostInstanceType"),
+                **({"management_url": console} if console else {})}
 
     # -- teardown and the sweeper ---------------------------------------------------------------------
     def teardown(self, run_id: str, broker: str, spec: dict) -> dict:

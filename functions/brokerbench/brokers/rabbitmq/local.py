@@ -3,8 +3,8 @@
 Two processes, both ours and in the service's folder: an epmd (the Erlang port mapper) on its own port bound to
 127.0.0.1, then the node (beam.smp: rabbitmq-server execs the VM, so the pid the stack records is the broker's
 own) with its node name, data, logs, config and enabled plug-ins under the folder. Every listener is on 127.0.0.1:
-AMQP, the stream protocol (rabbitmq_stream, the one plug-in enabled; no management), and Erlang distribution on
-its own port. epmd also listens on ::1 whatever it is told (it always adds the loopback addresses), never beyond.
+AMQP, the stream protocol (rabbitmq_stream), the management API (rabbitmq_management: a quorum queue's count of
+what it took in, rabbitmq.management), and Erlang distribution on its own port. epmd also listens on ::1 whatever it is told (it always adds the loopback addresses), never beyond.
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ from pathlib import Path
 from ...local.install import install_debian
 from ...local.processes import HOST, StackError, port_answers, spawn
 from .. import Started
+from . import STATS_INTERVAL_MS
 
 DEBIAN_PACKAGES = {"rabbitmq-server": "rabbitmq-server"}  # Erlang comes with it
 LIB = Path("/usr/lib/rabbitmq")
@@ -24,14 +25,24 @@ SERVER = LIB / "bin" / "rabbitmq-server"  # the real script: /usr/sbin's wrapper
 READY_QUEUE = "bb-ready"
 
 
-def config(amqp_port: int, stream_port: int) -> str:
-    """rabbitmq.conf: the AMQP and stream listeners on 127.0.0.1 only, the stream listener advertising itself
-    there (a stream client connects where the broker says the stream's leader is)."""
+def config(amqp_port: int, stream_port: int, management_port: int) -> str:
+    """rabbitmq.conf: the AMQP, stream and management listeners on 127.0.0.1 only, the stream listener advertising
+    itself there (a stream client connects where the broker says the stream's leader is), statistics collected
+    every STATS_INTERVAL_MS (a quorum queue's count comes from them: rabbitmq.management)."""
     return "\n".join([
         f"listeners.tcp.1 = {HOST}:{amqp_port}",
         f"stream.listeners.tcp.1 = {HOST}:{stream_port}",
         f"stream.advertised_host = {HOST}",
         f"stream.advertised_port = {stream_port}",
+        f"management.tcp.ip = {HOST}",
+        f"management.tcp.port = {management_port}",
+        f"collect_statistics_interval = {STATS_INTERVAL_MS}",
+        "management.sample_retention_policies.global.minute = 1",
+        "management.sample_retention_policies.global.hour = 60",
+        "management.sample_retention_policies.global.day = 1200",
+        "management.sample_retention_policies.basic.minute = 1",
+        "management.sample_retention_policies.basic.hour = 60",
+        "management.sample_retention_policies.detailed.10 = 1",
         "", ])
 
 
@@ -83,16 +94,17 @@ class RabbitMQService:
             raise StackError("rabbitmq-server is not installed: run `make setup-all` (it installs Debian's "
                              "rabbitmq-server)")
         port = ports()
-        extra = {"stream_port": ports(), "dist_port": ports(), "epmd_port": ports()}
-        (folder / "rabbitmq.conf").write_text(config(port, extra["stream_port"]))
-        (folder / "enabled_plugins").write_text("[rabbitmq_stream].\n")
+        extra = {"stream_port": ports(), "dist_port": ports(), "epmd_port": ports(), "management_port": ports()}
+        (folder / "rabbitmq.conf").write_text(config(port, extra["stream_port"], extra["management_port"]))
+        (folder / "enabled_plugins").write_text("[rabbitmq_stream,rabbitmq_management].\n")
         (folder / "rabbitmq-env.conf").write_text("")
         env = environment(folder, {"amqp_port": port, **extra})
         log = folder / "rabbitmq.log"
         epmd = spawn(["epmd", "-port", str(extra["epmd_port"]), "-address", HOST], folder, folder / "epmd.log", env)
         server = spawn([str(SERVER)], folder, log, env)
         version = self.installed_version() or "unknown"
-        endpoint = {"host": HOST, "amqp_port": port, "stream_port": extra["stream_port"], "version": version}
+        endpoint = {"host": HOST, "amqp_port": port, "stream_port": extra["stream_port"], "version": version,
+                    "management_url": f"http://{HOST}:{extra['management_port']}"}
         return Started([epmd, server], port, endpoint, version, str(log),
                        {**extra, "node": env["RABBITMQ_NODENAME"]})
 

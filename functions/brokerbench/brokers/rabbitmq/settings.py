@@ -25,6 +25,10 @@ TARGET = {
                                                "object's `password`, or the string itself): Amazon MQ's endpoint "
                                                "names the one its provider stored; the password itself never "
                                                "travels in an endpoint or an event.", "type": "string"},
+        "management_url": {"description": "The management HTTP API (rabbitmq_management; the local node's on "
+                                           "127.0.0.1, Amazon MQ's console URL): a quorum queue's count of what it "
+                                           "took in comes from it. Omitted: that count is not given.",
+                           "type": "string", "pattern": "^https?://"},
         "version": {"type": "string"},
     },
 }

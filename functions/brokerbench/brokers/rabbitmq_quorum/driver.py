@@ -19,7 +19,7 @@ from pika.exceptions import AMQPError
 from ... import native
 from ...drivers import BrokerUnavailable, Message, OnAck
 from ...worker.framing import HEADER
-from ..rabbitmq import amqp
+from ..rabbitmq import amqp, management
 from ..rabbitmq.amqp import lane_queue
 
 HEADER_SIZE = HEADER.size
@@ -31,6 +31,7 @@ class RabbitMQQuorumDriver:
     def __init__(self, endpoint: dict, client: dict) -> None:
         self.endpoint = endpoint
         self.client = client
+        self._nodes: dict[str, str] | None = None  # the nodes' pids when the cell's queues were made
 
     def check(self, timeout_s: float = 5.0) -> None:
         amqp.check(self.endpoint, timeout_s)
@@ -42,6 +43,8 @@ class RabbitMQQuorumDriver:
 
     def create_topic(self, topic: str, partitions: int) -> None:
         amqp.declare_lanes(self.endpoint, topic, partitions, "quorum")
+        if self.endpoint.get("management_url"):
+            self._nodes = management.node_pids(self.endpoint)
 
     def delete_topic(self, topic: str, partitions: int) -> None:
         amqp.delete_lanes(self.endpoint, topic, partitions)
@@ -53,11 +56,16 @@ class RabbitMQQuorumDriver:
         return None if counts is None else sum(counts)
 
     def message_count(self, topic: str, partitions: int) -> int | None:
-        """None: a queue removes what its consumers acknowledge, and RabbitMQ reports over AMQP only what a queue
-        holds now (its depth, the backlog), never a total of what it took in, so there is no count of the cell's
-        messages to set beside the producers' (the management plug-in's publish counters, off here, lag by their
-        5 s collection interval)."""
-        return None
+        """Messages routed into the cell's queues: the management API's publish counter, summed over the lanes
+        (rabbitmq.management: AMQP tells only what a queue holds now, and a queue removes what its consumers
+        acknowledge). None without the API (`management_url`), and where the counter cannot be trusted: it lives
+        in the node's memory, so a node started again since the queues were made gives none."""
+        if not self.endpoint.get("management_url"):
+            return None
+        if not self._nodes or management.node_pids(self.endpoint, wait_s=0) != self._nodes:
+            return None
+        return management.published(self.endpoint, topic, partitions,
+                                    lambda: amqp.counts(self.endpoint, topic, partitions))
 
     def close(self) -> None:
         pass

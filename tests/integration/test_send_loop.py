@@ -250,13 +250,14 @@ def test_acknowledgements_that_come_while_the_producer_closes_are_counted(loop, 
     run_id = new_run_id()
     key = f"{topic_name(run_id, {'index': 0})}-0"
     client = redis.Redis(host="127.0.0.1", port=int(endpoints["redis-streams"]["port"]))
-    paused = threading.Event()
+    paused, held = threading.Event(), threading.Event()
 
     def pause_near_the_end():  # 150 messages in all (and the readiness probes): hold the last ~20
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline and not paused.is_set():
             if client.exists(key) and client.xlen(key) >= 130:
                 client.execute_command("CLIENT", "PAUSE", 2500, "WRITE")
+                held.set()
                 paused.set()
             time.sleep(0.002)
 
@@ -271,6 +272,9 @@ def test_acknowledgements_that_come_while_the_producer_closes_are_counted(loop, 
     [cell] = build_results(store.read(run_id))["cells"]
     done = [e["data"] for e in store.read(run_id) if e["type"] == "CellCompleted"]
     assert done, cell.get("reason")
-    assert cell["sent"] == 100 and cell["unacknowledged"] == 0 and cell["send_errors"] == 0, cell
+    assert held.is_set(), "Redis was never paused: the close was not exercised"
+    # At most the schedule's 100: a loop behind schedule at the end stops on time (on a loaded host the native
+    # loop once sent 99), and the shortfall shows as a lower rate, not as unacknowledged messages.
+    assert 0 < cell["sent"] <= 100 and cell["unacknowledged"] == 0 and cell["send_errors"] == 0, cell
     assert cell["broker_count"]["difference"] == 0, cell["broker_count"]
     client.delete(key)

@@ -4,7 +4,8 @@ Two processes, both ours and in the service's folder: an epmd (the Erlang port m
 127.0.0.1, then the node (beam.smp: rabbitmq-server execs the VM, so the pid the stack records is the broker's
 own) with its node name, data, logs, config and enabled plug-ins under the folder. Every listener is on 127.0.0.1:
 AMQP, the stream protocol (rabbitmq_stream), the management API (rabbitmq_management: a quorum queue's count of
-what it took in, rabbitmq.management), and Erlang distribution on its own port. epmd also listens on ::1 whatever it is told (it always adds the loopback addresses), never beyond.
+what it took in, rabbitmq.management), and Erlang distribution on its own port. epmd also listens on ::1 whatever
+it is told (it always adds the loopback addresses), never beyond.
 """
 
 from __future__ import annotations

@@ -26,7 +26,7 @@ import urllib.request
 from .amqp import credentials, lane_queue
 
 SETTLE_WAIT_S = 20.0  # a count that does not settle within this is not given
-STABLE_S = 1.5  # a settled count reads the same for this long: longer than the figures lag (1 s samples, 0.25 s collection)
+STABLE_S = 1.5  # a settled count reads the same this long: longer than the lag (1 s samples, 0.25 s collection)
 POLL_S = 0.25
 
 

@@ -31,6 +31,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from inline_run import RunHooks
+
 PSI = Path("/proc/pressure/cpu")
 BUSY_PRESSURE = 0.5  # a cell in whose seconds some task waited for a CPU more than half the time: not steady
 BUSY_LOAD = 3.0  # without /proc/pressure: a one-minute load average per core above this in the cell's seconds
@@ -130,6 +132,27 @@ class MachineWatch:
         return Conditions(len(window), sum(pressures) / len(pressures) if pressures else None,
                           max((load for *_, load in window), default=os.getloadavg()[0] / (os.cpu_count() or 1)),
                           added[len(added) // 2] / 1000 if added else None)
+
+
+class CellWindows(RunHooks):
+    """When each cell measured (unix times): from its first "measuring" report (or its first report of any phase)
+    to its end."""
+
+    def __init__(self) -> None:
+        self.seen: dict[str, float] = {}
+        self.measuring: dict[str, float] = {}
+        self.ended: dict[str, float] = {}
+
+    def cell_progress(self, progress) -> None:
+        self.seen.setdefault(progress.cell_id, time.time())
+        if progress.phase == "measuring":
+            self.measuring.setdefault(progress.cell_id, time.time())
+
+    def window(self, cell_id: str) -> tuple[float, float]:
+        return self.measuring.get(cell_id, self.seen[cell_id]), self.ended[cell_id]
+
+    def cell_finished(self, outcome) -> None:
+        self.ended[outcome.cell_id] = time.time()
 
 
 def _stalled_us() -> int | None:

@@ -92,8 +92,8 @@ from brokerbench.local.stack import LocalStack, free_port
 from brokerbench.registry import get_driver
 from brokerbench.reports.results import build_results
 from brokerbench.spec import validate
-from inline_run import RunHooks, execute_run
-from machine_load import MachineWatch
+from inline_run import execute_run
+from machine_load import CellWindows, MachineWatch
 
 LATENCY_MS = 5
 TOLERANCE_MS = 1.5
@@ -220,27 +220,6 @@ def targets(endpoints, toxiproxy, proxied_kafka, proxied_pulsar) -> dict:
             "kafka-proxied": {"driver": "kafka", "bootstrap_servers": via_proxy},
             "pulsar-direct": {"driver": "pulsar", **direct_pulsar},
             "pulsar-proxied": {"driver": "pulsar", **proxied_pulsar}}
-
-
-class CellWindows(RunHooks):
-    """When each cell measured (unix times): from its first "measuring" report (or its first report of any phase)
-    to its end."""
-
-    def __init__(self) -> None:
-        self.seen: dict[str, float] = {}
-        self.measuring: dict[str, float] = {}
-        self.ended: dict[str, float] = {}
-
-    def cell_progress(self, progress) -> None:
-        self.seen.setdefault(progress.cell_id, time.time())
-        if progress.phase == "measuring":
-            self.measuring.setdefault(progress.cell_id, time.time())
-
-    def window(self, cell_id: str) -> tuple[float, float]:
-        return self.measuring.get(cell_id, self.seen[cell_id]), self.ended[cell_id]
-
-    def cell_finished(self, outcome) -> None:
-        self.ended[outcome.cell_id] = time.time()
 
 
 def run_cells(endpoints, store, targets: dict, mode: str, rates) -> dict:

@@ -48,6 +48,7 @@ TEARDOWN_DEFINITION = REPO_DIR / "statemachines" / "teardown_run.asl.json"  # it
 NODE_RUNNER = PACKAGE_DIR / "local" / "sfn" / "execute.mjs"
 NODE_POLYFILL = PACKAGE_DIR / "local" / "sfn" / "polyfill.mjs"
 TOKEN_PLACEHOLDER = "local-task-token"
+SHUTDOWN_POLL_S = 0.05
 LAMBDA_INVOKE = "arn:aws:states:::lambda:invoke"
 WAIT_FOR_TOKEN = ".waitForTaskToken"
 STOP_GRACE_S = 30  # how long a cancel waits for the cells in progress to record what they measured
@@ -126,7 +127,9 @@ class Bridge:
         self.server = ThreadingHTTPServer((HOST, 0), Handler)
         self.server.daemon_threads = True
         self.url = f"http://{HOST}:{self.server.server_address[1]}"
-        self.thread = threading.Thread(target=self.server.serve_forever, name="workflow-bridge", daemon=True)
+        # serve_forever checks for shutdown every poll_interval (0.5 s by default): every run's end waited for it
+        self.thread = threading.Thread(target=self.server.serve_forever, kwargs={"poll_interval": SHUTDOWN_POLL_S},
+                                       name="workflow-bridge", daemon=True)
 
     def __enter__(self) -> Bridge:
         self.thread.start()

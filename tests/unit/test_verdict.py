@@ -256,14 +256,15 @@ def test_the_latency_trend_rarely_fires_on_a_flat_series(n, rho, limit):
     assert fired <= limit * 1000, fired
 
 
-def test_a_steady_rise_is_caught_at_five_and_at_thirty_intervals_through_noise():
+def test_a_steady_rise_is_caught_at_five_eight_and_thirty_intervals_through_noise():
+    """Eight: the quick suite's cells (93% in 1,000 such cells, 98% at ten, 58% at five)."""
     rng = np.random.default_rng(3)
-    caught = {5: 0, 30: 0}
+    caught = {5: 0, 8: 0, 30: 0}
     for n in caught:
         for _ in range(200):  # the p99 climbs from 2 ms by 10 ms over the schedule, ±20% noise
             e2e = [(2000 + 10_000 * i / (n - 1)) * rng.lognormal(0, 0.2) for i in range(n)]
             caught[n] += sustainability(TARGET, series(n=n, e2e=e2e))["verdict"] == "unsustainable"
-    assert caught[30] == 200 and caught[5] >= 100, caught
+    assert caught[30] == 200 and caught[8] >= 170 and caught[5] >= 100, caught
 
 
 def test_a_large_rise_the_test_cannot_confirm_is_inconclusive_never_sustainable():

@@ -35,11 +35,11 @@ $(VENV)/.installed: requirements.txt requirements-dev.txt pyproject.toml
 run: setup
 	$(BIN)/brokerbench run --suite $(SUITE)
 
-# Two pytest-xdist workers by default (WORKERS=1: one process): a module whole on one (`--dist loadfile`), the
-# longest first (tests/conftest.py), each worker with its own brokers on free loopback ports. Much of the suite
-# waits (broker start-ups, heartbeat windows, a schedule's minute), so two workers overlap it on 2 cores
-# (docs/performance.md). PYTEST_ARGS go to pytest after these (a --junitxml file, -x, a -k expression).
-WORKERS ?= 2
+# Three pytest-xdist workers by default (WORKERS=1: one process): a module whole on one (`--dist loadfile`), the
+# longest first (tests/conftest.py), each worker with its own brokers on free loopback ports. With the tests' JVMs on
+# C1 much of the suite waits (heartbeat windows, a schedule's minute, cells' schedules), so three workers overlap it
+# on 2 cores (docs/performance.md). PYTEST_ARGS go to pytest after these (a --junitxml file, -x, a -k expression).
+WORKERS ?= 3
 XDIST := $(if $(filter-out 1,$(WORKERS)),-n $(WORKERS) --dist loadfile --no-loadscope-reorder)
 test: setup
 	@$(BIN)/python -m brokerbench.local.install --with-browser

@@ -7,7 +7,9 @@
 Samples the 1-minute load average every --interval seconds (30), reads pytest's last line (passed, failed, errors,
 skipped and its own wall time), counts the CPU time of the command and every process it reaped (user + system), and
 appends a row under --label to bench/results/test_suite.json (--out). The command's output goes to --log (a
-temporary file by default, its path printed). bench/performance.py writes the rows into docs/performance.md.
+temporary file by default, its path printed). Under pytest-xdist each worker writes when every test started and ended
+(BROKERBENCH_TEST_TIMELINE, tests/conftest.py): the row's `workers` gives each worker's busy seconds and when it
+ran its last test, from the first test's start (the idle tail of a run is the gap between those ends). bench/performance.py writes the rows into docs/performance.md.
 """
 
 from __future__ import annotations
@@ -100,6 +102,21 @@ def row(label: str, how: str, command: list[str], checkout: Path, run: dict, out
     return found
 
 
+def workers(timeline: Path) -> dict | None:
+    """Per pytest-xdist worker: its tests' seconds (busy_s) and its last test's end from the run's first start."""
+    marks = [json.loads(line) for line in timeline.read_text().splitlines() if line.strip()] if timeline.exists() else []
+    if not marks:
+        return None
+    first = min(m["start"] for m in marks if "start" in m)
+    found: dict[str, dict] = {}
+    for worker in sorted({m["worker"] for m in marks}):
+        starts = {m["test"]: m["start"] for m in marks if m["worker"] == worker and "start" in m}
+        ends = {m["test"]: m["end"] for m in marks if m["worker"] == worker and "end" in m}
+        found[worker] = {"tests": len(ends), "busy_s": round(sum(ends[t] - starts[t] for t in ends if t in starts), 1),
+                         "last_end_s": round(max(ends.values()) - first, 1)}
+    return found
+
+
 def append(out: Path, entry: dict) -> None:
     results = json.loads(out.read_text()) if out.exists() else {"rows": []}
     results["rows"].append(entry)
@@ -123,9 +140,12 @@ def main(argv: list[str] | None = None) -> int:
     log = Path(args.log) if args.log else Path(tempfile.mkstemp(prefix="test-suite-", suffix=".log")[1])
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(checkout / "functions"),
                                                                      os.environ.get("PYTHONPATH")]))}
+    timeline = Path(tempfile.mkstemp(prefix="test-timeline-", suffix=".jsonl")[1])
+    env["BROKERBENCH_TEST_TIMELINE"] = str(timeline)
     print(f"running {' '.join(command)} in {checkout}; output: {log}", flush=True)
     run = timed(command, checkout, log, env, args.interval)
     entry = row(args.label, how, command, checkout, run, log.read_text(errors="replace"))
+    entry["workers"] = workers(timeline)
     append(Path(args.out), entry)
     print(json.dumps({k: v for k, v in entry.items() if k != "load_samples"}, indent=2, ensure_ascii=False))
     return 0

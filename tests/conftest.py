@@ -11,9 +11,11 @@ Test tiers (markers, applied here by path, so a new module is in its tier withou
 """
 
 import fcntl
+import json
 import os
 import secrets
 import tempfile
+import time
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -63,11 +65,12 @@ LONGEST_FIRST = [
 ]
 
 
-# Modules that judge timings against a known truth (Toxiproxy's delay) run with the machine to themselves: under
-# pytest-xdist the other worker finishes the test it is in and waits while such a module runs (its CPU pressure
-# would otherwise skip most of its checks, tests/machine_load.py). A lock file shared by the run's workers:
-# every other test holds it shared, the module holds it exclusive, and an "intent" lock taken first keeps new
-# tests from starting while the module waits for the one under way.
+# Modules that judge timings against a known truth (Toxiproxy's delay) measure with the machine to themselves: under
+# pytest-xdist the other workers finish the test they are in and wait from the module's first measurement (its
+# `machine_to_itself` fixture) to its end (its CPU pressure would otherwise skip most of its checks,
+# tests/machine_load.py); its brokers start before that, beside the others' tests. A lock file shared by the run's
+# workers: every other test holds it shared, the module holds it exclusive, and an "intent" lock taken first keeps
+# new tests from starting while the module waits for the one under way.
 QUIET_MODULES = {"test_latency_truth.py"}
 
 
@@ -96,9 +99,31 @@ def pytest_runtest_protocol(item, nextitem):
 
 @pytest.fixture(scope="module")
 def machine_to_itself():
-    """Held by a QUIET_MODULES module (autouse there): no other test runs on any worker meanwhile."""
+    """Held by a QUIET_MODULES module from its first measurement to its end: no other test runs on any worker
+    meanwhile."""
     with _locked("intent", fcntl.LOCK_EX), _locked("quiet", fcntl.LOCK_EX):
         yield
+
+
+# BROKERBENCH_TEST_TIMELINE=FILE: each test's pytest-xdist worker, start and end (epoch seconds, its fixtures'
+# setup and teardown included) appended to FILE as JSON lines, by the workers (the controller relays the same
+# hooks, and writes nothing): where a run's workers waited (bench/test_suite.py, `timeline` in its row).
+TIMELINE = os.environ.get("BROKERBENCH_TEST_TIMELINE")
+
+
+def _timeline(nodeid: str, moment: str) -> None:
+    worker = os.environ.get("PYTEST_XDIST_WORKER")
+    if TIMELINE and worker:
+        with open(TIMELINE, "a") as out:
+            out.write(json.dumps({"worker": worker, "test": nodeid, moment: time.time()}) + "\n")
+
+
+def pytest_runtest_logstart(nodeid, location):
+    _timeline(nodeid, "start")
+
+
+def pytest_runtest_logfinish(nodeid, location):
+    _timeline(nodeid, "end")
 
 
 def pytest_itemcollected(item):

@@ -89,6 +89,17 @@ def test_pytest_summary_lines_are_read():
     assert test_suite.parse_summary("collecting ... interrupted") is None
 
 
+def test_the_workers_timeline_gives_each_workers_busy_seconds_and_last_end(tmp_path):
+    test_suite = script("test_suite")
+    timeline = tmp_path / "timeline.jsonl"
+    marks = [("gw0", "a", "start", 100.0), ("gw1", "b", "start", 101.0), ("gw0", "a", "end", 130.0),
+             ("gw0", "c", "start", 131.0), ("gw1", "b", "end", 111.0), ("gw0", "c", "end", 141.5)]
+    timeline.write_text("".join(json.dumps({"worker": w, "test": t, when: at}) + "\n" for w, t, when, at in marks))
+    assert test_suite.workers(timeline) == {"gw0": {"tests": 2, "busy_s": 40.5, "last_end_s": 41.5},
+                                            "gw1": {"tests": 1, "busy_s": 10.0, "last_end_s": 11.0}}
+    assert test_suite.workers(tmp_path / "none.jsonl") is None
+
+
 def test_a_test_suite_row_is_appended_under_its_label(tmp_path):
     test_suite = script("test_suite")
     out = tmp_path / "suite.json"

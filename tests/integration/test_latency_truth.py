@@ -28,10 +28,11 @@ is late by up to a send period (10 ms at 100 msgs/s), and one that misses the pr
 Single mode runs at SINGLE_RATE (50 msgs/s) only: it keeps one message in flight, so through the proxy it is a
 5 ms stop-and-wait that falls behind at 1,000 msgs/s (end to end, from the intended time, would then grow with the
 backlog). Pulsar's stop-and-wait is its direct receipt (~3 ms: the bookie's journal groups writes for up to 1 ms)
-plus the delay; at 100 msgs/s that left 2 ms of a 10 ms period, and a loaded pass's one stall (a receipt of some
-300 ms, at 36% CPU pressure) then took the sender 150 messages to catch up: its end-to-end p50 grew by 286 ms, a
-backlog and not the delay. A 20 ms period leaves 12 ms a message: such a stall is made up within 25 of the cell's
-100 messages, and the p50 is again the delay's.
+plus the delay; at 100 msgs/s that left 2 ms of a 10 ms period, and a loaded pass (36% CPU pressure) read an
+end-to-end growth of 286 ms: with 2 ms to spare a message, one stall of some 300 ms takes the sender 150 messages
+to make up, and its cell has 200 (the growth is then a backlog, not the delay; the cell's per-second figures were
+not kept, so the stall is inferred). A 20 ms period leaves 12 ms a message: such a stall is made up within 25 of
+the cell's 100 messages, and the p50 is again the delay's.
 
 Kafka and Pulsar look a partition's broker up and connect to the address they are given, so each gets a broker
 of its own that also advertises the proxy: Kafka a second listener (a client bootstrapping through the proxy is

@@ -245,15 +245,24 @@ def _redis_at_a_free_port(tmp_path) -> tuple:
 
 @contextmanager
 def _started_in(seconds: float, command: list[str]):
-    """`command` started `seconds` from now; yields the list its process goes in, stopped at the end."""
-    started: list[subprocess.Popen] = []
-    later = threading.Timer(seconds, lambda: started.append(subprocess.Popen(command, stdout=subprocess.DEVNULL)))
+    """`command` started `seconds` from now, stopped at the end. Yields a list that is given the moment of the start
+    just before the process starts: a client that reached the process finds it there. (Given the process once
+    started, a loaded pass's timer thread got the CPU back only after the test's thread had reached Redis and
+    found the list empty.)"""
+    started: list[float] = []
+    servers: list[subprocess.Popen] = []
+
+    def start() -> None:
+        started.append(time.monotonic())
+        servers.append(subprocess.Popen(command, stdout=subprocess.DEVNULL))
+
+    later = threading.Timer(seconds, start)
     later.start()
     try:
         yield started
     finally:
         later.join()
-        for server in started:
+        for server in servers:
             server.terminate()
             server.wait(30)
 
@@ -289,9 +298,9 @@ def test_a_cell_that_ends_while_its_broker_is_down_waits_for_the_brokers_count(t
     started_at = time.monotonic()
     assert run._final_count() is None and time.monotonic() - started_at >= 1.0
     monkeypatch.setattr(cell_module, "COUNT_WAIT_S", 120.0)  # a deadline that catches a hang, not a slow host
-    with _started_in(3, command) as servers:
+    with _started_in(3, command) as started:
         assert run._final_count() == 2
-        assert servers, "counted before Redis was started"
+        assert started, "counted before Redis was started"
 
 
 def test_a_cell_that_loses_its_broker_waits_for_it_so_the_next_cell_is_served(tmp_path, monkeypatch):
@@ -327,9 +336,9 @@ def test_a_cell_that_loses_its_broker_waits_for_it_so_the_next_cell_is_served(tm
     killer = threading.Thread(target=kill_once_measuring, daemon=True)
     killer.start()
     run_id = new_run_id()
-    with _started_in(30, command) as servers:
+    with _started_in(30, command) as started:
         outcome = cell_module.run_cell(run_id, cell, driver.endpoint, store, progress)
-        assert servers, "the cell ended before its broker was started again"
+        assert started, "the cell ended before its broker was started again"
         driver.check(timeout_s=0.5)  # answering as the cell ends: the next cell is served
     killer.join(10)
     assert measuring.is_set() and first.poll() is not None

@@ -9,7 +9,8 @@ skipped and its own wall time), counts the CPU time of the command and every pro
 appends a row under --label to bench/results/test_suite.json (--out). The command's output goes to --log (a
 temporary file by default, its path printed). Under pytest-xdist each worker writes when every test started and ended
 (BROKERBENCH_TEST_TIMELINE, tests/conftest.py): the row's `workers` gives each worker's busy seconds and when it
-ran its last test, from the first test's start (the idle tail of a run is the gap between those ends). bench/performance.py writes the rows into docs/performance.md.
+ran its last test, from the first test's start (the idle tail of a run is the gap between those ends).
+bench/performance.py writes the rows into docs/performance.md.
 """
 
 from __future__ import annotations
@@ -104,16 +105,20 @@ def row(label: str, how: str, command: list[str], checkout: Path, run: dict, out
 
 def workers(timeline: Path) -> dict | None:
     """Per pytest-xdist worker: its tests' seconds (busy_s) and its last test's end from the run's first start."""
-    marks = [json.loads(line) for line in timeline.read_text().splitlines() if line.strip()] if timeline.exists() else []
+    lines = timeline.read_text().splitlines() if timeline.exists() else []
+    marks = [json.loads(line) for line in lines if line.strip()]
     if not marks:
         return None
     first = min(m["start"] for m in marks if "start" in m)
-    found: dict[str, dict] = {}
-    for worker in sorted({m["worker"] for m in marks}):
-        starts = {m["test"]: m["start"] for m in marks if m["worker"] == worker and "start" in m}
-        ends = {m["test"]: m["end"] for m in marks if m["worker"] == worker and "end" in m}
-        found[worker] = {"tests": len(ends), "busy_s": round(sum(ends[t] - starts[t] for t in ends if t in starts), 1),
-                         "last_end_s": round(max(ends.values()) - first, 1)}
+    tests: dict[str, dict[str, dict]] = {}  # worker -> test -> {"start": ..., "end": ...}
+    for mark in marks:
+        tests.setdefault(mark["worker"], {}).setdefault(mark["test"], {}).update(mark)
+    found = {}
+    for worker, times in sorted(tests.items()):
+        ended = [t for t in times.values() if "end" in t]
+        busy = sum(t["end"] - t["start"] for t in ended if "start" in t)
+        found[worker] = {"tests": len(ended), "busy_s": round(busy, 1),
+                         "last_end_s": round(max((t["end"] for t in ended), default=first) - first, 1)}
     return found
 
 
@@ -146,6 +151,7 @@ def main(argv: list[str] | None = None) -> int:
     run = timed(command, checkout, log, env, args.interval)
     entry = row(args.label, how, command, checkout, run, log.read_text(errors="replace"))
     entry["workers"] = workers(timeline)
+    timeline.unlink(missing_ok=True)
     append(Path(args.out), entry)
     print(json.dumps({k: v for k, v in entry.items() if k != "load_samples"}, indent=2, ensure_ascii=False))
     return 0

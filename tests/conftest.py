@@ -107,7 +107,7 @@ def machine_to_itself():
 
 # BROKERBENCH_TEST_TIMELINE=FILE: each test's pytest-xdist worker, start and end (epoch seconds, its fixtures'
 # setup and teardown included) appended to FILE as JSON lines, by the workers (the controller relays the same
-# hooks, and writes nothing): where a run's workers waited (bench/test_suite.py, `timeline` in its row).
+# hooks, and writes nothing): where a run's workers waited (bench/test_suite.py, `workers` in its row).
 TIMELINE = os.environ.get("BROKERBENCH_TEST_TIMELINE")
 
 

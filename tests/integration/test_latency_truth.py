@@ -71,10 +71,10 @@ judged at 100 msgs/s, by the same code.
 Both growth bounds assume the proxy, the brokers and the clients ran when their timers fired. So the module
 measures with the machine to itself (the other pytest-xdist workers wait: tests/conftest.py, QUIET_MODULES), and
 where either cell of a pair ran on a machine busy enough that they could not (machine_load: the kernel's CPU
-pressure in the cell's own seconds above BUSY_PRESSURE), the growth is skipped with both cells' figures rather than judged: beside a busy
-loop a Kafka pair at 100 msgs/s read a growth of 8.9 to 15 ms at 56 to 59% pressure, and at 1,000 msgs/s proxied
-p50s of 34 to 100 ms at 78 to 96%, where no cell of an idle run went above 43%. The load average, the rule before,
-was read once at the run's end and let those be judged (2.1 to 2.8 per core).
+pressure in the cell's own seconds above BUSY_PRESSURE), the growth is skipped with both cells' figures rather
+than judged: beside a busy loop a Kafka pair at 100 msgs/s read a growth of 8.9 to 15 ms at 56 to 59% pressure,
+and at 1,000 msgs/s proxied p50s of 34 to 100 ms at 78 to 96%, where no cell of an idle run went above 43%. The
+load average, the rule before, was read once at the run's end and let those be judged (2.1 to 2.8 per core).
 
 A direct Redis (no proxy) also shows publish p50 <= end-to-end p50 at both rates: the reply to an XADD and the
 consumer's delivery leave Redis in the same event-loop turn, and the consumer's figure also counts the wait for

@@ -31,7 +31,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from inline_run import RunHooks
+from inline_run import RunHooks, RunOutcome, execute_run
 
 PSI = Path("/proc/pressure/cpu")
 BUSY_PRESSURE = 0.5  # a cell in whose seconds some task waited for a CPU more than half the time: not steady
@@ -153,6 +153,16 @@ class CellWindows(RunHooks):
 
     def cell_finished(self, outcome) -> None:
         self.ended[outcome.cell_id] = time.time()
+
+
+def run_watched(spec: dict, endpoints: dict, store, ping_ports: tuple[int, int] | None = None
+                ) -> tuple[RunOutcome, dict[str, Conditions]]:
+    """execute_run(spec) with the machine watched: its outcome, and each cell's Conditions by cell_id (the seconds
+    from its measured start to its end)."""
+    windows = CellWindows()
+    with MachineWatch(ping_ports=ping_ports) as watch:
+        outcome = execute_run(spec, endpoints, store, hooks=windows)
+    return outcome, {c.cell_id: watch.during(*windows.window(c.cell_id)) for c in outcome.cells}
 
 
 def _stalled_us() -> int | None:

@@ -96,8 +96,7 @@ from brokerbench.local.stack import LocalStack, free_port
 from brokerbench.registry import get_driver
 from brokerbench.reports.results import build_results
 from brokerbench.spec import validate
-from inline_run import execute_run
-from machine_load import CellWindows, MachineWatch
+from machine_load import run_watched
 
 LATENCY_MS = 5
 TOLERANCE_MS = 1.5
@@ -234,14 +233,11 @@ def run_cells(endpoints, store, targets: dict, mode: str, rates) -> dict:
     spec = {"name": f"it-latency-truth-{mode}", "brokers": list(targets), "sizes": [1024], "formats": ["raw"],
             "rates": list(rates), "modes": [mode], "duration_s": 2, "warmup_s": 1, "warmup_until_steady": False,
             "drain_timeout_s": 5, "targets": targets}
-    windows = CellWindows()
     redis = targets["redis-direct"]["port"], targets["redis-proxied"]["port"]
-    with MachineWatch(ping_ports=redis) as watch:
-        outcome = execute_run(spec, {**endpoints, **targets}, store, hooks=windows)
+    outcome, by_cell = run_watched(spec, {**endpoints, **targets}, store, ping_ports=redis)
     results = build_results(store.read(outcome.run_id, interval_histograms=False))
     by_key = {(c["broker"], c["rate_target"]): c for c in results["cells"]}
-    conditions = {key: watch.during(*windows.window(c["cell_id"]))
-                  for key, c in by_key.items()}
+    conditions = {key: by_cell[c["cell_id"]] for key, c in by_key.items()}
     assert len(by_key) == len(targets) * len(rates)
     for cell in by_key.values():
         assert cell["status"] == "completed", cell.get("reason")

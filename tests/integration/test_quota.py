@@ -25,8 +25,7 @@ from brokerbench.reports import html, markdown
 from brokerbench.reports.model import PERCENTILES, build_report
 from brokerbench.reports.table import comparison_tables
 from brokerbench.reports.results import build_results
-from inline_run import execute_run
-from machine_load import CellWindows, Conditions, MachineWatch
+from machine_load import Conditions, run_watched
 from steady import assert_rate_of_the_offered_magnitude
 
 QUOTA_BYTES_PER_S = 2 * 1024 * 1024
@@ -47,12 +46,10 @@ def kafka_config(bootstrap: str, *args: str) -> None:
 
 def run(spec, endpoints, store) -> tuple[list[dict], dict, dict[str, Conditions]]:
     """The run's events, its results, and each cell's machine conditions (cell_id -> machine_load.Conditions)."""
-    windows = CellWindows()
-    with MachineWatch() as watch:
-        outcome = execute_run({"brokers": ["kafka"], "sizes": [SIZE], "formats": ["raw"], "client": CAPPED_CLIENT,
-                               **spec}, endpoints, store, hooks=windows)
+    outcome, conditions = run_watched({"brokers": ["kafka"], "sizes": [SIZE], "formats": ["raw"],
+                                       "client": CAPPED_CLIENT, **spec}, endpoints, store)
     events = store.read(outcome.run_id)
-    return events, build_results(events), {c.cell_id: watch.during(*windows.window(c.cell_id)) for c in outcome.cells}
+    return events, build_results(events), conditions
 
 
 def judged_from_below(cells: list[dict], conditions: dict[str, Conditions], figure: str) -> None:

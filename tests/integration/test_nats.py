@@ -1,17 +1,23 @@
-"""NATS JetStream end to end on the local nats-server: every format in both modes on file storage, a memory-storage
-cell, and a server started with sync_interval: always."""
+"""NATS JetStream end to end on the local nats-server: every format in both modes on file storage (on the native send
+loop, and on the Python loop), a memory-storage cell, a server started with sync_interval: always, and the native
+loop's own connection: what the stream holds, a publish no stream takes, one in flight in single mode, and a server
+killed and started again under it."""
 
+import os
+import signal
 import subprocess
 import time
 
+import numpy as np
 import pytest
 
-from brokerbench import spec
+from brokerbench import native, spec
 from brokerbench.brokers.nats_jetstream.driver import NatsJetStreamDriver
 from brokerbench.brokers.nats_jetstream.local import NatsService
 from brokerbench.drivers import TargetRefused
 from brokerbench.local.processes import free_port, stop
 from brokerbench.reports.results import build_results
+from brokerbench.worker.framing import unpack_many
 from inline_run import execute_run
 from steady import assert_sent_on_schedule
 
@@ -42,7 +48,7 @@ def test_every_format_in_both_modes_arrives_whole_and_the_stream_count_reconcile
         assert cell["broker_count"]["difference"] == 0 and cell["broker_count"]["observed"] > cell["sent"]
         assert 0 < cell["end_to_end_latency_us"]["p50"] < 1_000_000 and cell["publish_latency_us"]["p50"] > 0
     ends = [e["data"] for e in events if e["type"] == "CellCompleted"]
-    assert all(end["send_loop"] == "python" for end in ends)  # no native loop for NATS: the Python loop ran
+    assert all(end["send_loop"] == "native" for end in ends)  # the default where the native loop is built
     backlogs = [e["data"]["backlog"] for e in events if e["type"] == "IntervalMeasured"]
     # num_pending + num_ack_pending of the cell's consumers, as the server counts them; drained at the end
     assert all(isinstance(b, int) for b in backlogs) and backlogs[-1] == 0
@@ -143,3 +149,137 @@ def test_a_cell_samples_the_servers_cpu_and_memory(extra_brokers, stack, store):
     ps_mb = int(subprocess.run(["ps", "-o", "rss=", "-p", str(served["pids"][0])], capture_output=True,
                                text=True).stdout) / 1024
     assert 0.5 * ps_mb <= summary["rss_mb_max"] <= 2 * ps_mb, (summary, ps_mb)
+
+
+def test_the_python_loop_serves_the_same_cells(extra_brokers, store, monkeypatch):
+    """Where the native loop cannot run (NATS with TLS or credentials, not built) the Python loop over nats-py does:
+    the same cells, counted alike."""
+    monkeypatch.setenv("BROKERBENCH_SEND_LOOP", "python")  # the cell's processes start with the worker's environment
+    endpoints = extra_brokers("nats")
+    request = {**TINY, "name": "it-nats-python", "formats": ["json", "raw"], "modes": ["batch", "single"]}
+    _, events, results = run(request, endpoints, store)
+    assert {e["data"]["send_loop"] for e in events if e["type"] == "CellCompleted"} == {"python"}
+    for cell in results["cells"]:
+        assert cell["status"] == "completed", cell.get("reason")
+        assert cell["sent"] == cell["received"] > 0 and cell["lost"] == cell["duplicated"] == 0
+        assert cell["broker_count"]["difference"] == 0
+
+
+CLIENT = {"nats_max_in_flight": 10, "nats_storage": "file", "nats_replicas": 1, "nats_fetch_batch": 100}
+
+
+def send_all(sender, seq: int, count: int):
+    """Send seq..seq+count-1 as fast as the window lets; the records after a flush (failed as a count)."""
+    far = time.monotonic_ns() + 60_000_000_000
+    assert sender.send_until(seq, seq + count, far, far) == (seq + count, native.module().STOP_LIMIT)
+    sender.flush(30)
+    started, handed, acked, acked_ns, failed = (np.frombuffer(b, dtype=np.int64) for b in sender.take())
+    assert np.unique(failed).size == failed.size  # each failed send named once
+    return handed, acked, acked_ns, failed
+
+
+def stream_frames(driver, topic: str, lanes: int) -> dict[int, list]:
+    """What the stream holds, per lane, read back by a consumer of the driver's: (seq, producer, payload)."""
+    consumer = driver.consumer(topic, "bb-check", list(range(lanes)))
+    got, deadline = [], time.monotonic() + 30
+    try:
+        while time.monotonic() < deadline and len(got) < driver.message_count(topic, lanes):
+            got += consumer.poll(1.0)
+    finally:
+        consumer.close()
+    out = {lane: [] for lane in range(lanes)}
+    for header, payload, lane in got:
+        frame = unpack_many([header])
+        out[lane].append((int(frame["seq"][0]), int(frame["producer"][0]), payload))
+    return out
+
+
+def test_the_native_loop_publishes_each_message_once_and_takes_each_pub_ack(extra_brokers):
+    """257 messages over three subjects of a stream with a window of 10: every one acknowledged once, no
+    acknowledgement stamped before its message was handed over, and the stream holds exactly them, each lane in
+    order, with the worker's header and the payload."""
+    driver = NatsJetStreamDriver(extra_brokers("nats")["nats-jetstream"], CLIENT)
+    topic = "bb-native-pub"
+    driver.create_topic(topic, 3)
+    try:
+        sender = driver.native_sender(topic, 3, "batch")
+        pool = [bytes([i]) * (500 + i) for i in range(5)]
+        sender.configure(pool, None, 3, time.monotonic_ns(), 0.0)
+        handed, acked, acked_ns, failed = send_all(sender, 0, 257)
+        sender.close()
+        assert failed.size == 0 and sorted(acked.tolist()) == list(range(257))
+        assert (acked_ns >= handed[acked]).all()
+        assert driver.message_count(topic, 3) == 257
+        for lane, frames in stream_frames(driver, topic, 3).items():
+            assert [seq for seq, _, _ in frames] == list(range(lane, 257, 3))
+            assert {producer for _, producer, _ in frames} == {3}
+            assert all(payload == pool[seq % 5] for seq, _, payload in frames)
+    finally:
+        driver.delete_topic(topic, 3)
+
+
+def test_a_publish_no_stream_takes_fails_and_single_mode_keeps_one_in_flight(extra_brokers):
+    """Lane 1's subject is in no stream: the server answers its publishes "no responders" (a status message, not a
+    PubAck), and each is a failed send; lane 0's are acknowledged. In single mode each message is handed over only
+    after the previous one's answer came."""
+    driver = NatsJetStreamDriver(extra_brokers("nats")["nats-jetstream"], CLIENT)
+    topic = "bb-native-half"
+    driver.create_topic(topic, 1)  # one subject: <topic>.0
+    try:
+        sender = driver.native_sender(topic, 2, "single")
+        sender.configure([b"abc"], None, 0, time.monotonic_ns(), 0.0)
+        handed, acked, acked_ns, failed = send_all(sender, 0, 40)
+        sender.close()
+        assert acked.tolist() == list(range(0, 40, 2)) and sorted(failed.tolist()) == list(range(1, 40, 2))
+        assert (handed[acked[1:]] >= acked_ns[:-1]).all()  # one in flight: sent after the previous PubAck came
+        assert driver.message_count(topic, 1) == 20
+    finally:
+        driver.delete_topic(topic, 1)
+
+
+def test_a_server_killed_under_the_native_loop_fails_sends_until_it_is_back_then_they_are_acknowledged(tmp_path):
+    """kill -9 of a server of the test's own between two bursts: sends while it is down fail at once (none is
+    waited for, none counted twice; those in flight when the connection was lost stay unacknowledged), the loop connects again within RECONNECT_NS once the server is back on its
+    port with its store, and what is sent then is acknowledged. The stream holds what was acknowledged."""
+    (tmp_path / "data").mkdir()
+    service = NatsService()
+    port = free_port()  # the same port both times
+    started = service.start(tmp_path, lambda: port, {})
+
+    def until_ready(started):
+        deadline = time.monotonic() + 30
+        while not service.ready(started):
+            assert time.monotonic() < deadline, (tmp_path / "nats.log").read_text()[-2000:]
+            time.sleep(0.1)
+
+    try:
+        until_ready(started)
+        driver = NatsJetStreamDriver(started.endpoint, CLIENT)
+        driver.create_topic("bb-native-kill", 1)
+        sender = driver.native_sender("bb-native-kill", 1, "batch")
+        sender.configure([b"x" * 100], None, 0, time.monotonic_ns(), 0.0)
+        _, acked, _, failed = send_all(sender, 0, 50)
+        assert sorted(acked.tolist()) == list(range(50)) and failed.size == 0
+        os.kill(started.pids[0], signal.SIGKILL)
+        os.waitpid(started.pids[0], 0)
+        _, acked, _, failed = send_all(sender, 50, 20)
+        # Up to a window's worth went out before the loss showed (a write to a dead peer succeeds once): they are no
+        # longer awaited and stay unacknowledged; each one sent after it fails at once.
+        assert acked.size == 0 and set(failed.tolist()) >= set(range(50 + CLIENT["nats_max_in_flight"], 70))
+        assert set(failed.tolist()) <= set(range(50, 70))
+        started = service.start(tmp_path, lambda: port, {})
+        until_ready(started)
+        time.sleep(0.6)  # past RECONNECT_NS (0.5 s) after the last attempt
+        _, acked, _, failed = send_all(sender, 70, 30)
+        sender.close()
+        assert sorted(acked.tolist()) == list(range(70, 100)) and failed.size == 0
+        assert driver.message_count("bb-native-kill", 1) == 80
+    finally:
+        stop(started.pids[0])
+
+
+def test_endpoints_the_native_nats_loop_cannot_serve_are_unsupported():
+    with pytest.raises(native.Unsupported, match="credentials"):
+        NatsJetStreamDriver({"url": "nats://user:secret@127.0.0.1:4222"}, CLIENT).native_sender("t", 1, "batch")
+    with pytest.raises(native.Unsupported, match="plain NATS"):
+        NatsJetStreamDriver({"url": "tls://127.0.0.1:4222"}, CLIENT).native_sender("t", 1, "batch")

@@ -3,7 +3,8 @@
 `BROKERBENCH_SEND_LOOP` chooses: `auto` (the default: native where it is built and the endpoint
 allows it, else the Python loop), `native` (fail rather than fall back) or `python`.
 The native loop needs its extension built (`make setup` does) and, for Kafka, the librdkafka that
-confluent-kafka loaded; it does not do Redis TLS or MSK IAM tokens (both stay on the Python loop).
+confluent-kafka loaded; it does not do Redis TLS, MSK IAM tokens, or NATS TLS and authentication (they stay on
+the Python loop).
 """
 
 from __future__ import annotations
@@ -80,3 +81,7 @@ def kafka_sender(config: dict, topic: str, partitions: int, single: bool):
 
 def redis_sender(host: str, port: int, password: str | None, keys: list[bytes], depth: int, timeout_s: float = 30.0):
     return module().redis_sender(host, port, password, keys, depth, timeout_s)
+
+
+def nats_sender(host: str, port: int, subjects: list[bytes], depth: int, timeout_s: float = 5.0):
+    return module().nats_sender(host, port, subjects, depth, timeout_s)

@@ -54,6 +54,8 @@
 #define STOP_BOUNDARY 0
 #define STOP_END 1
 #define STOP_LIMIT 2
+#define RECONNECT_NS 500000000LL     /* NATS: a lost connection is made again this long after */
+#define ACK_TIMEOUT_NS 10000000000LL /* NATS: a PubAck not come within this is no longer waited for */
 
 /* ---- librdkafka, resolved from the library confluent-kafka loaded ---------------------------- */
 static struct {
@@ -157,7 +159,13 @@ static inline void put_header(char *out, uint32_t producer, int64_t seq, int64_t
 }
 
 /* ---- the sender object ----------------------------------------------------------------------- */
-enum { KIND_KAFKA = 1, KIND_REDIS = 2 };
+enum { KIND_KAFKA = 1, KIND_REDIS = 2, KIND_NATS = 3 };
+
+/* NATS: a publish awaiting its PubAck, by sequence number (a ring of the window's size). */
+typedef struct {
+    int64_t sent_ns; /* when it was buffered for writing */
+    char pending;    /* 1 until its PubAck (or an error reply) came, it expired, or the connection was lost */
+} nats_slot;
 
 typedef struct {
     PyObject_HEAD int kind;
@@ -175,10 +183,10 @@ typedef struct {
     pthread_mutex_t ack_lock;
     i64buf stage_seq, stage_ns;
     i64buf stage_failed;
-    /* Redis */
+    /* Redis and NATS: one TCP connection, written and read by this loop */
     int fd;
     int depth;
-    char **prefix; /* per partition: "*7 XADD <key> * h $20" up to the header bytes */
+    char **prefix; /* per partition: "*7 XADD <key> * h $20" up to the header bytes; NATS "PUB <subject> <inbox>." */
     size_t *prefix_len;
     char *out;
     size_t out_len, out_cap;
@@ -186,6 +194,17 @@ typedef struct {
     size_t in_len, in_pos, in_cap;
     i64buf pending; /* seqs of the XADDs in flight (buffered or written, not yet answered), from pending_head */
     Py_ssize_t pending_head;
+    /* NATS: publishes in flight are the seqs [nats_low, nats_next) whose slot is pending; the window is counted
+       from the oldest one still awaited (JetStream answers a connection's publishes to one stream in order). */
+    nats_slot *ring;
+    int64_t nats_low, nats_next;
+    int nats_started;
+    char *inbox; /* "_INBOX.<random>": each publish's reply subject is inbox.<seq> */
+    size_t inbox_len;
+    char *host;
+    int port;
+    double timeout_s;
+    int64_t reconnect_at; /* a lost connection is made again from then on (0: none lost) */
     /* the payloads */
     PyObject *objects; /* list: bytes (raw) or records for `encode` */
     PyObject *encode;  /* callable or NULL */
@@ -285,25 +304,49 @@ static int resp_next(Sender *s) {
     return -2;
 }
 
-static Py_ssize_t in_flight(Sender *s) { return s->pending.len - s->pending_head; }
+static Py_ssize_t in_flight(Sender *s) {
+    if (s->kind == KIND_NATS) return (Py_ssize_t)(s->nats_next - s->nats_low);
+    return s->pending.len - s->pending_head;
+}
 
-static void redis_broken(Sender *s) { /* connection lost: what is in flight is unacknowledged */
+/* NATS: move the oldest awaited publish past those answered (or expired); with `expire_before`, a publish still
+   awaited that was sent before it is no longer waited for (ACK_TIMEOUT_NS). */
+static void nats_advance(Sender *s, int64_t expire_before) {
+    while (s->nats_low < s->nats_next) {
+        nats_slot *slot = &s->ring[s->nats_low % (s->depth + 1)];
+        if (slot->pending && slot->sent_ns >= expire_before) break;
+        slot->pending = 0; /* expired ones stay unacknowledged: neither acknowledged nor failed */
+        s->nats_low++;
+    }
+}
+
+/* Connection lost. Redis: what is in flight is unacknowledged and counts as failed (Redis never answers a lost
+   connection's commands). NATS: what is in flight is no longer waited for and stays unacknowledged (the server may
+   have stored it; its PubAck is lost), and the connection is made again RECONNECT_NS later. */
+static void conn_broken(Sender *s) {
     if (s->fd >= 0) close(s->fd);
     s->fd = -1;
+    s->out_len = 0;
+    s->in_len = s->in_pos = 0;
+    if (s->kind == KIND_NATS) {
+        for (int64_t q = s->nats_low; q < s->nats_next; q++) s->ring[q % (s->depth + 1)].pending = 0;
+        s->nats_low = s->nats_next;
+        s->reconnect_at = now_ns() + RECONNECT_NS;
+        return;
+    }
     for (Py_ssize_t i = s->pending_head; i < s->pending.len; i++)
         if (buf_push(&s->failed, s->pending.data[i])) s->oom = 1;
     s->pending.len = s->pending_head = 0;
-    s->out_len = 0;
 }
 
 /* Write what is buffered. */
-static void redis_write(Sender *s) {
+static void conn_write(Sender *s) {
     size_t off = 0;
     while (off < s->out_len && s->fd >= 0) {
         ssize_t n = send(s->fd, s->out + off, s->out_len - off, MSG_NOSIGNAL);
         if (n < 0 && errno == EINTR) continue;
         if (n <= 0) {
-            redis_broken(s);
+            conn_broken(s);
             return;
         }
         off += (size_t)n;
@@ -311,25 +354,112 @@ static void redis_write(Sender *s) {
     s->out_len = 0;
 }
 
-/* Read the replies that have arrived; with `block`, wait up to timeout_ms for at least one. Each
-   reply acknowledges the oldest message in flight. */
-static void redis_read(Sender *s, int block, int timeout_ms) {
+static int out_reserve(Sender *s, size_t more) {
+    if (s->out_len + more <= s->out_cap) return 0;
+    size_t cap = s->out_cap ? s->out_cap : 1 << 16;
+    while (cap < s->out_len + more) cap *= 2;
+    char *out = realloc(s->out, cap);
+    if (!out) return -1;
+    s->out = out;
+    s->out_cap = cap;
+    return 0;
+}
+
+/* Redis: the next complete reply, which answers the oldest XADD in flight (stamped now). 1 = taken, -1 =
+   incomplete, -2 = a reply XADD never gives (protocol error). */
+static int redis_reply(Sender *s) {
+    int r = resp_next(s);
+    if (r != 1 && r != 0) return r;
+    int64_t seq = s->pending.data[s->pending_head++];
+    if (r == 1 ? (buf_push(&s->ack_seq, seq) || buf_push(&s->ack_ns, now_ns())) : buf_push(&s->failed, seq)) s->oom = 1;
+    return 1;
+}
+
+/* NATS: a reply to publish `seq` (its reply subject's last token), stamped now. A PubAck is a JSON object without
+   "error"; anything else (an error object, a status message such as 503 no responders) fails the publish. A reply to
+   a publish no longer awaited (expired, or from before a reconnect) is ignored. */
+static void nats_answer(Sender *s, const char *subject, size_t len, int ok) {
+    if (len <= s->inbox_len + 1 || memcmp(subject, s->inbox, s->inbox_len) != 0 || subject[s->inbox_len] != '.')
+        return;
+    int64_t seq = 0;
+    for (size_t i = s->inbox_len + 1; i < len; i++) {
+        if (subject[i] < '0' || subject[i] > '9') return;
+        seq = seq * 10 + (subject[i] - '0');
+    }
+    if (seq < s->nats_low || seq >= s->nats_next) return;
+    nats_slot *slot = &s->ring[seq % (s->depth + 1)];
+    if (!slot->pending) return;
+    slot->pending = 0;
+    if (ok ? (buf_push(&s->ack_seq, seq) || buf_push(&s->ack_ns, now_ns())) : buf_push(&s->failed, seq)) s->oom = 1;
+    nats_advance(s, INT64_MIN);
+}
+
+/* Split a protocol line (without its CRLF) into at most `max` space-separated tokens; returns how many. */
+static int tokens(char *line, size_t len, char **tok, size_t *tok_len, int max) {
+    int n = 0;
+    size_t i = 0;
+    while (i < len && n < max) {
+        while (i < len && (line[i] == ' ' || line[i] == '\t')) i++;
+        if (i == len) break;
+        tok[n] = line + i;
+        while (i < len && line[i] != ' ' && line[i] != '\t') i++;
+        tok_len[n] = (size_t)(line + i - tok[n]);
+        n++;
+    }
+    return n;
+}
+
+/* NATS: the next complete protocol message from the server. 1 = taken, -1 = incomplete, -2 = protocol error. */
+static int nats_reply(Sender *s) {
+    char *p = s->in + s->in_pos, *end = s->in + s->in_len;
+    char *crlf = memmem(p, (size_t)(end - p), "\r\n", 2);
+    if (!crlf) return -1;
+    size_t line = (size_t)(crlf + 2 - p), n = (size_t)(crlf - p);
+    if ((n > 4 && !memcmp(p, "MSG ", 4)) || (n > 5 && !memcmp(p, "HMSG ", 5))) {
+        /* MSG <subject> <sid> [reply-to] <#bytes>; HMSG <subject> <sid> [reply-to] <#header bytes> <#total bytes> */
+        char *tok[6];
+        size_t tok_len[6];
+        int count = tokens(p, n, tok, tok_len, 6), headers = p[0] == 'H';
+        if (count < 4 + headers) return -2;
+        long body = strtol(tok[count - 1], NULL, 10);
+        if (body < 0) return -2;
+        if ((size_t)(end - p) < line + (size_t)body + 2) return -1;
+        const char *data = crlf + 2;
+        int ok = !headers && body > 0 && data[0] == '{' && !memmem(data, (size_t)body, "\"error\"", 7);
+        nats_answer(s, tok[1], tok_len[1], ok);
+        s->in_pos += line + (size_t)body + 2;
+        return 1;
+    }
+    if (n == 4 && !memcmp(p, "PING", 4)) { /* the server's keep-alive: answered with the next write */
+        if (out_reserve(s, 6) == 0) {
+            memcpy(s->out + s->out_len, "PONG\r\n", 6);
+            s->out_len += 6;
+        } else {
+            s->oom = 1;
+        }
+    } else if (n >= 4 && !memcmp(p, "-ERR", 4)) {
+        snprintf(s->error, sizeof s->error, "NATS: %.*s", (int)(n > 400 ? 400 : n), p);
+    } else if (!((n == 4 && !memcmp(p, "PONG", 4)) || (n == 3 && !memcmp(p, "+OK", 3)) || (n > 5 && !memcmp(p, "INFO ", 5)))) {
+        return -2;
+    }
+    s->in_pos += line;
+    return 1;
+}
+
+/* Read the replies that have arrived; with `block`, wait up to timeout_ms (-1: the socket's timeout) for at
+   least one. Each reply is stamped as it is read. */
+static void conn_read(Sender *s, int block, int timeout_ms) {
     int got_one = 0;
     while (s->fd >= 0 && in_flight(s) > 0) {
-        int r = resp_next(s);
-        if (r == 1 || r == 0) {
-            int64_t seq = s->pending.data[s->pending_head++];
-            if (r == 1) {
-                if (buf_push(&s->ack_seq, seq) || buf_push(&s->ack_ns, now_ns())) s->oom = 1;
-            } else if (buf_push(&s->failed, seq)) {
-                s->oom = 1;
-            }
+        int r = s->kind == KIND_NATS ? nats_reply(s) : redis_reply(s);
+        if (r == 1) {
             got_one = 1;
             continue;
         }
         if (r == -2) {
-            snprintf(s->error, sizeof s->error, "unexpected reply type from Redis: %c", s->in[s->in_pos]);
-            redis_broken(s);
+            snprintf(s->error, sizeof s->error, "unexpected reply from %s: %.40s", s->kind == KIND_NATS ? "NATS" : "Redis",
+                     s->in + s->in_pos);
+            conn_broken(s);
             return;
         }
         /* incomplete: keep the partial reply at the front and read more */
@@ -357,14 +487,14 @@ static void redis_read(Sender *s, int block, int timeout_ms) {
         ssize_t n = recv(s->fd, s->in + s->in_len, s->in_cap - s->in_len, wait ? 0 : MSG_DONTWAIT);
         if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
             if (!wait) return;
-            /* a blocking read that timed out (SO_RCVTIMEO): Redis did not answer in time */
+            /* a blocking read that timed out (SO_RCVTIMEO): the broker did not answer in time */
             snprintf(s->error, sizeof s->error, "Redis did not answer within the socket timeout");
-            redis_broken(s);
+            conn_broken(s);
             return;
         }
         if (n < 0 && errno == EINTR) continue;
         if (n <= 0) {
-            redis_broken(s);
+            conn_broken(s);
             return;
         }
         s->in_len += (size_t)n;
@@ -378,35 +508,39 @@ static void redis_read(Sender *s, int block, int timeout_ms) {
 }
 
 /* Write what is buffered and take the replies that have arrived, without waiting. */
-static void redis_pump(Sender *s) {
+static void conn_pump(Sender *s) {
     if (s->fd < 0) {
-        redis_broken(s);
+        if (s->kind == KIND_REDIS) conn_broken(s);
         return;
     }
-    if (s->out_len) redis_write(s);
-    redis_read(s, 0, 0);
+    if (s->out_len) conn_write(s);
+    conn_read(s, 0, 0);
 }
 
 /* Write everything and wait up to timeout_ms for every reply. */
-static void redis_drain(Sender *s, int timeout_ms) {
+static void conn_drain(Sender *s, int timeout_ms) {
     int64_t deadline = now_ns() + (int64_t)timeout_ms * 1000000LL;
-    redis_pump(s);
+    conn_pump(s);
     while (s->fd >= 0 && in_flight(s) > 0) {
         int64_t left = deadline - now_ns();
         if (left <= 0) break;
-        redis_read(s, 1, (int)(left / 1000000LL) + 1);
+        conn_read(s, 1, (int)(left / 1000000LL) + 1);
+        if (s->out_len) conn_write(s); /* a PONG */
     }
 }
 
-static int out_reserve(Sender *s, size_t more) {
-    if (s->out_len + more <= s->out_cap) return 0;
-    size_t cap = s->out_cap ? s->out_cap : 1 << 16;
-    while (cap < s->out_len + more) cap *= 2;
-    char *out = realloc(s->out, cap);
-    if (!out) return -1;
-    s->out = out;
-    s->out_cap = cap;
-    return 0;
+/* The window is full: write, then wait for replies until it has room again. A NATS publish awaited longer than
+   ACK_TIMEOUT_NS is given up (see nats_advance). */
+static void wait_for_room(Sender *s) {
+    while (in_flight(s) >= s->depth && s->fd >= 0) {
+        if (s->out_len) conn_write(s);
+        if (s->kind == KIND_NATS) {
+            conn_read(s, 1, 100);
+            nats_advance(s, now_ns() - ACK_TIMEOUT_NS);
+        } else {
+            conn_read(s, 1, -1);
+        }
+    }
 }
 
 /* Serve Kafka's acknowledgements, waiting up to timeout_ms. With the acknowledgement thread running, it
@@ -418,10 +552,10 @@ static void serve(Sender *s, int timeout_ms) {
         sleep_ns((int64_t)timeout_ms * 1000000LL);
 }
 
-/* Redis: write what is buffered, then wait on the socket until `until`, reading (and stamping) each reply
-   as it arrives. With nothing in flight there is nothing to wait for: sleep. */
-static void redis_wait(Sender *s, int64_t until) {
-    redis_pump(s);
+/* Redis and NATS: write what is buffered, then wait on the socket until `until`, reading (and stamping) each
+   reply as it arrives. With nothing in flight there is nothing to wait for: sleep. */
+static void conn_wait(Sender *s, int64_t until) {
+    conn_pump(s);
     for (;;) {
         int64_t left = until - now_ns();
         if (left <= 0) return;
@@ -437,7 +571,8 @@ static void redis_wait(Sender *s, int64_t until) {
             if (errno == EINTR) continue;
             return;
         }
-        redis_read(s, 0, 0); /* what has arrived, stamped now; a hang-up shows as a failed read */
+        conn_read(s, 0, 0); /* what has arrived, stamped now; a hang-up shows as a failed read */
+        if (s->out_len) conn_write(s); /* a PONG */
     }
 }
 
@@ -453,8 +588,8 @@ static int spin_if_close(int64_t target) { /* 1 when the target is reached */
 
 static void wait_until(Sender *s, int64_t target) {
     while (!spin_if_close(target)) {
-        if (s->kind == KIND_REDIS) {
-            redis_wait(s, target - SPIN_NS);
+        if (s->kind != KIND_KAFKA) {
+            conn_wait(s, target - SPIN_NS);
             continue;
         }
         int64_t remaining = target - now_ns();
@@ -470,10 +605,55 @@ static void wait_until(Sender *s, int64_t target) {
 
 /* Serve what has arrived without waiting, where no other thread does. */
 static void serve_now(Sender *s) {
-    if (s->kind == KIND_REDIS)
-        redis_pump(s);
+    if (s->kind != KIND_KAFKA)
+        conn_pump(s);
     else if (!s->acker_running && !s->single)
         serve(s, 0);
+}
+
+static int nats_connect(Sender *s);
+
+/* NATS: buffer `PUB <subject> <inbox>.<seq> <#bytes>` with the body the Python driver sends (one byte with the
+   header's length, the header, the payload), and wait for room in the window. While the connection is lost the
+   send fails at once; it is made again from reconnect_at on. */
+static int nats_send(Sender *s, int64_t seq, int partition, const char *header, const char *payload, Py_ssize_t len) {
+    if (s->fd < 0 && now_ns() >= s->reconnect_at && nats_connect(s) < 0) s->reconnect_at = now_ns() + RECONNECT_NS;
+    if (!s->nats_started || seq != s->nats_next) { /* the ring starts at the first seq sent; seqs run on by one */
+        for (int64_t q = s->nats_low; s->nats_started && q < s->nats_next; q++) s->ring[q % (s->depth + 1)].pending = 0;
+        s->nats_low = s->nats_next = seq;
+        s->nats_started = 1;
+    }
+    if (s->fd < 0) {
+        s->nats_low = s->nats_next = seq + 1; /* nothing is awaited while the connection is lost */
+        if (buf_push(&s->failed, seq)) s->oom = 1;
+        return 0;
+    }
+    char line[64];
+    int line_len = snprintf(line, sizeof line, "%lld %zd\r\n", (long long)seq, len + 1 + HEADER_BYTES);
+    size_t total = s->prefix_len[partition] + (size_t)line_len + 1 + HEADER_BYTES + (size_t)len + 2;
+    if (out_reserve(s, total)) {
+        snprintf(s->error, sizeof s->error, "out of memory");
+        return -1;
+    }
+    char *o = s->out + s->out_len;
+    memcpy(o, s->prefix[partition], s->prefix_len[partition]);
+    o += s->prefix_len[partition];
+    memcpy(o, line, (size_t)line_len);
+    o += line_len;
+    *o++ = (char)HEADER_BYTES;
+    memcpy(o, header, HEADER_BYTES);
+    o += HEADER_BYTES;
+    memcpy(o, payload, (size_t)len);
+    o += len;
+    memcpy(o, "\r\n", 2);
+    s->out_len += total;
+    nats_slot *slot = &s->ring[seq % (s->depth + 1)];
+    slot->pending = 1;
+    slot->sent_ns = now_ns();
+    s->nats_next = seq + 1;
+    if (s->out_len >= 16384 || s->depth == 1) conn_write(s); /* single mode: written at once, then waited for */
+    wait_for_room(s);
+    return 0;
 }
 
 /* Hand one message over. Returns 0, or -1 with s->error set. */
@@ -496,6 +676,7 @@ static int send_one(Sender *s, int64_t seq, int64_t intended, const char *payloa
         if (s->single) rk.flush(s->rk, 30000);
         return 0;
     }
+    if (s->kind == KIND_NATS) return nats_send(s, seq, partition, header, payload, len);
     char tail[48];
     int tail_len = snprintf(tail, sizeof tail, "\r\n$1\r\nd\r\n$%zd\r\n", len);
     if (out_reserve(s, s->prefix_len[partition] + HEADER_BYTES + (size_t)tail_len + (size_t)len + 2) ||
@@ -514,13 +695,9 @@ static int send_one(Sender *s, int64_t seq, int64_t intended, const char *payloa
     o += len;
     memcpy(o, "\r\n", 2);
     s->out_len += s->prefix_len[partition] + HEADER_BYTES + (size_t)tail_len + (size_t)len + 2;
-    if (s->out_len >= 16384) redis_write(s); /* behind schedule: do not hold a full buffer back */
-    /* The window is full: write, then wait for replies until it has room again. */
-    while (in_flight(s) >= s->depth && s->fd >= 0) {
-        if (s->out_len) redis_write(s);
-        redis_read(s, 1, -1);
-    }
-    if (s->fd < 0) redis_broken(s);
+    if (s->out_len >= 16384) conn_write(s); /* behind schedule: do not hold a full buffer back */
+    wait_for_room(s);
+    if (s->fd < 0) conn_broken(s);
     return 0;
 }
 
@@ -749,7 +926,7 @@ static PyObject *Sender_flush(Sender *s, PyObject *args) {
         left = rk.outq_len(s->rk);
         Py_END_ALLOW_THREADS
     } else {
-        Py_BEGIN_ALLOW_THREADS redis_drain(s, (int)(timeout_s * 1000));
+        Py_BEGIN_ALLOW_THREADS conn_drain(s, (int)(timeout_s * 1000));
         left = in_flight(s);
         Py_END_ALLOW_THREADS
     }
@@ -766,10 +943,11 @@ static void sender_close(Sender *s) {
         s->rkt = NULL;
     }
     if (s->fd >= 0) {
-        redis_drain(s, 5000);
+        conn_drain(s, 5000);
         close(s->fd);
         s->fd = -1;
     }
+    s->reconnect_at = INT64_MAX; /* closed: a NATS sender does not connect again */
 }
 
 static PyObject *Sender_close(Sender *s, PyObject *Py_UNUSED(ignored)) {
@@ -799,6 +977,9 @@ static void Sender_dealloc(Sender *s) {
     PyMem_RawFree(s->payload);
     PyMem_RawFree(s->payload_len);
     PyMem_RawFree(s->cycle_offsets);
+    PyMem_RawFree(s->ring);
+    PyMem_RawFree(s->inbox);
+    PyMem_RawFree(s->host);
     Py_XDECREF(s->objects);
     Py_XDECREF(s->encode);
     Py_TYPE(s)->tp_free((PyObject *)s);
@@ -869,6 +1050,153 @@ static PyObject *kafka_sender(PyObject *self, PyObject *args) {
     return (PyObject *)s;
 }
 
+/* A TCP connection to host:port with TCP_NODELAY and read and write timeouts; -1 with `err` set. Call without the
+   GIL. */
+static int tcp_connect(const char *host, int port, double timeout_s, char *err, size_t err_size) {
+    char portstr[16];
+    snprintf(portstr, sizeof portstr, "%d", port);
+    struct addrinfo hints = {0}, *found = NULL;
+    hints.ai_family = AF_UNSPEC;
+    hints.ai_socktype = SOCK_STREAM;
+    int gai = getaddrinfo(host, portstr, &hints, &found);
+    if (gai != 0) {
+        snprintf(err, err_size, "cannot resolve %s: %s", host, gai_strerror(gai));
+        return -1;
+    }
+    int fd = -1, why = 0;
+    for (struct addrinfo *a = found; a && fd < 0; a = a->ai_next) {
+        fd = socket(a->ai_family, a->ai_socktype, a->ai_protocol);
+        if (fd < 0) continue;
+        if (connect(fd, a->ai_addr, a->ai_addrlen) != 0) {
+            why = errno;
+            close(fd);
+            fd = -1;
+        }
+    }
+    freeaddrinfo(found);
+    if (fd < 0) {
+        snprintf(err, err_size, "%s", strerror(why));
+        return -1;
+    }
+    int one = 1;
+    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+    struct timeval tv = {(time_t)timeout_s, (suseconds_t)((timeout_s - (double)(time_t)timeout_s) * 1e6)};
+    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+    setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
+    return fd;
+}
+
+/* NATS: read from the new connection until `want` has come (a whole line of it); 0, or -1 with s->error set. */
+static int nats_expect(Sender *s, int fd, const char *want) {
+    char buf[8192];
+    size_t got = 0;
+    for (;;) {
+        ssize_t n = recv(fd, buf + got, sizeof buf - 1 - got, 0);
+        if (n <= 0) {
+            snprintf(s->error, sizeof s->error, "NATS did not answer (%s)", n < 0 ? strerror(errno) : "closed");
+            return -1;
+        }
+        got += (size_t)n;
+        buf[got] = 0;
+        char *err = strstr(buf, "-ERR");
+        if (err) {
+            snprintf(s->error, sizeof s->error, "NATS refused the connection: %.200s", err);
+            return -1;
+        }
+        if (!strcmp(want, "INFO ") && !strncmp(buf, "INFO ", 5) && strstr(buf, "\r\n")) {
+            if (strstr(buf, "\"tls_required\":true") || strstr(buf, "\"auth_required\":true")) {
+                snprintf(s->error, sizeof s->error, "the NATS server requires TLS or authentication");
+                return -1;
+            }
+            return 0;
+        }
+        if (strcmp(want, "INFO ") && strstr(buf, want)) return 0;
+        if (got == sizeof buf - 1) memmove(buf, buf + got / 2, got - got / 2), got -= got / 2; /* keep the tail */
+    }
+}
+
+/* NATS: connect, introduce this client (no echo of +OK; headers so that a status reply names itself), subscribe to
+   the inbox every PubAck is addressed to, and wait for the PONG that says the server took all of it. 0, or -1 with
+   s->error set; the connection is s->fd. Called without the GIL, or while the loop holds it (a reconnect). */
+static int nats_connect(Sender *s) {
+    char err[256];
+    int fd = tcp_connect(s->host, s->port, s->timeout_s, err, sizeof err);
+    if (fd < 0) {
+        snprintf(s->error, sizeof s->error, "cannot connect to NATS at %s:%d: %s", s->host, s->port, err);
+        return -1;
+    }
+    char hello[512];
+    int n = snprintf(hello, sizeof hello,
+                     "CONNECT {\"verbose\":false,\"pedantic\":false,\"tls_required\":false,\"name\":\"brokerbench\","
+                     "\"lang\":\"c\",\"version\":\"1\",\"protocol\":1,\"headers\":true,\"no_responders\":true}\r\n"
+                     "SUB %s.* 1\r\nPING\r\n",
+                     s->inbox);
+    if (nats_expect(s, fd, "INFO ") < 0 || send(fd, hello, (size_t)n, MSG_NOSIGNAL) != n ||
+        nats_expect(s, fd, "PONG\r\n") < 0) {
+        if (!s->error[0]) snprintf(s->error, sizeof s->error, "NATS: the connection was lost while it was made");
+        close(fd);
+        return -1;
+    }
+    s->fd = fd;
+    s->in_len = s->in_pos = s->out_len = 0;
+    s->error[0] = 0;
+    return 0;
+}
+
+/* nats_sender(host: str, port: int, subjects: list[bytes], depth: int, timeout_s=5.0) */
+static PyObject *nats_sender(PyObject *self, PyObject *args) {
+    const char *host;
+    int port, depth;
+    PyObject *subjects;
+    double timeout_s = 5.0;
+    if (!PyArg_ParseTuple(args, "siO!i|d", &host, &port, &PyList_Type, &subjects, &depth, &timeout_s)) return NULL;
+    if (timeout_s <= 0) return PyErr_Format(PyExc_ValueError, "timeout_s: must be positive");
+    int partitions = (int)PyList_GET_SIZE(subjects);
+    if (partitions < 1) return PyErr_Format(PyExc_ValueError, "subjects: at least one subject is needed");
+    if (depth < 1) return PyErr_Format(PyExc_ValueError, "depth: must be at least 1, got %d", depth);
+    Sender *s = sender_new(KIND_NATS, partitions);
+    if (!s) return NULL;
+    s->depth = depth;
+    s->timeout_s = timeout_s;
+    s->port = port;
+    s->host = PyMem_RawMalloc(strlen(host) + 1);
+    s->inbox = PyMem_RawMalloc(64);
+    s->ring = PyMem_RawCalloc((size_t)depth + 1, sizeof(nats_slot));
+    s->prefix = PyMem_RawCalloc((size_t)partitions, sizeof(char *));
+    s->prefix_len = PyMem_RawCalloc((size_t)partitions, sizeof(size_t));
+    s->in_cap = 1 << 16;
+    s->in = malloc(s->in_cap);
+    if (!s->host || !s->inbox || !s->ring || !s->prefix || !s->prefix_len || !s->in) {
+        Py_DECREF(s);
+        return PyErr_NoMemory();
+    }
+    strcpy(s->host, host);
+    s->inbox_len = (size_t)snprintf(s->inbox, 64, "_INBOX.bb%x%llx", (unsigned)getpid(), (unsigned long long)now_ns());
+    for (int i = 0; i < partitions; i++) {
+        PyObject *subject = PyList_GET_ITEM(subjects, i);
+        if (!PyBytes_Check(subject) || PyBytes_GET_SIZE(subject) < 1 || PyBytes_GET_SIZE(subject) > 255 ||
+            memchr(PyBytes_AS_STRING(subject), ' ', (size_t)PyBytes_GET_SIZE(subject))) {
+            Py_DECREF(s);
+            return PyErr_Format(PyExc_ValueError, "subjects[%d]: must be bytes of 1 to 255, without spaces", i);
+        }
+        s->prefix[i] = PyMem_RawMalloc(400);
+        if (!s->prefix[i]) {
+            Py_DECREF(s);
+            return PyErr_NoMemory();
+        }
+        s->prefix_len[i] = (size_t)snprintf(s->prefix[i], 400, "PUB %.*s %s.", (int)PyBytes_GET_SIZE(subject),
+                                            PyBytes_AS_STRING(subject), s->inbox);
+    }
+    int rc;
+    Py_BEGIN_ALLOW_THREADS rc = nats_connect(s);
+    Py_END_ALLOW_THREADS if (rc < 0) {
+        PyObject *err = PyErr_Format(PyExc_OSError, "%s", s->error);
+        Py_DECREF(s);
+        return err;
+    }
+    return (PyObject *)s;
+}
+
 static int redis_command(Sender *s, const char *command, size_t len, char *reply, size_t reply_size) {
     size_t off = 0;
     while (off < len) {
@@ -927,39 +1255,14 @@ static PyObject *redis_sender(PyObject *self, PyObject *args) {
         int tail = snprintf(s->prefix[i] + head + klen, 32, "\r\n$1\r\n*\r\n$1\r\nh\r\n$%d\r\n", HEADER_BYTES);
         s->prefix_len[i] = (size_t)(head + klen + tail);
     }
-    char portstr[16];
-    snprintf(portstr, sizeof portstr, "%d", port);
-    struct addrinfo hints = {0}, *found = NULL;
-    hints.ai_family = AF_UNSPEC;
-    hints.ai_socktype = SOCK_STREAM;
-    int gai;
-    Py_BEGIN_ALLOW_THREADS gai = getaddrinfo(host, portstr, &hints, &found);
-    Py_END_ALLOW_THREADS if (gai != 0) {
+    char err[256];
+    int fd;
+    Py_BEGIN_ALLOW_THREADS fd = tcp_connect(host, port, timeout_s, err, sizeof err);
+    Py_END_ALLOW_THREADS if (fd < 0) {
         Py_DECREF(s);
-        return PyErr_Format(PyExc_OSError, "cannot resolve %s: %s", host, gai_strerror(gai));
+        return PyErr_Format(PyExc_OSError, "cannot connect to Redis at %s:%d: %s", host, port, err);
     }
-    int connected = 0;
-    for (struct addrinfo *a = found; a && !connected; a = a->ai_next) {
-        int fd = socket(a->ai_family, a->ai_socktype, a->ai_protocol);
-        if (fd < 0) continue;
-        int rc;
-        Py_BEGIN_ALLOW_THREADS rc = connect(fd, a->ai_addr, a->ai_addrlen);
-        Py_END_ALLOW_THREADS if (rc == 0) {
-            s->fd = fd;
-            connected = 1;
-        }
-        else close(fd);
-    }
-    freeaddrinfo(found);
-    if (!connected) {
-        Py_DECREF(s);
-        return PyErr_Format(PyExc_OSError, "cannot connect to Redis at %s:%d: %s", host, port, strerror(errno));
-    }
-    int one = 1;
-    setsockopt(s->fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-    struct timeval tv = {(time_t)timeout_s, (suseconds_t)((timeout_s - (double)(time_t)timeout_s) * 1e6)};
-    setsockopt(s->fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
-    setsockopt(s->fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
+    s->fd = fd;
     if (password) {
         char command[1024], reply[256];
         size_t plen = strlen(password);
@@ -1096,6 +1399,8 @@ static PyMethodDef module_methods[] = {
     {"kafka_sender", kafka_sender, METH_VARARGS, "kafka_sender(config, topic, partitions, single) -> Sender"},
     {"redis_sender", redis_sender, METH_VARARGS,
      "redis_sender(host, port, password, keys, depth, timeout_s=30.0) -> Sender"},
+    {"nats_sender", nats_sender, METH_VARARGS,
+     "nats_sender(host, port, subjects, depth, timeout_s=5.0) -> Sender: JetStream publishes, each PubAck awaited"},
     {"timed_decode", timed_decode, METH_VARARGS,
      "timed_decode(decode, messages, headers) -> bytes of (t0, t1, partition, length) int64 per message"},
     {"schedule_probe", schedule_probe, METH_VARARGS,

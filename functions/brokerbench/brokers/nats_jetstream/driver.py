@@ -7,7 +7,9 @@ loop and, where it needs an answer, waits for it.
 A cell's stream is named after its topic and holds the subjects `<topic>.<lane>`, one per lane. The worker's
 header travels at the start of the message body, after one byte with its length (NATS headers are text, parsed per
 message). Batch mode keeps up to `nats_max_in_flight` publishes awaiting their PubAck, single mode one; a full
-window makes the next send wait.
+window makes the next send wait. The native send loop (`native_sender`, brokerbench.native) publishes the same way on
+a plain NATS connection of its own (PUB with a reply subject per message, the PubAck read from its socket): nats-py's
+asyncio publish path reached about a fifth of `nats bench` on the same server.
 
 Each consumer process creates a durable pull consumer on the stream for its lanes (filter subjects), named after
 the group and the lanes, acknowledgement policy "all": acknowledging a message acknowledges every earlier one of
@@ -27,6 +29,7 @@ import re
 import threading
 import time
 from collections import deque
+from urllib.parse import urlsplit
 
 import nats
 from nats.errors import Error as NatsError
@@ -223,12 +226,26 @@ class NatsJetStreamDriver:
         pass
 
     # -- producers and consumers ------------------------------------------------------------------------------
+    def in_flight_window(self, mode: str) -> int:
+        """How many publishes a producer keeps awaiting their PubAck: `nats_max_in_flight`, single mode one."""
+        return self.client["nats_max_in_flight"] if mode == "batch" else 1
+
     def producer(self, topic: str, partitions: int, mode: str, on_ack: OnAck) -> NatsProducer:
-        window = self.client["nats_max_in_flight"] if mode == "batch" else 1
-        return NatsProducer(self.endpoint["url"], [subject(topic, p) for p in range(partitions)], window, on_ack)
+        return NatsProducer(self.endpoint["url"], [subject(topic, p) for p in range(partitions)],
+                            self.in_flight_window(mode), on_ack)
 
     def native_sender(self, topic: str, partitions: int, mode: str):
-        raise native.Unsupported("the native send loop speaks librdkafka and RESP; NATS runs the Python loop")
+        """The native send loop on a plain NATS connection of its own: the same subjects, body and window as
+        `producer`, each PubAck read (and stamped) as it arrives on the loop's own socket."""
+        url = urlsplit(self.endpoint["url"])
+        if url.scheme not in ("nats", "") or url.username or url.password:
+            raise native.Unsupported("the native loop speaks plain NATS without credentials")
+        try:
+            return native.nats_sender(url.hostname or "127.0.0.1", url.port or 4222,
+                                      [subject(topic, p).encode() for p in range(partitions)],
+                                      self.in_flight_window(mode), CONNECT_TIMEOUT_S)
+        except OSError as exc:
+            raise BrokerUnavailable(f"NATS at {self.endpoint['url']}: {exc}") from None
 
     def consumer(self, topic: str, group: str, partitions: list[int]) -> NatsConsumer:
         return NatsConsumer(self.endpoint["url"], topic, durable_name(group, partitions), partitions,

@@ -1,6 +1,16 @@
-"""Apache Pulsar end to end on the local standalone: every format in both modes, and a non-persistent cell."""
+"""Apache Pulsar end to end on the local standalone: every format in both modes (on the native send loop, and on the
+Python loop), a non-persistent cell, and the native loop's producers: what the partitions hold, each receipt taken
+once, one in flight in single mode."""
 
+import time
+
+import numpy as np
+import pulsar
+
+from brokerbench import native, spec
+from brokerbench.registry import get_driver
 from brokerbench.reports.results import build_results
+from brokerbench.worker.framing import unpack_many
 from inline_run import execute_run
 from steady import assert_sent_on_schedule
 
@@ -29,7 +39,7 @@ def test_every_format_in_both_modes_arrives_whole_and_the_broker_count_reconcile
         assert cell["broker_count"]["difference"] == 0 and cell["broker_count"]["observed"] > cell["sent"]
         assert 0 < cell["end_to_end_latency_us"]["p50"] < 1_000_000 and cell["publish_latency_us"]["p50"] > 0
     ends = [e["data"] for e in events if e["type"] == "CellCompleted"]
-    assert all(end["send_loop"] == "python" for end in ends)  # no native loop for Pulsar: the fallback ran
+    assert all(end["send_loop"] == "native" for end in ends)  # the default where the native loop is built
     backlogs = [e["data"]["backlog"] for e in events if e["type"] == "IntervalMeasured"]
     assert all(isinstance(b, int) for b in backlogs) and backlogs[-1] == 0  # counted by the broker, drained
     target = results["environment"]["brokers"]["pulsar"]
@@ -51,3 +61,73 @@ def test_a_non_persistent_cell_delivers_everything_and_claims_no_broker_count(ex
     assert cell["broker_count"] is None  # a non-persistent topic stores nothing to count
     assert all(e["data"]["backlog"] is None for e in events if e["type"] == "IntervalMeasured")
     assert events[1]["data"]["targets"]["pulsar"]["settings"]["persistence"]["topic_type"] == "non-persistent"
+
+
+def test_the_python_loop_serves_the_same_cells(extra_brokers, store, monkeypatch):
+    """Where the native loop is not built the Python loop over pulsar-client runs: the same cells, counted alike."""
+    monkeypatch.setenv("BROKERBENCH_SEND_LOOP", "python")  # the cell's processes start with the worker's environment
+    endpoints = extra_brokers("pulsar")
+    request = {**TINY, "name": "it-pulsar-python", "formats": ["json", "raw"], "modes": ["batch", "single"]}
+    _, events, results = run(request, endpoints, store)
+    assert {e["data"]["send_loop"] for e in events if e["type"] == "CellCompleted"} == {"python"}
+    for cell in results["cells"]:
+        assert cell["status"] == "completed", cell.get("reason")
+        assert cell["sent"] == cell["received"] > 0 and cell["lost"] == cell["duplicated"] == 0
+        assert cell["broker_count"]["difference"] == 0
+
+
+def send_all(sender, count: int):
+    far = time.monotonic_ns() + 60_000_000_000
+    assert sender.send_until(0, count, far, far) == (count, native.module().STOP_LIMIT)
+    assert sender.flush(30) == 0
+    return [np.frombuffer(b, dtype=np.int64) for b in sender.take()]
+
+
+def test_the_native_loop_sends_each_message_to_its_partition_and_takes_each_receipt_once(extra_brokers):
+    """301 messages over three partitions with the client's batching on: each acknowledged once, none before it
+    was handed over, and each partition holds its messages in order, with the header and the payload (read back
+    with the Python client, independently of the loop)."""
+    endpoint = extra_brokers("pulsar")["pulsar"]
+    client_settings = spec.validate({"brokers": ["pulsar"], "sizes": [512], "rates": [100], "formats": ["raw"]})["client"]
+    driver = get_driver("pulsar", endpoint, client_settings)
+    topic = f"bb-native-{time.monotonic_ns()}"
+    driver.create_topic(topic, 3)
+    try:
+        sender = driver.native_sender(topic, 3, "batch")
+        pool = [bytes([i]) * (300 + i) for i in range(5)]
+        sender.configure(pool, None, 4, time.monotonic_ns(), 0.0)
+        _, handed, acked, acked_ns, failed = send_all(sender, 301)
+        sender.close()
+        assert failed.size == 0 and sorted(acked.tolist()) == list(range(301))
+        assert (acked_ns >= handed[acked]).all()
+        client = pulsar.Client(endpoint["service_url"], listener_name=endpoint.get("listener_name"))
+        try:
+            for lane, name in enumerate(driver.partitions_of(topic, range(3))):
+                reader = client.create_reader(name, pulsar.MessageId.earliest)
+                bodies = [reader.read_next(10_000).data() for _ in range(len(range(lane, 301, 3)))]
+                assert not reader.has_message_available()
+                frames = unpack_many([body[1:21] for body in bodies])
+                assert frames["seq"].tolist() == list(range(lane, 301, 3)) and set(frames["producer"].tolist()) == {4}
+                assert [body[21:] for body in bodies] == [pool[seq % 5] for seq in frames["seq"].tolist()]
+        finally:
+            client.close()
+    finally:
+        driver.delete_topic(topic, 3)
+
+
+def test_the_native_loop_in_single_mode_keeps_one_message_in_flight(extra_brokers):
+    endpoint = extra_brokers("pulsar")["pulsar"]
+    client_settings = spec.validate({"brokers": ["pulsar"], "sizes": [512], "rates": [100], "formats": ["raw"]})["client"]
+    driver = get_driver("pulsar", endpoint, client_settings)
+    topic = f"bb-native-single-{time.monotonic_ns()}"
+    driver.create_topic(topic, 1)
+    try:
+        sender = driver.native_sender(topic, 1, "single")
+        sender.configure([b"abc"], None, 0, time.monotonic_ns(), 0.0)
+        _, handed, acked, acked_ns, failed = send_all(sender, 30)
+        sender.close()
+        assert failed.size == 0 and acked.tolist() == list(range(30))
+        assert (handed[1:] >= acked_ns[:-1]).all()  # each handed over after the previous one's receipt came
+        assert driver.message_count(topic, 1) == 30
+    finally:
+        driver.delete_topic(topic, 1)

@@ -3,7 +3,7 @@
 `BROKERBENCH_SEND_LOOP` chooses: `auto` (the default: native where it is built and the endpoint
 allows it, else the Python loop), `native` (fail rather than fall back) or `python`.
 The native loop needs its extension built (`make setup` does) and, for Kafka, the librdkafka that
-confluent-kafka loaded; it does not do Redis TLS, MSK IAM tokens, or NATS TLS and authentication (they stay on
+confluent-kafka loaded (Pulsar: the libpulsar that pulsar-client loaded); it does not do Redis TLS, MSK IAM tokens, or NATS TLS and authentication (they stay on
 the Python loop).
 """
 
@@ -61,16 +61,28 @@ def module():
     return _sendloop
 
 
+def loaded_library(fragment: str) -> str:
+    """The file of the shared library whose name holds `fragment`, as mapped into this process."""
+    with open("/proc/self/maps") as maps:
+        for line in maps:
+            path = line.split()[-1]
+            if fragment in path and ".so" in path:
+                return path
+    raise Unsupported(f"no {fragment} is mapped in this process")
+
+
 def rdkafka_path() -> str:
     """The file of the librdkafka that confluent-kafka's extension loaded into this process."""
     import confluent_kafka.cimpl  # noqa: F401  (loads librdkafka)
 
-    with open("/proc/self/maps") as maps:
-        for line in maps:
-            path = line.split()[-1]
-            if "librdkafka" in path and ".so" in path:
-                return path
-    raise Unsupported("confluent-kafka's librdkafka is not mapped in this process")
+    return loaded_library("librdkafka")
+
+
+def pulsar_path() -> str:
+    """The file of the libpulsar that pulsar-client's extension loaded into this process (its C API is exported)."""
+    import _pulsar  # noqa: F401  (loads libpulsar)
+
+    return loaded_library("libpulsar")
 
 
 def kafka_sender(config: dict, topic: str, partitions: int, single: bool):
@@ -85,3 +97,10 @@ def redis_sender(host: str, port: int, password: str | None, keys: list[bytes], 
 
 def nats_sender(host: str, port: int, subjects: list[bytes], depth: int, timeout_s: float = 5.0):
     return module().nats_sender(host, port, subjects, depth, timeout_s)
+
+
+def pulsar_sender(service_url: str, listener_name: str | None, topics: list[str], settings: dict, single: bool,
+                  timeout_s: int = 30):
+    native = module()
+    native.load_pulsar(pulsar_path())
+    return native.pulsar_sender(service_url, listener_name, topics, settings, single, timeout_s)

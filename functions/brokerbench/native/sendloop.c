@@ -115,6 +115,84 @@ static PyObject *load_rdkafka(PyObject *self, PyObject *args) {
     return PyUnicode_FromString(rk.version);
 }
 
+/* ---- Pulsar's C API, resolved from the libpulsar that pulsar-client loaded ------------------------- */
+typedef struct pl_client pl_client;
+typedef struct pl_client_conf pl_client_conf;
+typedef struct pl_producer pl_producer;
+typedef struct pl_producer_conf pl_producer_conf;
+typedef struct pl_message pl_message;
+typedef struct pl_message_id pl_message_id;
+typedef void (*pl_send_cb)(int result, pl_message_id *id, void *ctx);
+typedef void (*pl_logger)(int level, const char *file, int line, const char *message, void *ctx);
+static struct {
+    int loaded;
+    pl_client_conf *(*client_conf_create)(void);
+    void (*client_conf_free)(pl_client_conf *);
+    void (*client_conf_set_timeout)(pl_client_conf *, int);
+    void (*client_conf_set_listener)(pl_client_conf *, const char *);
+    void (*client_conf_set_logger)(pl_client_conf *, pl_logger, void *);
+    pl_client *(*client_create)(const char *, const pl_client_conf *);
+    int (*client_create_producer)(pl_client *, const char *, const pl_producer_conf *, pl_producer **);
+    int (*client_close)(pl_client *);
+    void (*client_free)(pl_client *);
+    pl_producer_conf *(*producer_conf_create)(void);
+    void (*producer_conf_free)(pl_producer_conf *);
+    void (*set_send_timeout)(pl_producer_conf *, int);
+    void (*set_max_pending)(pl_producer_conf *, int);
+    void (*set_block_if_queue_full)(pl_producer_conf *, int);
+    void (*set_batching_enabled)(pl_producer_conf *, int);
+    void (*set_batching_max_messages)(pl_producer_conf *, unsigned int);
+    void (*set_batching_max_bytes)(pl_producer_conf *, unsigned long);
+    void (*set_batching_max_delay_ms)(pl_producer_conf *, unsigned long);
+    pl_message *(*message_create)(void);
+    void (*message_free)(pl_message *);
+    void (*message_set_content)(pl_message *, const void *, size_t);
+    void (*message_id_free)(pl_message_id *);
+    void (*producer_send_async)(pl_producer *, pl_message *, pl_send_cb, void *);
+    int (*producer_close)(pl_producer *);
+    void (*producer_free)(pl_producer *);
+    const char *(*result_str)(int);
+} pl;
+
+static PyObject *load_pulsar(PyObject *self, PyObject *args) {
+    const char *path;
+    if (!PyArg_ParseTuple(args, "s", &path)) return NULL;
+    if (pl.loaded) Py_RETURN_NONE;
+    void *lib = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+    if (!lib) return PyErr_Format(PyExc_ImportError, "cannot load libpulsar from %s: %s", path, dlerror());
+#define RESOLVE(field, name)                                                                      \
+    if (!(*(void **)&pl.field = dlsym(lib, name))) return PyErr_Format(PyExc_ImportError, "%s has no %s", path, name);
+    RESOLVE(client_conf_create, "pulsar_client_configuration_create");
+    RESOLVE(client_conf_free, "pulsar_client_configuration_free");
+    RESOLVE(client_conf_set_timeout, "pulsar_client_configuration_set_operation_timeout_seconds");
+    RESOLVE(client_conf_set_listener, "pulsar_client_configuration_set_listener_name");
+    RESOLVE(client_conf_set_logger, "pulsar_client_configuration_set_logger");
+    RESOLVE(client_create, "pulsar_client_create");
+    RESOLVE(client_create_producer, "pulsar_client_create_producer");
+    RESOLVE(client_close, "pulsar_client_close");
+    RESOLVE(client_free, "pulsar_client_free");
+    RESOLVE(producer_conf_create, "pulsar_producer_configuration_create");
+    RESOLVE(producer_conf_free, "pulsar_producer_configuration_free");
+    RESOLVE(set_send_timeout, "pulsar_producer_configuration_set_send_timeout");
+    RESOLVE(set_max_pending, "pulsar_producer_configuration_set_max_pending_messages");
+    RESOLVE(set_block_if_queue_full, "pulsar_producer_configuration_set_block_if_queue_full");
+    RESOLVE(set_batching_enabled, "pulsar_producer_configuration_set_batching_enabled");
+    RESOLVE(set_batching_max_messages, "pulsar_producer_configuration_set_batching_max_messages");
+    RESOLVE(set_batching_max_bytes, "pulsar_producer_configuration_set_batching_max_allowed_size_in_bytes");
+    RESOLVE(set_batching_max_delay_ms, "pulsar_producer_configuration_set_batching_max_publish_delay_ms");
+    RESOLVE(message_create, "pulsar_message_create");
+    RESOLVE(message_free, "pulsar_message_free");
+    RESOLVE(message_set_content, "pulsar_message_set_content");
+    RESOLVE(message_id_free, "pulsar_message_id_free");
+    RESOLVE(producer_send_async, "pulsar_producer_send_async");
+    RESOLVE(producer_close, "pulsar_producer_close");
+    RESOLVE(producer_free, "pulsar_producer_free");
+    RESOLVE(result_str, "pulsar_result_str");
+#undef RESOLVE
+    pl.loaded = 1;
+    Py_RETURN_NONE;
+}
+
 /* ---- small helpers --------------------------------------------------------------------------- */
 static inline int64_t now_ns(void) { /* the clock of time.monotonic_ns() */
     struct timespec ts;
@@ -159,7 +237,7 @@ static inline void put_header(char *out, uint32_t producer, int64_t seq, int64_t
 }
 
 /* ---- the sender object ----------------------------------------------------------------------- */
-enum { KIND_KAFKA = 1, KIND_REDIS = 2, KIND_NATS = 3 };
+enum { KIND_KAFKA = 1, KIND_REDIS = 2, KIND_NATS = 3, KIND_PULSAR = 4 };
 
 /* NATS: a publish awaiting its PubAck, by sequence number (a ring of the window's size). */
 typedef struct {
@@ -205,6 +283,14 @@ typedef struct {
     int port;
     double timeout_s;
     int64_t reconnect_at; /* a lost connection is made again from then on (0: none lost) */
+    /* Pulsar: the client, a producer per lane, the messages handed over and not answered yet (under ack_lock;
+       `acked` is signalled with each answer), and the buffer a message's body is put together in */
+    pl_client *pclient;
+    pl_producer **producers;
+    int64_t pl_in_flight;
+    pthread_cond_t acked;
+    char *scratch;
+    size_t scratch_cap;
     /* the payloads */
     PyObject *objects; /* list: bytes (raw) or records for `encode` */
     PyObject *encode;  /* callable or NULL */
@@ -546,7 +632,9 @@ static void wait_for_room(Sender *s) {
 /* Serve Kafka's acknowledgements, waiting up to timeout_ms. With the acknowledgement thread running, it
    waits in rd_kafka_poll and stamps each report as it comes; this thread only sleeps. */
 static void serve(Sender *s, int timeout_ms) {
-    if (!s->acker_running)
+    if (s->kind == KIND_PULSAR) { /* the client's own thread stamps each receipt */
+        if (timeout_ms > 0) sleep_ns((int64_t)timeout_ms * 1000000LL);
+    } else if (!s->acker_running)
         rk.poll(s->rk, timeout_ms);
     else if (timeout_ms > 0)
         sleep_ns((int64_t)timeout_ms * 1000000LL);
@@ -588,7 +676,7 @@ static int spin_if_close(int64_t target) { /* 1 when the target is reached */
 
 static void wait_until(Sender *s, int64_t target) {
     while (!spin_if_close(target)) {
-        if (s->kind != KIND_KAFKA) {
+        if (s->kind == KIND_REDIS || s->kind == KIND_NATS) {
             conn_wait(s, target - SPIN_NS);
             continue;
         }
@@ -605,10 +693,88 @@ static void wait_until(Sender *s, int64_t target) {
 
 /* Serve what has arrived without waiting, where no other thread does. */
 static void serve_now(Sender *s) {
-    if (s->kind != KIND_KAFKA)
+    if (s->kind == KIND_REDIS || s->kind == KIND_NATS)
         conn_pump(s);
-    else if (!s->acker_running && !s->single)
+    else if (s->kind == KIND_KAFKA && !s->acker_running && !s->single)
         serve(s, 0);
+}
+
+/* ---- Pulsar: one producer per lane (its partition's topic), through the C API ----------------------- */
+typedef struct {
+    Sender *s;
+    int64_t seq;
+} pl_ctx;
+
+static void pl_quiet(int level, const char *file, int line, const char *message, void *ctx) {
+    (void)level, (void)file, (void)line, (void)message, (void)ctx; /* failures reach the accounting */
+}
+
+/* The client's thread calls this when the broker's receipt for a message arrives (or the send failed): stamped
+   here, on arrival. */
+static void on_pulsar_sent(int result, pl_message_id *id, void *ctx) {
+    int64_t at = now_ns();
+    pl_ctx *c = ctx;
+    Sender *s = c->s;
+    int64_t seq = c->seq;
+    free(c);
+    if (id) pl.message_id_free(id);
+    pthread_mutex_lock(&s->ack_lock);
+    if (result == 0 ? (buf_push(&s->ack_seq, seq) || buf_push(&s->ack_ns, at)) : buf_push(&s->failed, seq)) s->oom = 1;
+    s->pl_in_flight--;
+    pthread_cond_broadcast(&s->acked);
+    pthread_mutex_unlock(&s->ack_lock);
+}
+
+/* Wait until at most `most` messages are in flight, or timeout_ns has passed; returns how many are. */
+static int64_t pulsar_wait(Sender *s, int64_t most, int64_t timeout_ns) {
+    struct timespec deadline;
+    clock_gettime(CLOCK_MONOTONIC, &deadline);
+    deadline.tv_sec += timeout_ns / 1000000000LL;
+    deadline.tv_nsec += timeout_ns % 1000000000LL;
+    if (deadline.tv_nsec >= 1000000000L) deadline.tv_sec++, deadline.tv_nsec -= 1000000000L;
+    pthread_mutex_lock(&s->ack_lock);
+    while (s->pl_in_flight > most)
+        if (pthread_cond_timedwait(&s->acked, &s->ack_lock, &deadline) == ETIMEDOUT) break;
+    int64_t left = s->pl_in_flight;
+    pthread_mutex_unlock(&s->ack_lock);
+    return left;
+}
+
+/* Hand one message to its lane's producer: the body the Python driver sends (the header's length, the header,
+   the payload), copied into the message. send_async blocks while the lane has max_pending_messages unanswered
+   (block_if_queue_full); single mode waits for each message's receipt. */
+static int pulsar_send(Sender *s, int64_t seq, int partition, const char *header, const char *payload, Py_ssize_t len) {
+    size_t total = 1 + HEADER_BYTES + (size_t)len;
+    if (total > s->scratch_cap) {
+        char *grown = realloc(s->scratch, total);
+        if (!grown) {
+            snprintf(s->error, sizeof s->error, "out of memory");
+            return -1;
+        }
+        s->scratch = grown;
+        s->scratch_cap = total;
+    }
+    s->scratch[0] = (char)HEADER_BYTES;
+    memcpy(s->scratch + 1, header, HEADER_BYTES);
+    memcpy(s->scratch + 1 + HEADER_BYTES, payload, (size_t)len);
+    pl_ctx *c = malloc(sizeof *c);
+    pl_message *m = pl.message_create();
+    if (!c || !m) {
+        free(c);
+        if (m) pl.message_free(m);
+        snprintf(s->error, sizeof s->error, "out of memory");
+        return -1;
+    }
+    c->s = s;
+    c->seq = seq;
+    pl.message_set_content(m, s->scratch, total);
+    pthread_mutex_lock(&s->ack_lock);
+    s->pl_in_flight++;
+    pthread_mutex_unlock(&s->ack_lock);
+    pl.producer_send_async(s->producers[partition], m, on_pulsar_sent, c);
+    pl.message_free(m);
+    if (s->single) pulsar_wait(s, 0, 30000000000LL);
+    return 0;
 }
 
 static int nats_connect(Sender *s);
@@ -677,6 +843,7 @@ static int send_one(Sender *s, int64_t seq, int64_t intended, const char *payloa
         return 0;
     }
     if (s->kind == KIND_NATS) return nats_send(s, seq, partition, header, payload, len);
+    if (s->kind == KIND_PULSAR) return pulsar_send(s, seq, partition, header, payload, len);
     char tail[48];
     int tail_len = snprintf(tail, sizeof tail, "\r\n$1\r\nd\r\n$%zd\r\n", len);
     if (out_reserve(s, s->prefix_len[partition] + HEADER_BYTES + (size_t)tail_len + (size_t)len + 2) ||
@@ -894,7 +1061,8 @@ static PyObject *Sender_send_until(Sender *s, PyObject *args) {
     long long seq, stop_seq, until, t_end;
     if (!PyArg_ParseTuple(args, "LLLL", &seq, &stop_seq, &until, &t_end)) return NULL;
     if (!s->objects) return PyErr_Format(PyExc_RuntimeError, "configure() the sender first");
-    if (s->kind == KIND_KAFKA && !s->rk) return PyErr_Format(PyExc_RuntimeError, "the sender is closed");
+    if ((s->kind == KIND_KAFKA && !s->rk) || (s->kind == KIND_PULSAR && !s->pclient))
+        return PyErr_Format(PyExc_RuntimeError, "the sender is closed");
     int64_t next = seq;
     int why = STOP_END;
     prctl(PR_SET_TIMERSLACK, 1UL, 0, 0, 0); /* sleeps end on time, to the ns the kernel can */
@@ -925,6 +1093,9 @@ static PyObject *Sender_flush(Sender *s, PyObject *args) {
         rk.flush(s->rk, left_ns > 0 ? (int)(left_ns / 1000000) : 0);
         left = rk.outq_len(s->rk);
         Py_END_ALLOW_THREADS
+    } else if (s->kind == KIND_PULSAR) {
+        Py_BEGIN_ALLOW_THREADS left = pulsar_wait(s, 0, (int64_t)(timeout_s * 1e9));
+        Py_END_ALLOW_THREADS
     } else {
         Py_BEGIN_ALLOW_THREADS conn_drain(s, (int)(timeout_s * 1000));
         left = in_flight(s);
@@ -934,6 +1105,18 @@ static PyObject *Sender_flush(Sender *s, PyObject *args) {
 }
 
 static void sender_close(Sender *s) {
+    if (s->pclient) { /* closing a producer waits for what it holds; each answer (or failure) comes to on_pulsar_sent */
+        pulsar_wait(s, 0, 5000000000LL);
+        for (int i = 0; i < s->partitions; i++)
+            if (s->producers[i]) {
+                pl.producer_close(s->producers[i]);
+                pl.producer_free(s->producers[i]);
+                s->producers[i] = NULL;
+            }
+        pl.client_close(s->pclient);
+        pl.client_free(s->pclient);
+        s->pclient = NULL;
+    }
     if (s->rk) {
         acker_join(s);
         rk.flush(s->rk, 5000);
@@ -978,6 +1161,9 @@ static void Sender_dealloc(Sender *s) {
     PyMem_RawFree(s->payload_len);
     PyMem_RawFree(s->cycle_offsets);
     PyMem_RawFree(s->ring);
+    PyMem_RawFree(s->producers);
+    free(s->scratch);
+    pthread_cond_destroy(&s->acked);
     PyMem_RawFree(s->inbox);
     PyMem_RawFree(s->host);
     Py_XDECREF(s->objects);
@@ -993,6 +1179,11 @@ static Sender *sender_new(int kind, int partitions) {
     s->partitions = partitions;
     s->fd = -1;
     pthread_mutex_init(&s->ack_lock, NULL);
+    pthread_condattr_t attr;
+    pthread_condattr_init(&attr);
+    pthread_condattr_setclock(&attr, CLOCK_MONOTONIC); /* pulsar_wait's deadlines */
+    pthread_cond_init(&s->acked, &attr);
+    pthread_condattr_destroy(&attr);
     return s;
 }
 
@@ -1194,6 +1385,92 @@ static PyObject *nats_sender(PyObject *self, PyObject *args) {
         Py_DECREF(s);
         return err;
     }
+    return (PyObject *)s;
+}
+
+static int setting(PyObject *settings, const char *name, long *value) { /* 1 found, 0 absent, -1 error */
+    PyObject *item = PyDict_GetItemString(settings, name);
+    if (!item) return 0;
+    *value = PyBool_Check(item) ? (item == Py_True) : PyLong_AsLong(item);
+    return (*value == -1 && PyErr_Occurred()) ? -1 : 1;
+}
+
+/* pulsar_sender(service_url: str, listener_name: str | None, topics: list[str], settings: dict, single: bool,
+   timeout_s: int = 30): one producer per topic, with the settings of brokers.pulsar's producer_settings. */
+static PyObject *pulsar_sender(PyObject *self, PyObject *args) {
+    const char *url, *listener;
+    PyObject *topics, *settings;
+    int single, timeout_s = 30;
+    if (!PyArg_ParseTuple(args, "szO!O!p|i", &url, &listener, &PyList_Type, &topics, &PyDict_Type, &settings, &single,
+                          &timeout_s))
+        return NULL;
+    if (!pl.loaded) return PyErr_Format(PyExc_RuntimeError, "load_pulsar() first");
+    int partitions = (int)PyList_GET_SIZE(topics);
+    if (partitions < 1) return PyErr_Format(PyExc_ValueError, "topics: at least one topic is needed");
+    static const char *known[] = {"block_if_queue_full", "max_pending_messages", "send_timeout_millis",
+                                  "batching_enabled", "batching_max_publish_delay_ms",
+                                  "batching_max_allowed_size_in_bytes", "batching_max_messages", NULL};
+    PyObject *key, *value;
+    Py_ssize_t pos = 0;
+    while (PyDict_Next(settings, &pos, &key, &value)) {
+        const char *k = PyUnicode_Check(key) ? PyUnicode_AsUTF8(key) : NULL;
+        int found = 0;
+        for (int i = 0; k && known[i]; i++) found |= !strcmp(k, known[i]);
+        if (!found) return PyErr_Format(PyExc_ValueError, "settings: %R is not a producer setting the native loop sets", key);
+    }
+    long v;
+    pl_producer_conf *conf = pl.producer_conf_create();
+#define APPLY(name, setter)                                                                       \
+    switch (setting(settings, name, &v)) {                                                        \
+    case -1: pl.producer_conf_free(conf); return NULL;                                           \
+    case 1: pl.setter(conf, v); break;                                                            \
+    }
+    APPLY("block_if_queue_full", set_block_if_queue_full);
+    APPLY("max_pending_messages", set_max_pending);
+    APPLY("send_timeout_millis", set_send_timeout);
+    APPLY("batching_enabled", set_batching_enabled);
+    APPLY("batching_max_publish_delay_ms", set_batching_max_delay_ms);
+    APPLY("batching_max_allowed_size_in_bytes", set_batching_max_bytes);
+    APPLY("batching_max_messages", set_batching_max_messages);
+#undef APPLY
+    Sender *s = sender_new(KIND_PULSAR, partitions);
+    if (!s) {
+        pl.producer_conf_free(conf);
+        return NULL;
+    }
+    s->single = single;
+    s->producers = PyMem_RawCalloc((size_t)partitions, sizeof(pl_producer *));
+    pl_client_conf *client_conf = pl.client_conf_create();
+    pl.client_conf_set_timeout(client_conf, timeout_s);
+    pl.client_conf_set_logger(client_conf, pl_quiet, NULL);
+    if (listener) pl.client_conf_set_listener(client_conf, listener);
+    s->pclient = pl.client_create(url, client_conf);
+    pl.client_conf_free(client_conf);
+    if (!s->producers || !s->pclient) {
+        PyObject *err = s->pclient ? PyErr_NoMemory() : PyErr_Format(PyExc_OSError, "Pulsar at %s: no client", url);
+        pl.producer_conf_free(conf);
+        Py_DECREF(s);
+        return err;
+    }
+    for (int i = 0; i < partitions; i++) {
+        PyObject *topic = PyList_GET_ITEM(topics, i);
+        const char *name = PyUnicode_Check(topic) ? PyUnicode_AsUTF8(topic) : NULL;
+        if (!name) {
+            pl.producer_conf_free(conf);
+            Py_DECREF(s);
+            return PyErr_Format(PyExc_TypeError, "topics[%d]: must be a str", i);
+        }
+        int result;
+        Py_BEGIN_ALLOW_THREADS result = pl.client_create_producer(s->pclient, name, conf, &s->producers[i]);
+        Py_END_ALLOW_THREADS if (result != 0) {
+            s->producers[i] = NULL;
+            pl.producer_conf_free(conf);
+            PyObject *err = PyErr_Format(PyExc_OSError, "could not create a producer for %s: %s", name, pl.result_str(result));
+            Py_DECREF(s);
+            return err;
+        }
+    }
+    pl.producer_conf_free(conf);
     return (PyObject *)s;
 }
 
@@ -1399,6 +1676,9 @@ static PyMethodDef module_methods[] = {
     {"kafka_sender", kafka_sender, METH_VARARGS, "kafka_sender(config, topic, partitions, single) -> Sender"},
     {"redis_sender", redis_sender, METH_VARARGS,
      "redis_sender(host, port, password, keys, depth, timeout_s=30.0) -> Sender"},
+    {"load_pulsar", load_pulsar, METH_VARARGS, "load_pulsar(path): resolve Pulsar's C API from libpulsar at path."},
+    {"pulsar_sender", pulsar_sender, METH_VARARGS,
+     "pulsar_sender(service_url, listener_name, topics, settings, single, timeout_s=30) -> Sender: a producer per topic"},
     {"nats_sender", nats_sender, METH_VARARGS,
      "nats_sender(host, port, subjects, depth, timeout_s=5.0) -> Sender: JetStream publishes, each PubAck awaited"},
     {"timed_decode", timed_decode, METH_VARARGS,

@@ -1,9 +1,18 @@
 """RabbitMQ end to end on one local node: every format in both modes through a stream and through a quorum queue,
-with the accounting set beside the broker's own figures."""
+with the accounting set beside the broker's own figures; the quorum queue's native send loop (its own AMQP
+connection): what the queues hold, a publish the queue rejects, one in flight in single mode, a refused login."""
 
+import time
+
+import numpy as np
+import pika
 import pytest
 
+from brokerbench import native, spec
+from brokerbench.brokers.rabbitmq import amqp
+from brokerbench.registry import get_driver
 from brokerbench.reports.results import build_results
+from brokerbench.worker.framing import unpack_many
 from inline_run import execute_run
 
 TINY = {"sizes": [1024], "rates": [200], "duration_s": 1, "warmup_s": 0.2, "warmup_until_steady": False,
@@ -46,3 +55,101 @@ def test_every_format_in_both_modes_arrives_whole_and_the_broker_figures_agree(b
     settings = events[1]["data"]["targets"][broker]["settings"]
     assert settings["persistence"]["fsync"] is (broker == "rabbitmq-quorum")
     assert settings["modes"]["single"]["in_flight"] == 1
+    loops = {e["data"]["send_loop"] for e in events if e["type"] == "CellCompleted"}
+    assert loops == {"native" if broker == "rabbitmq-quorum" else "python"}  # the default where it is built
+
+
+def test_the_python_loop_serves_quorum_cells_too(rabbit, store, monkeypatch):
+    monkeypatch.setenv("BROKERBENCH_SEND_LOOP", "python")  # the cell's processes start with the worker's environment
+    request = {**TINY, "name": "it-quorum-python", "brokers": ["rabbitmq-quorum"], "formats": ["json", "raw"],
+               "modes": ["batch", "single"]}
+    _, events, results = run(request, rabbit, store)
+    assert {e["data"]["send_loop"] for e in events if e["type"] == "CellCompleted"} == {"python"}
+    for cell in results["cells"]:
+        assert cell["status"] == "completed", cell.get("reason")
+        assert cell["sent"] == cell["received"] > 0 and cell["lost"] == cell["duplicated"] == 0
+        assert cell["broker_count"]["difference"] == 0
+
+
+CLIENT = spec.validate({"brokers": ["rabbitmq-quorum"], "sizes": [512], "rates": [100], "formats": ["raw"],
+                        "client": {"rabbitmq_in_flight": 10}})["client"]
+
+
+def send_all(sender, count: int):
+    far = time.monotonic_ns() + 60_000_000_000
+    assert sender.send_until(0, count, far, far) == (count, native.module().STOP_LIMIT)
+    assert sender.flush(30) == 0
+    started, handed, acked, acked_ns, failed = (np.frombuffer(b, dtype=np.int64) for b in sender.take())
+    assert np.unique(failed).size == failed.size  # each failed send named once
+    return handed, acked, acked_ns, failed
+
+
+def drain_queue(endpoint: dict, queue: str) -> list[bytes]:
+    """Every message the queue holds, taken with pika (independently of the loop), in order."""
+    connection = amqp.connect(endpoint)
+    try:
+        channel, bodies = connection.channel(), []
+        while (got := channel.basic_get(queue, auto_ack=True))[0] is not None:
+            bodies.append(got[2])
+        return bodies
+    finally:
+        connection.close()
+
+
+def test_the_native_loop_publishes_each_message_once_and_takes_each_confirm(rabbit):
+    """257 messages over three quorum queues with a window of 10, payloads larger than one frame among them: every
+    one confirmed once (RabbitMQ confirms several at once: `multiple`), none before it was handed over, and each queue
+    holds its messages in order, the worker's header then the payload."""
+    endpoint = rabbit["rabbitmq-quorum"]
+    driver = get_driver("rabbitmq-quorum", endpoint, CLIENT)
+    topic = f"bb-native-{time.monotonic_ns()}"
+    driver.create_topic(topic, 3)
+    try:
+        sender = driver.native_sender(topic, 3, "batch")
+        pool = [bytes([i]) * (300 + i) for i in range(4)] + [b"L" * 300_000]  # 300 KB: three frames of 128 KB
+        sender.configure(pool, None, 5, time.monotonic_ns(), 0.0)
+        handed, acked, acked_ns, failed = send_all(sender, 257)
+        sender.close()
+        assert failed.size == 0 and sorted(acked.tolist()) == list(range(257))
+        assert (acked_ns >= handed[acked]).all()
+        for lane in range(3):
+            bodies = drain_queue(endpoint, f"{topic}-{lane}")
+            frames = unpack_many([body[:20] for body in bodies])
+            assert frames["seq"].tolist() == list(range(lane, 257, 3)) and set(frames["producer"].tolist()) == {5}
+            assert [body[20:] for body in bodies] == [pool[seq % 5] for seq in frames["seq"].tolist()]
+    finally:
+        driver.delete_topic(topic, 3)
+
+
+def test_publishes_a_full_queue_rejects_fail_and_single_mode_keeps_one_in_flight(rabbit):
+    """A quorum queue of at most 5 messages that rejects publishes past them (x-overflow reject-publish): the broker
+    answers the publishes past its limit with Basic.Nack, and each is a failed send; in single mode each message is handed
+    over only after the previous one's confirm came."""
+    endpoint = rabbit["rabbitmq-quorum"]
+    queue = f"bb-native-full-{time.monotonic_ns()}"
+    connection = amqp.connect(endpoint)
+    connection.channel().queue_declare(queue, durable=True, arguments={"x-queue-type": "quorum", "x-max-length": 5,
+                                                                       "x-overflow": "reject-publish"})
+    try:
+        user, password = amqp.credentials(endpoint)
+        sender = native.amqp_sender(endpoint["host"], int(endpoint["amqp_port"]), user, password, "/",
+                                    [queue.encode()], 1)
+        sender.configure([b"abc"], None, 0, time.monotonic_ns(), 0.0)
+        handed, acked, acked_ns, failed = send_all(sender, 10)
+        sender.close()
+        # A quorum queue applies the limit once it is reached, so the publish that fills it past 5 may still be
+        # taken: what the queue holds is what was confirmed, and every later publish was refused.
+        kept = connection.channel().queue_declare(queue, passive=True).method.message_count
+        assert kept in (5, 6) and acked.tolist() == list(range(kept)) and sorted(failed.tolist()) == list(range(kept, 10))
+        assert (handed[1:kept] >= acked_ns[:kept - 1]).all()  # one in flight: sent after the previous confirm came
+    finally:
+        connection.channel().queue_delete(queue)
+        connection.close()
+
+
+def test_a_refused_login_is_named_and_tls_stays_on_the_python_loop(rabbit):
+    endpoint = rabbit["rabbitmq-quorum"]
+    with pytest.raises(OSError, match="ACCESS_REFUSED"):
+        native.amqp_sender(endpoint["host"], int(endpoint["amqp_port"]), "guest", "not-the-password", "/", [b"q"], 1)
+    with pytest.raises(native.Unsupported, match="TLS"):
+        get_driver("rabbitmq-quorum", {**endpoint, "tls": True}, CLIENT).native_sender("t", 1, "batch")

@@ -3,8 +3,8 @@
 `BROKERBENCH_SEND_LOOP` chooses: `auto` (the default: native where it is built and the endpoint
 allows it, else the Python loop), `native` (fail rather than fall back) or `python`.
 The native loop needs its extension built (`make setup` does) and, for Kafka, the librdkafka that
-confluent-kafka loaded (Pulsar: the libpulsar that pulsar-client loaded); it does not do Redis TLS, MSK IAM tokens, or NATS TLS and authentication (they stay on
-the Python loop).
+confluent-kafka loaded (Pulsar: the libpulsar that pulsar-client loaded); it does not do Redis TLS, MSK IAM tokens, NATS TLS and authentication, or AMQP over TLS
+(they stay on the Python loop).
 """
 
 from __future__ import annotations
@@ -104,3 +104,8 @@ def pulsar_sender(service_url: str, listener_name: str | None, topics: list[str]
     native = module()
     native.load_pulsar(pulsar_path())
     return native.pulsar_sender(service_url, listener_name, topics, settings, single, timeout_s)
+
+
+def amqp_sender(host: str, port: int, user: str, password: str, vhost: str, queues: list[bytes], depth: int,
+                timeout_s: float = 30.0):
+    return module().amqp_sender(host, port, user, password, vhost, queues, depth, timeout_s)

@@ -13,3 +13,9 @@ Manager).
 """
 
 STATS_INTERVAL_MS = 250  # the local node's collect_statistics_interval: a quorum queue's count comes from it
+
+
+def in_flight_window(client: dict, mode: str) -> int:
+    """Messages a producer of either plug-in keeps published and not yet confirmed: it adds each send to them, and
+    waits for confirms while they number rabbitmq_in_flight (batch mode) or one (single mode)."""
+    return client["rabbitmq_in_flight"] if mode == "batch" else 1

@@ -6,6 +6,7 @@ without waiting (pika's own blocking publish waits for each confirm): batch mode
 unconfirmed, single mode one. A confirm is stamped in pika's callback, as the frame is read from the socket, and
 may confirm many at once (`multiple`). The consumer takes deliveries with a prefetch of rabbitmq_prefetch and
 acknowledges a poll's deliveries (one `multiple` ack) with the next poll, after their receive timestamps.
+The native send loop (`native_sender`, brokerbench.native) publishes the same way on an AMQP connection of its own.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from pika.exceptions import AMQPError
 from ... import native
 from ...drivers import BrokerUnavailable, Message, OnAck
 from ...worker.framing import HEADER
-from ..rabbitmq import amqp, management
+from ..rabbitmq import amqp, in_flight_window, management
 from ..rabbitmq.amqp import lane_queue
 
 HEADER_SIZE = HEADER.size
@@ -70,13 +71,27 @@ class RabbitMQQuorumDriver:
     def close(self) -> None:
         pass
 
+    def in_flight_window(self, mode: str) -> int:
+        return in_flight_window(self.client, mode)
+
     def producer(self, topic: str, partitions: int, mode: str, on_ack: OnAck) -> QuorumProducer:
-        depth = self.client["rabbitmq_in_flight"] if mode == "batch" else 1
+        depth = self.in_flight_window(mode)
         return QuorumProducer(amqp.connect(self.endpoint), [lane_queue(topic, p) for p in range(partitions)],
                               depth, on_ack)
 
     def native_sender(self, topic: str, partitions: int, mode: str):
-        raise native.Unsupported("no native send loop for AMQP")
+        """The native send loop on an AMQP 0-9-1 connection of its own: a channel in confirm mode, the same queues,
+        body and window as `producer`, each confirm read (and stamped) as it arrives on the loop's socket."""
+        if self.endpoint.get("tls"):
+            raise native.Unsupported("the native loop speaks AMQP over plain TCP, not TLS")
+        user, password = amqp.credentials(self.endpoint)
+        try:
+            return native.amqp_sender(self.endpoint["host"], int(self.endpoint["amqp_port"]), user, password,
+                                      self.endpoint.get("vhost", "/"),
+                                      [lane_queue(topic, p).encode() for p in range(partitions)],
+                                      self.in_flight_window(mode))
+        except OSError as exc:
+            raise BrokerUnavailable(f"RabbitMQ at {self.endpoint['host']}: {exc}") from None
 
     def consumer(self, topic: str, group: str, partitions: list[int]) -> QuorumConsumer:
         return QuorumConsumer(amqp.connect(self.endpoint), [lane_queue(topic, p) for p in partitions],

@@ -1,6 +1,7 @@
 """RabbitMQ end to end on one local node: every format in both modes through a stream and through a quorum queue,
-with the accounting set beside the broker's own figures; the quorum queue's native send loop (its own AMQP
-connection): what the queues hold, a publish the queue rejects, one in flight in single mode, a refused login."""
+with the accounting set beside the broker's own figures; the native send loops (an AMQP connection of their own, a
+stream-protocol connection of their own): what the queues and streams hold, a publish the queue rejects, one in
+flight in single mode, a refused login, a stream that does not exist."""
 
 import time
 
@@ -56,13 +57,14 @@ def test_every_format_in_both_modes_arrives_whole_and_the_broker_figures_agree(b
     assert settings["persistence"]["fsync"] is (broker == "rabbitmq-quorum")
     assert settings["modes"]["single"]["in_flight"] == 1
     loops = {e["data"]["send_loop"] for e in events if e["type"] == "CellCompleted"}
-    assert loops == {"native" if broker == "rabbitmq-quorum" else "python"}  # the default where it is built
+    assert loops == {"native"}  # the default where it is built
 
 
-def test_the_python_loop_serves_quorum_cells_too(rabbit, store, monkeypatch):
+def test_the_python_loop_serves_the_same_cells(rabbit, store, monkeypatch):
+    """Where the native loop cannot run (TLS, not built) the Python loops over pika and rstream do."""
     monkeypatch.setenv("BROKERBENCH_SEND_LOOP", "python")  # the cell's processes start with the worker's environment
-    request = {**TINY, "name": "it-quorum-python", "brokers": ["rabbitmq-quorum"], "formats": ["json", "raw"],
-               "modes": ["batch", "single"]}
+    request = {**TINY, "name": "it-rabbitmq-python", "brokers": ["rabbitmq-quorum", "rabbitmq-streams"],
+               "formats": ["json", "raw"], "modes": ["batch", "single"]}
     _, events, results = run(request, rabbit, store)
     assert {e["data"]["send_loop"] for e in events if e["type"] == "CellCompleted"} == {"python"}
     for cell in results["cells"]:
@@ -153,3 +155,48 @@ def test_a_refused_login_is_named_and_tls_stays_on_the_python_loop(rabbit):
         native.amqp_sender(endpoint["host"], int(endpoint["amqp_port"]), "guest", "not-the-password", "/", [b"q"], 1)
     with pytest.raises(native.Unsupported, match="TLS"):
         get_driver("rabbitmq-quorum", {**endpoint, "tls": True}, CLIENT).native_sender("t", 1, "batch")
+
+
+def test_the_native_stream_loop_publishes_each_message_once_and_takes_each_confirm(rabbit):
+    """257 messages over three streams with a window of 10: every one confirmed once, none before it was handed over,
+    each stream holds its messages in order (read back by the Python consumer, rstream), and in single mode each
+    message is handed over only after the previous one's confirm came."""
+    endpoint = rabbit["rabbitmq-streams"]
+    driver = get_driver("rabbitmq-streams", endpoint, CLIENT)
+    topic = f"bb-native-streams-{time.monotonic_ns()}"
+    driver.create_topic(topic, 3)
+    try:
+        sender = driver.native_sender(topic, 3, "batch")
+        pool = [bytes([i]) * (300 + i) for i in range(5)]
+        sender.configure(pool, None, 6, time.monotonic_ns(), 0.0)
+        handed, acked, acked_ns, failed = send_all(sender, 257)
+        sender.close()
+        assert failed.size == 0 and sorted(acked.tolist()) == list(range(257))
+        assert (acked_ns >= handed[acked]).all()
+        single = driver.native_sender(topic, 1, "single")
+        single.configure([b"abc"], None, 7, time.monotonic_ns(), 0.0)
+        handed, acked, acked_ns, failed = send_all(single, 20)
+        single.close()
+        assert failed.size == 0 and acked.tolist() == list(range(20)) and (handed[1:] >= acked_ns[:-1]).all()
+        consumer = driver.consumer(topic, "bb-check", [0, 1, 2])
+        got, deadline = [], time.monotonic() + 30
+        try:
+            while len(got) < 277 and time.monotonic() < deadline:
+                got += consumer.poll(1.0)
+        finally:
+            consumer.close()
+        for lane in range(3):
+            mine = [(header, payload) for header, payload, at in got if at == lane]
+            frames = unpack_many([header for header, _ in mine])
+            expected = [(6, seq) for seq in range(lane, 257, 3)] + ([(7, seq) for seq in range(20)] if lane == 0 else [])
+            assert list(zip(frames["producer"].tolist(), frames["seq"].tolist())) == expected
+            assert [p for p, (_, seq) in zip((p for _, p in mine), expected)] == [
+                pool[seq % 5] if producer == 6 else b"abc" for producer, seq in expected]
+    finally:
+        driver.delete_topic(topic, 3)
+
+
+def test_a_stream_that_does_not_exist_is_named_when_the_native_loop_starts(rabbit):
+    endpoint = rabbit["rabbitmq-streams"]
+    with pytest.raises(Exception, match="the stream does not exist"):
+        get_driver("rabbitmq-streams", endpoint, CLIENT).native_sender(f"bb-none-{time.monotonic_ns()}", 1, "batch")

@@ -109,3 +109,8 @@ def pulsar_sender(service_url: str, listener_name: str | None, topics: list[str]
 def amqp_sender(host: str, port: int, user: str, password: str, vhost: str, queues: list[bytes], depth: int,
                 timeout_s: float = 30.0):
     return module().amqp_sender(host, port, user, password, vhost, queues, depth, timeout_s)
+
+
+def stream_sender(host: str, port: int, user: str, password: str, vhost: str, streams: list[bytes], depth: int,
+                  timeout_s: float = 30.0):
+    return module().stream_sender(host, port, user, password, vhost, streams, depth, timeout_s)

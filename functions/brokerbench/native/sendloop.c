@@ -237,9 +237,16 @@ static inline void put_header(char *out, uint32_t producer, int64_t seq, int64_t
 }
 
 /* ---- the sender object ----------------------------------------------------------------------- */
-enum { KIND_KAFKA = 1, KIND_REDIS = 2, KIND_NATS = 3, KIND_PULSAR = 4, KIND_AMQP = 5 };
-#define ON_ITS_SOCKET(s) ((s)->kind == KIND_REDIS || (s)->kind == KIND_NATS || (s)->kind == KIND_AMQP)
-#define WINDOWED(s) ((s)->kind == KIND_NATS || (s)->kind == KIND_AMQP) /* in flight: [win_low, win_next) */
+enum { KIND_KAFKA = 1, KIND_REDIS = 2, KIND_NATS = 3, KIND_PULSAR = 4, KIND_AMQP = 5, KIND_STREAM = 6 };
+#define ON_ITS_SOCKET(s) ((s)->kind == KIND_REDIS || WINDOWED(s))
+#define WINDOWED(s) ((s)->kind == KIND_NATS || (s)->kind == KIND_AMQP || (s)->kind == KIND_STREAM) /* [win_low, win_next) */
+
+/* RabbitMQ streams: a lane's publishes staged for its next Publish frame. */
+typedef struct {
+    char *data;
+    size_t len, cap;
+    int32_t count;
+} lane_buf;
 
 /* NATS: a publish awaiting its PubAck, by sequence number (a ring of the window's size). */
 typedef struct {
@@ -297,6 +304,9 @@ typedef struct {
     int64_t amqp_seq0, amqp_published;
     int frame_max;
     int amqp_closing_channel;
+    /* RabbitMQ streams: each lane's staged publishes, and their bytes in all */
+    lane_buf *lanes;
+    size_t staged;
     /* the payloads */
     PyObject *objects; /* list: bytes (raw) or records for `encode` */
     PyObject *encode;  /* callable or NULL */
@@ -397,7 +407,7 @@ static int resp_next(Sender *s) {
 }
 
 static const char *broker_name(const Sender *s) {
-    return s->kind == KIND_NATS ? "NATS" : s->kind == KIND_AMQP ? "RabbitMQ" : s->kind == KIND_REDIS ? "Redis" : "the broker";
+    return s->kind == KIND_NATS ? "NATS" : s->kind == KIND_REDIS ? "Redis" : s->kind == KIND_KAFKA ? "Kafka" : s->kind == KIND_PULSAR ? "Pulsar" : "RabbitMQ";
 }
 
 static Py_ssize_t in_flight(Sender *s) {
@@ -424,7 +434,9 @@ static void conn_broken(Sender *s) {
     s->fd = -1;
     s->out_len = 0;
     s->in_len = s->in_pos = 0;
-    if (s->kind == KIND_AMQP) { /* unconfirmed: failed, as pika's producer counts them */
+    if (s->kind == KIND_AMQP || s->kind == KIND_STREAM) { /* unconfirmed: failed, as the Python producers count them */
+        for (int i = 0; s->lanes && i < s->partitions; i++) s->lanes[i].len = s->lanes[i].count = 0;
+        s->staged = 0;
         for (int64_t q = s->win_low; q < s->win_next; q++)
             if (s->ring[q % (s->depth + 1)].pending) {
                 s->ring[q % (s->depth + 1)].pending = 0;
@@ -444,8 +456,13 @@ static void conn_broken(Sender *s) {
     s->pending.len = s->pending_head = 0;
 }
 
+static void stream_seal(Sender *s);
+
+static inline int has_output(const Sender *s) { return s->out_len || s->staged; }
+
 /* Write what is buffered. */
 static void conn_write(Sender *s) {
+    if (s->kind == KIND_STREAM) stream_seal(s);
     size_t off = 0;
     while (off < s->out_len && s->fd >= 0) {
         ssize_t n = send(s->fd, s->out + off, s->out_len - off, MSG_NOSIGNAL);
@@ -612,12 +629,79 @@ static int amqp_reply(Sender *s) {
     return 1; /* Connection.Blocked and Unblocked, and the like: the window shows what they do */
 }
 
+/* RabbitMQ streams: move each lane's staged publishes into `out` as one Publish frame per lane (key 2, version 1,
+   the lane's publisher id, the count, then the messages). */
+static void stream_seal(Sender *s) {
+    for (int i = 0; i < s->partitions; i++) {
+        lane_buf *b = &s->lanes[i];
+        if (!b->count) continue;
+        if (out_reserve(s, 13 + b->len)) {
+            s->oom = 1;
+            return;
+        }
+        char *o = s->out + s->out_len;
+        o = put32(o, (uint32_t)(9 + b->len));
+        o = put16(o, 2);
+        o = put16(o, 1);
+        *o++ = (char)i;
+        o = put32(o, (uint32_t)b->count);
+        memcpy(o, b->data, b->len);
+        s->out_len += 13 + b->len;
+        b->len = 0;
+        b->count = 0;
+    }
+    s->staged = 0;
+}
+
+/* RabbitMQ streams: the next complete frame. PublishConfirm acknowledges publishing ids (our seqs), PublishError
+   fails them, a Close or a MetadataUpdate (the stream was deleted or its leader moved) ends the connection. 1 =
+   taken, -1 = incomplete, -2 = protocol error, -3 = closed by the broker (the error says why). */
+static int stream_reply(Sender *s) {
+    const unsigned char *p = (const unsigned char *)s->in + s->in_pos;
+    size_t have = s->in_len - s->in_pos;
+    if (have < 4) return -1;
+    size_t size = be32(p);
+    if (have < 4 + size) return -1;
+    if (size < 4) return -2;
+    s->in_pos += 4 + size;
+    int key = be16(p + 4);
+    const unsigned char *c = p + 8, *end = p + 4 + size;
+    if (key == 3 || key == 4) { /* PublishConfirm: id [u64]; PublishError: id [(u64, u16)] */
+        if (end - c < 5) return -2;
+        uint32_t count = be32(c + 1);
+        size_t each = key == 3 ? 8 : 10;
+        c += 5;
+        if ((size_t)(end - c) < count * each) return -2;
+        int64_t at = now_ns();
+        for (uint32_t k = 0; k < count; k++, c += each) {
+            int64_t seq = (int64_t)be64(c);
+            if (seq < s->win_low || seq >= s->win_next) continue;
+            window_slot *slot = &s->ring[seq % (s->depth + 1)];
+            if (!slot->pending) continue;
+            slot->pending = 0;
+            if (key == 3 ? (buf_push(&s->ack_seq, seq) || buf_push(&s->ack_ns, at)) : buf_push(&s->failed, seq)) s->oom = 1;
+        }
+        window_advance(s, INT64_MIN);
+        return 1;
+    }
+    if (key == 0x16 || key == 0x10) {
+        int code = key == 0x16 && end - c >= 6 ? be16(c + 4) : (end - c >= 2 ? be16(c) : 0);
+        snprintf(s->error, sizeof s->error, "RabbitMQ %s (code %d)",
+                 key == 0x16 ? "closed the stream connection" : "moved or deleted a stream the producer publishes to", code);
+        return -3;
+    }
+    return 1; /* heartbeats, responses */
+}
+
 /* Read the replies that have arrived; with `block`, wait up to timeout_ms (-1: the socket's timeout) for at
    least one. Each reply is stamped as it is read. */
 static void conn_read(Sender *s, int block, int timeout_ms) {
     int got_one = 0;
     while (s->fd >= 0 && in_flight(s) > 0) {
-        int r = s->kind == KIND_NATS ? nats_reply(s) : s->kind == KIND_AMQP ? amqp_reply(s) : redis_reply(s);
+        int r = s->kind == KIND_NATS     ? nats_reply(s)
+                : s->kind == KIND_AMQP   ? amqp_reply(s)
+                : s->kind == KIND_STREAM ? stream_reply(s)
+                                         : redis_reply(s);
         if (r == 1) {
             got_one = 1;
             continue;
@@ -679,7 +763,7 @@ static void conn_pump(Sender *s) {
         if (s->kind == KIND_REDIS) conn_broken(s);
         return;
     }
-    if (s->out_len) conn_write(s);
+    if (has_output(s)) conn_write(s);
     conn_read(s, 0, 0);
 }
 
@@ -691,7 +775,7 @@ static void conn_drain(Sender *s, int timeout_ms) {
         int64_t left = deadline - now_ns();
         if (left <= 0) break;
         conn_read(s, 1, (int)(left / 1000000LL) + 1);
-        if (s->out_len) conn_write(s); /* a PONG */
+        if (has_output(s)) conn_write(s); /* a PONG */
     }
 }
 
@@ -699,7 +783,7 @@ static void conn_drain(Sender *s, int timeout_ms) {
    ACK_TIMEOUT_NS is given up (see window_advance). */
 static void wait_for_room(Sender *s) {
     while (in_flight(s) >= s->depth && s->fd >= 0) {
-        if (s->out_len) conn_write(s);
+        if (has_output(s)) conn_write(s);
         if (s->kind == KIND_NATS) {
             conn_read(s, 1, 100);
             window_advance(s, now_ns() - ACK_TIMEOUT_NS);
@@ -740,7 +824,7 @@ static void conn_wait(Sender *s, int64_t until) {
             return;
         }
         conn_read(s, 0, 0); /* what has arrived, stamped now; a hang-up shows as a failed read */
-        if (s->out_len) conn_write(s); /* a PONG */
+        if (has_output(s)) conn_write(s); /* a PONG */
     }
 }
 
@@ -858,6 +942,51 @@ static int pulsar_send(Sender *s, int64_t seq, int partition, const char *header
 }
 
 static int nats_connect(Sender *s);
+/* RabbitMQ streams: stage the message in its lane's next Publish frame (publishing id = seq; the data is the worker's
+   header then the payload, as the Python driver publishes it), written with the next write; then wait for room in
+   the window. A lost connection is not made again (as the Python producer): later sends fail at once. */
+static int stream_send(Sender *s, int64_t seq, int partition, const char *header, const char *payload, Py_ssize_t len) {
+    if (!s->win_started || seq != s->win_next) {
+        for (int64_t q = s->win_low; s->win_started && q < s->win_next; q++) s->ring[q % (s->depth + 1)].pending = 0;
+        s->win_low = s->win_next = seq;
+        s->win_started = 1;
+    }
+    if (s->fd < 0) {
+        s->win_low = s->win_next = seq + 1;
+        if (buf_push(&s->failed, seq)) s->oom = 1;
+        return 0;
+    }
+    lane_buf *b = &s->lanes[partition];
+    size_t need = 12 + HEADER_BYTES + (size_t)len;
+    if (b->count && 13 + b->len + need > (size_t)s->frame_max) stream_seal(s); /* a frame holds at most frame_max */
+    if (b->len + need > b->cap) {
+        size_t cap = b->cap ? b->cap : 65536;
+        while (cap < b->len + need) cap *= 2;
+        char *grown = realloc(b->data, cap);
+        if (!grown) {
+            snprintf(s->error, sizeof s->error, "out of memory");
+            return -1;
+        }
+        b->data = grown;
+        b->cap = cap;
+    }
+    char *o = b->data + b->len;
+    o = put64(o, (uint64_t)seq);
+    o = put32(o, (uint32_t)(HEADER_BYTES + len));
+    memcpy(o, header, HEADER_BYTES);
+    memcpy(o + HEADER_BYTES, payload, (size_t)len);
+    b->len += need;
+    b->count++;
+    s->staged += need;
+    window_slot *slot = &s->ring[seq % (s->depth + 1)];
+    slot->pending = 1;
+    slot->sent_ns = now_ns();
+    s->win_next = seq + 1;
+    if (s->staged >= 16384 || s->depth == 1) conn_write(s);
+    wait_for_room(s);
+    return 0;
+}
+
 /* AMQP: publish to the lane's queue through the default exchange: Basic.Publish (made once per lane in `prefix`),
    the content header (no properties) and the body (the worker's header, then the payload, as the Python driver
    publishes it) in frames of at most frame_max. Then wait for room in the window. A lost connection is not made
@@ -983,6 +1112,7 @@ static int send_one(Sender *s, int64_t seq, int64_t intended, const char *payloa
     if (s->kind == KIND_NATS) return nats_send(s, seq, partition, header, payload, len);
     if (s->kind == KIND_PULSAR) return pulsar_send(s, seq, partition, header, payload, len);
     if (s->kind == KIND_AMQP) return amqp_send(s, seq, partition, header, payload, len);
+    if (s->kind == KIND_STREAM) return stream_send(s, seq, partition, header, payload, len);
     char tail[48];
     int tail_len = snprintf(tail, sizeof tail, "\r\n$1\r\nd\r\n$%zd\r\n", len);
     if (out_reserve(s, s->prefix_len[partition] + HEADER_BYTES + (size_t)tail_len + (size_t)len + 2) ||
@@ -1301,6 +1431,8 @@ static void Sender_dealloc(Sender *s) {
     PyMem_RawFree(s->cycle_offsets);
     PyMem_RawFree(s->ring);
     PyMem_RawFree(s->producers);
+    for (int i = 0; s->lanes && i < s->partitions; i++) free(s->lanes[i].data);
+    PyMem_RawFree(s->lanes);
     free(s->scratch);
     pthread_cond_destroy(&s->acked);
     PyMem_RawFree(s->inbox);
@@ -1600,6 +1732,175 @@ fail:
     if (!s->error[0]) snprintf(s->error, sizeof s->error, "RabbitMQ: the connection was lost while it was made");
     close(fd);
     return -1;
+}
+
+/* RabbitMQ streams, while the connection is made: read one whole frame (blocking, within the socket's timeout);
+   returns its key, its content (after key and version) in buf, its size in *len; -1 with s->error set. */
+static int stream_read_frame(Sender *s, int fd, unsigned char *buf, size_t cap, size_t *len) {
+    size_t got = 0, need = 4;
+    while (got < need) {
+        ssize_t n = recv(fd, buf + got, need - got, 0);
+        if (n <= 0) {
+            snprintf(s->error, sizeof s->error, "RabbitMQ closed the stream connection while it was made (%s)",
+                     n < 0 ? strerror(errno) : "closed");
+            return -1;
+        }
+        got += (size_t)n;
+        if (got == 4) {
+            need = 4 + be32(buf);
+            if (need > cap || need < 8) {
+                snprintf(s->error, sizeof s->error, "RabbitMQ sent a stream frame of %zu bytes while it was made", need);
+                return -1;
+            }
+        }
+    }
+    *len = need - 8;
+    return be16(buf + 4);
+}
+
+/* RabbitMQ streams: send a request and wait for its response (key | 0x8000); 0 when its code is OK (1). */
+static int stream_request(Sender *s, int fd, const char *frame, size_t len, const char *what) {
+    unsigned char buf[65536];
+    size_t size;
+    int want = be16((const unsigned char *)frame + 4) | 0x8000;
+    if (send_all(fd, frame, len) < 0) {
+        snprintf(s->error, sizeof s->error, "RabbitMQ: the stream connection was lost (%s)", what);
+        return -1;
+    }
+    for (;;) {
+        int key = stream_read_frame(s, fd, buf, sizeof buf, &size);
+        if (key < 0) return -1;
+        if (key != want) continue;
+        int code = size >= 6 ? be16(buf + 12) : 0;
+        if (code == 1) return 0;
+        snprintf(s->error, sizeof s->error, "RabbitMQ refused %s: %s (stream response code %d)", what,
+                 code == 2 ? "the stream does not exist" : code == 8 ? "authentication failure" :
+                 code == 0x0c ? "virtual host access failure" : code == 0x10 ? "access refused" : "see the code", code);
+        return -1;
+    }
+}
+
+/* Start a request frame: size (filled by stream_end), key, version 1, correlation id. */
+static char *stream_begin(char *frame, int key, uint32_t correlation) {
+    char *o = put32(frame, 0);
+    o = put16(o, (uint16_t)key);
+    o = put16(o, 1);
+    return put32(o, correlation);
+}
+
+static size_t stream_end(char *frame, char *o) {
+    put32(frame, (uint32_t)(o - frame - 4));
+    return (size_t)(o - frame);
+}
+
+static char *put_str16(char *o, const char *str, size_t len) {
+    o = put16(o, (uint16_t)len);
+    memcpy(o, str, len);
+    return o + len;
+}
+
+/* RabbitMQ streams: peer properties, PLAIN, the broker's Tune answered (its frame size, no heartbeats: the loop reads
+   its socket all the time), Open of the virtual host, and a publisher per lane (id = the lane, no reference: no
+   deduplication). 0, or -1 with s->error set. Called without the GIL. */
+static int stream_connect(Sender *s, const char *user, const char *password, const char *vhost, PyObject **streams,
+                          Py_ssize_t count) {
+    char err[256];
+    int fd = tcp_connect(s->host, s->port, s->timeout_s, err, sizeof err);
+    if (fd < 0) {
+        snprintf(s->error, sizeof s->error, "cannot connect to RabbitMQ's stream port %s:%d: %s", s->host, s->port, err);
+        return -1;
+    }
+    char frame[2048], *o;
+    unsigned char buf[65536];
+    size_t ulen = strlen(user), plen = strlen(password), size;
+    if (ulen + plen > 1000 || strlen(vhost) > 255) {
+        snprintf(s->error, sizeof s->error, "the user, password or virtual host is too long");
+        goto fail;
+    }
+    o = stream_begin(frame, 0x11, 1);
+    o = put32(o, 0); /* no peer properties */
+    if (stream_request(s, fd, frame, stream_end(frame, o), "the peer properties") < 0) goto fail;
+    o = stream_begin(frame, 0x12, 2);
+    if (stream_request(s, fd, frame, stream_end(frame, o), "the SASL handshake") < 0) goto fail;
+    o = stream_begin(frame, 0x13, 3);
+    o = put_str16(o, "PLAIN", 5);
+    o = put32(o, (uint32_t)(ulen + plen + 2));
+    *o++ = 0;
+    memcpy(o, user, ulen), o += ulen;
+    *o++ = 0;
+    memcpy(o, password, plen), o += plen;
+    if (stream_request(s, fd, frame, stream_end(frame, o), "the login") < 0) goto fail;
+    for (int key = 0; key != 0x14;) /* the broker's Tune */
+        if ((key = stream_read_frame(s, fd, buf, sizeof buf, &size)) < 0) goto fail;
+    uint32_t frame_max = size >= 4 ? be32(buf + 8) : 0;
+    s->frame_max = frame_max == 0 || frame_max > 1048576 ? 1048576 : (int)frame_max;
+    o = put32(frame, 12);
+    o = put16(o, 0x14);
+    o = put16(o, 1);
+    o = put32(o, (uint32_t)s->frame_max);
+    o = put32(o, 0);
+    if (send_all(fd, frame, 16) < 0) goto fail;
+    o = stream_begin(frame, 0x15, 4);
+    o = put_str16(o, vhost, strlen(vhost));
+    if (stream_request(s, fd, frame, stream_end(frame, o), "the virtual host") < 0) goto fail;
+    for (Py_ssize_t i = 0; i < count; i++) {
+        o = stream_begin(frame, 0x01, (uint32_t)(5 + i));
+        *o++ = (char)i;
+        o = put16(o, 0); /* no reference */
+        o = put_str16(o, PyBytes_AS_STRING(streams[i]), (size_t)PyBytes_GET_SIZE(streams[i]));
+        if (stream_request(s, fd, frame, stream_end(frame, o), "a publisher") < 0) goto fail;
+    }
+    s->fd = fd;
+    s->error[0] = 0;
+    return 0;
+fail:
+    close(fd);
+    return -1;
+}
+
+/* stream_sender(host, port, user, password, vhost, streams: list[bytes], depth, timeout_s=30.0) */
+static PyObject *stream_sender(PyObject *self, PyObject *args) {
+    const char *host, *user, *password, *vhost;
+    int port, depth;
+    PyObject *streams;
+    double timeout_s = 30.0;
+    if (!PyArg_ParseTuple(args, "sisssO!i|d", &host, &port, &user, &password, &vhost, &PyList_Type, &streams, &depth,
+                          &timeout_s))
+        return NULL;
+    if (timeout_s <= 0) return PyErr_Format(PyExc_ValueError, "timeout_s: must be positive");
+    int partitions = (int)PyList_GET_SIZE(streams);
+    if (partitions < 1 || partitions > 255) return PyErr_Format(PyExc_ValueError, "streams: 1 to 255 streams");
+    if (depth < 1) return PyErr_Format(PyExc_ValueError, "depth: must be at least 1, got %d", depth);
+    for (int i = 0; i < partitions; i++) {
+        PyObject *stream = PyList_GET_ITEM(streams, i);
+        if (!PyBytes_Check(stream) || PyBytes_GET_SIZE(stream) < 1 || PyBytes_GET_SIZE(stream) > 255)
+            return PyErr_Format(PyExc_ValueError, "streams[%d]: must be bytes of 1 to 255", i);
+    }
+    Sender *s = sender_new(KIND_STREAM, partitions);
+    if (!s) return NULL;
+    s->depth = depth;
+    s->timeout_s = timeout_s;
+    s->port = port;
+    s->reconnect_at = INT64_MAX;
+    s->host = PyMem_RawMalloc(strlen(host) + 1);
+    s->ring = PyMem_RawCalloc((size_t)depth + 1, sizeof(window_slot));
+    s->lanes = PyMem_RawCalloc((size_t)partitions, sizeof(lane_buf));
+    s->in_cap = 1 << 16;
+    s->in = malloc(s->in_cap);
+    if (!s->host || !s->ring || !s->lanes || !s->in) {
+        Py_DECREF(s);
+        return PyErr_NoMemory();
+    }
+    strcpy(s->host, host);
+    int rc;
+    PyObject **items = &PyList_GET_ITEM(streams, 0);
+    Py_BEGIN_ALLOW_THREADS rc = stream_connect(s, user, password, vhost, items, partitions);
+    Py_END_ALLOW_THREADS if (rc < 0) {
+        PyObject *err = PyErr_Format(PyExc_OSError, "%s", s->error);
+        Py_DECREF(s);
+        return err;
+    }
+    return (PyObject *)s;
 }
 
 /* amqp_sender(host, port, user, password, vhost, queues: list[bytes], depth, timeout_s=30.0) */
@@ -2007,6 +2308,8 @@ static PyMethodDef module_methods[] = {
      "pulsar_sender(service_url, listener_name, topics, settings, single, timeout_s=30) -> Sender: a producer per topic"},
     {"amqp_sender", amqp_sender, METH_VARARGS,
      "amqp_sender(host, port, user, password, vhost, queues, depth, timeout_s=30.0) -> Sender: confirmed publishes"},
+    {"stream_sender", stream_sender, METH_VARARGS,
+     "stream_sender(host, port, user, password, vhost, streams, depth, timeout_s=30.0) -> Sender: a publisher per stream"},
     {"nats_sender", nats_sender, METH_VARARGS,
      "nats_sender(host, port, subjects, depth, timeout_s=5.0) -> Sender: JetStream publishes, each PubAck awaited"},
     {"timed_decode", timed_decode, METH_VARARGS,

@@ -26,7 +26,7 @@ from rstream.utils import RawMessage
 from ... import native
 from ...drivers import BrokerUnavailable, Message, OnAck
 from ...worker.framing import HEADER
-from ..rabbitmq import amqp
+from ..rabbitmq import amqp, in_flight_window
 from ..rabbitmq.amqp import lane_queue
 
 HEADER_SIZE = HEADER.size
@@ -162,8 +162,11 @@ class RabbitMQStreamsDriver:
     def close(self) -> None:
         self._drop_reader()
 
+    def in_flight_window(self, mode: str) -> int:
+        return in_flight_window(self.client, mode)
+
     def producer(self, topic: str, partitions: int, mode: str, on_ack: OnAck) -> StreamsProducer:
-        depth = self.client["rabbitmq_in_flight"] if mode == "batch" else 1
+        depth = self.in_flight_window(mode)
         try:
             return StreamsProducer(self._stream_endpoint(), [lane_queue(topic, p) for p in range(partitions)],
                                    depth, on_ack)
@@ -173,7 +176,20 @@ class RabbitMQStreamsDriver:
             raise BrokerUnavailable(f"RabbitMQ stream producer could not start: {exc!r}") from None
 
     def native_sender(self, topic: str, partitions: int, mode: str):
-        raise native.Unsupported("no native send loop for the stream protocol")
+        """The native send loop on a stream-protocol connection of its own: a publisher per lane, the same data and
+        window as `producer`, a lane's due publishes in one Publish frame, each confirm read (and stamped) as it
+        arrives on the loop's socket. It connects to the endpoint's node, which must lead the streams (a single
+        node does; a cluster's stream leaders would need the Metadata command first)."""
+        if self.endpoint.get("tls"):
+            raise native.Unsupported("the native loop speaks the stream protocol over plain TCP, not TLS")
+        settings = self._stream_endpoint()
+        try:
+            return native.stream_sender(settings["host"], settings["port"], settings["username"],
+                                        settings["password"], settings["vhost"],
+                                        [lane_queue(topic, p).encode() for p in range(partitions)],
+                                        self.in_flight_window(mode))
+        except OSError as exc:
+            raise BrokerUnavailable(f"RabbitMQ's stream port {settings['host']}:{settings['port']}: {exc}") from None
 
     def consumer(self, topic: str, group: str, partitions: list[int]) -> StreamsConsumer:
         return StreamsConsumer(self._stream_endpoint(), {p: lane_queue(topic, p) for p in partitions}, group,

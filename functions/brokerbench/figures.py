@@ -292,6 +292,8 @@ def cell_result(cell: dict, end: dict | None, cache: dict | None = None) -> dict
         "broker_count": data.get("broker_count"),
         "max_sustainable_rate": (data.get("search") or {}).get("max_sustainable_rate"),
         "search": data.get("search"),
+        # What limited the rate (brokerbench.limit): schedule, broker or client (client-bound); None before it was kept.
+        "limit": data.get("limit"),
         "verdict": (data.get("verdict") or {}).get("verdict"),
         "verdict_reasons": (data.get("verdict") or {}).get("reasons", []),
         "publish_only": not consumed,

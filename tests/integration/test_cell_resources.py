@@ -18,11 +18,14 @@ def test_cells_carry_the_brokers_and_workers_cpu_and_memory(stack, endpoints, tm
     events = DynamoEventStore(db["table"], endpoint_url=db["endpoint_url"]).read(run_id, interval_histograms=False)
     intervals = [e["data"] for e in events if e["type"] == "IntervalMeasured"]
     completed = next(e["data"] for e in events if e["type"] == "CellCompleted")
-    assert intervals and all(set(i["resources"]) == {"broker", "workers"} for i in intervals)
+    assert intervals and all(set(i["resources"]) == {"broker", "workers", "producers"} for i in intervals)
     summary = completed["resources"]
     assert 1 <= summary["broker"]["samples"] <= len(intervals)  # one sample per write; a write holds 1+ intervals
     assert all(i["resources"]["broker"]["rss_mb"] > 0 for i in intervals)
     assert summary["workers"]["cpu_pct_max"] > 0  # a producer and a consumer at 500 msgs/s do work
+    # the producer alone, within the workers (a rated cell that kept its schedule: the schedule set its rate)
+    assert 0 < summary["producers"]["cpu_pct_max"] <= summary["workers"]["cpu_pct_max"]
+    assert completed["limit"]["by"] == "schedule" and completed["limit"]["broker_cpu_pct"] is not None
     # The broker's memory, against ps reading the same process now (the JVM's heap is pinned, so it barely moves)
     pid = stack.status()["kafka"]["pids"][0]
     ps_mb = int(subprocess.run(["ps", "-o", "rss=", "-p", str(pid)], capture_output=True, text=True).stdout) / 1024

@@ -20,6 +20,7 @@ import pytest
 
 from rich.console import Console
 
+from brokerbench import limit
 from brokerbench.local.install import lib_dir
 from brokerbench.reports import html, markdown
 from brokerbench.reports.model import PERCENTILES, build_report
@@ -100,6 +101,21 @@ def test_throughput_under_a_broker_cap_is_the_cap_not_the_offered_rate(capped):
     for cell in results["cells"]:  # within 10% of what the broker lets through
         assert cell["throughput_msgs_per_s"] == pytest.approx(cap_msgs_per_s(), rel=0.10), (
             cell["rate_target"], conditions[cell["cell_id"]])
+
+
+def test_a_producer_the_cap_holds_back_is_broker_bound_not_client_bound(capped):
+    """At max rate under the cap the producer's window (librdkafka's 32 MiB of 1 KB payloads) is full, and the producer
+    waits for room most of its time, on any host: the broker set the rate (brokerbench.limit)."""
+    _, results, _ = capped
+    at_max = next(c for c in results["cells"] if c["rate_target"] == "max")
+    found = at_max["limit"]
+    print(found)
+    assert found["by"] == "broker"
+    assert found["window"] == 32 * 1024 * 1024 // SIZE
+    assert found["window_wait_share"] >= limit.WAIT_SHARE and found["in_flight_mean_share"] > 0.5
+    assert found["producer_cpu_pct"] < limit.CPU_SATURATED_PCT
+    report = build_report(capped[0])
+    assert not report["configurations_client_bound"] and "· client-bound" not in markdown.render(report)
 
 
 def test_the_broker_holds_exactly_what_was_acknowledged(capped):
@@ -193,6 +209,7 @@ def test_the_sustainable_rate_search_finds_the_cap(quota, endpoints, store):
     assert found <= cap_msgs_per_s() * 1.10, said
     assert all(s["verdict"] != "sustainable" for s in steps if s["rate"] > cap_msgs_per_s() * 1.10), said
     assert any(s["verdict"] != "sustainable" and s["rate"] > found for s in steps)  # bracketed from above
+    assert cell["limit"]["by"] == "broker"  # the cap stopped the search, not the load generator: no "≥"
     assert all({"rate", "verdict", "reasons", "end_to_end_p99_us"} <= s.keys() for s in steps)
     assert cell["verdict"] == "sustainable"  # the cell's figures are those of the step that held
     [half] = cell["search"]["latency_at"]  # measured afterwards at half the rate found

@@ -5,7 +5,7 @@ import subprocess
 import sys
 import time
 
-from brokerbench.worker.resources import ResourceSampler, cpu_ticks, rss_bytes, summarize
+from brokerbench.worker.resources import TICKS_PER_S, CpuSpan, ResourceSampler, cpu_ticks, rss_bytes, summarize
 
 
 def test_a_busy_process_shows_about_one_core_and_an_idle_one_almost_none():
@@ -48,3 +48,33 @@ def test_summary_over_samples():
                                                                  "workers": {"cpu_pct": 50.0, "rss_mb": 80.0}}]
     assert summarize(samples) == {"broker": {"cpu_pct_mean": 20.0, "cpu_pct_max": 30.0, "rss_mb_max": 320.0, "samples": 2},
                                   "workers": {"cpu_pct_mean": 50.0, "cpu_pct_max": 50.0, "rss_mb_max": 80.0, "samples": 1}}
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_cpu_over_a_span_ends_at_the_last_reading_a_process_was_still_there():
+    """A producer's process ends soon after its schedule: its ticks go with it, so the span's figure is the ticks
+    of its last whole reading over the time to that reading, and none when the readings cover too little."""
+    clock = Clock()
+    spinner = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+    try:
+        span = CpuSpan({"producers": [spinner.pid], "none": []}, clock=clock)
+        first = cpu_ticks(spinner.pid)
+        time.sleep(0.5)
+        clock.now = 2.0  # a stand-in clock: the figure is the ticks over the clock's seconds, by hand
+        span.update()
+        ticks = cpu_ticks(spinner.pid) - first
+    finally:
+        spinner.kill()
+        spinner.wait()
+    clock.now = 2.5
+    span.update()  # gone: this reading leaves the last one standing
+    assert set(span.cpu_pct(2.5)) == {"producers"}
+    assert abs(span.cpu_pct(2.5)["producers"] - ticks / TICKS_PER_S / 2.0 * 100) <= 100 / TICKS_PER_S / 2.0 * 2
+    assert span.cpu_pct(2.6, min_cover=0.8)["producers"] is None  # 2.0 s read of 2.6: less than 80%

@@ -88,6 +88,10 @@ class CellLine(Model):
     throughput_msgs_per_s: float | None
     verdict: str | None
     reason: str | None
+    limit: dict[str, Any] | None = Field(None, description="What limited the cell's rate (brokerbench.limit): `by` "
+                                         "schedule, broker or client (client-bound: the load generator's rate, a "
+                                         "lower bound of the broker's), with the rule's inputs; null for cells stored "
+                                         "before it was recorded")
 
 
 class RunDetail(Model):

@@ -8,6 +8,10 @@ where it arrives: on the socket's read, in the client's callback; never when the
 (header, payload, partition).
 A driver may also offer the producer's native send loop (`native_sender`, see brokerbench.native),
 or raise native.Unsupported, and the worker runs its Python loop over `producer`.
+A producer keeps a bounded number of messages unacknowledged, and a send waits for room when they fill it: the
+driver says how many (`in_flight_window`, and `in_flight_bounds` where its client bounds them per lane or in
+bytes too; `producer_window` combines them for a cell), so that a cell can tell whether the broker held its
+producers back or they were the limit themselves (brokerbench.limit).
 The header is the worker's framing (producer id, sequence, intended send time); each driver
 carries it where its broker keeps per-message metadata (a message key, a stream entry's field).
 What this interface calls partitions are the cell's lanes (see `lanes`): a count of them, or lane
@@ -73,6 +77,12 @@ class Driver(Protocol):
 
     def producer(self, topic: str, partitions: int, mode: str, on_ack: OnAck) -> Producer: ...
 
+    def in_flight_window(self, mode: str) -> int | None:
+        """The most messages one producer (`producer` or `native_sender`) keeps unacknowledged, over all its lanes,
+        before a send waits for room, as the driver's code bounds them (single mode: 1); None when nothing bounds
+        them in all. Optional (absent: unknown). A driver whose client also bounds them per lane or in payload bytes
+        says so in `in_flight_bounds(mode) -> {"per_lane": n, "payload_bytes": b}` (optional too)."""
+
     def native_sender(self, topic: str, partitions: int, mode: str): ...
 
     def consumer(self, topic: str, group: str, partitions: list[int]) -> Consumer: ...
@@ -82,3 +92,19 @@ class Driver(Protocol):
     def message_count(self, topic: str, partitions: int) -> int | None: ...
 
     def close(self) -> None: ...
+
+
+def producer_window(driver, mode: str, lanes: int, payload_bytes: float) -> int | None:
+    """How many messages one producer of a cell keeps unacknowledged at most: the tightest of the driver's
+    `in_flight_window` and, where it states them, its bounds per lane (times the cell's lanes, which every producer
+    sends to in turn) and in payload bytes (over the cell's mean payload size). None when the driver states none."""
+    window = getattr(driver, "in_flight_window", None)
+    found = [window(mode)] if window else []
+    bounds = getattr(driver, "in_flight_bounds", None)
+    bounds = bounds(mode) if bounds else {}
+    if bounds.get("per_lane"):
+        found.append(bounds["per_lane"] * max(1, lanes))
+    if bounds.get("payload_bytes"):
+        found.append(max(1, int(bounds["payload_bytes"] // max(1.0, payload_bytes))))
+    found = [n for n in found if n is not None]
+    return min(found) if found else None

@@ -72,6 +72,7 @@ def _grid(group: dict, report: dict) -> str:
             continue
         verdict = c["sustainability"]["verdict"]
         css = {"unsustainable": "warn", "inconclusive": "muted"}.get(verdict)
+        css = "warn" if (c.get("limit") or {}).get("client_bound") else css  # its rate is the load generator's
         verdict_html = (f"<span class='{css}'>{escape(markdown.verdict_text(c))}</span>" if css
                         else escape(markdown.verdict_text(c)))
         rows.append("<tr>" + f"<td>{escape(c['broker'])}</td><td>{escape(markdown.format_text(c, report))}</td>"
@@ -266,11 +267,10 @@ def _claims_and_rules(report: dict) -> list[str]:
         parts.append(f"<p class='warn'><b>Send loops differ:</b> {escape(report['send_loop_note'])}.</p>")
     if report.get("configurations_with_loss"):
         parts.append(f"<p class='bad'>Loss in {len(report['configurations_with_loss'])} configuration(s): see the loss column.</p>")
+    if markdown.client_bound_text(report):
+        parts.append(f"<p class='warn'>{escape(markdown.client_bound_text(report))}.</p>")
     rules = report.get("rules") or {}
-    items = [f"<li><b>{label}.</b> {escape(rules[key])}</li>" for key, label in
-             (("sustainability", "Sustainability"), ("claims", "Claims"), ("percentiles", "Percentiles"),
-              ("max_rate", "Max rate"), ("missing", "Missing messages"), ("accounting", "Accounting"),
-              ("codec", "Codec figures"), ("send_loop", "Send loop"), ("durability", "Durability"))
+    items = [f"<li><b>{label}.</b> {escape(rules[key])}</li>" for key, label in markdown.RULE_LABELS
              if rules.get(key)]
     if items:
         parts.append(f"<h2>How to read this report</h2><ul>{''.join(items)}</ul>")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from ..limit import LEGEND, MARK, client_bound, rate_found_text
 from .model import RESOURCES_NOTE, need_label, rate_text, send_loop_text
 from .regression import FIGURES, figure_text
 
@@ -275,13 +276,23 @@ def durability_section(report: dict) -> list[str]:
     return lines + ["| " + " | ".join(row) + " |" for row in rows] + [""]
 
 
+# The report's rules (report["rules"]) in the order "How to read this report" lists them, with their labels.
+RULE_LABELS = (("sustainability", "Sustainability"), ("claims", "Claims"), ("percentiles", "Percentiles"),
+               ("max_rate", "Max rate"), ("limit", "What limited a cell"), ("missing", "Missing messages"),
+               ("accounting", "Accounting"), ("codec", "Codec figures"), ("send_loop", "Send loop"),
+               ("durability", "Durability"))
+
+
 def rules_section(report: dict) -> list[str]:
     rules = report.get("rules") or {}
-    names = (("sustainability", "Sustainability"), ("claims", "Claims"), ("percentiles", "Percentiles"),
-             ("max_rate", "Max rate"), ("missing", "Missing messages"), ("accounting", "Accounting"),
-             ("codec", "Codec figures"), ("send_loop", "Send loop"), ("durability", "Durability"))
-    return ["## How to read this report", ""] + [f"- **{label}.** {rules[key]}" for key, label in names
+    return ["## How to read this report", ""] + [f"- **{label}.** {rules[key]}" for key, label in RULE_LABELS
                                                   if rules.get(key)] + [""]
+
+
+def client_bound_text(report: dict) -> str | None:
+    """The line above the grids when some configuration was client-bound: how many, and what the mark means."""
+    bound = report.get("configurations_client_bound")
+    return f"Client-bound in {len(bound)} configuration(s): {LEGEND}" if bound else None
 
 
 def search_text(c: dict) -> str:
@@ -296,15 +307,28 @@ def search_text(c: dict) -> str:
     if held:
         low, high = min(held), max(held)
         parts.append(f"held {low:,.0f} s" if round(low) == round(high) else f"held {low:,.0f}–{high:,.0f} s")
-    return f"max sustainable {found:,.0f} msgs/s" + (f" ({', '.join(parts)})" if parts else "")
+    # The load generator stopped a repeat's search: the median is only a lower bound of the broker's (limit.RULE).
+    bound = next((s.get("limit") for s in searches if client_bound(s.get("limit"))), None)
+    return f"max sustainable {rate_found_text(found, bound)}" + (f" ({', '.join(parts)})" if parts else "")
+
+
+def client_bound_mark(c: dict) -> str:
+    """' · client-bound' (with how many repeats, when not all) for a configuration the load generator limited; a
+    search says so in its rate instead (search_text)."""
+    limited = c.get("limit") or {}
+    bound, repeats = limited.get("client_bound"), len(limited.get("by") or [])
+    if not bound or c["sustainability"]["verdict"] == "search":
+        return ""
+    return f" · {MARK}" + (f" ({bound} of {repeats} repeats)" if bound < repeats else "")
 
 
 def verdict_text(c: dict) -> str:
     verdict = c["sustainability"]["verdict"]
     if verdict == "search":
         verdict = search_text(c)
-    if verdict in ("unsustainable", "inconclusive"):
-        mark = "⚠ " if verdict == "unsustainable" else ""
+    verdict += client_bound_mark(c)
+    if c["sustainability"]["verdict"] in ("unsustainable", "inconclusive"):
+        mark = "⚠ " if verdict.startswith("unsustainable") else ""
         verdict = f"{mark}{verdict}: " + "; ".join(c["sustainability"]["reasons"])
     if c["status"] == "partial":
         verdict += f" ({c['completed_repeats']} of {c['repeats']} repeats completed: {'; '.join(c['reasons'])})"
@@ -327,6 +351,8 @@ def render(report: dict) -> str:
     lines += send_loop_lines(report)
     if report.get("configurations_with_loss"):
         lines += [f"**Loss** in {len(report['configurations_with_loss'])} configuration(s): see the loss column.", ""]
+    if client_bound_text(report):
+        lines += [f"**{client_bound_text(report)}.**", ""]
     lines += durability_section(report)
     lines += rules_section(report)
     refs = report["references"]
@@ -410,6 +436,20 @@ def held_for_text(search: dict) -> str:
     return f", sustainable for {seconds:,.0f} s"
 
 
+def limit_clause(search: dict) -> str:
+    """What held a search below the rate above the one found, when the load generator did."""
+    found = search.get("limit")
+    if not client_bound(found):
+        return ""
+    return (f"; the step at {found['rate']:,.0f} msgs/s was {MARK}: its producers waited for room "
+            f"{_share(found.get('window_wait_share'))} of their time, a producer used "
+            f"{_figure(found.get('producer_cpu_pct'), 0)}% of a core")
+
+
+def _share(value) -> str:
+    return "–" if value is None else f"{value:.0%}"
+
+
 def search_lines(group: dict) -> list[str]:
     """The maximum sustainable rate of each configuration of a search group, and every step of it."""
     out = []
@@ -417,10 +457,12 @@ def search_lines(group: dict) -> list[str]:
         found = c.get("max_sustainable_rate") or {}
         for repeat, search in zip(c.get("repeat_numbers", []), c.get("searches") or []):
             steps = ", ".join(f"{s['rate']:,.0f} {'✓' if s['verdict'] == 'sustainable' else '✗ ' + s['verdict']}"
-                              for s in search["steps"])
+                              + (f" ({MARK})" if client_bound(s.get("limit")) else "") for s in search["steps"])
+            found_text = ("–" if search["max_sustainable_rate"] is None
+                          else rate_found_text(search["max_sustainable_rate"], search.get("limit")))
             out.append(f"- {c['broker']} {c['format']} repeat {repeat}: maximum sustainable rate "
-                       f"{_figure(search['max_sustainable_rate'], 0)} msgs/s{held_for_text(search)} "
-                       f"({search['ended']}); steps: {steps}")
+                       f"{found_text}{held_for_text(search)} ({search['ended']}{limit_clause(search)}); "
+                       f"steps: {steps}")
             out += [f"  - at {a['fraction']:.0%} ({a['rate']:,.0f} msgs/s): {a['verdict']}, end-to-end p99 "
                     f"{_figure((a.get('end_to_end_p99_us') or 0) / 1000, 2)} ms" for a in search.get("latency_at", [])]
         if found.get("median") is not None and len(c.get("searches") or []) > 1:

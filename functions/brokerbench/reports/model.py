@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from functools import cache
 from itertools import groupby
 
-from .. import cost, verdict
+from .. import cost, limit, verdict
 from ..events import has_digest
 from ..series import (  # noqa: F401 (the old import paths)
     DIGEST_MAX_INTERVALS,
@@ -47,6 +47,7 @@ CLAIM_WHAT = {"throughput_msgs_per_s": "throughput", "end_to_end_p99_us": "end-t
 PERCENTILES = {"p50": 50.0, "p75": 75.0, "p95": 95.0, "p99": 99.0, "p999": 99.9}
 LATENCY_FIELDS = ("publish_latency_us", "publish_delay_us", "end_to_end_latency_us", "delivery_latency_us",
                   "encode_ns", "decode_ns")
+THROUGHPUT_FIELDS = ("throughput_msgs_per_s", "throughput_mb_per_s")  # client-bound cells compare no broker on them
 CONFIG_FIELDS = ("broker", "format", "mode", "size_basis", "size_bytes", "rate_target", "producers", "consumers",
                  "partitions")
 
@@ -66,7 +67,8 @@ CLAIMS_RULE = (
     "claim at most 1 time in 20. A claim must also exceed its effect floor (5% for throughput and sizes, 20% for "
     "latency and serialization times) and the run's noise, with the medians over repeats in the same order; "
     "\"best\" must do so against every rival. Latency is compared only between sustainable cells without loss; "
-    "max-rate cells are compared only with each other, and never on latency. Brokers are compared on delivery "
+    "max-rate cells are compared only with each other, and never on latency; a client-bound cell (its rate the load "
+    "generator's) is compared with no other broker on throughput. Brokers are compared on delivery "
     "p99 too (receipt, before any decode: no codec in it); formats on end-to-end p99."
 )
 PERCENTILE_RULE = (
@@ -339,6 +341,14 @@ def _resources(done: list[dict]) -> dict | None:
                    "repeats": len(rs)} for name, rs in sorted(found.items())} or None
 
 
+def _limits(done: list[dict]) -> dict:
+    """What limited each repeat (brokerbench.limit; None for repeats stored before it was kept), and how many of them
+    the load generator did (client-bound)."""
+    limits = [c.get("limit") for c in done]
+    return {"by": [(found or {}).get("by") for found in limits], "repeats": limits,
+            "client_bound": sum(limit.client_bound(found) for found in limits)}
+
+
 def _configuration(cells: list[dict], completed_events: dict[str, dict], intervals: dict[str, list[dict]],
                    digests: dict[str, dict], cache: dict) -> dict:
     first = cells[0]
@@ -385,6 +395,7 @@ def _configuration(cells: list[dict], completed_events: dict[str, dict], interva
         "loss": loss,
         "has_loss": any(c.get("has_loss") for c in done) or any(loss[k] for k in LOSS_CLASSES),
         "resources": _resources(done),
+        "limit": _limits(done),
         "sustainability": combined_verdict(cells, per_cell),
         # rates: ["sustainable"]: what each repeat's search found, and its steps.
         "max_sustainable_rate": _median_ci([c.get("max_sustainable_rate") for c in done]),
@@ -419,6 +430,16 @@ def _eligible(config: dict, metric: Metric) -> bool:
     if config["status"] == "failed":
         return False
     return not metric.latency or (config["sustainability"]["verdict"] == "sustainable" and not config["has_loss"])
+
+
+def _compares_brokers(config: dict, metric: Metric) -> bool:
+    """May this configuration enter a comparison across brokers on this metric? Not on throughput when a repeat was
+    client-bound (brokerbench.limit): its rate is the load generator's, not the broker's."""
+    return _eligible(config, metric) and not (metric.field in THROUGHPUT_FIELDS and _client_bound(config))
+
+
+def _client_bound(config: dict) -> bool:
+    return bool((config.get("limit") or {}).get("client_bound"))
 
 
 def _logs(config: dict, name: str) -> dict[int, float]:
@@ -512,7 +533,9 @@ def _highlight_tests(groups: list[dict], references: dict, noise: dict) -> list[
                         continue
                     # Never a latency claim for a cell (or reference) that lost messages or did not keep up, nor
                     # for max-rate cells, whose latency runs from enqueue.
-                    if not (_eligible(config, METRICS[name]) and _eligible(ref, METRICS[name])):
+                    # Nor a throughput claim across brokers for a client-bound cell: its rate is the load generator's.
+                    eligible = _compares_brokers if axis == "broker" else _eligible
+                    if not (eligible(config, METRICS[name]) and eligible(ref, METRICS[name])):
                         continue
                     test = paired_ratio(config, ref, name, noise[name])
                     if test is not None:
@@ -529,7 +552,8 @@ def _best_tests(groups: list[dict], noise: dict) -> list[dict]:
         for name, metric in METRICS.items():
             if name == "lost":  # loss is flagged on its own, never a contest
                 continue
-            rivals = [c for c in group["cells"] if _eligible(c, metric) and c["metrics"][name]["median"] is not None]
+            # "best" ranks every broker of the group: a client-bound cell's rate is not its broker's
+            rivals = [c for c in group["cells"] if _compares_brokers(c, metric) and c["metrics"][name]["median"] is not None]
             if len(rivals) < 2 or any(len(_logs(c, name)) < MIN_CLAIM_REPEATS for c in rivals):
                 continue
             pick = max if metric.higher_is_better else min
@@ -687,8 +711,9 @@ def build_report(events: list[dict]) -> dict:
         "rules": {"sustainability": verdict.RULE, "claims": CLAIMS_RULE, "percentiles": PERCENTILE_RULE,
                   "missing": MISSING_RULE, "accounting": ACCOUNTING_RULE,
                   "max_rate": MAX_RATE_NOTE, "codec": CODEC_RULE, "send_loop": SEND_LOOP_RULE,
-                  "durability": DURABILITY_RULE},
+                  "durability": DURABILITY_RULE, "limit": limit.RULE},
         "configurations_with_loss": [c["key"] for c in configurations if c["has_loss"]],
+        "configurations_client_bound": [c["key"] for c in configurations if _client_bound(c)],
         "groups": groups,
         "cost": cost_estimate(events),
     }

@@ -83,14 +83,15 @@ def synthetic_run(spec_doc: dict, *, intervals: int = 10, rate_scale: float = 1.
 
 
 def claim_configuration(broker: str, fmt: str, values: dict[str, list], *, verdict_name: str = "sustainable",
-                        has_loss: bool = False, status: str = "completed") -> dict:
+                        has_loss: bool = False, status: str = "completed", client_bound: int = 0) -> dict:
     """A configuration as the report's claims read it (model.claims), from per-repeat figures by metric: what
-    the false-claim benchmark and the claim tests simulate reports with, without histograms."""
+    the false-claim benchmark and the claim tests simulate reports with, without histograms. `client_bound`: how
+    many of its repeats the load generator limited (brokerbench.limit)."""
     repeats = max(len(v) for v in values.values())
     by_repeat = {name: list(values.get(name, [None] * repeats)) for name in METRICS}
     present = lambda vs: [v for v in vs if v is not None]  # noqa: E731
     return {"broker": broker, "format": fmt, "key": f"{broker}|{fmt}", "status": status, "has_loss": has_loss,
             "sustainability": {"verdict": verdict_name}, "repeat_numbers": list(range(1, repeats + 1)),
-            "completed_repeats": repeats, "values_by_repeat": by_repeat,
+            "completed_repeats": repeats, "values_by_repeat": by_repeat, "limit": {"client_bound": client_bound},
             "metrics": {name: {"median": float(np.median(present(vs))) if present(vs) else None}
                         for name, vs in by_repeat.items()}}

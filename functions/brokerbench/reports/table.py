@@ -13,6 +13,7 @@ from itertools import groupby
 from rich.markup import escape
 from rich.table import Table
 
+from ..limit import LEGEND, MARK, client_bound, rate_found_text
 from ..registry import UnknownBroker, durability_label, for_target
 from .model import LOSS_CLASSES, MAX_RATE_NOTE, PERCENTILES, min_samples, need_label
 
@@ -115,7 +116,8 @@ def verdict_cell(cell: dict) -> str:
         steps = len((cell.get("search") or {}).get("steps", []))
         held = (cell.get("search") or {}).get("sustainable_for_s")
         held = f"held {held:,.0f} s, " if held is not None else ""
-        return f"max sustainable {found:,.0f} msgs/s ({held}{steps} steps)" if found else "[red]none found[/]"
+        text = f"max sustainable {rate_found_text(found, cell.get('limit'))} ({held}{steps} steps)" if found else None
+        return escape(text) if text else "[red]none found[/]"
     verdict = cell.get("verdict")
     if verdict is None:  # results stored before the verdict: only the rate can be checked
         if cell["rate_target"] == "max":
@@ -123,7 +125,13 @@ def verdict_cell(cell: dict) -> str:
         else:
             kept_up = cell["rate_achieved"] >= SUSTAINED_RATE * cell["rate_target"]
             return "rate ok (no verdict)" if kept_up else "[yellow]behind[/]"
-    return f"[{VERDICT_STYLE.get(verdict, 'white')}]{verdict}[/]"
+    bound = f" · [yellow]{MARK}[/]" if client_bound(cell.get("limit")) else ""
+    return f"[{VERDICT_STYLE.get(verdict, 'white')}]{verdict}[/]{bound}"
+
+
+def limit_note(results: dict) -> str | None:
+    """The legend of the client-bound mark, when some cell carries it."""
+    return f"{MARK}: {LEGEND}" if any(client_bound(c.get("limit")) for c in results["cells"]) else None
 
 
 def caption(results: dict, brokers: list[str], mode: str, rate) -> str:

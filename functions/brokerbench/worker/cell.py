@@ -20,9 +20,9 @@ from multiprocessing.connection import wait
 
 import numpy as np
 
-from .. import verdict
+from .. import limit, verdict
 from ..codecs.floor import call_floor_ns
-from ..drivers import BrokerUnavailable
+from ..drivers import BrokerUnavailable, producer_window
 from ..events import EventStore, cell_prefix, make_event
 from ..figures import cell_result
 from ..registry import driver_modules, get_driver
@@ -34,10 +34,10 @@ from .drain import Drain
 from .framing import probe_header
 from .intervals import IntervalAggregator
 from .processes import death
-from .resources import ResourceSampler
+from .resources import CpuSpan, ResourceSampler
 from .warmup import WarmupWatch, warmup_max_s
 from .producer import SECOND_NS, ProducerTask, producer_main
-from .producer_figures import RECORDS, ProducerFigures, recv_records
+from .producer_figures import RECORDS, ProducerFigures, recv_records, window_shares
 
 READY_TIMEOUT_S = 60
 COUNT_WAIT_S = 60  # a broker that does not answer at a cell's end is waited for this long for its own count
@@ -45,6 +45,7 @@ SEARCH = "sustainable"  # the rate that asks for the maximum sustainable rate se
 START_LEAD_NS = 100_000_000
 MEASURE_LEAD_NS = 200_000_000  # from the end of an adaptive warm-up to the first measured message
 PROVISIONAL_MARGIN_NS = 1_000_000_000
+COVER = 0.75  # CPU read over less than this share of the measured sending is not known (brokerbench.limit)
 # Set by a front end on Ctrl-C when cells run in threads (the local workflow's Lambda-kind cells). A cell given
 # its own `stop` event (run_cell's; set when its run has ended: worker/run_end.py) stops the same way on either.
 CANCELLED = threading.Event()
@@ -174,7 +175,7 @@ def _measure_step(run_id, cell, endpoint, topic, progress, attempt, rate, stop=N
                "end_to_end_p99_us": result["end_to_end_latency_us"]["p99"],
                "publish_latency_p99_us": result["publish_latency_us"]["p99"]}
     return search.Step(rate, data["verdict"]["verdict"], data["verdict"]["reasons"], figures, sink.events,
-                       data.get("measured_s"))
+                       data.get("measured_s"), data.get("limit"))
 
 
 def _search_cell(run_id, cell, endpoint, store, topic, progress, attempt, stop=None) -> CellOutcome:
@@ -208,7 +209,11 @@ def _search_cell(run_id, cell, endpoint, store, topic, progress, attempt, stop=N
     # The kept step's intervals and end become the cell's; the search record goes with them.
     store.append([e for e in best.events if e["type"] == "IntervalMeasured"])
     end = best.events[-1]
-    store.append([make_event(run_id, "CellCompleted", {**end["data"], "search": record}, cell_index=cell["index"])])
+    # What held the search below the rate above the one found is the cell's limit (the kept step kept its schedule).
+    data = {k: v for k, v in end["data"].items() if k != "limit"}
+    store.append([make_event(run_id, "CellCompleted", {**data, "search": record,
+                                                       **({"limit": found.limit} if found.limit else {})},
+                             cell_index=cell["index"])])
     progress(Progress(cell["cell_id"], "done", 1.0))
     return CellOutcome(cell["cell_id"], "completed", intervals=end["data"]["intervals"])
 
@@ -238,6 +243,10 @@ class _CellRun:
         self.warmup: WarmupWatch | None = None  # an adaptive warm-up's watch
         self.resources: ResourceSampler | None = None  # CPU and memory of the workers and a local broker
         self.resource_samples: list[dict] = []
+        # The producers' and the broker's CPU over the measured sending (measured start to the schedule's end): what
+        # brokerbench.limit judges on. `sending` reads them from the measured start; `sent` is what they used.
+        self.sending: CpuSpan | None = None
+        self.sent: dict | None = None
         self.attach_due: int | None = None  # a startup backlog: when the consumers attach (the broker is asked then)
         self.at_attach: dict | None = None
         self.figures: dict = {}  # producer connection -> ProducerFigures: its intervals' figures, worked out here
@@ -312,8 +321,7 @@ class _CellRun:
                        "warmup_until_steady": adaptive, **({"attach_ns": attach} if attach else {})}
         self.attach_due = attach - schedule.COUNT_BEFORE_ATTACH_NS if attach and cell["consumers"] else None
         self.figures = self._producer_figures(ready, t_start)
-        self.resources = ResourceSampler({"workers": [p.pid for p in self.processes],
-                                          "broker": list(self.endpoint.get("pids") or [])})
+        self.resources = ResourceSampler(self._process_groups())
         for conn in self.conns:
             conn.send(("go", self.timing))
         self.phases.mark("go")
@@ -327,15 +335,45 @@ class _CellRun:
 
     def _producer_figures(self, ready: dict, t_start: int) -> dict:
         """Each producer's figures are derived here from its raw records (producer_figures), with its pool's encoded
-        sizes and its schedule (the one it sends by, from the same start)."""
+        sizes, its schedule (the one it sends by, from the same start) and its in-flight window (the driver's, for
+        this cell's mode, lanes and payload size)."""
         figures = {}
+        cell = self.cell
         for conn, (role, number) in self.conns.items():
             if role == "producer":
                 info = ready[(role, number)]
                 sizes = np.frombuffer(info["encoded_sizes"], dtype=np.int64)
+                window = producer_window(self.driver, cell["mode"], lanes(cell), info["encoded_bytes"])
                 figures[conn] = ProducerFigures(sizes, info["pool_size"],
-                                                schedule.producer_schedule(self.cell, number, t_start))
+                                                schedule.producer_schedule(cell, number, t_start), window)
         return figures
+
+    def _process_groups(self, roles: tuple[str, ...] = ("workers", "producers", "broker")) -> dict[str, list[int]]:
+        """The pids of each process group resources are sampled for: the cell's workers (producers and consumers),
+        its producers alone, and a local broker's processes (those its target names)."""
+        groups = {"workers": [p.pid for p in self.processes],
+                  "producers": [p.pid for p in self.processes if p.name.startswith("producer-")],
+                  "broker": list(self.endpoint.get("pids") or [])}
+        return {role: groups[role] for role in roles}
+
+    def _watch_sending(self, now: int, producer_done: bool) -> int | None:
+        """Reads the producers' and the broker's CPU from the measured start to the schedule's end (or until a producer
+        finished first, a cell run by message count), at each look, so that the last reading is at most one look
+        before the producers end (and their processes, their ticks); returns when it next needs to look (None:
+        done)."""
+        if self.sent is not None:
+            return None
+        start = self.timing["measure_start"]
+        if self.sending is None:
+            if now < start:
+                return start
+            self.sending = CpuSpan(self._process_groups(("producers", "broker")))
+        self.sending.update()
+        if now < self.timing["t_end"] and not producer_done:
+            return self.timing["t_end"]
+        # Readings that began late (a parent that looked late on a stalled host) or ended early cover too little of it.
+        self.sent = self.sending.cpu_pct((now - start) / SECOND_NS, COVER)
+        return None
 
     def _start_processes(self, producer_rate: float | None, limit: int | None) -> None:
         cell, ctx = self.cell, processes.context(driver_modules())
@@ -441,7 +479,10 @@ class _CellRun:
                 raise KeyboardInterrupt
             if time.monotonic() > deadline:
                 raise CellError("the cell did not finish in time (a client is stuck or the broker stopped answering)")
-            timeout = 0.1 if self.attach_due is None else min(0.1, max(0, self.attach_due - time.monotonic_ns()) / 1e9)
+            now = time.monotonic_ns()
+            due = [at for at in (self.attach_due, self._watch_sending(now, any(c in done for c in producers)))
+                   if at is not None]
+            timeout = min([0.1] + [max(0, at - now) / 1e9 for at in due])
             for conn in wait([c for c in self.conns if c not in done], timeout=timeout):
                 kind, payload = self._recv(conn)
                 if kind == "interval":
@@ -486,6 +527,7 @@ class _CellRun:
                         if conn not in done:
                             conn.send(command)
             self._report_progress(drain is not None)
+        self._watch_sending(time.monotonic_ns(), True)  # the producers finished before the loop looked again
         return done
 
     def _count_at_attach(self) -> None:
@@ -617,11 +659,31 @@ class _CellRun:
             **self._shape_figures(consumers),
             "resources": resources.summarize(self.resource_samples),
             "verdict": {"verdict": judged["verdict"], "reasons": judged["reasons"]},
+            "limit": self._limit(judged, producers),
             **({"digest": digest} if digest else {}),
             "histograms": self.aggregator.cumulative_histograms(),
         }, cell_index=cell["index"])])
         self.progress(Progress(cell["cell_id"], "done", 1.0, counts["sent"], counts["received"] or 0))
         return CellOutcome(cell["cell_id"], "completed", intervals=self.aggregator.written)
+
+    def _limit(self, judged: dict, producers: list[dict]) -> dict:
+        """What limited the cell's rate (brokerbench.limit): its schedule, when its producers kept it (a rated cell
+        whose publish delay did not fail the verdict); else the broker or the producers, told by how long they waited
+        for room in their in-flight windows and how busy their processes were: CPU over the measured sending, per
+        producer."""
+        cell = self.cell
+        delay = (judged.get("checks") or {}).get("publish_delay") or {}
+        flights = [p["in_flight"] for p in producers if p.get("in_flight") is not None]
+        shares = window_shares(flights)
+        windows = {f.window for f in flights}
+        used = self.sent or {}
+        producer_cpu = used.get("producers")
+        return limit.cell_limit(
+            kept_schedule=cell["rate"] != "max" and delay.get("passed") is not False,
+            window=windows.pop() if len(windows) == 1 else None, window_full_share=shares.full,
+            in_flight_mean_share=shares.in_flight_mean, window_wait_share=shares.waited,
+            producer_cpu_pct=None if producer_cpu is None else producer_cpu / max(1, cell["producers"]),
+            broker_cpu_pct=used.get("broker"))
 
     def _shape_figures(self, consumers: list[dict]) -> dict:
         """A shaped schedule's own figures (outcome.startup, outcome.bursts); nothing for a constant rate."""

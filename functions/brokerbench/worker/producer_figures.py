@@ -3,10 +3,11 @@
 The producer process only measures: per interval its send loop hands over raw int64 buffers (when each message
 was taken up and handed to the client, which sequence numbers were acknowledged and when, which failed), and a
 thread forwards them over the pipe as they are (`send_records`, no copy, no numpy). Everything derived from them
-(publish delay, encode time, bytes, publish latency, the acknowledgement bookkeeping) is worked out here, in the
-parent (`ProducerFigures`). So the producer's interpreter lock is never held for per-interval numpy work while
-its send loop waits to encode the next message: a raw cell (whose native loop never needs the lock) and a coded
-cell (which needs it to call the codec) are measured under the same conditions.
+(publish delay, encode time, bytes, publish latency, the acknowledgement bookkeeping, how full the producer's
+in-flight window was) is worked out here, in the parent (`ProducerFigures`). So the producer's interpreter lock is
+never held for per-interval numpy work while its send loop waits to encode the next message: a raw cell (whose native
+loop never needs the lock) and a coded cell (which needs it to call the codec) are measured under the same
+conditions.
 """
 
 from __future__ import annotations
@@ -92,6 +93,71 @@ class AckedSeqs:
         return np.flatnonzero(~seen).astype(np.int64) + first
 
 
+def in_flight_at(first_seq: int, handed: np.ndarray, acked_ns: np.ndarray, done_before: int) -> np.ndarray:
+    """How many messages were in flight as each of an interval's messages was handed to the client, itself included:
+    the messages handed before it (its sequence number: a producer hands them over in order from 0) and itself, less
+    the acknowledgements and failures that came before that moment: `done_before` reported in earlier intervals, and
+    those of this interval's acknowledgements stamped before it (`acked_ns`, sorted).
+
+    Itself included, so that a count at the window means it waited for room or left none for the next send (Redis,
+    RabbitMQ: a send fills the window, then waits; Kafka, NATS: a send waits when the window is already full), and a
+    single-mode send (window 1, each waiting for its acknowledgement) always meets it full."""
+    seqs = np.arange(first_seq + 1, first_seq + 1 + handed.size, dtype=np.int64)
+    return seqs - done_before - np.searchsorted(acked_ns, handed, side="left")
+
+
+@dataclass
+class InFlight:
+    """How full one producer's in-flight window was over its measured intervals: its sends, those that met the window
+    full (in flight, themselves included, at least `window`), the sum of what was in flight at each (at most the
+    window: a count above it is an acknowledgement stamped just after its report was taken), and how long it waited
+    for room: from handing over a send that met the window full to taking up the next message (both loops wait for
+    room there), against the whole time from its first measured message taken up to its last handed over."""
+
+    window: int | None
+    sends: int = 0
+    full: int = 0
+    in_flight_sum: int = 0
+    waited_ns: int = 0
+    first_ns: int | None = None
+    last_ns: int | None = None
+    last_full: bool = False  # the latest send met the window full: its wait ends in the next interval
+
+    def add(self, in_flight: np.ndarray, started: np.ndarray, handed: np.ndarray) -> None:
+        if self.window is None or not in_flight.size:
+            return
+        full = in_flight >= self.window
+        self.sends += int(in_flight.size)
+        self.full += int(np.count_nonzero(full))
+        self.in_flight_sum += int(np.clip(in_flight, 0, self.window).sum())
+        if self.last_full:
+            self.waited_ns += int(started[0] - self.last_ns)
+        self.waited_ns += int((started[1:] - handed[:-1])[full[:-1]].sum())
+        self.first_ns = int(started[0]) if self.first_ns is None else self.first_ns
+        self.last_ns, self.last_full = int(handed[-1]), bool(full[-1])
+
+
+@dataclass(frozen=True)
+class WindowShares:
+    """Over a cell's producers (None when no window is known, or nothing was sent in the measured intervals): the
+    share of sends that met a full window, the mean in flight at a send as a share of the window, and the share of the
+    sending time spent waiting for room."""
+
+    full: float | None = None
+    in_flight_mean: float | None = None
+    waited: float | None = None
+
+
+def window_shares(producers: list[InFlight]) -> WindowShares:
+    known = [p for p in producers if p.window and p.sends]
+    sends = sum(p.sends for p in known)
+    if not sends:
+        return WindowShares()
+    span = sum(p.last_ns - p.first_ns for p in known)
+    return WindowShares(sum(p.full for p in known) / sends, sum(p.in_flight_sum / p.window for p in known) / sends,
+                        sum(p.waited_ns for p in known) / span if span > 0 else None)
+
+
 def never_acknowledged(acked: AckedSeqs, failed: AckedSeqs, first: int, end: int) -> tuple[np.ndarray, int]:
     """The measured messages (sequence numbers first..end-1) never acknowledged, send errors among them, and how
     many of them had no report at all (unacknowledged). Warm-up messages count in neither, as `sent` counts
@@ -112,9 +178,10 @@ class ProducerFigures:
     """One producer's figures, fed its intervals' raw records in order (`add`), completed by its "done" (`finish`).
     Send errors are the failures of measured messages only, as `sent` counts measured messages only."""
 
-    def __init__(self, sizes: np.ndarray, pool_size: int, schedule: Schedule | None) -> None:
+    def __init__(self, sizes: np.ndarray, pool_size: int, schedule: Schedule | None, window: int | None = None) -> None:
         self.sizes, self.pool_size, self.schedule = sizes, pool_size, schedule
         self.acks = AckTotals()
+        self.in_flight = InFlight(window)
         self.acked, self.failed = AckedSeqs(), AckedSeqs()
         self.firsts: list[int] = []  # first sequence number of each measured interval's send times
         self.chunks: list[np.ndarray] = []
@@ -125,8 +192,11 @@ class ProducerFigures:
         first_measured_seq = records["first_measured_seq"]
         acked_seqs = _seqs(records["acked"], records["headers"])
         failed_seqs = _seqs(records["failed"], records["headers"])
+        measured = records["interval"] >= 0
+        if measured:  # before this interval's reports are counted: those came while its messages were handed over
+            self._occupancy(records, acked_seqs.size)
         self._count(acked_seqs, failed_seqs)
-        if records["interval"] < 0:  # warm-up: counted above, never measured
+        if not measured:  # warm-up: counted above, never measured
             return None
         acks, sizes, pool_size = self.acks, self.sizes, self.pool_size
         acks.delivered += int(acked_seqs.size)
@@ -155,6 +225,17 @@ class ProducerFigures:
                        "publish_latency_us": latency.tobytes()},
         }
 
+    def _occupancy(self, records: dict, acked: int) -> None:
+        """The window's occupancy as each message of the interval was handed over (in_flight_at). A failure carries no
+        time: it counts from the next interval on, as if reported at the end of the one that reported it."""
+        if self.in_flight.window is None:
+            return
+        handed = np.frombuffer(records["handed"], dtype=np.int64)
+        acked_ns = np.sort(np.frombuffer(records["acked_ns"], dtype=np.int64)[:acked])
+        done_before = self.acks.acked_total + self.acks.failed_total
+        self.in_flight.add(in_flight_at(records["first_seq"], handed, acked_ns, done_before),
+                           np.frombuffer(records["started"], dtype=np.int64), handed)
+
     def _window(self, acked_at: np.ndarray) -> None:
         """The first and last measured acknowledgement, and how many came with the first."""
         if not acked_at.size:
@@ -179,7 +260,7 @@ class ProducerFigures:
         acknowledged (`not_acked`), of which `unacked` had no report at all."""
         not_acked, unacked = never_acknowledged(self.acked, self.failed, done["first_measured_seq"],
                                                 done["sent_total"])
-        return {**done, **vars(self.acks), "unacked": unacked, "not_acked": not_acked}
+        return {**done, **vars(self.acks), "unacked": unacked, "not_acked": not_acked, "in_flight": self.in_flight}
 
 
 def _publish_latency(seqs: np.ndarray, ack_ns, firsts: list[int], chunks: list[np.ndarray],

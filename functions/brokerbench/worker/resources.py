@@ -3,7 +3,8 @@
 Two groups: the cell's own worker processes (producers and consumers) and, when the target says which
 they are (a local broker's pids), the broker's processes, as Helenius sampled containers with cAdvisor.
 CPU is the share of one core used since the previous sample (100 = one core busy); memory is the
-resident set at the sample. A process that is gone counts as nothing from then on.
+resident set at the sample. A process that is gone counts as nothing from then on. `CpuSpan` gives a group's CPU
+over one span instead (a cell's measured sending: what brokerbench.limit reads).
 """
 
 from __future__ import annotations
@@ -57,6 +58,38 @@ class ResourceSampler:
             out[name] = {"cpu_pct": round(cpu, 1), "rss_mb": round(rss / MB, 1)}
             self._last[name] = ticks
         self._at = now
+        return out
+
+
+class CpuSpan:
+    """Each group's CPU over one span (a cell's measured sending), in % of one core: its ticks when the span starts,
+    and at the latest reading (`update`) at which every process of the group could still be read. A process that
+    has exited cannot be (its ticks go with it), so a group's figure ends at its last whole reading; a group whose
+    readings cover less than `min_cover` of the span has none (None)."""
+
+    def __init__(self, groups: dict[str, list[int]], clock=time.monotonic) -> None:
+        self.groups = {name: list(pids) for name, pids in groups.items() if pids}
+        self.clock = clock
+        self.first = self._read()
+        self.last = dict(self.first)
+
+    def _read(self) -> dict[str, tuple[float, int]]:
+        at, out = self.clock(), {}
+        for name, pids in self.groups.items():
+            ticks = [cpu_ticks(pid) for pid in pids]
+            if None not in ticks:
+                out[name] = (at, sum(ticks))
+        return out
+
+    def update(self) -> None:
+        self.last.update(self._read())
+
+    def cpu_pct(self, span_s: float, min_cover: float = 0.75) -> dict[str, float | None]:
+        out = {}
+        for name in self.groups:
+            (start, first), (end, last) = self.first.get(name, (0.0, 0)), self.last.get(name, (0.0, 0))
+            covered = name in self.first and end - start >= min_cover * span_s and end > start
+            out[name] = round((last - first) / TICKS_PER_S / (end - start) * 100, 1) if covered else None
         return out
 
 

@@ -15,12 +15,19 @@ that holds twice after failing once was a one-off and the search goes on above i
 disagreement is recorded and said. The search concludes only when both ends are settled (measured
 at least twice, no tie), so the rate found held in at least two measurements, and
 `sustainable_for_s` is the measured seconds behind it: the schedules of its sustainable steps.
+
+Each step records what limited it (brokerbench.limit). A search ends below the lowest rate that did not stand; when
+a failed measurement there was client-bound (its producers fell behind with their windows seldom full, or their cores
+saturated), the load generator stopped the search, not the broker: its `limit` says so, and the rate found is only a
+lower bound of the broker's ("≥ X (client-bound)").
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+
+from ..limit import search_limit
 
 GROWTH = 1.5
 PRECISION = 0.05
@@ -35,10 +42,12 @@ class Step:
     figures: dict = field(default_factory=dict)  # throughput, end-to-end p50/p99, publish p99
     events: list[dict] = field(default_factory=list)  # what the step measured, written if it is kept
     measured_s: float | None = None  # the step's send schedule (the seconds its verdict judged)
+    limit: dict | None = None  # what limited the step's rate (brokerbench.limit), as its cell recorded it
 
     def summary(self) -> dict:
         return {"rate": self.rate, "verdict": self.verdict, "reasons": self.reasons, **self.figures,
-                **({"measured_s": self.measured_s} if self.measured_s is not None else {})}
+                **({"measured_s": self.measured_s} if self.measured_s is not None else {}),
+                **({"limit": self.limit} if self.limit is not None else {})}
 
 
 @dataclass
@@ -50,12 +59,13 @@ class Found:
     ended: str
     sustainable_for_s: float | None = None  # measured seconds behind the rate found (its sustainable steps)
     disputes: list[dict] = field(default_factory=list)  # rates whose measurements disagreed, and how they counted
+    limit: dict | None = None  # what held the search below the rate above the one found (limit.search_limit)
 
     def record(self) -> dict:
         """What a CellCompleted's `search` carries of it (besides the probe and latency_at)."""
         return {"max_sustainable_rate": self.best.rate if self.best else None,
                 "sustainable_for_s": self.sustainable_for_s, "ended": self.ended, "disputes": self.disputes,
-                "steps": [s.summary() for s in self.steps]}
+                "limit": self.limit, "steps": [s.summary() for s in self.steps]}
 
 
 def next_rate(low: float | None, high: float | None, last: float, precision: float) -> float | None:
@@ -110,7 +120,10 @@ def _found(best_rate: float | None, by_rate: dict[float, list[Step]], steps: lis
     held = [s for s in by_rate[best_rate] if s.verdict == "sustainable"]
     seconds = [s.measured_s for s in held]
     total = None if any(s is None for s in seconds) else float(sum(seconds))
-    return Found(held[-1], steps, ended, total, disputes)
+    above = [r for r, ms in by_rate.items() if r > best_rate and not stands(ms)]
+    high = min(above) if above else None
+    limited = search_limit([s.summary() for s in by_rate[high]] if high is not None else [], high)
+    return Found(held[-1], steps, ended, total, disputes, limited)
 
 
 def search(measure: Callable[[float], Step], start: float, *, precision: float = PRECISION,

@@ -190,6 +190,15 @@
     return h('span', { class: `badge verdict-${verdict}` }, label(verdict));
   }
 
+  // A cell whose rate the load generator set, not the broker (results' `limit`, brokerbench.limit).
+  const CLIENT_BOUND = 'the load generator, not the broker, set this rate (its producers seldom waited for room in '
+    + 'their in-flight windows, or a producer\'s core was saturated): a lower bound of what the broker could take, '
+    + 'compared with no other broker';
+  function limitBadge(limit) {
+    if (!limit || limit.by !== 'client') return null;
+    return h('span', { class: 'badge limit-client', title: CLIENT_BOUND }, 'client-bound');
+  }
+
   function runLink(runId) {
     return h('a', { href: `#/runs/${enc(runId)}`, class: 'run-id' }, runId);
   }
@@ -674,9 +683,11 @@
           h('td', { class: 'num' }, fmtRate(c.rate_target)),
           h('td', {}, statusBadge(c.status)),
           h('td', { class: 'num' }, fmtRate(c.throughput_msgs_per_s)),
-          h('td', {}, verdictBadge(c.verdict)),
+          h('td', {}, verdictBadge(c.verdict), limitBadge(c.limit) ? ' ' : null, limitBadge(c.limit)),
           h('td', { class: 'reason-cell' }, c.reason || ''))), { id: 'cells-table' })
-          : h('p', { class: 'muted' }, 'No cells planned yet.'));
+          : h('p', { class: 'muted' }, 'No cells planned yet.'),
+        detail.some((c) => c.limit?.by === 'client')
+          ? h('p', { class: 'hint', id: 'client-bound-legend' }, h('strong', {}, 'client-bound: '), CLIENT_BOUND) : null);
       if (run.spec && !spec.dataset.filled) {
         spec.dataset.filled = '1';
         fill(spec, h('summary', {}, 'Spec'), h('pre', {}, JSON.stringify(run.spec, null, 2)));

@@ -21,6 +21,7 @@ from ... import native
 from ...drivers import BrokerUnavailable, Message, OnAck, TargetRefused
 
 PRODUCER_BUFFER_KB = 32 * 1024
+PRODUCER_BUFFER_MESSAGES = 1_000_000  # librdkafka's queue.buffering.max.messages: the byte bound binds first
 # librdkafka waits in whole milliseconds: the part of a poll's wait below one is slept in slices this long
 # between non-blocking polls, so a delivery report waits at most this long to be served (and stamped);
 # shorter slices cost the Python loop more wake-ups (at 2,000 msgs/s, up to two per message at 0.25 ms).
@@ -238,13 +239,26 @@ class KafkaDriver:
             # A bounded buffer, like the Java client's buffer.memory (32 MB): a producer that outruns the
             # broker waits (publish delay shows it) instead of queueing a gigabyte that the measured
             # messages would sit behind; at max rate the enqueue rate then follows the delivery rate.
-            "queue.buffering.max.messages": 1_000_000,
-            "queue.buffering.max.kbytes": max(PRODUCER_BUFFER_KB, 2 * client["batch_bytes"] // 1024),
+            "queue.buffering.max.messages": PRODUCER_BUFFER_MESSAGES,
+            "queue.buffering.max.kbytes": self._buffer_kb(),
             "message.max.bytes": 16 * 1024 * 1024,
             # The Java client's default (librdkafka's is 1,000,000): with more in flight, a quota'd or slow
             # broker takes a burst of tens of MB before its first throttled answer, and pays it back later.
             "max.in.flight.requests.per.connection": MAX_IN_FLIGHT,
         }
+
+    def _buffer_kb(self) -> int:
+        return max(PRODUCER_BUFFER_KB, 2 * self.client["batch_bytes"] // 1024)
+
+    def in_flight_window(self, mode: str) -> int:
+        """librdkafka holds a message from produce() until its delivery report is served, and refuses more (the
+        loops then serve reports and retry) at queue.buffering.max.messages or queue.buffering.max.kbytes of payload
+        (`in_flight_bounds`); single mode flushes after each send: one."""
+        return PRODUCER_BUFFER_MESSAGES if mode == "batch" else 1
+
+    def in_flight_bounds(self, mode: str) -> dict:
+        """queue.buffering.max.kbytes counts each message's value (the payload; not its key, the header)."""
+        return {"payload_bytes": self._buffer_kb() * 1024}
 
     def producer(self, topic: str, partitions: int, mode: str, on_ack: OnAck) -> KafkaProducer:
         if self.topics > 1:

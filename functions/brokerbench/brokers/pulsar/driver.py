@@ -187,6 +187,15 @@ class PulsarDriver:
                             batching_max_messages=self.client["pulsar_batch_messages"])
         return settings
 
+    def in_flight_window(self, mode: str) -> int | None:
+        """Single mode: one (the worker flushes after each send). Batch mode has no bound in all: each partition's
+        producer blocks its send_async at max_pending_messages unacknowledged (`in_flight_bounds`), and the client's
+        memory limit is off (the C++ client's default, which the Python client does not change)."""
+        return None if mode == "batch" else 1
+
+    def in_flight_bounds(self, mode: str) -> dict:
+        return {"per_lane": MAX_PENDING_PER_PARTITION}
+
     def producer(self, topic: str, partitions: int, mode: str, on_ack: OnAck) -> PulsarProducer:
         client = _client(self.endpoint)
         try:

@@ -169,11 +169,12 @@ class RedisStreamsDriver:
             connection = RespConnection(self.endpoint, self._password())
         except OSError as exc:
             raise self._unavailable(exc) from None
-        return RedisStreamsProducer(connection, [stream_key(topic, p) for p in range(partitions)], self._depth(mode),
+        return RedisStreamsProducer(connection, [stream_key(topic, p) for p in range(partitions)], self.in_flight_window(mode),
                                     on_ack)
 
-    def _depth(self, mode: str) -> int:
-        """XADDs in flight at most: the pipeline depth in batch mode, one in single mode."""
+    def in_flight_window(self, mode: str) -> int:
+        """XADDs in flight at most (both loops write one, then wait while that many are unanswered): the pipeline
+        depth in batch mode, one in single mode."""
         return self.client["pipeline_depth"] if mode == "batch" else 1
 
     def _unavailable(self, exc: Exception) -> BrokerUnavailable:
@@ -185,7 +186,7 @@ class RedisStreamsDriver:
             raise native.Unsupported("the native loop speaks plain TCP, not TLS")
         try:
             return native.redis_sender(self.endpoint["host"], int(self.endpoint["port"]), self._password(),
-                                       [stream_key(topic, p).encode() for p in range(partitions)], self._depth(mode))
+                                       [stream_key(topic, p).encode() for p in range(partitions)], self.in_flight_window(mode))
         except OSError as exc:
             raise self._unavailable(exc) from None
 

@@ -200,6 +200,74 @@ def _sleeping_loop(before: dict) -> str:
             f"end-to-end p50")
 
 
+# ---- each broker's load generator against its own tool (bench/broker_tools.py) ------------------------------------
+
+TOOL_BROKERS = {"nats-jetstream": "NATS JetStream", "pulsar": "Pulsar", "rabbitmq-streams": "RabbitMQ streams",
+                "rabbitmq-quorum": "RabbitMQ quorum queues"}
+
+
+def _trials(values: list) -> str:
+    """'118k, 96.1k': each trial's figure ('failed' where it did)."""
+    return ", ".join("failed" if v is None else count(v) for v in values)
+
+
+def _p50(values: list) -> str:
+    done = [v for v in values if v is not None]
+    return "–" if not done else spread(done, lambda x: f"{x:,.0f}")
+
+
+def _cpu_pair(ours: list, broker: list) -> str:
+    """'95 / 80': mean CPU % (100 = one core) of the load generator and of the broker, medians over the trials."""
+    def mid(values):
+        done = sorted(v for v in values if v is not None)
+        return "–" if not done else f"{done[len(done) // 2]:.0f}"
+    return f"{mid(ours)} / {mid(broker)}"
+
+
+def _tool_row(name: str, m: dict, load: dict) -> list[str]:
+    worker = f"{_trials(m['worker_msgs_per_s'])} (median **{count(m['worker_median'])}**)" \
+        if m["worker_median"] is not None else _trials(m["worker_msgs_per_s"])
+    tool = f"{_trials(m['tool_msgs_per_s'])} (median **{count(m['tool_median'])}**)" \
+        if m["tool_median"] is not None else _trials(m["tool_msgs_per_s"])
+    python = "–"
+    if "worker_python_msgs_per_s" in m:
+        python = f"{_trials(m['worker_python_msgs_per_s'])} (÷ tool {ratio(m['ratio_python'])})"
+    mode = "max, batch" if m["mode"] == "batch" else "max, single"
+    return [mode, f"{m['window']:,}", worker, tool, f"**{ratio(m['ratio'])}**", m["send_loop"] or "–", python,
+            f"{_p50(m['worker_publish_p50_us'])} / {_p50(m['tool_publish_p50_us'])}" if m["mode"] == "single"
+            else "–",
+            f"{_cpu_pair(m['worker_producer_cpu_pct'], m['worker_broker_cpu_pct'])} · "
+            f"{_cpu_pair(m['tool_cpu_pct'], m['tool_broker_cpu_pct'])}",
+            f"{load['before'][0]:.1f} → {load['after'][0]:.1f}"]
+
+
+def broker_tools(results: dict) -> dict:
+    bt = results.get("broker_tools")
+    if bt is None:
+        return {"conditions": "not measured yet", "machine": "–", "tables": "Not measured yet.", "failed": "none"}
+    header = ["mode", "in flight", "worker msgs/s (trials)", "tool msgs/s (trials)", "worker ÷ tool (medians)",
+              "worker send loop", "worker, Python loop (trials)", "publish p50 µs, worker / tool",
+              "CPU % worker / broker · tool / broker", "load average (1 min)"]
+    align = ["---", "---:", "---:", "---:", "---:", "---", "---:", "---:", "---", "---"]
+    tables = []
+    for broker, b in bt["brokers"].items():
+        if not b["modes"]:
+            tables.append(f"**{TOOL_BROKERS.get(broker, broker)}**: not measured (see Failed below).")
+            continue
+        rows = [_tool_row(name, m, b["load_average_1_5_15"]) for name, m in b["modes"].items()]
+        server = b.get("server") or {}
+        tables.append(f"**{TOOL_BROKERS.get(broker, broker)}** ({server.get('service', '')} "
+                      f"{server.get('version', '')}) against {b['tool']}:\n\n{table(header, rows, align)}")
+    failed = "; ".join(f"{f['broker']} {f['name']} trial {f['trial']}: {f['reason'][:200]}" for f in bt["failed"])
+    machine = bt["machine"]
+    loads = bt["load_average_1_5_15"]
+    return {"conditions": f"{bt['when']}, {bt['trials']} trials of {bt['seconds']:g} s after a {bt['warmup_s']} s "
+                          f"warm-up, load average (1 min) {loads['before'][0]:.1f} before, "
+                          f"{loads['after'][0]:.1f} after",
+            "machine": f"{machine['cpu']}, {machine['cores']} cores, Python {machine['python']}",
+            "tables": "\n\n".join(tables), "failed": failed or "none"}
+
+
 # ---- cell overhead (bench/cell_overhead.py) -------------------------------------------------------------------------
 
 PHASES = [
@@ -607,7 +675,8 @@ def interval_close(results: dict) -> dict:
 
 # ---- the page -------------------------------------------------------------------------------------------------------
 
-SECTIONS = {"intro": None, "harness": harness, "cell_overhead": cell_overhead, "run_overhead": run_overhead,
+SECTIONS = {"intro": None, "harness": harness, "broker_tools": broker_tools, "cell_overhead": cell_overhead,
+            "run_overhead": run_overhead,
             "test_suite": test_suite, "first_run": first_run, "reports": reports, "api_load": api_load,
             "false_claims": false_claims, "aa_regression": aa_regression, "latency_truth": latency_truth,
             "interval_close": interval_close}

@@ -1,0 +1,433 @@
+"""Each broker's load generator against the broker's own benchmark tool, on one local server of that broker.
+
+For NATS JetStream, Pulsar, RabbitMQ streams and RabbitMQ quorum queues: the worker (a real cell through run_cell:
+raw 1,024-byte messages, one producer, publish-only, at max in batch mode and in single mode, with the plug-in's own
+in-flight window) against the broker's own tool with the same size and window on the same server:
+
+- NATS JetStream: `nats bench js pub async|sync` (natscli 0.5.0, built with `go install` into .cache/bin), on a
+  stream the worker's driver makes (its storage, `nats_storage`); async with `--batch` = nats_max_in_flight.
+- Pulsar, RabbitMQ streams, RabbitMQ quorum queues: bare Java loops of the brokers' Java clients (bench/tools/:
+  pulsar-perf and PerfTest are not served here), with the worker's producer settings and window.
+
+Trials interleave (worker, tool, worker, tool ...), so a slow spell of the shared machine hits both alike. Where the
+worker's default send loop (BROKERBENCH_SEND_LOOP=auto) turns out native for a broker, the Python loop is run in the
+same trials too. The machine's load average before and after each broker is kept with its results.
+
+usage: .venv/bin/python bench/broker_tools.py [--brokers nats-jetstream,pulsar,rabbitmq-streams,rabbitmq-quorum]
+           [--modes max,single] [--trials 2] [--seconds 5] [--out bench/results/broker_tools.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import re
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from brokerbench.events import new_run_id
+from brokerbench.events.dynamodb import DynamoEventStore
+from brokerbench.events.run import run_requested_events
+from brokerbench.local.install import BIN_DIR, CACHE_DIR, REPO_DIR, go_install, lib_dir
+from brokerbench.local.stack import EVENT_STORE, LocalStack
+from brokerbench.registry import get_driver
+from brokerbench.reports.results import build_results
+from brokerbench.spec import expand, validate
+from brokerbench.worker import run_cell
+from brokerbench.worker.resources import ResourceSampler, summarize
+
+BROKERS = ("nats-jetstream", "pulsar", "rabbitmq-streams", "rabbitmq-quorum")
+SERVICE = {"nats-jetstream": "nats", "pulsar": "pulsar", "rabbitmq-streams": "rabbitmq", "rabbitmq-quorum": "rabbitmq"}
+MODES = {"max": "batch", "single": "single"}  # the CLI's names -> the run spec's delivery mode (both at rate max)
+SIZE = 1024
+WARMUP_S = 1
+OWNER = "broker-tools"  # the services this script starts are marked so, and only those are stopped
+NATSCLI = ("natscli", "github.com/nats-io/natscli/nats", "github.com/nats-io/natscli", "0.5.0")
+TOOLS_DIR = Path(__file__).with_name("tools")
+TOOLS_BUILD = CACHE_DIR / "tools" / "broker-tools"
+PULSAR_MAVEN_SETTINGS = REPO_DIR / "functions" / "brokerbench" / "brokers" / "pulsar" / "maven-settings.xml"
+# What each broker's own tool is, as the results and the page name it.
+TOOL_NAMES = {"nats-jetstream": "nats bench js pub (natscli 0.5.0)",
+              "pulsar": "Pulsar Java client loop (pulsar-client 4.0.7)",
+              "rabbitmq-streams": "stream-client loop (com.rabbitmq:stream-client 0.23.0)",
+              "rabbitmq-quorum": "amqp-client loop (com.rabbitmq:amqp-client 5.37.1, confirms)"}
+# The first guess of nats bench's rate (msgs/s) per mode: it runs a count of messages, not a time; later trials
+# take the last trial's rate.
+NATS_GUESS = {"batch": 80_000, "single": 6_000}
+
+
+def step(text: str) -> None:
+    print(f"· {text}", file=sys.stderr, flush=True)
+
+
+# -- the worker ----------------------------------------------------------------------------------
+def run_spec(broker: str, mode: str, seconds: float) -> dict:
+    return validate({"brokers": [broker], "sizes": [SIZE], "rates": ["max"], "formats": ["raw"], "modes": [mode],
+                     "duration_s": seconds, "warmup_s": WARMUP_S, "drain_timeout_s": 30, "consumers": 0})
+
+
+def worker_cell(endpoint: dict, store, broker: str, mode: str, seconds: float, send_loop: str) -> dict:
+    """One publish-only cell at max (as bench/harness.py's worker_cell), with BROKERBENCH_SEND_LOOP=send_loop: each
+    producer process takes the worker's environment of when it starts."""
+    spec = run_spec(broker, mode, seconds)
+    cell = expand(spec)[0]
+    run_id = new_run_id()
+    store.append(run_requested_events(run_id, spec, [cell], "broker-tools"))
+    before = os.environ.get("BROKERBENCH_SEND_LOOP")
+    os.environ["BROKERBENCH_SEND_LOOP"] = send_loop
+    try:
+        run_cell(run_id, cell, endpoint, store)
+    finally:
+        if before is None:
+            os.environ.pop("BROKERBENCH_SEND_LOOP", None)
+        else:
+            os.environ["BROKERBENCH_SEND_LOOP"] = before
+    return build_results(store.read(run_id, interval_histograms=False))["cells"][0]
+
+
+def window(broker: str, mode: str, client: dict) -> int:
+    """The messages a producer of the worker keeps in flight: its plug-in's setting (single mode: 1)."""
+    if mode == "single":
+        return 1
+    if broker == "nats-jetstream":
+        return client["nats_max_in_flight"]
+    if broker == "pulsar":
+        from brokerbench.brokers.pulsar.driver import MAX_PENDING_PER_PARTITION  # blocks when that many are pending
+
+        return MAX_PENDING_PER_PARTITION
+    return client["rabbitmq_in_flight"]
+
+
+def worker_figures(cell: dict) -> dict:
+    """What the results keep of a worker's cell."""
+    resources = cell.get("resources") or {}
+    return {"msgs_per_s": cell["rate_achieved"], "send_loop": cell["send_loop"],
+            "publish_p50_us": (cell.get("publish_latency_us") or {}).get("p50"),
+            "producer_cpu_pct": (resources.get("workers") or {}).get("cpu_pct_mean"),
+            "broker_cpu_pct": (resources.get("broker") or {}).get("cpu_pct_mean"),
+            "limit": cell.get("limit")}  # what the project's own rule says limited the rate (brokerbench.limit)
+
+
+# -- the tools -----------------------------------------------------------------------------------
+def build_java_tools(log=step) -> Path:
+    """bench/tools' Java sources compiled (and the RabbitMQ clients copied) into .cache/tools/broker-tools, again
+    whenever a source or the pom is newer than the build."""
+    sources = [TOOLS_DIR / "pom.xml", *TOOLS_DIR.rglob("*.java")]
+    stamp = TOOLS_BUILD / "built"
+    if stamp.is_file() and all(s.stat().st_mtime <= stamp.stat().st_mtime for s in sources):
+        return TOOLS_BUILD
+    log("building bench/tools (mvn) ...")
+    subprocess.run(["mvn", "-q", "-B", "-s", str(PULSAR_MAVEN_SETTINGS), "-f", str(TOOLS_DIR / "pom.xml"),
+                    f"-Dbroker.tools.out={TOOLS_BUILD}", "clean", "compile", "dependency:copy-dependencies",
+                    f"-DoutputDirectory={TOOLS_BUILD / 'lib'}", "-DincludeScope=runtime"],
+                   check=True, capture_output=True, text=True)
+    stamp.touch()
+    return TOOLS_BUILD
+
+
+def natscli(log=step) -> Path:
+    name, package, module, version = NATSCLI
+    return go_install(name, package, module, version, BIN_DIR / "nats", log)
+
+
+def parse_nats_bench(out: str) -> dict:
+    """nats bench's summary line ("NATS JetStream synchronous publisher stats: 17,115 msgs/sec ~ 17 MiB/sec ~ min:
+    23.00us ~ ... ~ P50: 45.87us ~ ..."): the publisher's msgs/s and its latency p50 (sync: per publish; async: per
+    batch, so not kept)."""
+    line = re.search(r"publisher stats: ([\d,]+(?:\.\d+)?) msgs/sec(.*)", out)
+    if not line:
+        raise ValueError(f"no 'publisher stats: N msgs/sec' in nats bench's output: {out[-500:]!r}")
+    p50 = re.search(r"P50: ([\d,]+(?:\.\d+)?)us", line.group(2))
+    synchronous = "synchronous publisher" in out and "asynchronous publisher" not in out
+    return {"msgs_per_s": float(line.group(1).replace(",", "")),
+            "publish_p50_us": float(p50.group(1).replace(",", "")) if p50 and synchronous else None}
+
+
+def parse_java_tool(out: str) -> dict:
+    """A bench/tools loop's last line: one JSON object."""
+    lines = [line for line in out.splitlines() if line.startswith("{")]
+    if not lines:
+        raise ValueError(f"no JSON line in the tool's output: {out[-500:]!r}")
+    result = json.loads(lines[-1])
+    if result.get("msgs_per_s") is None:
+        raise ValueError(f"the tool measured no acknowledgement: {lines[-1]}")
+    if not result.get("drained", True):
+        raise ValueError(f"the tool's messages were not all acknowledged within 60 s: {lines[-1]}")
+    return result
+
+
+def sampled(cmd: list[str], broker_pids: list[int], skip_s: float, timeout_s: float) -> tuple[str, dict]:
+    """Run a tool, sampling its CPU and the broker's every 0.5 s after its first skip_s (start-up, warm-up)."""
+    process = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    samples, sampler, deadline = [], None, time.monotonic() + timeout_s
+    started = time.monotonic()
+    while process.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.5)
+        if sampler is None and time.monotonic() - started >= skip_s:
+            sampler = ResourceSampler({"tool": [process.pid], "broker": broker_pids})
+        elif sampler is not None and process.poll() is None:
+            samples.append(sampler.sample())
+    if process.poll() is None:
+        process.kill()
+        process.wait()
+        raise TimeoutError(f"{cmd[0]} did not end within {timeout_s:.0f} s")
+    out = process.stdout.read()
+    if process.returncode != 0:
+        raise RuntimeError(f"{' '.join(cmd[:3])} ... exited {process.returncode}: {out[-800:]}")
+    cpu = summarize([{k: v for k, v in s.items() if v["rss_mb"] > 0} for s in samples[:-1]]) if len(samples) > 1 else {}
+    return out, {"tool_cpu_pct": (cpu.get("tool") or {}).get("cpu_pct_mean"),
+                 "broker_cpu_pct": (cpu.get("broker") or {}).get("cpu_pct_mean")}
+
+
+def nats_tool(endpoint: dict, client: dict, mode: str, seconds: float, guess: float) -> dict:
+    driver = get_driver("nats-jetstream", endpoint, client)
+    topic = f"tool-{new_run_id()}"
+    driver.create_topic(topic, 1)  # the worker's stream: storage nats_storage, one subject
+    from brokerbench.brokers.nats_jetstream.driver import stream_name, subject
+
+    messages = max(1000, int(guess * seconds))
+    how = ["async", "--batch", str(window("nats-jetstream", mode, client))] if mode == "batch" else ["sync"]
+    cmd = [str(natscli()), "bench", "js", "pub", *how, subject(topic, 0), "-s", endpoint["url"], "--msgs",
+           str(messages), "--size", str(SIZE), "--no-progress", "--stream", stream_name(topic)]
+    try:
+        out, cpu = sampled(cmd, endpoint.get("pids") or [], 0.5, 60 + 3 * seconds)
+    finally:
+        driver.delete_topic(topic, 1)
+    summary = next((line for line in out.splitlines() if "publisher stats:" in line), out.strip()[-400:])
+    return {**parse_nats_bench(out), **cpu, "messages": messages, "output": summary}
+
+
+def java_tool(broker: str, endpoint: dict, client: dict, mode: str, seconds: float) -> dict:
+    build = build_java_tools()
+    driver = get_driver(broker, endpoint, client)
+    topic = f"tool-{new_run_id()}"
+    driver.create_topic(topic, 1)  # as the worker's cell makes its topic: one lane
+    common = ["--mode", "max" if mode == "batch" else "single", "--size", str(SIZE), "--seconds", str(seconds),
+              "--warmup", str(WARMUP_S), "--window", str(window(broker, mode, client))]
+    jvm = []
+    if broker == "pulsar":
+        classpath = f"{build / 'classes'}:{lib_dir('pulsar')}/*"
+        quiet = build / "log4j2-warn.properties"  # the client's log (log4j2, from Pulsar's jars): warnings only
+        quiet.write_text("rootLogger.level=WARN\nrootLogger.appenderRef.err.ref=ERR\nappender.err.type=Console\n"
+                         "appender.err.name=ERR\nappender.err.target=SYSTEM_ERR\n"
+                         "appender.err.layout.type=PatternLayout\nappender.err.layout.pattern=%p %m%n\n")
+        jvm = [f"-Dlog4j2.configurationFile={quiet}"]
+        settings = driver.producer_settings("batch")
+        args = ["bench.PulsarPublish", "--url", endpoint["service_url"],
+                "--topic", driver.partitions_of(topic, range(1))[0],
+                "--batch-delay-ms", str(settings["batching_max_publish_delay_ms"]),
+                "--batch-bytes", str(settings["batching_max_allowed_size_in_bytes"]),
+                "--batch-messages", str(settings["batching_max_messages"])]
+    else:
+        from brokerbench.brokers.rabbitmq.amqp import lane_queue
+
+        classpath = f"{build / 'classes'}:{build / 'lib'}/*"
+        if broker == "rabbitmq-streams":
+            args = ["bench.StreamPublish", "--host", endpoint["host"], "--port", str(endpoint["stream_port"]),
+                    "--stream", lane_queue(topic, 0)]
+        else:
+            args = ["bench.AmqpPublish", "--host", endpoint["host"], "--port", str(endpoint["amqp_port"]),
+                    "--queue", lane_queue(topic, 0)]
+    cmd = ["java", "-Xmx512m", "-XX:+UseG1GC", "-Dio.netty.tryReflectionSetAccessible=true",
+           "--add-opens", "java.base/java.nio=ALL-UNNAMED", "--add-opens", "java.base/sun.nio.ch=ALL-UNNAMED",
+           *jvm, "-cp", classpath, *args, *common]
+    try:
+        out, cpu = sampled(cmd, endpoint.get("pids") or [], 1.5 + WARMUP_S, 120 + 2 * seconds)
+    finally:
+        driver.delete_topic(topic, 1)
+    result = parse_java_tool(out)
+    return {"msgs_per_s": result["msgs_per_s"], "publish_p50_us": result.get("publish_p50_us"), **cpu,
+            "acked": result["acked"], "failed": result["failed"], "client": result.get("client"),
+            "output": [line for line in out.splitlines() if line.startswith("{")][-1]}
+
+
+def tool(broker: str, endpoint: dict, client: dict, mode: str, seconds: float, guess: float) -> dict:
+    if broker == "nats-jetstream":
+        return nats_tool(endpoint, client, mode, seconds, guess)
+    return java_tool(broker, endpoint, client, mode, seconds)
+
+
+# -- trials --------------------------------------------------------------------------------------
+class Trials:
+    """Each series' trials (None where one failed) and what failed with its reason."""
+
+    def __init__(self) -> None:
+        self.series: dict[str, list] = {}
+        self.failed: list[dict] = []
+
+    def run(self, name: str, trial: int, fn: Callable, *args) -> dict | None:
+        try:
+            value = fn(*args)
+            if isinstance(value, dict) and value.get("status") not in (None, "completed"):
+                raise RuntimeError(f"cell {value['status']}: {value.get('reason', 'no reason given')}")
+        except Exception as exc:  # noqa: BLE001 (a failed trial is reported, not raised)
+            self.failed.append({"name": name, "trial": trial, "reason": f"{type(exc).__name__}: {exc}"[:1000]})
+            print(f"  ! {name} (trial {trial}) failed: {self.failed[-1]['reason'][:300]}", file=sys.stderr)
+            value = None
+        self.series.setdefault(name, []).append(value)
+        return value
+
+
+def median(values: list) -> float | None:
+    done = [v for v in values if v is not None]
+    return statistics.median(done) if done else None
+
+
+def measure(broker: str, endpoint: dict, store, modes: list[str], trials_n: int, seconds: float) -> dict:
+    """One broker's trials, interleaved per mode: worker (default send loop), tool, [worker with the Python loop
+    where the default was native] ..., then the figures per mode."""
+    client = run_spec(broker, "batch", seconds)["client"]
+    trials, out = Trials(), {}
+    for name in modes:
+        mode = MODES[name]
+        guess = NATS_GUESS[mode]
+        if broker == "nats-jetstream":  # nats bench runs a count: a 1 s run first sizes it (and warms it up)
+            step(f"{broker} {name}: sizing nats bench's runs (1 s, not counted)")
+            sizing = trials.run(f"{name}/tool_sizing", 0, tool, broker, endpoint, client, mode, 1.0, guess)
+            guess = sizing["msgs_per_s"] if sizing else guess
+        for trial in range(1, trials_n + 1):
+            step(f"{broker} {name}: trial {trial}/{trials_n}: worker")
+            cell = trials.run(f"{name}/worker", trial, worker_cell, endpoint, store, broker, mode, seconds, "auto")
+            if cell is not None:
+                trials.series[f"{name}/worker"][-1] = cell = worker_figures(cell)
+            step(f"{broker} {name}: trial {trial}/{trials_n}: {TOOL_NAMES[broker]}")
+            result = trials.run(f"{name}/tool", trial, tool, broker, endpoint, client, mode, seconds, guess)
+            if result is not None:
+                guess = result["msgs_per_s"]
+            if cell is not None and cell["send_loop"] != "python":
+                step(f"{broker} {name}: trial {trial}/{trials_n}: worker, BROKERBENCH_SEND_LOOP=python")
+                python = trials.run(f"{name}/worker_python", trial, worker_cell, endpoint, store, broker, mode,
+                                    seconds, "python")
+                if python is not None:
+                    trials.series[f"{name}/worker_python"][-1] = worker_figures(python)
+        out[name] = figures(trials, name, mode, broker, client)
+    return {"tool": TOOL_NAMES[broker], "modes": out, "failed": trials.failed}
+
+
+def figures(trials: Trials, name: str, mode: str, broker: str, client: dict) -> dict:
+    def of(series: str, key: str) -> list:
+        return [None if t is None else t.get(key) for t in trials.series.get(series, [])]
+
+    worker, tool_rates = of(f"{name}/worker", "msgs_per_s"), of(f"{name}/tool", "msgs_per_s")
+    loops = sorted({loop for loop in of(f"{name}/worker", "send_loop") if loop})
+    result = {
+        "mode": mode, "rate": "max", "window": window(broker, mode, client),
+        "worker_msgs_per_s": worker, "tool_msgs_per_s": tool_rates,
+        "worker_median": median(worker), "tool_median": median(tool_rates),
+        "ratio": _ratio(median(worker), median(tool_rates)),
+        "send_loop": ", ".join(loops) or None,
+        "worker_publish_p50_us": of(f"{name}/worker", "publish_p50_us"),
+        "tool_publish_p50_us": of(f"{name}/tool", "publish_p50_us"),
+        "worker_producer_cpu_pct": of(f"{name}/worker", "producer_cpu_pct"),
+        "worker_broker_cpu_pct": of(f"{name}/worker", "broker_cpu_pct"),
+        "worker_limit": of(f"{name}/worker", "limit"),
+        "tool_cpu_pct": of(f"{name}/tool", "tool_cpu_pct"),
+        "tool_broker_cpu_pct": of(f"{name}/tool", "broker_cpu_pct"),
+        "tool_output": of(f"{name}/tool", "output"),
+    }
+    if f"{name}/worker_python" in trials.series:
+        python = of(f"{name}/worker_python", "msgs_per_s")
+        result.update(worker_python_msgs_per_s=python, worker_python_median=median(python),
+                      ratio_python=_ratio(median(python), median(tool_rates)))
+    if broker == "nats-jetstream":
+        result["tool_messages"] = of(f"{name}/tool", "messages")
+    return result
+
+
+def _ratio(a: float | None, b: float | None) -> float | None:
+    return None if a is None or not b else a / b
+
+
+def _cpu() -> str:
+    with open("/proc/cpuinfo") as f:
+        return next((line.split(":", 1)[1].strip() for line in f if line.startswith("model name")), "unknown")
+
+
+def run_services(stack: LocalStack, brokers: list[str], modes: list[str], args, log) -> dict:
+    """DynamoDB Local, then one broker server at a time (RabbitMQ once for both of its rows): each broker's trials
+    on it, then it is stopped."""
+    results: dict = {}
+    store_endpoint = stack.up([EVENT_STORE.name], owner=OWNER, log=log)["dynamodb"]
+    try:
+        store = DynamoEventStore(store_endpoint["table"], endpoint_url=store_endpoint["endpoint_url"])
+        store.ensure_table()
+        for service in dict.fromkeys(SERVICE[b] for b in brokers):
+            try:
+                stack.up([service], owner=OWNER, log=log)
+            except Exception as exc:  # noqa: BLE001 (a server that does not start costs its brokers, not the run)
+                for broker in (b for b in brokers if SERVICE[b] == service):
+                    results[broker] = {"tool": TOOL_NAMES[broker], "modes": {}, "load_average_1_5_15": None,
+                                       "failed": [{"name": f"{service} server", "trial": 0,
+                                                   "reason": f"{type(exc).__name__}: {exc}"[:1000]}]}
+                continue
+            try:
+                endpoint = stack.endpoint(service)  # with its pids: the cells and the tools sample its CPU
+                for broker in (b for b in brokers if SERVICE[b] == service):
+                    before = os.getloadavg()
+                    results[broker] = measure(broker, endpoint, store, modes, args.trials, args.seconds)
+                    after = os.getloadavg()
+                    results[broker]["load_average_1_5_15"] = {"before": [round(x, 2) for x in before],
+                                                              "after": [round(x, 2) for x in after]}
+                    results[broker]["server"] = {"service": service, "version": endpoint.get("version")}
+            finally:
+                stack.down([service], owner=OWNER, log=log)
+    finally:
+        stack.down([EVENT_STORE.name], owner=OWNER, log=log)
+    return results
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--brokers", default=",".join(BROKERS))
+    parser.add_argument("--modes", default="max,single")
+    parser.add_argument("--trials", type=int, default=2)
+    parser.add_argument("--seconds", type=float, default=5)
+    parser.add_argument("--out", default=str(REPO_DIR / "bench" / "results" / "broker_tools.json"))
+    args = parser.parse_args(argv)
+    brokers, modes = args.brokers.split(","), args.modes.split(",")
+    for name in brokers:
+        if name not in BROKERS:
+            parser.error(f"--brokers: {name!r} is not one of {', '.join(BROKERS)}")
+    for name in modes:
+        if name not in MODES:
+            parser.error(f"--modes: {name!r} is not one of {', '.join(MODES)}")
+    if "nats-jetstream" in brokers:
+        natscli()
+    if set(brokers) - {"nats-jetstream"}:
+        build_java_tools()
+    when, load_before = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), os.getloadavg()
+    log = lambda m: print(m, file=sys.stderr)  # noqa: E731
+    with tempfile.TemporaryDirectory(prefix="brokerbench-tools-") as tmp:
+        # A stack of its own (as bench/cell_overhead.py): another session's `local down` on the shared stack cannot
+        # stop a server under a trial, and everything started here goes with the folder.
+        stack = LocalStack(Path(tmp) / "local", startup_timeout_s=300)
+        results = run_services(stack, brokers, modes, args, log)
+    load_after = os.getloadavg()
+    document = {
+        "when": when, "size_bytes": SIZE, "warmup_s": WARMUP_S, "seconds": args.seconds, "trials": args.trials,
+        "machine": {"cpu": _cpu(), "cores": os.cpu_count(), "python": platform.python_version()},
+        "load_average_1_5_15": {"before": [round(x, 2) for x in load_before],
+                                "after": [round(x, 2) for x in load_after]},
+        "send_loop_env": os.environ.get("BROKERBENCH_SEND_LOOP", "auto"),
+        "brokers": results,
+        "failed": [{"broker": b, **f} for b, r in results.items() for f in r["failed"]],
+    }
+    for broker, r in results.items():
+        for name, m in r["modes"].items():
+            print(f"{broker:17} {name:6} worker {m['worker_median'] or 0:>10,.0f}  tool {m['tool_median'] or 0:>10,.0f}"
+                  f"  ratio {m['ratio'] or 0:.2f}  ({m['send_loop']})")
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+    Path(args.out).write_text(json.dumps(document, indent=2) + "\n")
+    print(f"written: {args.out}", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,90 @@
+"""bench/broker_tools.py reads each broker tool's output as the tool prints it (outputs captured from real runs on
+the local stack), and docs/performance.md gets a table per broker from its result file."""
+
+import importlib.util
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).parents[2]
+
+# natscli v0.5.0 against the local stack's nats-server 2.15.1 (stdout; its progress lines go to stderr).
+NATS_ASYNC = ("\nNATS JetStream asynchronous publisher stats: 70,838 msgs/sec ~ 69 MiB/sec ~ min: 7,082.62us ~ avg: "
+              "14,108.24us ~ max: 30,889.67us ~ P50: 13,276.29us ~ P90: 20,152.63us ~ P99: 30,889.67us ~ P99.9: "
+              "30,889.67us\n\n")
+NATS_SYNC = ("\nNATS JetStream synchronous publisher stats: 17,115 msgs/sec ~ 17 MiB/sec ~ min: 23.00us ~ avg: 58.29us "
+             "~ max: 5,267.01us ~ P50: 45.87us ~ P90: 81.63us ~ P99: 157.53us ~ P99.9: 1,654.91us\n\n")
+# bench/tools' Java loops against the local RabbitMQ 3.10.8 and Pulsar 4.0.7 (the Pulsar client's own log lines
+# come before its JSON line when its log is not quieted).
+STREAM_MAX = ('{"tool": "rabbitmq-stream-java", "mode": "max", "window": 1000, "size": 1024, "sent": 303964, '
+              '"measured_sent": 256413, "acked": 256413, "failed": 0, "drained": true, "window_s": 2.912, '
+              '"msgs_per_s": 88065.390, "publish_p50_us": null, "publish_p99_us": null, "client": "stream-client '
+              '0.23.0"}\n')
+AMQP_SINGLE = ('{"tool": "rabbitmq-amqp-java", "mode": "single", "window": 1, "size": 1024, "sent": 3858, '
+               '"measured_sent": 3048, "acked": 3048, "failed": 0, "drained": true, "window_s": 3.000, '
+               '"msgs_per_s": 1016.031, "publish_p50_us": 772.500, "publish_p99_us": 4358.031, "client": '
+               '"amqp-client 5.37.1"}\n')
+PULSAR_MAX = ('{"tool": "pulsar-java", "mode": "max", "window": 10000, "size": 1024, "sent": 599044, '
+              '"measured_sent": 575007, "acked": 575007, "failed": 0, "drained": true, "window_s": 5.372, '
+              '"msgs_per_s": 107046.463, "publish_p50_us": null, "publish_p99_us": null, "client": "pulsar-client '
+              '4.0.7"}\n')
+PULSAR_LOGGED = ("2026-11-28T11:38:27,687 - INFO  - [pulsar-client-io-1-1:ClientCnx@333] - [id: 0x612526a7, "
+                 "L:/127.0.0.1:56340 ! R:127.0.0.1/127.0.0.1:45115] Disconnected\n")
+
+
+@pytest.fixture(scope="module")
+def broker_tools():
+    spec = importlib.util.spec_from_file_location("broker_tools", REPO / "bench" / "broker_tools.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_nats_bench_gives_its_rate_and_in_sync_mode_its_publish_p50(broker_tools):
+    assert broker_tools.parse_nats_bench(NATS_SYNC) == {"msgs_per_s": 17115.0, "publish_p50_us": 45.87}
+    # async: its latencies are per batch of 1,000, not per publish, so no p50 is taken from it
+    assert broker_tools.parse_nats_bench(NATS_ASYNC) == {"msgs_per_s": 70838.0, "publish_p50_us": None}
+
+
+def test_nats_bench_without_its_summary_is_an_error(broker_tools):
+    with pytest.raises(ValueError, match="publisher stats"):
+        broker_tools.parse_nats_bench("nats: error: context deadline exceeded\n")
+
+
+def test_a_java_loops_json_line_is_read_after_whatever_the_client_logged(broker_tools):
+    result = broker_tools.parse_java_tool(PULSAR_LOGGED + PULSAR_MAX + PULSAR_LOGGED)
+    assert (result["msgs_per_s"], result["acked"], result["window"]) == (107046.463, 575007, 10000)
+    streams = broker_tools.parse_java_tool(STREAM_MAX)
+    assert (streams["msgs_per_s"], streams["publish_p50_us"], streams["failed"]) == (88065.39, None, 0)
+    single = broker_tools.parse_java_tool(AMQP_SINGLE)
+    assert (single["msgs_per_s"], single["publish_p50_us"], single["window"]) == (1016.031, 772.5, 1)
+
+
+def test_a_java_loop_that_measured_nothing_or_was_not_all_acknowledged_is_an_error(broker_tools):
+    with pytest.raises(ValueError, match="no JSON line"):
+        broker_tools.parse_java_tool(PULSAR_LOGGED)
+    with pytest.raises(ValueError, match="not all acknowledged"):
+        broker_tools.parse_java_tool(STREAM_MAX.replace('"drained": true', '"drained": false'))
+    with pytest.raises(ValueError, match="no acknowledgement"):
+        broker_tools.parse_java_tool(STREAM_MAX.replace('"msgs_per_s": 88065.390', '"msgs_per_s": null'))
+
+
+def test_each_brokers_window_is_its_plugins_setting(broker_tools):
+    client = broker_tools.run_spec("nats-jetstream", "batch", 5)["client"]
+    assert broker_tools.window("nats-jetstream", "batch", client) == client["nats_max_in_flight"]
+    assert broker_tools.window("rabbitmq-quorum", "batch", client) == client["rabbitmq_in_flight"]
+    assert broker_tools.window("pulsar", "batch", client) == 10_000  # the driver's max_pending_messages
+    assert {broker_tools.window(b, "single", client) for b in broker_tools.BROKERS} == {1}
+
+
+def test_the_performance_page_has_a_table_per_broker_from_the_result_file():
+    spec = importlib.util.spec_from_file_location("performance", REPO / "bench" / "performance.py")
+    performance = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(performance)
+    results = performance.load_results(REPO / "bench" / "results")
+    section = performance.render_section("broker_tools", results)
+    for broker in results["broker_tools"]["brokers"]:
+        assert f"**{performance.TOOL_BROKERS[broker]}**" in section
+    assert section.count("| max, batch |") == len(results["broker_tools"]["brokers"])
+    del results["broker_tools"]
+    assert "Not measured yet." in performance.render_section("broker_tools", results)

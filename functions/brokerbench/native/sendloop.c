@@ -131,6 +131,7 @@ static struct {
     void (*client_conf_set_timeout)(pl_client_conf *, int);
     void (*client_conf_set_listener)(pl_client_conf *, const char *);
     void (*client_conf_set_logger)(pl_client_conf *, pl_logger, void *);
+    void (*client_conf_set_stats_interval)(pl_client_conf *, unsigned int);
     pl_client *(*client_create)(const char *, const pl_client_conf *);
     int (*client_create_producer)(pl_client *, const char *, const pl_producer_conf *, pl_producer **);
     int (*client_close)(pl_client *);
@@ -147,6 +148,7 @@ static struct {
     pl_message *(*message_create)(void);
     void (*message_free)(pl_message *);
     void (*message_set_content)(pl_message *, const void *, size_t);
+    void (*message_set_allocated_content)(pl_message *, void *, size_t);
     void (*message_id_free)(pl_message_id *);
     void (*producer_send_async)(pl_producer *, pl_message *, pl_send_cb, void *);
     int (*producer_close)(pl_producer *);
@@ -167,6 +169,7 @@ static PyObject *load_pulsar(PyObject *self, PyObject *args) {
     RESOLVE(client_conf_set_timeout, "pulsar_client_configuration_set_operation_timeout_seconds");
     RESOLVE(client_conf_set_listener, "pulsar_client_configuration_set_listener_name");
     RESOLVE(client_conf_set_logger, "pulsar_client_configuration_set_logger");
+    RESOLVE(client_conf_set_stats_interval, "pulsar_client_configuration_set_stats_interval_in_seconds");
     RESOLVE(client_create, "pulsar_client_create");
     RESOLVE(client_create_producer, "pulsar_client_create_producer");
     RESOLVE(client_close, "pulsar_client_close");
@@ -183,6 +186,7 @@ static PyObject *load_pulsar(PyObject *self, PyObject *args) {
     RESOLVE(message_create, "pulsar_message_create");
     RESOLVE(message_free, "pulsar_message_free");
     RESOLVE(message_set_content, "pulsar_message_set_content");
+    RESOLVE(message_set_allocated_content, "pulsar_message_set_allocated_content");
     RESOLVE(message_id_free, "pulsar_message_id_free");
     RESOLVE(producer_send_async, "pulsar_producer_send_async");
     RESOLVE(producer_close, "pulsar_producer_close");
@@ -298,6 +302,9 @@ typedef struct {
     pl_producer **producers;
     int64_t pl_in_flight;
     pthread_cond_t acked;
+    int pl_waiting; /* a thread waits on `acked` */
+    struct pl_block *pl_free;
+    size_t pl_pool_bytes;
     char *scratch;
     size_t scratch_cap;
     /* AMQP: the channel's delivery tags count its publishes from 1: tag t confirms seq amqp_seq0 + t - 1 */
@@ -864,10 +871,20 @@ static void serve_now(Sender *s) {
 }
 
 /* ---- Pulsar: one producer per lane (its partition's topic), through the C API ----------------------- */
-typedef struct {
+/* A message's body, handed to the client without a copy (set_allocated_content), and the callback's context: the
+   client reads the body until the message's receipt (or failure) comes, and then the block is free for another
+   message. Blocks are kept for reuse up to PL_POOL_BYTES in all; past that a message's body is copied by the client
+   (set_content) instead. Allocating and freeing a body of 1 KB or more per message is what glibc's malloc does
+   slowest (a request that size consolidates the fast bins), and the client allocates several objects per message
+   besides. */
+#define PL_POOL_BYTES (64u << 20)
+typedef struct pl_block {
+    struct pl_block *next;
     Sender *s;
     int64_t seq;
-} pl_ctx;
+    size_t cap;   /* bytes of data; 0: a context only (the body was copied) */
+    char data[];
+} pl_block;
 
 static void pl_quiet(int level, const char *file, int line, const char *message, void *ctx) {
     (void)level, (void)file, (void)line, (void)message, (void)ctx; /* failures reach the accounting */
@@ -877,16 +894,21 @@ static void pl_quiet(int level, const char *file, int line, const char *message,
    here, on arrival. */
 static void on_pulsar_sent(int result, pl_message_id *id, void *ctx) {
     int64_t at = now_ns();
-    pl_ctx *c = ctx;
-    Sender *s = c->s;
-    int64_t seq = c->seq;
-    free(c);
+    pl_block *b = ctx;
+    Sender *s = b->s;
     if (id) pl.message_id_free(id);
     pthread_mutex_lock(&s->ack_lock);
-    if (result == 0 ? (buf_push(&s->ack_seq, seq) || buf_push(&s->ack_ns, at)) : buf_push(&s->failed, seq)) s->oom = 1;
+    if (result == 0 ? (buf_push(&s->ack_seq, b->seq) || buf_push(&s->ack_ns, at)) : buf_push(&s->failed, b->seq))
+        s->oom = 1;
     s->pl_in_flight--;
-    pthread_cond_broadcast(&s->acked);
+    if (b->cap) {
+        b->next = s->pl_free;
+        s->pl_free = b;
+        b = NULL;
+    }
+    if (s->pl_waiting) pthread_cond_broadcast(&s->acked);
     pthread_mutex_unlock(&s->ack_lock);
+    free(b);
 }
 
 /* Wait until at most `most` messages are in flight, or timeout_ns has passed; returns how many are. */
@@ -897,45 +919,68 @@ static int64_t pulsar_wait(Sender *s, int64_t most, int64_t timeout_ns) {
     deadline.tv_nsec += timeout_ns % 1000000000LL;
     if (deadline.tv_nsec >= 1000000000L) deadline.tv_sec++, deadline.tv_nsec -= 1000000000L;
     pthread_mutex_lock(&s->ack_lock);
+    s->pl_waiting = 1;
     while (s->pl_in_flight > most)
         if (pthread_cond_timedwait(&s->acked, &s->ack_lock, &deadline) == ETIMEDOUT) break;
+    s->pl_waiting = 0;
     int64_t left = s->pl_in_flight;
     pthread_mutex_unlock(&s->ack_lock);
     return left;
 }
 
 /* Hand one message to its lane's producer: the body the Python driver sends (the header's length, the header,
-   the payload), copied into the message. send_async blocks while the lane has max_pending_messages unanswered
-   (block_if_queue_full); single mode waits for each message's receipt. */
+   the payload). send_async blocks while the lane has max_pending_messages unanswered (block_if_queue_full); single
+   mode waits for each message's receipt. */
 static int pulsar_send(Sender *s, int64_t seq, int partition, const char *header, const char *payload, Py_ssize_t len) {
     size_t total = 1 + HEADER_BYTES + (size_t)len;
-    if (total > s->scratch_cap) {
-        char *grown = realloc(s->scratch, total);
-        if (!grown) {
-            snprintf(s->error, sizeof s->error, "out of memory");
-            return -1;
+    pthread_mutex_lock(&s->ack_lock);
+    pl_block *b = s->pl_free;
+    if (b && b->cap >= total) s->pl_free = b->next;
+    else b = NULL;
+    s->pl_in_flight++;
+    pthread_mutex_unlock(&s->ack_lock);
+    if (!b && s->pl_pool_bytes + total <= PL_POOL_BYTES) { /* a new block for the pool */
+        if ((b = malloc(sizeof *b + total))) {
+            b->cap = total;
+            s->pl_pool_bytes += total;
         }
-        s->scratch = grown;
-        s->scratch_cap = total;
+    } else if (!b && (b = malloc(sizeof *b))) { /* past the pool: the client copies the body */
+        b->cap = 0;
     }
-    s->scratch[0] = (char)HEADER_BYTES;
-    memcpy(s->scratch + 1, header, HEADER_BYTES);
-    memcpy(s->scratch + 1 + HEADER_BYTES, payload, (size_t)len);
-    pl_ctx *c = malloc(sizeof *c);
-    pl_message *m = pl.message_create();
-    if (!c || !m) {
-        free(c);
-        if (m) pl.message_free(m);
+    pl_message *m = b ? pl.message_create() : NULL;
+    if (!m) {
+        free(b);
+        pthread_mutex_lock(&s->ack_lock);
+        s->pl_in_flight--;
+        pthread_mutex_unlock(&s->ack_lock);
         snprintf(s->error, sizeof s->error, "out of memory");
         return -1;
     }
-    c->s = s;
-    c->seq = seq;
-    pl.message_set_content(m, s->scratch, total);
-    pthread_mutex_lock(&s->ack_lock);
-    s->pl_in_flight++;
-    pthread_mutex_unlock(&s->ack_lock);
-    pl.producer_send_async(s->producers[partition], m, on_pulsar_sent, c);
+    b->s = s;
+    b->seq = seq;
+    char *body = b->cap ? b->data : s->scratch;
+    if (!b->cap && total > s->scratch_cap) {
+        char *grown = realloc(s->scratch, total);
+        if (!grown) {
+            pl.message_free(m);
+            free(b);
+            pthread_mutex_lock(&s->ack_lock);
+            s->pl_in_flight--;
+            pthread_mutex_unlock(&s->ack_lock);
+            snprintf(s->error, sizeof s->error, "out of memory");
+            return -1;
+        }
+        body = s->scratch = grown;
+        s->scratch_cap = total;
+    }
+    body[0] = (char)HEADER_BYTES;
+    memcpy(body + 1, header, HEADER_BYTES);
+    memcpy(body + 1 + HEADER_BYTES, payload, (size_t)len);
+    if (b->cap)
+        pl.message_set_allocated_content(m, body, total);
+    else
+        pl.message_set_content(m, body, total);
+    pl.producer_send_async(s->producers[partition], m, on_pulsar_sent, b);
     pl.message_free(m);
     if (s->single) pulsar_wait(s, 0, 30000000000LL);
     return 0;
@@ -1431,6 +1476,7 @@ static void Sender_dealloc(Sender *s) {
     PyMem_RawFree(s->cycle_offsets);
     PyMem_RawFree(s->ring);
     PyMem_RawFree(s->producers);
+    for (pl_block *b = s->pl_free, *next; b; b = next) next = b->next, free(b);
     for (int i = 0; s->lanes && i < s->partitions; i++) free(s->lanes[i].data);
     PyMem_RawFree(s->lanes);
     free(s->scratch);
@@ -2070,6 +2116,9 @@ static PyObject *pulsar_sender(PyObject *self, PyObject *args) {
     pl_client_conf *client_conf = pl.client_conf_create();
     pl.client_conf_set_timeout(client_conf, timeout_s);
     pl.client_conf_set_logger(client_conf, pl_quiet, NULL);
+    /* No client statistics: they would add a percentile estimator's update to every send and every receipt, and
+       the worker measures each message itself. */
+    pl.client_conf_set_stats_interval(client_conf, 0);
     if (listener) pl.client_conf_set_listener(client_conf, listener);
     s->pclient = pl.client_create(url, client_conf);
     pl.client_conf_free(client_conf);

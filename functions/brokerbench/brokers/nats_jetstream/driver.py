@@ -272,7 +272,7 @@ class NatsProducer:
         self._subjects = subjects
         self._on_ack = on_ack
         self._results: queue.SimpleQueue = queue.SimpleQueue()
-        self._room = threading.Semaphore(window)
+        self._window = window
         self._pending = 0  # sent and not answered yet (the worker's thread's count)
         self._out: deque = deque()  # (subject, body, header) handed to the loop, not published yet
         self._in_flight: dict[str, tuple[bytes, float]] = {}  # reply token -> (header, monotonic s); loop's thread
@@ -328,8 +328,8 @@ class NatsProducer:
                 self._results.put((None, False, 0))
 
     def send(self, header: bytes, payload: bytes, partition: int) -> None:
-        while not self._room.acquire(timeout=0.05):  # the window is full: serve PubAcks until it has room
-            self._serve(0)
+        while self._pending >= self._window:  # the window is full: take PubAcks (each wakes the wait) until it has room
+            self._serve(0.5)
         self._out.append((self._subjects[partition], frame(header, payload), header))
         self._pending += 1
         self._loop.loop.call_soon_threadsafe(self._wake.set)
@@ -337,7 +337,6 @@ class NatsProducer:
     def _take(self, item) -> None:
         header, ok, at_ns = item
         self._pending -= 1
-        self._room.release()
         if header is not None:  # None: expired, left unacknowledged
             self._on_ack(header, ok, at_ns)
 

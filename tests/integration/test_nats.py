@@ -156,7 +156,7 @@ def test_the_python_loop_serves_the_same_cells(extra_brokers, store, monkeypatch
     the same cells, counted alike."""
     monkeypatch.setenv("BROKERBENCH_SEND_LOOP", "python")  # the cell's processes start with the worker's environment
     endpoints = extra_brokers("nats")
-    request = {**TINY, "name": "it-nats-python", "formats": ["json", "raw"], "modes": ["batch", "single"]}
+    request = {**TINY, "name": "it-nats-python", "formats": ["json"], "modes": ["batch", "single"]}
     _, events, results = run(request, endpoints, store)
     assert {e["data"]["send_loop"] for e in events if e["type"] == "CellCompleted"} == {"python"}
     for cell in results["cells"]:

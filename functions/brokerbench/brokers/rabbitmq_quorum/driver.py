@@ -159,11 +159,10 @@ class QuorumProducer:
             self._lost()
 
     def _lost(self) -> None:
-        """The connection is lost: what is in flight is unconfirmed, and so is whatever is sent later."""
+        """The connection is lost: what is in flight is no longer waited for and stays unacknowledged (no confirm
+        came, and the broker may have stored it); whatever is sent later fails at once."""
         self._broken = True
-        at = time.monotonic_ns()
-        while self._in_flight:
-            self._on_ack(self._in_flight.popitem(last=False)[1], False, at)
+        self._in_flight.clear()
 
     def poll(self, timeout_s: float) -> None:
         """Write what is published and serve the confirms: waiting up to timeout_s while any are due."""

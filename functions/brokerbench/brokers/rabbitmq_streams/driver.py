@@ -354,11 +354,14 @@ class StreamsProducer:
                 return True
 
     def _lost(self) -> None:
+        """The connection is lost: what was never handed to the loop failed; what was is no longer waited for and
+        stays unacknowledged (no confirm came, and the broker may have stored it)."""
         self._broken = True
-        self._pending = [[] for _ in self._streams]
         at = time.monotonic_ns()
-        for header in self._in_flight.values():
-            self._on_ack(header, False, at)
+        for pending in self._pending:
+            for message in pending:
+                self._on_ack(self._in_flight[message.publishing_id], False, at)
+        self._pending = [[] for _ in self._streams]
         self._in_flight.clear()
 
     def poll(self, timeout_s: float) -> None:

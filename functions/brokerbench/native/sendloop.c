@@ -7,22 +7,26 @@
  * phase, then cycles of `period` ns whose messages are due at the given offsets; a constant rate is one
  * message per cycle at offset 0, i.e. base + seq * period); the loop waits for it (serving
  * acknowledgements while it waits), takes it up (t0), encodes it, hands it over (t1) and sends
- * it with the header (producer id, seq, intended ns) as its Kafka key or Redis field. A call of
+ * it with the header (producer id, seq, intended ns) as its Kafka key, its Redis field, or at the start of the
+ * body (NATS, Pulsar, RabbitMQ: as their Python drivers send it). A call of
  * `send_until` stops at an interval boundary, at the end of the run or at a message limit, and
  * `take()` hands the interval's raw timestamps and acknowledgements to Python, which derives
  * every figure from them in bulk.
  *
  * Waits block rather than spin (see wait_until), so a producer ahead of schedule leaves the cores to
  * the broker and the consumer. Every acknowledgement is stamped when it arrives, never when the loop
- * next wakes: a Redis loop waits on its socket (ppoll until the next message is due) and stamps each
- * reply as it is read; Kafka's delivery reports are served by a thread waiting in rd_kafka_poll (batch
- * mode) or by rd_kafka_flush/rd_kafka_poll on the loop's own thread (single mode), and stamped in the
- * callback.
+ * next wakes: a Redis, NATS or RabbitMQ loop waits on its socket (ppoll until the next message is due)
+ * and stamps each reply as it is read (conn_read); Kafka's delivery reports are served by a thread waiting
+ * in rd_kafka_poll (batch mode) or by rd_kafka_flush/rd_kafka_poll on the loop's own thread (single mode),
+ * and stamped in the callback; Pulsar's receipts are stamped in the C client's callback, on its thread.
  *
- * Kafka goes through librdkafka, resolved at run time from the library that confluent-kafka
- * loaded, so the native loop and the Python client use one librdkafka build. Redis goes through
- * a plain RESP connection: XADDs are written as they fall due and their replies read as they come,
- * with at most the pipeline depth of them unanswered (a sliding window, not stop-and-wait).
+ * Kafka goes through librdkafka and Pulsar through libpulsar's C API, each resolved at run time from the
+ * library the Python client loaded, so the native loop and the Python client use one build. Redis, NATS
+ * JetStream and RabbitMQ go through a plain connection of the loop's own, speaking RESP (XADD), NATS's text
+ * protocol (PUB with a reply subject per message; the PubAck comes back to it), AMQP 0-9-1 (a channel in
+ * confirm mode) or RabbitMQ's stream protocol (a publisher per lane): messages are written as they fall due
+ * and their answers read as they come, with at most the window of them unanswered (a sliding window, not
+ * stop-and-wait).
  *
  * With raw payloads (no encode callable) a call runs without the GIL; with an encode callable it
  * holds the GIL while it encodes and lets go of it while it waits or polls.

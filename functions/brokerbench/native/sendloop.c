@@ -460,6 +460,10 @@ static void conn_broken(Sender *s) {
     s->pending.len = s->pending_head = 0;
 }
 
+static void stream_seal(Sender *s);
+
+static inline int has_output(const Sender *s) { return s->out_len || s->staged; }
+
 /* Write what is buffered. */
 static void conn_write(Sender *s) {
     if (s->kind == KIND_STREAM) stream_seal(s);

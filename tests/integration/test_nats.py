@@ -8,7 +8,6 @@ import signal
 import subprocess
 import time
 
-import numpy as np
 import pytest
 
 from brokerbench import native, spec
@@ -19,6 +18,7 @@ from brokerbench.local.processes import free_port, stop
 from brokerbench.reports.results import build_results
 from brokerbench.worker.framing import unpack_many
 from inline_run import execute_run
+from native_sends import assert_python_loop_cells, send_all
 from steady import assert_sent_on_schedule
 
 TINY = {"brokers": ["nats-jetstream"], "sizes": [1024], "rates": [200], "duration_s": 1, "warmup_s": 0.2,
@@ -158,24 +158,10 @@ def test_the_python_loop_serves_the_same_cells(extra_brokers, store, monkeypatch
     endpoints = extra_brokers("nats")
     request = {**TINY, "name": "it-nats-python", "formats": ["json"], "modes": ["batch", "single"]}
     _, events, results = run(request, endpoints, store)
-    assert {e["data"]["send_loop"] for e in events if e["type"] == "CellCompleted"} == {"python"}
-    for cell in results["cells"]:
-        assert cell["status"] == "completed", cell.get("reason")
-        assert cell["sent"] == cell["received"] > 0 and cell["lost"] == cell["duplicated"] == 0
-        assert cell["broker_count"]["difference"] == 0
+    assert_python_loop_cells(events, results)
 
 
 CLIENT = {"nats_max_in_flight": 10, "nats_storage": "file", "nats_replicas": 1, "nats_fetch_batch": 100}
-
-
-def send_all(sender, seq: int, count: int):
-    """Send seq..seq+count-1 as fast as the window lets; the records after a flush (failed as a count)."""
-    far = time.monotonic_ns() + 60_000_000_000
-    assert sender.send_until(seq, seq + count, far, far) == (seq + count, native.module().STOP_LIMIT)
-    sender.flush(30)
-    started, handed, acked, acked_ns, failed = (np.frombuffer(b, dtype=np.int64) for b in sender.take())
-    assert np.unique(failed).size == failed.size  # each failed send named once
-    return handed, acked, acked_ns, failed
 
 
 def stream_frames(driver, topic: str, lanes: int) -> dict[int, list]:
@@ -205,7 +191,7 @@ def test_the_native_loop_publishes_each_message_once_and_takes_each_pub_ack(extr
         sender = driver.native_sender(topic, 3, "batch")
         pool = [bytes([i]) * (500 + i) for i in range(5)]
         sender.configure(pool, None, 3, time.monotonic_ns(), 0.0)
-        handed, acked, acked_ns, failed = send_all(sender, 0, 257)
+        handed, acked, acked_ns, failed = send_all(sender, 257)
         sender.close()
         assert failed.size == 0 and sorted(acked.tolist()) == list(range(257))
         assert (acked_ns >= handed[acked]).all()
@@ -228,7 +214,7 @@ def test_a_publish_no_stream_takes_fails_and_single_mode_keeps_one_in_flight(ext
     try:
         sender = driver.native_sender(topic, 2, "single")
         sender.configure([b"abc"], None, 0, time.monotonic_ns(), 0.0)
-        handed, acked, acked_ns, failed = send_all(sender, 0, 40)
+        handed, acked, acked_ns, failed = send_all(sender, 40)
         sender.close()
         assert acked.tolist() == list(range(0, 40, 2)) and sorted(failed.tolist()) == list(range(1, 40, 2))
         assert (handed[acked[1:]] >= acked_ns[:-1]).all()  # one in flight: sent after the previous PubAck came
@@ -258,11 +244,11 @@ def test_a_server_killed_under_the_native_loop_fails_sends_until_it_is_back_then
         driver.create_topic("bb-native-kill", 1)
         sender = driver.native_sender("bb-native-kill", 1, "batch")
         sender.configure([b"x" * 100], None, 0, time.monotonic_ns(), 0.0)
-        _, acked, _, failed = send_all(sender, 0, 50)
+        _, acked, _, failed = send_all(sender, 50, drained=False)
         assert sorted(acked.tolist()) == list(range(50)) and failed.size == 0
         os.kill(started.pids[0], signal.SIGKILL)
         os.waitpid(started.pids[0], 0)
-        _, acked, _, failed = send_all(sender, 50, 20)
+        _, acked, _, failed = send_all(sender, 20, first=50, drained=False)
         # Up to a window's worth went out before the loss showed (a write to a dead peer succeeds once): they are no
         # longer awaited and stay unacknowledged; each one sent after it fails at once.
         assert acked.size == 0 and set(failed.tolist()) >= set(range(50 + CLIENT["nats_max_in_flight"], 70))
@@ -270,7 +256,7 @@ def test_a_server_killed_under_the_native_loop_fails_sends_until_it_is_back_then
         started = service.start(tmp_path, lambda: port, {})
         until_ready(started)
         time.sleep(0.6)  # past RECONNECT_NS (0.5 s) after the last attempt
-        _, acked, _, failed = send_all(sender, 70, 30)
+        _, acked, _, failed = send_all(sender, 30, first=70, drained=False)
         sender.close()
         assert sorted(acked.tolist()) == list(range(70, 100)) and failed.size == 0
         assert driver.message_count("bb-native-kill", 1) == 80

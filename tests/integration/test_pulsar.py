@@ -4,14 +4,14 @@ once, one in flight in single mode."""
 
 import time
 
-import numpy as np
 import pulsar
 
-from brokerbench import native, spec
+from brokerbench import spec
 from brokerbench.registry import get_driver
 from brokerbench.reports.results import build_results
 from brokerbench.worker.framing import unpack_many
 from inline_run import execute_run
+from native_sends import assert_python_loop_cells, send_all
 from steady import assert_sent_on_schedule
 
 TINY = {"brokers": ["pulsar"], "sizes": [1024], "rates": [200], "duration_s": 1, "warmup_s": 0.2,
@@ -69,18 +69,7 @@ def test_the_python_loop_serves_the_same_cells(extra_brokers, store, monkeypatch
     endpoints = extra_brokers("pulsar")
     request = {**TINY, "name": "it-pulsar-python", "formats": ["json"], "modes": ["batch", "single"]}
     _, events, results = run(request, endpoints, store)
-    assert {e["data"]["send_loop"] for e in events if e["type"] == "CellCompleted"} == {"python"}
-    for cell in results["cells"]:
-        assert cell["status"] == "completed", cell.get("reason")
-        assert cell["sent"] == cell["received"] > 0 and cell["lost"] == cell["duplicated"] == 0
-        assert cell["broker_count"]["difference"] == 0
-
-
-def send_all(sender, count: int):
-    far = time.monotonic_ns() + 60_000_000_000
-    assert sender.send_until(0, count, far, far) == (count, native.module().STOP_LIMIT)
-    assert sender.flush(30) == 0
-    return [np.frombuffer(b, dtype=np.int64) for b in sender.take()]
+    assert_python_loop_cells(events, results)
 
 
 def test_the_native_loop_sends_each_message_to_its_partition_and_takes_each_receipt_once(extra_brokers):
@@ -97,7 +86,7 @@ def test_the_native_loop_sends_each_message_to_its_partition_and_takes_each_rece
         sender = driver.native_sender(topic, 3, "batch")
         pool = [bytes([i]) * (300 + i) for i in range(5)]
         sender.configure(pool, None, 4, time.monotonic_ns(), 0.0)
-        _, handed, acked, acked_ns, failed = send_all(sender, 3001)
+        handed, acked, acked_ns, failed = send_all(sender, 3001)
         sender.close()
         assert failed.size == 0 and sorted(acked.tolist()) == list(range(3001))
         assert (acked_ns >= handed[acked]).all()
@@ -125,7 +114,7 @@ def test_the_native_loop_in_single_mode_keeps_one_message_in_flight(extra_broker
     try:
         sender = driver.native_sender(topic, 1, "single")
         sender.configure([b"abc"], None, 0, time.monotonic_ns(), 0.0)
-        _, handed, acked, acked_ns, failed = send_all(sender, 30)
+        handed, acked, acked_ns, failed = send_all(sender, 30)
         sender.close()
         assert failed.size == 0 and acked.tolist() == list(range(30))
         assert (handed[1:] >= acked_ns[:-1]).all()  # each handed over after the previous one's receipt came

@@ -5,8 +5,6 @@ flight in single mode, a refused login, a stream that does not exist."""
 
 import time
 
-import numpy as np
-import pika
 import pytest
 
 from brokerbench import native, spec
@@ -15,6 +13,7 @@ from brokerbench.registry import get_driver
 from brokerbench.reports.results import build_results
 from brokerbench.worker.framing import unpack_many
 from inline_run import execute_run
+from native_sends import assert_python_loop_cells, send_all
 
 TINY = {"sizes": [1024], "rates": [200], "duration_s": 1, "warmup_s": 0.2, "warmup_until_steady": False,
         "drain_timeout_s": 2, "partitions": 2}
@@ -66,24 +65,11 @@ def test_the_python_loop_serves_the_same_cells(rabbit, store, monkeypatch):
     request = {**TINY, "name": "it-rabbitmq-python", "brokers": ["rabbitmq-quorum", "rabbitmq-streams"],
                "formats": ["json"], "modes": ["batch", "single"]}
     _, events, results = run(request, rabbit, store)
-    assert {e["data"]["send_loop"] for e in events if e["type"] == "CellCompleted"} == {"python"}
-    for cell in results["cells"]:
-        assert cell["status"] == "completed", cell.get("reason")
-        assert cell["sent"] == cell["received"] > 0 and cell["lost"] == cell["duplicated"] == 0
-        assert cell["broker_count"]["difference"] == 0
+    assert_python_loop_cells(events, results)
 
 
 CLIENT = spec.validate({"brokers": ["rabbitmq-quorum"], "sizes": [512], "rates": [100], "formats": ["raw"],
                         "client": {"rabbitmq_in_flight": 10}})["client"]
-
-
-def send_all(sender, count: int):
-    far = time.monotonic_ns() + 60_000_000_000
-    assert sender.send_until(0, count, far, far) == (count, native.module().STOP_LIMIT)
-    assert sender.flush(30) == 0
-    started, handed, acked, acked_ns, failed = (np.frombuffer(b, dtype=np.int64) for b in sender.take())
-    assert np.unique(failed).size == failed.size  # each failed send named once
-    return handed, acked, acked_ns, failed
 
 
 def drain_queue(endpoint: dict, queue: str) -> list[bytes]:

@@ -1777,6 +1777,44 @@ fail:
     return -1;
 }
 
+/* A sender that speaks its broker's protocol on a connection of its own (NATS, AMQP, the stream protocol): the
+   window's ring, the host, the input buffer, and per lane either a command prefix (`prefixes`) or a staging buffer.
+   NULL with MemoryError set. */
+static Sender *windowed_sender_new(int kind, int partitions, const char *host, int port, int depth, double timeout_s,
+                                   int prefixes) {
+    Sender *s = sender_new(kind, partitions);
+    if (!s) return NULL;
+    s->depth = depth;
+    s->timeout_s = timeout_s;
+    s->port = port;
+    s->reconnect_at = kind == KIND_NATS ? 0 : INT64_MAX; /* only NATS connects again */
+    s->host = PyMem_RawMalloc(strlen(host) + 1);
+    s->ring = PyMem_RawCalloc((size_t)depth + 1, sizeof(window_slot));
+    if (prefixes) {
+        s->prefix = PyMem_RawCalloc((size_t)partitions, sizeof(char *));
+        s->prefix_len = PyMem_RawCalloc((size_t)partitions, sizeof(size_t));
+    } else {
+        s->lanes = PyMem_RawCalloc((size_t)partitions, sizeof(lane_buf));
+    }
+    s->in_cap = 1 << 16;
+    s->in = malloc(s->in_cap);
+    if (!s->host || !s->ring || (prefixes ? !s->prefix || !s->prefix_len : !s->lanes) || !s->in) {
+        Py_DECREF(s);
+        PyErr_NoMemory();
+        return NULL;
+    }
+    strcpy(s->host, host);
+    return s;
+}
+
+/* The sender once its connection is made (rc 0), or OSError with the reason and NULL. */
+static PyObject *connected(Sender *s, int rc) {
+    if (rc == 0) return (PyObject *)s;
+    PyObject *err = PyErr_Format(PyExc_OSError, "%s", s->error);
+    Py_DECREF(s);
+    return err;
+}
+
 /* RabbitMQ streams, while the connection is made: read one whole frame (blocking, within the socket's timeout);
    returns its key, its content (after key and version) in buf, its size in *len; -1 with s->error set. */
 static int stream_read_frame(Sender *s, int fd, unsigned char *buf, size_t cap, size_t *len) {
@@ -1919,31 +1957,12 @@ static PyObject *stream_sender(PyObject *self, PyObject *args) {
         if (!PyBytes_Check(stream) || PyBytes_GET_SIZE(stream) < 1 || PyBytes_GET_SIZE(stream) > 255)
             return PyErr_Format(PyExc_ValueError, "streams[%d]: must be bytes of 1 to 255", i);
     }
-    Sender *s = sender_new(KIND_STREAM, partitions);
+    Sender *s = windowed_sender_new(KIND_STREAM, partitions, host, port, depth, timeout_s, 0);
     if (!s) return NULL;
-    s->depth = depth;
-    s->timeout_s = timeout_s;
-    s->port = port;
-    s->reconnect_at = INT64_MAX;
-    s->host = PyMem_RawMalloc(strlen(host) + 1);
-    s->ring = PyMem_RawCalloc((size_t)depth + 1, sizeof(window_slot));
-    s->lanes = PyMem_RawCalloc((size_t)partitions, sizeof(lane_buf));
-    s->in_cap = 1 << 16;
-    s->in = malloc(s->in_cap);
-    if (!s->host || !s->ring || !s->lanes || !s->in) {
-        Py_DECREF(s);
-        return PyErr_NoMemory();
-    }
-    strcpy(s->host, host);
     int rc;
     PyObject **items = &PyList_GET_ITEM(streams, 0);
     Py_BEGIN_ALLOW_THREADS rc = stream_connect(s, user, password, vhost, items, partitions);
-    Py_END_ALLOW_THREADS if (rc < 0) {
-        PyObject *err = PyErr_Format(PyExc_OSError, "%s", s->error);
-        Py_DECREF(s);
-        return err;
-    }
-    return (PyObject *)s;
+    Py_END_ALLOW_THREADS return connected(s, rc);
 }
 
 /* amqp_sender(host, port, user, password, vhost, queues: list[bytes], depth, timeout_s=30.0) */
@@ -1959,23 +1978,8 @@ static PyObject *amqp_sender(PyObject *self, PyObject *args) {
     int partitions = (int)PyList_GET_SIZE(queues);
     if (partitions < 1) return PyErr_Format(PyExc_ValueError, "queues: at least one queue is needed");
     if (depth < 1) return PyErr_Format(PyExc_ValueError, "depth: must be at least 1, got %d", depth);
-    Sender *s = sender_new(KIND_AMQP, partitions);
+    Sender *s = windowed_sender_new(KIND_AMQP, partitions, host, port, depth, timeout_s, 1);
     if (!s) return NULL;
-    s->depth = depth;
-    s->timeout_s = timeout_s;
-    s->port = port;
-    s->reconnect_at = INT64_MAX;
-    s->host = PyMem_RawMalloc(strlen(host) + 1);
-    s->ring = PyMem_RawCalloc((size_t)depth + 1, sizeof(window_slot));
-    s->prefix = PyMem_RawCalloc((size_t)partitions, sizeof(char *));
-    s->prefix_len = PyMem_RawCalloc((size_t)partitions, sizeof(size_t));
-    s->in_cap = 1 << 16;
-    s->in = malloc(s->in_cap);
-    if (!s->host || !s->ring || !s->prefix || !s->prefix_len || !s->in) {
-        Py_DECREF(s);
-        return PyErr_NoMemory();
-    }
-    strcpy(s->host, host);
     for (int i = 0; i < partitions; i++) { /* Basic.Publish to the default exchange with the queue as routing key */
         PyObject *queue = PyList_GET_ITEM(queues, i);
         if (!PyBytes_Check(queue) || PyBytes_GET_SIZE(queue) > 255) {
@@ -1996,12 +2000,7 @@ static PyObject *amqp_sender(PyObject *self, PyObject *args) {
     }
     int rc;
     Py_BEGIN_ALLOW_THREADS rc = amqp_connect(s, user, password, vhost);
-    Py_END_ALLOW_THREADS if (rc < 0) {
-        PyObject *err = PyErr_Format(PyExc_OSError, "%s", s->error);
-        Py_DECREF(s);
-        return err;
-    }
-    return (PyObject *)s;
+    Py_END_ALLOW_THREADS return connected(s, rc);
 }
 
 /* nats_sender(host: str, port: int, subjects: list[bytes], depth: int, timeout_s=5.0) */
@@ -2015,23 +2014,12 @@ static PyObject *nats_sender(PyObject *self, PyObject *args) {
     int partitions = (int)PyList_GET_SIZE(subjects);
     if (partitions < 1) return PyErr_Format(PyExc_ValueError, "subjects: at least one subject is needed");
     if (depth < 1) return PyErr_Format(PyExc_ValueError, "depth: must be at least 1, got %d", depth);
-    Sender *s = sender_new(KIND_NATS, partitions);
+    Sender *s = windowed_sender_new(KIND_NATS, partitions, host, port, depth, timeout_s, 1);
     if (!s) return NULL;
-    s->depth = depth;
-    s->timeout_s = timeout_s;
-    s->port = port;
-    s->host = PyMem_RawMalloc(strlen(host) + 1);
-    s->inbox = PyMem_RawMalloc(64);
-    s->ring = PyMem_RawCalloc((size_t)depth + 1, sizeof(window_slot));
-    s->prefix = PyMem_RawCalloc((size_t)partitions, sizeof(char *));
-    s->prefix_len = PyMem_RawCalloc((size_t)partitions, sizeof(size_t));
-    s->in_cap = 1 << 16;
-    s->in = malloc(s->in_cap);
-    if (!s->host || !s->inbox || !s->ring || !s->prefix || !s->prefix_len || !s->in) {
+    if (!(s->inbox = PyMem_RawMalloc(64))) {
         Py_DECREF(s);
         return PyErr_NoMemory();
     }
-    strcpy(s->host, host);
     s->inbox_len = (size_t)snprintf(s->inbox, 64, "_INBOX.bb%x%llx", (unsigned)getpid(), (unsigned long long)now_ns());
     for (int i = 0; i < partitions; i++) {
         PyObject *subject = PyList_GET_ITEM(subjects, i);
@@ -2050,12 +2038,7 @@ static PyObject *nats_sender(PyObject *self, PyObject *args) {
     }
     int rc;
     Py_BEGIN_ALLOW_THREADS rc = nats_connect(s);
-    Py_END_ALLOW_THREADS if (rc < 0) {
-        PyObject *err = PyErr_Format(PyExc_OSError, "%s", s->error);
-        Py_DECREF(s);
-        return err;
-    }
-    return (PyObject *)s;
+    Py_END_ALLOW_THREADS return connected(s, rc);
 }
 
 static int setting(PyObject *settings, const char *name, long *value) { /* 1 found, 0 absent, -1 error */

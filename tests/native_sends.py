@@ -1,0 +1,32 @@
+"""What the native send loop's tests share: sending a burst through a sender and taking its records, and the check
+that a broker's Python-loop cells were recorded and counted as the native ones are."""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+
+from brokerbench import native
+
+
+def send_all(sender, count: int, first: int = 0, drained: bool = True):
+    """Send first..first+count-1 as fast as the window lets, flush, and take the records: (handed, acked, acked_ns,
+    failed) as int64 arrays, each failed send named once. `drained`: every message was answered by the flush's end."""
+    far = time.monotonic_ns() + 60_000_000_000
+    assert sender.send_until(first, first + count, far, far) == (first + count, native.module().STOP_LIMIT)
+    left = sender.flush(30)
+    assert left == 0 or not drained, left
+    _, handed, acked, acked_ns, failed = (np.frombuffer(b, dtype=np.int64) for b in sender.take())
+    assert np.unique(failed).size == failed.size
+    return handed, acked, acked_ns, failed
+
+
+def assert_python_loop_cells(events: list[dict], results: dict) -> None:
+    """The run's cells ran the Python loop (BROKERBENCH_SEND_LOOP=python), and each delivered what it sent, once,
+    as the broker's own count says."""
+    assert {e["data"]["send_loop"] for e in events if e["type"] == "CellCompleted"} == {"python"}
+    for cell in results["cells"]:
+        assert cell["status"] == "completed", cell.get("reason")
+        assert cell["sent"] == cell["received"] > 0 and cell["lost"] == cell["duplicated"] == 0
+        assert cell["broker_count"]["difference"] == 0

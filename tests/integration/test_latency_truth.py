@@ -1,6 +1,8 @@
 """Latency figures checked against an independent truth: Toxiproxy adds a known delay between the clients and a
-real Redis, a real Kafka, a real Pulsar and a real NATS (its publish latency), and the tool's publish and end-to-end p50s must grow by exactly that
-delay over the same broker reached directly, measured in the same run.
+real Redis, a real Kafka, a real Pulsar, and (publish latency only) a real NATS and a real RabbitMQ (quorum queues
+over AMQP, streams over the stream protocol), and the tool's publish and end-to-end p50s must grow by exactly that
+delay over the same broker reached directly, measured in the same run: on the native send loop, and on the Python
+loops that every AWS worker runs (publish latency, at one rate).
 
 The delay is LATENCY_MS on the upstream stream only (client → broker). Then:
 - publish (send → acknowledgement): the request reaches the broker LATENCY_MS later and the answer comes back
@@ -105,10 +107,14 @@ RESOLUTION = 1e-3  # HdrHistogram with 3 significant digits: a percentile reads 
 RATES = (100, 1000)
 SINGLE_RATE = 50  # msgs/s: a stop-and-wait through the proxy, well inside its period (see the docstring)
 BROKERS = ("redis", "kafka", "pulsar")
-# Publish latency only: NATS's native loop reads each PubAck on its own socket, as the RabbitMQ loops read their
-# confirms (one read path, conn_read in sendloop.c); its consumer's figures are not judged here.
-PUBLISH_ONLY = ("nats",)
+# Publish latency only: each native loop reads its acknowledgements on its own socket (NATS's PubAcks, RabbitMQ's
+# Basic.Acks and stream PublishConfirms: one read path, conn_read in sendloop.c), each Python loop in its client's
+# thread; their consumers' figures are not judged here.
+PUBLISH_ONLY = ("nats", "rabbitmq-amqp", "rabbitmq-stream")
 PROXIES = BROKERS + PUBLISH_ONLY  # one Toxiproxy proxy per broker, named after it
+# The Python loops (BROKERBENCH_SEND_LOOP=python: every AWS worker's) at PYTHON_RATE, batch mode: a loop that stamps
+# an acknowledgement when it next wakes is late by up to a send period, 10 ms here, twice the delay.
+PYTHON_RATE = 100
 
 
 @pytest.fixture(scope="module")
@@ -214,12 +220,17 @@ def warm_up_pulsar(endpoint: dict, batched: int = 20_000, single: int = 500) -> 
 
 
 @pytest.fixture(scope="module")
-def targets(endpoints, extra_brokers, toxiproxy, proxied_kafka, proxied_pulsar) -> dict:
-    """Redis, Kafka, Pulsar and NATS, each reached directly and through Toxiproxy with LATENCY_MS added upstream."""
+def targets(endpoints, stack, extra_brokers, toxiproxy, proxied_kafka, proxied_pulsar) -> dict:
+    """Redis, Kafka, Pulsar, NATS and RabbitMQ (its AMQP port for quorum queues, its stream port for streams), each
+    reached directly and through Toxiproxy with LATENCY_MS added upstream."""
     redis = endpoints["redis-streams"]
     redis_port = toxiproxy.proxy("redis", int(redis["port"]))
     nats = extra_brokers("nats")["nats-jetstream"]["url"]
     nats_port = toxiproxy.proxy("nats", int(nats.rsplit(":", 1)[1]))
+    extra_brokers("rabbitmq")
+    rabbit = {k: v for k, v in stack.endpoint("rabbitmq").items() if k in RABBITMQ_KEYS}
+    amqp_port = toxiproxy.proxy("rabbitmq-amqp", int(rabbit["amqp_port"]))
+    stream_port = toxiproxy.proxy("rabbitmq-stream", int(rabbit["stream_port"]))
     direct_kafka, via_proxy = proxied_kafka
     direct_pulsar, proxied_pulsar = proxied_pulsar
     for proxy in PROXIES:
@@ -231,13 +242,23 @@ def targets(endpoints, extra_brokers, toxiproxy, proxied_kafka, proxied_pulsar) 
             "pulsar-direct": {"driver": "pulsar", **direct_pulsar},
             "pulsar-proxied": {"driver": "pulsar", **proxied_pulsar},
             "nats-direct": {"driver": "nats", "url": nats},
-            "nats-proxied": {"driver": "nats", "url": f"nats://127.0.0.1:{nats_port}"}}
+            "nats-proxied": {"driver": "nats", "url": f"nats://127.0.0.1:{nats_port}"},
+            # Queues are declared and counted through the AMQP port, a stream's messages sent through the stream
+            # port: the proxied stream target's AMQP port is the direct one, so only its publishes cross the proxy.
+            "rabbitmq-amqp-direct": {"driver": "rabbitmq-amqp", **rabbit},
+            "rabbitmq-amqp-proxied": {"driver": "rabbitmq-amqp", **rabbit, "host": "127.0.0.1", "amqp_port": amqp_port},
+            "rabbitmq-stream-direct": {"driver": "rabbitmq-stream", **rabbit},
+            "rabbitmq-stream-proxied": {"driver": "rabbitmq-stream", **rabbit, "host": "127.0.0.1",
+                                        "stream_port": stream_port}}
 
 
-def run_cells(endpoints, store, targets: dict, mode: str, rates) -> dict:
+RABBITMQ_KEYS = ("host", "amqp_port", "stream_port", "management_url", "vhost", "username")
+
+
+def run_cells(endpoints, store, targets: dict, mode: str, rates, loop: str = "native") -> dict:
     """One run over every target at each rate in `mode`; its cells by (target, rate), and how the machine kept its
     timers while each measured (by_key["conditions"], by (target, rate))."""
-    spec = {"name": f"it-latency-truth-{mode}", "brokers": list(targets), "sizes": [1024], "formats": ["raw"],
+    spec = {"name": f"it-latency-truth-{mode}-{loop}", "brokers": list(targets), "sizes": [1024], "formats": ["raw"],
             "rates": list(rates), "modes": [mode], "duration_s": 2, "warmup_s": 1, "warmup_until_steady": False,
             "drain_timeout_s": 5, "targets": targets}
     redis = targets["redis-direct"]["port"], targets["redis-proxied"]["port"]
@@ -248,6 +269,7 @@ def run_cells(endpoints, store, targets: dict, mode: str, rates) -> dict:
     assert len(by_key) == len(targets) * len(rates)
     for cell in by_key.values():
         assert cell["status"] == "completed", cell.get("reason")
+        assert cell["send_loop"] == loop, (cell["broker"], cell["send_loop"])
     for key, c in by_key.items():
         print(mode, key, p50_ms(c, "publish_latency_us"), p50_ms(c, "end_to_end_latency_us"), conditions[key])
     by_key["conditions"] = conditions
@@ -262,6 +284,13 @@ def cells(endpoints, store, targets, alone) -> dict:
 @pytest.fixture(scope="module")
 def single_cells(endpoints, store, targets, alone) -> dict:
     return run_cells(endpoints, store, targets, "single", (SINGLE_RATE,))
+
+
+@pytest.fixture(scope="module")
+def python_cells(endpoints, store, targets, alone) -> dict:
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("BROKERBENCH_SEND_LOOP", "python")  # the cell's processes start with the worker's environment
+        return run_cells(endpoints, store, targets, "batch", (PYTHON_RATE,), loop="python")
 
 
 def p50_ms(cell: dict, metric: str) -> float:
@@ -312,9 +341,19 @@ def test_end_to_end_latency_grows_by_the_proxy_delay(cells, broker):
 
 @pytest.mark.parametrize("rate", RATES)
 def test_a_publish_is_no_slower_than_the_same_messages_trip_to_a_consumer(cells, rate):
-    direct = cells[("redis-direct", rate)]
+    assert_publish_within_trip(cells[("redis-direct", rate)])
+
+
+@pytest.mark.parametrize("broker", ("redis", "kafka"))
+def test_on_the_python_loop_too(python_cells, broker):
+    """Kafka's produce response and its consumer's fetch leave the broker when the message is appended, as Redis's
+    reply and delivery do: a Python loop that stamped a delivery report when it next polled read above its trip."""
+    assert_publish_within_trip(python_cells[(f"{broker}-direct", PYTHON_RATE)])
+
+
+def assert_publish_within_trip(direct: dict) -> None:
     assert direct["publish_latency_us"]["p50"] <= direct["end_to_end_latency_us"]["p50"] + WAKE_MARGIN_US, (
-        direct["publish_latency_us"], direct["end_to_end_latency_us"])
+        direct["broker"], direct["publish_latency_us"], direct["end_to_end_latency_us"])
 
 
 @pytest.mark.parametrize("broker", BROKERS + PUBLISH_ONLY)
@@ -322,6 +361,14 @@ def test_single_mode_grows_by_the_proxy_delay_too(single_cells, broker):
     check_added(single_cells, broker, SINGLE_RATE, "publish_latency_us")
     if broker not in PUBLISH_ONLY:
         check_added(single_cells, broker, SINGLE_RATE, "end_to_end_latency_us")
+
+
+@pytest.mark.parametrize("broker", BROKERS + PUBLISH_ONLY)
+def test_the_python_loops_stamp_acknowledgements_as_they_arrive(python_cells, broker):
+    """The Python loops' publish figures grow by the delay, not by a send period more: each client's thread stamps
+    an acknowledgement when it arrives (Kafka's delivery reports on a thread waiting in librdkafka's poll), not the
+    loop when it next wakes."""
+    check_added(python_cells, broker, PYTHON_RATE, "publish_latency_us")
 
 
 def test_the_proxy_delay_is_set_as_the_test_says(toxiproxy, cells):

@@ -9,6 +9,8 @@ alone (a consumer is given its lanes, not P). Consumers report each message unde
 from __future__ import annotations
 
 import os
+import queue
+import threading
 import time
 
 import confluent_kafka
@@ -22,10 +24,9 @@ from ...drivers import BrokerUnavailable, Message, OnAck, TargetRefused
 
 PRODUCER_BUFFER_KB = 32 * 1024
 PRODUCER_BUFFER_MESSAGES = 1_000_000  # librdkafka's queue.buffering.max.messages: the byte bound binds first
-# librdkafka waits in whole milliseconds: the part of a poll's wait below one is slept in slices this long
-# between non-blocking polls, so a delivery report waits at most this long to be served (and stamped);
-# shorter slices cost the Python loop more wake-ups (at 2,000 msgs/s, up to two per message at 0.25 ms).
-POLL_SLICE_S = 0.00025
+# The Python loop's delivery reports are served by a thread of their own that waits in librdkafka's poll, which
+# returns as soon as one is queued: this long at most, so that closing the producer waits no longer for it.
+REPORT_WAIT_S = 0.1
 MAX_IN_FLIGHT = 5
 DEFAULT_REPLICATION_FACTOR = 3  # or the number of brokers, when fewer
 CREATE_TIMEOUT_S = 30  # creating a cell's topics: this, and CREATE_S_PER_REPLICA more per partition replica
@@ -316,14 +317,32 @@ def _security(endpoint: dict) -> dict:
 
 
 class KafkaProducer:
+    """The Python loop's Kafka producer. Its delivery reports are served by a thread of its own that waits in
+    librdkafka's poll (which releases the GIL and returns as soon as a report is queued) and stamps each as it
+    arrives; the reports queue up and reach on_ack in poll and flush, on the worker's thread, with that stamp.
+    The send loop's own waits could not stamp on arrival: librdkafka's poll waits in whole milliseconds, and a
+    report that came while the loop slept the rest of a wait, encoded or sent was stamped when the loop next
+    polled (up to 250 µs late in 0.25 ms slices, and a send period late at its worst)."""
+
     def __init__(self, producer: _KafkaProducer, topic: str, on_ack: OnAck) -> None:
         self._producer = producer
         self._topic = topic
+        self._on_ack = on_ack
+        self._results: queue.SimpleQueue = queue.SimpleQueue()
+        put, clock = self._results.put, time.monotonic_ns
 
-        def delivered(err, msg) -> None:  # served by poll or flush: the report is stamped here
-            on_ack(msg.key(), err is None, time.monotonic_ns())
+        def delivered(err, msg) -> None:  # on the reports' thread, as the report arrives: stamped here
+            put((msg.key(), err is None, clock()))
 
         self._delivered = delivered
+        self._stopping = threading.Event()
+        self._reports = threading.Thread(target=self._serve_reports, name="kafka-delivery-reports", daemon=True)
+        self._reports.start()
+
+    def _serve_reports(self) -> None:
+        poll, stopping = self._producer.poll, self._stopping
+        while not stopping.is_set():
+            poll(REPORT_WAIT_S)
 
     def send(self, header: bytes, payload: bytes, partition: int) -> None:
         self._produce(self._topic, header, payload, partition)
@@ -333,30 +352,36 @@ class KafkaProducer:
             try:
                 self._producer.produce(topic, payload, header, partition, self._delivered)
                 return
-            except BufferError:  # local queue full: serve deliveries, then retry
-                self._producer.poll(0.001)
+            except BufferError:  # local queue full: wait for a report to free room
+                self._serve(0.001)
+
+    def _serve(self, timeout_s: float) -> None:
+        """Hand the reports stamped so far to on_ack, waiting up to timeout_s for the first when there is none."""
+        results, on_ack = self._results, self._on_ack
+        if timeout_s > 0 and results.empty():
+            try:
+                on_ack(*results.get(timeout=timeout_s))
+            except queue.Empty:
+                return
+        while not results.empty():
+            on_ack(*results.get_nowait())
 
     def poll(self, timeout_s: float) -> None:
-        """Serve delivery reports, waiting up to timeout_s for the first: librdkafka's poll returns once it
-        served one, and waits in whole milliseconds (the rest is waited in POLL_SLICE_S slices)."""
-        poll = self._producer.poll
-        deadline = time.monotonic() + timeout_s
-        while True:
-            left = deadline - time.monotonic()
-            if left >= 0.001:
-                if poll(int(left * 1000) / 1000):
-                    return
-                continue
-            if poll(0) or left <= 0:
-                return
-            # With nothing in flight there is nothing to serve: the rest is slept at once.
-            time.sleep(min(left, POLL_SLICE_S) if len(self._producer) else left)
+        """Hand over the delivery reports that arrived, waiting up to timeout_s for the first."""
+        self._serve(timeout_s)
 
     def flush(self, timeout_s: float) -> int:
-        return self._producer.flush(timeout_s)
+        """Wait until every message is reported (librdkafka's flush: a report is called back before its message
+        leaves the count), then hand the reports over. Returns the messages still unreported."""
+        left = self._producer.flush(timeout_s)
+        self._serve(0)
+        return left
 
     def close(self) -> None:
-        self._producer.flush(5)
+        self.flush(5)
+        self._stopping.set()
+        self._reports.join()
+        self._serve(0)
 
 
 class SpreadProducer(KafkaProducer):

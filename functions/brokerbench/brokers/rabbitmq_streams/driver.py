@@ -4,7 +4,8 @@ Each lane is one stream, `<topic>-<n>`, declared and counted over AMQP 0-9-1 (a 
 stream). A message's data is the worker's header (a fixed 20 bytes) followed by the payload. The producer hands
 what is due to the loop as one publish frame per lane (rstream's send_batch, which does not wait: its `send`
 would hold messages for up to half a second); each publish confirm is stamped in rstream's confirm callback, on
-the loop's thread, as it is read, and the worker takes the stamps from a queue while it polls. Batch mode keeps up
+the loop's thread, as it is read, and the worker takes the stamps from a queue while it polls. The producer connects
+through the address given (rstream's load-balancer mode), not the one the node advertises. Batch mode keeps up
 to rabbitmq_in_flight unconfirmed, single mode one. The consumer subscribes to each of its lanes from the first
 offset with a credit of rabbitmq_prefetch chunks, and stores its offset (named after the group) on commit: the
 broker's committed messages less that offset is the backlog.
@@ -302,7 +303,11 @@ class StreamsProducer:
 
     @staticmethod
     async def _open(settings: dict) -> Producer:
-        producer = Producer(**settings, connection_name="brokerbench")
+        # Publishes go through the address the target gives, as the native loop's do: rstream would otherwise look
+        # the stream's leader up and connect to the address the node advertises, around a proxy or load balancer
+        # in front of it (and around Toxiproxy's delay: test_latency_truth). In load-balancer mode it connects
+        # through the given address and keeps the connection that reached the leader.
+        producer = Producer(**settings, connection_name="brokerbench", load_balancer_mode=True)
         await producer.start()
         return producer
 

@@ -237,6 +237,12 @@ def validate(doc) -> dict:
         if rate not in ("max", "sustainable") and rate < spec["producers"]:
             problems.append(Problem(place, f"{rate} msgs/s is below one message per second per producer "
                                            f"({spec['producers']} producers)"))
+    if any(rate == "sustainable" for rate, _ in rates) and spec["duration_s"] < verdict.MIN_INTERVALS:
+        # Each step is judged on its one-second intervals: a shorter one is inconclusive, and a search of such steps
+        # can only shrink its rate until it gives up.
+        problems.append(Problem("duration_s", f"{spec['duration_s']:g} s is too short for a sustainable-rate search: "
+                                              f"each step is judged on at least {verdict.MIN_INTERVALS} one-second "
+                                              f"intervals, so duration_s must be at least {verdict.MIN_INTERVALS}"))
     if spec.get("burst"):
         spec["burst"] = {"over_s": 0, **spec["burst"]}
     problems += _shape_problems(spec, rates)

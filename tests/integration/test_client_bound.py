@@ -4,8 +4,10 @@ A Redis producer at rate max whose encode is slow (Avro through fastavro, on the
 message, where Redis takes an XADD in about one) with a window Redis never fills: 10,000 XADDs in flight at most,
 half a second of what the producer can hand over, so only a stall of Redis longer than that could make it wait for
 room. Publish-only, so no consumer competes with Redis for the 2 cores. Whatever the host's load, the producer
-waits for Redis a small share of its time, and the cell is client-bound: its recorded inputs say why. The other
-side, a broker that holds its producer back (a Kafka producer quota), is checked in test_quota.py.
+waits for Redis a small share of its time, and the cell is client-bound: its recorded inputs say why. The same
+producer in a sustainable-rate search: the steps it cannot keep up with fail because it fell behind, not because Redis
+did, so the search ends client-bound and its maximum reads "≥ X (client-bound)". The other side, a broker that holds
+its producer back (a Kafka producer quota), is checked in test_quota.py, whose search ends broker-bound.
 """
 
 import pytest
@@ -21,20 +23,30 @@ from inline_run import execute_run
 DEPTH = 10_000
 
 
-@pytest.fixture(scope="module")
-def slow_producer(stack, endpoints, store):
-    """One max-rate cell: its events, its results and its report."""
-    monkeypatch = pytest.MonkeyPatch()
-    monkeypatch.setenv("BROKERBENCH_SEND_LOOP", "python")  # the cell's processes start with the worker's environment
-    try:
+def slow_run(stack, endpoints, store, **request) -> tuple[list, dict, dict]:
+    """One run of the slow producer against Redis: its events, its results and its report."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("BROKERBENCH_SEND_LOOP", "python")  # the cell's processes start with the worker's environment
         with_pids = {**endpoints, "redis-streams": stack.endpoint("redis")}  # the broker's CPU is sampled too
-        outcome = execute_run({"brokers": ["redis-streams"], "sizes": [1024], "rates": ["max"], "formats": ["avro"],
-                               "consumers": 0, "duration_s": 3, "warmup_s": 1, "warmup_until_steady": False,
-                               "client": {"pipeline_depth": DEPTH}}, with_pids, store)
-    finally:
-        monkeypatch.undo()
+        outcome = execute_run({"brokers": ["redis-streams"], "sizes": [1024], "formats": ["avro"], "consumers": 0,
+                               "warmup_s": 1, "warmup_until_steady": False, "client": {"pipeline_depth": DEPTH},
+                               **request}, with_pids, store)
     events = store.read(outcome.run_id)
     return events, build_results(events), build_report(events)
+
+
+@pytest.fixture(scope="module")
+def slow_producer(stack, endpoints, store):
+    """One max-rate cell."""
+    return slow_run(stack, endpoints, store, rates=["max"], duration_s=3)
+
+
+@pytest.fixture(scope="module")
+def slow_search(stack, endpoints, store):
+    """A sustainable-rate search from 90% of a max-rate probe, coarse (precision 50%: a few steps of 5 s, the fewest
+    seconds a step is judged on)."""
+    return slow_run(stack, endpoints, store, rates=["sustainable"], duration_s=5, drain_timeout_s=3,
+                    search={"start_rate": None, "precision": 0.5})
 
 
 def test_a_producer_that_seldom_waits_for_the_broker_is_client_bound(slow_producer):
@@ -69,3 +81,31 @@ def test_every_table_marks_it(slow_producer):
     for text in (markdown.render(report), html.render(report)):
         assert "max-rate · client-bound" in text and "Client-bound in 1 configuration(s)" in text
         assert "What limited a cell" in text
+
+
+def test_a_search_the_producer_stopped_reads_as_a_lower_bound(slow_search):
+    events, results, report = slow_search
+    [cell] = results["cells"]
+    steps = cell["search"]["steps"]
+    said = [(s["rate"], s["verdict"], (s.get("limit") or {}).get("by"), s["reasons"]) for s in steps]
+    print(cell.get("max_sustainable_rate"), *said, sep="\n")
+    assert cell["status"] == "completed", cell.get("reason")
+    found = cell["max_sustainable_rate"]
+    assert found, said
+    # The rate above the one found failed because the producer fell behind with its window seldom full (or its core
+    # saturated): each of its failed measurements says so, and the search's limit names that rate.
+    limit_found = cell["limit"]
+    assert limit_found["by"] == "client", said
+    above = [s for s in steps if s["rate"] == limit_found["rate"]]
+    assert limit_found["rate"] > found and above, said
+    assert any(s["verdict"] != "sustainable" and s["limit"]["by"] == "client" for s in above), said
+    assert all(s["limit"]["by"] != "broker" for s in above if s["verdict"] != "sustainable"), said
+    # Every table and the report read the maximum as a lower bound.
+    console = Console(width=400, record=True)
+    for table in comparison_tables(results):
+        console.print(table)
+    text = console.export_text()
+    assert f"max sustainable ≥ {found:,.0f} msgs/s (client-bound)" in text, text
+    assert f"≥ {found:,.0f} msgs/s (client-bound)" in markdown.render(report)
+    [completed] = [e["data"] for e in events if e["type"] == "CellCompleted"]
+    assert completed["limit"]["by"] == "client"

@@ -261,17 +261,15 @@ def latency_object(blob: str | None, cache: dict | None = None, missing: int = 0
     """A histogram's summary; with `missing` messages at +infinity (MISSING_RULE) or the lower bounds of messages
     never sent (`not_sent`, the NOT_SENT_BOUNDS histogram: NOT_SENT_RULE), the percentiles taken over all of them,
     and `missing`, `not_sent` and `lower_bounds` beside."""
+    if not blob:  # nothing measured (a publish-only cell's end-to-end latency): no figure, bounded or not
+        return dict.fromkeys(SUMMARY_FIELDS)
+    summary = figures(blob, cache).summary
+    out = {k: (round(summary[k], 3) if summary[k] is not None else None) for k in SUMMARY_FIELDS}
     bounded = decode_buckets(not_sent) if not_sent else None
     owed = int(bounded.total) if bounded is not None else 0
-    if not blob and not owed:
-        return dict.fromkeys(SUMMARY_FIELDS)
-    out = dict.fromkeys(SUMMARY_FIELDS)
-    if blob:
-        summary = figures(blob, cache).summary
-        out = {k: (round(summary[k], 3) if summary[k] is not None else None) for k in SUMMARY_FIELDS}
     if not missing and not owed:
         return out
-    values, bounds = with_missing(decode_buckets(blob) if blob else _empty(), missing, histogram.PERCENTILES, bounded)
+    values, bounds = with_missing(decode_buckets(blob), missing, histogram.PERCENTILES, bounded)
     out.update({k: None if v is None else round(v, 3) for k, v in values.items()})
     return {**out, "missing": missing, **({"not_sent": owed} if owed else {}),
             "lower_bounds": {k: round(v, 3) for k, v in bounds.items()}}

@@ -123,9 +123,11 @@ def test_unsent_messages_sit_at_infinity_with_their_least_latency_as_the_bound()
         histogram.encode(histogram.from_values(np.arange(10_000, 11_000, 10)))
     obj = latency_object(blob, not_sent=owed)
     assert (obj["p50"], obj["p99"], obj["not_sent"], obj["lower_bounds"]["p99"]) == (550.0, None, 100, 10_887.0)
-    # nothing measured at all (the producer never sent in the measured window): bounds only
-    only = latency_object(None, not_sent=owed)
-    assert only["p50"] is None and only["lower_bounds"]["p50"] == 10_495.0
+    # nothing measured (a publish-only cell's end-to-end latency): no figure at all
+    assert latency_object(None, not_sent=owed) == dict.fromkeys(("mean", "p50", "p75", "p95", "p99", "p999", "max"))
+    # no measured value, only the unsent ones' least latencies: every percentile is a lower bound
+    values, bounds = with_missing(decode_buckets(histogram.encode(histogram.new())), 0, {"p50": 50.0}, least)
+    assert values["p50"] is None and bounds["p50"] == 10_495.0
 
 
 @pytest.fixture(scope="module")

@@ -35,8 +35,22 @@ MISSING_RULE = (
     "`lower_bounds`), and never enters a comparison; the percentiles below it are taken over all sent "
     "messages, so they are higher than over the received ones alone. Mean and max are then lower bounds too."
 )
+# The least latency of each message due and never sent (worker.schedule.unsent): the cell's end less its intended
+# time, µs, a histogram CellCompleted keeps beside the measured ones. They count in these latencies, from intended.
+NOT_SENT_BOUNDS = "not_sent_bound_us"
+NOT_SENT_COUNTS_IN = ("end_to_end_latency_us", "publish_delay_us")
+NOT_SENT_RULE = (
+    "A message due before the cell's end that its producer never sent (it fell behind its schedule and stopped on "
+    "time: not sent) was never published nor delivered: it counts in end-to-end latency and publish delay as a "
+    "missing message does, at +∞, and is known to be at least the cell's end minus its intended send time. A "
+    "percentile whose rank falls among them is shown as ≥ the larger of the largest measured value and the value at "
+    "that rank with each unsent message at that least latency (results.json: null, with the bound in "
+    "`lower_bounds`), and never enters a comparison; the percentiles below it are taken over every message that was "
+    "due. Mean and max are then lower bounds too."
+)
 ACCOUNTING_RULE = (
-    "Every measured message is in one class: sent = received + late + undelivered + lost + send errors + "
+    "Every measured message that was due is in one class: due = sent + not sent (the producer fell behind its "
+    "schedule), and sent = received + late + undelivered + lost + send errors + "
     "unacknowledged. Undelivered (still queued at the broker after the drain: a consumer that fell behind) and "
     "lost (acknowledged, never delivered, no longer queued) are told apart by the broker's own backlog; when the "
     "broker cannot tell it, only their sum is known and is shown as \"undelivered or lost N (broker backlog "
@@ -125,6 +139,11 @@ def merge_blobs(blobs: list[str]) -> Buckets:
     parts = [decode_buckets(blob) for blob in blobs if blob is not None]
     if any(p.layout is not _LAYOUT for p in parts):  # another layout: hdrh adds them value by value
         return _buckets_of(histogram.merge(blobs))
+    return merge_buckets(parts)
+
+
+def merge_buckets(parts: list[Buckets]) -> Buckets:
+    """Buckets of brokerbench's layout added, exactly."""
     parts = [p for p in parts if p.total]
     if not parts:
         return _empty()
@@ -202,41 +221,58 @@ def figures(blob: str, cache: dict | None = None) -> Figures:
     return found
 
 
-def with_missing(b: Buckets, missing: int, wanted: dict[str, float]) -> tuple[dict, dict]:
-    """Percentiles (name -> p) over the measured values and `missing` more at +infinity: those whose rank falls
-    among the measured ones are read there (histogram._at's rank rule over all values); the others, and the
-    mean and max, are only known to be at least the largest measured value (the mean: at least the measured
-    mean). Returns (values, lower bounds)."""
-    count, total = int(b.total), int(b.total) + missing
-    if not count:
+def with_missing(b: Buckets, missing: int, wanted: dict[str, float], at_least: Buckets | None = None,
+                 ) -> tuple[dict, dict]:
+    """Percentiles (name -> p) over the measured values, `missing` more at +infinity (MISSING_RULE), and the messages
+    never sent (NOT_SENT_RULE), at +infinity too, with `at_least` their least latencies. Those whose rank falls among
+    the measured ones are read there (histogram._at's rank rule over all values); the others, and the mean and max,
+    are only known from below: at least the largest measured value, or the value at that rank with every unsent
+    message at its least latency, whichever is larger (the mean: at least the mean of those finite values). Returns
+    (values, lower bounds)."""
+    bounded = at_least if at_least is not None and int(at_least.total) else None
+    count, extra = int(b.total), int(bounded.total) if bounded else 0
+    total = count + extra + missing
+    if not count + extra:
         return dict.fromkeys(wanted), {}
+    least = merge_buckets([b, bounded]) if bounded else b  # measured values and the unsent ones' least latencies
     highest, middle = _ranges(b)
-    cumulative = np.cumsum(b.counts)
+    least_highest, least_middle = _ranges(least)
+    cumulative, least_cumulative = np.cumsum(b.counts), np.cumsum(least.counts)
+    measured_max = float(highest[-1]) if count else 0.0
     values, bounds = {}, {}
     for name, p in wanted.items():
         rank = max(int(p * total / 100 + 0.5), 1)
-        if rank > count:
-            values[name], bounds[name] = None, float(highest[-1])
-        else:
+        if rank <= count:
             values[name] = float(highest[min(int(np.searchsorted(cumulative, np.uint64(rank))), highest.size - 1)])
-    if missing:
+            continue
+        at = min(int(np.searchsorted(least_cumulative, np.uint64(min(rank, count + extra)))), least_highest.size - 1)
+        values[name], bounds[name] = None, max(measured_max, float(least_highest[at]))
+    if missing or extra:
+        means = [float((least_middle * least.counts).sum() / (count + extra))]
+        if count:
+            means.append(float((middle * b.counts).sum() / count))
         values.update(mean=None, max=None)
-        bounds.update(mean=float((middle * b.counts).sum() / count), max=float(highest[-1]))
+        bounds.update(mean=max(means), max=float(least_highest[-1]))
     return values, bounds
 
 
-def latency_object(blob: str | None, cache: dict | None = None, missing: int = 0) -> dict:
-    """A histogram's summary; with `missing` messages at +infinity (MISSING_RULE), the percentiles taken over all
-    of them, and `missing` and `lower_bounds` beside."""
-    if not blob:
+def latency_object(blob: str | None, cache: dict | None = None, missing: int = 0,
+                   not_sent: str | None = None) -> dict:
+    """A histogram's summary; with `missing` messages at +infinity (MISSING_RULE) or the lower bounds of messages
+    never sent (`not_sent`, the NOT_SENT_BOUNDS histogram: NOT_SENT_RULE), the percentiles taken over all of them,
+    and `missing`, `not_sent` and `lower_bounds` beside."""
+    if not blob:  # nothing measured (a publish-only cell's end-to-end latency): no figure, bounded or not
         return dict.fromkeys(SUMMARY_FIELDS)
     summary = figures(blob, cache).summary
     out = {k: (round(summary[k], 3) if summary[k] is not None else None) for k in SUMMARY_FIELDS}
-    if not missing:
+    bounded = decode_buckets(not_sent) if not_sent else None
+    owed = int(bounded.total) if bounded is not None else 0
+    if not missing and not owed:
         return out
-    values, bounds = with_missing(decode_buckets(blob), missing, histogram.PERCENTILES)
+    values, bounds = with_missing(decode_buckets(blob), missing, histogram.PERCENTILES, bounded)
     out.update({k: None if v is None else round(v, 3) for k, v in values.items()})
-    return {**out, "missing": missing, "lower_bounds": {k: round(v, 3) for k, v in bounds.items()}}
+    return {**out, "missing": missing, **({"not_sent": owed} if owed else {}),
+            "lower_bounds": {k: round(v, 3) for k, v in bounds.items()}}
 
 
 def cell_result(cell: dict, end: dict | None, cache: dict | None = None) -> dict:
@@ -301,7 +337,8 @@ def cell_result(cell: dict, end: dict | None, cache: dict | None = None) -> dict
         "throughput_mb_per_s": round(delivered_bytes / window / 1e6, 4),
         "intervals": data["intervals"],
         **{field: latency_object(data["histograms"].get(hist), cache,
-                                 missing_of(totals) if field in MISSING_COUNTS_IN else 0)
+                                 missing_of(totals) if field in MISSING_COUNTS_IN else 0,
+                                 data["histograms"].get(NOT_SENT_BOUNDS) if field in NOT_SENT_COUNTS_IN else None)
            for field, (hist, _) in LATENCY_METRICS.items()},
         **_shape(cell, data),
     }
@@ -346,9 +383,10 @@ def missing_of(totals: dict) -> int:
 
 
 def _counts(totals: dict) -> dict:
-    """The message accounting of a cell: sent = received + late + undelivered + lost + send_errors +
-    unacknowledged."""
-    return {"sent": totals["sent"], "acked": totals.get("acked"), "received": totals["received"],
+    """The message accounting of a cell: due = sent + not_sent; sent = received + late + undelivered + lost +
+    send_errors + unacknowledged (due and not_sent None for cells stored before they were counted; due None when
+    unthrottled)."""
+    return {"due": totals.get("due"), "not_sent": totals.get("not_sent"), "sent": totals["sent"], "acked": totals.get("acked"), "received": totals["received"],
             "late": totals.get("late"), "undelivered": totals.get("undelivered"), "lost": totals["lost"],
             # the sum of undelivered and lost, known when the broker's backlog (and so the split) was not
             "undelivered_or_lost": totals.get("undelivered_or_lost"), "missing": totals.get("missing"),

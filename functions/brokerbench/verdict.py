@@ -12,7 +12,17 @@ between is "inconclusive". The rules, in order:
 2. the received rate keeps up: a low quantile of the inner intervals and their mean;
 3. the backlog does not grow: the broker's own (consumer lag) and the counted one (sent minus received);
 4. per-second p99 latency has no significant upward trend;
-5. publish delay (how late the load generator sends) stays bounded and does not trend upward.
+5. publish delay (how late the load generator sends) stays bounded and does not trend upward;
+6. the producers sent what was due: messages due before the cell's end and never sent (the producer fell behind
+   and stopped on time) may be at most NOT_SENT_TOLERANCE of those due, whichever interval they fell in.
+
+Rule 6 exists because the others cannot see the cell's tail: the rate rule leaves the last interval out, and a
+producer that stalls in it sends nothing more, so no delay, latency or backlog of those messages is ever measured
+(coordinated omission at the tail: a producer stalled for the last 0.3 s of an 8 s cell at 1,000 msgs/s read
+sustainable with p99 0.75 ms over what it sent). Its tolerance is the mean rate rule's: a cell may deliver
+MEAN_RATE_FLOOR of its target on average, so it may leave 1 - MEAN_RATE_FLOOR of what was due unsent. It is a count
+over the whole cell, not a trend, so it can fail at any number of intervals, and it also judges a shaped schedule
+(whatever its shape, the producer owed those messages).
 
 Trends (rules 3–5) are judged on the per-second figures with a one-sided Mann–Kendall test
 (`rising_p`). Up to EXACT_MAX_N intervals its p is exact: the share of the n! orders of the values
@@ -80,6 +90,9 @@ TREND_UNCLEAR_ALPHA = 0.10
 EXACT_MAX_N = 10  # up to this many points the Mann–Kendall p is exact (and not corrected for autocorrelation)
 # Publish delay: the median of the second half's per-second p99 must stay under this.
 DELAY_BOUND_US = 100_000.0
+# Not sent: of the messages due before the cell's end, at most this share may be left unsent (the mean rate
+# rule's own tolerance: a cell that sent less than MEAN_RATE_FLOOR of what was due did not keep its rate).
+NOT_SENT_TOLERANCE = round(1 - MEAN_RATE_FLOOR, 6)
 
 RULE_TEXT = (
     "A rated cell is sustainable when, over at least {min_intervals} one-second intervals of its send schedule: "
@@ -92,8 +105,10 @@ RULE_TEXT = (
     "Mann–Kendall trend with p < {backlog_alpha:g}); per-second end-to-end p99 (publish p99 for publish-only "
     "cells) had no upward trend (one-sided Mann–Kendall p < {trend_alpha:g}, exact up to {exact_n} intervals, "
     "corrected for autocorrelation above, with a rise over the schedule above {rise_fraction:.0%} of its median "
-    "and {rise_ms:g} ms; such a rise with p < {unclear_alpha:g} is unclear: the rule is not passed); and publish delay p99 stayed bounded (median of the second half under {delay_ms:g} ms, "
-    "no such upward trend). Each rule's minimum n, the fewest intervals at which it can fail: {min_n}. Any "
+    "and {rise_ms:g} ms; such a rise with p < {unclear_alpha:g} is unclear: the rule is not passed); publish delay p99 stayed bounded (median of the second half under {delay_ms:g} ms, "
+    "no such upward trend); and the producers left at most {not_sent:.0%} of the messages due before the cell's end "
+    "unsent (a count over the whole cell, whichever interval they fell in; it judges shaped schedules and short "
+    "cells too). Each rule's minimum n, the fewest intervals at which it can fail: {min_n}. Any "
     "failed rule makes it unsustainable; too few intervals, or a rule that could not be checked, make it "
     "inconclusive, never sustainable. Max-rate cells get no verdict: they measure capacity."
 )
@@ -242,7 +257,8 @@ RULE = RULE_TEXT.format(
     min_intervals=MIN_INTERVALS, quantile=RATE_QUANTILE, interval_floor=INTERVAL_RATE_FLOOR,
     mean_floor=MEAN_RATE_FLOOR, backlog_slope=BACKLOG_SLOPE_FRACTION, backlog_final=BACKLOG_FINAL_S,
     backlog_alpha=BACKLOG_ALPHA, trend_alpha=TREND_ALPHA, exact_n=EXACT_MAX_N, rise_fraction=TREND_MIN_RISE_FRACTION,
-    rise_ms=TREND_MIN_RISE_US / 1000, unclear_alpha=TREND_UNCLEAR_ALPHA, delay_ms=DELAY_BOUND_US / 1000, min_n=min_n_text(MIN_N))
+    rise_ms=TREND_MIN_RISE_US / 1000, unclear_alpha=TREND_UNCLEAR_ALPHA, delay_ms=DELAY_BOUND_US / 1000, not_sent=NOT_SENT_TOLERANCE,
+    min_n=min_n_text(MIN_N))
 
 
 # -- input ----------------------------------------------------------------------------------------
@@ -445,22 +461,43 @@ def _delay_check(schedule: list[dict]) -> tuple[dict, str | None, str]:
     return check, None, f"publish delay p99 bounded ({second_half / 1000:,.1f} ms in the second half)"
 
 
+def not_sent_check(not_sent: int | None, due: int | None) -> tuple[dict | None, str | None, str]:
+    """Rule 6: of the messages due before the cell's end, at most NOT_SENT_TOLERANCE left unsent. No check (None)
+    where nothing was counted (cells stored before it was) or nothing was due."""
+    if not_sent is None or not due:
+        return None, None, ""
+    share = not_sent / due
+    check = {"not_sent": not_sent, "due": due, "share": share, "tolerance": NOT_SENT_TOLERANCE,
+             "passed": share <= NOT_SENT_TOLERANCE}
+    if not check["passed"]:
+        return check, (f"{not_sent:,} of {due:,} messages due were never sent ({share:.1%}, more than "
+                       f"{NOT_SENT_TOLERANCE:.0%}): the producer fell behind its schedule and the cell ended"), ""
+    return check, None, f"{not_sent:,} of {due:,} due messages not sent ({share:.2%})" if not_sent else ""
+
+
 def sustainability(target_rate: float | None, intervals: list[dict], *, publish_only: bool = False,
-                   shaped: bool = False) -> dict:
-    """The verdict for one cell: sustainable, unsustainable, inconclusive, or max-rate (no target)."""
+                   shaped: bool = False, not_sent: int | None = None, due: int | None = None) -> dict:
+    """The verdict for one cell: sustainable, unsustainable, inconclusive, or max-rate (no target). `not_sent` and
+    `due`: the cell's messages due before its end and never sent, and all those due (rule 6; None: not counted)."""
     if target_rate is None:
         return {"verdict": "max-rate", "reasons": ["unthrottled: measures capacity; latency from enqueue"],
                 "checks": {}}
+    owed, owed_failure, owed_note = not_sent_check(not_sent, due)
+    owed_checks = {"not_sent": owed} if owed is not None else {}
+    if owed_failure:  # a count over the whole cell: it fails whatever the other rules could judge
+        return {"verdict": "unsustainable", "reasons": [owed_failure], "checks": owed_checks}
     if shaped:  # every check below compares a second's figures with one constant rate
-        return {"verdict": "inconclusive", "checks": {},
+        return {"verdict": "inconclusive", "checks": owed_checks,
                 "reasons": ["a startup backlog or bursts: no constant rate to judge; see the startup and burst figures"]}
     schedule = [i for i in sorted(intervals, key=lambda i: i["interval"]) if i["in_schedule"]]
     checks: dict = {"intervals": {"in_schedule": len(schedule), "drain": len(intervals) - len(schedule),
-                                  "min": MIN_INTERVALS, "min_n": dict(MIN_N)}}
+                                  "min": MIN_INTERVALS, "min_n": dict(MIN_N)}, **owed_checks}
     if len(schedule) < MIN_INTERVALS:
         return {"verdict": "inconclusive", "checks": checks,
                 "reasons": [f"only {len(schedule)} measured intervals; at least {MIN_INTERVALS} are needed to judge"]}
     failures, passes, undecided = [], [], []
+    if owed_note:
+        passes.append(owed_note)
     for name, (check, failure, note) in (("rate", _rate_check(float(target_rate), schedule, publish_only)),
                                          ("backlog", _backlog_check(float(target_rate), schedule, publish_only)),
                                          ("latency_trend", _latency_check(schedule, publish_only)),

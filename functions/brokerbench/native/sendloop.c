@@ -1309,7 +1309,7 @@ static int run_loop(Sender *s, int64_t *seq_io, int64_t stop_seq, int64_t until,
                 continue;
             }
         }
-        if (now >= t_end) { /* behind schedule at the end: stop on time, the shortfall shows as a lower rate */
+        if (now >= t_end) { /* behind schedule at the end: stop on time; the caller counts what was still due as not sent */
             *why = STOP_END;
             break;
         }

@@ -48,7 +48,8 @@ def _td(c: dict, name: str, digits=0, scale=1.0) -> str:
 
 def _loss_td(c: dict) -> str:
     text = markdown.loss_text(c)
-    css = " class='bad'" if text.startswith("⚠") else (" class='warn'" if "backlog unknown" in text else "")
+    css = " class='bad'" if text.startswith("⚠") else (" class='warn'" if "backlog unknown" in text
+                                                        or "not sent" in text else "")
     return f"<td{css}>{escape(text)}</td>"
 
 

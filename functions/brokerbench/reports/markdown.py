@@ -46,10 +46,12 @@ def _ratio(cell: dict, axis: str, name: str) -> str:
 
 def loss_text(config: dict) -> str:
     """'0', or each loss class that occurred (flagged ⚠), the broker's count when it disagrees and an accounting
-    residual; a split of undelivered and lost the broker could not tell is shown as their sum, not flagged as loss."""
+    residual; a split of undelivered and lost the broker could not tell is shown as their sum, not flagged as loss,
+    and so are the messages due and never sent (the producer fell behind)."""
     loss = config.get("loss") or {}
+    behind = f"not sent {config['not_sent']:,} (producer behind)" if config.get("not_sent") else ""
     if all(loss.get(k) is None for k in ("lost", "late", "send_errors", "unacknowledged", "undelivered_or_lost")):
-        return _num(config.get("lost"))
+        return "; ".join(t for t in (_num(config.get("lost")), behind) if t)
     unknown = bool(loss.get("backlog_unknown"))
     names = ("late", "send_errors", "unacknowledged") if unknown else ("lost", "undelivered", "late", "send_errors",
                                                                          "unacknowledged")
@@ -61,6 +63,8 @@ def loss_text(config: dict) -> str:
     text = "⚠ " + ", ".join(parts) if parts else ""
     if unknown:
         text += ("; " if text else "") + f"undelivered or lost {loss['undelivered_or_lost']:,} (broker backlog unknown)"
+    if behind:  # due and never sent: not loss at the broker
+        text += ("; " if text else "") + behind
     return text or "0"
 
 
@@ -279,7 +283,7 @@ def durability_section(report: dict) -> list[str]:
 # The report's rules (report["rules"]) in the order "How to read this report" lists them, with their labels.
 RULE_LABELS = (("sustainability", "Sustainability"), ("claims", "Claims"), ("percentiles", "Percentiles"),
                ("max_rate", "Max rate"), ("limit", "What limited a cell"), ("missing", "Missing messages"),
-               ("accounting", "Accounting"), ("codec", "Codec figures"), ("send_loop", "Send loop"),
+               ("not_sent", "Messages not sent"), ("accounting", "Accounting"), ("codec", "Codec figures"), ("send_loop", "Send loop"),
                ("durability", "Durability"))
 
 

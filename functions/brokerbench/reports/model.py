@@ -31,8 +31,9 @@ from ..series import (  # noqa: F401 (the old import paths)
     verdict_basis,
 )
 from ..spec import request_schema
-from .results import (ACCOUNTING_RULE, DURABILITY_RULE, LOSS_CLASSES, MISSING_COUNTS_IN, MISSING_RULE, SPECTRUM, SUMMARY_FIELDS,
-                      build_results, figures, figures_of, merge_blobs, missing_of, with_missing)
+from .results import (ACCOUNTING_RULE, DURABILITY_RULE, LOSS_CLASSES, MISSING_COUNTS_IN, MISSING_RULE, NOT_SENT_BOUNDS,
+                      NOT_SENT_COUNTS_IN, NOT_SENT_RULE, SPECTRUM, SUMMARY_FIELDS, build_results, figures, figures_of,
+                      merge_blobs, missing_of, with_missing)
 from .stats import holm, median_ci, t_quantile, t_two_sided_p
 
 MIN_CLAIM_REPEATS = 3
@@ -188,7 +189,8 @@ def cell_verdict(cell: dict, intervals: list[dict], digest: dict | None = None) 
         inputs = verdict.inputs_from_columns(digest, cell.get("measured_s"))
     else:
         inputs = verdict.interval_inputs(intervals, cell.get("measured_s"))
-    return verdict.sustainability(rate_target(rate), inputs, publish_only=publish_only, shaped=cell.get("shaped", False))
+    return verdict.sustainability(rate_target(rate), inputs, publish_only=publish_only, shaped=cell.get("shaped", False),
+                                  not_sent=cell.get("not_sent"), due=cell.get("due"))
 
 
 def combined_verdict(cells: list[dict], per_cell: dict[str, dict]) -> dict:
@@ -278,20 +280,26 @@ def _merged_latency(blob_maps: list[dict], cache: dict, missing: int = 0) -> dic
     """Per latency field, the exact merge of the repeats' cumulative histograms (stored, encoded), and its
     figures; a merge of one non-empty histogram (in brokerbench's layout) is that histogram, already figured.
     `missing`: the repeats' measured messages not received in time, at +infinity in end-to-end and delivery
-    latency (results.MISSING_RULE): a figure they put out of reach is None, its bound in `lower_bounds`."""
+    latency (results.MISSING_RULE); and the messages they never sent, at their lower bounds in end-to-end latency and
+    publish delay (results.NOT_SENT_RULE): a figure they put out of reach is None, its bound in `lower_bounds`."""
     merged = {}
+    owed = merge_blobs([m[NOT_SENT_BOUNDS] for m in blob_maps if m.get(NOT_SENT_BOUNDS)])
     for field in LATENCY_FIELDS:
         found = [m[field] for m in blob_maps if m.get(field) is not None and figures(m[field], cache).total]
         alone = figures(found[0], cache) if len(found) == 1 else None
         combined = alone if alone is not None and alone.standard else figures_of(merge_blobs(found))
         summary, count, spectrum = dict(combined.summary), combined.total, combined.spectrum
         out = {"count": count, "withheld": {}}
-        if missing and field in MISSING_COUNTS_IN:
+        beyond = missing if field in MISSING_COUNTS_IN else 0
+        bounded = owed if field in NOT_SENT_COUNTS_IN and owed.total else None
+        if beyond or bounded is not None:
             buckets = merge_blobs(found)
-            values, out["lower_bounds"] = with_missing(buckets, missing, PERCENTILES)
+            values, out["lower_bounds"] = with_missing(buckets, beyond, PERCENTILES, bounded)
             summary.update(values, mean=None, max=None)
-            spectrum = list(with_missing(buckets, missing, dict(zip(map(str, SPECTRUM), SPECTRUM)))[0].values())
-            out["missing"] = missing
+            spectrum = list(with_missing(buckets, beyond, dict(zip(map(str, SPECTRUM), SPECTRUM)), bounded)[0].values())
+            out["missing"] = beyond
+            if bounded is not None:
+                out["not_sent"] = int(bounded.total)
         for key in SUMMARY_FIELDS:
             value = summary.get(key)
             if key in PERCENTILES and value is not None and count < min_samples(PERCENTILES[key]):
@@ -308,6 +316,12 @@ def _missing(done: list[dict]) -> int:
     """The repeats' measured messages not received in time (sent - received), publish-only ones aside."""
     return sum(missing_of({"sent": c["sent"], "received": c.get("received"), **({"missing": c["missing"]}
                           if c.get("missing") is not None else {})}) for c in done)
+
+
+def _total(done: list[dict], name: str) -> int | None:
+    """A count summed over the repeats that have it; None when none has."""
+    values = [c[name] for c in done if c.get(name) is not None]
+    return sum(values) if values else None
 
 
 def _loss(done: list[dict]) -> dict:
@@ -390,6 +404,9 @@ def _configuration(cells: list[dict], completed_events: dict[str, dict], interva
         "values_by_repeat": by_repeat,
         "latency": _merged_latency(list(blobs.values()), cache, _missing(done)),
         "sent": sum(c["sent"] for c in done),
+        # due and never sent (the producers fell behind: worker.outcome); None when no repeat counted it
+        "not_sent": _total(done, "not_sent"),
+        "due": _total(done, "due"),
         "received": None if publish_only else sum(c["received"] for c in done),
         "lost": None if publish_only else loss["lost"],
         "loss": loss,
@@ -709,7 +726,7 @@ def build_report(events: list[dict]) -> dict:
         "highlights": found,
         "claims": family,
         "rules": {"sustainability": verdict.RULE, "claims": CLAIMS_RULE, "percentiles": PERCENTILE_RULE,
-                  "missing": MISSING_RULE, "accounting": ACCOUNTING_RULE,
+                  "missing": MISSING_RULE, "not_sent": NOT_SENT_RULE, "accounting": ACCOUNTING_RULE,
                   "max_rate": MAX_RATE_NOTE, "codec": CODEC_RULE, "send_loop": SEND_LOOP_RULE,
                   "durability": DURABILITY_RULE, "limit": limit.RULE},
         "configurations_with_loss": [c["key"] for c in configurations if c["has_loss"]],

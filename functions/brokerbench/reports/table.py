@@ -89,7 +89,8 @@ def percentile(cell: dict, field: str, key: str, fmt) -> str:
 
 def loss_cell(cell: dict) -> str:
     """0, or every loss class that occurred, in red (and the broker's count when it disagrees, and an accounting
-    residual); undelivered and lost the broker could not tell apart are their sum, in yellow: not loss."""
+    residual); undelivered and lost the broker could not tell apart are their sum, in yellow: not loss; so are the
+    messages due and never sent (the producer fell behind)."""
     classes = {name: cell.get(name) for name in LOSS_CLASSES}
     if cell.get("unacknowledged") is None and cell.get("unacked") is not None:
         classes["unacknowledged"] = cell["unacked"]
@@ -103,6 +104,8 @@ def loss_cell(cell: dict) -> str:
     text = f"[red]{', '.join(parts)}[/]" if parts else ""
     if unknown:
         text += ("; " if text else "") + f"[yellow]undelivered or lost {unknown:,} (broker backlog unknown)[/]"
+    if cell.get("not_sent"):  # due and never sent: the producer fell behind (no loss at the broker)
+        text += ("; " if text else "") + f"[yellow]not sent {cell['not_sent']:,} (producer behind)[/]"
     if text:
         return text
     if cell.get("has_loss"):

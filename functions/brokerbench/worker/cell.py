@@ -20,11 +20,11 @@ from multiprocessing.connection import wait
 
 import numpy as np
 
-from .. import limit, verdict
+from .. import histogram, limit, verdict
 from ..codecs.floor import call_floor_ns
 from ..drivers import BrokerUnavailable, producer_window
 from ..events import EventStore, cell_prefix, make_event
-from ..figures import cell_result
+from ..figures import NOT_SENT_BOUNDS, cell_result
 from ..registry import driver_modules, get_driver
 from ..series import interval_digest, verdict_basis
 from ..spec import lanes
@@ -642,7 +642,8 @@ class _CellRun:
         shaped = schedule.shaped(cell)
         basis = verdict_basis(cell["rate"], schedule_s, not consumed, shaped)  # what the verdict is judged on
         judged = verdict.sustainability(basis["target"], verdict.interval_inputs(self.series, schedule_s),
-                                        publish_only=not consumed, shaped=shaped)
+                                        publish_only=not consumed, shaped=shaped,
+                                        not_sent=counts["not_sent"], due=counts["due"])
         # The digest of the intervals lets a report leave them unread (reports.model.interval_digest).
         digest = interval_digest(self.series, basis)
         counts.update(delivered=delivered["delivered"], bytes_delivered=delivered["bytes_delivered"])
@@ -661,7 +662,7 @@ class _CellRun:
             "verdict": {"verdict": judged["verdict"], "reasons": judged["reasons"]},
             "limit": self._limit(judged, producers),
             **({"digest": digest} if digest else {}),
-            "histograms": self.aggregator.cumulative_histograms(),
+            "histograms": {**self.aggregator.cumulative_histograms(), **_not_sent_bounds(producers)},
         }, cell_index=cell["index"])])
         self.progress(Progress(cell["cell_id"], "done", 1.0, counts["sent"], counts["received"] or 0))
         return CellOutcome(cell["cell_id"], "completed", intervals=self.aggregator.written)
@@ -741,6 +742,13 @@ class _CellRun:
             self.phases.mark("delete_topic")
         self.driver.close()
         self.phases.mark("driver_closed")
+
+
+def _not_sent_bounds(producers: list[dict]) -> dict[str, str]:
+    """The least latency of every message due and never sent, over the producers (ProducerFigures.finish), as the
+    cell's NOT_SENT_BOUNDS histogram; nothing when every due message was sent."""
+    found = [p["not_sent_bounds"] for p in producers if p.get("not_sent_bounds") is not None]
+    return {NOT_SENT_BOUNDS: histogram.encode(histogram.merge(found))} if found else {}
 
 
 def _nice(producers: list[dict]) -> int | None:

@@ -1,7 +1,12 @@
 """What a cell adds up to, from its processes' final reports: pure rules, no broker and no store.
 
 Message accounting (measured messages only; warm-up is counted apart):
+    due = sent + not_sent
     sent = received + late + undelivered + lost + send_errors + unacknowledged
+- not_sent: due before the cell's end by the producer's schedule and never sent: the producer fell behind and
+  stopped on time (worker.schedule.unsent). Never handed to the broker, so never lost by it; they count in
+  end-to-end and publish-delay percentiles at no less than (cell end - intended time), as lower bounds
+  (figures.NOT_SENT_RULE), and against the verdict (verdict.NOT_SENT_TOLERANCE);
 - send_errors: the client reported the send as failed, and the message was not delivered all the same;
 - unacknowledged: no report at all by the end of the producer's flush, and not delivered all the same (a
   broker that stored a message and died before answering: its consumers say which of these arrived);
@@ -14,8 +19,8 @@ When the broker cannot tell its backlog (a Kafka or admin error, Redis without a
 Pulsar topic), undelivered and lost are unknown (None): only their sum is, `undelivered_or_lost`. A
 consumer that fell behind is never shown as a broker that lost messages.
 
-`residual` is what the classes leave over, unclamped: sent - (received + late + undelivered_or_lost +
-send_errors + unacknowledged). It is 0 when the accounting holds; anything else (a consumer that counted
+`residual` is what the classes leave over, unclamped: due - (not_sent + received + late + undelivered_or_lost +
+send_errors + unacknowledged) (due = sent + not_sent where nothing was due: an unthrottled cell). It is 0 when the accounting holds; anything else (a consumer that counted
 more than was sent, a warm-up message counted as measured) is an accounting error, shown, not hidden.
 
 `missing` is every measured message sent and not received in time (sent - received: late, undelivered,
@@ -40,7 +45,10 @@ def totals(producers: list[dict], consumers: list[dict], measured: dict, consume
     sent = sum(p["sent"] for p in producers)
     send_errors = measured["send_errors"]
     unacknowledged = sum(p["unacked"] for p in producers)
+    dues = [p.get("due") for p in producers]
     out = {
+        "due": sum(dues) if dues and all(d is not None for d in dues) else None,  # None: unthrottled
+        "not_sent": sum(p.get("not_sent") or 0 for p in producers),
         "sent": sent,
         "acked": measured["acked"],
         "send_errors": send_errors,
@@ -73,10 +81,13 @@ def totals(producers: list[dict], consumers: list[dict], measured: dict, consume
 
 
 def residual(counts: dict) -> int:
-    """sent minus every class, unclamped: 0 when each measured message is in exactly one class."""
-    classes = ("received", "late", "undelivered_or_lost", "send_errors", "unacked")
-    return counts["sent"] - sum(counts.get(name) or 0 for name in classes) if counts.get("received") is not None \
-        else counts["sent"] - counts["acked"] - counts["send_errors"] - counts["unacked"]
+    """due minus not sent and every class of what was sent, unclamped: 0 when each measured message that was due is
+    in exactly one class (due = sent + not_sent, where nothing was due or it was not counted)."""
+    not_sent = counts.get("not_sent") or 0
+    due = counts["sent"] + not_sent if counts.get("due") is None else counts["due"]
+    classes = ("received", "late", "undelivered_or_lost", "send_errors", "unacked") \
+        if counts.get("received") is not None else ("acked", "send_errors", "unacked")
+    return due - not_sent - sum(counts.get(name) or 0 for name in classes)
 
 
 def delivered_not_acked(consumers: list[dict]) -> int:

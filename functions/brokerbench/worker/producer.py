@@ -28,7 +28,7 @@ from .framing import HEADER
 from .processes import serve
 from .producer_figures import send_records
 from .payloads import payload_pool, pool_size_for
-from .schedule import Schedule, producer_schedule
+from .schedule import Schedule, producer_schedule, unsent
 
 SECOND_NS = 1_000_000_000
 # How often a producer that does not wait (unthrottled, or behind schedule) serves acknowledgements.
@@ -91,7 +91,12 @@ def _run(conn, task: ProducerTask) -> None:
     finally:  # the records handed over are sent before anything else (a failure included): one writer at a time
         reports.put(None)
         forwarder.join()
-    conn.send(("done", {"producer_id": task.producer_id, "send_thread_nice": nice, **done}))
+    # Both loops stop on time at the cell's end, behind schedule or not: what was due by then and never sent is
+    # counted here, from the schedule (the parent reads the unsent messages' intended times from it too).
+    owed = unsent(schedule, done["sent_total"], done["first_measured_seq"], timing["measure_start"], timing["t_end"],
+                  task.message_limit)
+    conn.send(("done", {"producer_id": task.producer_id, "send_thread_nice": nice, **done, **owed,
+                        "t_end": timing["t_end"]}))
 
 
 def _forward_intervals(reports: queue.Queue, conn) -> None:
@@ -328,7 +333,7 @@ def _python_loop(driver, task: ProducerTask, codec, pool, timing: dict, schedule
                 if clock() >= intervals.next_boundary:
                     close_interval()
                 continue
-        if now >= t_end:  # behind schedule at the end: stop on time, the shortfall shows as a lower rate
+        if now >= t_end:  # behind schedule at the end: stop on time; what was still due is counted as not sent
             break
         if now >= intervals.next_boundary:
             close_interval()

@@ -16,8 +16,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .. import histogram
 from .framing import HEADER_DTYPE
-from .schedule import Schedule
+from .schedule import Schedule, not_sent_bounds_us
 
 # Acknowledgements stamped within this of the first measured one came with it: one response's delivery reports
 # run back to back (the native loop's ~0.1 µs apart, the Python loop's ~1-2 µs), so a batch of a thousand is
@@ -256,11 +257,25 @@ class ProducerFigures:
         self.failed.add(failed_seqs)
 
     def finish(self, done: dict) -> dict:
-        """The producer's "done" with the accounting added: the totals, and the measured messages never
-        acknowledged (`not_acked`), of which `unacked` had no report at all."""
+        """The producer's "done" with the accounting added: the totals, the measured messages never
+        acknowledged (`not_acked`), of which `unacked` had no report at all, and the least latency of each message
+        it owed and never sent (`not_sent_bounds`: a histogram in µs, None when it owed none)."""
         not_acked, unacked = never_acknowledged(self.acked, self.failed, done["first_measured_seq"],
                                                 done["sent_total"])
-        return {**done, **vars(self.acks), "unacked": unacked, "not_acked": not_acked, "in_flight": self.in_flight}
+        return {**done, **vars(self.acks), "unacked": unacked, "not_acked": not_acked, "in_flight": self.in_flight,
+                "not_sent_bounds": self._not_sent_bounds(done)}
+
+    def _not_sent_bounds(self, done: dict):
+        """The cell's end less the intended time of each message due and never sent (schedule.unsent: the last
+        `not_sent` before `due_end_seq`), as a histogram in µs; None when none."""
+        owed = done.get("not_sent") or 0
+        if not owed or self.schedule is None:
+            return None
+        bounds = histogram.new()
+        end = done["due_end_seq"]
+        for chunk in not_sent_bounds_us(self.schedule, end - owed, end, done["t_end"]):
+            histogram.record_many(bounds, chunk)
+        return bounds
 
 
 def _publish_latency(seqs: np.ndarray, ack_ns, firsts: list[int], chunks: list[np.ndarray],

@@ -16,6 +16,7 @@ consumer rebuilds the same schedules to tell backlog, burst and baseline message
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 import numpy as np
@@ -104,6 +105,36 @@ class Schedule:
         """Sender.configure's schedule arguments."""
         return {"base_ns": self.base, "period_ns": self.cycle_ns, "offsets": self.offsets.astype(np.int64).tobytes(),
                 "backlog": self.backlog, "backlog_period_ns": self.backlog_period}
+
+
+def unsent(schedule: Schedule | None, sent_total: int, first_measured_seq: int, measure_start: int, t_end: int,
+           limit: int | None = None) -> dict:
+    """What a producer owed its schedule and never sent: every message due before the cell's end (`t_end`; a cell run
+    by count: among its first `limit` measured ones) is either sent or not sent. A producer behind schedule at the
+    end stops on time (both send loops), so the messages it still owed are the sequence numbers from what it sent
+    (or the first measured one, whichever is later) up to the first not due before the end: their intended times
+    are the schedule's own, so no message needs to be kept to know them. Only measured messages (due at or after
+    `measure_start`) count; an unthrottled producer owes nothing (`due` None).
+
+    Returns due_end_seq (the first sequence number not due), due (measured messages due), not_sent (of those, never
+    sent)."""
+    if schedule is None:
+        return {"due_end_seq": sent_total, "due": None, "not_sent": 0}
+    first = max(first_measured_seq, schedule.first_due_at(measure_start))
+    end = schedule.first_due_at(t_end)
+    if limit is not None:
+        end = min(end, first + limit)
+    end = max(end, first)
+    return {"due_end_seq": end, "due": end - first, "not_sent": max(0, end - max(sent_total, first))}
+
+
+def not_sent_bounds_us(schedule: Schedule, first_seq: int, end_seq: int, t_end: int,
+                       chunk: int = 1 << 20) -> Iterator[np.ndarray]:
+    """The least latency of each message due and never sent (sequence numbers first_seq..end_seq-1): the cell's
+    end less its intended time, in whole µs, taken `chunk` messages at a time (a producer stalled for minutes at
+    a high rate owes millions)."""
+    for start in range(first_seq, end_seq, chunk):
+        yield (t_end - schedule.intended(np.arange(start, min(end_seq, start + chunk), dtype=np.int64))) // 1000
 
 
 def shaped(cell: dict) -> bool:

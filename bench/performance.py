@@ -544,6 +544,7 @@ def false_claims(results: dict) -> dict:
         "p99_noise": _noise_range(noise, "end_to_end_p99_us"),
         "p999_noise": _noise_range(noise, "end_to_end_p999_us"),
         "p50_noise": _noise_range(noise, "end_to_end_p50_us"),
+        "delivery_noise": _noise_range(noise, "delivery_p99_us"),
         "throughput_noise": _noise_range(noise, "throughput_msgs_per_s"),
         "table": table(["noise", "repeats", "reports with any false claim", "previous rule", "doubled p99 claimed"],
                        [_simulated_row(s) for s in sim], ["---", "---:", "---:", "---:", "---:"]),

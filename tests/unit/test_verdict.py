@@ -128,6 +128,26 @@ def test_a_significant_but_tiny_rise_is_not_called_unsustainable():
     assert sustainability(TARGET, series(n=12, e2e=e2e))["verdict"] == "sustainable"
 
 
+def test_a_sub_millisecond_climb_under_the_absolute_floor_is_named_not_judged():
+    """A local p99 quadrupling from 0.3 to 1.2 ms over 10 s: significant and beyond its median, but a rise of 0.9 ms
+    is under the 1 ms floor. The verdict stands (the floor is the rule), and the reasons say what it did not see;
+    the same climb from 3 to 12 ms fails the rule."""
+    e2e = [300 + 100 * i for i in range(10)]
+    result = sustainability(TARGET, series(n=10, e2e=e2e))
+    trend = result["checks"]["latency_trend"]
+    assert result["verdict"] == "sustainable" and trend["below_floor"] and not trend["rising"]
+    assert trend["rise_us"] == pytest.approx(900.0) and trend["median_us"] == pytest.approx(750.0)
+    assert "end-to-end p99 rose 0.90 ms over the cell (Mann–Kendall p=2.8e-07, median 0.75 ms): a climb, but under " \
+           "the 1 ms this rule needs, so not judged" in result["reasons"]
+    assert "never fails it: the cell's reasons say when one did" in verdict.RULE
+    tenfold = sustainability(TARGET, series(n=10, e2e=[10 * v for v in e2e]))
+    assert tenfold["verdict"] == "unsustainable" and not tenfold["checks"]["latency_trend"]["below_floor"]
+    # Flat sub-millisecond wander is not named: the note needs the test and the relative bar as well.
+    flat = sustainability(TARGET, series(n=10, e2e=[300, 320, 290, 310, 305, 295, 315, 300, 310, 290]))
+    assert not flat["checks"]["latency_trend"]["below_floor"]
+    assert not any("under the 1 ms" in r for r in flat["reasons"])
+
+
 def test_publish_delay_must_stay_bounded():
     late = sustainability(TARGET, series(delay=[150_000.0] * 10))
     assert late["verdict"] == "unsustainable" and "publish delay p99 150 ms in the second half" in late["reasons"][0]

@@ -41,9 +41,29 @@ is said in words, with the runs of history that would detect a change of AIM by 
 (`runs_to_detect`), or why none would. The tables print, beside each change, the figures it is of: the
 geometric means of the two runs' samples (FIGURES).
 
-Besides the figures, a configuration's sustainability verdict: sustainable → unsustainable is a
-regression (the reverse an improvement) when every earlier run of it had the baseline's verdict. A
-rate search regresses its maximum sustainable rate (one figure per repeat, or per run), not a
+Besides the figures, a configuration's sustainability, tested on its repeats (`flip`): each repeat judged
+sustainable or unsustainable (inconclusive ones are no evidence either way) is one trial, and the candidate's
+share of unsustainable repeats is tested against history's (the baseline's and the earlier runs' repeats,
+pooled) with Boschloo's exact unconditional test (stats.rate_rise_p), one-sided each way: a rise is a
+regression, a fall an improvement, and each is its own hypothesis in the same Holm family as the figures (a
+way that cannot happen, a fall from 0 unsustainable repeats, has p = 1 and takes no more than its place in the
+family's count; doubling the smaller p instead would halve every flip's chance).
+Why a test, and this one: identical configurations are judged unsustainable now and then (7 of 72 repeats in
+the project's A/A runs, bench/results/false_claims.json); a rule that called every sustainable →
+unsustainable flip against a steady history a regression raised one in most quick-suite A/A compares
+(bench/sustainability_flip.py). A binomial test against history's observed rate has no rate to test when
+history saw no unsustainable repeat (a pseudo-count or an assumed floor would set the false-alarm rate by
+choice), and it takes history's rate as exact when it is an estimate from a few repeats; Fisher's exact test
+conditions on the total and is exact at any common rate, but is conservative with so few trials (0 of 9
+against 3 of 3: p = 1/220); Boschloo's test takes the largest null probability over every common rate, so it
+is exact at any rate, 0 of history's repeats included, and never less powerful than Fisher's (the same case:
+p = 0.0012). The test takes repeats as independent draws at one rate: a whole run measured on a busy host
+breaks that, and is for the host's marks to exclude. A flip in the configuration's verdict the test does not
+confirm is `unstable`, with both shares and the p-values; no flip and no significant change is `unchanged`.
+Under MIN_HISTORY runs a flip is "cannot tell", as a figure is. Each flip verdict also gives the fewest of the
+candidate's repeats that would have to be unsustainable for this history to call it (`callable_unsustainable`),
+or says that none would among this many verdicts.
+A rate search regresses its maximum sustainable rate (one figure per repeat, or per run), not a
 throughput that equals the target of each step.
 
 `regression`/`improvement` needs both (significant after Holm, and beyond the noise). A change
@@ -60,7 +80,7 @@ import numpy as np
 
 from ..events import EventStore, make_event, planned_cells, read_report_events
 from .model import send_loop_text
-from .stats import holm, spread, t_quantile, t_two_sided_p  # noqa: F401 (holm, t_two_sided_p: this module's API too)
+from .stats import holm, rate_rise_p, spread, t_quantile, t_two_sided_p  # noqa: F401 (holm, t_two_sided_p: this module's API too)
 
 ALPHA = 0.01  # family-wise over all verdicts of a run (Holm–Bonferroni): one run in 100 with a false alarm
 MIN_EFFECT = 0.10  # smallest change ever reported
@@ -283,6 +303,8 @@ def runs_to_detect(figures: dict, comparisons: int) -> int | None:
 
 def label(figures: dict, p_adjusted: float | None, comparisons: int) -> dict:
     """The verdict of one assessed comparison, given its Holm-adjusted p-value among `comparisons`."""
+    if figures.get("metric") == "sustainability" and figures.get("verdict") is None:
+        return flip_label(figures, p_adjusted, comparisons)
     if figures.get("verdict") is not None:  # decided before any test (too few samples, too short a history)
         figures = {**figures, **_detectable(figures, comparisons)}
         if figures.get("cannot_tell") and figures["detectable"] is not None:
@@ -331,10 +353,23 @@ def _as_steady(figures: dict) -> str:
 
 def decide(assessed: list[dict]) -> list[dict]:
     """Holm–Bonferroni over every comparison of a run that has a p-value, then the labels."""
-    tested = [i for i, f in enumerate(assessed) if f.get("p_raw") is not None]
-    adjusted = dict(zip(tested, holm([assessed[i]["p_raw"] for i in tested])))
+    tested = [(i, name, p) for i, f in enumerate(assessed) for name, p in hypotheses(f)]
+    adjusted: dict = {}
+    for (i, name, _), p in zip(tested, holm([p for _, _, p in tested])):
+        if name is None:
+            adjusted[i] = p
+        else:
+            adjusted.setdefault(i, {})[name] = p
     family = len(tested) or len(assessed)  # with nothing tested: the family these comparisons would make
     return [label(f, adjusted.get(i), family) for i, f in enumerate(assessed)]
+
+
+def hypotheses(figures: dict) -> list[tuple[str | None, float]]:
+    """The p-values one assessed comparison adds to Holm's family: a figure's two-sided one, or a flip's two
+    one-sided ones (a rise and a fall in the share of unsustainable repeats, each its own hypothesis)."""
+    if figures.get("p_tests"):
+        return list(figures["p_tests"].items())
+    return [(None, figures["p_raw"])] if figures.get("p_raw") is not None else []
 
 
 def verdict(baseline, candidate, higher_is_better: bool, history=()) -> dict:
@@ -375,7 +410,8 @@ def run_figures(source) -> dict[str, dict]:
                      "cell_id": config["cell_ids"][0], "status": config["status"], "repeats": {}, "series": {},
                      "search": _is_search(config["rate_target"]),
                      "send_loop": config.get("send_loop"),
-                     "sustainability": (config.get("sustainability") or {}).get("verdict")}
+                     "sustainability": (config.get("sustainability") or {}).get("verdict"),
+                     "repeat_verdicts": [r["verdict"] for r in (config.get("sustainability") or {}).get("repeats", [])]}
             by_repeat = config.get("values_by_repeat") or {}
             for metric in _metrics_of(entry):
                 read, name, _ = METRICS[metric]
@@ -409,34 +445,87 @@ def _metrics_of(entry: dict) -> list[str]:
     return [m for m in METRICS if m != "max_sustainable_rate"]
 
 
+JUDGED = ("sustainable", "unsustainable")  # a repeat's verdicts that are evidence about its sustainability
+
+
+def judged_repeats(run: dict) -> tuple[int, int]:
+    """(unsustainable, judged) repeats of a configuration in one run; figures without per-repeat verdicts count
+    the configuration's verdict as one repeat."""
+    verdicts = run.get("repeat_verdicts") or [run.get("sustainability")]
+    return sum(v == "unsustainable" for v in verdicts), sum(v in JUDGED for v in verdicts)
+
+
 def flip(old: dict, new: dict, older: list[dict]) -> dict | None:
-    """The sustainability verdict of a configuration, baseline against candidate: sustainable → unsustainable is
-    a regression (and the reverse an improvement) when every earlier run of the configuration was sustainable
-    (unsustainable); a verdict that changed within history is no evidence; fewer than MIN_HISTORY runs: cannot tell."""
+    """The sustainability of a configuration, candidate against history (see the module's docstring): decided
+    here only when no test can be made (too short a history, no judged repeat); otherwise the figures of the test,
+    its unadjusted p-value `p_raw`, for `flip_label` to label among the run's other p-values."""
     before, after = old.get("sustainability"), new.get("sustainability")
     if not {before, after} <= {"sustainable", "unsustainable", "inconclusive"} or before is None or after is None:
         return None  # max-rate cells and rate searches have no such verdict
-    history = [h.get("sustainability") for h in older if h is not None]
-    k = 1 + len(history)
+    runs = [old, *(h for h in older if h is not None and h.get("sustainability") is not None)]
+    k = len(runs)
+    counted = [judged_repeats(r) for r in runs]
+    u_h, n_h = sum(u for u, _ in counted), sum(n for _, n in counted)
+    u_c, n_c = judged_repeats(new)
     figures = {"metric": "sustainability", "baseline_median": None, "candidate_median": None, "change": None,
-               "p_raw": None, "p_value": None, "history_runs": k, "samples": "verdicts", "higher_is_better": True,
-               "threshold": None, "se": None}
-    if before == after:
-        return {**figures, "verdict": "unchanged", "why": f"{after} in both runs"}
+               "p_raw": None, "p_value": None, "history_runs": k, "samples": "repeats' verdicts",
+               "higher_is_better": True, "threshold": None, "se": None, "before": before, "after": after,
+               "history_unsustainable": u_h, "history_judged": n_h, "candidate_unsustainable": u_c,
+               "candidate_judged": n_c, "history_rate": u_h / n_h if n_h else None,
+               "candidate_rate": u_c / n_c if n_c else None}
     moved = f"{before} → {after}"
-    if {before, after} != {"sustainable", "unsustainable"}:
-        return {**figures, "verdict": "unstable", "why": f"{moved}: an inconclusive verdict is no evidence"}
-    if k < MIN_HISTORY:
+    if k < MIN_HISTORY or not n_h or not n_c:
+        if before == after:
+            return {**figures, "verdict": "unchanged", "why": f"{after} in both runs"}
+        if not n_h or not n_c:
+            return {**figures, "verdict": "unstable", "why": f"{moved}: an inconclusive verdict is no evidence"}
         need = MIN_HISTORY - k
         return {**figures, "verdict": "unstable", "cannot_tell": True, "runs_needed": need,
                 "why": f"{moved}; cannot tell: {k} run{'s' if k != 1 else ''} of this configuration, {need} more "
-                       f"completed run{'s' if need != 1 else ''} needed to know it does not flip run to run"}
-    if any(h != before for h in history):
-        return {**figures, "verdict": "unstable",
-                "why": f"{moved}, but history's {k} runs were not all {before}: it flips run to run"}
-    worse = after == "unsustainable"
-    return {**figures, "verdict": "regression" if worse else "improvement",
-            "why": f"{moved}; {before} in every one of history's {k} runs"}
+                       f"completed run{'s' if need != 1 else ''} needed to know how often it flips run to run"}
+    rise, fall = rate_rise_p(u_h, n_h, u_c, n_c), rate_rise_p(n_h - u_h, n_h, n_c - u_c, n_c)
+    return {**figures, "p_raw": min(rise, fall), "p_tests": {"rise": rise, "fall": fall}}
+
+
+def shares_text(figures: dict) -> str:
+    """Both shares of unsustainable repeats, as a flip verdict gives them."""
+    u_h, n_h, u_c, n_c = (figures[f] for f in ("history_unsustainable", "history_judged", "candidate_unsustainable",
+                                               "candidate_judged"))
+    return (f"unsustainable repeats: candidate {u_c} of {n_c} ({u_c / n_c:.0%}), history {u_h} of {n_h} "
+            f"({u_h / n_h:.0%}) over its {figures['history_runs']} runs")
+
+
+def callable_unsustainable(figures: dict, comparisons: int) -> int | None:
+    """The fewest unsustainable repeats of the candidate's judged ones that this history would call a regression
+    at Holm's strictest step (ALPHA / comparisons), or None when not even all of them would."""
+    u_h, n_h, n_c = figures["history_unsustainable"], figures["history_judged"], figures["candidate_judged"]
+    for x in range(1, n_c + 1):
+        if rate_rise_p(u_h, n_h, x, n_c) < ALPHA / max(1, comparisons):
+            return x
+    return None
+
+
+def flip_label(figures: dict, adjusted: dict, comparisons: int) -> dict:
+    """A sustainability verdict with its test: `regression` (`improvement`) when the rise (fall) in the share of
+    unsustainable repeats is significant after Holm; a flip of the configuration's verdict it does not confirm is
+    `unstable`; otherwise `unchanged`. The why gives both shares and the p-values."""
+    before, after, tests = figures["before"], figures["after"], figures["p_tests"]
+    way = "rise" if tests["rise"] <= tests["fall"] else "fall"
+    callable_ = callable_unsustainable(figures, comparisons)
+    out = {**figures, "p_value": adjusted[way], "comparisons": comparisons, "callable_unsustainable": callable_,
+           "detectable": None, "detectable_factor": None, "runs_to_detect": None}
+    test = f"Boschloo p={tests[way]:.2g} for a {way}, Holm p={adjusted[way]:.2g} among {comparisons}"
+    moved = f"{before} → {after}" if before != after else f"{after} in both runs"
+    shares = shares_text(figures)
+    if adjusted[way] < ALPHA:
+        return {**out, "verdict": "regression" if way == "rise" else "improvement",
+                "why": f"{moved}; {shares}: improbable at one rate ({test})"}
+    n_c = figures["candidate_judged"]
+    bar = f"{callable_} of {n_c} would be called" if callable_ else \
+        f"not even {n_c} of {n_c} would be called among {comparisons} comparisons"
+    if before != after:
+        return {**out, "verdict": "unstable", "why": f"{moved}, but {shares}: as likely by chance ({test}; {bar})"}
+    return {**out, "verdict": "unchanged", "why": f"{moved}; {shares} ({test})"}
 
 
 def _samples(run: dict | None, metric: str, block: int | None) -> list[float] | None:
@@ -546,11 +635,23 @@ METHOD = {
     "figures": FIGURES + " (each run's median sample beside them in the JSON)",
     "detectable": f"per verdict, the smallest change it can call: the effect bar, or the change whose t reaches "
                   f"alpha / comparisons with its SE and k − 1 degrees of freedom, whichever is larger",
-    "sustainability": "sustainable → unsustainable is a regression when every earlier run was sustainable",
+    "sustainability": "the candidate's share of unsustainable repeats against history's (its runs' repeats pooled): "
+                      "Boschloo's exact test, one-sided each way (a rise, a fall), both in the same Holm family; a "
+                      "flip of the configuration's verdict that the test does not confirm is unstable",
     "history": f"the baseline and up to {HISTORY_RUNS - 1} earlier completed runs of the suite on the same "
                f"target configuration and host kind; under {MIN_HISTORY} runs, run-to-run noise is unknown: "
                "\"cannot tell\" (unstable), never a verdict on an assumed noise",
 }
+
+
+def _repeat_shares(verdict: dict) -> dict:
+    """A sustainability regression's counts, as RegressionDetected stores them (figures have none)."""
+    if verdict["metric"] != "sustainability":
+        return {}
+    return {"unsustainable_repeats": {
+        "candidate": {"unsustainable": verdict["candidate_unsustainable"], "judged": verdict["candidate_judged"]},
+        "history": {"unsustainable": verdict["history_unsustainable"], "judged": verdict["history_judged"],
+                    "runs": verdict["history_runs"]}}}
 
 
 def check(store: EventStore, run_id: str, baseline_id: str | None = None, *, record: bool = True) -> dict:
@@ -571,8 +672,9 @@ def check(store: EventStore, run_id: str, baseline_id: str | None = None, *, rec
             "baseline_run_id": baseline_id, "cell": r["cell"], "cell_id": r["cell_id"], "metric": r["metric"],
             "verdict": r["verdict"], "baseline_median": r["baseline_median"], "candidate_median": r["candidate_median"],
             "baseline_mean": r.get("baseline_mean"), "candidate_mean": r.get("candidate_mean"), "change": r["change"],
-            "p_value": r["p_value"], "why": r["why"]}, cell_index=index[r["cell_id"]], key=r["metric"])
+            "p_value": r["p_value"], "why": r["why"], **_repeat_shares(r)}, cell_index=index[r["cell_id"]],
+            key=r["metric"])
             for r in regressions])
     return {"baseline_run_id": baseline_id, "history_run_ids": [baseline_id, *older], "verdicts": verdicts,
             "regressions": regressions, "method": METHOD, "alpha": ALPHA,
-            "comparisons": sum(v.get("p_raw") is not None for v in verdicts)}
+            "comparisons": sum(len(hypotheses(v)) for v in verdicts)}

@@ -92,6 +92,10 @@ class CellLine(Model):
                                          "schedule, broker or client (client-bound: the load generator's rate, a "
                                          "lower bound of the broker's), with the rule's inputs; null for cells stored "
                                          "before it was recorded")
+    host: dict[str, Any] | None = Field(None, description="The host over the cell's measured seconds (brokerbench.host): "
+                                        "CPU and memory pressure, steal, CPU used outside the cell, and `busy` with its "
+                                        "reasons (a busy cell enters no claim and no regression verdict); null for "
+                                        "cells stored before it was recorded")
 
 
 class RunDetail(Model):

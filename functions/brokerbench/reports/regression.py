@@ -46,6 +46,9 @@ regression (the reverse an improvement) when every earlier run of it had the bas
 rate search regresses its maximum sustainable rate (one figure per repeat, or per run), not a
 throughput that equals the target of each step.
 
+A repeat measured on a busy host (brokerbench.host) is no evidence: it is left out of the samples of the candidate,
+the baseline and history alike, and a verdict on its configuration says so (flag_busy_host).
+
 `regression`/`improvement` needs both (significant after Holm, and beyond the noise). A change
 beyond the bar that the test cannot confirm, noise above WATERLINE, or too few samples is
 `unstable` (no conclusion).
@@ -575,6 +578,8 @@ METHOD = {
     "detectable": f"per verdict, the smallest change it can call: the effect bar, or the change whose t reaches "
                   f"alpha / comparisons with its SE and k − 1 degrees of freedom, whichever is larger",
     "sustainability": "sustainable → unsustainable is a regression when every earlier run was sustainable",
+    "host": "a repeat measured on a busy host (brokerbench.host.RULE) is left out of every run's samples; a verdict "
+            "with no quiet repeat on either side, or a sustainability change beside a busy repeat, is unstable",
     "history": f"the baseline and up to {HISTORY_RUNS - 1} earlier completed runs of the suite on the same "
                f"target configuration and host kind; under {MIN_HISTORY} runs, run-to-run noise is unknown: "
                "\"cannot tell\" (unstable), never a verdict on an assumed noise",

@@ -320,6 +320,7 @@ def cell_result(cell: dict, end: dict | None, cache: dict | None = None) -> dict
         "latency_basis": data.get("latency_basis", "intended"),
         "warmup": data.get("warmup"),
         "resources": data.get("resources"),  # CPU and memory of the workers and a local broker (worker/resources.py)
+        "host": data.get("host"),  # the host's CPU and memory pressure and steal, and whether it was busy (host.py)
         "send_rate": round(totals["sent"] / seconds, 3),
         "rate_achieved": round(delivered / window, 3),
         "delivered": delivered,  # what throughput counts: the measured messages received in time

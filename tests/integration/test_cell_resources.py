@@ -30,3 +30,9 @@ def test_cells_carry_the_brokers_and_workers_cpu_and_memory(stack, endpoints, tm
     pid = stack.status()["kafka"]["pids"][0]
     ps_mb = int(subprocess.run(["ps", "-o", "rss=", "-p", str(pid)], capture_output=True, text=True).stdout) / 1024
     assert 0.5 * ps_mb <= summary["broker"]["rss_mb_max"] <= 1.5 * ps_mb
+    # The host beside them (brokerbench.host): per interval and over the cell; the broker's CPU is the cell's own, so
+    # what is left outside it is known. Whether it was busy depends on the other tests: not asserted.
+    assert all(set(i["host"]) >= {"cpu_pressure_pct", "steal_pct", "memory_pressure_pct"} for i in intervals)
+    machine = completed["host"]
+    assert machine["steal_pct"] is not None and machine["others_cpu_pct"] is not None
+    assert isinstance(machine["busy"], bool) and machine["busy"] == bool(machine["reasons"])

@@ -95,6 +95,10 @@ class CellLine(Model):
     not_sent: int | None = Field(None, description="Measured messages due before the cell's end that its producers "
                                  "never sent (they fell behind their schedule); null where it was not counted (cells stored "
                                  "before it was, or that ended before measuring)")
+    host: dict[str, Any] | None = Field(None, description="The host over the cell's measured seconds (brokerbench.host): "
+                                        "CPU and memory pressure, steal, CPU used outside the cell, and `busy` with its "
+                                        "reasons (a busy cell enters no claim and no regression verdict); null for "
+                                        "cells stored before it was recorded")
 
 
 class RunDetail(Model):

@@ -147,7 +147,8 @@ def run_detail(store, starter: Starter, run_id: str) -> dict:
         "cells_detail": [{"cell_id": c["cell_id"], "broker": c["broker"], "format": c["format"],
                           "size_bytes": c["size_bytes"], "rate_target": c["rate_target"], "status": c["status"],
                           "throughput_msgs_per_s": c.get("throughput_msgs_per_s"), "verdict": c.get("verdict"),
-                          "reason": c.get("reason"), "limit": c.get("limit"), "not_sent": c.get("not_sent")}
+                          "reason": c.get("reason"), "limit": c.get("limit"), "not_sent": c.get("not_sent"),
+                          "host": c.get("host")}
                          for c in results["cells"]],
     }
 

@@ -74,6 +74,7 @@ def _grid(group: dict, report: dict) -> str:
         verdict = c["sustainability"]["verdict"]
         css = {"unsustainable": "warn", "inconclusive": "muted"}.get(verdict)
         css = "warn" if (c.get("limit") or {}).get("client_bound") else css  # its rate is the load generator's
+        css = "bad" if markdown.busy_repeats(c) else css  # measured on a busy host: no evidence
         verdict_html = (f"<span class='{css}'>{escape(markdown.verdict_text(c))}</span>" if css
                         else escape(markdown.verdict_text(c)))
         rows.append("<tr>" + f"<td>{escape(c['broker'])}</td><td>{escape(markdown.format_text(c, report))}</td>"
@@ -270,6 +271,8 @@ def _claims_and_rules(report: dict) -> list[str]:
         parts.append(f"<p class='bad'>Loss in {len(report['configurations_with_loss'])} configuration(s): see the loss column.</p>")
     if markdown.client_bound_text(report):
         parts.append(f"<p class='warn'>{escape(markdown.client_bound_text(report))}.</p>")
+    if report.get("host_note"):
+        parts.append(f"<p class='bad'><b>Host busy:</b> {escape(report['host_note'])}.</p>")
     rules = report.get("rules") or {}
     items = [f"<li><b>{label}.</b> {escape(rules[key])}</li>" for key, label in markdown.RULE_LABELS
              if rules.get(key)]

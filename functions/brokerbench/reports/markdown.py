@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from ..limit import LEGEND, MARK, client_bound, rate_found_text
-from .model import RESOURCES_NOTE, need_label, rate_text, send_loop_text
+from .model import RESOURCES_NOTE, busy_repeats, need_label, rate_text, send_loop_text
 from .regression import FIGURES, figure_text
 
 VERDICT_ORDER = {"regression": 0, "unstable": 1, "improvement": 2, "unchanged": 3}
@@ -283,8 +283,8 @@ def durability_section(report: dict) -> list[str]:
 # The report's rules (report["rules"]) in the order "How to read this report" lists them, with their labels.
 RULE_LABELS = (("sustainability", "Sustainability"), ("claims", "Claims"), ("percentiles", "Percentiles"),
                ("max_rate", "Max rate"), ("limit", "What limited a cell"), ("missing", "Missing messages"),
-               ("not_sent", "Messages not sent"), ("accounting", "Accounting"), ("codec", "Codec figures"), ("send_loop", "Send loop"),
-               ("durability", "Durability"))
+               ("not_sent", "Messages not sent"), ("accounting", "Accounting"), ("codec", "Codec figures"),
+               ("send_loop", "Send loop"), ("durability", "Durability"), ("host", "Host busy"))
 
 
 def rules_section(report: dict) -> list[str]:
@@ -316,6 +316,22 @@ def search_text(c: dict) -> str:
     return f"max sustainable {rate_found_text(found, bound)}" + (f" ({', '.join(parts)})" if parts else "")
 
 
+def host_busy_mark(c: dict) -> str:
+    """' · host busy (repeats 2, 3: CPU pressure 78% > 50% ...)' for a configuration with repeats measured on a busy
+    host (reports.model.busy_repeats): their figures enter no claim and no regression verdict."""
+    busy = busy_repeats(c)
+    if not busy:
+        return ""
+    which = "" if len(busy) == c.get("completed_repeats", len(busy)) == 1 else \
+        f"repeat{'s' if len(busy) > 1 else ''} {', '.join(map(str, busy))}: "
+    return f" · ⚠ host busy ({which}{'; '.join(c['host']['reasons'])})"
+
+
+def host_busy_lines(report: dict) -> list[str]:
+    note = report.get("host_note")
+    return [f"**Host busy:** {note}.", ""] if note else []
+
+
 def client_bound_mark(c: dict) -> str:
     """' · client-bound' (with how many repeats, when not all) for a configuration the load generator limited; a
     search says so in its rate instead (search_text)."""
@@ -330,7 +346,7 @@ def verdict_text(c: dict) -> str:
     verdict = c["sustainability"]["verdict"]
     if verdict == "search":
         verdict = search_text(c)
-    verdict += client_bound_mark(c)
+    verdict += client_bound_mark(c) + host_busy_mark(c)
     if c["sustainability"]["verdict"] in ("unsustainable", "inconclusive"):
         mark = "⚠ " if verdict.startswith("unsustainable") else ""
         verdict = f"{mark}{verdict}: " + "; ".join(c["sustainability"]["reasons"])
@@ -353,6 +369,7 @@ def render(report: dict) -> str:
     lines += regression_section(report)
     lines += claims_section(report)
     lines += send_loop_lines(report)
+    lines += host_busy_lines(report)
     if report.get("configurations_with_loss"):
         lines += [f"**Loss** in {len(report['configurations_with_loss'])} configuration(s): see the loss column.", ""]
     if client_bound_text(report):

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from functools import cache
 from itertools import groupby
 
-from .. import cost, limit, verdict
+from .. import cost, host, limit, verdict
 from ..events import has_digest
 from ..series import (  # noqa: F401 (the old import paths)
     DIGEST_MAX_INTERVALS,
@@ -69,7 +69,8 @@ CLAIMS_RULE = (
     "latency and serialization times) and the run's noise, with the medians over repeats in the same order; "
     "\"best\" must do so against every rival. Latency is compared only between sustainable cells without loss; "
     "max-rate cells are compared only with each other, and never on latency; a client-bound cell (its rate the load "
-    "generator's) is compared with no other broker on throughput. Brokers are compared on delivery "
+    "generator's) is compared with no other broker on throughput; a repeat measured on a busy host (host.RULE) enters "
+    "no comparison. Brokers are compared on delivery "
     "p99 too (receipt, before any decode: no codec in it); formats on end-to-end p99."
 )
 PERCENTILE_RULE = (
@@ -355,6 +356,22 @@ def _resources(done: list[dict]) -> dict | None:
                    "repeats": len(rs)} for name, rs in sorted(found.items())} or None
 
 
+def _host(done: list[dict]) -> dict:
+    """The host under each repeat (brokerbench.host; None for repeats stored before it was read), the repeats it
+    marked busy, and the highest CPU pressure and steal of any repeat."""
+    found = [c.get("host") for c in done]
+    busy = [c["repeat"] for c, h in zip(done, found) if h and h.get("busy")]
+    highest = lambda key: max((h[key] for h in found if h and h.get(key) is not None), default=None)  # noqa: E731
+    return {"repeats": found, "busy_repeats": busy, "cpu_pressure_pct_max": highest("cpu_pressure_pct"),
+            "steal_pct_max": highest("steal_pct"), "memory_pressure_pct_max": highest("memory_pressure_pct"),
+            "reasons": sorted({r for h in found if h and h.get("busy") for r in h.get("reasons") or []})}
+
+
+def busy_repeats(config: dict) -> list[int]:
+    """The repeats of a configuration measured on a busy host (none for reports made before the host was read)."""
+    return list((config.get("host") or {}).get("busy_repeats") or [])
+
+
 def _limits(done: list[dict]) -> dict:
     """What limited each repeat (brokerbench.limit; None for repeats stored before it was kept), and how many of them
     the load generator did (client-bound)."""
@@ -412,6 +429,7 @@ def _configuration(cells: list[dict], completed_events: dict[str, dict], interva
         "loss": loss,
         "has_loss": any(c.get("has_loss") for c in done) or any(loss[k] for k in LOSS_CLASSES),
         "resources": _resources(done),
+        "host": _host(done),
         "limit": _limits(done),
         "sustainability": combined_verdict(cells, per_cell),
         # rates: ["sustainable"]: what each repeat's search found, and its steps.
@@ -460,9 +478,11 @@ def _client_bound(config: dict) -> bool:
 
 
 def _logs(config: dict, name: str) -> dict[int, float]:
-    """Per repeat number, the log of the metric's positive value."""
+    """Per repeat number, the log of the metric's positive value; a repeat measured on a busy host is no evidence
+    (host.RULE) and is left out."""
+    busy = set(busy_repeats(config))
     return {r: math.log(v) for r, v in zip(config["repeat_numbers"], config["values_by_repeat"][name])
-            if v is not None and v > 0}
+            if v is not None and v > 0 and r not in busy}
 
 
 def _ratios(group: list[dict], references: dict) -> None:
@@ -655,6 +675,22 @@ def send_loop_note(loops: dict[str, int]) -> str | None:
             "different loops may be the loop's, not the broker's or the format's")
 
 
+def host_busy_note(configurations: list[dict]) -> str | None:
+    """The words a report shows when some repeats were measured on a busy host: how many, and that they claim
+    nothing."""
+    marked = [(c, busy_repeats(c)) for c in configurations if busy_repeats(c)]
+    if not marked:
+        return None
+    repeats = sum(len(b) for _, b in marked)
+    highest = max((c["host"]["cpu_pressure_pct_max"] for c, _ in marked
+                   if c["host"].get("cpu_pressure_pct_max") is not None), default=None)
+    pressure = f", CPU pressure up to {highest:.0f}%" if highest is not None else ""
+    return (f"the host was busy during {repeats} repeat{'s' if repeats != 1 else ''} of {len(marked)} "
+            f"configuration{'s' if len(marked) != 1 else ''}{pressure}: their figures measured the host as much as the "
+            "broker, are marked \"host busy\", and enter no highlight, \"best\" or regression verdict (a comparison "
+            "left with too few quiet repeats is not made)")
+
+
 def claims_note(configurations: list[dict]) -> str | None:
     repeats = max((c["completed_repeats"] for c in configurations), default=0)
     if repeats <= 1:
@@ -722,13 +758,15 @@ def build_report(events: list[dict]) -> dict:
         "claims_note": note,
         "send_loops": loops,
         "send_loop_note": send_loop_note(loops),
+        "host_note": host_busy_note(configurations),
+        "configurations_host_busy": [c["key"] for c in configurations if busy_repeats(c)],
         "noise": noise,
         "highlights": found,
         "claims": family,
         "rules": {"sustainability": verdict.RULE, "claims": CLAIMS_RULE, "percentiles": PERCENTILE_RULE,
                   "missing": MISSING_RULE, "not_sent": NOT_SENT_RULE, "accounting": ACCOUNTING_RULE,
                   "max_rate": MAX_RATE_NOTE, "codec": CODEC_RULE, "send_loop": SEND_LOOP_RULE,
-                  "durability": DURABILITY_RULE, "limit": limit.RULE},
+                  "durability": DURABILITY_RULE, "limit": limit.RULE, "host": host.RULE},
         "configurations_with_loss": [c["key"] for c in configurations if c["has_loss"]],
         "configurations_client_bound": [c["key"] for c in configurations if _client_bound(c)],
         "groups": groups,

@@ -66,6 +66,9 @@ or says that none would among this many verdicts.
 A rate search regresses its maximum sustainable rate (one figure per repeat, or per run), not a
 throughput that equals the target of each step.
 
+A repeat measured on a busy host (brokerbench.host) is no evidence: it is left out of the samples of the candidate,
+the baseline and history alike, and a verdict on its configuration says so (flag_busy_host).
+
 `regression`/`improvement` needs both (significant after Holm, and beyond the noise). A change
 beyond the bar that the test cannot confirm, noise above WATERLINE, or too few samples is
 `unstable` (no conclusion).
@@ -75,11 +78,12 @@ Everything else is `unchanged`. Each verdict carries the figures behind it and a
 from __future__ import annotations
 
 import math
+from itertools import repeat
 
 import numpy as np
 
 from ..events import EventStore, make_event, planned_cells, read_report_events
-from .model import send_loop_text
+from .model import busy_repeats, send_loop_text
 from .stats import holm, rate_rise_p, spread, t_quantile, t_two_sided_p  # noqa: F401 (holm, t_two_sided_p: this module's API too)
 
 ALPHA = 0.01  # family-wise over all verdicts of a run (Holm–Bonferroni): one run in 100 with a false alarm
@@ -405,14 +409,22 @@ def run_figures(source) -> dict[str, dict]:
     out = {}
     for group in report["groups"]:
         for config in group["cells"]:
-            series = config.get("intervals") or []
+            # A repeat measured on a busy host is no evidence (brokerbench.host): its figures and series are left out.
+            busy = set(busy_repeats(config))
+            quiet = [r not in busy for r in config.get("repeat_numbers") or []]
+            series = [s for s, keep in zip(config.get("intervals") or [], quiet or repeat(True)) if keep]
             entry = {"key": config["key"], "cell": f"{config['broker']} {config['format']} · {group['title']}",
                      "cell_id": config["cell_ids"][0], "status": config["status"], "repeats": {}, "series": {},
                      "search": _is_search(config["rate_target"]),
                      "send_loop": config.get("send_loop"),
                      "sustainability": (config.get("sustainability") or {}).get("verdict"),
-                     "repeat_verdicts": [r["verdict"] for r in (config.get("sustainability") or {}).get("repeats", [])]}
-            by_repeat = config.get("values_by_repeat") or {}
+                     # each quiet repeat's sustainability verdict: what a flip is tested on
+                     "repeat_verdicts": [r["verdict"] for r in (config.get("sustainability") or {}).get("repeats", [])
+                                         if r.get("repeat") not in busy],
+                     "host_busy": {"repeats": sorted(busy), "of": len(quiet),
+                                   "reasons": (config.get("host") or {}).get("reasons") or []} if busy else None}
+            by_repeat = {name: [v for v, keep in zip(values, quiet or repeat(True)) if keep]
+                         for name, values in (config.get("values_by_repeat") or {}).items()}
             for metric in _metrics_of(entry):
                 read, name, _ = METRICS[metric]
                 per_second = [_measured(s, name) for s in series] if name else []
@@ -570,7 +582,28 @@ def compare(baseline, candidate, history=()) -> list[dict]:
             figures["samples"] = "repeats" if by_repeats else "one per run" if one_figure else f"blocks of {block} s"
             assessed.append({"cell": config["cell"], "key": key, "cell_id": config["cell_id"], "metric": metric,
                              **figures})
-    return [flag_send_loops(v, before[v["key"]], after[v["key"]]) for v in decide(assessed)]
+    return [flag_busy_host(flag_send_loops(v, before[v["key"]], after[v["key"]]), before[v["key"]], after[v["key"]])
+            for v in decide(assessed)]
+
+
+def flag_busy_host(verdict: dict, old: dict, new: dict) -> dict:
+    """A verdict on a configuration with repeats measured on a busy host (brokerbench.host) says so first: those
+    repeats were left out of its samples, and a sustainability change or a verdict left with none of the run's
+    repeats is no evidence: `unstable`, never a regression or an improvement."""
+    marked = {side: run["host_busy"] for side, run in (("baseline", old), ("candidate", new)) if run.get("host_busy")}
+    if not marked:
+        return verdict
+    said = "; ".join(f"{side} repeat{'s' if len(b['repeats']) > 1 else ''} {', '.join(map(str, b['repeats']))} of "
+                     f"{b['of']} ({'; '.join(b['reasons'])})" for side, b in marked.items())
+    whole = any(len(b["repeats"]) >= b["of"] for b in marked.values())
+    out = {**verdict, "host_busy": marked}
+    if whole or verdict.get("metric") == "sustainability":
+        if verdict["verdict"] in ("regression", "improvement"):
+            out["verdict"] = "unstable"
+        if whole:  # what the samples' rule would add (too few samples, blocks) says nothing more
+            return {**out, "why": f"host busy in {said}: no quiet repeat, no evidence"}
+        return {**out, "why": f"host busy in {said}: a change of verdict is no evidence; {verdict['why']}"}
+    return {**out, "why": f"host busy in {said}: left out; {verdict['why']}"}
 
 
 def flag_send_loops(verdict: dict, old: dict, new: dict) -> dict:
@@ -638,6 +671,8 @@ METHOD = {
     "sustainability": "the candidate's share of unsustainable repeats against history's (its runs' repeats pooled): "
                       "Boschloo's exact test, one-sided each way (a rise, a fall), both in the same Holm family; a "
                       "flip of the configuration's verdict that the test does not confirm is unstable",
+    "host": "a repeat measured on a busy host (brokerbench.host.RULE) is left out of every run's samples; a verdict "
+            "with no quiet repeat on either side, or a sustainability change beside a busy repeat, is unstable",
     "history": f"the baseline and up to {HISTORY_RUNS - 1} earlier completed runs of the suite on the same "
                f"target configuration and host kind; under {MIN_HISTORY} runs, run-to-run noise is unknown: "
                "\"cannot tell\" (unstable), never a verdict on an assumed noise",

@@ -13,11 +13,13 @@ from itertools import groupby
 from rich.markup import escape
 from rich.table import Table
 
+from .. import host
 from ..limit import LEGEND, MARK, client_bound, rate_found_text
 from ..registry import UnknownBroker, durability_label, for_target
 from .model import LOSS_CLASSES, MAX_RATE_NOTE, PERCENTILES, min_samples, need_label
 
 SUSTAINED_RATE = 0.99  # the fallback for results written before cells carried their verdict
+HOST_BUSY = "host busy"  # the mark of a cell measured on a busy host (brokerbench.host)
 VERDICT_STYLE = {"sustainable": "green", "unsustainable": "yellow", "inconclusive": "dim", "max-rate": "cyan"}
 # Which count a latency object's sample is, when the object does not carry its own count.
 SAMPLE_OF = {"end_to_end_latency_us": "received", "delivery_latency_us": "received", "decode_ns": "received", "publish_latency_us": "acked",
@@ -129,12 +131,29 @@ def verdict_cell(cell: dict) -> str:
             kept_up = cell["rate_achieved"] >= SUSTAINED_RATE * cell["rate_target"]
             return "rate ok (no verdict)" if kept_up else "[yellow]behind[/]"
     bound = f" · [yellow]{MARK}[/]" if client_bound(cell.get("limit")) else ""
-    return f"[{VERDICT_STYLE.get(verdict, 'white')}]{verdict}[/]{bound}"
+    return f"[{VERDICT_STYLE.get(verdict, 'white')}]{verdict}[/]{bound}{host_mark(cell)}"
+
+
+def host_mark(cell: dict) -> str:
+    """' · host busy (CPU pressure 78%)' for a cell measured on a busy host (brokerbench.host), in red."""
+    if not (cell.get("host") or {}).get("busy"):
+        return ""
+    pressure = cell["host"].get("cpu_pressure_pct")
+    return f" · [red]{HOST_BUSY}" + (f" (CPU pressure {pressure:.0f}%)" if pressure is not None else "") + "[/]"
 
 
 def limit_note(results: dict) -> str | None:
     """The legend of the client-bound mark, when some cell carries it."""
     return f"{MARK}: {LEGEND}" if any(client_bound(c.get("limit")) for c in results["cells"]) else None
+
+
+def host_note(results: dict) -> str | None:
+    """The legend of the host-busy mark, when some cell carries it: which cells and why, and the rule."""
+    busy = [c for c in results["cells"] if (c.get("host") or {}).get("busy")]
+    if not busy:
+        return None
+    why = "; ".join(f"{c['broker']} {c['format']} #{c['repeat']}: {host.text(c['host'])}" for c in busy)
+    return f"{HOST_BUSY} ({len(busy)} cell{'s' if len(busy) != 1 else ''}: {why}). {host.RULE}"
 
 
 def caption(results: dict, brokers: list[str], mode: str, rate) -> str:

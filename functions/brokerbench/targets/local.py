@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from ..registry import plugin
 from ..local.stack import LocalStack, StackError, cluster_name
+from ..local.warmup import warm_up_logged
 from . import GONE, KEPT, ProvisioningError, target, torn_down
 
 
@@ -33,11 +34,14 @@ class LocalTargets:
             raise ProvisioningError(f"{broker} {wanted} is not available locally (the local stack has {installed}); "
                                     f"remove provision.{broker}.version or install that version")
         try:
+            new = not self.stack.is_up([service])
             self.stack.up(services=[service], owner=run_id, log=lambda m: None)
             # The broker's processes travel with the endpoint, so each cell samples their CPU and memory.
             endpoint = self.stack.endpoint(service)
         except StackError as exc:
             raise ProvisioningError(f"could not start local {broker}: {exc}") from None
+        if new:  # a broker this run started is warmed up before its first cell (local/warmup.py)
+            warm_up_logged(broker, endpoint)
         return target(broker, "local", ready=True, endpoint=endpoint, resource=service)
 
     def check(self, current: dict) -> dict:

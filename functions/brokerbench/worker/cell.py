@@ -20,7 +20,7 @@ from multiprocessing.connection import wait
 
 import numpy as np
 
-from .. import histogram, limit, verdict
+from .. import histogram, host, limit, verdict
 from ..codecs.floor import call_floor_ns
 from ..drivers import BrokerUnavailable, producer_window
 from ..events import EventStore, cell_prefix, make_event
@@ -45,6 +45,7 @@ SEARCH = "sustainable"  # the rate that asks for the maximum sustainable rate se
 START_LEAD_NS = 100_000_000
 MEASURE_LEAD_NS = 200_000_000  # from the end of an adaptive warm-up to the first measured message
 PROVISIONAL_MARGIN_NS = 1_000_000_000
+MIN_HOST_SPAN_S = 0.5  # a shorter span of the host's counters says little (a pressure total moves in µs, steal in ticks)
 COVER = 0.75  # CPU read over less than this share of the measured sending is not known (brokerbench.limit)
 # Set by a front end on Ctrl-C when cells run in threads (the local workflow's Lambda-kind cells). A cell given
 # its own `stop` event (run_cell's; set when its run has ended: worker/run_end.py) stops the same way on either.
@@ -243,6 +244,9 @@ class _CellRun:
         self.warmup: WarmupWatch | None = None  # an adaptive warm-up's watch
         self.resources: ResourceSampler | None = None  # CPU and memory of the workers and a local broker
         self.resource_samples: list[dict] = []
+        self.host: host.HostSampler | None = None  # the host's CPU and memory pressure and steal, per interval write
+        # The host at the measured start and at the schedule's end (read with `sending`): the cell's host figures.
+        self.host_span: list[host.Reading] = []
         # The producers' and the broker's CPU over the measured sending (measured start to the schedule's end): what
         # brokerbench.limit judges on. `sending` reads them from the measured start; `sent` is what they used.
         self.sending: CpuSpan | None = None
@@ -322,6 +326,7 @@ class _CellRun:
         self.attach_due = attach - schedule.COUNT_BEFORE_ATTACH_NS if attach and cell["consumers"] else None
         self.figures = self._producer_figures(ready, t_start)
         self.resources = ResourceSampler(self._process_groups())
+        self.host = host.HostSampler()
         for conn in self.conns:
             conn.send(("go", self.timing))
         self.phases.mark("go")
@@ -367,10 +372,12 @@ class _CellRun:
         if self.sending is None:
             if now < start:
                 return start
-            self.sending = CpuSpan(self._process_groups(("producers", "broker")))
+            self.sending = CpuSpan(self._process_groups(("producers", "workers", "broker")))
+            self.host_span = [host.read()]
         self.sending.update()
         if now < self.timing["t_end"] and not producer_done:
             return self.timing["t_end"]
+        self.host_span.append(host.read())
         # Readings that began late (a parent that looked late on a stalled host) or ended early cover too little of it.
         self.sent = self.sending.cpu_pct((now - start) / SECOND_NS, COVER)
         return None
@@ -585,11 +592,14 @@ class _CellRun:
         used = self.resources.sample() if self.resources else {}
         if used:
             self.resource_samples.append(used)
+        machine = self.host.sample() if self.host else None
         events = []
         for data in merged:
             data = {"cell_id": self.cell["cell_id"], "attempt": self.attempt, **data, "backlog": backlog}
             if used:
                 data["resources"] = used
+            if machine:
+                data["host"] = machine
             self.series.append({k: v for k, v in data.items() if k != "histograms"})
             events.append(make_event(self.run_id, "IntervalMeasured", data, cell_index=self.cell["index"],
                                      interval=data["interval"], attempt=self.attempt))
@@ -659,6 +669,7 @@ class _CellRun:
             "warmup": self._warmup_record(),
             **self._shape_figures(consumers),
             "resources": resources.summarize(self.resource_samples),
+            "host": self._host_figures(),
             "verdict": {"verdict": judged["verdict"], "reasons": judged["reasons"]},
             "limit": self._limit(judged, producers),
             **({"digest": digest} if digest else {}),
@@ -666,6 +677,20 @@ class _CellRun:
         }, cell_index=cell["index"])])
         self.progress(Progress(cell["cell_id"], "done", 1.0, counts["sent"], counts["received"] or 0))
         return CellOutcome(cell["cell_id"], "completed", intervals=self.aggregator.written)
+
+    def _host_figures(self) -> dict | None:
+        """The host over the measured sending (measured start to the schedule's end, as the CPU `limit` judges on),
+        judged by host.RULE, with the highest CPU pressure of a single interval write beside it; None when the span
+        was not read (a cell whose producers ended before its measured start)."""
+        if len(self.host_span) < 2 or self.host_span[-1].at - self.host_span[0].at < MIN_HOST_SPAN_S:
+            return None
+        figures = host.between(*self.host_span)
+        used = self.sent or {}
+        own = None if used.get("workers") is None else used["workers"] + (used.get("broker") or 0.0)
+        pressures = [s["host"]["cpu_pressure_pct"] for s in self.series
+                     if (s.get("host") or {}).get("cpu_pressure_pct") is not None]
+        return {**host.judged(figures, own), "cpu_pressure_max_pct": max(pressures, default=None),
+                "span_s": round(self.host_span[-1].at - self.host_span[0].at, 3)}
 
     def _limit(self, judged: dict, producers: list[dict]) -> dict:
         """What limited the cell's rate (brokerbench.limit): its schedule, when its producers kept it (a rated cell

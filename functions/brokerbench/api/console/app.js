@@ -199,6 +199,16 @@
     return h('span', { class: 'badge limit-client', title: CLIENT_BOUND }, 'client-bound');
   }
 
+  // A cell measured on a busy host (results' `host`, brokerbench.host): its figures are no evidence.
+  const HOST_BUSY = 'the host was busy while this cell measured (the kernel\'s CPU pressure with other processes '
+    + 'using the CPU, steal or memory pressure above brokerbench.host\'s thresholds): its figures measured the host as '
+    + 'much as the broker and enter no claim and no regression verdict';
+  function hostBadge(host) {
+    if (!host || !host.busy) return null;
+    return h('span', { class: 'badge host-busy', title: `${HOST_BUSY}: ${(host.reasons || []).join('; ')}` },
+      'host busy');
+  }
+
   function runLink(runId) {
     return h('a', { href: `#/runs/${enc(runId)}`, class: 'run-id' }, runId);
   }
@@ -683,11 +693,14 @@
           h('td', { class: 'num' }, fmtRate(c.rate_target)),
           h('td', {}, statusBadge(c.status)),
           h('td', { class: 'num' }, fmtRate(c.throughput_msgs_per_s)),
-          h('td', {}, verdictBadge(c.verdict), limitBadge(c.limit) ? ' ' : null, limitBadge(c.limit)),
+          h('td', {}, verdictBadge(c.verdict), limitBadge(c.limit) ? ' ' : null, limitBadge(c.limit),
+            hostBadge(c.host) ? ' ' : null, hostBadge(c.host)),
           h('td', { class: 'reason-cell' }, c.reason || ''))), { id: 'cells-table' })
           : h('p', { class: 'muted' }, 'No cells planned yet.'),
         detail.some((c) => c.limit?.by === 'client')
-          ? h('p', { class: 'hint', id: 'client-bound-legend' }, h('strong', {}, 'client-bound: '), CLIENT_BOUND) : null);
+          ? h('p', { class: 'hint', id: 'client-bound-legend' }, h('strong', {}, 'client-bound: '), CLIENT_BOUND) : null,
+        detail.some((c) => c.host?.busy)
+          ? h('p', { class: 'hint', id: 'host-busy-legend' }, h('strong', {}, 'host busy: '), HOST_BUSY) : null);
       if (run.spec && !spec.dataset.filled) {
         spec.dataset.filled = '1';
         fill(spec, h('summary', {}, 'Spec'), h('pre', {}, JSON.stringify(run.spec, null, 2)));

@@ -12,19 +12,21 @@ runs here differ by more than their repeats say (the pseudo-replication `regress
 
 For one series of N runs:
 
-- where: the split τ (at least MIN_SEGMENT runs on either side) that maximises the E-divisive energy statistic
-  Q(τ) = nm/(n+m)·(2/(nm)·Σ|x−y| − C(n,2)⁻¹·Σ|x−x'| − C(m,2)⁻¹·Σ|y−y'|) (Matteson and James 2014, α = 1): a
-  difference between the distributions on either side, robust to an outlying run in a way the mean is not.
-- whether: Student's t of the two sides' mean log figures at that split, with the pooled variance of the runs
-  around their side's mean (floored at the repeats' own variance of a run's mean: throughput at a fixed rate can
-  agree to the last message run after run) and N − 2 degrees of freedom. The split was chosen as the best of
-  the admissible ones, so its p-value is multiplied by their number (Bonferroni: valid however the split was
-  chosen; adjacent splits are correlated, so it is conservative by a small factor).
-- more than one change: binary segmentation, as E-divisive does. A significant split divides the series and
-  each side with room for a split (2 × MIN_SEGMENT runs) is searched again.
-- multiplicity: Holm over the first split of every series checked (configurations × metrics), at ALPHA
-  family-wise; a split found inside a divided series is held to ALPHA / (series checked), Holm's strictest step.
-  When nothing changed anywhere, the chance that any change point is reported is at most ALPHA.
+- where: E-divisive means: the split τ (at least MIN_SEGMENT runs on either side) that maximises the energy
+  statistic Q(τ) = nm/(n+m)·(2/(nm)·Σ|x−y| − C(n,2)⁻¹·Σ|x−x'| − C(m,2)⁻¹·Σ|y−y'|) (Matteson and James 2014,
+  α = 1), a difference between the distributions on either side; binary segmentation repeats it on each side
+  down to segments too short to split, which gives the candidates.
+- whether: as Otava does, each candidate is tested between its neighbouring candidates, and the weakest is
+  dropped while it is not significant (its neighbours are then tested over the longer segments it leaves). The
+  test is Student's t of the two sides' mean log figures, with the pooled variance of the runs around their
+  side's mean (floored at the repeats' own variance of a run's mean: throughput at a fixed rate can agree to the
+  last message run after run) and n − 2 degrees of freedom. The split was chosen as the best of the segment's
+  admissible ones, so its p-value is multiplied by their number (Bonferroni: valid however the split was chosen;
+  adjacent splits are correlated, so conservative by a small factor; Otava leaves the choice uncorrected).
+- multiplicity: a change point holds when that p-value, times the number of series checked (configurations ×
+  metrics), is below ALPHA. When nothing changed anywhere, the chance that any change point is reported stays
+  near ALPHA or below: measured on flat series, 1 analysis in 300 with normal run-to-run noise; the told-once
+  rule (`new_alerts`) keeps heavy-tailed noise within it too (tests/unit/test_changes.py).
 - the effect: a change point is an alert when it is significant and the change (geometric mean of the segment
   after it over the segment before it, each bounded by the neighbouring change points) is at least MIN_EFFECT of
   its metric; a significant smaller one is shown, not alerted.
@@ -33,14 +35,13 @@ Why not a library: Otava 0.8.0 (`otava.analysis.compute_change_points`) does exa
 scipy, but its package pulls the BigQuery, Postgres and Slack clients into a Lambda layer that has no use for
 them; MongoDB's `signal-processing-algorithms` 2.1.6 pins numpy 1.26, which cannot sit beside the project's
 numpy 2; `ruptures` places change points without a significance test. The statistic and the test are a page of
-numpy, and Otava's selection (a t-test at the E-divisive split, without correcting for having picked the best
-split) is made stricter here by the Bonferroni factor.
+numpy over the project's own t distribution (reports.stats).
 
 Why MIN_SEGMENT = 2: a single run is not a change. One outlying run (the first run on a new machine measured
 4–10x the next three, issue 33) cannot form a segment, and a real change is reported on the second run after it
 began, placed at the run it began with. Hence MIN_SERIES = 6: the fewest runs with 2 on either side of a split
 and N − 2 = 4 degrees of freedom, enough for a t-test to call a large change (the 2.8 of a t at 2 degrees of
-freedom would make even a doubling hard to call after Holm). Series shorter than that are judged by the pairwise
+freedom would make even a doubling hard to call after the Bonferroni factors). Series shorter than that are judged by the pairwise
 check alone.
 """
 
@@ -70,8 +71,8 @@ METHOD = {
              "either side; binary segmentation for further changes",
     "test": "Student's t of the two sides' mean log figures at the split (pooled variance of the runs, floored at "
             "the repeats' variance of a run's mean; N − 2 degrees of freedom), times the number of splits tried",
-    "multiplicity": f"Holm over the first split of every series checked, family-wise alpha {ALPHA}; later splits "
-                    f"at alpha / series checked",
+    "multiplicity": f"p-value times the series checked (configurations x metrics) below {ALPHA}: family-wise "
+                    "(Bonferroni)",
     "effect": "an alert needs |change| (geometric mean after / before − 1, between neighbouring change points) of "
               "at least " + ", ".join(f"{m} {v:.0%}" for m, v in MIN_EFFECT.items()),
     "min_series": f"{MIN_SERIES} runs; a shorter series is judged by the pairwise check against history",

@@ -377,7 +377,7 @@ def run_figures(source) -> dict[str, dict]:
                      "send_loop": config.get("send_loop"),
                      "sustainability": (config.get("sustainability") or {}).get("verdict")}
             by_repeat = config.get("values_by_repeat") or {}
-            for metric in _metrics_of(entry):
+            for metric in metrics_of(entry):
                 read, name, _ = METRICS[metric]
                 per_second = [_measured(s, name) for s in series] if name else []
                 entry["series"][metric] = [s for s in per_second if s]
@@ -402,7 +402,7 @@ def _is_search(rate) -> bool:
     return not isinstance(rate, (int, float)) and rate != "max"
 
 
-def _metrics_of(entry: dict) -> list[str]:
+def metrics_of(entry: dict) -> list[str]:
     """A rate search regresses its maximum sustainable rate; every other cell its throughput and latencies."""
     if entry["search"]:
         return ["max_sustainable_rate"]
@@ -464,7 +464,7 @@ def compare(baseline, candidate, history=()) -> list[dict]:
         changed = flip(old, config, [h.get(key) for h in older])
         if changed is not None:
             assessed.append({"cell": config["cell"], "key": key, "cell_id": config["cell_id"], **changed})
-        for metric in _metrics_of(config):
+        for metric in metrics_of(config):
             higher = METRICS[metric][2]
             if not config["repeats"].get(metric) and not old["repeats"].get(metric):
                 continue  # e.g. end-to-end latency of publish-only cells

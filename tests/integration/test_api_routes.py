@@ -344,3 +344,28 @@ def test_logs_carry_the_run_id_and_a_start_is_counted(api, capsys):
     emf = [line for line in lines if "_aws" in line]
     assert any(m["Name"] == "RunsStarted" for blob in emf for m in blob["_aws"]["CloudWatchMetrics"][0]["Metrics"])
     assert any(blob.get("RunsStarted") == [1.0] or blob.get("RunsStarted") == 1.0 for blob in emf)
+
+
+def test_history_shows_each_configurations_series_with_its_change_point(api):
+    """Six steady runs of a suite, then two at half the throughput: each configuration's series holds every run
+    with its repeats, and one change point, an alert, at the first slow run, naming the run before it."""
+    handler, store = api
+    suite = f"hist-{secrets.token_hex(3)}"
+    ids = [f"20210101T{i:06d}Z-abcdef" for i in range(8)]
+    for i, run_id in enumerate(ids):
+        store.append(synthetic_run({**SPEC, "name": suite}, intervals=3, seed=40 + i, run_id=run_id,
+                                   rate_scale=0.5 if i >= 6 else 1.0))
+    status, body = call(handler, "GET", f"/suites/{suite}/history", query={"metric": "throughput_msgs_per_s"})
+    assert status == 200 and body["suite"] == suite and [r["run_id"] for r in body["runs"]] == ids
+    assert len(body["series"]) == 4
+    for series in body["series"]:
+        assert [p["run_id"] for p in series["points"]] == ids and all(len(p["repeats"]) == 3 for p in series["points"])
+        assert [(c["began_run_id"], c["before_run_id"], c["alert"]) for c in series["change_points"]] == \
+            [(ids[6], ids[5], True)]
+        assert series["change_points"][0]["change"] == pytest.approx(-0.5, abs=0.03)
+    status, body = call(handler, "GET", f"/suites/{suite}/history", query={"metric": "p99"})
+    assert status == 400 and body["field"] == "metric" and "end_to_end_p99_us" in body["message"]
+    status, body = call(handler, "GET", f"/suites/{suite}/history")
+    assert status == 400 and body["field"] == "metric" and "required" in body["message"]
+    status, body = call(handler, "GET", "/suites/no-such-suite/history", query={"metric": "throughput_msgs_per_s"})
+    assert status == 404 and body["field"] == "name"

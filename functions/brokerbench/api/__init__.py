@@ -61,7 +61,7 @@ def build_app(deps: Deps) -> APIGatewayRestResolver:
                                                           "X-Amz-Date", "X-Amz-Security-Token"]) if origin else None
     app = Resolver(enable_validation=True, cors=cors)
     app.include_router(runs.router(deps))
-    app.include_router(suites.router())
+    app.include_router(suites.router(deps))
     app.include_router(schedules.router(deps))
     app.include_router(compare.router(deps))
     app.include_router(meta.router(deps, lambda: openapi_json(app)))

@@ -174,6 +174,51 @@ class SuiteDetail(Suite):
                                                             "under its suite name).")
 
 
+class HistoryRun(Model):
+    run_id: str
+    requested_at: str
+    code_version: str | None
+    brokers: dict[str, str | None] = Field(description="Each broker's version as the run's TargetsReady found it.")
+
+
+class HistoryPoint(HistoryRun):
+    value: float = Field(description="The run's figure: the geometric mean of its repeats.")
+    repeats: list[float] = Field(description="Each repeat's figure.")
+
+
+class ChangePoint(Model):
+    model_config = ConfigDict(extra="allow")
+    index: int = Field(description="The point (in `points`) the change began with.")
+    began_run_id: str
+    before_run_id: str = Field(description="The run before the change.")
+    change: float = Field(description="The geometric mean of the runs from the change to the next one, over that of "
+                                      "the runs since the previous one, minus 1.")
+    direction: Literal["regression", "improvement"]
+    alert: bool = Field(description="A regression of at least the metric's minimum effect.")
+    p_value: float
+    versions: dict[str, Any] = Field(description="{before, after}: code and broker versions of the runs on either "
+                                                 "side.")
+    differences: list[dict[str, Any]] = Field(description="Every setting that differs between those runs.")
+
+
+class HistorySeries(Model):
+    key: str
+    cell: str
+    metric: str
+    higher_is_better: bool
+    checked: bool = Field(description="Whether the series had enough runs to be searched for change points.")
+    points: list[HistoryPoint]
+    change_points: list[ChangePoint]
+
+
+class History(Model):
+    suite: str
+    metric: str
+    runs: list[HistoryRun]
+    series: list[HistorySeries]
+    method: dict[str, str]
+
+
 class Trigger(Model):
     due_at: str
     run_id: str | None

@@ -1,15 +1,20 @@
-"""/suites: the built-in suites (the studies too, with their runs), what each measures and about how long it takes."""
+"""/suites: the built-in suites (the studies too, with their runs), what each measures and about how long it takes;
+and a suite's history: its newest completed runs (reports.history.SERIES_RUNS) as one series per configuration of
+the metric asked for, with change points marked (searched from MIN_SERIES runs on: reports.changes)."""
 
 from __future__ import annotations
 
 from typing import Annotated
 
 from aws_lambda_powertools.event_handler.api_gateway import Router
-from aws_lambda_powertools.event_handler.openapi.params import Path
+from aws_lambda_powertools.event_handler.openapi.params import Path, Query
 
+from ..reports.history import history, suite_runs as stored_runs
+from ..reports.regression import METRICS
 from ..spec import SpecError, all_suite_names, expand, load_suite_file, suite_runs, validate
+from .deps import Deps
 from .errors import ApiError
-from .models import SUITE, Suite, SuiteDetail, SuiteList, answers
+from .models import SUITE, History, Suite, SuiteDetail, SuiteList, answers
 
 # Per cell beyond warm-up and measurement: readiness probe, drain, the worker's start (measured locally:
 # bench/results/run_overhead.json), and once per run: provisioning and reports.
@@ -36,7 +41,7 @@ def describe(name: str) -> dict:
             "runs": runs}
 
 
-def router() -> Router:
+def router(deps: Deps) -> Router:
     suites = Router()
 
     @suites.get("/suites", summary="The built-in suites", tags=["suites"])
@@ -54,5 +59,20 @@ def router() -> Router:
             return SuiteDetail(**summary, request=None if summary["runs"] else requests[name], requests=requests)
         except SpecError as exc:  # a broken built-in suite is the project's bug, said plainly
             raise RuntimeError(f"built-in suite {name} is invalid: {exc}") from None
+
+    @suites.get("/suites/<name>/history", summary="A suite's runs as series, with their change points",
+                responses=answers(History, 400, 404, 422), tags=["suites"])
+    def get_history(name: Annotated[str, Path(pattern=SUITE, description="a suite, or an inline spec's name: what "
+                                                                          "its runs are listed under")],
+                    metric: Annotated[str | None, Query(description="one of " + ", ".join(METRICS))] = None,
+                    ) -> History:
+        if metric not in METRICS:
+            said = "is required" if metric is None else f"{metric!r} is not a metric"
+            raise ApiError(400, f"metric {said}: one of {', '.join(METRICS)}", "metric")
+        run_ids = stored_runs(deps.store, name)
+        if not run_ids:
+            raise ApiError(404, f"no completed runs of suite {name!r}", "name")
+        shown = history(deps.store, run_ids, metrics=[metric])
+        return History(suite=name, metric=metric, **shown)
 
     return suites

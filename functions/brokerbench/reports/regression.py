@@ -425,7 +425,7 @@ def run_figures(source) -> dict[str, dict]:
                                    "reasons": (config.get("host") or {}).get("reasons") or []} if busy else None}
             by_repeat = {name: [v for v, keep in zip(values, quiet or repeat(True)) if keep]
                          for name, values in (config.get("values_by_repeat") or {}).items()}
-            for metric in _metrics_of(entry):
+            for metric in metrics_of(entry):
                 read, name, _ = METRICS[metric]
                 per_second = [_measured(s, name) for s in series] if name else []
                 entry["series"][metric] = [s for s in per_second if s]
@@ -450,7 +450,7 @@ def _is_search(rate) -> bool:
     return not isinstance(rate, (int, float)) and rate != "max"
 
 
-def _metrics_of(entry: dict) -> list[str]:
+def metrics_of(entry: dict) -> list[str]:
     """A rate search regresses its maximum sustainable rate; every other cell its throughput and latencies."""
     if entry["search"]:
         return ["max_sustainable_rate"]
@@ -565,7 +565,7 @@ def compare(baseline, candidate, history=()) -> list[dict]:
         changed = flip(old, config, [h.get(key) for h in older])
         if changed is not None:
             assessed.append({"cell": config["cell"], "key": key, "cell_id": config["cell_id"], **changed})
-        for metric in _metrics_of(config):
+        for metric in metrics_of(config):
             higher = METRICS[metric][2]
             if not config["repeats"].get(metric) and not old["repeats"].get(metric):
                 continue  # e.g. end-to-end latency of publish-only cells

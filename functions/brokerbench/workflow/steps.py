@@ -18,7 +18,7 @@ from ..events.run import run_completed_event, run_requested_events
 from ..observability import logger
 from ..plan import plan
 from ..registry import get_driver
-from ..reports import html, markdown, regression
+from ..reports import history, html, markdown
 from ..reports.model import build_report
 from ..reports.results import build_results
 from ..spec import SpecError, lanes, validate
@@ -192,6 +192,12 @@ def publish_reports(store, run_id: str, events: list[dict] | None = None,
     }
 
 
+# What the notification says of each regression: a change point also names the run it began with, the run before
+# it and where its series is shown.
+ALERT_FIELDS = ("cell", "metric", "source", "baseline_mean", "candidate_mean", "change", "p_value", "began_run_id",
+                "before_run_id", "history", "why")
+
+
 def check_regression(event: dict) -> dict:
     """Failed cells, and regressions against the baseline (the latest completed run of the suite).
 
@@ -202,12 +208,11 @@ def check_regression(event: dict) -> dict:
     store = wiring.event_store()
     run_id = event["run_id"]
     requested = store.read(run_id, prefix="00#run")[0]["data"]["spec"]
-    checked = regression.check(store, run_id, event.get("baseline_run_id") or requested.get("baseline_run_id"))
+    checked = history.watch(store, run_id, event.get("baseline_run_id") or requested.get("baseline_run_id"))
     check_file = wiring.reports().write(run_id, REGRESSION_FILE, json.dumps(checked, indent=2, default=_plain))
     results = build_results(read_report_events(store, run_id))
     failed = [{"cell_id": c["cell_id"], "reason": c.get("reason")} for c in results["cells"] if c["status"] != "completed"]
-    regressions = [{k: r.get(k) for k in ("cell", "metric", "baseline_mean", "candidate_mean", "change", "p_value")}
-                   for r in checked["regressions"]]
+    regressions = [{k: r.get(k) for k in ALERT_FIELDS if k in r} for r in checked["regressions"]]
     return {"failed_cells": failed, "regressions": regressions, "baseline_run_id": checked.get("baseline_run_id"),
             "check_file": check_file, "notify": bool(failed or regressions)}
 

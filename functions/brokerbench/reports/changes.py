@@ -1,0 +1,245 @@
+"""Change points over a configuration's runs: where a metric moved, and the run the move began with.
+
+The pairwise check (`regression`) asks whether the newest run is one more run like history's pool. A change that
+happened some nights ago is then half in the pool and half not: it reads "unstable" for a while and is absorbed.
+This module looks at the whole series instead, as Apache Otava (formerly Hunter) does for MongoDB's and
+DataStax's nightly performance tests: E-divisive means to place a change, a t-test to say whether it is real.
+
+The series: one figure per run, the geometric mean of the run's repeats (log scale, so a change is a ratio),
+runs in the order they were requested. The repeats inform the noise floor but are not counted as independent
+evidence of a change between runs: they share their run's broker, page cache and neighbours, and identical
+runs here differ by more than their repeats say (the pseudo-replication `regression` avoids too).
+
+For one series of N runs:
+
+- where: E-divisive means: the split τ (at least MIN_SEGMENT runs on either side) that maximises the energy
+  statistic Q(τ) = nm/(n+m)·(2/(nm)·Σ|x−y| − C(n,2)⁻¹·Σ|x−x'| − C(m,2)⁻¹·Σ|y−y'|) (Matteson and James 2014,
+  α = 1), a difference between the distributions on either side; binary segmentation repeats it on each side
+  down to segments too short to split, which gives the candidates.
+- whether: as Otava does, each candidate is tested between its neighbouring candidates, and the weakest is
+  dropped while it is not significant (its neighbours are then tested over the longer segments it leaves). The
+  test is Student's t of the two sides' mean log figures, with the pooled variance of the runs around their
+  side's mean (floored at the repeats' own variance of a run's mean: throughput at a fixed rate can agree to the
+  last message run after run) and n − 2 degrees of freedom. The split was chosen as the best of the segment's
+  admissible ones, so its p-value is multiplied by their number (Bonferroni: valid however the split was chosen;
+  adjacent splits are correlated, so conservative by a small factor; Otava leaves the choice uncorrected).
+- multiplicity: a change point holds when that p-value, times the number of series checked (configurations ×
+  metrics), is below ALPHA. When nothing changed anywhere, the chance that any change point is reported stays
+  near ALPHA or below: measured on flat series, 1 analysis in 300 with normal run-to-run noise; the told-once
+  rule (`new_alerts`) keeps heavy-tailed noise within it too (tests/unit/test_changes.py).
+- the effect: a change point is an alert when it is significant and the change (geometric mean of the segment
+  after it over the segment before it, each bounded by the neighbouring change points) is at least MIN_EFFECT of
+  its metric; a significant smaller one is shown, not alerted.
+
+Why not a library: Otava 0.8.0 (`otava.analysis.compute_change_points`) does exactly the above with numpy and
+scipy, but its package pulls the BigQuery, Postgres and Slack clients into a Lambda layer that has no use for
+them; MongoDB's `signal-processing-algorithms` 2.1.6 pins numpy 1.26, which cannot sit beside the project's
+numpy 2; `ruptures` places change points without a significance test. The statistic and the test are a page of
+numpy over the project's own t distribution (reports.stats).
+
+Why MIN_SEGMENT = 2: a single run is not a change. One outlying run (the first run on a new machine measured
+4–10x the next three, issue 33) cannot form a segment, and a real change is reported on the second run after it
+began, placed at the run it began with. Hence MIN_SERIES = 6: the fewest runs with 2 on either side of a split
+and N − 2 = 4 degrees of freedom, enough for a t-test to call a large change (the 2.8 of a t at 2 degrees of
+freedom would make even a doubling hard to call after the Bonferroni factors). Series shorter than that are judged by the pairwise
+check alone.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from .stats import t_two_sided_p
+
+ALPHA = 0.01  # family-wise over every series checked: one night in 100 with any false change point
+MIN_SEGMENT = 2  # runs on either side of a change point
+MIN_SERIES = 6  # runs a series needs before it is searched (fewer: the pairwise verdict alone)
+FLOOR = 1e-3  # values are floored before the log (a throughput of 0 is a very large drop, not -inf)
+# The smallest change that is an alert, per metric: throughput and a search's maximum rate 10% (what the pairwise
+# check's MIN_EFFECT asks of any change), a tail latency 20% (the claim floor of times, reports.model.CLAIM_FLOOR:
+# a p99 is the second-largest of every hundred messages and moves more than a mean).
+MIN_EFFECT = {"throughput_msgs_per_s": 0.10, "max_sustainable_rate": 0.10, "end_to_end_p99_us": 0.20,
+              "publish_latency_p99_us": 0.20}
+DEFAULT_MIN_EFFECT = 0.20
+MATCH_RUNS = 1  # a change point found again within this many runs of where it was is the same change
+
+METHOD = {
+    "series": "one figure per run: the geometric mean of its repeats (log scale), runs in the order requested",
+    "where": f"E-divisive means (energy statistic, alpha 1) over the splits with at least {MIN_SEGMENT} runs on "
+             "either side; binary segmentation for further changes",
+    "test": "Student's t of the two sides' mean log figures at the split (pooled variance of the runs, floored at "
+            "the repeats' variance of a run's mean; N − 2 degrees of freedom), times the number of splits tried",
+    "multiplicity": f"p-value times the series checked (configurations x metrics) below {ALPHA}: family-wise "
+                    "(Bonferroni)",
+    "effect": "an alert needs |change| (geometric mean after / before − 1, between neighbouring change points) of "
+              "at least " + ", ".join(f"{m} {v:.0%}" for m, v in MIN_EFFECT.items()),
+    "min_series": f"{MIN_SERIES} runs; a shorter series is judged by the pairwise check against history",
+}
+
+
+def run_value(repeats) -> float | None:
+    """A run's figure in the series: the geometric mean of its repeats (None without any)."""
+    values = [v for v in repeats if v is not None]
+    if not values:
+        return None
+    return float(np.exp(np.mean(np.log(np.maximum(np.asarray(values, dtype=float), FLOOR)))))
+
+
+class Energies:
+    """E-divisive statistics of the splits of any segment of one series, from one table of |x_i − x_j| summed
+    (a 2-D prefix sum: each segment's sums in constant time, so binary segmentation costs O(N²) in all)."""
+
+    def __init__(self, x: np.ndarray) -> None:
+        distances = np.abs(x[:, None] - x[None, :])
+        self.sums = np.zeros((x.size + 1, x.size + 1))
+        self.sums[1:, 1:] = distances.cumsum(0).cumsum(1)
+
+    def _block(self, a: int, b: int, c: int, d: int) -> float:
+        s = self.sums
+        return float(s[b, d] - s[a, d] - s[b, c] + s[a, c])
+
+    def energy(self, start: int, tau: int, end: int) -> float:
+        """Q of splitting x[start:end] before index tau (Matteson and James 2014, alpha = 1)."""
+        n, m = tau - start, end - tau
+        between = self._block(start, tau, tau, end) * 2 / (n * m)
+        within_left = self._block(start, tau, start, tau) / (n * (n - 1)) if n > 1 else 0.0
+        within_right = self._block(tau, end, tau, end) / (m * (m - 1)) if m > 1 else 0.0
+        return n * m / (n + m) * (between - within_left - within_right)
+
+    def best_split(self, start: int, end: int) -> int | None:
+        """The E-divisive split of x[start:end] (an index into x: the start of the later segment), None when the
+        segment has no room for one."""
+        taus = range(start + MIN_SEGMENT, end - MIN_SEGMENT + 1)
+        if not taus:
+            return None
+        return max(taus, key=lambda tau: self.energy(start, tau, end))
+
+
+class Sums:
+    """Prefix sums of the log figures, their squares and the repeats' variances: any segment's mean and sum of
+    squares in constant time."""
+
+    def __init__(self, x: np.ndarray, within: np.ndarray) -> None:
+        self.x = np.concatenate([[0.0], np.cumsum(x)]).tolist()
+        self.x2 = np.concatenate([[0.0], np.cumsum(x * x)]).tolist()
+        self.within = np.concatenate([[0.0], np.cumsum(within)]).tolist()
+
+    def mean_and_squares(self, a: int, b: int) -> tuple[float, float]:
+        n, total = b - a, self.x[b] - self.x[a]
+        return total / n, max(0.0, self.x2[b] - self.x2[a] - total * total / n)
+
+
+def split_test(sums: Sums, start: int, tau: int, end: int) -> dict:
+    """Student's t of x[tau:end] against x[start:tau] (log figures), and its p-value corrected for the splits
+    that segment offers.
+
+    The pooled variance is never below the mean of the runs' variances of their means from their repeats (0
+    where a run has one repeat): runs that agree more closely than their repeats do call nothing."""
+    n, left, right = end - start, tau - start, end - tau
+    (left_mean, left_squares), (right_mean, right_squares) = sums.mean_and_squares(start, tau), \
+        sums.mean_and_squares(tau, end)
+    df = n - 2.0
+    variance = max((left_squares + right_squares) / df, (sums.within[end] - sums.within[start]) / n)
+    difference = right_mean - left_mean
+    se = math.sqrt(variance * (1 / left + 1 / right))
+    if se > 1e-12:
+        t = difference / se
+    else:  # every run identical on either side
+        t = 0.0 if abs(difference) <= 1e-12 else math.copysign(math.inf, difference)
+    splits = n - 2 * MIN_SEGMENT + 1
+    p = t_two_sided_p(t, df)
+    return {"t": t if math.isfinite(t) else None, "df": df, "p_split": p, "splits": splits,
+            "p_raw": min(1.0, p * splits)}
+
+
+def _logs(runs: list) -> tuple[np.ndarray, np.ndarray]:
+    """The log figure of each run and its variance of the mean from its repeats (0 with a single repeat)."""
+    x, within = [], []
+    for repeats in runs:
+        logs = np.log(np.maximum(np.asarray([v for v in repeats if v is not None], dtype=float), FLOOR))
+        x.append(float(logs.mean()))
+        within.append(float(np.var(logs, ddof=1)) / logs.size if logs.size >= 2 else 0.0)
+    return np.asarray(x), np.asarray(within)
+
+
+def _candidates(energies: Energies, start: int, end: int) -> list[int]:
+    """Every E-divisive split of x[start:end], found by binary segmentation down to segments too short to split."""
+    tau = energies.best_split(start, end)
+    if tau is None:
+        return []
+    return _candidates(energies, start, tau) + [tau] + _candidates(energies, tau, end)
+
+
+def _significant(x: np.ndarray, within: np.ndarray, level: float) -> list[dict]:
+    """The candidates that hold: each is tested between its neighbours, and the weakest is dropped while it is
+    not significant at `level` (then its neighbours are tested again over the longer segments it leaves)."""
+    points, sums, tested = _candidates(Energies(x), 0, x.size), Sums(x, within), {}
+    while points:
+        bounds = [0] + points + [x.size]
+        tests = []
+        for k, point in enumerate(points):
+            segment = (bounds[k], point, bounds[k + 2])
+            if segment not in tested:
+                tested[segment] = {"index": point, **split_test(sums, *segment)}
+            tests.append(tested[segment])
+        weakest = max(range(len(tests)), key=lambda k: tests[k]["p_raw"])
+        if tests[weakest]["p_raw"] < level:
+            return tests
+        del points[weakest]
+    return []
+
+
+def detect(series: list[dict]) -> list[dict]:
+    """Change points of every series, under one multiplicity control.
+
+    Each series is {"runs": [[repeat values of run 0], [of run 1], ...], "metric": name, "higher_is_better": bool,
+    ...}, runs oldest first (runs without a value are left out). Returns, for each series in order, a copy with
+    "values" (each run's geometric mean), "checked" (whether the series was long enough to search) and
+    "change_points": every significant change point, oldest first, with the index of the run it began with, the
+    change and the figures of its test; `alert` marks those that are regressions beyond the metric's minimum
+    effect.
+    """
+    prepared = []
+    for s in series:
+        runs = [r for r in s["runs"] if any(v is not None for v in r)]
+        x, within = _logs(runs) if runs else (np.zeros(0), np.zeros(0))
+        prepared.append((s, x, within))
+    family = sum(x.size >= MIN_SERIES for _, x, _ in prepared)
+    out = []
+    for s, x, within in prepared:
+        checked = x.size >= MIN_SERIES
+        found = [{**c, "p_value": min(1.0, c["p_raw"] * family)}
+                 for c in (_significant(x, within, ALPHA / family) if checked else [])]
+        out.append({**s, "values": [float(math.exp(v)) for v in x], "checked": checked,
+                    "change_points": _described(found, x, s)})
+    return out
+
+
+def _described(found: list[dict], x: np.ndarray, series: dict) -> list[dict]:
+    """Each change point's effect between its neighbours, and whether it is an alert."""
+    bounds = [0] + [c["index"] for c in found] + [x.size]
+    minimum = MIN_EFFECT.get(series.get("metric"), DEFAULT_MIN_EFFECT)
+    out = []
+    for k, c in enumerate(found):
+        before, after = x[bounds[k]:bounds[k + 1]], x[bounds[k + 1]:bounds[k + 2]]
+        change = math.expm1(float(after.mean() - before.mean()))
+        worse = change < 0 if series["higher_is_better"] else change > 0
+        large = abs(change) >= minimum
+        out.append({"index": c["index"], "before_mean": float(math.exp(before.mean())),
+                    "after_mean": float(math.exp(after.mean())), "before_runs": int(before.size),
+                    "after_runs": int(after.size), "change": change, "min_effect": minimum, "large": large,
+                    "direction": "regression" if worse else "improvement", "alert": large and worse,
+                    "t": c["t"], "df": c["df"], "splits": c["splits"], "p_split": c["p_split"],
+                    "p_value": c["p_value"]})
+    return out
+
+
+def new_alerts(now: dict, before: dict | None) -> list[dict]:
+    """The alerts of a series' analysis (`detect`'s entry) that its analysis one run earlier did not have: a
+    change is told once, on the run that made it an alert, not every night after. One found again within
+    MATCH_RUNS runs of an earlier alert is the same change."""
+    earlier = [c["index"] for c in (before or {}).get("change_points", []) if c["alert"]]
+    return [c for c in now["change_points"]
+            if c["alert"] and not any(abs(c["index"] - e) <= MATCH_RUNS for e in earlier)]

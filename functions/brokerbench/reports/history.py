@@ -1,0 +1,209 @@
+"""A suite's runs as series, their change points, and the scheduled check that alerts on them.
+
+The runs: the completed runs of a suite (the suite index of the event store, the suite a schedule runs or an
+inline spec's name) up to and including the run checked, the newest SERIES_RUNS of them, oldest first. Runs
+are not filtered by their settings: a change of broker version, client setting or host is what a change point
+should be explained by, so each alert names what differs between the runs on either side of it.
+
+The check (`watch`) is the pairwise check (`regression.check`) plus the change points (`changes.detect`) over
+the series that end with the run checked. Which one raises an alert (a RegressionDetected event, the nightly
+notification) depends on the series: a configuration's metric with at least changes.MIN_SERIES runs is judged
+by its change points, told once (on the run that made the change an alert, changes.new_alerts); a shorter
+series, and the sustainability verdict (a verdict per run, not a figure), by the pairwise verdict. The pairwise
+verdicts stay in the check's result and the report either way.
+"""
+
+from __future__ import annotations
+
+from ..events import EventStore, make_event, planned_cells, read_report_events
+from . import changes, regression
+
+SERIES_RUNS = 30  # the newest runs a series holds: a month of nightly runs
+LISTED = 200  # runs of the suite listed to find them (the newest first)
+ENDED = ("completed", "completed_with_failures")
+
+
+def listing_suite(events: list[dict]) -> str:
+    """The suite a run is listed under (the event store's suite index)."""
+    requested = next(e for e in events if e["type"] == "RunRequested")["data"]
+    return requested.get("suite") or requested["spec"].get("name", "adhoc")
+
+
+def suite_runs(store: EventStore, suite: str, until: str | None = None, limit: int = SERIES_RUNS) -> list[str]:
+    """The completed runs of `suite` (up to the run `until`, which is included whatever its status: the check runs
+    before its run has ended), the newest `limit`, oldest first."""
+    found = [] if until is None else [until]
+    for listed in store.list_runs(limit=LISTED, suite=suite):
+        run_id = listed["run_id"]
+        if len(found) >= limit:
+            break
+        if until is not None and run_id >= until:
+            continue
+        ended = [e for e in store.read(run_id, prefix="90#run#end") if e["type"] == "RunCompleted"]
+        if ended and ended[0]["data"]["status"] in ENDED:
+            found.append(run_id)
+    return sorted(found)
+
+
+def run_facts(events: list[dict]) -> dict:
+    """What a point of the series says of its run: when, the code and broker versions, and every setting (the
+    targets as TargetsReady found them, the spec's target, client and timing settings, the host kind)."""
+    requested = next(e for e in events if e["type"] == "RunRequested")
+    environment = requested["data"].get("environment") or {}
+    spec = requested["data"]["spec"]
+    targets = next((e["data"]["targets"] for e in events if e["type"] == "TargetsReady"), {})
+    host = environment.get("host") or {}
+    return {"run_id": requested["run_id"], "requested_at": requested["at"],
+            "code_version": environment.get("code_version"),
+            "brokers": {b: t.get("broker_version") for b, t in sorted(targets.items())},
+            "settings": {"code_version": environment.get("code_version"), "python": environment.get("python"),
+                         "libraries": environment.get("libraries"), "targets": targets,
+                         "host": {f: host.get(f) for f in regression.HOST_FIELDS},
+                         "spec": {f: spec.get(f) for f in regression.TARGET_FIELDS}}}
+
+
+def _flat(value, prefix: str = "") -> dict:
+    if isinstance(value, dict):
+        out = {}
+        for k, v in value.items():
+            out.update(_flat(v, f"{prefix}.{k}" if prefix else str(k)))
+        return out
+    return {prefix: value}
+
+
+def differences(before: dict, after: dict) -> list[dict]:
+    """The settings that differ between two runs (run_facts' `settings`), by dotted name."""
+    a, b = _flat(before), _flat(after)
+    return [{"setting": name, "before": a.get(name), "after": b.get(name)} for name in sorted(set(a) | set(b))
+            if a.get(name) != b.get(name)]
+
+
+def analyse(figures: dict[str, dict], run_ids: list[str], metrics=None) -> list[dict]:
+    """Every configuration's series of each metric over `run_ids` (oldest first; `figures` holds each run's
+    regression.run_figures), with its change points (changes.detect, one family for all of them)."""
+    keys: dict[str, dict] = {}
+    for run_id in run_ids:
+        for key, entry in figures[run_id].items():
+            keys.setdefault(key, entry)
+    series = []
+    for key, entry in keys.items():
+        for metric in regression.metrics_of(entry):
+            if metrics is not None and metric not in metrics:
+                continue
+            points = [{"run_id": r, "repeats": figures[r][key]["repeats"].get(metric) or []} for r in run_ids
+                      if key in figures[r] and figures[r][key]["status"] != "failed"]
+            points = [p for p in points if p["repeats"]]
+            if points:
+                series.append({"key": key, "cell": entry["cell"], "metric": metric,
+                               "higher_is_better": regression.METRICS[metric][2],
+                               "run_ids": [p["run_id"] for p in points], "runs": [p["repeats"] for p in points]})
+    return changes.detect(series)
+
+
+def described(found: list[dict], facts: dict[str, dict]) -> list[dict]:
+    """`analyse`'s series as they are shown: each point with its run, figure and repeats, each change point with
+    the run it began with, the runs on either side, their versions and the settings that differ."""
+    out = []
+    for s in found:
+        points = [{"run_id": r, "requested_at": facts[r]["requested_at"], "value": v, "repeats": list(repeats),
+                   "code_version": facts[r]["code_version"], "brokers": facts[r]["brokers"]}
+                  for r, v, repeats in zip(s["run_ids"], s["values"], s["runs"])]
+        change_points = []
+        for c in s["change_points"]:
+            before, began = s["run_ids"][c["index"] - 1], s["run_ids"][c["index"]]
+            change_points.append({**c, "began_run_id": began, "before_run_id": before,
+                                  "versions": {"before": _versions(facts[before]), "after": _versions(facts[began])},
+                                  "differences": differences(facts[before]["settings"], facts[began]["settings"])})
+        out.append({"key": s["key"], "cell": s["cell"], "metric": s["metric"],
+                    "higher_is_better": s["higher_is_better"], "checked": s["checked"], "points": points,
+                    "change_points": change_points})
+    return out
+
+
+def _versions(facts: dict) -> dict:
+    return {"code_version": facts["code_version"], "brokers": facts["brokers"]}
+
+
+def history(store: EventStore, run_ids: list[str], metrics=None) -> dict:
+    """The series of `run_ids` (oldest first) with their change points: what GET /suites/{name}/history shows."""
+    events = {r: read_report_events(store, r) for r in run_ids}
+    figures = {r: regression.run_figures(e) for r, e in events.items()}
+    facts = {r: run_facts(e) for r, e in events.items()}
+    return {"runs": [{k: facts[r][k] for k in ("run_id", "requested_at", "code_version", "brokers")}
+                     for r in run_ids],
+            "series": described(analyse(figures, run_ids, metrics), facts), "method": changes.METHOD}
+
+
+def alert_text(series: dict, point: dict) -> str:
+    """One change point as the alert says it."""
+    brokers = ", ".join(f"{b} {point['versions']['before']['brokers'].get(b)} → {v}"
+                        for b, v in point["versions"]["after"]["brokers"].items()
+                        if point["versions"]["before"]["brokers"].get(b) != v)
+    differs = ", ".join(d["setting"] for d in point["differences"] if d["setting"] != "code_version")
+    return (f"{point['change']:+.1%} from run {point['began_run_id']} on (the geometric mean of "
+            f"{point['after_runs']} runs against the {point['before_runs']} before; change point p={point['p_value']:.2g}); "
+            + _code(point["versions"])
+            + (f"; brokers {brokers}" if brokers else "") + (f"; settings that differ: {differs}" if differs else "")
+            + "; the run before it: " + point["before_run_id"])
+
+
+def _code(versions: dict) -> str:
+    before, after = versions["before"]["code_version"], versions["after"]["code_version"]
+    return f"code {before} → {after}" if before != after else f"code {after} on both sides"
+
+
+def watch(store: EventStore, run_id: str, baseline_id: str | None = None, *, record: bool = True) -> dict:
+    """The scheduled check of run `run_id`: the pairwise check and the change points of the suite's series, the
+    alerts of both recorded as RegressionDetected events (see the module's docstring for which raises them)."""
+    checked = regression.check(store, run_id, baseline_id, record=False)
+    events = read_report_events(store, run_id)
+    suite = listing_suite(events)
+    run_ids = suite_runs(store, suite, until=run_id)
+    loaded = {r: (events if r == run_id else read_report_events(store, r)) for r in run_ids}
+    figures = {r: regression.run_figures(e) for r, e in loaded.items()}
+    facts = {r: run_facts(e) for r, e in loaded.items()}
+    now = described(analyse(figures, run_ids), facts)
+    before = {(s["key"], s["metric"]): s for s in analyse(figures, run_ids[:-1])}
+    alerts, searched = [], set()
+    for s in now:
+        if not s["checked"] or s["points"][-1]["run_id"] != run_id:
+            continue
+        searched.add((s["key"], s["metric"]))
+        for point in changes.new_alerts(s, before.get((s["key"], s["metric"]))):
+            alerts.append({"cell": s["cell"], "key": s["key"], "cell_id": figures[run_id][s["key"]]["cell_id"],
+                           "metric": s["metric"], "verdict": "regression", "source": "change_point",
+                           "baseline_median": point["before_mean"], "candidate_median": point["after_mean"],
+                           "baseline_mean": point["before_mean"], "candidate_mean": point["after_mean"],
+                           "change": point["change"], "p_value": point["p_value"],
+                           "began_run_id": point["began_run_id"], "before_run_id": point["before_run_id"],
+                           "runs_before": point["before_runs"], "runs_after": point["after_runs"],
+                           "versions": point["versions"], "differences": point["differences"],
+                           "history": history_link(suite, s["metric"]), "why": alert_text(s, point)})
+    pairwise = [{**r, "source": "pairwise"} for r in checked["regressions"]
+                if (r["key"], r["metric"]) not in searched]
+    regressions = pairwise + alerts
+    if record and regressions:
+        index = {c["cell_id"]: c["index"] for c in planned_cells(events)}
+        store.append([make_event(run_id, "RegressionDetected", _event_data(r, checked["baseline_run_id"]),
+                                 cell_index=index[r["cell_id"]], key=r["metric"]) for r in regressions])
+    return {**checked, "regressions": regressions, "suite": suite,
+            "changes": {"runs": [{k: facts[r][k] for k in ("run_id", "requested_at", "code_version", "brokers")}
+                                 for r in run_ids],
+                        "series": now, "alerts": alerts, "method": changes.METHOD}}
+
+
+EVENT_FIELDS = ("cell", "cell_id", "metric", "verdict", "source", "baseline_median", "candidate_median",
+                "baseline_mean", "candidate_mean", "change", "p_value", "why", "began_run_id", "before_run_id",
+                "runs_before", "runs_after", "versions", "differences", "history")
+
+
+def _event_data(regression_: dict, baseline_id: str | None) -> dict:
+    data = {k: regression_[k] for k in EVENT_FIELDS if k in regression_}
+    # A change point's baseline is the run before it began; a pairwise verdict's, the check's baseline.
+    data["baseline_run_id"] = regression_.get("before_run_id") or baseline_id
+    return data
+
+
+def history_link(suite: str, metric: str) -> str:
+    """Where the API shows the series an alert is about."""
+    return f"/suites/{suite}/history?metric={metric}"

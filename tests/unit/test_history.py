@@ -1,0 +1,66 @@
+"""A suite's runs as series (reports.history): the change points of stored runs, the alert told once on the run that
+made it one, with the run it began with, the versions on either side and the settings that differ."""
+
+import pytest
+
+from brokerbench.events.memory import MemoryEventStore
+from brokerbench.reports import changes, history
+from brokerbench.reports.synthetic import synthetic_run
+
+SPEC = {"name": "nightly", "brokers": ["kafka", "redis-streams"], "sizes": [1024], "rates": [2000],
+        "formats": ["raw", "json"], "repeats": 2}
+STEADY = 8  # runs before the change
+THROUGHPUT = "throughput_msgs_per_s"
+
+
+def run_id(i):
+    return f"20250101T{i:06d}Z-abcdef"
+
+
+@pytest.fixture(scope="module")
+def stored():
+    """8 steady runs, then 2 whose producers were set acks=0 and delivered 25% less."""
+    store = MemoryEventStore()
+    for i in range(STEADY):
+        store.append(synthetic_run(SPEC, intervals=3, seed=i, run_id=run_id(i)))
+    for i in range(STEADY, STEADY + 2):
+        store.append(synthetic_run({**SPEC, "client": {"acks": "0"}}, intervals=3, seed=i, run_id=run_id(i),
+                                   rate_scale=0.75))
+    return store
+
+
+def test_the_series_hold_every_run_with_its_repeats(stored):
+    runs = history.suite_runs(stored, "nightly")
+    assert runs == [run_id(i) for i in range(STEADY + 2)]
+    shown = history.history(stored, runs, metrics=[THROUGHPUT])
+    assert len(shown["series"]) == 4 and {s["metric"] for s in shown["series"]} == {THROUGHPUT}
+    for s in shown["series"]:
+        assert [p["run_id"] for p in s["points"]] == runs and all(len(p["repeats"]) == 2 for p in s["points"])
+        assert all(p["value"] == pytest.approx(changes.run_value(p["repeats"])) for p in s["points"])
+        assert [c["began_run_id"] for c in s["change_points"]] == [run_id(STEADY)]
+
+
+def test_the_first_run_after_a_change_tells_nothing_the_second_tells_where_it_began(stored):
+    first = history.watch(stored, run_id(STEADY), record=False)
+    assert first["regressions"] == []  # one run is no change yet; its series are judged by change points, not pairs
+    second = history.watch(stored, run_id(STEADY + 1))
+    alerts = second["regressions"]
+    assert {(a["metric"], a["source"]) for a in alerts} == {(THROUGHPUT, "change_point")} and len(alerts) == 4
+    for a in alerts:
+        assert a["began_run_id"] == run_id(STEADY) and a["before_run_id"] == run_id(STEADY - 1)
+        assert a["change"] == pytest.approx(-0.25, abs=0.03) and a["p_value"] < changes.ALPHA
+        assert a["differences"] == [{"setting": "spec.client.acks", "before": "all", "after": "0"}]
+        assert a["versions"]["before"]["brokers"] == {"kafka": "synthetic", "redis-streams": "synthetic"}
+        assert a["history"] == "/suites/nightly/history?metric=throughput_msgs_per_s"
+    stored_events = [e for e in stored.read(run_id(STEADY + 1)) if e["type"] == "RegressionDetected"]
+    assert len(stored_events) == 4
+    assert all(e["data"]["baseline_run_id"] == run_id(STEADY - 1) and e["data"]["source"] == "change_point"
+               for e in stored_events)
+
+
+def test_differences_name_each_setting_that_changed():
+    before = {"client": {"acks": "1", "linger_ms": 5}, "targets": {"kafka": {"broker_version": "4.1.1"}}}
+    after = {"client": {"acks": "all", "linger_ms": 5}, "targets": {"kafka": {"broker_version": "4.2.0"}}}
+    assert history.differences(before, after) == [
+        {"setting": "client.acks", "before": "1", "after": "all"},
+        {"setting": "targets.kafka.broker_version", "before": "4.1.1", "after": "4.2.0"}]

@@ -71,7 +71,7 @@ LONGEST_FIRST = [
 # tests/machine_load.py); its brokers start before that, beside the others' tests. A lock file shared by the run's
 # workers: every other test holds it shared, the module holds it exclusive, and an "intent" lock taken first keeps
 # new tests from starting while the module waits for the one under way.
-QUIET_MODULES = {"test_latency_truth.py"}
+QUIET_MODULES = {"test_latency_truth.py", "test_change_watch.py"}
 
 
 def _lock_path(kind: str) -> Path:

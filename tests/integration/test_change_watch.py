@@ -9,11 +9,15 @@ run before it; the direct target and every throughput stay quiet. STEADY + AFTER
 changes.MIN_SERIES, the shortest series the watch searches: on this shared machine a steady run's p99 read 28 ms
 against 3-5 ms in the others (another process busy), and one such run among four left the t-test of 6 runs short.
 
-The delay is the independent truth (as in test_latency_truth): 100 ms on a Redis p99 of a few ms is a change of
+The delay is the independent truth (as in test_latency_truth): 50 ms on a Redis p99 of a few ms is a change of
 more than 10x in both latency figures, beyond the run-to-run noise of a p99 here (a busy spell read 28 ms) and
-beyond the minimum effect; at RATE msgs/s the producer (up to 100 XADDs unanswered, 60 in flight through the delay) and the consumer's blocking reads keep the
-rate through it, so throughput does not move. Cells are tiny (2 s measured, 0.5 s warm-up, one repeat): 14 cells,
-about a minute of wall clock and less of CPU.
+beyond the minimum effect; at RATE msgs/s the producer (up to 100 XADDs unanswered, 60 in flight through the delay)
+and the consumer's blocking reads keep the rate through it, so throughput does not move. Cells are tiny (1 s
+measured, 0.5 s warm-up, one repeat): 14 cells, under a minute of wall clock.
+
+A run measured on a busy host is no evidence (brokerbench.host): its figures leave the series, and beside the other
+test workers most runs were (a pass beside two other workers kept 5 of 7 runs of one target, too few to search). So
+the module has the machine to itself while it measures (tests/conftest.py, QUIET_MODULES), as test_latency_truth.
 """
 
 from __future__ import annotations
@@ -24,12 +28,13 @@ from brokerbench.reports import changes, history
 from inline_run import execute_run
 
 STEADY, AFTER = 5, 2
-DELAY_MS = 100
-RATE = 600  # msgs/s: 2 s measured gives 1,200 messages, above the 1,000 a p99 needs (reports.model.min_samples)
+DELAY_MS = 50
+RATE = 1200  # msgs/s: 1 s measured gives 1,200 messages, above the 1,000 a p99 needs (reports.model.min_samples)
 LATENCIES = {"end_to_end_p99_us", "publish_latency_p99_us"}
 
 
-def test_an_injected_delay_is_flagged_at_the_run_it_began_with_and_nothing_else(endpoints, store, toxiproxy):
+def test_an_injected_delay_is_flagged_at_the_run_it_began_with_and_nothing_else(endpoints, store, toxiproxy,
+                                                                               machine_to_itself):
     assert STEADY + AFTER >= changes.MIN_SERIES
     redis = endpoints["redis-streams"]
     proxy = f"watch-{secrets.token_hex(3)}"
@@ -38,7 +43,7 @@ def test_an_injected_delay_is_flagged_at_the_run_it_began_with_and_nothing_else(
                "proxied": {"driver": "redis", "host": "127.0.0.1", "port": port}}
     suite = f"it-watch-{secrets.token_hex(3)}"
     spec = {"name": suite, "brokers": list(targets), "sizes": [256], "formats": ["raw"], "rates": [RATE],
-            "duration_s": 2, "warmup_s": 0.5, "warmup_until_steady": False, "drain_timeout_s": 5,
+            "duration_s": 1, "warmup_s": 0.5, "warmup_until_steady": False, "drain_timeout_s": 5,
             "targets": targets}
     run_ids = []
     for i in range(STEADY + AFTER):

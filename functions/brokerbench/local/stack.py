@@ -212,8 +212,9 @@ class LocalStack:
         return out
 
     def is_up(self, services=None) -> bool:
-        status = self.status()
-        return all(status[name]["state"] == "running" for name in self._names(services))
+        """Whether every service named (a cluster's too, "kafka@3") is running; all when None."""
+        loaded = self._load()
+        return all((svc := loaded.get(name)) is not None and svc.running() for name in self._names(services))
 
     def free_mb(self) -> int:
         """Free space on the disk of the state folder (the services' data and logs), in MB."""

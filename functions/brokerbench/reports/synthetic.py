@@ -36,8 +36,10 @@ def _interval_pool(rng, latency_scale: float) -> list[tuple[dict, dict, dict]]:
 
 def synthetic_run(spec_doc: dict, *, intervals: int = 10, rate_scale: float = 1.0, latency_scale: float = 1.0,
                   seed: int = 0, run_id: str | None = None) -> list[dict]:
-    """A completed run's events: every cell gets `intervals` seconds of noisy traffic at its target rate."""
-    spec = validate({**spec_doc, "duration_s": intervals})
+    """A completed run's events: every cell gets `intervals` seconds of noisy traffic at its target rate. The same
+    arguments give the same figures: the cells' order is seeded with `seed` too (where the spec sets no
+    order_seed), so each cell draws the same noise."""
+    spec = validate({"order_seed": seed, **spec_doc, "duration_s": intervals})
     cells = expand(spec)
     run_id = run_id or new_run_id()
     rng = np.random.default_rng(seed)

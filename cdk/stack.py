@@ -10,6 +10,7 @@ from constructs import Construct
 from brokerbench import deployment
 
 from .constructs.alerts import Alerts
+from .constructs.api import STAGE as API_STAGE
 from .constructs.api import Api
 from .constructs.broker_targets import BrokerTargets
 from .constructs.budget import DEFAULT_MONTHLY_BUDGET_USD, Budget
@@ -97,6 +98,10 @@ class BrokerbenchStack(Stack):
         teardown.grant_handover(functions["api"])  # a cancel hands the run's teardown to the teardown state machine
 
         api = Api(self, "Api", handler=functions["api"], logs=logs.bucket)
+        # The notification's links (brokerbench/workflow/steps.notify_text). Built from the RestApi's id, not api.url:
+        # the stage's URL depends on the API function, which starts the state machine that calls Notify (a cycle).
+        functions["notify"].add_environment("BROKERBENCH_API_URL", Fn.join("", [
+            "https://", api.rest_api.rest_api_id, ".execute-api.", self.region, ".", self.url_suffix, f"/{API_STAGE}/"]))
         Schedules(self, "Schedules", trigger=functions["schedule_trigger"], enabled=schedules_on)
         Budget(self, "Budget", monthly_usd=monthly_budget_usd, emails=list(budget_emails) or list(alert_emails),
                topic=alerts.topic, key=alerts.key)

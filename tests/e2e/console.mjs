@@ -6,7 +6,7 @@
 // usage: node console.mjs BASE_URL SCREENSHOT_DIR   (env RUN_TIMEOUT_S, default 180)
 import { mkdirSync } from 'node:fs';
 import { join } from 'node:path';
-import { chromium } from 'playwright-core';
+import { loopbackBrowser } from './loopback_browser.mjs';
 
 const [base, shots] = process.argv.slice(2);
 const runTimeoutMs = Number(process.env.RUN_TIMEOUT_S ?? 180) * 1000;
@@ -35,21 +35,8 @@ const summary = {
 let step = 'open';
 let expectStatuses = []; // HTTP error statuses the current step provokes on purpose
 
-const browser = await chromium.launch({
-  executablePath: process.env.CHROMIUM ?? '/usr/bin/chromium',
-  args: ['--headless', '--no-sandbox', '--disable-gpu', '--disable-background-networking', '--disable-component-update',
-    '--disable-sync', '--no-first-run', '--disable-quic'],
-});
+const { browser, context } = await loopbackBrowser(summary, () => step);
 try {
-  const context = await browser.newContext({ viewport: { width: 1360, height: 900 } });
-  await context.route('**/*', (route) => {
-    const url = route.request().url();
-    let host = null;
-    try { host = new URL(url).hostname; } catch { /* not a URL with a host */ }
-    if (host === '127.0.0.1') return route.continue();
-    summary.blocked_requests.push({ step, url });
-    return route.abort();
-  });
   const page = await context.newPage();
   page.on('console', (message) => {
     if (message.type() !== 'error') return;

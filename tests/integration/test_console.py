@@ -13,6 +13,7 @@ API), in front of a stand-in for API Gateway's IAM authorization that refuses an
 import json
 import os
 import re
+import secrets
 import shutil
 import signal
 import subprocess
@@ -23,9 +24,12 @@ from pathlib import Path
 import pytest
 from botocore.credentials import Credentials
 
+from brokerbench.events.dynamodb import DynamoEventStore
+from brokerbench.reports.synthetic import synthetic_run
 from sigv4_verifier import VerifyingUpstream
 
 CONSOLE_CHECK = Path(__file__).parents[1] / "e2e" / "console.mjs"
+HISTORY_CHECK = Path(__file__).parents[1] / "e2e" / "console_history.mjs"
 RUN_TIMEOUT_S = 180  # a tiny run takes ~5 s here; the bound is for a slow, busy machine
 # AWS's documented example keys (never valid), with a session token as temporary credentials have.
 TEST_CREDENTIALS = Credentials("AKIDEXAMPLE", "wJalrXUtnFEMI/K7MDENG+bPxRfiCYEXAMPLEKEY", "FQoGZXIvYXdzEXAMPLETOKEN//=")
@@ -187,3 +191,45 @@ def test_the_console_through_the_signing_proxy_signs_every_api_request(served_ap
     assert any(r["method"] == "GET" and "?" in r["target"] for r in accepted)  # query strings signed too
     assert any(r["target"].startswith("/v1/compare?") for r in accepted)
     check_what_the_person_saw(view, served_api, screenshots)
+
+
+def test_a_suites_history_shows_each_series_with_its_change_point_marked_and_linked(served_api, stack, screenshots):
+    """Eight stored runs of a suite (synthetic: events shaped as a real run's), the last two delivering half the
+    throughput of the six before. The console's history page, opened from its navigation with the suite and metric
+    chosen, draws each configuration's eight runs in order, each a link to its run page; one change line per
+    series, between the sixth run (marked as the run before) and the seventh (marked as the one it began with),
+    at half the height of the steady runs (the change injected), and the run it began with followed to its page."""
+    db = stack.endpoints(required=["dynamodb"])["dynamodb"]
+    store = DynamoEventStore(db["table"], endpoint_url=db["endpoint_url"])
+    suite, token = f"history-{secrets.token_hex(3)}", secrets.token_hex(3)
+    spec = {"name": suite, "brokers": ["redis-streams"], "sizes": [1024], "rates": [1000], "formats": ["raw", "json"],
+            "repeats": 2}
+    ids = [f"20210101T{i:06d}Z-{token}" for i in range(8)]
+    for i, run_id in enumerate(ids):
+        store.append(synthetic_run(spec, intervals=3, seed=60 + i, run_id=run_id, rate_scale=0.5 if i >= 6 else 1.0))
+    seen = subprocess.run(["node", str(HISTORY_CHECK), served_api.url, str(screenshots), suite,
+                           "throughput_msgs_per_s"], capture_output=True, text=True, timeout=120)
+    assert seen.returncode == 0, seen.stderr
+    view = json.loads(seen.stdout.strip().splitlines()[-1])
+    assert view["ok"], view.get("error")
+    assert view["blocked_requests"] == [] and view["console_errors"] == []
+    assert view["url"] == f"#/history?suite={suite}&metric=throughput_msgs_per_s" and suite in view["heading"]
+    assert view["summary"].startswith("8 completed run(s)")
+    assert sorted(s["key"].split("|")[1] for s in view["series"]) == ["json", "raw"]
+    for series in view["series"]:
+        points = series["points"]
+        assert [p["run"] for p in points] == ids and [p["href"] for p in points] == [f"#/runs/{r}" for r in ids]
+        assert [p["kind"] for p in points] == ["run"] * 5 + ["change-before", "change-began", "run"]
+        xs = [p["x"] for p in points]
+        assert xs == sorted(xs)  # oldest to newest
+        [mark] = series["marks"]
+        assert (mark["began"], mark["before"], mark["alert"]) == (ids[6], ids[5], True)
+        assert mark["x"] == pytest.approx((xs[5] + xs[6]) / 2, abs=0.11)
+        assert _number(mark["label"])[0] == pytest.approx(-50, abs=3)
+        # heights above the x axis (194 px) are proportional to throughput: the slow runs stand at half the others
+        steady = sum(194 - p["y"] for p in points[:6]) / 6
+        assert all((194 - p["y"]) / steady == pytest.approx(0.5, abs=0.03) for p in points[6:])
+        [listed] = series["listed"]
+        assert listed["links"] == [f"#/runs/{ids[6]}", f"#/runs/{ids[5]}"] and "alert" in listed["text"]
+    assert view["followed"]["hash"] == f"#/runs/{ids[6]}" and ids[6] in view["followed"]["heading"]
+    assert view["followed"]["suite_link"] == f"#/history?suite={suite}"

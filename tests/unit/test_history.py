@@ -64,3 +64,22 @@ def test_differences_name_each_setting_that_changed():
     assert history.differences(before, after) == [
         {"setting": "client.acks", "before": "1", "after": "all"},
         {"setting": "targets.kafka.broker_version", "before": "4.1.1", "after": "4.2.0"}]
+
+
+def test_the_notification_says_each_alert_and_where_its_series_is_drawn(stored):
+    """Notify's text: the change point in words, the API's history of its metric (a full URL when the API's is
+    known) and the console's history page."""
+    from brokerbench.workflow import steps
+
+    checked = history.watch(stored, run_id(STEADY + 1), record=False)
+    regressions = [{k: r.get(k) for k in steps.ALERT_FIELDS if k in r} for r in checked["regressions"]]
+    text = steps.notify_text(run_id(STEADY + 1), {"failed_cells": [], "regressions": regressions},
+                             "https://api.example/v1/")
+    assert text[0] == f"Run {run_id(STEADY + 1)}: report at https://api.example/v1/runs/{run_id(STEADY + 1)}/report?format=html"
+    assert len(text) == 5
+    for line in text[1:]:
+        assert f"from run {run_id(STEADY)} on" in line and f"the run before it: {run_id(STEADY - 1)}" in line
+        assert "The series: https://api.example/v1/suites/nightly/history?metric=throughput_msgs_per_s" in line
+        assert line.endswith("#/history?suite=nightly&metric=throughput_msgs_per_s")
+    local = steps.notify_text(run_id(STEADY + 1), {"failed_cells": [], "regressions": regressions}, None)
+    assert "The series: /suites/nightly/history?metric=throughput_msgs_per_s" in local[1]

@@ -15,6 +15,8 @@ verdicts stay in the check's result and the report either way.
 
 from __future__ import annotations
 
+from urllib.parse import quote
+
 from ..events import EventStore, make_event, planned_cells, read_report_events
 from . import changes, regression
 
@@ -178,7 +180,8 @@ def watch(store: EventStore, run_id: str, baseline_id: str | None = None, *, rec
                            "began_run_id": point["began_run_id"], "before_run_id": point["before_run_id"],
                            "runs_before": point["before_runs"], "runs_after": point["after_runs"],
                            "versions": point["versions"], "differences": point["differences"],
-                           "history": history_link(suite, s["metric"]), "why": alert_text(s, point)})
+                           "history": history_link(suite, s["metric"]), "console": console_link(suite, s["metric"]),
+                           "why": alert_text(s, point)})
     pairwise = [{**r, "source": "pairwise"} for r in checked["regressions"]
                 if (r["key"], r["metric"]) not in searched]
     regressions = pairwise + alerts
@@ -206,4 +209,9 @@ def _event_data(regression_: dict, baseline_id: str | None) -> dict:
 
 def history_link(suite: str, metric: str) -> str:
     """Where the API shows the series an alert is about."""
-    return f"/suites/{suite}/history?metric={metric}"
+    return f"/suites/{quote(suite, safe='')}/history?metric={metric}"
+
+
+def console_link(suite: str, metric: str) -> str:
+    """Where the console draws that series (its history page: a route after the console's URL)."""
+    return f"#/history?suite={quote(suite, safe='')}&metric={metric}"

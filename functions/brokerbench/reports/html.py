@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections import defaultdict
 from html import escape
 
-from . import markdown
+from . import history_view, markdown
 from .model import RESOURCES_NOTE, min_samples, need_label
 from .regression import FIGURES, figure_text
 from .svg import bar_chart, line_chart
@@ -18,7 +18,8 @@ td:first-child,td:nth-child(2),th{text-align:left}.best{font-weight:700;backgrou
 .warn{color:#a15c00}.muted{color:#666}.withheld{color:#888}small{color:#777}
 .bad{color:#b00020;font-weight:700}.nowrap{white-space:nowrap}.charts{display:flex;flex-wrap:wrap;gap:12px}
 svg.chart{border:1px solid #eee;background:#fff}.title{font-size:13px;font-weight:600}.axis{font-size:11px;fill:#555}
-.tick{font-size:10px;fill:#666}.legend{font-size:10px}.grid{stroke:#eee}.frame{stroke:#999}
+.tick{font-size:10px;fill:#666}figure.series-chart{margin:0;max-width:560px}figure.series-chart ul{margin:4px 0;padding-left:18px}
+.run-id{font-family:ui-monospace,monospace;font-size:12px}.legend{font-size:10px}.grid{stroke:#eee}.frame{stroke:#999}
 """
 
 
@@ -303,6 +304,7 @@ def render(report: dict) -> str:
              f" · {brokers} · {env['host']['cores']} cores {escape(env['host']['cpu_model'])} · code "
              f"{escape(env['code_version'])}{escape(markdown.send_loop_header(report))}</p>"]
     parts += _regression_section(report)
+    parts += history_view.html_parts(report)
     parts += _claims_and_rules(report)
     parts += _durability_section(report)
     parts.append("<h2>Comparison</h2>")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from ..limit import LEGEND, MARK, client_bound, rate_found_text
+from . import history_view
 from .model import RESOURCES_NOTE, busy_repeats, need_label, rate_text, send_loop_text
 from .regression import FIGURES, figure_text
 
@@ -367,6 +368,7 @@ def render(report: dict) -> str:
         "",
     ]
     lines += regression_section(report)
+    lines += history_view.markdown_lines(report)
     lines += claims_section(report)
     lines += send_loop_lines(report)
     lines += host_busy_lines(report)

@@ -79,33 +79,55 @@ def _axes(xs: _Scale, ys: _Scale, x_ticks, y_ticks) -> list[str]:
     return out
 
 
+def _mark(xs: _Scale, mark: dict) -> str:
+    """A vertical line across the plot at mark["x"], its label at the top (a change point between two runs)."""
+    x = xs(mark["x"])
+    title = f"<title>{escape(mark['title'])}</title>" if mark.get("title") else ""
+    return (f'<g class="{escape(mark.get("class", "mark"))}" data-x="{mark["x"]:g}">{title}'
+            f'<line x1="{x:.1f}" y1="{TOP}" x2="{x:.1f}" y2="{HEIGHT - BOTTOM}" stroke="#b00020" stroke-width="1.2" '
+            f'stroke-dasharray="4 3"/><text x="{x + 3:.1f}" y="{TOP + 10}" class="tick" fill="#b00020">'
+            f'{escape(mark.get("label", ""))}</text></g>')
+
+
 def line_chart(title: str, series: list[dict], *, x_label: str, y_label: str, log_x=False, log_y=False,
-               x_ticks: list[tuple[float, str]] | None = None) -> str:
-    """series: [{"name", "points": [(x, y), ...]}]; points with None or (on a log axis) ≤ 0 are left out."""
+               x_ticks: list[tuple[float, str]] | None = None, marks: list[dict] | None = None) -> str:
+    """series: [{"name", "points": [(x, y) or (x, y, label), ...], "style"}]; points with None or (on a log axis)
+    ≤ 0 are left out. A point's label is its tooltip and its data-label. style: "line" (the default: a line and a
+    dot per point), "step" (a dashed line, no dots) or "dots" (larger dots, no line). marks: [{"x", "label",
+    "title", "class"}], each a vertical line at x."""
     clean = []
     for s in series:
-        points = [(x, y) for x, y in s["points"] if x is not None and y is not None
-                  and (not log_x or x > 0) and (not log_y or y > 0)]
+        points = [(p[0], p[1], p[2] if len(p) > 2 else None) for p in s["points"]
+                  if p[0] is not None and p[1] is not None and (not log_x or p[0] > 0) and (not log_y or p[1] > 0)]
         if points:
-            clean.append({"name": s["name"], "points": points})
+            clean.append({"name": s["name"], "points": points, "style": s.get("style", "line")})
     if not clean:
         return _frame(title, x_label, y_label, ['<text x="200" y="150" class="axis">no data</text>'], [])
-    all_x = [x for s in clean for x, _ in s["points"]]
-    all_y = [y for s in clean for _, y in s["points"]]
+    all_x = [x for s in clean for x, _, _ in s["points"]]
+    all_y = [y for s in clean for _, y, _ in s["points"]]
     low_y = min(all_y) if log_y else min(0.0, min(all_y))
     xs = _Scale(min(all_x), max(all_x), LEFT + 8, WIDTH - RIGHT - 8, log_x)
     ys = _Scale(low_y, max(all_y) * (1 if log_y else 1.05), HEIGHT - BOTTOM, TOP, log_y)
     ticks = x_ticks or [(t, _label(t)) for t in _ticks(min(all_x), max(all_x), log_x)]
     body = _axes(xs, ys, ticks, _ticks(low_y, max(all_y), log_y))
+    body += [_mark(xs, m) for m in marks or []]
     legend = []
     for i, s in enumerate(clean):
         color = PALETTE[i % len(PALETTE)]
         legend.append((s["name"], color))
-        coords = " ".join(f"{xs(x):.1f},{ys(y):.1f}" for x, y in s["points"])
-        body.append(f'<polyline class="series" data-name="{escape(s["name"])}" points="{coords}" fill="none" '
-                    f'stroke="{color}" stroke-width="1.8"/>')
-        body += [f'<circle cx="{xs(x):.1f}" cy="{ys(y):.1f}" r="2.6" fill="{color}"><title>{escape(s["name"])}: '
-                 f'{_label(x)}, {y:,.1f}</title></circle>' for x, y in s["points"]]
+        coords = " ".join(f"{xs(x):.1f},{ys(y):.1f}" for x, y, _ in s["points"])
+        if s["style"] != "dots":
+            dashes = ' stroke-dasharray="5 3"' if s["style"] == "step" else ""
+            body.append(f'<polyline class="series" data-name="{escape(s["name"])}" points="{coords}" fill="none" '
+                        f'stroke="{color}" stroke-width="1.8"{dashes}/>')
+        if s["style"] == "step":
+            continue
+        radius = 4.5 if s["style"] == "dots" else 2.6
+        for x, y, text in s["points"]:
+            named = f' data-label="{escape(text)}"' if text else ""
+            body.append(f'<circle cx="{xs(x):.1f}" cy="{ys(y):.1f}" r="{radius}" fill="{color}"{named}><title>'
+                        f'{escape(s["name"])}: {escape(text) + ", " if text else ""}{_label(x)}, {y:,.1f}'
+                        f'</title></circle>')
     return _frame(title, x_label, y_label, body, legend)
 
 

@@ -195,7 +195,7 @@ def publish_reports(store, run_id: str, events: list[dict] | None = None,
 # What the notification says of each regression: a change point also names the run it began with, the run before
 # it and where its series is shown.
 ALERT_FIELDS = ("cell", "metric", "source", "baseline_mean", "candidate_mean", "change", "p_value", "began_run_id",
-                "before_run_id", "history", "why")
+                "before_run_id", "history", "console", "why")
 
 
 def check_regression(event: dict) -> dict:
@@ -269,8 +269,27 @@ def notify(event: dict) -> dict:
         parts.append(f"{len(check['regressions'])} regressions")
     run_id = event["run_id"]
     subject = f"brokerbench run {run_id}: {', '.join(parts)}"
-    message = {"run_id": run_id, "summary": summary, **check}
+    message = {"run_id": run_id, "summary": summary, **check,
+               "text": notify_text(run_id, check, wiring.api_url())}
     return {"message_id": notify_once(wiring.event_store(), run_id, "Notify", subject, message)}
+
+
+def notify_text(run_id: str, check: dict, api_url: str | None) -> list[str]:
+    """What the notification says in words, a line each: every failed cell and regression, and for a change point
+    where its series is drawn: the API's history (a full URL when the API's is known: `api_url`) and the console's
+    history page (a route of the console, which opens signed through `brokerbench console --aws`, or at
+    `brokerbench serve`'s address locally: the API itself answers only signed requests)."""
+    base = (api_url or "").rstrip("/")
+    lines = [f"Run {run_id}: report at {base}/runs/{run_id}/report?format=html" if base else f"Run {run_id}."]
+    lines += [f"Cell {c['cell_id']} failed: {c.get('reason') or 'no reason recorded'}" for c in check["failed_cells"]]
+    for r in check["regressions"]:
+        line = f"Regression of {r.get('metric')} in {r.get('cell')}: {r.get('why')}"
+        if r.get("history"):
+            line += f". The series: {base}{r['history']}"
+        if r.get("console"):
+            line += f"; in the console (brokerbench console --aws, or brokerbench serve): {r['console']}"
+        lines.append(line)
+    return lines
 
 
 def notify_once(store, run_id: str, step: str, subject: str, message: dict) -> str:

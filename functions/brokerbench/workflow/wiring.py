@@ -95,6 +95,11 @@ def reports():
     return FolderReports(where)
 
 
+def api_url() -> str | None:
+    """The API's base URL, for the links a notification gives (BROKERBENCH_API_URL; None: the links are paths)."""
+    return os.environ.get("BROKERBENCH_API_URL") or None
+
+
 def notifier():
     where = env("BROKERBENCH_NOTIFY", env("BROKERBENCH_REPORTS", "reports"))
     if where.startswith("arn:"):

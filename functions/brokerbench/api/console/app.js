@@ -667,7 +667,8 @@
 
     function render() {
       const active = ACTIVE.has(run.status);
-      fill(heading, statusBadge(run.status), ' ', run.name || '', run.suite ? ` · suite ${run.suite}` : '',
+      fill(heading, statusBadge(run.status), ' ', run.name || '', run.suite ? [' · suite ', h('a', {
+        href: `#/history${query({ suite: run.suite })}`, id: 'run-suite-history', title: 'the suite\'s series' }, run.suite)] : '',
         active ? h('span', { class: 'live muted' }, ' · live') : null);
       cancel.hidden = !active || run.status === 'cancelling';
       const p = run.progress || { ...run.cells, fraction: null };
@@ -833,6 +834,139 @@
         : h('p', { class: 'muted', id: 'compare-empty' }, 'The two runs share no configuration to compare.'));
   }
 
+  // -- a suite's history -----------------------------------------------------------------------
+  // The metrics a suite's series are kept of: reports.regression.METRICS (tests/unit/test_report_series.py checks).
+  const HISTORY_METRICS = ['throughput_msgs_per_s', 'end_to_end_p99_us', 'publish_latency_p99_us',
+    'max_sustainable_rate'];
+  const SVG_NS = 'http://www.w3.org/2000/svg';
+
+  // svg('line', {x1: 0, ...}, child): h() for SVG elements.
+  function svg(tag, attrs = {}, ...children) {
+    const el = document.createElementNS(SVG_NS, tag);
+    for (const [k, v] of Object.entries(attrs)) if (v !== undefined && v !== null) el.setAttribute(k, String(v));
+    return append(el, children);
+  }
+
+  function niceTicks(top) {
+    const step = 10 ** Math.floor(Math.log10(top / 4));
+    const factor = [1, 2, 5, 10].find((f) => top / (step * f) <= 5) || 10;
+    const ticks = [];
+    for (let t = 0; t <= top + 1e-9; t += step * factor) ticks.push(t);
+    return ticks;
+  }
+
+  // One configuration's series: a point per run (a link to its run page), the mean between change points as a
+  // dashed step, each change point a line between the run before it and the run it began with (drawn larger).
+  function seriesChart(series) {
+    const [W, H, L, R, T, B] = [560, 230, 58, 14, 18, 36];
+    const scale = series.metric.endsWith('_us') ? 1000 : 1; // µs shown in ms
+    const unit = series.metric.endsWith('_us') ? 'ms' : 'msgs/s';
+    const n = series.points.length;
+    const values = series.points.map((p) => p.value / scale);
+    const changes = series.change_points || [];
+    const means = changes.length ? [changes[0].before_mean, ...changes.map((c) => c.after_mean)].map((v) => v / scale) : [];
+    const top = Math.max(...values, ...means) * 1.05 || 1;
+    const x = (i) => (n > 1 ? L + 8 + (i * (W - L - R - 16)) / (n - 1) : (L + W - R) / 2);
+    const y = (v) => H - B - (v / top) * (H - B - T);
+    const sides = new Map();
+    for (const c of changes) { sides.set(c.index - 1, 'change-before'); sides.set(c.index, 'change-began'); }
+    const bounds = [0, ...changes.map((c) => c.index), n];
+    const step = means.flatMap((m, k) => [
+      [bounds[k] === 0 ? x(0) : (x(bounds[k] - 1) + x(bounds[k])) / 2, y(m)],
+      [bounds[k + 1] === n ? x(n - 1) : (x(bounds[k + 1] - 1) + x(bounds[k + 1])) / 2, y(m)]]);
+    return svg('svg', {
+      class: 'series-chart', viewBox: `0 0 ${W} ${H}`, width: W, height: H, role: 'img',
+      'aria-label': `${metricName(series.metric)} of ${series.cell} over ${n} runs, ${changes.length} change point(s)`,
+    },
+    niceTicks(top).map((t) => [
+      svg('line', { x1: L, x2: W - R, y1: y(t).toFixed(1), y2: y(t).toFixed(1), class: 'grid' }),
+      svg('text', { x: L - 6, y: (y(t) + 4).toFixed(1), 'text-anchor': 'end', class: 'tick' }, fmtNumber(t, t < 10 && t > 0 ? 2 : 0))]),
+    svg('line', { x1: L, x2: W - R, y1: H - B, y2: H - B, class: 'frame' }),
+    svg('text', { x: (L + W - R) / 2, y: H - 8, 'text-anchor': 'middle', class: 'axis' }, `run of the suite, oldest → newest (${n})`),
+    svg('text', { transform: `translate(14 ${(T + H - B) / 2}) rotate(-90)`, 'text-anchor': 'middle', class: 'axis' }, unit),
+    changes.map((c) => {
+      const at = ((x(c.index - 1) + x(c.index)) / 2).toFixed(1);
+      return svg('g', { class: `change-point${c.alert ? ' alert' : ''}`, 'data-began': c.began_run_id, 'data-before': c.before_run_id },
+        svg('title', {}, `change ${fmtPercent(c.change)} began with run ${c.began_run_id}; the run before: ${c.before_run_id}`),
+        svg('line', { x1: at, x2: at, y1: T, y2: H - B }),
+        svg('text', { x: Number(at) + 3, y: T + 10, class: 'tick' }, fmtPercent(c.change)));
+    }),
+    step.length ? svg('polyline', { class: 'segment-mean', points: step.map((p) => `${p[0].toFixed(1)},${p[1].toFixed(1)}`).join(' ') }) : null,
+    svg('polyline', { class: 'series-line', points: values.map((v, i) => `${x(i).toFixed(1)},${y(v).toFixed(1)}`).join(' ') }),
+    series.points.map((p, i) => svg('a', { href: `#/runs/${enc(p.run_id)}`, class: 'run-point' },
+      svg('circle', { cx: x(i).toFixed(1), cy: y(values[i]).toFixed(1), r: sides.has(i) ? 5 : 3, class: sides.get(i) || 'run',
+        'data-run': p.run_id },
+      svg('title', {}, `run ${p.run_id}: ${fmtFigure(series.metric, p.value)} (${p.repeats.length} repeat(s)); code ${p.code_version || '–'}`)))));
+  }
+
+  function changePointItem(c, metric) {
+    const differs = (c.differences || []).filter((d) => d.setting !== 'code_version').map((d) => d.setting);
+    const before = c.versions?.before || {};
+    const after = c.versions?.after || {};
+    const code = before.code_version === after.code_version ? `code ${after.code_version} on both sides`
+      : `code ${before.code_version} → ${after.code_version}`;
+    return h('li', { class: `change ${c.alert ? 'alert' : c.direction}`, dataset: { began: c.began_run_id } },
+      h('span', { class: `badge verdict-${c.alert ? 'regression' : (c.direction === 'improvement' ? 'improvement' : 'unstable')}` },
+        c.alert ? 'alert' : (c.direction === 'improvement' ? 'improvement' : 'below the alert threshold')),
+      ` ${fmtPercent(c.change)} (${fmtFigure(metric, c.before_mean, Math.max(c.before_mean, c.after_mean))} → ${fmtFigure(metric, c.after_mean, Math.max(c.before_mean, c.after_mean))}, p ${fmtP(c.p_value)}) `,
+      'began with run ', runLink(c.began_run_id), '; the run before: ', runLink(c.before_run_id), `; ${code}`,
+      differs.length ? `; settings that differ: ${differs.join(', ')}` : '');
+  }
+
+  async function historyView(params, signal) {
+    const suite = params.get('suite') || '';
+    const metric = HISTORY_METRICS.includes(params.get('metric')) ? params.get('metric') : HISTORY_METRICS[0];
+    const suiteInput = h('input', { type: 'text', id: 'history-suite', name: 'suite', value: suite, list: 'history-suites',
+      required: true, placeholder: 'a suite or a spec name' });
+    const suites = h('datalist', { id: 'history-suites' });
+    const metricSelect = h('select', { id: 'history-metric', name: 'metric' },
+      HISTORY_METRICS.map((m) => h('option', { value: m, selected: m === metric }, metricName(m))));
+    const form = h('form', { id: 'history-form', class: 'inline-form' },
+      h('div', {}, h('label', { for: 'history-suite' }, 'Suite'), suiteInput, suites),
+      h('div', {}, h('label', { for: 'history-metric' }, 'Metric'), metricSelect),
+      h('button', { type: 'submit', class: 'primary' }, 'Show'));
+    const show = () => { location.hash = `#/history${query({ suite: suiteInput.value.trim(), metric: metricSelect.value })}`; };
+    form.addEventListener('submit', (e) => { e.preventDefault(); show(); });
+    metricSelect.addEventListener('change', () => { if (suiteInput.value.trim()) show(); });
+    const body = h('section', { id: 'history', 'aria-live': 'polite' });
+    page(suite ? `History of ${suite}` : 'A suite\'s history', h('p', { class: 'hint' },
+      'Each configuration\'s figure over the suite\'s completed runs (the geometric mean of each run\'s repeats), '
+      + 'with the change points the regression watch found: a line between the run before a change and the run it '
+      + 'began with. Each point links to its run.'), form, body);
+    api(`runs${query({ limit: 100 })}`, { signal }).then((data) => {
+      const names = [...new Set((data.runs || []).map((r) => r.suite).filter(Boolean))].sort();
+      append(suites, names.map((n) => h('option', { value: n })));
+    }).catch(() => {});
+    if (!suite) {
+      fill(body, h('p', { class: 'muted' }, 'Choose a suite.'));
+      return;
+    }
+    fill(body, h('p', { class: 'muted' }, 'Loading…'));
+    let data;
+    try {
+      data = await api(`suites/${enc(suite)}/history${query({ metric })}`, { signal });
+    } catch (error) {
+      if (!signal.aborted) fill(body, errorBox(error));
+      return;
+    }
+    const runs = data.runs || [];
+    const series = [...(data.series || [])].sort((a, b) => (b.change_points.length > 0) - (a.change_points.length > 0));
+    const found = series.reduce((k, s) => k + s.change_points.length, 0);
+    fill(body,
+      h('p', { id: 'history-summary' }, `${fmtNumber(runs.length)} completed run(s)`,
+        runs.length ? [' from ', runLink(runs[0].run_id), ' to ', runLink(runs[runs.length - 1].run_id)] : '',
+        `; ${fmtNumber(series.length)} configuration(s), ${fmtNumber(found)} change point(s). `,
+        h('span', { class: 'muted' }, `Searched from ${data.method?.min_series || 'enough runs'}.`)),
+      series.length ? h('div', { class: 'series-grid' }, series.map((s) => h('figure', {
+        class: 'series', dataset: { key: s.key, changes: s.change_points.length, checked: s.checked },
+      },
+      h('figcaption', {}, h('strong', {}, s.cell), ' · ', metricName(s.metric),
+        s.checked ? null : h('span', { class: 'muted' }, ' · too few runs to search yet')),
+      seriesChart(s),
+      s.change_points.length ? h('ul', { class: 'change-points' }, s.change_points.map((c) => changePointItem(c, s.metric))) : null)))
+        : h('p', { class: 'muted', id: 'history-empty' }, 'No configuration of this suite has this metric.'));
+  }
+
   // -- schedules -------------------------------------------------------------------------------
   async function schedulesView(params, signal) {
     const body = h('div', {});
@@ -855,7 +989,8 @@
         const t = s.last_trigger;
         return h('tr', { dataset: { schedule: s.name } },
           h('td', {}, h('strong', {}, s.name), s.description ? h('div', { class: 'hint' }, s.description) : null),
-          h('td', {}, s.suite || h('span', { class: 'muted' }, 'spec')),
+          h('td', {}, s.suite ? [s.suite, ' ', h('a', { href: `#/history${query({ suite: s.suite })}`, class: 'history-link' }, 'history')]
+            : h('span', { class: 'muted' }, 'spec')),
           h('td', {}, h('code', {}, s.cron)),
           h('td', {}, s.enabled ? 'yes' : h('span', { class: 'muted' }, 'no')),
           h('td', {}, fmtTime(s.next_due)),
@@ -890,6 +1025,7 @@
     else if (section === 'new') view = newRunView(params, signal);
     else if (section === 'compare') view = compareView(params, signal);
     else if (section === 'schedules') view = schedulesView(params, signal);
+    else if (section === 'history') view = historyView(params, signal);
     else view = Promise.resolve(page('Not found', h('p', {}, 'No such page. ', h('a', { href: '#/runs' }, 'See the runs.'))));
     view.catch((error) => {
       if (error.name !== 'AbortError' && !signal.aborted) setNotice(`Something went wrong: ${error.message}`);

@@ -92,14 +92,20 @@ def analyse(figures: dict[str, dict], run_ids: list[str], metrics=None) -> list[
         for metric in regression.metrics_of(entry):
             if metrics is not None and metric not in metrics:
                 continue
+            # a run whose every repeat of the configuration ran on a busy host is no point of its series
             points = [{"run_id": r, "repeats": figures[r][key]["repeats"].get(metric) or []} for r in run_ids
-                      if key in figures[r] and figures[r][key]["status"] != "failed"]
+                      if key in figures[r] and figures[r][key]["status"] != "failed" and not _all_busy(figures[r][key])]
             points = [p for p in points if p["repeats"]]
             if points:
                 series.append({"key": key, "cell": entry["cell"], "metric": metric,
                                "higher_is_better": regression.METRICS[metric][2],
                                "run_ids": [p["run_id"] for p in points], "runs": [p["repeats"] for p in points]})
     return changes.detect(series)
+
+
+def _all_busy(entry: dict) -> bool:
+    busy = entry.get("host_busy")
+    return bool(busy) and len(busy["repeats"]) >= busy["of"]
 
 
 def described(found: list[dict], facts: dict[str, dict]) -> list[dict]:

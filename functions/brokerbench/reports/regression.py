@@ -412,7 +412,10 @@ def run_figures(source) -> dict[str, dict]:
             # A repeat measured on a busy host is no evidence (brokerbench.host): its figures and series are left out.
             busy = set(busy_repeats(config))
             quiet = [r not in busy for r in config.get("repeat_numbers") or []]
-            series = [s for s, keep in zip(config.get("intervals") or [], quiet or repeat(True)) if keep]
+            # With no quiet repeat the figures stay, to be shown beside a verdict that is no evidence (unstable:
+            # flag_busy_host), not dropped with the row; a series over runs leaves such a run out (history).
+            kept = quiet if any(quiet) else []
+            series = [s for s, keep in zip(config.get("intervals") or [], kept or repeat(True)) if keep]
             entry = {"key": config["key"], "cell": f"{config['broker']} {config['format']} · {group['title']}",
                      "cell_id": config["cell_ids"][0], "status": config["status"], "repeats": {}, "series": {},
                      "search": _is_search(config["rate_target"]),
@@ -420,10 +423,10 @@ def run_figures(source) -> dict[str, dict]:
                      "sustainability": (config.get("sustainability") or {}).get("verdict"),
                      # each quiet repeat's sustainability verdict: what a flip is tested on
                      "repeat_verdicts": [r["verdict"] for r in (config.get("sustainability") or {}).get("repeats", [])
-                                         if r.get("repeat") not in busy],
+                                         if r.get("repeat") not in busy or not kept],
                      "host_busy": {"repeats": sorted(busy), "of": len(quiet),
                                    "reasons": (config.get("host") or {}).get("reasons") or []} if busy else None}
-            by_repeat = {name: [v for v, keep in zip(values, quiet or repeat(True)) if keep]
+            by_repeat = {name: [v for v, keep in zip(values, kept or repeat(True)) if keep]
                          for name, values in (config.get("values_by_repeat") or {}).items()}
             for metric in metrics_of(entry):
                 read, name, _ = METRICS[metric]

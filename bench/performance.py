@@ -674,13 +674,28 @@ def interval_close(results: dict) -> dict:
                             "publish delay (ms)"], [_close_row(c) for c in ic["cells"]])}
 
 
+# ---- how late the Python loops stamp (bench/stamp_lag.py) -----------------------------------------------------------
+
+def stamp_lag(results: dict) -> dict:
+    lag = results["stamp_lag"]
+    loads = lag["load_average_1_5_15"]
+    rows = [[b["broker"], f"{b['native_p50_us']:,.0f}", f"{b['python_p50_us']:,.0f}", f"{b['lag_median_us']:+,.0f}",
+             ", ".join(f"{x:+,.0f}" for x in b["lag_per_trial_us"])] for b in lag["brokers"]]
+    return {"rate": f"{lag['rate']:,}", "seconds": f"{lag['seconds']:g}", "goal": str(lag["goal_us"]),
+            "when": lag["measured_at"][:16].replace("T", " "), "host": lag["host"], "code": lag["code"],
+            "load": f"{loads['before'][0]:.1f} before, {loads['after'][0]:.1f} after",
+            "table": table(["broker", "native publish p50 (µs)", "Python publish p50 (µs)",
+                            "Python − native, median (µs)", "per trial (µs)"], rows,
+                           ["---", "---:", "---:", "---:", "---"])}
+
+
 # ---- the page -------------------------------------------------------------------------------------------------------
 
 SECTIONS = {"intro": None, "harness": harness, "broker_tools": broker_tools, "cell_overhead": cell_overhead,
             "run_overhead": run_overhead,
             "test_suite": test_suite, "first_run": first_run, "reports": reports, "api_load": api_load,
             "false_claims": false_claims, "aa_regression": aa_regression, "latency_truth": latency_truth,
-            "interval_close": interval_close}
+            "stamp_lag": stamp_lag, "interval_close": interval_close}
 
 
 def load_results(folder: Path) -> dict:

@@ -638,6 +638,102 @@ def aa_regression(results: dict) -> dict:
     }
 
 
+# ---- the nightly schedule in A/A (bench/aa_schedule.py) -------------------------------------------------------------
+
+def _counts(counts: dict, names=VERDICTS) -> str:
+    return ", ".join(f"{counts[k]} {k}" for k in names if counts.get(k))
+
+
+def _schedule_run_row(number: int, r: dict) -> list[str]:
+    return [str(number), f"`{r['run_id']}`", f"{r['wall_s']:.0f}", str(r["history_runs"]),
+            f"{r['series_searched']} of {r['series']}", _counts(r["verdicts"]) or "–", _counts(r["flips"]) or "–",
+            f"**{len(r['alerts'])}**", str(r["failed_cells"])]
+
+
+def _sd(m: dict | None) -> str:
+    return "–" if m is None else f"{100 * m['sd_repeat']:.1f}% / {100 * m['sd_run']:.1f}%"
+
+
+def _noise_row(config: dict) -> list[str]:
+    m = config["metrics"]
+    return [config["cell"]] + [_sd(m.get(k)) for k in ("throughput_msgs_per_s", "end_to_end_p99_us",
+                                                       "publish_latency_p99_us")]
+
+
+def _share(told: int, of: int) -> str:
+    return f"{told:,} of {of:,} ({100 * told / of:.1f}%)" if of else "–"
+
+
+def _false_row(label: str, f: dict) -> list[str]:
+    phases = f["by_phase"]
+    return [label, f"**{_share(f['nights_with_an_alert'], f['nights'])}**",
+            _share(phases.get("pairwise", {}).get("with_an_alert", 0), phases.get("pairwise", {}).get("nights", 0)),
+            _share(phases.get("series", {}).get("with_an_alert", 0), phases.get("series", {}).get("nights", 0)),
+            ", ".join(f"{n} {m}" for m, n in sorted(f["alerts_by_metric"].items())) or "–"]
+
+
+def _step_row(d: dict) -> list[str]:
+    what = {"end_to_end_p99_us": "end-to-end p99", "throughput_msgs_per_s": "throughput"}[d["metric"]]
+    return [f"{what} × {d['factor']:g} in one configuration", f"**{_share(d['told'], d['trials'])}**",
+            _share(d["established_told"], d["established_trials"]),
+            f"{d['by_source']['pairwise']} pairwise, {d['by_source']['change_point']} change points",
+            str(d["other_alerts"])]
+
+
+def _median_sd(noise: dict, metric: str, which: str) -> str:
+    values = sorted(c["metrics"][metric][which] for c in noise["configurations"].values() if metric in c["metrics"])
+    return f"{100 * values[len(values) // 2]:.1f}% ({100 * values[0]:.1f}–{100 * values[-1]:.1f}%)"
+
+
+def aa_schedule(results: dict) -> dict:
+    a = results["aa_schedule"]
+    real, noise, sim, rules = a["real"], a["noise"], a["simulated"], a["rules"]
+    walls = [r["wall_s"] for r in real["runs"]]
+    s = real["summary"]
+    false_rows = [_false_row(f"A/A nights, repeats unsustainable at the real rate ({pct(noise['unsustainable_rate'])})",
+                             sim["false_alerts"])]
+    if "false_alerts_stressed" in sim:
+        stressed = sim["false_alerts_stressed"]
+        false_rows.append(_false_row(f"the same at {pct(stressed['unsustainable_rate'])} (7 of 72, the project's "
+                                     "earlier A/A data)", stressed))
+    return {
+        "runs": str(s["runs"]), "when": a["when"][:10], "walls": f"{min(walls):.0f}–{max(walls):.0f} s",
+        "fit": (f" ({real['stack']['runs_asked']} were asked; the bench's time budget of "
+                f"{minutes(real['stack']['budget_s'])} held {s['runs']})" if real["stack"].get("stopped_by_budget")
+                else ""),
+        "alerts": f"**{s['alerts']} alerts over {s['runs']} runs**",
+        "notify": f"{s['runs_that_notify']} of {s['runs']}", "workflow": str(s["workflow_alerts"]),
+        "by_source": f"{s['alerts_by_source']['pairwise']} pairwise ({s['flip_alerts']} of them sustainability flips), "
+                     f"{s['alerts_by_source']['change_point']} change points",
+        "verdicts": _counts(s["verdicts"]), "flips": _counts(s["flips"]),
+        "real_table": table(["run", "id", "wall (s)", "history runs", "series searched", "pairwise verdicts",
+                             "of them flips", "alerts", "failed cells"],
+                            [_schedule_run_row(i, r) for i, r in enumerate(real["runs"], 1)],
+                            ["---:", "---", "---:", "---:", "---:", "---", "---", "---:", "---:"]),
+        "repeats": f"{noise['quiet_repeats']:,} quiet repeats of {noise['repeats']:,}",
+        "unsustainable": f"{noise['unsustainable']} unsustainable ({pct(noise['unsustainable_rate'])})",
+        "inconclusive": f"{noise['inconclusive']} inconclusive ({pct(noise['inconclusive_rate'])})",
+        "busy": f"{noise['busy']} measured on a busy host ({pct(noise['busy_rate'])})",
+        "noise_table": table(["configuration", "throughput", "end-to-end p99", "publish p99"],
+                             [_noise_row(c) for c in noise["configurations"].values()]),
+        "p99_run": _median_sd(noise, "end_to_end_p99_us", "sd_run"),
+        "p99_repeat": _median_sd(noise, "end_to_end_p99_us", "sd_repeat"),
+        "tp_run": _median_sd(noise, "throughput_msgs_per_s", "sd_run"),
+        "tp_repeat": _median_sd(noise, "throughput_msgs_per_s", "sd_repeat"),
+        "early": _share(sum(n for start, (_, n) in sim["detection"]["p99"]["by_start"].items()
+                            if int(start) < rules["min_series"]), sim["detection"]["p99"]["trials"]),
+        "nights": f"{sim['false_alerts']['nights']:,}", "per_schedule": str(sim["nights_per_schedule"]),
+        "trials": str(sim["detection"]["p99"]["trials"]), "min_series": str(rules["min_series"]),
+        "min_history": str(rules["min_history"]), "sim_wall": minutes(sim["wall_s"]),
+        "false_table": table(["simulated", "nights with an alert", f"nights under {rules['min_series']} runs "
+                              "(pairwise)", "nights with a series", "alerts by metric"], false_rows),
+        "step_table": table(["step at a random night", "told within 2 nights at its run ± 1",
+                             f"steps from night {rules['min_series']} on", "told by", "other alerts in those nights"],
+                            [_step_row(d) for d in sim["detection"].values()]
+                            + [_step_row(d) for d in sim.get("p99_sweep", [])]),
+    }
+
+
 # ---- publish against end-to-end latency (bench/latency_truth.py) ----------------------------------------------------
 
 def _truth_rows(run: dict, which: str) -> list[list[str]]:
@@ -694,8 +790,8 @@ def stamp_lag(results: dict) -> dict:
 SECTIONS = {"intro": None, "harness": harness, "broker_tools": broker_tools, "cell_overhead": cell_overhead,
             "run_overhead": run_overhead,
             "test_suite": test_suite, "first_run": first_run, "reports": reports, "api_load": api_load,
-            "false_claims": false_claims, "aa_regression": aa_regression, "latency_truth": latency_truth,
-            "stamp_lag": stamp_lag, "interval_close": interval_close}
+            "false_claims": false_claims, "aa_regression": aa_regression, "aa_schedule": aa_schedule,
+            "latency_truth": latency_truth, "stamp_lag": stamp_lag, "interval_close": interval_close}
 
 
 def load_results(folder: Path) -> dict:

@@ -160,6 +160,29 @@ def _code(versions: dict) -> str:
     return f"code {before} → {after}" if before != after else f"code {after} on both sides"
 
 
+def change_alerts(figures: dict[str, dict], run_ids: list[str]) -> tuple[list[dict], list[tuple[dict, dict]], set]:
+    """What the check of the newest of `run_ids` (oldest first; `figures` holds each run's regression.run_figures)
+    takes from the change points: every series (`analyse`), the (series, change point) pairs it alerts on (told
+    once: changes.new_alerts against the analysis one run earlier, in the series that end with that run and are
+    long enough to search), and the (key, metric) of those searched series, which the change points judge instead
+    of the pairwise check. Pure: the scheduled check (`watch`) and its simulation (bench/aa_schedule.py) use it."""
+    now = analyse(figures, run_ids)
+    before = {(s["key"], s["metric"]): s for s in analyse(figures, run_ids[:-1])}
+    told, searched = [], set()
+    for s in now:
+        if not s["checked"] or s["run_ids"][-1] != run_ids[-1]:
+            continue
+        searched.add((s["key"], s["metric"]))
+        told += [(s, point) for point in changes.new_alerts(s, before.get((s["key"], s["metric"])))]
+    return now, told, searched
+
+
+def pairwise_alerts(regressions: list[dict], searched: set) -> list[dict]:
+    """The pairwise check's regressions that raise an alert: those of series too short to search (and of the
+    sustainability verdict, never a series), marked with their source."""
+    return [{**r, "source": "pairwise"} for r in regressions if (r["key"], r["metric"]) not in searched]
+
+
 def watch(store: EventStore, run_id: str, baseline_id: str | None = None, *, record: bool = True) -> dict:
     """The scheduled check of run `run_id`: the pairwise check and the change points of the suite's series, the
     alerts of both recorded as RegressionDetected events (see the module's docstring for which raises them)."""
@@ -170,27 +193,24 @@ def watch(store: EventStore, run_id: str, baseline_id: str | None = None, *, rec
     loaded = {r: (events if r == run_id else read_report_events(store, r)) for r in run_ids}
     figures = {r: regression.run_figures(e) for r, e in loaded.items()}
     facts = {r: run_facts(e) for r, e in loaded.items()}
-    now = described(analyse(figures, run_ids), facts)
-    before = {(s["key"], s["metric"]): s for s in analyse(figures, run_ids[:-1])}
-    alerts, searched = [], set()
-    for s in now:
-        if not s["checked"] or s["points"][-1]["run_id"] != run_id:
-            continue
-        searched.add((s["key"], s["metric"]))
-        for point in changes.new_alerts(s, before.get((s["key"], s["metric"]))):
-            alerts.append({"cell": s["cell"], "key": s["key"], "cell_id": figures[run_id][s["key"]]["cell_id"],
-                           "metric": s["metric"], "verdict": "regression", "source": "change_point",
-                           "baseline_median": point["before_mean"], "candidate_median": point["after_mean"],
-                           "baseline_mean": point["before_mean"], "candidate_mean": point["after_mean"],
-                           "change": point["change"], "p_value": point["p_value"],
-                           "began_run_id": point["began_run_id"], "before_run_id": point["before_run_id"],
-                           "runs_before": point["before_runs"], "runs_after": point["after_runs"],
-                           "versions": point["versions"], "differences": point["differences"],
-                           "history": history_link(suite, s["metric"]), "console": console_link(suite, s["metric"]),
-                           "why": alert_text(s, point)})
-    pairwise = [{**r, "source": "pairwise"} for r in checked["regressions"]
-                if (r["key"], r["metric"]) not in searched]
-    regressions = pairwise + alerts
+    found, told, searched = change_alerts(figures, run_ids)
+    now = described(found, facts)
+    shown = {(s["key"], s["metric"]): s for s in now}
+    alerts = []
+    for series, told_point in told:
+        s = shown[(series["key"], series["metric"])]
+        point = next(p for p in s["change_points"] if p["index"] == told_point["index"])
+        alerts.append({"cell": s["cell"], "key": s["key"], "cell_id": figures[run_id][s["key"]]["cell_id"],
+                       "metric": s["metric"], "verdict": "regression", "source": "change_point",
+                       "baseline_median": point["before_mean"], "candidate_median": point["after_mean"],
+                       "baseline_mean": point["before_mean"], "candidate_mean": point["after_mean"],
+                       "change": point["change"], "p_value": point["p_value"],
+                       "began_run_id": point["began_run_id"], "before_run_id": point["before_run_id"],
+                       "runs_before": point["before_runs"], "runs_after": point["after_runs"],
+                       "versions": point["versions"], "differences": point["differences"],
+                       "history": history_link(suite, s["metric"]), "console": console_link(suite, s["metric"]),
+                       "why": alert_text(s, point)})
+    regressions = pairwise_alerts(checked["regressions"], searched) + alerts
     if record and regressions:
         index = {c["cell_id"]: c["index"] for c in planned_cells(events)}
         store.append([make_event(run_id, "RegressionDetected", _event_data(r, checked["baseline_run_id"]),

@@ -1,0 +1,435 @@
+"""The nightly schedule in A/A: identical runs of the quick suite must raise no alert; a real step must be told
+within two nights, at the run it began with.
+
+1. Real runs: N runs of the quick suite (functions/brokerbench/suites/quick.json) on this build, one after
+   another, into one event store (its own local stack, kept up for the whole bench as a schedule's stack is), each
+   through the local workflow, whose CheckRegression step is the scheduled check. After each run the check is made
+   again as that step makes it (reports.history.watch, record=False): every alert it would raise is counted
+   (pairwise regressions, sustainability flips among them, and change points), with the failed cells (which also
+   notify). Per run and configuration the figures the simulation needs are kept: each quiet repeat's throughput
+   and p99s, each repeat's sustainability verdict, the repeats measured on a busy host.
+2. Simulation: schedules of NIGHTS nights (a night: one more run, the schedule's check of it), each run drawn from
+   the real runs' noise, per configuration and metric on the log scale: the mean of the real runs, a run effect
+   (the spread of the real runs' means beyond what their repeats explain) and the repeats' own spread; each repeat
+   judged unsustainable, inconclusive or busy at the real runs' rates. The check is the project's own code on the
+   drawn figures: regression.compare (the pairwise check, its flips under Boschloo's test included) against the
+   previous run and the ones before it as regression.check picks them, and history.change_alerts (the change
+   points the check tells) over the newest history.SERIES_RUNS runs, history.pairwise_alerts keeping the pairwise
+   alerts of series too short to search. Gives the share of nights with any alert. Then a step at a random night
+   of a random configuration (end-to-end p99 × 1.3, or throughput × 0.8): the share of steps told within two
+   nights (the night of the step or the next) with the alert on that configuration and metric and the change
+   placed on the step's run ± 1 (a pairwise alert is placed on the run it checked).
+   The drawn configurations are independent of each other (a slow run on a real host moves every configuration:
+   correlation that the family-wise controls hold under, and that makes alerts cluster rather than multiply).
+
+usage: .venv/bin/python bench/aa_schedule.py [--runs 8] [--home /tmp/bb-aas] [--nights 1000] [--trials 300]
+       [--reuse] [--simulate-only] [--out bench/results/aa_schedule.json]
+
+--reuse: the runs recorded in --out are checked again from the event store (its stack in --home started for it),
+and more are run up to --runs. --simulate-only: only the simulation again, from the figures recorded in --out.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+BIN = Path(sys.executable).parent / "brokerbench"
+SUITE = "quick"
+SUITE_FILE = ROOT / "functions" / "brokerbench" / "suites" / f"{SUITE}.json"
+RUNS = 8
+NIGHTS_PER_SCHEDULE = 25  # a schedule's nights in the simulation: beyond changes.MIN_SERIES, below SERIES_RUNS
+NIGHTS = 1000
+TRIALS = 300  # steps simulated per kind
+STEPS = {"p99": ("end_to_end_p99_us", 1.30), "throughput": ("throughput_msgs_per_s", 0.80)}
+P99_SWEEP = (1.5, 2.0, 3.0)  # larger p99 steps, to show the size a schedule of these runs can tell
+WITHIN_NIGHTS = 2  # the step's night and the next
+PLACEMENT = 1  # runs either side of the step's run where the alert may place it
+# The per-repeat unsustainable rate in the project's earlier A/A data (7 of 72 repeats on identical configurations,
+# bench/results/false_claims.json, issue 33): the simulation is also run at it, as a busier host would make it.
+STRESS_UNSUSTAINABLE = 7 / 72
+FIGURE_METRICS = ("throughput_msgs_per_s", "end_to_end_p99_us", "publish_latency_p99_us")
+ALERT_FIELDS = ("cell", "key", "metric", "source", "change", "p_value", "began_run_id", "why")
+
+
+def log(message: str) -> None:
+    print(f"[{time.strftime('%H:%M:%S')}] {message}", flush=True)
+
+
+# -- the real runs' figures (pure) --------------------------------------------------------------------------------
+def kept_figures(figures: dict[str, dict]) -> dict[str, dict]:
+    """A run's regression.run_figures without the per-second series (the simulation and the JSON need the
+    repeats): per configuration its repeats per metric (busy repeats already left out), each quiet repeat's
+    sustainability verdict, the configuration's verdict and the busy marks."""
+    return {key: {k: e[k] for k in ("key", "cell", "cell_id", "status", "search", "send_loop", "sustainability",
+                                     "repeat_verdicts", "host_busy")} | {"repeats": e["repeats"], "series": {}}
+            for key, e in figures.items()}
+
+
+def noise_model(runs: list[dict[str, dict]]) -> dict:
+    """The noise of the real runs (each a kept_figures), per configuration and metric on the log scale: the mean of
+    the runs' means, the repeats' standard deviation around their run's mean (pooled), and the run effect's: the
+    variance of the runs' means less the repeats' share of it (floored at 0). Beside them, per repeat over every
+    configuration: the shares judged unsustainable and inconclusive (of the quiet repeats) and measured busy."""
+    configurations = {}
+    for key in runs[0]:
+        entry = {"cell": runs[0][key]["cell"], "metrics": {}}
+        for metric in FIGURE_METRICS:
+            logs = [np.log(np.maximum(np.asarray(r[key]["repeats"].get(metric) or [], dtype=float), 1e-3))
+                    for r in runs if key in r]
+            logs = [x for x in logs if x.size]
+            if len(logs) < 2:
+                continue
+            means = np.array([x.mean() for x in logs])
+            df = sum(x.size - 1 for x in logs)
+            within = sum(float(((x - x.mean()) ** 2).sum()) for x in logs) / df if df else 0.0
+            repeats = float(np.mean([x.size for x in logs]))
+            between = max(0.0, float(np.var(means, ddof=1)) - within / repeats)
+            entry["metrics"][metric] = {"log_mean": float(means.mean()), "sd_repeat": math.sqrt(within),
+                                        "sd_run": math.sqrt(between), "runs": len(logs),
+                                        "run_values": [float(math.exp(m)) for m in means]}
+        configurations[key] = entry
+    verdicts = [v for r in runs for e in r.values() for v in e["repeat_verdicts"]]
+    busy = sum(len((e.get("host_busy") or {}).get("repeats", [])) for r in runs for e in r.values())
+    repeats = sum((e.get("host_busy") or {}).get("of", len(e["repeat_verdicts"])) for r in runs for e in r.values())
+    return {"configurations": configurations, "repeats": repeats, "quiet_repeats": len(verdicts), "busy": busy,
+            "unsustainable": verdicts.count("unsustainable"), "inconclusive": verdicts.count("inconclusive"),
+            "repeats_per_run": round(repeats / max(1, sum(len(r) for r in runs))),
+            "unsustainable_rate": verdicts.count("unsustainable") / max(1, len(verdicts)),
+            "inconclusive_rate": verdicts.count("inconclusive") / max(1, len(verdicts)),
+            "busy_rate": busy / max(1, repeats)}
+
+
+# -- a drawn run (pure, seeded) ------------------------------------------------------------------------------------
+def combined(verdicts: list[str]) -> str:
+    """The configuration's verdict over its repeats (reports.model.combined_verdict's rule)."""
+    if verdicts and all(v == "sustainable" for v in verdicts):
+        return "sustainable"
+    return "unsustainable" if "unsustainable" in verdicts else "inconclusive"
+
+
+def draw_run(model: dict, rng: np.random.Generator, step: tuple[str, str, float] | None = None,
+             unsustainable_rate: float | None = None) -> dict[str, dict]:
+    """One run's figures as regression.run_figures gives them, drawn from `model`; `step` = (key, metric, factor)
+    multiplies one configuration's metric."""
+    p_u = model["unsustainable_rate"] if unsustainable_rate is None else unsustainable_rate
+    p_i, p_busy, n = model["inconclusive_rate"], model["busy_rate"], model["repeats_per_run"]
+    run = {}
+    for key, config in model["configurations"].items():
+        busy = [r for r in range(1, n + 1) if rng.random() < p_busy]
+        draws = rng.random(n)
+        verdicts = ["unsustainable" if d < p_u else "inconclusive" if d < p_u + p_i else "sustainable" for d in draws]
+        repeats = {}
+        for metric, m in config["metrics"].items():
+            values = np.exp(m["log_mean"] + rng.normal(0, m["sd_run"]) + rng.normal(0, m["sd_repeat"], n))
+            if step is not None and step[0] == key and step[1] == metric:
+                values = values * step[2]
+            repeats[metric] = [float(v) for r, v in enumerate(values, 1) if r not in busy]
+        run[key] = {"key": key, "cell": config["cell"], "cell_id": key, "status": "completed", "search": False,
+                    "send_loop": None, "sustainability": combined(verdicts),
+                    "repeat_verdicts": [v for r, v in enumerate(verdicts, 1) if r not in busy],
+                    "host_busy": {"repeats": busy, "of": n, "reasons": ["drawn busy"]} if busy else None,
+                    "repeats": repeats, "series": {}}
+    return run
+
+
+# -- the schedule's check of a night (the project's own functions) ------------------------------------------------
+def night_alerts(figures: dict[str, dict], run_ids: list[str]) -> list[dict]:
+    """The alerts the scheduled check (history.watch) raises on the newest of `run_ids` (oldest first), from the
+    runs' figures alone: the pairwise check against the run before it and up to HISTORY_RUNS − 1 before that (every
+    run matches: one build, one configuration), the change points over the newest SERIES_RUNS. Each alert: key,
+    metric, source and the index in `run_ids` of the run it places the change at."""
+    from brokerbench.reports import history, regression
+
+    run_ids = run_ids[-history.SERIES_RUNS:]
+    newest = len(run_ids) - 1
+    out = []
+    if newest >= 1:
+        older = [figures[r] for r in run_ids[:-1][::-1][1:regression.HISTORY_RUNS]]
+        verdicts = regression.compare(figures[run_ids[-2]], figures[run_ids[-1]], older)
+        _, told, searched = history.change_alerts(figures, run_ids)
+        out += [{"key": v["key"], "metric": v["metric"], "source": "pairwise", "at": newest}
+                for v in history.pairwise_alerts([v for v in verdicts if v["verdict"] == "regression"], searched)]
+        out += [{"key": s["key"], "metric": s["metric"], "source": "change_point",
+                 "at": run_ids.index(s["run_ids"][c["index"]]), "change": c["change"]} for s, c in told]
+    return out
+
+
+def run_id_of(schedule: int, night: int) -> str:
+    """Run ids that sort as the runs were made (history and the series order runs by id)."""
+    return f"s{schedule:04d}n{night:04d}"
+
+
+def false_alerts(model: dict, nights: int, seed: int, unsustainable_rate: float | None = None,
+                 per_schedule: int = NIGHTS_PER_SCHEDULE) -> dict:
+    """`nights` nights of A/A schedules of `per_schedule` nights each: the nights with any alert, by the night's
+    place in its schedule (pairwise only, or change points), and the alerts by source and metric."""
+    rng = np.random.default_rng(seed)
+    nights_done, alerting, by_source, by_metric, by_phase = 0, 0, {}, {}, {}
+    schedule = 0
+    while nights_done < nights:
+        figures, ids = {}, []
+        for night in range(min(per_schedule, nights - nights_done + 1)):
+            run_id = run_id_of(schedule, night)
+            figures[run_id] = draw_run(model, rng, unsustainable_rate=unsustainable_rate)
+            ids.append(run_id)
+            if night == 0:
+                continue  # the first run has nothing to be checked against: not a night of the check
+            alerts = night_alerts(figures, ids)
+            nights_done += 1
+            phase = "series" if len(ids) >= _min_series() else "pairwise"
+            by_phase.setdefault(phase, [0, 0])[0] += 1
+            if alerts:
+                alerting += 1
+                by_phase[phase][1] += 1
+            for a in alerts:
+                by_source[a["source"]] = by_source.get(a["source"], 0) + 1
+                by_metric[a["metric"]] = by_metric.get(a["metric"], 0) + 1
+            if nights_done >= nights:
+                break
+        schedule += 1
+    return {"nights": nights_done, "schedules": schedule, "nights_with_an_alert": alerting,
+            "rate": alerting / max(1, nights_done), "alerts_by_source": by_source, "alerts_by_metric": by_metric,
+            "by_phase": {k: {"nights": v[0], "with_an_alert": v[1]} for k, v in by_phase.items()},
+            "unsustainable_rate": model["unsustainable_rate"] if unsustainable_rate is None else unsustainable_rate}
+
+
+def _min_series() -> int:
+    from brokerbench.reports import changes
+
+    return changes.MIN_SERIES
+
+
+def detection(model: dict, kind: str, trials: int, seed: int, per_schedule: int = NIGHTS_PER_SCHEDULE,
+              factor: float | None = None) -> dict:
+    """`trials` schedules with a step (STEPS[kind], or its metric times `factor`) in one random configuration from a
+    random night on (1 to per_schedule − 2): told when an alert on that configuration and metric comes on the
+    step's night or the next and places the change within PLACEMENT runs of it. Alerts on anything else in those
+    nights are counted apart."""
+    metric, factor = STEPS[kind][0], factor or STEPS[kind][1]
+    rng = np.random.default_rng(seed)
+    keys = [k for k, c in model["configurations"].items() if metric in c["metrics"]]
+    rows = []
+    for trial in range(trials):
+        key, start = keys[rng.integers(len(keys))], int(rng.integers(1, per_schedule - 1))
+        figures, ids, found, other = {}, [], None, 0
+        for night in range(start + WITHIN_NIGHTS):
+            run_id = run_id_of(trial, night)
+            figures[run_id] = draw_run(model, rng, (key, metric, factor) if night >= start else None)
+            ids.append(run_id)
+            if night < start:
+                continue
+            for a in night_alerts(figures, ids):
+                right = a["key"] == key and a["metric"] == metric
+                placed = abs(a["at"] + max(0, len(ids) - _series_runs()) - start) <= PLACEMENT
+                if right and placed and found is None:
+                    found = {"night": night - start, "source": a["source"]}
+                elif not right:
+                    other += 1
+        rows.append({"key": key, "start": start, "told": found is not None,
+                     "night": None if found is None else found["night"],
+                     "source": None if found is None else found["source"], "other_alerts": other})
+    established = [r for r in rows if r["start"] >= _min_series()]
+    return {"kind": kind, "metric": metric, "factor": factor, "trials": trials,
+            "told": sum(r["told"] for r in rows), "rate": sum(r["told"] for r in rows) / max(1, trials),
+            "established_trials": len(established), "established_told": sum(r["told"] for r in established),
+            "established_rate": sum(r["told"] for r in established) / max(1, len(established)),
+            "by_source": {s: sum(r["source"] == s for r in rows) for s in ("pairwise", "change_point")},
+            "other_alerts": sum(r["other_alerts"] for r in rows),
+            "by_start": {str(s): [sum(r["told"] for r in rows if r["start"] == s),
+                                  sum(r["start"] == s for r in rows)] for s in sorted({r["start"] for r in rows})},
+            "by_configuration": {k: [sum(r["told"] for r in rows if r["key"] == k), sum(r["key"] == k for r in rows)]
+                                 for k in keys}}
+
+
+def _series_runs() -> int:
+    from brokerbench.reports import history
+
+    return history.SERIES_RUNS
+
+
+def simulate(model: dict, nights: int, trials: int, seed: int = 0) -> dict:
+    started = time.monotonic()
+    out = {"nights_per_schedule": NIGHTS_PER_SCHEDULE,
+           "false_alerts": false_alerts(model, nights, seed),
+           "detection": {kind: detection(model, kind, trials, seed + 1 + i) for i, kind in enumerate(STEPS)}}
+    # what the p99 step would have to be to be told (fewer trials: a sweep, not the check's figure)
+    out["p99_sweep"] = [detection(model, "p99", max(1, trials // 3), seed + 20 + i, factor=f)
+                        for i, f in enumerate(P99_SWEEP)]
+    if model["unsustainable_rate"] < STRESS_UNSUSTAINABLE:
+        out["false_alerts_stressed"] = false_alerts(model, nights, seed + 10, STRESS_UNSUSTAINABLE)
+    out["wall_s"] = round(time.monotonic() - started, 1)
+    return out
+
+
+# -- the real runs ------------------------------------------------------------------------------------------------
+def run_once(out_dir: Path, env: dict) -> tuple[str | None, float, int, str]:
+    before = {p.name for p in out_dir.iterdir()} if out_dir.exists() else set()
+    started = time.monotonic()
+    done = subprocess.run([str(BIN), "run", "--suite", SUITE, "--out", str(out_dir), "--no-open"], env=env,
+                          capture_output=True, text=True, cwd=ROOT)
+    wall = time.monotonic() - started
+    new = sorted(p.name for p in out_dir.iterdir() if p.name not in before and (p / "results.json").is_file()) \
+        if out_dir.exists() else []
+    return (new[-1] if new else None), wall, done.returncode, (done.stderr or done.stdout)[-2000:]
+
+
+def checked_run(store, run_id: str, out_dir: Path) -> dict:
+    """The scheduled check of one stored run, made again as CheckRegression makes it, and what it counts."""
+    from brokerbench.events import read_report_events
+    from brokerbench.reports import history, regression
+    from brokerbench.reports.results import build_results
+
+    events = read_report_events(store, run_id)
+    checked = history.watch(store, run_id, record=False)
+    results = build_results(events)
+    figures = regression.run_figures(events)
+    recorded = out_dir / run_id / "regression.json"
+    workflow = json.loads(recorded.read_text()) if recorded.is_file() else None
+    return {
+        "run_id": run_id,
+        "alerts": [{k: a.get(k) for k in ALERT_FIELDS} for a in checked["regressions"]],
+        "failed_cells": sum(c["status"] != "completed" for c in results["cells"]),
+        "history_runs": len(checked.get("history_run_ids") or []),
+        "series_runs": len(checked["changes"]["runs"]),
+        "series": len(checked["changes"]["series"]),
+        "series_searched": sum(s["checked"] for s in checked["changes"]["series"]),
+        "change_points_shown": sum(len(s["change_points"]) for s in checked["changes"]["series"]),
+        "verdicts": {name: sum(v["verdict"] == name for v in checked["verdicts"])
+                     for name in ("regression", "improvement", "unstable", "unchanged")},
+        "flips": {name: sum(v["verdict"] == name for v in checked["verdicts"] if v["metric"] == "sustainability")
+                  for name in ("regression", "improvement", "unstable", "unchanged")},
+        "workflow_alerts": None if workflow is None else len(workflow.get("regressions", [])),
+        "figures": kept_figures(figures),
+    }
+
+
+def real_part(runs: int, home: Path, previous: list[dict], reuse: bool,
+              budget_s: float | None) -> tuple[list[dict], dict]:
+    os.environ["BROKERBENCH_HOME"] = str(home)
+    env = {**os.environ, "BROKERBENCH_HOME": str(home)}
+    from brokerbench.cli.common import open_store
+    from brokerbench.local.stack import LocalStack
+
+    stack = LocalStack()
+    started_stack = not stack.is_up()
+    up_started = time.monotonic()
+    endpoints = stack.up(["kafka", "redis", "dynamodb"], log=log)
+    store = open_store(endpoints)
+    out_dir = home / "reports"
+    out_dir.mkdir(parents=True, exist_ok=True)
+    made = [{k: r[k] for k in ("run_id", "wall_s", "exit_code")} for r in previous] if reuse else []
+    stopped = False
+    try:
+        while len(made) < runs:
+            longest = max([r["wall_s"] for r in made[-3:]] or [0.0])
+            if budget_s is not None and time.monotonic() - up_started + longest > budget_s:
+                stopped = True
+                log(f"stopping at {len(made)} runs: another ({longest:.0f} s) would pass the budget ({budget_s:.0f} s)")
+                break
+            run_id, wall, code, tail = run_once(out_dir, env)
+            log(f"run {len(made) + 1}/{runs}: {run_id} exit {code} in {wall:.0f} s")
+            if run_id is None:
+                raise SystemExit(f"the run did not start: {tail}")
+            made.append({"run_id": run_id, "wall_s": round(wall, 1), "exit_code": code})
+        checked = []
+        for r in made:
+            check = {**r, **checked_run(store, r["run_id"], out_dir)}
+            log(f"checked {r['run_id']}: {len(check['alerts'])} alerts, {check['failed_cells']} failed cells, "
+                f"verdicts {check['verdicts']}")
+            checked.append(check)
+    finally:
+        if started_stack:
+            stack.down(log=log)
+    return checked, {"wall_s": round(time.monotonic() - up_started, 1), "started_stack": started_stack,
+                     "runs_asked": runs, "stopped_by_budget": stopped, "budget_s": budget_s}
+
+
+def pure_check_agrees(checked: list[dict]) -> list[bool]:
+    """Per real run: whether the simulation's check (night_alerts, on the recorded figures) raises the alerts
+    history.watch raised on the stored run (the same configurations, metrics and sources)."""
+    figures = {r["run_id"]: r["figures"] for r in checked}
+    ids = [r["run_id"] for r in checked]
+    return [sorted((a["key"], a["metric"], a["source"]) for a in night_alerts(figures, ids[:i + 1]))
+            == sorted((a["key"], a["metric"], a["source"]) for a in r["alerts"]) for i, r in enumerate(checked)]
+
+
+def summary(checked: list[dict]) -> dict:
+    alerts = [a for r in checked for a in r["alerts"]]
+    return {"runs": len(checked), "alerts": len(alerts),
+            "runs_with_an_alert": sum(bool(r["alerts"]) for r in checked),
+            "runs_that_notify": sum(bool(r["alerts"] or r["failed_cells"]) for r in checked),
+            "failed_cells": sum(r["failed_cells"] for r in checked),
+            "alerts_by_source": {s: sum(a["source"] == s for a in alerts) for s in ("pairwise", "change_point")},
+            "flip_alerts": sum(a["metric"] == "sustainability" for a in alerts),
+            "workflow_alerts": sum(r["workflow_alerts"] or 0 for r in checked),
+            "verdicts": {k: sum(r["verdicts"][k] for r in checked) for k in checked[0]["verdicts"]},
+            "flips": {k: sum(r["flips"][k] for r in checked) for k in checked[0]["flips"]}}
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--runs", type=int, default=RUNS, help=f"quick-suite runs (default {RUNS})")
+    parser.add_argument("--home", default=os.environ.get("BROKERBENCH_HOME", "/tmp/bb-aas"))
+    parser.add_argument("--nights", type=int, default=NIGHTS)
+    parser.add_argument("--trials", type=int, default=TRIALS, help="simulated steps of each kind")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--budget-s", type=float, help="start no run that would end after this many seconds "
+                        "(by the longest of the last 3 runs): as many runs as fit, the number recorded")
+    parser.add_argument("--out", default=str(ROOT / "bench" / "results" / "aa_schedule.json"))
+    parser.add_argument("--reuse", action="store_true", help="check the recorded runs again; run up to --runs")
+    parser.add_argument("--simulate-only", action="store_true", help="the simulation again from --out's figures")
+    args = parser.parse_args()
+    from brokerbench.environment import collect
+    from brokerbench.reports import changes, history, regression
+
+    out = Path(args.out)
+    previous = json.loads(out.read_text()) if (args.reuse or args.simulate_only) and out.is_file() else None
+    started = time.monotonic()
+    if args.simulate_only:
+        if previous is None:
+            raise SystemExit(f"--simulate-only needs the runs recorded in {out}")
+        checked, stack = previous["real"]["runs"], previous["real"]["stack"]
+    else:
+        checked, stack = real_part(args.runs, Path(args.home), previous["real"]["runs"] if previous else [],
+                                   args.reuse, args.budget_s)
+    agree = pure_check_agrees(checked)
+    log(f"the simulation's check of the real runs agrees with history.watch on {sum(agree)} of {len(agree)} runs")
+    model = noise_model([r["figures"] for r in checked])
+    log(f"noise: {model['quiet_repeats']} quiet repeats, {model['unsustainable']} unsustainable, "
+        f"{model['inconclusive']} inconclusive, {model['busy']} busy of {model['repeats']}")
+    simulated = simulate(model, args.nights, args.trials, args.seed)
+    document = {
+        "bench": "aa_schedule", "when": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        "host": {k: v for k, v in collect()["host"].items() if k != "hostname"},
+        "suite": SUITE, "spec": json.loads(SUITE_FILE.read_text()),
+        "rules": {"pairwise_alpha": regression.ALPHA, "change_alpha": changes.ALPHA,
+                                  "min_series": changes.MIN_SERIES, "min_history": regression.MIN_HISTORY,
+                                  "series_runs": history.SERIES_RUNS, "history_runs": regression.HISTORY_RUNS,
+                                  "min_effect": changes.MIN_EFFECT},
+        "real": {"runs": checked, "stack": stack, "summary": summary(checked), "pure_check_agrees": agree,
+                 "runs_wall_s": round(sum(r["wall_s"] for r in checked), 1)},
+        "noise": model, "simulated": simulated, "this_invocation_wall_s": round(time.monotonic() - started, 1)}
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(document, indent=2, default=lambda v: v.item() if hasattr(v, "item") else str(v)))
+    s, f = document["real"]["summary"], simulated["false_alerts"]
+    log(f"real: {s['alerts']} alerts over {s['runs']} runs ({s['runs_that_notify']} runs would notify)")
+    log(f"simulated: {f['nights_with_an_alert']} of {f['nights']} nights with an alert ({f['rate']:.1%})")
+    for kind, d in simulated["detection"].items():
+        log(f"step {kind}: told {d['told']} of {d['trials']} ({d['rate']:.0%}); from night {_min_series()} on "
+            f"{d['established_told']} of {d['established_trials']} ({d['established_rate']:.0%})")
+    log(f"written {out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,81 @@
+"""The nightly-schedule simulation of bench/aa_schedule.py on cases worked out by hand: the noise model's two
+variances, and a noise-free schedule, where the scheduled check must stay silent in A/A and tell a step exactly on
+the nights its rules allow (the pairwise check from MIN_HISTORY runs of history, change points once a series has
+MIN_SERIES runs and two of them after the step)."""
+
+import importlib.util
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from brokerbench.reports import changes, regression
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="module")
+def bench():
+    spec = importlib.util.spec_from_file_location("aa_schedule", REPO / "bench" / "aa_schedule.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def entry(throughput, verdicts, busy=None):
+    return {"cell": "kafka raw", "repeats": {"throughput_msgs_per_s": throughput}, "repeat_verdicts": verdicts,
+            "host_busy": busy}
+
+
+def test_the_noise_model_splits_the_runs_spread_into_repeats_and_runs(bench):
+    runs = [{"a": entry([1.0, math.exp(0.2)], ["sustainable", "unsustainable"])},
+            {"a": entry([math.e, math.exp(1.2)], ["inconclusive"], {"repeats": [2], "of": 2, "reasons": []})}]
+    model = bench.noise_model(runs)
+    m = model["configurations"]["a"]["metrics"]["throughput_msgs_per_s"]
+    # log repeats (0, 0.2) and (1, 1.2): each run's squares 0.02, 2 degrees of freedom -> 0.02; the means 0.1 and
+    # 1.1 vary by 0.5, of which 0.02 / 2 is the repeats' share -> 0.49
+    assert m["log_mean"] == pytest.approx(0.6)
+    assert m["sd_repeat"] == pytest.approx(math.sqrt(0.02))
+    assert m["sd_run"] == pytest.approx(0.7)
+    assert (model["unsustainable"], model["inconclusive"], model["quiet_repeats"]) == (1, 1, 3)
+    assert (model["busy"], model["repeats"], model["busy_rate"]) == (1, 4, 0.25)
+
+
+def flat_model(configurations=2):
+    metrics = {m: {"log_mean": math.log(v), "sd_repeat": 0.0, "sd_run": 0.0}
+               for m, v in (("throughput_msgs_per_s", 1000.0), ("end_to_end_p99_us", 2000.0),
+                            ("publish_latency_p99_us", 900.0))}
+    return {"configurations": {f"k{i}": {"cell": f"cell {i}", "metrics": metrics} for i in range(configurations)},
+            "unsustainable_rate": 0.0, "inconclusive_rate": 0.0, "busy_rate": 0.0, "repeats_per_run": 3}
+
+
+def test_a_drawn_run_has_the_figures_the_checks_read(bench):
+    model = {**flat_model(1), "unsustainable_rate": 1.0, "busy_rate": 0.0}
+    run = bench.draw_run(model, np.random.default_rng(0), ("k0", "throughput_msgs_per_s", 0.8))["k0"]
+    assert run["repeats"]["throughput_msgs_per_s"] == pytest.approx([800.0] * 3)
+    assert run["repeats"]["end_to_end_p99_us"] == pytest.approx([2000.0] * 3)
+    assert run["sustainability"] == "unsustainable" and run["repeat_verdicts"] == ["unsustainable"] * 3
+    busy = bench.draw_run({**flat_model(1), "busy_rate": 1.0}, np.random.default_rng(0))["k0"]
+    assert busy["repeats"]["throughput_msgs_per_s"] == [] and busy["host_busy"]["repeats"] == [1, 2, 3]
+    assert set(regression.metrics_of(run)) == set(run["repeats"])
+
+
+def test_identical_nights_raise_nothing(bench):
+    result = bench.false_alerts(flat_model(), nights=12, seed=0, per_schedule=8)
+    assert (result["nights"], result["nights_with_an_alert"], result["schedules"]) == (12, 0, 2)
+    # a schedule of 8 runs checks 7 nights; its series reach MIN_SERIES runs on the MIN_SERIES − 1th night
+    assert result["by_phase"]["pairwise"]["nights"] == (changes.MIN_SERIES - 2) + (changes.MIN_SERIES - 2)
+
+
+def test_a_noise_free_step_is_told_exactly_where_the_rules_allow(bench):
+    result = bench.detection(flat_model(), "throughput", trials=40, seed=3, per_schedule=10)
+    # start s: the pairwise check on night s needs MIN_HISTORY runs before it (s >= 3); a series of s + 1 >=
+    # MIN_SERIES runs is left to change points, told on night s + 1 at run s
+    assert result["by_start"] and result["other_alerts"] == 0
+    for start, (told, trials) in result["by_start"].items():
+        assert told == (trials if int(start) >= regression.MIN_HISTORY else 0), start
+    starts = {int(s): n for s, (_, n) in result["by_start"].items()}
+    assert result["by_source"] == {
+        "pairwise": sum(n for s, n in starts.items() if regression.MIN_HISTORY <= s < changes.MIN_SERIES - 1),
+        "change_point": sum(n for s, n in starts.items() if s >= changes.MIN_SERIES - 1)}

@@ -17,7 +17,8 @@ waited 97% of its time); and what is in flight grows with the broker's latency a
 client-bound Kafka JSON cell had 57% of its window in flight, its producer waiting 1.4% of its time). So
 (`cell_limit`):
 
-- kept its schedule (a rated cell whose publish delay did not fail the verdict): `schedule`;
+- kept its schedule (a rated cell whose publish delay did not fail the verdict, and that did not leave more of the
+  messages due unsent than the verdict's not-sent rule allows): `schedule`;
 - otherwise, a producer process at CPU_SATURATED_PCT of a core or more: `client`;
 - otherwise, producers that waited for room WAIT_SHARE of their sending time or more: `broker`; less: `client`
   (the window was seldom full); and None when the window is unknown (a driver that does not say it) and the core
@@ -53,7 +54,8 @@ LEGEND = ("the load generator, not the broker, set the rate (its producers seldo
 
 RULE = (
     "What limited a cell: a producer that kept its schedule sent at the schedule's rate (`schedule`). One at rate "
-    "max, or behind its schedule (its publish delay failed the verdict), sent as fast as it could, and its rate is "
+    "max, or behind its schedule (its publish delay failed the verdict, or it left messages due unsent), sent as fast "
+    "as it could, and its rate is "
     "the slower of the broker and the load generator. Each producer keeps at most a window of messages "
     "unacknowledged (Kafka: librdkafka's queue, in messages and payload bytes; Redis: pipeline_depth; Pulsar: pending "
     "messages per partition; RabbitMQ and NATS: their in-flight setting; single mode: one), and waits for room when "

@@ -694,18 +694,20 @@ class _CellRun:
 
     def _limit(self, judged: dict, producers: list[dict]) -> dict:
         """What limited the cell's rate (brokerbench.limit): its schedule, when its producers kept it (a rated cell
-        whose publish delay did not fail the verdict); else the broker or the producers, told by how long they waited
-        for room in their in-flight windows and how busy their processes were: CPU over the measured sending, per
-        producer."""
+        whose publish delay did not fail the verdict, nor left more unsent than the not-sent rule allows); else the
+        broker or the producers, told by how long they waited for room in their in-flight windows and how busy their
+        processes were: CPU over the measured sending, per producer."""
         cell = self.cell
-        delay = (judged.get("checks") or {}).get("publish_delay") or {}
+        checks = judged.get("checks") or {}
+        delay = checks.get("publish_delay") or {}
+        unsent = checks.get("not_sent") or {}
         flights = [p["in_flight"] for p in producers if p.get("in_flight") is not None]
         shares = window_shares(flights)
         windows = {f.window for f in flights}
         used = self.sent or {}
         producer_cpu = used.get("producers")
         return limit.cell_limit(
-            kept_schedule=cell["rate"] != "max" and delay.get("passed") is not False,
+            kept_schedule=cell["rate"] != "max" and delay.get("passed") is not False and unsent.get("passed") is not False,
             window=windows.pop() if len(windows) == 1 else None, window_full_share=shares.full,
             in_flight_mean_share=shares.in_flight_mean, window_wait_share=shares.waited,
             producer_cpu_pct=None if producer_cpu is None else producer_cpu / max(1, cell["producers"]),

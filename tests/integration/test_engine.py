@@ -54,7 +54,11 @@ def test_rate_accuracy_and_no_loss(rated_run):
         assert cell["sent"] == cell["received"] > 0
         assert cell["lost"] == cell["duplicated"] == 0
         assert 0 < cell["end_to_end_latency_us"]["p50"] < 1_000_000
-        assert cell["end_to_end_latency_us"]["p50"] <= cell["end_to_end_latency_us"]["p99"] <= cell["end_to_end_latency_us"]["max"]
+        e2e = cell["end_to_end_latency_us"]
+        if e2e["p99"] is None:  # a producer behind at the end left over 1% of what was due unsent: a lower bound
+            assert (cell.get("not_sent") or e2e.get("not_sent") or 0) > 0 and e2e["lower_bounds"]["p99"] >= e2e["p50"], e2e
+        else:
+            assert e2e["p50"] <= e2e["p99"] <= e2e["max"]
         assert cell["publish_latency_us"]["p50"] > 0 and cell["encode_ns"]["p50"] > 0 and cell["decode_ns"]["p50"] > 0
         # The timed call's own cost is stored with the codec figures, and the net figures are the p50s less it.
         floor = cell["codec_floor_ns"]
@@ -81,7 +85,10 @@ def test_results_use_the_documented_names(rated_run):
         assert fields <= cell.keys()
         for name in ("publish_latency_us", "publish_delay_us", "end_to_end_latency_us", "delivery_latency_us",
                      "encode_ns", "decode_ns"):
-            assert set(cell[name]) == {"mean", "p50", "p75", "p95", "p99", "p999", "max"}
+            # with messages never received or never sent (a producer behind at the end), their count and the
+            # percentiles they make lower bounds beside (reports.results.with_missing)
+            assert {"mean", "p50", "p75", "p95", "p99", "p999", "max"} <= set(cell[name]) <= {
+                "mean", "p50", "p75", "p95", "p99", "p999", "max", "missing", "lower_bounds", "not_sent"}
     env = results["environment"]
     assert env["brokers"]["kafka"]["broker_version"].startswith("4.1")
     assert env["brokers"]["redis-streams"]["broker_version"].startswith("7.")

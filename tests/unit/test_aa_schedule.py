@@ -3,24 +3,19 @@ variances, and a noise-free schedule, where the scheduled check must stay silent
 the nights its rules allow (the pairwise check from MIN_HISTORY runs of history, change points once a series has
 MIN_SERIES runs and two of them after the step)."""
 
-import importlib.util
 import math
-from pathlib import Path
 
 import numpy as np
 import pytest
 
-from brokerbench.reports import changes, regression
+from bench_scripts import load
 
-REPO = Path(__file__).resolve().parents[2]
+from brokerbench.reports import changes, regression
 
 
 @pytest.fixture(scope="module")
 def bench():
-    spec = importlib.util.spec_from_file_location("aa_schedule", REPO / "bench" / "aa_schedule.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load("aa_schedule")
 
 
 def entry(throughput, verdicts, busy=None):

@@ -1,10 +1,11 @@
 """bench/broker_tools.py reads each broker tool's output as the tool prints it (outputs captured from real runs on
 the local stack), and docs/performance.md gets a table per broker from its result file."""
 
-import importlib.util
 from pathlib import Path
 
 import pytest
+
+from bench_scripts import load
 
 REPO = Path(__file__).parents[2]
 
@@ -34,10 +35,7 @@ PULSAR_LOGGED = ("2026-11-28T11:38:27,687 - INFO  - [pulsar-client-io-1-1:Client
 
 @pytest.fixture(scope="module")
 def broker_tools():
-    spec = importlib.util.spec_from_file_location("broker_tools", REPO / "bench" / "broker_tools.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load("broker_tools")
 
 
 def test_nats_bench_gives_its_rate_and_in_sync_mode_its_publish_p50(broker_tools):
@@ -78,9 +76,7 @@ def test_each_brokers_window_is_its_plugins_setting(broker_tools):
 
 
 def test_the_performance_page_has_a_table_per_broker_from_the_result_file():
-    spec = importlib.util.spec_from_file_location("performance", REPO / "bench" / "performance.py")
-    performance = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(performance)
+    performance = load("performance")
     results = performance.load_results(REPO / "bench" / "results")
     section = performance.render_section("broker_tools", results)
     for broker in results["broker_tools"]["brokers"]:

@@ -18,16 +18,21 @@ measured, 0.5 s warm-up, one repeat): 14 cells, under a minute of wall clock.
 A run measured on a busy host is no evidence (brokerbench.host): its figures leave the series, and beside the other
 test workers most runs were (a pass beside two other workers kept 5 of 7 runs of one target, too few to search). So
 the module has the machine to itself while it measures (tests/conftest.py, QUIET_MODULES), as test_latency_truth.
+A fresh CI machine still marked 2 of 7 proxied cells busy with the machine to itself (the other workers' idle
+brokers, or steal): a phase goes on, up to EXTRA runs more, until each target has the quiet runs it needs, and the
+alert must begin with the first quiet delayed run of the proxied target and name its last quiet steady run.
 """
 
 from __future__ import annotations
 
 import secrets
 
-from brokerbench.reports import changes, history
+from brokerbench.events import read_report_events
+from brokerbench.reports import changes, history, regression
 from inline_run import execute_run
 
 STEADY, AFTER = 5, 2
+EXTRA = 4  # runs a phase may add where the host marked a target's cell busy
 DELAY_MS = 50
 RATE = 1200  # msgs/s: 1 s measured gives 1,200 messages, above the 1,000 a p99 needs (reports.model.min_samples)
 LATENCIES = {"end_to_end_p99_us", "publish_latency_p99_us"}
@@ -45,28 +50,50 @@ def test_an_injected_delay_is_flagged_at_the_run_it_began_with_and_nothing_else(
     spec = {"name": suite, "brokers": list(targets), "sizes": [256], "formats": ["raw"], "rates": [RATE],
             "duration_s": 1, "warmup_s": 0.5, "warmup_until_steady": False, "drain_timeout_s": 5,
             "targets": targets}
-    run_ids = []
-    for i in range(STEADY + AFTER):
-        if i == STEADY:
-            toxiproxy.latency(proxy, DELAY_MS, "upstream")
+    run_ids, quiet = [], {target: [] for target in targets}  # quiet: the runs where the target's cell was not busy
+
+    def measure(delayed: bool) -> None:
         outcome = execute_run(spec, {**endpoints, **targets}, store)
         assert outcome.status == "completed", [c.reason for c in outcome.failed]
         run_ids.append(outcome.run_id)
+        for entry in regression.run_figures(read_report_events(store, outcome.run_id)).values():
+            if not history.all_busy(entry):
+                quiet[entry["cell"].split()[0]].append((outcome.run_id, delayed))
+
+    def quiet_runs(delayed: bool) -> dict[str, int]:
+        return {t: sum(d == delayed for _, d in runs) for t, runs in quiet.items()}
+
+    while min(quiet_runs(False).values()) < STEADY and len(run_ids) < STEADY + EXTRA:
+        measure(False)
+    toxiproxy.latency(proxy, DELAY_MS, "upstream")
+    # until the proxied target has AFTER quiet delayed runs, the last of them the run checked: one more would have
+    # told the alert a run earlier (alerts are told once)
+    while quiet_runs(True)["proxied"] < AFTER and len(run_ids) < STEADY + AFTER + 2 * EXTRA:
+        measure(True)
     toxiproxy.latency(proxy, 0, "upstream")
     assert history.suite_runs(store, suite) == run_ids
+    assert min(quiet_runs(False).values()) >= STEADY and quiet_runs(True)["proxied"] == AFTER, \
+        f"the host marked too many cells busy to judge: {quiet}"
+    steady = [r for r, d in quiet["proxied"] if not d]
+    began = next(r for r, d in quiet["proxied"] if d)
 
     checked = history.watch(store, run_ids[-1], record=False)
     series = {(s["cell"].split()[0], s["metric"]): s for s in checked["changes"]["series"]}
     for (target, metric), s in series.items():
         print(target, metric, [round(p["value"]) for p in s["points"]],
               [(c["index"], round(c["change"], 2), c["p_value"]) for c in s["change_points"]])
-    assert all(s["checked"] for s in series.values()) and len(series) == 6
+    # each series is searched (long enough); the direct target's delayed runs may all have been busy (not waited for)
+    assert len(series) == 6 and all(s["checked"] for (t, _), s in series.items()
+                                    if t == "proxied" or len(quiet[t]) >= changes.MIN_SERIES), series
     flagged = {(a["cell"].split()[0], a["metric"]) for a in checked["regressions"]}
     assert flagged and flagged <= {("proxied", m) for m in LATENCIES}, checked["regressions"]
     for alert in checked["regressions"]:
         assert alert["source"] == "change_point"
-        assert alert["began_run_id"] == run_ids[STEADY] and alert["before_run_id"] == run_ids[STEADY - 1]
+        assert alert["began_run_id"] == began and alert["before_run_id"] == steady[-1]
         assert alert["change"] > 5  # more than 6x: the delay dominates the proxied round trip
-    # the direct target has no change point at all; a throughput may show a significant change below its minimum
-    # effect (runs at a fixed rate agree to a message: 600 -> 588 msgs/s once here), never an alert
-    assert not any(s["change_points"] for (target, _), s in series.items() if target == "direct")
+    # The direct target raises no alert (above). A change point may still show there, below the delay's by far: the
+    # host drifts between runs (the direct p99 once fell 20%, 500 -> 400 µs, at p = 0.01 with the machine to itself),
+    # and a throughput at a fixed rate may move below its minimum effect (600 -> 588 msgs/s once here).
+    drift = [(metric, c["change"]) for (target, metric), s in series.items() if target == "direct"
+             for c in s["change_points"]]
+    assert all(abs(change) < 1 for _, change in drift), drift

@@ -89,8 +89,11 @@ def test_a_startup_backlog_is_read_from_the_broker(loop, endpoints, store, monke
         # (how long the backlog takes to read is a timing of the host: the read rate is checked by hand)
         assert 0 <= startup["first_delivery_s"] <= startup["backlog_read_s"], accounting
         assert startup["read_rate_msgs_per_s"] == pytest.approx(backlog / startup["backlog_read_s"]), accounting
-        # the first backlog message waited at the broker for the whole backlog phase and the lead
-        assert cell["end_to_end_latency_us"]["max"] >= (backlog / backlog_rate + lead_s) * 1e6 * 0.95
+        # the first backlog message waited at the broker for the whole backlog phase and the lead (the max is a lower
+        # bound where a producer behind at the end left messages unsent)
+        e2e = cell["end_to_end_latency_us"]
+        longest = e2e["max"] if e2e["max"] is not None else e2e["lower_bounds"]["max"]
+        assert longest >= (backlog / backlog_rate + lead_s) * 1e6 * 0.95, e2e
 
 
 @pytest.mark.parametrize("loop", ["native", "python"])

@@ -1,8 +1,9 @@
 """Two `brokerbench run`s at once on one machine, each with its own --state-dir: they share nothing.
 
 Each run starts its own Redis and its own DynamoDB Local (the event store), on free ports of its own, and stops
-them at its end. The second run's cells are a little longer, so the first run's teardown happens while the second
-measures. The test watches both as they run: the services each stack records (stack.json) and the cells'
+them at its end. The second run starts first, and the first once the second measures (started together, a
+loaded CI host once had the first run measured and gone before the second measured at all); the second run's cells
+are longer, so the first run's teardown happens while the second measures. The test watches both as they run: the services each stack records (stack.json) and the cells'
 processes. Whenever a run measures, its own services must be running; when the first run has ended (its teardown
 done), the other's must still be; every cell of both must complete with every message received; each event store
 must hold its own run's events only, each once; and nothing either run started may be left running.
@@ -48,6 +49,11 @@ def _pids(services: dict[str, dict]) -> set[int]:
     return {pid for record in services.values() for pid in record["pids"]}
 
 
+def _measuring(clis: dict) -> set[str]:
+    """The runs whose cell has a producer running."""
+    return {run for run, cli in clis.items() if "bb-producer-0" in descendants(cli.pid).values()}
+
+
 def _watch(clis: dict, states: dict, began: float) -> dict:
     """Polls both runs until both have ended: every service each stack recorded (name -> pids) and its ports,
     whether the runs measured at once, the services a measuring run had lost, and at the first run's end the
@@ -57,7 +63,7 @@ def _watch(clis: dict, states: dict, began: float) -> dict:
     facts = {"seen": seen, "ports": ports, "at_once": False, "lost_while_measuring": [], "first_end": None}
     while any(cli.poll() is None for cli in clis.values()):
         assert time.monotonic() - began < 280, "the runs did not end"  # a hang, not a slow host (idle: ~50 s)
-        measuring = {run for run, cli in clis.items() if "bb-producer-0" in descendants(cli.pid).values()}
+        measuring = _measuring(clis)
         facts["at_once"] = facts["at_once"] or len(measuring) == 2
         for run, state in states.items():
             services = _services(state)
@@ -93,10 +99,14 @@ def test_two_runs_at_once_with_their_own_state_dirs_share_nothing(tmp_path):
     states = {run: tmp_path / run / "state" for run in DURATIONS_S}
     clis, logs = {}, {}
     try:
-        for run in DURATIONS_S:
+        for run in sorted(DURATIONS_S, key=DURATIONS_S.get, reverse=True):  # the longer run first
             (tmp_path / run).mkdir()
             (tmp_path / run / "spec.json").write_text(json.dumps(_spec(run)))
             logs[run] = open(tmp_path / run / "cli.log", "w+")
+            if clis:  # the other once the first measures
+                while not _measuring(clis) and all(cli.poll() is None for cli in clis.values()):
+                    assert time.monotonic() - began < 120, "the first run never measured"
+                    time.sleep(0.1)
             clis[run] = subprocess.Popen([str(BIN), "--state-dir", str(states[run]), "run", "--spec",
                                           str(tmp_path / run / "spec.json"), "--out", str(tmp_path / run / "out")],
                                          stdout=logs[run], stderr=subprocess.STDOUT, text=True)

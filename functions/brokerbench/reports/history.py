@@ -94,7 +94,7 @@ def analyse(figures: dict[str, dict], run_ids: list[str], metrics=None) -> list[
                 continue
             # a run whose every repeat of the configuration ran on a busy host is no point of its series
             points = [{"run_id": r, "repeats": figures[r][key]["repeats"].get(metric) or []} for r in run_ids
-                      if key in figures[r] and figures[r][key]["status"] != "failed" and not _all_busy(figures[r][key])]
+                      if key in figures[r] and figures[r][key]["status"] != "failed" and not all_busy(figures[r][key])]
             points = [p for p in points if p["repeats"]]
             if points:
                 series.append({"key": key, "cell": entry["cell"], "metric": metric,
@@ -103,7 +103,8 @@ def analyse(figures: dict[str, dict], run_ids: list[str], metrics=None) -> list[
     return changes.detect(series)
 
 
-def _all_busy(entry: dict) -> bool:
+def all_busy(entry: dict) -> bool:
+    """Whether every repeat of a run's configuration (an entry of regression.run_figures) ran on a busy host."""
     busy = entry.get("host_busy")
     return bool(busy) and len(busy["repeats"]) >= busy["of"]
 

@@ -226,7 +226,8 @@ def test_the_sustainable_rate_search_finds_the_cap(quota, endpoints, store):
         console.print(table)
     held = cell["search"]["sustainable_for_s"]
     assert f"max sustainable {found:,.0f} msgs/s (held {held:,.0f} s, {len(steps)} steps)" in console.export_text()
-    assert f"<td>max sustainable {found:,.0f} msgs/s (held {held:,.0f} s)</td>" in html.render(report)
+    # (in a marked span with a mark after it where the host was busy, on a loaded machine)
+    assert f"max sustainable {found:,.0f} msgs/s (held {held:,.0f} s)" in html.render(report)
     judged_from_below([{**cell, "rate_target": "search"}], conditions, "max_sustainable_rate")
     assert found == pytest.approx(cap_msgs_per_s(), rel=0.10), (conditions[cell["cell_id"]], said)
     assert half["throughput_msgs_per_s"] == pytest.approx(half["rate"], rel=0.05)  # well under the cap: it keeps up

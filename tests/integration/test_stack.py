@@ -1,8 +1,13 @@
 """The local stack starts real services on 127.0.0.1, reuses them, and stops them."""
 
+import json
+import socket
+from contextlib import contextmanager
+
 import redis
 
 from brokerbench.cli import main
+from brokerbench.local.processes import ephemeral_range
 from brokerbench.local.stack import LocalStack, pid_alive, port_answers
 
 
@@ -22,10 +27,39 @@ def listening_addresses(port: int) -> set[str]:
 LOOPBACK = {"0100007F", "0000000000000000FFFF00000100007F"}
 
 
+@contextmanager
+def outgoing_connections(count: int):
+    """`count` TCP connections to a listener of the test's own, held open: each holds a port of the kernel's
+    ephemeral range, as a busy host's outgoing connections do."""
+    with socket.socket() as server:
+        server.bind(("127.0.0.1", 0))
+        server.listen(count)
+        clients, accepted = [], []
+        try:
+            for _ in range(count):
+                clients.append(socket.create_connection(server.getsockname()))
+                accepted.append(server.accept()[0])
+            yield [c.getsockname()[1] for c in clients]
+        finally:
+            for sock in clients + accepted:
+                sock.close()
+
+
 def test_up_reuses_status_reports_and_down_stops(tmp_path):
     stack = LocalStack(tmp_path)
+    low, high = ephemeral_range()
     try:
-        endpoints = stack.up(log=lambda m: None)
+        # every service starts while outgoing connections hold ports of the ephemeral range, and every listener
+        # it records is outside that range (a RabbitMQ stream listener given one failed with eaddrinuse)
+        with outgoing_connections(400) as held:
+            assert all(low <= port <= high for port in held)
+            endpoints = stack.up(log=lambda m: None)
+        recorded = json.loads(stack.state_file.read_text())
+        listeners = {(name, key): port for name, record in recorded.items()
+                     for key, port in [("port", record["port"]), *(record.get("extra") or {}).items()]
+                     if key.endswith("port") and isinstance(port, int)}
+        assert len(listeners) > len(recorded), listeners  # RabbitMQ's and the others' extra listeners are in
+        assert not {k: p for k, p in listeners.items() if low <= p <= high}, listeners
         status = stack.status()
         assert all(s["state"] == "running" for s in status.values())
         pids = {name: s["pid"] for name, s in status.items()}
@@ -97,3 +131,26 @@ def test_redis_persistence_is_read_from_the_running_redis(stack):
     client = validate({"brokers": ["redis-streams"], "sizes": [1024], "rates": [100], "formats": ["raw"]})["client"]
     settings = broker_settings("redis-streams", stack.endpoints(required=["redis"])["redis-streams"], client)
     assert settings["persistence"] == {"appendonly": "yes", "appendfsync": "everysec", "source": "CONFIG GET"}
+
+
+def test_a_service_whose_fresh_port_was_taken_as_it_started_starts_again_on_another(tmp_path, monkeypatch):
+    """The port chosen for a new Redis is taken by another listener before Redis binds it (as another process
+    choosing at once could): Redis exits with "Address already in use", and the stack starts it again on a fresh
+    port instead of failing `local up`."""
+    from brokerbench.local import stack as stack_module
+
+    taken = socket.socket()
+    taken.bind(("127.0.0.1", stack_module.free_port()))
+    taken.listen()
+    handed = [taken.getsockname()[1]]
+    real = stack_module.free_port
+    monkeypatch.setattr(stack_module, "free_port", lambda: handed.pop(0) if handed else real())
+    stack, said = LocalStack(tmp_path), []
+    try:
+        endpoint = stack.up(["redis"], log=said.append)["redis-streams"]
+        assert endpoint["port"] != taken.getsockname()[1]
+        assert redis.Redis(port=endpoint["port"]).ping()
+        assert any("starting it again on fresh ports" in line for line in said), said
+    finally:
+        stack.down(log=lambda m: None)
+        taken.close()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import random
 import shutil
 import signal
 import socket
@@ -10,7 +11,7 @@ import subprocess
 import time
 from pathlib import Path
 
-from ..worker.processes import pid_exists
+from ..worker.processes import pid_exists, signal_group
 from .install import DEBIAN_PACKAGES
 
 HOST = "127.0.0.1"
@@ -20,16 +21,53 @@ class StackError(RuntimeError):
     """A local service cannot be started, or is not there."""
 
 
+EPHEMERAL_RANGE = "/proc/sys/net/ipv4/ip_local_port_range"
+LISTEN_PORTS = (10000, 65535)  # where listeners are chosen: above the well-known and most registered services' ports
+_handed: set[int] = set()  # ports this process has handed out: never twice, even before a service binds one
+
+
+def ephemeral_range(path: str = EPHEMERAL_RANGE) -> tuple[int, int]:
+    """The kernel's range of ports for outgoing connections (its default 32768-60999 where the file is missing)."""
+    try:
+        low, high = (int(v) for v in Path(path).read_text().split()[:2])
+        return low, high
+    except (OSError, ValueError):
+        return 32768, 60999
+
+
+def listen_candidates(ephemeral: tuple[int, int]) -> list[int]:
+    """The ports a listener may be given: LISTEN_PORTS less the kernel's ephemeral range. A port in that range can
+    be taken by any outgoing connection between the moment it is chosen and the moment the service binds it (a
+    RabbitMQ stream listener given one failed with eaddrinuse while other processes connected out); one outside it
+    can only be taken by another listener. Empty when the ephemeral range covers them all."""
+    low, high = ephemeral
+    return [p for p in range(LISTEN_PORTS[0], LISTEN_PORTS[1] + 1) if not low <= p <= high]
+
+
 def free_port() -> int:
+    """A port on HOST that nothing holds now, outside the kernel's ephemeral range (listen_candidates), never one
+    this process handed out before; chosen at random, so that processes choosing at once rarely meet (a service
+    that still finds its port taken is started again on fresh ones: LocalStack). Where the ephemeral range leaves
+    no room, the kernel's choice."""
+    candidates = listen_candidates(ephemeral_range())
+    for _ in range(200 if candidates else 0):
+        port = random.choice(candidates)
+        if port not in _handed and port_free(port, reuse=False):
+            _handed.add(port)
+            return port
     with socket.socket() as sock:
         sock.bind((HOST, 0))
-        return sock.getsockname()[1]
+        port = sock.getsockname()[1]
+    _handed.add(port)
+    return port
 
 
-def port_free(port: int) -> bool:
-    """Whether `port` on HOST can be bound now (nothing listens on it or holds it)."""
+def port_free(port: int, reuse: bool = True) -> bool:
+    """Whether `port` on HOST can be bound now (nothing listens on it or holds it; with `reuse`, as a listener
+    with SO_REUSEADDR binds it, past connections of its own still closing)."""
     with socket.socket() as sock:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as the services' own listeners do
+        if reuse:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as the services' own listeners do
         try:
             sock.bind((HOST, port))
         except OSError:
@@ -86,12 +124,8 @@ def tail(path: str | Path, lines: int = 20) -> str:
 def stop(pid: int, timeout_s: float = 15) -> None:
     """SIGTERM the process group, then SIGKILL whatever is left."""
     for sig in (signal.SIGTERM, signal.SIGKILL):
-        try:
-            os.killpg(pid, sig)
-        except ProcessLookupError:
+        if not signal_group(pid, sig):
             return
-        except PermissionError:
-            os.kill(pid, sig)
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             try:

@@ -17,6 +17,7 @@ import contextlib
 import fcntl
 import json
 import os
+import re
 import shutil
 import time
 from dataclasses import asdict, dataclass, field
@@ -263,28 +264,39 @@ class LocalStack:
 
     def _up(self, names: list[str], owner, log) -> dict:
         state = self._load()
-        started = []
+        started, restarted = [], set()
         try:
             for name in names:
                 svc = state.get(name)
                 if svc and svc.running():
                     continue
                 ports = free_port
-                if svc:  # it died: back on the same ports where they are free, with its data, as a real broker
+                if svc:
+                    # it died: back on the same ports where they are free, with its data, as a real broker
+                    restarted.add(name)
                     _stop_all(svc)  # restarts after a crash: clients in flight find it again, what it stored is kept
                     ports = _same_ports(svc)
                 if not started:
                     self.check_disk()
                 self.install([name])  # first use: installed before it starts (its start-up timeout excludes it)
                 log(f"starting {name} ..." if svc is None else f"starting {name} again (it had stopped) ...")
-                folder = self._folder(name, keep_data=svc is not None)
-                _, service, nodes = self._lookup(name)
-                settings = {**self.settings, "nodes": nodes} if nodes > 1 else self.settings
-                state[name] = Service.of(name, service.start(folder, ports, settings), owner)
+                state[name] = self._start(name, ports, owner, keep_data=svc is not None)
                 started.append(name)
                 self._save(state)
             for name in started:
-                self._wait(state[name])
+                for attempt in range(1, BIND_ATTEMPTS + 1):
+                    try:
+                        self._wait(state[name])
+                        break
+                    except StackError:
+                        # a fresh port taken between its choice and the bind (by another process's listener):
+                        # started again on fresh ones; a restart's ports are its own (_same_ports) and kept
+                        if attempt == BIND_ATTEMPTS or name in restarted or not _port_taken(state[name]):
+                            raise
+                        log(f"{name}: a port was taken as it started; starting it again on fresh ports ...")
+                        _stop_all(state[name])
+                        state[name] = self._start(name, free_port, owner, keep_data=False)
+                        self._save(state)
         except BaseException:
             for name in started:  # nothing half-started is left behind
                 _stop_all(state.pop(name))
@@ -325,6 +337,20 @@ class LocalStack:
         return {self.services[name][0]: svc.endpoint for name, svc in services.items()
                 if name in self.services and svc.endpoint is not None}
 
+    def node_started(self, name: str, node: str, pids: list[int]) -> None:
+        """A node of the cluster `name` started again on its own (a fault's restart, brokerbench.faults) with new
+        `pids`: recorded in place of its old ones, so the stack finds the cluster whole and stops them at its end."""
+        with self._locked():
+            state = self._load()
+            svc = state.get(name)
+            entries = [n for n in ((svc.endpoint or {}).get("nodes") or []) if n["node"] == node] if svc else []
+            if not entries:
+                raise StackError(f"{name} has no node {node!r} in the local stack")
+            old = set(entries[0]["pids"])
+            svc.pids = [p for p in svc.pids if p not in old] + list(pids)
+            entries[0]["pids"] = list(pids)
+            self._save(state)
+
     def endpoint(self, name: str) -> dict:
         """One started service's endpoint, a cluster's too ("kafka@3"), with every process of it (`pids`)."""
         svc = self._load().get(name)
@@ -333,6 +359,13 @@ class LocalStack:
         return {**svc.endpoint, "pids": svc.pids}
 
     # -- services ----------------------------------------------------------------------------
+    def _start(self, name: str, ports, owner, keep_data: bool) -> Service:
+        """Starts the service (not waited for) on ports from `ports`, in a data folder emptied unless `keep_data`."""
+        folder = self._folder(name, keep_data=keep_data)
+        _, service, nodes = self._lookup(name)
+        settings = {**self.settings, "nodes": nodes} if nodes > 1 else self.settings
+        return Service.of(name, service.start(folder, ports, settings), owner)
+
     def _folder(self, name: str, keep_data: bool = False) -> Path:
         """The service's folder, with an empty data folder for a broker (the event store keeps its data, and so
         does a broker started again after it stopped by itself)."""
@@ -358,7 +391,23 @@ class LocalStack:
         raise StackError(f"{svc.name} did not answer on {HOST}:{svc.port} within {timeout_s:.0f} s; see {svc.log}")
 
 
+BIND_ATTEMPTS = 3  # starts of a fresh service whose port was taken as it bound it
+# what a service's log says when its listener's port was taken: Erlang (RabbitMQ), the JVM, Redis, Go (NATS), Python
+ADDRESS_IN_USE = re.compile(r"eaddrinuse|address already in use", re.IGNORECASE)
 SAME_PORT_WAIT_S = 10.0  # a dead service's port still held a moment (its children closing) is waited for this long
+
+
+def _port_taken(svc: Service) -> bool:
+    """Whether the service's logs (its log, its nodes' logs, the log files beside it) say a listener's port was in
+    use."""
+    logs = {Path(svc.log), *map(Path, (svc.extra or {}).get("logs") or []), *Path(svc.log).parent.glob("*.log")}
+    for path in logs:
+        try:
+            if ADDRESS_IN_USE.search(path.read_text(errors="replace")):
+                return True
+        except OSError:
+            continue
+    return False
 
 
 def _same_ports(svc: Service):

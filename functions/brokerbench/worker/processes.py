@@ -137,6 +137,18 @@ def pid_exists(pid: int) -> bool:
     return True
 
 
+def signal_group(pid: int, sig: int) -> bool:
+    """Sends `sig` to the process group `pid` leads (a process started in a session of its own takes its children
+    with it), or to the process alone where the group cannot be signalled; False when it no longer exists."""
+    try:
+        os.killpg(pid, sig)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        os.kill(pid, sig)
+    return True
+
+
 def death(role: str, number: int, pid: int | None, exitcode: int | None) -> str:
     """Why a worker process stopped talking: the reason a cell that lost it fails with."""
     who = f"{role} {number}" + (f" (pid {pid})" if pid else "")

@@ -121,7 +121,10 @@ class Plugin:
     # (see `durability`); None: the plug-in does not state it, and reports say so.
     durability: str | None = None
     cloud: Cloud | None = None
-    libraries: tuple[str, ...] = ()  # client library distributions whose versions every run records
+    libraries: tuple[str, ...] = ()
+    # "module" of its local cluster's fault hooks (brokerbench.faults): leader(endpoint, topic) -> node name or None,
+    # asked of the broker itself, and start_node(endpoint, node) -> pids; None: no cluster faults can be injected into
+    cluster: str | None = None  # client library distributions whose versions every run records
 
     def new_driver(self, endpoint: dict, client: dict):
         return load(self.driver)(endpoint, client)

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from jsonschema import Draft202012Validator
 
-from . import verdict
+from . import faults, verdict
 from .codecs import get_codec, prebuilt
 from .paths import SCHEMAS_DIR, SUITES_DIR
 from .records import smallest_size
@@ -204,6 +204,14 @@ def _shape_problems(spec: dict, rates: list[tuple[object, str]]) -> list[Problem
     return problems
 
 
+def _fault_problems(spec: dict) -> list[Problem]:
+    """The faults' rules (brokerbench.faults): each broker needs a local cluster the run starts, of 2 nodes or more."""
+    clustered = {name: p.cluster is not None for name, p in plugins().items()}
+    targets = spec.get("targets") or {}
+    local = {b: b not in targets for b in spec["brokers"]}  # a named target is an existing endpoint
+    return [Problem(place, message) for place, message in faults.problems(spec, clustered, local)]
+
+
 def validate(doc) -> dict:
     """The request with every default filled in, or SpecError listing every problem."""
     if not isinstance(doc, dict):
@@ -246,6 +254,7 @@ def validate(doc) -> dict:
     if spec.get("burst"):
         spec["burst"] = {"over_s": 0, **spec["burst"]}
     problems += _shape_problems(spec, rates)
+    problems += _fault_problems(spec)
     if problems:
         raise SpecError(problems)
     if spec["order"] == "random" and spec.get("order_seed") is None:
@@ -465,7 +474,7 @@ def expand(spec: dict) -> list[dict]:
                             "repeat": repeat,
                             "client": spec["client"],
                             **({"search": spec["search"]} if rate == "sustainable" else {}),
-                            **{shape: spec[shape] for shape in ("backlog", "burst") if spec.get(shape)},
+                            **{shape: spec[shape] for shape in ("backlog", "burst", "faults") if spec.get(shape)},
                         })
     per_repeat = len(matrix) // spec["repeats"]
     cells = []

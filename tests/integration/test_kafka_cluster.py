@@ -2,6 +2,7 @@
 for it beside the session's single node, and topics replicated as the client settings say; checked against the
 brokers' own logs, which name every replica each node creates and the topic settings it was created with."""
 
+import json
 import re
 from pathlib import Path
 
@@ -13,6 +14,8 @@ from brokerbench.drivers import TargetRefused
 from brokerbench.events import new_run_id
 from brokerbench.events.dynamodb import DynamoEventStore
 from brokerbench.local.workflow import LocalWorkflow
+from brokerbench.reports.markdown import render
+from brokerbench.reports.model import build_report
 from brokerbench.reports.results import build_results
 
 TINY = {"sizes": [1024], "rates": [200], "formats": ["json"], "duration_s": 2, "warmup_s": 0.5,
@@ -76,6 +79,44 @@ def test_a_run_on_a_three_node_cluster_replicates_every_partition_to_each_node_w
     # The run started the cluster, so its teardown stopped it; the session's single node runs on.
     assert execution.output["teardown"] == [{"broker": "kafka", "action": "stopped"}]
     assert "kafka@3" not in stack.status() and stack.is_up(CORE_SERVICES)
+
+
+def test_a_leader_killed_mid_cell_with_acks_all_and_idempotence_loses_nothing_and_the_leader_moves(stack, tmp_path):
+    """The fault whose outcome Kafka promises: acks=all, min.insync.replicas 2 of 3 replicas and the idempotent
+    producer; the partition leader killed (SIGKILL) 2 s into the measured window and started again 2 s later. Every
+    acknowledged message is delivered once (sequence numbers, and the broker's own count of the topic), the
+    metadata names another leader after the kill, and the cell records when each action came."""
+    request = {"name": "wf-leader-kill", "brokers": ["kafka"], "provision": {"kafka": {"nodes": 3}},
+               "sizes": [1024], "rates": [200], "formats": ["raw"], "duration_s": 6, "warmup_s": 1,
+               "warmup_until_steady": False, "drain_timeout_s": 15,
+               "client": {"acks": "all", "min_insync_replicas": 2, "kafka_idempotence": True},
+               "faults": [{"kind": "kill", "target": "leader", "at_s": 2}, {"kind": "restart", "at_s": 4}]}
+    execution, events = execute(stack, tmp_path, request)
+    assert execution.status == "SUCCEEDED", (execution.error, execution.cause)
+    [cell] = build_results(events)["cells"]
+    assert cell["status"] == "completed", cell.get("reason")
+    assert cell["lost"] == cell["duplicated"] == 0 and cell["received"] == cell["sent"] > 0, cell
+    assert cell["broker_count"]["observed"] == cell["broker_count"]["expected"], cell["broker_count"]
+    [done] = [e["data"] for e in events if e["type"] == "CellCompleted"]
+    faults = done["faults"]
+    print(json.dumps(faults, indent=1), {k: cell[k] for k in ("sent", "acked", "received", "lost", "duplicated")})
+    kill, restart = faults["applied"]
+    killed = kill["leader_before"]
+    assert kill["kind"] == "kill" and kill["nodes"] == [killed] and killed in {"1", "2", "3"}, faults
+    assert restart["kind"] == "restart" and restart["nodes"] == [killed], faults
+    assert kill["planned_s"] == 2 and 2 <= kill["at_s"] < restart["at_s"], faults  # never early
+    assert restart["planned_s"] == 4 <= restart["at_s"] and restart["leader_before"] is None, faults  # not asked
+    # Kafka's own metadata: another node leads once the kill took the leader down
+    assert faults["leader_at_end"] not in (None, killed), faults
+    assert faults["cluster_whole_at_end"] and faults["restored_at_end"] == [], faults
+    for gap in (faults["producer_ack_gap"], faults["consumer_receipt_gap"]):  # from the planned time on
+        assert gap is not None and gap["from_s"] >= kill["planned_s"] and gap["s"] > 0, faults
+    # the report's Guarantees table says what held, from the same events
+    report = build_report(events)
+    [row] = report["guarantees"]
+    assert row["guarantee"]["held"] and row["guarantee"]["acknowledged"] == cell["acked"] > 0, row
+    assert f"acknowledged messages lost: 0 of {cell['acked']:,}" in render(report)
+    assert execution.output["teardown"] == [{"broker": "kafka", "action": "stopped"}]
 
 
 def this_run(log: Path, offset: int) -> str:

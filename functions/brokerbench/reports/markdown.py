@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from ..limit import LEGEND, MARK, client_bound, rate_found_text
-from . import history_view
+from . import faults, history_view
 from .model import RESOURCES_NOTE, busy_repeats, need_label, rate_text, send_loop_text
 from .regression import FIGURES, figure_text
 
@@ -377,6 +377,7 @@ def render(report: dict) -> str:
     if client_bound_text(report):
         lines += [f"**{client_bound_text(report)}.**", ""]
     lines += durability_section(report)
+    lines += faults.markdown_lines(report)
     lines += rules_section(report)
     refs = report["references"]
     for group in report["groups"]:

@@ -42,6 +42,8 @@ class LocalTargets:
             raise ProvisioningError(f"could not start local {broker}: {exc}") from None
         if new:  # a broker this run started is warmed up before its first cell (local/warmup.py)
             warm_up_logged(broker, endpoint)
+        if "nodes" in endpoint:  # a cluster: where its faults' hooks find the stack (brokerbench.faults)
+            endpoint = {**endpoint, "stack": {"state_dir": str(self.stack.state_dir), "service": service}}
         return target(broker, "local", ready=True, endpoint=endpoint, resource=service)
 
     def check(self, current: dict) -> dict:

@@ -31,6 +31,7 @@ from ..spec import lanes
 from . import outcome, processes, resources, schedule, search
 from .consumer import ConsumerTask, consumer_main
 from .drain import Drain
+from .faults import CellFaults, FaultError
 from .framing import probe_header
 from .intervals import IntervalAggregator
 from .processes import death
@@ -254,6 +255,8 @@ class _CellRun:
         self.attach_due: int | None = None  # a startup backlog: when the consumers attach (the broker is asked then)
         self.at_attach: dict | None = None
         self.figures: dict = {}  # producer connection -> ProducerFigures: its intervals' figures, worked out here
+        self.faults = CellFaults(cell, endpoint, topic)  # the spec's faults, applied by this supervisor at their times
+        self.fault_figures: dict | None = None  # what the cell stores of them (_finish_faults)
 
     # -- lifecycle ---------------------------------------------------------------------------
     def run(self) -> CellOutcome:
@@ -325,6 +328,9 @@ class _CellRun:
                        "warmup_until_steady": adaptive, **({"attach_ns": attach} if attach else {})}
         self.attach_due = attach - schedule.COUNT_BEFORE_ATTACH_NS if attach and cell["consumers"] else None
         self.figures = self._producer_figures(ready, t_start)
+        self._faults_from(measure_start)
+        if self.faults:  # the consumers watch their deliveries from the first fault on
+            self.timing["fault_at_ns"] = self.faults.steps[0].at_ns
         self.resources = ResourceSampler(self._process_groups())
         self.host = host.HostSampler()
         for conn in self.conns:
@@ -332,6 +338,7 @@ class _CellRun:
         self.phases.mark("go")
         done = self._measure()
         self.phases.mark("processes_done")
+        self.fault_figures = self._finish_faults(done)
         for name in ("t_start", "measure_start", "t_end"):  # the schedule
             self.phases.mark(name, self.timing[name])
         outcome = self._complete(done)
@@ -487,8 +494,8 @@ class _CellRun:
             if time.monotonic() > deadline:
                 raise CellError("the cell did not finish in time (a client is stuck or the broker stopped answering)")
             now = time.monotonic_ns()
-            due = [at for at in (self.attach_due, self._watch_sending(now, any(c in done for c in producers)))
-                   if at is not None]
+            due = [at for at in (self.attach_due, self._watch_sending(now, any(c in done for c in producers)),
+                                 self.faults.due()) if at is not None]
             timeout = min([0.1] + [max(0, at - now) / 1e9 for at in due])
             for conn in wait([c for c in self.conns if c not in done], timeout=timeout):
                 kind, payload = self._recv(conn)
@@ -506,6 +513,11 @@ class _CellRun:
                 elif kind == "done":
                     done[conn] = self.figures[conn].finish(payload) if conn in self.figures else payload
                     self.aggregator.finished(conn)
+            if self.faults:
+                try:
+                    self.faults.apply(time.monotonic_ns())
+                except FaultError as exc:
+                    raise CellError(f"fault: {exc}") from None
             writing = time.monotonic()
             self._write_intervals()
             # Time spent waiting for the event store (an outage: its writes retry with backoff) is not a client's or
@@ -555,9 +567,40 @@ class _CellRun:
         start = min(time.monotonic_ns() + MEASURE_LEAD_NS, self.timing["measure_start"])
         span = self.timing["t_end"] - self.timing["measure_start"]
         self.timing.update(measure_start=start, t_end=start + span)
+        self._faults_from(start)
         for conn in self.conns:
             if conn not in done:
                 conn.send(("measure", start))
+
+    def _faults_from(self, measure_start: int) -> None:
+        """The faults' clock starts at the measured start, and the producers' acknowledgement gaps are watched from
+        the first fault on."""
+        if not self.faults:
+            return
+        self.faults.start(measure_start)
+        for figures in self.figures.values():
+            figures.gap.from_ns = self.faults.due()
+
+    def _finish_faults(self, done: dict) -> dict | None:
+        """The cluster brought back whole, and what the cell stores of its faults: each action, and the longest
+        stretch without a producer's acknowledgement, and without a consumer's delivery, from the first fault on
+        (from the measured start, in s)."""
+        record = self.faults.finish()
+        if record is None:
+            return None
+        acks = []
+        for figures in self.figures.values():
+            figures.gap.finish(self.timing["t_end"])
+            if figures.gap.longest is not None:
+                acks.append(self._gap(*figures.gap.longest, figures.gap.until_end))
+        receipts = [self._gap(*d["receipt_gap"]) for c, d in done.items()
+                    if self.conns[c][0] == "consumer" and d.get("receipt_gap")]
+        return {**record, "producer_ack_gap": max(acks, key=lambda g: g["s"], default=None),
+                "consumer_receipt_gap": max(receipts, key=lambda g: g["s"], default=None)}
+
+    def _gap(self, start: int, end: int, until_end: bool) -> dict:
+        at = lambda ns: round((ns - self.timing["measure_start"]) / SECOND_NS, 6)  # noqa: E731
+        return {"from_s": at(start), "to_s": at(end), "s": round((end - start) / SECOND_NS, 6), "until_end": until_end}
 
     def _warmup_record(self) -> dict:
         cell, t = self.cell, self.timing
@@ -673,6 +716,7 @@ class _CellRun:
             "verdict": {"verdict": judged["verdict"], "reasons": judged["reasons"]},
             "limit": self._limit(judged, producers),
             **({"digest": digest} if digest else {}),
+            **({"faults": self.fault_figures} if self.fault_figures else {}),
             "histograms": {**self.aggregator.cumulative_histograms(), **_not_sent_bounds(producers)},
         }, cell_index=cell["index"])])
         self.progress(Progress(cell["cell_id"], "done", 1.0, counts["sent"], counts["received"] or 0))
@@ -736,9 +780,11 @@ class _CellRun:
             self._write_intervals(final=True)  # keep what was measured
         except Exception:
             pass
+        faulted = self.fault_figures if self.faults.finished else self.faults.finish()  # the cluster back whole
         self.store.append([make_event(self.run_id, "CellFailed",
                                       {"cell_id": self.cell["cell_id"], "reason": reason, "attempt": self.attempt,
-                                       "intervals": self.aggregator.written, **(figures or {})},
+                                       "intervals": self.aggregator.written, **(figures or {}),
+                                       **({"faults": faulted} if faulted else {})},
                                       cell_index=self.cell["index"])])
         if wait_for_broker and self.topic_created:
             self._broker_back()
@@ -757,6 +803,7 @@ class _CellRun:
                 process.join(timeout=5)
 
     def cleanup(self) -> None:
+        self.faults.finish()  # a cell stopped before its end leaves no node down or paused
         if self.probe is not None:  # a cell that failed before its probe was acknowledged
             self.probe[0].close()
             self.probe = None

@@ -20,6 +20,7 @@ from ..codecs import get_codec
 from ..registry import get_driver
 from .framing import PROBE_PRODUCER, is_probe, unpack_many
 from .processes import serve
+from .producer_figures import AckGap
 from .schedule import cell_schedules, shaped
 from .warmup import WINDOW_NS as WARM_WINDOW_NS
 
@@ -184,6 +185,7 @@ def _run(conn, task: ConsumerTask) -> None:
     totals = {"distinct": 0, "received": 0, "late": 0, "first_intended_ns": None, "last_delivery_ns": None,
               "first_delivery_ns": None, "first_poll_measured": 0, "last_warmup_ns": None}
     late = False  # after the drain deadline, measured deliveries are late: counted, not measured
+    receipts = AckGap()  # the longest stretch without a delivery from the cell's first fault on (fault_at_ns)
 
     gc.freeze()  # no reference cycles are made below: no collector pauses while receiving
     gc.disable()
@@ -204,6 +206,9 @@ def _run(conn, task: ConsumerTask) -> None:
     if holding:
         consumer.hold(True)
     measure_start = timing["measure_start"]  # provisional while the warm-up waits to be steady
+    fault_at, span = timing.get("fault_at_ns"), timing["t_end"] - timing["measure_start"]
+    if fault_at is not None:
+        receipts.from_ns = measure_start + fault_at
     interval = -1
     next_boundary = measure_start
     # Adaptive warm-up: the end-to-end p99 of each half second goes to the parent, which says when
@@ -233,6 +238,8 @@ def _run(conn, task: ConsumerTask) -> None:
         intended = framed["intended_ns"].astype(np.int64)
         measured = fresh & (intended >= measure_start)  # duplicates and warm-up are counted, not measured
         totals["distinct"] += int(fresh.sum())
+        if receipts.from_ns is not None:
+            receipts.add(received_at[fresh])
         if shape is not None:
             shape.add(framed["producer"][fresh].astype(np.int64), framed["seq"][fresh].astype(np.int64),
                       received_at[fresh])
@@ -303,6 +310,8 @@ def _run(conn, task: ConsumerTask) -> None:
                 warming = False
                 warm_parts.clear()
                 measure_start = next_boundary = payload
+                if fault_at is not None:
+                    receipts.from_ns = measure_start + fault_at
             elif command == "not_acked":  # the producers' measured messages never acknowledged
                 not_acked = payload
             elif command == "attach":  # the broker's count of the startup backlog is taken
@@ -343,6 +352,7 @@ def _run(conn, task: ConsumerTask) -> None:
             process()
     close_interval()  # (commits the final position: the broker's backlog after the drain is exact)
     consumer.close()
+    receipts.finish(measure_start + span)
     conn.send(("done", {
         "consumer_id": task.consumer_id,
         **totals,
@@ -351,4 +361,5 @@ def _run(conn, task: ConsumerTask) -> None:
         # of the messages the producers never had acknowledged, those delivered here all the same
         "delivered_not_acked": sum(accounting.delivered_of(producer, seqs) for producer, seqs in not_acked.items()),
         **({"shape": shape.record()} if shape is not None else {}),
+        **({"receipt_gap": [*receipts.longest, receipts.until_end]} if receipts.longest else {}),
     }))

@@ -175,6 +175,44 @@ def _seqs(reported: bytes, headers: bool) -> np.ndarray:
     return np.frombuffer(reported, dtype=np.int64)
 
 
+class AckGap:
+    """The longest stretch without an acknowledgement from `from_ns` on (a cell's first fault): from the later of
+    that moment and the acknowledgement before, to the next one; at the end, a stretch still open runs to the end
+    (`until_end`). The producer's side of a fault's unavailability window, to the acknowledgement's own stamp."""
+
+    def __init__(self) -> None:
+        self.from_ns: int | None = None
+        self.last: int | None = None  # the latest acknowledgement so far
+        self.longest: tuple[int, int] | None = None
+        self.until_end = False
+
+    def add(self, acked_ns: np.ndarray) -> None:
+        if not acked_ns.size:
+            return
+        times = np.sort(acked_ns)
+        if self.from_ns is not None:
+            after = times[times >= self.from_ns]
+            if after.size:
+                first = self.from_ns if self.last is None else max(self.last, self.from_ns)
+                starts = np.concatenate(([first], after[:-1]))
+                k = int(np.argmax(after - starts))
+                self._consider(int(starts[k]), int(after[k]))
+        self.last = int(times[-1]) if self.last is None else max(self.last, int(times[-1]))
+
+    def _consider(self, start: int, end: int) -> None:
+        if self.longest is None or end - start > self.longest[1] - self.longest[0]:
+            self.longest = (start, end)
+            self.until_end = False
+
+    def finish(self, end_ns: int) -> None:
+        """The cell's sending ended at `end_ns`: a stretch without acknowledgements still open counts to there."""
+        if self.from_ns is None or end_ns <= self.from_ns:
+            return
+        before = self.longest
+        self._consider(self.from_ns if self.last is None else max(self.last, self.from_ns), end_ns)
+        self.until_end = self.longest is not before
+
+
 class ProducerFigures:
     """One producer's figures, fed its intervals' raw records in order (`add`), completed by its "done" (`finish`).
     Send errors are the failures of measured messages only, as `sent` counts measured messages only."""
@@ -186,6 +224,7 @@ class ProducerFigures:
         self.acked, self.failed = AckedSeqs(), AckedSeqs()
         self.firsts: list[int] = []  # first sequence number of each measured interval's send times
         self.chunks: list[np.ndarray] = []
+        self.gap = AckGap()  # from the cell's first fault on (its from_ns set by the cell), else unused
 
     def add(self, records: dict) -> dict | None:
         """One interval's snapshot (counters and raw values, as intervals.IntervalAggregator takes them); None for
@@ -197,6 +236,8 @@ class ProducerFigures:
         if measured:  # before this interval's reports are counted: those came while its messages were handed over
             self._occupancy(records, acked_seqs.size)
         self._count(acked_seqs, failed_seqs)
+        if self.gap.from_ns is not None:
+            self.gap.add(np.frombuffer(records["acked_ns"], dtype=np.int64)[:acked_seqs.size])
         if not measured:  # warm-up: counted above, never measured
             return None
         acks, sizes, pool_size = self.acks, self.sizes, self.pool_size

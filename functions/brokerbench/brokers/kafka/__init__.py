@@ -25,4 +25,5 @@ PLUGIN = Plugin(
     cloud=Cloud(service="Amazon MSK", factory="brokerbench.brokers.kafka.cloud:provider",
                 prices="brokerbench.brokers.kafka.prices:price", creation_s=20 * 60),
     libraries=("confluent-kafka",),
+    cluster="brokerbench.brokers.kafka.cluster",
 )

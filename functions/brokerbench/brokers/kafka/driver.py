@@ -90,6 +90,9 @@ class KafkaDriver:
         if replicas > self._brokers:
             raise TargetRefused(f"client.replication_factor: {replicas} replicas, but Kafka at "
                                 f"{self._common['bootstrap.servers']} has {self._brokers} broker(s)")
+        if self.client.get("kafka_idempotence") and self.client["acks"] != "all":
+            raise TargetRefused(f"client.kafka_idempotence: the idempotent producer needs acks all, not "
+                                f"{self.client['acks']}")
         if in_sync is not None and in_sync > replicas:
             raise TargetRefused(f"client.min_insync_replicas: {in_sync} is more than the replication factor "
                                 f"({replicas}): no send with acks=all could succeed")
@@ -246,6 +249,7 @@ class KafkaDriver:
             # The Java client's default (librdkafka's is 1,000,000): with more in flight, a quota'd or slow
             # broker takes a burst of tens of MB before its first throttled answer, and pays it back later.
             "max.in.flight.requests.per.connection": MAX_IN_FLIGHT,
+            **({"enable.idempotence": True} if client.get("kafka_idempotence") else {}),
         }
 
     def _buffer_kb(self) -> int:

@@ -34,6 +34,7 @@ def settings_in_force(endpoint: dict, client: dict) -> dict:
         "acks": client["acks"],
         "acks_meaning": ACKS_MEANING[client["acks"]] + f" (topics have {replication})",
         "compression": client["compression"],
+        "idempotence": bool(client.get("kafka_idempotence")),
         "modes": {
             "batch": {"linger_ms": client["linger_ms"], "batch_bytes": client["batch_bytes"],
                       "in_flight": f"many: librdkafka's queue, {MAX_IN_FLIGHT} requests in flight per broker",

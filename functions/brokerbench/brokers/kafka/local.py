@@ -151,16 +151,24 @@ class KafkaService:
             _, stderr = fmt.communicate()
             if fmt.returncode != 0:
                 raise StackError(f"formatting Kafka storage failed: {stderr[-1500:]}")
-        pids = [spawn(["java", *pinned_heap(), f"-Dlog4j2.configurationFile={home / 'log4j2.properties'}", "-cp",
-                       classpath, "kafka.Kafka", str(config)], home, home / "kafka.log") for home, config in configs]
+        commands = [["java", *pinned_heap(), f"-Dlog4j2.configurationFile={home / 'log4j2.properties'}", "-cp",
+                     classpath, "kafka.Kafka", str(config)] for home, config in configs]
+        pids = [spawn(command, home, home / "kafka.log") for command, (home, _) in zip(commands, configs)]
         version = self.installed_version() or "unknown"
         bootstrap = ",".join(f"{HOST}:{port}" for port, _ in listeners)
-        extra = {"controller_port": listeners[0][1]} if nodes == 1 else {
-            "nodes": nodes, "ports": [port for port, _ in listeners],
-            "controller_ports": [controller for _, controller in listeners],
-            "logs": [str(home / "kafka.log") for home, _ in configs]}
-        return Started(pids, listeners[0][0], {"bootstrap_servers": bootstrap, "version": version}, version,
-                       str(configs[0][0] / "kafka.log"), extra)
+        endpoint = {"bootstrap_servers": bootstrap, "version": version}
+        extra = {"controller_port": listeners[0][1]}
+        if nodes > 1:
+            extra = {"nodes": nodes, "ports": [port for port, _ in listeners],
+                     "controller_ports": [controller for _, controller in listeners],
+                     "logs": [str(home / "kafka.log") for home, _ in configs]}
+            # each node as faults find it (brokers/kafka/cluster.py): its node.id, client port and process, and
+            # how to start it again on its own ports and data
+            endpoint["nodes"] = [{"node": str(node), "host": HOST, "port": port, "pids": [pid], "command": command,
+                                  "folder": str(home)}
+                                 for node, ((port, _), pid, command, (home, _)) in
+                                 enumerate(zip(listeners, pids, commands, configs), 1)]
+        return Started(pids, listeners[0][0], endpoint, version, str(configs[0][0] / "kafka.log"), extra)
 
     def ready(self, started: Started) -> bool:
         """Every node registered and unfenced, as the first node's metadata lists them."""

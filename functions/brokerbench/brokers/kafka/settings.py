@@ -86,6 +86,13 @@ CLIENT = {
         "minimum": 1,
         "maximum": 16,
     },
+    "kafka_idempotence": {
+        "description": "Kafka's idempotent producer (enable.idempotence): the broker drops a retried batch it already "
+                       "wrote, so a send retried after a leader change is not stored twice, and per-partition order "
+                       "holds. Needs acks all. Default false (librdkafka's own default).",
+        "type": "boolean",
+        "default": False,
+    },
     "kafka_flush_messages": {
         "description": "flush.messages of each cell's topic: the partition leader fsyncs its log after this many "
                        "messages, before it answers the send that reached the count (1: every message is synced "

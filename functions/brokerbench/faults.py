@@ -1,0 +1,107 @@
+"""Faults inside a cell: what a run request may ask for, the rules it must meet, and each cell's timetable of them.
+
+A run request's `faults` are applied inside every measured cell of the run, at seconds from the measured start (the
+warm-up excluded), to a node of the broker's local cluster:
+
+- kill: SIGKILL of the node's processes (a crash: nothing flushed, nothing said to the others);
+- stop: SIGTERM, a clean shutdown (the node hands over what it leads where the broker does that);
+- pause: SIGSTOP for duration_s, then SIGCONT (a node that hangs: its connections stay open, nothing answers);
+- restart: the nodes an earlier kill or stop took down started again, on their own ports and data.
+
+`target` names the node: "leader" (the node that leads the cell's topic, stream or queue when the fault comes, as
+the broker itself says), "follower" (another node of the cluster) or a node's own name. A fault that needs a
+replica to fail over to is refused on a single node, and a broker without a local cluster takes no fault; so is a
+target the run does not start itself (an existing endpoint: its processes are not ours to signal). A node still
+down or paused when the cell's sending ends is brought back before the next cell (`FaultTimetable.ends`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+KINDS = ("kill", "stop", "pause", "restart")
+DOWN = ("kill", "stop")  # kinds that take a node down until a restart
+TARGETS = ("leader", "follower")  # or a node's own name
+SECOND_NS = 1_000_000_000
+
+
+@dataclass(frozen=True)
+class Step:
+    """One action of a cell's timetable: `at_ns` after the measured start; `resume` a pause's SIGCONT."""
+
+    at_ns: int
+    index: int  # the fault's place in the request's list
+    kind: str  # kill | stop | pause | resume | restart
+    target: str
+
+
+def problems(spec: dict, clustered: dict[str, bool], local: dict[str, bool]) -> list[tuple[str, str]]:
+    """Every (field, what is wrong) of the request's faults. `clustered`: per broker of the request, whether it has
+    a local cluster faults can be injected into; `local`: whether the run starts the broker itself (no existing
+    endpoint in targets)."""
+    faults = spec.get("faults") or []
+    if not faults:
+        return []
+    out = []
+    for i, rate in enumerate(spec["rates"]):
+        if rate == "sustainable":
+            out.append((f"rates[{i}]", "a sustainable-rate search takes no faults: each of its steps would fail "
+                                       "over anew (remove faults, or the search)"))
+    duration = spec.get("duration_s")
+    if spec.get("messages") is not None:
+        out.append(("faults", "faults are timed from the measured start: a counted cell (messages) has no known "
+                              "length; give duration_s instead"))
+        duration = None
+    nodes = {b: (spec.get("provision", {}).get(b) or {}).get("nodes", 1) for b in spec["brokers"]}
+    for broker in spec["brokers"]:
+        if not local.get(broker):
+            out.append((f"targets.{broker}", "faults are injected into a cluster the run starts itself; an existing "
+                                             "endpoint's processes are not the run's to signal"))
+        elif not clustered.get(broker):
+            runs = ", ".join(sorted(b for b, ok in clustered.items() if ok)) or "none"
+            out.append(("faults", f"{broker} has no local cluster that faults can be injected into (brokers that "
+                                  f"do: {runs})"))
+        elif nodes[broker] < 2:
+            out.append((f"provision.{broker}.nodes", f"the faults need a replica to fail over to: {broker} runs "
+                                                     "as 1 node; ask for a cluster (nodes: 3)"))
+    down_at: list[float] = []
+    for i, fault in enumerate(faults):
+        place, kind, at = f"faults[{i}]", fault["kind"], fault["at_s"]
+        if duration is not None and at >= duration:
+            out.append((f"{place}.at_s", f"{at:g} s is not inside the measured {duration:g} s (duration_s)"))
+        if kind == "pause":
+            if "duration_s" not in fault:
+                out.append((f"{place}.duration_s", "a pause needs its duration_s (how long the node is stopped)"))
+            elif duration is not None and at + fault["duration_s"] > duration:
+                out.append((f"{place}.duration_s", f"the pause ends at {at + fault['duration_s']:g} s, after the "
+                                                   f"measured {duration:g} s (duration_s)"))
+        elif "duration_s" in fault:
+            out.append((f"{place}.duration_s", f"a {kind} has no duration" + (
+                ": a later restart brings the node back" if kind in DOWN else "")))
+        if kind in DOWN:
+            down_at.append(at)
+        if kind == "restart":
+            if "target" in fault:
+                out.append((f"{place}.target", "a restart starts again every node an earlier kill or stop took "
+                                               "down: it names no target"))
+            if not any(t < at for t in down_at):
+                out.append((place, "a restart needs an earlier kill or stop (by at_s) to bring a node back from"))
+    return out
+
+
+def timetable(faults: list[dict]) -> list[Step]:
+    """The cell's actions in time order: each fault at its at_s, a pause's resume at its end."""
+    steps = []
+    for i, fault in enumerate(faults):
+        at = int(round(fault["at_s"] * SECOND_NS))
+        target = fault.get("target", "leader")
+        steps.append(Step(at, i, fault["kind"], target))
+        if fault["kind"] == "pause":
+            steps.append(Step(at + int(round(fault["duration_s"] * SECOND_NS)), i, "resume", target))
+    return sorted(steps, key=lambda s: (s.at_ns, s.index))
+
+
+def first_fault_ns(faults: list[dict]) -> int | None:
+    """When the cell's first fault comes, after the measured start; None without faults."""
+    steps = timetable(faults)
+    return steps[0].at_ns if steps else None

@@ -1,0 +1,157 @@
+"""What a cell measured under its faults (brokerbench.faults), from its events: the guarantee, and the figures
+before, during and after.
+
+- The guarantee: acknowledged messages lost (the accounting's `lost`: acknowledged, never delivered, no longer at
+  the broker), duplicated and out of order, from the messages' own sequence numbers, with the broker's own count
+  beside them; and send errors and unacknowledged sends, which the producer was told about (not a broken promise).
+- The fault window: from the first action to the later of the last action and the end of the longest stretch
+  without a producer's acknowledgement or a consumer's delivery (the worker's `producer_ack_gap` and
+  `consumer_receipt_gap`). Its intervals (1 s) are "during"; those
+  wholly before it "before", those wholly after it "after". Each phase's latency percentiles are taken over its
+  intervals' histograms merged, its throughput is what was delivered (acknowledged, for a publish-only cell) per
+  second.
+- Unavailable: the longest stretch without an acknowledgement, to the acknowledgements' own stamps (producers),
+  and without a delivery, to the polls that brought them (consumers).
+- Back to rate: from the first action to the start of the first interval from which on every interval delivered
+  at least RECOVERED_SHARE of the rate before the fault (1 s resolution); None when it never came back.
+"""
+
+from __future__ import annotations
+
+import statistics
+
+from .. import histogram
+
+RECOVERED_SHARE = 0.9  # "back within 10% of the rate before the fault"
+PHASES = ("before", "during", "after")
+
+
+def window(record: dict) -> tuple[float, float] | None:
+    """The fault window in seconds from the measured start (see the module); None when nothing was applied."""
+    applied = record.get("applied") or []
+    if not applied:
+        return None
+    start = min(a["at_s"] for a in applied)
+    end = max(a["at_s"] for a in applied)
+    for gap in (record.get("producer_ack_gap"), record.get("consumer_receipt_gap")):
+        if gap:
+            end = max(end, gap["to_s"])
+    return start, end
+
+
+def _delivered(interval: dict, publish_only: bool) -> int:
+    counters = interval.get("counters") or {}
+    return int(counters.get("acked" if publish_only else "received") or 0)
+
+
+def _phase(intervals: list[dict], publish_only: bool) -> dict | None:
+    if not intervals:
+        return None
+    out = {"seconds": len(intervals),
+           "throughput_msgs_per_s": round(sum(_delivered(i, publish_only) for i in intervals) / len(intervals), 1)}
+    for name in ("end_to_end_latency_us", "publish_latency_us"):
+        blobs = [i["histograms"][name] for i in intervals if (i.get("histograms") or {}).get(name)]
+        figures = histogram.summary(histogram.merge(blobs)) if blobs else None
+        out[name] = None if not figures or not figures["count"] else {k: figures[k] for k in ("p50", "p99", "max",
+                                                                                            "count")}
+    return out
+
+
+def phases(intervals: list[dict], record: dict, publish_only: bool) -> dict:
+    """The figures before, during and after the fault window, and when the rate came back (see the module)."""
+    span = window(record)
+    if span is None:
+        return {"window_s": None, **dict.fromkeys(PHASES), "back_to_rate_s": None}
+    start, end = span
+    measured = sorted((i for i in intervals if i["interval"] >= 0), key=lambda i: i["interval"])
+    parts = {"before": [i for i in measured if i["interval"] + 1 <= start],
+             "during": [i for i in measured if i["interval"] < end and i["interval"] + 1 > start],
+             "after": [i for i in measured if i["interval"] >= end]}
+    rates = [_delivered(i, publish_only) for i in parts["before"]]
+    back = None
+    if rates:
+        floor = RECOVERED_SHARE * statistics.median(rates)
+        later = [i for i in measured if i["interval"] + 1 > start]
+        for k, interval in enumerate(later):
+            if all(_delivered(j, publish_only) >= floor for j in later[k:]):
+                back = round(max(0.0, interval["interval"] - start), 3)
+                break
+    return {"window_s": [round(start, 6), round(end, 6)],
+            **{name: _phase(members, publish_only) for name, members in parts.items()}, "back_to_rate_s": back}
+
+
+def guarantee(cell: dict) -> dict:
+    """The guarantee's figures of one cell result (reports.results): what held, from the accounting."""
+    acked = cell.get("acked")
+    lost = cell.get("lost")
+    return {"acknowledged": acked, "lost": lost, "undelivered_or_lost": cell.get("undelivered_or_lost"),
+            "duplicated": cell.get("duplicated"), "out_of_order": cell.get("out_of_order"),
+            "send_errors": cell.get("send_errors"), "unacknowledged": cell.get("unacknowledged"),
+            "broker_count": cell.get("broker_count"),
+            "held": None if lost is None else lost == 0}
+
+
+def rows(cells: list[dict], ends: dict[str, dict], intervals: dict[str, list[dict]]) -> list[dict]:
+    """A row per cell that ran faults: its guarantee, the faults as applied, and the phases."""
+    out = []
+    for cell in cells:
+        record = (ends.get(cell["cell_id"]) or {}).get("faults")
+        if not record:
+            continue
+        publish_only = not cell.get("consumers")
+        out.append({"cell_id": cell["cell_id"], "broker": cell["broker"], "format": cell["format"],
+                    "mode": cell["mode"], "status": cell["status"], "repeat": cell.get("repeat"),
+                    "guarantee": guarantee(cell), "faults": record,
+                    "unavailable_s": (record.get("producer_ack_gap") or {}).get("s"),
+                    "consumer_unavailable_s": (record.get("consumer_receipt_gap") or {}).get("s"),
+                    **phases(intervals.get(cell["cell_id"], []), record, publish_only)})
+    return out
+
+
+def _ms(figures: dict | None, name: str) -> str:
+    value = ((figures or {}).get(name) or {}).get("p99")
+    return "–" if value is None else f"{value / 1000:,.1f}"
+
+
+def _applied(record: dict) -> str:
+    return ", ".join(f"{a['kind']} {'+'.join(a['nodes']) or '–'} at {a['at_s']:.2f} s" for a in record["applied"])
+
+
+def held_text(row: dict) -> str:
+    """'acknowledged messages lost: 0 of 1,200 (sequence numbers; the broker's count agrees)', or the number lost."""
+    g = row["guarantee"]
+    count = g.get("broker_count") or {}
+    agrees = count.get("difference") == 0 if count.get("difference") is not None else None
+    check = "sequence numbers" + ("; the broker's count agrees" if agrees else
+                                  "; the broker's count differs" if agrees is False else "")
+    if g["lost"] is None:
+        return f"acknowledged messages lost or undelivered: {g['undelivered_or_lost'] or 0:,} (the broker's backlog " \
+               f"unknown)"
+    text = f"acknowledged messages lost: {g['lost']:,} of {g['acknowledged'] or 0:,} ({check})"
+    return text if g["lost"] == 0 else f"⚠ **{text}**"
+
+
+def markdown_lines(report: dict) -> list[str]:
+    """The report's Guarantees section: a row per cell that ran faults."""
+    found = report.get("guarantees") or []
+    if not found:
+        return []
+    lines = ["## Guarantees under faults", "",
+             "Each cell's faults as applied, what the broker kept of what it acknowledged, how long the producers "
+             "went without an acknowledgement, when the delivered rate was back within 10% of the rate before, and "
+             "the end-to-end p99 (ms) before, during and after the fault window (reports/faults.py).", "",
+             "| cell | faults | leader before → at end | guarantee | duplicated | send errors | unacknowledged | "
+             "unavailable s, producers / consumers | back to rate s | e2e p99 ms before / during / after |",
+             "|---|---|---|---|---:|---:|---:|---:|---:|---|"]
+    for row in found:
+        g, record = row["guarantee"], row["faults"]
+        leader = f"{record['applied'][0]['leader_before'] if record['applied'] else '–'} → {record.get('leader_at_end')}"
+        unavailable = " / ".join("–" if row[k] is None else f"{row[k]:.2f}"
+                                 for k in ("unavailable_s", "consumer_unavailable_s"))
+        back = "never" if row["back_to_rate_s"] is None and row["before"] else \
+            "–" if row["back_to_rate_s"] is None else f"{row['back_to_rate_s']:g}"
+        p99s = " / ".join(_ms(row[name], "end_to_end_latency_us") for name in PHASES)
+        lines.append(f"| {row['cell_id']} | {_applied(record)} | {leader} | {held_text(row)} | "
+                     f"{g['duplicated'] or 0:,} | {g['send_errors'] or 0:,} | {g['unacknowledged'] or 0:,} | "
+                     f"{unavailable} | {back} | {p99s} |")
+    return lines + [""]

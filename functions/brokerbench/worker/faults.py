@@ -1,0 +1,156 @@
+"""A cell's faults, applied by its supervisor at their times (brokerbench.faults): which node, when exactly, and what
+the broker said before and after.
+
+The broker's own hooks (its plug-in's `cluster` module) name the node that leads the cell's topic and start a node
+again; the signals go to that node's processes (their process groups: a node started in a session of its own takes
+its children with it). Every action is recorded as it happens: the node it hit, its time from the measured start
+(the planned one beside it), the wall-clock time, and the leader the broker named just before. At the cell's end the
+leader is asked again (`leader_at_end`, before anything is restored), nodes still down are started again and paused ones
+resumed, and the cell waits until the cluster serves on every node, so the next cell finds it whole.
+"""
+
+from __future__ import annotations
+
+import importlib
+import signal
+import time
+from datetime import datetime, timezone
+
+from .. import faults
+from ..registry import plugin
+from .processes import signal_group
+
+SECOND_NS = 1_000_000_000
+SIGNALS = {"kill": signal.SIGKILL, "stop": signal.SIGTERM, "pause": signal.SIGSTOP, "resume": signal.SIGCONT}
+WHOLE_TIMEOUT_S = 120.0  # a node started again joins its cluster within this (a JVM on a loaded 2-core host)
+LEADER_WAIT_S = 15.0  # at the cell's end, how long a leader is waited for (an election still running)
+
+
+class FaultError(RuntimeError):
+    """A fault could not be applied as asked (no node leads the topic, no such node): the cell fails with it."""
+
+
+def _signal(pids: list[int], sig: int) -> None:
+    for pid in pids:
+        signal_group(pid, sig)
+
+
+class CellFaults:
+    """The faults of one cell: `start` at the measured start, `due` says when the next is, `apply` runs what is
+    due, `finish` restores the cluster and returns the records (stored with the cell)."""
+
+    def __init__(self, cell: dict, endpoint: dict, topic: str) -> None:
+        self.steps = faults.timetable(cell.get("faults") or [])
+        self.endpoint, self.topic = endpoint, topic
+        reference = plugin(cell["broker"]).cluster if self.steps else None
+        self.hooks = importlib.import_module(reference) if reference else None
+        self.measure_start: int | None = None
+        self.records: list[dict] = []
+        self.down: list[str] = []  # nodes a kill or stop took down, not started again yet
+        self.paused: dict[int, str] = {}  # fault index -> the node its pause stopped
+        self.finished = False
+
+    def __bool__(self) -> bool:
+        return bool(self.steps)
+
+    def start(self, measure_start_ns: int) -> None:
+        self.measure_start = measure_start_ns
+
+    def due(self) -> int | None:
+        """When the next action is due (monotonic ns); None when none is left or before the measured start."""
+        if self.measure_start is None or not self.steps:
+            return None
+        return self.measure_start + self.steps[0].at_ns
+
+    def apply(self, now_ns: int) -> None:
+        """Runs every action due by `now_ns`, in order."""
+        while self.steps and self.measure_start is not None and self.measure_start + self.steps[0].at_ns <= now_ns:
+            self._run(self.steps.pop(0))
+
+    def _nodes(self) -> list[dict]:
+        if "nodes" not in self.endpoint:
+            raise FaultError("the target has no local nodes to fault (faults run on a cluster the run starts locally)")
+        return self.hooks.nodes(self.endpoint)
+
+    def _target(self, target: str, leader: str | None) -> dict:
+        nodes = self._nodes()
+        names = [n["node"] for n in nodes]
+        if target == "leader":
+            if leader is None:
+                raise FaultError(f"no node led {self.topic} when the fault came (the broker named none)")
+            name = leader
+        elif target == "follower":
+            others = [n for n in names if n != leader and n not in self.down]
+            if not others:
+                raise FaultError(f"no follower of {self.topic} is up to fault")
+            name = others[0]
+        else:
+            name = target
+        found = [n for n in nodes if n["node"] == name]
+        if not found:
+            raise FaultError(f"target {target!r}: the cluster has no node {name!r} (its nodes: {', '.join(names)})")
+        return found[0]
+
+    def _run(self, step: faults.Step) -> None:
+        # Asked only where the target depends on it: with the leader just killed, a metadata request can wait seconds
+        # for a node that no longer answers, and a restart or resume is due at its own time whatever leads.
+        leader = self.hooks.leader(self.endpoint, self.topic) if step.kind not in ("restart", "resume") else None
+        if step.kind == "restart":
+            started = []
+            for name in self.down:
+                started.append({"node": name, "pids": self.hooks.start_node(self.endpoint, name)})
+            at = time.monotonic_ns()
+            self._record(step, at, leader, nodes=[s["node"] for s in started])
+            self.down = []
+            return
+        node = self.paused.pop(step.index) if step.kind == "resume" else self._target(step.target, leader)["node"]
+        pids = [n for n in self._nodes() if n["node"] == node][0]["pids"]
+        _signal(pids, SIGNALS[step.kind])
+        at = time.monotonic_ns()
+        if step.kind in faults.DOWN:
+            self.down.append(node)
+        elif step.kind == "pause":
+            self.paused[step.index] = node
+        self._record(step, at, leader, nodes=[node])
+
+    def _record(self, step: faults.Step, at_ns: int, leader: str | None, nodes: list[str]) -> None:
+        self.records.append({
+            "fault": step.index, "kind": step.kind, "target": step.target, "nodes": nodes,
+            "planned_s": round(step.at_ns / SECOND_NS, 6),
+            "at_s": round((at_ns - self.measure_start) / SECOND_NS, 6),
+            "at": datetime.now(timezone.utc).isoformat(timespec="milliseconds"),
+            "leader_before": leader})
+
+    def finish(self) -> dict | None:
+        """Brings the cluster back (paused nodes resumed, nodes down started again, every node serving) and
+        returns what is stored with the cell: each action's record, what was left to restore, and the leader the
+        broker names at the end; None for a cell without faults."""
+        if not self.hooks or self.finished:
+            return None
+        self.finished = True
+        if "nodes" not in self.endpoint:  # nothing was applied (FaultError at the first action)
+            return {"applied": self.records, "restored_at_end": [], "leader_at_end": None,
+                    "cluster_whole_at_end": None}
+        # the leader the fault left (before anything is restored), once the broker names one
+        deadline = time.monotonic() + LEADER_WAIT_S
+        leader = self.hooks.leader(self.endpoint, self.topic)
+        while leader is None and time.monotonic() < deadline:
+            time.sleep(0.2)
+            leader = self.hooks.leader(self.endpoint, self.topic)
+        restored = []
+        for index, node in sorted(self.paused.items()):
+            pids = [n for n in self._nodes() if n["node"] == node][0]["pids"]
+            _signal(pids, signal.SIGCONT)
+            restored.append({"fault": index, "kind": "resume", "nodes": [node]})
+        if self.down:
+            for name in self.down:
+                self.hooks.start_node(self.endpoint, name)
+            restored.append({"kind": "restart", "nodes": list(self.down)})
+        self.paused, self.down = {}, []
+        deadline = time.monotonic() + WHOLE_TIMEOUT_S
+        whole = self.hooks.whole(self.endpoint)
+        while not whole and time.monotonic() < deadline:
+            time.sleep(0.5)
+            whole = self.hooks.whole(self.endpoint)
+        return {"applied": self.records, "restored_at_end": restored, "leader_at_end": leader,
+                "cluster_whole_at_end": whole}

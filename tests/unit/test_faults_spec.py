@@ -1,0 +1,129 @@
+"""A run request's faults: every rule names its field, and a cell's timetable puts each action at its time."""
+
+import numpy as np
+import pytest
+
+from brokerbench import faults
+from brokerbench.spec import SpecError, validate
+from brokerbench.worker.producer_figures import AckGap
+
+BASE = {"name": "f", "brokers": ["kafka"], "sizes": [1024], "rates": [200], "formats": ["raw"], "duration_s": 10,
+        "provision": {"kafka": {"nodes": 3}}}
+
+
+def problems(**request) -> dict[str, str]:
+    try:
+        validate({**BASE, **request})
+    except SpecError as exc:
+        return {p.path: p.message for p in exc.problems}
+    return {}
+
+
+def test_a_kill_and_a_restart_on_a_cluster_are_accepted_and_reach_every_cell():
+    spec = validate({**BASE, "faults": [{"kind": "kill", "at_s": 2}, {"kind": "restart", "at_s": 5}]})
+    from brokerbench.spec import expand
+    assert all(cell["faults"] == spec["faults"] for cell in expand(spec))
+    assert "faults" not in expand(validate(BASE))[0]
+
+
+def test_a_fault_that_needs_a_replica_is_refused_on_one_node():
+    found = problems(provision={}, faults=[{"kind": "kill", "at_s": 2}])
+    assert "replica" in found["provision.kafka.nodes"] and "nodes: 3" in found["provision.kafka.nodes"]
+
+
+def test_a_broker_without_a_local_cluster_and_an_existing_endpoint_are_refused():
+    found = problems(brokers=["redis-streams"], provision={}, faults=[{"kind": "stop", "at_s": 1}])
+    assert "redis-streams has no local cluster" in found["faults"] and "kafka" in found["faults"]
+    found = problems(targets={"kafka": {"bootstrap_servers": "127.0.0.1:9092"}},
+                     faults=[{"kind": "stop", "at_s": 1}])
+    assert "not the run's to signal" in found["targets.kafka"]
+
+
+@pytest.mark.parametrize("fault_list, field, words", [
+    ([{"kind": "kill", "at_s": 10}], "faults[0].at_s", "not inside the measured 10 s"),
+    ([{"kind": "pause", "at_s": 2}], "faults[0].duration_s", "needs its duration_s"),
+    ([{"kind": "pause", "at_s": 8, "duration_s": 3}], "faults[0].duration_s", "ends at 11 s"),
+    ([{"kind": "kill", "at_s": 2, "duration_s": 3}], "faults[0].duration_s", "a later restart"),
+    ([{"kind": "restart", "at_s": 2}], "faults[0]", "needs an earlier kill or stop"),
+    ([{"kind": "kill", "at_s": 4}, {"kind": "restart", "at_s": 3}], "faults[1]", "needs an earlier kill or stop"),
+    ([{"kind": "stop", "at_s": 1}, {"kind": "restart", "at_s": 3, "target": "2"}], "faults[1].target", "names no"),
+    ([{"kind": "melt", "at_s": 1}], "faults[0].kind", "'melt' is not one of"),
+    ([{"kind": "kill"}], "faults[0]", "'at_s' is a required property"),
+])
+def test_each_rule_names_its_field(fault_list, field, words):
+    found = problems(faults=fault_list)
+    assert words in found.get(field, ""), found
+
+
+def test_searches_and_counted_cells_take_no_faults():
+    assert "search" in problems(rates=["sustainable"], faults=[{"kind": "kill", "at_s": 1}])["rates[0]"]
+    found = problems(messages=1000, faults=[{"kind": "kill", "at_s": 1}])
+    assert "counted cell" in found["faults"]
+
+
+def test_the_timetable_orders_actions_and_resumes_a_pause_at_its_end():
+    steps = faults.timetable([{"kind": "pause", "at_s": 1.5, "duration_s": 2, "target": "follower"},
+                              {"kind": "kill", "at_s": 1}, {"kind": "restart", "at_s": 4}])
+    assert [(s.kind, s.at_ns, s.target) for s in steps] == [
+        ("kill", 1_000_000_000, "leader"), ("pause", 1_500_000_000, "follower"),
+        ("resume", 3_500_000_000, "follower"), ("restart", 4_000_000_000, "leader")]
+    assert faults.first_fault_ns([{"kind": "stop", "at_s": 3}]) == 3_000_000_000
+    assert faults.first_fault_ns([]) is None
+
+
+def test_the_acknowledgement_gap_runs_from_the_fault_to_the_next_acknowledgement():
+    gap = AckGap()
+    gap.add(np.array([100, 200], dtype=np.int64))  # before a fault is known: only the latest is kept
+    gap.from_ns = 1_000
+    gap.add(np.array([900, 1_100, 1_200], dtype=np.int64))  # the stretch from the fault (1,000) to 1,100
+    assert gap.longest == (1_000, 1_100)
+    gap.add(np.array([5_200, 1_300], dtype=np.int64))  # unsorted within a batch; 1,300 -> 5,200 is the longest
+    assert gap.longest == (1_300, 5_200) and not gap.until_end
+    gap.finish(6_000)  # 5,200 -> 6,000 is shorter: the longest stays
+    assert gap.longest == (1_300, 5_200) and not gap.until_end
+    silent = AckGap()
+    silent.from_ns = 1_000
+    silent.add(np.array([500], dtype=np.int64))
+    silent.finish(9_000)  # nothing after the fault: open to the end
+    assert silent.longest == (1_000, 9_000) and silent.until_end
+
+
+def _interval(i: int, received: int, latency_us: list[int]) -> dict:
+    from brokerbench import histogram
+    return {"interval": i, "counters": {"received": received, "acked": received},
+            "histograms": {"end_to_end_latency_us": histogram.encode(histogram.from_values(latency_us))}}
+
+
+def test_phases_split_the_intervals_at_the_fault_window_and_find_when_the_rate_came_back():
+    from brokerbench.reports import faults as report_faults
+    # 100 msgs/s at 1 ms; the leader killed at 2.3 s; no acknowledgement from 2.3 s to 4.6 s; a backlog at 150/s, then
+    # back to 100/s at 2 ms
+    intervals = [_interval(0, 100, [1000] * 100), _interval(1, 100, [1000] * 100),
+                 _interval(2, 30, [1000] * 30), _interval(3, 0, []), _interval(4, 50, [900_000] * 50),
+                 _interval(5, 150, [2000] * 150), _interval(6, 100, [2000] * 100), _interval(-1, 5, [1] * 5)]
+    record = {"applied": [{"kind": "kill", "nodes": ["2"], "at_s": 2.3, "planned_s": 2.0, "leader_before": "2"}],
+              "producer_ack_gap": {"from_s": 2.3, "to_s": 4.6, "s": 2.3, "until_end": False}}
+    found = report_faults.phases(intervals, record, publish_only=False)
+    assert found["window_s"] == [2.3, 4.6]
+    before, during, after = (found[p] for p in report_faults.PHASES)
+    assert before["seconds"] == 2 and before["throughput_msgs_per_s"] == 100  # intervals 0, 1
+    assert during["seconds"] == 3 and during["throughput_msgs_per_s"] == round(80 / 3, 1)  # 2, 3, 4
+    assert after["seconds"] == 2 and after["throughput_msgs_per_s"] == 125  # 5, 6
+    assert before["end_to_end_latency_us"]["p99"] == pytest.approx(1000, rel=0.001)
+    assert during["end_to_end_latency_us"]["p99"] == pytest.approx(900_000, rel=0.001)  # 50 of 80 at 900 ms
+    assert after["end_to_end_latency_us"]["p99"] == pytest.approx(2000, rel=0.001)
+    # from interval 5 on every interval delivers at least 90 msgs/s: 5 - 2.3 s after the fault
+    assert found["back_to_rate_s"] == pytest.approx(2.7)
+    stalled = report_faults.phases(intervals[:4], record, publish_only=False)
+    assert stalled["back_to_rate_s"] is None and stalled["after"] is None
+
+
+def test_the_guarantee_says_what_held_and_names_a_loss():
+    from brokerbench.reports import faults as report_faults
+    row = {"guarantee": report_faults.guarantee({"acked": 1200, "lost": 0, "duplicated": 0,
+                                                 "broker_count": {"difference": 0}})}
+    assert report_faults.held_text(row) == ("acknowledged messages lost: 0 of 1,200 (sequence numbers; the broker's "
+                                            "count agrees)")
+    row = {"guarantee": report_faults.guarantee({"acked": 1200, "lost": 7, "broker_count": {"difference": -7}})}
+    assert report_faults.held_text(row).startswith("⚠ **acknowledged messages lost: 7 of 1,200")
+    assert row["guarantee"]["held"] is False

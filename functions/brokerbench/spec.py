@@ -362,7 +362,8 @@ def scaled(request: dict, factor: float) -> dict:
     seconds when a rate is `sustainable`: each step of the search is judged on that many intervals), warmup_s, the adaptive
     warm-up's bound (warmup_max_s, or warmup_s + 10 s when it is null), messages (at least one per
     producer), backlog.messages (at least one per producer) and repeats (rounded up, at least 1); with burst,
-    duration_s keeps at least two periods (2 x every_s + over_s). Unchanged: brokers, sizes and rates (or size_rates),
+    duration_s keeps at least two periods (2 x every_s + over_s); faults come at the same places in the shorter window
+    (at_s and a pause's duration_s stretched as duration_s is). Unchanged: brokers, sizes and rates (or size_rates),
     formats, modes, topology, client settings, burst, drain_timeout_s (a bound on waiting for what is still in
     flight, not measured time: shortening it would count slow deliveries as lost) and search. A note
     saying what was scaled is appended to notes. A pure function: the request given is not changed.
@@ -401,6 +402,12 @@ def scaled(request: dict, factor: float) -> dict:
         changed["backlog.messages"] = (backlog["messages"], messages)
         out["backlog"] = {**backlog, "messages": messages}
     put("repeats", max(1, math.ceil(value("repeats") * factor - 1e-9)))
+    if request.get("faults"):  # at the same places in the shorter measured window
+        stretch = out["duration_s"] / duration
+        out["faults"] = [{**f, **{k: round(f[k] * stretch, 3) for k in ("at_s", "duration_s") if k in f}}
+                         for f in request["faults"]]
+        times = lambda faults: "at " + ", ".join(f"{f['at_s']:g}" for f in faults) + " s"  # noqa: E731
+        changed["faults"] = (times(request["faults"]), times(out["faults"]))
     what = ", ".join(f"{field} {old if old is not None else 'null'} -> {new}" for field, (old, new) in changed.items())
     out["notes"] = [*request.get("notes", []),
                     f"scaled by {factor:g} (--scale {factor:g}): {what or 'nothing to shorten'}; brokers, sizes, "

@@ -17,7 +17,10 @@ down or paused when the cell's sending ends is brought back before the next cell
 
 from __future__ import annotations
 
+import statistics
 from dataclasses import dataclass
+
+from . import histogram
 
 KINDS = ("kill", "stop", "pause", "restart")
 DOWN = ("kill", "stop")  # kinds that take a node down until a restart
@@ -105,3 +108,71 @@ def first_fault_ns(faults: list[dict]) -> int | None:
     """When the cell's first fault comes, after the measured start; None without faults."""
     steps = timetable(faults)
     return steps[0].at_ns if steps else None
+
+
+# -- the figures before, during and after (the worker stores them with the cell; reports show them) --------
+# - The fault window: from the first action to the later of the last action and the end of the longest stretch
+#   without a producer's acknowledgement or a consumer's delivery (the cell's producer_ack_gap and
+#   consumer_receipt_gap). Its intervals (1 s) are "during"; those wholly before it "before", those wholly after it
+#   "after". Each phase's latency percentiles are taken over its intervals' histograms merged; its throughput is
+#   what was delivered (acknowledged, for a publish-only cell) per second.
+# - Back to rate: from the first action to the start of the first interval from which on every interval delivered
+#   at least RECOVERED_SHARE of the median rate before the fault (1 s resolution); None when it never came back
+#   within the measured window.
+RECOVERED_SHARE = 0.9  # "back within 10% of the rate before the fault"
+PHASES = ("before", "during", "after")
+
+
+def window(record: dict) -> tuple[float, float] | None:
+    """The fault window in seconds from the measured start (above); None when nothing was applied."""
+    applied = record.get("applied") or []
+    if not applied:
+        return None
+    start = min(a["at_s"] for a in applied)
+    end = max(a["at_s"] for a in applied)
+    for gap in (record.get("producer_ack_gap"), record.get("consumer_receipt_gap")):
+        if gap:
+            end = max(end, gap["to_s"])
+    return start, end
+
+
+def _delivered(interval: dict, publish_only: bool) -> int:
+    counters = interval.get("counters") or {}
+    return int(counters.get("acked" if publish_only else "received") or 0)
+
+
+def _phase(intervals: list[dict], publish_only: bool) -> dict | None:
+    if not intervals:
+        return None
+    out = {"seconds": len(intervals),
+           "throughput_msgs_per_s": round(sum(_delivered(i, publish_only) for i in intervals) / len(intervals), 1)}
+    for name in ("end_to_end_latency_us", "publish_latency_us"):
+        blobs = [i["histograms"][name] for i in intervals if (i.get("histograms") or {}).get(name)]
+        figures = histogram.summary(histogram.merge(blobs)) if blobs else None
+        out[name] = None if not figures or not figures["count"] else {k: figures[k] for k in ("p50", "p99", "max",
+                                                                                            "count")}
+    return out
+
+
+def phases(intervals: list[dict], record: dict, publish_only: bool) -> dict:
+    """The figures before, during and after the fault window, and when the rate came back (above). `intervals`:
+    IntervalMeasured data with their counters and histograms."""
+    span = window(record)
+    if span is None:
+        return {"window_s": None, **dict.fromkeys(PHASES), "back_to_rate_s": None}
+    start, end = span
+    measured = sorted((i for i in intervals if i["interval"] >= 0), key=lambda i: i["interval"])
+    parts = {"before": [i for i in measured if i["interval"] + 1 <= start],
+             "during": [i for i in measured if i["interval"] < end and i["interval"] + 1 > start],
+             "after": [i for i in measured if i["interval"] >= end]}
+    rates = [_delivered(i, publish_only) for i in parts["before"]]
+    back = None
+    if rates:
+        floor = RECOVERED_SHARE * statistics.median(rates)
+        later = [i for i in measured if i["interval"] + 1 > start]
+        for k, interval in enumerate(later):
+            if all(_delivered(j, publish_only) >= floor for j in later[k:]):
+                back = round(max(0.0, interval["interval"] - start), 3)
+                break
+    return {"window_s": [round(start, 6), round(end, 6)],
+            **{name: _phase(members, publish_only) for name, members in parts.items()}, "back_to_rate_s": back}

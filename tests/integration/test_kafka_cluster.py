@@ -122,6 +122,11 @@ def test_a_leader_killed_mid_cell_with_acks_all_and_idempotence_loses_nothing_an
     assert faults["cluster_whole_at_end"] and faults["restored_at_end"] == [], faults
     for gap in (faults["producer_ack_gap"], faults["consumer_receipt_gap"]):  # from the planned time on
         assert gap is not None and gap["from_s"] >= kill["planned_s"] and gap["s"] > 0, faults
+    # the intervals wholly before the kill (2 s) are the phase before, with their latency; the rest lie in the fault
+    # window, which runs to the end of the longest stretch without an acknowledgement or a delivery
+    phases = faults["phases"]
+    assert phases["before"]["seconds"] == 2 and phases["before"]["end_to_end_latency_us"]["count"] > 0, phases
+    assert phases["window_s"][0] == kill["at_s"] and phases["window_s"][1] >= faults["producer_ack_gap"]["to_s"]
     # the report's Guarantees table says what held, from the same events
     report = build_report(events)
     [row] = report["guarantees"]

@@ -4,80 +4,17 @@ before, during and after.
 - The guarantee: acknowledged messages lost (the accounting's `lost`: acknowledged, never delivered, no longer at
   the broker), duplicated and out of order, from the messages' own sequence numbers, with the broker's own count
   beside them; and send errors and unacknowledged sends, which the producer was told about (not a broken promise).
-- The fault window: from the first action to the later of the last action and the end of the longest stretch
-  without a producer's acknowledgement or a consumer's delivery (the worker's `producer_ack_gap` and
-  `consumer_receipt_gap`). Its intervals (1 s) are "during"; those
-  wholly before it "before", those wholly after it "after". Each phase's latency percentiles are taken over its
-  intervals' histograms merged, its throughput is what was delivered (acknowledged, for a publish-only cell) per
-  second.
 - Unavailable: the longest stretch without an acknowledgement, to the acknowledgements' own stamps (producers),
   and without a delivery, to the polls that brought them (consumers).
-- Back to rate: from the first action to the start of the first interval from which on every interval delivered
-  at least RECOVERED_SHARE of the rate before the fault (1 s resolution); None when it never came back.
+- Before, during and after the fault window, and back to rate: brokerbench.faults.phases, worked out by the worker
+  from its intervals' histograms (reports read no interval histograms) and stored with the cell; for a cell
+  stored without them, from the intervals where the events hold their histograms.
 """
 
 from __future__ import annotations
 
-import statistics
+from ..faults import PHASES, phases
 
-from .. import histogram
-
-RECOVERED_SHARE = 0.9  # "back within 10% of the rate before the fault"
-PHASES = ("before", "during", "after")
-
-
-def window(record: dict) -> tuple[float, float] | None:
-    """The fault window in seconds from the measured start (see the module); None when nothing was applied."""
-    applied = record.get("applied") or []
-    if not applied:
-        return None
-    start = min(a["at_s"] for a in applied)
-    end = max(a["at_s"] for a in applied)
-    for gap in (record.get("producer_ack_gap"), record.get("consumer_receipt_gap")):
-        if gap:
-            end = max(end, gap["to_s"])
-    return start, end
-
-
-def _delivered(interval: dict, publish_only: bool) -> int:
-    counters = interval.get("counters") or {}
-    return int(counters.get("acked" if publish_only else "received") or 0)
-
-
-def _phase(intervals: list[dict], publish_only: bool) -> dict | None:
-    if not intervals:
-        return None
-    out = {"seconds": len(intervals),
-           "throughput_msgs_per_s": round(sum(_delivered(i, publish_only) for i in intervals) / len(intervals), 1)}
-    for name in ("end_to_end_latency_us", "publish_latency_us"):
-        blobs = [i["histograms"][name] for i in intervals if (i.get("histograms") or {}).get(name)]
-        figures = histogram.summary(histogram.merge(blobs)) if blobs else None
-        out[name] = None if not figures or not figures["count"] else {k: figures[k] for k in ("p50", "p99", "max",
-                                                                                            "count")}
-    return out
-
-
-def phases(intervals: list[dict], record: dict, publish_only: bool) -> dict:
-    """The figures before, during and after the fault window, and when the rate came back (see the module)."""
-    span = window(record)
-    if span is None:
-        return {"window_s": None, **dict.fromkeys(PHASES), "back_to_rate_s": None}
-    start, end = span
-    measured = sorted((i for i in intervals if i["interval"] >= 0), key=lambda i: i["interval"])
-    parts = {"before": [i for i in measured if i["interval"] + 1 <= start],
-             "during": [i for i in measured if i["interval"] < end and i["interval"] + 1 > start],
-             "after": [i for i in measured if i["interval"] >= end]}
-    rates = [_delivered(i, publish_only) for i in parts["before"]]
-    back = None
-    if rates:
-        floor = RECOVERED_SHARE * statistics.median(rates)
-        later = [i for i in measured if i["interval"] + 1 > start]
-        for k, interval in enumerate(later):
-            if all(_delivered(j, publish_only) >= floor for j in later[k:]):
-                back = round(max(0.0, interval["interval"] - start), 3)
-                break
-    return {"window_s": [round(start, 6), round(end, 6)],
-            **{name: _phase(members, publish_only) for name, members in parts.items()}, "back_to_rate_s": back}
 
 
 def guarantee(cell: dict) -> dict:
@@ -104,7 +41,7 @@ def rows(cells: list[dict], ends: dict[str, dict], intervals: dict[str, list[dic
                     "guarantee": guarantee(cell), "faults": record,
                     "unavailable_s": (record.get("producer_ack_gap") or {}).get("s"),
                     "consumer_unavailable_s": (record.get("consumer_receipt_gap") or {}).get("s"),
-                    **phases(intervals.get(cell["cell_id"], []), record, publish_only)})
+                    **(record.get("phases") or phases(intervals.get(cell["cell_id"], []), record, publish_only))})
     return out
 
 

@@ -20,7 +20,7 @@ from multiprocessing.connection import wait
 
 import numpy as np
 
-from .. import histogram, host, limit, verdict
+from .. import faults, histogram, host, limit, verdict
 from ..codecs.floor import call_floor_ns
 from ..drivers import BrokerUnavailable, producer_window
 from ..events import EventStore, cell_prefix, make_event
@@ -31,7 +31,7 @@ from ..spec import lanes
 from . import outcome, processes, resources, schedule, search
 from .consumer import ConsumerTask, consumer_main
 from .drain import Drain
-from .faults import CellFaults, FaultError
+from .faults import CellFaults
 from .framing import probe_header
 from .intervals import IntervalAggregator
 from .processes import death
@@ -257,6 +257,7 @@ class _CellRun:
         self.figures: dict = {}  # producer connection -> ProducerFigures: its intervals' figures, worked out here
         self.faults = CellFaults(cell, endpoint, topic)  # the spec's faults, applied by this supervisor at their times
         self.fault_figures: dict | None = None  # what the cell stores of them (_finish_faults)
+        self.fault_intervals: list[dict] = []  # a faulted cell's intervals with their histograms
 
     # -- lifecycle ---------------------------------------------------------------------------
     def run(self) -> CellOutcome:
@@ -494,8 +495,8 @@ class _CellRun:
             if time.monotonic() > deadline:
                 raise CellError("the cell did not finish in time (a client is stuck or the broker stopped answering)")
             now = time.monotonic_ns()
-            due = [at for at in (self.attach_due, self._watch_sending(now, any(c in done for c in producers)),
-                                 self.faults.due()) if at is not None]
+            due = [at for at in (self.attach_due, self._watch_sending(now, any(c in done for c in producers)))
+                   if at is not None]
             timeout = min([0.1] + [max(0, at - now) / 1e9 for at in due])
             for conn in wait([c for c in self.conns if c not in done], timeout=timeout):
                 kind, payload = self._recv(conn)
@@ -513,11 +514,8 @@ class _CellRun:
                 elif kind == "done":
                     done[conn] = self.figures[conn].finish(payload) if conn in self.figures else payload
                     self.aggregator.finished(conn)
-            if self.faults:
-                try:
-                    self.faults.apply(time.monotonic_ns())
-                except FaultError as exc:
-                    raise CellError(f"fault: {exc}") from None
+            if self.faults.error:
+                raise CellError(f"fault: {self.faults.error}")
             writing = time.monotonic()
             self._write_intervals()
             # Time spent waiting for the event store (an outage: its writes retry with backoff) is not a client's or
@@ -579,7 +577,7 @@ class _CellRun:
             return
         self.faults.start(measure_start)
         for figures in self.figures.values():
-            figures.gap.from_ns = self.faults.due()
+            figures.gap.from_ns = self.faults.first_due()
 
     def _finish_faults(self, done: dict) -> dict | None:
         """The cluster brought back whole, and what the cell stores of its faults: each action, and the longest
@@ -595,8 +593,10 @@ class _CellRun:
                 acks.append(self._gap(*figures.gap.longest, figures.gap.until_end))
         receipts = [self._gap(*d["receipt_gap"]) for c, d in done.items()
                     if self.conns[c][0] == "consumer" and d.get("receipt_gap")]
-        return {**record, "producer_ack_gap": max(acks, key=lambda g: g["s"], default=None),
-                "consumer_receipt_gap": max(receipts, key=lambda g: g["s"], default=None)}
+        record = {**record, "producer_ack_gap": max(acks, key=lambda g: g["s"], default=None),
+                  "consumer_receipt_gap": max(receipts, key=lambda g: g["s"], default=None)}
+        self._write_intervals(final=True)  # every interval in fault_intervals
+        return {**record, "phases": faults.phases(self.fault_intervals, record, not self.cell["consumers"])}
 
     def _gap(self, start: int, end: int, until_end: bool) -> dict:
         at = lambda ns: round((ns - self.timing["measure_start"]) / SECOND_NS, 6)  # noqa: E731
@@ -644,6 +644,8 @@ class _CellRun:
             if machine:
                 data["host"] = machine
             self.series.append({k: v for k, v in data.items() if k != "histograms"})
+            if self.faults:  # the phases before, during and after are worked out from them (_finish_faults)
+                self.fault_intervals.append({k: data.get(k) for k in ("interval", "counters", "histograms")})
             events.append(make_event(self.run_id, "IntervalMeasured", data, cell_index=self.cell["index"],
                                      interval=data["interval"], attempt=self.attempt))
         self.store.append(events)

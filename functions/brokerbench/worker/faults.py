@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import importlib
 import signal
+import threading
 import time
 from datetime import datetime, timezone
 
@@ -36,8 +37,10 @@ def _signal(pids: list[int], sig: int) -> None:
 
 
 class CellFaults:
-    """The faults of one cell: `start` at the measured start, `due` says when the next is, `apply` runs what is
-    due, `finish` restores the cluster and returns the records (stored with the cell)."""
+    """The faults of one cell, applied by a thread of their own at their times (the supervisor's loop waits on the
+    broker now and then: a backlog query during an election took seconds): `start` at the measured start (again
+    when an adaptive warm-up moves it), `error` a fault that could not be applied, `finish` stops the thread,
+    restores the cluster and returns the records (stored with the cell)."""
 
     def __init__(self, cell: dict, endpoint: dict, topic: str) -> None:
         self.steps = faults.timetable(cell.get("faults") or [])
@@ -49,23 +52,44 @@ class CellFaults:
         self.down: list[str] = []  # nodes a kill or stop took down, not started again yet
         self.paused: dict[int, str] = {}  # fault index -> the node its pause stopped
         self.finished = False
+        self.error: str | None = None  # why a fault could not be applied (the cell fails with it)
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
 
     def __bool__(self) -> bool:
         return bool(self.steps)
 
     def start(self, measure_start_ns: int) -> None:
+        """The measured start (the faults' clock): the thread starts with the first call, a later one moves it."""
         self.measure_start = measure_start_ns
+        if self._thread is None and self.steps and self.error is None:
+            try:
+                self._nodes()  # the stack's records read once before the clock runs (their first read imports them)
+            except FaultError as exc:
+                self.error = str(exc)
+                return
+            self._thread = threading.Thread(target=self._timetable, name="bb-faults", daemon=True)
+            self._thread.start()
 
-    def due(self) -> int | None:
-        """When the next action is due (monotonic ns); None when none is left or before the measured start."""
+    def first_due(self) -> int | None:
+        """When the first action is due (monotonic ns); None without faults or before the measured start."""
         if self.measure_start is None or not self.steps:
             return None
         return self.measure_start + self.steps[0].at_ns
 
-    def apply(self, now_ns: int) -> None:
-        """Runs every action due by `now_ns`, in order."""
-        while self.steps and self.measure_start is not None and self.measure_start + self.steps[0].at_ns <= now_ns:
-            self._run(self.steps.pop(0))
+    def _timetable(self) -> None:
+        steps = list(self.steps)
+        try:
+            while steps and not self._stop.is_set():
+                left = self.measure_start + steps[0].at_ns - time.monotonic_ns()
+                if left > 0:
+                    self._stop.wait(min(left / SECOND_NS, 0.05))  # short: an adaptive warm-up may move the start
+                    continue
+                self._run(steps.pop(0))
+        except FaultError as exc:
+            self.error = str(exc)
+        except Exception as exc:  # noqa: BLE001 - any failure of a hook fails the cell, named
+            self.error = f"{type(exc).__name__}: {exc}"
 
     def _nodes(self) -> list[dict]:
         if "nodes" not in self.endpoint:
@@ -96,11 +120,10 @@ class CellFaults:
         # for a node that no longer answers, and a restart or resume is due at its own time whatever leads.
         leader = self.hooks.leader(self.endpoint, self.topic) if step.kind not in ("restart", "resume") else None
         if step.kind == "restart":
-            started = []
-            for name in self.down:
-                started.append({"node": name, "pids": self.hooks.start_node(self.endpoint, name)})
-            at = time.monotonic_ns()
-            self._record(step, at, leader, nodes=[s["node"] for s in started])
+            at, nodes = time.monotonic_ns(), list(self.down)  # when the restart began
+            for name in nodes:
+                self.hooks.start_node(self.endpoint, name)
+            self._record(step, at, leader, nodes=nodes)
             self.down = []
             return
         node = self.paused.pop(step.index) if step.kind == "resume" else self._target(step.target, leader)["node"]
@@ -128,6 +151,9 @@ class CellFaults:
         if not self.hooks or self.finished:
             return None
         self.finished = True
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
         if "nodes" not in self.endpoint:  # nothing was applied (FaultError at the first action)
             return {"applied": self.records, "restored_at_end": [], "leader_at_end": None,
                     "cluster_whole_at_end": None}

@@ -158,7 +158,8 @@ def test_a_cluster_names_each_server_and_routes_it_to_the_others_on_loopback(tmp
         assert sorted(routes) == sorted((HOST, str(c)) for n, (_, c) in listeners.items() if n != node)
         assert f'store_dir: "{tmp_path / "data" / f"node-{node}"}"' in config and "sync_interval: 2m" in config
         cmd, cwd, log = spawned[node - 1]
-        assert cmd == entry["command"] == [str(local.server_binary()), "-c", str(tmp_path / f"node-{node}" / "nats.conf")]
+        config_file = tmp_path / f"node-{node}" / "nats.conf"
+        assert cmd == entry["command"] == [str(local.server_binary()), "-c", str(config_file)]
         assert (str(cwd), str(log)) == (entry["folder"], entry["log"])
     # every listener a config opens is on loopback: nothing else binds
     configs = "".join((tmp_path / f"node-{n}" / "nats.conf").read_text() for n in listeners)

@@ -7,7 +7,7 @@ loop and, where it needs an answer, waits for it.
 A cell's stream is named after its topic and holds the subjects `<topic>.<lane>`, one per lane. On a cluster (the
 endpoint's `url` names every server, comma-separated) the stream has `nats_replicas` replicas, 3 by default or as
 many as the cluster has servers when fewer; the clients are given every server and reconnect to another when theirs
-goes, the native send loop connects to the first that answers. The worker's
+goes (the native send loop too: to the next in the endpoint's list). The worker's
 header travels at the start of the message body, after one byte with its length (NATS headers are text, parsed per
 message). Batch mode keeps up to `nats_max_in_flight` publishes awaiting their PubAck, single mode one; a full
 window makes the next send wait. The native send loop (`native_sender`, brokerbench.native) publishes the same way on
@@ -261,18 +261,19 @@ class NatsJetStreamDriver:
 
     def native_sender(self, topic: str, partitions: int, mode: str):
         """The native send loop on a plain NATS connection of its own: the same subjects, body and window as
-        `producer`, each PubAck read (and stamped) as it arrives on the loop's own socket. It connects to one
-        server, on a cluster the first of the endpoint's that answers, and reconnects to that one only (a cell
-        whose server goes away sends nothing until it is back; the Python loop moves to another server)."""
+        `producer`, each PubAck read (and stamped) as it arrives on the loop's own socket. On a cluster it connects
+        to the first of the endpoint's servers that answers; a connection it loses is made again to the next one
+        (in turn round the list), as the Python producer moves to another server."""
         urls = [urlsplit(url) for url in servers(self.endpoint)]
         if any(url.scheme not in ("nats", "") or url.username or url.password for url in urls):
             raise native.Unsupported("the native loop speaks plain NATS without credentials")
+        addresses = [(url.hostname or "127.0.0.1", url.port or 4222) for url in urls]
         subjects = [subject(topic, p).encode() for p in range(partitions)]
         refused = []
-        for url in urls:
+        for at, (host, port) in enumerate(addresses):
             try:
-                return native.nats_sender(url.hostname or "127.0.0.1", url.port or 4222, subjects,
-                                          self.in_flight_window(mode), CONNECT_TIMEOUT_S)
+                return native.nats_sender(host, port, subjects, self.in_flight_window(mode), CONNECT_TIMEOUT_S,
+                                          addresses[at + 1:] + addresses[:at])
             except OSError as exc:
                 refused.append(str(exc))
         raise BrokerUnavailable(f"NATS at {self.endpoint['url']}: {'; '.join(refused)}")

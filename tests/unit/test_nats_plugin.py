@@ -1,11 +1,18 @@
 """NATS JetStream as a plug-in: discovered, in the schema, loopback only, refused as a provisioned target in AWS;
-the driver's framing and the recorded meaning of a PubAck, without a server."""
+the driver's framing and the recorded meaning of a PubAck, a local cluster's configs and the cluster's answers read,
+without a server."""
+
+import re
+import signal
+import subprocess
+import sys
 
 import pytest
 
 from brokerbench import brokers, schema, spec
-from brokerbench.brokers.nats_jetstream import driver, environment, local
+from brokerbench.brokers.nats_jetstream import cluster, driver, environment, local
 from brokerbench.local.processes import HOST, StackError
+from brokerbench.local.stack import LocalStack, Service, _same_ports
 from brokerbench.targets import ExistingTargets, ProvisioningError
 from brokerbench.workflow import steps, wiring
 
@@ -28,7 +35,8 @@ def test_its_settings_reach_the_schema_and_a_run_request():
     assert "nats-jetstream" in props["brokers"]["items"]["anyOf"][0]["enum"]
     assert props["targets"]["properties"]["nats-jetstream"]["required"] == ["url"]
     assert props["client"]["properties"]["nats_storage"]["enum"] == ["file", "memory"]
-    assert (CLIENT["nats_storage"], CLIENT["nats_replicas"], CLIENT["nats_max_in_flight"]) == ("file", 1, 1000)
+    assert (CLIENT["nats_storage"], CLIENT["nats_max_in_flight"]) == ("file", 1000)
+    assert "nats_replicas" not in CLIENT  # omitted: 3, or the target's servers when fewer (the driver asks them)
     full = spec.validate({**MINIMAL, "brokers": ["nats-jetstream", "edge-nats"], "modes": ["batch", "single"],
                           "targets": {"edge-nats": {"driver": "nats", "url": "nats://10.0.0.7:4222"}}})
     assert {c["broker"] for c in spec.expand(full)} == {"nats-jetstream", "edge-nats"}
@@ -120,3 +128,145 @@ def test_the_caption_states_storage_replicas_and_sync_as_recorded():
     assert environment.caption("batch", {**CLIENT, "nats_storage": "memory"}, {}) == (
         "batch = up to 1000 publishes in flight, PubAck: memory storage, 1 replica, in memory only")
     assert "sync policy not recorded" in environment.caption("batch", CLIENT, {})
+
+
+def cluster_started(tmp_path, monkeypatch, nodes=3):
+    """A cluster's start with spawn recorded (pids 101, 102, ...) and ports handed out from 20001 on."""
+    spawned = []
+    monkeypatch.setattr(local, "spawn", lambda cmd, cwd, log: spawned.append((cmd, cwd, log)) or 100 + len(spawned))
+    monkeypatch.delenv(local.SYNC_ENV, raising=False)
+    ports = iter(range(20001, 20100))
+    return local.NatsService().start(tmp_path, ports.__next__, {"nodes": nodes}), spawned
+
+
+def test_a_cluster_names_each_server_and_routes_it_to_the_others_on_loopback(tmp_path, monkeypatch):
+    started, spawned = cluster_started(tmp_path, monkeypatch)
+    # client port then cluster port per node, in order
+    listeners = {1: (20001, 20002), 2: (20003, 20004), 3: (20005, 20006)}
+    assert started.pids == [101, 102, 103] and started.port == 20001
+    endpoint = started.endpoint
+    assert endpoint["url"] == ",".join(f"nats://{HOST}:{port}" for port, _ in listeners.values())
+    assert driver.servers(endpoint) == [f"nats://{HOST}:{port}" for port, _ in listeners.values()]
+    for node, (port, cluster_port) in listeners.items():
+        entry = endpoint["nodes"][node - 1]
+        assert (entry["node"], entry["host"], entry["port"], entry["cluster_port"], entry["pids"]) == (
+            f"bb-nats-{node}", HOST, port, cluster_port, [100 + node])
+        config = (tmp_path / f"node-{node}" / "nats.conf").read_text()
+        assert f"server_name: bb-nats-{node}\n" in config and f"listen: {HOST}:{port}\n" in config
+        assert f"  listen: {HOST}:{cluster_port}\n" in config and "  name: bb-nats\n" in config
+        routes = re.findall(r"nats-route://([\d.]+):(\d+)", config)
+        assert sorted(routes) == sorted((HOST, str(c)) for n, (_, c) in listeners.items() if n != node)
+        assert f'store_dir: "{tmp_path / "data" / f"node-{node}"}"' in config and "sync_interval: 2m" in config
+        cmd, cwd, log = spawned[node - 1]
+        config_file = tmp_path / f"node-{node}" / "nats.conf"
+        assert cmd == entry["command"] == [str(local.server_binary()), "-c", str(config_file)]
+        assert (str(cwd), str(log)) == (entry["folder"], entry["log"])
+    # every listener a config opens is on loopback: nothing else binds
+    configs = "".join((tmp_path / f"node-{n}" / "nats.conf").read_text() for n in listeners)
+    assert set(re.findall(r"listen: ([\d.]+):", configs)) == {HOST}
+    assert not re.search(r"http|monitor|gateway|leafnode|websocket", configs)
+
+
+def test_a_cluster_that_died_is_started_again_on_the_same_ports_in_the_same_order(tmp_path, monkeypatch):
+    started, _ = cluster_started(tmp_path, monkeypatch)
+    again = _same_ports(Service.of("nats@3", started, None))
+    monkeypatch.setattr("brokerbench.local.stack.port_free", lambda port: True)
+    assert [again() for _ in range(6)] == list(range(20001, 20007))
+
+
+def test_the_stack_runs_nats_as_one_to_three_servers():
+    stack = LocalStack()
+    assert stack._lookup("nats@3")[2] == 3 and stack._lookup("nats")[2] == 1
+    with pytest.raises(StackError, match="cluster of 2 to 3"):
+        stack._lookup("nats@4")
+    with pytest.raises(spec.SpecError) as refused:
+        spec.validate({**MINIMAL, "brokers": ["nats-jetstream"], "provision": {"nats-jetstream": {"nodes": 4}}})
+    assert "provision.nats-jetstream.nodes" in {p.path for p in refused.value.problems}
+
+
+def test_a_cluster_endpoint_names_every_server_and_a_wrong_url_is_refused():
+    given = spec.validate({**MINIMAL, "brokers": ["nats-jetstream"],
+                           "targets": {"nats-jetstream": {"url": "nats://a:4222,nats://b:4222,nats://c:4222"}}})
+    assert driver.servers(given["targets"]["nats-jetstream"]) == ["nats://a:4222", "nats://b:4222", "nats://c:4222"]
+    for url in ["nats://a:4222,", "nats://a:4222, nats://b:4222", "nats://a:4222,http://b:80"]:
+        with pytest.raises(spec.SpecError) as refused:
+            spec.validate({**MINIMAL, "brokers": ["nats-jetstream"], "targets": {"nats-jetstream": {"url": url}}})
+        assert "targets.nats-jetstream.url" in {p.path for p in refused.value.problems}, url
+
+
+def test_a_servers_info_tells_the_clusters_size():
+    assert driver.servers_announced({"host": "127.0.0.1", "port": 4222}) == 1  # not clustered
+    routed = {"host": "127.0.0.1", "port": 4001, "cluster": "bb-nats",
+              "connect_urls": ["127.0.0.1:4001", "127.0.0.1:4003", "127.0.0.1:4005"]}
+    assert driver.servers_announced(routed) == 3
+    # its own URL counts once whether or not it is among connect_urls; a server not routed yet counts alone
+    assert driver.servers_announced({**routed, "connect_urls": ["127.0.0.1:4003"]}) == 2
+    assert driver.servers_announced({**routed, "connect_urls": []}) == 1
+
+
+def test_unknown_replicas_are_stated_as_unknown_not_guessed():
+    recorded = {"settings": {"persistence": {"storage": "file", "replicas": None, "sync_interval": "2m"}}}
+    assert plugin_durability(recorded)["replicas"] is None
+    assert "how many is not known" in environment.acks_meaning({"nats_storage": "file", "nats_replicas": None}, "2m")
+    three = {"settings": {"persistence": {"storage": "file", "replicas": 3, "nodes": 3, "sync_interval": "2m"}}}
+    assert plugin_durability(three)["replicas"] == 1  # a quorum of 3 is the leader and one other
+    assert "a quorum of the stream's 3 replicas (2 of them)" in plugin_durability(three)["text"]
+    assert environment.caption("single", CLIENT, three) == ("single = one publish in flight, PubAck: file storage, "
+                                                            "3 replicas on a 3-server cluster, fsync every 2 min")
+
+
+def plugin_durability(recorded: dict) -> dict:
+    return brokers.plugin("nats-jetstream").state_durability(CLIENT, recorded)
+
+
+# Stream info answers as nats-server 2.15 gives them (the JetStream API: $JS.API.STREAM.INFO.<stream>).
+LED = {"type": "io.nats.jetstream.api.v1.stream_info_response", "config": {"name": "S", "num_replicas": 3},
+       "cluster": {"name": "bb-nats", "leader": "bb-nats-2",
+                   "replicas": [{"name": "bb-nats-1", "current": True, "active": 1234, "peer": "x"},
+                                {"name": "bb-nats-3", "current": False, "offline": True, "active": 0, "peer": "y"}]}}
+ELECTING = {"type": "io.nats.jetstream.api.v1.stream_info_response", "config": {"name": "S"},
+            "cluster": {"name": "bb-nats", "replicas": [{"name": "bb-nats-1", "current": False}]}}
+MISSING = {"type": "io.nats.jetstream.api.v1.stream_info_response",
+           "error": {"code": 404, "err_code": 10059, "description": "stream not found"}}
+UNAVAILABLE = {"error": {"code": 503, "err_code": 10008, "description": "JetStream system temporarily unavailable"}}
+
+
+def test_the_leader_and_current_replicas_are_read_from_the_clusters_stream_info():
+    assert cluster.leader_in(LED, "S") == "bb-nats-2"
+    assert cluster.members_in(LED, "S") == {"bb-nats-2": True, "bb-nats-1": True, "bb-nats-3": False}
+    assert cluster.leader_in(ELECTING, "S") is None and cluster.members_in(ELECTING, "S") == {"bb-nats-1": False}
+    assert cluster.leader_in(UNAVAILABLE, "S") is None
+    with pytest.raises(cluster.StreamMissing, match="stream S"):
+        cluster.leader_in(MISSING, "S")
+
+
+def test_a_node_is_started_again_only_when_it_is_a_stopped_server_of_the_cluster(tmp_path, monkeypatch):
+    started, _ = cluster_started(tmp_path, monkeypatch)
+    endpoint = started.endpoint
+    with pytest.raises(StackError, match="bb-nats-1, bb-nats-2, bb-nats-3"):
+        cluster.start_node(endpoint, "bb-nats-9")
+    with pytest.raises(StackError, match="not a cluster"):
+        cluster.start_node({"url": "nats://127.0.0.1:4222"}, "bb-nats")
+    alive = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    try:
+        endpoint["nodes"][1]["pids"] = [alive.pid]
+        with pytest.raises(StackError, match=f"bb-nats-2: still running \\(pid {alive.pid}\\)"):
+            cluster.start_node(endpoint, "bb-nats-2")
+    finally:
+        alive.send_signal(signal.SIGKILL)
+        alive.wait()
+    spawned = []
+    monkeypatch.setattr(cluster, "spawn", lambda cmd, cwd, log: spawned.append((cmd, str(cwd), str(log))) or 777)
+    monkeypatch.setattr(cluster, "port_free", lambda port: True)
+    assert cluster.start_node(endpoint, "bb-nats-2") == [777]  # the killed one: on its own command and store
+    entry = endpoint["nodes"][1]
+    assert spawned == [(entry["command"], entry["folder"], entry["log"])] and entry["pids"] == [777]
+
+
+def test_a_local_clusters_streams_get_a_replica_per_server_it_was_started_with(tmp_path, monkeypatch):
+    started, _ = cluster_started(tmp_path, monkeypatch)
+    # From the endpoint's servers, without asking them: one stopped by a fault still counts.
+    assert driver.NatsJetStreamDriver(started.endpoint, CLIENT).replicas() == 3
+    assert driver.NatsJetStreamDriver(started.endpoint, {**CLIENT, "nats_replicas": 1}).replicas() == 1
+    two, _ = cluster_started(tmp_path / "two", monkeypatch, nodes=2)
+    assert driver.NatsJetStreamDriver(two.endpoint, CLIENT).replicas() == 2

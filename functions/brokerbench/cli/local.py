@@ -45,6 +45,7 @@ def register(sub) -> None:
     local.add_argument("action", choices=["up", "down", "status"])
     local.add_argument("services", nargs="*", metavar="SERVICE",
                        help="only these (default: every one); a Kafka cluster of 3 nodes is kafka@3 or "
-                            "kafka-zookeeper@3, beside the single node")
+                            "kafka-zookeeper@3, a NATS JetStream cluster of 3 servers nats@3, beside the single "
+                            "node")
     local.add_argument("--no-aof", action="store_true", help="start Redis without AOF persistence")
     local.set_defaults(func=cmd_local)

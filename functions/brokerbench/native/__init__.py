@@ -95,8 +95,14 @@ def redis_sender(host: str, port: int, password: str | None, keys: list[bytes], 
     return module().redis_sender(host, port, password, keys, depth, timeout_s)
 
 
-def nats_sender(host: str, port: int, subjects: list[bytes], depth: int, timeout_s: float = 5.0):
-    return module().nats_sender(host, port, subjects, depth, timeout_s)
+NATS_SERVERS = 8  # the most servers of a cluster a NATS sender moves between (sendloop.c)
+
+
+def nats_sender(host: str, port: int, subjects: list[bytes], depth: int, timeout_s: float = 5.0,
+                others: list[tuple[str, int]] = ()):
+    """`others`: a cluster's other servers (the first NATS_SERVERS - 1), where a lost connection is made again,
+    the next one each time."""
+    return module().nats_sender(host, port, subjects, depth, timeout_s, list(others)[:NATS_SERVERS - 1])
 
 
 def pulsar_sender(service_url: str, listener_name: str | None, topics: list[str], settings: dict, single: bool,

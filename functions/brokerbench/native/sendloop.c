@@ -59,6 +59,7 @@
 #define STOP_END 1
 #define STOP_LIMIT 2
 #define RECONNECT_NS 500000000LL     /* NATS: a lost connection is made again this long after */
+#define NATS_SERVERS 8               /* NATS: most servers of a cluster a sender moves between */
 #define ACK_TIMEOUT_NS 10000000000LL /* NATS: a PubAck not come within this is no longer waited for */
 
 /* ---- librdkafka, resolved from the library confluent-kafka loaded ---------------------------- */
@@ -300,6 +301,11 @@ typedef struct {
     int port;
     double timeout_s;
     int64_t reconnect_at; /* a lost connection is made again from then on (0: none lost) */
+    /* NATS: a cluster's servers, [0] the one the sender was made with (host, port); a lost connection, or one
+       that could not be made, is made next to the following one, round the list */
+    char server_host[NATS_SERVERS][256];
+    int server_port[NATS_SERVERS];
+    int servers, server_at;
     /* Pulsar: the client, a producer per lane, the messages handed over and not answered yet (under ack_lock;
        `acked` is signalled with each answer), and the buffer a message's body is put together in */
     pl_client *pclient;
@@ -440,8 +446,8 @@ static void window_advance(Sender *s, int64_t expire_before) {
 /* Connection lost. Redis: what is in flight is unacknowledged and counts as failed (Redis never answers a lost
    connection's commands). NATS and RabbitMQ: what is in flight is no longer waited for and stays unacknowledged: no
    report came, and the broker may have stored it (a stream killed with 1 confirm missing held that message after
-   its restart); NATS makes the connection again RECONNECT_NS later, the RabbitMQ loops do not (as their Python
-   producers), and the sends that follow fail at once. */
+   its restart); NATS makes the connection again RECONNECT_NS later (to a cluster's next server), the RabbitMQ
+   loops do not (as their Python producers), and the sends that follow fail at once. */
 static void conn_broken(Sender *s) {
     if (s->fd >= 0) close(s->fd);
     s->fd = -1;
@@ -452,7 +458,10 @@ static void conn_broken(Sender *s) {
         s->staged = 0;
         for (int64_t q = s->win_low; q < s->win_next; q++) s->ring[q % (s->depth + 1)].pending = 0;
         s->win_low = s->win_next;
-        if (s->kind == KIND_NATS) s->reconnect_at = now_ns() + RECONNECT_NS;
+        if (s->kind == KIND_NATS) {
+            s->reconnect_at = now_ns() + RECONNECT_NS;
+            if (s->servers > 1) s->server_at = (s->server_at + 1) % s->servers; /* it went: another one next */
+        }
         return;
     }
     for (Py_ssize_t i = s->pending_head; i < s->pending.len; i++)
@@ -1622,12 +1631,16 @@ static int nats_expect(Sender *s, int fd, const char *want) {
 
 /* NATS: connect, introduce this client (no echo of +OK; headers so that a status reply names itself), subscribe to
    the inbox every PubAck is addressed to, and wait for the PONG that says the server took all of it. 0, or -1 with
-   s->error set; the connection is s->fd. Called without the GIL, or while the loop holds it (a reconnect). */
+   s->error set; the connection is s->fd. Called without the GIL, or while the loop holds it (a reconnect). On a
+   cluster, the server at server_at; one that cannot be reached leaves the next attempt to the following one. */
 static int nats_connect(Sender *s) {
+    const char *host = s->servers ? s->server_host[s->server_at] : s->host;
+    int port = s->servers ? s->server_port[s->server_at] : s->port;
+    if (s->servers > 1) s->server_at = (s->server_at + 1) % s->servers; /* taken back below once connected */
     char err[256];
-    int fd = tcp_connect(s->host, s->port, s->timeout_s, err, sizeof err);
+    int fd = tcp_connect(host, port, s->timeout_s, err, sizeof err);
     if (fd < 0) {
-        snprintf(s->error, sizeof s->error, "cannot connect to NATS at %s:%d: %s", s->host, s->port, err);
+        snprintf(s->error, sizeof s->error, "cannot connect to NATS at %s:%d: %s", host, port, err);
         return -1;
     }
     char hello[512];
@@ -1642,6 +1655,7 @@ static int nats_connect(Sender *s) {
         close(fd);
         return -1;
     }
+    if (s->servers > 1) s->server_at = (s->server_at + s->servers - 1) % s->servers; /* this one serves */
     s->fd = fd;
     s->in_len = s->in_pos = s->out_len = 0;
     s->error[0] = 0;
@@ -2003,14 +2017,31 @@ static PyObject *amqp_sender(PyObject *self, PyObject *args) {
     Py_END_ALLOW_THREADS return connected(s, rc);
 }
 
-/* nats_sender(host: str, port: int, subjects: list[bytes], depth: int, timeout_s=5.0) */
+/* nats_sender(host: str, port: int, subjects: list[bytes], depth: int, timeout_s=5.0, others=[]): `others`, the
+   other servers of a cluster as (host, port), are where a lost connection is made again, in turn. */
 static PyObject *nats_sender(PyObject *self, PyObject *args) {
     const char *host;
     int port, depth;
-    PyObject *subjects;
+    PyObject *subjects, *others = NULL;
     double timeout_s = 5.0;
-    if (!PyArg_ParseTuple(args, "siO!i|d", &host, &port, &PyList_Type, &subjects, &depth, &timeout_s)) return NULL;
+    if (!PyArg_ParseTuple(args, "siO!i|dO!", &host, &port, &PyList_Type, &subjects, &depth, &timeout_s, &PyList_Type,
+                          &others))
+        return NULL;
     if (timeout_s <= 0) return PyErr_Format(PyExc_ValueError, "timeout_s: must be positive");
+    Py_ssize_t servers = 1 + (others ? PyList_GET_SIZE(others) : 0);
+    if (servers > NATS_SERVERS) return PyErr_Format(PyExc_ValueError, "others: at most %d servers", NATS_SERVERS - 1);
+    if (strlen(host) >= 256) return PyErr_Format(PyExc_ValueError, "host: longer than 255 characters");
+    for (Py_ssize_t i = 1; i < servers; i++) {
+        PyObject *other = PyList_GET_ITEM(others, i - 1);
+        const char *other_host;
+        int other_port;
+        if (!PyTuple_Check(other) || !PyArg_ParseTuple(other, "si", &other_host, &other_port) ||
+            strlen(other_host) >= 256) {
+            PyErr_Clear();
+            return PyErr_Format(PyExc_ValueError, "others[%zd]: must be (host, port), a host of 1 to 255 characters",
+                                i - 1);
+        }
+    }
     int partitions = (int)PyList_GET_SIZE(subjects);
     if (partitions < 1) return PyErr_Format(PyExc_ValueError, "subjects: at least one subject is needed");
     if (depth < 1) return PyErr_Format(PyExc_ValueError, "depth: must be at least 1, got %d", depth);
@@ -2021,6 +2052,14 @@ static PyObject *nats_sender(PyObject *self, PyObject *args) {
         return PyErr_NoMemory();
     }
     s->inbox_len = (size_t)snprintf(s->inbox, 64, "_INBOX.bb%x%llx", (unsigned)getpid(), (unsigned long long)now_ns());
+    s->servers = (int)servers;
+    strcpy(s->server_host[0], host);
+    s->server_port[0] = port;
+    for (Py_ssize_t i = 1; i < servers; i++) {
+        const char *other_host;
+        PyArg_ParseTuple(PyList_GET_ITEM(others, i - 1), "si", &other_host, &s->server_port[i]); /* checked above */
+        strcpy(s->server_host[i], other_host);
+    }
     for (int i = 0; i < partitions; i++) {
         PyObject *subject = PyList_GET_ITEM(subjects, i);
         if (!PyBytes_Check(subject) || PyBytes_GET_SIZE(subject) < 1 || PyBytes_GET_SIZE(subject) > 255 ||
@@ -2340,7 +2379,8 @@ static PyMethodDef module_methods[] = {
     {"stream_sender", stream_sender, METH_VARARGS,
      "stream_sender(host, port, user, password, vhost, streams, depth, timeout_s=30.0) -> Sender: a publisher per stream"},
     {"nats_sender", nats_sender, METH_VARARGS,
-     "nats_sender(host, port, subjects, depth, timeout_s=5.0) -> Sender: JetStream publishes, each PubAck awaited"},
+     "nats_sender(host, port, subjects, depth, timeout_s=5.0, others=[]) -> Sender: JetStream publishes, each PubAck "
+     "awaited; a lost connection is made again to the next of (host, port) and others"},
     {"timed_decode", timed_decode, METH_VARARGS,
      "timed_decode(decode, messages, headers) -> bytes of (t0, t1, partition, length) int64 per message"},
     {"schedule_probe", schedule_probe, METH_VARARGS,

@@ -4,7 +4,10 @@ nats-py is asyncio only. Each producer, consumer and the driver's own admin conn
 thread of its own (`Loop`), behind the synchronous Driver interface; a call from the worker hands its work to that
 loop and, where it needs an answer, waits for it.
 
-A cell's stream is named after its topic and holds the subjects `<topic>.<lane>`, one per lane. The worker's
+A cell's stream is named after its topic and holds the subjects `<topic>.<lane>`, one per lane. On a cluster (the
+endpoint's `url` names every server, comma-separated) the stream has `nats_replicas` replicas, 3 by default or as
+many as the cluster has servers when fewer; the clients are given every server and reconnect to another when theirs
+goes (the native send loop too: to the next in the endpoint's list). The worker's
 header travels at the start of the message body, after one byte with its length (NATS headers are text, parsed per
 message). Batch mode keeps up to `nats_max_in_flight` publishes awaiting their PubAck, single mode one; a full
 window makes the next send wait. The native send loop (`native_sender`, brokerbench.native) publishes the same way on
@@ -51,6 +54,12 @@ MAX_RECONNECTS = 120  # about a minute of attempts, RECONNECT_WAIT_S apart
 # has reconnected; past it a publish fails (a send error).
 RECONNECT_BUFFER_BYTES = 8 * 1024 * 1024
 ERRORS = (NatsError, asyncio.TimeoutError, concurrent.futures.TimeoutError, OSError)
+DEFAULT_REPLICAS = 3  # a cell's stream on a cluster, as JetStream's own guidance for durable streams (R3)
+
+
+def servers(endpoint: dict) -> list[str]:
+    """The server URLs of an endpoint: its `url`, one server or a cluster's, comma-separated."""
+    return [url.strip() for url in endpoint["url"].split(",") if url.strip()]
 
 
 def stream_name(topic: str) -> str:
@@ -86,8 +95,8 @@ async def _quiet(_error) -> None:
     """The client's errors reach the caller through the calls that meet them; nats-py's default prints each."""
 
 
-async def _connect(url: str, reconnect: bool = True):
-    return await nats.connect(servers=[url], connect_timeout=CONNECT_TIMEOUT_S, allow_reconnect=reconnect,
+async def _connect(urls: list[str], reconnect: bool = True):
+    return await nats.connect(servers=urls, connect_timeout=CONNECT_TIMEOUT_S, allow_reconnect=reconnect,
                               max_reconnect_attempts=MAX_RECONNECTS if reconnect else 0,
                               reconnect_time_wait=RECONNECT_WAIT_S, pending_size=RECONNECT_BUFFER_BYTES,
                               error_cb=_quiet)
@@ -142,7 +151,7 @@ class NatsJetStreamDriver:
         one that is never closed leaves nothing behind (a sample per interval costs a loopback connect)."""
 
         async def go():
-            nc = await _connect(self.endpoint["url"], reconnect=False)
+            nc = await _connect(servers(self.endpoint), reconnect=False)
             try:
                 return await call(nc.jsm())
             finally:
@@ -151,28 +160,44 @@ class NatsJetStreamDriver:
         return admin_loop().run(go(), timeout_s)
 
     def check(self, timeout_s: float = 5.0) -> None:
-        """JetStream answers, and the stream's replicas are ones the server can place (a single server: 1)."""
+        """JetStream answers, and the stream's replicas are ones the servers can place (a single server: 1; a
+        cluster: one per server at most)."""
         try:
             self._admin(lambda jsm: jsm.account_info(), timeout_s)
+            count = self.server_count()
         except ERRORS as exc:
             raise BrokerUnavailable(f"NATS JetStream at {self.endpoint['url']} did not answer: {exc!r}") from None
-        replicas = self.client["nats_replicas"]
-        if replicas > 1 and not self._clustered():
-            raise TargetRefused(f"client.nats_replicas: {replicas} replicas, but the NATS server at "
-                                f"{self.endpoint['url']} is not clustered (it can hold 1)")
+        replicas = self.replicas()
+        if replicas > count:
+            raise TargetRefused(f"client.nats_replicas: {replicas} replicas, but " + (
+                f"the NATS server at {self.endpoint['url']} is not clustered (it can hold 1)" if count == 1 else
+                f"the NATS cluster at {self.endpoint['url']} has {count} servers (one replica each at most)"))
 
-    def _clustered(self) -> bool:
-        info = self._admin(lambda jsm: _server_info(jsm))
-        return bool(info.get("cluster"))
+    def server_count(self) -> int:
+        """The servers of the cluster the driver reaches (1 when the server is not clustered): the local stack's
+        cluster as it was started (its endpoint's nodes: a server a fault stopped still counts, so that a cell's
+        stream is not made with fewer replicas than the run recorded), else the client URLs the server announces
+        (INFO connect_urls: its own and those of the servers routed to it)."""
+        if getattr(self, "_servers", None) is None:
+            nodes = self.endpoint.get("nodes")
+            self._servers = len(nodes) if nodes else servers_announced(self._admin(lambda jsm: _server_info(jsm)))
+        return self._servers
+
+    def replicas(self) -> int:
+        """Replicas of each cell's stream: client.nats_replicas, else 3 or the cluster's servers when fewer."""
+        given = self.client.get("nats_replicas")
+        return given if given is not None else min(DEFAULT_REPLICAS, self.server_count())
 
     def describe(self) -> dict:
         try:
             version = self._admin(lambda jsm: _server_info(jsm)).get("version") or self.endpoint.get("version")
+            nodes, replicas = self.server_count(), self.replicas()
         except ERRORS:
             version = self.endpoint.get("version", "unknown")
+            nodes, replicas = None, self.client.get("nats_replicas")
         return {"broker": "nats-jetstream", "broker_version": version or "unknown", "client_library": "nats-py",
-                "client_version": client_version(),
-                "storage": self.client["nats_storage"], "replicas": self.client["nats_replicas"],
+                "client_version": client_version(), "nodes": nodes,
+                "storage": self.client["nats_storage"], "replicas": replicas,
                 "sync_interval": self.endpoint.get("sync_interval")}
 
     def create_topic(self, topic: str, partitions: int) -> None:
@@ -180,7 +205,7 @@ class NatsJetStreamDriver:
         name = stream_name(topic)
         storage = api.StorageType.FILE if self.client["nats_storage"] == "file" else api.StorageType.MEMORY
         config = api.StreamConfig(name=name, subjects=[subject(topic, p) for p in range(partitions)], storage=storage,
-                                  num_replicas=self.client["nats_replicas"], retention=api.RetentionPolicy.LIMITS,
+                                  num_replicas=self.replicas(), retention=api.RetentionPolicy.LIMITS,
                                   discard=api.DiscardPolicy.OLD)
 
         async def create(jsm):
@@ -231,30 +256,45 @@ class NatsJetStreamDriver:
         return self.client["nats_max_in_flight"] if mode == "batch" else 1
 
     def producer(self, topic: str, partitions: int, mode: str, on_ack: OnAck) -> NatsProducer:
-        return NatsProducer(self.endpoint["url"], [subject(topic, p) for p in range(partitions)],
+        return NatsProducer(servers(self.endpoint), [subject(topic, p) for p in range(partitions)],
                             self.in_flight_window(mode), on_ack)
 
     def native_sender(self, topic: str, partitions: int, mode: str):
         """The native send loop on a plain NATS connection of its own: the same subjects, body and window as
-        `producer`, each PubAck read (and stamped) as it arrives on the loop's own socket."""
-        url = urlsplit(self.endpoint["url"])
-        if url.scheme not in ("nats", "") or url.username or url.password:
+        `producer`, each PubAck read (and stamped) as it arrives on the loop's own socket. On a cluster it connects
+        to the first of the endpoint's servers that answers; a connection it loses is made again to the next one
+        (in turn round the list), as the Python producer moves to another server."""
+        urls = [urlsplit(url) for url in servers(self.endpoint)]
+        if any(url.scheme not in ("nats", "") or url.username or url.password for url in urls):
             raise native.Unsupported("the native loop speaks plain NATS without credentials")
-        try:
-            return native.nats_sender(url.hostname or "127.0.0.1", url.port or 4222,
-                                      [subject(topic, p).encode() for p in range(partitions)],
-                                      self.in_flight_window(mode), CONNECT_TIMEOUT_S)
-        except OSError as exc:
-            raise BrokerUnavailable(f"NATS at {self.endpoint['url']}: {exc}") from None
+        addresses = [(url.hostname or "127.0.0.1", url.port or 4222) for url in urls]
+        subjects = [subject(topic, p).encode() for p in range(partitions)]
+        refused = []
+        for at, (host, port) in enumerate(addresses):
+            try:
+                return native.nats_sender(host, port, subjects, self.in_flight_window(mode), CONNECT_TIMEOUT_S,
+                                          addresses[at + 1:] + addresses[:at])
+            except OSError as exc:
+                refused.append(str(exc))
+        raise BrokerUnavailable(f"NATS at {self.endpoint['url']}: {'; '.join(refused)}")
 
     def consumer(self, topic: str, group: str, partitions: list[int]) -> NatsConsumer:
-        return NatsConsumer(self.endpoint["url"], topic, durable_name(group, partitions), partitions,
+        return NatsConsumer(servers(self.endpoint), topic, durable_name(group, partitions), partitions,
                             self.client["nats_fetch_batch"])
 
 
 async def _server_info(jsm) -> dict:
-    """What the server said of itself when the connection was made (INFO): version, cluster."""
+    """What the server said of itself when the connection was made (INFO): version, cluster, connect_urls."""
     return dict(jsm._nc._server_info)
+
+
+def servers_announced(info: dict) -> int:
+    """The servers of a cluster as one server's INFO tells them: the client URLs in connect_urls (the server's own
+    among them, once its routes are up) and its own; 1 for a server that is not clustered."""
+    if not info.get("cluster"):
+        return 1
+    own = f"{info.get('host')}:{info.get('port')}"
+    return len({*info.get("connect_urls", []), own})
 
 
 def client_version() -> str:
@@ -268,7 +308,7 @@ class NatsProducer:
     thread, stamped there; the results queue up and reach on_ack in poll and flush, on the worker's thread, as the
     Driver interface promises (with the arrival's time, not the time the worker took them)."""
 
-    def __init__(self, url: str, subjects: list[str], window: int, on_ack: OnAck) -> None:
+    def __init__(self, urls: list[str], subjects: list[str], window: int, on_ack: OnAck) -> None:
         self._subjects = subjects
         self._on_ack = on_ack
         self._results: queue.SimpleQueue = queue.SimpleQueue()
@@ -279,13 +319,13 @@ class NatsProducer:
         self._tokens = itertools.count()
         self._loop = Loop()
         try:
-            self._loop.run(self._open(url))
+            self._loop.run(self._open(urls))
         except ERRORS as exc:
             self._loop.stop()
-            raise BrokerUnavailable(f"NATS at {url}: {exc!r}") from None
+            raise BrokerUnavailable(f"NATS at {','.join(urls)}: {exc!r}") from None
 
-    async def _open(self, url: str) -> None:
-        self._nc = await _connect(url)
+    async def _open(self, urls: list[str]) -> None:
+        self._nc = await _connect(urls)
         self._prefix = f"{self._nc.new_inbox()}."
         await self._nc.subscribe(f"{self._prefix}*", cb=self._on_reply, pending_msgs_limit=-1,
                                  pending_bytes_limit=-1)
@@ -382,7 +422,7 @@ class NatsProducer:
 class NatsConsumer:
     """A durable pull consumer for the lanes given, acknowledgement policy "all" (see the module's notes)."""
 
-    def __init__(self, url: str, topic: str, durable: str, lanes: list[int], batch: int) -> None:
+    def __init__(self, urls: list[str], topic: str, durable: str, lanes: list[int], batch: int) -> None:
         self._stream = stream_name(topic)
         self._durable = durable
         self._lane = {subject(topic, p): p for p in lanes}
@@ -390,13 +430,13 @@ class NatsConsumer:
         self._last = None  # the last message received, not acknowledged yet
         self._loop = Loop()
         try:
-            self._loop.run(self._open(url))
+            self._loop.run(self._open(urls))
         except ERRORS as exc:
             self._loop.stop()
             raise BrokerUnavailable(f"could not create consumer {durable} on stream {self._stream}: {exc!r}") from None
 
-    async def _open(self, url: str) -> None:
-        self._nc = await _connect(url)
+    async def _open(self, urls: list[str]) -> None:
+        self._nc = await _connect(urls)
         js = self._nc.jetstream()
         config = api.ConsumerConfig(durable_name=self._durable, ack_policy=api.AckPolicy.ALL,
                                     deliver_policy=api.DeliverPolicy.ALL, filter_subjects=list(self._lane),
@@ -455,7 +495,7 @@ def jetstream_answers(endpoint: dict, timeout_s: float = 3.0) -> bool:
     """Whether a client connects and JetStream answers the account's info request."""
 
     async def ask() -> bool:
-        nc = await _connect(endpoint["url"], reconnect=False)
+        nc = await _connect(servers(endpoint), reconnect=False)
         try:
             await nc.jetstream().account_info()
             return True

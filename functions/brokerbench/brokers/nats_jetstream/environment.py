@@ -3,7 +3,8 @@
 
 from __future__ import annotations
 
-from .driver import ACK_TIMEOUT_S, client_version
+from ...drivers import BrokerUnavailable
+from .driver import ACK_TIMEOUT_S, ERRORS, NatsJetStreamDriver, client_version
 
 SYNC_MEANING = {
     "always": "the server syncs every write to disk before its PubAck (sync_interval: always)",
@@ -14,19 +15,34 @@ SYNC_MEANING = {
 
 
 def acks_meaning(client: dict, sync: str | None) -> str:
-    """What a PubAck says about a message, for these stream settings and the server's sync policy."""
-    replicas = client["nats_replicas"]
-    where = (f"stored by a quorum of the stream's {replicas} replicas" if replicas > 1 else
-             "stored by the stream's one replica")
+    """What a PubAck says about a message, for these stream settings (`nats_replicas`: the stream's replicas in
+    force, None when not known) and the server's sync policy."""
+    replicas = client.get("nats_replicas")
+    where = ("stored by a quorum of the stream's replicas (how many is not known)" if replicas is None else
+             f"stored by a quorum of the stream's {replicas} replicas ({replicas // 2 + 1} of them)" if replicas > 1
+             else "stored by the stream's one replica")
     if client["nats_storage"] == "memory":
         return f"{where}, in the server's memory (memory storage: nothing is written to disk)"
     return f"{where}, in its file store; {SYNC_MEANING.get(sync, SYNC_MEANING[None])}"
 
 
+def replication(endpoint: dict, client: dict) -> tuple[int | None, int | None]:
+    """(the replicas of each cell's stream, the servers of the cluster), as the servers tell them (the driver: the
+    client setting, else 3 or the servers when fewer); (the client setting, None) when nothing answers."""
+    driver = NatsJetStreamDriver(endpoint, client)
+    try:
+        return driver.replicas(), driver.server_count()
+    except (*ERRORS, BrokerUnavailable):  # nothing answers: unknown, not guessed
+        return client.get("nats_replicas"), None
+
+
 def settings_in_force(endpoint: dict, client: dict) -> dict:
     """Batch mode is up to nats_max_in_flight publishes awaiting their PubAck, single mode one. JetStream has no acks
-    setting: every publish to a stream is answered by a PubAck once stored (acks_meaning)."""
+    setting: every publish to a stream is answered by a PubAck once stored (acks_meaning). The streams' replicas
+    are asked of the servers (a cluster's size) unless the client settings fix them."""
     window, sync = client["nats_max_in_flight"], endpoint.get("sync_interval")
+    replicas, nodes = replication(endpoint, client)
+    client = {**client, "nats_replicas": replicas}
     return {
         "acks": "PubAck",
         "acks_meaning": acks_meaning(client, sync),
@@ -43,7 +59,7 @@ def settings_in_force(endpoint: dict, client: dict) -> dict:
                                         "with the next fetch, after its receive timestamps"},
         "unacknowledged": f"the client does not publish again a message whose PubAck did not come; after "
                           f"{ACK_TIMEOUT_S:g} s it stops waiting and the message counts as unacknowledged",
-        "persistence": {"storage": client["nats_storage"], "replicas": client["nats_replicas"],
+        "persistence": {"storage": client["nats_storage"], "replicas": replicas, "nodes": nodes,
                         "sync_interval": sync, "meaning": acks_meaning(client, sync)},
     }
 
@@ -56,7 +72,8 @@ def durability(client: dict, recorded: dict) -> dict:
     storage = persistence.get("storage", client.get("nats_storage", "file"))
     replicas = persistence.get("replicas", client.get("nats_replicas", 1))
     sync = persistence.get("sync_interval", recorded.get("sync_interval"))
-    waits = replicas // 2  # the other members of a quorum of `replicas`, the leader apart
+    # the other members of a quorum of `replicas`, the leader apart (None: the replicas are not known)
+    waits = None if replicas is None else replicas // 2
     text = f"PubAck: {acks_meaning({'nats_replicas': replicas, 'nats_storage': storage}, sync)}"
     if storage == "memory":
         return {"fsync": False, "replicas": waits, "memory_only": True, "text": text}
@@ -75,8 +92,10 @@ def _durability_text(client: dict, target: dict) -> str:
     persistence = (target.get("settings") or {}).get("persistence") or {}
     storage = persistence.get("storage", client.get("nats_storage", "file"))
     replicas = persistence.get("replicas", client.get("nats_replicas", 1))
+    nodes = persistence.get("nodes")
     sync = persistence.get("sync_interval", target.get("sync_interval"))
-    where = f"{storage} storage, {replicas} replica{'s' if replicas != 1 else ''}"
+    where = (f"{storage} storage, {replicas or '?'} replica{'s' if replicas != 1 else ''}"
+             + (f" on a {nodes}-server cluster" if nodes and nodes > 1 else ""))
     if storage == "memory":
         return f"PubAck: {where}, in memory only"
     synced = {"always": "fsync before each PubAck", "2m": "fsync every 2 min"}.get(sync, "sync policy not recorded")

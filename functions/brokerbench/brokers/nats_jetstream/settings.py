@@ -6,17 +6,24 @@ client settings) and the server's (how often a file stream is synced to disk: `s
 default, or `always`: each PubAck waits for an fsync). The server's policy is fixed when the server starts: the
 local stack starts it with the policy BROKERBENCH_NATS_SYNC names (local.py), and an external target says which
 policy it runs with in `sync_interval`, so that the run records it.
+
+A cluster is given by every server's URL in `url`, comma-separated (as the nats tools take it): the clients connect
+to any of them and move to another when theirs goes. Locally `provision.nats-jetstream.nodes: 3` runs the cells on
+the stack's 3-server cluster (`nats@3`).
 """
 
 SYNC_POLICIES = ["2m", "always"]
+MAX_NODES = 3  # locally: the stack's nats@3 (local.py)
+URL = "(nats|tls)://[^,\\s]+"
 
 TARGET = {
     "type": "object",
     "additionalProperties": False,
     "required": ["url"],
     "properties": {
-        "url": {"description": "The server's client URL, nats://HOST:4222 (tls:// for TLS).", "type": "string",
-                "pattern": "^(nats|tls)://"},
+        "url": {"description": "The server's client URL, nats://HOST:4222 (tls:// for TLS); a cluster's servers' "
+                               "URLs, comma-separated: nats://a:4222,nats://b:4222,nats://c:4222.",
+                "type": "string", "pattern": f"^{URL}(,{URL})*$"},
         "sync_interval": {"description": "The server's JetStream sync_interval as it runs (the client cannot ask it): "
                                          "\"2m\" (the server's default: file streams are synced to disk every 2 "
                                          "minutes) or \"always\" (every write is synced before its PubAck). Omitted: "
@@ -35,6 +42,9 @@ PROVISION = {
                            "AWS managed service: in AWS mode give its endpoint in targets.nats-jetstream).",
             "type": "string",
         },
+        "nodes": {"description": "Servers locally: 1 (the default) or a JetStream cluster of 2 or 3 servers on this "
+                                 "host (nats@3), each its own process, beside the single server.",
+                  "type": "integer", "minimum": 1, "maximum": MAX_NODES},
     },
     "default": {},
 }
@@ -48,12 +58,12 @@ CLIENT = {
         "default": "file",
     },
     "nats_replicas": {
-        "description": "NATS JetStream: replicas of the cell's stream (a PubAck waits for a quorum of them). A single "
-                       "server, as the local stack runs, serves 1 only; more needs a clustered target.",
+        "description": "NATS JetStream: replicas of the cell's stream (a PubAck waits for a quorum of them). Omitted: "
+                       "3, or the cluster's servers when fewer (1 on a single server, 3 on the local nats@3). More "
+                       "than the target's servers is refused before any cell runs.",
         "type": "integer",
         "minimum": 1,
         "maximum": 5,
-        "default": 1,
     },
     "nats_max_in_flight": {
         "description": "NATS JetStream: most publishes awaiting their PubAck in batch mode (single mode: 1). A full "

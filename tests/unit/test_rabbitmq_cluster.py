@@ -96,12 +96,12 @@ RUNNING = ["bb1@localhost", "bb2@localhost", "bb3@localhost"]
     # A quorum queue's record (3.10): its leader, its members, those whose Raft server runs.
     ({"type": "quorum", "leader": "bb2@localhost", "node": "bb2@localhost", "members": RUNNING, "online": RUNNING},
      RUNNING, "bb2@localhost"),
-    # A stream's: its writer.
-    ({"type": "stream", "leader": "bb3@localhost", "members": RUNNING, "online": RUNNING}, RUNNING, "bb3@localhost"),
+    # A stream's (3.10): its writer's node, no `leader`.
+    ({"type": "stream", "node": "bb3@localhost", "members": RUNNING, "online": RUNNING}, RUNNING, "bb3@localhost"),
     # The record still names a leader that was killed: not online, or not running, leads nothing.
     ({"leader": "bb1@localhost", "online": RUNNING[1:]}, RUNNING[1:], None),
     ({"leader": "bb1@localhost", "online": RUNNING}, RUNNING[1:], None),
-    ({"node": "bb1@localhost"}, RUNNING, "bb1@localhost"),  # an API without `leader`: the queue's node
+    ({"node": "bb1@localhost"}, RUNNING, "bb1@localhost"),  # before its first statistics: no `online` yet
     ({"leader": "bb1@localhost"}, None, "bb1@localhost"),  # the nodes not known: the record alone
     ({"type": "quorum", "members": RUNNING}, RUNNING, None),  # no leader named
     (None, RUNNING, None),  # no such queue

@@ -3,8 +3,8 @@ nodes again: what a fault inside a cell picks its node by, and what tells its ef
 
 A cell's lane is a queue (rabbitmq-quorum) or a stream (rabbitmq-streams) named `<topic>-<n>` (amqp.lane_queue).
 Which node leads it is asked of the management API (GET /api/queues/<vhost>/<name>), of any node that answers: the
-record's `leader` (a quorum queue's Raft leader, a stream's writer), or its `node` where an older API gives no
-`leader`. The record is the broker's queue table, which a new leader updates once it is elected: until then it
+record's `leader` (a quorum queue's Raft leader), or its `node` (3.10 gives a stream's writer there, with no
+`leader`). The record is the broker's queue table, which a new leader updates once it is elected: until then it
 still names the old one. So a leader the same record does not list `online` (its members whose Raft server runs),
 or that the API does not list as a running node, leads nothing: `leader` answers None, as during an election.
 """
@@ -51,6 +51,16 @@ def leader(endpoint: dict, name: str, timeout_s: float = 5.0) -> str | None:
     except management.ManagementError:
         return None
     return leader_of(record, running)
+
+
+def members(endpoint: dict, name: str, timeout_s: float = 5.0) -> list[str] | None:
+    """The nodes that hold a member (a Raft member, a stream replica) of queue or stream `name`, as the API says;
+    None until it says (a stream's members come with its first statistics, about a second after it is declared)."""
+    try:
+        record = management.queue(endpoint, name, timeout_s)
+    except management.ManagementError:
+        return None
+    return sorted(record["members"]) if record and record.get("members") else None
 
 
 def wait_for_leader(endpoint: dict, name: str, timeout_s: float, other_than: str | None = None) -> str | None:

@@ -2,6 +2,8 @@
 name, ports and data), the endpoint's addresses every client tries, the ports a crashed cluster gets again, and the
 leader read from the management API's records (brokers/rabbitmq/cluster.py)."""
 
+import contextlib
+import socket
 from pathlib import Path
 
 import pytest
@@ -76,8 +78,23 @@ def test_clients_try_every_node_the_endpoints_own_first(tmp_path):
                                                    f"http://{HOST}:41024"]
     single = {"host": HOST, "amqp_port": 5672, "stream_port": 5552}
     assert amqp.addresses(single) == [(HOST, 5672)] and amqp.first_answering(single) == (HOST, 5672)
-    # Nothing answers on any of them: the endpoint's own, whose client then says so.
-    assert amqp.first_answering(endpoint, "stream_port", timeout_s=0.2) == (HOST, 41002)
+
+
+def test_a_client_that_takes_one_address_gets_the_first_node_that_answers(tmp_path):
+    with contextlib.ExitStack() as held:
+        # Ports bound and not listening (refused), then one listening.
+        closed = [held.enter_context(socket.socket()) for _ in range(3)]
+        for sock in closed:
+            sock.bind((HOST, 0))
+        listening = held.enter_context(socket.create_server((HOST, 0)))
+        ports = [sock.getsockname()[1] for sock in [*closed, listening]]
+        nodes = [{"node": f"bb{i}@localhost", "host": HOST, "port": port, "stream_port": port}
+                 for i, port in enumerate(ports[1:], 2)]
+        endpoint = {"host": HOST, "amqp_port": ports[0], "stream_port": ports[0], "nodes": nodes}
+        assert amqp.first_answering(endpoint, "stream_port", timeout_s=0.5) == (HOST, ports[3])
+        # Nothing answers on any of them: the endpoint's own, whose client then says so.
+        endpoint["nodes"] = nodes[:2]
+        assert amqp.first_answering(endpoint, timeout_s=0.5) == (HOST, ports[0])
 
 
 def test_a_node_is_picked_by_its_name_and_an_unknown_one_is_refused_naming_the_nodes(tmp_path):

@@ -110,11 +110,11 @@ def test_an_amazon_mq_endpoint_connects_over_tls_with_the_password_from_its_secr
             SecretString=json.dumps({"username": "brokerbench", "password": "s3cret"}))["ARN"]
         endpoint = {"host": "b-1.mq.us-east-1.amazonaws.com", "amqp_port": 5671, "tls": True,
                     "username": "brokerbench", "password_secret_arn": arn}
-        params = amqp.parameters(endpoint)
+        [params] = amqp.parameters(endpoint)
     assert (params.credentials.username, params.credentials.password) == ("brokerbench", "s3cret")
     assert params.ssl_options is not None and params.ssl_options.server_hostname == endpoint["host"]
     assert params.port == 5671
-    assert amqp.parameters({"host": HOST, "amqp_port": 5672}).ssl_options is None  # the local node: plain AMQP
+    assert amqp.parameters({"host": HOST, "amqp_port": 5672})[0].ssl_options is None  # the local node: plain AMQP
 
 
 @pytest.mark.parametrize("broker, fsync", [("rabbitmq-quorum", True), ("rabbitmq-streams", False)])

@@ -44,8 +44,7 @@ def register(sub) -> None:
     local = sub.add_parser("local", help="start, stop or inspect the local stack (the brokers, DynamoDB Local)")
     local.add_argument("action", choices=["up", "down", "status"])
     local.add_argument("services", nargs="*", metavar="SERVICE",
-                       help="only these (default: every one); a Kafka cluster of 3 nodes is kafka@3 or "
-                            "kafka-zookeeper@3, a NATS JetStream cluster of 3 servers nats@3, beside the single "
-                            "node")
+                       help="only these (default: every one); a cluster of 3 nodes, beside the single node, is "
+                            "kafka@3, kafka-zookeeper@3, nats@3 (NATS JetStream servers) or rabbitmq@3")
     local.add_argument("--no-aof", action="store_true", help="start Redis without AOF persistence")
     local.set_defaults(func=cmd_local)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import ssl
 import time
 
@@ -54,13 +55,41 @@ def credentials(endpoint: dict) -> tuple[str, str]:
     return endpoint.get("username", "guest"), "guest"
 
 
-def parameters(endpoint: dict, timeout_s: float = 10.0) -> pika.ConnectionParameters:
+def addresses(endpoint: dict, port_key: str = "amqp_port") -> list[tuple[str, int]]:
+    """Where a client may connect, in the order to try: the endpoint's own address, then each other node of a local
+    cluster (`nodes`: any node serves a quorum queue or declares a stream, whichever node leads it). `port_key`:
+    "amqp_port" or "stream_port"."""
+    found = [(endpoint["host"], int(endpoint[port_key]))]
+    for node in endpoint.get("nodes") or ():
+        port = node.get("port" if port_key == "amqp_port" else port_key)
+        if port and (node["host"], int(port)) not in found:
+            found.append((node["host"], int(port)))
+    return found
+
+
+def first_answering(endpoint: dict, port_key: str = "amqp_port", timeout_s: float = 1.0) -> tuple[str, int]:
+    """The first of `addresses` whose listener takes a connection (a client that connects to one address only: the
+    native loops, rstream's first connection); the endpoint's own when none does (its client then says so)."""
+    found = addresses(endpoint, port_key)
+    if len(found) > 1:
+        for address in found:
+            try:
+                socket.create_connection(address, timeout=timeout_s).close()
+                return address
+            except OSError:
+                continue
+    return found[0]
+
+
+def parameters(endpoint: dict, timeout_s: float = 10.0) -> list[pika.ConnectionParameters]:
+    """Connection parameters for each address (pika tries them in turn, each once)."""
     user, password = credentials(endpoint)
     tls = pika.SSLOptions(ssl.create_default_context(), endpoint["host"]) if endpoint.get("tls") else None
-    return pika.ConnectionParameters(
-        host=endpoint["host"], port=int(endpoint["amqp_port"]), virtual_host=endpoint.get("vhost", "/"),
+    return [pika.ConnectionParameters(
+        host=host, port=port, virtual_host=endpoint.get("vhost", "/"),
         credentials=pika.PlainCredentials(user, password), socket_timeout=timeout_s, ssl_options=tls,
         blocked_connection_timeout=30, connection_attempts=1, heartbeat=60)  # pika sets TCP_NODELAY itself
+        for host, port in addresses(endpoint)]
 
 
 def connect(endpoint: dict, timeout_s: float = 10.0) -> pika.BlockingConnection:

@@ -57,7 +57,8 @@ PROVISION_PROPERTIES = {
     "deployment": {"description": "Amazon MQ for RabbitMQ: single-instance (one node) or cluster (CLUSTER_MULTI_AZ, "
                                   "always 3 nodes). Omitted: from nodes, else single-instance.",
                    "enum": sorted(DEPLOYMENTS)},
-    "nodes": {"description": "Amazon MQ for RabbitMQ: 1 (single-instance) or 3 (a cluster); nothing else exists there.",
+    "nodes": {"description": "Amazon MQ for RabbitMQ: 1 (single-instance) or 3 (a cluster); nothing else exists there. "
+                             "Locally 3 runs the local cluster rabbitmq@3 (a member of each queue or stream per node).",
               "type": "integer", "enum": [1, 3]},
     "instance_type": {"description": "Amazon MQ host instance type: one priced in brokers/rabbitmq/prices.json (a spend "
                                      "guard, also held by the IAM policy); mq.t3.micro runs single-instance only.",

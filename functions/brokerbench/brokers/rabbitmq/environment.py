@@ -12,6 +12,19 @@ def modes(client: dict, unit: str) -> dict:
     }
 
 
+def members(nodes: int | None) -> str:
+    """What a queue's or stream's members are on a cluster of `nodes` (unknown: said so)."""
+    if nodes is None:
+        return "one per node of the cluster (its size unknown: the management API did not answer)"
+    return "1, on the one node" if nodes == 1 else f"{nodes}, one on each node of the cluster"
+
+
+def replicated(recorded: dict) -> str:
+    """A caption's note of the replication, where the target is a cluster: ", 3 replicas"."""
+    nodes = recorded.get("nodes")
+    return f", {nodes} replicas" if isinstance(nodes, int) and nodes > 1 else ""
+
+
 def caption(mode: str, client: dict, durability: str) -> str:
     meaning = (f"batch = up to {client.get('rabbitmq_in_flight', '?')} unconfirmed" if mode == "batch"
                else "single = one unconfirmed at a time")

@@ -6,11 +6,23 @@ own) with its node name, data, logs, config and enabled plug-ins under the folde
 AMQP, the stream protocol (rabbitmq_stream), the management API (rabbitmq_management: a quorum queue's count of
 what it took in, rabbitmq.management), and Erlang distribution on its own port. epmd also listens on ::1 whatever
 it is told (it always adds the loopback addresses), never beyond.
+
+`rabbitmq@3` is a cluster of three such nodes (`nodes` in the settings, 2 or 3), each in folder/node-<n> with its
+own name (bb<n>@localhost), AMQP, stream, distribution and management ports, and its data under folder/data/node-<n>
+(the stack empties folder/data). They share one epmd and one Erlang cookie (folder/.erlang.cookie, their HOME): a
+node finds another on the same host by asking the epmd on ERL_EPMD_PORT, so nodes with an epmd each could not find
+one another. The first node starts as a blank node of its own; the others list it for classic-config peer
+discovery and join it as they boot (retrying until it answers), so all three start at once with no `rabbitmqctl
+join_cluster` round (a stop_app, a join and a start_app per node, each its own Erlang VM). Quorum queues and streams
+declared once every node has joined have a member on each (their initial group size defaults to the cluster's
+size). A node killed or stopped is started again on its own ports and data by rabbitmq.cluster.start_node, and
+rejoins by itself.
 """
 
 from __future__ import annotations
 
 import re
+import secrets
 import shutil
 from collections.abc import Callable
 from pathlib import Path
@@ -24,6 +36,12 @@ DEBIAN_PACKAGES = {"rabbitmq-server": "rabbitmq-server"}  # Erlang comes with it
 LIB = Path("/usr/lib/rabbitmq")
 SERVER = LIB / "bin" / "rabbitmq-server"  # the real script: /usr/sbin's wrapper would run it as user rabbitmq
 READY_QUEUE = "bb-ready"
+MAX_NODES = 3
+# A joining node asks for the first node every DISCOVERY_RETRY_MS, DISCOVERY_RETRIES times, before it gives up and
+# boots as a cluster of its own (which ready() never accepts): 60 s, longer than the first node's start on a loaded
+# host (RabbitMQ's default is 10 x 500 ms, which a node starting beside two others can miss).
+DISCOVERY_RETRIES = 120
+DISCOVERY_RETRY_MS = 500
 
 
 def config(amqp_port: int, stream_port: int, management_port: int) -> str:
@@ -47,20 +65,39 @@ def config(amqp_port: int, stream_port: int, management_port: int) -> str:
         "", ])
 
 
-def environment(folder: Path, ports: dict[str, int]) -> dict[str, str]:
-    """The node's environment: its name, ports and folders; nothing from /etc/rabbitmq (an empty env file)."""
+def node_name(index: int) -> str:
+    """A cluster node's name (index from 1): its own epmd makes it unique on the host, and it does not change when a
+    node starts again on other ports (its data names its peers by these names)."""
+    return f"bb{index}@localhost"
+
+
+def peer_discovery(first: str) -> str:
+    """rabbitmq.conf's lines for a joining node: classic-config peer discovery of the first node, retried (a blank
+    node reads them once; a node started again with data rejoins the cluster its data names)."""
+    return "\n".join([
+        "cluster_formation.peer_discovery_backend = classic_config",
+        f"cluster_formation.classic_config.nodes.1 = {first}",
+        f"cluster_formation.discovery_retry_limit = {DISCOVERY_RETRIES}",
+        f"cluster_formation.discovery_retry_interval = {DISCOVERY_RETRY_MS}",
+        "", ])
+
+
+def environment(folder: Path, ports: dict[str, int], *, name: str | None = None, home: Path | None = None,
+                data: Path | None = None) -> dict[str, str]:
+    """The node's environment: its name, ports and folders; nothing from /etc/rabbitmq (an empty env file). A
+    cluster's node gives its `name`, the cluster's `home` (the Erlang cookie they share) and its `data` folder."""
     return {
         "PATH": "/usr/bin:/bin:/usr/sbin:/sbin",
-        "HOME": str(folder),  # the Erlang cookie is written there
+        "HOME": str(home or folder),  # the Erlang cookie is written there
         "RABBITMQ_CONF_ENV_FILE": str(folder / "rabbitmq-env.conf"),
-        "RABBITMQ_NODENAME": f"bb{ports['amqp_port']}@localhost",
+        "RABBITMQ_NODENAME": name or f"bb{ports['amqp_port']}@localhost",
         "RABBITMQ_NODE_IP_ADDRESS": HOST,
         "RABBITMQ_NODE_PORT": str(ports["amqp_port"]),
         "RABBITMQ_DIST_PORT": str(ports["dist_port"]),
         "ERL_EPMD_ADDRESS": HOST,
         "ERL_EPMD_PORT": str(ports["epmd_port"]),
         "RABBITMQ_BASE": str(folder),
-        "RABBITMQ_MNESIA_BASE": str(folder / "data"),
+        "RABBITMQ_MNESIA_BASE": str(data or folder / "data"),
         "RABBITMQ_LOG_BASE": str(folder),
         "RABBITMQ_LOGS": "-",  # to standard output: the stack's log file
         "RABBITMQ_CONFIG_FILE": str(folder / "rabbitmq.conf"),
@@ -73,7 +110,8 @@ def environment(folder: Path, ports: dict[str, int]) -> dict[str, str]:
 
 class RabbitMQService:
     name = "rabbitmq"
-    startup_timeout_s = 90.0  # ready in about 5 s on an idle two-core machine
+    startup_timeout_s = 90.0  # ready in about 5 s on an idle two-core machine (a cluster: this per node)
+    max_nodes = MAX_NODES
     download_mb = 40  # rabbitmq-server with the Erlang packages it pulls in
 
     def installed_version(self) -> str | None:
@@ -91,14 +129,15 @@ class RabbitMQService:
         install_debian(DEBIAN_PACKAGES, log)
 
     def start(self, folder: Path, ports: Callable[[], int], settings: dict) -> Started:
+        """One node (settings' `nodes` absent or 1), or a cluster of `nodes` (start_cluster)."""
         if not SERVER.is_file() or not shutil.which("epmd"):
             raise StackError("rabbitmq-server is not installed: run `make setup-all` (it installs Debian's "
                              "rabbitmq-server)")
+        if settings.get("nodes", 1) > 1:
+            return self.start_cluster(folder, ports, settings["nodes"])
         port = ports()
         extra = {"stream_port": ports(), "dist_port": ports(), "epmd_port": ports(), "management_port": ports()}
-        (folder / "rabbitmq.conf").write_text(config(port, extra["stream_port"], extra["management_port"]))
-        (folder / "enabled_plugins").write_text("[rabbitmq_stream,rabbitmq_management].\n")
-        (folder / "rabbitmq-env.conf").write_text("")
+        write_node_files(folder, config(port, extra["stream_port"], extra["management_port"]))
         env = environment(folder, {"amqp_port": port, **extra})
         log = folder / "rabbitmq.log"
         epmd = spawn(["epmd", "-port", str(extra["epmd_port"]), "-address", HOST], folder, folder / "epmd.log", env)
@@ -109,14 +148,89 @@ class RabbitMQService:
         return Started([epmd, server], port, endpoint, version, str(log),
                        {**extra, "node": env["RABBITMQ_NODENAME"]})
 
+    def start_cluster(self, folder: Path, ports: Callable[[], int], nodes: int) -> Started:
+        """`nodes` nodes started at once on one epmd: the first blank, the others joining it (peer_discovery). The
+        endpoint is the first node's, with every node's entry under `nodes` (cluster_nodes): what a client, a fault
+        and rabbitmq.cluster.start_node need of it."""
+        listeners = [(ports(), ports(), ports(), ports()) for _ in range(nodes)]  # AMQP, stream, dist, management
+        epmd_port = ports()
+        entries = cluster_nodes(folder, listeners, epmd_port)
+        cookie = folder / ".erlang.cookie"
+        if not cookie.is_file():  # started again after a crash: the cookie its nodes share already
+            cookie.write_text(secrets.token_hex(20).upper())
+            cookie.chmod(0o400)  # Erlang refuses a cookie others can read
+        for index, entry in enumerate(entries):
+            write_node_files(Path(entry["folder"]), config(entry["port"], entry["stream_port"],
+                                                           entry["management_port"])
+                             + (peer_discovery(entries[0]["node"]) if index else ""))
+        epmd = spawn(["epmd", "-port", str(epmd_port), "-address", HOST], folder, folder / "epmd.log",
+                     node_environment(entries[0]))
+        for entry in entries:
+            entry["pids"] = [spawn_node(entry)]
+        version = self.installed_version() or "unknown"
+        first = entries[0]
+        endpoint = {"host": HOST, "amqp_port": first["port"], "stream_port": first["stream_port"], "version": version,
+                    "management_url": first["management_url"], "nodes": entries}
+        return Started([epmd, *(pid for entry in entries for pid in entry["pids"])], first["port"], endpoint, version,
+                       str(Path(first["folder"]) / "rabbitmq.log"),
+                       {**ports_taken(listeners, epmd_port), "nodes": nodes, "node": [e["node"] for e in entries]})
+
     def ready(self, started: Started) -> bool:
         """An AMQP client connects and declares a quorum queue and a stream (both need the node's Raft and stream
-        coordinators up), and the stream listener answers."""
-        if not port_answers(started.endpoint["stream_port"]):
+        coordinators up), and the stream listener answers; a cluster's every node's, after the management API has
+        listed every node as running (a queue declared before a node joins has no member there)."""
+        nodes = started.endpoint.get("nodes") or [{"stream_port": started.endpoint["stream_port"]}]
+        if not all(port_answers(node["stream_port"]) for node in nodes):
             return False
         from .amqp import declare_ready  # the client library loads only when a broker is actually started
 
+        if len(nodes) > 1:
+            from .management import running_nodes
+
+            if set(running_nodes(started.endpoint, timeout_s=2) or ()) != {node["node"] for node in nodes}:
+                return False
         return declare_ready(started.endpoint, READY_QUEUE)
 
 
-SERVICE = RabbitMQService()  # one node serves both rows: the stack starts it once for either or both
+def write_node_files(folder: Path, rabbitmq_conf: str) -> None:
+    """A node's configuration, its plug-ins (streams, the management API) and an empty env file."""
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "rabbitmq.conf").write_text(rabbitmq_conf)
+    (folder / "enabled_plugins").write_text("[rabbitmq_stream,rabbitmq_management].\n")
+    (folder / "rabbitmq-env.conf").write_text("")
+
+
+def cluster_nodes(folder: Path, listeners: list[tuple[int, int, int, int]], epmd_port: int) -> list[dict]:
+    """Each node's entry in the cluster's endpoint: its name as RabbitMQ names it, its client ports (AMQP `port`,
+    stream, management API), and what starting it again needs (distribution and epmd ports, its folder, the
+    cluster's folder that holds the shared cookie, its data folder). `pids` is added once it runs."""
+    return [{"node": node_name(index), "host": HOST, "port": amqp, "stream_port": stream,
+             "management_url": f"http://{HOST}:{management}", "management_port": management, "dist_port": dist,
+             "epmd_port": epmd_port, "folder": str(folder / f"node-{index}"), "home": str(folder),
+             "data": str(folder / "data" / f"node-{index}")}
+            for index, (amqp, stream, dist, management) in enumerate(listeners, 1)]
+
+
+def ports_taken(listeners: list[tuple[int, int, int, int]], epmd_port: int) -> dict[str, int]:
+    """A cluster's ports after its first (the service's own), in the order start_cluster took them: the stack starts
+    a crashed service again on the ports its record lists in that order (local/stack.py _same_ports)."""
+    keys = ("amqp_port", "stream_port", "dist_port", "management_port")
+    taken = {f"node{index}_{key}": port for index, ports in enumerate(listeners, 1) for key, port in zip(keys, ports)}
+    del taken["node1_amqp_port"]
+    return {**taken, "epmd_port": epmd_port}
+
+
+def node_environment(node: dict) -> dict[str, str]:
+    """A cluster node's environment, from its entry (cluster_nodes)."""
+    return environment(Path(node["folder"]), {"amqp_port": node["port"], "dist_port": node["dist_port"],
+                                              "epmd_port": node["epmd_port"]},
+                       name=node["node"], home=Path(node["home"]), data=Path(node["data"]))
+
+
+def spawn_node(node: dict) -> int:
+    """Start a cluster node from its entry; its pid (the Erlang VM's: the script execs it)."""
+    folder = Path(node["folder"])
+    return spawn([str(SERVER)], folder, folder / "rabbitmq.log", node_environment(node))
+
+
+SERVICE = RabbitMQService()  # one node (or rabbitmq@3) serves both rows: the stack starts it once for either or both

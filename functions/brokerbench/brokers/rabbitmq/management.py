@@ -11,7 +11,7 @@ handled here:
   (its operating-system pid changed) gives no count, as a restarted Pulsar broker gives none.
 
 The endpoint names the API by `management_url` (the local node's listener on 127.0.0.1; Amazon MQ's console URL);
-without it there is no count.
+without it there is no count. A local cluster's endpoint names every node's (`nodes`): any that answers serves.
 """
 
 from __future__ import annotations
@@ -31,18 +31,75 @@ POLL_S = 0.25
 
 
 class ManagementError(RuntimeError):
-    pass
+    def __init__(self, message: str, status: int | None = None) -> None:
+        super().__init__(message)
+        self.status = status  # the API's HTTP status when it answered with an error
+
+
+def management_urls(endpoint: dict) -> list[str]:
+    """The API's addresses: the endpoint's, then each other node's of a local cluster (any node answers for the
+    whole cluster, so one that is down is passed over)."""
+    urls = [endpoint["management_url"]]
+    urls += [node["management_url"] for node in endpoint.get("nodes") or () if node.get("management_url")]
+    return list(dict.fromkeys(url.rstrip("/") for url in urls))
 
 
 def _get(endpoint: dict, path: str, timeout_s: float = 5.0):
+    """GET `path` from the first node whose API answers, each given an equal part of `timeout_s` (a paused node's
+    listener accepts and never answers)."""
     user, password = credentials(endpoint)
-    request = urllib.request.Request(endpoint["management_url"].rstrip("/") + path)
-    request.add_header("Authorization", "Basic " + base64.b64encode(f"{user}:{password}".encode()).decode())
+    urls = management_urls(endpoint)
+    failures = []
+    for url in urls:
+        request = urllib.request.Request(url + path)
+        request.add_header("Authorization", "Basic " + base64.b64encode(f"{user}:{password}".encode()).decode())
+        try:
+            with urllib.request.urlopen(request, timeout=timeout_s / len(urls)) as answer:
+                return json.loads(answer.read())
+        except urllib.error.HTTPError as exc:  # an answer: the API's own (a queue that does not exist: 404)
+            raise ManagementError(f"{path}: {exc}", exc.code) from None
+        except (urllib.error.URLError, OSError, ValueError) as exc:
+            failures.append(f"{url}: {exc}")
+    raise ManagementError(f"{path}: {'; '.join(failures)}")
+
+
+def running_nodes(endpoint: dict, timeout_s: float = 5.0) -> list[str] | None:
+    """The cluster's nodes the broker lists as running (a node down, or not yet joined, is not one), by their names;
+    None when no node's API answers."""
     try:
-        with urllib.request.urlopen(request, timeout=timeout_s) as answer:
-            return json.loads(answer.read())
-    except (urllib.error.URLError, OSError, ValueError) as exc:
-        raise ManagementError(f"{path}: {exc}") from None
+        return [node["name"] for node in _get(endpoint, "/api/nodes", timeout_s) if node.get("running")]
+    except ManagementError:
+        return None
+
+
+def cluster_size(endpoint: dict, timeout_s: float = 5.0) -> int | None:
+    """The nodes of the broker's cluster, running or not, as its API lists them (1 for a single node); None without
+    the API (`management_url`) or when it does not answer. A quorum queue or stream declared on a full cluster has a
+    member on each."""
+    if not endpoint.get("management_url"):
+        return None
+    try:
+        return len(_get(endpoint, "/api/nodes", timeout_s)) or None
+    except ManagementError:
+        return None
+
+
+def described_size(endpoint: dict) -> dict:
+    """A driver's describe() part for the cluster's size: {"nodes": n} (what a confirm's majority is of: the
+    plug-ins' durability), nothing when the API does not tell."""
+    nodes = cluster_size(endpoint)
+    return {"nodes": nodes} if nodes else {}
+
+
+def queue(endpoint: dict, name: str, timeout_s: float = 5.0) -> dict | None:
+    """The API's record of queue (or stream) `name` in the endpoint's vhost; None when it has none (404)."""
+    vhost = urllib.parse.quote(endpoint.get("vhost", "/"), safe="")
+    try:
+        return _get(endpoint, f"/api/queues/{vhost}/{urllib.parse.quote(name, safe='')}", timeout_s)
+    except ManagementError as exc:
+        if exc.status == 404:
+            return None
+        raise
 
 
 def node_pids(endpoint: dict, wait_s: float = SETTLE_WAIT_S) -> dict[str, int] | None:
@@ -67,17 +124,18 @@ def published(endpoint: dict, topic: str, lanes: int, depth) -> int | None:
     over AMQP; asked once no consumer is attached), and the sum has read the same for STABLE_S. The figures lag
     the channels by up to about 5 s (measured: 0.2 to 4.9 s), so an early reading would count too few. None when
     they do not settle within SETTLE_WAIT_S (a consumer that left messages unacknowledged and gone, say)."""
-    vhost = urllib.parse.quote(endpoint.get("vhost", "/"), safe="")
     deadline, settled = time.monotonic() + SETTLE_WAIT_S, None  # (total, since)
     while time.monotonic() < deadline:
         held = depth()
         stats = []
         for lane in range(lanes):
             try:
-                queue = _get(endpoint, f"/api/queues/{vhost}/{urllib.parse.quote(lane_queue(topic, lane), safe='')}")
+                record = queue(endpoint, lane_queue(topic, lane))
             except ManagementError:
                 return None
-            stats.append(queue.get("message_stats") or {})
+            if record is None:
+                return None
+            stats.append(record.get("message_stats") or {})
         caught_up = held is not None and all(
             s.get("publish") is not None and s["publish"] == s.get("ack", 0) + held[lane]
             for lane, s in enumerate(stats))

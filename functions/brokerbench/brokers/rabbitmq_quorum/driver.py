@@ -40,7 +40,8 @@ class RabbitMQQuorumDriver:
     def describe(self) -> dict:
         return {"broker": self.name,
                 "broker_version": amqp.server_version(self.endpoint) or self.endpoint.get("version", "unknown"),
-                "client_library": "pika", "client_version": pika.__version__}
+                "client_library": "pika", "client_version": pika.__version__,
+                **management.described_size(self.endpoint)}
 
     def create_topic(self, topic: str, partitions: int) -> None:
         amqp.declare_lanes(self.endpoint, topic, partitions, "quorum")
@@ -81,17 +82,19 @@ class RabbitMQQuorumDriver:
 
     def native_sender(self, topic: str, partitions: int, mode: str):
         """The native send loop on an AMQP 0-9-1 connection of its own: a channel in confirm mode, the same queues,
-        body and window as `producer`, each confirm read (and stamped) as it arrives on the loop's socket."""
+        body and window as `producer`, each confirm read (and stamped) as it arrives on the loop's socket. On a
+        cluster it connects to the first node that answers (any node hands a publish to the queue's leader)."""
         if self.endpoint.get("tls"):
             raise native.Unsupported("the native loop speaks AMQP over plain TCP, not TLS")
         user, password = amqp.credentials(self.endpoint)
+        host, port = amqp.first_answering(self.endpoint)  # a cluster's any node serves its quorum queues
         try:
-            return native.amqp_sender(self.endpoint["host"], int(self.endpoint["amqp_port"]), user, password,
+            return native.amqp_sender(host, port, user, password,
                                       self.endpoint.get("vhost", "/"),
                                       [lane_queue(topic, p).encode() for p in range(partitions)],
                                       self.in_flight_window(mode))
         except OSError as exc:
-            raise BrokerUnavailable(f"RabbitMQ at {self.endpoint['host']}: {exc}") from None
+            raise BrokerUnavailable(f"RabbitMQ at {host}:{port}: {exc}") from None
 
     def consumer(self, topic: str, group: str, partitions: list[int]) -> QuorumConsumer:
         return QuorumConsumer(amqp.connect(self.endpoint), [lane_queue(topic, p) for p in partitions],

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pika
 
-from ..rabbitmq import environment
+from ..rabbitmq import environment, management
 
 ACK = ("publisher confirm: the message is in the queue's Raft log on a majority of its members, each having "
        "fsynced its write-ahead log first (on one node: this node's log, fsynced)")
@@ -20,7 +20,8 @@ def settings_in_force(endpoint: dict, client: dict) -> dict:
         "modes": environment.modes(client, "messages"),
         "consumer": {"prefetch": client["rabbitmq_prefetch"],
                      "acknowledgement": "manual; a poll's deliveries in one multiple ack, sent with the next poll"},
-        "persistence": {"queue_type": "quorum", "fsync": True, "replicas": "the queue's members (1 on one node)",
+        "persistence": {"queue_type": "quorum", "fsync": True,
+                        "replicas": environment.members(management.cluster_size(endpoint)),
                         "meaning": "quorum queues are always durable: every write is fsynced to the Raft log before "
                                    "it counts toward the majority that confirms it"},
         "lanes": "one quorum queue per partition, <topic>-<n>, through the default exchange",
@@ -35,4 +36,5 @@ def durability(client: dict, recorded: dict) -> dict:
 
 
 def caption(mode: str, client: dict, recorded: dict) -> str:
-    return environment.caption(mode, client, "confirm after fsync on a Raft majority (quorum queue)")
+    return environment.caption(mode, client, "confirm after fsync on a Raft majority (quorum queue"
+                               f"{environment.replicated(recorded)})")

@@ -27,13 +27,14 @@ from rstream.utils import RawMessage
 from ... import native
 from ...drivers import BrokerUnavailable, Message, OnAck
 from ...worker.framing import HEADER
-from ..rabbitmq import amqp, in_flight_window
+from ..rabbitmq import amqp, cluster, in_flight_window, management
 from ..rabbitmq.amqp import lane_queue
 
 HEADER_SIZE = HEADER.size
 CALL_TIMEOUT_S = 30.0
 COUNT_TIMEOUT_S = 60.0  # reading a cell's streams through to count them
 RECOVERY_S = 30.0  # a node started again: its streams' writers are back within this
+LEADER_WAIT_S = 15.0  # a cluster's stream without a leader (an election after a node failed) is waited for this long
 
 
 class Loop:
@@ -68,12 +69,15 @@ class RabbitMQStreamsDriver:
         self.client = client
 
     def _stream_endpoint(self) -> dict:
-        """What an rstream client is made with; BrokerUnavailable naming the field when the endpoint has none."""
+        """What an rstream client is made with (on a local cluster: the first node whose stream listener answers; the
+        client asks it where each stream's leader and replicas are); BrokerUnavailable naming the field when the
+        endpoint has none."""
         if not self.endpoint.get("stream_port"):
             raise BrokerUnavailable(f"targets.{self.name}.stream_port: the stream protocol's port is not given")
         user, password = amqp.credentials(self.endpoint)
-        return {"host": self.endpoint["host"], "port": int(self.endpoint["stream_port"]),
-                "vhost": self.endpoint.get("vhost", "/"), "username": user, "password": password}
+        host, port = amqp.first_answering(self.endpoint, "stream_port")  # a cluster's node that is up
+        return {"host": host, "port": port, "vhost": self.endpoint.get("vhost", "/"), "username": user,
+                "password": password}
 
     def check(self, timeout_s: float = 5.0) -> None:
         amqp.check(self.endpoint, timeout_s)
@@ -95,7 +99,8 @@ class RabbitMQStreamsDriver:
 
         return {"broker": self.name, "broker_version": amqp.server_version(self.endpoint)
                 or self.endpoint.get("version", "unknown"), "client_library": "rstream",
-                "client_version": rstream.__version__ if hasattr(rstream, "__version__") else _version("rstream")}
+                "client_version": rstream.__version__ if hasattr(rstream, "__version__") else _version("rstream"),
+                **management.described_size(self.endpoint)}
 
     def create_topic(self, topic: str, partitions: int) -> None:
         amqp.declare_lanes(self.endpoint, topic, partitions, "stream")
@@ -170,7 +175,7 @@ class RabbitMQStreamsDriver:
         depth = self.in_flight_window(mode)
         try:
             return StreamsProducer(self._stream_endpoint(), [lane_queue(topic, p) for p in range(partitions)],
-                                   depth, on_ack)
+                                   depth, on_ack, balanced=not self.endpoint.get("nodes"))
         except BrokerUnavailable:
             raise
         except Exception as exc:  # noqa: BLE001
@@ -179,11 +184,13 @@ class RabbitMQStreamsDriver:
     def native_sender(self, topic: str, partitions: int, mode: str):
         """The native send loop on a stream-protocol connection of its own: a publisher per lane, the same data and
         window as `producer`, a lane's due publishes in one Publish frame, each confirm read (and stamped) as it
-        arrives on the loop's socket. It connects to the endpoint's node, which must lead the streams (a single
-        node does; a cluster's stream leaders would need the Metadata command first)."""
+        arrives on the loop's socket. It connects to one node, which must lead every stream it publishes to: the
+        endpoint's own on a single node, the streams' leader on a local cluster (leader_address)."""
         if self.endpoint.get("tls"):
             raise native.Unsupported("the native loop speaks the stream protocol over plain TCP, not TLS")
         settings = self._stream_endpoint()
+        if self.endpoint.get("nodes"):
+            settings["host"], settings["port"] = self.leader_address([lane_queue(topic, p) for p in range(partitions)])
         try:
             return native.stream_sender(settings["host"], settings["port"], settings["username"],
                                         settings["password"], settings["vhost"],
@@ -191,6 +198,21 @@ class RabbitMQStreamsDriver:
                                         self.in_flight_window(mode))
         except OSError as exc:
             raise BrokerUnavailable(f"RabbitMQ's stream port {settings['host']}:{settings['port']}: {exc}") from None
+
+    def leader_address(self, streams: list[str]) -> tuple[str, int]:
+        """The stream listener of the cluster node that leads every one of `streams`, as the broker says
+        (rabbitmq.cluster.leader, waited for up to LEADER_WAIT_S while one is elected); native.Unsupported when
+        they lead on different nodes (the native loop publishes on one connection) and BrokerUnavailable when one
+        has no leader."""
+        leaders = {stream: cluster.wait_for_leader(self.endpoint, stream, LEADER_WAIT_S) for stream in streams}
+        if None in leaders.values():
+            missing = ", ".join(stream for stream, node in leaders.items() if node is None)
+            raise BrokerUnavailable(f"RabbitMQ: no node leads stream(s) {missing}")
+        if len(set(leaders.values())) > 1:
+            raise native.Unsupported(f"the cell's streams lead on different nodes ({leaders}); the native loop "
+                                     "publishes to one")
+        entry = cluster.node_entry(self.endpoint, next(iter(leaders.values())))
+        return entry["host"], int(entry["stream_port"])
 
     def consumer(self, topic: str, group: str, partitions: list[int]) -> StreamsConsumer:
         return StreamsConsumer(self._stream_endpoint(), {p: lane_queue(topic, p) for p in partitions}, group,
@@ -289,7 +311,7 @@ class StreamsProducer:
     """Sends buffered per lane until a poll, a flush or a full window hands them to the loop. Confirms come back
     through a queue, each with the time its callback ran."""
 
-    def __init__(self, settings: dict, streams: list[str], depth: int, on_ack: OnAck) -> None:
+    def __init__(self, settings: dict, streams: list[str], depth: int, on_ack: OnAck, balanced: bool = True) -> None:
         self._loop = Loop.get()
         self._streams = streams
         self._depth = depth
@@ -299,15 +321,16 @@ class StreamsProducer:
         self._in_flight: dict[int, bytes] = {}  # publishing id -> header
         self._next_id = 0
         self._broken = False
-        self._producer = self._loop.run(self._open(settings))
+        self._producer = self._loop.run(self._open(settings, balanced))
 
     @staticmethod
-    async def _open(settings: dict) -> Producer:
+    async def _open(settings: dict, balanced: bool) -> Producer:
         # Publishes go through the address the target gives, as the native loop's do: rstream would otherwise look
         # the stream's leader up and connect to the address the node advertises, around a proxy or load balancer
         # in front of it (and around Toxiproxy's delay: test_latency_truth). In load-balancer mode it connects
-        # through the given address and keeps the connection that reached the leader.
-        producer = Producer(**settings, connection_name="brokerbench", load_balancer_mode=True)
+        # through the given address and keeps the connection that reached the leader. A local cluster's nodes each
+        # have their own address (no balancer in front): there it connects to the address the leader advertises.
+        producer = Producer(**settings, connection_name="brokerbench", load_balancer_mode=balanced)
         await producer.start()
         return producer
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from importlib.metadata import version
 
-from ..rabbitmq import environment
+from ..rabbitmq import environment, management
 
 ACK = ("publish confirm: the stream's leader has written the message to its segment file and a majority of the "
        "stream's replicas have it (on one node: the leader's write alone); no fsync, the OS writes it to disk "
@@ -21,7 +21,8 @@ def settings_in_force(endpoint: dict, client: dict) -> dict:
         "consumer": {"credit_chunks": client["rabbitmq_prefetch"],
                      "offset": "from the first offset; the last offset read is stored under the group's name "
                                "on each commit (the backlog's basis)"},
-        "persistence": {"queue_type": "stream", "fsync": False, "replicas": "the stream's members (1 on one node)",
+        "persistence": {"queue_type": "stream", "fsync": False,
+                        "replicas": environment.members(management.cluster_size(endpoint)),
                         "meaning": "written to the leader's segment file (page cache) and replicated to a majority "
                                    "before the confirm; streams do not fsync"},
         "lanes": "one stream per partition, <topic>-<n>",
@@ -35,4 +36,5 @@ def durability(client: dict, recorded: dict) -> dict:
 
 
 def caption(mode: str, client: dict, recorded: dict) -> str:
-    return environment.caption(mode, client, "confirm after a majority of replicas wrote it, no fsync (stream)")
+    return environment.caption(mode, client, "confirm after a majority of replicas wrote it, no fsync (stream"
+                               f"{environment.replicated(recorded)})")

@@ -434,3 +434,19 @@ def _stop_all(svc: Service) -> None:
     """Every process of the service, the last started first."""
     for pid in reversed(svc.pids):
         stop(pid)
+
+
+def cluster_nodes(endpoint: dict) -> list[dict]:
+    """A local cluster's nodes as its stack records them now (a node started again has new pids); the endpoint's own
+    list where it names no stack (brokerbench.faults' hooks)."""
+    stack = endpoint.get("stack")
+    if stack:
+        return LocalStack(Path(stack["state_dir"])).endpoint(stack["service"])["nodes"]
+    return endpoint["nodes"]
+
+
+def node_restarted(endpoint: dict, node: str, pids: list[int]) -> None:
+    """Records a node of the endpoint's local cluster started again with `pids` (LocalStack.node_started)."""
+    stack = endpoint.get("stack")
+    if stack:
+        LocalStack(Path(stack["state_dir"])).node_started(stack["service"], node, pids)

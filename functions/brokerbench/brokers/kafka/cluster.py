@@ -8,7 +8,7 @@ from pathlib import Path
 from confluent_kafka.admin import AdminClient
 
 from ...local.processes import spawn
-from ...local.stack import LocalStack
+from ...local.stack import cluster_nodes, node_restarted
 from .local import broker_count
 
 
@@ -27,10 +27,7 @@ def leader(endpoint: dict, topic: str, timeout_s: float = 5.0) -> str | None:
 
 def nodes(endpoint: dict) -> list[dict]:
     """The cluster's nodes as the stack records them now (a node started again has new pids)."""
-    stack = endpoint.get("stack")
-    if stack:
-        return LocalStack(Path(stack["state_dir"])).endpoint(stack["service"])["nodes"]
-    return endpoint["nodes"]
+    return cluster_nodes(endpoint)
 
 
 def start_node(endpoint: dict, node: str) -> list[int]:
@@ -39,9 +36,7 @@ def start_node(endpoint: dict, node: str) -> list[int]:
     [entry] = [n for n in nodes(endpoint) if n["node"] == node]
     folder = Path(entry["folder"])
     pids = [spawn(entry["command"], folder, folder / "kafka.log")]
-    stack = endpoint.get("stack")
-    if stack:
-        LocalStack(Path(stack["state_dir"])).node_started(stack["service"], node, pids)
+    node_restarted(endpoint, node, pids)
     return pids
 
 

@@ -27,4 +27,5 @@ PLUGIN = Plugin(
     durability="brokerbench.brokers.nats_jetstream.environment:durability",
     local=NatsService(),
     libraries=("nats-py",),
+    cluster="brokerbench.brokers.nats_jetstream.faults",
 )

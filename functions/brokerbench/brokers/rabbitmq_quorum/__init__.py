@@ -26,4 +26,5 @@ PLUGIN = Plugin(
     cloud=Cloud(service="Amazon MQ for RabbitMQ", factory="brokerbench.brokers.rabbitmq.cloud:provider",
                 prices="brokerbench.brokers.rabbitmq.prices:price", creation_s=20 * 60),
     libraries=("pika",),
+    cluster="brokerbench.brokers.rabbitmq.faults",
 )

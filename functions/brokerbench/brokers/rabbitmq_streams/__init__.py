@@ -23,4 +23,5 @@ PLUGIN = Plugin(
     durability="brokerbench.brokers.rabbitmq_streams.environment:durability",
     local=SERVICE,
     libraries=("rstream",),
+    cluster="brokerbench.brokers.rabbitmq.faults",
 )

@@ -67,7 +67,7 @@ def replicas_linked(endpoint: dict) -> bool:
         return False
     host, port = master.rsplit(":", 1)
     try:
-        return cluster.replica_links(host, int(port), None) == len(endpoint["nodes"]) - 1
+        return cluster.replica_links(host, int(port), cluster.password(endpoint)) == len(endpoint["nodes"]) - 1
     except (OSError, ValueError):
         return False
 
@@ -149,10 +149,11 @@ def test_killing_the_master_promotes_a_replica_that_takes_writes_and_the_old_mas
         os.kill(pid, signal.SIGKILL)
     killed = time.monotonic()
 
-    # Send on (every 5 ms) and read, as a cell does, until the new master has acknowledged AFTER entries.
+    # Send on (every 5 ms) and read, as a cell does, until the Sentinels agree on a new master and it has
+    # acknowledged AFTER entries (the producer may reach it before a majority of the Sentinels name it).
     promoted, seq, after = None, BEFORE, 0
-    deadline = killed + PROMOTION_BOUND_S + 10
-    while after < AFTER and time.monotonic() < deadline:
+    deadline = killed + PROMOTION_BOUND_S
+    while (after < AFTER or promoted is None) and time.monotonic() < deadline:
         producer.send(header(seq), b"x" * 100, 0)
         seq += 1
         producer.poll(0.005)
@@ -165,7 +166,7 @@ def test_killing_the_master_promotes_a_replica_that_takes_writes_and_the_old_mas
     assert promoted is not None, f"no replica promoted within {time.monotonic() - killed:.0f} s"
     assert promoted in {entry["node"] for entry in endpoint["nodes"]} - {old}
     assert cluster.role(endpoint, promoted)[0] == "master"  # the node's own account agrees with Sentinel's
-    assert after == AFTER, "the new master acknowledged no writes"
+    assert after >= AFTER, "the new master acknowledged no writes"
 
     # Every send was answered once, acknowledged or failed; the failover window is the run of failed sends.
     assert sorted(acked) == list(range(sent))
@@ -184,6 +185,7 @@ def test_killing_the_master_promotes_a_replica_that_takes_writes_and_the_old_mas
     assert delivered <= set(range(sent)), "read an entry never sent"
     acknowledged = {s for s, ok in acked.items() if ok}
     written_to_new_master = {s for s in acknowledged if s >= first_ok_after}
+    missing = sorted(written_to_new_master - delivered)
     assert written_to_new_master <= delivered, "an entry the new master acknowledged was not read"
     lost = acknowledged - delivered
     print(f"promoted {promoted} {promoted_s:.1f} s after the kill; first acknowledged send after it "

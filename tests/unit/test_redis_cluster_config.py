@@ -28,13 +28,19 @@ def test_a_replica_config_names_its_master_and_a_master_config_names_none():
 def test_a_password_is_required_of_clients_and_given_to_the_master_quoted():
     config = lines(node_config(7001, Path("/d"), True, 7000, 'a"b\\c'))
     assert 'requirepass "a\\"b\\\\c"' in config and 'masterauth "a\\"b\\\\c"' in config
-    sentinel = lines(sentinel_config(7100, Path("/s"), 7000, 'a"b\\c'))
+    sentinel = lines(sentinel_config(7100, Path("/s"), 7000, 'a"b\\c', **KNOWN))
     assert f'sentinel auth-pass {MASTER_NAME} "a\\"b\\\\c"' in sentinel
 
 
+KNOWN = {"myid": "a" * 40, "replica_ports": [7001, 7002], "others": [(7101, "b" * 40), (7102, "c" * 40)]}
+
+
 def test_a_sentinel_watches_the_first_master_with_quorum_2_and_short_timings():
-    config = lines(sentinel_config(7100, Path("/s"), 7000, None))
+    config = lines(sentinel_config(7100, Path("/s"), 7000, None, **KNOWN))
     assert f"sentinel monitor {MASTER_NAME} 127.0.0.1 7000 2" in config
+    assert "sentinel myid " + "a" * 40 in config
+    assert {f"sentinel known-replica {MASTER_NAME} 127.0.0.1 7001", f"sentinel known-replica {MASTER_NAME} 127.0.0.1 "
+            f"7002", f"sentinel known-sentinel {MASTER_NAME} 127.0.0.1 7101 {'b' * 40}"} <= set(config)
     assert f"sentinel down-after-milliseconds {MASTER_NAME} 1000" in config
     assert f"sentinel failover-timeout {MASTER_NAME} 3000" in config
     assert {"bind 127.0.0.1", "port 7100"} <= set(config)

@@ -41,7 +41,7 @@ def node_name(host: str, port: int) -> str:
     return f"{host}:{port}"
 
 
-def _password(endpoint: dict) -> str | None:
+def password(endpoint: dict) -> str | None:
     variable = endpoint.get("auth_env")
     return os.environ.get(variable) if variable else None
 
@@ -127,7 +127,7 @@ def role(endpoint: dict, node: str, timeout_s: float = 1.0) -> tuple[str, str | 
     """A node's own account (ROLE): ("master", None, None), or ("slave", its master's name, the link state:
     connect, connecting, sync or connected)."""
     entry = _entry(endpoint, node)
-    reply = ask(entry["host"], entry["port"], "ROLE", password=_password(endpoint), timeout_s=timeout_s)
+    reply = ask(entry["host"], entry["port"], "ROLE", password=password(endpoint), timeout_s=timeout_s)
     if reply[0] == "slave":
         return "slave", node_name(reply[1], int(reply[2])), reply[3]
     return reply[0], None, None

@@ -487,6 +487,7 @@ class RedisStreamsConsumer:
         self._partition = {key.encode(): int(key.rsplit("-", 1)[1]) for key in keys}
         self._unacked: list[bytes] = []  # packed XACKs of the last batch, sent with the next read
         self._follow = follow
+        self._lost = False
         self.ack_errors = 0
 
     def _read_command(self, timeout_s: float) -> bytes:
@@ -511,11 +512,14 @@ class RedisStreamsConsumer:
         if not self._follow:
             return self._poll(timeout_s)
         try:
+            if self._lost:  # connect() asks the Sentinels for the master (a plain send would go to the old address)
+                self._connection.connect()
+                self._lost = False
             return self._poll(timeout_s)
         except (RedisConnectionError, RedisTimeoutError, OSError, ResponseError) as exc:
             if isinstance(exc, ResponseError) and not str(exc).startswith(("READONLY", "LOADING", "MASTERDOWN")):
                 raise
-            self._unacked = []
+            self._unacked, self._lost = [], True
             self._connection.disconnect()
             time.sleep(min(timeout_s, RECONNECT_EVERY_S))
             return []

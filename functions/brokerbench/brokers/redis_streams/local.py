@@ -14,14 +14,16 @@ and Sentinel makes it a replica of the current master."""
 from __future__ import annotations
 
 import os
+import secrets
 import shutil
 import socket
 import subprocess
+import time
 from collections.abc import Callable
 from pathlib import Path
 
 from ...local.install import install_debian
-from ...local.processes import HOST, require, spawn
+from ...local.processes import HOST, StackError, pid_alive, port_answers, require, spawn
 from .. import Started
 from .cluster import (DOWN_AFTER_MS, FAILOVER_TIMEOUT_MS, MASTER_NAME, QUORUM, SENTINELS, node_name, replica_links,
                       sentinel_ready)
@@ -45,9 +47,11 @@ def _resp(*parts: str) -> bytes:
 def node_config(port: int, data: Path, aof: bool, master_port: int | None, password: str | None) -> str:
     """A redis-server's config file: loopback only, no RDB snapshots, AOF as the stack says; a replica of
     `master_port` unless it is the first master. With a password it requires it of clients and gives it to its
-    master (masterauth) when it replicates."""
+    master (masterauth) when it replicates. A master starts a replica's full sync at once: by default (diskless
+    sync) it waits 5 s for more replicas to share the transfer, which held the cluster's start and each
+    returning node's resync for those 5 s."""
     lines = [f"bind {HOST}", f"port {port}", f'dir "{data}"', 'save ""', f"appendonly {'yes' if aof else 'no'}",
-             "appendfsync everysec", "daemonize no", "protected-mode yes", 'logfile ""',
+             "appendfsync everysec", "daemonize no", "protected-mode yes", 'logfile ""', "repl-diskless-sync-delay 0",
              *([f"replicaof {HOST} {master_port}"] if master_port else [])]
     if password:
         quoted = _quoted(password)
@@ -55,13 +59,20 @@ def node_config(port: int, data: Path, aof: bool, master_port: int | None, passw
     return "\n".join(lines) + "\n"
 
 
-def sentinel_config(port: int, folder: Path, master_port: int, password: str | None) -> str:
-    """A Sentinel's config file: it watches the master of MASTER_NAME with the cluster's quorum and timings."""
+def sentinel_config(port: int, folder: Path, master_port: int, password: str | None, *, myid: str,
+                    replica_ports: list[int], others: list[tuple[int, str]]) -> str:
+    """A Sentinel's config file: it watches the master of MASTER_NAME with the cluster's quorum and timings, and
+    knows from the start the replicas and the other Sentinels (`others`: their ports and ids), as it would write
+    them itself once it had found them (from the master's INFO, asked every 10 s, and the Sentinels' hello
+    messages): the cluster is ready, and can fail over, without waiting for that discovery."""
     lines = [f"bind {HOST}", f"port {port}", f'dir "{folder}"', "daemonize no", "protected-mode yes", 'logfile ""',
+             f"sentinel myid {myid}",
              f"sentinel monitor {MASTER_NAME} {HOST} {master_port} {QUORUM}",
              f"sentinel down-after-milliseconds {MASTER_NAME} {DOWN_AFTER_MS}",
              f"sentinel failover-timeout {MASTER_NAME} {FAILOVER_TIMEOUT_MS}",
-             f"sentinel parallel-syncs {MASTER_NAME} 1"]
+             f"sentinel parallel-syncs {MASTER_NAME} 1",
+             *(f"sentinel known-replica {MASTER_NAME} {HOST} {p}" for p in replica_ports),
+             *(f"sentinel known-sentinel {MASTER_NAME} {HOST} {p} {other}" for p, other in others)]
     if password:
         lines.append(f'sentinel auth-pass {MASTER_NAME} "{_quoted(password)}"')
     return "\n".join(lines) + "\n"
@@ -129,12 +140,22 @@ class RedisService:
             pids.append(pid)
             entries.append({"node": node_name(HOST, port), "host": HOST, "port": port, "pids": [pid],
                             "command": command, "folder": str(home), "log": str(log)})
+        # The Sentinels start once the master answers: one that found it not listening yet would count it down a
+        # second later, and two such would fail it over as the cluster starts.
+        deadline = time.monotonic() + self.startup_timeout_s
+        while not port_answers(node_ports[0]):
+            if not pid_alive(pids[0]) or time.monotonic() >= deadline:
+                raise StackError(f"the Redis master did not start on {HOST}:{node_ports[0]}; see {entries[0]['log']}")
+            time.sleep(0.02)
         sentinels = []
+        ids = [secrets.token_hex(20) for _ in sentinel_ports]  # a Sentinel's id: 40 hex digits
         for n, port in enumerate(sentinel_ports, 1):
             home = folder / f"sentinel-{n}"
             home.mkdir(parents=True, exist_ok=True)
             home.chmod(0o700)  # Sentinel rewrites its file (with the password, when one is set) at its own mode
-            config = _private_file(home / "sentinel.conf", sentinel_config(port, home, node_ports[0], password))
+            others = [(p, i) for p, i in zip(sentinel_ports, ids) if p != port]
+            config = _private_file(home / "sentinel.conf", sentinel_config(
+                port, home, node_ports[0], password, myid=ids[n - 1], replica_ports=node_ports[1:], others=others))
             command, log = [server, str(config), "--sentinel"], home / "sentinel.log"
             pid = spawn(command, home, log)
             pids.append(pid)

@@ -97,8 +97,10 @@ def test_the_cli_starts_and_stops_only_the_services_named(tmp_path, capsys):
         assert rows["redis"].startswith("running") and rows["kafka"].startswith("stopped")
         assert main([*state, "local", "up", "kafka@9"]) == 3
         assert "kafka runs as 1 node or a cluster of 2 to 3 here, not 9" in capsys.readouterr().err
-        assert main([*state, "local", "up", "redis@3"]) == 3
-        assert "redis runs as 1 node here, not 3" in capsys.readouterr().err
+        assert main([*state, "local", "up", "redis@4"]) == 3
+        assert "redis runs as 1 node or a cluster of 2 to 3 here, not 4" in capsys.readouterr().err
+        assert main([*state, "local", "up", "pulsar@3"]) == 3
+        assert "pulsar runs as 1 node here, not 3" in capsys.readouterr().err
     finally:
         assert main([*state, "local", "down", "redis"]) == 0
     assert all(s["state"] == "stopped" for s in LocalStack(tmp_path).status().values())

@@ -138,8 +138,8 @@ def test_brokers_command_lists_version_where_and_capabilities(capsys):
     assert main(["brokers", "--json"]) == 0
     rows = {row["name"]: row for row in json.loads(capsys.readouterr().out)}
     assert rows["kafka"]["runs"] == ["local (1 to 3 nodes)", "cloud: Amazon MSK", "external"]
-    assert (rows["kafka"]["local_nodes"], rows["redis-streams"]["local_nodes"]) == (3, 1)
-    assert rows["redis-streams"]["runs"] == ["local", "cloud: ElastiCache for Redis", "external"]
+    assert (rows["kafka"]["local_nodes"], rows["redis-streams"]["local_nodes"], rows["pulsar"]["local_nodes"]) == (3, 3, 1)
+    assert rows["redis-streams"]["runs"] == ["local (1 to 3 nodes)", "cloud: ElastiCache for Redis", "external"]
     assert set(rows["kafka"]["modes"]) == {"batch", "single"} and rows["redis-streams"]["driver"] == "redis"
     assert "no-aof" in rows["redis-streams"]["persistence"] and rows["kafka"]["partitions"]
     assert rows["kafka"]["version"] == (brokers.plugin("kafka").local.installed_version()
@@ -256,10 +256,12 @@ def test_a_cluster_gets_the_start_up_bound_of_each_of_its_nodes_and_a_silent_one
 def test_a_local_cluster_larger_than_the_service_runs_is_refused_before_anything_starts(tmp_path):
     stack = LocalStack(tmp_path)
     targets = LocalTargets(stack)
-    spec = {"provision": {"kafka": {"nodes": 4}, "redis-streams": {"nodes": 2}}}
+    spec = {"provision": {"kafka": {"nodes": 4}, "redis-streams": {"nodes": 4}, "pulsar": {"nodes": 2}}}
     with pytest.raises(ProvisioningError, match=r"provision.kafka.nodes: 4 nodes; locally kafka runs 1 to 3 nodes"):
         targets.provision("run-1", "kafka", spec)
-    with pytest.raises(ProvisioningError, match=r"provision.redis-streams.nodes: 2 nodes; .* runs as 1 node"):
+    with pytest.raises(ProvisioningError, match=r"provision.redis-streams.nodes: 4 nodes; .* runs 1 to 3 nodes"):
         targets.provision("run-1", "redis-streams", spec)
+    with pytest.raises(ProvisioningError, match=r"provision.pulsar.nodes: 2 nodes; .* runs as 1 node"):
+        targets.provision("run-1", "pulsar", spec)
     assert targets.teardown("run-1", "kafka", spec) == {"broker": "kafka", "state": "gone", "action": "nothing started"}
     assert not stack.state_file.exists()

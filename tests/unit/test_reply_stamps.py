@@ -130,7 +130,7 @@ def test_native_loop_stamps_each_reply_when_it_arrives(server, depth):
 def test_python_producer_stamps_each_reply_when_it_arrives(server, depth):
     """The Python loop's producer, driven as its wait_until drives it: send when due, poll until the next."""
     acks: list[tuple[int, int]] = []
-    producer = RedisStreamsProducer(RespConnection({"host": "127.0.0.1", "port": server.port}, None), ["s-0"],
+    producer = RedisStreamsProducer(RespConnection("127.0.0.1", server.port, False, None), ["s-0"],
                                     depth, lambda header, ok, at: acks.append((HEADER.unpack(header)[1], at)))
     handed = []
     for seq, due in enumerate(intended(time.monotonic_ns() + 5 * MS)):

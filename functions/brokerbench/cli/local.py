@@ -45,6 +45,7 @@ def register(sub) -> None:
     local.add_argument("action", choices=["up", "down", "status"])
     local.add_argument("services", nargs="*", metavar="SERVICE",
                        help="only these (default: every one); a cluster of 3 nodes, beside the single node, is "
-                            "kafka@3, kafka-zookeeper@3, nats@3 (NATS JetStream servers) or rabbitmq@3")
+                            "kafka@3, kafka-zookeeper@3, nats@3 (NATS JetStream servers) or rabbitmq@3; redis@2 or "
+                            "redis@3 is a Redis master with 1 or 2 replicas and three Sentinels that fail it over")
     local.add_argument("--no-aof", action="store_true", help="start Redis without AOF persistence")
     local.set_defaults(func=cmd_local)

@@ -40,6 +40,9 @@ class ElastiCacheTargets:
 
     def provision(self, run_id: str, broker: str, spec: dict) -> dict:
         settings = spec["provision"].get("redis-streams", {})
+        if settings.get("nodes", 1) > 1:  # a one-node group is all this provider makes: never fewer than asked for
+            raise ProvisioningError(f"provision.redis-streams.nodes: {settings['nodes']} nodes are run locally only; "
+                                    "ElastiCache here makes a one-node replication group (omit nodes, or run locally)")
         name = resource_name(run_id, broker)
         try:
             token = self.secrets.get_secret_value(SecretId=self.auth_secret_arn)["SecretString"]

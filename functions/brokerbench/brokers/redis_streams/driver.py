@@ -4,6 +4,14 @@ Partitions map to stream keys `<topic>-<n>`. Batch mode pipelines the XADDs that
 sliding window of up to `pipeline_depth` unanswered; single mode sends one XADD and waits for its
 reply. The native send loop (`native_sender`) does the same on its own RESP connection. Both wait
 for replies on the socket and stamp each when it is read.
+
+An endpoint with `sentinels` (the local `redis@2`/`redis@3`, or any Sentinel-watched Redis) is followed through
+Sentinel: every connection goes to the master the Sentinels name at that moment (redis-py's Sentinel support for
+the consumer and the control calls, SENTINEL GET-MASTER-ADDR-BY-NAME for the producer's own connection). After
+a lost connection (the master killed, or a READONLY answer from a master Sentinel has since made a replica) the
+producer fails what was in flight and the sends that fall due until it reaches the master again, trying at most
+every RECONNECT_EVERY_S; the consumer reads nothing until then. `redis_wait_replicas` makes each pipelined write
+end with WAIT: its XADDs count as acknowledged once that many replicas have them.
 """
 
 from __future__ import annotations
@@ -20,13 +28,22 @@ import redis
 from redis.exceptions import AuthenticationError, RedisError, ResponseError
 from redis.backoff import NoBackoff
 from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import TimeoutError as RedisTimeoutError
 from redis.retry import Retry
+from redis.sentinel import Sentinel
 
 from ... import native
 from ...drivers import BrokerUnavailable, Message, OnAck, TargetRefused
 
 HEADER_FIELD = b"h"
 PAYLOAD_FIELD = b"d"
+# Behind a Sentinel, a producer whose connection was lost tries the master again at most this often: the sends
+# due meanwhile fail at once (each one a send error of the failover window) instead of each waiting on a connect.
+RECONNECT_EVERY_S = 0.05
+SENTINEL_TIMEOUT_S = 1.0  # each question to one Sentinel (they run beside the nodes: an answer takes a millisecond)
+# client.redis_wait_timeout_ms omitted: a WAIT gives up after a second (its XADDs then fail as sends).
+WAIT_TIMEOUT_MS = 1000
+_WAIT = object()  # in a producer's in-flight queue: the WAIT that ends a write, after that write's XADDs
 
 
 def stream_key(topic: str, partition: int) -> str:
@@ -62,7 +79,26 @@ class RedisStreamsDriver:
             return os.environ[variable]
         return None
 
+    def sentinel(self) -> Sentinel | None:
+        """The Sentinels that name this endpoint's master, when it has them."""
+        if not self.endpoint.get("sentinels"):
+            return None
+        return Sentinel([(s["host"], int(s["port"])) for s in self.endpoint["sentinels"]],
+                        socket_timeout=SENTINEL_TIMEOUT_S, socket_connect_timeout=SENTINEL_TIMEOUT_S)
+
+    def master(self) -> tuple[str, int]:
+        """Where the master is now: the address the Sentinels name, or the endpoint's own (one node)."""
+        sentinel = self.sentinel()
+        if sentinel is None:
+            return self.endpoint["host"], int(self.endpoint["port"])
+        return sentinel.discover_master(self.endpoint["master_name"])
+
     def connect(self, **options) -> redis.Redis:
+        sentinel = self.sentinel()
+        if sentinel is not None:  # a client that asks the Sentinels for the master each time it connects
+            return sentinel.master_for(self.endpoint["master_name"], password=self._password(),
+                                       ssl=bool(self.endpoint.get("tls", False)), socket_connect_timeout=5,
+                                       socket_timeout=30, **options)
         return redis.Redis(
             host=self.endpoint["host"],
             port=int(self.endpoint["port"]),
@@ -93,6 +129,23 @@ class RedisStreamsDriver:
             except RedisError as exc:
                 raise self._unavailable(exc) from None
         self.apply_persistence(connection)
+        self.check_replicas(connection)
+
+    def check_replicas(self, connection: redis.Redis) -> None:
+        """client.redis_wait_replicas, when the run sets it, needs that many replicas linked to the master now
+        (INFO replication): with fewer, every WAIT would time out and every send fail."""
+        wanted = self.client.get("redis_wait_replicas") or 0
+        if not wanted:
+            return
+        try:
+            linked = int(connection.info("replication").get("connected_slaves", 0))
+        except RedisError as exc:
+            raise self._unavailable(exc) from None
+        if linked < wanted:
+            raise TargetRefused(f"client.redis_wait_replicas: {wanted} replica(s) asked for, but the Redis master at "
+                                f"{self.endpoint['host']}:{self.endpoint['port']} has {linked} connected: run it with "
+                                "replicas (locally redis@2 or redis@3: provision.redis-streams.nodes) or omit the "
+                                "setting")
 
     def apply_persistence(self, connection: redis.Redis) -> None:
         """client.redis_appendfsync, when the run sets it: AOF on with that fsync policy (CONFIG SET, for the
@@ -166,11 +219,18 @@ class RedisStreamsDriver:
 
     def producer(self, topic: str, partitions: int, mode: str, on_ack: OnAck) -> RedisStreamsProducer:
         try:
-            connection = RespConnection(self.endpoint, self._password())
-        except OSError as exc:
+            connection = self.resp_connection()
+        except (OSError, RedisError) as exc:
             raise self._unavailable(exc) from None
-        return RedisStreamsProducer(connection, [stream_key(topic, p) for p in range(partitions)], self.in_flight_window(mode),
-                                    on_ack)
+        return RedisStreamsProducer(connection, [stream_key(topic, p) for p in range(partitions)],
+                                    self.in_flight_window(mode), on_ack,
+                                    reconnect=self.resp_connection if self.endpoint.get("sentinels") else None,
+                                    wait=wait_command(self.client))
+
+    def resp_connection(self) -> RespConnection:
+        """A producer's connection to the master as it is now."""
+        host, port = self.master()
+        return RespConnection(host, port, bool(self.endpoint.get("tls")), self._password())
 
     def in_flight_window(self, mode: str) -> int:
         """XADDs in flight at most (both loops write one, then wait while that many are unanswered): the pipeline
@@ -184,6 +244,11 @@ class RedisStreamsDriver:
         """The native send loop on a plain RESP connection, with the same pipelining as `producer`."""
         if self.endpoint.get("tls"):
             raise native.Unsupported("the native loop speaks plain TCP, not TLS")
+        if self.endpoint.get("sentinels"):
+            raise native.Unsupported("the native loop keeps one connection; a master behind Sentinel is followed "
+                                     "by the Python producer, which connects again after a failover")
+        if wait_command(self.client):
+            raise native.Unsupported("the native loop sends no WAIT (client.redis_wait_replicas)")
         try:
             return native.redis_sender(self.endpoint["host"], int(self.endpoint["port"]), self._password(),
                                        [stream_key(topic, p).encode() for p in range(partitions)], self.in_flight_window(mode))
@@ -199,18 +264,18 @@ class RedisStreamsDriver:
             except ResponseError as exc:
                 if "BUSYGROUP" not in str(exc):
                     raise
-        return RedisStreamsConsumer(connection, keys, group, self.client["read_count"])
+        return RedisStreamsConsumer(connection, keys, group, self.client["read_count"],
+                                    follow=bool(self.endpoint.get("sentinels")))
 
 
 class RespConnection:
     """A bare RESP connection for the producer's hot path: hiredis packs the commands and parses the
     replies of a whole pipeline from socket reads, with no Python layer per reply."""
 
-    def __init__(self, endpoint: dict, password: str | None) -> None:
-        host, port = endpoint["host"], int(endpoint["port"])
+    def __init__(self, host: str, port: int, tls: bool, password: str | None) -> None:
         sock = socket.create_connection((host, port), timeout=30)
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        if endpoint.get("tls"):
+        if tls:
             sock = ssl.create_default_context().wrap_socket(sock, server_hostname=host)
         self.sock = sock
         self.reader = hiredis.Reader()
@@ -243,34 +308,64 @@ class RedisStreamsProducer:
     """XADDs packed once by hiredis (redis-py's pipeline object costs more per command than the broker does, and
     would make the client the bottleneck), written as they fall due and answered as a sliding window: at most
     `depth` unanswered, as the native loop does. `poll` waits on the socket, so each reply is stamped as it is
-    read, not when the worker next looks."""
+    read, not when the worker next looks.
 
-    def __init__(self, connection: RespConnection, keys: list[str], depth: int, on_ack: OnAck) -> None:
+    `reconnect` (a master behind Sentinel): after a lost connection, the next send or poll at least
+    RECONNECT_EVERY_S after the last attempt connects to the master the Sentinels name now; without it a lost
+    connection fails every later send. `wait` (the packed WAIT of client.redis_wait_replicas): each write ends
+    with it, and its XADDs are acknowledged when its reply comes, each as published only when it counts enough
+    replicas."""
+
+    def __init__(self, connection: RespConnection | None, keys: list[str], depth: int, on_ack: OnAck, *,
+                 reconnect=None, wait: tuple[bytes, int] | None = None) -> None:
         self._connection = connection
         self._keys = [key.encode() for key in keys]
         self._depth = depth
         self._on_ack = on_ack
         self._pack = hiredis.pack_command
         self._out: list[bytes] = []  # packed XADDs not written yet
-        self._in_flight: deque[bytes] = deque()  # headers of the XADDs not answered yet, oldest first
-        self._broken = False
+        self._in_flight: deque = deque()  # headers of the XADDs not answered yet (and _WAIT marks), oldest first
+        self._replied: list[tuple[bytes, bool]] = []  # XADDs answered, waiting for their WAIT's reply
+        self._reconnect = reconnect
+        self._next_attempt = 0.0
+        self._wait, self._wait_replicas = wait or (None, 0)
+        self._broken = connection is None
+
+    def _unanswered(self) -> int:
+        return len(self._in_flight) + len(self._replied)
+
+    def _usable(self) -> bool:
+        """Whether the connection serves (after connecting again, when it was lost and may be)."""
+        if self._broken and self._reconnect is not None and time.monotonic() >= self._next_attempt:
+            self._next_attempt = time.monotonic() + RECONNECT_EVERY_S
+            try:
+                connection = self._reconnect()
+            except (OSError, RedisError, BrokerUnavailable):
+                return False
+            if self._connection is not None:
+                self._connection.close()
+            self._connection, self._broken = connection, False
+        return not self._broken
 
     def send(self, header: bytes, payload: bytes, partition: int) -> None:
-        if self._broken:
+        if not self._usable():
             self._on_ack(header, False, time.monotonic_ns())
             return
         self._out.append(self._pack((b"XADD", self._keys[partition], b"*", HEADER_FIELD, header,
                                      PAYLOAD_FIELD, payload)))
         self._in_flight.append(header)
-        if len(self._in_flight) >= self._depth:  # the window is full: write, then wait until it has room
+        if self._unanswered() >= self._depth:  # the window is full: write, then wait until it has room
             self._write()
-            while len(self._in_flight) >= self._depth and not self._broken:
+            while self._unanswered() >= self._depth and not self._broken:
                 self._read(None)
 
     def _write(self) -> None:
         if not self._out or self._broken:
             return
         data, self._out = b"".join(self._out), []
+        if self._wait is not None:
+            data += self._wait
+            self._in_flight.append(_WAIT)
         try:
             self._connection.sock.sendall(data)
         except OSError:
@@ -293,17 +388,49 @@ class RedisStreamsProducer:
             self._lost()
             return False
         reader.feed(chunk)
-        on_ack, in_flight = self._on_ack, self._in_flight
-        while in_flight and (reply := reader.gets()) is not False:
-            on_ack(in_flight.popleft(), not isinstance(reply, Exception), at)
+        if self._wait is None and self._reconnect is None:
+            on_ack, in_flight = self._on_ack, self._in_flight
+            while in_flight and (reply := reader.gets()) is not False:
+                on_ack(in_flight.popleft(), not isinstance(reply, Exception), at)
+        else:
+            self._replies(at)
         return True
 
+    def _replies(self, at: int) -> None:
+        """The replies read, with WAIT marks among them or behind Sentinel: a READONLY error (the node is a
+        replica now) loses the connection, so the next send asks the Sentinels for the master."""
+        readonly = False
+        while self._in_flight and (reply := self._connection.reader.gets()) is not False:
+            header = self._in_flight.popleft()
+            if header is _WAIT:
+                enough = isinstance(reply, int) and reply >= self._wait_replicas
+                for replied, ok in self._replied:
+                    self._on_ack(replied, ok and enough, at)
+                self._replied = []
+                continue
+            failed = isinstance(reply, Exception)
+            readonly |= failed and str(reply).startswith("READONLY")
+            if self._wait is None:
+                self._on_ack(header, not failed, at)
+            else:
+                self._replied.append((header, not failed))
+        if readonly and self._reconnect is not None:
+            self._lost()
+
     def _lost(self) -> None:
-        """The connection is lost: what is in flight is unacknowledged, and so is whatever is sent later."""
+        """The connection is lost: what is in flight is unacknowledged, and so is whatever is sent before it
+        connects again (never, without `reconnect`)."""
         self._broken, self._out = True, []
         at = time.monotonic_ns()
+        for header, _ in self._replied:
+            self._on_ack(header, False, at)
+        self._replied = []
         while self._in_flight:
-            self._on_ack(self._in_flight.popleft(), False, at)
+            header = self._in_flight.popleft()
+            if header is not _WAIT:
+                self._on_ack(header, False, at)
+        if self._connection is not None:
+            self._connection.reader = hiredis.Reader()  # a half-read reply of the old connection is dropped
 
     def poll(self, timeout_s: float) -> None:
         """Write what is buffered and serve the replies: those already here, then waiting up to timeout_s for
@@ -324,20 +451,33 @@ class RedisStreamsProducer:
         self._write()
         while self._in_flight and not self._broken and (left := deadline - time.monotonic()) > 0:
             self._read(left)
-        return len(self._in_flight)
+        return sum(header is not _WAIT for header in self._in_flight) + len(self._replied)
 
     def close(self) -> None:
         self.flush(5)
-        self._connection.close()
+        if self._connection is not None:
+            self._connection.close()
+
+
+def wait_command(client: dict) -> tuple[bytes, int] | None:
+    """client.redis_wait_replicas as (the packed WAIT that ends each write, the replicas it must count)."""
+    replicas = client.get("redis_wait_replicas") or 0
+    if not replicas:
+        return None
+    return hiredis.pack_command((b"WAIT", replicas, client.get("redis_wait_timeout_ms", WAIT_TIMEOUT_MS))), replicas
 
 
 class RedisStreamsConsumer:
     """XREADGROUP in a consumer group. A batch's XACKs are not sent while the batch is being received:
     they go out in the same write as the next XREADGROUP (or at close), so the worker takes its receive
     timestamps before any acknowledgement round trip, as it does for Kafka (which commits nothing
-    per message). Every delivered entry is acknowledged exactly once."""
+    per message). Every delivered entry is acknowledged exactly once.
 
-    def __init__(self, connection: redis.Redis, keys: list[str], group: str, count: int) -> None:
+    `follow` (a master behind Sentinel): a read that loses its connection returns nothing and the next one
+    connects to the master the Sentinels name then; the lost batch's XACKs are dropped (those entries stay
+    pending, or are delivered again by a promoted replica that never had the XACK: duplicates)."""
+
+    def __init__(self, connection: redis.Redis, keys: list[str], group: str, count: int, follow: bool = False) -> None:
         self._client = connection
         self._connection = connection.connection_pool.get_connection()
         self._keys = keys
@@ -346,6 +486,8 @@ class RedisStreamsConsumer:
         self._count = count
         self._partition = {key.encode(): int(key.rsplit("-", 1)[1]) for key in keys}
         self._unacked: list[bytes] = []  # packed XACKs of the last batch, sent with the next read
+        self._follow = follow
+        self._lost = False
         self.ack_errors = 0
 
     def _read_command(self, timeout_s: float) -> bytes:
@@ -367,6 +509,22 @@ class RedisStreamsConsumer:
                 self.ack_errors += 1
 
     def poll(self, timeout_s: float) -> list[Message]:
+        if not self._follow:
+            return self._poll(timeout_s)
+        try:
+            if self._lost:  # connect() asks the Sentinels for the master (a plain send would go to the old address)
+                self._connection.connect()
+                self._lost = False
+            return self._poll(timeout_s)
+        except (RedisConnectionError, RedisTimeoutError, OSError, ResponseError) as exc:
+            if isinstance(exc, ResponseError) and not str(exc).startswith(("READONLY", "LOADING", "MASTERDOWN")):
+                raise
+            self._unacked, self._lost = [], True
+            self._connection.disconnect()
+            time.sleep(min(timeout_s, RECONNECT_EVERY_S))
+            return []
+
+    def _poll(self, timeout_s: float) -> list[Message]:
         # The raw reply (no redis-py response callback, which builds a dict per entry): per stream key
         # [[id, [b"h", header, b"d", payload]], ...], as a mapping or as [key, entries] pairs.
         self._read_ack_replies(self._send([self._read_command(timeout_s)]))

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from redis.exceptions import RedisError, ResponseError
 
-from .driver import RedisStreamsDriver
+from .cluster import ask, fields
+from .driver import WAIT_TIMEOUT_MS, RedisStreamsDriver
 
 
 def settings_in_force(endpoint: dict, client: dict) -> dict:
@@ -25,7 +26,31 @@ def settings_in_force(endpoint: dict, client: dict) -> dict:
         "consumer": {"read_count": client["read_count"],
                      "xack": "a batch's XACKs go out with the next XREADGROUP, after its receive timestamps"},
         "persistence": persistence(endpoint, client),
+        "replication": replication(endpoint, client),
     }
+
+
+def replication(endpoint: dict, client: dict) -> dict:
+    """The replicas and failover the cell ran with, as Sentinel reports them (SENTINEL MASTER: its replicas, the
+    quorum and timings in force), and the WAIT each write ended with. One node without Sentinel: no replica."""
+    wait = client.get("redis_wait_replicas") or 0
+    waited = ({"wait_replicas": wait, "wait_timeout_ms": client.get("redis_wait_timeout_ms", WAIT_TIMEOUT_MS)}
+              if wait else {"wait_replicas": 0})
+    if not endpoint.get("sentinels"):
+        return {"replicas": 0, "failover": None, **waited}
+    for sentinel in endpoint["sentinels"]:
+        try:
+            view = fields(ask(sentinel["host"], sentinel["port"], "SENTINEL", "MASTER", endpoint["master_name"]))
+        except (OSError, ValueError):
+            continue
+        return {"replicas": int(view["num-slaves"]), "asynchronous": True,
+                "failover": {"by": "Redis Sentinel", "sentinels": int(view["num-other-sentinels"]) + 1,
+                             "quorum": int(view["quorum"]),
+                             "down_after_ms": int(view["down-after-milliseconds"]),
+                             "failover_timeout_ms": int(view["failover-timeout"])},
+                **waited}
+    return {"replicas": len(endpoint.get("nodes", [])) - 1, "asynchronous": True, "failover": "Redis Sentinel "
+            "(no Sentinel answered: its settings are not recorded)", **waited}
 
 
 def persistence(endpoint: dict, client: dict) -> dict | None:
@@ -67,24 +92,42 @@ FSYNC_TEXT = {"always": "Redis fsyncs the AOF before it replies (appendfsync alw
 
 def durability(client: dict, recorded: dict) -> dict:
     """An XADD is answered once the entry is in memory and, with AOF on, written to the AOF (Redis writes the AOF
-    before it sends replies); a replica is never waited for (no WAIT), so replicas are 0."""
+    before it sends replies); a replica is waited for only with client.redis_wait_replicas (WAIT), else replicas
+    are 0 (asynchronous replication: a failover may lose what was acknowledged)."""
     settings = _recorded_persistence(recorded)
     aof, fsync = settings.get("appendonly", settings.get("aof")), settings.get("appendfsync")
+    waits = client.get("redis_wait_replicas") or 0
+    copies = (f"WAIT {waits}: acknowledged once {waits} replica{'s have' if waits > 1 else ' has'} it (not a "
+              "guarantee across a failover)" if waits else "no replica is waited for"
+              + (" (replicated asynchronously: a failover may lose it)" if _replicas(recorded) else ""))
     if aof is None:
-        return {"fsync": None, "replicas": 0, "memory_only": None,
-                "text": "XADD reply: in memory; AOF policy not recorded (the server did not answer CONFIG or INFO)"}
+        return {"fsync": None, "replicas": waits, "memory_only": None,
+                "text": f"XADD reply: in memory; AOF policy not recorded (the server did not answer CONFIG or INFO); "
+                        f"{copies}"}
     if str(aof).lower() in ("no", "false", "off", "0"):
-        return {"fsync": False, "replicas": 0, "memory_only": True,
-                "text": "XADD reply: in memory only (AOF off); no replica is waited for"}
-    return {"fsync": FSYNC.get(fsync), "replicas": 0, "memory_only": False,
-            "text": f"XADD reply: {FSYNC_TEXT.get(fsync, 'written to the AOF, fsync policy unknown')}; "
-                    "no replica is waited for"}
+        return {"fsync": False, "replicas": waits, "memory_only": not waits,
+                "text": f"XADD reply: in memory only (AOF off); {copies}"}
+    return {"fsync": FSYNC.get(fsync), "replicas": waits, "memory_only": False,
+            "text": f"XADD reply: {FSYNC_TEXT.get(fsync, 'written to the AOF, fsync policy unknown')}; {copies}"}
+
+
+def _replicas(recorded: dict) -> int:
+    return int(((recorded.get("settings") or {}).get("replication") or {}).get("replicas") or 0)
 
 
 def caption(mode: str, client: dict, recorded: dict) -> str:
     meaning = (f"batch = up to {client.get('pipeline_depth', '?')} XADDs in flight" if mode == "batch"
                else "single = one XADD at a time")
-    return f"{meaning}, {_persistence_text(recorded)}"
+    return f"{meaning}, {_persistence_text(recorded)}{_replication_text(client, recorded)}"
+
+
+def _replication_text(client: dict, recorded: dict) -> str:
+    replicas = _replicas(recorded)
+    if not replicas:
+        return ""
+    waits = client.get("redis_wait_replicas") or 0
+    return (f", {replicas} replica{'s' if replicas > 1 else ''} (asynchronous) with Sentinel failover"
+            + (f", WAIT {waits}" if waits else ""))
 
 
 def _recorded_persistence(target: dict) -> dict:

@@ -31,6 +31,12 @@ PROVISION = {
                            "installed). Locally a given version must match the local Redis's version prefix.",
             "type": "string",
         },
+        "nodes": {"description": "Redis servers. Locally 1 (the default), or a failover cluster of 2 or 3 on this host "
+                           "(`redis@2`, `redis@3`): a master and 1 or 2 replicas, watched by three Sentinels (quorum "
+                           "2) that promote a replica when the master fails. Replication is asynchronous: a failover "
+                           "may lose acknowledged XADDs (client.redis_wait_replicas narrows that). Not on "
+                           "ElastiCache yet.",
+                  "type": "integer", "minimum": 1, "maximum": 3},
         "node_type": {"description": "ElastiCache node type: one priced in brokers/redis_streams/prices.json (a spend "
                                      "guard, also held by the IAM policy's elasticache:CacheNodeType condition).",
                       "enum": NODE_TYPES, "default": "cache.r7g.large"},
@@ -53,6 +59,25 @@ CLIENT = {
                        "stack's: AOF on, everysec; `--no-aof`: off). A server that refuses CONFIG (ElastiCache) "
                        "refuses a run that sets it.",
         "enum": ["always", "everysec", "no"],
+    },
+    "redis_wait_replicas": {
+        "description": "Redis Streams: each pipelined write of XADDs ends with WAIT <n> <redis_wait_timeout_ms>, and "
+                       "its XADDs count as acknowledged only when WAIT answers that at least n replicas have them "
+                       "(fewer, by the timeout: they count as failed sends, though the master keeps them). WAIT "
+                       "makes neither the write durable nor Redis consistent: a failover may still promote a "
+                       "replica without it (Sentinel promotes the one with the most data, which has it whenever n "
+                       "is every replica and all are linked), and a write WAIT gave up on is not undone. Omitted "
+                       "or 0: no WAIT (an XADD is answered before any replica has it). Needs that many replicas "
+                       "connected (locally redis@2 or redis@3); the native send loop does not do it.",
+        "type": "integer",
+        "minimum": 0,
+        "maximum": 5,
+    },
+    "redis_wait_timeout_ms": {
+        "description": "Redis Streams: WAIT's timeout with redis_wait_replicas (omitted: 1000 ms).",
+        "type": "integer",
+        "minimum": 1,
+        "maximum": 60000,
     },
     "read_count": {
         "description": "Redis Streams: COUNT of each XREADGROUP.",

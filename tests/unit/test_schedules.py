@@ -70,7 +70,7 @@ def test_every_problem_names_its_field():
     assert "email address or an SNS topic ARN" in found["schedules[0].notify[0]"]
     assert found["schedules[1].name"] == "'a' is already the name of schedules[0]"
     assert found["schedules[1].spec"] == "give either suite or spec, not both"
-    assert found["schedules[2].suite"].startswith("no suite named 'nope' (known: downard, durable-1k, helenius, myastovskiy, quick")
+    assert found["schedules[2].suite"].startswith("no suite named 'nope' (known: downard, durable-1k, guarantees, helenius, myastovskiy, quick")
     assert "five fields" in found["schedules[2].cron"] and "five fields" in found["schedules[3].cron"]
     assert "less than the minimum of 64" in found["schedules[3].spec.sizes[0]"]  # spec.validate, at its place
     assert found["schedules[4]"] == "give suite (a built-in suite) or spec (an inline run request)"

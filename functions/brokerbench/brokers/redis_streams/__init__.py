@@ -25,4 +25,5 @@ PLUGIN = Plugin(
     cloud=Cloud(service="ElastiCache for Redis", factory="brokerbench.brokers.redis_streams.cloud:provider",
                 prices="brokerbench.brokers.redis_streams.prices:price", creation_s=10 * 60),
     libraries=("redis", "hiredis"),
+    cluster="brokerbench.brokers.redis_streams.faults",
 )

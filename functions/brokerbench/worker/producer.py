@@ -130,6 +130,10 @@ def _native_sender(driver, task: ProducerTask):
     wanted = native.choice()
     if wanted == "python":
         return None
+    if task.cell.get("faults") and not getattr(driver, "native_follows_failover", True):
+        # a native loop that keeps one connection would fail every send after the node it reached went down; the
+        # Python producer reaches the node that leads next
+        return None
     try:
         return driver.native_sender(task.topic, lanes(task.cell), task.cell["mode"])
     except native.Unsupported:

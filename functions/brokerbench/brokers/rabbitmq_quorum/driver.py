@@ -75,10 +75,21 @@ class RabbitMQQuorumDriver:
     def in_flight_window(self, mode: str) -> int:
         return in_flight_window(self.client, mode)
 
+    # The native AMQP loop keeps the one connection it made: a cell with faults publishes through QuorumProducer,
+    # which connects again to whichever node answers (worker.producer)
+    native_follows_failover = False
+
     def producer(self, topic: str, partitions: int, mode: str, on_ack: OnAck) -> QuorumProducer:
         depth = self.in_flight_window(mode)
         return QuorumProducer(amqp.connect(self.endpoint), [lane_queue(topic, p) for p in range(partitions)],
-                              depth, on_ack)
+                              depth, on_ack, self._reconnect())
+
+    def _reconnect(self):
+        """On a cluster, how a producer or consumer connects again after losing its node (any node that answers);
+        None on one node, where a lost connection ends the client (its sends fail, the consumer's cell fails)."""
+        if "nodes" not in self.endpoint:
+            return None
+        return lambda: amqp.connect(self.endpoint, timeout_s=2.0)
 
     def native_sender(self, topic: str, partitions: int, mode: str):
         """The native send loop on an AMQP 0-9-1 connection of its own: a channel in confirm mode, the same queues,
@@ -98,7 +109,7 @@ class RabbitMQQuorumDriver:
 
     def consumer(self, topic: str, group: str, partitions: list[int]) -> QuorumConsumer:
         return QuorumConsumer(amqp.connect(self.endpoint), [lane_queue(topic, p) for p in partitions],
-                              self.client["rabbitmq_prefetch"])
+                              self.client["rabbitmq_prefetch"], self._reconnect())
 
 
 class QuorumProducer:
@@ -107,21 +118,43 @@ class QuorumProducer:
     mode; the blocking connection still reads the socket (process_data_events), and a confirm wakes it
     (add_callback_threadsafe) so that a wait ends as soon as one arrives."""
 
-    def __init__(self, connection, queues: list[str], depth: int, on_ack: OnAck) -> None:
-        self._connection = connection
+    RECONNECT_EVERY_S = 0.05  # on a cluster, how often a producer that lost its node tries to connect again
+
+    def __init__(self, connection, queues: list[str], depth: int, on_ack: OnAck, reconnect=None) -> None:
         self._queues = queues
         self._depth = depth
         self._on_ack = on_ack
+        self._reconnect = reconnect
+        self._next_try = 0.0
+        self._woken = False
+        self._attach(connection)
+
+    def _attach(self, connection) -> None:
+        """Publishes from now on over `connection`, in confirm mode, with nothing in flight."""
+        self._connection = connection
         self._in_flight: OrderedDict[int, bytes] = OrderedDict()  # delivery tag -> header, oldest first
         self._tag = 0
         self._broken = False
-        self._woken = False
         self._blocking_channel = connection.channel()  # kept: its asynchronous half is the one published on
         self._channel = self._blocking_channel._impl
         selected = []
         self._channel.confirm_delivery(self._confirmed, callback=lambda _frame: selected.append(True))
         while not selected:
             connection.process_data_events(0.1)
+
+    def _again(self) -> bool:
+        """A producer that lost its node connects again (on a cluster, at most every RECONNECT_EVERY_S): whether it
+        is connected now."""
+        if not self._broken:
+            return True
+        if self._reconnect is None or time.monotonic() < self._next_try:
+            return False
+        self._next_try = time.monotonic() + self.RECONNECT_EVERY_S
+        try:
+            self._attach(self._reconnect())
+        except (AMQPError, OSError, BrokerUnavailable):
+            return False
+        return True
 
     def _confirmed(self, frame) -> None:
         """Basic.Ack or Basic.Nack for one delivery tag, or every tag up to it (`multiple`)."""
@@ -141,7 +174,7 @@ class QuorumProducer:
         self._woken = False
 
     def send(self, header: bytes, payload: bytes, partition: int) -> None:
-        if self._broken:
+        if not self._again():
             self._on_ack(header, False, time.monotonic_ns())
             return
         try:
@@ -163,9 +196,14 @@ class QuorumProducer:
 
     def _lost(self) -> None:
         """The connection is lost: what is in flight is no longer waited for and stays unacknowledged (no confirm
-        came, and the broker may have stored it); whatever is sent later fails at once."""
+        came, and the broker may have stored it); whatever is sent later fails at once, until a producer on a cluster
+        has connected to another node."""
         self._broken = True
         self._in_flight.clear()
+        try:
+            self._connection.close()
+        except Exception:  # noqa: BLE001 - the connection is gone already
+            pass
 
     def poll(self, timeout_s: float) -> None:
         """Write what is published and serve the confirms: waiting up to timeout_s while any are due."""
@@ -197,15 +235,20 @@ class QuorumConsumer:
     """basic.consume on each of its lanes' queues on one channel (prefetch shared by them). A poll's deliveries
     are acknowledged in one `multiple` ack with the next poll (or at close), after their receive timestamps."""
 
-    def __init__(self, connection, queues: list[str], prefetch: int) -> None:
-        self._connection = connection
+    def __init__(self, connection, queues: list[str], prefetch: int, reconnect=None) -> None:
         self._queues = queues
         self._lane = {queue: int(queue.rsplit("-", 1)[1]) for queue in queues}
-        self._channel = connection.channel()
-        self._channel.basic_qos(prefetch_count=prefetch)
+        self._prefetch = prefetch
+        self._reconnect = reconnect
         self._held = False
-        self._consuming = False
         self._received: list[Message] = []
+        self._attach(connection)
+
+    def _attach(self, connection) -> None:
+        self._connection = connection
+        self._channel = connection.channel()
+        self._channel.basic_qos(prefetch_count=self._prefetch)
+        self._consuming = False
         self._last_tag = 0  # the last delivery tag not acknowledged yet
 
     def _deliver(self, _channel, method, _properties, body: bytes) -> None:
@@ -232,7 +275,14 @@ class QuorumConsumer:
             self._ack()
             self._connection.process_data_events(timeout_s)
         except (AMQPError, OSError) as exc:
-            raise BrokerUnavailable(f"RabbitMQ consumer lost its connection: {exc!r}") from None
+            if self._reconnect is None:
+                raise BrokerUnavailable(f"RabbitMQ consumer lost its connection: {exc!r}") from None
+            # On a cluster: what was delivered and not acknowledged goes back to the queue and comes again (counted
+            # as duplicates where it was received here); the consumer connects to another node and reads on.
+            try:
+                self._attach(self._reconnect())
+            except (AMQPError, OSError, BrokerUnavailable):
+                time.sleep(min(timeout_s, 0.05))
         out, self._received = self._received, []
         return out
 

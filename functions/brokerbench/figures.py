@@ -298,6 +298,8 @@ def cell_result(cell: dict, end: dict | None, cache: dict | None = None) -> dict
         failed = {**base, "status": "failed", "reason": data["reason"]}
         if "totals" in data:  # a cell that measured nothing usable keeps its counts as evidence
             failed.update(_counts(data["totals"]), broker_count=data.get("broker_count"), warmup=data.get("warmup"))
+        if data.get("faults"):
+            failed["faults"] = data["faults"]
         return failed
     data = end["data"]
     totals, seconds = data["totals"], data["measured_s"]
@@ -342,6 +344,7 @@ def cell_result(cell: dict, end: dict | None, cache: dict | None = None) -> dict
                                  data["histograms"].get(NOT_SENT_BOUNDS) if field in NOT_SENT_COUNTS_IN else None)
            for field, (hist, _) in LATENCY_METRICS.items()},
         **_shape(cell, data),
+        **({"faults": data["faults"]} if data.get("faults") else {}),  # as applied (brokerbench.faults)
     }
 
 

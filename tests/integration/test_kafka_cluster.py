@@ -110,6 +110,7 @@ def test_a_leader_killed_mid_cell_with_acks_all_and_idempotence_loses_nothing_an
     assert cell["broker_count"]["observed"] == cell["broker_count"]["expected"], cell["broker_count"]
     [done] = [e["data"] for e in events if e["type"] == "CellCompleted"]
     faults = done["faults"]
+    assert cell["faults"] == faults  # in results.json too
     print(json.dumps(faults, indent=1), {k: cell[k] for k in ("sent", "acked", "received", "lost", "duplicated")})
     kill, restart = faults["applied"]
     killed = kill["leader_before"]

@@ -128,3 +128,17 @@ def test_the_guarantee_says_what_held_and_names_a_loss():
     row = {"guarantee": report_faults.guarantee({"acked": 1200, "lost": 7, "broker_count": {"difference": -7}})}
     assert report_faults.held_text(row).startswith("⚠ **acknowledged messages lost: 7 of 1,200")
     assert row["guarantee"]["held"] is False
+
+
+def test_the_terminal_line_says_what_was_done_what_held_and_how_long_nothing_came():
+    from brokerbench.reports.faults import cell_line
+    cell = {"cell_id": "kafka.raw.batch.1024B.1000mps.r0", "acked": 10000, "lost": 0, "duplicated": 0,
+            "broker_count": {"difference": 0},
+            "faults": {"applied": [{"kind": "kill", "nodes": ["2"], "at_s": 2.56, "leader_before": "2"},
+                                   {"kind": "restart", "nodes": ["2"], "at_s": 6.25, "leader_before": None}],
+                       "leader_at_end": "3", "producer_ack_gap": {"s": 11.07}, "consumer_receipt_gap": None}}
+    assert cell_line(cell) == ("kafka.raw.batch.1024B.1000mps.r0: kill 2 at 2.56 s, restart 2 at 6.25 s · leader 2 → 3"
+                               " · acknowledged messages lost: 0 of 10,000 (sequence numbers; the broker's count "
+                               "agrees) · unavailable 11.07 s / – (producers / consumers)")
+    assert cell_line({**cell, "lost": 4, "broker_count": {"difference": -4}}).count("⚠ acknowledged messages lost: 4")
+    assert cell_line({"cell_id": "x"}) is None

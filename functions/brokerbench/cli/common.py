@@ -59,6 +59,7 @@ def write_results(results: dict, out_dir: Path) -> Path:
 
 
 def print_results(results: dict) -> None:
+    from ..reports.faults import cell_line as fault_line
     from ..reports.table import comparison_tables, floor_note, host_note, limit_note
 
     env = results["environment"]
@@ -70,3 +71,8 @@ def print_results(results: dict) -> None:
     for note in (floor_note(results), limit_note(results), host_note(results)):
         if note:
             console.print(note, style="dim", markup=False, highlight=False)
+    faulted = [line for line in map(fault_line, results["cells"]) if line]
+    if faulted:  # the report's Guarantees table, a line per cell
+        console.print("\n[bold]under faults[/]")
+        for line in faulted:
+            console.print(line, markup=False, highlight=False, soft_wrap=True)

@@ -92,3 +92,19 @@ def markdown_lines(report: dict) -> list[str]:
                      f"{g['duplicated'] or 0:,} | {g['send_errors'] or 0:,} | {g['unacknowledged'] or 0:,} | "
                      f"{unavailable} | {back} | {p99s} |")
     return lines + [""]
+
+
+def cell_line(cell: dict) -> str | None:
+    """One line for the terminal under a cell that ran faults (a result cell with its `faults`), None otherwise:
+    'kafka.raw...: kill 2 at 2.56 s, restart 2 at 6.25 s · leader 2 → 3 · acknowledged messages lost: 0 of 10,000
+    (...) · unavailable 11.07 s (producers) / 11.06 s (consumers)'."""
+    record = cell.get("faults")
+    if not record:
+        return None
+    row = {"guarantee": guarantee(cell)}
+    before = record["applied"][0]["leader_before"] if record.get("applied") else None
+    gaps = [(record.get(k) or {}).get("s") for k in ("producer_ack_gap", "consumer_receipt_gap")]
+    unavailable = " / ".join("–" if g is None else f"{g:.2f} s" for g in gaps)
+    return (f"{cell['cell_id']}: {_applied(record) or 'no fault applied'} · leader {before or '–'} → "
+            f"{record.get('leader_at_end') or '–'} · {held_text(row).replace('⚠ **', '⚠ ').replace('**', '')} · "
+            f"unavailable {unavailable} (producers / consumers)")

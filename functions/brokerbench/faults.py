@@ -62,8 +62,8 @@ def problems(spec: dict, clustered: dict[str, bool], local: dict[str, bool]) -> 
                                              "endpoint's processes are not the run's to signal"))
         elif not clustered.get(broker):
             runs = ", ".join(sorted(b for b, ok in clustered.items() if ok)) or "none"
-            out.append(("faults", f"{broker} has no local cluster that faults can be injected into (brokers that "
-                                  f"do: {runs})"))
+            out.append(("faults", f"{broker} takes no faults here: it has no local cluster with fault hooks, or its "
+                                  f"clients do not follow a failover (brokers that take them: {runs})"))
         elif nodes[broker] < 2:
             out.append((f"provision.{broker}.nodes", f"the faults need a replica to fail over to: {broker} runs "
                                                      "as 1 node; ask for a cluster (nodes: 3)"))

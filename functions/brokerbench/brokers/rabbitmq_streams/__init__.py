@@ -23,5 +23,6 @@ PLUGIN = Plugin(
     durability="brokerbench.brokers.rabbitmq_streams.environment:durability",
     local=SERVICE,
     libraries=("rstream",),
-    cluster="brokerbench.brokers.rabbitmq.faults",
+    # no fault hooks: its clients (rstream, the native stream loop) do not connect again after losing their node
+    cluster=None,
 )

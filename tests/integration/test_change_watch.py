@@ -2,7 +2,8 @@
 latency, and nowhere else.
 
 One tiny suite (a real Redis reached directly, and the same Redis through Toxiproxy, two named targets) runs
-STEADY times with the proxy adding nothing, then AFTER times with DELAY_MS added upstream. The scheduled check of
+STEADY times with the proxy adding nothing, then with DELAY_MS added upstream until the check tells the alert (AFTER to
+AFTER_MAX runs). The scheduled check of
 the last run (reports.history.watch, what CheckRegression runs) must raise alerts only for the proxied target's
 latency figures (end to end, publish), each a change point that began with the first delayed run and names the
 run before it; the direct target and every throughput stay quiet. STEADY + AFTER is one run more than
@@ -31,7 +32,7 @@ from brokerbench.events import read_report_events
 from brokerbench.reports import changes, history, regression
 from inline_run import execute_run
 
-STEADY, AFTER = 5, 2
+STEADY, AFTER, AFTER_MAX = 5, 2, 4
 EXTRA = 4  # runs a phase may add where the host marked a target's cell busy
 DELAY_MS = 50
 RATE = 1200  # msgs/s: 1 s measured gives 1,200 messages, above the 1,000 a p99 needs (reports.model.min_samples)
@@ -66,18 +67,23 @@ def test_an_injected_delay_is_flagged_at_the_run_it_began_with_and_nothing_else(
     while min(quiet_runs(False).values()) < STEADY and len(run_ids) < STEADY + EXTRA:
         measure(False)
     toxiproxy.latency(proxy, DELAY_MS, "upstream")
-    # until the proxied target has AFTER quiet delayed runs, the last of them the run checked: one more would have
-    # told the alert a run earlier (alerts are told once)
-    while quiet_runs(True)["proxied"] < AFTER and len(run_ids) < STEADY + AFTER + 2 * EXTRA:
+    # The scheduled check after each delayed run, as the nightly schedule makes it, until one tells the alert (told
+    # once: the run that tells it is the one checked). From AFTER quiet delayed runs on (a change point needs
+    # MIN_SEGMENT runs on either side), up to AFTER_MAX: one steady run that read high without a busy mark (a p99 of
+    # 20.6 ms against 0.5 ms, once in CI) widens the steady side's spread, and a third delayed run tells it then.
+    checked = None
+    while len(run_ids) < STEADY + AFTER_MAX + 2 * EXTRA and quiet_runs(True)["proxied"] < AFTER_MAX:
         measure(True)
+        if quiet_runs(True)["proxied"] >= AFTER:
+            checked = history.watch(store, run_ids[-1], record=False)
+            if checked["regressions"]:
+                break
     toxiproxy.latency(proxy, 0, "upstream")
     assert history.suite_runs(store, suite) == run_ids
-    assert min(quiet_runs(False).values()) >= STEADY and quiet_runs(True)["proxied"] == AFTER, \
+    assert min(quiet_runs(False).values()) >= STEADY and quiet_runs(True)["proxied"] >= AFTER, \
         f"the host marked too many cells busy to judge: {quiet}"
     steady = [r for r, d in quiet["proxied"] if not d]
     began = next(r for r, d in quiet["proxied"] if d)
-
-    checked = history.watch(store, run_ids[-1], record=False)
     series = {(s["cell"].split()[0], s["metric"]): s for s in checked["changes"]["series"]}
     for (target, metric), s in series.items():
         print(target, metric, [round(p["value"]) for p in s["points"]],

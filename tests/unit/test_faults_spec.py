@@ -96,7 +96,6 @@ def _interval(i: int, received: int, latency_us: list[int]) -> dict:
 
 
 def test_phases_split_the_intervals_at_the_fault_window_and_find_when_the_rate_came_back():
-    from brokerbench.reports import faults as report_faults
     # 100 msgs/s at 1 ms; the leader killed at 2.3 s; no acknowledgement from 2.3 s to 4.6 s; a backlog at 150/s, then
     # back to 100/s at 2 ms
     intervals = [_interval(0, 100, [1000] * 100), _interval(1, 100, [1000] * 100),
@@ -104,9 +103,9 @@ def test_phases_split_the_intervals_at_the_fault_window_and_find_when_the_rate_c
                  _interval(5, 150, [2000] * 150), _interval(6, 100, [2000] * 100), _interval(-1, 5, [1] * 5)]
     record = {"applied": [{"kind": "kill", "nodes": ["2"], "at_s": 2.3, "planned_s": 2.0, "leader_before": "2"}],
               "producer_ack_gap": {"from_s": 2.3, "to_s": 4.6, "s": 2.3, "until_end": False}}
-    found = report_faults.phases(intervals, record, publish_only=False)
+    found = faults.phases(intervals, record, publish_only=False)
     assert found["window_s"] == [2.3, 4.6]
-    before, during, after = (found[p] for p in report_faults.PHASES)
+    before, during, after = (found[p] for p in faults.PHASES)
     assert before["seconds"] == 2 and before["throughput_msgs_per_s"] == 100  # intervals 0, 1
     assert during["seconds"] == 3 and during["throughput_msgs_per_s"] == round(80 / 3, 1)  # 2, 3, 4
     assert after["seconds"] == 2 and after["throughput_msgs_per_s"] == 125  # 5, 6
@@ -115,7 +114,7 @@ def test_phases_split_the_intervals_at_the_fault_window_and_find_when_the_rate_c
     assert after["end_to_end_latency_us"]["p99"] == pytest.approx(2000, rel=0.001)
     # from interval 5 on every interval delivers at least 90 msgs/s: 5 - 2.3 s after the fault
     assert found["back_to_rate_s"] == pytest.approx(2.7)
-    stalled = report_faults.phases(intervals[:4], record, publish_only=False)
+    stalled = faults.phases(intervals[:4], record, publish_only=False)
     assert stalled["back_to_rate_s"] is None and stalled["after"] is None
 
 

@@ -445,6 +445,11 @@ def cluster_nodes(endpoint: dict) -> list[dict]:
     return endpoint["nodes"]
 
 
+def current_endpoint(endpoint: dict) -> dict:
+    """The endpoint with its cluster's nodes as the stack records them now (cluster_nodes)."""
+    return {**endpoint, "nodes": cluster_nodes(endpoint)}
+
+
 def node_restarted(endpoint: dict, node: str, pids: list[int]) -> None:
     """Records a node of the endpoint's local cluster started again with `pids` (LocalStack.node_started)."""
     stack = endpoint.get("stack")

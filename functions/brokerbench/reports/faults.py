@@ -7,13 +7,14 @@ before, during and after.
 - Unavailable: the longest stretch without an acknowledgement, to the acknowledgements' own stamps (producers),
   and without a delivery, to the polls that brought them (consumers).
 - Before, during and after the fault window, and back to rate: brokerbench.faults.phases, worked out by the worker
-  from its intervals' histograms (reports read no interval histograms) and stored with the cell; for a cell
-  stored without them, from the intervals where the events hold their histograms.
+  from its intervals' histograms (reports read no interval histograms) and stored with the cell.
 """
 
 from __future__ import annotations
 
-from ..faults import PHASES, phases
+from ..faults import PHASES
+
+NO_PHASES = {"window_s": None, **dict.fromkeys(PHASES), "back_to_rate_s": None}
 
 
 
@@ -28,20 +29,19 @@ def guarantee(cell: dict) -> dict:
             "held": None if lost is None else lost == 0}
 
 
-def rows(cells: list[dict], ends: dict[str, dict], intervals: dict[str, list[dict]]) -> list[dict]:
+def rows(cells: list[dict], ends: dict[str, dict]) -> list[dict]:
     """A row per cell that ran faults: its guarantee, the faults as applied, and the phases."""
     out = []
     for cell in cells:
         record = (ends.get(cell["cell_id"]) or {}).get("faults")
         if not record:
             continue
-        publish_only = not cell.get("consumers")
         out.append({"cell_id": cell["cell_id"], "broker": cell["broker"], "format": cell["format"],
                     "mode": cell["mode"], "status": cell["status"], "repeat": cell.get("repeat"),
                     "guarantee": guarantee(cell), "faults": record,
                     "unavailable_s": (record.get("producer_ack_gap") or {}).get("s"),
                     "consumer_unavailable_s": (record.get("consumer_receipt_gap") or {}).get("s"),
-                    **(record.get("phases") or phases(intervals.get(cell["cell_id"], []), record, publish_only))})
+                    **(record.get("phases") or NO_PHASES)})
     return out
 
 

@@ -772,6 +772,6 @@ def build_report(events: list[dict]) -> dict:
         "configurations_client_bound": [c["key"] for c in configurations if _client_bound(c)],
         "groups": groups,
         "guarantees": fault_rows(results["cells"], {e["data"]["cell_id"]: e["data"] for e in events
-                                                    if e["type"] in ("CellCompleted", "CellFailed")}, intervals),
+                                                    if e["type"] in ("CellCompleted", "CellFailed")}),
         "cost": cost_estimate(events),
     }

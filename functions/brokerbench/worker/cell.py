@@ -331,7 +331,7 @@ class _CellRun:
         self.figures = self._producer_figures(ready, t_start)
         self._faults_from(measure_start)
         if self.faults:  # the consumers watch their deliveries from the first fault on
-            self.timing["fault_at_ns"] = self.faults.steps[0].at_ns
+            self.timing["fault_at_ns"] = faults.first_fault_ns(cell["faults"])
         self.resources = ResourceSampler(self._process_groups())
         self.host = host.HostSampler()
         for conn in self.conns:

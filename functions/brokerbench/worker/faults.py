@@ -96,6 +96,10 @@ class CellFaults:
             raise FaultError("the target has no local nodes to fault (faults run on a cluster the run starts locally)")
         return self.hooks.nodes(self.endpoint)
 
+    def _pids(self, node: str) -> list[int]:
+        """The node's processes as the stack records them now."""
+        return next(n["pids"] for n in self._nodes() if n["node"] == node)
+
     def _target(self, target: str, leader: str | None) -> dict:
         nodes = self._nodes()
         names = [n["node"] for n in nodes]
@@ -127,8 +131,7 @@ class CellFaults:
             self.down = []
             return
         node = self.paused.pop(step.index) if step.kind == "resume" else self._target(step.target, leader)["node"]
-        pids = [n for n in self._nodes() if n["node"] == node][0]["pids"]
-        _signal(pids, SIGNALS[step.kind])
+        _signal(self._pids(node), SIGNALS[step.kind])
         at = time.monotonic_ns()
         if step.kind in faults.DOWN:
             self.down.append(node)
@@ -165,8 +168,7 @@ class CellFaults:
             leader = self.hooks.leader(self.endpoint, self.topic)
         restored = []
         for index, node in sorted(self.paused.items()):
-            pids = [n for n in self._nodes() if n["node"] == node][0]["pids"]
-            _signal(pids, signal.SIGCONT)
+            _signal(self._pids(node), signal.SIGCONT)
             restored.append({"fault": index, "kind": "resume", "nodes": [node]})
         if self.down:
             for name in self.down:

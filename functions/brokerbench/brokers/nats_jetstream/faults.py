@@ -3,7 +3,7 @@ cluster's stream info names it, starting a server again, and whether every serve
 
 from __future__ import annotations
 
-from ...local.stack import cluster_nodes, node_restarted
+from ...local.stack import cluster_nodes, current_endpoint, node_restarted
 from . import cluster
 
 
@@ -13,16 +13,16 @@ def nodes(endpoint: dict) -> list[dict]:
 
 def leader(endpoint: dict, topic: str) -> str | None:
     """The server leading the stream of the cell's topic (cluster.leader, asked of every server at once)."""
-    return cluster.leader({**endpoint, "nodes": nodes(endpoint)}, topic)
+    return cluster.leader(current_endpoint(endpoint), topic)
 
 
 def start_node(endpoint: dict, node: str) -> list[int]:
     """The server started again on its own ports and store (cluster.start_node), recorded in the stack."""
-    pids = cluster.start_node({**endpoint, "nodes": nodes(endpoint)}, node)
+    pids = cluster.start_node(current_endpoint(endpoint), node)
     node_restarted(endpoint, node, pids)
     return pids
 
 
 def whole(endpoint: dict) -> bool:
     """Every server answers and JetStream serves (cluster.serves)."""
-    return cluster.serves({**endpoint, "nodes": nodes(endpoint)})
+    return cluster.serves(current_endpoint(endpoint))

@@ -1,8 +1,9 @@
 """Two `brokerbench run`s at once on one machine, each with its own --state-dir: they share nothing.
 
 Each run starts its own Redis and its own DynamoDB Local (the event store), on free ports of its own, and stops
-them at its end. The second run starts first, and the first once the second measures (started together, a
-loaded CI host once had the first run measured and gone before the second measured at all); the second run's cells
+them at its end. The second run starts first, and the first once the second's services run (started together, a
+loaded CI host once had the first run measured and gone before the second measured at all; started only once the
+second measured, another had the second's cells done before the first's event store was up); the second run's cells
 are longer, so the first run's teardown happens while the second measures. The test watches both as they run: the services each stack records (stack.json) and the cells'
 processes. Whenever a run measures, its own services must be running; when the first run has ended (its teardown
 done), the other's must still be; every cell of both must complete with every message received; each event store
@@ -28,7 +29,7 @@ from fault_tools import BIN, cell_facts, descendants, event_facts, interpreters_
 from reliability_log import observe
 
 BROKER = "redis"  # a service of its own per run, as Kafka would be, started in a fraction of the time (its JVM)
-DURATIONS_S = {"one": 3, "two": 10}  # each run's cells: the second run ends seconds after the first has torn down
+DURATIONS_S = {"one": 3, "two": 12}  # each run's cells: the second run ends seconds after the first has torn down
 
 
 def _spec(run: str) -> dict:
@@ -47,6 +48,12 @@ def _services(state) -> dict[str, dict]:
 
 def _pids(services: dict[str, dict]) -> set[int]:
     return {pid for record in services.values() for pid in record["pids"]}
+
+
+def _stack_up(state) -> bool:
+    """Whether the stack in `state` records both its services, each with its processes running."""
+    services = _services(state)
+    return set(services) == {BROKER, "dynamodb"} and running(_pids(services)).keys() == _pids(services)
 
 
 def _measuring(clis: dict) -> set[str]:
@@ -103,9 +110,9 @@ def test_two_runs_at_once_with_their_own_state_dirs_share_nothing(tmp_path):
             (tmp_path / run).mkdir()
             (tmp_path / run / "spec.json").write_text(json.dumps(_spec(run)))
             logs[run] = open(tmp_path / run / "cli.log", "w+")
-            if clis:  # the other once the first measures
-                while not _measuring(clis) and all(cli.poll() is None for cli in clis.values()):
-                    assert time.monotonic() - began < 120, "the first run never measured"
+            if clis:  # the other once the first run's services run: their starts overlap its cells
+                while not _stack_up(states["two"]) and all(cli.poll() is None for cli in clis.values()):
+                    assert time.monotonic() - began < 120, "the first run never started its services"
                     time.sleep(0.1)
             clis[run] = subprocess.Popen([str(BIN), "--state-dir", str(states[run]), "run", "--spec",
                                           str(tmp_path / run / "spec.json"), "--out", str(tmp_path / run / "out")],
@@ -171,14 +178,14 @@ def test_two_runs_at_once_with_their_own_state_dirs_share_nothing(tmp_path):
         for state in states.values():
             LocalStack(state).down(log=lambda m: None)
     observe("two-runs", fault="two `brokerbench run`s started at once, each with its own --state-dir (so its own "
-                              "Kafka and DynamoDB Local), 2 cells each (3 s and 7 s)",
+                              "Redis and DynamoDB Local), 2 cells each (3 s and 12 s)",
             run_status=" and ".join(result["status"] for result in results.values()),
             exit_code=" and ".join(str(cli.returncode) for cli in clis.values()),
             cells=[cell_facts(c) for result in results.values() for c in result["cells"]],
             observed=[f"both runs exited 0, {took:.0f} s after they were started; their cells measured at the same "
                       "time",
                       "every cell of both completed with every message received and no loss",
-                      "each run started its own Kafka and DynamoDB Local (no pid, no port shared) and stopped them",
+                      "each run started its own Redis and DynamoDB Local (no pid, no port shared) and stopped them",
                       "whenever a run measured, its own services were running",
                       f"when run {first_end['ended']} had ended (its teardown done), every service of run "
                       f"{first_end['other']} was still running"

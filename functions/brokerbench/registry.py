@@ -166,8 +166,14 @@ class Plugin:
 # the acknowledgement waits for (0: only the node that answered; None: unknown). memory_only: True when the
 # acknowledged message is on no disk at all (no write, or a write that is never synced and not replicated).
 DURABILITY_FIELDS = ("fsync", "replicas", "memory_only", "text")
+# failover (optional in a plug-in's statement): what the broker's own documentation promises for an acknowledged
+# message when the node that acknowledged it fails, at these settings: promised True (it survives the loss of one
+# node), False (nothing is promised: a loss is an expected finding, not a defect), None (not stated).
+FAILOVER_NOT_STATED = {"promised": None, "text": "not stated (the broker's plug-in does not say what its "
+                                                 "documentation promises when a node fails)"}
 NOT_STATED = {"fsync": None, "replicas": None, "memory_only": None,
-              "text": "not stated (the broker's plug-in does not describe its durability)"}
+              "text": "not stated (the broker's plug-in does not describe its durability)",
+              "failover": FAILOVER_NOT_STATED}
 
 
 def durability(statement: dict) -> dict:
@@ -184,7 +190,13 @@ def durability(statement: dict) -> dict:
         raise ValueError(f"durability.memory_only: {statement['memory_only']!r} is not true, false or null")
     if not isinstance(statement["text"], str) or not statement["text"]:
         raise ValueError("durability.text: a sentence is required")
-    return {name: statement[name] for name in DURABILITY_FIELDS}
+    failover = statement.get("failover") or FAILOVER_NOT_STATED
+    if failover.get("promised") not in (True, False, None):
+        raise ValueError(f"durability.failover.promised: {failover.get('promised')!r} is not true, false or null")
+    if not isinstance(failover.get("text"), str) or not failover["text"]:
+        raise ValueError("durability.failover.text: a sentence is required (what the documentation promises)")
+    return {**{name: statement[name] for name in DURABILITY_FIELDS},
+            "failover": {"promised": failover["promised"], "text": failover["text"]}}
 
 
 def durability_label(statement: dict) -> str:

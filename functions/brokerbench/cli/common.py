@@ -8,6 +8,7 @@ from pathlib import Path
 from rich.console import Console
 
 EXIT_OK, EXIT_CELLS_FAILED, EXIT_INVALID, EXIT_ENVIRONMENT, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
+EXIT_BROKEN_PROMISE = 1  # guarantees: acknowledged messages lost where the broker promises none (as a failed cell)
 
 console = Console()
 if not console.is_terminal:  # logs and CI: wide enough for the comparison table
@@ -59,6 +60,7 @@ def write_results(results: dict, out_dir: Path) -> Path:
 
 
 def print_results(results: dict) -> None:
+    from ..reports.faults import VERDICTS, by_setting, result_rows, setting_text
     from ..reports.faults import cell_line as fault_line
     from ..reports.table import comparison_tables, floor_note, host_note, limit_note
 
@@ -76,3 +78,7 @@ def print_results(results: dict) -> None:
         console.print("\n[bold]under faults[/]")
         for line in faulted:
             console.print(line, markup=False, highlight=False, soft_wrap=True)
+        for row in by_setting(result_rows(results["cells"]), results.get("durability") or {}):
+            style = {"broken": "bold red", "expected": "yellow", "unknown": "dim"}.get(row["verdict"])
+            console.print(f"{row['broker']} ({row['label']}): {setting_text(row)} · {VERDICTS[row['verdict']]}",
+                          style=style, markup=False, highlight=False, soft_wrap=True)

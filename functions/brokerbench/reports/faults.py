@@ -8,14 +8,29 @@ before, during and after.
   and without a delivery, to the polls that brought them (consumers).
 - Before, during and after the fault window, and back to rate: brokerbench.faults.phases, worked out by the worker
   from its intervals' histograms (reports read no interval histograms) and stored with the cell.
+- Per broker and durability setting (`by_setting`): the cells' guarantees summed, beside what the broker's own
+  documentation promises for an acknowledged message when a node fails at those settings (the plug-in's durability
+  statement, registry.durability's `failover`). A loss where a promise was made is a broken promise (or a defect
+  of the run) and says so; a loss where nothing is promised (Kafka acks=1, Redis's asynchronous replication) is an
+  expected finding, not a defect of the tool.
 """
 
 from __future__ import annotations
 
 from ..faults import PHASES
+from ..registry import NOT_STATED, durability_label
 
 NO_PHASES = {"window_s": None, **dict.fromkeys(PHASES), "back_to_rate_s": None}
-
+COUNTS = ("acknowledged", "lost", "undelivered_or_lost", "duplicated", "out_of_order", "send_errors", "unacknowledged")
+# A setting's verdict, from its cells' losses and the broker's promise (by_setting).
+VERDICTS = {
+    "held": "held: no acknowledged message lost",
+    "broken": "BROKEN: acknowledged messages lost where the broker promises none at these settings (a defect of the "
+              "broker, or of the run: read its cells)",
+    "expected": "lost, as allowed: the broker promises nothing at these settings; an expected finding, not a defect",
+    "lost": "lost: the broker's plug-in does not say what it promises at these settings",
+    "unknown": "cannot tell: the broker's backlog was not read, so a loss cannot be told from an undelivered message",
+}
 
 
 def guarantee(cell: dict) -> dict:
@@ -29,20 +44,93 @@ def guarantee(cell: dict) -> dict:
             "held": None if lost is None else lost == 0}
 
 
+def _row(cell: dict, record: dict) -> dict:
+    return {"cell_id": cell["cell_id"], "broker": cell["broker"], "format": cell["format"], "mode": cell["mode"],
+            "status": cell["status"], "repeat": cell.get("repeat"), "guarantee": guarantee(cell), "faults": record,
+            "unavailable_s": (record.get("producer_ack_gap") or {}).get("s"),
+            "consumer_unavailable_s": (record.get("consumer_receipt_gap") or {}).get("s"),
+            **(record.get("phases") or NO_PHASES)}
+
+
 def rows(cells: list[dict], ends: dict[str, dict]) -> list[dict]:
-    """A row per cell that ran faults: its guarantee, the faults as applied, and the phases."""
+    """A row per cell that ran faults: its guarantee, the faults as applied (from its CellCompleted or CellFailed
+    in `ends`), and the phases."""
+    return [_row(cell, record) for cell in cells if (record := (ends.get(cell["cell_id"]) or {}).get("faults"))]
+
+
+def result_rows(cells: list[dict]) -> list[dict]:
+    """The same rows from results.json's cells, which carry their faults' record (figures.cell_result)."""
+    return [_row(cell, cell["faults"]) for cell in cells if cell.get("faults")]
+
+
+def _sum(values: list) -> int | None:
+    return None if any(v is None for v in values) else sum(values)
+
+
+def _agrees(guarantees: list[dict]) -> bool | None:
+    """Whether the broker's own count agreed with the sequence numbers in every cell (None: never read)."""
+    differences = [(g.get("broker_count") or {}).get("difference") for g in guarantees]
+    known = [d for d in differences if d is not None]
+    return None if not known else all(d == 0 for d in known)
+
+
+def verdict(lost: int | None, promised: bool | None) -> str:
+    """held | broken | expected | lost | unknown (VERDICTS)."""
+    if lost is None:
+        return "unknown"
+    if lost == 0:
+        return "held"
+    return {True: "broken", False: "expected", None: "lost"}[promised]
+
+
+def by_setting(rows: list[dict], durability: dict[str, dict]) -> list[dict]:
+    """A row per broker of the run (one durability setting each): its faulted cells' guarantees summed, the longest
+    unavailability and slowest return to rate among them, and the verdict against the broker's promise."""
+    groups: dict[str, list[dict]] = {}
+    for row in rows:
+        groups.setdefault(row["broker"], []).append(row)
     out = []
-    for cell in cells:
-        record = (ends.get(cell["cell_id"]) or {}).get("faults")
-        if not record:
-            continue
-        out.append({"cell_id": cell["cell_id"], "broker": cell["broker"], "format": cell["format"],
-                    "mode": cell["mode"], "status": cell["status"], "repeat": cell.get("repeat"),
-                    "guarantee": guarantee(cell), "faults": record,
-                    "unavailable_s": (record.get("producer_ack_gap") or {}).get("s"),
-                    "consumer_unavailable_s": (record.get("consumer_receipt_gap") or {}).get("s"),
-                    **(record.get("phases") or NO_PHASES)})
+    for broker, found in groups.items():
+        stated = durability.get(broker) or NOT_STATED
+        promise = stated.get("failover") or NOT_STATED["failover"]
+        guarantees = [r["guarantee"] for r in found]
+        counts = {name: sum(g[name] or 0 for g in guarantees) for name in COUNTS}
+        counts["lost"] = _sum([g["lost"] for g in guarantees])  # unknown in any cell: unknown for the setting
+        gaps = [r["unavailable_s"] for r in found if r["unavailable_s"] is not None]
+        backs = [r["back_to_rate_s"] for r in found]
+        out.append({"broker": broker, "setting": stated["text"], "label": durability_label(stated),
+                    "promise": promise, "cells": len(found), **counts, "broker_count_agrees": _agrees(guarantees),
+                    "unavailable_s": max(gaps) if gaps else None,
+                    "back_to_rate_s": None if not backs or None in backs else max(backs),
+                    "verdict": verdict(counts["lost"], promise["promised"])})
     return out
+
+
+def setting_text(row: dict) -> str:
+    """'acknowledged messages lost: 0 of 412,331 (verified by sequence numbers; the broker's count agrees)'."""
+    if row["lost"] is None:
+        return f"acknowledged messages lost or undelivered: {row['undelivered_or_lost']:,} (the broker's backlog " \
+               "unknown)"
+    check = "verified by sequence numbers" + {True: "; the broker's count agrees",
+                                              False: "; the broker's count differs", None: ""}[row["broker_count_agrees"]]
+    return f"acknowledged messages lost: {row['lost']:,} of {row['acknowledged']:,} ({check})"
+
+
+def setting_lines(settings: list[dict]) -> list[str]:
+    """The per broker and setting table (markdown), a loss where a promise was made in bold with a warning sign."""
+    if not settings:
+        return []
+    lines = ["| broker | durability | what the broker promises when a node fails | guarantee | verdict | cells | "
+             "duplicated | send errors | unavailable s (longest) |", "|---|---|---|---|---|---:|---:|---:|---:|"]
+    for row in settings:
+        verdict_text = VERDICTS[row["verdict"]]
+        if row["verdict"] == "broken":
+            verdict_text = f"⚠ **{verdict_text}**"
+        gap = "–" if row["unavailable_s"] is None else f"{row['unavailable_s']:.2f}"
+        lines.append(f"| {row['broker']} | {row['label']}: {row['setting']} | {row['promise']['text']} | "
+                     f"{setting_text(row)} | {verdict_text} | {row['cells']} | {row['duplicated']:,} | "
+                     f"{row['send_errors']:,} | {gap} |")
+    return lines + [""]
 
 
 def _ms(figures: dict | None, name: str) -> str:
@@ -73,7 +161,8 @@ def markdown_lines(report: dict) -> list[str]:
     found = report.get("guarantees") or []
     if not found:
         return []
-    lines = ["## Guarantees under faults", "",
+    lines = ["## Guarantees under faults", "", "Per broker and durability setting, every cell that ran faults:", "",
+             *setting_lines(report.get("guarantees_by_setting") or []),
              "Each cell's faults as applied, what the broker kept of what it acknowledged, how long the producers "
              "went without an acknowledgement, when the delivered rate was back within 10% of the rate before, and "
              "the end-to-end p99 (ms) before, during and after the fault window (reports/faults.py).", "",

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections import defaultdict
 from html import escape
 
-from . import history_view, markdown
+from . import faults, history_view, markdown
 from .model import RESOURCES_NOTE, min_samples, need_label
 from .regression import FIGURES, figure_text
 from .svg import bar_chart, line_chart
@@ -99,6 +99,26 @@ def _durability_section(report: dict) -> list[str]:
             "<th>acknowledgement</th></tr>")
     body = "".join("<tr>" + "".join(f"<td>{escape(v)}</td>" for v in row) + "</tr>" for row in rows)
     return [f"<h2>Durability: what an acknowledgement waited for</h2><table>{head}{body}</table>"]
+
+
+def _guarantees_section(report: dict) -> list[str]:
+    """Per broker and durability setting, what held under the run's faults; a broken promise in red."""
+    settings = report.get("guarantees_by_setting") or []
+    if not settings:
+        return []
+    head = ("<tr><th>broker</th><th>durability</th><th>what the broker promises when a node fails</th>"
+            "<th>guarantee</th><th>verdict</th><th>cells</th><th>duplicated</th><th>send errors</th>"
+            "<th>unavailable s (longest)</th></tr>")
+    body = []
+    for row in settings:
+        css = {"broken": "bad", "expected": "warn", "unknown": "muted"}.get(row["verdict"], "")
+        gap = "–" if row["unavailable_s"] is None else f"{row['unavailable_s']:.2f}"
+        cells = [f"{row['label']}: {row['setting']}", row["promise"]["text"], faults.setting_text(row)]
+        body.append(f"<tr><td>{escape(row['broker'])}</td>" + "".join(f"<td>{escape(v)}</td>" for v in cells)
+                    + f"<td class='{css}'>{escape(faults.VERDICTS[row['verdict']])}</td><td>{row['cells']}</td>"
+                    f"<td>{row['duplicated']:,}</td><td>{row['send_errors']:,}</td><td>{gap}</td></tr>")
+    return ["<h2>Guarantees under faults</h2><p>Every cell that ran faults, per broker and durability setting; each "
+            "cell's own row is in report.md.</p>" f"<table>{head}{''.join(body)}</table>"]
 
 
 def _resources_section(report: dict) -> list[str]:
@@ -307,6 +327,7 @@ def render(report: dict) -> str:
     parts += history_view.html_parts(report)
     parts += _claims_and_rules(report)
     parts += _durability_section(report)
+    parts += _guarantees_section(report)
     parts.append("<h2>Comparison</h2>")
     for group in report["groups"]:
         note = f"<p><i>{escape(group['note'])}</i></p>" if group.get("note") else ""

@@ -34,7 +34,7 @@ from ..spec import request_schema
 from .results import (ACCOUNTING_RULE, DURABILITY_RULE, LOSS_CLASSES, MISSING_COUNTS_IN, MISSING_RULE, NOT_SENT_BOUNDS,
                       NOT_SENT_COUNTS_IN, NOT_SENT_RULE, SPECTRUM, SUMMARY_FIELDS, build_results, figures, figures_of,
                       merge_blobs, missing_of, with_missing)
-from .faults import rows as fault_rows
+from .faults import by_setting, rows as fault_rows
 from .stats import holm, median_ci, t_quantile, t_two_sided_p
 
 MIN_CLAIM_REPEATS = 3
@@ -744,6 +744,8 @@ def build_report(events: list[dict]) -> dict:
     found, family = ([], None) if note else claims(groups, references, noise)
     regressions = [e["data"] for e in events if e["type"] == "RegressionDetected"]
     loops = send_loops(configurations)
+    guarantees = fault_rows(results["cells"], {e["data"]["cell_id"]: e["data"] for e in events
+                                               if e["type"] in ("CellCompleted", "CellFailed")})
     return {
         "run_id": results["run_id"],
         "name": results["name"],
@@ -771,7 +773,7 @@ def build_report(events: list[dict]) -> dict:
         "configurations_with_loss": [c["key"] for c in configurations if c["has_loss"]],
         "configurations_client_bound": [c["key"] for c in configurations if _client_bound(c)],
         "groups": groups,
-        "guarantees": fault_rows(results["cells"], {e["data"]["cell_id"]: e["data"] for e in events
-                                                    if e["type"] in ("CellCompleted", "CellFailed")}),
+        "guarantees": guarantees,
+        "guarantees_by_setting": by_setting(guarantees, results["durability"]),
         "cost": cost_estimate(events),
     }

@@ -42,6 +42,7 @@ from .producer_figures import RECORDS, ProducerFigures, recv_records, window_sha
 
 READY_TIMEOUT_S = 60
 COUNT_WAIT_S = 60  # a broker that does not answer at a cell's end is waited for this long for its own count
+FAULT_COUNT_WAIT_S = 20  # a cluster that answers after a fault, but not yet with its count, is asked this long
 SEARCH = "sustainable"  # the rate that asks for the maximum sustainable rate search
 START_LEAD_NS = 100_000_000
 MEASURE_LEAD_NS = 200_000_000  # from the end of an adaptive warm-up to the first measured message
@@ -653,13 +654,21 @@ class _CellRun:
     def _final_count(self) -> int | None:
         """The broker's own count at the cell's end. A broker that does not answer then (it crashed, and the cell
         ended before it was back: a client that gives up at once on a lost connection sends nothing more) is
-        waited for up to COUNT_WAIT_S and asked again; one that answers but cannot count is not waited for."""
+        waited for up to COUNT_WAIT_S and asked again; one that answers but cannot count is not waited for, unless
+        the cell ran faults (FAULT_COUNT_WAIT_S)."""
         count = self.driver.message_count(self.topic, lanes(self.cell))
         if count is not None:
             return count
         if not self._broker_back():
             return None
-        return self.driver.message_count(self.topic, lanes(self.cell))
+        count = self.driver.message_count(self.topic, lanes(self.cell))
+        # After a fault, a cluster that answers may still be settling its leaders (a restarted node taking its
+        # partitions back): the count is asked again for a while, as it is on a broker that did not answer.
+        deadline = time.monotonic() + (FAULT_COUNT_WAIT_S if self.faults else 0)
+        while count is None and time.monotonic() < deadline:
+            time.sleep(1.0)
+            count = self.driver.message_count(self.topic, lanes(self.cell))
+        return count
 
     def _broker_back(self) -> bool:
         """Whether the broker answers, waiting up to COUNT_WAIT_S for one that does not (yet)."""

@@ -68,7 +68,9 @@ def durability(client: dict, recorded: dict) -> dict:
     in_sync = recorded.get("min_insync_replicas", persistence.get("min_insync_replicas"))
     if acks == "0":
         return {"fsync": False, "replicas": 0, "memory_only": True,
-                "text": "acks=0: nothing waits, a message counts as sent once written to the socket"}
+                "text": "acks=0: nothing waits, a message counts as sent once written to the socket",
+                "failover": {"promised": False, "text": "acks=0: Kafka promises nothing for a message it never "
+                                                        "acknowledged"}}
     waits = None if replicas is None else (replicas - 1 if acks == "all" else 0)
     fsync = False if flush is None else True if flush == 1 else "interval"
     copies = ("the partition leader's append" if acks == "1" else
@@ -77,7 +79,26 @@ def durability(client: dict, recorded: dict) -> dict:
     sync = ("no fsync (page cache; Kafka's log.flush.interval.messages is unlimited by default)" if flush is None
             else "the leader fsyncs each message first (flush.messages 1)" if flush == 1
             else f"the leader fsyncs every {flush:,} messages (flush.messages)")
-    return {"fsync": fsync, "replicas": waits, "memory_only": False, "text": f"acks={acks}: {copies}; {sync}"}
+    return {"fsync": fsync, "replicas": waits, "memory_only": False, "text": f"acks={acks}: {copies}; {sync}",
+            "failover": failover(acks, replicas, in_sync)}
+
+
+def failover(acks: str, replicas: int | None, in_sync: int | None) -> dict:
+    """What Kafka's documentation (Design: Replication) promises for an acknowledged record when its leader fails:
+    with acks=all a record is committed once every in-sync replica has it, min.insync.replicas bounds how few
+    those may be, and unclean leader election (off by default) is what would elect a replica without it. So with
+    acks=all and min.insync.replicas of 2 or more, the loss of one node keeps every acknowledged record."""
+    if acks == "all" and in_sync is not None and in_sync >= 2 and (replicas or 0) >= in_sync:
+        return {"promised": True,
+                "text": f"acks=all with min.insync.replicas {in_sync} of {replicas} replicas: Kafka promises that "
+                        "an acknowledged record survives the loss of one node (unclean leader election off)"}
+    if acks == "all" and (in_sync is None or replicas is None):
+        return {"promised": None, "text": "acks=all, but the topic's replicas or min.insync.replicas were not "
+                                          "recorded: whether one node's loss keeps a record is unknown"}
+    why = (f"acks={acks}: the leader acknowledges alone" if acks != "all"
+           else f"min.insync.replicas {in_sync}: an acks=all record may be on the leader alone")
+    return {"promised": False, "text": f"{why}; Kafka promises nothing for such a record when the leader dies "
+                                       "before a follower fetched it"}
 
 
 def caption(mode: str, client: dict, recorded: dict) -> str:

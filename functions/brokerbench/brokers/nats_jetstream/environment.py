@@ -75,10 +75,24 @@ def durability(client: dict, recorded: dict) -> dict:
     # the other members of a quorum of `replicas`, the leader apart (None: the replicas are not known)
     waits = None if replicas is None else replicas // 2
     text = f"PubAck: {acks_meaning({'nats_replicas': replicas, 'nats_storage': storage}, sync)}"
+    promise = failover(replicas)
     if storage == "memory":
-        return {"fsync": False, "replicas": waits, "memory_only": True, "text": text}
+        return {"fsync": False, "replicas": waits, "memory_only": True, "text": text, "failover": promise}
     fsync = True if sync == "always" else "interval" if sync else None
-    return {"fsync": fsync, "replicas": waits, "memory_only": False, "text": text}
+    return {"fsync": fsync, "replicas": waits, "memory_only": False, "text": text, "failover": promise}
+
+
+def failover(replicas: int | None) -> dict:
+    """JetStream's documentation (JetStream clustering): a PubAck is sent once a majority of the stream's replicas
+    (its Raft group) have stored the message, and a stream of R replicas tolerates the loss of (R - 1) / 2 servers.
+    R3 and more: one server's loss keeps every acknowledged message; R1: it is on that server alone."""
+    if replicas is None:
+        return {"promised": None, "text": "the stream's replica count was not recorded"}
+    if replicas >= 3:
+        return {"promised": True, "text": f"R{replicas}: NATS promises that a PubAck'd message, stored on a "
+                                          "majority of the stream's replicas, survives the loss of one server"}
+    return {"promised": False, "text": f"R{replicas}: no majority survives a server's loss; NATS promises nothing "
+                                       "for a PubAck'd message then"}
 
 
 def caption(mode: str, client: dict, recorded: dict) -> str:

@@ -29,3 +29,13 @@ def caption(mode: str, client: dict, durability: str) -> str:
     meaning = (f"batch = up to {client.get('rabbitmq_in_flight', '?')} unconfirmed" if mode == "batch"
                else "single = one unconfirmed at a time")
     return f"{meaning}, {durability}"
+
+
+def failover(what: str, how: str, nodes: int) -> dict:
+    """What RabbitMQ promises for a confirmed message when one node fails: on 3 nodes or more a confirm means a
+    majority has it (`how`), so one node's loss keeps it; on fewer, no majority survives and nothing is promised."""
+    if nodes >= 3:
+        return {"promised": True, "text": f"{what} on {nodes} nodes: RabbitMQ promises that a confirmed message "
+                                          f"survives the loss of one node (confirmed {how})"}
+    return {"promised": False, "text": f"{what} on {nodes} node{'s' if nodes > 1 else ''}: no majority survives a "
+                                       "node's loss; RabbitMQ promises nothing then"}

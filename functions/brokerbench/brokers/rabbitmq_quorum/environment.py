@@ -3,6 +3,8 @@ captions."""
 
 from __future__ import annotations
 
+from functools import partial
+
 import pika
 
 from ..rabbitmq import environment, management
@@ -27,12 +29,16 @@ def settings_in_force(endpoint: dict, client: dict) -> dict:
         "lanes": "one quorum queue per partition, <topic>-<n>, through the default exchange",
     }
 
+# What RabbitMQ's documentation promises for a confirmed message when a node fails (environment.failover).
+FAILOVER = partial(environment.failover, "quorum queue", "once a majority of the queue's members have written "
+                   "and fsynced it; RabbitMQ documentation, Quorum Queues")
+
 
 def durability(client: dict, recorded: dict) -> dict:
     """A confirm waits for a majority of the queue's Raft members to fsync the message: the other members of that
     majority are the replicas waited for (none on one node; one of Amazon MQ's 3-node cluster)."""
     nodes = recorded.get("nodes") or 1
-    return {"fsync": True, "replicas": nodes // 2, "memory_only": False, "text": ACK}
+    return {"fsync": True, "replicas": nodes // 2, "memory_only": False, "text": ACK, "failover": FAILOVER(nodes)}
 
 
 def caption(mode: str, client: dict, recorded: dict) -> str:

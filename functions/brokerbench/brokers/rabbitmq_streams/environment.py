@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from functools import partial
 from importlib.metadata import version
 
 from ..rabbitmq import environment, management
@@ -28,11 +29,15 @@ def settings_in_force(endpoint: dict, client: dict) -> dict:
         "lanes": "one stream per partition, <topic>-<n>",
     }
 
+# What RabbitMQ's documentation promises for a confirmed message when a node fails (environment.failover).
+FAILOVER = partial(environment.failover, "stream", "once a majority of the stream's replicas have written it, "
+                   "not fsynced; RabbitMQ documentation, Streams: a whole cluster's power loss may lose it")
+
 
 def durability(client: dict, recorded: dict) -> dict:
     """A confirm waits for a majority of the stream's replicas to have written the message, never for an fsync."""
     nodes = recorded.get("nodes") or 1
-    return {"fsync": False, "replicas": nodes // 2, "memory_only": False, "text": ACK}
+    return {"fsync": False, "replicas": nodes // 2, "memory_only": False, "text": ACK, "failover": FAILOVER(nodes)}
 
 
 def caption(mode: str, client: dict, recorded: dict) -> str:

@@ -100,14 +100,17 @@ def durability(client: dict, recorded: dict) -> dict:
     copies = (f"WAIT {waits}: acknowledged once {waits} replica{'s have' if waits > 1 else ' has'} it (not a "
               "guarantee across a failover)" if waits else "no replica is waited for"
               + (" (replicated asynchronously: a failover may lose it)" if _replicas(recorded) else ""))
+    promise = {"promised": False,
+               "text": "Redis replicates asynchronously: its documentation (Replication; WAIT) says a failover may "
+                       "lose acknowledged writes, WAIT included; a loss here is an expected finding"}
     if aof is None:
-        return {"fsync": None, "replicas": waits, "memory_only": None,
+        return {"fsync": None, "replicas": waits, "memory_only": None, "failover": promise,
                 "text": f"XADD reply: in memory; AOF policy not recorded (the server did not answer CONFIG or INFO); "
                         f"{copies}"}
     if str(aof).lower() in ("no", "false", "off", "0"):
-        return {"fsync": False, "replicas": waits, "memory_only": not waits,
+        return {"fsync": False, "replicas": waits, "memory_only": not waits, "failover": promise,
                 "text": f"XADD reply: in memory only (AOF off); {copies}"}
-    return {"fsync": FSYNC.get(fsync), "replicas": waits, "memory_only": False,
+    return {"fsync": FSYNC.get(fsync), "replicas": waits, "memory_only": False, "failover": promise,
             "text": f"XADD reply: {FSYNC_TEXT.get(fsync, 'written to the AOF, fsync policy unknown')}; {copies}"}
 
 

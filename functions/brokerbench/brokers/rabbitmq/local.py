@@ -12,8 +12,8 @@ own name (bb<n>@localhost), AMQP, stream, distribution and management ports, and
 (the stack empties folder/data). They share one epmd and one Erlang cookie (folder/.erlang.cookie, their HOME): a
 node finds another on the same host by asking the epmd on ERL_EPMD_PORT, so nodes with an epmd each could not find
 one another. The first node starts as a blank node of its own; the others list it for classic-config peer
-discovery and join it as they boot (retrying until it answers), so all three start at once with no `rabbitmqctl
-join_cluster` round (a stop_app, a join and a start_app per node, each its own Erlang VM). Quorum queues and streams
+discovery and join it as they boot (retrying until it answers), started once the first serves (its feature flags enabled), with
+no `rabbitmqctl join_cluster` round (a stop_app, a join and a start_app per node, each its own Erlang VM). Quorum queues and streams
 declared once every node has joined have a member on each (their initial group size defaults to the cluster's
 size). A node killed or stopped is started again on its own ports and data by rabbitmq.cluster.start_node, and
 rejoins by itself.
@@ -24,11 +24,12 @@ from __future__ import annotations
 import re
 import secrets
 import shutil
+import time
 from collections.abc import Callable
 from pathlib import Path
 
 from ...local.install import install_debian
-from ...local.processes import HOST, StackError, port_answers, spawn
+from ...local.processes import HOST, StackError, pid_alive, port_answers, spawn
 from .. import Started
 from . import STATS_INTERVAL_MS
 
@@ -42,6 +43,7 @@ MAX_NODES = 3
 # host (RabbitMQ's default is 10 x 500 ms, which a node starting beside two others can miss).
 DISCOVERY_RETRIES = 120
 DISCOVERY_RETRY_MS = 500
+FIRST_NODE_WAIT_S = 90  # the first node's stream listener (its feature flags enabled) before the others start
 
 
 def config(amqp_port: int, stream_port: int, management_port: int) -> str:
@@ -165,10 +167,18 @@ class RabbitMQService:
                              + (peer_discovery(entries[0]["node"]) if index else ""))
         epmd = spawn(["epmd", "-port", str(epmd_port), "-address", HOST], folder, folder / "epmd.log",
                      node_environment(entries[0]))
-        for entry in entries:
+        first = entries[0]
+        first["pids"] = [spawn_node(first)]
+        # The others join once the first serves: a node that joins a first node still booting copies its feature
+        # flags before they are enabled (stream_queue off: its stream plug-in never starts, and ready() waits in
+        # vain; seen on a loaded host with all three started at once).
+        deadline = time.monotonic() + FIRST_NODE_WAIT_S
+        while (not port_answers(first["stream_port"]) and pid_alive(first["pids"][0])
+               and time.monotonic() < deadline):
+            time.sleep(0.2)
+        for entry in entries[1:]:
             entry["pids"] = [spawn_node(entry)]
         version = self.installed_version() or "unknown"
-        first = entries[0]
         endpoint = {"host": HOST, "amqp_port": first["port"], "stream_port": first["stream_port"], "version": version,
                     "management_url": first["management_url"], "nodes": entries}
         return Started([epmd, *(pid for entry in entries for pid in entry["pids"])], first["port"], endpoint, version,

@@ -6,13 +6,20 @@ warm-up excluded), to a node of the broker's local cluster:
 - kill: SIGKILL of the node's processes (a crash: nothing flushed, nothing said to the others);
 - stop: SIGTERM, a clean shutdown (the node hands over what it leads where the broker does that);
 - pause: SIGSTOP for duration_s, then SIGCONT (a node that hangs: its connections stay open, nothing answers);
-- restart: the nodes an earlier kill or stop took down started again, on their own ports and data.
+- restart: the nodes an earlier kill or stop took down started again, on their own ports and data;
+- reboot (AWS mode only): the managed service's own call on the run's target (Amazon MSK RebootBroker of one broker,
+  ElastiCache TestFailover of the replication group's primary, Amazon MQ RebootBroker of the whole broker), made
+  from the worker's side of the cell (brokerbench.worker.cloud_faults). The service brings the node back itself.
 
 `target` names the node: "leader" (the node that leads the cell's topic, stream or queue when the fault comes, as
 the broker itself says), "follower" (another node of the cluster) or a node's own name. A fault that needs a
 replica to fail over to is refused on a single node, and a broker without a local cluster takes no fault; so is a
 target the run does not start itself (an existing endpoint: its processes are not ours to signal). A node still
 down or paused when the cell's sending ends is brought back before the next cell (`FaultTimetable.ends`).
+
+Which kinds a run may ask for depends on where it runs (`local_problems`, `aws_problems`, checked with the providers
+before anything starts): locally every kind but reboot, since the run holds the nodes' processes; in AWS reboot only,
+since a managed service lets no client signal its nodes, and only on a broker whose service offers the call.
 """
 
 from __future__ import annotations
@@ -22,9 +29,24 @@ from dataclasses import dataclass
 
 from . import histogram
 
-KINDS = ("kill", "stop", "pause", "restart")
+KINDS = ("kill", "stop", "pause", "restart", "reboot")
+MANAGED = ("reboot",)  # kinds a managed service's own control-plane call makes (AWS mode only)
+# Why a kind has no managed equivalent (aws_problems): what it does that no managed service lets a client do
+NO_MANAGED = {"kill": "a crash of one node's processes, which a managed service lets no client cause",
+              "stop": "a clean shutdown of one node that stays down until a restart; the nearest managed call is the "
+                      "reboot, which brings the node back by itself",
+              "pause": "a node that hangs (SIGSTOP); no managed service freezes a node's processes",
+              "restart": "a node an earlier kill or stop took down, started again; a rebooted node comes back by "
+                         "itself"}
 DOWN = ("kill", "stop")  # kinds that take a node down until a restart
 TARGETS = ("leader", "follower")  # or a node's own name
+# After a managed call (worker/cloud_faults.py) the cell waits for the service to serve again: its state is read no
+# sooner than MANAGED_SETTLE_S after the call (a service shows a reboot in its state some time after accepting it: an
+# assumption, never measured here), and for MANAGED_WHOLE_TIMEOUT_S at most (MSK documents minutes for a broker's
+# reboot). The plan adds both to a faulted cell's estimate (plan.estimated_seconds), which places it on EC2 when
+# they take it past a Lambda invocation.
+MANAGED_WHOLE_TIMEOUT_S = 300.0
+MANAGED_SETTLE_S = 30.0
 SECOND_NS = 1_000_000_000
 
 
@@ -90,6 +112,48 @@ def problems(spec: dict, clustered: dict[str, bool], local: dict[str, bool]) -> 
             if not any(t < at for t in down_at):
                 out.append((place, "a restart needs an earlier kill or stop (by at_s) to bring a node back from"))
     return out
+
+
+def local_problems(spec: dict) -> list[tuple[str, str]]:
+    """Every (field, what is wrong) of the faults of a run on the local stack: a reboot is a managed service's call."""
+    return [(f"faults[{i}].kind", "reboot is a managed service's call (Amazon MSK RebootBroker, ElastiCache "
+                                  "TestFailover, Amazon MQ RebootBroker), made in AWS only; on a local cluster a node "
+                                  "is killed, stopped or paused, and restarted")
+            for i, fault in enumerate(spec.get("faults") or []) if fault["kind"] in MANAGED]
+
+
+def aws_problems(spec: dict, offers: dict) -> list[tuple[str, str]]:
+    """Every (field, what is wrong) of the faults of a run in AWS mode. `offers`: per broker of the request,
+    (service name, the registry's CloudFault) when its managed service offers a fault the run can make, else None.
+    An existing endpoint (targets.<broker>) is refused by `problems`."""
+    faults = spec.get("faults") or []
+    named = spec.get("targets") or {}
+    out: list[tuple[str, str]] = []
+    for broker in (b for b in spec["brokers"] if faults and b not in named):
+        if offers.get(broker) is None:
+            out.append(("faults", f"{broker} takes no faults in AWS: its managed service (if any) offers no reboot "
+                                  "or failover call the run makes; run its faults on a local cluster"))
+            continue
+        service, offer = offers[broker]
+        for i, fault in enumerate(faults):
+            kind, target = fault["kind"], fault.get("target")
+            if kind not in MANAGED:
+                why = NO_MANAGED.get(kind, "a fault injected beside a local cluster")
+                out.append((f"faults[{i}].kind", f"{kind} has no managed equivalent on {service} ({why}); in AWS a "
+                                                 f"fault is kind reboot ({offer.call}: {offer.does})"))
+            elif target is not None and not offer.targets:
+                out.append((f"faults[{i}].target", f"{offer.call} on {service} acts on the whole broker ({offer.does}): "
+                                                   "a reboot there names no target"))
+            elif target is not None and target not in offer.targets and (target in TARGETS or "node" not in offer.targets):
+                allowed = ", ".join(offer.targets)
+                out.append((f"faults[{i}].target", f"{offer.call} on {service} {offer.does}: its target is {allowed}, "
+                                                   f"not {target!r}"))
+    return out
+
+
+def managed_wait_s(faults: list[dict]) -> float:
+    """The longest a cell waits at its end for a managed service to serve again (0 without a managed fault)."""
+    return MANAGED_SETTLE_S + MANAGED_WHOLE_TIMEOUT_S if any(f["kind"] in MANAGED for f in faults) else 0.0
 
 
 def timetable(faults: list[dict]) -> list[Step]:

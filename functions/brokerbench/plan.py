@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 
+from . import faults
 from .spec import expand, load_suite_file, scaled, suite_runs, validate
 
 # Start-up of a cell beyond its configured time: spawning processes, topic creation, drain.
@@ -28,7 +29,8 @@ def estimated_seconds(cell: dict) -> float:
         measured = cell["duration_s"]
     if cell.get("backlog"):  # sent before duration_s starts
         measured += cell["backlog"]["messages"] / cell["backlog"]["rate"]
-    return cell["warmup_s"] + measured + cell["drain_timeout_s"] + CELL_OVERHEAD_S
+    restore = faults.managed_wait_s(cell.get("faults") or [])  # a managed service's node coming back (AWS)
+    return cell["warmup_s"] + measured + cell["drain_timeout_s"] + CELL_OVERHEAD_S + restore
 
 
 def worker_kind(cell: dict, placement: dict) -> str:

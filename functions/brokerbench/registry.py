@@ -94,6 +94,22 @@ class Capabilities:
 
 
 @dataclass(frozen=True)
+class CloudFault:
+    """The fault a managed service offers a run in AWS mode (brokerbench.faults kind `reboot`), made through its own
+    control-plane call from the worker's side of the cell (brokerbench.worker.cloud_faults)."""
+
+    call: str  # the API call as IAM names it ("kafka:RebootBroker"): what the docs, records and policy say
+    does: str  # what the call does to the target, in a few words (validation messages and docs)
+    # "module" of its hooks: client() -> boto3 client; leader(client, endpoint, topic) -> node or None;
+    # nodes(client, endpoint) -> node names; reboot(client, endpoint, node) -> (request, response);
+    # whole(client, endpoint) -> bool (the service serves again on every node)
+    hooks: str
+    # the targets a fault may name: "leader", "follower", "node" (a node's own name); () takes none (the call acts
+    # on the whole broker)
+    targets: tuple[str, ...] = ("leader",)
+
+
+@dataclass(frozen=True)
 class Cloud:
     """The managed service a run provisions in AWS mode."""
 
@@ -104,6 +120,7 @@ class Cloud:
     # the target is not priced. creation_s: about how long it takes to create before it serves, billed all the same.
     prices: str | None = None
     creation_s: float = 0.0
+    fault: CloudFault | None = None  # the fault the service offers (kind reboot); None: no fault in AWS
 
 
 @dataclass(frozen=True)

@@ -265,16 +265,3 @@ def test_a_local_cluster_larger_than_the_service_runs_is_refused_before_anything
         targets.provision("run-1", "pulsar", spec)
     assert targets.teardown("run-1", "kafka", spec) == {"broker": "kafka", "state": "gone", "action": "nothing started"}
     assert not stack.state_file.exists()
-
-
-def test_faults_are_refused_in_aws_mode_before_the_run_starts(monkeypatch):
-    """No managed service's reboot or failover is called yet: a run with faults in AWS is refused when requested,
-    naming the field, and the same request is valid locally."""
-    request = {**MINIMAL, "brokers": ["kafka"], "provision": {"kafka": {"nodes": 3}}, "duration_s": 10,
-               "faults": [{"kind": "kill", "at_s": 2}]}
-    monkeypatch.setenv("BROKERBENCH_MODE", "aws")
-    assert wiring.provider_problem("kafka", spec.validate(request)).startswith("faults: in AWS no fault is injected")
-    with pytest.raises(steps.InvalidRequest, match="faults: in AWS"):
-        steps.validate_request({"request": request})
-    monkeypatch.setenv("BROKERBENCH_MODE", "local")
-    assert wiring.provider_problem("kafka", spec.validate(request)) is None

@@ -72,7 +72,8 @@ def test_msk_cluster_is_created_with_tls_and_iam_then_polled_until_active():
         ready = provider.check(waiting)
         stub.assert_no_pending_responses()
     assert ready["ready"] and ready["endpoint"] == {"bootstrap_servers": "b-1.bb:9098,b-2.bb:9098", "auth": "iam",
-                                                     "tls": True, "version": "3.8.x"}
+                                                     "tls": True, "version": "3.8.x",
+                                                     "managed": {"service": "msk", "cluster_arn": ARN}}
 
 
 def test_msk_brokers_not_a_multiple_of_the_client_subnets_are_refused_before_any_call():
@@ -118,21 +119,29 @@ def test_msk_teardown_finds_the_cluster_by_name():
         stub.assert_no_pending_responses()
 
 
-def test_elasticache_group_has_tls_at_rest_encryption_and_an_auth_token_from_secrets_manager():
+def elasticache():
     cache, secrets = client("elasticache"), client("secretsmanager")
-    name = resource_name(RUN, "redis-streams")
     provider = ElastiCacheTargets(cache, secrets, auth_secret_arn=SECRET, subnet_group="bb-subnets",
                                   security_groups=["sg-2"])
+    return cache, secrets, resource_name(RUN, "redis-streams"), provider
+
+
+def expect_group(cache_stub, name: str, token: str, **nodes) -> None:
+    """CreateReplicationGroup as the provider must send it (nodes: its NumCacheClusters and failover settings)."""
+    cache_stub.add_response("create_replication_group", {"ReplicationGroup": {"ReplicationGroupId": name}}, {
+        "ReplicationGroupId": name, "ReplicationGroupDescription": ANY, "Engine": "redis", "EngineVersion": "7.1",
+        "CacheNodeType": "cache.r7g.large", **nodes, "TransitEncryptionEnabled": True,
+        "AtRestEncryptionEnabled": True, "AuthToken": token, "CacheSubnetGroupName": "bb-subnets",
+        "SecurityGroupIds": ["sg-2"], "Tags": [{"Key": "brokerbench:run", "Value": RUN}],
+    })
+
+
+def test_elasticache_group_has_tls_at_rest_encryption_and_an_auth_token_from_secrets_manager():
+    cache, secrets, name, provider = elasticache()
     with Stubber(cache) as cache_stub, Stubber(secrets) as secret_stub:
         secret_stub.add_response("get_secret_value", {"SecretString": "s3cret-token-of-32-characters-xx"},
                                  {"SecretId": SECRET})
-        cache_stub.add_response("create_replication_group", {"ReplicationGroup": {"ReplicationGroupId": name}}, {
-            "ReplicationGroupId": name, "ReplicationGroupDescription": ANY, "Engine": "redis", "EngineVersion": "7.1",
-            "CacheNodeType": "cache.r7g.large", "NumCacheClusters": 1, "TransitEncryptionEnabled": True,
-            "AtRestEncryptionEnabled": True, "AuthToken": "s3cret-token-of-32-characters-xx",
-            "CacheSubnetGroupName": "bb-subnets", "SecurityGroupIds": ["sg-2"],
-            "Tags": [{"Key": "brokerbench:run", "Value": RUN}],
-        })
+        expect_group(cache_stub, name, "s3cret-token-of-32-characters-xx", NumCacheClusters=1)
         cache_stub.add_response("describe_replication_groups", {"ReplicationGroups": [{"Status": "creating"}]},
                                 {"ReplicationGroupId": name})
         cache_stub.add_response("describe_replication_groups", {"ReplicationGroups": [{
@@ -141,8 +150,25 @@ def test_elasticache_group_has_tls_at_rest_encryption_and_an_auth_token_from_sec
         target = provider.provision(RUN, "redis-streams", spec())
         assert provider.check(target)["ready"] is False
         ready = provider.check(target)
-    assert ready["endpoint"] == {"host": "bb.cache.amazonaws.com", "port": 6379, "tls": True, "auth_secret_arn": SECRET}
+    assert ready["endpoint"] == {"host": "bb.cache.amazonaws.com", "port": 6379, "tls": True, "auth_secret_arn": SECRET,
+                                 "managed": {"service": "elasticache", "replication_group": name, "node_group": "0001"}}
     assert "s3cret" not in json.dumps(ready)  # the token never travels in the workflow's state
+
+
+def test_elasticache_group_with_replicas_has_automatic_failover_and_multi_az_and_each_node_priced():
+    """provision.redis-streams.nodes 2: a primary and a replica, which a fault's TestFailover needs."""
+    cache, secrets, name, provider = elasticache()
+    with Stubber(cache) as cache_stub, Stubber(secrets) as secret_stub:
+        secret_stub.add_response("get_secret_value", {"SecretString": "t" * 32}, {"SecretId": SECRET})
+        expect_group(cache_stub, name, "t" * 32, NumCacheClusters=2, AutomaticFailoverEnabled=True,
+                     MultiAZEnabled=True)
+        provider.provision(RUN, "redis-streams", spec(provision={"redis-streams": {"nodes": 2}}))
+        cache_stub.assert_no_pending_responses()
+    from brokerbench.brokers.redis_streams.prices import price, prices
+
+    [item], _ = price("redis-streams", {"nodes": 2}, 1800)
+    assert "2 nodes" in item["what"] and item["quantity"] == 2  # half an hour of two nodes: two billed node-hours
+    assert item["unit_price"] == prices()["node_hour"]["cache.r7g.large"]
 
 
 def test_elasticache_teardown_and_failures():

@@ -17,6 +17,7 @@ library and brokerbench's own helpers.
 from ..registry import (  # noqa: F401 (a plug-in's `from .. import Plugin`, and the old import paths)
     Capabilities,
     Cloud,
+    CloudFault,
     LocalService,
     Log,
     Plugin,

@@ -31,7 +31,7 @@ from ..spec import lanes
 from . import outcome, processes, resources, schedule, search
 from .consumer import ConsumerTask, consumer_main
 from .drain import Drain
-from .faults import CellFaults
+from .cloud_faults import for_cell as cell_faults
 from .framing import probe_header
 from .intervals import IntervalAggregator
 from .processes import death
@@ -256,7 +256,7 @@ class _CellRun:
         self.attach_due: int | None = None  # a startup backlog: when the consumers attach (the broker is asked then)
         self.at_attach: dict | None = None
         self.figures: dict = {}  # producer connection -> ProducerFigures: its intervals' figures, worked out here
-        self.faults = CellFaults(cell, endpoint, topic)  # the spec's faults, applied by this supervisor at their times
+        self.faults = cell_faults(cell, endpoint, topic)  # the spec's faults, applied by this supervisor at their times
         self.fault_figures: dict | None = None  # what the cell stores of them (_finish_faults)
         self.fault_intervals: list[dict] = []  # a faulted cell's intervals with their histograms
 

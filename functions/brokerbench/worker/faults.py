@@ -45,7 +45,7 @@ class CellFaults:
     def __init__(self, cell: dict, endpoint: dict, topic: str) -> None:
         self.steps = faults.timetable(cell.get("faults") or [])
         self.endpoint, self.topic = endpoint, topic
-        reference = plugin(cell["broker"]).cluster if self.steps else None
+        reference = self._hooks_reference(cell) if self.steps else None
         self.hooks = importlib.import_module(reference) if reference else None
         self.measure_start: int | None = None
         self.records: list[dict] = []
@@ -64,12 +64,20 @@ class CellFaults:
         self.measure_start = measure_start_ns
         if self._thread is None and self.steps and self.error is None:
             try:
-                self._nodes()  # the stack's records read once before the clock runs (their first read imports them)
+                self._prepare()
             except FaultError as exc:
                 self.error = str(exc)
                 return
             self._thread = threading.Thread(target=self._timetable, name="bb-faults", daemon=True)
             self._thread.start()
+
+    @staticmethod
+    def _hooks_reference(cell: dict) -> str | None:
+        return plugin(cell["broker"]).cluster
+
+    def _prepare(self) -> None:
+        """What is done once before the clock runs: the stack's records read (their first read imports them)."""
+        self._nodes()
 
     def first_due(self) -> int | None:
         """When the first action is due (monotonic ns); None without faults or before the measured start."""
@@ -147,16 +155,22 @@ class CellFaults:
             "at": datetime.now(timezone.utc).isoformat(timespec="milliseconds"),
             "leader_before": leader})
 
-    def finish(self) -> dict | None:
-        """Brings the cluster back (paused nodes resumed, nodes down started again, every node serving) and
-        returns what is stored with the cell: each action's record, what was left to restore, and the leader the
-        broker names at the end; None for a cell without faults."""
+    def _stop_clock(self) -> bool:
+        """Stops the faults' thread, once; False when there is nothing to finish (no faults, or finished already)."""
         if not self.hooks or self.finished:
-            return None
+            return False
         self.finished = True
         self._stop.set()
         if self._thread is not None:
             self._thread.join()
+        return True
+
+    def finish(self) -> dict | None:
+        """Brings the cluster back (paused nodes resumed, nodes down started again, every node serving) and
+        returns what is stored with the cell: each action's record, what was left to restore, and the leader the
+        broker names at the end; None for a cell without faults."""
+        if not self._stop_clock():
+            return None
         if "nodes" not in self.endpoint:  # nothing was applied (FaultError at the first action)
             return {"applied": self.records, "restored_at_end": [], "leader_at_end": None,
                     "cluster_whole_at_end": None}

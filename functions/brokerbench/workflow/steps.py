@@ -38,7 +38,8 @@ def validate_request(event: dict) -> dict:
         spec = validate(request)
     except SpecError as exc:
         raise InvalidRequest("; ".join(str(p) for p in exc.problems)) from None
-    unprovidable = [problem for broker in spec["brokers"] if (problem := wiring.provider_problem(broker, spec))]
+    unprovidable = list(dict.fromkeys(  # a rule of the whole request (a local reboot) named once, not per broker
+        problem for broker in spec["brokers"] if (problem := wiring.provider_problem(broker, spec))))
     if unprovidable:  # e.g. a broker with no cloud provider in AWS mode: refused before anything starts
         raise InvalidRequest("; ".join(unprovidable))
     return {"run_id": event.get("run_id") or new_run_id(), "spec": spec, "suite": event.get("suite")}

@@ -8,6 +8,7 @@ import importlib
 import os
 from pathlib import Path
 
+from .. import faults
 from ..registry import UnknownBroker, for_target, plugin
 from ..events.dynamodb import from_environment
 from ..local.stack import LocalStack
@@ -32,11 +33,8 @@ def provider_problem(broker: str, spec: dict) -> str | None:
     """Why no provider can supply `broker` in this mode (None when one can): the run is refused, not started."""
     if not local() and (missing := missing_client(broker, spec)):
         return missing
-    if not local() and spec.get("faults"):
-        # the kinds a managed service offers (MSK RebootBroker, ElastiCache TestFailover, Amazon MQ RebootBroker)
-        # are not called yet: a node's processes are signalled only on a cluster the local stack started
-        return ("faults: in AWS no fault is injected yet (the managed services' reboot and failover calls are not "
-                "made); run the faults on the local stack's clusters")
+    if found := fault_problems(broker, spec):
+        return "; ".join(f"{field}: {message}" for field, message in found)
     if broker in spec.get("targets", {}):
         return None
     try:
@@ -48,6 +46,22 @@ def provider_problem(broker: str, spec: dict) -> str | None:
     if not local() and chosen.cloud is None:
         return f"{broker} has no cloud provider: give its endpoint in targets.{broker}"
     return None
+
+
+def fault_problems(broker: str, spec: dict) -> list[tuple[str, str]]:
+    """What this mode refuses of the request's faults for `broker` (brokerbench.faults): a reboot locally; in AWS
+    every kind but reboot, and a reboot on a broker whose managed service offers none (or whose clients do not
+    follow a failover: the same rule as a local cluster's hooks)."""
+    if not spec.get("faults"):
+        return []
+    if local():
+        return faults.local_problems(spec)
+    try:
+        chosen = for_target(broker)
+    except UnknownBroker:
+        return []  # provider_problem names it
+    offer = chosen.cloud.fault if chosen.cloud and chosen.cluster else None
+    return faults.aws_problems({**spec, "brokers": [broker]}, {broker: (chosen.cloud.service, offer) if offer else None})
 
 
 def missing_client(broker: str, spec: dict) -> str | None:

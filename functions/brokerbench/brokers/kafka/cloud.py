@@ -91,7 +91,8 @@ class MskTargets:
         except ClientError as exc:
             raise_client_error(exc, TRANSIENT, f"checking MSK cluster {current['resource']}")
         endpoint = {"bootstrap_servers": brokers["BootstrapBrokerStringSaslIam"], "auth": "iam", "tls": True,
-                    "version": info["Provisioned"]["CurrentBrokerSoftwareInfo"]["KafkaVersion"]}
+                    "version": info["Provisioned"]["CurrentBrokerSoftwareInfo"]["KafkaVersion"],
+                    "managed": {"service": "msk", "cluster_arn": current["resource"]}}  # its faults' target
         return {**current, "ready": True, "endpoint": endpoint}
 
     def teardown(self, run_id: str, broker: str, spec: dict) -> dict:

@@ -9,20 +9,36 @@ from confluent_kafka.admin import AdminClient
 
 from ...local.processes import spawn
 from ...local.stack import cluster_nodes, node_restarted
+from .driver import _security
 from .local import broker_count
+
+
+def _metadata(endpoint: dict, topic: str | None, timeout_s: float):
+    """The cluster's metadata from any node that answers (TLS and MSK IAM auth as the endpoint asks); None when
+    none answers within the timeout."""
+    admin = AdminClient({"bootstrap.servers": endpoint["bootstrap_servers"], "socket.timeout.ms": 2000,
+                         **_security(endpoint)})
+    try:
+        return admin.list_topics(topic, timeout=timeout_s)
+    except Exception:  # noqa: BLE001 - no node answered within the timeout: nothing known
+        return None
 
 
 def leader(endpoint: dict, topic: str, timeout_s: float = 5.0) -> str | None:
     """The node.id leading the topic's first partition, from the metadata of any node that answers; None while
     no node leads it (an election) or when no node answers."""
-    admin = AdminClient({"bootstrap.servers": endpoint["bootstrap_servers"], "socket.timeout.ms": 2000})
-    try:
-        metadata = admin.list_topics(topic, timeout=timeout_s)
-    except Exception:  # noqa: BLE001 - no node answered within the timeout: no leader known
+    metadata = _metadata(endpoint, topic, timeout_s)
+    if metadata is None:
         return None
     partitions = metadata.topics.get(topic).partitions if topic in metadata.topics else {}
     first = partitions.get(0)
     return str(first.leader) if first is not None and first.leader >= 0 else None
+
+
+def broker_ids(endpoint: dict, timeout_s: float = 5.0) -> list[str]:
+    """The node.ids the cluster's metadata lists now (an empty list when no node answers)."""
+    metadata = _metadata(endpoint, None, timeout_s)
+    return sorted((str(b) for b in metadata.brokers), key=int) if metadata is not None else []
 
 
 def nodes(endpoint: dict) -> list[dict]:

@@ -190,6 +190,7 @@ class AmazonMqTargets:
         return {"host": host, "amqp_port": int(port or AMQPS_PORT), "tls": True, "vhost": "/", "username": USERNAME,
                 "password_secret_arn": secret_arn, "version": info.get("EngineVersion", "unknown"),
                 "deployment": info.get("DeploymentMode"), "instance_type": info.get("HostInstanceType"),
+                "managed": {"service": "amazonmq", "broker_id": info.get("BrokerId")},  # its faults' target
                 **({"management_url": console} if console else {})}
 
     # -- teardown and the sweeper ---------------------------------------------------------------------

@@ -1,7 +1,7 @@
 """RabbitMQ quorum queues over AMQP 0-9-1 (pika), on the local RabbitMQ node that rabbitmq-streams shares, or on
 Amazon MQ for RabbitMQ in the cloud (AMQP over TLS)."""
 
-from .. import Capabilities, Cloud, Plugin, Settings
+from .. import Capabilities, Cloud, CloudFault, Plugin, Settings
 from ..rabbitmq import settings
 from ..rabbitmq.local import SERVICE
 
@@ -24,7 +24,9 @@ PLUGIN = Plugin(
     local=SERVICE,
     # prices: brokers/rabbitmq/prices.py; creation_s: an Amazon MQ broker takes about 20 min to create
     cloud=Cloud(service="Amazon MQ for RabbitMQ", factory="brokerbench.brokers.rabbitmq.cloud:provider",
-                prices="brokerbench.brokers.rabbitmq.prices:price", creation_s=20 * 60),
+                prices="brokerbench.brokers.rabbitmq.prices:price", creation_s=20 * 60,
+                fault=CloudFault(call="mq:RebootBroker", does="restarts the whole broker, every node of a cluster",
+                                 hooks="brokerbench.brokers.rabbitmq.cloud_faults", targets=())),
     libraries=("pika",),
     cluster="brokerbench.brokers.rabbitmq.faults",
 )

@@ -1,5 +1,6 @@
 """ElastiCache for Redis as Redis Streams' cloud provider: TLS in transit, encryption at rest, an AUTH token
-from Secrets Manager.
+from Secrets Manager. provision.redis-streams.nodes (1 to 3) is the group's primary and replicas; with a replica,
+automatic failover and Multi-AZ are on (a fault's TestFailover needs them: cloud_faults.py).
 
 BROKERBENCH_REDIS_SUBNET_GROUP, BROKERBENCH_REDIS_SECURITY_GROUPS (comma-separated),
 BROKERBENCH_REDIS_AUTH_SECRET_ARN   set by the CDK app
@@ -40,9 +41,7 @@ class ElastiCacheTargets:
 
     def provision(self, run_id: str, broker: str, spec: dict) -> dict:
         settings = spec["provision"].get("redis-streams", {})
-        if settings.get("nodes", 1) > 1:  # a one-node group is all this provider makes: never fewer than asked for
-            raise ProvisioningError(f"provision.redis-streams.nodes: {settings['nodes']} nodes are run locally only; "
-                                    "ElastiCache here makes a one-node replication group (omit nodes, or run locally)")
+        nodes = settings.get("nodes", 1)  # a primary and nodes - 1 replicas
         name = resource_name(run_id, broker)
         try:
             token = self.secrets.get_secret_value(SecretId=self.auth_secret_arn)["SecretString"]
@@ -52,7 +51,10 @@ class ElastiCacheTargets:
                 Engine="redis",
                 EngineVersion=settings.get("version", DEFAULT_VERSION),
                 CacheNodeType=settings.get("node_type", "cache.r7g.large"),
-                NumCacheClusters=1,
+                NumCacheClusters=nodes,
+                # with a replica: ElastiCache promotes it when the primary fails (what a fault's TestFailover tests),
+                # in another AZ of the subnet group
+                **({"AutomaticFailoverEnabled": True, "MultiAZEnabled": True} if nodes > 1 else {}),
                 TransitEncryptionEnabled=True,
                 AtRestEncryptionEnabled=True,
                 AuthToken=token,
@@ -90,7 +92,9 @@ class ElastiCacheTargets:
             return still_waiting(current)
         primary = group["NodeGroups"][0]["PrimaryEndpoint"]
         endpoint = {"host": primary["Address"], "port": primary["Port"], "tls": True,
-                    "auth_secret_arn": self.auth_secret_arn}
+                    "auth_secret_arn": self.auth_secret_arn,
+                    "managed": {"service": "elasticache", "replication_group": current["resource"],  # its faults'
+                                "node_group": group["NodeGroups"][0].get("NodeGroupId", "0001")}}  # target
         return {**current, "ready": True, "endpoint": endpoint}
 
     def teardown(self, run_id: str, broker: str, spec: dict) -> dict:

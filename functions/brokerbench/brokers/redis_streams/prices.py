@@ -11,7 +11,7 @@ from pathlib import Path
 from ...cost import hours_text, line_item
 
 PRICES_FILE = Path(__file__).with_name("prices.json")
-NODES = 1  # cloud.py: NumCacheClusters=1 (a primary, no replica)
+DEFAULT_NODES = 1  # cloud.py: NumCacheClusters = provision.redis-streams.nodes (a primary and its replicas)
 
 
 @cache
@@ -28,7 +28,8 @@ def price(broker: str, settings: dict, life_s: float) -> tuple[list[dict], list[
         return [], [f"{broker}: no list price for {node_type} in brokers/redis_streams/prices.json: its node-hours "
                     "are not counted"]
     billed = math.ceil(life_s / 3600 - 1e-9)  # a partial node-hour is billed as a full one
-    return [line_item(f"{broker}: ElastiCache {node_type}, {NODES} node × {hours_text(life_s)} "
-                      f"(billed as {billed} h)", NODES * billed, "node-hour", rate)], \
+    nodes = settings.get("nodes", DEFAULT_NODES)
+    return [line_item(f"{broker}: ElastiCache {node_type}, {nodes} node{'s' if nodes > 1 else ''} × "
+                      f"{hours_text(life_s)} (billed as {billed} h)", nodes * billed, "node-hour", rate)], \
         [f"{broker}: ElastiCache node-hours are billed per started hour (brokers/redis_streams/prices.json, "
          f"{table['region']}, as of {table['as_of']})."]

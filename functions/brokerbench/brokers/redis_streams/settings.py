@@ -33,9 +33,10 @@ PROVISION = {
         },
         "nodes": {"description": "Redis servers. Locally 1 (the default), or a failover cluster of 2 or 3 on this host "
                            "(`redis@2`, `redis@3`): a master and 1 or 2 replicas, watched by three Sentinels (quorum "
-                           "2) that promote a replica when the master fails. Replication is asynchronous: a failover "
-                           "may lose acknowledged XADDs (client.redis_wait_replicas narrows that). Not on "
-                           "ElastiCache yet.",
+                           "2) that promote a replica when the master fails. On ElastiCache: a primary and 1 or 2 "
+                           "replicas with automatic failover and Multi-AZ on (each node priced). Replication is "
+                           "asynchronous: a failover may lose acknowledged XADDs (client.redis_wait_replicas narrows "
+                           "that).",
                   "type": "integer", "minimum": 1, "maximum": 3},
         "node_type": {"description": "ElastiCache node type: one priced in brokers/redis_streams/prices.json (a spend "
                                      "guard, also held by the IAM policy's elasticache:CacheNodeType condition).",

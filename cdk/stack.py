@@ -83,6 +83,7 @@ class BrokerbenchStack(Stack):
         targets.grant_teardown(functions["teardown_target"])
         for module in ("record_targets_ready", "run_cell", "record_cell_failed"):  # the last deletes a failed
             targets.grant_clients(functions[module])  # cell's topics
+        targets.grant_faults(functions["run_cell"])  # a cell's faults in AWS (kind reboot) on its run's own target
         workers.grant_launch(functions["start_ec2_worker"])
 
         workflow = Workflow(self, "Workflow", functions=functions)

@@ -198,6 +198,30 @@ class BrokerTargets(Construct):
               wildcard_reason="RabbitMQ clients read the run's Amazon MQ broker password (brokerbench/bb-*, one per "
                               "run, with a random suffix Secrets Manager appends)")
 
+    def grant_faults(self, grantee: iam.IGrantable) -> None:
+        """Workers (RunCell and the EC2 worker role): a run's faults of kind reboot (brokerbench/worker/cloud_faults.py)
+        on its own target, and the target's state until it serves again.
+
+        Scoped to what runs create: names bb-* and, for the calls that act, the brokerbench:run tag on the resource
+        (aws:ResourceTag). The roles serve every run of the deployment, so no one run's ARN can be named here; the
+        worker only ever calls on the resource its own run's endpoint names (`managed`, set by the provider)."""
+        tag_reason = ("a run's fault (kind reboot) acts on its own target, created per run as bb-<run id>-<broker> "
+                      "with the brokerbench:run tag; the ARN's last part is assigned at creation, so the bb-* name "
+                      "pattern and the tag condition scope it")
+        allow(grantee, ["kafka:RebootBroker"], [self._msk_clusters()], conditions=TAGGED_RESOURCE,
+              wildcard_reason=tag_reason)
+        allow(grantee, ["elasticache:TestFailover"], [self._redis_groups()], conditions=TAGGED_RESOURCE,
+              wildcard_reason=tag_reason)
+        allow(grantee, ["mq:RebootBroker"], [self._mq_brokers()], conditions=TAGGED_RESOURCE,
+              wildcard_reason=tag_reason)
+        allow(grantee, ["kafka:DescribeClusterV2"], [self._msk_clusters()],
+              wildcard_reason="after a reboot the cell reads the run's bb-* cluster's state until it is ACTIVE again")
+        allow(grantee, ["elasticache:DescribeReplicationGroups"], [self._redis_groups()],
+              wildcard_reason="a fault's target is the run's bb-* group's primary, and after the failover the cell "
+                              "reads the group's state until it is available again")
+        allow(grantee, ["mq:DescribeBroker"], [self._mq_brokers()],
+              wildcard_reason="after a reboot the cell reads the run's bb-* broker's state until it runs again")
+
     @staticmethod
     def _msk_clusters() -> str:
         return _arn("kafka", f"cluster/{NAME_PREFIX}*/*")

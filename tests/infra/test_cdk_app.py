@@ -527,6 +527,28 @@ def test_broker_resources_are_scoped_by_name_and_run_tag(resources):
             assert re.search(r"(cluster|topic|replicationgroup|broker)[/:]bb-\*", text), (action, text)
 
 
+def test_only_the_workers_may_reboot_and_fail_over_and_only_the_runs_tagged_bb_targets(resources):
+    """A run's faults in AWS (kind reboot, brokerbench/worker/cloud_faults.py): RunCell's role and the EC2 worker's
+    role, and no other, hold kafka:RebootBroker, elasticache:TestFailover and mq:RebootBroker, each in a statement of
+    its own on the bb-* resources of its service (never "*") with the brokerbench:run tag required on the resource."""
+    run_cell_role = handler_functions(resources)["run_cell"][1]["Role"]["Fn::GetAtt"][0]
+    (instance_role,) = [k for k, r in of_type(resources, "AWS::IAM::Role").items()
+                        if r["Properties"].get("Description", "").startswith("brokerbench EC2 worker")]
+    scoped = {"kafka:RebootBroker": ":cluster/bb-*/*", "elasticache:TestFailover": ":replicationgroup:bb-*",
+              "mq:RebootBroker": ":broker:bb-*"}
+    holders = {action: [] for action in scoped}
+    for logical_id, statement in statements(resources):
+        granted = [a for a in as_list(statement["Action"]) if a in scoped]
+        for action in granted:
+            assert as_list(statement["Action"]) == [action] and statement["Effect"] == "Allow"
+            assert statement["Condition"] == {"Null": {"aws:ResourceTag/brokerbench:run": "false"}}, action
+            (resource,) = as_list(statement["Resource"])
+            assert resource != "*" and json.dumps(resource).endswith(f'{scoped[action]}"]]}}'), (action, resource)
+            holders[action] += resources[logical_id]["Properties"]["Roles"]
+    for action, roles in holders.items():
+        assert sorted(r["Ref"] for r in roles) == sorted([run_cell_role, instance_role]), action
+
+
 def test_ec2_workers_are_launched_only_from_the_template_with_their_role(resources):
     run = [s for _, s in statements(resources) if "ec2:RunInstances" in as_list(s["Action"])]
     assert run and all("*" not in as_list(s["Resource"]) for s in run)

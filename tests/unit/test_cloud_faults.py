@@ -237,3 +237,15 @@ def test_a_managed_target_gets_the_managed_applier_and_a_local_one_the_signals()
     cell = _cell("kafka", {"kind": "reboot", "at_s": 1})
     assert isinstance(for_cell(cell, {"bootstrap_servers": "x", "managed": {"service": "msk"}}, "t"), ManagedFaults)
     assert type(for_cell(_cell("kafka"), {"bootstrap_servers": "x"}, "t")) is CellFaults
+
+
+def test_a_refused_call_is_shown_beside_the_cells_faults():
+    from brokerbench.reports.faults import cell_line
+
+    cell = {"cell_id": "kafka.raw.batch.256B.200mps.r0", "acked": 600, "lost": 0, "duplicated": 0,
+            "broker_count": {"difference": 0},
+            "faults": {"applied": [], "failed": [{"kind": "reboot", "nodes": ["2"], "at_s": 1.02,
+                                                  "error": {"code": "BadRequestException", "message": "not ACTIVE"}}],
+                       "leader_at_end": "1", "producer_ack_gap": None, "consumer_receipt_gap": None}}
+    assert cell_line(cell).startswith("kafka.raw.batch.256B.200mps.r0: reboot 2 REFUSED at 1.02 s "
+                                      "(BadRequestException) · leader – → 1")

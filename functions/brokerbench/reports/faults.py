@@ -139,7 +139,11 @@ def _ms(figures: dict | None, name: str) -> str:
 
 
 def _applied(record: dict) -> str:
-    return ", ".join(f"{a['kind']} {'+'.join(a['nodes']) or '–'} at {a['at_s']:.2f} s" for a in record["applied"])
+    """The actions as applied, then any managed call the service refused (AWS: `failed`, with the error's code)."""
+    done = [f"{a['kind']} {'+'.join(a['nodes']) or '–'} at {a['at_s']:.2f} s" for a in record["applied"]]
+    refused = [f"{a['kind']} {'+'.join(a['nodes']) or '–'} REFUSED at {a['at_s']:.2f} s ({a['error']['code']})"
+               for a in record.get("failed") or []]
+    return ", ".join(done + refused)
 
 
 def held_text(row: dict) -> str:

@@ -51,7 +51,8 @@ def _ms(figures: dict | None, name: str) -> str:
 
 
 def _applied(record: dict) -> str:
-    return ", ".join(f"{a['kind']} {'+'.join(a['nodes']) or '–'} at {a['at_s']:.2f} s" for a in record["applied"])
+    return ", ".join(f"{a['kind']}{' ' + a['effect'] if a.get('effect') else ''} {'+'.join(a['nodes']) or '–'} at "
+                     f"{a['at_s']:.2f} s" for a in record["applied"])  # a network fault says its effect
 
 
 def held_text(row: dict) -> str:

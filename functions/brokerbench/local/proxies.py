@@ -82,7 +82,8 @@ def route(endpoint: dict, service: str, api_port: int) -> dict:
     broker's local service makes no links (its clients cannot be routed through proxies here)."""
     links = (endpoint.get("proxy") or {}).get("links")
     if not links:
-        raise StackError(f"{service} has no proxied links: its clients cannot be routed through a proxy here")
+        raise StackError(f"{service} runs without the links a proxy goes on (started by an earlier version?): stop "
+                         f"it with `brokerbench local down {service}` and run again")
     client = ToxiproxyClient(api_port)
     routed = []
     for link in links:

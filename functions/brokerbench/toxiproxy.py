@@ -6,7 +6,8 @@ forwards every connection to its upstream; a toxic changes what crosses it while
 network faults of a run request (brokerbench.faults, `kind` "network") are these toxics:
 
 - latency: every chunk of data is held `latency_ms` before it is passed on (in the direction(s) asked for);
-- bandwidth: at most `rate_kbps` KB/s pass (Toxiproxy's "rate" is in KB/s);
+- bandwidth: `rate_kbps` KB/s (1,000 bytes) per connection and direction: each chunk is held for its size at that rate
+  (Toxiproxy's "rate", in KB/s), split into 100 ms slices when larger, a timer that oversleeps made up on the next;
 - reset: `reset_peer` with timeout 0: the first data to cross a connection closes it with a TCP RST (SO_LINGER 0),
   and so does the first data of every connection made again while it is in place;
 - blackhole: `timeout` with timeout 0: data is dropped and nothing is closed (a link that hangs: the client's

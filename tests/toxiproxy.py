@@ -9,36 +9,29 @@ latency during a cell calls `latency` again with the new figure).
 
 from __future__ import annotations
 
-import json
-import socket
 import subprocess
 import threading
 import time
-import urllib.error
-import urllib.request
 from pathlib import Path
 
 from brokerbench.local.install import toxiproxy_path
 from brokerbench.local.stack import free_port
+from brokerbench.toxiproxy import HOST, ToxiproxyClient, ToxiproxyError
 from inline_run import RunHooks
 
-HOST = "127.0.0.1"
-STREAMS = ("upstream", "downstream")  # client → server, server → client
+__all__ = ["ClimbingDelay", "Toxiproxy", "ToxiproxyError"]
 
 
-class ToxiproxyError(RuntimeError):
-    pass
-
-
-class Toxiproxy:
-    """One Toxiproxy server (its API on a free loopback port) and the proxies made through it."""
+class Toxiproxy(ToxiproxyClient):
+    """One Toxiproxy server (its API on a free loopback port) and the proxies made through it (the API's calls:
+    brokerbench.toxiproxy)."""
 
     def __init__(self, log_dir: Path, binary: Path | None = None) -> None:
         binary = binary or toxiproxy_path()
         if not binary.is_file():
             raise ToxiproxyError(f"Toxiproxy is not installed at {binary}: run "
-                                 "`python -m brokerbench.local.install --with-browser` (make test does)")
-        self.port = free_port()
+                                 "`python -m brokerbench.local.install --with-toxiproxy` (make test does)")
+        super().__init__(free_port())
         self.log = open(log_dir / "toxiproxy.log", "wb")
         self.process = subprocess.Popen([str(binary), "-host", HOST, "-port", str(self.port)],
                                         stdout=self.log, stderr=subprocess.STDOUT)
@@ -50,60 +43,17 @@ class Toxiproxy:
             if self.process.poll() is not None:
                 raise ToxiproxyError(f"Toxiproxy exited with {self.process.returncode}")
             try:
-                self._call("GET", "/version")
+                self.version()
                 return
-            except (OSError, ToxiproxyError):
+            except ToxiproxyError:
                 time.sleep(0.05)
         self.stop()
         raise ToxiproxyError(f"Toxiproxy's API did not answer on {HOST}:{self.port} within {timeout_s} s")
 
-    def _call(self, method: str, path: str, body: dict | None = None):
-        request = urllib.request.Request(f"http://{HOST}:{self.port}{path}", method=method,
-                                         data=json.dumps(body).encode() if body is not None else None,
-                                         headers={"content-type": "application/json"})
-        try:
-            with urllib.request.urlopen(request, timeout=10) as response:
-                text = response.read().decode()
-        except urllib.error.HTTPError as error:
-            raise ToxiproxyError(f"{method} {path}: {error.code} {error.read().decode()[:500]}") from None
-        return json.loads(text) if text.strip().startswith(("{", "[")) else text
-
     def proxy(self, name: str, upstream_port: int, listen_port: int | None = None) -> int:
         """A proxy from 127.0.0.1:<listen_port> (a free one unless given) to 127.0.0.1:<upstream_port>; returns
         the port clients connect to."""
-        listen_port = listen_port or free_port()
-        self._call("POST", "/proxies", {"name": name, "listen": f"{HOST}:{listen_port}",
-                                        "upstream": f"{HOST}:{upstream_port}", "enabled": True})
-        deadline = time.monotonic() + 5
-        while time.monotonic() < deadline:  # listening once the API has answered; checked all the same
-            try:
-                socket.create_connection((HOST, listen_port), timeout=1).close()
-                return listen_port
-            except OSError:
-                time.sleep(0.02)
-        raise ToxiproxyError(f"proxy {name} does not listen on {HOST}:{listen_port}")
-
-    def latency(self, name: str, ms: float, stream: str = "downstream", jitter_ms: float = 0) -> None:
-        """Set (or change, while traffic flows) the latency every chunk of `stream` data gains through proxy
-        `name`: upstream is client → server, downstream server → client. 0 removes it."""
-        if stream not in STREAMS:
-            raise ValueError(f"stream: {stream!r} is not one of {', '.join(STREAMS)}")
-        toxic = f"latency-{stream}"
-        existing = {t["name"] for t in self._call("GET", f"/proxies/{name}/toxics")}
-        if not ms:
-            if toxic in existing:
-                self._call("DELETE", f"/proxies/{name}/toxics/{toxic}")
-            return
-        attributes = {"latency": int(round(ms)), "jitter": int(round(jitter_ms))}
-        if toxic in existing:
-            self._call("POST", f"/proxies/{name}/toxics/{toxic}", {"attributes": attributes})
-        else:
-            self._call("POST", f"/proxies/{name}/toxics", {"name": toxic, "type": "latency", "stream": stream,
-                                                           "toxicity": 1.0, "attributes": attributes})
-
-    def toxics(self, name: str) -> dict[str, dict]:
-        """The proxy's toxics by name, as Toxiproxy reports them."""
-        return {t["name"]: t for t in self._call("GET", f"/proxies/{name}/toxics")}
+        return super().proxy(name, upstream_port, listen_port or free_port())
 
     def stop(self) -> None:
         if self.process.poll() is None:

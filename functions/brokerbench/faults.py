@@ -7,6 +7,10 @@ warm-up excluded), to a node of the broker's local cluster:
 - stop: SIGTERM, a clean shutdown (the node hands over what it leads where the broker does that);
 - pause: SIGSTOP for duration_s, then SIGCONT (a node that hangs: its connections stay open, nothing answers);
 - restart: the nodes an earlier kill or stop took down started again, on their own ports and data;
+- network: for duration_s, a fault on the link between the cell's clients and the node, made by a Toxiproxy proxy
+  in front of each node (brokerbench.toxiproxy): `effect` latency (latency_ms added to each chunk), bandwidth (at
+  most rate_kbps KB/s), reset (every connection reset by the node's side as soon as data crosses it) or blackhole
+  (nothing crosses, nothing is closed), on the `direction` asked for (both by default), then taken off.
 - reboot (AWS mode only): the managed service's own call on the run's target (Amazon MSK RebootBroker of one broker,
   ElastiCache TestFailover of the replication group's primary, Amazon MQ RebootBroker of the whole broker), made
   from the worker's side of the cell (brokerbench.worker.cloud_faults). The service brings the node back itself.
@@ -14,12 +18,15 @@ warm-up excluded), to a node of the broker's local cluster:
 `target` names the node: "leader" (the node that leads the cell's topic, stream or queue when the fault comes, as
 the broker itself says), "follower" (another node of the cluster) or a node's own name. A fault that needs a
 replica to fail over to is refused on a single node, and a broker without a local cluster takes no fault; so is a
-target the run does not start itself (an existing endpoint: its processes are not ours to signal). A node still
-down or paused when the cell's sending ends is brought back before the next cell (`FaultTimetable.ends`).
+target the run does not start itself (an existing endpoint: its processes are not ours to signal). A network fault
+needs no replica (a single node takes it too) but a broker whose clients the local stack can route through a proxy
+per node (its local service's `proxied_sizes`: the node counts it can). A node still down or paused when the cell's
+sending ends is brought back, and a network fault still on is taken off, before the next cell.
 
 Which kinds a run may ask for depends on where it runs (`local_problems`, `aws_problems`, checked with the providers
-before anything starts): locally every kind but reboot, since the run holds the nodes' processes; in AWS reboot only,
-since a managed service lets no client signal its nodes, and only on a broker whose service offers the call.
+before anything starts): locally every kind but reboot, since the run holds the nodes' processes and can put a proxy
+in front of them; in AWS reboot only, since a managed service lets no client signal its nodes, and only on a broker
+whose service offers the call.
 """
 
 from __future__ import annotations
@@ -29,7 +36,7 @@ from dataclasses import dataclass
 
 from . import histogram
 
-KINDS = ("kill", "stop", "pause", "restart", "reboot")
+KINDS = ("kill", "stop", "pause", "restart", "network", "reboot")
 MANAGED = ("reboot",)  # kinds a managed service's own control-plane call makes (AWS mode only)
 # Why a kind has no managed equivalent (aws_problems): what it does that no managed service lets a client do
 NO_MANAGED = {"kill": "a crash of one node's processes, which a managed service lets no client cause",
@@ -37,9 +44,16 @@ NO_MANAGED = {"kill": "a crash of one node's processes, which a managed service 
                       "reboot, which brings the node back by itself",
               "pause": "a node that hangs (SIGSTOP); no managed service freezes a node's processes",
               "restart": "a node an earlier kill or stop took down, started again; a rebooted node comes back by "
-                         "itself"}
+                         "itself",
+              "network": "a fault on the link to one node, made by a proxy the run puts in front of its own local "
+                         "nodes; a managed broker's clients reach it directly"}
 DOWN = ("kill", "stop")  # kinds that take a node down until a restart
 TARGETS = ("leader", "follower")  # or a node's own name
+NETWORK = "network"
+EFFECTS = ("latency", "bandwidth", "reset", "blackhole")  # a network fault's; brokerbench.toxiproxy.toxics_for
+DIRECTIONS = ("both", "upstream", "downstream")  # client → broker, broker → client
+EFFECT_FIELDS = {"latency": "latency_ms", "bandwidth": "rate_kbps"}  # what an effect needs besides its duration
+NETWORK_FIELDS = ("effect", "direction", *EFFECT_FIELDS.values())  # a network fault's own fields
 # After a managed call (worker/cloud_faults.py) the cell waits for the service to serve again: its state is read no
 # sooner than MANAGED_SETTLE_S after the call (a service shows a reboot in its state some time after accepting it: an
 # assumption, never measured here), and for MANAGED_WHOLE_TIMEOUT_S at most (MSK documents minutes for a broker's
@@ -56,14 +70,16 @@ class Step:
 
     at_ns: int
     index: int  # the fault's place in the request's list
-    kind: str  # kill | stop | pause | resume | restart
+    kind: str  # kill | stop | pause | resume | restart | network | heal (a network fault taken off)
     target: str
 
 
-def problems(spec: dict, clustered: dict[str, bool], local: dict[str, bool]) -> list[tuple[str, str]]:
+def problems(spec: dict, clustered: dict[str, bool], local: dict[str, bool],
+             proxied: dict[str, tuple[int, ...]] | None = None) -> list[tuple[str, str]]:
     """Every (field, what is wrong) of the request's faults. `clustered`: per broker of the request, whether it has
     a local cluster faults can be injected into; `local`: whether the run starts the broker itself (no existing
-    endpoint in targets)."""
+    endpoint in targets); `proxied`: per broker, the node counts whose clients the local stack can route through a
+    proxy per node (network faults)."""
     faults = spec.get("faults") or []
     if not faults:
         return []
@@ -78,10 +94,14 @@ def problems(spec: dict, clustered: dict[str, bool], local: dict[str, bool]) -> 
                               "length; give duration_s instead"))
         duration = None
     nodes = {b: (spec.get("provision", {}).get(b) or {}).get("nodes", 1) for b in spec["brokers"]}
+    needs_replica = any(f["kind"] != NETWORK for f in faults)
+    out += _network_problems(spec, faults, nodes, local, proxied or {})
     for broker in spec["brokers"]:
         if not local.get(broker):
             out.append((f"targets.{broker}", "faults are injected into a cluster the run starts itself; an existing "
                                              "endpoint's processes are not the run's to signal"))
+        elif not needs_replica:
+            continue
         elif not clustered.get(broker):
             runs = ", ".join(sorted(b for b, ok in clustered.items() if ok)) or "none"
             out.append(("faults", f"{broker} takes no faults here: it has no local cluster with fault hooks, or its "
@@ -94,6 +114,11 @@ def problems(spec: dict, clustered: dict[str, bool], local: dict[str, bool]) -> 
         place, kind, at = f"faults[{i}]", fault["kind"], fault["at_s"]
         if duration is not None and at >= duration:
             out.append((f"{place}.at_s", f"{at:g} s is not inside the measured {duration:g} s (duration_s)"))
+        if kind != NETWORK:
+            out += [(f"{place}.{name}", f"a {kind} has no {name} (a network fault's)") for name in NETWORK_FIELDS
+                    if name in fault]
+        if kind == NETWORK:
+            continue  # _network_problems
         if kind == "pause":
             if "duration_s" not in fault:
                 out.append((f"{place}.duration_s", "a pause needs its duration_s (how long the node is stopped)"))
@@ -156,15 +181,58 @@ def managed_wait_s(faults: list[dict]) -> float:
     return MANAGED_SETTLE_S + MANAGED_WHOLE_TIMEOUT_S if any(f["kind"] in MANAGED for f in faults) else 0.0
 
 
+def _network_problems(spec: dict, faults: list[dict], nodes: dict[str, int], local: dict[str, bool],
+                      proxied: dict[str, tuple[int, ...]]) -> list[tuple[str, str]]:
+    """The network faults' own rules: an effect with what it needs and nothing of another's, a duration inside the
+    measured window, a follower only where there is one, and brokers whose clients the local stack can route
+    through a proxy per node at the size asked for."""
+    network = [(i, f) for i, f in enumerate(faults) if f["kind"] == NETWORK]
+    if not network:
+        return []
+    out = []
+    duration = spec.get("duration_s") if spec.get("messages") is None else None
+    for i, fault in network:
+        place, effect = f"faults[{i}]", fault.get("effect")
+        if effect is None:
+            out.append((f"{place}.effect", f"a network fault needs its effect: one of {', '.join(EFFECTS)}"))
+        for wanted, name in EFFECT_FIELDS.items():
+            if effect == wanted and name not in fault:
+                out.append((f"{place}.{name}", f"a {wanted} fault needs its {name}"))
+            elif effect is not None and effect != wanted and name in fault:
+                out.append((f"{place}.{name}", f"{name} belongs to a {wanted} fault, not a {effect} one"))
+        if "duration_s" not in fault:
+            out.append((f"{place}.duration_s", "a network fault needs its duration_s (how long the link is faulty)"))
+        elif duration is not None and fault["at_s"] + fault["duration_s"] > duration:
+            out.append((f"{place}.duration_s", f"the network fault ends at {fault['at_s'] + fault['duration_s']:g} "
+                                               f"s, after the measured {duration:g} s (duration_s)"))
+        single = sorted(b for b in spec["brokers"] if nodes[b] < 2)
+        if fault.get("target") == "follower" and single:
+            out.append((f"{place}.target", f"{', '.join(single)} runs as 1 node: it has no follower (target the "
+                                           "leader, or ask for a cluster)"))
+    takes = ", ".join(f"{b} ({_sizes(s)})" for b, s in sorted(proxied.items()) if s) or "none"
+    for broker in spec["brokers"]:
+        if local.get(broker) and nodes[broker] not in proxied.get(broker, ()):
+            out.append(("faults", f"{broker} takes no network faults as {nodes[broker]} node"
+                                  f"{'s' if nodes[broker] > 1 else ''}: the local stack cannot route its clients "
+                                  f"through a proxy in front of each node (network faults run on: {takes})"))
+    return out
+
+
+def _sizes(sizes: tuple[int, ...]) -> str:
+    return "1 node" if tuple(sizes) == (1,) else f"{min(sizes)} to {max(sizes)} nodes"
+
+
 def timetable(faults: list[dict]) -> list[Step]:
-    """The cell's actions in time order: each fault at its at_s, a pause's resume at its end."""
+    """The cell's actions in time order: each fault at its at_s, a pause's resume and a network fault's heal at
+    their ends."""
     steps = []
     for i, fault in enumerate(faults):
         at = int(round(fault["at_s"] * SECOND_NS))
         target = fault.get("target", "leader")
         steps.append(Step(at, i, fault["kind"], target))
-        if fault["kind"] == "pause":
-            steps.append(Step(at + int(round(fault["duration_s"] * SECOND_NS)), i, "resume", target))
+        end = {"pause": "resume", NETWORK: "heal"}.get(fault["kind"])
+        if end:
+            steps.append(Step(at + int(round(fault["duration_s"] * SECOND_NS)), i, end, target))
     return sorted(steps, key=lambda s: (s.at_ns, s.index))
 
 

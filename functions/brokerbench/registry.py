@@ -44,6 +44,10 @@ class LocalService(Protocol):
     Helpers a service uses: brokerbench.local.processes (spawn a process with its log, HOST,
     port_answers, StackError), brokerbench.local.install (InstallError, install_debian for Debian packages,
     fetch_maven_jars and lib_dir for Maven Central jars, jar_version).
+
+    Optional, for network faults (brokerbench.faults): `proxied_sizes`, the node counts at which its endpoint's
+    `proxy` says where a proxy in front of each node goes and how clients reach the nodes through them
+    (brokerbench.local.proxies); a broker without it takes no network faults.
     """
 
     name: str  # its name in the stack: state key, folder under the state folder, `local status` row

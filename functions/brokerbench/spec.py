@@ -205,11 +205,13 @@ def _shape_problems(spec: dict, rates: list[tuple[object, str]]) -> list[Problem
 
 
 def _fault_problems(spec: dict) -> list[Problem]:
-    """The faults' rules (brokerbench.faults): each broker needs a local cluster the run starts, of 2 nodes or more."""
+    """The faults' rules (brokerbench.faults): each broker needs a local cluster the run starts, of 2 nodes or more
+    (a network fault: a local service whose clients can be routed through proxies, `proxied_sizes`)."""
     clustered = {name: p.cluster is not None for name, p in plugins().items()}
+    proxied = {name: tuple(getattr(p.local, "proxied_sizes", ())) for name, p in plugins().items()}
     targets = spec.get("targets") or {}
     local = {b: b not in targets for b in spec["brokers"]}  # a named target is an existing endpoint
-    return [Problem(place, message) for place, message in faults.problems(spec, clustered, local)]
+    return [Problem(place, message) for place, message in faults.problems(spec, clustered, local, proxied)]
 
 
 def validate(doc) -> dict:

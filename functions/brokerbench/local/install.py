@@ -258,14 +258,19 @@ def install_on_first_use(name: str, service: LocalService, log=None) -> bool:
 
 def main(argv: list[str] | None = None) -> int:
     """`make setup`: the quick suite's needs (`--suite NAME`: that suite's); `--all` (`make setup-all`) and
-    `--with-browser` (`make test`): every registered broker."""
+    `--with-browser` (`make test`): every registered broker; `--with-toxiproxy`: Toxiproxy too (network faults)."""
     parser = argparse.ArgumentParser(prog="python -m brokerbench.local.install")
     parser.add_argument("--suite", default="quick", help="install the brokers this suite runs on (default quick)")
     parser.add_argument("--all", action="store_true", help="install every registered broker")
     parser.add_argument("--with-browser", action="store_true", help="everything, and the tests' own tools")
+    parser.add_argument("--with-toxiproxy", action="store_true",
+                        help="also build Toxiproxy (network faults; needs Go), which the stack otherwise builds on "
+                             "first use")
     args = parser.parse_args(sys.argv[1:] if argv is None else argv)
     try:
         install_all(args.with_browser, suite=None if args.all or args.with_browser else args.suite)
+        if args.with_toxiproxy and not args.with_browser:
+            install_toxiproxy()
     except (InstallError, SpecError) as exc:
         print(f"brokerbench setup: {exc}", file=sys.stderr)
         return 1

@@ -27,6 +27,7 @@ from ..registry import LocalService, Started, local_services
 from .dynamodb import EVENTS_TABLE, DynamoDBLocal
 from .install import REPO_DIR, InstallError, install_on_first_use
 from .processes import HOST, StackError, free_port, pid_alive, port_answers, port_free, stop, tail
+from .proxies import TOXIPROXY
 
 __all__ = ["EVENTS_TABLE", "HOST", "LocalStack", "StackBusy", "StackError", "free_port", "pid_alive", "port_answers"]
 EVENT_STORE = DynamoDBLocal()
@@ -36,6 +37,11 @@ MIN_FREE_MB = int(os.environ.get("BROKERBENCH_MIN_FREE_MB", "256"))
 
 class StackBusy(StackError):
     """Another run holds the local stack (see LocalStack.run_lock)."""
+
+
+# Services a plain `local up` leaves out: each is started by the run that needs it (Toxiproxy: network faults) or
+# named (`local up toxiproxy`); `local down` and `local status` include it once it is recorded.
+ON_REQUEST = (TOXIPROXY.name,)
 
 
 # A start-up bound catches a broker that hangs, not a slow host: the single Kafka node missed 60 s at a load of 25 to 30
@@ -92,9 +98,10 @@ class LocalStack:
         self.state_dir = Path(state_dir or default_state_dir())
         self.settings = settings
         self.startup_timeout_s = startup_timeout_s
-        # Service name -> (the key of its endpoint in endpoints(), the service): brokers, then the event store.
+        # Service name -> (the key of its endpoint in endpoints(), the service): brokers, then the event store, then
+        # Toxiproxy (started for a run with network faults only: ON_REQUEST).
         self.services: dict[str, tuple[str, LocalService]] = {
-            **local_services(), EVENT_STORE.name: ("dynamodb", EVENT_STORE)}
+            **local_services(), EVENT_STORE.name: ("dynamodb", EVENT_STORE), TOXIPROXY.name: ("toxiproxy", TOXIPROXY)}
 
     # -- state -------------------------------------------------------------------------------
     @property
@@ -192,9 +199,11 @@ class LocalStack:
         return True
 
     def _names(self, services) -> list[str]:
-        """The requested services in start order (all when None: every service and every cluster recorded)."""
+        """The requested services in start order (all when None: every service but those started on request only,
+        and every cluster or such service recorded)."""
         if services is None:
-            services = [*self.services, *(name for name in self._load() if "@" in name and self._known(name))]
+            services = [*(name for name in self.services if name not in ON_REQUEST),
+                        *(name for name in self._load() if ("@" in name or name in ON_REQUEST) and self._known(name))]
         for name in services:
             self._lookup(name)
         order = list(self.services)

@@ -139,8 +139,10 @@ def _ms(figures: dict | None, name: str) -> str:
 
 
 def _applied(record: dict) -> str:
-    """The actions as applied, then any managed call the service refused (AWS: `failed`, with the error's code)."""
-    done = [f"{a['kind']} {'+'.join(a['nodes']) or '–'} at {a['at_s']:.2f} s" for a in record["applied"]]
+    """The actions as applied (a network fault with its effect), then any managed call the service refused (AWS:
+    `failed`, with the error's code)."""
+    done = [f"{a['kind']}{' ' + a['effect'] if a.get('effect') else ''} {'+'.join(a['nodes']) or '–'} at "
+            f"{a['at_s']:.2f} s" for a in record["applied"]]
     refused = [f"{a['kind']} {'+'.join(a['nodes']) or '–'} REFUSED at {a['at_s']:.2f} s ({a['error']['code']})"
                for a in record.get("failed") or []]
     return ", ".join(done + refused)

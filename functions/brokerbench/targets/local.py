@@ -1,8 +1,17 @@
-"""The local stack as a provider: a broker this run starts is this run's to stop."""
+"""The local stack as a provider: a broker this run starts is this run's to stop.
+
+A run with network faults (brokerbench.faults) also starts the stack's Toxiproxy, owned by the run, and puts a proxy
+in front of each node of every broker (brokerbench.local.proxies.route); its teardown removes them, and the last
+broker's teardown stops the Toxiproxy the run started.
+"""
 
 from __future__ import annotations
 
+import contextlib
+
+from .. import faults
 from ..registry import plugin
+from ..local.proxies import TOXIPROXY, proxies_left, route, unroute
 from ..local.stack import LocalStack, StackError, cluster_name
 from ..local.warmup import warm_up_logged
 from . import GONE, KEPT, ProvisioningError, target, torn_down
@@ -44,7 +53,20 @@ class LocalTargets:
             warm_up_logged(broker, endpoint)
         if "nodes" in endpoint:  # a cluster: where its faults' hooks find the stack (brokerbench.faults)
             endpoint = {**endpoint, "stack": {"state_dir": str(self.stack.state_dir), "service": service}}
+        if any(f["kind"] == faults.NETWORK for f in spec.get("faults") or []):
+            endpoint = self._route(run_id, broker, service, endpoint)
         return target(broker, "local", ready=True, endpoint=endpoint, resource=service)
+
+    def _route(self, run_id: str, broker: str, service: str, endpoint: dict) -> dict:
+        """The broker's clients routed through proxies on the stack's Toxiproxy (started for the run if it does not
+        run yet): a network fault's link."""
+        try:
+            self.stack.up(services=[TOXIPROXY.name], owner=run_id, log=lambda m: None)
+            api_port = self.stack.endpoint(TOXIPROXY.name)["api_port"]
+            return route(endpoint, service, api_port)
+        except StackError as exc:
+            raise ProvisioningError(f"could not route {broker}'s clients through Toxiproxy (network faults): "
+                                    f"{exc}") from None
 
     def check(self, current: dict) -> dict:
         return {**current, "ready": True}
@@ -56,6 +78,8 @@ class LocalTargets:
             return torn_down(broker, GONE, "nothing started")
         if spec.get("keep_targets"):
             return torn_down(broker, KEPT, "kept (keep_targets)")
+        if any(f["kind"] == faults.NETWORK for f in spec.get("faults") or []):
+            self._unroute(run_id, service)
         if self.stack.down(services=[service], owner=run_id, log=lambda m: None):
             return torn_down(broker, GONE, "stopped")
         try:
@@ -63,3 +87,15 @@ class LocalTargets:
         except StackError:  # a retried teardown finds it stopped already
             return torn_down(broker, GONE, "not running (stopped already)")
         return torn_down(broker, KEPT, "left running (not started by this run)")
+
+    def _unroute(self, run_id: str, service: str) -> None:
+        """The broker's proxies removed; the stack's Toxiproxy stopped once no proxy is left on it, if this run
+        started it."""
+        try:
+            api_port = self.stack.endpoint(TOXIPROXY.name)["api_port"]
+        except StackError:  # not running (stopped already, or never started)
+            return
+        with contextlib.suppress(StackError):
+            unroute(self.stack.endpoint(service), service, api_port)
+        if not proxies_left(api_port):
+            self.stack.down(services=[TOXIPROXY.name], owner=run_id, log=lambda m: None)

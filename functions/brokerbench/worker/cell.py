@@ -20,7 +20,7 @@ from multiprocessing.connection import wait
 
 import numpy as np
 
-from .. import faults, histogram, host, limit, verdict
+from .. import faults, histogram, host, limit, toxiproxy, verdict
 from ..codecs.floor import call_floor_ns
 from ..drivers import BrokerUnavailable, producer_window
 from ..events import EventStore, cell_prefix, make_event
@@ -393,12 +393,14 @@ class _CellRun:
 
     def _start_processes(self, producer_rate: float | None, limit: int | None) -> None:
         cell, ctx = self.cell, processes.context(driver_modules())
+        # through the proxies where a network fault needs them (the supervisor's own driver reaches the nodes directly)
+        endpoint = toxiproxy.client_endpoint(self.endpoint)
         for c in range(cell["consumers"]):
             assigned = [p for p in range(lanes(cell)) if p % cell["consumers"] == c]
-            self._spawn(ctx, consumer_main, ConsumerTask(cell, self.endpoint, self.topic, self.group, c, assigned),
+            self._spawn(ctx, consumer_main, ConsumerTask(cell, endpoint, self.topic, self.group, c, assigned),
                         ("consumer", c))
         for p in range(cell["producers"]):
-            self._spawn(ctx, producer_main, ProducerTask(cell, self.endpoint, self.topic, p, producer_rate, limit),
+            self._spawn(ctx, producer_main, ProducerTask(cell, endpoint, self.topic, p, producer_rate, limit),
                         ("producer", p))
         self.aggregator = IntervalAggregator(list(self.conns))
 

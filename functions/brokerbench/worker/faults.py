@@ -7,6 +7,14 @@ its children with it). Every action is recorded as it happens: the node it hit, 
 (the planned one beside it), the wall-clock time, and the leader the broker named just before. At the cell's end the
 leader is asked again (`leader_at_end`, before anything is restored), nodes still down are started again and paused ones
 resumed, and the cell waits until the cluster serves on every node, so the next cell finds it whole.
+
+A network fault is no signal: its toxics (brokerbench.toxiproxy) go on the proxy in front of the node at its time and
+come off at its end ("heal"), duration_s after they were all on (at the planned end, or later when the API was slow
+to answer). The fault's at_s is taken when the Toxiproxy API has answered (every toxic is on every connection through
+the proxy from then on), the heal's just before the first removal (they were all on until then), so the span between
+them is one the link surely was faulty in; `call_s` says how long the API calls took (their effect began up to that
+much earlier, or ended up to that much later). Any still on at the cell's end are taken off with the rest. A single
+node is its own target ("leader"); on a cluster the broker's hooks name the node as for the other kinds.
 """
 
 from __future__ import annotations
@@ -17,7 +25,7 @@ import threading
 import time
 from datetime import datetime, timezone
 
-from .. import faults
+from .. import faults, toxiproxy
 from ..registry import plugin
 from .processes import signal_group
 
@@ -25,6 +33,13 @@ SECOND_NS = 1_000_000_000
 SIGNALS = {"kill": signal.SIGKILL, "stop": signal.SIGTERM, "pause": signal.SIGSTOP, "resume": signal.SIGCONT}
 WHOLE_TIMEOUT_S = 120.0  # a node started again joins its cluster within this (a JVM on a loaded 2-core host)
 LEADER_WAIT_S = 15.0  # at the cell's end, how long a leader is waited for (an election still running)
+NETWORK_STEPS = (faults.NETWORK, "heal")
+
+
+def _call_s(began_ns: int) -> dict:
+    """How long a network fault's Toxiproxy calls took (from `began_ns` to now): its toxics went on (came off) within
+    that time before its at_s (after it, for a heal)."""
+    return {"call_s": round((time.monotonic_ns() - began_ns) / SECOND_NS, 6)}
 
 
 class FaultError(RuntimeError):
@@ -44,6 +59,7 @@ class CellFaults:
 
     def __init__(self, cell: dict, endpoint: dict, topic: str) -> None:
         self.steps = faults.timetable(cell.get("faults") or [])
+        self.asked = cell.get("faults") or []  # the request's faults, by index (a network fault's effect)
         self.endpoint, self.topic = endpoint, topic
         reference = self._hooks_reference(cell) if self.steps else None
         self.hooks = importlib.import_module(reference) if reference else None
@@ -51,6 +67,9 @@ class CellFaults:
         self.records: list[dict] = []
         self.down: list[str] = []  # nodes a kill or stop took down, not started again yet
         self.paused: dict[int, str] = {}  # fault index -> the node its pause stopped
+        # fault index -> (node, proxy, toxics) of a network fault on now
+        self.faulty: dict[int, tuple[str, str, list[str]]] = {}
+        self.faulty_at: dict[int, int] = {}  # fault index -> when its toxics were all on (ns from the measured start)
         self.finished = False
         self.error: str | None = None  # why a fault could not be applied (the cell fails with it)
         self._stop = threading.Event()
@@ -76,8 +95,10 @@ class CellFaults:
         return plugin(cell["broker"]).cluster
 
     def _prepare(self) -> None:
-        """What is done once before the clock runs: the stack's records read (their first read imports them)."""
-        self._nodes()
+        """What is done once before the clock runs: the stack's records read (their first read imports them), where
+        there are nodes to signal (a single node's network faults have none)."""
+        if "nodes" in self.endpoint or any(s.kind not in NETWORK_STEPS for s in self.steps):
+            self._nodes()
 
     def first_due(self) -> int | None:
         """When the first action is due (monotonic ns); None without faults or before the measured start."""
@@ -89,7 +110,8 @@ class CellFaults:
         steps = list(self.steps)
         try:
             while steps and not self._stop.is_set():
-                left = self.measure_start + steps[0].at_ns - time.monotonic_ns()
+                steps.sort(key=lambda step: (self._due(step), step.index))  # a heal moves with its fault's start
+                left = self.measure_start + self._due(steps[0]) - time.monotonic_ns()
                 if left > 0:
                     self._stop.wait(min(left / SECOND_NS, 0.05))  # short: an adaptive warm-up may move the start
                     continue
@@ -98,6 +120,15 @@ class CellFaults:
             self.error = str(exc)
         except Exception as exc:  # noqa: BLE001 - any failure of a hook fails the cell, named
             self.error = f"{type(exc).__name__}: {exc}"
+
+    def _due(self, step: faults.Step) -> int:
+        """When a step is due (ns from the measured start): its planned time; a heal no sooner than its fault's
+        duration_s after the fault's toxics were all on (an API slow to answer, on a loaded host, shortens no
+        fault)."""
+        on = self.faulty_at.get(step.index) if step.kind == "heal" else None
+        if on is None:
+            return step.at_ns
+        return max(step.at_ns, on + int(round(self.asked[step.index]["duration_s"] * SECOND_NS)))
 
     def _nodes(self) -> list[dict]:
         if "nodes" not in self.endpoint:
@@ -127,7 +158,66 @@ class CellFaults:
             raise FaultError(f"target {target!r}: the cluster has no node {name!r} (its nodes: {', '.join(names)})")
         return found[0]
 
+    def _link(self, target: str) -> tuple[dict, str | None]:
+        """The proxied link in front of the network fault's node, and the leader the broker named (a cluster's)."""
+        proxy = self.endpoint.get("proxy") or {}
+        if not toxiproxy.routed(self.endpoint):
+            raise FaultError("the broker's clients are not routed through proxies (a network fault needs the local "
+                             "stack's Toxiproxy in front of its nodes)")
+        links = proxy["links"]
+        leader = None
+        if len(links) == 1 and "nodes" not in self.endpoint:
+            node = links[0]["node"] if target in faults.TARGETS else target  # a single node is the leader
+        else:
+            leader = self.hooks.leader(self.endpoint, self.topic)
+            node = self._target(target, leader)["node"]
+        found = [link for link in links if link["node"] == node]
+        if not found:
+            raise FaultError(f"target {target!r}: no proxy in front of node {node!r} (proxied nodes: "
+                             f"{', '.join(link['node'] for link in links)})")
+        return found[0], leader
+
+    def _network(self, step: faults.Step) -> None:
+        """A network fault's toxics put on the proxy in front of its node, or (heal) taken off."""
+        client = toxiproxy.ToxiproxyClient(self.endpoint["proxy"]["api_port"])
+        if step.kind == "heal":
+            node, proxy, names = self.faulty.pop(step.index)
+            at = time.monotonic_ns()  # the toxics were all on until here
+            for name in names:
+                client.remove_toxic(proxy, name)
+            self._record(step, at, None, nodes=[node], proxy=proxy, toxics=names, **_call_s(at))
+            return
+        fault = self.asked[step.index]
+        link, leader = self._link(step.target)
+        toxics = toxiproxy.toxics_for({**fault, "fault_index": step.index})
+        began = time.monotonic_ns()
+        for toxic in toxics:
+            client.add_toxic(link["name"], toxic)
+        at = time.monotonic_ns()  # the toxics are all on from here
+        self.faulty_at[step.index] = at - self.measure_start
+        self.faulty[step.index] = (link["node"], link["name"], [t["name"] for t in toxics])
+        self._record(step, at, leader, nodes=[link["node"]], effect=fault["effect"], proxy=link["name"],
+                     toxics=[t["name"] for t in toxics], **_call_s(began))
+
+    def _heal_all(self) -> list[dict]:
+        """Every toxic still on a proxy of the endpoint taken off (a network fault the cell's end came before, or one
+        a cell that failed left): what was taken off, per proxy."""
+        if not toxiproxy.routed(self.endpoint):
+            return []
+        client, healed = toxiproxy.ToxiproxyClient(self.endpoint["proxy"]["api_port"]), []
+        by_proxy = {proxy: index for index, (_, proxy, _) in self.faulty.items()}
+        for link in self.endpoint["proxy"]["links"]:
+            names = client.clear(link["name"])
+            if names:
+                healed.append({**({"fault": by_proxy[link["name"]]} if link["name"] in by_proxy else {}),
+                               "kind": "heal", "nodes": [link["node"]], "proxy": link["name"], "toxics": names})
+        self.faulty = {}
+        return healed
+
     def _run(self, step: faults.Step) -> None:
+        if step.kind in NETWORK_STEPS:
+            self._network(step)
+            return
         # Asked only where the target depends on it: with the leader just killed, a metadata request can wait seconds
         # for a node that no longer answers, and a restart or resume is due at its own time whatever leads.
         leader = self.hooks.leader(self.endpoint, self.topic) if step.kind not in ("restart", "resume") else None
@@ -147,13 +237,13 @@ class CellFaults:
             self.paused[step.index] = node
         self._record(step, at, leader, nodes=[node])
 
-    def _record(self, step: faults.Step, at_ns: int, leader: str | None, nodes: list[str]) -> None:
+    def _record(self, step: faults.Step, at_ns: int, leader: str | None, nodes: list[str], **network) -> None:
         self.records.append({
             "fault": step.index, "kind": step.kind, "target": step.target, "nodes": nodes,
             "planned_s": round(step.at_ns / SECOND_NS, 6),
             "at_s": round((at_ns - self.measure_start) / SECOND_NS, 6),
             "at": datetime.now(timezone.utc).isoformat(timespec="milliseconds"),
-            "leader_before": leader})
+            "leader_before": leader, **network})
 
     def _stop_clock(self) -> bool:
         """Stops the faults' thread, once; False when there is nothing to finish (no faults, or finished already)."""
@@ -171,8 +261,8 @@ class CellFaults:
         broker names at the end; None for a cell without faults."""
         if not self._stop_clock():
             return None
-        if "nodes" not in self.endpoint:  # nothing was applied (FaultError at the first action)
-            return {"applied": self.records, "restored_at_end": [], "leader_at_end": None,
+        if "nodes" not in self.endpoint:  # a single node's network faults, or nothing applied (FaultError at first)
+            return {"applied": self.records, "restored_at_end": self._heal_all(), "leader_at_end": None,
                     "cluster_whole_at_end": None}
         # the leader the fault left (before anything is restored), once the broker names one
         deadline = time.monotonic() + LEADER_WAIT_S
@@ -180,7 +270,7 @@ class CellFaults:
         while leader is None and time.monotonic() < deadline:
             time.sleep(0.2)
             leader = self.hooks.leader(self.endpoint, self.topic)
-        restored = []
+        restored = self._heal_all()
         for index, node in sorted(self.paused.items()):
             _signal(self._pids(node), signal.SIGCONT)
             restored.append({"fault": index, "kind": "resume", "nodes": [node]})

@@ -50,20 +50,22 @@ SERVER_PROPERTIES = [
 MAX_NODES = 3  # a local cluster: three JVMs at 512 MB of heap (~1.2 GB resident in all)
 
 
-def proxied_listener(settings: dict, nodes: int) -> tuple[str, ...]:
-    """A second client listener for a TCP proxy in front of the broker (the latency tests' Toxiproxy): setting
-    `kafka_proxied_listener` = (listen port, the proxy's port). A client that bootstraps through the proxy is
-    told the proxy's address (Kafka answers with the listener a request came in on), one that bootstraps at
-    the broker's own port goes direct: the same broker measured both ways. Returns the listeners' and the
-    advertised listeners' additions, then the properties it needs."""
+PROXIED_PROTOCOLS = "listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT,PROXIED:PLAINTEXT"
+
+
+def proxied_ports(settings: dict, nodes: int, ports: Callable[[], int]) -> list[tuple[int, int]]:
+    """Per node, (the port of its second client listener, PROXIED; the port it advertises for it): where a TCP proxy
+    in front of the node listens (a network fault's Toxiproxy, brokerbench.local.proxies; the latency tests'). A
+    client that bootstraps through a proxy is told the proxies' addresses (Kafka answers with the listener a request
+    came in on), so all it sends goes through them; one that bootstraps at the nodes' own ports goes direct: the
+    same broker reached both ways. Setting `kafka_proxied_listener` = (listen port, the proxy's port) gives a
+    single node's own; else each node takes two ports from `ports`."""
     given = settings.get("kafka_proxied_listener")
-    if not given:
-        return "", ""
-    if nodes != 1:
-        raise StackError("kafka_proxied_listener: a single node only")
-    listen, advertised = given
-    return (f",PROXIED://{HOST}:{listen}", f",PROXIED://{HOST}:{advertised}",
-            "listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT,PROXIED:PLAINTEXT")
+    if given:
+        if nodes != 1:
+            raise StackError("kafka_proxied_listener: a single node only")
+        return [tuple(given)]
+    return [(ports(), ports()) for _ in range(nodes)]
 
 
 def cluster_properties(nodes: int) -> list[str]:
@@ -102,6 +104,7 @@ class KafkaService:
     name = "kafka"
     startup_timeout_s = 120.0  # a hang, not a slow host (local/stack.py STARTUP_CAP_S)
     max_nodes = MAX_NODES
+    proxied_sizes = tuple(range(1, MAX_NODES + 1))  # network faults: every node advertises its proxy (proxied_ports)
     download_mb = 54  # its jars (the lib folder install fills)
 
     def installed_version(self) -> str | None:
@@ -125,8 +128,8 @@ class KafkaService:
         classpath = f"{lib}/*"
         cluster = formatted_cluster_id(folder) or cluster_id()  # started again after a crash: the same cluster
         configs = []
-        proxied = proxied_listener(settings, nodes)
-        for node, (port, controller_port) in enumerate(listeners, 1):
+        proxied = proxied_ports(settings, nodes, ports)
+        for node, ((port, controller_port), (listen, advertised)) in enumerate(zip(listeners, proxied), 1):
             home = folder if nodes == 1 else folder / f"node-{node}"
             home.mkdir(parents=True, exist_ok=True)
             config = home / "server.properties"
@@ -135,9 +138,9 @@ class KafkaService:
                 *(cluster_properties(nodes) if nodes > 1 else []),
                 f"node.id={node}",
                 f"controller.quorum.voters={voters}",
-                f"listeners=PLAINTEXT://{HOST}:{port},CONTROLLER://{HOST}:{controller_port}{proxied[0]}",
-                f"advertised.listeners=PLAINTEXT://{HOST}:{port}{proxied[1]}",
-                *proxied[2:],
+                f"listeners=PLAINTEXT://{HOST}:{port},CONTROLLER://{HOST}:{controller_port},PROXIED://{HOST}:{listen}",
+                f"advertised.listeners=PLAINTEXT://{HOST}:{port},PROXIED://{HOST}:{advertised}",
+                PROXIED_PROTOCOLS,
                 f"log.dirs={folder / 'data' if nodes == 1 else folder / 'data' / f'node-{node}'}",
                 "",
             ]))
@@ -156,8 +159,12 @@ class KafkaService:
         pids = [spawn(command, home, home / "kafka.log") for command, (home, _) in zip(commands, configs)]
         version = self.installed_version() or "unknown"
         bootstrap = ",".join(f"{HOST}:{port}" for port, _ in listeners)
-        endpoint = {"bootstrap_servers": bootstrap, "version": version}
-        extra = {"controller_port": listeners[0][1]}
+        # where the proxies of a network fault go (brokerbench.local.proxies): node, the proxy's port, the listener's
+        proxy = {"links": [{"node": str(node), "listen": advertised, "upstream": listen}
+                           for node, (listen, advertised) in enumerate(proxied, 1)],
+                 "clients": {"bootstrap_servers": ",".join(f"{HOST}:{advertised}" for _, advertised in proxied)}}
+        endpoint = {"bootstrap_servers": bootstrap, "version": version, "proxy": proxy}
+        extra = {"controller_port": listeners[0][1], "proxied_port": proxied[0][0], "proxy_port": proxied[0][1]}
         if nodes > 1:
             extra = {"nodes": nodes, "ports": [port for port, _ in listeners],
                      "controller_ports": [controller for _, controller in listeners],

@@ -12,6 +12,10 @@ a lost connection (the master killed, or a READONLY answer from a master Sentine
 producer fails what was in flight and the sends that fall due until it reaches the master again, trying at most
 every RECONNECT_EVERY_S; the consumer reads nothing until then. `redis_wait_replicas` makes each pipelined write
 end with WAIT: its XADDs count as acknowledged once that many replicas have them.
+
+An endpoint routed through proxies (a run with network faults: brokerbench.toxiproxy) is followed the same way at its
+own address: a connection a reset closed is made again, not given up, and the native loop (one connection) is not
+used.
 """
 
 from __future__ import annotations
@@ -32,7 +36,7 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 from redis.retry import Retry
 from redis.sentinel import Sentinel
 
-from ... import native
+from ... import native, toxiproxy
 from ...drivers import BrokerUnavailable, Message, OnAck, TargetRefused
 
 HEADER_FIELD = b"h"
@@ -224,8 +228,13 @@ class RedisStreamsDriver:
             raise self._unavailable(exc) from None
         return RedisStreamsProducer(connection, [stream_key(topic, p) for p in range(partitions)],
                                     self.in_flight_window(mode), on_ack,
-                                    reconnect=self.resp_connection if self.endpoint.get("sentinels") else None,
+                                    reconnect=self.resp_connection if self._follows() else None,
                                     wait=wait_command(self.client))
+
+    def _follows(self) -> bool:
+        """Whether the clients connect again after a lost connection: behind Sentinel (to the master it names now),
+        and through proxies (to the same address: a network fault's reset closes connections the node still serves)."""
+        return bool(self.endpoint.get("sentinels")) or toxiproxy.routed(self.endpoint)
 
     def resp_connection(self) -> RespConnection:
         """A producer's connection to the master as it is now."""
@@ -244,9 +253,10 @@ class RedisStreamsDriver:
         """The native send loop on a plain RESP connection, with the same pipelining as `producer`."""
         if self.endpoint.get("tls"):
             raise native.Unsupported("the native loop speaks plain TCP, not TLS")
-        if self.endpoint.get("sentinels"):
-            raise native.Unsupported("the native loop keeps one connection; a master behind Sentinel is followed "
-                                     "by the Python producer, which connects again after a failover")
+        if self._follows():
+            raise native.Unsupported("the native loop keeps one connection; a master behind Sentinel, or a link a "
+                                     "network fault may reset, is followed by the Python producer, which connects "
+                                     "again")
         if wait_command(self.client):
             raise native.Unsupported("the native loop sends no WAIT (client.redis_wait_replicas)")
         try:
@@ -265,7 +275,7 @@ class RedisStreamsDriver:
                 if "BUSYGROUP" not in str(exc):
                     raise
         return RedisStreamsConsumer(connection, keys, group, self.client["read_count"],
-                                    follow=bool(self.endpoint.get("sentinels")))
+                                    follow=self._follows())
 
 
 class RespConnection:

@@ -94,6 +94,9 @@ class RedisService:
     name = "redis"
     startup_timeout_s = 30.0
     max_nodes = 3  # a master and one or two replicas, with three Sentinels
+    # network faults (brokerbench.faults): a single node's clients go through a proxy; a cluster's follow the master
+    # the Sentinels name, at its own address, which no proxy fronts
+    proxied_sizes = (1,)
 
     def installed_version(self) -> str | None:
         server = shutil.which("redis-server")
@@ -117,8 +120,14 @@ class RedisService:
                "--appendonly", "yes" if aof else "no", "--appendfsync", "everysec",
                "--daemonize", "no", "--protected-mode", "yes", "--logfile", ""]
         log = folder / "redis.log"
-        endpoint = {"host": HOST, "port": port, "version": version, **({"auth_env": AUTH_ENV} if password else {})}
-        return Started([spawn(cmd, folder, log)], port, endpoint, version, str(log), {"aof": aof})
+        # where a network fault's proxy goes (brokerbench.local.proxies), on a port of its own
+        proxy_port = ports()
+        proxy = {"links": [{"node": node_name(HOST, port), "listen": proxy_port, "upstream": port}],
+                 "clients": {"port": proxy_port}}
+        endpoint = {"host": HOST, "port": port, "version": version, "proxy": proxy,
+                    **({"auth_env": AUTH_ENV} if password else {})}
+        return Started([spawn(cmd, folder, log)], port, endpoint, version, str(log),
+                       {"aof": aof, "proxy_port": proxy_port})
 
     def _start_cluster(self, server: str, folder: Path, ports: Callable[[], int], nodes: int, aof: bool, version: str,
                        password: str | None) -> Started:

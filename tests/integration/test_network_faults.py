@@ -1,0 +1,143 @@
+"""Network faults of the run request (brokerbench.faults, kind "network") between the cell's clients and a real broker,
+through the local stack's Toxiproxy, provisioned as a run provisions them (targets/local.py) and measured as a run
+measures its cells.
+
+The independent truth is the proxy's: what Toxiproxy lets through while the toxic is on.
+- reset (Redis, one node) and blackhole (Kafka, one node) for OUTAGE_S: while the toxic is on, no byte crosses the
+  link (a reset closes every connection at its first byte; a blackhole drops them), so no acknowledgement and no
+  delivery can reach a client between the moment the toxics are in place (the fault's recorded at_s, taken when the
+  API has answered) and the moment their removal begins (the heal's at_s), which the worker holds OUTAGE_S apart
+  however slow the API was. The producers' and consumers' longest gap must then cover that span. GAP_SLACK_S allows
+  for what Toxiproxy had in hand when the toxic came: it adds a toxic to each connection by interrupting the last
+  stub of its chain and passing on the chunk that stub held (its channels are unbuffered: one chunk per connection
+  and direction, a reply read a moment before, written a moment after). On loopback that is under a ms; 50 ms
+  allows for a loaded host's scheduling of that one write, far below the seconds the check guards against.
+- latency of LATENCY_MS upstream (client → broker) on Redis: every XADD reaches Redis LATENCY_MS later, and its reply
+  comes back as before, so each publish latency during the fault is at least LATENCY_MS (Toxiproxy holds each chunk
+  that long on a timer): the during phase's p50 is at least that, always (the fault runs from 2 s to 4.9 s, so the
+  phase's intervals, those the fault window overlaps, are 2 to 5 s and mostly delayed). The phase grows by
+  LATENCY_MS over the phase before it, less the histogram's resolution and TOLERANCE_MS (test_latency_truth.py):
+  judged only where the cell's own host record says the machine was not busy (brokerbench.host: CPU pressure), as
+  the latency-truth module judges its growths; a loaded host's stalls move a 2-second "before" phase's p50 by
+  milliseconds on their own (3.3 ms against 0.9 ms after the fault, at a load of 28 on 2 cores).
+
+Accounting stays whole (every message sent is in one class), and Redis and Kafka, which lose nothing they
+acknowledged when only a link fails, lose none. After the run's teardown the proxies are gone and the Toxiproxy the
+run started is stopped.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from brokerbench.events import new_run_id
+from brokerbench.reports.results import build_results
+from brokerbench.spec import validate
+from brokerbench.targets.local import LocalTargets
+from brokerbench.toxiproxy import ToxiproxyClient, ToxiproxyError
+from inline_run import execute_run
+
+OUTAGE_S = 2.0
+GAP_SLACK_S = 0.05
+LATENCY_MS = 40
+TOLERANCE_MS = 1.5
+RESOLUTION = 1e-3  # HdrHistogram with 3 significant digits
+CLASSES = ("received", "late", "undelivered", "lost", "send_errors", "unacknowledged")
+BASE = {"sizes": [256], "rates": [200], "duration_s": 5, "warmup_s": 0.5, "warmup_until_steady": False,
+        "drain_timeout_s": 15, "formats": ["raw"], "modes": ["batch"], "partitions": 1}
+
+
+@pytest.fixture
+def provisioned(stack):
+    """Provisions a request's brokers on the session's stack as a run does (its Toxiproxy, the proxies), and tears
+    them down after: (run_id, endpoints) -> teardown checks."""
+    made = []
+
+    def provision(request: dict) -> tuple[str, dict]:
+        spec = validate(request)
+        run_id = new_run_id()
+        targets = LocalTargets(stack)
+        endpoints = {b: targets.provision(run_id, b, spec)["endpoint"] for b in spec["brokers"]}
+        made.append((run_id, spec, endpoints))
+        return run_id, endpoints
+
+    yield provision
+    for run_id, spec, endpoints in reversed(made):  # the first run's Toxiproxy stops with the last proxy
+        for broker in spec["brokers"]:
+            LocalTargets(stack).teardown(run_id, broker, spec)
+
+
+def run(request: dict, provision, store) -> tuple[list[dict], dict]:
+    run_id, endpoints = provision(request)
+    outcome = execute_run(request, endpoints, store, run_id=run_id)
+    events = store.read(outcome.run_id)
+    return events, endpoints
+
+
+def cell_faults(events: list[dict], cell_id: str) -> dict:
+    [faults] = [e["data"]["faults"] for e in events if e["type"] == "CellCompleted" and e["data"]["cell_id"] == cell_id]
+    return faults
+
+
+def test_a_reset_or_blackhole_makes_the_clients_wait_at_least_its_duration_and_loses_nothing(
+        stack, provisioned, store):
+    request = {**BASE, "name": "it-network-outage", "brokers": ["redis-streams", "kafka"],
+               "faults": [{"kind": "network", "effect": "reset", "at_s": 1.5, "duration_s": OUTAGE_S}]}
+    kafka_request = {**request, "brokers": ["kafka"],
+                     "faults": [{"kind": "network", "effect": "blackhole", "at_s": 1.5, "duration_s": OUTAGE_S}]}
+    results = []
+    for one in ({**request, "brokers": ["redis-streams"]}, kafka_request):
+        events, endpoints = run(one, provisioned, store)
+        results.append((one, events, endpoints))
+    for one, events, endpoints in results:
+        [cell] = build_results(events)["cells"]
+        assert cell["status"] == "completed", cell.get("reason")
+        faults = cell_faults(events, cell["cell_id"])
+        fault, heal = faults["applied"]
+        assert (fault["kind"], fault["effect"], heal["kind"]) == ("network", one["faults"][0]["effect"], "heal")
+        assert fault["nodes"] == heal["nodes"] and fault["proxy"] == heal["proxy"] and faults["restored_at_end"] == []
+        span = heal["at_s"] - fault["at_s"]
+        assert span >= OUTAGE_S - GAP_SLACK_S, faults  # the timetable kept the fault on for its duration
+        for gap in (faults["producer_ack_gap"], faults["consumer_receipt_gap"]):
+            assert gap is not None and gap["s"] >= span - GAP_SLACK_S, faults
+            assert gap["from_s"] <= fault["at_s"] + GAP_SLACK_S and gap["to_s"] >= heal["at_s"], faults
+        assert cell["sent"] == sum(cell[k] for k in CLASSES) and cell["residual"] == 0, cell
+        assert cell["lost"] == 0 and cell["sent"] > 0 and cell["received"] > 0, cell
+        [broker] = one["brokers"]
+        proxy = endpoints[broker]["proxy"]
+        client = ToxiproxyClient(proxy["api_port"])
+        assert all(client.toxics(link["name"]) == {} for link in proxy["links"])  # nothing left on for the next cell
+
+
+def test_a_latency_fault_raises_the_phase_during_it_by_the_proxys_delay(stack, provisioned, store):
+    request = {**BASE, "name": "it-network-latency", "brokers": ["redis-streams"], "duration_s": 6,
+               "faults": [{"kind": "network", "effect": "latency", "direction": "upstream",
+                           "latency_ms": LATENCY_MS, "at_s": 2, "duration_s": 2.9}]}
+    events, endpoints = run(request, provisioned, store)
+    [cell] = build_results(events)["cells"]
+    assert cell["status"] == "completed", cell.get("reason")
+    faults = cell_faults(events, cell["cell_id"])
+    phases = faults["phases"]
+    before, during = (phases[p]["publish_latency_us"]["p50"] for p in ("before", "during"))
+    assert during >= LATENCY_MS * 1000 * (1 - RESOLUTION), phases  # every delayed XADD waited the delay
+    e2e = [phases[p]["end_to_end_latency_us"]["p50"] for p in ("before", "during")]
+    assert e2e[1] >= LATENCY_MS * 1000 * (1 - RESOLUTION), phases
+    [machine] = [e["data"]["host"] for e in events if e["type"] == "CellCompleted"]
+    if not machine["busy"]:
+        assert during - before >= (LATENCY_MS - TOLERANCE_MS) * 1000, phases
+        assert e2e[1] - e2e[0] >= (LATENCY_MS - TOLERANCE_MS) * 1000, phases
+    assert cell["sent"] == sum(cell[k] for k in CLASSES) and cell["lost"] == 0, cell
+
+
+def test_the_runs_toxiproxy_stops_at_its_teardown(stack, store):
+    request = {**BASE, "name": "it-network-teardown", "brokers": ["redis-streams"],
+               "faults": [{"kind": "network", "effect": "reset", "at_s": 1, "duration_s": 1}]}
+    spec, run_id = validate(request), new_run_id()
+    targets = LocalTargets(stack)
+    endpoint = targets.provision(run_id, "redis-streams", spec)["endpoint"]
+    client = ToxiproxyClient(endpoint["proxy"]["api_port"], timeout_s=2)
+    assert [link["name"] for link in endpoint["proxy"]["links"]] == list(client.proxies())
+    assert targets.teardown(run_id, "redis-streams", spec)["state"]
+    with pytest.raises(ToxiproxyError):
+        client.proxies()
+    assert stack.status()["redis"]["state"] == "running"  # the session's Redis: not the run's to stop

@@ -250,7 +250,7 @@ def first_fault_ns(faults: list[dict]) -> int | None:
 #   what was delivered (acknowledged, for a publish-only cell) per second.
 # - Back to rate: from the first action to the start of the first interval from which on every interval delivered
 #   at least RECOVERED_SHARE of the median rate before the fault (1 s resolution); None when it never came back
-#   within the measured window.
+#   within the measured sending window (the drain's intervals after it count in no phase).
 RECOVERED_SHARE = 0.9  # "back within 10% of the rate before the fault"
 PHASES = ("before", "during", "after")
 
@@ -286,14 +286,16 @@ def _phase(intervals: list[dict], publish_only: bool) -> dict | None:
     return out
 
 
-def phases(intervals: list[dict], record: dict, publish_only: bool) -> dict:
+def phases(intervals: list[dict], record: dict, publish_only: bool, sending_s: float | None = None) -> dict:
     """The figures before, during and after the fault window, and when the rate came back (above). `intervals`:
-    IntervalMeasured data with their counters and histograms."""
+    IntervalMeasured data with their counters and histograms; `sending_s`: the measured sending window's length,
+    whose intervals alone count (the drain after it delivers what is left, then nothing: not a rate to be back at)."""
     span = window(record)
     if span is None:
         return {"window_s": None, **dict.fromkeys(PHASES), "back_to_rate_s": None}
     start, end = span
-    measured = sorted((i for i in intervals if i["interval"] >= 0), key=lambda i: i["interval"])
+    measured = sorted((i for i in intervals if 0 <= i["interval"] and (sending_s is None or i["interval"] < sending_s)),
+                      key=lambda i: i["interval"])
     parts = {"before": [i for i in measured if i["interval"] + 1 <= start],
              "during": [i for i in measured if i["interval"] < end and i["interval"] + 1 > start],
              "after": [i for i in measured if i["interval"] >= end]}

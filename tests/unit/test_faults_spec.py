@@ -116,6 +116,11 @@ def test_phases_split_the_intervals_at_the_fault_window_and_find_when_the_rate_c
     assert found["back_to_rate_s"] == pytest.approx(2.7)
     stalled = faults.phases(intervals[:4], record, publish_only=False)
     assert stalled["back_to_rate_s"] is None and stalled["after"] is None
+    # the drain after a 7 s sending window delivers what is left, then nothing: no phase counts it
+    drained = intervals + [_interval(7, 12, [3000] * 12), _interval(8, 0, [])]
+    assert faults.phases(drained, record, publish_only=False)["back_to_rate_s"] is None  # every interval counted
+    sent = faults.phases(drained, record, publish_only=False, sending_s=7.0)
+    assert sent["back_to_rate_s"] == pytest.approx(2.7) and sent["after"]["seconds"] == 2
 
 
 def test_the_guarantee_says_what_held_and_names_a_loss():

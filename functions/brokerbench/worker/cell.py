@@ -599,7 +599,8 @@ class _CellRun:
         record = {**record, "producer_ack_gap": max(acks, key=lambda g: g["s"], default=None),
                   "consumer_receipt_gap": max(receipts, key=lambda g: g["s"], default=None)}
         self._write_intervals(final=True)  # every interval in fault_intervals
-        return {**record, "phases": faults.phases(self.fault_intervals, record, not self.cell["consumers"])}
+        sending_s = (self.timing["t_end"] - self.timing["measure_start"]) / SECOND_NS
+        return {**record, "phases": faults.phases(self.fault_intervals, record, not self.cell["consumers"], sending_s)}
 
     def _gap(self, start: int, end: int, until_end: bool) -> dict:
         at = lambda ns: round((ns - self.timing["measure_start"]) / SECOND_NS, 6)  # noqa: E731

@@ -81,9 +81,9 @@ def test_a_run_on_a_three_node_cluster_replicates_every_partition_to_each_node_w
                     if topic in topics and "min.insync.replicas=2" in properties}
         assert replicas == {(topic, p) for topic in topics for p in range(3)}, log
 
-    for log in logs:  # each node's client and controller listeners on loopback only
+    for log in logs:  # each node's client, proxied-client (network faults) and controller listeners on loopback only
         listening = re.findall(r"Awaiting socket connections on (\S+):\d+\.", text[log])
-        assert len(listening) == 2 and set(listening) == {"127.0.0.1"}, (log, listening)
+        assert len(listening) == 3 and set(listening) == {"127.0.0.1"}, (log, listening)
 
     # The run started the cluster and keeps it (keep_targets: the next test's run uses it); the session's single
     # node runs on beside it. (A run that stops what it started: test_workflow, test_cli_run.)

@@ -1,6 +1,8 @@
 """Teardown that always happens, against moto (AWS's control planes faked in-process: MSK, ElastiCache, EC2, Step
-Functions, and DynamoDB as the event store): the teardown loop's rounds through a target still being created, a
-run whose execution ended FAILED, ABORTED or TIMED_OUT, a cancel, and the hourly sweeper.
+Functions, SQS, and DynamoDB as the event store): the teardown loop's rounds through a target still being created, a
+run whose execution ended FAILED, ABORTED or TIMED_OUT, a cancel, and the hourly sweeper, which no single failure
+stops (a provider's listing refused, a resource unreadable, a delete refused), which sweeps a run with no end stored
+once past its deadline, and which drains RunEnded's dead letters.
 
 moto creates an MSK cluster CREATING and an ElastiCache group `available`, and never moves either on by itself; the
 tests move them as AWS would (creating -> available, deleting -> gone) by setting moto's own record of the
@@ -545,8 +547,8 @@ def test_the_sweeper_drains_the_run_ended_dead_letters(store):
 
 
 def test_inline_teardowns_go_on_past_a_target_that_fails(aws, monkeypatch):
-    """The local teardown path (and the one a cancel takes locally): one target's error is reported as not deleted,
-    the next target is still torn down."""
+    """moto (ElastiCache). The local teardown path (and the one a cancel takes locally): one target's error is
+    reported as not deleted, the next target is still torn down."""
     run_id = "20261126T230000Z-aaa014"
     spec = validate(REQUEST)
     real = steps.teardown_target

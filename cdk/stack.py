@@ -109,6 +109,7 @@ class BrokerbenchStack(Stack):
 
         alerts.watch_workflow(state_machine)
         alerts.watch_teardown(teardown.state_machine)
+        alerts.watch_leftovers(teardown.dead_letters)
         for module, function in functions:
             alerts.watch_function(function.node.id, function)
 

@@ -17,6 +17,7 @@ from aws_cdk import aws_kms as kms
 from aws_cdk import aws_lambda as lambda_
 from aws_cdk import aws_sns as sns
 from aws_cdk import aws_sns_subscriptions as subscriptions
+from aws_cdk import aws_sqs as sqs
 from aws_cdk import aws_stepfunctions as sfn
 from constructs import Construct
 
@@ -68,6 +69,20 @@ class Alerts(Construct):
         self._alarm("TeardownFailed", state_machine.metric_failed(period=PERIOD, statistic="Sum"),
                     "brokerbench: tearing down a run that ended early failed or ran out of time: its MSK cluster or "
                     "ElastiCache group may still be running (the hourly sweeper tries again)")
+
+    def watch_leftovers(self, dead_letters: sqs.IQueue) -> None:
+        """What could leave brokers running with nobody deleting them: an execution end RunEnded did not handle,
+        and anything the hourly sweeper could not list, read or delete (its SweepFailures metric)."""
+        self._alarm("RunEndedDeadLetters", dead_letters.metric_approximate_number_of_messages_visible(
+            period=PERIOD, statistic="Maximum"),
+            "brokerbench: RunEnded did not handle a run's end (failed workflow, console stop or timeout): that run "
+            "may read as still going and its brokers may run until the hourly sweeper handles the message")
+        # handlers/sweep_targets.py counts them through Powertools (brokerbench.observability: namespace and service)
+        self._alarm("SweepFailures", cloudwatch.Metric(namespace="brokerbench", metric_name="SweepFailures",
+                                                       dimensions_map={"service": "brokerbench"}, period=PERIOD,
+                                                       statistic="Sum"),
+                    "brokerbench: the hourly sweeper could not list, read or delete something (its log says what "
+                    "and why): brokers of ended runs may still be running")
 
     def watch_function(self, name: str, function: lambda_.Function) -> None:
         self._alarm(f"{name}Errors", function.metric_errors(period=PERIOD, statistic="Sum"),

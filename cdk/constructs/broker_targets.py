@@ -129,12 +129,18 @@ class BrokerTargets(Construct):
                               "Amazon MQ assigns, so only the bb-* name pattern (and the brokerbench:run tag) can "
                               "scope them")
         allow(grantee, ["ec2:CreateNetworkInterface", "ec2:CreateNetworkInterfacePermission",
-                        "ec2:DeleteNetworkInterface", "ec2:DescribeInternetGateways", "ec2:DescribeNetworkInterfaces",
+                        "ec2:DescribeInternetGateways", "ec2:DescribeNetworkInterfaces",
                         "ec2:DescribeNetworkInterfacePermissions", "ec2:DescribeRouteTables",
                         "ec2:DescribeSecurityGroups", "ec2:DescribeSubnets", "ec2:DescribeVpcs"], ["*"],
               wildcard_reason="Amazon MQ CreateBroker places the broker's network interfaces in the given subnets "
                               "with the caller's permissions (Amazon MQ's documented requirement); these EC2 actions "
                               "take no resource-level permissions at creation")
+        # ...and may remove one it created; a network interface has an ec2:Vpc condition key: this VPC's only.
+        allow(grantee, ["ec2:DeleteNetworkInterface"], [_arn("ec2", "network-interface/*")],
+              conditions={"ArnEquals": {"ec2:Vpc": _arn("ec2", f"vpc/{self.network.vpc.vpc_id}")}},
+              wildcard_reason="Amazon MQ CreateBroker may remove a network interface it placed with the caller's "
+                              "permissions; interface ids are made at creation, so the ec2:Vpc condition holds the "
+                              "delete to this stack's VPC")
         allow(grantee, ["iam:CreateServiceLinkedRole"],
               [f"arn:{Aws.PARTITION}:iam::{Aws.ACCOUNT_ID}:role/aws-service-role/mq.amazonaws.com/AWSServiceRoleForAmazonMQ*"],
               conditions={"StringEquals": {"iam:AWSServiceName": "mq.amazonaws.com"}},

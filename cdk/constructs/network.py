@@ -1,9 +1,12 @@
 """The VPC the workers and the run-time brokers share, and who may talk to whom.
 
 Cost, deliberately small (roughly, us-east-1 prices):
-- one NAT gateway (~$33/month + data): the EC2 workers install their Python packages from PyPI, and the
-  Lambda workers reach anything without an endpoint through it. One, not one per AZ: a benchmark run can
-  retry after an AZ outage, it need not ride through one.
+- one NAT gateway (~$33/month + data): the EC2 workers install Python 3.12 from Amazon Linux's package
+  repositories at boot (`dnf`) and read their task token from SSM through it, and the Lambda workers reach
+  anything without an endpoint through it. Their Python packages do not come from PyPI: they are wheels in the
+  worker's code asset, fetched from S3 through the gateway endpoint and installed with pip --no-index
+  (workers.py, workflow/fleet.py). One NAT gateway, not one per AZ: a benchmark run can retry after an AZ
+  outage, it need not ride through one.
 - gateway endpoints for DynamoDB and S3 (free): the bulk of the traffic (events, reports, worker code).
 - interface endpoints (~$7.50/month per AZ each) only for what code inside the VPC calls: Step Functions
   (EC2 workers heartbeat and answer their task tokens) and Secrets Manager (the Redis AUTH token, read by

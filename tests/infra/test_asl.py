@@ -131,31 +131,71 @@ TEARDOWN_DEFINITION = REPO_DIR / "statemachines" / "teardown_run.asl.json"
 
 
 def test_teardown_asks_again_until_the_target_is_gone_within_a_bound():
-    """TeardownTarget is a loop like provisioning's: done -> the target's result; timed out -> a failure the Map's
-    catcher records; otherwise wait and ask again. The bound is long enough for an MSK cluster still creating."""
+    """TeardownTarget is a loop like provisioning's: done -> the target's result; timed out -> the target reported
+    not deleted; otherwise wait and ask again. The bound is long enough for an MSK cluster still creating."""
     from brokerbench.targets import TEARDOWN_TIMEOUT_S, TEARDOWN_WAIT_S
 
     states = json.loads(DEFINITION.read_text())["States"]["TeardownTargets"]["ItemProcessor"]["States"]
     assert states["TeardownTarget"]["Next"] == "TargetGone?"
     assert states["TargetGone?"]["Choices"] == [
         {"Variable": "$.teardown.done", "BooleanEquals": True, "Next": "TargetTornDown"},
-        {"Variable": "$.teardown.timed_out", "BooleanEquals": True, "Next": "TeardownTimedOut"}]
+        {"Variable": "$.teardown.timed_out", "BooleanEquals": True, "Next": "TargetTimedOut"}]
     assert states["TargetGone?"]["Default"] == "WaitForTeardown"
     assert states["WaitForTeardown"] == {"Type": "Wait", "SecondsPath": "$.teardown.wait_s", "Next": "TeardownTarget"}
-    assert states["TeardownTimedOut"]["Type"] == "Fail" and states["TargetTornDown"]["End"] is True
+    assert states["TargetTornDown"]["End"] is True
     assert TEARDOWN_TIMEOUT_S >= 60 * 60 and TEARDOWN_WAIT_S <= 60  # MSK: 20-30+ min to create, then ~15 to delete
     # A standard execution keeps 25,000 history events; a round is 3 states (about 8 events).
     assert TEARDOWN_TIMEOUT_S / TEARDOWN_WAIT_S * 8 < 25_000 / 4
+
+
+def test_one_targets_failure_ends_its_own_loop_and_the_others_go_on():
+    """An inline Map stops every iteration once one fails: a target that times out or whose TeardownTarget fails
+    (its retries too) ends its own iteration with `not_deleted` instead, so the other targets' loops go on; after the
+    Map, TargetsLeft? sends a run with any target not deleted to RecordTeardownFailed (StepFailed names each)."""
+    top = json.loads(DEFINITION.read_text())["States"]
+    inner = top["TeardownTargets"]["ItemProcessor"]["States"]
+    assert not [n for n, s in inner.items() if s["Type"] == "Fail"]  # no iteration fails the Map
+    assert inner["TeardownTarget"]["Retry"][0]["MaxAttempts"] == 5  # the failing target alone is retried
+    assert inner["TeardownTarget"]["Catch"] == [
+        {"ErrorEquals": ["States.ALL"], "ResultPath": "$.teardown_error", "Next": "TargetNotTornDown"}]
+    assert inner["TargetNotTornDown"]["Parameters"]["not_deleted.$"] == "$.teardown_error"
+    assert inner["TargetTimedOut"]["Parameters"]["not_deleted"]["Error"] == "TeardownTimedOut"
+    assert "not_deleted" not in json.dumps(inner["TargetTornDown"])
+    assert top["TeardownTargets"]["Next"] == "TargetsLeft" and top["TargetsLeft"]["Next"] == "TargetsLeft?"
+    [rule] = top["TargetsLeft?"]["Choices"]
+    assert rule["Next"] == "TargetsNotDeleted" and top["TargetsLeft?"]["Default"] == "RunFailed?"
+    assert top["TargetsNotDeleted"]["Next"] == "RecordTeardownFailed"
+    assert top["RecordTeardownFailed"]["Parameters"]["Payload"]["failure.$"] == top["TargetsNotDeleted"]["ResultPath"]
+
+
+def test_the_targets_left_rule_matches_only_a_result_that_carries_not_deleted():
+    """TargetsLeft? matches the Map's results as JSON text (States.JsonToString: compact, as json.dumps with
+    separators below): a key `not_deleted` matches; the same words inside a target's action do not (the quotes are
+    escaped there)."""
+    from fnmatch import fnmatchcase
+
+    [rule] = json.loads(DEFINITION.read_text())["States"]["TargetsLeft?"]["Choices"]
+
+    def text(results):
+        return json.dumps(results, separators=(",", ":"))
+
+    torn_down = [{"broker": "kafka", "action": "stopped"}, {"broker": "redis-streams", "action": 'odd "not_deleted":'}]
+    left = [{"broker": "kafka", "action": "stopped"},
+            {"broker": "redis-streams", "action": "not deleted", "not_deleted": {"Error": "E", "Cause": "c"}}]
+    assert not fnmatchcase(text(torn_down), rule["StringMatches"])
+    assert fnmatchcase(text(left), rule["StringMatches"])
 
 
 def test_the_teardown_machine_runs_the_run_workflows_own_teardown_states():
     run = json.loads(DEFINITION.read_text())["States"]
     alone = json.loads(TEARDOWN_DEFINITION.read_text())
     assert alone["StartAt"] == "TeardownTargets"
-    assert set(alone["States"]) == {"TeardownTargets", "RecordTeardownFailed", "TeardownFailed", "TornDown"}
-    assert {**alone["States"]["TeardownTargets"], "Next": "RunFailed?"} == run["TeardownTargets"]
-    for name in ("RecordTeardownFailed", "TeardownFailed"):
+    assert set(alone["States"]) == {"TeardownTargets", "TargetsLeft", "TargetsLeft?", "TargetsNotDeleted",
+                                    "RecordTeardownFailed", "TeardownFailed", "TornDown"}
+    for name in ("TeardownTargets", "TargetsLeft", "TargetsNotDeleted", "RecordTeardownFailed", "TeardownFailed"):
         assert alone["States"][name] == run[name], name
+    assert {**alone["States"]["TargetsLeft?"], "Default": "RunFailed?"} == run["TargetsLeft?"]
+    assert alone["States"]["TargetsLeft?"]["Default"] == "TornDown"
     assert alone["States"]["TornDown"] == {"Type": "Succeed"}
     done = subprocess.run([str(VALIDATOR), "--json-path", str(TEARDOWN_DEFINITION)], capture_output=True, text=True)
     assert done.returncode == 0, done.stdout + done.stderr

@@ -953,7 +953,70 @@ def test_the_sweeper_runs_hourly_and_may_delete_only_tagged_bb_resources(resourc
         assert [s.get("Condition") for s in granted[action]] == [tagged], action
     for action in ("kafka:DeleteCluster", "elasticache:DeleteReplicationGroup", "elasticache:ListTagsForResource"):
         assert all(re.search(r"(cluster/|replicationgroup:)bb-\*", json.dumps(s["Resource"])) for s in granted[action])
-    assert not any(a.startswith(("kafka:Create", "elasticache:Create", "ec2:RunInstances", "states:"))
-                   for a in granted)
-    assert "dynamodb:Query" in granted and "dynamodb:PutItem" not in granted  # reads the runs' events only
+    assert not any(a.startswith(("kafka:Create", "elasticache:Create", "ec2:RunInstances")) for a in granted)
+    # It handles RunEnded's dead letters as RunEnded does: stores the run's end, starts the teardown state machine.
+    teardown = state_machine(resources, "Teardown")[0]
+    assert [s["Resource"] for s in granted["states:StartExecution"]] == [{"Ref": teardown}]
+    assert {a for a in granted if a.startswith("states:")} == {"states:StartExecution"}
+    assert "dynamodb:Query" in granted and "dynamodb:PutItem" in granted
     assert sweeper[1]["Timeout"] == 300
+
+
+def test_run_ended_failures_go_to_a_dead_letter_queue_that_is_alarmed_and_drained(template, resources):
+    """aws_cdk.assertions: the RunEnded rule target's dead-letter queue and the RunEnded function's on-failure
+    destination are one SQS queue (encrypted, SSL only, kept 14 days); an alarm on the alerts topic fires on one
+    message; the sweeper is told its URL and may receive and delete from it."""
+    from aws_cdk.assertions import Match
+
+    (queue_id,) = template.find_resources("AWS::SQS::Queue", {"Properties": {
+        "SqsManagedSseEnabled": True, "MessageRetentionPeriod": 14 * 24 * 3600}})
+    template.has_resource_properties("AWS::Events::Rule", {
+        "EventPattern": Match.object_like({"source": ["aws.states"]}),
+        "Targets": [Match.object_like({"DeadLetterConfig": {"Arn": {"Fn::GetAtt": [queue_id, "Arn"]}}})]})
+    ended, sweeper = handler_functions(resources)["run_ended"], handler_functions(resources)["sweep_targets"]
+    template.has_resource_properties("AWS::Lambda::EventInvokeConfig", {
+        "FunctionName": {"Ref": ended[0]},
+        "DestinationConfig": {"OnFailure": {"Destination": {"Fn::GetAtt": [queue_id, "Arn"]}}}})
+    topic = next(iter(template.find_resources("AWS::SNS::Topic")))
+    template.has_resource_properties("AWS::CloudWatch::Alarm", {
+        "Namespace": "AWS/SQS", "MetricName": "ApproximateNumberOfMessagesVisible",
+        "Dimensions": [{"Name": "QueueName", "Value": {"Fn::GetAtt": [queue_id, "QueueName"]}}],
+        "Threshold": 1, "ComparisonOperator": "GreaterThanOrEqualToThreshold", "AlarmActions": [{"Ref": topic}]})
+    template.has_resource_properties("AWS::CloudWatch::Alarm", {
+        "Namespace": "brokerbench", "MetricName": "SweepFailures", "AlarmActions": [{"Ref": topic}]})
+    from brokerbench.workflow.sweep import DEAD_LETTERS_ENV
+
+    assert sweeper[1]["Environment"]["Variables"][DEAD_LETTERS_ENV] == {"Ref": queue_id}
+    role = sweeper[1]["Role"]["Fn::GetAtt"][0]
+    consumed = [s for logical_id, s in statements(resources) if "sqs:DeleteMessage" in as_list(s["Action"])
+                and resources[logical_id]["Properties"].get("Roles") == [{"Ref": role}]]
+    assert [s["Resource"] for s in consumed] == [{"Fn::GetAtt": [queue_id, "Arn"]}]
+    assert "sqs:ReceiveMessage" in consumed[0]["Action"]
+    # Only EventBridge, for this rule, and the function's own role may send to it.
+    ended_role = ended[1]["Role"]["Fn::GetAtt"][0]
+    assert any("sqs:SendMessage" in as_list(s["Action"]) and resources[i]["Properties"].get("Roles") == [{"Ref": ended_role}]
+               for i, s in statements(resources))
+
+
+def test_the_teardown_machine_logs_errors_without_execution_data_under_vendedlogs(template, resources):
+    """aws_cdk.assertions: as the run workflow's, under /aws/vendedlogs/states/, ERROR without execution data."""
+    teardown, machine = state_machine(resources, "Teardown")
+    config = machine["Properties"]["LoggingConfiguration"]
+    assert (config["Level"], config["IncludeExecutionData"]) == ("ERROR", False)
+    group = config["Destinations"][0]["CloudWatchLogsLogGroup"]["LogGroupArn"]["Fn::GetAtt"][0]
+    template.has_resource_properties("AWS::Logs::LogGroup", {"LogGroupName": f"/aws/vendedlogs/states/{STACK}-teardown",
+                                                             "RetentionInDays": 90})
+    assert resources[group]["Properties"]["LogGroupName"] == f"/aws/vendedlogs/states/{STACK}-teardown"
+
+
+def test_provisioning_may_delete_network_interfaces_of_its_own_vpc_only(resources):
+    """Amazon MQ's CreateBroker runs with the caller's EC2 permissions; its DeleteNetworkInterface is held to the
+    stack's VPC (ec2:Vpc), not granted on *."""
+    provision = handler_functions(resources)["provision_target"]
+    role = provision[1]["Role"]["Fn::GetAtt"][0]
+    deletes = [s for logical_id, s in statements(resources) if "ec2:DeleteNetworkInterface" in as_list(s["Action"])
+               and resources[logical_id]["Properties"].get("Roles") == [{"Ref": role}]]
+    assert len(deletes) == 1 and as_list(deletes[0]["Action"]) == ["ec2:DeleteNetworkInterface"]
+    assert "network-interface/*" in json.dumps(deletes[0]["Resource"])
+    (vpc,) = of_type(resources, "AWS::EC2::VPC")
+    assert f'"Ref": "{vpc}"' in json.dumps(deletes[0]["Condition"]["ArnEquals"]["ec2:Vpc"])

@@ -194,3 +194,42 @@ def test_the_teardown_state_machine_runs_and_stops_what_the_run_started(store_on
     assert execution.output["teardown"] == [{"broker": "redis-streams", "action": "stopped"}]
     assert states(execution) == ["TeardownTarget"]
     assert store_only_stack.status()["redis"]["state"] == "stopped"
+
+
+def test_one_target_that_cannot_be_torn_down_leaves_the_others_deleted_and_is_named(store_only_stack, tmp_path,
+                                                                                    monkeypatch):
+    """The teardown state machine on the local interpreter, with TeardownTarget failing for Kafka on every call (its
+    five retries too, 0.1 s apart here): Redis's iteration still stops the run's Redis, the execution fails
+    (TargetsNotDeleted), and the run's StepFailed(TeardownTargets) names Kafka, and only Kafka, as not deleted."""
+    from brokerbench.local.workflow import TEARDOWN_DEFINITION
+    from brokerbench.spec import validate
+    from handlers import teardown_target
+
+    definition = json.loads(TEARDOWN_DEFINITION.read_text())
+    retry = definition["States"]["TeardownTargets"]["ItemProcessor"]["States"]["TeardownTarget"]["Retry"][0]
+    retry.update(IntervalSeconds=0.1, BackoffRate=1)
+    quick = tmp_path / "teardown.asl.json"
+    quick.write_text(json.dumps(definition))
+    real, calls = teardown_target.lambda_handler, []
+
+    def failing_for_kafka(event, context):
+        calls.append(event["broker"])
+        if event["broker"] == "kafka":
+            raise RuntimeError("injected: DeleteCluster AccessDenied")
+        return real(event, context)
+
+    monkeypatch.setattr(teardown_target, "lambda_handler", failing_for_kafka)
+    run_id = new_run_id()
+    spec = validate({"brokers": ["kafka", "redis-streams"], "sizes": [1024], "rates": [100], "formats": ["raw"]})
+    store_only_stack.up(services=["redis"], owner=run_id, log=lambda m: None)  # as the run's provisioning did
+    execution = LocalWorkflow(store_only_stack, tmp_path / "reports", definition=quick).execute(
+        spec, run_id=run_id, execution_input={"run": {"run_id": run_id, "spec": spec}})
+    assert (execution.status, execution.error) == ("FAILED", "TeardownFailed"), (execution.error, execution.cause)
+    assert calls.count("kafka") == 6 and calls.count("redis-streams") == 1  # Kafka alone retried, five times
+    assert store_only_stack.status()["redis"]["state"] == "stopped"
+    db = store_only_stack.endpoints(required=["dynamodb"])["dynamodb"]
+    [failed] = [e["data"] for e in DynamoEventStore(db["table"], endpoint_url=db["endpoint_url"]).read(run_id)
+                if e["type"] == "StepFailed"]
+    assert failed["step"] == "TeardownTargets" and [t["broker"] for t in failed["targets_left"]] == ["kafka"]
+    assert "injected: DeleteCluster AccessDenied" in failed["targets_left"][0]["cause"]
+    assert failed["reason"].startswith("TargetsNotDeleted: kafka not deleted (")

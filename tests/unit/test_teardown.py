@@ -1,6 +1,8 @@
 """Teardown that always happens, against moto (AWS's control planes faked in-process: MSK, ElastiCache, EC2, Step
-Functions, and DynamoDB as the event store): the teardown loop's rounds through a target still being created, a
-run whose execution ended FAILED, ABORTED or TIMED_OUT, a cancel, and the hourly sweeper.
+Functions, SQS, and DynamoDB as the event store): the teardown loop's rounds through a target still being created, a
+run whose execution ended FAILED, ABORTED or TIMED_OUT, a cancel, and the hourly sweeper, which no single failure
+stops (a provider's listing refused, a resource unreadable, a delete refused), which sweeps a run with no end stored
+once past its deadline, and which drains RunEnded's dead letters.
 
 moto creates an MSK cluster CREATING and an ElastiCache group `available`, and never moves either on by itself; the
 tests move them as AWS would (creating -> available, deleting -> gone) by setting moto's own record of the
@@ -400,5 +402,165 @@ def test_a_delete_the_sweeper_is_refused_is_reported_and_the_others_still_go(sto
         stub.add_client_error("terminate_instances", "UnauthorizedOperation", expected_params={"InstanceIds": [worker]})
         swept = Sweeper(store, [msk()], ec2).sweep()
     assert [(d["kind"], d["run_id"]) for d in swept["deleted"]] == [("msk", ended)]
-    [refused] = swept["left"]
-    assert refused["name"] == worker and "UnauthorizedOperation" in refused["reason"]
+    assert swept["left"] == []
+    [refused] = swept["failed"]
+    assert (refused["action"], refused["kind"], refused["name"], refused["run_id"]) == ("delete", "ec2", worker, ended)
+    assert "UnauthorizedOperation" in refused["reason"]
+
+
+# -- no single failure stops the sweep -----------------------------------------------------------------------------
+
+
+def ended_run(store, run_id: str) -> None:
+    requested(store, run_id)
+    store.append([run_completed_event(run_id, "completed", 2, 0)])
+
+
+def test_a_provider_whose_listing_fails_is_reported_and_the_others_are_still_swept(store):
+    """moto for MSK and EC2; botocore's Stubber for ElastiCache, which answers DescribeReplicationGroups with
+    AccessDenied (moto has no IAM refusals to play). The MSK cluster and the EC2 worker of the ended run are still
+    deleted, and the listing failure is reported with the provider and ElastiCache's own error."""
+    run_id = "20261126T200000Z-e0d010"
+    ended_run(store, run_id)
+    create_cluster(run_id)
+    worker = launch(run_id)
+    cache = boto3.client("elasticache")
+    with Stubber(cache) as stub:
+        stub.add_client_error("describe_replication_groups", "AccessDenied", "not authorized to perform "
+                              "elasticache:DescribeReplicationGroups", http_status_code=403)
+        refused = ElastiCacheTargets(cache, None, auth_secret_arn="", subnet_group="", security_groups=[])
+        swept = Sweeper(store, [refused, msk()], boto3.client("ec2")).sweep()
+        stub.assert_no_pending_responses()
+    assert {(d["kind"], d["name"]) for d in swept["deleted"]} == {("msk", resource_name(run_id, "kafka")),
+                                                                  ("ec2", worker)}
+    [failed] = swept["failed"]
+    assert (failed["action"], failed["kind"], failed["name"]) == ("list", "elasticache", None)
+    assert "AccessDenied" in failed["reason"] and "DescribeReplicationGroups" in failed["reason"]
+    assert clusters() == {} and instance_states()[worker] in ("shutting-down", "terminated")
+
+
+def test_a_resource_whose_tags_cannot_be_read_is_reported_and_the_next_one_deleted(store):
+    """Stubber alone (the order of calls is the point): ElastiCache lists two bb-* groups, refuses the first one's
+    tags (a throttle), gives the second's; the second is deleted, the first reported by name."""
+    run_id = "20261126T200000Z-e0d011"
+    ended_run(store, run_id)
+    first, second = "bb-first-redis", resource_name(run_id, "redis-streams")
+    cache = boto3.client("elasticache")
+    arn = f"arn:aws:elasticache:{REGION}:{DEFAULT_ACCOUNT_ID}:replicationgroup:"
+    ec2 = boto3.client("ec2")
+    with Stubber(cache) as stub, Stubber(ec2) as ec2_stub:
+        stub.add_response("describe_replication_groups", {"ReplicationGroups": [
+            {"ReplicationGroupId": first, "Status": "available", "ARN": arn + first},
+            {"ReplicationGroupId": second, "Status": "available", "ARN": arn + second}]})
+        stub.add_client_error("list_tags_for_resource", "Throttling", expected_params={"ResourceName": arn + first})
+        stub.add_response("list_tags_for_resource", {"TagList": [{"Key": "brokerbench:run", "Value": run_id}]},
+                          expected_params={"ResourceName": arn + second})
+        stub.add_response("delete_replication_group", {"ReplicationGroup": {"ReplicationGroupId": second,
+                                                                            "Status": "deleting"}},
+                          expected_params={"ReplicationGroupId": second})
+        ec2_stub.add_response("describe_instances", {"Reservations": []})
+        provider = ElastiCacheTargets(cache, None, auth_secret_arn="", subnet_group="", security_groups=[])
+        swept = Sweeper(store, [provider], ec2).sweep()
+        stub.assert_no_pending_responses()
+    assert [(d["name"], d["outcome"]) for d in swept["deleted"]] == [(second, DELETING)]
+    [failed] = swept["failed"]
+    assert (failed["action"], failed["kind"], failed["name"]) == ("list", "elasticache", first)
+    assert "Throttling" in failed["reason"]
+
+
+def test_a_run_whose_end_was_never_stored_is_swept_after_its_deadline_and_not_before(store):
+    """moto (MSK, ElastiCache, EC2, DynamoDB). A run with no end stored: one second before its deadline its cluster,
+    group and worker stay ("still going"); one second after, they are deleted and the run is given a RunFailed
+    that names the deadline. The deadline is checked by hand: requested at + provision.timeout_s (3,600 s, the
+    default) + twice the plan's estimate + the teardown loop's 5,400 s + 3,600 s."""
+    from datetime import datetime
+
+    from brokerbench.workflow.sweep import run_deadline
+
+    run_id = "20261126T200000Z-0a0012"
+    spec = requested(store, run_id)
+    create_cluster(run_id)
+    group = create_group(run_id)
+    worker = launch(run_id)
+    header = store.read(run_id, prefix="00#run")
+    at = datetime.fromisoformat(header[0]["at"].replace("Z", "+00:00")).timestamp()
+    estimate = plan(spec)["estimated_s"]
+    assert estimate > 0 and spec["provision"]["timeout_s"] == 3600
+    deadline = at + 3600 + 2 * estimate + 5400 + 3600
+    assert run_deadline(header) == pytest.approx(deadline)
+
+    early = Sweeper(store, [msk(), elasticache()], boto3.client("ec2"), now=lambda: deadline - 1).sweep()
+    assert early["deleted"] == [] and early["failed"] == []
+    assert {i["kind"] for i in early["left"]} == {"msk", "elasticache", "ec2"}
+    assert all("still going" in i["reason"] for i in early["left"])
+    assert store.read(run_id, prefix="90#run#end") == [] and resource_name(run_id, "kafka") in clusters()
+
+    late = Sweeper(store, [msk(), elasticache()], boto3.client("ec2"), now=lambda: deadline + 1).sweep()
+    assert {(d["kind"], d["name"]) for d in late["deleted"]} == {
+        ("msk", resource_name(run_id, "kafka")), ("elasticache", group), ("ec2", worker)}
+    [end] = store.read(run_id, prefix="90#run#end")
+    assert end["type"] == "RunFailed" and "deadline" in end["data"]["reason"]
+    assert clusters() == {} and groups()[group] == "deleting"
+
+
+def test_the_sweeper_drains_the_run_ended_dead_letters(store):
+    """moto (SQS, Step Functions, MSK, DynamoDB). The RunEnded dead-letter queue holds what RunEnded never handled:
+    Lambda's record of an invocation that failed for good (the function's on-failure destination: the event under
+    requestPayload), EventBridge's undelivered event itself (the rule's dead-letter queue), and a message that is
+    neither. The sweep stores both runs' ends, starts their teardown executions, deletes their clusters (their end
+    now stored) and the two handled messages; the third stays in the queue and is reported."""
+    sqs = boto3.client("sqs")
+    url = sqs.create_queue(QueueName="bb-run-ended-dlq")["QueueUrl"]
+    machine = teardown_machine()
+    stopped, failed_run = "20261126T232000Z-ab0013", "20261126T232000Z-fa0013"
+    for run_id in (stopped, failed_run):
+        requested(store, run_id)
+        create_cluster(run_id)
+
+    def ending(run_id, status):
+        return {"version": "0", "source": "aws.states", "detail-type": "Step Functions Execution Status Change",
+                "detail": {"name": run_id, "status": status, "input": json.dumps({"request": REQUEST, "run_id": run_id}),
+                           "stateMachineArn": f"arn:aws:states:{REGION}:{DEFAULT_ACCOUNT_ID}:stateMachine:bb-run",
+                           "error": "States.Runtime" if status == "FAILED" else None, "cause": None}}
+
+    sqs.send_message(QueueUrl=url, MessageBody=json.dumps({
+        "version": "1.0", "requestContext": {"condition": "RetriesExhausted", "approximateInvokeCount": 3},
+        "requestPayload": ending(stopped, "ABORTED"), "responsePayload": {"errorType": "StoreUnavailable"}}))
+    sqs.send_message(QueueUrl=url, MessageBody=json.dumps(ending(failed_run, "FAILED")))
+    sqs.send_message(QueueUrl=url, MessageBody="not an event")
+
+    teardowns = StepFunctionsTeardowns(boto3.client("stepfunctions"), machine)
+    swept = Sweeper(store, [msk()], boto3.client("ec2"), dead_letters=(sqs, url), teardowns=teardowns).sweep()
+
+    assert {(d["run_id"], d["status"]) for d in swept["drained"]} == {(stopped, "cancelled"), (failed_run, "failed")}
+    assert store.read(stopped, prefix="90#run#end")[0]["data"]["status"] == "cancelled"
+    assert store.read(failed_run, prefix="90#run#end")[0]["type"] == "RunFailed"
+    executions = boto3.client("stepfunctions").list_executions(stateMachineArn=machine)["executions"]
+    assert sorted(e["name"] for e in executions) == sorted(f"{r}-teardown" for r in (stopped, failed_run))
+    assert {d["run_id"] for d in swept["deleted"]} == {stopped, failed_run} and clusters() == {}
+    [bad] = swept["failed"]
+    assert bad["action"] == "drain" and "JSONDecodeError" in bad["reason"]
+    attributes = sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["ApproximateNumberOfMessagesNotVisible",
+                                                                        "ApproximateNumberOfMessages"])["Attributes"]
+    # the one left (invisible for the 300 s the sweep's receive holds it, then back for the next sweep)
+    assert int(attributes["ApproximateNumberOfMessagesNotVisible"]) + int(attributes["ApproximateNumberOfMessages"]) == 1
+
+
+def test_inline_teardowns_go_on_past_a_target_that_fails(aws, monkeypatch):
+    """moto (ElastiCache). The local teardown path (and the one a cancel takes locally): one target's error is
+    reported as not deleted, the next target is still torn down."""
+    run_id = "20261126T230000Z-aaa014"
+    spec = validate(REQUEST)
+    real = steps.teardown_target
+
+    def failing_for_kafka(event):
+        if event["broker"] == "kafka":
+            raise RuntimeError("DeleteCluster: AccessDenied")
+        return real(event)
+
+    monkeypatch.setattr(steps, "teardown_target", failing_for_kafka)
+    group = create_group(run_id)
+    done = InlineTeardowns(deletions_finish).start(run_id, spec)
+    assert done[0] == {"broker": "kafka", "action": "not deleted", "done": False,
+                       "not_deleted": {"Error": "RuntimeError", "Cause": "DeleteCluster: AccessDenied"}}
+    assert done[1]["done"] is True and group not in groups()

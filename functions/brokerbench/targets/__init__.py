@@ -57,10 +57,17 @@ class CloudTargetProvider(TargetProvider, Protocol):
     kind: str  # what the sweeper calls its resources ("msk", "elasticache")
 
     def leftovers(self) -> list[dict]:
-        """Its bb-* resources tagged with a run, not being deleted: {kind, name, resource, state, run_id} each."""
+        """Its bb-* resources tagged with a run, not being deleted: {kind, name, resource, state, run_id} each; one
+        whose tags could not be read is listed as `unreadable` (the sweeper reports it and goes on)."""
 
     def delete(self, resource: str, state: str) -> str:
         """Delete one if it can be deleted now: DELETING, GONE or NOT_DELETABLE."""
+
+
+def unreadable(kind: str, name: str, resource: str, doing: str, exc: Exception) -> dict:
+    """A leftover the sweeper lists but could not read (its tags, say): reported with why, never deleted."""
+    return {"kind": kind, "name": name, "resource": resource, "state": None, "run_id": None,
+            "problem": f"{doing} failed: {type(exc).__name__}: {exc}"}
 
 
 def raise_client_error(exc, transient_codes, doing: str):

@@ -337,9 +337,21 @@ def record_step_failed(event: dict) -> dict:
     this step writes nothing new."""
     failure = event.get("failure") or {}
     reason = f"{failure.get('Error', 'States.TaskFailed')}: {failure.get('Cause', 'no cause given')}"
-    result = wiring.event_store().append([make_event(event["run_id"], "StepFailed",
-                                                     {"step": event["step"], "reason": reason}, key=event["step"])])
-    return {"recorded": bool(result.written), "step": event["step"]}
+    data = {"step": event["step"], "reason": reason}
+    left = targets_left(failure.get("targets") or [])
+    if left:
+        data["targets_left"] = left
+        data["reason"] = f"{failure.get('Error', 'TargetsNotDeleted')}: " + "; ".join(
+            f"{t['broker']} not deleted ({t['error']}: {t['cause']})" for t in left)
+    result = wiring.event_store().append([make_event(event["run_id"], "StepFailed", data, key=event["step"])])
+    return {"recorded": bool(result.written), "step": event["step"], "targets_left": [t["broker"] for t in left]}
+
+
+def targets_left(results: list[dict]) -> list[dict]:
+    """The targets TeardownTargets' Map could not delete, from its results (TargetTimedOut and TargetNotTornDown give
+    theirs `not_deleted`, {Error, Cause}): {broker, error, cause} each."""
+    return [{"broker": r["broker"], "error": r["not_deleted"].get("Error") or "States.TaskFailed",
+             "cause": r["not_deleted"].get("Cause") or "no cause given"} for r in results if r.get("not_deleted")]
 
 
 def teardown_target(event: dict) -> dict:

@@ -31,7 +31,16 @@ class InlineTeardowns:
         self.sleep = sleep
 
     def start(self, run_id: str, spec: dict) -> list[dict]:
-        return [self._until_done(run_id, broker, spec) for broker in spec["brokers"]]
+        """Each broker's rounds; one that fails is reported not deleted (as the Map's TargetNotTornDown) and the
+        others still go."""
+        done = []
+        for broker in spec["brokers"]:
+            try:
+                done.append(self._until_done(run_id, broker, spec))
+            except Exception as exc:  # noqa: BLE001 (one target's failure must not keep the others)
+                done.append({"broker": broker, "action": "not deleted", "done": False,
+                             "not_deleted": {"Error": type(exc).__name__, "Cause": str(exc)}})
+        return done
 
     def _until_done(self, run_id: str, broker: str, spec: dict) -> dict:
         event = {"run_id": run_id, "broker": broker, "spec": spec}

@@ -39,7 +39,7 @@ from botocore.exceptions import ClientError
 
 from ... import settings
 from ...targets import (DELETING, GONE, KEPT, NOT_DELETABLE, ProvisioningError, raise_client_error, still_waiting,
-                        target, torn_down)
+                        target, torn_down, unreadable)
 from .prices import INSTANCE_TYPES, SINGLE_INSTANCE_ONLY
 
 KIND = "amazonmq"
@@ -258,7 +258,11 @@ class AmazonMqTargets:
             names.add(name)
             if not name.startswith("bb-") or summary.get("BrokerState") == "DELETION_IN_PROGRESS":
                 continue
-            run_id = self.client.list_tags(ResourceArn=summary["BrokerArn"]).get("Tags", {}).get(RUN_TAG)
+            try:
+                run_id = self.client.list_tags(ResourceArn=summary["BrokerArn"]).get("Tags", {}).get(RUN_TAG)
+            except ClientError as exc:  # this broker unread; the others still listed
+                found.append(unreadable(KIND, name, summary["BrokerId"], f"reading the tags of {name}", exc))
+                continue
             if run_id:
                 found.append({"kind": KIND, "name": name, "resource": summary["BrokerId"],
                               "state": summary["BrokerState"], "run_id": run_id})

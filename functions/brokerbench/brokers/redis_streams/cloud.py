@@ -19,7 +19,7 @@ from botocore.exceptions import ClientError
 
 from ... import settings
 from ...targets import (DELETING, GONE, KEPT, NOT_DELETABLE, ProvisioningError, raise_client_error, resource_name,
-                        still_waiting, target, torn_down)
+                        still_waiting, target, torn_down, unreadable)
 
 DEFAULT_VERSION = "7.1"
 TRANSIENT = {"Throttling", "InvalidReplicationGroupState", "ServiceUnavailable"}
@@ -140,7 +140,11 @@ class ElastiCacheTargets:
                 name = group["ReplicationGroupId"]
                 if not name.startswith("bb-") or group["Status"] == "deleting":
                     continue
-                tags = self.client.list_tags_for_resource(ResourceName=group["ARN"])["TagList"]
+                try:
+                    tags = self.client.list_tags_for_resource(ResourceName=group["ARN"])["TagList"]
+                except ClientError as exc:  # this group unread; the others still listed
+                    found.append(unreadable("elasticache", name, name, f"reading the tags of {name}", exc))
+                    continue
                 run_id = {t["Key"]: t["Value"] for t in tags}.get("brokerbench:run")
                 if run_id:
                     found.append({"kind": "elasticache", "name": name, "resource": name, "state": group["Status"],

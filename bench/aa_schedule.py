@@ -9,9 +9,13 @@ within two nights, at the run it began with.
    notify). Per run and configuration the figures the simulation needs are kept: each quiet repeat's throughput
    and p99s, each repeat's sustainability verdict, the repeats measured on a busy host.
 2. Simulation: schedules of NIGHTS nights (a night: one more run, the schedule's check of it), each run drawn from
-   the real runs' noise, per configuration and metric on the log scale: the mean of the real runs, a run effect
-   (the spread of the real runs' means beyond what their repeats explain) and the repeats' own spread; each repeat
-   judged unsustainable, inconclusive or busy at the real runs' rates. The check is the project's own code on the
+   the real runs' noise, per configuration and metric on the log scale, as it came: each repeat one of the
+   configuration's real repeats (its log less the configuration's median) drawn at random, plus a run effect (the
+   robust spread of the real runs' medians beyond what repeats drawn so give). Not log-normal: a p99's repeats
+   mostly agree within about 12% (Kafka) and one in eight reads 1.4-7x higher, so a standard deviation of the logs
+   (41.5%, the median over configurations of end-to-end p99) describes neither the bulk nor the tail (the
+   log-normal draw with those standard deviations stays available, model["shape"]). Each repeat is judged
+   unsustainable, inconclusive or busy at the real runs' rates. The check is the project's own code on the
    drawn figures: regression.compare (the pairwise check, its flips under Boschloo's test included) against the
    previous run and the ones before it as regression.check picks them, and history.change_alerts (the change
    points the check tells) over the newest history.SERIES_RUNS runs, history.pairwise_alerts keeping the pairwise
@@ -19,11 +23,17 @@ within two nights, at the run it began with.
    of a random configuration (end-to-end p99 × 1.3, or throughput × 0.8): the share of steps told within two
    nights (the night of the step or the next) with the alert on that configuration and metric and the change
    placed on the step's run ± 1 (a pairwise alert is placed on the run it checked).
+   Then how large a p99 step the schedule tells (P99_SWEEP), the +30% step with more repeats per run
+   (REPEATS_SWEEP), and a bound on what a test of these runs can tell (power_table): a test that knew the step's run and
+   the level before it, on one series alone at a one-sided 1%, told +30% within two nights with a probability of
+   22% on average over the configurations (86% at best) on the 8 runs of November 2026; the smallest step it
+   tells at 90% and the repeats per run it would need for +30% are printed per configuration. --bound-only makes
+   the noise model and the bound again from the recorded runs and keeps the recorded simulation.
    The drawn configurations are independent of each other (a slow run on a real host moves every configuration:
    correlation that the family-wise controls hold under, and that makes alerts cluster rather than multiply).
 
 usage: .venv/bin/python bench/aa_schedule.py [--runs 8] [--home /tmp/bb-aas] [--nights 1000] [--trials 300]
-       [--reuse] [--simulate-only] [--out bench/results/aa_schedule.json]
+       [--reuse] [--simulate-only] [--bound-only] [--processes 1] [--out bench/results/aa_schedule.json]
 
 --reuse: the runs recorded in --out are checked again from the event store (its stack in --home started for it),
 and more are run up to --runs. --simulate-only: only the simulation again, from the figures recorded in --out.
@@ -51,7 +61,10 @@ NIGHTS_PER_SCHEDULE = 25  # a schedule's nights in the simulation: beyond change
 NIGHTS = 1000
 TRIALS = 300  # steps simulated per kind
 STEPS = {"p99": ("end_to_end_p99_us", 1.30), "throughput": ("throughput_msgs_per_s", 0.80)}
-P99_SWEEP = (1.5, 2.0, 3.0)  # larger p99 steps, to show the size a schedule of these runs can tell
+P99_SWEEP = (1.5, 2.0, 3.0, 4.0)  # larger p99 steps, to show the size a schedule of these runs can tell
+REPEATS_SWEEP = (10, 30)  # repeats per run, drawn from the same noise, for the +30% p99 step
+POWER = 0.90  # the goal's detection rate
+TYPICAL_SERIES = 12  # runs in the series when a step is told, for the watch's power formula (a schedule's middle)
 WITHIN_NIGHTS = 2  # the step's night and the next
 PLACEMENT = 1  # runs either side of the step's run where the alert may place it
 # The per-repeat unsustainable rate in the project's earlier A/A data (7 of 72 repeats on identical configurations,
@@ -96,7 +109,8 @@ def noise_model(runs: list[dict[str, dict]]) -> dict:
             between = max(0.0, float(np.var(means, ddof=1)) - within / repeats)
             entry["metrics"][metric] = {"log_mean": float(means.mean()), "sd_repeat": math.sqrt(within),
                                         "sd_run": math.sqrt(between), "runs": len(logs),
-                                        "run_values": [float(math.exp(m)) for m in means]}
+                                        "run_values": [float(math.exp(m)) for m in means],
+                                        **empirical_noise(logs)}
         configurations[key] = entry
     verdicts = [v for r in runs for e in r.values() for v in e["repeat_verdicts"]]
     busy = sum(len((e.get("host_busy") or {}).get("repeats", [])) for r in runs for e in r.values())
@@ -107,6 +121,26 @@ def noise_model(runs: list[dict[str, dict]]) -> dict:
             "unsustainable_rate": verdicts.count("unsustainable") / max(1, len(verdicts)),
             "inconclusive_rate": verdicts.count("inconclusive") / max(1, len(verdicts)),
             "busy_rate": busy / max(1, repeats)}
+
+
+def empirical_noise(logs: list[np.ndarray], draws: int = 4000) -> dict:
+    """The real noise's shape, for drawing repeats as they came (a p99's repeats are not log-normal: most agree
+    closely, a few read several times higher): the centre (median of every repeat's log), each repeat's log less
+    it (the residuals repeats are drawn from, run-to-run differences included), the robust spread of the
+    repeats (1.4826 × MAD of the residuals) and a run effect beyond them: the robust spread of the runs' medians
+    (1.4826 × MAD) less what medians of that many repeats drawn independently from the residuals spread
+    (floored at 0; seeded, so the model is a function of the runs)."""
+    flat = np.concatenate(logs)
+    centre = float(np.median(flat))
+    residuals = flat - centre
+    n = max(1, round(float(np.mean([x.size for x in logs]))))
+    medians = np.array([np.median(x) for x in logs])
+    observed = (1.4826 * float(np.median(np.abs(medians - np.median(medians))))) ** 2
+    drawn = np.median(np.random.default_rng(0).choice(residuals, (draws, n)), axis=1)
+    expected = (1.4826 * float(np.median(np.abs(drawn - np.median(drawn))))) ** 2
+    return {"centre": centre, "residuals": [float(r) for r in residuals],
+            "sd_repeat_robust": 1.4826 * float(np.median(np.abs(residuals))),
+            "sd_run_robust": math.sqrt(max(0.0, observed - expected))}
 
 
 # -- a drawn run (pure, seeded) ------------------------------------------------------------------------------------
@@ -120,7 +154,9 @@ def combined(verdicts: list[str]) -> str:
 def draw_run(model: dict, rng: np.random.Generator, step: tuple[str, str, float] | None = None,
              unsustainable_rate: float | None = None) -> dict[str, dict]:
     """One run's figures as regression.run_figures gives them, drawn from `model`; `step` = (key, metric, factor)
-    multiplies one configuration's metric."""
+    multiplies one configuration's metric. model["shape"]: "empirical" (the default: each repeat one of the real
+    residuals drawn at random, plus the robust run effect) or "lognormal" (normal on the log scale with the
+    repeats' and the runs' standard deviations)."""
     p_u = model["unsustainable_rate"] if unsustainable_rate is None else unsustainable_rate
     p_i, p_busy, n = model["inconclusive_rate"], model["busy_rate"], model["repeats_per_run"]
     run = {}
@@ -130,7 +166,10 @@ def draw_run(model: dict, rng: np.random.Generator, step: tuple[str, str, float]
         verdicts = ["unsustainable" if d < p_u else "inconclusive" if d < p_u + p_i else "sustainable" for d in draws]
         repeats = {}
         for metric, m in config["metrics"].items():
-            values = np.exp(m["log_mean"] + rng.normal(0, m["sd_run"]) + rng.normal(0, m["sd_repeat"], n))
+            if model.get("shape", "empirical") == "lognormal":
+                values = np.exp(m["log_mean"] + rng.normal(0, m["sd_run"]) + rng.normal(0, m["sd_repeat"], n))
+            else:
+                values = np.exp(m["centre"] + rng.normal(0, m["sd_run_robust"]) + rng.choice(m["residuals"], n))
             if step is not None and step[0] == key and step[1] == metric:
                 values = values * step[2]
             repeats[metric] = [float(v) for r, v in enumerate(values, 1) if r not in busy]
@@ -162,6 +201,64 @@ def night_alerts(figures: dict[str, dict], run_ids: list[str]) -> list[dict]:
         out += [{"key": s["key"], "metric": s["metric"], "source": "change_point",
                  "at": run_ids.index(s["run_ids"][c["index"]]), "change": c["change"]} for s, c in told]
     return out
+
+
+# -- what any test could tell (pure) ------------------------------------------------------------------------------
+BOUND_DRAWS = 20000  # simulated pairs of runs per configuration for the bound
+BOUND_REPEATS = (3, 5, 10, 20, 30, 50, 100, 200)  # repeats per run tried for the bound
+
+
+def after_statistics(m: dict, repeats: int, after: int, rng: np.random.Generator) -> dict[str, np.ndarray]:
+    """BOUND_DRAWS draws, with no step, of what `after` runs of `repeats` repeats (the empirical noise: run effect
+    and residuals) say of their level, less the metric's true centre, by three estimators: the mean of the runs'
+    medians (the watch's figure), the median of all their repeats, and the mean of all their repeats' logs."""
+    shape = (BOUND_DRAWS, after, repeats)
+    logs = rng.normal(0, m["sd_run_robust"], shape[:2])[:, :, None] + rng.choice(m["residuals"], shape)
+    return {"mean of run medians": np.median(logs, axis=2).mean(axis=1),
+            "median of repeats": np.median(logs.reshape(BOUND_DRAWS, -1), axis=1),
+            "mean of repeats": logs.reshape(BOUND_DRAWS, -1).mean(axis=1)}
+
+
+def bound_of(m: dict, repeats: int, after: int, step: float, alpha: float, seed: int = 2) -> dict:
+    """The best any test of a step could do here: it knows the run the step began with and the level before it
+    exactly, tests one series alone at a one-sided `alpha`, and takes whichever of three estimators of the level
+    after the step tells it best (an advantage no real test has). The critical value is each estimator's 1 − alpha
+    quantile with no step (simulated); a step of factor f adds log f. Gives the power at `step` and the smallest step
+    told at POWER (the critical value less the estimator's 1 − POWER quantile), each the best of the estimators."""
+    power, smallest, estimator = 0.0, math.inf, None
+    for name, values in after_statistics(m, repeats, after, np.random.default_rng(seed)).items():
+        critical = float(np.quantile(values, 1 - alpha))
+        if float(np.mean(values + math.log(step) > critical)) > power:
+            power, estimator = float(np.mean(values + math.log(step) > critical)), name
+        smallest = min(smallest, math.exp(critical - float(np.quantile(values, 1 - POWER))))
+    return {"power": power, "smallest_step": smallest, "estimator": estimator}
+
+
+def power_table(model: dict, metric: str = "end_to_end_p99_us", step: float = STEPS["p99"][1],
+                after: int = WITHIN_NIGHTS) -> dict:
+    """Per configuration, whether a step of `step` in `metric` can be told within `after` runs at all (bound_of at
+    the family-wise ALPHA as for one series), at the runs' repeats, and the fewest repeats per run (of
+    BOUND_REPEATS) at which the bound reaches POWER for `step` (None: not within them). Beside it the watch's
+    own critical t at TYPICAL_SERIES runs (ALPHA over the series checked and the splits tried, N − 2 degrees of
+    freedom), the hurdle its t-test adds to the bound's 2.33."""
+    from brokerbench.reports import changes, stats
+
+    family = sum(len(c["metrics"]) for c in model["configurations"].values())
+    splits = TYPICAL_SERIES - 2 * changes.MIN_SEGMENT + 1
+    rows = {}
+    for key, config in model["configurations"].items():
+        m = config["metrics"].get(metric)
+        if m is None:
+            continue
+        now = bound_of(m, model["repeats_per_run"], after, step, changes.ALPHA)
+        needed = next((r for r in BOUND_REPEATS if r >= model["repeats_per_run"]
+                       and bound_of(m, r, after, step, changes.ALPHA)["power"] >= POWER), None)
+        rows[key] = {"cell": config["cell"], **now, "repeats_needed": needed}
+    return {"metric": metric, "step": step, "after": after, "repeats_per_run": model["repeats_per_run"],
+            "alpha": changes.ALPHA, "power_goal": POWER, "configurations": rows,
+            "mean_power": float(np.mean([r["power"] for r in rows.values()])),
+            "watch_critical_t": stats.t_quantile(changes.ALPHA / (family * splits), TYPICAL_SERIES - 2),
+            "watch_series": TYPICAL_SERIES, "family": family, "splits": splits}
 
 
 def run_id_of(schedule: int, night: int) -> str:
@@ -257,17 +354,46 @@ def _series_runs() -> int:
     return history.SERIES_RUNS
 
 
-def simulate(model: dict, nights: int, trials: int, seed: int = 0) -> dict:
+def _part(task: tuple) -> object:
+    """One part of the simulation (a process of its own when simulate runs them in parallel)."""
+    name, args, kwargs = task
+    return {"false_alerts": false_alerts, "detection": detection, "power_table": power_table}[name](*args, **kwargs)
+
+
+def simulate(model: dict, nights: int, trials: int, seed: int = 0, processes: int = 1) -> dict:
+    """The simulation's parts, each seeded on its own, so that running them in `processes` processes at once gives
+    the same figures as one after another."""
     started = time.monotonic()
-    out = {"nights_per_schedule": NIGHTS_PER_SCHEDULE,
-           "false_alerts": false_alerts(model, nights, seed),
-           "detection": {kind: detection(model, kind, trials, seed + 1 + i) for i, kind in enumerate(STEPS)}}
+    tasks = {"false_alerts": ("false_alerts", (model, nights, seed), {})}
+    for i, kind in enumerate(STEPS):
+        tasks[f"detection {kind}"] = ("detection", (model, kind, trials, seed + 1 + i), {})
     # what the p99 step would have to be to be told (fewer trials: a sweep, not the check's figure)
-    out["p99_sweep"] = [detection(model, "p99", max(1, trials // 3), seed + 20 + i, factor=f)
-                        for i, f in enumerate(P99_SWEEP)]
+    for i, f in enumerate(P99_SWEEP):
+        tasks[f"p99 sweep {i}"] = ("detection", (model, "p99", max(1, trials // 3), seed + 20 + i), {"factor": f})
+    # the +30% p99 step with more repeats per run drawn from the same noise (longer cells would do the same)
+    for i, r in enumerate(REPEATS_SWEEP):
+        tasks[f"repeats sweep {i}"] = ("detection", ({**model, "repeats_per_run": r}, "p99", max(1, trials // 3),
+                                                     seed + 30 + i), {})
     if model["unsustainable_rate"] < STRESS_UNSUSTAINABLE:
-        out["false_alerts_stressed"] = false_alerts(model, nights, seed + 10, STRESS_UNSUSTAINABLE)
+        tasks["false_alerts_stressed"] = ("false_alerts", (model, nights, seed + 10, STRESS_UNSUSTAINABLE), {})
+    tasks["power"] = ("power_table", (model,), {})
+    if processes > 1:
+        from concurrent.futures import ProcessPoolExecutor
+
+        with ProcessPoolExecutor(processes) as pool:
+            done = dict(zip(tasks, pool.map(_part, tasks.values())))
+    else:
+        done = {name: _part(task) for name, task in tasks.items()}
+    out = {"nights_per_schedule": NIGHTS_PER_SCHEDULE, "shape": model.get("shape", "empirical"),
+           "false_alerts": done["false_alerts"],
+           "detection": {kind: done[f"detection {kind}"] for kind in STEPS},
+           "p99_sweep": [done[f"p99 sweep {i}"] for i in range(len(P99_SWEEP))],
+           "repeats_sweep": [{**done[f"repeats sweep {i}"], "repeats_per_run": r} for i, r in enumerate(REPEATS_SWEEP)],
+           "power": done["power"]}
+    if "false_alerts_stressed" in done:
+        out["false_alerts_stressed"] = done["false_alerts_stressed"]
     out["wall_s"] = round(time.monotonic() - started, 1)
+    out["processes"] = processes
     return out
 
 
@@ -383,31 +509,44 @@ def main() -> int:
     parser.add_argument("--nights", type=int, default=NIGHTS)
     parser.add_argument("--trials", type=int, default=TRIALS, help="simulated steps of each kind")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--processes", type=int, default=1, help="the simulation's parts in this many processes "
+                        "at once (the same figures)")
     parser.add_argument("--budget-s", type=float, help="start no run that would end after this many seconds "
                         "(by the longest of the last 3 runs): as many runs as fit, the number recorded")
     parser.add_argument("--out", default=str(ROOT / "bench" / "results" / "aa_schedule.json"))
     parser.add_argument("--reuse", action="store_true", help="check the recorded runs again; run up to --runs")
     parser.add_argument("--simulate-only", action="store_true", help="the simulation again from --out's figures")
+    parser.add_argument("--bound-only", action="store_true", help="from --out's figures, the noise model and the "
+                        "bound (power_table) again; the recorded simulation is kept (minutes less on a busy host)")
     args = parser.parse_args()
     from brokerbench.environment import collect
     from brokerbench.reports import changes, history, regression
 
     out = Path(args.out)
-    previous = json.loads(out.read_text()) if (args.reuse or args.simulate_only) and out.is_file() else None
+    only = args.simulate_only or args.bound_only
+    previous = json.loads(out.read_text()) if (args.reuse or only) and out.is_file() else None
     started = time.monotonic()
-    if args.simulate_only:
+    if only:
         if previous is None:
-            raise SystemExit(f"--simulate-only needs the runs recorded in {out}")
+            raise SystemExit(f"--simulate-only and --bound-only need the runs recorded in {out}")
         checked, stack = previous["real"]["runs"], previous["real"]["stack"]
     else:
         checked, stack = real_part(args.runs, Path(args.home), previous["real"]["runs"] if previous else [],
                                    args.reuse, args.budget_s)
     agree = pure_check_agrees(checked)
+    # the real runs checked again by this build's rules, from their recorded figures (the check history.watch makes,
+    # as night_alerts makes it; it agreed with history.watch on the stored runs when they were recorded)
+    figures, ids = {r["run_id"]: r["figures"] for r in checked}, [r["run_id"] for r in checked]
+    rechecked = [len(night_alerts(figures, ids[:i + 1])) for i in range(len(ids))]
+    log(f"the real runs checked again by this build's rules: {sum(rechecked)} alerts ({rechecked})")
     log(f"the simulation's check of the real runs agrees with history.watch on {sum(agree)} of {len(agree)} runs")
     model = noise_model([r["figures"] for r in checked])
     log(f"noise: {model['quiet_repeats']} quiet repeats, {model['unsustainable']} unsustainable, "
         f"{model['inconclusive']} inconclusive, {model['busy']} busy of {model['repeats']}")
-    simulated = simulate(model, args.nights, args.trials, args.seed)
+    if args.bound_only:
+        simulated = {**previous["simulated"], "power": power_table(model)}
+    else:
+        simulated = simulate(model, args.nights, args.trials, args.seed, args.processes)
     document = {
         "bench": "aa_schedule", "when": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         "host": {k: v for k, v in collect()["host"].items() if k != "hostname"},
@@ -417,6 +556,7 @@ def main() -> int:
                                   "series_runs": history.SERIES_RUNS, "history_runs": regression.HISTORY_RUNS,
                                   "min_effect": changes.MIN_EFFECT},
         "real": {"runs": checked, "stack": stack, "summary": summary(checked), "pure_check_agrees": agree,
+                 "rechecked_alerts": rechecked,
                  "runs_wall_s": round(sum(r["wall_s"] for r in checked), 1)},
         "noise": model, "simulated": simulated, "this_invocation_wall_s": round(time.monotonic() - started, 1)}
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -427,6 +567,18 @@ def main() -> int:
     for kind, d in simulated["detection"].items():
         log(f"step {kind}: told {d['told']} of {d['trials']} ({d['rate']:.0%}); from night {_min_series()} on "
             f"{d['established_told']} of {d['established_trials']} ({d['established_rate']:.0%})")
+    for d in simulated.get("p99_sweep", []) + simulated.get("repeats_sweep", []):
+        log(f"p99 x {d['factor']:g} at {d.get('repeats_per_run', model['repeats_per_run'])} repeats per run: told "
+            f"{d['told']} of {d['trials']} ({d['rate']:.0%}); from night {_min_series()} on "
+            f"{d['established_rate']:.0%}")
+    p = simulated["power"]
+    log(f"bound (the step's run and the level before it known, one series at a one-sided {p['alpha']:g}): "
+        f"+{p['step'] - 1:.0%} p99 within {p['after']} nights told at most {p['mean_power']:.0%} on average; the "
+        f"watch's own critical t at {p['watch_series']} runs is {p['watch_critical_t']:.1f}")
+    for row in p["configurations"].values():
+        log(f"  {row['cell']}: at most {row['power']:.0%}; smallest step told at {POWER:.0%}: "
+            f"x{row['smallest_step']:.2f}; repeats per run for +{p['step'] - 1:.0%}: "
+            f"{row['repeats_needed'] or 'over ' + str(BOUND_REPEATS[-1])}")
     log(f"written {out}")
     return 0
 

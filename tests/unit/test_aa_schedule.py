@@ -38,7 +38,8 @@ def test_the_noise_model_splits_the_runs_spread_into_repeats_and_runs(bench):
 
 
 def flat_model(configurations=2):
-    metrics = {m: {"log_mean": math.log(v), "sd_repeat": 0.0, "sd_run": 0.0}
+    metrics = {m: {"log_mean": math.log(v), "sd_repeat": 0.0, "sd_run": 0.0, "centre": math.log(v), "residuals": [0.0],
+                   "sd_run_robust": 0.0}
                for m, v in (("throughput_msgs_per_s", 1000.0), ("end_to_end_p99_us", 2000.0),
                             ("publish_latency_p99_us", 900.0))}
     return {"configurations": {f"k{i}": {"cell": f"cell {i}", "metrics": metrics} for i in range(configurations)},
@@ -74,3 +75,34 @@ def test_a_noise_free_step_is_told_exactly_where_the_rules_allow(bench):
     assert result["by_source"] == {
         "pairwise": sum(n for s, n in starts.items() if regression.MIN_HISTORY <= s < changes.MIN_SERIES - 1),
         "change_point": sum(n for s, n in starts.items() if s >= changes.MIN_SERIES - 1)}
+
+
+def test_the_empirical_noise_keeps_the_repeats_as_they_came(bench):
+    """By hand: logs (0, 0.1, 2) and (0.2, 0.3, 0.3): centre 0.25 (the median of all six), residuals each log less
+    it; robust spread 1.4826 x median |residual| = 1.4826 x 0.1; the runs' medians 0.1 and 0.3 spread (robustly:
+    1.4826 x 0.1) as medians of 3 repeats drawn from those residuals do, so no run effect is added."""
+    noise = bench.empirical_noise([np.array([0.0, 0.1, 2.0]), np.array([0.2, 0.3, 0.3])])
+    assert noise["centre"] == pytest.approx(0.25)
+    assert noise["residuals"] == pytest.approx([-0.25, -0.15, 1.75, -0.05, 0.05, 0.05])
+    assert noise["sd_repeat_robust"] == pytest.approx(1.4826 * 0.1)
+    assert noise["sd_run_robust"] == pytest.approx(0.0, abs=1e-6)
+    model = {**flat_model(1), "repeats_per_run": 3}
+    model["configurations"]["k0"]["metrics"] = {"end_to_end_p99_us": {**noise, "centre": math.log(1000.0),
+                                                                      "sd_run_robust": 0.0}}
+    drawn = bench.draw_run(model, np.random.default_rng(1))["k0"]["repeats"]["end_to_end_p99_us"]
+    allowed = {round(1000.0 * math.exp(r), 6) for r in noise["residuals"]}
+    assert len(drawn) == 3 and {round(v, 6) for v in drawn} <= allowed
+
+
+def test_the_bound_matches_the_normal_formula_where_the_noise_is_normal(bench):
+    """With log-normal repeats (standard deviation 0.3) and no run effect, the best estimator after 2 runs of 3
+    repeats is the mean of the 6 logs, standard error 0.3 / √6: the smallest step told at 90% by a one-sided 1%
+    test is exp((2.326 + 1.282) x 0.3 / √6) = 1.556, and +30% is told with probability Φ(log 1.3 / SE − 2.326)."""
+    residuals = np.random.default_rng(3).normal(0, 0.3, 20000).tolist()
+    bound = bench.bound_of({"residuals": residuals, "sd_run_robust": 0.0}, 3, 2, 1.3, 0.01)
+    se = 0.3 / math.sqrt(6)
+    assert bound["smallest_step"] == pytest.approx(math.exp((2.3263 + 1.2816) * se), rel=0.03)
+    from statistics import NormalDist
+    assert bound["power"] == pytest.approx(NormalDist().cdf(math.log(1.3) / se - 2.3263), abs=0.03)
+    flat = bench.bound_of({"residuals": [0.0], "sd_run_robust": 0.0}, 3, 2, 1.3, 0.01)
+    assert (flat["power"], flat["smallest_step"]) == (1.0, 1.0)

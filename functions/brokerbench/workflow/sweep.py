@@ -6,13 +6,20 @@ and reads each run's events:
   - a run whose end (RunCompleted or RunFailed) is stored has ended: its resources are deleted (an MSK cluster or
     ElastiCache group still being created refuses, and is left for the next sweep);
   - a run with no end stored is still going: left alone;
-  - a run this deployment's events do not know, or one that asked to keep its targets (keep_targets): left alone.
+  - a run this deployment's events do not know: left alone;
+  - a target the run kept (keep_targets) stays until its brokerbench:keep-until tag's time, then goes as above once
+    the run has ended; a kept target without the tag (created before the tag was written) stays until its run's
+    request plus the deployment's maximum keep (deployment.keep_targets_max_hours). EC2 workers are never kept.
 Resources without the tag, or not named bb-*, are never listed. The result says, per resource, what was deleted
 and what was left and why; the handler logs one line for each.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from datetime import datetime, timedelta, timezone
+
+from .. import deployment
 from ..events import RUN_EVENTS, EventStore
 from ..registry import plugins
 from ..settings import boto
@@ -24,8 +31,9 @@ LIVE_INSTANCES = ["pending", "running", "stopping", "stopped"]
 
 
 class Sweeper:
-    def __init__(self, store: EventStore, providers: list, ec2) -> None:
-        self.store, self.providers, self.ec2 = store, providers, ec2
+    def __init__(self, store: EventStore, providers: list, ec2,
+                 clock: Callable[[], datetime] = lambda: datetime.now(timezone.utc)) -> None:
+        self.store, self.providers, self.ec2, self.clock = store, providers, ec2, clock
 
     def sweep(self) -> dict:
         found = [item for provider in self.providers for item in provider.leftovers()] + self.instances()
@@ -34,7 +42,7 @@ class Sweeper:
         for item in found:
             if item["run_id"] not in runs:
                 runs[item["run_id"]] = self.why_not_ended(item["run_id"])
-            why = runs[item["run_id"]]
+            why = runs[item["run_id"]] or self.why_kept(item)
             if why:
                 left.append({**item, "reason": why})
                 continue
@@ -55,10 +63,22 @@ class Sweeper:
         requested = self.store.read(run_id, prefix="00#run")
         if not requested:
             return "no run of this id in the events table (not this deployment's, or not started here)"
-        if requested[0]["data"]["spec"].get("keep_targets"):
-            return "the run keeps its targets (keep_targets)"
         if not any(e["type"] in RUN_EVENTS for e in self.store.read(run_id, prefix="90#run#end")):
             return "the run is still going (no RunCompleted or RunFailed stored)"
+        return None
+
+    def why_kept(self, item: dict) -> str | None:
+        """Why a target of an ended run stays: its keep (keep_targets) has not run out yet; None once it has."""
+        requested = self.store.read(item["run_id"], prefix="00#run")[0]
+        if item["kind"] == "ec2" or not requested["data"]["spec"].get("keep_targets"):
+            return None
+        if item.get("keep_until"):
+            until, source = datetime.fromisoformat(item["keep_until"]), "its brokerbench:keep-until tag"
+        else:
+            until = datetime.fromisoformat(requested["at"]) + timedelta(hours=deployment.keep_targets_max_hours())
+            source = "no keep-until tag: the run's request plus the deployment's maximum keep"
+        if self.clock() < until:
+            return f"the run keeps its targets (keep_targets) until {until.isoformat(timespec='seconds')} ({source})"
         return None
 
     def instances(self) -> list[dict]:

@@ -17,8 +17,8 @@ from __future__ import annotations
 from botocore.exceptions import ClientError
 
 from ... import settings
-from ...targets import (DELETING, GONE, KEPT, NOT_DELETABLE, ProvisioningError, raise_client_error, resource_name,
-                        still_waiting, target, torn_down)
+from ...targets import (DELETING, GONE, KEPT, NOT_DELETABLE, RUN_TAG, ProvisioningError, leftover, raise_client_error,
+                        resource_name, run_tags, still_waiting, target, torn_down)
 
 DEFAULT_VERSION = "7.1"
 TRANSIENT = {"Throttling", "InvalidReplicationGroupState", "ServiceUnavailable"}
@@ -58,7 +58,7 @@ class ElastiCacheTargets:
                 AuthToken=token,
                 CacheSubnetGroupName=self.subnet_group,
                 SecurityGroupIds=self.security_groups,
-                Tags=[{"Key": k, "Value": v} for k, v in {**self.tags, "brokerbench:run": run_id}.items()],
+                Tags=[{"Key": k, "Value": v} for k, v in {**self.tags, **run_tags(run_id, spec)}.items()],
             )
         except ClientError as exc:
             if exc.response["Error"]["Code"] != "ReplicationGroupAlreadyExists":
@@ -136,11 +136,10 @@ class ElastiCacheTargets:
                 name = group["ReplicationGroupId"]
                 if not name.startswith("bb-") or group["Status"] == "deleting":
                     continue
-                tags = self.client.list_tags_for_resource(ResourceName=group["ARN"])["TagList"]
-                run_id = {t["Key"]: t["Value"] for t in tags}.get("brokerbench:run")
-                if run_id:
-                    found.append({"kind": "elasticache", "name": name, "resource": name, "state": group["Status"],
-                                  "run_id": run_id})
+                tags = {t["Key"]: t["Value"] for t in
+                        self.client.list_tags_for_resource(ResourceName=group["ARN"])["TagList"]}
+                if tags.get(RUN_TAG):
+                    found.append(leftover("elasticache", name, name, group["Status"], tags))
             marker = page.get("Marker")
             if not marker:
                 return found

@@ -111,7 +111,7 @@ def test_kept_targets_carry_their_expiry_and_are_swept_after_it_not_before(store
     assert all(before + timedelta(hours=2) <= at <= after + timedelta(hours=2) for at in until.values())
 
     early = Sweeper(store, [msk(), elasticache()], boto3.client("ec2"),
-                    clock=lambda: min(until.values()) - timedelta(seconds=1))
+                    now=lambda: (min(until.values()) - timedelta(seconds=1)).timestamp())
     swept = early.sweep()
     assert [(d["kind"], d["name"]) for d in swept["deleted"]] == [("ec2", worker)]
     assert {item["kind"]: item["reason"] for item in swept["left"]} == {
@@ -121,7 +121,7 @@ def test_kept_targets_carry_their_expiry_and_are_swept_after_it_not_before(store
     assert instance_states()[worker] in ("shutting-down", "terminated")
 
     late = Sweeper(store, [msk(), elasticache()], boto3.client("ec2"),
-                   clock=lambda: max(until.values()) + timedelta(seconds=1))
+                   now=lambda: (max(until.values()) + timedelta(seconds=1)).timestamp())
     swept = late.sweep()
     assert {(d["kind"], d["name"]) for d in swept["deleted"]} == {
         ("msk", resource_name(run_id, "kafka")), ("elasticache", resource_name(run_id, "redis-streams"))}
@@ -145,12 +145,14 @@ def test_a_kept_target_past_its_expiry_stays_while_its_run_is_still_going(store)
     requested_at = datetime.fromisoformat(store.read(untagged, prefix="00#run")[0]["at"])
     bound = requested_at + timedelta(hours=24)  # the default maximum keep
 
-    swept = Sweeper(store, [msk()], boto3.client("ec2"), clock=lambda: bound - timedelta(seconds=1)).sweep()
+    swept = Sweeper(store, [msk()], boto3.client("ec2"),
+                    now=lambda: (bound - timedelta(seconds=1)).timestamp()).sweep()
     assert swept["deleted"] == []
     reasons = {item["run_id"]: item["reason"] for item in swept["left"]}
     assert "still going" in reasons[going]
     assert reasons[untagged].endswith("(no keep-until tag: the run's request plus the deployment's maximum keep)")
-    swept = Sweeper(store, [msk()], boto3.client("ec2"), clock=lambda: bound + timedelta(seconds=1)).sweep()
+    swept = Sweeper(store, [msk()], boto3.client("ec2"),
+                    now=lambda: (bound + timedelta(seconds=1)).timestamp()).sweep()
     assert [d["run_id"] for d in swept["deleted"]] == [untagged]
     assert [item["run_id"] for item in swept["left"]] == [going]
 

@@ -16,8 +16,8 @@ and what was left and why; the handler logs one line for each.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from datetime import datetime, timedelta, timezone
+import time
+from datetime import datetime, timedelta
 
 from .. import deployment
 from ..events import RUN_EVENTS, EventStore
@@ -31,9 +31,8 @@ LIVE_INSTANCES = ["pending", "running", "stopping", "stopped"]
 
 
 class Sweeper:
-    def __init__(self, store: EventStore, providers: list, ec2,
-                 clock: Callable[[], datetime] = lambda: datetime.now(timezone.utc)) -> None:
-        self.store, self.providers, self.ec2, self.clock = store, providers, ec2, clock
+    def __init__(self, store: EventStore, providers: list, ec2, *, now=time.time) -> None:
+        self.store, self.providers, self.ec2, self.now = store, providers, ec2, now  # now: the clock, epoch seconds
 
     def sweep(self) -> dict:
         found = [item for provider in self.providers for item in provider.leftovers()] + self.instances()
@@ -77,7 +76,7 @@ class Sweeper:
         else:
             until = datetime.fromisoformat(requested["at"]) + timedelta(hours=deployment.keep_targets_max_hours())
             source = "no keep-until tag: the run's request plus the deployment's maximum keep"
-        if self.clock() < until:
+        if self.now() < until.timestamp():
             return f"the run keeps its targets (keep_targets) until {until.isoformat(timespec='seconds')} ({source})"
         return None
 

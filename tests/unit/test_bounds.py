@@ -31,7 +31,7 @@ from brokerbench.local import workflow as local_workflow
 from brokerbench.targets import KEEP_UNTIL_TAG, resource_name
 from brokerbench.workflow.admission import Admission, QuotaTooLow, RunsInFlight
 from brokerbench.workflow.fleet import Ec2Fleet, TokenParameters, VcpuQuotaExceeded
-from brokerbench.workflow.starter import StepFunctionsStarter
+from brokerbench.workflow.starter import StarterBusy, StepFunctionsStarter
 from brokerbench.workflow.sweep import Sweeper
 
 WAIT = {"StartAt": "W", "States": {"W": {"Type": "Wait", "Seconds": 3600, "End": True}}}
@@ -257,11 +257,19 @@ def test_the_quota_check_refuses_with_the_numbers_and_the_quota_to_raise(store):
         lambda_stub.assert_no_pending_responses()
 
 
-def test_a_quota_that_cannot_be_read_does_not_refuse(store):
-    """moto (Step Functions, EC2), Stubber (Service Quotas answers AccessDenied, Lambda ThrottlingException): the
-    checks are skipped and the run may start."""
+def test_a_quota_that_cannot_be_read_does_not_refuse_but_an_uncounted_cap_does(store):
+    """moto (Step Functions, EC2), Stubber (Service Quotas answers AccessDenied, Lambda ThrottlingException, then Step
+    Functions ListExecutions ThrottlingException): the quota checks are skipped and the run may start; runs in
+    flight that cannot be counted refuse the start, saying why."""
     machine = run_machine()
     quotas, lambda_client = stubbed("service-quotas"), stubbed("lambda")
+    sfn = stubbed("stepfunctions")
+    with Stubber(sfn) as sfn_stub:
+        sfn_stub.add_client_error("list_executions", "ThrottlingException", http_status_code=400)
+        uncounted = Admission(sfn, machine, quotas=quotas, lambda_client=lambda_client, ec2=boto3.client("ec2"),
+                              max_runs=2, worker_instance_type="c7i.2xlarge")
+        with pytest.raises(StarterBusy, match="the runs in flight could not be counted .*ThrottlingException"):
+            uncounted.check(REQUEST)
     with Stubber(quotas) as quota_stub, Stubber(lambda_client) as lambda_stub:
         quota_stub.add_client_error("get_service_quota", "AccessDeniedException", http_status_code=403)
         lambda_stub.add_client_error("get_account_settings", "ThrottlingException", http_status_code=429)

@@ -15,7 +15,8 @@ the API's POST /runs and a schedule's trigger, refuse alike, before anything is 
     moment is not known here.
 A quota that does not cover the need refuses the start with QuotaTooLow: the numbers, and the quota to raise.
 A quota that cannot be read (no permission, a throttle) does not refuse: the check says so in the log, and a
-worker that EC2 then refuses fails with the same explanation (workflow/fleet.py, VcpuQuotaExceeded).
+worker that EC2 then refuses fails with the same explanation (workflow/fleet.py, VcpuQuotaExceeded). Runs in flight
+that cannot be counted do refuse (StarterBusy, 409): the cap guards spending.
 """
 
 from __future__ import annotations
@@ -61,26 +62,20 @@ class Needs:
     """What a run needs at once from the account's quotas."""
 
     ec2_workers: int  # EC2-kind cells at once: min(max_concurrency, EC2 cells)
-    vcpus_per_worker: int
     lambda_cells: int  # Lambda-kind cells at once
     max_concurrency: int
-
-    @property
-    def ec2_vcpus(self) -> int:
-        return self.ec2_workers * self.vcpus_per_worker
 
     @property
     def lambda_concurrency(self) -> int:
         return self.lambda_cells + WORKFLOW_STEPS_BESIDE_CELLS if self.lambda_cells else 0
 
 
-def needs(spec: dict, vcpus_per_worker: int) -> Needs:
+def needs(spec: dict) -> Needs:
     """A validated spec's need at once: its plan's cells per worker kind, at most max_concurrency of each."""
     cells = plan(spec)["cells"]
     at_once = spec["max_concurrency"]
     ec2 = sum(1 for cell in cells if cell["worker"] == "ec2")
-    return Needs(ec2_workers=min(at_once, ec2), vcpus_per_worker=vcpus_per_worker,
-                 lambda_cells=min(at_once, len(cells) - ec2), max_concurrency=at_once)
+    return Needs(ec2_workers=min(at_once, ec2), lambda_cells=min(at_once, len(cells) - ec2), max_concurrency=at_once)
 
 
 def standard_family(instance_type: str) -> bool:
@@ -109,10 +104,14 @@ class Admission:
 
     def check(self, request: dict) -> None:
         """Raise RunsInFlight or QuotaTooLow when the run must not start now."""
-        running = self.runs_in_flight()
+        try:
+            running = self.runs_in_flight()
+        except Exception as exc:  # noqa: BLE001 (the cap is a spending guard: unseen, no run starts past it)
+            raise StarterBusy(f"the runs in flight could not be counted (ListExecutions: {type(exc).__name__}: "
+                              f"{exc}), so no run starts past the cap unseen: try again") from None
         if len(running) >= self.max_runs:
             raise RunsInFlight(running, self.max_runs)
-        need = needs(validate(request), self._vcpus([self.worker_instance_type])[self.worker_instance_type])
+        need = needs(validate(request))
         problems = [p for p in (self.ec2_problem(need), self.lambda_problem(need)) if p]
         if problems:
             raise QuotaTooLow("this run does not fit the account's quotas: " + " ".join(problems))
@@ -127,20 +126,25 @@ class Admission:
 
     # -- EC2 ------------------------------------------------------------------------------------------------------
     def ec2_problem(self, need: Needs) -> str | None:
-        if not need.ec2_vcpus:
+        if not need.ec2_workers:
             return None
         quota = self._quota(*EC2_STANDARD_QUOTA)
         if quota is None:
             return None
-        used = self._standard_vcpus_in_use()
-        free = quota - used
-        if need.ec2_vcpus <= free:
+        try:
+            per_worker = self._vcpus([self.worker_instance_type])[self.worker_instance_type]
+            used = self._standard_vcpus_in_use()
+        except Exception as exc:  # noqa: BLE001 (what cannot be read does not refuse the run)
+            log.warning("the EC2 instances or their vCPUs could not be read (%s): the vCPU check is skipped", exc)
             return None
-        return (f"EC2: it needs {need.ec2_vcpus} vCPUs at once ({need.ec2_workers} {self.worker_instance_type} "
-                f"workers × {need.vcpus_per_worker} vCPUs, max_concurrency {need.max_concurrency}), and the account's "
+        vcpus, free = need.ec2_workers * per_worker, quota - used
+        if vcpus <= free:
+            return None
+        return (f"EC2: it needs {vcpus} vCPUs at once ({need.ec2_workers} {self.worker_instance_type} "
+                f"workers × {per_worker} vCPUs, max_concurrency {need.max_concurrency}), and the account's "
                 f"quota is {quota:g} vCPUs with {used} in use by pending and running instances: {max(0, free):g} free. "
                 f"Raise the quota \"{EC2_STANDARD_QUOTA_NAME}\" (Service Quotas, Amazon EC2, {EC2_STANDARD_QUOTA[1]}) "
-                f"to at least {used + need.ec2_vcpus:g}, or lower max_concurrency.")
+                f"to at least {used + vcpus:g}, or lower max_concurrency.")
 
     def _standard_vcpus_in_use(self) -> int:
         types: list[str] = []

@@ -1,8 +1,11 @@
 """The brokerbench CDK app. From the repository root:
 
-    npx cdk synth --no-lookups                          # packages the dependencies layer with pip (needs PyPI)
-    npx cdk synth --no-lookups -c brokerbench:bundle=false   # offline: no packaging, same template
+    npx cdk synth --no-lookups -c brokerbench:alertEmails=you@example.com    # packages the dependencies layer (PyPI)
+    npx cdk synth --no-lookups -c brokerbench:notify=none -c brokerbench:bundle=false   # offline, nobody told
     npx cdk deploy -c brokerbench:alertEmails=you@example.com
+
+A synthesis with no address to tell (brokerbench:alertEmails or brokerbench:budgetEmail) fails, naming them: the
+budget and every alarm would publish to a topic nobody reads. `-c brokerbench:notify=none` says so on purpose.
 
 Context (-c key=value, or cdk.json / cdk.context.json):
     brokerbench:stackName            the stack's name (default Brokerbench)
@@ -18,6 +21,10 @@ Context (-c key=value, or cdk.json / cdk.context.json):
     brokerbench:alertEmails          comma-separated addresses told about every alarm and notification
     brokerbench:recipientEmails      comma-separated addresses told only about runs that name them in notify
     brokerbench:interfaceEndpoints   VPC interface endpoints (default states,secretsmanager; also sns, logs)
+    brokerbench:notify               "none": deploy with no address told (alertEmails and budgetEmail both empty)
+    brokerbench:keepTargetsHours     how long keep_targets: true keeps a run's targets from their creation (default 4)
+    brokerbench:keepTargetsMaxHours  the most hours a run's keep_targets may ask for (default 24)
+    brokerbench:maxRunsInFlight      runs in flight at once; POST /runs answers 429 and schedules skip beyond (default 2)
 Every synthesis is checked by cdk-nag (AwsSolutions); any finding that is not acknowledged fails it.
 """
 
@@ -68,12 +75,44 @@ def _list(app: App, key: str) -> list[str]:
     return [item.strip() for item in _flag(app, key, "").split(",") if item.strip()]
 
 
+NOTIFY_KEYS = ("brokerbench:alertEmails", "brokerbench:budgetEmail")
+NOTIFY_OPT_OUT = ("brokerbench:notify", "none")
+
+
+def _told(app: App) -> None:
+    """Someone hears about alarms and the budget, or the deployer said on purpose that nobody does."""
+    key, none = NOTIFY_OPT_OUT
+    choice = _flag(app, key, "").strip().lower()
+    if choice not in ("", none):
+        raise ValueError(f"{key}={choice!r}: only {none!r} (deploy with no address told); addresses go in "
+                         f"{' or '.join(NOTIFY_KEYS)}")
+    if choice != none and not any(_list(app, k) for k in NOTIFY_KEYS):
+        raise ValueError(f"no address to tell: set -c {NOTIFY_KEYS[0]}=you@example.com (every alarm, failed run and "
+                         f"the budget) or -c {NOTIFY_KEYS[1]}=... (the budget), or -c {key}={none} to deploy with "
+                         "nobody told (the budget and the alarms then publish to a topic with no subscriber)")
+
+
+def _bounds(app: App) -> dict[str, str]:
+    """The deployer's bounds (brokerbench/deployment.py), checked, as the functions' environment."""
+    keep = deployment.hours(_flag(app, "brokerbench:keepTargetsHours", str(deployment.DEFAULT_KEEP_TARGETS_HOURS)),
+                            "brokerbench:keepTargetsHours")
+    most = deployment.hours(_flag(app, "brokerbench:keepTargetsMaxHours",
+                                  str(deployment.DEFAULT_KEEP_TARGETS_MAX_HOURS)), "brokerbench:keepTargetsMaxHours")
+    if keep > most:
+        raise ValueError(f"brokerbench:keepTargetsHours={keep:g} is more than brokerbench:keepTargetsMaxHours={most:g}")
+    runs = deployment.runs_in_flight(_flag(app, "brokerbench:maxRunsInFlight", str(deployment.DEFAULT_MAX_RUNS_IN_FLIGHT)),
+                                     "brokerbench:maxRunsInFlight")
+    return {deployment.KEEP_TARGETS_HOURS_ENV: f"{keep:g}", deployment.KEEP_TARGETS_MAX_HOURS_ENV: f"{most:g}",
+            deployment.MAX_RUNS_IN_FLIGHT_ENV: str(runs)}
+
+
 def build(context: dict | None = None, *, nag_checks: bool = True, **app_options) -> tuple[App, BrokerbenchStack]:
     """The app and its one stack. `nag_checks` registers cdk-nag as a validation plugin (synthesis fails on
     any unacknowledged finding); tests that only read the template can leave it off and run the checks with
     AwsSolutionsChecks().validate_scope(app)."""
     nag.ACKNOWLEDGED.clear()
     app = App(context={**feature_flags(), **(context or {})}, **app_options)
+    _told(app)
     stack = BrokerbenchStack(
         app, _flag(app, "brokerbench:stackName", DEFAULT_STACK_NAME),
         bundle=_flag(app, "brokerbench:bundle", "true").lower() != "false",
@@ -87,6 +126,7 @@ def build(context: dict | None = None, *, nag_checks: bool = True, **app_options
         alert_emails=_list(app, "brokerbench:alertEmails"),
         recipient_emails=_list(app, "brokerbench:recipientEmails"),
         interface_endpoints=tuple(_list(app, "brokerbench:interfaceEndpoints") or DEFAULT_INTERFACE_ENDPOINTS),
+        bounds=_bounds(app),
     )
     if nag_checks:
         # The acknowledgments also go into the template's metadata (cdk_nag.rules_to_suppress): the audit trail.
@@ -95,7 +135,10 @@ def build(context: dict | None = None, *, nag_checks: bool = True, **app_options
 
 
 def main() -> None:
-    app, _ = build()
+    try:
+        app, _ = build()
+    except ValueError as exc:  # a context value the deployer must fix: its message, not a traceback
+        sys.exit(f"brokerbench: {exc}")
     app.synth()
 
 

@@ -32,7 +32,7 @@ class BrokerbenchStack(Stack):
                  recipient_emails: list[str] = (), interface_endpoints: tuple[str, ...] = DEFAULT_INTERFACE_ENDPOINTS,
                  worker_memory_mb: int | str = deployment.DEFAULT_WORKER_LAMBDA_MEMORY_MB, schedules_on: bool = False,
                  budget_emails: list[str] = (), monthly_budget_usd: float | str = DEFAULT_MONTHLY_BUDGET_USD,
-                 availability_zones: list[str] = (), **kwargs) -> None:
+                 availability_zones: list[str] = (), bounds: dict[str, str] | None = None, **kwargs) -> None:
         super().__init__(scope, id, description="brokerbench: event-sourced benchmarks of message brokers", **kwargs)
         Tags.of(self).add("project", "brokerbench")
         if availability_zones and len(availability_zones) != AZ_COUNT:
@@ -57,6 +57,9 @@ class BrokerbenchStack(Stack):
             "POWERTOOLS_SERVICE_NAME": "brokerbench",
             "POWERTOOLS_METRICS_NAMESPACE": "brokerbench",
             deployment.WORKER_INSTANCE_TYPE_ENV: workers.instance_type,  # what the cost estimate prices
+            # keep_targets' default and maximum hours (validation, the expiry tag, the sweeper), the cap on runs in
+            # flight (the API and the schedules' trigger): cdk/app.py's _bounds
+            **(bounds or {}),
         })
         functions.add_environment(list(TARGET_FUNCTIONS), targets.environment())
         functions.add_environment(["start_ec2_worker"], workers.environment())

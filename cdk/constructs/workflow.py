@@ -103,10 +103,17 @@ class Workflow(Construct):
                     "support no resource-level permissions; Step Functions documents Resource * for both")
 
     def grant_api(self, grantee: iam.IGrantable) -> None:
-        """The API's StepFunctionsStarter: start_execution, describe_execution, stop_execution (cancel)."""
+        """The API's (and the schedules' trigger's) StepFunctionsStarter: start_execution, describe_execution,
+        stop_execution (cancel), and its admission's reads (the runs in flight, the quotas)."""
         self.state_machine.grant_start_execution(grantee)
         executions = (f"arn:{Aws.PARTITION}:states:{Aws.REGION}:{Aws.ACCOUNT_ID}:execution:"
                       f"{self.state_machine.state_machine_name}:*")
         allow(grantee, ["states:DescribeExecution", "states:StopExecution"], [executions],
               wildcard_reason="the API describes and cancels any run's execution of this one state machine; "
                               "executions are named by run ids made at run time")
+        # Before a run starts (brokerbench/workflow/admission.py): the runs in flight, and the account's quotas.
+        allow(grantee, ["states:ListExecutions"], [self.state_machine.state_machine_arn])
+        allow(grantee, ["servicequotas:GetServiceQuota", "servicequotas:GetAWSDefaultServiceQuota",
+                        "lambda:GetAccountSettings", "ec2:DescribeInstances", "ec2:DescribeInstanceTypes"], ["*"],
+              wildcard_reason="the quota checks before a run starts: Service Quotas' Get actions, Lambda's "
+                              "GetAccountSettings and EC2's Describe actions support no resource-level permissions")

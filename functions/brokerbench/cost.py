@@ -27,7 +27,7 @@ from .events import planned_cells
 from .paths import PACKAGE_DIR
 from .plan import CELL_OVERHEAD_S, estimated_seconds, plan, worker_kind
 from .registry import plugin, plugins
-from .spec import request_schema
+from .spec import kept_hours, request_schema
 
 PRICING_FILE = PACKAGE_DIR / "pricing.json"
 
@@ -445,10 +445,52 @@ def planned_usage(spec: dict) -> Usage:
                  failed_cells=0, event_bytes=tuple(sizes), header_bytes=header, notes=notes, broker_bytes=moved)
 
 
+def hourly(spec: dict, usage: Usage, kinds: dict[str, str]) -> dict:
+    """What the run creates, priced per hour while it exists: each provisioned target (one hour of it), and the workers
+    that run at once (max_concurrency of each kind, for the hours cells run). A run that fails or is stopped, or one
+    that keeps its targets (keep_targets), bills the targets' part for every hour they are left."""
+    table = prices()
+    target_items: list[dict] = []
+    for broker in (b for b, kind in kinds.items() if kind == "provisioned"):
+        target_items += plugin(broker).price_target(broker, spec.get("provision", {}).get(broker, {}), 3600)[0]
+    worker_items = []
+    at_once = {kind: min(spec["max_concurrency"], sum(1 for k, _ in usage.workers if k == kind))
+               for kind in ("lambda", "ec2")}
+    if at_once["ec2"]:
+        instance_type = deployment.worker_instance_type()
+        worker_items.append(line_item(f"EC2 workers at once: {at_once['ec2']} × {instance_type}", at_once["ec2"],
+                                      "instance-hour", table["ec2"]["instance_hour"][instance_type]))
+    if at_once["lambda"]:
+        memory_mb = deployment.worker_lambda_memory_mb()
+        worker_items.append(line_item(f"Lambda workers at once: {at_once['lambda']} × {memory_mb:,} MB for an hour",
+                                      at_once["lambda"] * memory_mb / 1024 * 3600, "GB-second",
+                                      table["lambda"]["gb_second"][LAMBDA_WORKER_ARCHITECTURE]))
+    items = target_items + worker_items
+    return {"total": round(sum(item["cost"] for item in items), 2),
+            "targets": round(sum(item["cost"] for item in target_items), 2), "items": items,
+            "kept_hours": kept_hours(spec)}
+
+
+def hourly_text(hourly_: dict, currency: str = "USD") -> str:
+    """The hourly cost in one sentence, for the command line before a run."""
+    workers = round(hourly_["total"] - hourly_["targets"], 2)
+    text = (f"While it exists, what this run creates bills ${hourly_['total']:,.2f} {currency} an hour: its provisioned "
+            f"targets ${hourly_['targets']:,.2f}, its workers at once ${workers:,.2f}.")
+    if hourly_["kept_hours"] is not None:
+        text += (f" keep_targets keeps the targets {hourly_['kept_hours']:g} h from their creation, then the hourly "
+                 f"sweeper deletes them: up to ${hourly_['targets'] * hourly_['kept_hours']:,.2f} for those hours.")
+    else:
+        text += " Targets left behind by a failed run bill their part every hour until teardown or the sweeper deletes them."
+    return text
+
+
 def estimate_plan(spec: dict) -> dict:
-    """A validated spec's cost in AWS before it runs, every broker on its default provisioned target."""
+    """A validated spec's cost in AWS before it runs, every broker on its default provisioned target, with what
+    it creates priced per hour (`hourly`)."""
     kinds = target_kinds(spec, provision_all=True)
-    result = price(spec, planned_usage(spec), kinds, "plan")
+    usage = planned_usage(spec)
+    result = price(spec, usage, kinds, "plan")
+    result["hourly"] = hourly(spec, usage, kinds)
     given = [b for b in spec["brokers"] if b in spec.get("targets", {}) and kinds[b] == "provisioned"]
     if given:
         result["assumptions"].insert(1, f"{', '.join(given)}: priced as the default provisioned target, not the "

@@ -49,3 +49,58 @@ def worker_instance_type() -> str:
     """The EC2 workers' instance type: BROKERBENCH_WORKER_INSTANCE_TYPE (set by the CDK app from
     `-c brokerbench:workerInstanceType`), else the default."""
     return os.environ.get(WORKER_INSTANCE_TYPE_ENV) or EC2_WORKER_INSTANCE_TYPE
+
+
+# -- bounds on what a run may leave running (cdk/app.py's context; docs/deploy.md "Bounds") --------------------------
+# keep_targets: true keeps a run's provisioned targets this many hours from their creation; a number of hours asks for
+# that long, at most the maximum. Both are the deployer's (-c brokerbench:keepTargetsHours, keepTargetsMaxHours):
+# a kept MSK cluster of 3 kafka.m7g.large with 100 GB each bills about $0.65 an hour (3 × $0.204 and storage), a
+# forgotten one about $480 a month.
+DEFAULT_KEEP_TARGETS_HOURS = 4.0
+DEFAULT_KEEP_TARGETS_MAX_HOURS = 24.0
+KEEP_TARGETS_HOURS_ENV = "BROKERBENCH_KEEP_TARGETS_HOURS"
+KEEP_TARGETS_MAX_HOURS_ENV = "BROKERBENCH_KEEP_TARGETS_MAX_HOURS"
+# Runs whose executions may be RUNNING at once (-c brokerbench:maxRunsInFlight): each may create up to six MSK
+# brokers, an ElastiCache group and an Amazon MQ broker, and its EC2 workers.
+DEFAULT_MAX_RUNS_IN_FLIGHT = 2
+MAX_RUNS_IN_FLIGHT_ENV = "BROKERBENCH_MAX_RUNS_IN_FLIGHT"
+
+
+def hours(value, source: str) -> float:
+    """A positive number of hours from text (context or environment), or a ValueError naming `source`."""
+    try:
+        number = float(str(value).strip())
+    except ValueError:
+        raise ValueError(f"{source}={value!r}: a number of hours") from None
+    if not 0 < number < float("inf"):
+        raise ValueError(f"{source}={value!r}: a number of hours above 0")
+    return number
+
+
+def runs_in_flight(value, source: str) -> int:
+    """The cap on runs in flight from text, or a ValueError naming `source`."""
+    try:
+        number = int(str(value).strip())
+    except ValueError:
+        raise ValueError(f"{source}={value!r}: a whole number of runs (1 or more)") from None
+    if number < 1:
+        raise ValueError(f"{source}={number}: at least 1 run (0 would refuse every run)")
+    return number
+
+
+def keep_targets_hours() -> float:
+    """How long keep_targets: true keeps the targets: BROKERBENCH_KEEP_TARGETS_HOURS (set by the CDK app), else 4."""
+    value = os.environ.get(KEEP_TARGETS_HOURS_ENV)
+    return hours(value, KEEP_TARGETS_HOURS_ENV) if value else DEFAULT_KEEP_TARGETS_HOURS
+
+
+def keep_targets_max_hours() -> float:
+    """The most keep_targets may ask for: BROKERBENCH_KEEP_TARGETS_MAX_HOURS (set by the CDK app), else 24."""
+    value = os.environ.get(KEEP_TARGETS_MAX_HOURS_ENV)
+    return hours(value, KEEP_TARGETS_MAX_HOURS_ENV) if value else DEFAULT_KEEP_TARGETS_MAX_HOURS
+
+
+def max_runs_in_flight() -> int:
+    """BROKERBENCH_MAX_RUNS_IN_FLIGHT (set by the CDK app on the API and the schedules' trigger), else 2."""
+    value = os.environ.get(MAX_RUNS_IN_FLIGHT_ENV)
+    return runs_in_flight(value, MAX_RUNS_IN_FLIGHT_ENV) if value else DEFAULT_MAX_RUNS_IN_FLIGHT

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from jsonschema import Draft202012Validator
 
-from . import faults, verdict
+from . import deployment, faults, verdict
 from .codecs import get_codec, prebuilt
 from .paths import SCHEMAS_DIR, SUITES_DIR
 from .records import smallest_size
@@ -214,6 +214,26 @@ def _fault_problems(spec: dict) -> list[Problem]:
     return [Problem(place, message) for place, message in faults.problems(spec, clustered, local, proxied)]
 
 
+def kept_hours(spec: dict) -> float | None:
+    """How many hours keep_targets keeps the run's targets from their creation: None when it does not keep them,
+    the deployment's default for true (deployment.keep_targets_hours), else the hours asked for."""
+    keep = spec.get("keep_targets")
+    if keep is True:
+        return deployment.keep_targets_hours()
+    if keep is False or keep is None:
+        return None
+    return float(keep)
+
+
+def _keep_problems(spec: dict) -> list[Problem]:
+    """keep_targets within the deployment's bound: a kept target bills every hour until it is deleted."""
+    hours, most = kept_hours(spec), deployment.keep_targets_max_hours()
+    if hours is not None and hours > most:
+        return [Problem("keep_targets", f"{hours:g} hours is more than this deployment keeps targets for: at most "
+                                        f"{most:g} hours (the deployer's -c brokerbench:keepTargetsMaxHours)")]
+    return []
+
+
 def validate(doc) -> dict:
     """The request with every default filled in, or SpecError listing every problem."""
     if not isinstance(doc, dict):
@@ -257,6 +277,7 @@ def validate(doc) -> dict:
         spec["burst"] = {"over_s": 0, **spec["burst"]}
     problems += _shape_problems(spec, rates)
     problems += _fault_problems(spec)
+    problems += _keep_problems(spec)
     if problems:
         raise SpecError(problems)
     if spec["order"] == "random" and spec.get("order_seed") is None:

@@ -8,6 +8,7 @@ import boto3
 
 from brokerbench import schedules, settings
 from brokerbench.workflow import wiring
+from brokerbench.workflow.admission import Admission
 from brokerbench.workflow.starter import StepFunctionsStarter
 from brokerbench.observability import lambda_entry, logger
 
@@ -15,7 +16,10 @@ from brokerbench.observability import lambda_entry, logger
 @lambda_entry
 def lambda_handler(event, context):
     store = wiring.event_store()
-    starter = StepFunctionsStarter(boto3.client("stepfunctions"), settings.env("BROKERBENCH_STATE_MACHINE_ARN"), store)
+    sfn, machine = boto3.client("stepfunctions"), settings.env("BROKERBENCH_STATE_MACHINE_ARN")
+    # The cap on runs in flight and the quota checks (workflow/admission.py): a refused start is stored as the due
+    # time's outcome not_started, with the refusal (the runs in flight, or the quota) as its reason.
+    starter = StepFunctionsStarter(sfn, machine, store, admission=Admission.from_environment(sfn, machine))
     due_at = datetime.fromisoformat(event["due_at"].replace("Z", "+00:00"))
     result = schedules.trigger(event["schedule"], due_at, store, starter.start)
     logger.info("schedule triggered", **result)

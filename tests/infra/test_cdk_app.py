@@ -25,6 +25,8 @@ if str(REPO) not in sys.path:
 CDK_CLI = REPO / "node_modules" / ".bin" / "cdk"
 STACK = "Brokerbench"
 SYNTH_TIMEOUT_S = 240
+# The tests' syntheses: no layer packaging, and nobody told on purpose (a synthesis with no address fails otherwise).
+OFFLINE = {"brokerbench:bundle": "false", "brokerbench:notify": "none"}
 
 # Every IAM action that may be granted on Resource "*", and why (the Service Authorization Reference lists
 # no resource type for it, or AWS documents "*").
@@ -57,6 +59,10 @@ STAR_ACTIONS = {
     "ec2:DescribeNetworkInterfacePermissions": "Amazon MQ CreateBroker; Describe has no resource-level permissions",
     "ec2:DescribeRouteTables": "Amazon MQ CreateBroker; Describe has no resource-level permissions",
     "mq:ListBrokers": "teardown and the sweeper find brokers by name; a List action has no resource-level permissions",
+    "servicequotas:GetServiceQuota": "the quota check before a run starts (EC2 vCPUs); no resource-level permissions",
+    "servicequotas:GetAWSDefaultServiceQuota": "the quota check's fallback to the default; no resource-level permissions",
+    "lambda:GetAccountSettings": "the Lambda concurrency check before a run starts; an account-level read, Resource *",
+    "ec2:DescribeInstanceTypes": "the vCPUs of instance types (the quota check); Describe has no resource-level permissions",
     "secretsmanager:ListSecrets": "the sweeper finds password secrets whose broker has gone; no resource-level permissions",
 }
 
@@ -111,7 +117,7 @@ class CliSynth:
         self.out = out
         self.isolated = bool(_without_network())
         command = [*_without_network(), str(CDK_CLI), "synth", "--no-lookups", "--no-notices", "--quiet",
-                   "-c", "brokerbench:bundle=false", "-o", str(out)]
+                   "-c", "brokerbench:bundle=false", "-c", "brokerbench:notify=none", "-o", str(out)]
         self.process = subprocess.Popen(command, cwd=REPO, env=offline_environment(tmp), stdout=subprocess.PIPE,
                                         stderr=subprocess.STDOUT, text=True)
         self.output: str | None = None
@@ -151,7 +157,7 @@ def app_and_stack(cli_synth, tmp_path_factory):  # cli_synth first: the CLI's sy
     from cdk.app import build
 
     # CloudFormation's own validation runs in the CLI's synthesis; here it would only double the time.
-    return build({"brokerbench:bundle": "false"}, nag_checks=False, builtin_cloud_formation_validation=False,
+    return build(OFFLINE, nag_checks=False, builtin_cloud_formation_validation=False,
                  outdir=str(tmp_path_factory.mktemp("in-process") / "cdk.out"))
 
 
@@ -580,8 +586,9 @@ def test_api_gets_start_describe_stop_on_the_one_state_machine(resources):
         machines.setdefault(action, set()).update(name for name, id_ in (("run", run), ("teardown", teardown))
                                                   if id_ in text)
     # A cancel hands the run's teardown to the teardown state machine: it may start it, nothing more.
+    # ListExecutions: the runs in flight (workflow/admission.py), on the run state machine only.
     assert machines == {"states:StartExecution": {"run", "teardown"}, "states:DescribeExecution": {"run"},
-                        "states:StopExecution": {"run"}}
+                        "states:StopExecution": {"run"}, "states:ListExecutions": {"run"}}
 
 
 def test_api_reads_reports_and_lists_only_their_prefix(resources):
@@ -878,12 +885,17 @@ def test_task_tokens_pass_through_ssm_parameters_of_the_stack(resources):
 
 def test_the_app_passes_the_memory_and_schedules_flags_to_the_stack(tmp_path):
     """The context values reach the constructs: RunCell's memory (and what every function tells the cost
-    estimate), the schedules' state and the budget's amount. Read from the construct tree, without a second synthesis."""
+    estimate), the schedules' state, the budget's amount, and the alerts' address (with which the synthesis needs
+    no opt-out). Read from the construct tree, without a second synthesis."""
     from cdk.app import build
 
     _, stack = build({"brokerbench:bundle": "false", "brokerbench:workerMemoryMb": "1769",
-                      "brokerbench:schedules": "on", "brokerbench:monthlyBudgetUsd": "250"},
+                      "brokerbench:schedules": "on", "brokerbench:monthlyBudgetUsd": "250",
+                      "brokerbench:alertEmails": "ops@example.com"},
                      nag_checks=False, outdir=str(tmp_path / "cdk.out"))
+    topic = stack.node.find_child("Alerts").node.find_child("Topic")
+    assert [c.node.default_child.endpoint for c in topic.node.children if c.node.id.startswith("ops@")] == [
+        "ops@example.com"]
     functions = stack.node.find_child("Functions")
     run_cell = functions.node.find_child("RunCell").node.default_child
     assert run_cell.memory_size == 1769
@@ -893,8 +905,46 @@ def test_the_app_passes_the_memory_and_schedules_flags_to_the_stack(tmp_path):
     budget = stack.node.find_child("Budget").node.find_child("Monthly")
     assert stack.resolve(budget.budget)["budgetLimit"]["amount"] == 250
     with pytest.raises(ValueError, match="brokerbench:workerMemoryMb=20000"):
-        build({"brokerbench:bundle": "false", "brokerbench:workerMemoryMb": "20000"}, nag_checks=False,
+        build({**OFFLINE, "brokerbench:workerMemoryMb": "20000"}, nag_checks=False,
               outdir=str(tmp_path / "refused"))
+
+def test_every_function_gets_the_bounds_the_deploy_sets(resources):
+    """keep_targets' default and maximum hours and the cap on runs in flight reach every function (validation, the
+    expiry tag, the sweeper, the API and the schedules' trigger); the context values become those variables."""
+    from aws_cdk import App
+
+    from cdk.app import _bounds
+
+    for _, props in handler_functions(resources).values():
+        variables = props["Environment"]["Variables"]
+        assert (variables["BROKERBENCH_KEEP_TARGETS_HOURS"], variables["BROKERBENCH_KEEP_TARGETS_MAX_HOURS"],
+                variables["BROKERBENCH_MAX_RUNS_IN_FLIGHT"]) == ("4", "24", "2")
+    assert _bounds(App(context={"brokerbench:keepTargetsHours": "2", "brokerbench:keepTargetsMaxHours": "12.5",
+                                "brokerbench:maxRunsInFlight": "3"})) == {
+        "BROKERBENCH_KEEP_TARGETS_HOURS": "2", "BROKERBENCH_KEEP_TARGETS_MAX_HOURS": "12.5",
+        "BROKERBENCH_MAX_RUNS_IN_FLIGHT": "3"}
+
+
+def test_a_synthesis_with_no_address_to_tell_fails_naming_the_context_keys(tmp_path):
+    """`cdk synth` (and so `cdk deploy`) with neither brokerbench:alertEmails nor brokerbench:budgetEmail stops
+    with a message naming both keys and the opt-out, before any construct is made; brokerbench:notify=none (the
+    session's syntheses) passes, and the bounds are checked the same way."""
+    from cdk.app import build
+
+    done = subprocess.run([*_without_network(), str(CDK_CLI), "synth", "--no-lookups", "--no-notices", "--quiet", "-c",
+                           "brokerbench:bundle=false", "-o", str(tmp_path / "cdk.out")], cwd=REPO, text=True,
+                          env=offline_environment(tmp_path), capture_output=True, timeout=SYNTH_TIMEOUT_S)
+    assert done.returncode != 0
+    output = done.stdout + done.stderr
+    assert "no address to tell" in output and "brokerbench:alertEmails" in output, output[-3000:]
+    assert "brokerbench:budgetEmail" in output and "brokerbench:notify=none" in output
+    assert "Traceback" not in output  # the deployer's mistake, said as one message
+    for refused, named in (({"brokerbench:notify": "nobody"}, "brokerbench:notify='nobody'"),
+                           ({**OFFLINE, "brokerbench:keepTargetsHours": "48"}, "brokerbench:keepTargetsHours=48"),
+                           ({**OFFLINE, "brokerbench:maxRunsInFlight": "0"}, "brokerbench:maxRunsInFlight=0")):
+        with pytest.raises(ValueError, match=re.escape(named)):
+            build({"brokerbench:bundle": "false", **refused}, nag_checks=False, outdir=str(tmp_path / "refused"))
+
 
 # -- teardown that always happens ----------------------------------------------------------------------------
 

@@ -218,26 +218,34 @@ def test_in_aws_each_invocation_claims_its_due_time_once_and_stores_the_outcome(
 
 
 def test_the_schedule_trigger_function_starts_an_execution_named_by_the_run_id(store, step_environment, monkeypatch):
-    """The Lambda handler as EventBridge Scheduler invokes it; StartExecution is checked with botocore's
-    Stubber (no Step Functions runs here), the claim and outcome go to the real event store."""
+    """The Lambda handler as EventBridge Scheduler invokes it; the runs in flight (ListExecutions), the Lambda
+    concurrency check (GetAccountSettings: the quick suite's cells run on Lambda) and StartExecution are checked
+    with botocore's Stubber (no AWS here), the claim and outcome go to the real event store."""
     import boto3
     from botocore.stub import ANY, Stubber
 
     from handlers import schedule_trigger
 
     machine = "arn:aws:states:us-east-1:123456789012:stateMachine:bb"
-    sfn = boto3.client("stepfunctions", region_name="us-east-1", aws_access_key_id="x", aws_secret_access_key="x")
+    stubbed = {service: boto3.client(service, region_name="us-east-1", aws_access_key_id="x",
+                                     aws_secret_access_key="x")
+               for service in ("stepfunctions", "lambda", "service-quotas", "ec2")}
+    sfn, lambda_client = stubbed["stepfunctions"], stubbed["lambda"]
     monkeypatch.setenv("BROKERBENCH_STATE_MACHINE_ARN", machine)
     real_client = boto3.client
-    monkeypatch.setattr(boto3, "client", lambda service, **kw: sfn if service == "stepfunctions"
-                        else real_client(service, **kw))
+    monkeypatch.setattr(boto3, "client", lambda service, **kw: stubbed.get(service) or real_client(service, **kw))
     dynamodb._store.cache_clear()
-    with Stubber(sfn) as stub:
+    with Stubber(sfn) as stub, Stubber(lambda_client) as lambda_stub, Stubber(stubbed["service-quotas"]), \
+            Stubber(stubbed["ec2"]):
+        stub.add_response("list_executions", {"executions": []}, {"stateMachineArn": machine, "statusFilter": "RUNNING"})
+        lambda_stub.add_response("get_account_settings", {"AccountLimit": {"ConcurrentExecutions": 1000,
+                                                                           "UnreservedConcurrentExecutions": 1000}})
         stub.add_response("start_execution", {"executionArn": f"{machine}:x", "startDate": at(2)},
                           {"stateMachineArn": machine, "name": ANY, "input": ANY})
         result = schedule_trigger.lambda_handler({"schedule": "nightly-quick", "due_at": "2026-11-21T02:00:00Z"},
                                                  LambdaContext("brokerbench-schedule-trigger"))
         stub.assert_no_pending_responses()
+        lambda_stub.assert_no_pending_responses()
     assert result["outcome"] == "started" and result["due_at"] == "2026-11-21T02:00:00+00:00"
     again = schedule_trigger.lambda_handler({"schedule": "nightly-quick", "due_at": "2026-11-21T02:00:00Z"},
                                             LambdaContext("brokerbench-schedule-trigger"))

@@ -12,6 +12,7 @@ from aws_lambda_powertools.utilities.idempotency import DynamoDBPersistenceLayer
 
 from .. import schedules, settings
 from ..workflow import wiring
+from ..workflow.admission import Admission
 from ..workflow.outputs import FolderReports
 from ..workflow.starter import LocalStarter, Starter, StepFunctionsStarter
 
@@ -29,9 +30,9 @@ class Deps:
 def from_environment() -> Deps:
     """In Lambda: everything from the environment the CDK app sets."""
     store = wiring.event_store()
-    return Deps(store=store,
-                starter=StepFunctionsStarter(boto3.client("stepfunctions"), settings.env("BROKERBENCH_STATE_MACHINE_ARN"),
-                                             store),
+    sfn, machine = boto3.client("stepfunctions"), settings.env("BROKERBENCH_STATE_MACHINE_ARN")
+    return Deps(store=store, starter=StepFunctionsStarter(sfn, machine, store,
+                                                          admission=Admission.from_environment(sfn, machine)),
                 reports=wiring.reports(), schedules=schedules.deployed, mode="aws",
                 idempotency=DynamoDBPersistenceLayer(table_name=settings.env("BROKERBENCH_IDEMPOTENCY_TABLE")))
 

@@ -5,10 +5,12 @@ from __future__ import annotations
 
 class ApiError(Exception):
     def __init__(self, status: int, message: str, field: str | None = None,
-                 problems: list[dict] | None = None, run_id: str | None = None) -> None:
+                 problems: list[dict] | None = None, run_id: str | None = None,
+                 run_ids: list[str] | None = None) -> None:
         super().__init__(message)
         self.status, self.message, self.field, self.problems = status, message, field, problems
         self.run_id = run_id  # the run a conflict is with
+        self.run_ids = run_ids  # with 429: the runs in flight
 
     def body(self) -> dict:
         body = {"message": self.message, "field": self.field}
@@ -16,6 +18,8 @@ class ApiError(Exception):
             body["problems"] = self.problems
         if self.run_id:
             body["run_id"] = self.run_id
+        if self.run_ids:
+            body["run_ids"] = self.run_ids
         return body
 
 

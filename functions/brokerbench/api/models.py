@@ -27,6 +27,7 @@ class Error(Model):
     field: str | None
     problems: list[Problem] | None = None
     run_id: str | None = None  # with 409: the run in the way
+    run_ids: list[str] | None = None  # with 429: the runs in flight
 
 
 class Links(Model):
@@ -261,7 +262,8 @@ class Health(Model):
 def answers(model, *codes: int, status: int = 200, description: str = "success") -> dict:
     """The `responses` entry of a route: its success (with `model`) and the error statuses it may answer."""
     what = {400: "bad request", 404: "not found", 409: "conflict", 413: "body too large",
-            415: "the body is not JSON", 422: "invalid input"}
+            415: "the body is not JSON", 422: "invalid input",
+            429: "too many runs in flight (the deployment's cap): run_ids names them"}
     out = {code: {"description": what[code], "content": {"application/json": {"model": Error}}} for code in codes}
     out[status] = {"description": description, "content": {"application/json": {"model": model}}}
     return out

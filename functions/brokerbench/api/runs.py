@@ -15,6 +15,7 @@ from ..events import RUN_EVENTS, new_run_id, read_report_events
 from ..reports import html, markdown
 from ..reports.model import build_report
 from ..spec import SpecError, suite_request, validate
+from ..workflow.admission import RunsInFlight
 from ..workflow.starter import StarterBusy
 from . import views
 from .deps import Deps
@@ -80,6 +81,8 @@ def router(deps: Deps) -> Router:
         run_id = new_run_id()
         try:
             deps.starter.start(request, suite, run_id)
+        except RunsInFlight as exc:  # the deployment's cap (-c brokerbench:maxRunsInFlight): try again later
+            raise ApiError(429, str(exc), None, run_ids=exc.run_ids) from None
         except StarterBusy as exc:
             raise ApiError(409, str(exc), None, run_id=exc.run_id) from None
         observability.set_run(run_id)
@@ -90,7 +93,7 @@ def router(deps: Deps) -> Router:
     start_once = _idempotent(deps, start)
 
     @runs.post("/runs", status_code=202, summary="Start a run",
-               responses=answers(RunStarted, 409, 415, 422, status=202, description="the run was started"), tags=["runs"])
+               responses=answers(RunStarted, 409, 415, 422, 429, status=202, description="the run was started"), tags=["runs"])
     def post_run(body: Annotated[dict[str, Any], Body(description=RUN_BODY)],
                  idempotency_key: Annotated[str | None, Header(
                      alias="Idempotency-Key", min_length=1, max_length=128,

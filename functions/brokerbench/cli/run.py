@@ -304,7 +304,7 @@ def cmd_cost(args) -> int:
     several runs gets each run's estimate and their sum."""
     from rich.table import Table
 
-    from ..cost import estimate_plan
+    from ..cost import estimate_plan, hourly_text
     from ..reports.markdown import cost_rows
     from ..spec import SpecError, validate
 
@@ -334,6 +334,7 @@ def cmd_cost(args) -> int:
         for row in cost_rows(estimate):
             table.add_row(*row)
         console.print(table)
+        console.print(hourly_text(estimate["hourly"], estimate["currency"]), markup=False, highlight=False)
     if len(estimates) > 1:
         console.print(f"[bold]{name}: {len(estimates)} runs, ${total:,.2f} {currency} in all[/]")
     prices = estimates[0][1]["prices"]

@@ -15,7 +15,10 @@ target's teardown state, one of
 from __future__ import annotations
 
 import time
+from datetime import datetime, timedelta, timezone
 from typing import Protocol
+
+from ..spec import kept_hours
 
 
 class ProvisioningError(RuntimeError):
@@ -57,8 +60,9 @@ class CloudTargetProvider(TargetProvider, Protocol):
     kind: str  # what the sweeper calls its resources ("msk", "elasticache")
 
     def leftovers(self) -> list[dict]:
-        """Its bb-* resources tagged with a run, not being deleted: {kind, name, resource, state, run_id} each; one
-        whose tags could not be read is listed as `unreadable` (the sweeper reports it and goes on)."""
+        """Its bb-* resources tagged with a run, not being deleted: {kind, name, resource, state, run_id,
+        keep_until} each (`leftover`); one whose tags could not be read is listed as `unreadable` (the sweeper reports
+        it and goes on)."""
 
     def delete(self, resource: str, state: str) -> str:
         """Delete one if it can be deleted now: DELETING, GONE or NOT_DELETABLE."""
@@ -68,6 +72,29 @@ def unreadable(kind: str, name: str, resource: str, doing: str, exc: Exception) 
     """A leftover the sweeper lists but could not read (its tags, say): reported with why, never deleted."""
     return {"kind": kind, "name": name, "resource": resource, "state": None, "run_id": None,
             "problem": f"{doing} failed: {type(exc).__name__}: {exc}"}
+
+
+RUN_TAG = "brokerbench:run"
+# On a kept target (keep_targets): when its keep ends, an ISO 8601 UTC time (the hours asked for, counted from its
+# creation). The hourly sweeper deletes a kept target once this time has passed and its run has ended
+# (workflow/sweep.py); the tag is on the resource, so the bound holds whatever becomes of the run's events.
+KEEP_UNTIL_TAG = "brokerbench:keep-until"
+
+
+def run_tags(run_id: str, spec: dict, now: datetime | None = None) -> dict[str, str]:
+    """The tags a provider puts on what it creates for a run: the run, and for kept targets the end of their keep."""
+    tags = {RUN_TAG: run_id}
+    hours = kept_hours(spec)
+    if hours is not None:
+        until = (now or datetime.now(timezone.utc)) + timedelta(hours=hours)
+        tags[KEEP_UNTIL_TAG] = until.astimezone(timezone.utc).isoformat(timespec="seconds")
+    return tags
+
+
+def leftover(kind: str, name: str, resource: str, state: str, tags: dict) -> dict:
+    """One resource a provider's `leftovers` lists for the sweeper (its run from the run tag, its keep-until if any)."""
+    return {"kind": kind, "name": name, "resource": resource, "state": state, "run_id": tags[RUN_TAG],
+            "keep_until": tags.get(KEEP_UNTIL_TAG)}
 
 
 def raise_client_error(exc, transient_codes, doing: str):

@@ -22,6 +22,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+from .. import deployment
 from ..plan import estimated_seconds
 
 WORKER_MODULE = "brokerbench.ec2_worker"
@@ -41,6 +42,20 @@ MAX_LAUNCH_ATTEMPTS = 16
 
 class WorkerLaunchFailed(RuntimeError):
     """EC2 could not start the worker now; the workflow retries the task (its error name is this class's)."""
+
+
+class VcpuQuotaExceeded(RuntimeError):
+    """EC2 refused the worker because the account's vCPU quota is used up (VcpuLimitExceeded). RunCellOnEc2 retries
+    it on its own, with a longer backoff than a capacity error (another run's workers may end meanwhile: 1, 2, 4
+    and 8 minutes), then the cell fails with this message, which names the quota to raise."""
+
+
+def vcpu_quota_message(instance_type: str, detail: str) -> str:
+    from .admission import EC2_STANDARD_QUOTA, EC2_STANDARD_QUOTA_NAME  # the quota the start-up check reads too
+
+    return (f"EC2 refused to start a {instance_type} worker: VcpuLimitExceeded ({detail.strip() or 'no detail'}). "
+            f"The account's quota \"{EC2_STANDARD_QUOTA_NAME}\" (Service Quotas, Amazon EC2, {EC2_STANDARD_QUOTA[1]}, "
+            "counted in vCPUs) is used up by this run's and other instances: raise it, or lower max_concurrency.")
 
 
 def encode_job(job: dict) -> str:
@@ -203,6 +218,10 @@ class Ec2Fleet:
                 if code == "IdempotentParameterMismatch":  # an earlier attempt's instance: not this token's
                     self.tokens.delete(parameter)
                     continue
+                if code == "VcpuLimitExceeded":
+                    self.tokens.delete(parameter)  # no instance will read it
+                    raise VcpuQuotaExceeded(vcpu_quota_message(deployment.worker_instance_type(),
+                                                               exc.response["Error"].get("Message", ""))) from None
                 if code in RETRYABLE_LAUNCH_ERRORS:
                     raise WorkerLaunchFailed(f"{code}: {exc.response['Error'].get('Message', '')}") from None
                 raise

@@ -159,11 +159,13 @@ class LocalStarter:
 
 
 class StepFunctionsStarter:
-    """StartExecution / DescribeExecution / StopExecution on the deployed state machine."""
+    """StartExecution / DescribeExecution / StopExecution on the deployed state machine. With an `admission`
+    (workflow/admission.py: the cap on runs in flight, the account's quotas), a run starts only once it agrees."""
 
-    def __init__(self, client, state_machine_arn: str, store: EventStore, teardowns=None) -> None:
+    def __init__(self, client, state_machine_arn: str, store: EventStore, teardowns=None, admission=None) -> None:
         self.client, self.state_machine_arn, self.store = client, state_machine_arn, store
         self.teardowns = teardowns  # StepFunctionsTeardowns (the teardown state machine); built when first needed
+        self.admission = admission
 
     def _arn(self, run_id: str) -> str:
         # arn:aws:states:REGION:ACCOUNT:stateMachine:NAME -> arn:aws:states:REGION:ACCOUNT:execution:NAME:RUN
@@ -171,6 +173,8 @@ class StepFunctionsStarter:
         return f"{prefix}:execution:{name}:{run_id}"
 
     def start(self, request: dict, suite: str | None, run_id: str) -> None:
+        if self.admission is not None:
+            self.admission.check(request)  # RunsInFlight, QuotaTooLow (StarterBusy): nothing started
         self.client.start_execution(stateMachineArn=self.state_machine_arn, name=run_id,
                                     input=json.dumps({"request": request, "suite": suite, "run_id": run_id}))
 

@@ -11,7 +11,10 @@ workers that carry a `brokerbench:run` tag, and reads each run's events:
     provisioning bound, twice the plan's estimate, the teardown loop's bound and a margin): then it is given a
     RunFailed that says so and its resources are deleted. An end that was never stored (RunEnded failed for good,
     or the execution hangs) cannot keep brokers billing longer than that;
-  - a run this deployment's events do not know, or one that asked to keep its targets (keep_targets): left alone.
+  - a run this deployment's events do not know: left alone;
+  - a target the run kept (keep_targets) stays until its brokerbench:keep-until tag's time, then goes as above once
+    the run has ended; a kept target without the tag (created before the tag was written) stays until its run's
+    request plus the deployment's maximum keep (deployment.keep_targets_max_hours). EC2 workers are never kept.
 Resources without the tag, or not named bb-*, are never listed.
 
 No single failure stops the sweep: each provider is listed on its own, each resource deleted on its own, each run
@@ -24,8 +27,9 @@ from __future__ import annotations
 
 import json
 import time
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 
+from .. import deployment
 from ..events import RUN_EVENTS, EventStore, planned_cells
 from ..plan import run_seconds
 from ..registry import plugins
@@ -126,7 +130,7 @@ class Sweeper:
                     runs[item["run_id"]] = f"reading the run's events failed: {_error(exc)}"
                     failed.append({"action": "read", "kind": "run", "name": item["run_id"], "run_id": item["run_id"],
                                    "reason": runs[item["run_id"]]})
-            why = runs[item["run_id"]]
+            why = runs[item["run_id"]] or self.why_kept(item)
             if why:
                 left.append({**item, "reason": why})
                 continue
@@ -149,8 +153,6 @@ class Sweeper:
         requested = self.store.read(run_id, prefix="00#run")
         if not requested:
             return "no run of this id in the events table (not this deployment's, or not started here)"
-        if requested[0]["data"]["spec"].get("keep_targets"):
-            return "the run keeps its targets (keep_targets)"
         if any(e["type"] in RUN_EVENTS for e in self.store.read(run_id, prefix="90#run#end")):
             return None
         deadline = run_deadline(requested)
@@ -160,6 +162,20 @@ class Sweeper:
                         f"no end was stored by the run's deadline ({_utc(deadline)}: requested at "
                         f"{requested[0]['at']}, its provisioning bound, twice its estimate and the teardown's bound, "
                         f"plus {DEADLINE_MARGIN_S} s): the sweeper deleted its targets")
+        return None
+
+    def why_kept(self, item: dict) -> str | None:
+        """Why a target of an ended run stays: its keep (keep_targets) has not run out yet; None once it has."""
+        requested = self.store.read(item["run_id"], prefix="00#run")[0]
+        if item["kind"] == "ec2" or not requested["data"]["spec"].get("keep_targets"):
+            return None
+        if item.get("keep_until"):
+            until, source = datetime.fromisoformat(item["keep_until"]), "its brokerbench:keep-until tag"
+        else:
+            until = datetime.fromisoformat(requested["at"]) + timedelta(hours=deployment.keep_targets_max_hours())
+            source = "no keep-until tag: the run's request plus the deployment's maximum keep"
+        if self.now() < until.timestamp():
+            return f"the run keeps its targets (keep_targets) until {until.isoformat(timespec='seconds')} ({source})"
         return None
 
     def delete(self, item: dict) -> str:

@@ -15,8 +15,8 @@ from __future__ import annotations
 from botocore.exceptions import ClientError
 
 from ... import settings
-from ...targets import (DELETING, GONE, KEPT, NOT_DELETABLE, ProvisioningError, raise_client_error, resource_name,
-                        still_waiting, target, torn_down)
+from ...targets import (DELETING, GONE, KEPT, NOT_DELETABLE, RUN_TAG, ProvisioningError, leftover, raise_client_error,
+                        resource_name, run_tags, still_waiting, target, torn_down)
 
 DEFAULT_VERSION = "3.9.x"
 TRANSIENT = {"TooManyRequestsException", "ServiceUnavailableException", "ConflictException"}
@@ -44,7 +44,7 @@ class MskTargets:
         try:
             response = self.client.create_cluster_v2(
                 ClusterName=name,
-                Tags={**self.tags, "brokerbench:run": run_id},
+                Tags={**self.tags, **run_tags(run_id, spec)},
                 Provisioned={
                     "KafkaVersion": settings.get("version", DEFAULT_VERSION),
                     "NumberOfBrokerNodes": nodes,
@@ -134,10 +134,9 @@ class MskTargets:
         while True:
             page = self.client.list_clusters_v2(ClusterNameFilter="bb-", **({"NextToken": token} if token else {}))
             for cluster in page["ClusterInfoList"]:
-                run_id = cluster.get("Tags", {}).get("brokerbench:run")
-                if cluster["ClusterName"].startswith("bb-") and run_id and cluster["State"] != "DELETING":
-                    found.append({"kind": "msk", "name": cluster["ClusterName"], "resource": cluster["ClusterArn"],
-                                  "state": cluster["State"], "run_id": run_id})
+                tags = cluster.get("Tags", {})
+                if cluster["ClusterName"].startswith("bb-") and tags.get(RUN_TAG) and cluster["State"] != "DELETING":
+                    found.append(leftover("msk", cluster["ClusterName"], cluster["ClusterArn"], cluster["State"], tags))
             token = page.get("NextToken")
             if not token:
                 return found

@@ -38,8 +38,8 @@ import secrets as random_secrets
 from botocore.exceptions import ClientError
 
 from ... import settings
-from ...targets import (DELETING, GONE, KEPT, NOT_DELETABLE, ProvisioningError, raise_client_error, still_waiting,
-                        target, torn_down, unreadable)
+from ...targets import (DELETING, GONE, KEPT, NOT_DELETABLE, RUN_TAG, ProvisioningError, leftover, raise_client_error,
+                        run_tags, still_waiting, target, torn_down, unreadable)
 from .prices import INSTANCE_TYPES, SINGLE_INSTANCE_ONLY
 
 KIND = "amazonmq"
@@ -50,7 +50,6 @@ AMQPS_PORT = 5671
 DEPLOYMENTS = {"single-instance": ("SINGLE_INSTANCE", 1), "cluster": ("CLUSTER_MULTI_AZ", 3)}
 TRANSIENT = {"TooManyRequestsException", "InternalServerErrorException", "ConflictException"}
 DELETABLE = {"RUNNING", "CREATION_FAILED", "CRITICAL_ACTION_REQUIRED"}
-RUN_TAG = "brokerbench:run"
 SECRET_PREFIX = "brokerbench/"
 
 PROVISION_PROPERTIES = {
@@ -127,7 +126,7 @@ class AmazonMqTargets:
                 SubnetIds=self.subnets[:1] if nodes == 1 else self.subnets,
                 SecurityGroups=self.security_groups,
                 Users=[{"Username": USERNAME, "Password": password}],
-                Tags={**self.tags, RUN_TAG: run_id},
+                Tags={**self.tags, **run_tags(run_id, spec)},
             )
             broker_id = response["BrokerId"]
         except ClientError as exc:
@@ -259,13 +258,12 @@ class AmazonMqTargets:
             if not name.startswith("bb-") or summary.get("BrokerState") == "DELETION_IN_PROGRESS":
                 continue
             try:
-                run_id = self.client.list_tags(ResourceArn=summary["BrokerArn"]).get("Tags", {}).get(RUN_TAG)
+                tags = self.client.list_tags(ResourceArn=summary["BrokerArn"]).get("Tags", {})
             except ClientError as exc:  # this broker unread; the others still listed
                 found.append(unreadable(KIND, name, summary["BrokerId"], f"reading the tags of {name}", exc))
                 continue
-            if run_id:
-                found.append({"kind": KIND, "name": name, "resource": summary["BrokerId"],
-                              "state": summary["BrokerState"], "run_id": run_id})
+            if tags.get(RUN_TAG):
+                found.append(leftover(KIND, name, summary["BrokerId"], summary["BrokerState"], tags))
         return found + self._leftover_secrets(names)
 
     def _leftover_secrets(self, brokers: set[str]) -> list[dict]:

@@ -18,8 +18,8 @@ from __future__ import annotations
 from botocore.exceptions import ClientError
 
 from ... import settings
-from ...targets import (DELETING, GONE, KEPT, NOT_DELETABLE, ProvisioningError, raise_client_error, resource_name,
-                        still_waiting, target, torn_down, unreadable)
+from ...targets import (DELETING, GONE, KEPT, NOT_DELETABLE, RUN_TAG, ProvisioningError, leftover, raise_client_error,
+                        resource_name, run_tags, still_waiting, target, torn_down, unreadable)
 
 DEFAULT_VERSION = "7.1"
 TRANSIENT = {"Throttling", "InvalidReplicationGroupState", "ServiceUnavailable"}
@@ -60,7 +60,7 @@ class ElastiCacheTargets:
                 AuthToken=token,
                 CacheSubnetGroupName=self.subnet_group,
                 SecurityGroupIds=self.security_groups,
-                Tags=[{"Key": k, "Value": v} for k, v in {**self.tags, "brokerbench:run": run_id}.items()],
+                Tags=[{"Key": k, "Value": v} for k, v in {**self.tags, **run_tags(run_id, spec)}.items()],
             )
         except ClientError as exc:
             if exc.response["Error"]["Code"] != "ReplicationGroupAlreadyExists":
@@ -141,14 +141,13 @@ class ElastiCacheTargets:
                 if not name.startswith("bb-") or group["Status"] == "deleting":
                     continue
                 try:
-                    tags = self.client.list_tags_for_resource(ResourceName=group["ARN"])["TagList"]
+                    tags = {t["Key"]: t["Value"] for t in
+                            self.client.list_tags_for_resource(ResourceName=group["ARN"])["TagList"]}
                 except ClientError as exc:  # this group unread; the others still listed
                     found.append(unreadable("elasticache", name, name, f"reading the tags of {name}", exc))
                     continue
-                run_id = {t["Key"]: t["Value"] for t in tags}.get("brokerbench:run")
-                if run_id:
-                    found.append({"kind": "elasticache", "name": name, "resource": name, "state": group["Status"],
-                                  "run_id": run_id})
+                if tags.get(RUN_TAG):
+                    found.append(leftover("elasticache", name, name, group["Status"], tags))
             marker = page.get("Marker")
             if not marker:
                 return found

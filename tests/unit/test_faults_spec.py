@@ -34,7 +34,7 @@ def test_a_fault_that_needs_a_replica_is_refused_on_one_node():
 def test_a_broker_without_a_local_cluster_and_an_existing_endpoint_are_refused():
     found = problems(brokers=["pulsar"], provision={}, faults=[{"kind": "stop", "at_s": 1}])
     assert "pulsar takes no faults here" in found["faults"]
-    assert "(brokers that take them: kafka, nats-jetstream, rabbitmq-quorum, redis-streams)" in found["faults"]
+    assert "(brokers that take them: kafka, nats-jetstream, rabbitmq-quorum, rabbitmq-streams, redis-streams)" in found["faults"]
     found = problems(targets={"kafka": {"bootstrap_servers": "127.0.0.1:9092"}},
                      faults=[{"kind": "stop", "at_s": 1}])
     assert "not the run's to signal" in found["targets.kafka"]

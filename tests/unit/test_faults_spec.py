@@ -127,6 +127,15 @@ def test_the_guarantee_says_what_held_and_names_a_loss():
     row = {"guarantee": report_faults.guarantee({"acked": 1200, "lost": 7, "broker_count": {"difference": -7}})}
     assert report_faults.held_text(row).startswith("⚠ **acknowledged messages lost: 7 of 1,200")
     assert row["guarantee"]["held"] is False
+    # read by the consumers, then discarded by the broker (a paused Redis master demoted): not held either
+    row = {"guarantee": report_faults.guarantee({"acked": 1600, "lost": 0, "broker_count": {"difference": -1276}})}
+    assert report_faults.held_text(row) == (
+        "⚠ **acknowledged messages lost: 0 of 1,600 (sequence numbers; the broker's count differs); the broker holds "
+        "1,276 fewer than it acknowledged (discarded after the fault)**")
+    assert row["guarantee"]["held"] is False and row["guarantee"]["discarded"] == 1276
+    # more held than acknowledged (stored, the acknowledgement lost with the node) breaks no promise
+    row = {"guarantee": report_faults.guarantee({"acked": 1200, "lost": 0, "broker_count": {"difference": 3}})}
+    assert row["guarantee"]["held"] is True and not report_faults.held_text(row).startswith("⚠")
 
 
 def test_the_terminal_line_says_what_was_done_what_held_and_how_long_nothing_came():

@@ -162,12 +162,13 @@ class LambdaContext:
 SENT_CLASSES = ("received", "late", "undelivered", "lost", "send_errors", "unacknowledged")
 
 
-def assert_accounting_whole(cell: dict) -> None:
+def assert_accounting_whole(cell: dict, context: str = "") -> None:
     """A cell of results.json accounts for every message, a fault or not (worker.outcome's rule, summed here from
     the stored classes, not taken from its `residual`): sent = received + late + undelivered + lost + send errors +
     unacknowledged, where undelivered and lost count as their sum `undelivered_or_lost` when the broker's backlog
-    could not split them; due = sent + not sent; no class below 0; and the stored residual is 0."""
-    facts = cell_facts(cell)
+    could not split them; due = sent + not sent; no class below 0; and the stored residual is 0. `context`: more to
+    show on failure."""
+    facts = (cell_facts(cell), context) if context else cell_facts(cell)
     split_known = cell.get("undelivered") is not None and cell.get("lost") is not None
     classes = SENT_CLASSES if split_known else tuple(
         k for k in (*SENT_CLASSES, "undelivered_or_lost") if k not in ("undelivered", "lost"))

@@ -76,6 +76,7 @@ def test_cells_on_the_cluster_deliver_everything_on_streams_replicated_to_every_
         assert cell["sent"] == cell["received"] > 0 and cell["lost"] == cell["duplicated"] == 0
         assert cell["unacknowledged"] == cell["send_errors"] == 0
         assert cell["broker_count"]["difference"] == 0  # the stream's own count
+        assert_accounting_whole(cell)
     settings = events[1]["data"]["targets"]["nats-jetstream"]["settings"]
     assert settings["persistence"]["replicas"] == 3 and settings["persistence"]["nodes"] == 3
     assert "a quorum of the stream's 3 replicas" in settings["acks_meaning"]

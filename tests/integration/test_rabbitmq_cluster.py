@@ -4,7 +4,10 @@ declared through the drivers with a member on every node; the node that leads th
 started again on its own ports and data and the broker lists it as running again. Then what RabbitMQ promises for a
 confirm: every confirmed message is still there, counted by sequence through the drivers' consumers and by the
 broker's own counts. Both send loops (native and Python) then publish to the queue and the stream wherever they now
-lead (the native stream loop must find the stream's new leader)."""
+lead (the native stream loop must find the stream's new leader).
+
+Then faults of a run's own, inside measured cells on the same cluster: the quorum queue's leader paused, and the
+stream's leader killed and started again while the cell's stream producer and consumer follow it."""
 
 import contextlib
 import os

@@ -5,7 +5,9 @@ Redis promises is asserted, as Redis itself reports it: the Sentinels promote a 
 node's own ROLE), the new master accepts the driver's writes (each acknowledged one is read back), the killed node
 started again rejoins as a replica of the new master (ROLE, SENTINEL REPLICAS). What Redis does not promise (its
 replication is asynchronous) is counted, not asserted: acknowledged entries lost at the failover. WAIT is checked
-against the replicas' own state: with the replicas stopped, a write waiting for one is not acknowledged.
+against the replicas' own state: with the replicas stopped, a write waiting for one is not acknowledged. A run's own
+pause of the master, longer than the Sentinels wait, is the case where Redis discards acknowledged writes: the
+cell's report must say so.
 """
 
 from __future__ import annotations

@@ -158,7 +158,9 @@ class CellFaults:
         # for a node that no longer answers, and a restart or resume is due at its own time whatever leads.
         leader = self.hooks.leader(self.endpoint, self.topic) if step.kind not in ("restart", "resume") else None
         if step.kind == "restart":
-            at, nodes = time.monotonic_ns(), list(self.down)  # when the restart began
+            nodes = list(self.down)
+            self._wait_stopped(nodes)
+            at = time.monotonic_ns()  # when the restart began (a stopped node's processes had ended)
             self._start_again(nodes)
             self._record(step, at, leader, nodes=nodes)
             self.down = []
@@ -177,10 +179,12 @@ class CellFaults:
             self.resume_due[step.index] = at - self.measure_start + resume.at_ns - step.at_ns
         self._record(step, at, leader, nodes=[node])
 
+    def _wait_stopped(self, nodes: list[str]) -> None:
+        """Until the processes a clean stop signalled have ended (STOPPED_WAIT_S at most)."""
+        _wait_ended([pid for name in nodes for pid in self.stopped.pop(name, [])], STOPPED_WAIT_S)
+
     def _start_again(self, nodes: list[str]) -> None:
-        """The nodes started again, each once a clean stop's processes have ended (STOPPED_WAIT_S)."""
         for name in nodes:
-            _wait_ended(self.stopped.pop(name, []), STOPPED_WAIT_S)
             self.hooks.start_node(self.endpoint, name)
 
     def _record(self, step: faults.Step, at_ns: int, leader: str | None, nodes: list[str]) -> None:
@@ -216,6 +220,7 @@ class CellFaults:
                 signal_group(pid, signal.SIGCONT)
             restored.append({"fault": index, "kind": "resume", "nodes": [node]})
         if self.down:
+            self._wait_stopped(self.down)
             self._start_again(self.down)
             restored.append({"kind": "restart", "nodes": list(self.down)})
         self.paused, self.down = {}, []

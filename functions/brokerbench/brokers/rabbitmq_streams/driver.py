@@ -539,6 +539,11 @@ class StreamsConsumer:
             self._consumer = self._loop.run(self._subscribe(self._reconnect()), 10)
         except Exception:  # noqa: BLE001 (no node answers yet, or no leader yet)
             self._lost = True
+            # one still subscribing after the wait delivers nothing: its generation retired before the next begins
+            self._loop.submit(self._retire())
+
+    async def _retire(self) -> None:
+        self._generation += 1
 
     def poll(self, timeout_s: float) -> list[Message]:
         if self._held:
@@ -552,6 +557,7 @@ class StreamsConsumer:
                 if self._reconnect is None:
                     raise BrokerUnavailable(f"RabbitMQ stream consumer could not subscribe: {exc!r}") from None
                 self._lost = True  # a cluster: tried again through another node
+                self._loop.submit(self._retire())
         try:
             first = self._deliveries.get(timeout=timeout_s) if timeout_s > 0 else self._deliveries.get_nowait()
         except queue.Empty:

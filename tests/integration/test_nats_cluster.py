@@ -187,8 +187,9 @@ def test_a_leader_killed_or_stopped_by_the_runs_own_fault_keeps_every_acknowledg
         nats3, endpoints, store, kind):
     """The same kill as a fault of the run request (brokerbench.faults), inside a measured cell, and a clean stop
     (SIGTERM: the server steps down from what it leads and shuts down): the cell stores the server it took down (the
-    stream's leader as the cluster named it), another leader at the end, the server started again; no acknowledged
-    message is lost, and every message sent is in one class of the accounting."""
+    stream's leader as the cluster named it), the leader the cluster names at the end (another, or the same one
+    with nothing acknowledged while it was down), the server started again; no acknowledged message is lost, the
+    stream's count agrees, and every message sent is in one class of the accounting."""
     request = {**TINY, "name": f"it-nats3-{kind}", "partitions": 1, "formats": ["raw"], "modes": ["batch"],
                "duration_s": 5, "warmup_s": 0.5,
                "drain_timeout_s": 10, "provision": {"nats-jetstream": {"nodes": 3}},
@@ -201,7 +202,15 @@ def test_a_leader_killed_or_stopped_by_the_runs_own_fault_keeps_every_acknowledg
     down, restart = faults["applied"]
     assert down["kind"] == kind and down["nodes"] == [down["leader_before"]] and down["leader_before"] in SERVERS
     assert restart["nodes"] == down["nodes"] and faults["cluster_whole_at_end"], faults
-    assert faults["leader_at_end"] not in (None, down["leader_before"]), faults  # the cluster's own stream info
+    # The cluster's own stream info at the end: another leader, or (an election on a loaded host can take longer
+    # than the 1.5 s the server was down) the same one, and then nothing was acknowledged from the fault until the
+    # server was back: no other server led the stream meanwhile.
+    print(f"{kind}: leader {down['leader_before']} -> {faults['leader_at_end']}; producers without an "
+          f"acknowledgement {faults['producer_ack_gap']}")
+    assert faults["leader_at_end"] in SERVERS, faults
+    if faults["leader_at_end"] == down["leader_before"]:
+        gap = faults["producer_ack_gap"]
+        assert gap["from_s"] <= down["at_s"] + 0.1 and gap["to_s"] >= restart["at_s"], faults
     assert cell["lost"] == 0, cell
     assert cell["broker_count"]["difference"] == 0, cell["broker_count"]  # the stream's own count
     assert_accounting_whole(cell)

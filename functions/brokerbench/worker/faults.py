@@ -167,8 +167,10 @@ class CellFaults:
             return
         node = self.paused.pop(step.index) if step.kind == "resume" else self._target(step.target, leader)["node"]
         pids = self._pids(node)
-        _signal(node, pids, SIGNALS[step.kind])
+        # taken just before the signal: on a loaded host the thread may wait after it, and a resumed node's first
+        # confirm was stamped 5 ms before a time taken after it
         at = time.monotonic_ns()
+        _signal(node, pids, SIGNALS[step.kind])
         if step.kind in faults.DOWN:
             self.down.append(node)
             if step.kind == "stop":

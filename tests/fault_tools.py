@@ -156,3 +156,45 @@ class LambdaContext:
         self.memory_limit_in_mb = 256
         self.invoked_function_arn = f"arn:aws:lambda:us-east-1:123456789012:function:{function_name}"
         self.aws_request_id = "test-request"
+
+
+# The classes every measured message sent falls in, once (worker.outcome): the whole of `sent`.
+SENT_CLASSES = ("received", "late", "undelivered", "lost", "send_errors", "unacknowledged")
+
+
+def assert_accounting_whole(cell: dict, context: str = "") -> None:
+    """A cell of results.json accounts for every message, a fault or not (worker.outcome's rule, summed here from
+    the stored classes, not taken from its `residual`): sent = received + late + undelivered + lost + send errors +
+    unacknowledged, where undelivered and lost count as their sum `undelivered_or_lost` when the broker's backlog
+    could not split them; due = sent + not sent; no class below 0; and the stored residual is 0. `context`: more to
+    show on failure."""
+    facts = (cell_facts(cell), context) if context else cell_facts(cell)
+    split_known = cell.get("undelivered") is not None and cell.get("lost") is not None
+    classes = SENT_CLASSES if split_known else tuple(
+        k for k in (*SENT_CLASSES, "undelivered_or_lost") if k not in ("undelivered", "lost"))
+    counts = {k: cell.get(k) for k in classes}
+    assert all(isinstance(v, int) and v >= 0 for v in counts.values()), (counts, facts)
+    if split_known and cell.get("undelivered_or_lost") is not None:
+        assert cell["undelivered_or_lost"] == cell["undelivered"] + cell["lost"], facts
+    assert cell["sent"] == sum(counts.values()), (f"sent {cell['sent']} != {' + '.join(classes)} "
+                                                  f"= {sum(counts.values())}", counts, facts)
+    if cell.get("due") is not None:
+        assert cell["due"] == cell["sent"] + (cell.get("not_sent") or 0), facts
+    assert cell.get("residual") == 0, facts
+
+
+def one_fault_cell(request: dict, endpoint: dict, endpoints: dict, store) -> tuple[dict, list[dict]]:
+    """A run of `request` (one broker, one cell, with faults) on `endpoint`, in this process: its cell as
+    results.json holds it, completed, and the run's events. Prints what the cell stored of its faults."""
+    from inline_run import execute_run
+
+    from brokerbench.reports.results import build_results
+
+    [broker] = request["brokers"]
+    outcome = execute_run(request, {**endpoints, broker: endpoint}, store)
+    events = store.read(outcome.run_id)
+    [cell] = build_results(events)["cells"]
+    assert cell["status"] == "completed", cell.get("reason")
+    shown = ("applied", "leader_at_end", "producer_ack_gap", "consumer_receipt_gap")
+    print(json.dumps({k: cell["faults"][k] for k in shown}, indent=1), cell_facts(cell))
+    return cell, events

@@ -31,7 +31,7 @@ from brokerbench.brokers.redis_streams.driver import stream_key
 from brokerbench.registry import get_driver
 from brokerbench.spec import expand, validate
 from brokerbench.worker import cell as cell_module
-from fault_tools import BIN, cell_facts as _cell_facts, descendants as _descendants, event_facts as _event_facts
+from fault_tools import BIN, assert_accounting_whole, cell_facts as _cell_facts, descendants as _descendants, event_facts as _event_facts
 from fault_tools import interpreters_of as _interpreters_of, run_until_measuring as _run_until_measuring
 from reliability_log import observe
 
@@ -420,7 +420,7 @@ def test_a_broker_killed_mid_cell_and_started_again_keeps_its_data_and_serves_th
     if first["status"] == "completed":
         # undelivered + lost: their sum is known even when the broker could not tell its backlog after the crash
         classes = ("received", "late", "undelivered_or_lost", "send_errors", "unacknowledged")
-        assert first["sent"] == sum(first[k] for k in classes) and first["residual"] == 0, facts
+        assert_accounting_whole(first, facts)
         # The crash is not hidden: counted in a class of the accounting, or (a client that sends again what the
         # broker had not acknowledged: Kafka's, Pulsar's) in the latency of the messages that waited for it. With
         # messages missing, the longest latency is a lower bound (they count at +inf).

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 from conftest import CORE_SERVICES
+from fault_tools import assert_accounting_whole
 from inline_run import execute_run
 
 from brokerbench.drivers import TargetRefused
@@ -67,6 +68,7 @@ def test_a_run_on_a_three_node_cluster_replicates_every_partition_to_each_node_w
                                                                        "received", "send_errors", "warmup")}
         assert cell["sent"] == cell["received"] == 30 and cell["lost"] == cell["duplicated"] == 0, cell
         assert cell["broker_count"]["observed"] == cell["broker_count"]["expected"], cell["broker_count"]
+        assert_accounting_whole(cell)
     completed = [e["data"] for e in events if e["type"] == "CellCompleted"]
     assert all(c["resources"]["broker"]["rss_mb_max"] > 3 * 150 for c in completed)  # three JVMs, not one
 
@@ -91,23 +93,34 @@ def test_a_run_on_a_three_node_cluster_replicates_every_partition_to_each_node_w
     assert stack.is_up(["kafka@3"]) and stack.is_up(CORE_SERVICES)
 
 
-def test_a_leader_killed_mid_cell_with_acks_all_and_idempotence_loses_nothing_and_the_leader_moves(stack, tmp_path,
-                                                                                                  cluster_stopped):
-    """The fault whose outcome Kafka promises: acks=all, min.insync.replicas 2 of 3 replicas and the idempotent
-    producer; the partition leader killed (SIGKILL) 2 s into the measured window and started again 2 s later. Every
-    acknowledged message is delivered once (sequence numbers, and the broker's own count of the topic), the
-    metadata names another leader after the kill, and the cell records when each action came."""
-    request = {"name": "wf-leader-kill", "brokers": ["kafka"], "provision": {"kafka": {"nodes": 3}},
-               "sizes": [1024], "rates": [200], "formats": ["raw"], "duration_s": 6, "warmup_s": 1,
-               "warmup_until_steady": False, "drain_timeout_s": 15,
-               "client": {"acks": "all", "min_insync_replicas": 2, "kafka_idempotence": True},
-               "faults": [{"kind": "kill", "target": "leader", "at_s": 2}, {"kind": "restart", "at_s": 4}]}
+# A leader fault where Kafka promises the outcome: acks=all, min.insync.replicas 2 of 3 replicas, idempotence.
+LEADER_FAULT = {"brokers": ["kafka"], "provision": {"kafka": {"nodes": 3}}, "sizes": [1024], "rates": [200],
+                "formats": ["raw"], "warmup_s": 1, "warmup_until_steady": False, "drain_timeout_s": 15,
+                "client": {"acks": "all", "min_insync_replicas": 2, "kafka_idempotence": True}}
+
+
+def nothing_lost(stack, tmp_path, request: dict):
+    """The run of `request` through the workflow, its one cell completed with every acknowledged message delivered
+    once (sequence numbers), the topic's end offsets agreeing, and the accounting whole: (execution, events, cell)."""
     execution, events = execute(stack, tmp_path, request)
     assert execution.status == "SUCCEEDED", (execution.error, execution.cause)
     [cell] = build_results(events)["cells"]
     assert cell["status"] == "completed", cell.get("reason")
     assert cell["lost"] == cell["duplicated"] == 0 and cell["received"] == cell["sent"] > 0, cell
     assert cell["broker_count"]["observed"] == cell["broker_count"]["expected"], cell["broker_count"]
+    assert_accounting_whole(cell)
+    return execution, events, cell
+
+
+def test_a_leader_killed_mid_cell_with_acks_all_and_idempotence_loses_nothing_and_the_leader_moves(stack, tmp_path,
+                                                                                                  cluster_stopped):
+    """The fault whose outcome Kafka promises: acks=all, min.insync.replicas 2 of 3 replicas and the idempotent
+    producer; the partition leader killed (SIGKILL) 2 s into the measured window and started again 2 s later. Every
+    acknowledged message is delivered once (sequence numbers, and the broker's own count of the topic), the
+    metadata names another leader after the kill, and the cell records when each action came."""
+    request = {**LEADER_FAULT, "name": "wf-leader-kill", "duration_s": 6,
+               "faults": [{"kind": "kill", "target": "leader", "at_s": 2}, {"kind": "restart", "at_s": 4}]}
+    execution, events, cell = nothing_lost(stack, tmp_path, request)
     [done] = [e["data"] for e in events if e["type"] == "CellCompleted"]
     faults = done["faults"]
     assert cell["faults"] == faults  # in results.json too
@@ -136,6 +149,26 @@ def test_a_leader_killed_mid_cell_with_acks_all_and_idempotence_loses_nothing_an
     # the cluster the module's first run kept, or one this run started (the test alone) and stopped
     assert execution.output["teardown"][0]["action"] in ("left running (not started by this run)", "stopped"), \
         execution.output["teardown"]
+
+
+def test_a_leader_stopped_cleanly_mid_cell_hands_over_its_partitions_and_loses_nothing(stack, tmp_path,
+                                                                                       cluster_stopped):
+    """A clean stop (SIGTERM) of the partition leader 1.5 s into the measured window: the broker shuts down in
+    order (its leaderships moved to the in-sync followers before it goes), and is started again at 3.5 s, once its
+    process has ended. Kafka's own metadata names another leader, and with acks=all, min.insync.replicas 2 and the
+    idempotent producer every acknowledged message is delivered once, the topic's end offsets agree, and the
+    accounting is whole."""
+    request = {**LEADER_FAULT, "name": "wf-leader-stop", "duration_s": 5,
+               "faults": [{"kind": "stop", "target": "leader", "at_s": 1.5}, {"kind": "restart", "at_s": 3.5}]}
+    _, _, cell = nothing_lost(stack, tmp_path, request)
+    faults = cell["faults"]
+    print(json.dumps(faults["applied"], indent=1), {k: cell[k] for k in ("sent", "acked", "received", "lost")})
+    stop, restart = faults["applied"]
+    stopped = stop["leader_before"]
+    assert stop["kind"] == "stop" and stop["nodes"] == [stopped] and stopped in {"1", "2", "3"}, faults
+    assert restart["kind"] == "restart" and restart["nodes"] == [stopped] and restart["at_s"] >= 3.5, faults
+    assert faults["leader_at_end"] not in (None, stopped), faults  # the metadata: another node leads
+    assert faults["cluster_whole_at_end"] and faults["restored_at_end"] == [], faults
 
 
 def this_run(log: Path, offset: int) -> str:

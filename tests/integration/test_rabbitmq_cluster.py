@@ -4,7 +4,10 @@ declared through the drivers with a member on every node; the node that leads th
 started again on its own ports and data and the broker lists it as running again. Then what RabbitMQ promises for a
 confirm: every confirmed message is still there, counted by sequence through the drivers' consumers and by the
 broker's own counts. Both send loops (native and Python) then publish to the queue and the stream wherever they now
-lead (the native stream loop must find the stream's new leader)."""
+lead (the native stream loop must find the stream's new leader).
+
+Then faults of a run's own, inside measured cells on the same cluster: the quorum queue's leader paused, and the
+stream's leader killed and started again while the cell's stream producer and consumer follow it."""
 
 import contextlib
 import os
@@ -12,10 +15,12 @@ import signal
 import time
 
 import pytest
+from fault_tools import assert_accounting_whole, cell_facts, one_fault_cell
 from native_sends import send_all
 
 from brokerbench import spec
 from brokerbench.brokers.rabbitmq import amqp, cluster, management
+from brokerbench.brokers.rabbitmq import faults as fault_hooks
 from brokerbench.brokers.rabbitmq.amqp import lane_queue
 from brokerbench.local.processes import stop
 from brokerbench.local.stack import LocalStack
@@ -45,7 +50,7 @@ def rabbit3(tmp_path_factory):
         print(f"rabbitmq@3 ready in {time.monotonic() - began:.1f} s")
         yield local_stack.endpoint("rabbitmq@3"), restarted
     finally:
-        for pid in [*local_stack.status()["rabbitmq@3"].get("pids", []), *restarted]:
+        for pid in [*local_stack.status().get("rabbitmq@3", {}).get("pids", []), *restarted]:
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(pid, signal.SIGKILL)
             stop(pid)  # reaped
@@ -124,7 +129,7 @@ def test_a_killed_leader_is_replaced_rejoins_and_every_confirmed_message_is_kept
     assert all(node in names and node != leader for node in moved.values()), (leader, moved)
     assert leader not in management.running_nodes(endpoint)  # the broker's own view of the kill
 
-    restarted += cluster.start_node(endpoint, leader)
+    restarted += fault_hooks.start_node(endpoint, leader)  # recorded in the endpoint: a later fault signals its pids
     deadline = time.monotonic() + REJOIN_S
     while not cluster.rejoined(endpoint, leader) and time.monotonic() < deadline:
         time.sleep(0.2)
@@ -148,3 +153,68 @@ def test_a_killed_leader_is_replaced_rejoins_and_every_confirmed_message_is_kept
     streams.close()
     quorum.delete_topic(queue_topic, 1)
     streams.delete_topic(stream_topic, 1)
+
+
+PAUSE = {"at_s": 1.5, "duration_s": 4.0}  # the leader stopped (SIGSTOP) for 4 s, then resumed (SIGCONT)
+
+
+def test_a_paused_leader_holds_its_quorum_queue_for_the_pause_and_every_confirmed_message_is_kept(rabbit3, endpoints,
+                                                                                                 store):
+    """A run's own fault: the node that leads the cell's quorum queue (the management API's `leader`) is paused for
+    4 s inside the measured window. Its connections stay open and nothing on it answers: the cell's producer and
+    consumer, connected to that node (the queue was declared there), get no confirm and no delivery until it
+    resumes, so the unavailability window covers the pause whether or not the other members elected a leader
+    meanwhile. What the broker says at the end is stored and checked against the node paused; no confirmed message is
+    lost, the queue's own counts agree, and the accounting is whole."""
+    endpoint, _ = rabbit3
+    request = {"name": "it-rabbit3-pause", "brokers": ["rabbitmq-quorum"], "sizes": [1024], "rates": [200],
+               "formats": ["raw"], "modes": ["batch"], "partitions": 1, "duration_s": 7, "warmup_s": 0.5,
+               "warmup_until_steady": False, "drain_timeout_s": 10, "provision": {"rabbitmq-quorum": {"nodes": 3}},
+               "faults": [{"kind": "pause", "target": "leader", **PAUSE}]}
+    cell, _ = one_fault_cell(request, endpoint, endpoints, store)
+    faults = cell["faults"]
+    pause, resume = faults["applied"]
+    paused = pause["leader_before"]
+    assert (pause["kind"], resume["kind"]) == ("pause", "resume") and pause["nodes"] == resume["nodes"] == [paused]
+    assert paused in {node["node"] for node in endpoint["nodes"]}, faults
+    assert resume["at_s"] - pause["at_s"] >= PAUSE["duration_s"], faults
+    assert faults["cluster_whole_at_end"] and faults["restored_at_end"] == [], faults
+    # the broker's own view at the end: a leader, among the members that run (the paused one or a new one)
+    assert faults["leader_at_end"] in {node["node"] for node in endpoint["nodes"]}, faults
+    assert sorted(management.running_nodes(endpoint)) == sorted(node["node"] for node in endpoint["nodes"])
+    # Nothing confirmed or delivered while the node the clients use was stopped: each gap spans the pause (a
+    # confirm or delivery already on its way when the signal came may still be read just after it)
+    for gap in (faults["producer_ack_gap"], faults["consumer_receipt_gap"]):
+        assert gap["from_s"] <= pause["at_s"] + 0.1 and gap["to_s"] >= resume["at_s"], faults
+    assert cell["lost"] == 0 and cell["received"] > 0, cell_facts(cell)
+    assert cell["broker_count"]["observed"] == cell["broker_count"]["expected"], cell["broker_count"]
+    assert_accounting_whole(cell)
+
+
+def test_a_stream_leader_killed_mid_cell_is_followed_by_producer_and_consumer_and_nothing_is_lost_or_read_twice(
+        rabbit3, endpoints, store):
+    """RabbitMQ streams under a run's own fault: the node that leads the cell's stream (the management API's view)
+    is killed 1.5 s into the measured window and started again at 3.5 s. The cell's producer connects again through a
+    node that answers and publishes to the stream's new leader; its consumer subscribes again from the offset after
+    the last one delivered. So no confirmed message is lost, none is delivered twice, the stream's own count
+    agrees with what the producers were told was stored, and the accounting is whole."""
+    endpoint, _ = rabbit3
+    request = {"name": "it-rabbit3-streams-kill", "brokers": ["rabbitmq-streams"], "sizes": [1024], "rates": [200],
+               "formats": ["raw"], "modes": ["batch"], "partitions": 1, "duration_s": 6, "warmup_s": 0.5,
+               "warmup_until_steady": False, "drain_timeout_s": 10, "provision": {"rabbitmq-streams": {"nodes": 3}},
+               "faults": [{"kind": "kill", "target": "leader", "at_s": 1.5}, {"kind": "restart", "at_s": 3.5}]}
+    cell, events = one_fault_cell(request, endpoint, endpoints, store)
+    faults = cell["faults"]
+    kill, restart = faults["applied"]
+    killed = kill["leader_before"]
+    assert kill["kind"] == "kill" and kill["nodes"] == [killed] and restart["nodes"] == [killed], faults
+    assert killed in {node["node"] for node in endpoint["nodes"]}, faults
+    assert faults["leader_at_end"] not in (None, killed), faults  # the management API: another node leads
+    assert faults["cluster_whole_at_end"] and faults["restored_at_end"] == [], faults
+    assert {e["data"]["send_loop"] for e in events if e["type"] == "CellCompleted"} == {"python"}
+    # acknowledgements and deliveries came again after the kill: both clients moved
+    for gap in (faults["producer_ack_gap"], faults["consumer_receipt_gap"]):
+        assert gap is not None and not gap.get("until_end"), faults
+    assert cell["lost"] == cell["duplicated"] == 0 and cell["received"] > 0, cell_facts(cell)
+    assert cell["broker_count"]["observed"] == cell["broker_count"]["expected"], cell["broker_count"]
+    assert_accounting_whole(cell)

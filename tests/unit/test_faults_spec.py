@@ -34,7 +34,7 @@ def test_a_fault_that_needs_a_replica_is_refused_on_one_node():
 def test_a_broker_without_a_local_cluster_and_an_existing_endpoint_are_refused():
     found = problems(brokers=["pulsar"], provision={}, faults=[{"kind": "stop", "at_s": 1}])
     assert "pulsar takes no faults here" in found["faults"]
-    assert "(brokers that take them: kafka, nats-jetstream, rabbitmq-quorum, redis-streams)" in found["faults"]
+    assert "(brokers that take them: kafka, nats-jetstream, rabbitmq-quorum, rabbitmq-streams, redis-streams)" in found["faults"]
     found = problems(targets={"kafka": {"bootstrap_servers": "127.0.0.1:9092"}},
                      faults=[{"kind": "stop", "at_s": 1}])
     assert "not the run's to signal" in found["targets.kafka"]
@@ -132,6 +132,15 @@ def test_the_guarantee_says_what_held_and_names_a_loss():
     row = {"guarantee": report_faults.guarantee({"acked": 1200, "lost": 7, "broker_count": {"difference": -7}})}
     assert report_faults.held_text(row).startswith("⚠ **acknowledged messages lost: 7 of 1,200")
     assert row["guarantee"]["held"] is False
+    # read by the consumers, then discarded by the broker (a paused Redis master demoted): not held either
+    row = {"guarantee": report_faults.guarantee({"acked": 1600, "lost": 0, "broker_count": {"difference": -1276}})}
+    assert report_faults.held_text(row) == (
+        "⚠ **acknowledged messages lost: 0 of 1,600 (sequence numbers; the broker's count differs); the broker holds "
+        "1,276 fewer than it acknowledged (discarded after the fault)**")
+    assert row["guarantee"]["held"] is False and row["guarantee"]["discarded"] == 1276
+    # more held than acknowledged (stored, the acknowledgement lost with the node) breaks no promise
+    row = {"guarantee": report_faults.guarantee({"acked": 1200, "lost": 0, "broker_count": {"difference": 3}})}
+    assert row["guarantee"]["held"] is True and not report_faults.held_text(row).startswith("⚠")
 
 
 def test_the_terminal_line_says_what_was_done_what_held_and_how_long_nothing_came():

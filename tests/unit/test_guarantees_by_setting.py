@@ -82,3 +82,14 @@ def test_a_broken_promise_is_marked_in_markdown_html_and_a_held_one_is_not():
     assert "⚠ **BROKEN" in rabbit and "lost: 5 of 800" in rabbit and "rabbitmq promise" in rabbit
     page = "".join(html._guarantees_section(report))
     assert page.count("class='bad'") == 1 and "BROKEN" in page
+
+
+def test_a_broker_that_discarded_what_it_acknowledged_did_not_hold_even_with_nothing_lost():
+    """A paused Redis master's writes read by the consumer, then thrown away by the failover: lost 0 (every message
+    arrived), but the broker ends with 40 fewer than it acknowledged."""
+    rows = [_row("redis", 900, 0, 2.0, difference=-40), _row("kafka", 900, 0, 2.0, difference=-40)]
+    found = {r["broker"]: r for r in faults.by_setting(rows, _durability({"redis": False, "kafka": True}))}
+    assert found["redis"]["discarded"] == 40 and found["redis"]["verdict"] == "expected"
+    assert found["kafka"]["verdict"] == "broken"
+    assert "holds 40 fewer than it acknowledged" in faults.setting_text(found["kafka"])
+

@@ -136,3 +136,12 @@ def test_captions_and_recorded_settings_state_the_replication():
     assert environment.members(3) == "3, one on each node of the cluster"
     assert environment.members(1) == "1, on the one node" and "unknown" in environment.members(None)
     assert management.cluster_size({"host": HOST}) is None and management.described_size({"host": HOST}) == {}
+
+
+def test_a_node_started_again_on_an_endpoint_without_a_stack_is_recorded_in_the_endpoints_own_list():
+    """A fault signals the pids the endpoint lists: a node started again outside a stack (a test's own cluster) has
+    its new ones there, or a later fault would signal a process that ended (or another that took its pid)."""
+    endpoint = {"nodes": [{"node": "bb1@localhost", "pids": [101]}, {"node": "bb2@localhost", "pids": [102]}]}
+    stack.node_restarted(endpoint, "bb2@localhost", [207])
+    assert stack.cluster_nodes(endpoint) == [{"node": "bb1@localhost", "pids": [101]},
+                                             {"node": "bb2@localhost", "pids": [207]}]

@@ -460,7 +460,12 @@ def current_endpoint(endpoint: dict) -> dict:
 
 
 def node_restarted(endpoint: dict, node: str, pids: list[int]) -> None:
-    """Records a node of the endpoint's local cluster started again with `pids` (LocalStack.node_started)."""
+    """Records a node of the endpoint's local cluster started again with `pids` (LocalStack.node_started); in the
+    endpoint's own list where it names no stack (cluster_nodes reads that list then)."""
     stack = endpoint.get("stack")
     if stack:
         LocalStack(Path(stack["state_dir"])).node_started(stack["service"], node, pids)
+        return
+    for entry in endpoint.get("nodes") or ():
+        if entry["node"] == node:
+            entry["pids"] = list(pids)

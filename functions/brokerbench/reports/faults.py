@@ -4,6 +4,11 @@ before, during and after.
 - The guarantee: acknowledged messages lost (the accounting's `lost`: acknowledged, never delivered, no longer at
   the broker), duplicated and out of order, from the messages' own sequence numbers, with the broker's own count
   beside them; and send errors and unacknowledged sends, which the producer was told about (not a broken promise).
+  A broker that ends the cell holding fewer messages than it acknowledged (its count below what the producers were
+  told was stored) broke the promise too, even where the cell's consumers had read them first: a Redis master
+  paused past the Sentinels' patience took writes on its open connections after it resumed, its consumers read
+  them, and the failover discarded them when it became a replica (1,276 of 1,600 here). Those are `discarded`, and
+  the guarantee did not hold.
 - Unavailable: the longest stretch without an acknowledgement, to the acknowledgements' own stamps (producers),
   and without a delivery, to the polls that brought them (consumers).
 - Before, during and after the fault window, and back to rate: brokerbench.faults.phases, worked out by the worker
@@ -37,11 +42,13 @@ def guarantee(cell: dict) -> dict:
     """The guarantee's figures of one cell result (reports.results): what held, from the accounting."""
     acked = cell.get("acked")
     lost = cell.get("lost")
+    difference = (cell.get("broker_count") or {}).get("difference")
+    discarded = None if difference is None else max(0, -difference)
     return {"acknowledged": acked, "lost": lost, "undelivered_or_lost": cell.get("undelivered_or_lost"),
             "duplicated": cell.get("duplicated"), "out_of_order": cell.get("out_of_order"),
             "send_errors": cell.get("send_errors"), "unacknowledged": cell.get("unacknowledged"),
-            "broker_count": cell.get("broker_count"),
-            "held": None if lost is None else lost == 0}
+            "broker_count": cell.get("broker_count"), "discarded": discarded,
+            "held": None if lost is None else lost == 0 and not discarded}
 
 
 def _row(cell: dict, record: dict) -> dict:
@@ -74,11 +81,12 @@ def _agrees(guarantees: list[dict]) -> bool | None:
     return None if not known else all(d == 0 for d in known)
 
 
-def verdict(lost: int | None, promised: bool | None) -> str:
-    """held | broken | expected | lost | unknown (VERDICTS)."""
-    if lost is None:
+def verdict(lost: int | None, promised: bool | None, discarded: int = 0) -> str:
+    """held | broken | expected | lost | unknown (VERDICTS). A broker that holds fewer than it acknowledged
+    (`discarded`) did not hold the guarantee either, whatever its consumers read first."""
+    if lost is None and not discarded:
         return "unknown"
-    if lost == 0:
+    if not lost and not discarded:
         return "held"
     return {True: "broken", False: "expected", None: "lost"}[promised]
 
@@ -96,13 +104,14 @@ def by_setting(rows: list[dict], durability: dict[str, dict]) -> list[dict]:
         guarantees = [r["guarantee"] for r in found]
         counts = {name: sum(g[name] or 0 for g in guarantees) for name in COUNTS}
         counts["lost"] = _sum([g["lost"] for g in guarantees])  # unknown in any cell: unknown for the setting
+        counts["discarded"] = sum(g.get("discarded") or 0 for g in guarantees)
         gaps = [r["unavailable_s"] for r in found if r["unavailable_s"] is not None]
         backs = [r["back_to_rate_s"] for r in found]
         out.append({"broker": broker, "setting": stated["text"], "label": durability_label(stated),
                     "promise": promise, "cells": len(found), **counts, "broker_count_agrees": _agrees(guarantees),
                     "unavailable_s": max(gaps) if gaps else None,
                     "back_to_rate_s": None if not backs or None in backs else max(backs),
-                    "verdict": verdict(counts["lost"], promise["promised"])})
+                    "verdict": verdict(counts["lost"], promise["promised"], counts["discarded"])})
     return out
 
 
@@ -113,7 +122,10 @@ def setting_text(row: dict) -> str:
                "unknown)"
     check = "verified by sequence numbers" + {True: "; the broker's count agrees",
                                               False: "; the broker's count differs", None: ""}[row["broker_count_agrees"]]
-    return f"acknowledged messages lost: {row['lost']:,} of {row['acknowledged']:,} ({check})"
+    text = f"acknowledged messages lost: {row['lost']:,} of {row['acknowledged']:,} ({check})"
+    if row.get("discarded"):
+        text += f"; the broker holds {row['discarded']:,} fewer than it acknowledged (discarded after the fault)"
+    return text
 
 
 def setting_lines(settings: list[dict]) -> list[str]:
@@ -159,7 +171,9 @@ def held_text(row: dict) -> str:
         return f"acknowledged messages lost or undelivered: {g['undelivered_or_lost'] or 0:,} (the broker's backlog " \
                f"unknown)"
     text = f"acknowledged messages lost: {g['lost']:,} of {g['acknowledged'] or 0:,} ({check})"
-    return text if g["lost"] == 0 else f"⚠ **{text}**"
+    if g.get("discarded"):
+        text += f"; the broker holds {g['discarded']:,} fewer than it acknowledged (discarded after the fault)"
+    return text if g["lost"] == 0 and not g.get("discarded") else f"⚠ **{text}**"
 
 
 def markdown_lines(report: dict) -> list[str]:

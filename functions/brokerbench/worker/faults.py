@@ -27,7 +27,7 @@ from datetime import datetime, timezone
 
 from .. import faults, toxiproxy
 from ..registry import plugin
-from .processes import signal_group
+from .processes import pid_exists, signal_group
 
 SECOND_NS = 1_000_000_000
 SIGNALS = {"kill": signal.SIGKILL, "stop": signal.SIGTERM, "pause": signal.SIGSTOP, "resume": signal.SIGCONT}
@@ -41,14 +41,41 @@ def _call_s(began_ns: int) -> dict:
     that time before its at_s (after it, for a heal)."""
     return {"call_s": round((time.monotonic_ns() - began_ns) / SECOND_NS, 6)}
 
+# A clean stop (SIGTERM) takes its time: a Kafka broker hands its leaderships over first, a RabbitMQ node closes its
+# queues one by one (about 6 s here). A node started again while its old process still runs fails on its own ports
+# and data, so a restart waits (up to this) for a stopped node's processes to end.
+STOPPED_WAIT_S = 60.0
+
 
 class FaultError(RuntimeError):
     """A fault could not be applied as asked (no node leads the topic, no such node): the cell fails with it."""
 
 
-def _signal(pids: list[int], sig: int) -> None:
-    for pid in pids:
-        signal_group(pid, sig)
+def _signal(node: str, pids: list[int], sig: int) -> None:
+    """`sig` to each of the node's processes; FaultError when none of them exists any more (a fault that hit nothing
+    is not recorded as applied)."""
+    reached = [signal_group(pid, sig) for pid in pids]
+    if not any(reached):
+        raise FaultError(f"node {node}: none of its processes ({', '.join(map(str, pids)) or 'none recorded'}) runs; "
+                         "was it started again without the stack's record?")
+
+
+def _running(pid: int) -> bool:
+    """The process exists and has not ended (a zombie waiting for its parent to reap it has)."""
+    if not pid_exists(pid):
+        return False
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def _wait_ended(pids: list[int], bound_s: float) -> None:
+    """Waits until none of `pids` runs, up to bound_s (then a start fails on the node's ports, named)."""
+    deadline = time.monotonic() + bound_s
+    while any(_running(pid) for pid in pids) and time.monotonic() < deadline:
+        time.sleep(0.1)
 
 
 class CellFaults:
@@ -66,10 +93,12 @@ class CellFaults:
         self.measure_start: int | None = None
         self.records: list[dict] = []
         self.down: list[str] = []  # nodes a kill or stop took down, not started again yet
+        self.stopped: dict[str, list[int]] = {}  # node -> the pids a stop signalled (they may still be ending)
         self.paused: dict[int, str] = {}  # fault index -> the node its pause stopped
         # fault index -> (node, proxy, toxics) of a network fault on now
         self.faulty: dict[int, tuple[str, str, list[str]]] = {}
         self.faulty_at: dict[int, int] = {}  # fault index -> when its toxics were all on (ns from the measured start)
+        self.resume_due: dict[int, int] = {}  # fault index -> its resume's time (ns from the measured start)
         self.finished = False
         self.error: str | None = None  # why a fault could not be applied (the cell fails with it)
         self._stop = threading.Event()
@@ -110,7 +139,7 @@ class CellFaults:
         steps = list(self.steps)
         try:
             while steps and not self._stop.is_set():
-                steps.sort(key=lambda step: (self._due(step), step.index))  # a heal moves with its fault's start
+                steps.sort(key=lambda s: (self._due(s), s.index))  # a resume or a heal moves with its fault
                 left = self.measure_start + self._due(steps[0]) - time.monotonic_ns()
                 if left > 0:
                     self._stop.wait(min(left / SECOND_NS, 0.05))  # short: an adaptive warm-up may move the start
@@ -122,9 +151,12 @@ class CellFaults:
             self.error = f"{type(exc).__name__}: {exc}"
 
     def _due(self, step: faults.Step) -> int:
-        """When a step is due (ns from the measured start): its planned time; a heal no sooner than its fault's
-        duration_s after the fault's toxics were all on (an API slow to answer, on a loaded host, shortens no
-        fault)."""
+        """When a step is due (ns from the measured start): its planned time; a resume's, duration_s after its pause
+        was applied (the leader's lookup before the signal may take a moment, and the pause lasts what was asked all
+        the same); a heal no sooner than its fault's duration_s after the fault's toxics were all on (an API slow to
+        answer, on a loaded host, shortens no fault)."""
+        if step.kind == "resume":
+            return self.resume_due.get(step.index, step.at_ns)
         on = self.faulty_at.get(step.index) if step.kind == "heal" else None
         if on is None:
             return step.at_ns
@@ -222,20 +254,36 @@ class CellFaults:
         # for a node that no longer answers, and a restart or resume is due at its own time whatever leads.
         leader = self.hooks.leader(self.endpoint, self.topic) if step.kind not in ("restart", "resume") else None
         if step.kind == "restart":
-            at, nodes = time.monotonic_ns(), list(self.down)  # when the restart began
-            for name in nodes:
-                self.hooks.start_node(self.endpoint, name)
+            nodes = list(self.down)
+            self._wait_stopped(nodes)
+            at = time.monotonic_ns()  # when the restart began (a stopped node's processes had ended)
+            self._start_again(nodes)
             self._record(step, at, leader, nodes=nodes)
             self.down = []
             return
         node = self.paused.pop(step.index) if step.kind == "resume" else self._target(step.target, leader)["node"]
-        _signal(self._pids(node), SIGNALS[step.kind])
+        pids = self._pids(node)
+        # taken just before the signal: on a loaded host the thread may wait after it, and a resumed node's first
+        # confirm was stamped 5 ms before a time taken after it
         at = time.monotonic_ns()
+        _signal(node, pids, SIGNALS[step.kind])
         if step.kind in faults.DOWN:
             self.down.append(node)
+            if step.kind == "stop":
+                self.stopped[node] = pids
         elif step.kind == "pause":
             self.paused[step.index] = node
+            resume = next(s for s in self.steps if s.index == step.index and s.kind == "resume")
+            self.resume_due[step.index] = at - self.measure_start + resume.at_ns - step.at_ns
         self._record(step, at, leader, nodes=[node])
+
+    def _wait_stopped(self, nodes: list[str]) -> None:
+        """Until the processes a clean stop signalled have ended (STOPPED_WAIT_S at most)."""
+        _wait_ended([pid for name in nodes for pid in self.stopped.pop(name, [])], STOPPED_WAIT_S)
+
+    def _start_again(self, nodes: list[str]) -> None:
+        for name in nodes:
+            self.hooks.start_node(self.endpoint, name)
 
     def _record(self, step: faults.Step, at_ns: int, leader: str | None, nodes: list[str], **network) -> None:
         self.records.append({
@@ -272,11 +320,12 @@ class CellFaults:
             leader = self.hooks.leader(self.endpoint, self.topic)
         restored = self._heal_all()
         for index, node in sorted(self.paused.items()):
-            _signal(self._pids(node), signal.SIGCONT)
+            for pid in self._pids(node):
+                signal_group(pid, signal.SIGCONT)
             restored.append({"fault": index, "kind": "resume", "nodes": [node]})
         if self.down:
-            for name in self.down:
-                self.hooks.start_node(self.endpoint, name)
+            self._wait_stopped(self.down)
+            self._start_again(self.down)
             restored.append({"kind": "restart", "nodes": list(self.down)})
         self.paused, self.down = {}, []
         deadline = time.monotonic() + WHOLE_TIMEOUT_S

@@ -12,8 +12,12 @@ own name (bb<n>@localhost), AMQP, stream, distribution and management ports, and
 (the stack empties folder/data). They share one epmd and one Erlang cookie (folder/.erlang.cookie, their HOME): a
 node finds another on the same host by asking the epmd on ERL_EPMD_PORT, so nodes with an epmd each could not find
 one another. The first node starts as a blank node of its own; the others list it for classic-config peer
-discovery and join it as they boot (retrying until it answers), started once the first serves (its feature flags enabled), with
-no `rabbitmqctl join_cluster` round (a stop_app, a join and a start_app per node, each its own Erlang VM). Quorum queues and streams
+discovery and join it as they boot (retrying until it answers), with no `rabbitmqctl join_cluster` round (a
+stop_app, a join and a start_app per node, each its own Erlang VM). They start once the first node's AMQP listener
+answers (FIRST_NODE_S), the last step of its boot: started at once, a node that joined while the first was still
+creating the tables of its feature flags (a loaded host) stopped with `schema_integrity_check_failed`
+(`table_attributes_mismatch` of rabbit_user), 3 starts in a row here, and another copied the first node's
+feature flags before they were enabled (stream_queue off: its stream plug-in never started). Quorum queues and streams
 declared once every node has joined have a member on each (their initial group size defaults to the cluster's
 size). A node killed or stopped is started again on its own ports and data by rabbitmq.cluster.start_node, and
 rejoins by itself.
@@ -29,7 +33,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from ...local.install import install_debian
-from ...local.processes import HOST, StackError, pid_alive, port_answers, spawn
+from ...local.processes import HOST, StackError, pid_alive, port_answers, spawn, tail
 from .. import Started
 from . import STATS_INTERVAL_MS
 
@@ -43,7 +47,7 @@ MAX_NODES = 3
 # host (RabbitMQ's default is 10 x 500 ms, which a node starting beside two others can miss).
 DISCOVERY_RETRIES = 120
 DISCOVERY_RETRY_MS = 500
-FIRST_NODE_WAIT_S = 90  # the first node's stream listener (its feature flags enabled) before the others start
+FIRST_NODE_S = 120.0  # the first node's boot, alone, before the others start (about 5 s unloaded; far more loaded)
 
 
 def config(amqp_port: int, stream_port: int, management_port: int) -> str:
@@ -167,18 +171,12 @@ class RabbitMQService:
                              + (peer_discovery(entries[0]["node"]) if index else ""))
         epmd = spawn(["epmd", "-port", str(epmd_port), "-address", HOST], folder, folder / "epmd.log",
                      node_environment(entries[0]))
-        first = entries[0]
-        first["pids"] = [spawn_node(first)]
-        # The others join once the first serves: a node that joins a first node still booting copies its feature
-        # flags before they are enabled (stream_queue off: its stream plug-in never starts, and ready() waits in
-        # vain; seen on a loaded host with all three started at once).
-        deadline = time.monotonic() + FIRST_NODE_WAIT_S
-        while (not port_answers(first["stream_port"]) and pid_alive(first["pids"][0])
-               and time.monotonic() < deadline):
-            time.sleep(0.2)
-        for entry in entries[1:]:
+        for index, entry in enumerate(entries):
             entry["pids"] = [spawn_node(entry)]
+            if index == 0 and nodes > 1:
+                _booted(entry, FIRST_NODE_S)
         version = self.installed_version() or "unknown"
+        first = entries[0]
         endpoint = {"host": HOST, "amqp_port": first["port"], "stream_port": first["stream_port"], "version": version,
                     "management_url": first["management_url"], "nodes": entries}
         return Started([epmd, *(pid for entry in entries for pid in entry["pids"])], first["port"], endpoint, version,
@@ -200,6 +198,20 @@ class RabbitMQService:
             if set(running_nodes(started.endpoint, timeout_s=2) or ()) != {node["node"] for node in nodes}:
                 return False
         return declare_ready(started.endpoint, READY_QUEUE)
+
+
+def _booted(entry: dict, bound_s: float) -> None:
+    """Waits until the node's AMQP listener answers (its boot's last step); StackError when it ends or takes longer
+    than bound_s, with its log's last lines."""
+    deadline = time.monotonic() + bound_s
+    while not port_answers(entry["port"]):
+        log = Path(entry["folder"]) / "rabbitmq.log"
+        if not all(map(pid_alive, entry["pids"])):
+            raise StackError(f"RabbitMQ node {entry['node']} exited while booting; last lines of {log}:\n{tail(log)}")
+        if time.monotonic() > deadline:
+            raise StackError(f"RabbitMQ node {entry['node']} did not boot in {bound_s:g} s; last lines of {log}:\n"
+                             f"{tail(log)}")
+        time.sleep(0.2)
 
 
 def write_node_files(folder: Path, rabbitmq_conf: str) -> None:

@@ -23,6 +23,7 @@ PLUGIN = Plugin(
     durability="brokerbench.brokers.rabbitmq_streams.environment:durability",
     local=SERVICE,
     libraries=("rstream",),
-    # no fault hooks: its clients (rstream, the native stream loop) do not connect again after losing their node
-    cluster=None,
+    # the cluster's hooks are the quorum queues': a stream's leader as the management API names it. Its Python
+    # clients follow a failover (driver module docstring); a cell with faults does not use the native loop
+    cluster="brokerbench.brokers.rabbitmq.faults",
 )

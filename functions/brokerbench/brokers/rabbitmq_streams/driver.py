@@ -9,6 +9,15 @@ through the address given (rstream's load-balancer mode), not the one the node a
 to rabbitmq_in_flight unconfirmed, single mode one. The consumer subscribes to each of its lanes from the first
 offset with a credit of rabbitmq_prefetch chunks, and stores its offset (named after the group) on commit: the
 broker's committed messages less that offset is the backlog.
+
+On a local cluster both follow a failover, as the quorum queues' clients do (rstream's own recovery is off: it asks
+the node it first reached, which may be the one that went, and waits seconds between tries). A producer whose
+connection or publisher is lost stops waiting for what it had in flight (no confirm came: unacknowledged, unless a
+consumer receives them) and, at most every RECONNECT_EVERY_S, connects again through a node that answers, which
+points it to the stream's leader now; sends due meanwhile fail at once. A consumer told its connection closed or its
+stream's leader moved (a metadata update) drops that subscription and subscribes again through a node that answers,
+each lane from the offset after the last one it was delivered: nothing delivered twice, nothing skipped. Deliveries
+of a subscription it dropped are ignored from that moment on (they are tagged with the subscription's generation).
 """
 
 from __future__ import annotations
@@ -22,6 +31,7 @@ from functools import partial
 
 from rstream import Consumer, ConsumerOffsetSpecification, OffsetNotFound, OffsetType, Producer
 from rstream.exceptions import LeaderNotAvailable, StreamNotAvailable
+from rstream.recovery import BackOffRecoveryStrategy
 from rstream.utils import RawMessage
 
 from ... import native
@@ -35,6 +45,8 @@ CALL_TIMEOUT_S = 30.0
 COUNT_TIMEOUT_S = 60.0  # reading a cell's streams through to count them
 RECOVERY_S = 30.0  # a node started again: its streams' writers are back within this
 LEADER_WAIT_S = 15.0  # a cluster's stream without a leader (an election after a node failed) is waited for this long
+RECONNECT_EVERY_S = 0.1  # on a cluster, how often a client that lost its node tries to connect again
+CONNECTION_LOST = -1  # rstream's response code for a publish it stops waiting for (its connection went)
 
 
 class Loop:
@@ -171,11 +183,20 @@ class RabbitMQStreamsDriver:
     def in_flight_window(self, mode: str) -> int:
         return in_flight_window(self.client, mode)
 
+    # The native stream loop keeps the one connection it made to the streams' leader: a cell with faults publishes
+    # through StreamsProducer, which connects again through a node that answers (worker.producer)
+    native_follows_failover = False
+
+    def _reconnect(self):
+        """On a cluster, where a client that lost its node connects again (the settings of a node whose stream
+        listener answers now); None on one node, where a lost connection ends the client."""
+        return self._stream_endpoint if self.endpoint.get("nodes") else None
+
     def producer(self, topic: str, partitions: int, mode: str, on_ack: OnAck) -> StreamsProducer:
         depth = self.in_flight_window(mode)
         try:
             return StreamsProducer(self._stream_endpoint(), [lane_queue(topic, p) for p in range(partitions)],
-                                   depth, on_ack, balanced=not self.endpoint.get("nodes"))
+                                   depth, on_ack, balanced=not self.endpoint.get("nodes"), reconnect=self._reconnect())
         except BrokerUnavailable:
             raise
         except Exception as exc:  # noqa: BLE001
@@ -216,7 +237,7 @@ class RabbitMQStreamsDriver:
 
     def consumer(self, topic: str, group: str, partitions: list[int]) -> StreamsConsumer:
         return StreamsConsumer(self._stream_endpoint(), {p: lane_queue(topic, p) for p in partitions}, group,
-                               self.client["rabbitmq_prefetch"])
+                               self.client["rabbitmq_prefetch"], reconnect=self._reconnect())
 
 
 def _version(distribution: str) -> str:
@@ -309,43 +330,71 @@ async def _backlog_parts(client: Consumer, streams: list[str], group: str):
 
 class StreamsProducer:
     """Sends buffered per lane until a poll, a flush or a full window hands them to the loop. Confirms come back
-    through a queue, each with the time its callback ran."""
+    through a queue, each with the time its callback ran and the generation of the rstream producer it came from
+    (one per connection made: `reconnect`, module docstring)."""
 
-    def __init__(self, settings: dict, streams: list[str], depth: int, on_ack: OnAck, balanced: bool = True) -> None:
+    def __init__(self, settings: dict, streams: list[str], depth: int, on_ack: OnAck, balanced: bool = True,
+                 reconnect=None) -> None:
         self._loop = Loop.get()
         self._streams = streams
         self._depth = depth
         self._on_ack = on_ack
-        self._confirms: queue.SimpleQueue = queue.SimpleQueue()  # (publishing id, ok, at_ns); id None: lost
+        self._balanced = balanced
+        self._reconnect = reconnect
+        self._next_try = 0.0
+        # (generation, publishing id, ok, at_ns); id None: that generation's connection is lost; ok None: no answer
+        self._confirms: queue.SimpleQueue = queue.SimpleQueue()
         self._pending: list[list[RawMessage]] = [[] for _ in streams]  # not handed to the loop yet
         self._in_flight: dict[int, bytes] = {}  # publishing id -> header
         self._next_id = 0
         self._broken = False
-        self._producer = self._loop.run(self._open(settings, balanced))
+        self._generation = 0
+        self._producer = self._loop.run(self._open(settings, balanced, reconnect is None))
 
     @staticmethod
-    async def _open(settings: dict, balanced: bool) -> Producer:
+    async def _open(settings: dict, balanced: bool, recovering: bool = True) -> Producer:
         # Publishes go through the address the target gives, as the native loop's do: rstream would otherwise look
         # the stream's leader up and connect to the address the node advertises, around a proxy or load balancer
         # in front of it (and around Toxiproxy's delay: test_latency_truth). In load-balancer mode it connects
         # through the given address and keeps the connection that reached the leader. A local cluster's nodes each
         # have their own address (no balancer in front): there it connects to the address the leader advertises.
-        producer = Producer(**settings, connection_name="brokerbench", load_balancer_mode=balanced)
+        # Following a failover (a cluster), rstream's own recovery is off: the producer connects again itself.
+        producer = Producer(**settings, connection_name="brokerbench", load_balancer_mode=balanced,
+                            recovery_strategy=BackOffRecoveryStrategy(enable=recovering))
         await producer.start()
         return producer
 
-    def _confirmed(self, status) -> None:  # on the loop's thread
-        self._confirms.put((status.message_id, status.is_confirmed, time.monotonic_ns()))
+    def _confirmed(self, generation: int, status) -> None:  # on the loop's thread
+        # a publish rstream gave up on when its connection or publisher went was never answered by the broker
+        ok = None if not status.is_confirmed and status.response_code == CONNECTION_LOST else status.is_confirmed
+        self._confirms.put((generation, status.message_id, ok, time.monotonic_ns()))
 
-    async def _publish(self, batches: list[tuple[str, list[RawMessage]]]) -> None:
+    async def _publish(self, generation: int, producer: Producer,
+                       batches: list[tuple[str, list[RawMessage]]]) -> None:
         try:
             for stream, messages in batches:
-                await self._producer.send_batch(stream, messages, on_publish_confirm=self._confirmed)
+                await producer.send_batch(stream, messages, on_publish_confirm=partial(self._confirmed, generation))
         except Exception:  # noqa: BLE001 (the connection is lost: what is in flight stays unconfirmed)
-            self._confirms.put((None, False, time.monotonic_ns()))
+            self._confirms.put((generation, None, False, time.monotonic_ns()))
+
+    def _again(self) -> bool:
+        """A producer that lost its node connects again (on a cluster, at most every RECONNECT_EVERY_S), through a
+        node that answers: whether it is connected now."""
+        if not self._broken:
+            return True
+        if self._reconnect is None or time.monotonic() < self._next_try:
+            return False
+        self._next_try = time.monotonic() + RECONNECT_EVERY_S
+        try:
+            producer = self._loop.run(self._open(self._reconnect(), self._balanced, False), 10)
+        except Exception:  # noqa: BLE001 (no node answers yet, or rstream's own error)
+            return False
+        self._loop.submit(_close_quietly(self._producer))  # not waited for (rstream sleeps in it)
+        self._producer, self._generation, self._broken = producer, self._generation + 1, False
+        return True
 
     def send(self, header: bytes, payload: bytes, partition: int) -> None:
-        if self._broken:
+        if not self._again():
             self._on_ack(header, False, time.monotonic_ns())
             return
         self._next_id += 1
@@ -360,7 +409,7 @@ class StreamsProducer:
         batches = [(stream, pending) for stream, pending in zip(self._streams, self._pending) if pending]
         if batches and not self._broken:
             self._pending = [[] for _ in self._streams]
-            self._loop.submit(self._publish(batches))
+            self._loop.submit(self._publish(self._generation, self._producer, batches))
 
     def _serve(self, timeout_s: float) -> bool:
         """Take the confirms that came, waiting up to timeout_s for the first; False when none came."""
@@ -371,11 +420,16 @@ class StreamsProducer:
                 self._lost()
             return False
         while True:
-            publishing_id, ok, at = item
-            if publishing_id is None:
+            generation, publishing_id, ok, at = item
+            if generation != self._generation:
+                pass  # from a connection given up on: what it had in flight is no longer waited for
+            elif publishing_id is None:
                 self._lost()
             elif (header := self._in_flight.pop(publishing_id, None)) is not None:
-                self._on_ack(header, ok, at)
+                if ok is not None or self._reconnect is None:
+                    self._on_ack(header, bool(ok), at)  # (on one node, as before: a failed send)
+                else:  # rstream lost the publisher (its node went, or the stream's leader moved): no answer
+                    self._lost()
             try:
                 item = self._confirms.get_nowait()
             except queue.Empty:
@@ -393,6 +447,7 @@ class StreamsProducer:
         self._in_flight.clear()
 
     def poll(self, timeout_s: float) -> None:
+        self._again()
         self._hand_over()
         if self._in_flight and not self._broken:
             if not self._serve(0) and timeout_s > 0:
@@ -417,41 +472,92 @@ class StreamsProducer:
 
 class StreamsConsumer:
     """One subscription per lane, from the first offset, made at the first poll after hold(False). Deliveries
-    come through a queue; `commit` stores each lane's last offset read under the group's name."""
+    come through a queue; `commit` stores each lane's last offset read under the group's name. With `reconnect` (a
+    cluster) it subscribes again after losing its node or its stream's leader (module docstring)."""
 
-    def __init__(self, settings: dict, streams: dict[int, str], group: str, credit: int) -> None:
+    def __init__(self, settings: dict, streams: dict[int, str], group: str, credit: int, reconnect=None) -> None:
         self._loop = Loop.get()
         self._settings = settings
         self._streams = streams
         self._group = group
         self._credit = credit
+        self._reconnect = reconnect
         self._deliveries: queue.SimpleQueue = queue.SimpleQueue()  # (data, lane, offset)
         self._held = False
         self._consumer: Consumer | None = None
         self._read: dict[int, int] = {}  # lane -> last offset read
         self._stored: dict[int, int] = {}
+        # changed on the loop's thread only: the subscription deliveries are taken from, and each lane's last offset
+        # delivered by it or an earlier one (where a new subscription starts)
+        self._generation = 0
+        self._delivered: dict[int, int] = {}
+        self._lost = False
+        self._next_try = 0.0
 
-    def _deliver(self, lane: int, data: bytes, context) -> None:  # on the loop's thread
+    def _deliver(self, generation: int, lane: int, data: bytes, context) -> None:  # on the loop's thread
+        if generation != self._generation:
+            return  # a subscription dropped after a failover: its lane is read again from where it stopped
+        self._delivered[lane] = context.offset
         self._deliveries.put((data, lane, context.offset))
 
-    async def _subscribe(self) -> Consumer:
-        consumer = Consumer(**self._settings, connection_name="brokerbench")
-        await consumer.start()
-        for lane, stream in self._streams.items():
-            await consumer.subscribe(stream, partial(self._deliver, lane), subscriber_name=self._group,
-                                     offset_specification=ConsumerOffsetSpecification(OffsetType.FIRST, None),
-                                     initial_credit=self._credit)
+    def _closed(self, generation: int, _info) -> None:  # on the loop's thread
+        """rstream says a connection closed or a stream's leader moved: the subscriptions of that generation are
+        dropped (their deliveries ignored from now on) and made again at the next poll."""
+        if generation == self._generation and self._reconnect is not None:
+            self._generation += 1
+            self._lost = True
+
+    async def _subscribe(self, settings: dict) -> Consumer:
+        generation = self._generation  # on the loop's thread: no delivery of the new subscription comes before
+        options = {} if self._reconnect is None else {"on_close_handler": partial(self._closed, generation)}
+        consumer = Consumer(**settings, connection_name="brokerbench", **options)
+        try:
+            await consumer.start()
+            for lane, stream in self._streams.items():
+                after = self._delivered.get(lane)
+                where = ConsumerOffsetSpecification(OffsetType.FIRST, None) if after is None else \
+                    ConsumerOffsetSpecification(OffsetType.OFFSET, after + 1)
+                await consumer.subscribe(stream, partial(self._deliver, generation, lane), subscriber_name=self._group,
+                                         offset_specification=where, initial_credit=self._credit)
+        except BaseException:
+            self._generation += 1  # what the part made delivers nothing
+            await _close_quietly(consumer)
+            raise
         return consumer
+
+    def _again(self) -> None:
+        """After a failover (on a cluster), the subscriptions made again through a node that answers, at most every
+        RECONNECT_EVERY_S; until then the poll delivers what came before."""
+        if not self._lost or time.monotonic() < self._next_try:
+            return
+        self._next_try = time.monotonic() + RECONNECT_EVERY_S
+        old, self._consumer = self._consumer, None
+        if old is not None:
+            self._loop.submit(_close_quietly(old))
+        try:
+            self._lost = False  # before subscribing: a close during it counts against the new subscription
+            self._consumer = self._loop.run(self._subscribe(self._reconnect()), 10)
+        except Exception:  # noqa: BLE001 (no node answers yet, or no leader yet)
+            self._lost = True
+            # one still subscribing after the wait delivers nothing: its generation retired before the next begins
+            self._loop.submit(self._retire())
+
+    async def _retire(self) -> None:
+        self._generation += 1
 
     def poll(self, timeout_s: float) -> list[Message]:
         if self._held:
             time.sleep(timeout_s)
             return []
-        if self._consumer is None:
+        self._again()
+        if self._consumer is None and not self._lost:
             try:
-                self._consumer = self._loop.run(self._subscribe())
+                self._consumer = self._loop.run(self._subscribe(self._settings))
             except Exception as exc:  # noqa: BLE001
-                raise BrokerUnavailable(f"RabbitMQ stream consumer could not subscribe: {exc!r}") from None
+                if self._reconnect is None:
+                    raise BrokerUnavailable(f"RabbitMQ stream consumer could not subscribe: {exc!r}") from None
+                self._lost = True  # a cluster: tried again through another node
+                self._loop.submit(self._retire())
         try:
             first = self._deliveries.get(timeout=timeout_s) if timeout_s > 0 else self._deliveries.get_nowait()
         except queue.Empty:

@@ -12,6 +12,8 @@ import sys
 from pathlib import Path
 
 import pytest
+from archives import archives as archived
+from archives import read_archive
 
 from brokerbench.events.dynamodb import DynamoEventStore
 from brokerbench.reports import study
@@ -24,12 +26,7 @@ BIN = Path(sys.executable).parent / "brokerbench"
 
 
 def archives() -> dict[str, Path]:
-    return {p.name.removesuffix(".jsonl.gz"): p for p in sorted(ARCHIVE.glob("*.jsonl.gz"))}
-
-
-def read_archive(path: Path) -> list[dict]:
-    with gzip.open(path, "rt") as f:
-        return [json.loads(line) for line in f]
+    return archived(ARCHIVE)
 
 
 @pytest.fixture

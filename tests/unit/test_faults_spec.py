@@ -2,9 +2,10 @@
 
 import numpy as np
 import pytest
+import spec_tools
 
 from brokerbench import faults
-from brokerbench.spec import SpecError, validate
+from brokerbench.spec import validate
 from brokerbench.worker.producer_figures import AckGap
 
 BASE = {"name": "f", "brokers": ["kafka"], "sizes": [1024], "rates": [200], "formats": ["raw"], "duration_s": 10,
@@ -12,11 +13,7 @@ BASE = {"name": "f", "brokers": ["kafka"], "sizes": [1024], "rates": [200], "for
 
 
 def problems(**request) -> dict[str, str]:
-    try:
-        validate({**BASE, **request})
-    except SpecError as exc:
-        return {p.path: p.message for p in exc.problems}
-    return {}
+    return spec_tools.problems(BASE, **request)
 
 
 def test_a_kill_and_a_restart_on_a_cluster_are_accepted_and_reach_every_cell():

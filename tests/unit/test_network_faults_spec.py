@@ -3,9 +3,10 @@ them where its clients can be routed through a proxy, the timetable takes each o
 the Toxiproxy toxic it says (brokerbench.toxiproxy)."""
 
 import pytest
+import spec_tools
 
 from brokerbench import faults
-from brokerbench.spec import SpecError, expand, validate
+from brokerbench.spec import expand, validate
 from brokerbench.toxiproxy import client_endpoint, routed, toxics_for
 
 BASE = {"name": "n", "brokers": ["redis-streams"], "sizes": [1024], "rates": [200], "formats": ["raw"],
@@ -14,11 +15,7 @@ RESET = {"kind": "network", "effect": "reset", "at_s": 2, "duration_s": 3}
 
 
 def problems(**request) -> dict[str, str]:
-    try:
-        validate({**BASE, **request})
-    except SpecError as exc:
-        return {p.path: p.message for p in exc.problems}
-    return {}
+    return spec_tools.problems(BASE, **request)
 
 
 def test_a_network_fault_needs_no_replica_and_reaches_every_cell():

@@ -79,7 +79,7 @@ def markdown(comparison: dict, out: str = "docs/GUARANTEES.md") -> str:
     for run in comparison["runs"]:
         for row in run["settings"]:
             verdict = VERDICTS[row["verdict"]]
-            back = "never" if row["back_to_rate_s"] is None else f"{row['back_to_rate_s']:g}"
+            back = "never" if row["back_to_rate_s"] is None else f"{row['back_to_rate_s']:.1f}"
             lines.append(f"| {run['name']} | {row['broker']} | {row['label']}: {row['setting']} | "
                          f"{row['promise']['text']} | {setting_text(row)} | "
                          f"{f'⚠ **{verdict}**' if row['verdict'] == 'broken' else verdict} | {row['cells']} | "

@@ -8,6 +8,7 @@ checks each request against the service model and plays back the answer AWS woul
 which it uses.
 """
 
+import argparse
 import json
 from datetime import datetime, timedelta, timezone
 
@@ -22,6 +23,7 @@ from test_teardown import (REGION, REQUEST, aws, clusters, elasticache, groups, 
 from brokerbench.api import build_app
 from brokerbench.api.deps import Deps
 from brokerbench.brokers.kafka import cloud as kafka_cloud
+from brokerbench.cli.run import cmd_cost
 from brokerbench.brokers.redis_streams import cloud as redis_cloud
 from brokerbench.cost import estimate_plan, hourly_text
 from brokerbench.events.run import run_completed_event
@@ -164,10 +166,12 @@ def test_a_kept_target_past_its_expiry_stays_while_its_run_is_still_going(store,
 # -- runs in flight ------------------------------------------------------------------------------------------------
 
 
-def api_post(app, body: dict) -> tuple[int, dict]:
+def api_post(app, body: dict, query: dict | None = None, headers: dict | None = None) -> tuple[int, dict]:
     event = {"resource": "/runs", "path": "/runs", "httpMethod": "POST",
-             "headers": {"content-type": "application/json"}, "multiValueHeaders": {},
-             "queryStringParameters": None, "multiValueQueryStringParameters": None, "pathParameters": None,
+             "headers": {"content-type": "application/json", **(headers or {})}, "multiValueHeaders": {},
+             "queryStringParameters": query,
+             "multiValueQueryStringParameters": {k: [v] for k, v in query.items()} if query else None,
+             "pathParameters": None,
              "stageVariables": None, "body": json.dumps(body), "isBase64Encoded": False,
              "requestContext": {"resourcePath": "/runs", "httpMethod": "POST", "path": "/prod/runs", "stage": "prod",
                                 "requestId": "r1", "identity": {"sourceIp": "10.0.0.1"}}}
@@ -332,3 +336,82 @@ def test_the_estimate_states_the_hourly_cost_of_what_the_run_creates():
     assert hourly["kept_hours"] == 2
     text = hourly_text(hourly)
     assert "$1.05 USD an hour" in text and "keeps the targets 2 h" in text and "up to $1.74" in text
+
+
+# -- the estimate before a run: POST /runs?dry_run=true ------------------------------------------------------------
+
+
+def cost_json(capsys, **where) -> dict:
+    """What `brokerbench cost --json` prints for a spec file or a suite."""
+    args = argparse.Namespace(**{"spec": None, "suite": None, "scale": None, "only": None, "json": True, **where})
+    capsys.readouterr()
+    assert cmd_cost(args) == 0
+    return json.loads(capsys.readouterr().out)
+
+
+def dry_run_app(store):
+    """The API as in AWS (Step Functions, EC2 and DynamoDB in moto; the admission's checks on Step Functions, Service
+    Quotas, Lambda and EC2), the state machine's ARN, and the AWS calls the starter and its admission make."""
+    machine = run_machine()
+    calls: list[str] = []
+    sfn, quotas, lambda_client, ec2 = (stubbed(s) for s in ("stepfunctions", "service-quotas", "lambda", "ec2"))
+    for client in (sfn, quotas, lambda_client, ec2):
+        client.meta.events.register("before-call.*.*", lambda model, **_: calls.append(model.name))
+    checks = Admission(sfn, machine, quotas=quotas, lambda_client=lambda_client, ec2=ec2, max_runs=2,
+                       worker_instance_type="c7i.2xlarge")
+    starter = StepFunctionsStarter(sfn, machine, store, admission=checks)
+    return build_app(Deps(store=store, starter=starter, reports=None, schedules=list, mode="aws")), machine, calls
+
+
+def nothing_started(store, machine: str, calls: list[str]) -> None:
+    assert calls == []  # no execution started, nor any count or quota read
+    assert boto3.client("stepfunctions").list_executions(stateMachineArn=machine)["executions"] == []
+    assert store.client.scan(TableName=store.table)["Count"] == 0  # no event, no run
+
+
+def test_a_dry_run_answers_what_brokerbench_cost_prints_and_starts_nothing(store, capsys, tmp_path):
+    """moto (Step Functions, DynamoDB): POST /runs?dry_run=true answers 200 with the cost `brokerbench cost --json`
+    prints for the same spec (and for the same suite), its hourly cost included; 2 brokers × 3 repeats of one
+    size, rate and format are 6 cells, by hand. No AWS call (no execution, no count of runs in flight, no quota
+    read), no event stored; an
+    Idempotency-Key is ignored (this server keeps no idempotency records: a start with one is refused)."""
+    app, machine, calls = dry_run_app(store)
+    request = {**REQUEST, "repeats": 3, "keep_targets": 2}
+    spec_file = tmp_path / "spec.json"
+    spec_file.write_text(json.dumps(request))
+    status, body = api_post(app, request, {"dry_run": "true"})
+    assert status == 200, body
+    assert body["cost"] == cost_json(capsys, spec=str(spec_file))
+    assert body["cost"]["hourly"]["total"] > body["cost"]["hourly"]["targets"] > 0
+    assert body["cost"]["hourly"]["kept_hours"] == 2
+    assert body["dry_run"] is True and body["name"] == "adhoc" and body["suite"] is None
+    assert body["cells"] == 2 * 3 and sum(body["workers"].values()) == 6
+    assert body["estimated_s"] > 0
+
+    status, body = api_post(app, {"suite": "smoke"}, {"dry_run": "1"}, {"Idempotency-Key": "k1"})
+    assert status == 200, body
+    assert body["suite"] == "smoke" and body["cost"] == cost_json(capsys, suite="smoke")
+    nothing_started(store, machine, calls)
+    status, body = api_post(app, {"suite": "smoke"}, {"dry_run": "false"}, {"Idempotency-Key": "k1"})
+    assert status == 422 and body["field"] == "Idempotency-Key"  # the same request as a start
+
+
+def test_a_dry_run_refuses_a_bad_request_as_a_start_does(store):
+    """moto (Step Functions, DynamoDB): for each bad request, the dry run's status and body are the start's (the
+    field at fault named), and neither starts anything."""
+    app, machine, calls = dry_run_app(store)
+    bad = [{**REQUEST, "rates": [-5]}, {key: value for key, value in REQUEST.items() if key != "brokers"},
+           {**REQUEST, "brokers": ["no-such-broker"]}, {"suite": "no-such-suite"}, {"suite": "smoke", "extra": 1}]
+    for body in bad:
+        started = api_post(app, body)
+        planned = api_post(app, body, {"dry_run": "true"})
+        assert planned == started and planned[0] == 422 and planned[1]["field"], (body, planned)
+    nothing_started(store, machine, calls)
+
+
+def test_a_dry_run_value_that_is_not_a_boolean_is_refused_naming_it(store):
+    app, machine, calls = dry_run_app(store)
+    status, body = api_post(app, REQUEST, {"dry_run": "maybe"})
+    assert status == 422 and body["field"] == "dry_run", body
+    assert "dry_run" in body["message"]
+    nothing_started(store, machine, calls)

@@ -44,6 +44,48 @@ class RunStarted(Model):
     replayed: bool = False  # true when an Idempotency-Key returned an earlier request's run
 
 
+class CostItem(Model):
+    what: str
+    quantity: float
+    unit: str
+    unit_price: float
+    cost: float
+
+
+class HourlyCost(Model):
+    total: float = Field(description="What the run creates, per hour while it exists: its provisioned targets and "
+                                     "its workers at once")
+    targets: float = Field(description="The provisioned targets' part of `total`")
+    items: list[CostItem]
+    kept_hours: float | None = Field(description="keep_targets: how long the targets stay after the run (null: "
+                                                 "deleted at its end)")
+
+
+class PlanCost(Model):
+    """brokerbench/cost.py's estimate_plan, as `brokerbench cost --json` prints it for one run."""
+
+    currency: str
+    where: Literal["plan"]
+    total: float
+    items: list[CostItem]
+    prices: dict[str, str]
+    assumptions: list[str]
+    hourly: HourlyCost
+    on_aws: None
+
+
+class RunPlan(Model):
+    dry_run: Literal[True]
+    name: str
+    suite: str | None
+    cells: int
+    workers: dict[str, int] = Field(description="Cells per worker kind (lambda, ec2) as placement decides")
+    max_concurrency: int
+    estimated_s: int = Field(description="The run's estimated time: its cells' estimates, max_concurrency at a time")
+    cost: PlanCost = Field(description="The estimated AWS cost, every broker on its default provisioned target, and "
+                                       "`hourly`: what the run creates, priced per hour")
+
+
 class CellCounts(Model):
     total: int
     completed: int

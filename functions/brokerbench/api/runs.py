@@ -1,9 +1,16 @@
-"""/runs: start a run (idempotently), list and follow runs, cancel one, read its events, cells and report."""
+"""/runs: start a run (idempotently) or plan one (a dry run), list and follow runs, cancel one, read its events,
+cells and report.
+
+A dry run (POST /runs?dry_run=true) answers what `brokerbench cost --json` prints for the same request, beside the
+plan's cells and time: the figures come from one place (cost.estimate_plan), so the API and the command line cannot
+disagree. It validates exactly as a start does and then stops: no execution, no event, no idempotency record.
+"""
 
 from __future__ import annotations
 
 import json
 import re
+from collections import Counter
 from typing import Annotated, Any, Literal
 
 from aws_lambda_powertools.event_handler import Response
@@ -11,7 +18,9 @@ from aws_lambda_powertools.event_handler.api_gateway import Router
 from aws_lambda_powertools.event_handler.openapi.params import Body, Header, Path, Query
 
 from .. import observability
+from ..cost import estimate_plan
 from ..events import RUN_EVENTS, new_run_id, read_report_events
+from ..plan import plan
 from ..reports import html, markdown
 from ..reports.model import build_report
 from ..spec import SpecError, suite_request, validate
@@ -20,8 +29,8 @@ from ..workflow.starter import StarterBusy
 from . import views
 from .deps import Deps
 from .errors import ApiError
-from .models import (CELL_ID, RUN_ID, Cancelling, CellDetail, EventPage, RunDetail, RunList, RunStarted, RunStatus,
-                     answers)
+from .models import (CELL_ID, RUN_ID, Cancelling, CellDetail, EventPage, RunDetail, RunList, RunPlan, RunStarted,
+                     RunStatus, answers)
 
 RunId = Annotated[str, Path(pattern=RUN_ID, description="a run id, e.g. 20261122T071300Z-1a2b3c")]
 REPORT_TYPES = {"html": "text/html; charset=utf-8", "md": "text/markdown; charset=utf-8", "json": "application/json"}
@@ -32,6 +41,8 @@ RUN_BODY = ("A run spec (schemas/run-request.schema.json, as `brokerbench run --
             '(GET /suites lists each study\'s runs); "scale" (above 0, at most 1) shortens a suite\'s run as '
             '`brokerbench run --scale` does.')
 SUITE_BODY = ("suite", "run", "scale")
+DRY_RUN = ("true: validate the request as a start does, start nothing and store nothing, and answer 200 with the "
+           "run's plan and estimated AWS cost (what `brokerbench cost --json` prints), its hourly cost included")
 
 
 def request_of(body: dict) -> tuple[dict, str | None]:
@@ -56,6 +67,17 @@ def request_of(body: dict) -> tuple[dict, str | None]:
     except SpecError as exc:
         raise _invalid(exc) from None
     return request, suite
+
+
+def run_plan(request: dict, suite: str | None) -> dict:
+    """A dry run's answer for a validated request: its cells, workers and time (plan.plan) and its estimate
+    (cost.estimate_plan, as `brokerbench cost --json`)."""
+    spec = validate(request)
+    planned = plan(spec)
+    return {"dry_run": True, "name": spec["name"], "suite": suite, "cells": len(planned["cells"]),
+            "workers": dict(Counter(cell["worker"] for cell in planned["cells"])),
+            "max_concurrency": planned["max_concurrency"], "estimated_s": planned["estimated_s"],
+            "cost": estimate_plan(spec)}
 
 
 def _invalid(exc: SpecError) -> ApiError:
@@ -92,13 +114,19 @@ def router(deps: Deps) -> Router:
 
     start_once = _idempotent(deps, start)
 
-    @runs.post("/runs", status_code=202, summary="Start a run",
-               responses=answers(RunStarted, 409, 415, 422, 429, status=202, description="the run was started"), tags=["runs"])
+    @runs.post("/runs", status_code=202, summary="Start a run, or plan it (dry_run)",
+               responses={**answers(RunStarted, 409, 415, 422, 429, status=202, description="the run was started"),
+                          200: {"description": "dry_run: the run's plan and estimated cost; nothing was started",
+                                "content": {"application/json": {"model": RunPlan}}}}, tags=["runs"])
     def post_run(body: Annotated[dict[str, Any], Body(description=RUN_BODY)],
                  idempotency_key: Annotated[str | None, Header(
                      alias="Idempotency-Key", min_length=1, max_length=128,
-                     description="a retried POST with the same key and body returns the same run")] = None,
-                 ) -> RunStarted:
+                     description="a retried POST with the same key and body returns the same run "
+                                 "(a dry run stores nothing and ignores it)")] = None,
+                 dry_run: Annotated[bool, Query(description=DRY_RUN)] = False,
+                 ) -> RunStarted | RunPlan:
+        if dry_run:
+            return Response(200, "application/json", run_plan(*request_of(body)))
         if idempotency_key is None:
             return RunStarted(**start(body))
         return RunStarted(**start_once({"key": idempotency_key, "body": body}, runs.lambda_context))

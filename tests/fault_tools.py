@@ -79,6 +79,22 @@ def workers_below(pid: int) -> dict[int, str]:
     return {child: name for child, name in found.items() if alive(child)}
 
 
+def working_in(folder: Path) -> list[int]:
+    """Every process whose working directory is `folder` or below it (a node a run's fault started again there, whose
+    pid only that run's worker knew)."""
+    root = str(Path(folder).resolve())
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                cwd = os.readlink(entry / "cwd").removesuffix(" (deleted)")
+            except OSError:
+                continue
+            if cwd == root or cwd.startswith(root + "/"):
+                found.append(int(entry.name))
+    return found
+
+
 def running(pids) -> dict[int, str]:
     """Those of `pids` still running (not exited, not a zombie waiting to be reaped), with their names."""
     found = {}

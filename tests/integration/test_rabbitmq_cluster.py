@@ -15,7 +15,7 @@ import signal
 import time
 
 import pytest
-from fault_tools import assert_accounting_whole, cell_facts, one_fault_cell
+from fault_tools import assert_accounting_whole, cell_facts, one_fault_cell, working_in
 from native_sends import send_all
 
 from brokerbench import spec
@@ -49,10 +49,13 @@ def rabbit3(tmp_path_factory):
         local_stack.up(services=["rabbitmq@3"], log=lambda m: None)
         print(f"rabbitmq@3 ready in {time.monotonic() - began:.1f} s")
         yield local_stack.endpoint("rabbitmq@3"), restarted
-    finally:
-        for pid in [*local_stack.status().get("rabbitmq@3", {}).get("pids", []), *restarted]:
+    finally:  # a node a run's fault started again is known only to that run's worker: found by its folder
+        recorded = [*local_stack.status().get("rabbitmq@3", {}).get("pids", []), *restarted]
+        for pid in dict.fromkeys([*recorded, *working_in(local_stack.state_dir)]):
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(pid, signal.SIGKILL)
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)  # a process that leads no group of its own
             stop(pid)  # reaped
         local_stack.down(log=lambda m: None)
 

@@ -78,7 +78,7 @@ def test_a_cell_read_by_prefix_or_after_a_cursor_still_has_its_intervals(store):
 def test_a_real_cells_digest_is_its_stored_intervals(endpoints, store, consumers):
     spec = {"name": f"digest-real-{consumers}", "brokers": ["kafka"], "sizes": [1024],
             "rates": [300, "max"] if consumers else [300], "formats": ["json"], "consumers": consumers,
-            "duration_s": 3, "warmup_s": 0.5}
+            "duration_s": 3, "warmup_s": 0.5, "warmup_until_steady": False}
     outcome = execute_run(spec, endpoints, store)
     whole = store.read(outcome.run_id, interval_histograms=False)
     ends = [e["data"] for e in whole if e["type"] == "CellCompleted"]

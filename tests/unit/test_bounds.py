@@ -31,7 +31,7 @@ from brokerbench.schedules import parse, trigger
 from brokerbench.spec import SpecError, validate
 from brokerbench.local import workflow as local_workflow
 from brokerbench.targets import KEEP_UNTIL_TAG, resource_name
-from brokerbench.workflow.admission import Admission, QuotaTooLow, RunsInFlight
+from brokerbench.workflow.admission import Admission, QuotaTooLow, RunsInFlight, Slots
 from brokerbench.workflow.fleet import Ec2Fleet, TokenParameters, VcpuQuotaExceeded
 from brokerbench.workflow.starter import StarterBusy, StepFunctionsStarter
 from brokerbench.workflow import sweep
@@ -49,8 +49,9 @@ def run_machine() -> str:
         roleArn=f"arn:aws:iam::{DEFAULT_ACCOUNT_ID}:role/bb-run")["stateMachineArn"]
 
 
-def admission(machine: str, quotas, lambda_client, *, max_runs: int = 2) -> Admission:
-    return Admission(boto3.client("stepfunctions"), machine, quotas=quotas, lambda_client=lambda_client,
+def admission(store, machine: str, quotas, lambda_client, *, max_runs: int = 2) -> Admission:
+    return Admission(boto3.client("stepfunctions"), machine, slots=Slots.of(store), quotas=quotas,
+                     lambda_client=lambda_client,
                      ec2=boto3.client("ec2"), max_runs=max_runs, worker_instance_type="c7i.2xlarge")
 
 
@@ -187,7 +188,7 @@ def test_post_runs_answers_429_naming_the_runs_in_flight(store):
     machine = run_machine()
     quotas, lambda_client = stubbed("service-quotas"), stubbed("lambda")
     starter = StepFunctionsStarter(boto3.client("stepfunctions"), machine, store,
-                                   admission=admission(machine, quotas, lambda_client))
+                                   admission=admission(store, machine, quotas, lambda_client))
     app = build_app(Deps(store=store, starter=starter, reports=None, schedules=list, mode="aws"))
     with Stubber(quotas) as quota_stub, Stubber(lambda_client) as lambda_stub:
         for _ in range(2):
@@ -211,22 +212,26 @@ def test_post_runs_answers_429_naming_the_runs_in_flight(store):
 
 
 def test_a_schedule_at_the_cap_stores_not_started_naming_the_runs(store):
-    """moto (Step Functions, DynamoDB), no quota read (the cap refuses first): a schedule's due time while two runs
-    are in flight is claimed and stored as not_started, the reason naming both runs; no execution is started."""
+    """moto (Step Functions, DynamoDB), Stubber (Lambda's limits for the two runs started first): a schedule's due
+    time while two runs are in flight is claimed and stored as not_started, the reason naming both runs; no
+    execution is started, and no quota read for it (the cap refuses first)."""
     machine = run_machine()
-    sfn = boto3.client("stepfunctions")
-    for run_id in ("20261128T190000Z-aaa001", "20261128T190100Z-aaa002"):
-        sfn.start_execution(stateMachineArn=machine, name=run_id, input="{}")
+    sfn, lambda_client = boto3.client("stepfunctions"), stubbed("lambda")
     starter = StepFunctionsStarter(sfn, machine, store,
-                                   admission=admission(machine, stubbed("service-quotas"), stubbed("lambda")))
-    (nightly,) = parse({"schedules": [{"name": "nightly", "cron": "0 3 * * *", "spec": REQUEST}]})
-    result = trigger("nightly", datetime(2026, 11, 29, 3, tzinfo=timezone.utc), store, starter.start, [nightly])
+                                   admission=admission(store, machine, stubbed("service-quotas"), lambda_client))
+    in_flight = ["20261128T190000Z-aaa001", "20261128T190100Z-aaa002"]
+    with Stubber(lambda_client) as lambda_stub:
+        for run_id in in_flight:
+            lambda_limits(lambda_stub, 1000, 1000)
+            starter.start(REQUEST, None, run_id)
+        (nightly,) = parse({"schedules": [{"name": "nightly", "cron": "0 3 * * *", "spec": REQUEST}]})
+        result = trigger("nightly", datetime(2026, 11, 29, 3, tzinfo=timezone.utc), store, starter.start, [nightly])
+        lambda_stub.assert_no_pending_responses()
     assert result["outcome"] == "not_started" and result["run_id"] is None
-    assert "2 runs in flight" in result["reason"] and "20261128T190000Z-aaa001" in result["reason"]
-    assert "20261128T190100Z-aaa002" in result["reason"]
+    assert "2 runs in flight" in result["reason"] and all(run_id in result["reason"] for run_id in in_flight)
     stored = [e["data"] for e in store.read("schedule#nightly") if e["data"]["outcome"] == "not_started"]
     assert [s["reason"] for s in stored] == [result["reason"]]
-    assert len(sfn.list_executions(stateMachineArn=machine)["executions"]) == 2
+    assert sorted(e["name"] for e in sfn.list_executions(stateMachineArn=machine)["executions"]) == in_flight
 
 
 # -- quotas --------------------------------------------------------------------------------------------------------
@@ -240,11 +245,11 @@ def test_the_quota_check_refuses_with_the_numbers_and_the_quota_to_raise(store):
     machine = run_machine()
     boto3.client("ec2").run_instances(ImageId="ami-12c6146b", MinCount=2, MaxCount=2, InstanceType="m5.large")
     quotas, lambda_client = stubbed("service-quotas"), stubbed("lambda")
-    check = admission(machine, quotas, lambda_client)
+    check = admission(store, machine, quotas, lambda_client)
     with Stubber(quotas) as quota_stub, Stubber(lambda_client) as lambda_stub:
         ec2_quota(quota_stub, 32)  # every cell on EC2: Lambda's limits are not read
         with pytest.raises(QuotaTooLow) as refused:
-            check.check(EC2_REQUEST)
+            check.admit(EC2_REQUEST, "20261128T200000Z-4ee911")
         message = str(refused.value)
         assert "needs 32 vCPUs at once (4 c7i.2xlarge workers × 8 vCPUs, max_concurrency 4)" in message
         assert "quota is 32 vCPUs with 4 in use by pending and running instances: 28 free" in message
@@ -253,37 +258,39 @@ def test_the_quota_check_refuses_with_the_numbers_and_the_quota_to_raise(store):
         lambda_cells = {**REQUEST, "rates": [100, 200, 300], "max_concurrency": 3}  # three Lambda cells at once
         lambda_limits(lambda_stub, 10, 3)
         with pytest.raises(QuotaTooLow) as refused:
-            check.check(lambda_cells)
+            check.admit(lambda_cells, "20261128T200000Z-4ee912")
         message = str(refused.value)
         assert "needs 4 concurrent executions (3 cells at once on Lambda" in message
         assert "unreserved concurrency is 3 (of 10 in all" in message and "L-B99A9384" in message
         assert "to at least 11" in message
 
         ec2_quota(quota_stub, 64)
-        check.check(EC2_REQUEST)  # 32 of 60 free vCPUs: starts
+        assert check.slots.held() == {}  # each refused start gave its slot back
+        check.admit(EC2_REQUEST, "20261128T200000Z-4ee913")  # 32 of 60 free vCPUs: starts
         quota_stub.assert_no_pending_responses()
         lambda_stub.assert_no_pending_responses()
+    assert [h["run_id"] for h in check.slots.held().values()] == ["20261128T200000Z-4ee913"]
 
 
 def test_a_quota_that_cannot_be_read_does_not_refuse_but_an_uncounted_cap_does(store):
-    """moto (Step Functions, EC2), Stubber (Service Quotas answers AccessDenied, Lambda ThrottlingException, then Step
-    Functions ListExecutions ThrottlingException): the quota checks are skipped and the run may start; runs in
-    flight that cannot be counted refuse the start, saying why."""
+    """moto (Step Functions, EC2, DynamoDB), Stubber (Service Quotas answers AccessDenied, Lambda ThrottlingException;
+    then DynamoDB's Query of the slots ProvisionedThroughputExceededException): the quota checks are skipped and the
+    run may start; runs in flight that cannot be counted refuse the start, saying why."""
     machine = run_machine()
-    quotas, lambda_client = stubbed("service-quotas"), stubbed("lambda")
-    sfn = stubbed("stepfunctions")
-    with Stubber(sfn) as sfn_stub:
-        sfn_stub.add_client_error("list_executions", "ThrottlingException", http_status_code=400)
-        uncounted = Admission(sfn, machine, quotas=quotas, lambda_client=lambda_client, ec2=boto3.client("ec2"),
-                              max_runs=2, worker_instance_type="c7i.2xlarge")
-        with pytest.raises(StarterBusy, match="the runs in flight could not be counted .*ThrottlingException"):
-            uncounted.check(REQUEST)
+    quotas, lambda_client, dynamodb = stubbed("service-quotas"), stubbed("lambda"), stubbed("dynamodb")
+    with Stubber(dynamodb) as dynamodb_stub:
+        dynamodb_stub.add_client_error("query", "ProvisionedThroughputExceededException", http_status_code=400)
+        uncounted = Admission(boto3.client("stepfunctions"), machine, slots=Slots(dynamodb, store.table),
+                              quotas=quotas, lambda_client=lambda_client, ec2=boto3.client("ec2"), max_runs=2,
+                              worker_instance_type="c7i.2xlarge")
+        with pytest.raises(StarterBusy, match="the runs in flight could not be counted .*ProvisionedThroughput"):
+            uncounted.admit(REQUEST, "20261128T200000Z-4ee914")
     with Stubber(quotas) as quota_stub, Stubber(lambda_client) as lambda_stub:
         quota_stub.add_client_error("get_service_quota", "AccessDeniedException", http_status_code=403)
         lambda_stub.add_client_error("get_account_settings", "ThrottlingException", http_status_code=429)
-        check = admission(machine, quotas, lambda_client)
-        check.check(EC2_REQUEST)  # EC2 cells only
-        check.check(REQUEST)  # Lambda cells only
+        check = admission(store, machine, quotas, lambda_client)
+        check.admit(EC2_REQUEST, "20261128T200000Z-4ee915")  # EC2 cells only
+        check.admit(REQUEST, "20261128T200000Z-4ee916")  # Lambda cells only
         quota_stub.assert_no_pending_responses()
         lambda_stub.assert_no_pending_responses()
 
@@ -357,14 +364,19 @@ def dry_run_app(store):
     sfn, quotas, lambda_client, ec2 = (stubbed(s) for s in ("stepfunctions", "service-quotas", "lambda", "ec2"))
     for client in (sfn, quotas, lambda_client, ec2):
         client.meta.events.register("before-call.*.*", lambda model, **_: calls.append(model.name))
-    checks = Admission(sfn, machine, quotas=quotas, lambda_client=lambda_client, ec2=ec2, max_runs=2,
-                       worker_instance_type="c7i.2xlarge")
+    checks = Admission(sfn, machine, slots=Slots.of(store), quotas=quotas, lambda_client=lambda_client, ec2=ec2,
+                       max_runs=2, worker_instance_type="c7i.2xlarge")
     starter = StepFunctionsStarter(sfn, machine, store, admission=checks)
     return build_app(Deps(store=store, starter=starter, reports=None, schedules=list, mode="aws")), machine, calls
 
 
+# What a dry run may ask AWS: the admission's reads, never a start.
+ADMISSION_READS = {"DescribeExecution", "GetServiceQuota", "GetAWSDefaultServiceQuota", "GetAccountSettings",
+                   "DescribeInstances", "DescribeInstanceTypes"}
+
+
 def nothing_started(store, machine: str, calls: list[str]) -> None:
-    assert calls == []  # no execution started, nor any count or quota read
+    assert set(calls) <= ADMISSION_READS, calls  # no execution started: at most the admission's reads
     assert boto3.client("stepfunctions").list_executions(stateMachineArn=machine)["executions"] == []
     assert store.client.scan(TableName=store.table)["Count"] == 0  # no event, no run
 
@@ -387,6 +399,7 @@ def test_a_dry_run_answers_what_brokerbench_cost_prints_and_starts_nothing(store
     assert body["dry_run"] is True and body["name"] == "adhoc" and body["suite"] is None
     assert body["cells"] == 2 * 3 and sum(body["workers"].values()) == 6
     assert body["estimated_s"] > 0
+    assert body["admission"] == {"admitted": True, "reasons": [], "runs_in_flight": [], "max_runs_in_flight": 2}
 
     status, body = api_post(app, {"suite": "smoke"}, {"dry_run": "1"}, {"Idempotency-Key": "k1"})
     assert status == 200, body
@@ -394,6 +407,51 @@ def test_a_dry_run_answers_what_brokerbench_cost_prints_and_starts_nothing(store
     nothing_started(store, machine, calls)
     status, body = api_post(app, {"suite": "smoke"}, {"dry_run": "false"}, {"Idempotency-Key": "k1"})
     assert status == 422 and body["field"] == "Idempotency-Key"  # the same request as a start
+
+
+def test_a_dry_run_says_whether_the_run_would_be_admitted_now_and_reserves_nothing(store):
+    """moto (Step Functions, EC2, DynamoDB), Stubber (Service Quotas, Lambda): with one run in flight of a cap of 2 and
+    room in the quotas, a dry run says admitted; one that needs 32 vCPUs with a quota of 16 says not, with the
+    numbers; with the cap full it says not, naming both runs. After each, the slots are as they were (nothing
+    reserved), and a start is then refused as announced."""
+    machine = run_machine()
+    quotas, lambda_client = stubbed("service-quotas"), stubbed("lambda")
+    starter = StepFunctionsStarter(boto3.client("stepfunctions"), machine, store,
+                                   admission=admission(store, machine, quotas, lambda_client))
+    app = build_app(Deps(store=store, starter=starter, reports=None, schedules=list, mode="aws"))
+    first, second = "20261128T210000Z-bbb001", "20261128T210100Z-bbb002"
+    with Stubber(quotas) as quota_stub, Stubber(lambda_client) as lambda_stub:
+        lambda_limits(lambda_stub, 1000, 1000)
+        starter.start(REQUEST, None, first)
+        slots = starter.admission.slots.held()
+
+        lambda_limits(lambda_stub, 1000, 1000)
+        status, body = api_post(app, REQUEST, {"dry_run": "true"})
+        assert status == 200 and body["admission"] == {"admitted": True, "reasons": [], "runs_in_flight": [first],
+                                                       "max_runs_in_flight": 2}
+        assert starter.admission.slots.held() == slots
+
+        ec2_quota(quota_stub, 16)  # four c7i.2xlarge at once need 32 vCPUs
+        status, body = api_post(app, EC2_REQUEST, {"dry_run": "true"})
+        assert status == 200 and body["admission"]["admitted"] is False
+        (reason,) = body["admission"]["reasons"]
+        assert "needs 32 vCPUs at once" in reason and "quota is 16 vCPUs" in reason and "L-1216C47A" in reason
+        assert starter.admission.slots.held() == slots
+
+        lambda_limits(lambda_stub, 1000, 1000)
+        starter.start(REQUEST, None, second)
+        slots = starter.admission.slots.held()
+        lambda_limits(lambda_stub, 1000, 1000)
+        status, body = api_post(app, REQUEST, {"dry_run": "true"})
+        assert status == 200 and body["admission"]["admitted"] is False
+        assert body["admission"]["runs_in_flight"] == [first, second]
+        (reason,) = body["admission"]["reasons"]
+        assert "2 runs in flight" in reason and first in reason and second in reason
+        assert starter.admission.slots.held() == slots
+        status, body = api_post(app, REQUEST)  # as announced
+        assert status == 429 and body["run_ids"] == [first, second]
+        quota_stub.assert_no_pending_responses()
+        lambda_stub.assert_no_pending_responses()
 
 
 def test_a_dry_run_refuses_a_bad_request_as_a_start_does(store):

@@ -61,6 +61,8 @@ STAR_ACTIONS = {
     "mq:ListBrokers": "teardown and the sweeper find brokers by name; a List action has no resource-level permissions",
     "servicequotas:GetServiceQuota": "the quota check before a run starts (EC2 vCPUs); no resource-level permissions",
     "servicequotas:GetAWSDefaultServiceQuota": "the quota check's fallback to the default; no resource-level permissions",
+    "servicequotas:ListServiceQuotas": "a quota found by its name (ElastiCache's nodes); no resource-level permissions",
+    "servicequotas:ListAWSDefaultServiceQuotas": "its fallback to the default; no resource-level permissions",
     "lambda:GetAccountSettings": "the Lambda concurrency check before a run starts; an account-level read, Resource *",
     "ec2:DescribeInstanceTypes": "the vCPUs of instance types (the quota check); Describe has no resource-level permissions",
     "secretsmanager:ListSecrets": "the sweeper finds password secrets whose broker has gone; no resource-level permissions",

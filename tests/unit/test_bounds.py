@@ -295,6 +295,70 @@ def test_a_quota_that_cannot_be_read_does_not_refuse_but_an_uncounted_cap_does(s
         lambda_stub.assert_no_pending_responses()
 
 
+def test_the_targets_services_quotas_refuse_a_run_that_does_not_fit_with_the_numbers(store):
+    """moto (MSK, ElastiCache, Amazon MQ: what the region holds now; Step Functions, DynamoDB), Stubber (Service
+    Quotas, Lambda): the region holds an MSK cluster of 3 brokers, 2 cache nodes and 1 Amazon MQ broker. A run of
+    a 6-broker MSK cluster, a 2-node replication group and a RabbitMQ cluster (1 Amazon MQ broker) needs 3 + 6 = 9
+    brokers against a quota of 8 (L-EDD31C36) and 2 + 2 = 4 nodes against 3 ("Nodes per Region", found by name):
+    refused with both sets of numbers; Amazon MQ's 1 + 1 = 2 of 2 fits and is not named. With the quotas raised, and
+    with the brokers given as existing endpoints (no quota read), it starts."""
+    machine = run_machine()
+    boto3.client("kafka").create_cluster_v2(
+        ClusterName="someone-elses", Provisioned={
+            "KafkaVersion": "3.9.x", "NumberOfBrokerNodes": 3,
+            "BrokerNodeGroupInfo": {"InstanceType": "kafka.m7g.large", "ClientSubnets": ["subnet-a"]}})
+    for name in ("cache-a", "cache-b"):
+        boto3.client("elasticache").create_cache_cluster(CacheClusterId=name, Engine="redis",
+                                                         CacheNodeType="cache.t4g.micro", NumCacheNodes=1)
+    boto3.client("mq").create_broker(BrokerName="other", EngineType="RABBITMQ", EngineVersion="3.13",
+                                     HostInstanceType="mq.m5.large", DeploymentMode="SINGLE_INSTANCE",
+                                     PubliclyAccessible=False, AutoMinorVersionUpgrade=True,
+                                     Users=[{"Username": "u", "Password": "p" * 12}])
+    request = {**REQUEST, "brokers": ["kafka", "redis-streams", "rabbitmq-quorum"],
+               "provision": {"kafka": {"nodes": 6}, "redis-streams": {"nodes": 2},
+                             "rabbitmq-quorum": {"deployment": "cluster"}}}
+    quotas, lambda_client = stubbed("service-quotas"), stubbed("lambda")
+    check = admission(store, machine, quotas, lambda_client)
+
+    def answers(stub: Stubber, brokers: float, nodes: float, mq: float) -> None:
+        lambda_limits(lambda_stub, 1000, 1000)
+        stub.add_response("get_service_quota", {"Quota": {"ServiceCode": "kafka", "QuotaCode": "L-EDD31C36",
+                                                          "QuotaName": "Number of brokers per account",
+                                                          "Value": brokers}},
+                          {"ServiceCode": "kafka", "QuotaCode": "L-EDD31C36"})
+        stub.add_response("list_service_quotas", {"Quotas": [
+            {"ServiceCode": "elasticache", "QuotaCode": "L-OTHER", "QuotaName": "Subnet groups per Region",
+             "Value": 300.0},
+            {"ServiceCode": "elasticache", "QuotaCode": "L-NODES", "QuotaName": "Nodes per Region", "Value": nodes}]},
+                          {"ServiceCode": "elasticache"})
+        stub.add_response("get_service_quota", {"Quota": {"ServiceCode": "mq", "QuotaCode": "L-4D525FD5",
+                                                          "QuotaName": "Number of brokers per region", "Value": mq}},
+                          {"ServiceCode": "mq", "QuotaCode": "L-4D525FD5"})
+
+    with Stubber(quotas) as quota_stub, Stubber(lambda_client) as lambda_stub:
+        answers(quota_stub, 8, 3, 2)
+        with pytest.raises(QuotaTooLow) as refused:
+            check.admit(request, "20261128T200000Z-4ee921")
+        message = str(refused.value)
+        assert ("Amazon MSK: the run creates 6 brokers (kafka: 6), and the account's quota is 8 brokers with 3 in use "
+                "in this region: 5 free") in message
+        assert '"Number of brokers per account" (Service Quotas, kafka, L-EDD31C36) to at least 9' in message
+        assert ("ElastiCache for Redis: the run creates 2 nodes (redis-streams: 2), and the account's quota is 3 "
+                "nodes with 2 in use in this region: 1 free") in message
+        assert '"Nodes per Region" (Service Quotas, elasticache, found by its name) to at least 4' in message
+        assert "Amazon MQ" not in message
+        assert check.slots.held() == {}
+
+        answers(quota_stub, 9, 4, 2)  # exactly enough
+        check.admit(request, "20261128T200000Z-4ee922")
+        lambda_limits(lambda_stub, 1000, 1000)  # existing endpoints: no target quota read
+        existing = {"kafka": {"bootstrap_servers": "10.0.0.9:9092"}, "redis-streams": {"host": "10.0.0.9", "port": 6379},
+                    "rabbitmq-quorum": {"host": "10.0.0.9", "amqp_port": 5672}}
+        check.admit({**request, "targets": existing}, "20261128T200000Z-4ee923")
+        quota_stub.assert_no_pending_responses()
+        lambda_stub.assert_no_pending_responses()
+
+
 def test_vcpu_limit_exceeded_is_retried_with_backoff_then_fails_naming_the_quota(monkeypatch):
     """Stubber (EC2 RunInstances answers VcpuLimitExceeded, SSM): the launch raises VcpuQuotaExceeded, whose message
     names the instance type, EC2's own words and the quota to raise, and deletes the task token's parameter;
@@ -371,7 +435,8 @@ def dry_run_app(store):
 
 
 # What a dry run may ask AWS: the admission's reads, never a start.
-ADMISSION_READS = {"DescribeExecution", "GetServiceQuota", "GetAWSDefaultServiceQuota", "GetAccountSettings",
+ADMISSION_READS = {"DescribeExecution", "GetServiceQuota", "GetAWSDefaultServiceQuota", "ListServiceQuotas",
+                   "ListAWSDefaultServiceQuotas", "GetAccountSettings",
                    "DescribeInstances", "DescribeInstanceTypes"}
 
 

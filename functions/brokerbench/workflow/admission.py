@@ -21,6 +21,12 @@ the API's POST /runs and a schedule's trigger, refuse alike, before anything is 
   - Lambda concurrency: the cells that run on Lambda at once plus the workflow's own step beside them, against
     the account's unreserved concurrency (GetAccountSettings; quota L-B99A9384). What other functions use at this
     moment is not known here.
+  - the targets' services: each broker plug-in's cloud declares the quota its provisioned targets count against
+    (registry.CloudQuota): Amazon MSK "Number of brokers per account" (kafka L-EDD31C36), ElastiCache "Nodes per
+    Region" (found by name), Amazon MQ "Number of brokers per region" (mq L-4D525FD5). What the run creates (its
+    provisioned brokers' nodes, summed per quota) plus what the region holds now (ListClustersV2,
+    DescribeCacheClusters, ListBrokers) must fit the quota's value. An existing endpoint (targets.<broker>) takes
+    nothing.
 A quota that does not cover the need refuses the start with QuotaTooLow: the numbers, and the quota to raise.
 A quota that cannot be read (no permission, a throttle) does not refuse: the check says so in the log, and a
 worker that EC2 then refuses fails with the same explanation (workflow/fleet.py, VcpuQuotaExceeded). Slots that
@@ -39,6 +45,7 @@ from datetime import datetime, timezone
 
 from .. import deployment
 from ..plan import plan
+from ..registry import load, plugins
 from ..spec import validate
 from .starter import StarterBusy
 
@@ -162,13 +169,20 @@ def standard_family(instance_type: str) -> bool:
     return bool(family) and family[0] in STANDARD_FAMILY_LETTERS and not family.startswith(OWN_QUOTA_FAMILIES)
 
 
+def _client(service: str):
+    import boto3
+
+    return boto3.client(service)
+
+
 class Admission:
     """The checks before a run starts in AWS (the module's docstring), on the clients it is given."""
 
     def __init__(self, sfn, state_machine_arn: str, *, slots: Slots, quotas, lambda_client, ec2, max_runs: int,
-                 worker_instance_type: str) -> None:
+                 worker_instance_type: str, clients=None) -> None:
         self.sfn, self.state_machine_arn, self.slots = sfn, state_machine_arn, slots
         self.quotas, self.lambda_client, self.ec2 = quotas, lambda_client, ec2
+        self.clients = clients  # service name -> boto3 client, for the targets' services (None: boto3.client)
         self.max_runs, self.worker_instance_type = max_runs, worker_instance_type
 
     @classmethod
@@ -209,8 +223,9 @@ class Admission:
                 "max_runs_in_flight": self.max_runs}
 
     def quota_problems(self, request: dict) -> list[str]:
-        need = needs(validate(request))
-        return [p for p in (self.ec2_problem(need), self.lambda_problem(need)) if p]
+        spec = validate(request)
+        need = needs(spec)
+        return [p for p in (self.ec2_problem(need), self.lambda_problem(need), *self.target_problems(spec)) if p]
 
     def runs_in_flight(self) -> list[str]:
         """The runs holding slots whose executions have not ended, oldest slot first."""
@@ -312,6 +327,55 @@ class Admission:
                 f"other functions use at this moment is not known here). Raise the quota "
                 f"\"{LAMBDA_CONCURRENCY_QUOTA_NAME}\" (Service Quotas, AWS Lambda, {LAMBDA_CONCURRENCY_QUOTA[1]}) "
                 f"to at least {total - unreserved + need.lambda_concurrency}, or lower max_concurrency.")
+
+    # -- the targets' services -------------------------------------------------------------------------------------
+    def target_problems(self, spec: dict) -> list[str]:
+        """Per quota the run's provisioned targets count against: a problem when they do not fit beside what the
+        region holds now."""
+        takes: dict = {}
+        for broker in spec["brokers"]:
+            found = plugins().get(broker)
+            if broker in spec.get("targets", {}) or found is None or found.cloud is None or found.cloud.quota is None:
+                continue
+            quota = found.cloud.quota
+            takes.setdefault((found.cloud.service, quota), []).append(
+                (broker, load(quota.need)(broker, spec["provision"].get(broker, {}))))
+        return [p for (service, quota), brokers in takes.items() if (p := self._target_problem(service, quota, brokers))]
+
+    def _target_problem(self, service: str, quota, brokers: list[tuple[str, int]]) -> str | None:
+        value = (self._quota(quota.service_code, quota.code) if quota.code
+                 else self._quota_named(quota.service_code, quota.name))
+        if value is None:
+            return None
+        try:
+            client = self.clients(quota.client) if self.clients else _client(quota.client)
+            used = load(quota.in_use)(client)
+        except Exception as exc:  # noqa: BLE001 (what cannot be read does not refuse the run)
+            log.warning("%s's %s in use could not be counted (%s): its quota check is skipped", service, quota.unit, exc)
+            return None
+        need = sum(n for _, n in brokers)
+        if used + need <= value:
+            return None
+        code = quota.code or "found by its name"
+        return (f"{service}: the run creates {need} {quota.unit} ({', '.join(f'{b}: {n}' for b, n in brokers)}), and "
+                f"the account's quota is {value:g} {quota.unit} with {used} in use in this region: "
+                f"{max(0, value - used):g} free. Raise the quota \"{quota.name}\" (Service Quotas, "
+                f"{quota.service_code}, {code}) to at least {used + need:g}, or give an existing endpoint "
+                f"(targets.{brokers[0][0]}).")
+
+    def _quota_named(self, service: str, name: str) -> float | None:
+        """A quota's applied value, else its AWS default, found by its name; None when neither can be read."""
+        for operation in ("list_service_quotas", "list_aws_default_service_quotas"):
+            try:
+                for page in self.quotas.get_paginator(operation).paginate(ServiceCode=service):
+                    for quota in page["Quotas"]:
+                        if quota["QuotaName"] == name:
+                            return float(quota["Value"])
+            except Exception as exc:  # noqa: BLE001 (a quota that cannot be read does not refuse the run)
+                log.warning("quota %s/%s could not be read (%s): its check is skipped", service, name, exc)
+                return None
+        log.warning("quota %s/%s is not listed: its check is skipped", service, name)
+        return None
 
     # -- Service Quotas -------------------------------------------------------------------------------------------
     def _quota(self, service: str, code: str) -> float | None:

@@ -30,10 +30,11 @@ from brokerbench.events.run import run_completed_event
 from brokerbench.schedules import parse, trigger
 from brokerbench.spec import SpecError, validate
 from brokerbench.local import workflow as local_workflow
+from brokerbench.local.stack import LocalStack
 from brokerbench.targets import KEEP_UNTIL_TAG, resource_name
 from brokerbench.workflow.admission import Admission, QuotaTooLow, RunsInFlight, Slots
 from brokerbench.workflow.fleet import Ec2Fleet, TokenParameters, VcpuQuotaExceeded
-from brokerbench.workflow.starter import StarterBusy, StepFunctionsStarter
+from brokerbench.workflow.starter import LocalStarter, StarterBusy, StepFunctionsStarter
 from brokerbench.workflow import sweep
 from brokerbench.workflow.sweep import Sweeper
 
@@ -517,6 +518,23 @@ def test_a_dry_run_says_whether_the_run_would_be_admitted_now_and_reserves_nothi
         assert status == 429 and body["run_ids"] == [first, second]
         quota_stub.assert_no_pending_responses()
         lambda_stub.assert_no_pending_responses()
+
+
+def test_a_local_dry_run_says_whether_the_stack_is_free(tmp_path):
+    """No AWS: on the local stack (one run at a time) a dry run is admitted while no run holds the stack, and not
+    while one does, naming it; the dry run takes no lock."""
+    stack = LocalStack(tmp_path / "stack")
+    app = build_app(Deps(store=None, starter=LocalStarter(stack, tmp_path, None), reports=None, schedules=list,
+                         mode="local"))
+    status, body = api_post(app, REQUEST, {"dry_run": "true"})
+    assert status == 200 and body["admission"] == {"admitted": True, "reasons": [], "runs_in_flight": [],
+                                                   "max_runs_in_flight": 1}
+    with stack.run_lock("20261128T230000Z-loc001"):
+        status, body = api_post(app, REQUEST, {"dry_run": "true"})
+        assert status == 200 and body["admission"]["admitted"] is False
+        assert body["admission"]["runs_in_flight"] == ["20261128T230000Z-loc001"]
+        assert "20261128T230000Z-loc001" in body["admission"]["reasons"][0]
+    assert stack.run_holder() is None
 
 
 def test_a_dry_run_refuses_a_bad_request_as_a_start_does(store):

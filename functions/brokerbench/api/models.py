@@ -81,7 +81,8 @@ class AdmissionNow(Model):
     reasons: list[str] = Field(description="Why not: the runs in flight at the cap (naming them), a quota too low "
                                            "(the numbers and the quota to raise); empty when admitted")
     runs_in_flight: list[str] = Field(description="The runs in flight now (locally: the run holding the stack)")
-    max_runs_in_flight: int | None = Field(None, description="The deployment's cap (-c brokerbench:maxRunsInFlight)")
+    max_runs_in_flight: int | None = Field(None, description="The cap: the deployment's (-c brokerbench:maxRunsInFlight); "
+                                                             "locally 1 (the stack runs one run at a time)")
 
 
 class RunPlan(Model):

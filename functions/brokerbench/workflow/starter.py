@@ -146,8 +146,9 @@ class LocalStarter:
         """The local stack runs one run at a time: admitted while no run holds it."""
         holder = self.stack.run_holder()
         if holder is None:
-            return {"admitted": True, "reasons": [], "runs_in_flight": []}
-        return {"admitted": False, "reasons": [str(self._busy())], "runs_in_flight": [holder.get("run_id") or "?"]}
+            return {"admitted": True, "reasons": [], "runs_in_flight": [], "max_runs_in_flight": 1}
+        return {"admitted": False, "reasons": [str(self._busy())], "runs_in_flight": [holder.get("run_id") or "?"],
+                "max_runs_in_flight": 1}
 
     def pending(self) -> list[Execution]:
         """Runs started here that have stored nothing yet (their workflow is validating and planning)."""
@@ -195,7 +196,7 @@ class StepFunctionsStarter:
 
     def preview(self, request: dict) -> dict:
         if self.admission is None:
-            return {"admitted": True, "reasons": [], "runs_in_flight": []}
+            return {"admitted": True, "reasons": [], "runs_in_flight": [], "max_runs_in_flight": None}
         return self.admission.preview(request)
 
     def execution(self, run_id: str) -> Execution | None:

@@ -1,6 +1,6 @@
 """Whether a run may start in AWS now: the cap on runs in flight, and the account's quotas against what it needs.
 
-StepFunctionsStarter.start asks `Admission.check` before StartExecution, so both places where runs start in AWS,
+StepFunctionsStarter.start asks `Admission.admit` before StartExecution, so both places where runs start in AWS,
 the API's POST /runs and a schedule's trigger, refuse alike, before anything is created or billed:
   - runs in flight: one slot per run the cap allows (-c brokerbench:maxRunsInFlight, default 2), items
     `slot#0` .. `slot#<cap - 1>` of the partition ADMISSION_PARTITION in the events table (every function that starts

@@ -22,7 +22,9 @@ from brokerbench.workflow.starter import StepFunctionsStarter
 from brokerbench.workflow.stop import InlineTeardowns, run_ended
 
 REGION = "us-east-1"
-REQUEST = {"brokers": ["kafka"], "sizes": [1024], "rates": [100], "formats": ["json"]}
+# On an existing endpoint: the only quota read is Lambda's (the targets' quotas: tests/unit/test_bounds.py).
+REQUEST = {"brokers": ["kafka"], "sizes": [1024], "rates": [100], "formats": ["json"],
+           "targets": {"kafka": {"bootstrap_servers": "10.0.0.9:9092"}}}
 WAIT = {"StartAt": "W", "States": {"W": {"Type": "Wait", "Seconds": 3600, "End": True}}}
 CAP = 3
 STARTS = 8  # at once, against a cap of 3

@@ -46,7 +46,7 @@ def api(stack, tmp_path_factory, monkeypatch_module):
         monkeypatch_module.setenv(name, value)
     sys.modules.pop("handlers.api", None)
     handler = importlib.import_module("handlers.api")
-    # The API in AWS checks the runs in flight and the account's quotas before a start (ListExecutions, Service
+    # The API in AWS holds a slot among the runs in flight and checks the quotas before a start (DescribeExecution, Service
     # Quotas, Lambda, EC2): tests/unit/test_bounds.py plays those against moto and Stubber. Here the Step Functions
     # Stubber answers only the calls each test names, so the handler starts without that check.
     assert isinstance(handler.deps.starter.admission, Admission)

@@ -310,6 +310,7 @@ class Execution:
     error: str | None = None
     cause: str | None = None
     tasks: list[tuple[str, str]] = field(default_factory=list)  # every Task state served, in order
+    waits: list[float] = field(default_factory=list)  # with a time_scale: the waits the definition asked for (ms)
 
 
 class LocalWorkflow:
@@ -349,12 +350,14 @@ class LocalWorkflow:
 
     def execute(self, request: dict, *, suite: str | None = None, run_id: str,
                 on_poll: Callable[[], None] | None = None, cancel: threading.Event | None = None,
-                execution_input: dict | None = None) -> Execution:
+                execution_input: dict | None = None, time_scale: float = 1.0) -> Execution:
         """Run the workflow to its end; `cancel`, when set from another thread, stops it like Ctrl-C does
         (cells in progress record what they measured) and the execution ends ABORTED.
 
         `execution_input` replaces the run workflow's input ({"request", "suite", "run_id"}) for another definition:
-        the teardown state machine (TEARDOWN_DEFINITION) takes {"run": {"run_id", "spec"}}."""
+        the teardown state machine (TEARDOWN_DEFINITION) takes {"run": {"run_id", "spec"}}. `time_scale` (tests)
+        shortens every wait the interpreter makes (Wait states, Retry backoff, task timeouts) to that fraction, so
+        the definition's own intervals run for real; the execution lists the waits asked for."""
         node = shutil.which("node")
         if not node:
             raise WorkflowError("Node.js is needed to run the workflow locally (make setup installs its packages)")
@@ -368,6 +371,7 @@ class LocalWorkflow:
                 "input": execution_input or {"request": request, "suite": suite, "run_id": run_id},
                 "bridge": bridge.url,
                 "context": {"Execution": {"Name": run_id, "Id": f"local:{run_id}"}, "Task": {"Token": TOKEN_PLACEHOLDER}},
+                "time_scale": time_scale,
             }
             log = self.stack.state_dir / "workflow.log"
             log.parent.mkdir(parents=True, exist_ok=True)
@@ -396,7 +400,7 @@ class LocalWorkflow:
                 raise WorkflowError(f"the workflow interpreter exited with {process.returncode}; see {log}")
             outcome = json.loads(lines[-1])
         return Execution(run_id, outcome["status"], outcome.get("output"), outcome.get("error"), outcome.get("cause"),
-                         bridge.tasks)
+                         bridge.tasks, outcome.get("waits", []))
 
     @staticmethod
     def _interrupt(process: subprocess.Popen, bridge: Bridge) -> None:

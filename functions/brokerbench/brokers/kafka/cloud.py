@@ -22,6 +22,20 @@ DEFAULT_VERSION = "3.9.x"
 TRANSIENT = {"TooManyRequestsException", "ServiceUnavailableException", "ConflictException"}
 DELETABLE = {"ACTIVE", "FAILED"}  # DeleteCluster refuses a cluster in any other state (BadRequestException)
 REFUSED = {"BadRequestException", "ConflictException"}  # what a delete of a cluster changing state answers
+DEFAULT_NODES = 3
+
+
+def quota_need(broker: str, settings: dict) -> int:
+    """Brokers one cluster of the run takes from the account's quota (Number of brokers per account)."""
+    return settings.get("nodes", DEFAULT_NODES)
+
+
+def quota_in_use(client) -> int:
+    """Brokers of the region's provisioned MSK clusters, whatever their state (a cluster being deleted still
+    counts until it is gone)."""
+    return sum((cluster.get("Provisioned") or {}).get("NumberOfBrokerNodes", 0)
+               for page in client.get_paginator("list_clusters_v2").paginate()
+               for cluster in page["ClusterInfoList"])
 
 
 class MskTargets:
@@ -36,7 +50,7 @@ class MskTargets:
     def provision(self, run_id: str, broker: str, spec: dict) -> dict:
         settings = spec["provision"].get("kafka", {})
         name = resource_name(run_id, broker)
-        nodes = settings.get("nodes", 3)
+        nodes = quota_need(broker, settings)
         if self.subnets and nodes % len(self.subnets):
             raise ProvisioningError(f"provision.kafka.nodes={nodes}: Amazon MSK needs a multiple of its "
                                     f"{len(self.subnets)} client subnets (one per AZ): "

@@ -66,6 +66,17 @@ PROVISION_PROPERTIES = {
 }
 
 
+def quota_need(broker: str, settings: dict) -> int:
+    """Brokers one target of the run takes from the account's quota (Number of brokers per region): one, whether it
+    is a single instance or a cluster of three nodes."""
+    return 1
+
+
+def quota_in_use(client) -> int:
+    """The region's Amazon MQ brokers, whatever their engine or state."""
+    return sum(len(page["BrokerSummaries"]) for page in client.get_paginator("list_brokers").paginate())
+
+
 def broker_name(run_id: str, broker: str) -> str:
     """bb-<run id>-<broker>: Amazon MQ allows 1 to 50 letters, digits, - and _ (the whole broker name is kept, so two
     RabbitMQ rows of one run get two brokers)."""

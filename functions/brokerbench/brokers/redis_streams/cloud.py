@@ -25,6 +25,19 @@ DEFAULT_VERSION = "7.1"
 TRANSIENT = {"Throttling", "InvalidReplicationGroupState", "ServiceUnavailable"}
 DELETABLE = {"available", "create-failed"}  # DeleteReplicationGroup refuses any other state
 NOT_FOUND = "ReplicationGroupNotFoundFault"
+DEFAULT_NODES = 1  # a primary and nodes - 1 replicas
+
+
+def quota_need(broker: str, settings: dict) -> int:
+    """Nodes one replication group of the run takes from the account's quota (Nodes per Region)."""
+    return settings.get("nodes", DEFAULT_NODES)
+
+
+def quota_in_use(client) -> int:
+    """Cache nodes in the region: each cluster's (a replication group's members are clusters of their own)."""
+    return sum(cluster.get("NumCacheNodes", 0)
+               for page in client.get_paginator("describe_cache_clusters").paginate()
+               for cluster in page["CacheClusters"])
 
 
 class ElastiCacheTargets:
@@ -41,7 +54,7 @@ class ElastiCacheTargets:
 
     def provision(self, run_id: str, broker: str, spec: dict) -> dict:
         settings = spec["provision"].get("redis-streams", {})
-        nodes = settings.get("nodes", 1)  # a primary and nodes - 1 replicas
+        nodes = quota_need(broker, settings)
         name = resource_name(run_id, broker)
         try:
             token = self.secrets.get_secret_value(SecretId=self.auth_secret_arn)["SecretString"]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
 
 from rich.console import Console
@@ -41,14 +42,35 @@ def open_store(endpoints: dict):
     return store
 
 
-def running_store(args):
+KEEP_STACK_HELP = "leave the event store (DynamoDB Local) running afterwards when this command started it"
+
+
+def add_store_options(parser) -> None:
+    """The flags of every command that reads or writes the store, named and meaning as `run`'s."""
+    parser.add_argument("--keep-stack", action="store_true", help=KEEP_STACK_HELP)
+
+
+def quiet_log(message: str) -> None:
+    """Starting and stopping the store, on stderr: a command's output (`show --json`) stays what it prints."""
+    errors.print(f"[dim]{message}[/]", markup=True, highlight=False)
+
+
+@contextmanager
+def event_store(args, *, stack=None, log=quiet_log):
+    """The local event store for the length of one command, as `brokerbench run` has it: DynamoDB Local started
+    when it is not up and stopped at the end (unless --keep-stack, or another command still uses it); a store that
+    was up is left as found (LocalStack.serving). Yields None, after saying why, when it cannot start."""
     from ..local.stack import StackError
 
-    try:
-        return open_store(local_stack(args).endpoints(required=["dynamodb"]))
-    except StackError as exc:
-        errors.print(f"[red]local stack:[/] {exc}")
-        return None
+    stack = stack or local_stack(args)
+    with ExitStack() as held:
+        try:
+            endpoints = held.enter_context(stack.serving(["dynamodb"], keep=getattr(args, "keep_stack", False),
+                                                         log=log))
+        except StackError as exc:
+            errors.print(f"[red]local stack:[/] {exc}")
+            endpoints = None
+        yield None if endpoints is None else open_store(endpoints)
 
 
 def write_results(results: dict, out_dir: Path) -> Path:

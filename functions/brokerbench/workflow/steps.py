@@ -23,7 +23,7 @@ from ..reports.model import build_report
 from ..reports.results import build_results
 from ..spec import SpecError, lanes, validate
 from ..targets import GONE, TEARDOWN_DONE, TEARDOWN_TIMEOUT_S, TEARDOWN_WAIT_S, torn_down
-from ..worker import run_cell as measure_cell
+from ..worker.cell import run_cell as measure_cell
 from ..worker.run_end import RunEndWatch
 from . import wiring
 

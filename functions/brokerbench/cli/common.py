@@ -6,15 +6,43 @@ import json
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
 
-from rich.console import Console
-
 EXIT_OK, EXIT_CELLS_FAILED, EXIT_INVALID, EXIT_ENVIRONMENT, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
 EXIT_BROKEN_PROMISE = 1  # guarantees: acknowledged messages lost where the broker promises none (as a failed cell)
 
-console = Console()
-if not console.is_terminal:  # logs and CI: wide enough for the comparison table
-    console = Console(width=180)
-errors = Console(stderr=True, soft_wrap=True)
+
+class _Console:
+    """A rich Console made when a command first prints: importing rich takes about a tenth of a second, which
+    `brokerbench --help` does not need. Anything asked of it is asked of the Console."""
+
+    def __init__(self, make) -> None:
+        self._make, self._console = make, None
+
+    @property
+    def real(self):
+        """The Console itself, for what rich checks is one (a Progress's console)."""
+        if self._console is None:
+            self._console = self._make()
+        return self._console
+
+    def __getattr__(self, name: str):
+        return getattr(self.real, name)
+
+
+def _stdout_console():
+    from rich.console import Console
+
+    made = Console()
+    return made if made.is_terminal else Console(width=180)  # logs and CI: wide enough for the comparison table
+
+
+def _stderr_console():
+    from rich.console import Console
+
+    return Console(stderr=True, soft_wrap=True)
+
+
+console = _Console(_stdout_console)
+errors = _Console(_stderr_console)
 
 
 def local_stack(args):

@@ -11,7 +11,6 @@ from pathlib import Path
 
 from .common import (EXIT_CELLS_FAILED, EXIT_ENVIRONMENT, EXIT_INTERRUPTED, EXIT_INVALID, EXIT_OK, console,
                      disk_hint, errors, event_store, local_stack, print_results, write_results)
-from .progress import EventProgress, progress_bars
 
 
 def _scale(text: str) -> float:
@@ -231,6 +230,7 @@ def _run_with_store(args, stack, store, request: dict, suite: str | None, run_id
     from ..events import read_report_events
     from ..local.workflow import LocalWorkflow, WorkflowError
     from ..reports.results import build_results
+    from .progress import EventProgress, progress_bars
 
     interrupted, execution = False, None
     with progress_bars() as progress:

@@ -14,15 +14,19 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import sys
 import time
 from datetime import date
+from pathlib import Path
 
 from brokerbench.events import read_report_events
 from brokerbench.events.dynamodb import DynamoEventStore
 from brokerbench.local.stack import LocalStack
 from brokerbench.reports import html, markdown
 from brokerbench.reports.model import build_report
-from brokerbench.reports.synthetic import synthetic_run
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))  # tests/synthetic.py, shared with the tests
+from synthetic import synthetic_run  # noqa: E402
 
 
 def spec_for(cells: int) -> dict:

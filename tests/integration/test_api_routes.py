@@ -13,13 +13,13 @@ import sys
 from datetime import datetime, timezone
 from pathlib import Path
 
-import pytest
 from botocore.stub import ANY, Stubber
+import pytest
+from synthetic import synthetic_run
 
 from brokerbench.api.deps import ensure_idempotency_table
 from brokerbench.events import make_event, new_run_id
 from brokerbench.events.dynamodb import DynamoEventStore
-from brokerbench.reports.synthetic import synthetic_run
 from brokerbench.workflow.admission import Admission
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -2,10 +2,10 @@
 without them; every other cell whole; and the report is the one the whole run's events give."""
 
 import pytest
+from synthetic import synthetic_run
 
 from brokerbench.events import has_digest, make_event, read_report_events
 from brokerbench.reports.model import build_report, interval_digest
-from brokerbench.reports.synthetic import synthetic_run
 from inline_run import execute_run
 
 SPEC = {"name": "report-read", "brokers": ["kafka", "redis-streams"], "sizes": [1024], "rates": [1000, "max"],

@@ -6,12 +6,12 @@ import sys
 from pathlib import Path
 
 import pytest
+from synthetic import synthetic_run
 
 from brokerbench.events import new_run_id
 from brokerbench.events.dynamodb import DynamoEventStore
 from brokerbench.reports import regression
 from brokerbench.reports.model import build_report
-from brokerbench.reports.synthetic import synthetic_run
 
 BIN = Path(sys.executable).parent / "brokerbench"
 PAGE_CHECK = Path(__file__).parents[1] / "e2e" / "report_page.mjs"

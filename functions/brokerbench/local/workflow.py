@@ -39,7 +39,6 @@ from ..events.dynamodb import from_environment as event_store
 from ..paths import PACKAGE_DIR
 from ..registry import plugins
 from ..spec import SpecError, validate
-from ..worker import cell as cell_module
 from .stack import HOST, LocalStack, StackError
 
 REPO_DIR = PACKAGE_DIR.parent.parent
@@ -82,7 +81,8 @@ class _LambdaContext:
 
     TIMEOUT_S = 900  # Lambda's longest
 
-    def __init__(self, function: str) -> None:
+    def __init__(self, function: str, stop: threading.Event | None = None) -> None:
+        self.stop = stop  # set on Ctrl-C or a cancel: the cell of a RunCell task stops (handlers/run_cell.py)
         self.invoked_function_arn = function
         self.function_name = function.rsplit(":", 1)[-1]
         self.function_version = "$LATEST"
@@ -107,6 +107,7 @@ class Bridge:
         self.tasks: list[tuple[str, str]] = []  # (state, "ok" | error name), in the order they ended
         self.active = 0
         self.cancelled = False  # after a cancel or Ctrl-C no new task starts and every token is gone
+        self.stop = threading.Event()  # set with it: the cells running in this process stop (_LambdaContext.stop)
         self.lock = threading.Lock()
         bridge = self
 
@@ -192,7 +193,7 @@ class Bridge:
         payload = task_input.get("Payload")
         if resource.endswith(WAIT_FOR_TOKEN):
             return self._wait_for_token(function, module, payload, state)
-        result = module.lambda_handler(payload, _LambdaContext(function))
+        result = module.lambda_handler(payload, _LambdaContext(function, self.stop))
         return {"Payload": result, "StatusCode": 200, "ExecutedVersion": "$LATEST"}
 
     def _wait_for_token(self, function: str, module, payload: dict, state: str = ""):
@@ -203,7 +204,7 @@ class Bridge:
         window = (settings.local_heartbeat_s() or self.heartbeats.get(state)) if state in self.heartbeats else None
         try:
             self.beats[token] = time.monotonic()  # the heartbeat clock starts with the task
-            launched = module.lambda_handler(payload, _LambdaContext(function))
+            launched = module.lambda_handler(payload, _LambdaContext(function, self.stop))
             pid = launched.get("pid") if isinstance(launched, dict) else None
             if pid:
                 with self.lock:
@@ -362,7 +363,6 @@ class LocalWorkflow:
         if not node:
             raise WorkflowError("Node.js is needed to run the workflow locally (make setup installs its packages)")
         self.install_brokers(request)
-        cell_module.CANCELLED.clear()
         with Bridge(self.definition) as bridge:
             os.environ.update(self.environment(bridge.url))
             event_store().ensure_table()  # in AWS the CDK app owns the table
@@ -407,7 +407,7 @@ class LocalWorkflow:
         """Ctrl-C or a cancel: cells in progress stop and record what they measured, in this process (Lambda
         kind) and in the EC2-kind worker processes (the bridge tells them); the interpreter stops."""
         bridge.cancelled = True
-        cell_module.CANCELLED.set()
+        bridge.stop.set()
         deadline = time.monotonic() + STOP_GRACE_S
         while bridge.active and time.monotonic() < deadline:  # let running tasks write their events
             time.sleep(0.2)

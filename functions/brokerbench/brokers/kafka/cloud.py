@@ -15,8 +15,8 @@ from __future__ import annotations
 from botocore.exceptions import ClientError
 
 from ... import settings
-from ...targets import (DELETING, GONE, KEPT, NOT_DELETABLE, RUN_TAG, ProvisioningError, leftover, raise_client_error,
-                        resource_name, run_tags, still_waiting, target, torn_down)
+from ...targets import (DELETING, GONE, NOT_DELETABLE, RUN_TAG, ProvisioningError, leftover, raise_client_error,
+                        resource_name, run_tags, still_waiting, target, teardown_found)
 
 DEFAULT_VERSION = "3.9.x"
 TRANSIENT = {"TooManyRequestsException", "ServiceUnavailableException", "ConflictException"}
@@ -111,18 +111,15 @@ class MskTargets:
 
     def teardown(self, run_id: str, broker: str, spec: dict) -> dict:
         name = resource_name(run_id, broker)
-        if spec.get("keep_targets"):
-            return torn_down(broker, KEPT, f"kept {name} (keep_targets)")
+        return teardown_found(broker, name, spec, lambda: self._clusters(name), self.delete)
+
+    def _clusters(self, name: str) -> list[tuple[str, str]]:
+        """The run's cluster (by its name), as (ARN, MSK's state): none, or one."""
         try:
             clusters = self.client.list_clusters_v2(ClusterNameFilter=name)["ClusterInfoList"]
         except ClientError as exc:
             raise_client_error(exc, TRANSIENT, f"looking up MSK cluster {name}")
-        states = [self.delete(c["ClusterArn"], c["State"]) for c in clusters if c["ClusterName"] == name]
-        states = [state for state in states if state != GONE]  # one that went away while it was listed
-        if not states:
-            return torn_down(broker, GONE, "nothing to delete")
-        state = NOT_DELETABLE if NOT_DELETABLE in states else DELETING
-        return torn_down(broker, state, f"{state} {name}" if state == DELETING else f"{name} {state}")
+        return [(c["ClusterArn"], c["State"]) for c in clusters if c["ClusterName"] == name]
 
     def delete(self, arn: str, state: str) -> str:
         """Delete one cluster if MSK allows it now: DELETING when it is going away, NOT_DELETABLE while it is

@@ -2,7 +2,7 @@
 
 The event store and the idempotency table are DynamoDB Local (real). Step Functions cannot run here, so its
 control-plane calls (StartExecution, DescribeExecution, StopExecution) are answered by botocore's Stubber.
-Stored runs are synthetic events shaped like a real run's (brokerbench.reports.synthetic); a real run through
+Stored runs are synthetic events shaped like a real run's (tests/synthetic.py); a real run through
 the API is in test_api_serve.py.
 """
 

@@ -288,7 +288,7 @@ def test_cli_table_shows_verdicts_loss_captions_and_only_supported_percentiles()
     assert "rate ok (no verdict)" in _table_text(results)
 
 
-# -- the claim rule on simulated reports (reports.synthetic.claim_configuration) ----------------------
+# -- the claim rule on simulated reports (synthetic.claim_configuration) ----------------------
 GRID = [(b, f) for b in ("kafka", "redis-streams") for f in ("json", "msgpack", "avro", "protobuf")]
 
 

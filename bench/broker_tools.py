@@ -14,7 +14,10 @@ worker's default send loop (BROKERBENCH_SEND_LOOP=auto) turns out native for a b
 same trials too. The machine's load average before and after each broker is kept with its results.
 
 usage: .venv/bin/python bench/broker_tools.py [--brokers nats-jetstream,pulsar,rabbitmq-streams,rabbitmq-quorum]
-           [--modes max,single] [--trials 2] [--seconds 5] [--out bench/results/broker_tools.json]
+           [--modes max,single] [--trials 2] [--seconds 5] [--out bench/results/broker_tools.json] [--merge]
+
+--merge keeps the other brokers' results of the file --out names and replaces those of the brokers measured; each
+broker's results carry their own date, trials and machine load.
 """
 
 from __future__ import annotations
@@ -390,6 +393,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--trials", type=int, default=2)
     parser.add_argument("--seconds", type=float, default=5)
     parser.add_argument("--out", default=str(REPO_DIR / "bench" / "results" / "broker_tools.json"))
+    parser.add_argument("--merge", action="store_true",
+                        help="keep the other brokers' results in --out; replace those of the brokers measured")
     args = parser.parse_args(argv)
     brokers, modes = args.brokers.split(","), args.modes.split(",")
     for name in brokers:
@@ -410,6 +415,13 @@ def main(argv: list[str] | None = None) -> int:
         stack = LocalStack(Path(tmp) / "local", startup_timeout_s=300)
         results = run_services(stack, brokers, modes, args, log)
     load_after = os.getloadavg()
+    for result in results.values():
+        result.update(when=when, trials=args.trials, seconds=args.seconds)
+    if args.merge and Path(args.out).is_file():
+        earlier = json.loads(Path(args.out).read_text())
+        kept = {b: {"when": earlier["when"], "trials": earlier["trials"], "seconds": earlier["seconds"], **r}
+                for b, r in earlier["brokers"].items() if b not in results}
+        results = {b: (results.get(b) or kept[b]) for b in [*BROKERS, *kept] if b in results or b in kept}
     document = {
         "when": when, "size_bytes": SIZE, "warmup_s": WARMUP_S, "seconds": args.seconds, "trials": args.trials,
         "machine": {"cpu": _cpu(), "cores": os.cpu_count(), "python": platform.python_version()},

@@ -256,8 +256,9 @@ def broker_tools(results: dict) -> dict:
             continue
         rows = [_tool_row(name, m, b["load_average_1_5_15"]) for name, m in b["modes"].items()]
         server = b.get("server") or {}
+        measured = (f", measured {b['when']}, {b['trials']} trials of {b['seconds']:g} s" if "when" in b else "")
         tables.append(f"**{TOOL_BROKERS.get(broker, broker)}** ({server.get('service', '')} "
-                      f"{server.get('version', '')}) against {b['tool']}:\n\n{table(header, rows, align)}")
+                      f"{server.get('version', '')}{measured}) against {b['tool']}:\n\n{table(header, rows, align)}")
     failed = "; ".join(f"{f['broker']} {f['name']} trial {f['trial']}: {f['reason'][:200]}" for f in bt["failed"])
     machine = bt["machine"]
     loads = bt["load_average_1_5_15"]

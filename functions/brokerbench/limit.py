@@ -27,6 +27,16 @@ client-bound Kafka JSON cell had 57% of its window in flight, its producer waiti
 A `client` cell's rate is the load generator's: a lower bound of what the broker could take, never the broker's
 figure, and it enters no comparison of brokers on throughput. A producer neither busy nor waiting (one that waited
 for a core on a loaded host) is client-bound too: the generator, not the broker, set its pace.
+
+The consumers' side (`consumer_limit`, stored as the limit's `consumers`): a cell whose consumers fell behind shows a
+backlog that grows (the verdict's backlog rule: the broker's own consumer lag, or sent minus received where the
+broker keeps none). Then either the broker delivered too slowly, and the consumers waited for messages in their polls,
+or the consumers could not take them faster: their polls find messages waiting (a poll that brings several has no
+wait to speak of; one that brings nothing or a single message waited for it: that is the consumer's idle time), or a
+consumer process's core is saturated. So: a grown backlog with the consumers idle less than IDLE_SHARE of the
+measured time, or a consumer process at CPU_SATURATED_PCT of a core or more: `consumer`,
+marked `consumer-bound` (the end-to-end latency and the received rate are the generator's consumers', not the
+broker's delivery); a grown backlog with consumers that did wait: `broker`; a backlog that did not grow: None.
 """
 
 from __future__ import annotations
@@ -47,6 +57,14 @@ CPU_SATURATED_PCT = 90.0
 WAIT_SHARE = 0.2
 BY = ("schedule", "broker", "client")
 MARK = "client-bound"
+# Consumers idle (in polls that brought nothing or one message) less than this share of the measured time had messages waiting at nearly
+# every poll: the backlog that grew was theirs to read. The producers' WAIT_SHARE, for the same reason: a consumer held
+# to a fraction of a core spends the rest runnable or stopped, never idle, and one that keeps up idles most of its time.
+IDLE_SHARE = 0.2
+CONSUMER_BY = ("broker", "consumer")
+CONSUMER_MARK = "consumer-bound"
+CONSUMER_LEGEND = ("the consumers, not the broker, fell behind: the backlog grew while they seldom waited for messages "
+                   "(or a consumer's core was saturated); end-to-end latency and the received rate are theirs")
 # What the mark means, where a table or a report shows it.
 LEGEND = ("the load generator, not the broker, set the rate (its producers seldom waited for room in their in-flight "
           "windows, or a producer's core was saturated): a lower bound of what the broker could take, compared with no "
@@ -84,6 +102,28 @@ def cell_limit(*, kept_schedule: bool, window: int | None, window_full_share: fl
     return {"by": by, "window": window, "window_full_share": _round(window_full_share),
             "in_flight_mean_share": _round(in_flight_mean_share), "window_wait_share": _round(window_wait_share),
             "producer_cpu_pct": _round(producer_cpu_pct, 1), "broker_cpu_pct": _round(broker_cpu_pct, 1)}
+
+
+def consumer_limit(*, backlog_grew: bool | None, idle_share: float | None, consumer_cpu_pct: float | None) -> dict:
+    """Whether the consumers were the limit (the module's rule), with its inputs. `backlog_grew`: the verdict's backlog
+    rule found the backlog growing (None: not followed); `idle_share`: the consumers' time in empty polls over the
+    measured span (their mean); `consumer_cpu_pct`: a consumer process's share of one core over it (their mean)."""
+    saturated = consumer_cpu_pct is not None and consumer_cpu_pct >= CPU_SATURATED_PCT
+    if not backlog_grew:
+        by = None
+    elif saturated or (idle_share is not None and idle_share < IDLE_SHARE):
+        by = "consumer"
+    elif idle_share is None:
+        by = None  # grew, but nothing tells whose the backlog was
+    else:
+        by = "broker"
+    return {"by": by, "backlog_grew": backlog_grew, "idle_share": _round(idle_share),
+            "consumer_cpu_pct": _round(consumer_cpu_pct, 1)}
+
+
+def consumer_bound(limit: dict | None) -> bool:
+    """Whether a stored `limit` says the consumers fell behind (False for cells stored before it existed)."""
+    return bool(limit) and (limit.get("consumers") or {}).get("by") == "consumer"
 
 
 def _round(value: float | None, digits: int = 4) -> float | None:

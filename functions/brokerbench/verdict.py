@@ -490,6 +490,13 @@ def not_sent_check(not_sent: int | None, due: int | None) -> tuple[dict | None, 
     return check, None, f"{not_sent:,} of {due:,} due messages not sent ({share:.2%})" if not_sent else ""
 
 
+def backlog_growth(rate: float, intervals: list[dict]) -> dict:
+    """The backlog rule alone (rule 3), for a cell of consumers the verdict does not judge (at max rate, none is):
+    `rate` stands for the target (the rate sent). The check as `sustainability` stores it."""
+    schedule = [i for i in sorted(intervals, key=lambda i: i["interval"]) if i["in_schedule"]]
+    return _backlog_check(float(rate), schedule, False)[0]
+
+
 def sustainability(target_rate: float | None, intervals: list[dict], *, publish_only: bool = False,
                    shaped: bool = False, not_sent: int | None = None, due: int | None = None) -> dict:
     """The verdict for one cell: sustainable, unsustainable, inconclusive, or max-rate (no target). `not_sent` and

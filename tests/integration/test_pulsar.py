@@ -1,10 +1,12 @@
 """Apache Pulsar end to end on the local standalone: every format in both modes (on the native send loop, and on the
-Python loop), a non-persistent cell, and the native loop's producers: what the partitions hold, each receipt taken
-once, one in flight in single mode."""
+Python loop), a non-persistent cell, and the native loop's producers, on both of its paths (Pulsar's binary protocol
+spoken by the loop, and the C API the cells with faults use): what the partitions hold, each receipt taken once, one
+in flight in single mode, and which client the broker saw."""
 
 import time
 
 import pulsar
+import pytest
 
 from brokerbench import spec
 from brokerbench.registry import get_driver
@@ -72,22 +74,41 @@ def test_the_python_loop_serves_the_same_cells(extra_brokers, store, monkeypatch
     assert_python_loop_cells(events, results)
 
 
-def test_the_native_loop_sends_each_message_to_its_partition_and_takes_each_receipt_once(extra_brokers):
-    """3,001 messages over three partitions with the client's batching on: each acknowledged once, none before it
-    was handed over, and each partition holds its messages in order, with the header and the payload (read back
-    with the Python client, independently of the loop): the loop hands each body over without a copy, from blocks
-    it uses again once a message's receipt came, so a block reused too early would show here as a wrong body."""
+# Each native path, and the client the broker reports for its producers (its clientVersion): the loop's own protocol
+# on a standalone, whose one broker serves every partition; the C++ client under the C API.
+NATIVE_PATHS = [("native_sender", "brokerbench"), ("native_failover_sender", "Pulsar-CPP-")]
+
+
+def publishers(driver, topic: str, partitions: int) -> list[str]:
+    """The client versions of the producers the broker has on the topic's partitions now."""
+    return [p.get("clientVersion") for name in driver.partitions_of(topic, range(partitions))
+            for p in driver.admin.stats(name)["publishers"]]
+
+
+@pytest.mark.parametrize("make, client_version", NATIVE_PATHS)
+def test_the_native_loop_sends_each_message_to_its_partition_and_takes_each_receipt_once(extra_brokers, make,
+                                                                                         client_version):
+    """3,001 messages over three partitions with batching on: each acknowledged once, none before it was handed
+    over, and each partition holds its messages in order, with the header and the payload (read back with the Python
+    client, independently of the loop). The C API path hands each body over without a copy, from blocks it uses
+    again once a message's receipt came, so a block reused too early would show here as a wrong body; the protocol
+    path builds each batch itself, so a batch framed wrong (a size, a count, the checksum) would too. The broker
+    stored them in batches: fewer entries than messages."""
     endpoint = extra_brokers("pulsar")["pulsar"]
     client_settings = spec.validate({"brokers": ["pulsar"], "sizes": [512], "rates": [100], "formats": ["raw"]})["client"]
     driver = get_driver("pulsar", endpoint, client_settings)
     topic = f"bb-native-{time.monotonic_ns()}"
     driver.create_topic(topic, 3)
     try:
-        sender = driver.native_sender(topic, 3, "batch")
+        sender = getattr(driver, make)(topic, 3, "batch")
+        assert all(v.startswith(client_version) for v in publishers(driver, topic, 3)) and len(publishers(driver, topic, 3)) == 3
         pool = [bytes([i]) * (300 + i) for i in range(5)]
         sender.configure(pool, None, 4, time.monotonic_ns(), 0.0)
         handed, acked, acked_ns, failed = send_all(sender, 3001)
         sender.close()
+        entries = sum(driver.admin.call("GET", driver.admin.path(name) + "/internalStats")["numberOfEntries"]
+                      for name in driver.partitions_of(topic, range(3)))
+        assert 3 <= entries < 3001 / 10, entries
         assert failed.size == 0 and sorted(acked.tolist()) == list(range(3001))
         assert (acked_ns >= handed[acked]).all()
         client = pulsar.Client(endpoint["service_url"], listener_name=endpoint.get("listener_name"))
@@ -105,14 +126,16 @@ def test_the_native_loop_sends_each_message_to_its_partition_and_takes_each_rece
         driver.delete_topic(topic, 3)
 
 
-def test_the_native_loop_in_single_mode_keeps_one_message_in_flight(extra_brokers):
+@pytest.mark.parametrize("make, client_version", NATIVE_PATHS)
+def test_the_native_loop_in_single_mode_keeps_one_message_in_flight(extra_brokers, make, client_version):
     endpoint = extra_brokers("pulsar")["pulsar"]
     client_settings = spec.validate({"brokers": ["pulsar"], "sizes": [512], "rates": [100], "formats": ["raw"]})["client"]
     driver = get_driver("pulsar", endpoint, client_settings)
     topic = f"bb-native-single-{time.monotonic_ns()}"
     driver.create_topic(topic, 1)
     try:
-        sender = driver.native_sender(topic, 1, "single")
+        sender = getattr(driver, make)(topic, 1, "single")
+        assert [v[:len(client_version)] for v in publishers(driver, topic, 1)] == [client_version]
         sender.configure([b"abc"], None, 0, time.monotonic_ns(), 0.0)
         handed, acked, acked_ns, failed = send_all(sender, 30)
         sender.close()

@@ -266,3 +266,42 @@ def test_the_event_schema_takes_the_limit_and_cells_stored_before_it():
     event({**completed, "limit": {**judged(), "rate": 1500.0}})
     with pytest.raises(InvalidEvent, match="limit.by"):
         event({**completed, "limit": {**judged(), "by": "host"}})
+
+
+def consumers(**given) -> dict:
+    return limit.consumer_limit(**{"backlog_grew": True, "idle_share": 0.05, "consumer_cpu_pct": 40.0, **given})
+
+
+def test_a_grown_backlog_with_consumers_that_seldom_waited_is_consumer_bound():
+    found = consumers()
+    assert found == {"by": "consumer", "backlog_grew": True, "idle_share": 0.05, "consumer_cpu_pct": 40.0}
+    assert limit.consumer_bound({"by": "schedule", "consumers": found})
+
+
+def test_a_saturated_consumer_core_is_consumer_bound_however_idle():
+    assert consumers(idle_share=0.5, consumer_cpu_pct=limit.CPU_SATURATED_PCT)["by"] == "consumer"
+
+
+def test_a_grown_backlog_with_consumers_that_waited_is_the_brokers():
+    assert consumers(idle_share=limit.IDLE_SHARE)["by"] == "broker"
+    assert consumers(idle_share=None, consumer_cpu_pct=None)["by"] is None  # nothing tells whose it was
+
+
+def test_consumers_that_kept_up_limited_nothing():
+    for grew in (False, None):  # not grown, or not followed
+        found = consumers(backlog_grew=grew, idle_share=0.0, consumer_cpu_pct=100.0)
+        assert found["by"] is None and not limit.consumer_bound({"consumers": found})
+    assert not limit.consumer_bound({"by": "client"}) and not limit.consumer_bound(None)  # stored before it existed
+
+
+def test_the_event_schema_takes_the_consumers_limit():
+    from brokerbench.events import InvalidEvent, make_event, new_run_id
+
+    completed = {"cell_id": "c", "attempt": 0, "measured_s": 3.0, "encoded_bytes": 1024.0, "intervals": 3,
+                 "totals": {"sent": 1, "received": 1, "lost": 0, "duplicated": 0, "out_of_order": 0, "send_errors": 0,
+                            "unacked": 0, "bytes_sent": 1024, "bytes_received": 1024}, "histograms": {}}
+    make_event(new_run_id(), "CellCompleted", {**completed, "limit": {**judged(), "consumers": consumers()}},
+               cell_index=0)
+    with pytest.raises(InvalidEvent, match="consumers"):
+        make_event(new_run_id(), "CellCompleted",
+                   {**completed, "limit": {**judged(), "consumers": {**consumers(), "by": "client"}}}, cell_index=0)

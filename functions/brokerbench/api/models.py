@@ -146,8 +146,9 @@ class CellLine(Model):
     reason: str | None
     limit: dict[str, Any] | None = Field(None, description="What limited the cell's rate (brokerbench.limit): `by` "
                                          "schedule, broker or client (client-bound: the load generator's rate, a "
-                                         "lower bound of the broker's), with the rule's inputs; null for cells stored "
-                                         "before it was recorded")
+                                         "lower bound of the broker's), with the rule's inputs, and for a cell with "
+                                         "consumers `consumers.by` (consumer: consumer-bound, they fell behind); null "
+                                         "for cells stored before it was recorded")
     not_sent: int | None = Field(None, description="Measured messages due before the cell's end that its producers "
                                  "never sent (they fell behind their schedule); null where it was not counted (cells stored "
                                  "before it was, or that ended before measuring)")

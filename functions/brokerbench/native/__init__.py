@@ -112,6 +112,12 @@ def pulsar_sender(service_url: str, listener_name: str | None, topics: list[str]
     return native.pulsar_sender(service_url, listener_name, topics, settings, single, timeout_s)
 
 
+def pulsar_wire_sender(host: str, port: int, topics: list[str], settings: dict, single: bool, depth: int,
+                       timeout_s: float = 30.0):
+    """The loop speaking Pulsar's binary protocol itself, to the one broker at host:port that serves every topic."""
+    return module().pulsar_wire_sender(host, port, topics, settings, single, depth, timeout_s)
+
+
 def amqp_sender(host: str, port: int, user: str, password: str, vhost: str, queues: list[bytes], depth: int,
                 timeout_s: float = 30.0):
     return module().amqp_sender(host, port, user, password, vhost, queues, depth, timeout_s)

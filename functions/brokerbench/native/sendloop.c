@@ -246,9 +246,9 @@ static inline void put_header(char *out, uint32_t producer, int64_t seq, int64_t
 }
 
 /* ---- the sender object ----------------------------------------------------------------------- */
-enum { KIND_KAFKA = 1, KIND_REDIS = 2, KIND_NATS = 3, KIND_PULSAR = 4, KIND_AMQP = 5, KIND_STREAM = 6 };
+enum { KIND_KAFKA = 1, KIND_REDIS = 2, KIND_NATS = 3, KIND_PULSAR = 4, KIND_AMQP = 5, KIND_STREAM = 6, KIND_PWIRE = 7 };
 #define ON_ITS_SOCKET(s) ((s)->kind == KIND_REDIS || WINDOWED(s))
-#define WINDOWED(s) ((s)->kind == KIND_NATS || (s)->kind == KIND_AMQP || (s)->kind == KIND_STREAM) /* [win_low, win_next) */
+#define WINDOWED(s) ((s)->kind == KIND_NATS || (s)->kind == KIND_AMQP || (s)->kind == KIND_STREAM || (s)->kind == KIND_PWIRE) /* [win_low, win_next) */
 
 /* RabbitMQ streams: a lane's publishes staged for its next Publish frame. */
 typedef struct {
@@ -324,6 +324,14 @@ typedef struct {
     /* RabbitMQ streams: each lane's staged publishes, and their bytes in all */
     lane_buf *lanes;
     size_t staged;
+    /* Pulsar's binary protocol: each lane's batch (its first and last seq, when it is due to go out at the latest)
+       and its producer's name as the broker gave it; how batches are bounded; 0 batching: one message a frame */
+    int64_t *pw_first, *pw_last, *pw_due;
+    char **pw_name;
+    size_t *pw_name_len;
+    int pw_batching;
+    long pw_max_messages, pw_max_bytes;
+    int64_t pw_delay_ns;
     /* the payloads */
     PyObject *objects; /* list: bytes (raw) or records for `encode` */
     PyObject *encode;  /* callable or NULL */
@@ -424,7 +432,7 @@ static int resp_next(Sender *s) {
 }
 
 static const char *broker_name(const Sender *s) {
-    return s->kind == KIND_NATS ? "NATS" : s->kind == KIND_REDIS ? "Redis" : s->kind == KIND_KAFKA ? "Kafka" : s->kind == KIND_PULSAR ? "Pulsar" : "RabbitMQ";
+    return s->kind == KIND_NATS ? "NATS" : s->kind == KIND_REDIS ? "Redis" : s->kind == KIND_KAFKA ? "Kafka" : s->kind == KIND_PULSAR || s->kind == KIND_PWIRE ? "Pulsar" : "RabbitMQ";
 }
 
 static Py_ssize_t in_flight(Sender *s) {
@@ -470,12 +478,15 @@ static void conn_broken(Sender *s) {
 }
 
 static void stream_seal(Sender *s);
+static void pwire_seal(Sender *s, int all);
+static int64_t pwire_next_due(const Sender *s);
 
 static inline int has_output(const Sender *s) { return s->out_len || s->staged; }
 
 /* Write what is buffered. */
 static void conn_write(Sender *s) {
     if (s->kind == KIND_STREAM) stream_seal(s);
+    if (s->kind == KIND_PWIRE) pwire_seal(s, 0); /* the batches that are full or due; the rest wait for theirs */
     size_t off = 0;
     while (off < s->out_len && s->fd >= 0) {
         ssize_t n = send(s->fd, s->out + off, s->out_len - off, MSG_NOSIGNAL);
@@ -706,6 +717,222 @@ static int stream_reply(Sender *s) {
     return 1; /* heartbeats, responses */
 }
 
+/* ---- Pulsar's binary protocol, spoken by the loop itself ------------------------------------------------------
+   A frame is [total size][command size][BaseCommand]; a SEND adds [0x0e01][CRC32-C][metadata size][MessageMetadata]
+   [payload] (sizes big-endian; the checksum covers what follows it). A batch's payload is, per message,
+   [size][SingleMessageMetadata][body]. The protobuf messages are few and small, written and read here by hand. */
+enum { PW_CONNECT = 2, PW_CONNECTED = 3, PW_PRODUCER = 5, PW_SEND = 6, PW_SEND_RECEIPT = 7, PW_SEND_ERROR = 8,
+       PW_ERROR = 14, PW_CLOSE_PRODUCER = 15, PW_PRODUCER_SUCCESS = 17, PW_PING = 18, PW_PONG = 19 };
+#define PW_PROTOCOL_VERSION 19 /* what the fields used here need; the broker answers in the version both know */
+#define PW_FRAME_ROOM 256      /* the frame's sizes, command and metadata around a batch's payload, at most */
+
+static uint32_t crc32c_table[256];
+static int crc32c_hw = -1; /* -1: not known yet */
+
+__attribute__((target("sse4.2"))) static uint32_t crc32c_sse42(uint32_t crc, const unsigned char *p, size_t n) {
+    uint64_t c = crc;
+    for (; n >= 8; n -= 8, p += 8) {
+        uint64_t v;
+        memcpy(&v, p, 8);
+        c = __builtin_ia32_crc32di(c, v);
+    }
+    uint32_t c32 = (uint32_t)c;
+    for (; n; n--) c32 = __builtin_ia32_crc32qi(c32, *p++);
+    return c32;
+}
+
+/* CRC-32C (Castagnoli), as Pulsar checks its payloads: with the CPU's instruction where it has one. */
+static uint32_t crc32c(const unsigned char *p, size_t n) {
+    if (crc32c_hw < 0) {
+        for (uint32_t i = 0; i < 256; i++) {
+            uint32_t c = i;
+            for (int k = 0; k < 8; k++) c = c & 1 ? (c >> 1) ^ 0x82F63B78u : c >> 1;
+            crc32c_table[i] = c;
+        }
+        crc32c_hw = __builtin_cpu_supports("sse4.2");
+    }
+    if (crc32c_hw) return ~crc32c_sse42(0xFFFFFFFFu, p, n);
+    uint32_t c = 0xFFFFFFFFu;
+    while (n--) c = crc32c_table[(c ^ *p++) & 0xFF] ^ (c >> 8);
+    return ~c;
+}
+
+static inline char *pb_varint(char *o, uint64_t v) {
+    while (v >= 0x80) *o++ = (char)(v | 0x80), v >>= 7;
+    *o++ = (char)v;
+    return o;
+}
+static inline char *pb_uint(char *o, int field, uint64_t v) { return pb_varint(pb_varint(o, (uint64_t)field << 3), v); }
+static inline char *pb_bytes(char *o, int field, const char *data, size_t len) {
+    o = pb_varint(pb_varint(o, (uint64_t)field << 3 | 2), len);
+    memcpy(o, data, len);
+    return o + len;
+}
+
+static int pb_read_varint(const unsigned char **p, const unsigned char *end, uint64_t *v) { /* 0, or -1 malformed */
+    *v = 0;
+    for (int shift = 0;; shift += 7) {
+        if (*p >= end || shift > 63) return -1;
+        *v |= (uint64_t)(**p & 0x7F) << shift;
+        if (!(*(*p)++ & 0x80)) return 0;
+    }
+}
+
+/* One field of a protobuf message read at *p (before end): its number, and its value (a varint) or its bytes
+   (length-delimited). 0 at the end, -1 malformed. */
+static int pb_next(const unsigned char **p, const unsigned char *end, int *field, uint64_t *value,
+                   const unsigned char **data, size_t *len) {
+    if (*p >= end) return 0;
+    uint64_t key;
+    if (pb_read_varint(p, end, &key)) return -1;
+    *field = (int)(key >> 3);
+    switch (key & 7) {
+    case 0: return pb_read_varint(p, end, value) ? -1 : 1;
+    case 2:
+        if (pb_read_varint(p, end, value) || *value > (uint64_t)(end - *p)) return -1;
+        *data = *p, *len = (size_t)*value;
+        *p += *value;
+        return 1;
+    case 1: *p += 8; return *p <= end ? 1 : -1;
+    case 5: *p += 4; return *p <= end ? 1 : -1;
+    default: return -1;
+    }
+}
+
+/* A whole simple command (no payload): [total][size][BaseCommand{type, <field type>: sub}] appended to `out`. */
+static int pwire_command(Sender *s, int type, const char *sub, size_t sub_len) {
+    if (out_reserve(s, 32 + sub_len)) return -1;
+    char cmd[16], *c = pb_uint(cmd, 1, (uint64_t)type);
+    c = pb_varint(pb_varint(c, (uint64_t)type << 3 | 2), sub_len);
+    size_t head = (size_t)(c - cmd), size = head + sub_len;
+    char *o = put32(s->out + s->out_len, (uint32_t)(4 + size));
+    o = put32(o, (uint32_t)size);
+    memcpy(o, cmd, head);
+    memcpy(o + head, sub, sub_len);
+    s->out_len += 8 + size;
+    return 0;
+}
+
+/* The time the lane's batch must go out by (INT64_MAX: none open), the earliest of all lanes'. */
+static int64_t pwire_next_due(const Sender *s) {
+    int64_t due = INT64_MAX;
+    for (int i = 0; i < s->partitions; i++)
+        if (s->lanes[i].count && s->pw_due[i] < due) due = s->pw_due[i];
+    return due;
+}
+
+/* Move lane i's open batch (or single message) into `out` as one SEND frame. */
+static void pwire_seal_lane(Sender *s, int i) {
+    lane_buf *b = &s->lanes[i];
+    if (!b->count) return;
+    if (out_reserve(s, PW_FRAME_ROOM + s->pw_name_len[i] + b->len)) {
+        s->oom = 1;
+        return;
+    }
+    struct timespec wall;
+    clock_gettime(CLOCK_REALTIME, &wall);
+    char meta[128 + 256], *m = meta; /* MessageMetadata: producer_name, sequence_id, publish_time [, batch] */
+    m = pb_bytes(m, 1, s->pw_name[i], s->pw_name_len[i]);
+    m = pb_uint(m, 2, (uint64_t)s->pw_first[i]);
+    m = pb_uint(m, 3, (uint64_t)wall.tv_sec * 1000 + (uint64_t)(wall.tv_nsec / 1000000));
+    char send[64], *c = send; /* CommandSend: producer_id, sequence_id [, num_messages, highest_sequence_id] */
+    c = pb_uint(c, 1, (uint64_t)i);
+    c = pb_uint(c, 2, (uint64_t)s->pw_first[i]);
+    if (s->pw_batching) {
+        m = pb_uint(m, 11, (uint64_t)b->count);
+        m = pb_uint(m, 24, (uint64_t)s->pw_last[i]);
+        c = pb_uint(c, 3, (uint64_t)b->count);
+        c = pb_uint(c, 6, (uint64_t)s->pw_last[i]);
+    }
+    char cmd[96], *k = pb_uint(cmd, 1, PW_SEND);
+    k = pb_bytes(k, PW_SEND, send, (size_t)(c - send));
+    size_t cmd_len = (size_t)(k - cmd), meta_len = (size_t)(m - meta);
+    char *o = s->out + s->out_len;
+    o = put32(o, (uint32_t)(4 + cmd_len + 2 + 4 + 4 + meta_len + b->len));
+    o = put32(o, (uint32_t)cmd_len);
+    memcpy(o, cmd, cmd_len), o += cmd_len;
+    *o++ = 0x0e, *o++ = 0x01;
+    char *checksum = o;
+    o += 4;
+    char *covered = o;
+    o = put32(o, (uint32_t)meta_len);
+    memcpy(o, meta, meta_len), o += meta_len;
+    memcpy(o, b->data, b->len), o += b->len;
+    put32(checksum, crc32c((const unsigned char *)covered, (size_t)(o - covered)));
+    s->out_len = (size_t)(o - s->out);
+    s->staged -= b->len;
+    b->len = 0;
+    b->count = 0;
+}
+
+/* Seal the lanes' batches: all of them, or those whose delay is over. */
+static void pwire_seal(Sender *s, int all) {
+    int64_t now = all ? 0 : now_ns();
+    for (int i = 0; i < s->partitions; i++)
+        if (s->lanes[i].count && (all || s->pw_due[i] <= now)) pwire_seal_lane(s, i);
+}
+
+/* The publishes a receipt answers: lane `lane`'s seqs from `first` to `last` (a lane holds every partitions-th
+   seq), each stamped now, or failed. */
+static void pwire_answer(Sender *s, int lane, int64_t first, int64_t last, int ok) {
+    int64_t at = now_ns();
+    for (int64_t seq = first; seq <= last; seq += s->partitions) {
+        if (seq < s->win_low || seq >= s->win_next || seq % s->partitions != lane) continue;
+        window_slot *slot = &s->ring[seq % (s->depth + 1)];
+        if (!slot->pending) continue;
+        slot->pending = 0;
+        if (ok ? (buf_push(&s->ack_seq, seq) || buf_push(&s->ack_ns, at)) : buf_push(&s->failed, seq)) s->oom = 1;
+    }
+    window_advance(s, INT64_MIN);
+}
+
+/* The next complete frame from the broker: a send receipt acknowledges its batch, a ping is answered; a send error,
+   an error or the producer closed by the broker (its topic unloaded or moved) ends the connection. 1 = taken,
+   -1 = incomplete, -2 = protocol error, -3 = closed by the broker (the error says why). */
+static int pwire_reply(Sender *s) {
+    const unsigned char *p = (const unsigned char *)s->in + s->in_pos;
+    size_t have = s->in_len - s->in_pos;
+    if (have < 4) return -1;
+    size_t total = be32(p);
+    if (have < 4 + total) return -1;
+    if (total < 4 || be32(p + 4) > total - 4) return -2;
+    s->in_pos += 4 + total;
+    const unsigned char *c = p + 8, *end = c + be32(p + 4), *sub = NULL, *data;
+    size_t sub_len = 0, len;
+    int field, type = 0;
+    uint64_t value;
+    while (pb_next(&c, end, &field, &value, &data, &len) == 1) {
+        if (field == 1) type = (int)value;
+        else if (field == type || (type == 0 && field > 1)) sub = data, sub_len = len;
+    }
+    if (type == PW_PING) {
+        if (pwire_command(s, PW_PONG, "", 0)) s->oom = 1;
+        return 1;
+    }
+    if (type != PW_SEND_RECEIPT && type != PW_SEND_ERROR && type != PW_ERROR && type != PW_CLOSE_PRODUCER) return 1;
+    uint64_t producer = UINT64_MAX, sequence = 0, highest = 0;
+    const unsigned char *message = NULL;
+    size_t message_len = 0;
+    for (const unsigned char *q = sub, *qend = sub ? sub + sub_len : NULL; q && pb_next(&q, qend, &field, &value, &data, &len) == 1;) {
+        if (field == 1 && type != PW_ERROR) producer = value;
+        else if (field == 2) sequence = value;
+        else if (field == 4 && type == PW_SEND_RECEIPT) highest = value;
+        else if ((field == 4 && type == PW_SEND_ERROR) || (field == 3 && type == PW_ERROR)) message = data, message_len = len;
+    }
+    if (type == PW_SEND_RECEIPT) {
+        if (producer >= (uint64_t)s->partitions) return -2;
+        /* a batch's receipt names its last seq too; a lone message's says -1 there */
+        int64_t first = (int64_t)sequence, last = (int64_t)highest;
+        pwire_answer(s, (int)producer, first, last > first ? last : first, 1);
+        return 1;
+    }
+    snprintf(s->error, sizeof s->error, "Pulsar %s%s%.*s",
+             type == PW_SEND_ERROR ? "refused a send" : type == PW_ERROR ? "answered with an error"
+                                                                           : "closed the producer (its topic was unloaded or moved)",
+             message ? ": " : "", (int)(message ? message_len > 300 ? 300 : message_len : 0), message ? (const char *)message : "");
+    return -3;
+}
+
 /* Read the replies that have arrived; with `block`, wait up to timeout_ms (-1: the socket's timeout) for at
    least one. Each reply is stamped as it is read. */
 static void conn_read(Sender *s, int block, int timeout_ms) {
@@ -714,6 +941,7 @@ static void conn_read(Sender *s, int block, int timeout_ms) {
         int r = s->kind == KIND_NATS     ? nats_reply(s)
                 : s->kind == KIND_AMQP   ? amqp_reply(s)
                 : s->kind == KIND_STREAM ? stream_reply(s)
+                : s->kind == KIND_PWIRE  ? pwire_reply(s)
                                          : redis_reply(s);
         if (r == 1) {
             got_one = 1;
@@ -783,6 +1011,7 @@ static void conn_pump(Sender *s) {
 /* Write everything and wait up to timeout_ms for every reply. */
 static void conn_drain(Sender *s, int timeout_ms) {
     int64_t deadline = now_ns() + (int64_t)timeout_ms * 1000000LL;
+    if (s->kind == KIND_PWIRE) pwire_seal(s, 1);
     conn_pump(s);
     while (s->fd >= 0 && in_flight(s) > 0) {
         int64_t left = deadline - now_ns();
@@ -796,6 +1025,7 @@ static void conn_drain(Sender *s, int timeout_ms) {
    ACK_TIMEOUT_NS is given up (see window_advance). */
 static void wait_for_room(Sender *s) {
     while (in_flight(s) >= s->depth && s->fd >= 0) {
+        if (s->kind == KIND_PWIRE) pwire_seal(s, 1); /* the open batches cannot wait for their delay: nothing else comes */
         if (has_output(s)) conn_write(s);
         if (s->kind == KIND_NATS) {
             conn_read(s, 1, 100);
@@ -822,16 +1052,27 @@ static void serve(Sender *s, int timeout_ms) {
 static void conn_wait(Sender *s, int64_t until) {
     conn_pump(s);
     for (;;) {
-        int64_t left = until - now_ns();
+        int64_t now = now_ns(), left = until - now;
         if (left <= 0) return;
         if (s->fd < 0 || in_flight(s) == 0) {
             sleep_ns(left);
             return;
         }
+        if (s->kind == KIND_PWIRE) { /* an open batch goes out when its delay is over */
+            int64_t due = pwire_next_due(s);
+            if (due <= now) {
+                conn_pump(s);
+                continue;
+            }
+            if (due - now < left) left = due - now;
+        }
         struct pollfd pfd = {s->fd, POLLIN, 0};
         struct timespec ts = {left / 1000000000LL, left % 1000000000LL};
         int ready = ppoll(&pfd, 1, &ts, NULL);
-        if (ready == 0) return; /* timed out: `until` has come */
+        if (ready == 0) {
+            if (s->kind == KIND_PWIRE && now_ns() < until) continue; /* a batch's delay is over, not the wait */
+            return; /* timed out: `until` has come */
+        }
         if (ready < 0) {
             if (errno == EINTR) continue;
             return;
@@ -992,35 +1233,87 @@ static int pulsar_send(Sender *s, int64_t seq, int partition, const char *header
     return 0;
 }
 
-static int nats_connect(Sender *s);
-/* RabbitMQ streams: stage the message in its lane's next Publish frame (publishing id = seq; the data is the worker's
-   header then the payload, as the Python driver publishes it), written with the next write; then wait for room in
-   the window. A lost connection is not made again (as the Python producer): later sends fail at once. */
-static int stream_send(Sender *s, int64_t seq, int partition, const char *header, const char *payload, Py_ssize_t len) {
+/* A lane's staging buffer with room for `need` more bytes; -1 with s->error set. */
+static int lane_reserve(Sender *s, lane_buf *b, size_t need) {
+    if (b->len + need <= b->cap) return 0;
+    size_t cap = b->cap ? b->cap : 65536;
+    while (cap < b->len + need) cap *= 2;
+    char *grown = realloc(b->data, cap);
+    if (!grown) {
+        snprintf(s->error, sizeof s->error, "out of memory");
+        return -1;
+    }
+    b->data = grown;
+    b->cap = cap;
+    return 0;
+}
+
+/* The window before message `seq` is staged (RabbitMQ streams, Pulsar's protocol): a seq that does not follow the
+   last one starts it again; without a connection the message fails at once (1: failed, nothing to send). */
+static int window_begin(Sender *s, int64_t seq) {
     if (!s->win_started || seq != s->win_next) {
         for (int64_t q = s->win_low; s->win_started && q < s->win_next; q++) s->ring[q % (s->depth + 1)].pending = 0;
         s->win_low = s->win_next = seq;
         s->win_started = 1;
     }
-    if (s->fd < 0) {
-        s->win_low = s->win_next = seq + 1;
-        if (buf_push(&s->failed, seq)) s->oom = 1;
-        return 0;
+    if (s->fd >= 0) return 0;
+    s->win_low = s->win_next = seq + 1;
+    if (buf_push(&s->failed, seq)) s->oom = 1;
+    return 1;
+}
+
+/* Pulsar's binary protocol: add the message to its lane's batch (its body is the one the Python driver sends: the
+   header's length, the header, the payload), which goes out as one SEND when it holds the most messages or bytes
+   the producer settings allow, or when its delay is over (batchingMaxPublishDelay, from its first message), as the
+   client batches; without batching each message goes out at once. Then wait for room in the window. A lost
+   connection is not made again: later sends fail at once. */
+static int pwire_send(Sender *s, int64_t seq, int partition, const char *header, const char *payload, Py_ssize_t len) {
+    if (s->win_started && seq != s->win_next) pwire_seal(s, 1); /* a gap: a batch holds every partitions-th seq */
+    if (window_begin(s, seq)) return 0;
+    lane_buf *b = &s->lanes[partition];
+    size_t body = 1 + HEADER_BYTES + (size_t)len, need = body + (s->pw_batching ? 4 + 16 : 0);
+    if (b->count && (size_t)b->len + need > (size_t)s->pw_max_bytes) pwire_seal_lane(s, partition);
+    if (lane_reserve(s, b, need)) return -1;
+    char *o = b->data + b->len;
+    if (s->pw_batching) { /* [size][SingleMessageMetadata: payload_size, sequence_id] */
+        char smm[24], *m = pb_uint(smm, 3, (uint64_t)body);
+        m = pb_uint(m, 8, (uint64_t)seq);
+        o = put32(o, (uint32_t)(m - smm));
+        memcpy(o, smm, (size_t)(m - smm)), o += m - smm;
     }
+    *o++ = (char)HEADER_BYTES;
+    memcpy(o, header, HEADER_BYTES);
+    memcpy(o + HEADER_BYTES, payload, (size_t)len);
+    o += HEADER_BYTES + len;
+    size_t added = (size_t)(o - (b->data + b->len));
+    b->len += added;
+    s->staged += added;
+    int64_t now = now_ns();
+    if (!b->count++) {
+        s->pw_first[partition] = seq;
+        s->pw_due[partition] = now + s->pw_delay_ns;
+    }
+    s->pw_last[partition] = seq;
+    window_slot *slot = &s->ring[seq % (s->depth + 1)];
+    slot->pending = 1;
+    slot->sent_ns = now;
+    s->win_next = seq + 1;
+    if (!s->pw_batching || b->count >= s->pw_max_messages || s->pw_due[partition] <= now) pwire_seal_lane(s, partition);
+    if (s->out_len) conn_write(s);
+    wait_for_room(s);
+    return 0;
+}
+
+static int nats_connect(Sender *s);
+/* RabbitMQ streams: stage the message in its lane's next Publish frame (publishing id = seq; the data is the worker's
+   header then the payload, as the Python driver publishes it), written with the next write; then wait for room in
+   the window. A lost connection is not made again (as the Python producer): later sends fail at once. */
+static int stream_send(Sender *s, int64_t seq, int partition, const char *header, const char *payload, Py_ssize_t len) {
+    if (window_begin(s, seq)) return 0;
     lane_buf *b = &s->lanes[partition];
     size_t need = 12 + HEADER_BYTES + (size_t)len;
     if (b->count && 13 + b->len + need > (size_t)s->frame_max) stream_seal(s); /* a frame holds at most frame_max */
-    if (b->len + need > b->cap) {
-        size_t cap = b->cap ? b->cap : 65536;
-        while (cap < b->len + need) cap *= 2;
-        char *grown = realloc(b->data, cap);
-        if (!grown) {
-            snprintf(s->error, sizeof s->error, "out of memory");
-            return -1;
-        }
-        b->data = grown;
-        b->cap = cap;
-    }
+    if (lane_reserve(s, b, need)) return -1;
     char *o = b->data + b->len;
     o = put64(o, (uint64_t)seq);
     o = put32(o, (uint32_t)(HEADER_BYTES + len));
@@ -1164,6 +1457,7 @@ static int send_one(Sender *s, int64_t seq, int64_t intended, const char *payloa
     if (s->kind == KIND_PULSAR) return pulsar_send(s, seq, partition, header, payload, len);
     if (s->kind == KIND_AMQP) return amqp_send(s, seq, partition, header, payload, len);
     if (s->kind == KIND_STREAM) return stream_send(s, seq, partition, header, payload, len);
+    if (s->kind == KIND_PWIRE) return pwire_send(s, seq, partition, header, payload, len);
     char tail[48];
     int tail_len = snprintf(tail, sizeof tail, "\r\n$1\r\nd\r\n$%zd\r\n", len);
     if (out_reserve(s, s->prefix_len[partition] + HEADER_BYTES + (size_t)tail_len + (size_t)len + 2) ||
@@ -1485,6 +1779,12 @@ static void Sender_dealloc(Sender *s) {
     for (pl_block *b = s->pl_free, *next; b; b = next) next = b->next, free(b);
     for (int i = 0; s->lanes && i < s->partitions; i++) free(s->lanes[i].data);
     PyMem_RawFree(s->lanes);
+    for (int i = 0; s->pw_name && i < s->partitions; i++) PyMem_RawFree(s->pw_name[i]);
+    PyMem_RawFree(s->pw_name);
+    PyMem_RawFree(s->pw_name_len);
+    PyMem_RawFree(s->pw_first);
+    PyMem_RawFree(s->pw_last);
+    PyMem_RawFree(s->pw_due);
     free(s->scratch);
     pthread_cond_destroy(&s->acked);
     PyMem_RawFree(s->inbox);
@@ -1979,6 +2279,198 @@ static PyObject *stream_sender(PyObject *self, PyObject *args) {
     Py_END_ALLOW_THREADS return connected(s, rc);
 }
 
+static int setting(PyObject *settings, const char *name, long *value);
+static int check_pulsar_settings(PyObject *settings);
+
+/* Pulsar's binary protocol, while the connection is made: read one whole frame (blocking, within the socket's
+   timeout); returns its command type with the command's own fields in *sub, or -1 with s->error set. */
+static int pwire_read_frame(Sender *s, int fd, unsigned char *buf, size_t cap, const unsigned char **sub, size_t *sub_len) {
+    size_t got = 0, need = 4;
+    while (got < need) {
+        ssize_t n = recv(fd, buf + got, need - got, 0);
+        if (n < 0 && errno == EINTR) continue;
+        if (n <= 0) {
+            snprintf(s->error, sizeof s->error, "Pulsar at %s:%d %s", s->host, s->port,
+                     n == 0 ? "closed the connection" : "did not answer within the timeout");
+            return -1;
+        }
+        got += (size_t)n;
+        if (got == 4) {
+            need = 4 + be32(buf);
+            if (need > cap || need < 8) {
+                snprintf(s->error, sizeof s->error, "Pulsar at %s:%d sent a frame of %zu bytes", s->host, s->port, need);
+                return -1;
+            }
+        }
+    }
+    const unsigned char *c = buf + 8, *end = c + be32(buf + 4), *data;
+    if (end > buf + need) end = buf + need;
+    int field, type = -1;
+    uint64_t value;
+    size_t len;
+    *sub = NULL, *sub_len = 0;
+    while (pb_next(&c, end, &field, &value, &data, &len) == 1) {
+        if (field == 1) type = (int)value;
+        else if (field == type) *sub = data, *sub_len = len;
+    }
+    return type;
+}
+
+/* The message of a CommandError's fields (or "no reason given"), into s->error after `what`. */
+static void pwire_error(Sender *s, const char *what, const unsigned char *sub, size_t sub_len) {
+    const unsigned char *q = sub, *data, *message = NULL;
+    size_t len, message_len = 0;
+    int field;
+    uint64_t value;
+    while (q && pb_next(&q, sub + sub_len, &field, &value, &data, &len) == 1)
+        if (field == 3) message = data, message_len = len > 300 ? 300 : len;
+    snprintf(s->error, sizeof s->error, "Pulsar at %s:%d refused %s: %.*s", s->host, s->port, what,
+             message ? (int)message_len : 16, message ? (const char *)message : "no reason given");
+}
+
+/* Connect, then make a producer per lane (producer id = the lane) and keep the name the broker gives it. */
+static int pwire_connect(Sender *s, PyObject **topics, Py_ssize_t count) {
+    char err[256];
+    int fd = tcp_connect(s->host, s->port, s->timeout_s, err, sizeof err);
+    if (fd < 0) {
+        snprintf(s->error, sizeof s->error, "cannot connect to Pulsar at %s:%d: %s", s->host, s->port, err);
+        return -1;
+    }
+    size_t cap = 1 << 16;
+    unsigned char *buf = malloc(cap);
+    const unsigned char *sub, *data;
+    size_t sub_len, len;
+    int field, type;
+    uint64_t value;
+    char fields[1200], *f = pb_bytes(fields, 1, "brokerbench", 11);
+    f = pb_uint(f, 4, PW_PROTOCOL_VERSION);
+    s->out_len = 0;
+    if (!buf) {
+        snprintf(s->error, sizeof s->error, "out of memory");
+        goto fail;
+    }
+    if (pwire_command(s, PW_CONNECT, fields, (size_t)(f - fields)) || send_all(fd, s->out, s->out_len) < 0) {
+        snprintf(s->error, sizeof s->error, "cannot write to Pulsar at %s:%d", s->host, s->port);
+        goto fail;
+    }
+    while ((type = pwire_read_frame(s, fd, buf, cap, &sub, &sub_len)) != PW_CONNECTED) {
+        if (type < 0) goto fail;
+        if (type == PW_ERROR) {
+            pwire_error(s, "the connection", sub, sub_len);
+            goto fail;
+        }
+        if (type != PW_PING) {
+            snprintf(s->error, sizeof s->error, "Pulsar at %s:%d answered the connection with command %d (it may want "
+                     "authentication, which this loop does not do)", s->host, s->port, type);
+            goto fail;
+        }
+    }
+    for (Py_ssize_t i = 0; i < count; i++) {
+        Py_ssize_t topic_len;
+        const char *topic = PyUnicode_AsUTF8AndSize(topics[i], &topic_len);
+        if (!topic || topic_len > 1000) {
+            snprintf(s->error, sizeof s->error, "topics[%zd]: a str of at most 1000 bytes", i);
+            goto fail;
+        }
+        f = pb_bytes(fields, 1, topic, (size_t)topic_len);
+        f = pb_uint(f, 2, (uint64_t)i);
+        f = pb_uint(f, 3, (uint64_t)i + 1);
+        s->out_len = 0;
+        if (pwire_command(s, PW_PRODUCER, fields, (size_t)(f - fields)) || send_all(fd, s->out, s->out_len) < 0) {
+            snprintf(s->error, sizeof s->error, "cannot write to Pulsar at %s:%d", s->host, s->port);
+            goto fail;
+        }
+        for (;;) {
+            if ((type = pwire_read_frame(s, fd, buf, cap, &sub, &sub_len)) < 0) goto fail;
+            if (type == PW_ERROR) {
+                char what[64];
+                snprintf(what, sizeof what, "a producer for lane %zd", i);
+                pwire_error(s, what, sub, sub_len);
+                goto fail;
+            }
+            if (type != PW_PRODUCER_SUCCESS) continue;
+            const unsigned char *q = sub, *name = NULL;
+            size_t name_len = 0;
+            int ready = 1;
+            while (q && pb_next(&q, sub + sub_len, &field, &value, &data, &len) == 1) {
+                if (field == 2) name = data, name_len = len;
+                else if (field == 6) ready = value != 0;
+            }
+            if (!ready) continue; /* a later success says it is ready */
+            if (!name || name_len > 255) {
+                snprintf(s->error, sizeof s->error, "Pulsar at %s:%d gave lane %zd's producer no name", s->host, s->port, i);
+                goto fail;
+            }
+            s->pw_name[i] = PyMem_RawMalloc(name_len ? name_len : 1);
+            if (!s->pw_name[i]) {
+                snprintf(s->error, sizeof s->error, "out of memory");
+                goto fail;
+            }
+            memcpy(s->pw_name[i], name, name_len);
+            s->pw_name_len[i] = name_len;
+            break;
+        }
+    }
+    free(buf);
+    s->out_len = 0;
+    s->fd = fd;
+    s->error[0] = 0;
+    return 0;
+fail:
+    free(buf);
+    s->out_len = 0;
+    close(fd);
+    return -1;
+}
+
+/* pulsar_wire_sender(host, port, topics: list[str], settings: dict, single: bool, depth: int, timeout_s=30.0): a
+   producer per topic (all served by the broker at host:port), batching as settings say (brokers.pulsar's
+   producer_settings), at most depth messages unanswered in all. */
+static PyObject *pulsar_wire_sender(PyObject *self, PyObject *args) {
+    const char *host;
+    int port, single, depth;
+    PyObject *topics, *settings;
+    double timeout_s = 30.0;
+    if (!PyArg_ParseTuple(args, "siO!O!pi|d", &host, &port, &PyList_Type, &topics, &PyDict_Type, &settings, &single,
+                          &depth, &timeout_s))
+        return NULL;
+    if (timeout_s <= 0) return PyErr_Format(PyExc_ValueError, "timeout_s: must be positive");
+    if (depth < 1) return PyErr_Format(PyExc_ValueError, "depth: must be at least 1, got %d", depth);
+    int partitions = (int)PyList_GET_SIZE(topics);
+    if (partitions < 1) return PyErr_Format(PyExc_ValueError, "topics: at least one topic is needed");
+    for (int i = 0; i < partitions; i++)
+        if (!PyUnicode_Check(PyList_GET_ITEM(topics, i))) return PyErr_Format(PyExc_TypeError, "topics[%d]: must be a str", i);
+    if (check_pulsar_settings(settings) < 0) return NULL;
+    long batching = 0, delay_ms = 10, max_bytes = 128 * 1024, max_messages = 1000;
+    if (setting(settings, "batching_enabled", &batching) < 0 ||
+        setting(settings, "batching_max_publish_delay_ms", &delay_ms) < 0 ||
+        setting(settings, "batching_max_allowed_size_in_bytes", &max_bytes) < 0 ||
+        setting(settings, "batching_max_messages", &max_messages) < 0)
+        return NULL;
+    if (batching && (delay_ms < 0 || max_bytes < 1 || max_messages < 1))
+        return PyErr_Format(PyExc_ValueError, "settings: the batch's delay, bytes and messages must be positive");
+    Sender *s = windowed_sender_new(KIND_PWIRE, partitions, host, port, single ? 1 : depth, timeout_s, 0);
+    if (!s) return NULL;
+    s->single = single;
+    s->pw_batching = batching && !single;
+    s->pw_max_messages = max_messages;
+    s->pw_max_bytes = max_bytes;
+    s->pw_delay_ns = (int64_t)delay_ms * 1000000LL;
+    s->pw_first = PyMem_RawCalloc((size_t)partitions, sizeof(int64_t));
+    s->pw_last = PyMem_RawCalloc((size_t)partitions, sizeof(int64_t));
+    s->pw_due = PyMem_RawCalloc((size_t)partitions, sizeof(int64_t));
+    s->pw_name = PyMem_RawCalloc((size_t)partitions, sizeof(char *));
+    s->pw_name_len = PyMem_RawCalloc((size_t)partitions, sizeof(size_t));
+    if (!s->pw_first || !s->pw_last || !s->pw_due || !s->pw_name || !s->pw_name_len) {
+        Py_DECREF(s);
+        return PyErr_NoMemory();
+    }
+    int rc;
+    PyObject **items = &PyList_GET_ITEM(topics, 0);
+    Py_BEGIN_ALLOW_THREADS rc = pwire_connect(s, items, partitions);
+    Py_END_ALLOW_THREADS return connected(s, rc);
+}
+
 /* amqp_sender(host, port, user, password, vhost, queues: list[bytes], depth, timeout_s=30.0) */
 static PyObject *amqp_sender(PyObject *self, PyObject *args) {
     const char *host, *user, *password, *vhost;
@@ -2087,6 +2579,25 @@ static int setting(PyObject *settings, const char *name, long *value) { /* 1 fou
     return (*value == -1 && PyErr_Occurred()) ? -1 : 1;
 }
 
+/* Every key of a Pulsar sender's settings is one the native loop knows; -1 with ValueError if not. */
+static int check_pulsar_settings(PyObject *settings) {
+    static const char *known[] = {"block_if_queue_full", "max_pending_messages", "send_timeout_millis",
+                                  "batching_enabled", "batching_max_publish_delay_ms",
+                                  "batching_max_allowed_size_in_bytes", "batching_max_messages", NULL};
+    PyObject *key, *value;
+    Py_ssize_t pos = 0;
+    while (PyDict_Next(settings, &pos, &key, &value)) {
+        const char *k = PyUnicode_Check(key) ? PyUnicode_AsUTF8(key) : NULL;
+        int found = 0;
+        for (int i = 0; k && known[i]; i++) found |= !strcmp(k, known[i]);
+        if (!found) {
+            PyErr_Format(PyExc_ValueError, "settings: %R is not a producer setting the native loop sets", key);
+            return -1;
+        }
+    }
+    return 0;
+}
+
 /* pulsar_sender(service_url: str, listener_name: str | None, topics: list[str], settings: dict, single: bool,
    timeout_s: int = 30): one producer per topic, with the settings of brokers.pulsar's producer_settings. */
 static PyObject *pulsar_sender(PyObject *self, PyObject *args) {
@@ -2099,17 +2610,7 @@ static PyObject *pulsar_sender(PyObject *self, PyObject *args) {
     if (!pl.loaded) return PyErr_Format(PyExc_RuntimeError, "load_pulsar() first");
     int partitions = (int)PyList_GET_SIZE(topics);
     if (partitions < 1) return PyErr_Format(PyExc_ValueError, "topics: at least one topic is needed");
-    static const char *known[] = {"block_if_queue_full", "max_pending_messages", "send_timeout_millis",
-                                  "batching_enabled", "batching_max_publish_delay_ms",
-                                  "batching_max_allowed_size_in_bytes", "batching_max_messages", NULL};
-    PyObject *key, *value;
-    Py_ssize_t pos = 0;
-    while (PyDict_Next(settings, &pos, &key, &value)) {
-        const char *k = PyUnicode_Check(key) ? PyUnicode_AsUTF8(key) : NULL;
-        int found = 0;
-        for (int i = 0; k && known[i]; i++) found |= !strcmp(k, known[i]);
-        if (!found) return PyErr_Format(PyExc_ValueError, "settings: %R is not a producer setting the native loop sets", key);
-    }
+    if (check_pulsar_settings(settings) < 0) return NULL;
     long v;
     pl_producer_conf *conf = pl.producer_conf_create();
 #define APPLY(name, setter)                                                                       \
@@ -2372,6 +2873,8 @@ static PyMethodDef module_methods[] = {
     {"redis_sender", redis_sender, METH_VARARGS,
      "redis_sender(host, port, password, keys, depth, timeout_s=30.0) -> Sender"},
     {"load_pulsar", load_pulsar, METH_VARARGS, "load_pulsar(path): resolve Pulsar's C API from libpulsar at path."},
+    {"pulsar_wire_sender", pulsar_wire_sender, METH_VARARGS,
+     "pulsar_wire_sender(host, port, topics, settings, single, depth, timeout_s=30.0) -> Sender (Pulsar's binary protocol)"},
     {"pulsar_sender", pulsar_sender, METH_VARARGS,
      "pulsar_sender(service_url, listener_name, topics, settings, single, timeout_s=30) -> Sender: a producer per topic"},
     {"amqp_sender", amqp_sender, METH_VARARGS,

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ..limit import LEGEND, MARK, client_bound, rate_found_text
+from ..limit import CONSUMER_LEGEND, CONSUMER_MARK, LEGEND, MARK, client_bound, rate_found_text
 from . import faults, history_view
 from .model import RESOURCES_NOTE, busy_repeats, need_label, rate_text, send_loop_text
 from .regression import FIGURES, figure_text
@@ -296,8 +296,11 @@ def rules_section(report: dict) -> list[str]:
 
 def client_bound_text(report: dict) -> str | None:
     """The line above the grids when some configuration was client-bound: how many, and what the mark means."""
-    bound = report.get("configurations_client_bound")
-    return f"Client-bound in {len(bound)} configuration(s): {LEGEND}" if bound else None
+    lines = [f"{label} in {len(bound)} configuration(s): {legend}"
+             for label, legend, bound in (("Client-bound", LEGEND, report.get("configurations_client_bound")),
+                                          ("Consumer-bound", CONSUMER_LEGEND, report.get("configurations_consumer_bound")))
+             if bound]
+    return ". ".join(lines) or None
 
 
 def search_text(c: dict) -> str:
@@ -337,10 +340,12 @@ def client_bound_mark(c: dict) -> str:
     """' · client-bound' (with how many repeats, when not all) for a configuration the load generator limited; a
     search says so in its rate instead (search_text)."""
     limited = c.get("limit") or {}
-    bound, repeats = limited.get("client_bound"), len(limited.get("by") or [])
-    if not bound or c["sustainability"]["verdict"] == "search":
-        return ""
-    return f" · {MARK}" + (f" ({bound} of {repeats} repeats)" if bound < repeats else "")
+    repeats = len(limited.get("by") or [])
+    marks = ""
+    for mark, bound in ((MARK, limited.get("client_bound")), (CONSUMER_MARK, limited.get("consumer_bound"))):
+        if bound and c["sustainability"]["verdict"] != "search":
+            marks += f" · {mark}" + (f" ({bound} of {repeats} repeats)" if bound < repeats else "")
+    return marks
 
 
 def verdict_text(c: dict) -> str:

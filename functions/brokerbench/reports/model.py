@@ -378,7 +378,8 @@ def _limits(done: list[dict]) -> dict:
     the load generator did (client-bound)."""
     limits = [c.get("limit") for c in done]
     return {"by": [(found or {}).get("by") for found in limits], "repeats": limits,
-            "client_bound": sum(limit.client_bound(found) for found in limits)}
+            "client_bound": sum(limit.client_bound(found) for found in limits),
+            "consumer_bound": sum(limit.consumer_bound(found) for found in limits)}
 
 
 def _configuration(cells: list[dict], completed_events: dict[str, dict], intervals: dict[str, list[dict]],
@@ -470,12 +471,17 @@ def _eligible(config: dict, metric: Metric) -> bool:
 
 def _compares_brokers(config: dict, metric: Metric) -> bool:
     """May this configuration enter a comparison across brokers on this metric? Not on throughput when a repeat was
-    client-bound (brokerbench.limit): its rate is the load generator's, not the broker's."""
-    return _eligible(config, metric) and not (metric.field in THROUGHPUT_FIELDS and _client_bound(config))
+    client-bound or consumer-bound (brokerbench.limit): its rate is the load generator's, not the broker's."""
+    return _eligible(config, metric) and not (metric.field in THROUGHPUT_FIELDS
+                                               and (_client_bound(config) or _consumer_bound(config)))
 
 
 def _client_bound(config: dict) -> bool:
     return bool((config.get("limit") or {}).get("client_bound"))
+
+
+def _consumer_bound(config: dict) -> bool:
+    return bool((config.get("limit") or {}).get("consumer_bound"))
 
 
 def _logs(config: dict, name: str) -> dict[int, float]:
@@ -772,6 +778,7 @@ def build_report(events: list[dict]) -> dict:
                   "durability": DURABILITY_RULE, "limit": limit.RULE, "host": host.RULE},
         "configurations_with_loss": [c["key"] for c in configurations if c["has_loss"]],
         "configurations_client_bound": [c["key"] for c in configurations if _client_bound(c)],
+        "configurations_consumer_bound": [c["key"] for c in configurations if _consumer_bound(c)],
         "groups": groups,
         "guarantees": guarantees,
         "guarantees_by_setting": by_setting(guarantees, results["durability"]),

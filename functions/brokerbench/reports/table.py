@@ -14,7 +14,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from .. import host
-from ..limit import LEGEND, MARK, client_bound, rate_found_text
+from ..limit import CONSUMER_LEGEND, CONSUMER_MARK, LEGEND, MARK, client_bound, consumer_bound, rate_found_text
 from ..registry import UnknownBroker, durability_label, for_target
 from .model import LOSS_CLASSES, MAX_RATE_NOTE, PERCENTILES, min_samples, need_label
 
@@ -131,6 +131,7 @@ def verdict_cell(cell: dict) -> str:
             kept_up = cell["rate_achieved"] >= SUSTAINED_RATE * cell["rate_target"]
             return "rate ok (no verdict)" if kept_up else "[yellow]behind[/]"
     bound = f" · [yellow]{MARK}[/]" if client_bound(cell.get("limit")) else ""
+    bound += f" · [yellow]{CONSUMER_MARK}[/]" if consumer_bound(cell.get("limit")) else ""
     return f"[{VERDICT_STYLE.get(verdict, 'white')}]{verdict}[/]{bound}{host_mark(cell)}"
 
 
@@ -143,8 +144,11 @@ def host_mark(cell: dict) -> str:
 
 
 def limit_note(results: dict) -> str | None:
-    """The legend of the client-bound mark, when some cell carries it."""
-    return f"{MARK}: {LEGEND}" if any(client_bound(c.get("limit")) for c in results["cells"]) else None
+    """The legends of the client-bound and consumer-bound marks, for those some cell carries."""
+    notes = [f"{mark}: {legend}" for mark, legend, bound in ((MARK, LEGEND, client_bound),
+                                                            (CONSUMER_MARK, CONSUMER_LEGEND, consumer_bound))
+             if any(bound(c.get("limit")) for c in results["cells"])]
+    return "; ".join(notes) or None
 
 
 def host_note(results: dict) -> str | None:

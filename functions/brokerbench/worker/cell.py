@@ -366,6 +366,7 @@ class _CellRun:
         its producers alone, and a local broker's processes (those its target names)."""
         groups = {"workers": [p.pid for p in self.processes],
                   "producers": [p.pid for p in self.processes if p.name.startswith("producer-")],
+                  "consumers": [p.pid for p in self.processes if p.name.startswith("consumer-")],
                   "broker": list(self.endpoint.get("pids") or [])}
         return {role: groups[role] for role in roles}
 
@@ -380,7 +381,7 @@ class _CellRun:
         if self.sending is None:
             if now < start:
                 return start
-            self.sending = CpuSpan(self._process_groups(("producers", "workers", "broker")))
+            self.sending = CpuSpan(self._process_groups(("producers", "consumers", "workers", "broker")))
             self.host_span = [host.read()]
         self.sending.update()
         if now < self.timing["t_end"] and not producer_done:
@@ -727,7 +728,7 @@ class _CellRun:
             "resources": resources.summarize(self.resource_samples),
             "host": self._host_figures(),
             "verdict": {"verdict": judged["verdict"], "reasons": judged["reasons"]},
-            "limit": self._limit(judged, producers),
+            "limit": self._limit(judged, producers, consumers, counts["sent"] / schedule_s, schedule_s),
             **({"digest": digest} if digest else {}),
             **({"faults": self.fault_figures} if self.fault_figures else {}),
             "histograms": {**self.aggregator.cumulative_histograms(), **_not_sent_bounds(producers)},
@@ -749,7 +750,8 @@ class _CellRun:
         return {**host.judged(figures, own), "cpu_pressure_max_pct": max(pressures, default=None),
                 "span_s": round(self.host_span[-1].at - self.host_span[0].at, 3)}
 
-    def _limit(self, judged: dict, producers: list[dict]) -> dict:
+    def _limit(self, judged: dict, producers: list[dict], consumers: list[dict], sent_rate: float,
+               schedule_s: float) -> dict:
         """What limited the cell's rate (brokerbench.limit): its schedule, when its producers kept it (a rated cell
         whose publish delay did not fail the verdict, nor left more unsent than the not-sent rule allows); else the
         broker or the producers, told by how long they waited for room in their in-flight windows and how busy their
@@ -763,12 +765,29 @@ class _CellRun:
         windows = {f.window for f in flights}
         used = self.sent or {}
         producer_cpu = used.get("producers")
-        return limit.cell_limit(
+        limited = limit.cell_limit(
             kept_schedule=cell["rate"] != "max" and delay.get("passed") is not False and unsent.get("passed") is not False,
             window=windows.pop() if len(windows) == 1 else None, window_full_share=shares.full,
             in_flight_mean_share=shares.in_flight_mean, window_wait_share=shares.waited,
             producer_cpu_pct=None if producer_cpu is None else producer_cpu / max(1, cell["producers"]),
             broker_cpu_pct=used.get("broker"))
+        if cell["consumers"]:
+            backlog = checks.get("backlog")
+            if backlog is None and not schedule.shaped(cell) and sent_rate > 0:  # at max rate the verdict judges none
+                backlog = verdict.backlog_growth(sent_rate, verdict.interval_inputs(self.series, schedule_s))
+            limited["consumers"] = self._consumer_limit(backlog or {}, consumers)
+        return limited
+
+    def _consumer_limit(self, backlog: dict, consumers: list[dict]) -> dict:
+        """Whether the consumers were the limit (limit.consumer_limit): the verdict's backlog rule (the broker's own
+        lag, else sent minus received) found it growing, and how idle and how busy the consumers were meanwhile."""
+        followed = [backlog[k] for k in ("broker", "counted") if isinstance(backlog.get(k), dict)]
+        idle = [c["idle_share"] for c in consumers if c.get("idle_share") is not None]
+        cpu = (self.sent or {}).get("consumers")
+        return limit.consumer_limit(
+            backlog_grew=any(f.get("growing") for f in followed) if followed else None,
+            idle_share=sum(idle) / len(idle) if idle and len(idle) == len(consumers) else None,
+            consumer_cpu_pct=None if cpu is None else cpu / max(1, self.cell["consumers"]))
 
     def _shape_figures(self, consumers: list[dict]) -> dict:
         """A shaped schedule's own figures (outcome.startup, outcome.bursts); nothing for a constant rate."""

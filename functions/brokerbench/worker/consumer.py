@@ -207,6 +207,7 @@ def _run(conn, task: ConsumerTask) -> None:
         consumer.hold(True)
     measure_start = timing["measure_start"]  # provisional while the warm-up waits to be steady
     fault_at, span = timing.get("fault_at_ns"), timing["t_end"] - timing["measure_start"]
+    idle_ns = 0  # time in polls that waited for messages, from the measured start to the schedule's end (limit.py)
     if fault_at is not None:
         receipts.from_ns = measure_start + fault_at
     interval = -1
@@ -341,8 +342,12 @@ def _run(conn, task: ConsumerTask) -> None:
                 continue
             consumer.hold(False)
             holding = False
+        asked = clock()
         messages = consumer.poll(POLL_TIMEOUT_S)
         polled = clock()  # every message of this poll was received by now: its receipt, before any decode
+        if len(messages) <= 1 and not warming and asked < measure_start + span:
+            # a poll that brought nothing, or the one message it waited for: idle while measured (limit.py)
+            idle_ns += max(0, min(polled, measure_start + span) - max(asked, measure_start))
         if polled >= next_boundary:  # received after the boundary: they belong to the next interval
             close_interval()
         if messages:
@@ -362,4 +367,5 @@ def _run(conn, task: ConsumerTask) -> None:
         "delivered_not_acked": sum(accounting.delivered_of(producer, seqs) for producer, seqs in not_acked.items()),
         **({"shape": shape.record()} if shape is not None else {}),
         **({"receipt_gap": [*receipts.longest, receipts.until_end]} if receipts.longest else {}),
+        "idle_share": round(max(0, idle_ns) / span, 4) if span > 0 else None,
     }))

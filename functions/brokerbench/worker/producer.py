@@ -130,12 +130,15 @@ def _native_sender(driver, task: ProducerTask):
     wanted = native.choice()
     if wanted == "python":
         return None
-    if task.cell.get("faults") and not getattr(driver, "native_follows_failover", True):
-        # a native loop that keeps one connection would fail every send after the node it reached went down; the
-        # Python producer reaches the node that leads next
-        return None
+    make = driver.native_sender
+    if task.cell.get("faults"):
+        if not getattr(driver, "native_follows_failover", True):
+            # a native loop that keeps one connection would fail every send after the node it reached went down; the
+            # Python producer reaches the node that leads next
+            return None
+        make = getattr(driver, "native_failover_sender", make)  # where the fastest native loop does not follow
     try:
-        return driver.native_sender(task.topic, lanes(task.cell), task.cell["mode"])
+        return make(task.topic, lanes(task.cell), task.cell["mode"])
     except native.Unsupported:
         if wanted == "native":
             raise

@@ -198,6 +198,13 @@
     if (!limit || limit.by !== 'client') return null;
     return h('span', { class: 'badge limit-client', title: CLIENT_BOUND }, 'client-bound');
   }
+  // A cell whose consumers fell behind (results' `limit.consumers`, brokerbench.limit.consumer_limit).
+  const CONSUMER_BOUND = 'the consumers, not the broker, fell behind: the backlog grew while they seldom waited for '
+    + 'messages (or a consumer\'s core was saturated); end-to-end latency and the received rate are theirs';
+  function consumerBadge(limit) {
+    if (!limit || !limit.consumers || limit.consumers.by !== 'consumer') return null;
+    return h('span', { class: 'badge limit-client', title: CONSUMER_BOUND }, 'consumer-bound');
+  }
 
   // A cell measured on a busy host (results' `host`, brokerbench.host): its figures are no evidence.
   const HOST_BUSY = 'the host was busy while this cell measured (the kernel\'s CPU pressure with other processes '
@@ -695,11 +702,15 @@
           h('td', {}, statusBadge(c.status)),
           h('td', { class: 'num' }, fmtRate(c.throughput_msgs_per_s)),
           h('td', {}, verdictBadge(c.verdict), limitBadge(c.limit) ? ' ' : null, limitBadge(c.limit),
+            consumerBadge(c.limit) ? ' ' : null, consumerBadge(c.limit),
             hostBadge(c.host) ? ' ' : null, hostBadge(c.host)),
           h('td', { class: 'reason-cell' }, c.reason || ''))), { id: 'cells-table' })
           : h('p', { class: 'muted' }, 'No cells planned yet.'),
         detail.some((c) => c.limit?.by === 'client')
           ? h('p', { class: 'hint', id: 'client-bound-legend' }, h('strong', {}, 'client-bound: '), CLIENT_BOUND) : null,
+        detail.some((c) => c.limit?.consumers?.by === 'consumer')
+          ? h('p', { class: 'hint', id: 'consumer-bound-legend' }, h('strong', {}, 'consumer-bound: '), CONSUMER_BOUND)
+          : null,
         detail.some((c) => c.host?.busy)
           ? h('p', { class: 'hint', id: 'host-busy-legend' }, h('strong', {}, 'host busy: '), HOST_BUSY) : null);
       if (run.spec && !spec.dataset.filled) {

@@ -34,7 +34,8 @@ from brokerbench.events import new_run_id
 from brokerbench.reports.results import build_results
 from brokerbench.spec import validate
 from brokerbench.targets.local import LocalTargets
-from brokerbench.toxiproxy import ToxiproxyClient, ToxiproxyError
+from brokerbench.toxiproxy import ToxiproxyClient, ToxiproxyError, client_endpoint
+from fault_tools import assert_accounting_whole
 from inline_run import execute_run
 
 OUTAGE_S = 2.0
@@ -79,34 +80,79 @@ def cell_faults(events: list[dict], cell_id: str) -> dict:
     return faults
 
 
+def assert_outage_covered(events: list[dict], endpoints: dict, broker: str, effect: str) -> dict:
+    """The cell of `broker` completed under one network fault of `effect` whose toxics stayed on for OUTAGE_S: its
+    producers and consumers went without an answer for at least that span, every message sent is in one class of
+    the accounting, none acknowledged was lost, the broker's own count agrees, and no toxic is left on any of the
+    broker's proxies. Returns the cell."""
+    [cell] = [c for c in build_results(events)["cells"] if c["broker"] == broker]
+    assert cell["status"] == "completed", cell.get("reason")
+    faults = cell_faults(events, cell["cell_id"])
+    fault, heal = faults["applied"]
+    assert (fault["kind"], fault["effect"], heal["kind"]) == ("network", effect, "heal")
+    assert fault["nodes"] == heal["nodes"] and fault["proxy"] == heal["proxy"] and faults["restored_at_end"] == []
+    assert fault.get("proxies") == heal.get("proxies")
+    span = heal["at_s"] - fault["at_s"]
+    assert span >= OUTAGE_S - GAP_SLACK_S, faults  # the timetable kept the fault on for its duration
+    for gap in (faults["producer_ack_gap"], faults["consumer_receipt_gap"]):
+        assert gap is not None and gap["s"] >= span - GAP_SLACK_S, (broker, faults)
+        assert gap["from_s"] <= fault["at_s"] + GAP_SLACK_S and gap["to_s"] >= heal["at_s"], (broker, faults)
+    print(f"{broker} {effect}: on {span:.3f} s, producers {faults['producer_ack_gap']['s']:.3f} s and consumers "
+          f"{faults['consumer_receipt_gap']['s']:.3f} s without an answer, sent {cell['sent']}, send errors "
+          f"{cell['send_errors']}, unacknowledged {cell['unacknowledged']}, duplicates {cell.get('duplicates')}, "
+          f"lost {cell['lost']}, call_s {fault['call_s']}")
+    assert_accounting_whole(cell, broker)
+    assert cell["lost"] == 0 and cell["sent"] > 0 and cell["received"] > 0, cell
+    proxy = endpoints[broker]["proxy"]
+    client = ToxiproxyClient(proxy["api_port"])
+    assert all(client.toxics(link["name"]) == {} for link in proxy["links"])  # nothing left on for the next cell
+    return cell
+
+
 def test_a_reset_or_blackhole_makes_the_clients_wait_at_least_its_duration_and_loses_nothing(
         stack, provisioned, store):
-    request = {**BASE, "name": "it-network-outage", "brokers": ["redis-streams", "kafka"],
+    request = {**BASE, "name": "it-network-outage", "brokers": ["redis-streams"],
                "faults": [{"kind": "network", "effect": "reset", "at_s": 1.5, "duration_s": OUTAGE_S}]}
     kafka_request = {**request, "brokers": ["kafka"],
                      "faults": [{"kind": "network", "effect": "blackhole", "at_s": 1.5, "duration_s": OUTAGE_S}]}
-    results = []
-    for one in ({**request, "brokers": ["redis-streams"]}, kafka_request):
+    for one in (request, kafka_request):
         events, endpoints = run(one, provisioned, store)
-        results.append((one, events, endpoints))
-    for one, events, endpoints in results:
-        [cell] = build_results(events)["cells"]
-        assert cell["status"] == "completed", cell.get("reason")
-        faults = cell_faults(events, cell["cell_id"])
-        fault, heal = faults["applied"]
-        assert (fault["kind"], fault["effect"], heal["kind"]) == ("network", one["faults"][0]["effect"], "heal")
-        assert fault["nodes"] == heal["nodes"] and fault["proxy"] == heal["proxy"] and faults["restored_at_end"] == []
-        span = heal["at_s"] - fault["at_s"]
-        assert span >= OUTAGE_S - GAP_SLACK_S, faults  # the timetable kept the fault on for its duration
-        for gap in (faults["producer_ack_gap"], faults["consumer_receipt_gap"]):
-            assert gap is not None and gap["s"] >= span - GAP_SLACK_S, faults
-            assert gap["from_s"] <= fault["at_s"] + GAP_SLACK_S and gap["to_s"] >= heal["at_s"], faults
-        assert cell["sent"] == sum(cell[k] for k in CLASSES) and cell["residual"] == 0, cell
-        assert cell["lost"] == 0 and cell["sent"] > 0 and cell["received"] > 0, cell
         [broker] = one["brokers"]
-        proxy = endpoints[broker]["proxy"]
-        client = ToxiproxyClient(proxy["api_port"])
-        assert all(client.toxics(link["name"]) == {} for link in proxy["links"])  # nothing left on for the next cell
+        assert_outage_covered(events, endpoints, broker, one["faults"][0]["effect"])
+
+
+def test_a_reset_on_nats_and_on_rabbitmqs_amqp_and_stream_listeners_makes_their_clients_wait_and_loses_nothing(
+        stack, extra_brokers, provisioned, store):
+    """One node each, one run: NATS JetStream (the native send loop where it is built, else nats-py; both connect
+    again to the proxy), RabbitMQ quorum queues (AMQP) and streams (the stream protocol: the node advertises its own
+    stream listener, which the client maps onto the proxy). The reset covers both of the RabbitMQ node's proxies."""
+    brokers = ["nats-jetstream", "rabbitmq-quorum", "rabbitmq-streams"]
+    extra_brokers("nats", "rabbitmq")  # running already when test_nats.py or test_rabbitmq.py came first (no boot)
+    # drain_timeout_s 2: the publishes a reset cut off unacknowledged never reach the broker, and the drain would wait
+    # its whole idle timeout for them in each of the three cells
+    request = {**BASE, "name": "it-network-nats-rabbitmq", "brokers": brokers, "drain_timeout_s": 2,
+               "faults": [{"kind": "network", "effect": "reset", "at_s": 1.5, "duration_s": OUTAGE_S}]}
+    events, endpoints = run(request, provisioned, store)
+    for broker in brokers:
+        cell = assert_outage_covered(events, endpoints, broker, "reset")
+        assert cell["broker_count"]["difference"] == 0, (broker, cell["broker_count"])  # the broker's own count
+        links = endpoints[broker]["proxy"]["links"]
+        [fault, _] = cell_faults(events, cell["cell_id"])["applied"]
+        assert sorted(fault.get("proxies") or [fault["proxy"]]) == sorted(link["name"] for link in links)
+        # the clients were given the proxies' addresses only: nothing in their endpoint names a node's own port
+        client = client_endpoint(endpoints[broker])
+        own = {link["upstream"] for link in links}
+        assert not own & set(_ports(client)), (broker, client)
+
+
+def _ports(endpoint: dict) -> list[int]:
+    """Every port a client endpoint names where clients connect: NATS URLs, RabbitMQ's AMQP and stream ports (and its
+    nodes')."""
+    if "url" in endpoint:
+        return [int(url.rsplit(":", 1)[1]) for url in endpoint["url"].split(",")]
+    nodes = endpoint.get("nodes") or []
+    return [endpoint["amqp_port"], endpoint["stream_port"], *(n[k] for n in nodes for k in ("port", "stream_port")),
+            *endpoint["stream_addresses"].values()]
 
 
 def test_a_latency_fault_raises_the_phase_during_it_by_the_proxys_delay(stack, provisioned, store):

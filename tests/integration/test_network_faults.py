@@ -21,6 +21,12 @@ The independent truth is the proxy's: what Toxiproxy lets through while the toxi
   the latency-truth module judges its growths; a loaded host's stalls move a 2-second "before" phase's p50 by
   milliseconds on their own (3.3 ms against 0.9 ms after the fault, at a load of 28 on 2 cores).
 
+- bandwidth of RATE_KBPS upstream on Redis: Toxiproxy passes a connection's bytes at that rate on average, so the
+  acknowledgements of the seconds the fault covers are bounded by it (each XADD carries its payload at least), with
+  one chunk's allowance; the lower bound (half the rate) only on a host its record says was not busy.
+- the same reset on NATS JetStream, RabbitMQ quorum queues and streams (one node each): the clients were given the
+  proxies' addresses only, and the fault covers both of the RabbitMQ node's proxies (AMQP and stream).
+
 Accounting stays whole (every message sent is in one class), and Redis and Kafka, which lose nothing they
 acknowledged when only a link fails, lose none. After the run's teardown the proxies are gone and the Toxiproxy the
 run started is stopped.
@@ -43,6 +49,12 @@ GAP_SLACK_S = 0.05
 LATENCY_MS = 40
 TOLERANCE_MS = 1.5
 RESOLUTION = 1e-3  # HdrHistogram with 3 significant digits
+RATE_KBPS = 20  # against 200 msgs/s of PAYLOAD bytes offered: a tenth of what the producer sends
+PAYLOAD = 1024
+WINDOW = (2, 4)  # the whole seconds counted under the bandwidth fault (from 1 s to 4.5 s)
+INTERVAL_LAG_S = 0.5  # how late a producer's interval may close (its acknowledgements counted in the one before)
+TOXIPROXY_CHUNK = 32 * 1024  # the most Toxiproxy reads from a connection at once: one chunk may be in hand
+WIRE_OVERHEAD = 200  # an XADD's bytes beyond its payload, at most: the header and RESP's framing (about 80)
 CLASSES = ("received", "late", "undelivered", "lost", "send_errors", "unacknowledged")
 BASE = {"sizes": [256], "rates": [200], "duration_s": 5, "warmup_s": 0.5, "warmup_until_steady": False,
         "drain_timeout_s": 15, "formats": ["raw"], "modes": ["batch"], "partitions": 1}
@@ -168,11 +180,50 @@ def test_a_latency_fault_raises_the_phase_during_it_by_the_proxys_delay(stack, p
     assert during >= LATENCY_MS * 1000 * (1 - RESOLUTION), phases  # every delayed XADD waited the delay
     e2e = [phases[p]["end_to_end_latency_us"]["p50"] for p in ("before", "during")]
     assert e2e[1] >= LATENCY_MS * 1000 * (1 - RESOLUTION), phases
-    [machine] = [e["data"]["host"] for e in events if e["type"] == "CellCompleted"]
-    if not machine["busy"]:
+    if not cell_host(events)["busy"]:
         assert during - before >= (LATENCY_MS - TOLERANCE_MS) * 1000, phases
         assert e2e[1] - e2e[0] >= (LATENCY_MS - TOLERANCE_MS) * 1000, phases
     assert cell["sent"] == sum(cell[k] for k in CLASSES) and cell["lost"] == 0, cell
+
+
+def test_a_bandwidth_fault_lets_no_more_through_than_its_rate_allows(stack, provisioned, store):
+    """RATE_KBPS upstream on Redis for 3.5 s (from 1 s): every XADD carries PAYLOAD bytes and more up the link, and
+    Toxiproxy passes a connection's bytes at the rate on average (it holds each chunk for its size at the rate and
+    takes any timer's overshoot off the next chunk's wait, so that it only catches up to the rate, never beyond).
+    The acknowledgements of the whole seconds 2 to 4 (the intervals the fault covers from its second second on, the
+    last closing at least 0.5 s before the heal however late the producer's clock ticks) are then bounded by the
+    rate over those seconds and that slack, plus one chunk Toxiproxy may have had in hand: an upper bound a loaded
+    host cannot break (load only slows the link). One producer: the rate is per connection. The lower bound, the link
+    carrying at least half its rate, is judged only where the cell's host record says the machine was not busy."""
+    request = {**BASE, "name": "it-network-bandwidth", "brokers": ["redis-streams"], "sizes": [PAYLOAD],
+               "drain_timeout_s": 5,
+               "faults": [{"kind": "network", "effect": "bandwidth", "rate_kbps": RATE_KBPS, "direction": "upstream",
+                           "at_s": 1, "duration_s": 3.5}]}
+    events, endpoints = run(request, provisioned, store)
+    [cell] = build_results(events)["cells"]
+    assert cell["status"] == "completed", cell.get("reason")
+    faults = cell_faults(events, cell["cell_id"])
+    fault, heal = faults["applied"]
+    assert fault["at_s"] <= WINDOW[0] and heal["at_s"] >= WINDOW[1] + INTERVAL_LAG_S, faults
+    acked = {e["data"]["interval"]: e["data"]["counters"]["acked"] for e in events if e["type"] == "IntervalMeasured"}
+    during = sum(acked[i] for i in range(*WINDOW))
+    rate = RATE_KBPS * 1000  # Toxiproxy's KB/s, bytes
+    most = (rate * (WINDOW[1] - WINDOW[0] + INTERVAL_LAG_S) + TOXIPROXY_CHUNK) / PAYLOAD
+    offered = BASE["rates"][0] * (WINDOW[1] - WINDOW[0])
+    print(f"bandwidth {RATE_KBPS} KB/s: {during} acknowledged in seconds {WINDOW[0]} to {WINDOW[1]} (at most "
+          f"{most:.1f}; {offered} offered), per second {acked}, host busy {cell_host(events)['busy']}")
+    assert during <= most, (during, most, acked)
+    if not cell_host(events)["busy"]:
+        assert during >= rate * (WINDOW[1] - WINDOW[0]) / 2 / (PAYLOAD + WIRE_OVERHEAD), (during, acked)
+    assert_accounting_whole(cell)
+    assert cell["lost"] == 0 and cell["received"] > 0, cell
+    proxy = endpoints["redis-streams"]["proxy"]
+    assert all(ToxiproxyClient(proxy["api_port"]).toxics(link["name"]) == {} for link in proxy["links"])
+
+
+def cell_host(events: list[dict]) -> dict:
+    [machine] = [e["data"]["host"] for e in events if e["type"] == "CellCompleted"]
+    return machine
 
 
 def test_the_runs_toxiproxy_stops_at_its_teardown(stack, store):

@@ -157,6 +157,26 @@ def test_a_reset_on_nats_and_on_rabbitmqs_amqp_and_stream_listeners_makes_their_
         assert not own & set(_ports(client)), (broker, client)
 
 
+def test_a_reset_of_the_masters_link_behind_sentinel_fails_nothing_over_and_loses_nothing(stack, provisioned, store):
+    """Redis with a replica and three Sentinels (redis@2): the clients ask the Sentinels for the master and connect to
+    the proxy in front of the address they name; the Sentinels watch the nodes directly. A 2 s reset of the master's
+    link then leaves the clients without an answer for its span and fails nothing over: the Sentinels name the same
+    master at the end (a failover would have needed the master to stop answering them for down-after-milliseconds,
+    1 s)."""
+    request = {**BASE, "name": "it-network-sentinel", "brokers": ["redis-streams"], "drain_timeout_s": 2,
+               "provision": {"redis-streams": {"nodes": 2}},
+               "faults": [{"kind": "network", "effect": "reset", "target": "leader", "at_s": 1.5,
+                           "duration_s": OUTAGE_S}]}
+    events, endpoints = run(request, provisioned, store)
+    cell = assert_outage_covered(events, endpoints, "redis-streams", "reset")
+    faults = cell_faults(events, cell["cell_id"])
+    fault = faults["applied"][0]
+    assert fault["nodes"] == [fault["leader_before"]] and faults["leader_at_end"] == fault["leader_before"], faults
+    assert cell["broker_count"]["difference"] == 0, cell["broker_count"]  # the master's own XLEN
+    client = client_endpoint(endpoints["redis-streams"])
+    assert set(client["node_addresses"].values()) == {link["listen"] for link in client["proxy"]["links"]}
+
+
 def _ports(endpoint: dict) -> list[int]:
     """Every port a client endpoint names where clients connect: NATS URLs, RabbitMQ's AMQP and stream ports (and its
     nodes')."""

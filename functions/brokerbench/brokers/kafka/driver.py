@@ -9,7 +9,7 @@ librdkafka's own lines (a connection lost, "1/1 brokers are down": every network
 Python logger LIBRDKAFKA_LOG, never to the terminal: through confluent-kafka's `logger`, and its `error_cb` for the
 errors it would otherwise log itself. The logger passes them on to brokerbench's (the run's log: functions.log
 locally, CloudWatch in AWS) where the process has it, and drops them where it has none. The native send loop's
-librdkafka still writes its own to stderr (it takes string settings only).
+librdkafka keeps its own in a log callback, which the producer's loop logs (brokerbench.native.forward_logs).
 """
 
 from __future__ import annotations

@@ -177,6 +177,38 @@ def test_a_reset_of_the_masters_link_behind_sentinel_fails_nothing_over_and_lose
     assert set(client["node_addresses"].values()) == {link["listen"] for link in client["proxy"]["links"]}
 
 
+def test_every_nats_cluster_client_keeps_to_the_proxies(stack, provisioned, store):
+    """nats@3 with every server's link reset at once for 2 s (a fault per server, by name): the clients were given
+    the proxies' URLs only, so no producer or consumer gets an answer while the toxics are on, and then all get
+    theirs again (the native loop and nats-py move along the proxies' list). JetStream's own links are not proxied:
+    the stream's leader is the same at the end, nothing acknowledged is lost and the stream's count agrees. (The
+    servers' no_advertise is not what this judges: without it the test passed too, here, the clients not having
+    moved to an advertised address within the fault.)"""
+    names = ["bb-nats-1", "bb-nats-2", "bb-nats-3"]
+    request = {**BASE, "name": "it-network-nats3", "brokers": ["nats-jetstream"], "drain_timeout_s": 2,
+               "provision": {"nats-jetstream": {"nodes": 3}},
+               "faults": [{"kind": "network", "effect": "reset", "target": name, "at_s": 1.5, "duration_s": OUTAGE_S}
+                          for name in names]}
+    events, endpoints = run(request, provisioned, store)
+    [cell] = build_results(events)["cells"]
+    assert cell["status"] == "completed", cell.get("reason")
+    faults = cell_faults(events, cell["cell_id"])
+    on = [a for a in faults["applied"] if a["kind"] == "network"]
+    off = [a for a in faults["applied"] if a["kind"] == "heal"]
+    assert sorted(n for a in on for n in a["nodes"]) == names and len(off) == 3, faults
+    span = min(a["at_s"] for a in off) - max(a["at_s"] for a in on)  # every link faulty
+    assert span >= OUTAGE_S - 0.5, faults  # the three faults' API calls came one after another
+    for gap in (faults["producer_ack_gap"], faults["consumer_receipt_gap"]):
+        assert gap is not None and gap["s"] >= span - GAP_SLACK_S and not gap.get("until_end"), faults
+        assert gap["from_s"] <= max(a["at_s"] for a in on) + GAP_SLACK_S, faults
+        assert gap["to_s"] >= min(a["at_s"] for a in off), faults
+    assert faults["leader_at_end"] == on[0]["leader_before"] is not None, faults
+    assert_accounting_whole(cell)
+    assert cell["lost"] == 0 and cell["broker_count"]["difference"] == 0, (cell, cell["broker_count"])
+    print(f"nats@3, every link reset: {faults['producer_ack_gap']['s']:.3f} s and "
+          f"{faults['consumer_receipt_gap']['s']:.3f} s without an answer, send errors {cell['send_errors']}")
+
+
 def _ports(endpoint: dict) -> list[int]:
     """Every port a client endpoint names where clients connect: NATS URLs, RabbitMQ's AMQP and stream ports (and its
     nodes')."""

@@ -36,7 +36,7 @@ os.environ.setdefault("JDK_JAVA_OPTIONS", TEST_JVM_OPTIONS)
 # The modules that start Pulsar or ZooKeeper-mode Kafka (extra_brokers), sorted one after another: in one process
 # (or on one worker) a broker one of them started serves the next.
 EXTRA_BROKER_MODULES = {"test_pulsar.py", "test_study_run.py", "test_loopback.py", "test_kafka_zookeeper.py",
-                        "test_nats.py", "test_rabbitmq.py"}
+                        "test_nats.py", "test_rabbitmq.py", "test_network_faults.py"}
 NEXT_ITEM = pytest.StashKey()
 TESTS_DIR = Path(__file__).parent
 INTEGRATION_DIR = TESTS_DIR / "integration"

@@ -7,7 +7,8 @@ broker's own counts. Both send loops (native and Python) then publish to the que
 lead (the native stream loop must find the stream's new leader).
 
 Then faults of a run's own, inside measured cells on the same cluster: the quorum queue's leader paused, and the
-stream's leader killed and started again while the cell's stream producer and consumer follow it."""
+stream's leader killed and started again while the cell's stream producer and consumer follow it, and the stream
+leader's client links reset through Toxiproxy (a network fault) while the node itself goes on leading."""
 
 import contextlib
 import os
@@ -23,6 +24,7 @@ from brokerbench.brokers.rabbitmq import amqp, cluster, management
 from brokerbench.brokers.rabbitmq import faults as fault_hooks
 from brokerbench.brokers.rabbitmq.amqp import lane_queue
 from brokerbench.local.processes import stop
+from brokerbench.local.proxies import route, unroute
 from brokerbench.local.stack import LocalStack
 from brokerbench.registry import get_driver
 from brokerbench.worker.framing import HEADER
@@ -219,5 +221,34 @@ def test_a_stream_leader_killed_mid_cell_is_followed_by_producer_and_consumer_an
     for gap in (faults["producer_ack_gap"], faults["consumer_receipt_gap"]):
         assert gap is not None and not gap.get("until_end"), faults
     assert cell["lost"] == cell["duplicated"] == 0 and cell["received"] > 0, cell_facts(cell)
+    assert cell["broker_count"]["observed"] == cell["broker_count"]["expected"], cell["broker_count"]
+    assert_accounting_whole(cell)
+
+
+def test_a_reset_of_the_stream_leaders_links_stops_its_confirms_and_leaves_it_leading(rabbit3, endpoints, store,
+                                                                                       toxiproxy):
+    """A network fault on the cluster: the cell's clients reach every node through a proxy per listener (the
+    endpoint routed as a run with network faults routes it), and the stream leader's links (its AMQP and stream
+    proxies) are reset for 2 s. The producer publishes to the leader alone, connecting to the proxy in front of the
+    address the leader advertises: no confirm comes while the toxics are on. The nodes' own links are not proxied,
+    so the management API names the same leader at the end, and nothing confirmed is lost."""
+    endpoint, _ = rabbit3
+    routed = route(endpoint, "rabbitmq@3", toxiproxy.port)
+    request = {"name": "it-rabbit3-streams-reset", "brokers": ["rabbitmq-streams"], "sizes": [1024], "rates": [200],
+               "formats": ["raw"], "modes": ["batch"], "partitions": 1, "duration_s": 5, "warmup_s": 0.5,
+               "warmup_until_steady": False, "drain_timeout_s": 2, "provision": {"rabbitmq-streams": {"nodes": 3}},
+               "faults": [{"kind": "network", "effect": "reset", "target": "leader", "at_s": 1.5, "duration_s": 2}]}
+    try:
+        cell, events = one_fault_cell(request, routed, endpoints, store)
+    finally:
+        unroute(endpoint, "rabbitmq@3", toxiproxy.port)
+    faults = cell["faults"]
+    fault, heal = faults["applied"]
+    leader = fault["leader_before"]
+    assert fault["nodes"] == heal["nodes"] == [leader] and len(fault["proxies"]) == 2, faults  # AMQP and stream
+    assert faults["leader_at_end"] == leader, faults  # the node itself never failed
+    gap = faults["producer_ack_gap"]
+    assert gap["from_s"] <= fault["at_s"] + 0.05 and gap["to_s"] >= heal["at_s"], faults
+    assert cell["lost"] == 0 and cell["received"] > 0, cell_facts(cell)
     assert cell["broker_count"]["observed"] == cell["broker_count"]["expected"], cell["broker_count"]
     assert_accounting_whole(cell)

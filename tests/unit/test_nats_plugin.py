@@ -69,9 +69,12 @@ def test_start_binds_the_server_to_loopback_with_jetstream_in_the_data_folder(tm
     spawned = []
     monkeypatch.setattr(local, "spawn", lambda cmd, cwd, log: spawned.append((cmd, cwd)) or 101)
     monkeypatch.delenv(local.SYNC_ENV, raising=False)
-    started = local.NatsService().start(tmp_path, iter([4222]).__next__, {})
+    started = local.NatsService().start(tmp_path, iter([4222, 4300]).__next__, {})
     assert started.pids == [101] and started.port == 4222
     assert started.endpoint["url"] == f"nats://{HOST}:4222" and started.endpoint["sync_interval"] == "2m"
+    # a network fault's proxy in front of the server, on a port of its own; clients through it use its URL
+    assert started.endpoint["proxy"] == {"links": [{"node": "bb-nats", "listen": 4300, "upstream": 4222}],
+                                         "clients": {"url": f"nats://{HOST}:4300"}}
     cmd, cwd = spawned[0]
     assert cmd[cmd.index("-a") + 1] == HOST and cmd[cmd.index("-p") + 1] == "4222" and "-js" in cmd
     assert not {"-m", "--http_port", "--https_port", "--cluster", "--routes"} & set(cmd)  # no other listener
@@ -83,12 +86,12 @@ def test_start_binds_the_server_to_loopback_with_jetstream_in_the_data_folder(tm
 def test_the_sync_policy_comes_from_the_stack_or_the_environment_and_a_wrong_one_is_named(tmp_path, monkeypatch):
     monkeypatch.setattr(local, "spawn", lambda cmd, cwd, log: 101)
     monkeypatch.setenv(local.SYNC_ENV, "always")
-    started = local.NatsService().start(tmp_path, iter([4222]).__next__, {})
+    started = local.NatsService().start(tmp_path, iter([4222, 4300]).__next__, {})
     assert started.endpoint["sync_interval"] == "always"
     assert "sync_interval: always" in (tmp_path / "nats.conf").read_text()
     monkeypatch.setenv(local.SYNC_ENV, "sometimes")
     with pytest.raises(StackError, match=local.SYNC_ENV):
-        local.NatsService().start(tmp_path, iter([4222]).__next__, {})
+        local.NatsService().start(tmp_path, iter([4222, 4300]).__next__, {})
     assert local.sync_policy({"nats_sync": "2m"}) == "2m"  # the stack's own setting comes first
 
 
@@ -154,6 +157,7 @@ def test_a_cluster_names_each_server_and_routes_it_to_the_others_on_loopback(tmp
         config = (tmp_path / f"node-{node}" / "nats.conf").read_text()
         assert f"server_name: bb-nats-{node}\n" in config and f"listen: {HOST}:{port}\n" in config
         assert f"  listen: {HOST}:{cluster_port}\n" in config and "  name: bb-nats\n" in config
+        assert "  no_advertise: true\n" in config  # clients keep to the URLs they are given (a fault's proxies)
         routes = re.findall(r"nats-route://([\d.]+):(\d+)", config)
         assert sorted(routes) == sorted((HOST, str(c)) for n, (_, c) in listeners.items() if n != node)
         assert f'store_dir: "{tmp_path / "data" / f"node-{node}"}"' in config and "sync_interval: 2m" in config
@@ -165,13 +169,18 @@ def test_a_cluster_names_each_server_and_routes_it_to_the_others_on_loopback(tmp
     configs = "".join((tmp_path / f"node-{n}" / "nats.conf").read_text() for n in listeners)
     assert set(re.findall(r"listen: ([\d.]+):", configs)) == {HOST}
     assert not re.search(r"http|monitor|gateway|leafnode|websocket", configs)
+    # a network fault's proxy per server, on ports taken after the servers' own; clients through them use theirs
+    proxies = {1: 20007, 2: 20008, 3: 20009}
+    assert endpoint["proxy"]["links"] == [{"node": f"bb-nats-{n}", "listen": proxies[n], "upstream": listeners[n][0]}
+                                          for n in listeners]
+    assert endpoint["proxy"]["clients"] == {"url": ",".join(f"nats://{HOST}:{p}" for p in proxies.values())}
 
 
 def test_a_cluster_that_died_is_started_again_on_the_same_ports_in_the_same_order(tmp_path, monkeypatch):
     started, _ = cluster_started(tmp_path, monkeypatch)
     again = _same_ports(Service.of("nats@3", started, None))
     monkeypatch.setattr("brokerbench.local.stack.port_free", lambda port: True)
-    assert [again() for _ in range(6)] == list(range(20001, 20007))
+    assert [again() for _ in range(9)] == list(range(20001, 20010))  # the proxies' ports last
 
 
 def test_the_stack_runs_nats_as_one_to_three_servers():

@@ -19,7 +19,11 @@ def problems(**request) -> dict[str, str]:
 
 
 def test_a_network_fault_needs_no_replica_and_reaches_every_cell():
-    for brokers, provision in ((["redis-streams"], {}), (["kafka"], {}), (["kafka"], {"kafka": {"nodes": 3}})):
+    clusters = {b: {"nodes": 3} for b in ("kafka", "nats-jetstream", "rabbitmq-quorum", "rabbitmq-streams",
+                                          "redis-streams")}
+    for brokers, provision in ((["redis-streams"], {}), (["kafka"], {}), (["kafka"], {"kafka": {"nodes": 3}}),
+                               (["nats-jetstream", "rabbitmq-quorum", "rabbitmq-streams"], {}),
+                               (list(clusters), clusters)):
         spec = validate({**BASE, "brokers": brokers, "provision": provision,
                          "faults": [RESET, {**RESET, "effect": "latency", "latency_ms": 20, "at_s": 6,
                                             "direction": "upstream"}]})
@@ -55,11 +59,11 @@ def test_each_rule_names_its_field(fault, field, words):
 
 
 def test_brokers_whose_clients_cannot_be_routed_through_a_proxy_are_refused_with_where_it_runs():
-    takes = "(network faults run on: kafka (1 to 3 nodes), redis-streams (1 node))"
-    found = problems(brokers=["nats-jetstream"], faults=[RESET])
-    assert found["faults"].startswith("nats-jetstream takes no network faults as 1 node") and takes in found["faults"]
-    found = problems(provision={"redis-streams": {"nodes": 3}}, faults=[RESET])
-    assert "redis-streams takes no network faults as 3 nodes" in found["faults"], found
+    takes = ("(network faults run on: kafka (1 to 3 nodes), nats-jetstream (1 to 3 nodes), rabbitmq-quorum (1 to 3 "
+             "nodes), rabbitmq-streams (1 to 3 nodes), redis-streams (1 to 3 nodes))")
+    found = problems(brokers=["pulsar"], faults=[RESET])
+    assert found["faults"].startswith("pulsar takes no network faults as 1 node") and takes in found["faults"]
+    assert "faults" not in problems(provision={"redis-streams": {"nodes": 3}}, faults=[RESET])  # behind Sentinel
     found = problems(targets={"redis-streams": {"host": "127.0.0.1", "port": 6379}}, faults=[RESET])
     assert "not the run's to signal" in found["targets.redis-streams"], found
 

@@ -16,6 +16,7 @@ from brokerbench.local.stack import LocalStack, Service
 from brokerbench.targets.local import LocalTargets
 
 LISTENERS = [(41001, 41002, 41003, 41004), (41011, 41012, 41013, 41014), (41021, 41022, 41023, 41024)]
+PROXIES = [(41101, 41102), (41111, 41112), (41121, 41122)]  # each node's AMQP and stream listeners' proxies
 EPMD = 41030
 
 
@@ -51,10 +52,27 @@ def test_a_joining_node_discovers_the_first_by_classic_config_and_retries_until_
 
 def test_a_crashed_cluster_gets_its_ports_again_in_the_order_it_took_them(monkeypatch):
     monkeypatch.setattr(stack, "port_free", lambda port: True)
-    extra = {**local.ports_taken(LISTENERS, EPMD), "nodes": 3, "node": ["bb1@localhost", "bb2@localhost"]}
+    extra = {**local.ports_taken(LISTENERS, EPMD, PROXIES), "nodes": 3, "node": ["bb1@localhost", "bb2@localhost"]}
     allocate = stack._same_ports(Service("rabbitmq@3", [], LISTENERS[0][0], "log", "3.10", None, extra))
-    taken = [allocate() for _ in range(13)]
-    assert taken == [port for ports in LISTENERS for port in ports] + [EPMD]
+    taken = [allocate() for _ in range(19)]
+    assert taken == [port for ports in LISTENERS for port in ports] + [EPMD] + [p for ports in PROXIES for p in ports]
+
+
+def test_each_nodes_amqp_and_stream_listeners_have_a_proxy_and_clients_are_told_the_proxies(tmp_path):
+    nodes = entries(tmp_path)
+    proxy = local.proxied(nodes, PROXIES)
+    assert proxy["links"] == [{"node": n["node"], "port": kind, "listen": listen, "upstream": upstream}
+                              for n, ports in zip(nodes, PROXIES)
+                              for kind, listen, upstream in zip(("amqp", "stream"), ports,
+                                                                (n["port"], n["stream_port"]))]
+    clients = proxy["clients"]
+    assert (clients["amqp_port"], clients["stream_port"]) == PROXIES[0]
+    assert [(n["port"], n["stream_port"]) for n in clients["nodes"]] == PROXIES
+    assert [n["node"] for n in clients["nodes"]] == [n["node"] for n in nodes]  # the hooks' names, unchanged
+    # where a node says a stream's leader is (its own stream listener), a client connects to that node's proxy
+    assert clients["stream_addresses"] == {f"{HOST}:{stream}": PROXIES[i][1]
+                                           for i, (_, stream, _, _) in enumerate(LISTENERS)}
+    assert "nodes" not in local.proxied(nodes[:1], PROXIES[:1])["clients"]  # a single node has no list
 
 
 def test_the_stack_and_a_run_request_know_the_cluster(tmp_path):

@@ -2,9 +2,10 @@
 
 A run with network faults (brokerbench.faults, `kind` "network") starts Toxiproxy on 127.0.0.1 (the stack's service
 "toxiproxy", owned by the run, stopped at its teardown) and makes a proxy in front of each node of the faulted
-broker. A broker's local service says where those proxies go: its endpoint's `proxy` holds `links` (per node: the
-node's name, the port a proxy listens on, the node's port it forwards to) and `clients` (the endpoint's fields as
-clients see them through the proxies). Kafka needs this settled when it starts: each node advertises a second
+broker. A broker's local service says where those proxies go: its endpoint's `proxy` holds `links` (per node and
+client port: the node's name, the port a proxy listens on, the node's port it forwards to, and `port`, which of the
+node's listeners it is where the node has several: RabbitMQ's AMQP and stream ports) and `clients` (the endpoint's
+fields as clients see them through the proxies). A network fault on a node puts its toxics on every proxy of it. Kafka needs this settled when it starts: each node advertises a second
 listener at its proxy's port (a client bootstrapping through a proxy is told the proxies' addresses, so every
 connection it makes goes through one), which is why the ports are chosen by the service, not here.
 
@@ -71,9 +72,11 @@ class ToxiproxyService:
 TOXIPROXY = ToxiproxyService()
 
 
-def proxy_name(service: str, node: str) -> str:
-    """A proxy's name: the stack's name for the broker and the node's ("kafka@3-2"), in Toxiproxy's alphabet."""
-    return "".join(c if c.isalnum() or c in "-_." else "-" for c in f"{service}-{node}")
+def proxy_name(service: str, node: str, port: str | None = None) -> str:
+    """A proxy's name: the stack's name for the broker and the node's ("kafka@3-2"), and the client port it fronts
+    where the node has several ("rabbitmq-bb1-localhost-stream"), in Toxiproxy's alphabet."""
+    name = f"{service}-{node}" + (f"-{port}" if port else "")
+    return "".join(c if c.isalnum() or c in "-_." else "-" for c in name)
 
 
 def route(endpoint: dict, service: str, api_port: int) -> dict:
@@ -87,7 +90,7 @@ def route(endpoint: dict, service: str, api_port: int) -> dict:
     client = ToxiproxyClient(api_port)
     routed = []
     for link in links:
-        name = proxy_name(service, link["node"])
+        name = proxy_name(service, link["node"], link.get("port"))
         try:
             client.proxy(name, link["upstream"], link["listen"])
         except ToxiproxyError as exc:
@@ -105,7 +108,7 @@ def unroute(endpoint: dict, service: str, api_port: int) -> None:
     except ToxiproxyError:  # stopped already
         return
     for link in (endpoint.get("proxy") or {}).get("links") or []:
-        name = proxy_name(service, link["node"])
+        name = proxy_name(service, link["node"], link.get("port"))
         if name in present:
             client.delete(name)
 

@@ -9,6 +9,7 @@ confluent-kafka loaded (Pulsar: the libpulsar that pulsar-client loaded); it doe
 
 from __future__ import annotations
 
+import logging
 import os
 
 try:
@@ -83,6 +84,32 @@ def pulsar_path() -> str:
     import _pulsar  # noqa: F401  (loads libpulsar)
 
     return loaded_library("libpulsar")
+
+
+# librdkafka's own lines from a Kafka sender (its log callback keeps them; `forward_logs` hands them over): passed on to
+# brokerbench's logger (the run's log) where the process has it, dropped where it has none, never printed on stderr
+LIBRDKAFKA_LOG = logging.getLogger(f"{__name__}.librdkafka")
+LIBRDKAFKA_LOG.addHandler(logging.NullHandler())
+
+
+def syslog_level(level: int) -> int:
+    """Python's logging level for librdkafka's (syslog's: 0 emergency to 7 debug)."""
+    return (logging.CRITICAL if level <= 2 else logging.ERROR if level == 3 else logging.WARNING if level == 4
+            else logging.INFO if level <= 6 else logging.DEBUG)
+
+
+def forward_logs(sender) -> int:
+    """librdkafka's lines a Kafka sender kept since the last call, logged (LIBRDKAFKA_LOG); returns how many. Senders
+    of other brokers keep none."""
+    text, dropped = sender.logs()
+    lines = text.splitlines()
+    for line in lines:
+        level, facility, message = (line.split("\t", 2) + ["", ""])[:3]
+        LIBRDKAFKA_LOG.log(syslog_level(int(level) if level.isdigit() else 3), "%s: %s", facility, message)
+    if dropped:
+        LIBRDKAFKA_LOG.warning("%d more of librdkafka's lines dropped (its buffer between two intervals was full)",
+                               dropped)
+    return len(lines)
 
 
 def kafka_sender(config: dict, topic: str, partitions: int, single: bool):

@@ -70,6 +70,8 @@ static struct {
     __typeof__(&rd_kafka_conf_set) conf_set;
     __typeof__(&rd_kafka_conf_set_dr_msg_cb) conf_set_dr_msg_cb;
     __typeof__(&rd_kafka_conf_set_opaque) conf_set_opaque;
+    __typeof__(&rd_kafka_conf_set_log_cb) conf_set_log_cb;
+    __typeof__(&rd_kafka_opaque) opaque;
     __typeof__(&rd_kafka_conf_destroy) conf_destroy;
     __typeof__(&rd_kafka_new) new_;
     __typeof__(&rd_kafka_destroy) destroy;
@@ -102,6 +104,8 @@ static PyObject *load_rdkafka(PyObject *self, PyObject *args) {
     RESOLVE(conf_set, "rd_kafka_conf_set");
     RESOLVE(conf_set_dr_msg_cb, "rd_kafka_conf_set_dr_msg_cb");
     RESOLVE(conf_set_opaque, "rd_kafka_conf_set_opaque");
+    RESOLVE(conf_set_log_cb, "rd_kafka_conf_set_log_cb");
+    RESOLVE(opaque, "rd_kafka_opaque");
     RESOLVE(conf_destroy, "rd_kafka_conf_destroy");
     RESOLVE(new_, "rd_kafka_new");
     RESOLVE(destroy, "rd_kafka_destroy");
@@ -348,11 +352,37 @@ typedef struct {
     /* what `take()` hands over */
     i64buf started, handed, ack_seq, ack_ns;
     i64buf failed; /* the seqs of failed sends */
+    /* Kafka: librdkafka's own log lines ("level\tfacility\ttext\n", under ack_lock), handed over by logs(), and
+       how many a full buffer dropped since */
+    char *log_text;
+    size_t log_len;
+    int64_t log_dropped;
     int oom;
     char error[512];
 } Sender;
 
 static PyTypeObject SenderType;
+
+/* librdkafka's log callback (its own threads, or the one that destroys the producer): the line kept for logs(), which
+   hands it to Python's logging, instead of librdkafka's default print to stderr. A full buffer drops, and counts. */
+#define LOG_BYTES 65536
+static void on_log(const rd_kafka_t *r, int level, const char *fac, const char *buf) {
+    Sender *s = rk.opaque(r);
+    if (!s) return;
+    char line[1024];
+    int n = snprintf(line, sizeof line, "%d\t%s\t%s\n", level, fac, buf);
+    if (n < 0) return;
+    if ((size_t)n >= sizeof line) n = sizeof line - 1, line[n - 1] = '\n';
+    pthread_mutex_lock(&s->ack_lock);
+    if (!s->log_text) s->log_text = malloc(LOG_BYTES);
+    if (s->log_text && s->log_len + (size_t)n <= LOG_BYTES) {
+        memcpy(s->log_text + s->log_len, line, (size_t)n);
+        s->log_len += (size_t)n;
+    } else {
+        s->log_dropped++;
+    }
+    pthread_mutex_unlock(&s->ack_lock);
+}
 
 static void on_delivery(rd_kafka_t *r, const rd_kafka_message_t *m, void *opaque) {
     Sender *s = (Sender *)opaque;
@@ -1686,6 +1716,18 @@ static PyObject *Sender_send_until(Sender *s, PyObject *args) {
     return Py_BuildValue("(Li)", (long long)next, why);
 }
 
+/* librdkafka's lines since the last call, as (text, dropped): "level\tfacility\ttext" lines, and how many a full
+   buffer dropped. Empty for senders that are not Kafka's. */
+static PyObject *Sender_logs(Sender *s, PyObject *Py_UNUSED(ignored)) {
+    pthread_mutex_lock(&s->ack_lock);
+    PyObject *text = PyUnicode_DecodeUTF8(s->log_text ? s->log_text : "", (Py_ssize_t)s->log_len, "replace");
+    long long dropped = (long long)s->log_dropped;
+    s->log_len = 0;
+    s->log_dropped = 0;
+    pthread_mutex_unlock(&s->ack_lock);
+    return text ? Py_BuildValue("(NL)", text, dropped) : NULL;
+}
+
 static PyObject *Sender_take(Sender *s, PyObject *Py_UNUSED(ignored)) {
     pthread_mutex_lock(&s->ack_lock);
     PyObject *acked = buf_take(&s->ack_seq), *acked_ns = buf_take(&s->ack_ns), *failed = buf_take(&s->failed);
@@ -1770,6 +1812,7 @@ static void Sender_dealloc(Sender *s) {
     free(s->stage_ns.data);
     free(s->stage_failed.data);
     free(s->failed.data);
+    free(s->log_text);
     pthread_mutex_destroy(&s->ack_lock);
     PyMem_RawFree(s->payload);
     PyMem_RawFree(s->payload_len);
@@ -1842,6 +1885,7 @@ static PyObject *kafka_sender(PyObject *self, PyObject *args) {
     s->single = single;
     rk.conf_set_dr_msg_cb(conf, on_delivery);
     rk.conf_set_opaque(conf, s);
+    rk.conf_set_log_cb(conf, on_log);
     s->rk = rk.new_(RD_KAFKA_PRODUCER, conf, err, sizeof err); /* takes conf on success */
     if (!s->rk) {
         rk.conf_destroy(conf);
@@ -2758,6 +2802,9 @@ static PyMethodDef Sender_methods[] = {
      "the payload pool and the schedule (brokerbench.worker.schedule)."},
     {"send_until", (PyCFunction)Sender_send_until, METH_VARARGS,
      "send_until(seq, stop_seq, until_ns, t_end_ns) -> (next_seq, why): 0 boundary, 1 end, 2 limit."},
+    {"logs", (PyCFunction)Sender_logs, METH_NOARGS,
+     "logs() -> (text, dropped): librdkafka's log lines since the last call (level, facility, text, tab-separated, "
+     "one a line) and how many a full buffer dropped."},
     {"take", (PyCFunction)Sender_take, METH_NOARGS,
      "take() -> (started, handed, acked_seq, acked_ns, failed_seq) since the last take; int64 arrays as bytes. "
      "Acknowledgements served by flush() or close() are taken by the next take()."},

@@ -41,6 +41,13 @@ def _call_s(began_ns: int) -> dict:
     that time before its at_s (after it, for a heal)."""
     return {"call_s": round((time.monotonic_ns() - began_ns) / SECOND_NS, 6)}
 
+
+def _proxies(names: list[str]) -> dict:
+    """How a network fault's record names the proxies its toxics went on: `proxy`, the first (a node's only one,
+    mostly), and `proxies`, every one, where the node has several (one per client port)."""
+    return {"proxy": names[0], **({"proxies": names} if len(names) > 1 else {})}
+
+
 # A clean stop (SIGTERM) takes its time: a Kafka broker hands its leaderships over first, a RabbitMQ node closes its
 # queues one by one (about 6 s here). A node started again while its old process still runs fails on its own ports
 # and data, so a restart waits (up to this) for a stopped node's processes to end.
@@ -96,7 +103,7 @@ class CellFaults:
         self.stopped: dict[str, list[int]] = {}  # node -> the pids a stop signalled (they may still be ending)
         self.paused: dict[int, str] = {}  # fault index -> the node its pause stopped
         # fault index -> (node, proxy, toxics) of a network fault on now
-        self.faulty: dict[int, tuple[str, str, list[str]]] = {}
+        self.faulty: dict[int, tuple[str, list[str], list[str]]] = {}
         self.faulty_at: dict[int, int] = {}  # fault index -> when its toxics were all on (ns from the measured start)
         self.resume_due: dict[int, int] = {}  # fault index -> its resume's time (ns from the measured start)
         self.finished = False
@@ -190,15 +197,16 @@ class CellFaults:
             raise FaultError(f"target {target!r}: the cluster has no node {name!r} (its nodes: {', '.join(names)})")
         return found[0]
 
-    def _link(self, target: str) -> tuple[dict, str | None]:
-        """The proxied link in front of the network fault's node, and the leader the broker named (a cluster's)."""
+    def _links(self, target: str) -> tuple[list[dict], str | None]:
+        """The proxied links in front of the network fault's node (one per client port: RabbitMQ's AMQP and stream
+        listeners each have their own), and the leader the broker named (a cluster's)."""
         proxy = self.endpoint.get("proxy") or {}
         if not toxiproxy.routed(self.endpoint):
             raise FaultError("the broker's clients are not routed through proxies (a network fault needs the local "
                              "stack's Toxiproxy in front of its nodes)")
         links = proxy["links"]
         leader = None
-        if len(links) == 1 and "nodes" not in self.endpoint:
+        if len({link["node"] for link in links}) == 1 and "nodes" not in self.endpoint:
             node = links[0]["node"] if target in faults.TARGETS else target  # a single node is the leader
         else:
             leader = self.hooks.leader(self.endpoint, self.topic)
@@ -206,29 +214,32 @@ class CellFaults:
         found = [link for link in links if link["node"] == node]
         if not found:
             raise FaultError(f"target {target!r}: no proxy in front of node {node!r} (proxied nodes: "
-                             f"{', '.join(link['node'] for link in links)})")
-        return found[0], leader
+                             f"{', '.join(sorted({link['node'] for link in links}))})")
+        return found, leader
 
     def _network(self, step: faults.Step) -> None:
-        """A network fault's toxics put on the proxy in front of its node, or (heal) taken off."""
+        """A network fault's toxics put on the proxies in front of its node, or (heal) taken off."""
         client = toxiproxy.ToxiproxyClient(self.endpoint["proxy"]["api_port"])
         if step.kind == "heal":
-            node, proxy, names = self.faulty.pop(step.index)
+            node, proxies, names = self.faulty.pop(step.index)
             at = time.monotonic_ns()  # the toxics were all on until here
-            for name in names:
-                client.remove_toxic(proxy, name)
-            self._record(step, at, None, nodes=[node], proxy=proxy, toxics=names, **_call_s(at))
+            for proxy in proxies:
+                for name in names:
+                    client.remove_toxic(proxy, name)
+            self._record(step, at, None, nodes=[node], **_proxies(proxies), toxics=names, **_call_s(at))
             return
         fault = self.asked[step.index]
-        link, leader = self._link(step.target)
+        links, leader = self._links(step.target)
         toxics = toxiproxy.toxics_for({**fault, "fault_index": step.index})
         began = time.monotonic_ns()
-        for toxic in toxics:
-            client.add_toxic(link["name"], toxic)
+        for link in links:
+            for toxic in toxics:
+                client.add_toxic(link["name"], toxic)
         at = time.monotonic_ns()  # the toxics are all on from here
+        proxies = [link["name"] for link in links]
         self.faulty_at[step.index] = at - self.measure_start
-        self.faulty[step.index] = (link["node"], link["name"], [t["name"] for t in toxics])
-        self._record(step, at, leader, nodes=[link["node"]], effect=fault["effect"], proxy=link["name"],
+        self.faulty[step.index] = (links[0]["node"], proxies, [t["name"] for t in toxics])
+        self._record(step, at, leader, nodes=[links[0]["node"]], effect=fault["effect"], **_proxies(proxies),
                      toxics=[t["name"] for t in toxics], **_call_s(began))
 
     def _heal_all(self) -> list[dict]:
@@ -237,7 +248,7 @@ class CellFaults:
         if not toxiproxy.routed(self.endpoint):
             return []
         client, healed = toxiproxy.ToxiproxyClient(self.endpoint["proxy"]["api_port"]), []
-        by_proxy = {proxy: index for index, (_, proxy, _) in self.faulty.items()}
+        by_proxy = {proxy: index for index, (_, proxies, _) in self.faulty.items() for proxy in proxies}
         for link in self.endpoint["proxy"]["links"]:
             names = client.clear(link["name"])
             if names:

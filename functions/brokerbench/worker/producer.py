@@ -224,6 +224,7 @@ def _native_loop(sender, task: ProducerTask, codec, pool, timing: dict, schedule
     def close(end_seq: int) -> None:
         nonlocal last_send_ns
         started, handed, acked_seq, acked_ns, failed = sender.take()
+        native.forward_logs(sender)  # librdkafka's lines, into the log rather than onto the terminal
         if handed:
             last_send_ns = int(np.frombuffer(handed, dtype=np.int64)[-1])
         intervals.close(end_seq, started, handed, acked_seq, acked_ns, failed)

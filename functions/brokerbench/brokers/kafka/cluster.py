@@ -9,7 +9,7 @@ from confluent_kafka.admin import AdminClient
 
 from ...local.processes import spawn
 from ...local.stack import cluster_nodes, node_restarted
-from .driver import _security
+from .driver import LOGGED, _security
 from .local import broker_count
 
 
@@ -17,7 +17,7 @@ def _metadata(endpoint: dict, topic: str | None, timeout_s: float):
     """The cluster's metadata from any node that answers (TLS and MSK IAM auth as the endpoint asks); None when
     none answers within the timeout."""
     admin = AdminClient({"bootstrap.servers": endpoint["bootstrap_servers"], "socket.timeout.ms": 2000,
-                         **_security(endpoint)})
+                         **_security(endpoint), **LOGGED})
     try:
         return admin.list_topics(topic, timeout=timeout_s)
     except Exception:  # noqa: BLE001 - no node answered within the timeout: nothing known

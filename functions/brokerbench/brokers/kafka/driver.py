@@ -4,10 +4,17 @@ A cell's lanes (brokerbench.drivers.lanes) are the partitions of its topic; with
 are those of N topics of P partitions each, <topic>-0000 to <topic>-(N-1): lane i is partition i // N of
 topic i % N, so consecutive messages go to consecutive topics, and a lane is known from the topic count
 alone (a consumer is given its lanes, not P). Consumers report each message under its lane.
+
+librdkafka's own lines (a connection lost, "1/1 brokers are down": every network fault prints some) go to the
+Python logger LIBRDKAFKA_LOG, never to the terminal: through confluent-kafka's `logger`, and its `error_cb` for the
+errors it would otherwise log itself. The logger passes them on to brokerbench's (the run's log: functions.log
+locally, CloudWatch in AWS) where the process has it, and drops them where it has none. The native send loop's
+librdkafka keeps its own in a log callback, which the producer's loop logs (brokerbench.native.forward_logs).
 """
 
 from __future__ import annotations
 
+import logging
 import os
 import queue
 import threading
@@ -21,6 +28,18 @@ from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic
 
 from ... import native
 from ...drivers import BrokerUnavailable, Message, OnAck, TargetRefused
+
+LIBRDKAFKA_LOG = logging.getLogger(f"{__name__}.librdkafka")
+LIBRDKAFKA_LOG.addHandler(logging.NullHandler())  # no handler up the chain: dropped, not printed (logging's last resort)
+
+
+def _client_error(error) -> None:
+    """librdkafka's error callback (a KafkaError): logged, as librdkafka would print it without one."""
+    LIBRDKAFKA_LOG.log(logging.ERROR if error.fatal() else logging.WARNING, "%s: %s", error.name(), error.str())
+
+
+# What every Python client of the driver is made with (not the native loop's settings: strings only)
+LOGGED = {"logger": LIBRDKAFKA_LOG, "error_cb": _client_error}
 
 PRODUCER_BUFFER_KB = 32 * 1024
 PRODUCER_BUFFER_MESSAGES = 1_000_000  # librdkafka's queue.buffering.max.messages: the byte bound binds first
@@ -69,7 +88,7 @@ class KafkaDriver:
 
     def admin(self) -> AdminClient:
         if self._admin is None:
-            self._admin = AdminClient({**self._common, "socket.timeout.ms": 5000, "log_level": 3})
+            self._admin = AdminClient({**self._common, **LOGGED, "socket.timeout.ms": 5000, "log_level": 3})
         return self._admin
 
     def topic_admin(self) -> AdminClient:
@@ -78,7 +97,8 @@ class KafkaDriver:
         replicas answers after seconds (the 5 s of `admin`, meant for a quick answer to `check`, failed
         the creation of 100 topics of 3 replicas on a local 3-node cluster that took 3.6 s)."""
         if getattr(self, "_topic_admin", None) is None:
-            self._topic_admin = AdminClient({**self._common, "socket.timeout.ms": 300_000, "log_level": 3})
+            self._topic_admin = AdminClient({**self._common, **LOGGED, "socket.timeout.ms": 300_000,
+                                             "log_level": 3})
         return self._topic_admin
 
     def check(self, timeout_s: float = 5.0) -> None:
@@ -196,8 +216,8 @@ class KafkaDriver:
         committed positions), so the backlog and the message count are the broker's own figures."""
         clients = self.__dict__.setdefault("_offsets_clients", {})
         if group not in clients:
-            clients[group] = _KafkaConsumer({**self._common, "group.id": group, "enable.auto.commit": False,
-                                             "log_level": 3})
+            clients[group] = _KafkaConsumer({**self._common, **LOGGED, "group.id": group,
+                                             "enable.auto.commit": False, "log_level": 3})
         return clients[group]
 
     def _watermarks(self, client: _KafkaConsumer, topic: str, partitions: int) -> list[tuple[int, int]]:
@@ -274,10 +294,10 @@ class KafkaDriver:
         return {"payload_bytes": self._buffer_kb() * 1024}
 
     def producer(self, topic: str, partitions: int, mode: str, on_ack: OnAck) -> KafkaProducer:
+        config = {**self.producer_config(mode), **LOGGED}
         if self.topics > 1:
-            return SpreadProducer(_KafkaProducer(self.producer_config(mode)), topic, on_ack,
-                                  lane_places(topic, partitions, self.topics))
-        return KafkaProducer(_KafkaProducer(self.producer_config(mode)), topic, on_ack)
+            return SpreadProducer(_KafkaProducer(config), topic, on_ack, lane_places(topic, partitions, self.topics))
+        return KafkaProducer(_KafkaProducer(config), topic, on_ack)
 
     def native_sender(self, topic: str, partitions: int, mode: str):
         """The native send loop over librdkafka, with the same settings as `producer`."""
@@ -290,6 +310,7 @@ class KafkaDriver:
     def consumer(self, topic: str, group: str, partitions: list[int]) -> KafkaConsumer:
         consumer = _KafkaConsumer({
             **self._common,
+            **LOGGED,
             "group.id": group,
             "enable.auto.commit": False,
             "auto.offset.reset": "earliest",

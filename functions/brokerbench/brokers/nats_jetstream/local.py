@@ -7,6 +7,12 @@ name (bb-nats-1, ...; JetStream names a stream's leader and replicas by it), a c
 Clients are given every server's URL (the endpoint's `url`, comma-separated), and the endpoint lists each node with
 its processes and the command that starts it again (cluster.py: a fault's restart).
 
+Network faults (brokerbench.faults, brokerbench.local.proxies): each server has a port of its own for a proxy in
+front of it, and the endpoint's `proxy` says where each proxy goes and gives the clients the proxies' URLs. A
+cluster's servers do not advertise their client URLs to clients (`no_advertise`): a NATS client adds the servers it
+is told of (INFO connect_urls) to the list it moves along when a connection is lost, and would reach a server
+around its proxy there.
+
 The server syncs its file store to disk every 2 minutes (JetStream's default sync_interval) unless the stack is
 started with BROKERBENCH_NATS_SYNC=always (or the stack setting `nats_sync="always"`): every write is then synced
 before its PubAck."""
@@ -78,12 +84,14 @@ def node_name(node: int) -> str:
 def cluster_config_text(node: int, listeners: list[tuple[int, int]], store: Path, sync: str) -> str:
     """Server `node` (1-based) of a cluster whose servers listen on `listeners` (client port, cluster port) each:
     its name, its client and cluster listeners on loopback, a route to every other server, and JetStream's block.
-    No monitoring, gateway or leaf node port."""
+    No monitoring, gateway or leaf node port. The servers' client URLs are not advertised to clients
+    (`no_advertise`): a client keeps to the URLs it was given (a network fault's proxies)."""
     port, cluster_port = listeners[node - 1]
     routes = ", ".join(json.dumps(f"nats-route://{HOST}:{other}")
                        for n, (_, other) in enumerate(listeners, 1) if n != node)
     return (f"server_name: {node_name(node)}\nlisten: {HOST}:{port}\n"
-            f"cluster {{\n  name: {CLUSTER_NAME}\n  listen: {HOST}:{cluster_port}\n  routes: [{routes}]\n}}\n"
+            f"cluster {{\n  name: {CLUSTER_NAME}\n  listen: {HOST}:{cluster_port}\n  routes: [{routes}]\n"
+            "  no_advertise: true\n}\n"
             + config_text(store, sync))
 
 
@@ -92,10 +100,19 @@ def cluster_urls(listeners: list[tuple[int, int]]) -> str:
     return ",".join(f"nats://{HOST}:{port}" for port, _ in listeners)
 
 
+def proxied(names: list[str], ports: list[int], proxy_ports: list[int]) -> dict:
+    """The endpoint's `proxy` (brokerbench.local.proxies): a link per server (its name, the proxy's port, the server's
+    client port) and the clients' `url`, every proxy's, in the servers' order."""
+    return {"links": [{"node": name, "listen": listen, "upstream": port}
+                      for name, port, listen in zip(names, ports, proxy_ports)],
+            "clients": {"url": ",".join(f"nats://{HOST}:{listen}" for listen in proxy_ports)}}
+
+
 class NatsService:
     name = "nats"
     startup_timeout_s = 30.0
     max_nodes = MAX_NODES
+    proxied_sizes = tuple(range(1, MAX_NODES + 1))  # network faults: a proxy in front of each server (proxied)
     download_mb = 7
 
     def installed_version(self) -> str | None:
@@ -139,8 +156,11 @@ class NatsService:
         cmd = [str(binary), "-c", str(config), "-a", HOST, "-p", str(port), "-js", "-n", SERVER_NAME]
         log = folder / "nats.log"
         version = self.installed_version() or "unknown"
-        endpoint = {"url": f"nats://{HOST}:{port}", "version": version, "sync_interval": sync}
-        return Started([spawn(cmd, folder / "data", log)], port, endpoint, version, str(log), {"sync_interval": sync})
+        proxy_port = ports()  # where a network fault's proxy listens (brokerbench.local.proxies)
+        endpoint = {"url": f"nats://{HOST}:{port}", "version": version, "sync_interval": sync,
+                    "proxy": proxied([SERVER_NAME], [port], [proxy_port])}
+        return Started([spawn(cmd, folder / "data", log)], port, endpoint, version, str(log),
+                       {"sync_interval": sync, "proxy_port": proxy_port})
 
     def start_cluster(self, binary: Path, folder: Path, ports: Callable[[], int], sync: str, nodes: int) -> Started:
         """`nodes` servers at once, each with its config in folder/node-<n> and its store in folder/data/node-<n>.
@@ -163,7 +183,11 @@ class NatsService:
             if node > 1:
                 extra[f"node_{node}_port"] = port
             extra[f"node_{node}_cluster_port"] = cluster_port
-        endpoint = {"url": cluster_urls(listeners), "version": version, "sync_interval": sync, "nodes": entries}
+        proxy_ports = [ports() for _ in range(nodes)]  # after the servers' own, as `extra` lists them
+        extra.update({f"node_{node}_proxy_port": port for node, port in enumerate(proxy_ports, 1)})
+        proxy = proxied([entry["node"] for entry in entries], [port for port, _ in listeners], proxy_ports)
+        endpoint = {"url": cluster_urls(listeners), "version": version, "sync_interval": sync, "nodes": entries,
+                    "proxy": proxy}
         return Started([pid for entry in entries for pid in entry["pids"]], listeners[0][0], endpoint, version,
                        entries[0]["log"], extra)
 

@@ -21,6 +21,13 @@ feature flags before they were enabled (stream_queue off: its stream plug-in nev
 declared once every node has joined have a member on each (their initial group size defaults to the cluster's
 size). A node killed or stopped is started again on its own ports and data by rabbitmq.cluster.start_node, and
 rejoins by itself.
+
+Network faults (brokerbench.faults, brokerbench.local.proxies): each node's AMQP and stream listeners have a port
+each for a proxy in front of them, and the endpoint's `proxy` says where the proxies go (two links per node, `port`
+amqp and stream) and how clients reach the node through them: the endpoint's ports and each node's replaced by the
+proxies', and `stream_addresses`, the proxy port for each node's stream address as the node advertises it (a stream
+client is told where a stream's leader or replica is, and connects there: rabbitmq_streams.driver maps it onto the
+proxy). The nodes' own advertised address is left alone, so that a run without proxies reaches them directly.
 """
 
 from __future__ import annotations
@@ -114,10 +121,30 @@ def environment(folder: Path, ports: dict[str, int], *, name: str | None = None,
     }
 
 
+PROXIED_PORTS = ("amqp", "stream")  # a node's client listeners, each with a proxy of its own (network faults)
+
+
+def proxied(entries: list[dict], proxy_ports: list[tuple[int, int]]) -> dict:
+    """The endpoint's `proxy` (brokerbench.local.proxies) for nodes `entries` (name, host, AMQP `port`,
+    `stream_port`), each with (AMQP proxy port, stream proxy port): the links, and what clients see through them
+    (`clients`: the first node's ports, each node's entry and the advertised stream addresses, mapped)."""
+    links, mapped, addresses = [], [], {}
+    for entry, (amqp, stream) in zip(entries, proxy_ports):
+        links += [{"node": entry["node"], "port": "amqp", "listen": amqp, "upstream": entry["port"]},
+                  {"node": entry["node"], "port": "stream", "listen": stream, "upstream": entry["stream_port"]}]
+        mapped.append({**entry, "port": amqp, "stream_port": stream})
+        addresses[f"{entry['host']}:{entry['stream_port']}"] = stream
+    clients = {"amqp_port": proxy_ports[0][0], "stream_port": proxy_ports[0][1], "stream_addresses": addresses}
+    if len(entries) > 1:
+        clients["nodes"] = mapped
+    return {"links": links, "clients": clients}
+
+
 class RabbitMQService:
     name = "rabbitmq"
     startup_timeout_s = 90.0  # ready in about 5 s on an idle two-core machine (a cluster: this per node)
     max_nodes = MAX_NODES
+    proxied_sizes = tuple(range(1, MAX_NODES + 1))  # network faults: proxies in front of each node's listeners
     download_mb = 40  # rabbitmq-server with the Erlang packages it pulls in
 
     def installed_version(self) -> str | None:
@@ -149,10 +176,13 @@ class RabbitMQService:
         epmd = spawn(["epmd", "-port", str(extra["epmd_port"]), "-address", HOST], folder, folder / "epmd.log", env)
         server = spawn([str(SERVER)], folder, log, env)
         version = self.installed_version() or "unknown"
+        proxy_ports = {"amqp_proxy_port": ports(), "stream_proxy_port": ports()}  # network faults' proxies
+        node = {"node": env["RABBITMQ_NODENAME"], "host": HOST, "port": port, "stream_port": extra["stream_port"]}
         endpoint = {"host": HOST, "amqp_port": port, "stream_port": extra["stream_port"], "version": version,
-                    "management_url": f"http://{HOST}:{extra['management_port']}"}
+                    "management_url": f"http://{HOST}:{extra['management_port']}",
+                    "proxy": proxied([node], [tuple(proxy_ports.values())])}
         return Started([epmd, server], port, endpoint, version, str(log),
-                       {**extra, "node": env["RABBITMQ_NODENAME"]})
+                       {**extra, **proxy_ports, "node": env["RABBITMQ_NODENAME"]})
 
     def start_cluster(self, folder: Path, ports: Callable[[], int], nodes: int) -> Started:
         """`nodes` nodes started at once on one epmd: the first blank, the others joining it (peer_discovery). The
@@ -160,6 +190,7 @@ class RabbitMQService:
         and rabbitmq.cluster.start_node need of it."""
         listeners = [(ports(), ports(), ports(), ports()) for _ in range(nodes)]  # AMQP, stream, dist, management
         epmd_port = ports()
+        proxy_ports = [(ports(), ports()) for _ in range(nodes)]  # network faults' proxies: AMQP, stream
         entries = cluster_nodes(folder, listeners, epmd_port)
         cookie = folder / ".erlang.cookie"
         if not cookie.is_file():  # started again after a crash: the cookie its nodes share already
@@ -178,10 +209,13 @@ class RabbitMQService:
         version = self.installed_version() or "unknown"
         first = entries[0]
         endpoint = {"host": HOST, "amqp_port": first["port"], "stream_port": first["stream_port"], "version": version,
-                    "management_url": first["management_url"], "nodes": entries}
+                    "management_url": first["management_url"], "nodes": entries,
+                    "proxy": proxied([{k: e[k] for k in ("node", "host", "port", "stream_port")} for e in entries],
+                                     proxy_ports)}
         return Started([epmd, *(pid for entry in entries for pid in entry["pids"])], first["port"], endpoint, version,
                        str(Path(first["folder"]) / "rabbitmq.log"),
-                       {**ports_taken(listeners, epmd_port), "nodes": nodes, "node": [e["node"] for e in entries]})
+                       {**ports_taken(listeners, epmd_port, proxy_ports), "nodes": nodes,
+                        "node": [e["node"] for e in entries]})
 
     def ready(self, started: Started) -> bool:
         """An AMQP client connects and declares a quorum queue and a stream (both need the node's Raft and stream
@@ -233,13 +267,16 @@ def cluster_nodes(folder: Path, listeners: list[tuple[int, int, int, int]], epmd
             for index, (amqp, stream, dist, management) in enumerate(listeners, 1)]
 
 
-def ports_taken(listeners: list[tuple[int, int, int, int]], epmd_port: int) -> dict[str, int]:
+def ports_taken(listeners: list[tuple[int, int, int, int]], epmd_port: int,
+                proxy_ports: list[tuple[int, int]] = ()) -> dict[str, int]:
     """A cluster's ports after its first (the service's own), in the order start_cluster took them: the stack starts
     a crashed service again on the ports its record lists in that order (local/stack.py _same_ports)."""
     keys = ("amqp_port", "stream_port", "dist_port", "management_port")
     taken = {f"node{index}_{key}": port for index, ports in enumerate(listeners, 1) for key, port in zip(keys, ports)}
     del taken["node1_amqp_port"]
-    return {**taken, "epmd_port": epmd_port}
+    proxies = {f"node{index}_{key}_proxy_port": port for index, ports in enumerate(proxy_ports, 1)
+               for key, port in zip(PROXIED_PORTS, ports)}
+    return {**taken, "epmd_port": epmd_port, **proxies}
 
 
 def node_environment(node: dict) -> dict[str, str]:

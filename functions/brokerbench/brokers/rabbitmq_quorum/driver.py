@@ -17,7 +17,7 @@ from collections import OrderedDict
 import pika
 from pika.exceptions import AMQPError
 
-from ... import native
+from ... import native, toxiproxy
 from ...drivers import BrokerUnavailable, Message, OnAck
 from ...worker.framing import HEADER
 from ..rabbitmq import amqp, in_flight_window, management
@@ -85,9 +85,10 @@ class RabbitMQQuorumDriver:
                               depth, on_ack, self._reconnect())
 
     def _reconnect(self):
-        """On a cluster, how a producer or consumer connects again after losing its node (any node that answers);
-        None on one node, where a lost connection ends the client (its sends fail, the consumer's cell fails)."""
-        if "nodes" not in self.endpoint:
+        """On a cluster, how a producer or consumer connects again after losing its node (any node that answers); the
+        same through a network fault's proxies (a reset closes connections the node still serves); None on one node
+        reached directly, where a lost connection ends the client (its sends fail, the consumer's cell fails)."""
+        if "nodes" not in self.endpoint and not toxiproxy.routed(self.endpoint):
             return None
         return lambda: amqp.connect(self.endpoint, timeout_s=2.0)
 
@@ -112,13 +113,33 @@ class RabbitMQQuorumDriver:
                               self.client["rabbitmq_prefetch"], self._reconnect())
 
 
-class QuorumProducer:
+class _Reconnecting:
+    """What the producer and the consumer share: connecting again after their connection was lost."""
+
+    RECONNECT_EVERY_S = 0.05  # how often a client that lost its node (or its proxied link) tries to connect again
+    _reconnect = None
+    _next_try = 0.0
+
+    def _attach(self, connection) -> None:
+        raise NotImplementedError
+
+    def _connect_again(self) -> bool:
+        """A new connection (`_reconnect`), at most every RECONNECT_EVERY_S, attached: whether it is made."""
+        if self._reconnect is None or time.monotonic() < self._next_try:
+            return False
+        self._next_try = time.monotonic() + self.RECONNECT_EVERY_S
+        try:
+            self._attach(self._reconnect())
+        except (AMQPError, OSError, BrokerUnavailable):
+            return False
+        return True
+
+
+class QuorumProducer(_Reconnecting):
     """Publishes without waiting and counts confirms as they come. pika's BlockingChannel waits for each confirm
     in basic_publish, so this publishes on the channel's asynchronous half (`_impl`, pika's Channel) in confirm
     mode; the blocking connection still reads the socket (process_data_events), and a confirm wakes it
     (add_callback_threadsafe) so that a wait ends as soon as one arrives."""
-
-    RECONNECT_EVERY_S = 0.05  # on a cluster, how often a producer that lost its node tries to connect again
 
     def __init__(self, connection, queues: list[str], depth: int, on_ack: OnAck, reconnect=None) -> None:
         self._queues = queues
@@ -145,16 +166,7 @@ class QuorumProducer:
     def _again(self) -> bool:
         """A producer that lost its node connects again (on a cluster, at most every RECONNECT_EVERY_S): whether it
         is connected now."""
-        if not self._broken:
-            return True
-        if self._reconnect is None or time.monotonic() < self._next_try:
-            return False
-        self._next_try = time.monotonic() + self.RECONNECT_EVERY_S
-        try:
-            self._attach(self._reconnect())
-        except (AMQPError, OSError, BrokerUnavailable):
-            return False
-        return True
+        return not self._broken or self._connect_again()
 
     def _confirmed(self, frame) -> None:
         """Basic.Ack or Basic.Nack for one delivery tag, or every tag up to it (`multiple`)."""
@@ -231,7 +243,7 @@ class QuorumProducer:
             pass
 
 
-class QuorumConsumer:
+class QuorumConsumer(_Reconnecting):
     """basic.consume on each of its lanes' queues on one channel (prefetch shared by them). A poll's deliveries
     are acknowledged in one `multiple` ack with the next poll (or at close), after their receive timestamps."""
 
@@ -242,6 +254,7 @@ class QuorumConsumer:
         self._reconnect = reconnect
         self._held = False
         self._received: list[Message] = []
+        self._next_try = 0.0
         self._attach(connection)
 
     def _attach(self, connection) -> None:
@@ -250,6 +263,7 @@ class QuorumConsumer:
         self._channel.basic_qos(prefetch_count=self._prefetch)
         self._consuming = False
         self._last_tag = 0  # the last delivery tag not acknowledged yet
+        self._broken = False  # the connection was lost and no new one made yet
 
     def _deliver(self, _channel, method, _properties, body: bytes) -> None:
         self._received.append((body[:HEADER_SIZE], body[HEADER_SIZE:], self._lane[method.routing_key]))
@@ -269,6 +283,9 @@ class QuorumConsumer:
         if self._held:
             time.sleep(timeout_s)
             return []
+        if self._broken and not self._connect_again():  # its old connection is not touched (pika's fails every call)
+            time.sleep(min(timeout_s, self.RECONNECT_EVERY_S))
+            return []
         try:
             if not self._consuming:
                 self._start()
@@ -277,12 +294,12 @@ class QuorumConsumer:
         except (AMQPError, OSError) as exc:
             if self._reconnect is None:
                 raise BrokerUnavailable(f"RabbitMQ consumer lost its connection: {exc!r}") from None
-            # On a cluster: what was delivered and not acknowledged goes back to the queue and comes again (counted
-            # as duplicates where it was received here); the consumer connects to another node and reads on.
-            try:
-                self._attach(self._reconnect())
-            except (AMQPError, OSError, BrokerUnavailable):
-                time.sleep(min(timeout_s, 0.05))
+            # On a cluster (or through a proxy a network fault resets): what was delivered and not acknowledged goes
+            # back to the queue and comes again (counted as duplicates where it was received here); the consumer
+            # connects again (to another node on a cluster) and reads on.
+            self._broken, self._next_try = True, 0.0
+            if not self._connect_again():
+                time.sleep(min(timeout_s, self.RECONNECT_EVERY_S))
         out, self._received = self._received, []
         return out
 
@@ -295,7 +312,8 @@ class QuorumConsumer:
 
     def close(self) -> None:
         try:
-            self._ack()
+            if not self._broken:
+                self._ack()
             self._connection.close()
-        except (AMQPError, OSError):
+        except (AMQPError, OSError, ValueError):  # ValueError: pika's connection lost before (its timers closed)
             pass  # the broker is gone: unacknowledged deliveries go back to the queue, as RabbitMQ requeues them

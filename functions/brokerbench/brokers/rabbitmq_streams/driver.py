@@ -18,6 +18,11 @@ points it to the stream's leader now; sends due meanwhile fail at once. A consum
 stream's leader moved (a metadata update) drops that subscription and subscribes again through a node that answers,
 each lane from the offset after the last one it was delivered: nothing delivered twice, nothing skipped. Deliveries
 of a subscription it dropped are ignored from that moment on (they are tagged with the subscription's generation).
+
+Through a network fault's proxies (brokerbench.toxiproxy: the endpoint's `stream_addresses`), a client that connects
+where a node says a stream's leader or replica is connects to the proxy in front of that address instead
+(`through_proxies`: rstream has no address resolver of its own), and both connect again after a lost connection on
+a single node too (a reset closes connections the node still serves).
 """
 
 from __future__ import annotations
@@ -30,11 +35,12 @@ import time
 from functools import partial
 
 from rstream import Consumer, ConsumerOffsetSpecification, OffsetNotFound, OffsetType, Producer
+from rstream.client import Addr
 from rstream.exceptions import LeaderNotAvailable, StreamNotAvailable
 from rstream.recovery import BackOffRecoveryStrategy
 from rstream.utils import RawMessage
 
-from ... import native
+from ... import native, toxiproxy
 from ...drivers import BrokerUnavailable, Message, OnAck
 from ...worker.framing import HEADER
 from ..rabbitmq import amqp, cluster, in_flight_window, management
@@ -46,6 +52,12 @@ COUNT_TIMEOUT_S = 60.0  # reading a cell's streams through to count them
 RECOVERY_S = 30.0  # a node started again: its streams' writers are back within this
 LEADER_WAIT_S = 15.0  # a cluster's stream without a leader (an election after a node failed) is waited for this long
 RECONNECT_EVERY_S = 0.1  # on a cluster, how often a client that lost its node tries to connect again
+# How long one such try may take before it is given up (and made again RECONNECT_EVERY_S later). rstream waits for the
+# answer to its handshake without end: a connection reset at its first bytes (a network fault's reset) left a
+# producer's start waiting until this ran out, 10 s a try, every send due meanwhile held up (measured here). A
+# handshake and a publisher's or subscription's declaration take milliseconds on this host; 3 s allows for a loaded
+# one and for a stream whose new leader is still being elected after a failover.
+RECONNECT_TIMEOUT_S = 3.0
 CONNECTION_LOST = -1  # rstream's response code for a publish it stops waiting for (its connection went)
 
 
@@ -89,14 +101,15 @@ class RabbitMQStreamsDriver:
         user, password = amqp.credentials(self.endpoint)
         host, port = amqp.first_answering(self.endpoint, "stream_port")  # a cluster's node that is up
         return {"host": host, "port": port, "vhost": self.endpoint.get("vhost", "/"), "username": user,
-                "password": password}
+                "password": password, **({ADDRESSES: self.endpoint["stream_addresses"]}
+                                         if self.endpoint.get("stream_addresses") else {})}
 
     def check(self, timeout_s: float = 5.0) -> None:
         amqp.check(self.endpoint, timeout_s)
         settings = self._stream_endpoint()
 
         async def connect() -> None:
-            client = Consumer(**settings)
+            client = made(Consumer, settings)
             await client.start()
             await client.close()
 
@@ -189,8 +202,9 @@ class RabbitMQStreamsDriver:
 
     def _reconnect(self):
         """On a cluster, where a client that lost its node connects again (the settings of a node whose stream
-        listener answers now); None on one node, where a lost connection ends the client."""
-        return self._stream_endpoint if self.endpoint.get("nodes") else None
+        listener answers now); the same through a network fault's proxies (a reset closes connections a node still
+        serves); None on one node reached directly, where a lost connection ends the client."""
+        return self._stream_endpoint if self.endpoint.get("nodes") or toxiproxy.routed(self.endpoint) else None
 
     def producer(self, topic: str, partitions: int, mode: str, on_ack: OnAck) -> StreamsProducer:
         depth = self.in_flight_window(mode)
@@ -246,8 +260,37 @@ def _version(distribution: str) -> str:
     return version(distribution)
 
 
+ADDRESSES = "stream_addresses"  # in a client's settings: the proxy port for each node's advertised stream address
+
+
+def made(kind, settings: dict, **options):
+    """An rstream Producer or Consumer made with `settings` (through_proxies where they map addresses)."""
+    settings = dict(settings)
+    addresses = settings.pop(ADDRESSES, None)
+    client = kind(**settings, **options)
+    if addresses:
+        through_proxies(client, addresses)
+    return client
+
+
+def through_proxies(client, addresses: dict[str, int]) -> None:
+    """Every connection the rstream client makes to a node's advertised stream address ("host:port", where it is
+    told a stream's leader or replica is) goes to the proxy port `addresses` gives for it (its other connections,
+    to the address it was made with, are a proxy's already). rstream 1.1 has no address resolver (the Java client's
+    addressResolver): its connection pool's `new`, which every connection is made by, is wrapped on this client's
+    pool alone. Its pool still keys the connection by the advertised address, as it compares the leader's."""
+    pool = client._pool
+    new = pool.new
+
+    async def new_through_proxy(*, addr: Addr, **options):
+        port = addresses.get(f"{addr.host}:{addr.port}")
+        return await new(addr=Addr(addr.host, port) if port else addr, **options)
+
+    pool.new = new_through_proxy
+
+
 async def _open_reader(settings: dict) -> Consumer:
-    client = Consumer(**settings, connection_name="brokerbench-count")
+    client = made(Consumer, settings, connection_name="brokerbench-count")
     await client.start()
     return client
 
@@ -359,8 +402,8 @@ class StreamsProducer:
         # through the given address and keeps the connection that reached the leader. A local cluster's nodes each
         # have their own address (no balancer in front): there it connects to the address the leader advertises.
         # Following a failover (a cluster), rstream's own recovery is off: the producer connects again itself.
-        producer = Producer(**settings, connection_name="brokerbench", load_balancer_mode=balanced,
-                            recovery_strategy=BackOffRecoveryStrategy(enable=recovering))
+        producer = made(Producer, settings, connection_name="brokerbench", load_balancer_mode=balanced,
+                        recovery_strategy=BackOffRecoveryStrategy(enable=recovering))
         await producer.start()
         return producer
 
@@ -386,7 +429,7 @@ class StreamsProducer:
             return False
         self._next_try = time.monotonic() + RECONNECT_EVERY_S
         try:
-            producer = self._loop.run(self._open(self._reconnect(), self._balanced, False), 10)
+            producer = self._loop.run(self._open(self._reconnect(), self._balanced, False), RECONNECT_TIMEOUT_S)
         except Exception:  # noqa: BLE001 (no node answers yet, or rstream's own error)
             return False
         self._loop.submit(_close_quietly(self._producer))  # not waited for (rstream sleeps in it)
@@ -510,7 +553,7 @@ class StreamsConsumer:
     async def _subscribe(self, settings: dict) -> Consumer:
         generation = self._generation  # on the loop's thread: no delivery of the new subscription comes before
         options = {} if self._reconnect is None else {"on_close_handler": partial(self._closed, generation)}
-        consumer = Consumer(**settings, connection_name="brokerbench", **options)
+        consumer = made(Consumer, settings, connection_name="brokerbench", **options)
         try:
             await consumer.start()
             for lane, stream in self._streams.items():
@@ -536,7 +579,7 @@ class StreamsConsumer:
             self._loop.submit(_close_quietly(old))
         try:
             self._lost = False  # before subscribing: a close during it counts against the new subscription
-            self._consumer = self._loop.run(self._subscribe(self._reconnect()), 10)
+            self._consumer = self._loop.run(self._subscribe(self._reconnect()), RECONNECT_TIMEOUT_S)
         except Exception:  # noqa: BLE001 (no node answers yet, or no leader yet)
             self._lost = True
             # one still subscribing after the wait delivers nothing: its generation retired before the next begins

@@ -15,7 +15,7 @@ end with WAIT: its XADDs count as acknowledged once that many replicas have them
 
 An endpoint routed through proxies (a run with network faults: brokerbench.toxiproxy) is followed the same way at its
 own address: a connection a reset closed is made again, not given up, and the native loop (one connection) is not
-used.
+used. Behind Sentinel it connects to the proxy in front of the master the Sentinels name (ProxiedSentinel).
 """
 
 from __future__ import annotations
@@ -87,11 +87,13 @@ class RedisStreamsDriver:
         """The Sentinels that name this endpoint's master, when it has them."""
         if not self.endpoint.get("sentinels"):
             return None
-        return Sentinel([(s["host"], int(s["port"])) for s in self.endpoint["sentinels"]],
-                        socket_timeout=SENTINEL_TIMEOUT_S, socket_connect_timeout=SENTINEL_TIMEOUT_S)
+        return ProxiedSentinel([(s["host"], int(s["port"])) for s in self.endpoint["sentinels"]],
+                               self.endpoint.get("node_addresses") or {},
+                               socket_timeout=SENTINEL_TIMEOUT_S, socket_connect_timeout=SENTINEL_TIMEOUT_S)
 
     def master(self) -> tuple[str, int]:
-        """Where the master is now: the address the Sentinels name, or the endpoint's own (one node)."""
+        """Where the master is now: the address the Sentinels name (through a network fault's proxies, the proxy in
+        front of it), or the endpoint's own (one node)."""
         sentinel = self.sentinel()
         if sentinel is None:
             return self.endpoint["host"], int(self.endpoint["port"])
@@ -276,6 +278,20 @@ class RedisStreamsDriver:
                     raise
         return RedisStreamsConsumer(connection, keys, group, self.client["read_count"],
                                     follow=self._follows())
+
+
+class ProxiedSentinel(Sentinel):
+    """Sentinel, with the master it names reached through the proxy in front of it where `addresses` ("host:port" ->
+    the proxy's port) has one: a network fault's link (local.py). Every connection redis-py makes to the master
+    (master_for's pool, a connection made again after a failover) asks discover_master first."""
+
+    def __init__(self, sentinels, addresses: dict[str, int], **options) -> None:
+        super().__init__(sentinels, **options)
+        self.addresses = addresses
+
+    def discover_master(self, service_name: str) -> tuple[str, int]:
+        host, port = super().discover_master(service_name)
+        return host, self.addresses.get(f"{host}:{port}", port)
 
 
 class RespConnection:

@@ -9,7 +9,13 @@ processes, not a node's: a fault on a node kills or pauses its redis-server only
 service's control plane, survives it to carry out the failover. Both config files are rewritten by their
 processes (Sentinel records the current master and the other Sentinels; a redis-server that Sentinel turns into a
 replica or a master rewrites its replicaof line), so a node started again comes back with the role it last had
-and Sentinel makes it a replica of the current master."""
+and Sentinel makes it a replica of the current master.
+
+Network faults (brokerbench.faults, brokerbench.local.proxies): each redis-server has a port of its own for a proxy
+in front of it. One node's clients are given the proxy's port. Behind Sentinel the clients ask the Sentinels (reached
+directly: they are the cluster's control plane, as the brokers' own links are not proxied elsewhere) for the master,
+and connect to the proxy in front of the address they name (`node_addresses`, driver.py), so the Sentinels keep
+watching the nodes themselves and a fault on a client link fails nothing over."""
 
 from __future__ import annotations
 
@@ -94,9 +100,9 @@ class RedisService:
     name = "redis"
     startup_timeout_s = 30.0
     max_nodes = 3  # a master and one or two replicas, with three Sentinels
-    # network faults (brokerbench.faults): a single node's clients go through a proxy; a cluster's follow the master
-    # the Sentinels name, at its own address, which no proxy fronts
-    proxied_sizes = (1,)
+    # network faults (brokerbench.faults): a proxy in front of each node; behind Sentinel the clients map the master's
+    # address onto its proxy (node_addresses)
+    proxied_sizes = (1, 2, 3)
 
     def installed_version(self) -> str | None:
         server = shutil.which("redis-server")
@@ -170,12 +176,20 @@ class RedisService:
             pids.append(pid)
             sentinels.append({"host": HOST, "port": port, "pids": [pid], "command": command, "folder": str(home),
                               "log": str(log)})
+        proxy_ports = [ports() for _ in node_ports]  # a network fault's proxies, taken after the Sentinels' ports
+        proxy = {"links": [{"node": entry["node"], "listen": listen, "upstream": entry["port"]}
+                           for entry, listen in zip(entries, proxy_ports)],
+                 "clients": {"port": proxy_ports[0],
+                             "node_addresses": {f"{HOST}:{port}": listen for port, listen in zip(node_ports,
+                                                                                                 proxy_ports)}}}
         endpoint = {"host": HOST, "port": node_ports[0], "version": version, "master_name": MASTER_NAME,
-                    "sentinels": sentinels, "nodes": entries, **({"auth_env": AUTH_ENV} if password else {})}
+                    "sentinels": sentinels, "nodes": entries, "proxy": proxy,
+                    **({"auth_env": AUTH_ENV} if password else {})}
         extra = {"aof": aof, "nodes": nodes, "quorum": QUORUM, "down_after_ms": DOWN_AFTER_MS,
                  "failover_timeout_ms": FAILOVER_TIMEOUT_MS,
                  **{f"node_{n}_port": p for n, p in enumerate(node_ports[1:], 2)},
-                 **{f"sentinel_{n}_port": p for n, p in enumerate(sentinel_ports, 1)}}
+                 **{f"sentinel_{n}_port": p for n, p in enumerate(sentinel_ports, 1)},
+                 **{f"node_{n}_proxy_port": p for n, p in enumerate(proxy_ports, 1)}}
         return Started(pids, node_ports[0], endpoint, version, entries[0]["log"], extra)
 
     def ready(self, started: Started) -> bool:

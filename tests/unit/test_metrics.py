@@ -2,6 +2,7 @@
 show what it declares and nothing else, and each declaration points at something that exists."""
 
 import io
+import json
 import re
 
 import pytest
@@ -117,3 +118,24 @@ def test_each_declaration_points_at_what_exists(events):
 def test_a_place_that_is_not_one_is_refused():
     with pytest.raises(ValueError, match="place: 'sidebar' is not one of report, grid, terminal, study"):
         metrics.shown_in("sidebar")
+
+
+def test_the_api_answers_the_list_as_declared():
+    from brokerbench.api import build_app
+    from brokerbench.api.deps import Deps
+
+    app = build_app(Deps(store=None, starter=None, reports=None, schedules=list, mode="local"))
+    event = {"resource": "/metrics", "path": "/metrics", "httpMethod": "GET", "headers": {}, "multiValueHeaders": {},
+             "queryStringParameters": None, "multiValueQueryStringParameters": None, "pathParameters": None,
+             "stageVariables": None, "body": None, "isBase64Encoded": False,
+             "requestContext": {"resourcePath": "/metrics", "httpMethod": "GET", "path": "/prod/metrics",
+                                "stage": "prod", "requestId": "r1", "identity": {"sourceIp": "10.0.0.1"}}}
+    result = app.resolve(event, None)
+    answered = json.loads(result["body"])["metrics"]
+    assert result["statusCode"] == 200 and [m["key"] for m in answered] == list(metrics.METRICS)
+    p99 = next(m for m in answered if m["key"] == "end_to_end_p99_us")
+    assert p99 == {**p99, "label": "end-to-end p99", "unit": "ms", "scale": 1000.0, "stat": "p99",
+                   "sample_of": "received", "claims": ["highlight", "best"], "regression": True,
+                   "series": "end_to_end_p99_us", "shown": ["report", "grid", "terminal"]}
+    # what the console's history page offers (app.js: the metrics with `regression`)
+    assert [m["key"] for m in answered if m["regression"]] == list(regression.METRICS)

@@ -119,6 +119,8 @@ ALL: tuple[Metric, ...] = (
              shown=frozenset({_REPORT, _GRID, _TERMINAL})),
     _latency("end_to_end_p999_us", "end-to-end p99.9", "e2e p99.9 ms", "end_to_end_latency_us", "p999",
              claims=("best",), claim_floor=_TIME_FLOOR, shown=frozenset({_REPORT, _GRID, _TERMINAL})),
+    _latency("end_to_end_max_us", "end-to-end max", "e2e max ms", "end_to_end_latency_us", "max",
+             series="end_to_end_max_us", shown=frozenset({_REPORT, _GRID, _TERMINAL})),
     _latency("delivery_p50_us", "delivery p50", "deliv p50 ms", "delivery_latency_us", "p50", claims=("best",),
              claim_floor=_TIME_FLOOR, shown=frozenset({_REPORT})),
     # Delivery latency (no codec) compares brokers; formats are compared on end-to-end, which holds their decoding.

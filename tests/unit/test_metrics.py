@@ -139,3 +139,21 @@ def test_the_api_answers_the_list_as_declared():
                    "series": "end_to_end_p99_us", "shown": ["report", "grid", "terminal"]}
     # what the console's history page offers (app.js: the metrics with `regression`)
     assert [m["key"] for m in answered if m["regression"]] == list(regression.METRICS)
+
+
+def test_the_end_to_end_max_column_is_the_stored_histograms_maximum(events, report):
+    """Checked against hdrh's own decode of the histogram the cell stored, not against figures.py."""
+    from hdrh.histogram import HdrHistogram
+
+    end = next(e["data"] for e in events if e["type"] == "CellCompleted")
+    cell = next(c for c in build_results(events)["cells"] if c["cell_id"] == end["cell_id"])
+    expected = f"{HdrHistogram.decode(end['histograms']['end_to_end_latency_us']).get_max_value() / 1000:,.2f}"
+    lines = markdown.render(report).splitlines()
+    header = [part.strip() for part in next(line for line in lines if line.startswith("| broker | format |"))
+              .strip("|").split("|")]
+    row = next(line for line in lines if line.startswith(f"| {cell['broker']} | {cell['format']} |"))
+    assert [part.strip() for part in row.strip("|").split("|")][header.index("e2e max ms")] == expected
+    terminal = table.comparison_tables(build_results(events))[0]
+    column = next(c for c in terminal.columns if c.header == "e2e max ms")
+    row_index = next(i for i, c in enumerate(terminal.columns[0]._cells) if c == cell["broker"])
+    assert column._cells[row_index] == expected

@@ -63,6 +63,7 @@ class Metric:
     claim_floor: float | None = None  # the least relative effect a claim on it must show
     claim_axes: tuple[str, ...] = ("format", "broker")  # what a highlight compares it across
     regression: bool = False  # checked run against run, kept as a series over a suite's runs
+    change_floor: float | None = None  # with regression: the least change of its series that is an alert
     series: str | None = None  # its per-second interval series (series.SERIES_FIELDS)
     net_of: str | None = None  # a codec figure net of its cell's call floor: the measured metric it is net of
     shown: frozenset[str] = field(default_factory=frozenset)
@@ -83,6 +84,10 @@ class Metric:
 
 _REPORT, _GRID, _TERMINAL, _STUDY = "report", "grid", "terminal", "study"
 _TIME_FLOOR, _RATE_FLOOR = 0.20, 0.05  # throughput and sizes 5%, times 20% (model.CLAIMS_RULE)
+# A change point is an alert from 10% for a rate (what the pairwise check's MIN_EFFECT asks of any change), from 20%
+# for a tail latency (the claim floor of times: a p99 is the second-largest of every hundred messages and moves more
+# than a mean): reports.changes.
+_CHANGE_FLOOR = 0.10
 
 
 def _latency(key: str, label: str, column: str, field_name: str, stat: str, **more) -> Metric:
@@ -105,17 +110,17 @@ ALL: tuple[Metric, ...] = (
     Metric("encoded_bytes", "encoded size", "bytes", "B", 0, False, "encoded_bytes", claims=("best",),
            claim_floor=_RATE_FLOOR, shown=frozenset({_REPORT, _GRID, _TERMINAL})),
     Metric("throughput_msgs_per_s", "throughput", "delivered msgs/s", "msgs/s", 0, True, "throughput_msgs_per_s",
-           claims=CLAIMS, claim_floor=_RATE_FLOOR, regression=True, series="throughput",
+           claims=CLAIMS, claim_floor=_RATE_FLOOR, regression=True, change_floor=_CHANGE_FLOOR, series="throughput",
            shown=frozenset({_REPORT, _GRID, _TERMINAL, _STUDY})),
     Metric("throughput_mb_per_s", "throughput MB/s", "MB/s", "MB/s", 2, True, "throughput_mb_per_s",
            claims=("best",), claim_floor=_RATE_FLOOR, shown=frozenset({_REPORT, _GRID, _TERMINAL, _STUDY})),
     # a rate search's result: what its cells regress on instead of a throughput that equals each step's target
     Metric("max_sustainable_rate", "max sustainable rate", "max sustainable msgs/s", "msgs/s", 0, True,
-           "max_sustainable_rate", regression=True, shown=frozenset({_STUDY})),
+           "max_sustainable_rate", regression=True, change_floor=_CHANGE_FLOOR, shown=frozenset({_STUDY})),
     _latency("end_to_end_p50_us", "end-to-end p50", "e2e p50 ms", "end_to_end_latency_us", "p50", claims=("best",),
              claim_floor=_TIME_FLOOR, shown=frozenset({_REPORT, _GRID, _TERMINAL})),
     _latency("end_to_end_p99_us", "end-to-end p99", "e2e p99 ms", "end_to_end_latency_us", "p99", claims=CLAIMS,
-             claim_floor=_TIME_FLOOR, regression=True, series="end_to_end_p99_us",
+             claim_floor=_TIME_FLOOR, regression=True, change_floor=_TIME_FLOOR, series="end_to_end_p99_us",
              shown=frozenset({_REPORT, _GRID, _TERMINAL})),
     _latency("end_to_end_p999_us", "end-to-end p99.9", "e2e p99.9 ms", "end_to_end_latency_us", "p999",
              claims=("best",), claim_floor=_TIME_FLOOR, shown=frozenset({_REPORT, _GRID, _TERMINAL})),
@@ -127,7 +132,7 @@ ALL: tuple[Metric, ...] = (
     _latency("delivery_p99_us", "delivery p99", "deliv p99 ms", "delivery_latency_us", "p99", claims=CLAIMS,
              claim_floor=_TIME_FLOOR, claim_axes=("broker",), shown=frozenset({_REPORT, _GRID, _TERMINAL})),
     _latency("publish_latency_p99_us", "publish p99", "pub p99 ms", "publish_latency_us", "p99", claims=("best",),
-             claim_floor=_TIME_FLOOR, regression=True, series="publish_latency_p99_us",
+             claim_floor=_TIME_FLOOR, regression=True, change_floor=_TIME_FLOOR, series="publish_latency_p99_us",
              shown=frozenset({_REPORT, _GRID})),
     _latency("publish_delay_p99_us", "publish delay p99", "delay p99 ms", "publish_delay_us", "p99",
              claims=("best",), claim_floor=_TIME_FLOOR, shown=frozenset({_REPORT, _GRID, _TERMINAL})),
@@ -198,5 +203,6 @@ def describe(metric: Metric) -> dict:
     return {"key": metric.key, "label": metric.label, "column": metric.column, "unit": metric.unit,
             "digits": metric.digits, "higher_is_better": metric.higher_is_better, "field": metric.field,
             "stat": metric.stat, "scale": metric.scale, "sample_of": metric.sample_of, "claims": list(metric.claims),
-            "claim_floor": metric.claim_floor, "regression": metric.regression, "series": metric.series,
+            "claim_floor": metric.claim_floor, "regression": metric.regression,
+            "change_floor": metric.change_floor, "series": metric.series,
             "shown": [place for place in SHOWN if place in metric.shown]}

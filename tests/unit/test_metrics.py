@@ -104,6 +104,7 @@ def test_each_declaration_points_at_what_exists(events):
         assert m.shown <= set(metrics.SHOWN) and (m.shown or m.regression), m.key
         assert set(m.claims) <= set(metrics.CLAIMS) and (m.claim_floor is not None) == bool(m.claims), m.key
         assert m.series is None or m.series in SERIES_FIELDS, m.key
+        assert (m.change_floor is not None) == m.regression, m.key
         if m.stat is not None:
             assert m.stat in SUMMARY_FIELDS, m.key
             assert m.sample_of in _counts(cell), m.key

@@ -316,6 +316,7 @@ class MetricInfo(Model):
     claims: list[Literal["highlight", "best"]] = Field(description="The comparisons a report makes on it")
     claim_floor: float | None = Field(description="The least relative effect a claim on it must show")
     regression: bool = Field(description="Checked run against run, and kept as a series over a suite's runs")
+    change_floor: float | None = Field(description="With regression: the least change of its series that is an alert")
     series: str | None = Field(description="Its per-second interval series")
     shown: list[Literal["report", "grid", "terminal", "study"]] = Field(description="Where it appears")
 

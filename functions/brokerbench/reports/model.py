@@ -18,7 +18,7 @@ from itertools import groupby
 
 from .. import cost, host, limit, verdict
 from ..events import has_digest
-from ..metrics import Metric, claimed, latency_fields, shown_in
+from ..metrics import Metric, claimed, latency_fields, net_figures, shown_in
 from ..series import (  # noqa: F401 (the old import paths)
     DIGEST_MAX_INTERVALS,
     SERIES_FIELDS,
@@ -83,7 +83,7 @@ RESOURCES_NOTE = ("CPU: share of one core (100 = one core busy), sampled once pe
 METRICS: dict[str, Metric] = shown_in("report")
 # Codec figures net of the timed call's own cost around a no-op (codecs.floor): each is the median over repeats of
 # a repeat's p50 less that repeat's floor (results.encode_net_ns); name -> (the measured metric, the result field).
-NET_METRICS = {m.key: (m.net_of, m.field) for m in shown_in("grid").values() if m.net_of is not None}
+NET_METRICS = {m.key: (measured, m.field) for measured, m in net_figures().items()}
 CODEC_RULE = (
     "Encode and decode are timed as two clock reads around one call, which cost something whatever the codec "
     "does. Each cell also times the same call around a no-op on its own loops (the call floor, codecs/floor.py). "

@@ -110,7 +110,8 @@ def old_verdicts(baseline: dict, candidate: dict) -> list[dict]:
         old = baseline.get(key)
         if old is None:
             continue
-        for metric, (_, _, higher) in METRICS.items():
+        for metric, declared in METRICS.items():
+            higher = declared.higher_is_better
             b = [v for s in old["series"].get(metric, []) for v in s]
             c = [v for s in config["series"].get(metric, []) for v in s]
             if not b and not c:

@@ -14,15 +14,10 @@ import numpy as np
 import pyhdrh
 
 from . import histogram
+from .metrics import HISTOGRAMS
 
-LATENCY_METRICS = {  # result field -> (histogram, divisor to the field's unit)
-    "publish_latency_us": ("publish_latency_us", 1),
-    "publish_delay_us": ("publish_delay_us", 1),
-    "end_to_end_latency_us": ("end_to_end_latency_us", 1),
-    "delivery_latency_us": ("delivery_latency_us", 1),
-    "encode_ns": ("encode_ns", 1),
-    "decode_ns": ("decode_ns", 1),
-}
+# result field -> (histogram, divisor to the field's unit): each histogram of brokerbench.metrics, as recorded
+LATENCY_METRICS = {name: (name, 1) for name in HISTOGRAMS}
 SUMMARY_FIELDS = ("mean", "p50", "p75", "p95", "p99", "p999", "max")
 # Every way a measured message can miss being received in time (see worker.outcome).
 LOSS_CLASSES = ("lost", "late", "undelivered", "send_errors", "unacknowledged")

@@ -1,4 +1,5 @@
-"""/health, /openapi.json and the console's files (/ and /console/<name>)."""
+"""/health, /metrics (every metric the project shows: brokerbench.metrics), /openapi.json and the console's files
+(/ and /console/<name>)."""
 
 from __future__ import annotations
 
@@ -9,10 +10,10 @@ from aws_lambda_powertools.event_handler import Response
 from aws_lambda_powertools.event_handler.api_gateway import Router
 from aws_lambda_powertools.event_handler.openapi.params import Path as PathParam
 
-from .. import __version__
+from .. import __version__, metrics
 from .deps import Deps
 from .errors import ApiError
-from .models import Health
+from .models import Health, Metrics
 
 CONSOLE_DIR = Path(__file__).resolve().parent / "console"
 CONTENT_TYPES = {".html": "text/html; charset=utf-8", ".js": "text/javascript; charset=utf-8",
@@ -34,6 +35,10 @@ def router(deps: Deps, openapi) -> Router:
     @meta.get("/health", summary="The API answers", tags=["meta"])
     def health() -> Health:
         return Health(status="ok", version=__version__, mode=deps.mode)
+
+    @meta.get("/metrics", summary="Every metric the reports, checks and studies show, as declared", tags=["meta"])
+    def metric_list() -> Metrics:
+        return Metrics(metrics=[metrics.describe(m) for m in metrics.ALL])
 
     @meta.get("/openapi.json", summary="This API's OpenAPI document", tags=["meta"])
     def openapi_document():

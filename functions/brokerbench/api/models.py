@@ -315,6 +315,30 @@ class Health(Model):
     mode: Literal["local", "aws"]
 
 
+class MetricInfo(Model):
+    """One metric of brokerbench.metrics, as declared there."""
+    key: str = Field(description="Its name in report.json `metrics`, regression verdicts and GET /suites/{name}/history")
+    label: str = Field(description="In words")
+    column: str = Field(description="A table's header")
+    unit: str = Field(description="Of the figure as shown (the stored value ÷ scale)")
+    digits: int = Field(description="Decimals shown")
+    higher_is_better: bool
+    field: str = Field(description="The cell result's field it is read from")
+    stat: str | None = Field(description="The key inside that field's latency object; null: the field is the figure")
+    scale: float
+    sample_of: str | None = Field(description="The count a percentile of it is a sample of (the minimum-sample rule)")
+    claims: list[Literal["highlight", "best"]] = Field(description="The comparisons a report makes on it")
+    claim_floor: float | None = Field(description="The least relative effect a claim on it must show")
+    regression: bool = Field(description="Checked run against run, and kept as a series over a suite's runs")
+    change_floor: float | None = Field(description="With regression: the least change of its series that is an alert")
+    series: str | None = Field(description="Its per-second interval series")
+    shown: list[Literal["report", "grid", "terminal", "study"]] = Field(description="Where it appears")
+
+
+class Metrics(Model):
+    metrics: list[MetricInfo]
+
+
 def answers(model, *codes: int, status: int = 200, description: str = "success") -> dict:
     """The `responses` entry of a route: its success (with `model`) and the error statuses it may answer."""
     what = {400: "bad request", 404: "not found", 409: "conflict", 413: "body too large",

@@ -51,17 +51,17 @@ import math
 
 import numpy as np
 
+from ..metrics import regression_metrics
 from .stats import t_two_sided_p
 
 ALPHA = 0.01  # family-wise over every series checked: one night in 100 with any false change point
 MIN_SEGMENT = 2  # runs on either side of a change point
 MIN_SERIES = 6  # runs a series needs before it is searched (fewer: the pairwise verdict alone)
 FLOOR = 1e-3  # values are floored before the log (a throughput of 0 is a very large drop, not -inf)
-# The smallest change that is an alert, per metric: throughput and a search's maximum rate 10% (what the pairwise
-# check's MIN_EFFECT asks of any change), a tail latency 20% (the claim floor of times, reports.model.CLAIM_FLOOR:
-# a p99 is the second-largest of every hundred messages and moves more than a mean).
-MIN_EFFECT = {"throughput_msgs_per_s": 0.10, "max_sustainable_rate": 0.10, "end_to_end_p99_us": 0.20,
-              "publish_latency_p99_us": 0.20}
+# The smallest change that is an alert, per metric (brokerbench.metrics, change_floor): throughput and a search's
+# maximum rate 10% (what the pairwise check's MIN_EFFECT asks of any change), a tail latency 20% (the claim floor of
+# times, reports.model.CLAIM_FLOOR: a p99 is the second-largest of every hundred messages and moves more than a mean).
+MIN_EFFECT = {name: m.change_floor for name, m in regression_metrics().items()}
 DEFAULT_MIN_EFFECT = 0.20
 MATCH_RUNS = 1  # a change point found again within this many runs of where it was is the same change
 

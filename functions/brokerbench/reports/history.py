@@ -98,7 +98,7 @@ def analyse(figures: dict[str, dict], run_ids: list[str], metrics=None) -> list[
             points = [p for p in points if p["repeats"]]
             if points:
                 series.append({"key": key, "cell": entry["cell"], "metric": metric,
-                               "higher_is_better": regression.METRICS[metric][2],
+                               "higher_is_better": regression.METRICS[metric].higher_is_better,
                                "run_ids": [p["run_id"] for p in points], "runs": [p["repeats"] for p in points]})
     return changes.detect(series)
 

@@ -17,16 +17,15 @@ from __future__ import annotations
 
 from html import escape
 
+from ..metrics import regression_metrics
 from .changes import MIN_SERIES
 from .history import alert_text
 from .regression import figure_text
 from .svg import line_chart
 
 MAX_CHARTS = 24  # a page of small charts; the table (and report.json) has every change point
-METRIC_LABELS = {"throughput_msgs_per_s": ("throughput", "msgs/s", 1.0),
-                 "max_sustainable_rate": ("max sustainable rate", "msgs/s", 1.0),
-                 "end_to_end_p99_us": ("end-to-end p99", "ms", 1000.0),
-                 "publish_latency_p99_us": ("publish p99", "ms", 1000.0)}
+# The checked metrics' words, unit and scale (brokerbench.metrics).
+METRIC_LABELS = {name: (m.label, m.unit, m.scale) for name, m in regression_metrics().items()}
 
 
 def _changes(report: dict) -> dict | None:

@@ -61,16 +61,16 @@ def _ratio_td(c: dict, axis: str) -> str:
 
 def _grid(group: dict, report: dict) -> str:
     refs = report["references"]
-    head = ("<tr><th>broker</th><th>format</th><th>bytes</th><th>delivered msgs/s</th><th>MB/s</th><th>e2e p50 ms</th>"
-            "<th>e2e p99 ms</th><th>e2e p99.9 ms</th><th>deliv p99 ms</th><th>pub p99 ms</th><th>delay p99 ms</th><th>enc ns</th>"
-            "<th>enc net ns</th><th>dec ns</th><th>dec net ns</th><th>floor ns (enc / dec)</th>"
+    head = ("<tr><th>broker</th><th>format</th>" + "".join(f"<th>{escape(m.column)}</th>" for m in markdown.GRID.values())
+            + "<th>floor ns (enc / dec)</th>"
             f"<th>loss</th><th>× {escape(refs['format'])}</th><th>× {escape(refs['broker'])}</th>"
             "<th>verdict</th></tr>")
     rows = []
     for c in group["cells"]:
         if c["status"] == "failed":
+            span = len(markdown.GRID) + len(markdown.AFTER_METRICS) + 1  # every column after the format
             rows.append(f"<tr><td>{escape(c['broker'])}</td><td>{escape(markdown.format_text(c, report))}</td>"
-                        f"<td colspan=18 class='bad'>FAILED: {escape('; '.join(c['reasons']))}</td></tr>")
+                        f"<td colspan={span} class='bad'>FAILED: {escape('; '.join(c['reasons']))}</td></tr>")
             continue
         verdict = c["sustainability"]["verdict"]
         css = {"unsustainable": "warn", "inconclusive": "muted"}.get(verdict)
@@ -79,12 +79,7 @@ def _grid(group: dict, report: dict) -> str:
         verdict_html = (f"<span class='{css}'>{escape(markdown.verdict_text(c))}</span>" if css
                         else escape(markdown.verdict_text(c)))
         rows.append("<tr>" + f"<td>{escape(c['broker'])}</td><td>{escape(markdown.format_text(c, report))}</td>"
-                    + _td(c, "encoded_bytes") + _td(c, "throughput_msgs_per_s") + _td(c, "throughput_mb_per_s", 2)
-                    + _td(c, "end_to_end_p50_us", 2, 1000) + _td(c, "end_to_end_p99_us", 2, 1000)
-                    + _td(c, "end_to_end_p999_us", 2, 1000) + _td(c, "delivery_p99_us", 2, 1000)
-                    + _td(c, "publish_latency_p99_us", 2, 1000)
-                    + _td(c, "publish_delay_p99_us", 2, 1000)
-                    + "".join(_td(c, name) for name in markdown.CODEC_COLUMNS)
+                    + "".join(_td(c, name, m.digits, m.scale) for name, m in markdown.GRID.items())
                     + f"<td class='nowrap'>{escape(markdown.floor_text(c))}</td>" + _loss_td(c)
                     + _ratio_td(c, "format") + _ratio_td(c, "broker")
                     + f"<td>{verdict_html}</td></tr>")

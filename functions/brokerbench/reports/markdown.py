@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from ..limit import CONSUMER_LEGEND, CONSUMER_MARK, LEGEND, MARK, client_bound, rate_found_text
+from ..metrics import shown_in
 from . import faults, history_view
 from .model import RESOURCES_NOTE, busy_repeats, need_label, rate_text, send_loop_text
 from .regression import FIGURES, figure_text
@@ -36,8 +37,10 @@ def floor_text(config: dict) -> str:
     return "–" if not floor else f"{_num(floor['encode_ns'], 1)} / {_num(floor['decode_ns'], 1)}"
 
 
-# The grid's codec columns, in ns: each measured p50 beside its net figure (model.NET_METRICS); then the floor.
-CODEC_COLUMNS = ("encode_p50_ns", "encode_net_p50_ns", "decode_p50_ns", "decode_net_p50_ns")
+# The grid's metric columns (brokerbench.metrics, the codecs' measured p50s each beside its net figure), then the
+# columns every row has after them: the call floor, loss and the throughput ratios against the references.
+GRID = shown_in("grid")
+AFTER_METRICS = ("floor ns (enc / dec)", "loss", "vs format", "vs broker")
 
 
 def _ratio(cell: dict, axis: str, name: str) -> str:
@@ -392,22 +395,18 @@ def render(report: dict) -> str:
         lines += [f"Median over repeats (distribution-free interval); **bold** only where the intervals do not "
                   f"overlap; ratios of medians against {refs['format']} (same broker) and {refs['broker']} "
                   f"(same format).", "",
-                  "| broker | format | bytes | delivered msgs/s | MB/s | e2e p50 ms | e2e p99 ms | e2e p99.9 ms | deliv p99 ms "
-                  "| pub p99 ms "
-                  "| delay p99 ms | enc ns | enc net ns | dec ns | dec net ns | floor ns (enc / dec) | loss "
-                  "| vs format | vs broker | verdict |",
-                  "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
+                  "| " + " | ".join(("broker", "format", *(m.column for m in GRID.values()), *AFTER_METRICS,
+                                     "verdict")) + " |",
+                  "|---|---|" + "---:|" * (len(GRID) + len(AFTER_METRICS)) + "---|"]
         for c in group["cells"]:
             if c["status"] == "failed":
-                lines.append(f"| {c['broker']} | {format_text(c, report)} | " + "– | " * 17 + f"FAILED: {'; '.join(c['reasons'])} |")
+                lines.append(f"| {c['broker']} | {format_text(c, report)} | " + "– | " * (len(GRID) + len(AFTER_METRICS))
+                             + f"FAILED: {'; '.join(c['reasons'])} |")
                 continue
             lines.append(
-                f"| {c['broker']} | {format_text(c, report)} | {_metric(c, 'encoded_bytes')} | {_metric(c, 'throughput_msgs_per_s')} | "
-                f"{_metric(c, 'throughput_mb_per_s', 2)} | {_metric(c, 'end_to_end_p50_us', 2, 1000)} | "
-                f"{_metric(c, 'end_to_end_p99_us', 2, 1000)} | {_metric(c, 'end_to_end_p999_us', 2, 1000)} | "
-                f"{_metric(c, 'delivery_p99_us', 2, 1000)} | {_metric(c, 'publish_latency_p99_us', 2, 1000)} | "
-                f"{_metric(c, 'publish_delay_p99_us', 2, 1000)} | "
-                f"{' | '.join(_metric(c, name) for name in CODEC_COLUMNS)} | {floor_text(c)} | {loss_text(c)} | "
+                f"| {c['broker']} | {format_text(c, report)} | "
+                + "".join(f"{_metric(c, name, m.digits, m.scale)} | " for name, m in GRID.items())
+                + f"{floor_text(c)} | {loss_text(c)} | "
                 f"{_ratio(c, 'format', 'throughput_msgs_per_s')} | {_ratio(c, 'broker', 'throughput_msgs_per_s')} | "
                 f"{verdict_text(c)} |")
         lines.append("")

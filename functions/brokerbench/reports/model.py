@@ -13,12 +13,12 @@ from __future__ import annotations
 import math
 import statistics
 from collections import defaultdict
-from dataclasses import dataclass
 from functools import cache
 from itertools import groupby
 
 from .. import cost, host, limit, verdict
 from ..events import has_digest
+from ..metrics import Metric, claimed, latency_fields, net_figures, shown_in
 from ..series import (  # noqa: F401 (the old import paths)
     DIGEST_MAX_INTERVALS,
     SERIES_FIELDS,
@@ -40,24 +40,17 @@ from .stats import holm, median_ci, t_quantile, t_two_sided_p
 MIN_CLAIM_REPEATS = 3
 CLAIM_ALPHA = 0.05  # family-wise over a report's claims: at most 1 report in 20 with a false one
 CLAIM_CONFIDENCE = 0.95  # the interval shown with a highlight
-# The metrics a highlight is made on, and their effect floor: a claim must also be large enough to matter.
-MIN_CLAIM_EFFECT = {"throughput_msgs_per_s": 0.05, "end_to_end_p99_us": 0.20, "delivery_p99_us": 0.20}
-# Delivery latency (no codec) compares brokers; formats are compared on end-to-end, which holds their decoding.
-CLAIM_AXES = {"delivery_p99_us": ("broker",)}
-CLAIM_WHAT = {"throughput_msgs_per_s": "throughput", "end_to_end_p99_us": "end-to-end p99",
-              "delivery_p99_us": "delivery p99"}
+# The metrics a highlight is made on (brokerbench.metrics), and their effect floor: a claim must also be large enough
+# to matter.
+MIN_CLAIM_EFFECT = {name: m.claim_floor for name, m in claimed("highlight").items()}
 PERCENTILES = {"p50": 50.0, "p75": 75.0, "p95": 95.0, "p99": 99.0, "p999": 99.9}
-LATENCY_FIELDS = ("publish_latency_us", "publish_delay_us", "end_to_end_latency_us", "delivery_latency_us",
-                  "encode_ns", "decode_ns")
+LATENCY_FIELDS = latency_fields()
 THROUGHPUT_FIELDS = ("throughput_msgs_per_s", "throughput_mb_per_s")  # client-bound cells compare no broker on them
 CONFIG_FIELDS = ("broker", "format", "mode", "size_basis", "size_bytes", "rate_target", "producers", "consumers",
                  "partitions")
 
-# The effect floor of every metric (highlights and "best"): throughput and sizes 5%, times 20%.
-CLAIM_FLOOR = {"throughput_msgs_per_s": 0.05, "throughput_mb_per_s": 0.05, "end_to_end_p50_us": 0.20,
-               "end_to_end_p99_us": 0.20, "end_to_end_p999_us": 0.20, "publish_latency_p99_us": 0.20,
-               "publish_delay_p99_us": 0.20, "encode_p50_ns": 0.20, "decode_p50_ns": 0.20, "encoded_bytes": 0.05,
-               "lost": 0.20, "delivery_p50_us": 0.20, "delivery_p99_us": 0.20}
+# The effect floor of every metric claimed on (highlights and "best"): throughput and sizes 5%, times 20%.
+CLAIM_FLOOR = {m.key: m.claim_floor for m in shown_in("report").values() if m.claim_floor is not None}
 CLAIMS_RULE = (
     f"A comparison (highlight or bold \"best\") is made only with at least {MIN_CLAIM_REPEATS} completed repeats "
     "of each side. Repeat r of a configuration is paired with repeat r of the other; the mean of the log ratios "
@@ -86,36 +79,11 @@ RESOURCES_NOTE = ("CPU: share of one core (100 = one core busy), sampled once pe
                   "sampled.")
 
 
-@dataclass(frozen=True)
-class Metric:
-    field: str  # cell result field
-    key: str | None  # key inside a latency object, or None for a plain number
-    higher_is_better: bool
-    latency: bool = False  # compared only between cells that kept up
-
-
-METRICS = {
-    "throughput_msgs_per_s": Metric("throughput_msgs_per_s", None, True),
-    "throughput_mb_per_s": Metric("throughput_mb_per_s", None, True),
-    "end_to_end_p50_us": Metric("end_to_end_latency_us", "p50", False, True),
-    "end_to_end_p99_us": Metric("end_to_end_latency_us", "p99", False, True),
-    "end_to_end_p999_us": Metric("end_to_end_latency_us", "p999", False, True),
-    "delivery_p50_us": Metric("delivery_latency_us", "p50", False, True),
-    "delivery_p99_us": Metric("delivery_latency_us", "p99", False, True),
-    "publish_latency_p99_us": Metric("publish_latency_us", "p99", False, True),
-    "publish_delay_p99_us": Metric("publish_delay_us", "p99", False, True),
-    "encode_p50_ns": Metric("encode_ns", "p50", False),
-    "decode_p50_ns": Metric("decode_ns", "p50", False),
-    "encoded_bytes": Metric("encoded_bytes", None, False),
-    "lost": Metric("lost", None, False),
-}
-
-
+# A configuration's figures (report.json `metrics`): the metrics shown in the report (brokerbench.metrics).
+METRICS: dict[str, Metric] = shown_in("report")
 # Codec figures net of the timed call's own cost around a no-op (codecs.floor): each is the median over repeats of
-# a repeat's p50 less that repeat's floor (results.encode_net_ns). Shown beside the measured figures, never claimed
-# on (the claims compare the measured ones).
-NET_METRICS = {"encode_net_p50_ns": ("encode_p50_ns", "encode_net_ns"),
-               "decode_net_p50_ns": ("decode_p50_ns", "decode_net_ns")}
+# a repeat's p50 less that repeat's floor (results.encode_net_ns); name -> (the measured metric, the result field).
+NET_METRICS = {m.key: (measured, m.field) for measured, m in net_figures().items()}
 CODEC_RULE = (
     "Encode and decode are timed as two clock reads around one call, which cost something whatever the codec "
     "does. Each cell also times the same call around a no-op on its own loops (the call floor, codecs/floor.py). "
@@ -221,23 +189,27 @@ def combined_verdict(cells: list[dict], per_cell: dict[str, dict]) -> dict:
 
 
 # -- percentiles the sample supports ----------------------------------------------------------------
+def sample_needed(stat: str) -> int:
+    """The least sample a latency object's statistic is shown from: min_samples for a percentile, 1 for the mean
+    and the maximum."""
+    return min_samples(PERCENTILES[stat]) if stat in PERCENTILES else 1
+
+
 def _read(cell: dict, name: str, counts: dict[str, int]):
     """A metric of one repeat; a percentile its histogram's sample cannot support reads as None."""
     metric = METRICS[name]
-    value = cell.get(metric.field)
-    if metric.key is None:
+    value = metric.read(cell)
+    if metric.stat is None or value is None:
         return value
-    if not value or value.get(metric.key) is None:
-        return None
-    return value[metric.key] if counts.get(metric.field, 0) >= min_samples(PERCENTILES[metric.key]) else None
+    return value if counts.get(metric.field, 0) >= sample_needed(metric.stat) else None
 
 
 def _withheld(name: str, cells: list[dict], counts: dict[str, dict]) -> int | None:
     """The sample a percentile metric needed, when some repeat had one but too small."""
     metric = METRICS[name]
-    if metric.key is None:
+    if metric.stat is None:
         return None
-    need = min_samples(PERCENTILES[metric.key])
+    need = sample_needed(metric.stat)
     if any(0 < counts[c["cell_id"]].get(metric.field, 0) < need for c in cells):
         return need
     return None
@@ -247,10 +219,10 @@ def _lower_bound(name: str, done: list[dict], counts: dict[str, dict]) -> float 
     """When some repeat's figure is only a lower bound (missing messages at +infinity): the median over the
     repeats with each bound in place of its value, itself a lower bound of the median. None otherwise."""
     metric = METRICS[name]
-    if metric.key is None or not any(metric.key in ((c.get(metric.field) or {}).get("lower_bounds") or {})
-                                     for c in done):
+    if metric.stat is None or not any(metric.stat in ((c.get(metric.field) or {}).get("lower_bounds") or {})
+                                      for c in done):
         return None
-    values = [((c.get(metric.field) or {}).get("lower_bounds") or {}).get(metric.key,
+    values = [((c.get(metric.field) or {}).get("lower_bounds") or {}).get(metric.stat,
               _read(c, name, counts[c["cell_id"]])) for c in done]
     values = [v for v in values if v is not None]
     return float(statistics.median(values)) if values else None
@@ -572,14 +544,14 @@ def _highlight_tests(groups: list[dict], references: dict, noise: dict) -> list[
         by_cell = {(c["broker"], c["format"]): c for c in group["cells"]}
         for config in group["cells"]:
             for axis, ref in _references(config, by_cell, references):
-                for name in MIN_CLAIM_EFFECT:
-                    if axis not in CLAIM_AXES.get(name, (axis,)):
+                for name, metric in claimed("highlight").items():
+                    if axis not in metric.claim_axes:
                         continue
                     # Never a latency claim for a cell (or reference) that lost messages or did not keep up, nor
                     # for max-rate cells, whose latency runs from enqueue.
                     # Nor a throughput claim across brokers for a client-bound cell: its rate is the load generator's.
                     eligible = _compares_brokers if axis == "broker" else _eligible
-                    if not (eligible(config, METRICS[name]) and eligible(ref, METRICS[name])):
+                    if not (eligible(config, metric) and eligible(ref, metric)):
                         continue
                     test = paired_ratio(config, ref, name, noise[name])
                     if test is not None:
@@ -593,9 +565,7 @@ def _best_tests(groups: list[dict], noise: dict) -> list[dict]:
     whose p-value is the largest of those pairwise tests (it must beat every rival)."""
     out = []
     for group in groups:
-        for name, metric in METRICS.items():
-            if name == "lost":  # loss is flagged on its own, never a contest
-                continue
+        for name, metric in claimed("best").items():
             # "best" ranks every broker of the group: a client-bound cell's rate is not its broker's
             rivals = [c for c in group["cells"] if _compares_brokers(c, metric) and c["metrics"][name]["median"] is not None]
             if len(rivals) < 2 or any(len(_logs(c, name)) < MIN_CLAIM_REPEATS for c in rivals):
@@ -615,7 +585,7 @@ def _highlight(found: dict, noise: dict, p_value: float, comparisons: int) -> di
     subject = (f"{config['broker']}: {config['format']}" if axis == "format"
                else f"{config['format']}: {config['broker']}")
     other = ref["format"] if axis == "format" else ref["broker"]
-    what = CLAIM_WHAT[name]
+    what = METRICS[name].label
     behind = config["sustainability"]["verdict"] == "unsustainable"
     level = noise[name]["noise"] or 0.0
     text = (f"{subject} {what} {est['ratio']:.2f}× {other}'s ({est['ci_low']:.2f}–{est['ci_high']:.2f}, "

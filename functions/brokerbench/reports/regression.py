@@ -83,6 +83,7 @@ from itertools import repeat
 import numpy as np
 
 from ..events import EventStore, make_event, planned_cells, read_report_events
+from ..metrics import regression_metrics
 from .model import busy_repeats, send_loop_text
 from .stats import holm, rate_rise_p, spread, t_quantile, t_two_sided_p  # noqa: F401 (holm, t_two_sided_p: this module's API too)
 
@@ -105,15 +106,9 @@ AIM = 0.30
 FIGURES = ("baseline and candidate: the geometric means of each run's samples (its repeats, or blocks of a single "
            "repeat's intervals); change = candidate ÷ baseline − 1")
 
-# metric -> (its value in a cell result, its per-second interval series, True when higher is better)
-METRICS = {
-    "throughput_msgs_per_s": (lambda c: c.get("throughput_msgs_per_s"), "throughput", True),
-    # a rate search's result: what its cells regress on instead of a throughput that equals each step's target
-    "max_sustainable_rate": (lambda c: c.get("max_sustainable_rate"), None, True),
-    "end_to_end_p99_us": (lambda c: (c.get("end_to_end_latency_us") or {}).get("p99"), "end_to_end_p99_us", False),
-    "publish_latency_p99_us": (lambda c: (c.get("publish_latency_us") or {}).get("p99"), "publish_latency_p99_us",
-                               False),
-}
+# The metrics checked (brokerbench.metrics): each read from a cell result (Metric.read), with its per-second interval
+# series (Metric.series) and its direction (Metric.higher_is_better).
+METRICS = regression_metrics()
 TARGET_FIELDS = ("brokers", "client", "producers", "consumers", "partitions", "size_basis", "provision", "targets",
                  "duration_s", "warmup_s", "messages", "drain_timeout_s")
 HOST_FIELDS = ("cpu_model", "cores")
@@ -429,7 +424,7 @@ def run_figures(source) -> dict[str, dict]:
             by_repeat = {name: [v for v, keep in zip(values, kept or repeat(True)) if keep]
                          for name, values in (config.get("values_by_repeat") or {}).items()}
             for metric in metrics_of(entry):
-                read, name, _ = METRICS[metric]
+                read, name = METRICS[metric].read, METRICS[metric].series
                 per_second = [_measured(s, name) for s in series] if name else []
                 entry["series"][metric] = [s for s in per_second if s]
                 if metric in by_repeat:
@@ -569,11 +564,11 @@ def compare(baseline, candidate, history=()) -> list[dict]:
         if changed is not None:
             assessed.append({"cell": config["cell"], "key": key, "cell_id": config["cell_id"], **changed})
         for metric in metrics_of(config):
-            higher = METRICS[metric][2]
+            higher = METRICS[metric].higher_is_better
             if not config["repeats"].get(metric) and not old["repeats"].get(metric):
                 continue  # e.g. end-to-end latency of publish-only cells
             by_repeats = min(len(old["repeats"].get(metric, [])), len(config["repeats"].get(metric, []))) >= MIN_REPEATS
-            one_figure = not by_repeats and METRICS[metric][1] is None  # no per-second series: one figure per run
+            one_figure = not by_repeats and METRICS[metric].series is None  # no per-second series: one figure per run
             block = None if by_repeats or one_figure else block_length(old["series"].get(metric, []) +
                                                                        config["series"].get(metric, []))
             hist = [s for s in (_samples(h.get(key), metric, block) for h in older) if s]

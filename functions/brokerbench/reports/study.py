@@ -21,6 +21,7 @@ from pathlib import Path
 import numpy as np
 
 from .. import verdict
+from ..metrics import shown_in
 from ..events import RUN_EVENTS, read_report_events
 from ..spec import SpecError, all_suite_names, load_suite_file
 from .results import _RANGES, bucket_percentiles, bucket_summary, build_results, decode_buckets, merge_blobs
@@ -35,9 +36,8 @@ LATENCY = {"e2e_mean_ms": "mean", "e2e_min_ms": "min", "e2e_max_ms": "max", "e2e
 STARTUP = {"first_delivery_s": "first_delivery_s", "backlog_read_s": "backlog_read_s",
            "backlog_read_rate": "read_rate_msgs_per_s"}
 BURSTS = {"burst_delivered_p50_ms": 50.0, "burst_delivered_max_ms": 100.0}
-METRICS = ("throughput_msgs_per_s", "throughput_mb_per_s", "throughput_mib_per_s", *LATENCY,
-           "lag_mean", "lag_min", "lag_max", "encode_mean_us", "decode_mean_us", "max_sustainable_rate",
-           *STARTUP, *BURSTS)
+# The metrics a study is compared on (brokerbench.metrics); our_figure computes each.
+METRICS = tuple(shown_in("study"))
 CHECKS = ("order", "highest", "lowest", "ratio", "range")
 HOLDS, FAILS, UNKNOWN = "holds", "does not hold", "cannot tell"
 

@@ -15,15 +15,18 @@ from rich.table import Table
 
 from .. import host
 from ..limit import CONSUMER_LEGEND, CONSUMER_MARK, LEGEND, MARK, client_bound, consumer_bound, rate_found_text
+from ..metrics import Metric, net_figures, sample_of, shown_in
 from ..registry import UnknownBroker, durability_label, for_target
 from .model import LOSS_CLASSES, MAX_RATE_NOTE, PERCENTILES, min_samples, need_label
 
 SUSTAINED_RATE = 0.99  # the fallback for results written before cells carried their verdict
 HOST_BUSY = "host busy"  # the mark of a cell measured on a busy host (brokerbench.host)
 VERDICT_STYLE = {"sustainable": "green", "unsustainable": "yellow", "inconclusive": "dim", "max-rate": "cyan"}
-# Which count a latency object's sample is, when the object does not carry its own count.
-SAMPLE_OF = {"end_to_end_latency_us": "received", "delivery_latency_us": "received", "decode_ns": "received", "publish_latency_us": "acked",
-             "publish_delay_us": "sent", "encode_ns": "sent"}
+# Which count a latency object's sample is, when the object does not carry its own count (brokerbench.metrics).
+SAMPLE_OF = sample_of()
+# The table's metric columns (brokerbench.metrics), and how each unit is printed.
+COLUMNS = shown_in("terminal")
+NETS = net_figures()  # a codec column shows its p50 as measured / net of the call floor
 
 
 def _ms(us: float | None) -> str:
@@ -32,6 +35,9 @@ def _ms(us: float | None) -> str:
 
 def _ns(ns: float | None) -> str:
     return "-" if ns is None else f"{ns:,.0f}"
+
+
+LATENCY_FORMATS = {"ms": _ms, "ns": _ns}  # a latency percentile's unit as shown -> its text
 
 
 def codec_cell(cell: dict, field: str) -> str:
@@ -186,6 +192,17 @@ def durability_line(results: dict, brokers: list[str]) -> str:
     return ("\ndurability: " + "; ".join(parts)) if parts else ""
 
 
+def column_text(cell: dict, metric: Metric, with_net: bool) -> str:
+    """A metric's column in a completed cell's row: a plain number to its digits, a latency percentile in its unit
+    (or n<… where the sample is too small), a codec's p50 as measured / net."""
+    if with_net:
+        return codec_cell(cell, metric.field)
+    if metric.stat is not None:
+        return percentile(cell, metric.field, metric.stat, LATENCY_FORMATS[metric.unit])
+    value = metric.read(cell)
+    return "-" if value is None else f"{value:,.{metric.digits}f}"
+
+
 def comparison_tables(results: dict) -> list[Table]:
     tables = []
     repeats = results["spec"].get("repeats", 1)
@@ -199,27 +216,17 @@ def comparison_tables(results: dict) -> list[Table]:
         table = Table(title=f"{size:,} B ({results['spec'].get('size_basis', 'record')} basis) · {rate_text} · {mode} mode"
                             f"\n[dim]{escape(caption(results, brokers, mode, rate))}[/]",
                       title_justify="left", header_style="bold")
-        for name, justify in [("broker", "left"), ("format", "left"), ("bytes", "right"), ("delivered msgs/s", "right"),
-                              ("MB/s", "right"), ("e2e p50 ms", "right"), ("e2e p99 ms", "right"),
-                              ("e2e p99.9 ms", "right"), ("deliv p99 ms", "right"), ("delay p99 ms", "right"),
-                              ("enc ns / net", "right"), ("dec ns / net", "right"), ("loss", "right"), ("status", "left")]:
+        for name, justify in [("broker", "left"), ("format", "left"),
+                              *((m.column + (" / net" if key in NETS else ""), "right") for key, m in COLUMNS.items()),
+                              ("loss", "right"), ("status", "left")]:
             table.add_column(name, justify=justify, no_wrap=name.endswith("/ net"))  # measured / net on one line
         for cell in group:
             label = cell["format"] + (f" #{cell['repeat']}" if repeats > 1 else "")
             if cell["status"] != "completed":
-                table.add_row(cell["broker"], label, *["-"] * 10, loss_cell(cell),
+                table.add_row(cell["broker"], label, *["-"] * len(COLUMNS), loss_cell(cell),
                               f"[red]{cell['status']}[/]: {escape(cell.get('reason') or '')}")
                 continue
-            table.add_row(
-                cell["broker"], label, f"{cell['encoded_bytes']:,.0f}", f"{cell['throughput_msgs_per_s']:,.0f}",
-                f"{cell['throughput_mb_per_s']:,.2f}",
-                percentile(cell, "end_to_end_latency_us", "p50", _ms),
-                percentile(cell, "end_to_end_latency_us", "p99", _ms),
-                percentile(cell, "end_to_end_latency_us", "p999", _ms),
-                percentile(cell, "delivery_latency_us", "p99", _ms),
-                percentile(cell, "publish_delay_us", "p99", _ms),
-                codec_cell(cell, "encode_ns"), codec_cell(cell, "decode_ns"),
-                loss_cell(cell), verdict_cell(cell),
-            )
+            table.add_row(cell["broker"], label, *(column_text(cell, m, key in NETS) for key, m in COLUMNS.items()),
+                          loss_cell(cell), verdict_cell(cell))
         tables.append(table)
     return tables

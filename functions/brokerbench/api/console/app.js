@@ -169,11 +169,18 @@
 
   function label(text) { return String(text).replaceAll('_', ' '); }
 
-  const METRIC_NAMES = {
-    throughput_msgs_per_s: 'throughput', end_to_end_p99_us: 'end-to-end p99', publish_latency_p99_us: 'publish p99',
-  };
+  // Every metric the project shows, as declared (GET /metrics: brokerbench.metrics), read once; a view that names
+  // metrics waits for it.
+  const METRICS = {};
+  let metricsLoaded = null;
+  function loadMetrics() {
+    metricsLoaded = metricsLoaded || api('metrics').then((data) => {
+      (data.metrics || []).forEach((m) => { METRICS[m.key] = m; });
+    }).catch((error) => { metricsLoaded = null; throw error; });
+    return metricsLoaded;
+  }
   function metricName(metric) {
-    return METRIC_NAMES[metric] || label(String(metric).replace(/_(us|msgs_per_s|bytes)$/, ''));
+    return METRICS[metric]?.label || label(String(metric).replace(/_(us|msgs_per_s|bytes)$/, ''));
   }
 
   function fmtP(p) {
@@ -813,7 +820,7 @@
     fill(result, h('p', { class: 'muted' }, 'Comparing…'));
     let data;
     try {
-      data = await api(`compare${query({ baseline, candidate })}`, { signal });
+      [data] = await Promise.all([api(`compare${query({ baseline, candidate })}`, { signal }), loadMetrics()]);
     } catch (error) {
       if (!signal.aborted) fill(result, errorBox(error));
       return;
@@ -846,9 +853,10 @@
   }
 
   // -- a suite's history -----------------------------------------------------------------------
-  // The metrics a suite's series are kept of: reports.regression.METRICS (tests/unit/test_report_series.py checks).
-  const HISTORY_METRICS = ['throughput_msgs_per_s', 'end_to_end_p99_us', 'publish_latency_p99_us',
-    'max_sustainable_rate'];
+  // The metrics a suite's series are kept of: those the regression checks read (GET /metrics, `regression`).
+  function historyMetrics() {
+    return Object.values(METRICS).filter((m) => m.regression).map((m) => m.key);
+  }
   const SVG_NS = 'http://www.w3.org/2000/svg';
 
   // svg('line', {x1: 0, ...}, child): h() for SVG elements.
@@ -870,8 +878,7 @@
   // dashed step, each change point a line between the run before it and the run it began with (drawn larger).
   function seriesChart(series) {
     const [W, H, L, R, T, B] = [560, 230, 58, 14, 18, 36];
-    const scale = series.metric.endsWith('_us') ? 1000 : 1; // µs shown in ms
-    const unit = series.metric.endsWith('_us') ? 'ms' : 'msgs/s';
+    const { scale, unit } = METRICS[series.metric] || { scale: 1, unit: '' }; // as declared: µs shown in ms
     const n = series.points.length;
     const values = series.points.map((p) => p.value / scale);
     const changes = series.change_points || [];
@@ -926,12 +933,19 @@
 
   async function historyView(params, signal) {
     const suite = params.get('suite') || '';
-    const metric = HISTORY_METRICS.includes(params.get('metric')) ? params.get('metric') : HISTORY_METRICS[0];
+    try {
+      await loadMetrics();
+    } catch (error) {
+      if (!signal.aborted) page('A suite\'s history', errorBox(error));
+      return;
+    }
+    const checked = historyMetrics();
+    const metric = checked.includes(params.get('metric')) ? params.get('metric') : checked[0];
     const suiteInput = h('input', { type: 'text', id: 'history-suite', name: 'suite', value: suite, list: 'history-suites',
       required: true, placeholder: 'a suite or a spec name' });
     const suites = h('datalist', { id: 'history-suites' });
     const metricSelect = h('select', { id: 'history-metric', name: 'metric' },
-      HISTORY_METRICS.map((m) => h('option', { value: m, selected: m === metric }, metricName(m))));
+      checked.map((m) => h('option', { value: m, selected: m === metric }, metricName(m))));
     const form = h('form', { id: 'history-form', class: 'inline-form' },
       h('div', {}, h('label', { for: 'history-suite' }, 'Suite'), suiteInput, suites),
       h('div', {}, h('label', { for: 'history-metric' }, 'Metric'), metricSelect),

@@ -204,4 +204,14 @@ def test_cells_csv_reads_back_to_the_table(stored, tmp_path):
         assert int(row["lost"]) == cell["lost"] and int(row["sent"]) == cell["sent"]
         assert int(row["end_to_end_latency_us_count"]) == cell["received"]
         assert row["verdict"] == cell["verdict"] and f"]{row['verdict']}[/]" in shown["status"]
+        assert (row["client_bound"], row["host_busy"]) == ("", "")  # synthetic cells: neither was recorded
     assert bounded >= 1 and withheld >= 1  # the cell with missing messages; a p99.9 of fewer than 10,000 values
+
+
+def test_cells_csv_marks_a_client_bound_cell_on_a_busy_host(stored, tmp_path):
+    _, _, results = stored
+    cells = [{**results["cells"][0], "limit": {"by": "client"}, "host": {"busy": True}},
+             {**results["cells"][1], "limit": {"by": "broker"}, "host": {"busy": False}}]
+    (tmp_path / export.CELLS_CSV).write_text(export.cells_csv({**results, "cells": cells}))
+    rows = list(read_cells_csv(tmp_path / export.CELLS_CSV).values())
+    assert [(r["client_bound"], r["host_busy"]) for r in rows] == [("true", "true"), ("false", "false")]

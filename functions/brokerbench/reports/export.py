@@ -83,13 +83,19 @@ def csv_row(cell: dict) -> dict:
 
 
 def cells_csv(results: dict) -> str:
-    """cells.csv: a header and one row per cell (empty fields for None)."""
+    """cells.csv: a header and one row per cell (empty fields for None, true and false as in JSON)."""
     out = io.StringIO()
     writer = csv.DictWriter(out, fieldnames=csv_columns(), lineterminator="\n")
     writer.writeheader()
     for cell in results["cells"]:
-        writer.writerow({k: "" if v is None else v for k, v in csv_row(cell).items()})
+        writer.writerow({k: _field(v) for k, v in csv_row(cell).items()})
     return out.getvalue()
+
+
+def _field(value):
+    if value is None:
+        return ""
+    return str(value).lower() if isinstance(value, bool) else value
 
 
 class _Stored(NamedTuple):

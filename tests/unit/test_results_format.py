@@ -18,6 +18,7 @@ from brokerbench.reports.results import RESULTS_SCHEMA, SCHEMA_VERSION, build_re
 from brokerbench.reports.synthetic import synthetic_run
 from brokerbench.reports.table import comparison_tables
 from brokerbench.spec import SpecError, all_suite_names, suite_runs, validate
+from brokerbench.workflow.outputs import FolderReports
 
 REPO = Path(__file__).resolve().parents[2]
 SHORT_S = 2  # intervals per synthetic cell, where the run's request allows so short a run
@@ -215,3 +216,15 @@ def test_cells_csv_marks_a_client_bound_cell_on_a_busy_host(stored, tmp_path):
     (tmp_path / export.CELLS_CSV).write_text(export.cells_csv({**results, "cells": cells}))
     rows = list(read_cells_csv(tmp_path / export.CELLS_CSV).values())
     assert [(r["client_bound"], r["host_busy"]) for r in rows] == [("true", "true"), ("false", "false")]
+
+
+def test_the_logs_are_written_where_the_reports_are(stored, tmp_path):
+    store, events, results = stored
+    sink = FolderReports(tmp_path)
+    folder = export.write_hlogs(lambda name, text: sink.write(results["run_id"], name, text), store,
+                                results["run_id"], events)
+    assert folder == str(tmp_path / results["run_id"] / "hlog")
+    expected = dict(export.hlog_files(store, results["run_id"], events))
+    assert {f"hlog/{p.name}": p.read_text() for p in (tmp_path / results["run_id"] / "hlog").iterdir()} == expected
+    assert export.write_hlogs(sink.write, store, results["run_id"], [e for e in events if e["type"] != "CellCompleted"]
+                              ) is None  # no completed cell: no logs

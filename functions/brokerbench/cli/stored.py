@@ -69,8 +69,27 @@ def cmd_report(args) -> int:
     path.write_text(body)
     if args.format == "md":
         print(body)
-    console.print(f"report: {path}")
+    exports = _write_exports(args, found[0])
+    if isinstance(exports, int):
+        return exports
+    console.print(f"report: {path}\nfor other tools: {', '.join(exports)}")
     return EXIT_OK
+
+
+def _write_exports(args, events: list[dict]) -> list[str] | int:
+    """cells.csv and hlog/ beside the report, as the workflow's Aggregate writes them (the logs read each cell's
+    intervals from the store); where they are, or the exit code to return."""
+    from ..reports import export
+    from ..reports.results import build_results
+    from ..workflow.outputs import FolderReports
+
+    store = running_store(args)
+    if store is None:
+        return EXIT_ENVIRONMENT
+    sink = FolderReports(args.out)
+    written = [sink.write(args.run_id, export.CELLS_CSV, export.cells_csv(build_results(events)))]
+    folder = export.write_hlogs(lambda name, text: sink.write(args.run_id, name, text), store, args.run_id, events)
+    return written + ([folder] if folder else [])
 
 
 def _history(args, baseline_events: list[dict]) -> list[list[dict]] | int:
@@ -165,7 +184,8 @@ def register(sub) -> None:
     report = sub.add_parser("report", help="build a run's comparison report from its events")
     report.add_argument("run_id")
     report.add_argument("--format", choices=sorted(REPORT_FILES), default="md", help="md (printed), html or json")
-    report.add_argument("--out", default="reports", help="writes OUT/<run_id>/report.<format> (default reports/)")
+    report.add_argument("--out", default="reports",
+                        help="writes OUT/<run_id>/report.<format>, cells.csv and hlog/ (default reports/)")
     report.set_defaults(func=cmd_report)
 
     compare = sub.add_parser("compare", help="regression check of CANDIDATE against BASELINE (exit 1 on a regression)")

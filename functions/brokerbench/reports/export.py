@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import csv
 import io
+from concurrent.futures import ThreadPoolExecutor
 from typing import NamedTuple
 
 from hdrh.log import HistogramLogWriter
@@ -35,6 +36,7 @@ INTERVAL_S = 1.0  # every IntervalMeasured covers one second of the cell's measu
 # (1,000,000) assumes nanosecond values shown in milliseconds.
 MAX_VALUE_UNIT_RATIO = 1.0
 UNITS = {"us": "microseconds", "ns": "nanoseconds"}
+WRITE_THREADS = 8  # cells whose logs are read and written at once: the time is the store's and the sink's round trips
 
 # The comparison table's percentiles (reports.table.comparison_tables), by latency metric.
 SHOWN_PERCENTILES = {"end_to_end_latency_us": ("p50", "p99", "p999"), "delivery_latency_us": ("p99",),
@@ -150,15 +152,34 @@ def cell_intervals(store, run_id: str, cell_index: int, attempt: int) -> list[di
             if e["type"] == "IntervalMeasured"]
 
 
-def hlog_files(store, run_id: str, events: list[dict]):
-    """(file name, text) of every completed cell's logs, one cell read at a time: a metric the cell never recorded
-    (a publish-only cell's end-to-end latency) has no file."""
+def _completed(events: list[dict]) -> list[tuple[dict, int]]:
+    """Each completed cell, in matrix order, with the attempt that ended it."""
     ends = {e["data"]["cell_id"]: e["data"] for e in events if e["type"] == "CellCompleted"}
-    for cell in sorted(planned_cells(events), key=lambda c: c["index"]):
-        end = ends.get(cell["cell_id"])
-        if end is None:
-            continue
-        intervals = cell_intervals(store, run_id, cell["index"], end.get("attempt", 0))
-        for metric in LATENCY_METRICS:
-            if any(metric in data["histograms"] for data in intervals):
-                yield hlog_path(cell["cell_id"], metric), hlog_text(run_id, cell["cell_id"], metric, intervals)
+    return [(cell, ends[cell["cell_id"]].get("attempt", 0))
+            for cell in sorted(planned_cells(events), key=lambda c: c["index"]) if cell["cell_id"] in ends]
+
+
+def cell_logs(store, run_id: str, cell: dict, attempt: int) -> list[tuple[str, str]]:
+    """(file name, text) of one cell's logs: a metric the cell never recorded (a publish-only cell's end-to-end
+    latency) has no file."""
+    intervals = cell_intervals(store, run_id, cell["index"], attempt)
+    return [(hlog_path(cell["cell_id"], metric), hlog_text(run_id, cell["cell_id"], metric, intervals))
+            for metric in LATENCY_METRICS if any(metric in data["histograms"] for data in intervals)]
+
+
+def hlog_files(store, run_id: str, events: list[dict]):
+    """(file name, text) of every completed cell's logs, one cell read at a time."""
+    for cell, attempt in _completed(events):
+        yield from cell_logs(store, run_id, cell, attempt)
+
+
+def write_hlogs(write, store, run_id: str, events: list[dict]) -> str | None:
+    """Every completed cell's logs, written with `write(name, text) -> where`, WRITE_THREADS cells at once (a run of
+    thousands of cells is thousands of reads and several files each, within the Aggregate step's time); where the
+    folder is (None: no completed cell)."""
+    def one(item) -> list[str]:
+        return [write(name, text) for name, text in cell_logs(store, run_id, *item)]
+
+    with ThreadPoolExecutor(WRITE_THREADS) as pool:
+        written = [where for paths in pool.map(one, _completed(events)) for where in paths]
+    return written[0].rsplit("/", 1)[0] if written else None

@@ -195,9 +195,8 @@ def publish_reports(store, run_id: str, events: list[dict] | None = None,
         "html": sink.write(run_id, "report.html", html.render(report)),
         "csv": sink.write(run_id, export.CELLS_CSV, export.cells_csv(results)),
     }
-    for name, text in export.hlog_files(store, run_id, events):
-        files["hlog"] = sink.write(run_id, name, text).rsplit("/", 1)[0]
-    return files
+    folder = export.write_hlogs(lambda name, text: sink.write(run_id, name, text), store, run_id, events)
+    return {**files, "hlog": folder} if folder else files
 
 
 # What the notification says of each regression: a change point also names the run it began with, the run before

@@ -7,6 +7,7 @@ import re
 from pathlib import Path
 
 import pytest
+from archives import archives, read_archive
 from results_tools import assert_logs_match, number, read_cells_csv, read_hlog
 
 from brokerbench import histogram
@@ -45,6 +46,16 @@ def test_every_suite_run_gives_results_the_schema_accepts(suite, index):
     assert results["schema_version"] == SCHEMA_VERSION
     assert problems(results) == []
     assert len(results["cells"]) > 0 and all(c["status"] == "completed" for c in results["cells"])
+
+
+ARCHIVED = [p for folder in ("guarantees", "studies") for p in archives(REPO / "docs" / folder).values()]
+
+
+@pytest.mark.parametrize("path", ARCHIVED, ids=lambda p: p.name.removesuffix(".jsonl.gz"))
+def test_every_archived_real_run_gives_results_the_schema_accepts(path):
+    """Real runs stored by earlier releases: faults applied, rate searches, backlogs and bursts."""
+    results = build_results(read_archive(path))
+    assert problems(results) == []
 
 
 SMOKE = {"name": "fmt", "brokers": ["kafka", "redis-streams"], "sizes": [1024], "rates": [1000],

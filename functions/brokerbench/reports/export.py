@@ -4,8 +4,9 @@ HdrHistogram logs.
 cells.csv has one row per cell, in results.json's order, with the figures of the terminal's comparison table as
 numbers in results.json's units (µs, ns, msgs/s, MB/s), never formatted: a spreadsheet or pandas reads it as it is.
 A percentile that results.json knows only from below (missing or unsent messages at +∞) is empty, with its bound in
-the `_at_least` column beside; each shown latency's sample count is given, so a reader can apply the report's rule
-on the fewest values a percentile needs (reports.model.min_samples), which the tables apply and the CSV does not.
+the `_at_least` column beside. Each shown latency's sample count (`_count`, as the table counts it) is given: the
+tables withhold a percentile finer than its sample supports (reports.model.min_samples), the CSV gives it, and a
+reader can apply the same rule.
 
 hlog/<cell_id>.<metric>.hlog is the HdrHistogram log format (version 1.2, written by hdrh's HistogramLogWriter):
 one line per one-second interval of the cell's measured time, its start in seconds from the measured start, its
@@ -26,7 +27,7 @@ from hdrh.log import HistogramLogWriter
 
 from .. import histogram
 from ..events import intervals_prefix, planned_cells
-from ..figures import LATENCY_METRICS, LOSS_CLASSES
+from ..figures import LATENCY_METRICS, LOSS_CLASSES, MISSING_COUNTS_IN, NOT_SENT_COUNTS_IN
 from .table import sample_count
 
 CELLS_CSV = "cells.csv"
@@ -41,9 +42,10 @@ WRITE_THREADS = 8  # cells whose logs are read and written at once: the time is 
 # The comparison table's percentiles (reports.table.comparison_tables), by latency metric.
 SHOWN_PERCENTILES = {"end_to_end_latency_us": ("p50", "p99", "p999"), "delivery_latency_us": ("p99",),
                      "publish_delay_us": ("p99",), "encode_ns": ("p50",), "decode_ns": ("p50",)}
-# Latencies that count messages missing or never sent at +∞ (figures.MISSING_COUNTS_IN, NOT_SENT_COUNTS_IN): their
-# percentiles may be known only from below.
-BOUNDED = ("end_to_end_latency_us", "delivery_latency_us", "publish_delay_us")
+# Latencies that count messages missing or never sent at +∞: their percentiles may be known only from below.
+BOUNDED = tuple(dict.fromkeys((*MISSING_COUNTS_IN, *NOT_SENT_COUNTS_IN)))
+# The codec times' p50 net of the call floor (results.json encode_net_ns, decode_net_ns), beside the measured one.
+NET = {"encode_ns": "encode_net_ns", "decode_ns": "decode_net_ns"}
 CONFIGURATION = ("cell_id", "broker", "format", "mode", "size_basis", "size_bytes", "rate_target", "producers",
                  "consumers", "partitions", "repeat", "order", "status", "reason")
 FIGURES = ("encoded_bytes", "throughput_msgs_per_s", "throughput_mb_per_s", "max_sustainable_rate")
@@ -59,8 +61,8 @@ def csv_columns() -> list[str]:
             latency.append(f"{metric}_{name}")
             if metric in BOUNDED:
                 latency.append(f"{metric}_{name}_at_least")
-        if metric in ("encode_ns", "decode_ns"):
-            latency.append(f"{metric.replace('_ns', '_net_ns')}_p50")
+        if metric in NET:
+            latency.append(f"{NET[metric]}_p50")
         latency.append(f"{metric}_count")
     return [*CONFIGURATION, *FIGURES, *latency, *COUNTS, "verdict", "client_bound", "host_busy"]
 
@@ -74,9 +76,8 @@ def csv_row(cell: dict) -> dict:
             row[f"{metric}_{name}"] = figures.get(name)
             if metric in BOUNDED:
                 row[f"{metric}_{name}_at_least"] = (figures.get("lower_bounds") or {}).get(name)
-        if metric in ("encode_ns", "decode_ns"):
-            net = metric.replace("_ns", "_net_ns")
-            row[f"{net}_p50"] = (cell.get(net) or {}).get("p50")
+        if metric in NET:
+            row[f"{NET[metric]}_p50"] = (cell.get(NET[metric]) or {}).get("p50")
         row[f"{metric}_count"] = sample_count(cell, metric)
     limit, machine = cell.get("limit") or {}, cell.get("host") or {}
     row.update(verdict=cell.get("verdict"), client_bound=limit.get("by") == "client" if limit else None,

@@ -19,6 +19,7 @@ from brokerbench.reports.results import RESULTS_SCHEMA, SCHEMA_VERSION, build_re
 from brokerbench.reports.synthetic import synthetic_run
 from brokerbench.reports.table import comparison_tables
 from brokerbench.spec import SpecError, all_suite_names, suite_runs, validate
+from brokerbench.workflow import steps
 from brokerbench.workflow.outputs import FolderReports
 
 REPO = Path(__file__).resolve().parents[2]
@@ -239,3 +240,19 @@ def test_the_logs_are_written_where_the_reports_are(stored, tmp_path):
     assert {f"hlog/{p.name}": p.read_text() for p in (tmp_path / results["run_id"] / "hlog").iterdir()} == expected
     assert export.write_hlogs(sink.write, store, results["run_id"], [e for e in events if e["type"] != "CellCompleted"]
                               ) is None  # no completed cell: no logs
+
+
+def test_aggregate_writes_the_logs_up_to_its_limit_of_intervals(stored, tmp_path, monkeypatch):
+    store, events, results = stored
+    monkeypatch.setenv("BROKERBENCH_REPORTS", str(tmp_path))
+    files = steps.publish_reports(store, results["run_id"], events)
+    folder = tmp_path / results["run_id"]
+    assert files["csv"] == str(folder / export.CELLS_CSV) and files["hlog"] == str(folder / export.HLOG_DIR)
+    assert len(list((folder / export.HLOG_DIR).iterdir())) == 4 * 5
+    assert export.run_intervals(events) == 4 * 4  # four cells of four seconds
+    monkeypatch.setattr(export, "AGGREGATE_MAX_INTERVALS", 15)
+    other = tmp_path / "other"
+    monkeypatch.setenv("BROKERBENCH_REPORTS", str(other))
+    files = steps.publish_reports(store, results["run_id"], events)
+    assert "hlog" not in files and not (other / results["run_id"] / export.HLOG_DIR).exists()
+    assert (other / results["run_id"] / export.CELLS_CSV).is_file()

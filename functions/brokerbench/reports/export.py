@@ -38,6 +38,11 @@ INTERVAL_S = 1.0  # every IntervalMeasured covers one second of the cell's measu
 MAX_VALUE_UNIT_RATIO = 1.0
 UNITS = {"us": "microseconds", "ns": "nanoseconds"}
 WRITE_THREADS = 8  # cells whose logs are read and written at once: the time is the store's and the sink's round trips
+# The most cell-seconds whose logs the workflow's Aggregate step writes. Every interval is read again with its
+# histograms: bench/report_build.py measured 14.6 s for 12,000 (200 cells × 60 s) on DynamoDB Local, so this many
+# take about 150 s, half of the step's 5 minutes beside the report itself. A larger run's logs come from
+# `brokerbench report RUN_ID`, which has no such limit.
+AGGREGATE_MAX_INTERVALS = 120_000
 
 # The comparison table's percentiles (reports.table.comparison_tables), by latency metric.
 SHOWN_PERCENTILES = {"end_to_end_latency_us": ("p50", "p99", "p999"), "delivery_latency_us": ("p99",),
@@ -158,6 +163,11 @@ def _completed(events: list[dict]) -> list[tuple[dict, int]]:
     ends = {e["data"]["cell_id"]: e["data"] for e in events if e["type"] == "CellCompleted"}
     return [(cell, ends[cell["cell_id"]].get("attempt", 0))
             for cell in sorted(planned_cells(events), key=lambda c: c["index"]) if cell["cell_id"] in ends]
+
+
+def run_intervals(events: list[dict]) -> int:
+    """How many intervals the run's completed cells wrote: what their logs cost to read."""
+    return sum(e["data"]["intervals"] for e in events if e["type"] == "CellCompleted")
 
 
 def cell_logs(store, run_id: str, cell: dict, attempt: int) -> list[tuple[str, str]]:

@@ -179,7 +179,8 @@ def publish_reports(store, run_id: str, events: list[dict] | None = None,
     the cells' interval histograms as HdrHistogram logs), built from the run's events.
 
     `regression_check` is CheckRegression's result, passed through as it is (report["regression_check"]).
-    The files are named one per kind; hlog/ by its folder (a run of many cells has thousands of logs).
+    The files are named one per kind; hlog/ by its folder (a run of many cells has thousands of logs), left out for a
+    run of more than export.AGGREGATE_MAX_INTERVALS cell-seconds.
     """
     events = events if events is not None else read_report_events(store, run_id)
     report = build_report(events)
@@ -195,6 +196,12 @@ def publish_reports(store, run_id: str, events: list[dict] | None = None,
         "html": sink.write(run_id, "report.html", html.render(report)),
         "csv": sink.write(run_id, export.CELLS_CSV, export.cells_csv(results)),
     }
+    intervals = export.run_intervals(events)
+    if intervals > export.AGGREGATE_MAX_INTERVALS:
+        logger.warning("HdrHistogram logs not written: too many intervals for this step (brokerbench report writes "
+                       "them)", extra={"run_id": run_id, "intervals": intervals,
+                                       "limit": export.AGGREGATE_MAX_INTERVALS})
+        return files
     folder = export.write_hlogs(lambda name, text: sink.write(run_id, name, text), store, run_id, events)
     return {**files, "hlog": folder} if folder else files
 

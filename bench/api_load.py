@@ -36,9 +36,11 @@ from brokerbench.events.dynamodb import DynamoEventStore
 from brokerbench.local.stack import LocalStack
 from brokerbench.reports import html
 from brokerbench.reports.model import build_report
-from brokerbench.reports.synthetic import synthetic_run
 from brokerbench.spec import load_suite
 from brokerbench.workflow.outputs import FolderReports
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))  # tests/synthetic.py, shared with the tests
+from synthetic import synthetic_run  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent
 CLI = Path(sys.executable).with_name("brokerbench")

@@ -40,7 +40,7 @@ from brokerbench.local.stack import EVENT_STORE, LocalStack
 from brokerbench.registry import get_driver
 from brokerbench.reports.results import build_results
 from brokerbench.spec import expand, validate
-from brokerbench.worker import run_cell
+from brokerbench.worker.cell import run_cell
 from brokerbench.worker.resources import ResourceSampler, summarize
 
 BROKERS = ("nats-jetstream", "pulsar", "rabbitmq-streams", "rabbitmq-quorum")

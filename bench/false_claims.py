@@ -1,7 +1,7 @@
 """False-claim benchmark of the report's claims (highlights and bold "best"): how often a report of identical
 configurations carries any claim, and how often a real difference is claimed.
 
-1. Simulated reports (reports/model.claims on configurations from reports/synthetic.claim_configuration): one
+1. Simulated reports (reports/model.claims on configurations from tests/synthetic.claim_configuration): one
    group of 2 brokers × 4 formats, every configuration alike (A/A). Per repeat, each configuration's latency
    figures scatter by its own noise, drawn per configuration from 20–50% for the p99s (as measured here), 10% for
    p50, 30–70% for p99.9; throughput by 1% (a rated cell), serialization times by 5%; encoded bytes are fixed.
@@ -43,6 +43,7 @@ from pathlib import Path
 import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "tests"))  # tests/synthetic.py, shared with the tests
 BIN = Path(sys.executable).parent / "brokerbench"
 SPEC = {"brokers": ["kafka", "redis-streams"], "sizes": [1024], "rates": [2000], "formats": ["raw", "json"],
         "modes": ["batch"], "producers": 1, "consumers": 1, "partitions": 1, "duration_s": 5, "warmup_s": 1,
@@ -101,7 +102,7 @@ def previous_rule(configs: list[dict], references: dict) -> int:
 
 # -- simulated reports ----------------------------------------------------------------------------
 def simulated_report(rng, repeats: int, kind: str, doubled: bool) -> list[dict]:
-    from brokerbench.reports.synthetic import claim_configuration
+    from synthetic import claim_configuration
 
     shared = rng.normal(0, 0.15, repeats) if kind == "shared" else np.zeros(repeats)
     configs = []
@@ -184,7 +185,7 @@ def run_series(count: int, spec_file: Path, out_dir: Path, env: dict, store) -> 
 def halves(report: dict, split: tuple[int, ...]) -> list[dict]:
     """Each configuration of a real report as two configurations: the repeats in `split` (positions) and the
     others, paired in order; verdict and loss per half from its own repeats."""
-    from brokerbench.reports.synthetic import claim_configuration
+    from synthetic import claim_configuration
 
     out = []
     for group in report["groups"]:

@@ -49,7 +49,7 @@ from brokerbench.local.stack import EVENT_STORE, LocalStack
 from brokerbench.registry import get_driver
 from brokerbench.reports.results import build_results
 from brokerbench.spec import expand, validate
-from brokerbench.worker import run_cell
+from brokerbench.worker.cell import run_cell
 from brokerbench.worker.consumer import PROCESS_EVERY, Accounting
 from brokerbench.worker.framing import HEADER, unpack_many
 from brokerbench.worker.payloads import payload_pool

@@ -29,7 +29,7 @@ from brokerbench.local.stack import LocalStack
 from brokerbench.reports.results import build_results
 from brokerbench.events.run import run_requested_events
 from brokerbench.spec import expand, validate
-from brokerbench.worker import run_cell
+from brokerbench.worker.cell import run_cell
 
 RESULTS = Path(__file__).parent / "results" / "latency_truth.json"
 

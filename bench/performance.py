@@ -864,13 +864,37 @@ def stamp_lag(results: dict) -> dict:
                            ["---", "---:", "---:", "---:", "---"])}
 
 
+def _started(figure: dict) -> str:
+    return f"{figure['median_s']:.2f} s ({figure['modules']})"
+
+
+def _startup_when(run: dict) -> str:
+    return run["measured_at"][:16].replace("T", " ")
+
+
+def startup(results: dict) -> dict:
+    before, after, alone = (results["startup"][key] for key in ("before", "after", "before_alone"))
+    rows = [[name, _started(before["commands"][name]), _started(after["commands"][name]),
+             change(after["commands"][name]["median_s"] / before["commands"][name]["median_s"] - 1)]
+            for name in before["commands"]]
+    return {"runs": str(after["runs"]), "goal": f"{after['goal_s']:g}", "cores": str(after["cores"]),
+            "python": after["python"], "before_when": _startup_when(before), "before_code": before["code"],
+            "after_when": _startup_when(after), "after_code": after["code"],
+            "before_load": f"{before['load_average_1_5_15']['before'][0]:.1f}",
+            "after_load": f"{after['load_average_1_5_15']['before'][0]:.1f}",
+            "table": table(["command", "before", "after", "change"], rows, ["---", "---:", "---:", "---:"]),
+            "alone_load": f"{alone['load_average_1_5_15']['before'][0]:.1f}", "alone_when": _startup_when(alone),
+            "alone": ", ".join(f"{name} {figure['median_s']:.2f} s" for name, figure in alone["commands"].items())}
+
+
 # ---- the page -------------------------------------------------------------------------------------------------------
 
 SECTIONS = {"intro": None, "harness": harness, "broker_tools": broker_tools, "cell_overhead": cell_overhead,
             "run_overhead": run_overhead,
             "test_suite": test_suite, "first_run": first_run, "reports": reports, "api_load": api_load,
             "false_claims": false_claims, "aa_regression": aa_regression, "aa_schedule": aa_schedule,
-            "latency_truth": latency_truth, "stamp_lag": stamp_lag, "interval_close": interval_close}
+            "latency_truth": latency_truth, "stamp_lag": stamp_lag, "interval_close": interval_close,
+            "startup": startup}
 
 
 def load_results(folder: Path) -> dict:

@@ -16,9 +16,11 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import sys
 import tempfile
 import time
 from datetime import date
+from pathlib import Path
 
 from brokerbench.events import read_report_events
 from brokerbench.events.dynamodb import DynamoEventStore
@@ -26,8 +28,10 @@ from brokerbench.local.stack import LocalStack
 from brokerbench.reports import export, html, markdown
 from brokerbench.reports.model import build_report
 from brokerbench.reports.results import build_results
-from brokerbench.reports.synthetic import synthetic_run
 from brokerbench.workflow.outputs import FolderReports
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))  # tests/synthetic.py, shared with the tests
+from synthetic import synthetic_run  # noqa: E402
 
 
 def spec_for(cells: int) -> dict:

@@ -21,6 +21,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "functions"))
+sys.path.insert(0, str(REPO / "tests"))  # tests/synthetic.py, shared with the tests
 
 SPEC = {"name": "run-end-check", "brokers": ["redis-streams"], "sizes": [1024], "rates": [1000], "formats": ["raw"]}
 INTERVALS = 60
@@ -28,7 +29,7 @@ INTERVALS = 60
 
 def mid_cell_run() -> tuple[list[dict], dict]:
     """A synthetic run's events up to its cell's 60th interval (no cell end, no run end), and one more interval."""
-    from brokerbench.reports.synthetic import synthetic_run
+    from synthetic import synthetic_run
 
     events = synthetic_run(SPEC, intervals=INTERVALS + 1)
     kept = [e for e in events if e["type"] not in ("CellCompleted", "CellFailed", "RunCompleted", "RunFailed",

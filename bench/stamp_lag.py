@@ -34,7 +34,7 @@ from brokerbench.events.run import run_requested_events
 from brokerbench.local.stack import LocalStack
 from brokerbench.reports.results import build_results
 from brokerbench.spec import expand, validate
-from brokerbench.worker import run_cell
+from brokerbench.worker.cell import run_cell
 
 RESULTS = Path(__file__).parent / "results" / "stamp_lag.json"
 BROKERS = ("redis-streams", "kafka", "pulsar", "nats-jetstream", "rabbitmq-quorum", "rabbitmq-streams")

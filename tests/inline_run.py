@@ -11,7 +11,7 @@ from brokerbench import environment
 from brokerbench.events import EventStore, make_event, new_run_id
 from brokerbench.events.run import run_completed_event, run_requested_events
 from brokerbench.spec import expand, validate
-from brokerbench.worker import CellOutcome, run_cell
+from brokerbench.worker.cell import CellOutcome, run_cell
 from brokerbench.worker.cell import Progress
 from brokerbench.workflow.steps import describe_targets
 

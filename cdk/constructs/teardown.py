@@ -4,7 +4,8 @@
   (delete what can be deleted, wait while a target still being created refuses, ask again for up to 90 minutes).
 - **RunEnded**, an EventBridge rule on "Step Functions Execution Status Change" of the run workflow with status
   FAILED, ABORTED or TIMED_OUT: the RunEnded function gives the run its end and starts the teardown state machine
-  for it. A stop from the console, an execution timeout and an error no catcher takes (States.Runtime,
+  for it. SUCCEEDED reaches it too, and every ending releases the run's slot among the runs in flight
+  (brokerbench/workflow/admission.py). A stop from the console, an execution timeout and an error no catcher takes (States.Runtime,
   States.DataLimitExceeded) skip the workflow's own teardown; this is what deletes their targets.
 - The API's cancel starts the teardown state machine too (brokerbench/workflow/stop.py), instead of deleting
   within its 29 s request.
@@ -37,6 +38,9 @@ from .storage import EventStore
 from .workflow import LOG_GROUP_PREFIX, LOG_LEVEL, substitutions
 
 ENDINGS = ["FAILED", "ABORTED", "TIMED_OUT"]  # brokerbench.workflow.stop.ENDINGS
+# Every ending reaches RunEnded: SUCCEEDED only releases the run's slot among the runs in flight
+# (brokerbench.workflow.admission), which the early endings release too.
+STATUSES = [*ENDINGS, "SUCCEEDED"]
 SWEEP_EVERY = Duration.hours(1)
 MACHINE_ENV = "BROKERBENCH_TEARDOWN_MACHINE_ARN"  # brokerbench.workflow.stop.teardowns
 DEAD_LETTERS_ENV = "BROKERBENCH_RUN_ENDED_DLQ_URL"  # brokerbench.workflow.sweep.DEAD_LETTERS_ENV
@@ -83,11 +87,12 @@ class Teardown(Construct):
                     "RunEnded function's asynchronous invocations); the sweeper handles and deletes its messages")
         ended.configure_async_invoke(on_failure=destinations.SqsDestination(self.dead_letters))
         self.rule = events.Rule(
-            self, "RunEnded", description="brokerbench: a run's workflow ended FAILED, ABORTED or TIMED_OUT: "
-                                          "store its end and tear its targets down",
+            self, "RunEnded", description="brokerbench: a run's workflow ended: release its slot among the runs in "
+                                          "flight; FAILED, ABORTED or TIMED_OUT: store its end and tear its "
+                                          "targets down",
             event_pattern=events.EventPattern(
                 source=["aws.states"], detail_type=["Step Functions Execution Status Change"],
-                detail={"status": ENDINGS, "stateMachineArn": [run_machine.state_machine_arn]}),
+                detail={"status": STATUSES, "stateMachineArn": [run_machine.state_machine_arn]}),
             targets=[events_targets.LambdaFunction(ended, retry_attempts=8, max_event_age=Duration.hours(24),
                                                    dead_letter_queue=self.dead_letters)])
         self.grant_handover(ended)

@@ -104,16 +104,23 @@ class Workflow(Construct):
 
     def grant_api(self, grantee: iam.IGrantable) -> None:
         """The API's (and the schedules' trigger's) StepFunctionsStarter: start_execution, describe_execution,
-        stop_execution (cancel), and its admission's reads (the runs in flight, the quotas)."""
+        stop_execution (cancel), and its admission's reads (a slot holder's execution, the quotas)."""
         self.state_machine.grant_start_execution(grantee)
         executions = (f"arn:{Aws.PARTITION}:states:{Aws.REGION}:{Aws.ACCOUNT_ID}:execution:"
                       f"{self.state_machine.state_machine_name}:*")
         allow(grantee, ["states:DescribeExecution", "states:StopExecution"], [executions],
               wildcard_reason="the API describes and cancels any run's execution of this one state machine; "
                               "executions are named by run ids made at run time")
-        # Before a run starts (brokerbench/workflow/admission.py): the runs in flight, and the account's quotas.
-        allow(grantee, ["states:ListExecutions"], [self.state_machine.state_machine_arn])
+        # Before a run starts (brokerbench/workflow/admission.py): the account's quotas, and what the region holds of
+        # what they count. The runs in flight are slots in the events table (the grantee's events grant); a slot's
+        # holder is looked up with DescribeExecution above.
         allow(grantee, ["servicequotas:GetServiceQuota", "servicequotas:GetAWSDefaultServiceQuota",
-                        "lambda:GetAccountSettings", "ec2:DescribeInstances", "ec2:DescribeInstanceTypes"], ["*"],
-              wildcard_reason="the quota checks before a run starts: Service Quotas' Get actions, Lambda's "
-                              "GetAccountSettings and EC2's Describe actions support no resource-level permissions")
+                        "servicequotas:ListServiceQuotas", "servicequotas:ListAWSDefaultServiceQuotas",
+                        "lambda:GetAccountSettings", "ec2:DescribeInstances", "ec2:DescribeInstanceTypes",
+                        "kafka:ListClustersV2", "mq:ListBrokers"], ["*"],
+              wildcard_reason="the quota checks before a run starts: Service Quotas' Get and List actions, Lambda's "
+                              "GetAccountSettings, EC2's Describe actions and the MSK and Amazon MQ List actions "
+                              "support no resource-level permissions")
+        allow(grantee, ["elasticache:DescribeCacheClusters"],
+              [f"arn:{Aws.PARTITION}:elasticache:{Aws.REGION}:{Aws.ACCOUNT_ID}:cluster:*"],
+              wildcard_reason="the ElastiCache node quota check counts every cache cluster's nodes in the region")

@@ -23,7 +23,6 @@ import sys
 import threading
 
 from . import settings
-from .worker.cell import CANCELLED
 from .workflow import steps, wiring
 from .workflow.callbacks import TaskGone
 
@@ -82,17 +81,15 @@ class Heartbeat:
                 return
 
 
-def _stop_cell(*_signal) -> None:
-    CANCELLED.set()  # the cell stops like it does on Ctrl-C (its end event is written once, by whoever is first)
-
-
-def stop_on_signals() -> None:
-    """SIGTERM and SIGINT stop the cell where it checks (no KeyboardInterrupt in the middle of a write)."""
+def stop_on_signals(stop: threading.Event) -> None:
+    """SIGTERM and SIGINT set `stop`, which stops the cell where it checks (no KeyboardInterrupt in the middle of a
+    write; its end event is written once, by whoever is first)."""
     for sig in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(sig, _stop_cell)
+        signal.signal(sig, lambda *_signal: stop.set())
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(argv: list[str] | None = None, stop: threading.Event | None = None) -> int:
+    """`stop`, once set (by a signal: stop_on_signals), stops the cell as the workflow giving up on it does."""
     parser = argparse.ArgumentParser(prog="python -m brokerbench.ec2_worker", description=__doc__.split("\n")[0])
     parser.add_argument("--task-token", default=None,
                         help=f"the workflow task's token (default: ${TOKEN_ENV}, which keeps it off the command line)")
@@ -102,13 +99,14 @@ def main(argv: list[str] | None = None) -> int:
     if not token:
         parser.error(f"give the task token with --task-token or ${TOKEN_ENV}")
     callbacks = wiring.task_callbacks()
-    heartbeat = Heartbeat(callbacks, token, settings.heartbeat_interval_s(), on_gone=_stop_cell)
+    stop = stop or threading.Event()
+    heartbeat = Heartbeat(callbacks, token, settings.heartbeat_interval_s(), on_gone=stop.set)
     if not heartbeat.beat():  # a launch the workflow gave up on (a retry has its own worker): measure nothing
         return EXIT_TASK_GONE
     heartbeat.start()
     try:
         job = json.loads(base64.b64decode(args.job))
-        output = steps.run_cell(job, worker={"kind": "ec2", "host": socket.gethostname()})
+        output = steps.run_cell(job, worker={"kind": "ec2", "host": socket.gethostname()}, stop=stop)
     except BaseException as exc:  # the workflow must hear of every ending, even Ctrl-C
         heartbeat.stop()
         code = 130 if isinstance(exc, KeyboardInterrupt) else 1
@@ -128,5 +126,6 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    stop_on_signals()
-    sys.exit(main())
+    stopped = threading.Event()
+    stop_on_signals(stopped)
+    sys.exit(main(stop=stopped))

@@ -114,6 +114,21 @@ class CloudFault:
 
 
 @dataclass(frozen=True)
+class CloudQuota:
+    """The account's quota a provisioned target counts against (Service Quotas), checked before a run starts in AWS
+    (workflow/admission.py) as the EC2 vCPU quota is: what the run's targets take, plus what the account holds now,
+    against the quota's value."""
+
+    service_code: str  # Service Quotas' ServiceCode ("kafka")
+    name: str  # the quota's name there ("Number of brokers per account"): what a refusal tells to raise
+    code: str | None  # its quota code ("L-EDD31C36"); None: looked up by name (ListServiceQuotas)
+    unit: str  # what it counts ("brokers", "nodes")
+    client: str  # the boto3 service in_use counts with ("kafka")
+    need: str  # "module:function" (broker, provision settings) -> int: what one target of the run takes
+    in_use: str  # "module:function" (client) -> int: what the account's region holds now
+
+
+@dataclass(frozen=True)
 class Cloud:
     """The managed service a run provisions in AWS mode."""
 
@@ -125,6 +140,7 @@ class Cloud:
     prices: str | None = None
     creation_s: float = 0.0
     fault: CloudFault | None = None  # the fault the service offers (kind reboot); None: no fault in AWS
+    quota: CloudQuota | None = None  # the account quota its targets count against; None: none checked
 
 
 @dataclass(frozen=True)

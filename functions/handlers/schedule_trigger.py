@@ -19,7 +19,7 @@ def lambda_handler(event, context):
     sfn, machine = boto3.client("stepfunctions"), settings.env("BROKERBENCH_STATE_MACHINE_ARN")
     # The cap on runs in flight and the quota checks (workflow/admission.py): a refused start is stored as the due
     # time's outcome not_started, with the refusal (the runs in flight, or the quota) as its reason.
-    starter = StepFunctionsStarter(sfn, machine, store, admission=Admission.from_environment(sfn, machine))
+    starter = StepFunctionsStarter(sfn, machine, store, admission=Admission.from_environment(sfn, machine, store))
     due_at = datetime.fromisoformat(event["due_at"].replace("Z", "+00:00"))
     result = schedules.trigger(event["schedule"], due_at, store, starter.start)
     logger.info("schedule triggered", **result)

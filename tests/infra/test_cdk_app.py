@@ -61,6 +61,8 @@ STAR_ACTIONS = {
     "mq:ListBrokers": "teardown and the sweeper find brokers by name; a List action has no resource-level permissions",
     "servicequotas:GetServiceQuota": "the quota check before a run starts (EC2 vCPUs); no resource-level permissions",
     "servicequotas:GetAWSDefaultServiceQuota": "the quota check's fallback to the default; no resource-level permissions",
+    "servicequotas:ListServiceQuotas": "a quota found by its name (ElastiCache's nodes); no resource-level permissions",
+    "servicequotas:ListAWSDefaultServiceQuotas": "its fallback to the default; no resource-level permissions",
     "lambda:GetAccountSettings": "the Lambda concurrency check before a run starts; an account-level read, Resource *",
     "ec2:DescribeInstanceTypes": "the vCPUs of instance types (the quota check); Describe has no resource-level permissions",
     "secretsmanager:ListSecrets": "the sweeper finds password secrets whose broker has gone; no resource-level permissions",
@@ -586,9 +588,9 @@ def test_api_gets_start_describe_stop_on_the_one_state_machine(resources):
         machines.setdefault(action, set()).update(name for name, id_ in (("run", run), ("teardown", teardown))
                                                   if id_ in text)
     # A cancel hands the run's teardown to the teardown state machine: it may start it, nothing more.
-    # ListExecutions: the runs in flight (workflow/admission.py), on the run state machine only.
+    # The runs in flight are slots in the events table (workflow/admission.py): no ListExecutions.
     assert machines == {"states:StartExecution": {"run", "teardown"}, "states:DescribeExecution": {"run"},
-                        "states:StopExecution": {"run"}, "states:ListExecutions": {"run"}}
+                        "states:StopExecution": {"run"}}
 
 
 def test_api_reads_reports_and_lists_only_their_prefix(resources):
@@ -949,17 +951,17 @@ def test_a_synthesis_with_no_address_to_tell_fails_naming_the_context_keys(tmp_p
 # -- teardown that always happens ----------------------------------------------------------------------------
 
 
-def test_a_run_that_ends_failed_aborted_or_timed_out_invokes_the_ending_handler(resources):
+def test_every_ending_of_a_run_invokes_the_ending_handler(resources):
     rules = of_type(resources, "AWS::Events::Rule")
     (rule,) = [r["Properties"] for r in rules.values() if "EventPattern" in r["Properties"]]
     run = state_machine(resources, "Workflow")[0]
     assert rule["EventPattern"] == {
         "source": ["aws.states"], "detail-type": ["Step Functions Execution Status Change"],
-        "detail": {"status": ["FAILED", "ABORTED", "TIMED_OUT"], "stateMachineArn": [{"Ref": run}]}}
+        "detail": {"status": ["FAILED", "ABORTED", "TIMED_OUT", "SUCCEEDED"], "stateMachineArn": [{"Ref": run}]}}
     assert rule["State"] == "ENABLED"
-    from brokerbench.workflow.stop import ENDINGS  # what the handler turns each ending into
+    from brokerbench.workflow.stop import ENDINGS, SUCCEEDED  # what the handler does with each ending
 
-    assert set(rule["EventPattern"]["detail"]["status"]) == set(ENDINGS)
+    assert set(rule["EventPattern"]["detail"]["status"]) == {*ENDINGS, SUCCEEDED}
     ended = handler_functions(resources)["run_ended"]
     (target,) = rule["Targets"]
     assert target["Arn"] == {"Fn::GetAtt": [ended[0], "Arn"]} and target["RetryPolicy"]["MaximumRetryAttempts"] > 0

@@ -31,9 +31,10 @@ from schemathesis.checks import not_a_server_error
 from schemathesis.specs.openapi.checks import (content_type_conformance, negative_data_rejection,
                                                response_schema_conformance, status_code_conformance)
 
+from synthetic import synthetic_run
+
 from brokerbench.events import new_run_id
 from brokerbench.events.dynamodb import DynamoEventStore
-from brokerbench.reports.synthetic import synthetic_run
 from reliability_log import tally
 
 SPEC = {"name": "fuzz", "brokers": ["kafka", "redis-streams"], "sizes": [1024], "rates": [1000],

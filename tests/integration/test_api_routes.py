@@ -13,13 +13,13 @@ import sys
 from datetime import datetime, timezone
 from pathlib import Path
 
-import pytest
 from botocore.stub import ANY, Stubber
+import pytest
+from synthetic import synthetic_run
 
 from brokerbench.api.deps import ensure_idempotency_table
 from brokerbench.events import make_event, new_run_id
 from brokerbench.events.dynamodb import DynamoEventStore
-from brokerbench.reports.synthetic import synthetic_run
 from brokerbench.workflow.admission import Admission
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -46,7 +46,7 @@ def api(stack, tmp_path_factory, monkeypatch_module):
         monkeypatch_module.setenv(name, value)
     sys.modules.pop("handlers.api", None)
     handler = importlib.import_module("handlers.api")
-    # The API in AWS checks the runs in flight and the account's quotas before a start (ListExecutions, Service
+    # The API in AWS holds a slot among the runs in flight and checks the quotas before a start (DescribeExecution, Service
     # Quotas, Lambda, EC2): tests/unit/test_bounds.py plays those against moto and Stubber. Here the Step Functions
     # Stubber answers only the calls each test names, so the handler starts without that check.
     assert isinstance(handler.deps.starter.admission, Admission)

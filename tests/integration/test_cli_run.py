@@ -24,7 +24,8 @@ def brokerbench(stack, *args, **kwargs):
 def tiny_spec(tmp_path):
     path = tmp_path / "tiny.json"
     path.write_text(json.dumps({"name": "tiny", "brokers": ["kafka", "redis-streams"], "sizes": [1024],
-                                "rates": [300], "formats": ["json"], "duration_s": 2, "warmup_s": 0.5}))
+                                "rates": [300], "formats": ["json"], "duration_s": 2, "warmup_s": 0.5,
+                                "warmup_until_steady": False}))
     return path
 
 
@@ -58,6 +59,7 @@ def test_a_target_that_does_not_answer_is_refused_with_exit_3_before_anything_st
     spec = tmp_path / "down.json"
     spec.write_text(json.dumps({"name": "silent-target", "brokers": ["kafka", "redis-streams"], "sizes": [1024],
                                 "rates": [100], "formats": ["raw"], "duration_s": 1, "warmup_s": 0,
+                                "warmup_until_steady": False,
                                 "targets": {"kafka": {"bootstrap_servers": f"127.0.0.1:{port}"}}}))
     done = brokerbench(stack, "run", "--spec", str(spec), "--out", str(tmp_path / "out"))
     assert done.returncode == 3, done.stdout + done.stderr

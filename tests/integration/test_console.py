@@ -21,11 +21,11 @@ import sys
 import time
 from pathlib import Path
 
-import pytest
 from botocore.credentials import Credentials
+import pytest
+from synthetic import synthetic_run
 
 from brokerbench.events.dynamodb import DynamoEventStore
-from brokerbench.reports.synthetic import synthetic_run
 from sigv4_verifier import VerifyingUpstream
 
 CONSOLE_CHECK = Path(__file__).parents[1] / "e2e" / "console.mjs"

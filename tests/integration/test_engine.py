@@ -23,7 +23,7 @@ def events_of(events, cell_id, kind):
 @pytest.fixture(scope="module")
 def rated_run(endpoints, store):
     spec = {"name": "it-rate", "brokers": ["kafka", "redis-streams"], "sizes": [1024], "rates": [500],
-            "formats": ["json", "avro"], "duration_s": 10, "warmup_s": 1}
+            "formats": ["json", "avro"], "duration_s": 10, "warmup_s": 1, "warmup_until_steady": False}
     return run(spec, endpoints, store)
 
 
@@ -151,7 +151,7 @@ def test_replaying_the_events_writes_nothing_new(rated_run, store):
 def test_wire_basis_with_several_producers_consumers_and_partitions(endpoints, store):
     spec = {"brokers": ["kafka", "redis-streams"], "sizes": [2048], "size_basis": "wire", "rates": [1000],
             "formats": ["msgpack", "protobuf"], "producers": 2, "consumers": 2, "partitions": 2,
-            "duration_s": 3, "warmup_s": 0.5}
+            "duration_s": 3, "warmup_s": 0.5, "warmup_until_steady": False}
     _, _, results = run(spec, endpoints, store)
     for cell in results["cells"]:
         assert cell["status"] == "completed", cell.get("reason")
@@ -164,7 +164,7 @@ def test_wire_basis_with_several_producers_consumers_and_partitions(endpoints, s
 
 def test_single_mode_and_message_count_at_max_rate(endpoints, store):
     single = {"brokers": ["kafka", "redis-streams"], "sizes": [512], "rates": [200], "formats": ["raw"],
-              "modes": ["single"], "duration_s": 2, "warmup_s": 0.2}
+              "modes": ["single"], "duration_s": 2, "warmup_s": 0.2, "warmup_until_steady": False}
     _, _, results = run(single, endpoints, store)
     for cell in results["cells"]:
         assert cell["status"] == "completed" and cell["mode"] == "single" and cell["lost"] == 0

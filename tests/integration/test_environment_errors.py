@@ -12,13 +12,13 @@ import sys
 from pathlib import Path
 
 import pytest
+from synthetic import synthetic_run
 
 from brokerbench.cli import main
 from brokerbench.events import StoreUnavailable
 from brokerbench.events.dynamodb import DynamoEventStore
 from brokerbench.local import stack as stack_module
 from brokerbench.local.stack import LocalStack
-from brokerbench.reports.synthetic import synthetic_run
 
 BROKERBENCH = str(Path(sys.executable).with_name("brokerbench"))
 

@@ -4,11 +4,11 @@ one and DynamoDB Local. A difference between the two is a defect of one of them.
 import secrets
 
 import pytest
+from synthetic import synthetic_run
 
 from brokerbench.events import InvalidEvent, cell_prefix, has_digest, make_event, new_run_id, read_report_events
 from brokerbench.events.dynamodb import DynamoEventStore
 from brokerbench.events.memory import MemoryEventStore
-from brokerbench.reports.synthetic import synthetic_run
 
 COUNTERS = dict.fromkeys(["sent", "bytes_sent", "acked", "send_errors", "received", "bytes_received"], 1)
 TOTALS = dict.fromkeys(["sent", "received", "lost", "duplicated", "out_of_order", "send_errors", "unacked",

@@ -72,7 +72,8 @@ def cell_run(function, endpoints, store, tmp_path_factory):
     """A two-cell run (Kafka, Redis Streams) recorded as PlanCells and RecordTargetsReady would, each cell run by
     RunCell inside the emulator, then RunCompleted; the invocations' answers."""
     spec = validate({"name": f"lambda-{secrets.token_hex(3)}", "brokers": ["kafka", "redis-streams"],
-                     "sizes": [256], "rates": [200], "formats": ["msgpack"], "duration_s": 3, "warmup_s": 1})
+                     "sizes": [256], "rates": [200], "formats": ["msgpack"], "duration_s": 3, "warmup_s": 1,
+                     "warmup_until_steady": False})
     cells, run_id = expand(spec), new_run_id()
     targets = {b: endpoints[b] for b in spec["brokers"]}
     store.append(run_requested_events(run_id, spec, cells, None))

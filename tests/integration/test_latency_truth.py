@@ -22,7 +22,7 @@ The delay is LATENCY_MS on the upstream stream only (client → broker). Then:
   arithmetic exact at the low rate.)
 
 TOLERANCE_MS: Toxiproxy is a user-space Go proxy: each chunk is copied through it and its latency toxic waits on
-a Go timer, which on this shared two-core machine costs some 0.1 to 0.5 ms; a 2 s cell's p50 moves by a few
+a Go timer, which on this shared two-core machine costs some 0.1 to 0.5 ms; a cell's p50 moves by a few
 hundred µs from one cell to the next (a direct Redis publish p50 read 111 µs and 253 µs in two runs). 1.5 ms
 covers both and stays far below what the checks guard against: a loop that stamps an answer when it next wakes
 is late by up to a send period (10 ms at 100 msgs/s), and one that misses the proxy's delay misses 5 ms.
@@ -261,10 +261,12 @@ def targets(endpoints, stack, extra_brokers, toxiproxy, proxied_kafka, proxied_p
 RABBITMQ_KEYS = ("host", "amqp_port", "stream_port", "management_url", "vhost", "username")
 
 
-def run_cells(endpoints, store, targets: dict, mode: str, rates, loop: str = "native", seconds: float = 2,
-              warmup_s: float = 1, probe: dict | None = None) -> dict:
+def run_cells(endpoints, store, targets: dict, mode: str, rates, loop: str = "native", seconds: float = 1.5,
+              warmup_s: float = 0.5, probe: dict | None = None) -> dict:
     """One run over every target at each rate in `mode`; its cells by (target, rate), and how the machine kept its
-    timers while each measured (by_key["conditions"], by (target, rate))."""
+    timers while each measured (by_key["conditions"], by (target, rate)). 1.5 s measured after 0.5 s by default:
+    150 messages at 100 msgs/s, enough for a p50, with the brokers warmed up before (the module's cells run with
+    every other test waiting, so each of their seconds is one of the whole suite's)."""
     spec = {"name": f"it-latency-truth-{mode}-{loop}", "brokers": list(targets), "sizes": [1024], "formats": ["raw"],
             "rates": list(rates), "modes": [mode], "duration_s": seconds, "warmup_s": warmup_s,
             "warmup_until_steady": False, "drain_timeout_s": 5, "targets": targets}
@@ -293,7 +295,8 @@ def cells(endpoints, store, targets, alone) -> dict:
 
 @pytest.fixture(scope="module")
 def single_cells(endpoints, store, targets, alone) -> dict:
-    return run_cells(endpoints, store, of(targets, SINGLE), "single", (SINGLE_RATE,))
+    """2 s measured: 100 messages at SINGLE_RATE (see the docstring: a stall is made up within 25 of them)."""
+    return run_cells(endpoints, store, of(targets, SINGLE), "single", (SINGLE_RATE,), seconds=2)
 
 
 @pytest.fixture(scope="module")

@@ -2,10 +2,10 @@
 without them; every other cell whole; and the report is the one the whole run's events give."""
 
 import pytest
+from synthetic import synthetic_run
 
 from brokerbench.events import has_digest, make_event, read_report_events
 from brokerbench.reports.model import build_report, interval_digest
-from brokerbench.reports.synthetic import synthetic_run
 from inline_run import execute_run
 
 SPEC = {"name": "report-read", "brokers": ["kafka", "redis-streams"], "sizes": [1024], "rates": [1000, "max"],
@@ -78,7 +78,7 @@ def test_a_cell_read_by_prefix_or_after_a_cursor_still_has_its_intervals(store):
 def test_a_real_cells_digest_is_its_stored_intervals(endpoints, store, consumers):
     spec = {"name": f"digest-real-{consumers}", "brokers": ["kafka"], "sizes": [1024],
             "rates": [300, "max"] if consumers else [300], "formats": ["json"], "consumers": consumers,
-            "duration_s": 3, "warmup_s": 0.5}
+            "duration_s": 3, "warmup_s": 0.5, "warmup_until_steady": False}
     outcome = execute_run(spec, endpoints, store)
     whole = store.read(outcome.run_id, interval_histograms=False)
     ends = [e["data"] for e in whole if e["type"] == "CellCompleted"]

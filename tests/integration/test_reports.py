@@ -7,13 +7,13 @@ from pathlib import Path
 
 import pytest
 from results_tools import assert_logs_match, read_cells_csv
+from synthetic import synthetic_run
 
 from brokerbench.events import new_run_id
 from brokerbench.events.dynamodb import DynamoEventStore
 from brokerbench.reports import regression
 from brokerbench.reports.model import build_report
 from brokerbench.reports.results import build_results
-from brokerbench.reports.synthetic import synthetic_run
 
 BIN = Path(sys.executable).parent / "brokerbench"
 PAGE_CHECK = Path(__file__).parents[1] / "e2e" / "report_page.mjs"

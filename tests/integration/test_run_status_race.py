@@ -2,10 +2,11 @@
 that stored its end in between is shown by that end (`cancelled`), never `incomplete`. DynamoDB Local is real; the
 executor is a stand-in whose answer is timed to land between the two reads, the moment no real run can be made to hit."""
 
+from synthetic import synthetic_run
+
 from brokerbench.api import views
 from brokerbench.workflow.starter import Execution
 from brokerbench.events import RUN_EVENTS
-from brokerbench.reports.synthetic import synthetic_run
 from brokerbench.events.run import run_completed_event
 
 SPEC = {"name": "race", "brokers": ["kafka"], "sizes": [1024], "rates": [1000], "formats": ["json", "raw"], "repeats": 1}

@@ -218,12 +218,13 @@ def test_in_aws_each_invocation_claims_its_due_time_once_and_stores_the_outcome(
 
 
 def test_the_schedule_trigger_function_starts_an_execution_named_by_the_run_id(store, step_environment, monkeypatch):
-    """The Lambda handler as EventBridge Scheduler invokes it; the runs in flight (ListExecutions), the Lambda
-    concurrency check (GetAccountSettings: the quick suite's cells run on Lambda) and StartExecution are checked
-    with botocore's Stubber (no AWS here), the claim and outcome go to the real event store."""
+    """The Lambda handler as EventBridge Scheduler invokes it; the Lambda concurrency check (GetAccountSettings: the
+    quick suite's cells run on Lambda) and StartExecution are checked with botocore's Stubber (no AWS here), the
+    claim and outcome go to the real event store, and so does the run's slot among the runs in flight."""
     import boto3
     from botocore.stub import ANY, Stubber
 
+    from brokerbench.workflow.admission import Slots
     from handlers import schedule_trigger
 
     machine = "arn:aws:states:us-east-1:123456789012:stateMachine:bb"
@@ -237,7 +238,6 @@ def test_the_schedule_trigger_function_starts_an_execution_named_by_the_run_id(s
     dynamodb._store.cache_clear()
     with Stubber(sfn) as stub, Stubber(lambda_client) as lambda_stub, Stubber(stubbed["service-quotas"]), \
             Stubber(stubbed["ec2"]):
-        stub.add_response("list_executions", {"executions": []}, {"stateMachineArn": machine, "statusFilter": "RUNNING"})
         lambda_stub.add_response("get_account_settings", {"AccountLimit": {"ConcurrentExecutions": 1000,
                                                                            "UnreservedConcurrentExecutions": 1000}})
         stub.add_response("start_execution", {"executionArn": f"{machine}:x", "startDate": at(2)},
@@ -247,6 +247,8 @@ def test_the_schedule_trigger_function_starts_an_execution_named_by_the_run_id(s
         stub.assert_no_pending_responses()
         lambda_stub.assert_no_pending_responses()
     assert result["outcome"] == "started" and result["due_at"] == "2026-11-21T02:00:00+00:00"
+    assert result["run_id"] in [h["run_id"] for h in Slots.of(store).held().values()]
+    Slots.of(store).release(result["run_id"])  # the session's table is shared: no slot stays held
     again = schedule_trigger.lambda_handler({"schedule": "nightly-quick", "due_at": "2026-11-21T02:00:00Z"},
                                             LambdaContext("brokerbench-schedule-trigger"))
     assert again["outcome"] == "already_claimed"  # a retried delivery starts nothing (no second StartExecution)

@@ -29,7 +29,8 @@ def test_a_run_with_redis_auth_leaves_the_password_nowhere(tmp_path):
     state, out = tmp_path / "state", tmp_path / "out"
     spec = tmp_path / "spec.json"
     spec.write_text(json.dumps({"name": "auth", "brokers": ["redis-streams"], "sizes": [256], "rates": [200],
-                                "formats": ["json", "raw"], "duration_s": 2, "warmup_s": 0.5}))
+                                "formats": ["json", "raw"], "duration_s": 2, "warmup_s": 0.5,
+                                "warmup_until_steady": False}))
     cli = [BROKERBENCH, "--state-dir", str(state)]
     try:
         result = subprocess.run([*cli, "run", "--spec", str(spec), "--out", str(out), "--keep-stack"], env=env,

@@ -218,7 +218,8 @@ def test_send_loop_choice_is_checked(monkeypatch):
 def test_cells_on_either_loop_are_recorded_and_count_alike(loop, endpoints, store, monkeypatch):
     monkeypatch.setenv("BROKERBENCH_SEND_LOOP", loop)  # the cell's processes start with the worker's environment
     spec = {"name": f"loop-{loop}", "brokers": ["kafka", "redis-streams"], "sizes": [512], "rates": [2000],
-            "formats": ["raw", "msgpack"], "duration_s": 3, "warmup_s": 1, "partitions": 2}
+            "formats": ["raw", "msgpack"], "duration_s": 3, "warmup_s": 1, "warmup_until_steady": False,
+            "partitions": 2}
     outcome = execute_run(spec, endpoints, store)
     events = store.read(outcome.run_id)
     completed = [e["data"] for e in events if e["type"] == "CellCompleted"]

@@ -122,7 +122,7 @@ def test_the_command_writes_a_study_from_imported_runs(stack, tmp_path):
 
 
 def test_a_study_takes_the_newest_run_that_completed_every_cell(fresh_store):
-    from brokerbench.reports.synthetic import synthetic_run
+    from synthetic import synthetic_run
     from brokerbench.spec import suite_runs
 
     request = next(r for r in suite_runs("helenius") if r["name"] == "helenius-1p1c1b")

@@ -26,7 +26,7 @@ def test_a_cell_that_loses_everything_fails(endpoints, store):
     stream will ever get (XGROUP SETID): Redis acknowledges every XADD and delivers nothing. Its group lag is
     then unknown (XINFO GROUPS lag: nil), so undelivered and lost are too: only their sum is reported."""
     spec = {"name": "it-loss", "brokers": ["redis-streams"], "sizes": [1024], "formats": ["raw"], "rates": [500],
-            "duration_s": 1, "warmup_s": 0.5, "drain_timeout_s": 1}
+            "duration_s": 1, "warmup_s": 0.5, "warmup_until_steady": False, "drain_timeout_s": 1}
     run_id = new_run_id()
     topic = topic_name(run_id, {"index": 0})
     key, group = f"{topic}-0", f"{topic}-g"
@@ -74,7 +74,7 @@ def test_several_consumers_drain_without_waiting_out_the_timeout(endpoints, stor
     # clock tells only whether a drain was waited out.
     spec = {"name": "it-drain", "brokers": ["kafka", "redis-streams"], "sizes": [1024], "formats": ["raw"],
             "rates": [1000], "consumers": 2, "partitions": 2, "duration_s": 2, "warmup_s": 0.5,
-            "drain_timeout_s": 300}
+            "warmup_until_steady": False, "drain_timeout_s": 300}
     started = time.monotonic()
     _, results = run(spec, endpoints, store)
     assert time.monotonic() - started < 300  # two cells; either waiting out its drain would take 300 s

@@ -29,7 +29,8 @@ def states(execution):
 def test_happy_path_runs_lambda_and_ec2_workers_and_tears_down(stack, tmp_path):
     # Estimated 0.2 + 2 + 1 + 15 s at 200 msgs/s (EC2) and 0.2 + 0.4 + 1 + 15 s at 1,000 msgs/s (Lambda).
     request = {"name": "wf-happy", "brokers": ["kafka", "redis-streams"], "sizes": [1024], "rates": [200, 1000],
-               "formats": ["msgpack"], "messages": 400, "warmup_s": 0.2, "drain_timeout_s": 1,
+               "formats": ["msgpack"], "messages": 400, "warmup_s": 0.2, "warmup_until_steady": False,
+               "drain_timeout_s": 1,
                "placement": {"lambda_max_cell_s": 17}}
     execution, events = execute(stack, tmp_path, request)
     assert execution.status == "SUCCEEDED", (execution.error, execution.cause)
@@ -71,7 +72,8 @@ def test_happy_path_runs_lambda_and_ec2_workers_and_tears_down(stack, tmp_path):
 
 def test_a_failing_cell_is_recorded_and_the_run_completes(stack, tmp_path):
     request = {"name": "wf-fail", "brokers": ["kafka", "redis-streams"], "sizes": [1024], "rates": [200],
-               "formats": ["raw"], "duration_s": 1, "warmup_s": 0, "placement": {"worker": "ec2"},
+               "formats": ["raw"], "duration_s": 1, "warmup_s": 0, "warmup_until_steady": False,
+               "placement": {"worker": "ec2"},
                "targets": {"kafka": {"bootstrap_servers": f"127.0.0.1:{free_port()}"}}}
     execution, events = execute(stack, tmp_path, request)
     assert execution.status == "SUCCEEDED", (execution.error, execution.cause)
@@ -103,7 +105,7 @@ def store_only_stack(tmp_path):
 
 def test_provisioned_brokers_are_stopped_by_teardown(store_only_stack, tmp_path):
     request = {"name": "wf-provision", "brokers": ["redis-streams"], "sizes": [1024], "rates": [100],
-               "formats": ["raw"], "duration_s": 1, "warmup_s": 0}
+               "formats": ["raw"], "duration_s": 1, "warmup_s": 0, "warmup_until_steady": False}
     execution, events = execute(store_only_stack, tmp_path, request)
     assert execution.status == "SUCCEEDED", (execution.error, execution.cause)
     assert build_results(events)["cells"][0]["status"] == "completed"
@@ -141,7 +143,8 @@ def test_cells_run_in_the_stored_order_and_the_report_shows_the_regression_check
     from brokerbench.spec import expand, validate
 
     request = {"name": "wf-order", "brokers": ["redis-streams"], "sizes": [1024], "rates": [1000],
-               "formats": ["raw", "json", "msgpack"], "messages": 300, "warmup_s": 0, "drain_timeout_s": 1,
+               "formats": ["raw", "json", "msgpack"], "messages": 300, "warmup_s": 0, "warmup_until_steady": False,
+               "drain_timeout_s": 1,
                "repeats": 2}
     seed = next(s for s in range(100) if [c["format"] for c in expand(validate({**request, "order_seed": s}))[:3]]
                 != [c["format"] for c in expand(validate({**request, "order_seed": s}))[3:]])
@@ -166,7 +169,7 @@ def test_cells_run_in_the_stored_order_and_the_report_shows_the_regression_check
 
 def test_a_failed_aggregate_ends_the_run_failed_and_the_execution_too(stack, tmp_path):
     request = {"name": "wf-aggregate-fails", "brokers": ["redis-streams"], "sizes": [1024], "rates": [1000],
-               "formats": ["raw"], "messages": 100, "warmup_s": 0, "drain_timeout_s": 1}
+               "formats": ["raw"], "messages": 100, "warmup_s": 0, "warmup_until_steady": False, "drain_timeout_s": 1}
     run_id = new_run_id()
     (tmp_path / "reports" / run_id / "report.html").mkdir(parents=True)  # Aggregate cannot write its report
     execution = LocalWorkflow(stack, tmp_path / "reports").execute(request, suite=request["name"], run_id=run_id)

@@ -21,7 +21,7 @@ def test_a_local_run_logs_each_step_with_its_run_id_and_counts_it_into_files(sta
     log, metrics = stack.state_dir / "functions.log", stack.state_dir / "metrics.jsonl"  # the stack is shared
     start = {path: path.stat().st_size if path.exists() else 0 for path in (log, metrics)}
     request = {"name": "obs-run", "brokers": ["redis-streams"], "sizes": [1024], "rates": [1000], "formats": ["raw"],
-               "messages": 100, "warmup_s": 0, "drain_timeout_s": 1}
+               "messages": 100, "warmup_s": 0, "warmup_until_steady": False, "drain_timeout_s": 1}
     run_id = new_run_id()
     capfd.readouterr()
     execution = LocalWorkflow(stack, tmp_path / "reports").execute(request, suite=request["name"], run_id=run_id)

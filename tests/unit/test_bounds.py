@@ -30,10 +30,11 @@ from brokerbench.events.run import run_completed_event
 from brokerbench.schedules import parse, trigger
 from brokerbench.spec import SpecError, validate
 from brokerbench.local import workflow as local_workflow
+from brokerbench.local.stack import LocalStack
 from brokerbench.targets import KEEP_UNTIL_TAG, resource_name
-from brokerbench.workflow.admission import Admission, QuotaTooLow, RunsInFlight
+from brokerbench.workflow.admission import Admission, QuotaTooLow, RunsInFlight, Slots
 from brokerbench.workflow.fleet import Ec2Fleet, TokenParameters, VcpuQuotaExceeded
-from brokerbench.workflow.starter import StarterBusy, StepFunctionsStarter
+from brokerbench.workflow.starter import LocalStarter, StarterBusy, StepFunctionsStarter
 from brokerbench.workflow import sweep
 from brokerbench.workflow.sweep import Sweeper
 
@@ -49,8 +50,9 @@ def run_machine() -> str:
         roleArn=f"arn:aws:iam::{DEFAULT_ACCOUNT_ID}:role/bb-run")["stateMachineArn"]
 
 
-def admission(machine: str, quotas, lambda_client, *, max_runs: int = 2) -> Admission:
-    return Admission(boto3.client("stepfunctions"), machine, quotas=quotas, lambda_client=lambda_client,
+def admission(store, machine: str, quotas, lambda_client, *, max_runs: int = 2) -> Admission:
+    return Admission(boto3.client("stepfunctions"), machine, slots=Slots.of(store), quotas=quotas,
+                     lambda_client=lambda_client,
                      ec2=boto3.client("ec2"), max_runs=max_runs, worker_instance_type="c7i.2xlarge")
 
 
@@ -187,7 +189,7 @@ def test_post_runs_answers_429_naming_the_runs_in_flight(store):
     machine = run_machine()
     quotas, lambda_client = stubbed("service-quotas"), stubbed("lambda")
     starter = StepFunctionsStarter(boto3.client("stepfunctions"), machine, store,
-                                   admission=admission(machine, quotas, lambda_client))
+                                   admission=admission(store, machine, quotas, lambda_client))
     app = build_app(Deps(store=store, starter=starter, reports=None, schedules=list, mode="aws"))
     with Stubber(quotas) as quota_stub, Stubber(lambda_client) as lambda_stub:
         for _ in range(2):
@@ -211,22 +213,26 @@ def test_post_runs_answers_429_naming_the_runs_in_flight(store):
 
 
 def test_a_schedule_at_the_cap_stores_not_started_naming_the_runs(store):
-    """moto (Step Functions, DynamoDB), no quota read (the cap refuses first): a schedule's due time while two runs
-    are in flight is claimed and stored as not_started, the reason naming both runs; no execution is started."""
+    """moto (Step Functions, DynamoDB), Stubber (Lambda's limits for the two runs started first): a schedule's due
+    time while two runs are in flight is claimed and stored as not_started, the reason naming both runs; no
+    execution is started, and no quota read for it (the cap refuses first)."""
     machine = run_machine()
-    sfn = boto3.client("stepfunctions")
-    for run_id in ("20261128T190000Z-aaa001", "20261128T190100Z-aaa002"):
-        sfn.start_execution(stateMachineArn=machine, name=run_id, input="{}")
+    sfn, lambda_client = boto3.client("stepfunctions"), stubbed("lambda")
     starter = StepFunctionsStarter(sfn, machine, store,
-                                   admission=admission(machine, stubbed("service-quotas"), stubbed("lambda")))
-    (nightly,) = parse({"schedules": [{"name": "nightly", "cron": "0 3 * * *", "spec": REQUEST}]})
-    result = trigger("nightly", datetime(2026, 11, 29, 3, tzinfo=timezone.utc), store, starter.start, [nightly])
+                                   admission=admission(store, machine, stubbed("service-quotas"), lambda_client))
+    in_flight = ["20261128T190000Z-aaa001", "20261128T190100Z-aaa002"]
+    with Stubber(lambda_client) as lambda_stub:
+        for run_id in in_flight:
+            lambda_limits(lambda_stub, 1000, 1000)
+            starter.start(REQUEST, None, run_id)
+        (nightly,) = parse({"schedules": [{"name": "nightly", "cron": "0 3 * * *", "spec": REQUEST}]})
+        result = trigger("nightly", datetime(2026, 11, 29, 3, tzinfo=timezone.utc), store, starter.start, [nightly])
+        lambda_stub.assert_no_pending_responses()
     assert result["outcome"] == "not_started" and result["run_id"] is None
-    assert "2 runs in flight" in result["reason"] and "20261128T190000Z-aaa001" in result["reason"]
-    assert "20261128T190100Z-aaa002" in result["reason"]
+    assert "2 runs in flight" in result["reason"] and all(run_id in result["reason"] for run_id in in_flight)
     stored = [e["data"] for e in store.read("schedule#nightly") if e["data"]["outcome"] == "not_started"]
     assert [s["reason"] for s in stored] == [result["reason"]]
-    assert len(sfn.list_executions(stateMachineArn=machine)["executions"]) == 2
+    assert sorted(e["name"] for e in sfn.list_executions(stateMachineArn=machine)["executions"]) == in_flight
 
 
 # -- quotas --------------------------------------------------------------------------------------------------------
@@ -240,11 +246,11 @@ def test_the_quota_check_refuses_with_the_numbers_and_the_quota_to_raise(store):
     machine = run_machine()
     boto3.client("ec2").run_instances(ImageId="ami-12c6146b", MinCount=2, MaxCount=2, InstanceType="m5.large")
     quotas, lambda_client = stubbed("service-quotas"), stubbed("lambda")
-    check = admission(machine, quotas, lambda_client)
+    check = admission(store, machine, quotas, lambda_client)
     with Stubber(quotas) as quota_stub, Stubber(lambda_client) as lambda_stub:
         ec2_quota(quota_stub, 32)  # every cell on EC2: Lambda's limits are not read
         with pytest.raises(QuotaTooLow) as refused:
-            check.check(EC2_REQUEST)
+            check.admit(EC2_REQUEST, "20261128T200000Z-4ee911")
         message = str(refused.value)
         assert "needs 32 vCPUs at once (4 c7i.2xlarge workers × 8 vCPUs, max_concurrency 4)" in message
         assert "quota is 32 vCPUs with 4 in use by pending and running instances: 28 free" in message
@@ -253,37 +259,103 @@ def test_the_quota_check_refuses_with_the_numbers_and_the_quota_to_raise(store):
         lambda_cells = {**REQUEST, "rates": [100, 200, 300], "max_concurrency": 3}  # three Lambda cells at once
         lambda_limits(lambda_stub, 10, 3)
         with pytest.raises(QuotaTooLow) as refused:
-            check.check(lambda_cells)
+            check.admit(lambda_cells, "20261128T200000Z-4ee912")
         message = str(refused.value)
         assert "needs 4 concurrent executions (3 cells at once on Lambda" in message
         assert "unreserved concurrency is 3 (of 10 in all" in message and "L-B99A9384" in message
         assert "to at least 11" in message
 
         ec2_quota(quota_stub, 64)
-        check.check(EC2_REQUEST)  # 32 of 60 free vCPUs: starts
+        assert check.slots.held() == {}  # each refused start gave its slot back
+        check.admit(EC2_REQUEST, "20261128T200000Z-4ee913")  # 32 of 60 free vCPUs: starts
+        quota_stub.assert_no_pending_responses()
+        lambda_stub.assert_no_pending_responses()
+    assert [h["run_id"] for h in check.slots.held().values()] == ["20261128T200000Z-4ee913"]
+
+
+def test_a_quota_that_cannot_be_read_does_not_refuse_but_an_uncounted_cap_does(store):
+    """moto (Step Functions, EC2, DynamoDB), Stubber (Service Quotas answers AccessDenied, Lambda ThrottlingException;
+    then DynamoDB's Query of the slots ProvisionedThroughputExceededException): the quota checks are skipped and the
+    run may start; runs in flight that cannot be counted refuse the start, saying why."""
+    machine = run_machine()
+    quotas, lambda_client, dynamodb = stubbed("service-quotas"), stubbed("lambda"), stubbed("dynamodb")
+    with Stubber(dynamodb) as dynamodb_stub:
+        dynamodb_stub.add_client_error("query", "ProvisionedThroughputExceededException", http_status_code=400)
+        uncounted = Admission(boto3.client("stepfunctions"), machine, slots=Slots(dynamodb, store.table),
+                              quotas=quotas, lambda_client=lambda_client, ec2=boto3.client("ec2"), max_runs=2,
+                              worker_instance_type="c7i.2xlarge")
+        with pytest.raises(StarterBusy, match="the runs in flight could not be counted .*ProvisionedThroughput"):
+            uncounted.admit(REQUEST, "20261128T200000Z-4ee914")
+    with Stubber(quotas) as quota_stub, Stubber(lambda_client) as lambda_stub:
+        quota_stub.add_client_error("get_service_quota", "AccessDeniedException", http_status_code=403)
+        lambda_stub.add_client_error("get_account_settings", "ThrottlingException", http_status_code=429)
+        check = admission(store, machine, quotas, lambda_client)
+        check.admit(EC2_REQUEST, "20261128T200000Z-4ee915")  # EC2 cells only
+        check.admit(REQUEST, "20261128T200000Z-4ee916")  # Lambda cells only
         quota_stub.assert_no_pending_responses()
         lambda_stub.assert_no_pending_responses()
 
 
-def test_a_quota_that_cannot_be_read_does_not_refuse_but_an_uncounted_cap_does(store):
-    """moto (Step Functions, EC2), Stubber (Service Quotas answers AccessDenied, Lambda ThrottlingException, then Step
-    Functions ListExecutions ThrottlingException): the quota checks are skipped and the run may start; runs in
-    flight that cannot be counted refuse the start, saying why."""
+def test_the_targets_services_quotas_refuse_a_run_that_does_not_fit_with_the_numbers(store):
+    """moto (MSK, ElastiCache, Amazon MQ: what the region holds now; Step Functions, DynamoDB), Stubber (Service
+    Quotas, Lambda): the region holds an MSK cluster of 3 brokers, 2 cache nodes and 1 Amazon MQ broker. A run of
+    a 6-broker MSK cluster, a 2-node replication group and a RabbitMQ cluster (1 Amazon MQ broker) needs 3 + 6 = 9
+    brokers against a quota of 8 (L-EDD31C36) and 2 + 2 = 4 nodes against 3 ("Nodes per Region", found by name):
+    refused with both sets of numbers; Amazon MQ's 1 + 1 = 2 of 2 fits and is not named. With the quotas raised, and
+    with the brokers given as existing endpoints (no quota read), it starts."""
     machine = run_machine()
+    boto3.client("kafka").create_cluster_v2(
+        ClusterName="someone-elses", Provisioned={
+            "KafkaVersion": "3.9.x", "NumberOfBrokerNodes": 3,
+            "BrokerNodeGroupInfo": {"InstanceType": "kafka.m7g.large", "ClientSubnets": ["subnet-a"]}})
+    for name in ("cache-a", "cache-b"):
+        boto3.client("elasticache").create_cache_cluster(CacheClusterId=name, Engine="redis",
+                                                         CacheNodeType="cache.t4g.micro", NumCacheNodes=1)
+    boto3.client("mq").create_broker(BrokerName="other", EngineType="RABBITMQ", EngineVersion="3.13",
+                                     HostInstanceType="mq.m5.large", DeploymentMode="SINGLE_INSTANCE",
+                                     PubliclyAccessible=False, AutoMinorVersionUpgrade=True,
+                                     Users=[{"Username": "u", "Password": "p" * 12}])
+    request = {**REQUEST, "brokers": ["kafka", "redis-streams", "rabbitmq-quorum"],
+               "provision": {"kafka": {"nodes": 6}, "redis-streams": {"nodes": 2},
+                             "rabbitmq-quorum": {"deployment": "cluster"}}}
     quotas, lambda_client = stubbed("service-quotas"), stubbed("lambda")
-    sfn = stubbed("stepfunctions")
-    with Stubber(sfn) as sfn_stub:
-        sfn_stub.add_client_error("list_executions", "ThrottlingException", http_status_code=400)
-        uncounted = Admission(sfn, machine, quotas=quotas, lambda_client=lambda_client, ec2=boto3.client("ec2"),
-                              max_runs=2, worker_instance_type="c7i.2xlarge")
-        with pytest.raises(StarterBusy, match="the runs in flight could not be counted .*ThrottlingException"):
-            uncounted.check(REQUEST)
+    check = admission(store, machine, quotas, lambda_client)
+
+    def answers(stub: Stubber, brokers: float, nodes: float, mq: float) -> None:
+        lambda_limits(lambda_stub, 1000, 1000)
+        stub.add_response("get_service_quota", {"Quota": {"ServiceCode": "kafka", "QuotaCode": "L-EDD31C36",
+                                                          "QuotaName": "Number of brokers per account",
+                                                          "Value": brokers}},
+                          {"ServiceCode": "kafka", "QuotaCode": "L-EDD31C36"})
+        stub.add_response("list_service_quotas", {"Quotas": [
+            {"ServiceCode": "elasticache", "QuotaCode": "L-OTHER", "QuotaName": "Subnet groups per Region",
+             "Value": 300.0},
+            {"ServiceCode": "elasticache", "QuotaCode": "L-NODES", "QuotaName": "Nodes per Region", "Value": nodes}]},
+                          {"ServiceCode": "elasticache"})
+        stub.add_response("get_service_quota", {"Quota": {"ServiceCode": "mq", "QuotaCode": "L-4D525FD5",
+                                                          "QuotaName": "Number of brokers per region", "Value": mq}},
+                          {"ServiceCode": "mq", "QuotaCode": "L-4D525FD5"})
+
     with Stubber(quotas) as quota_stub, Stubber(lambda_client) as lambda_stub:
-        quota_stub.add_client_error("get_service_quota", "AccessDeniedException", http_status_code=403)
-        lambda_stub.add_client_error("get_account_settings", "ThrottlingException", http_status_code=429)
-        check = admission(machine, quotas, lambda_client)
-        check.check(EC2_REQUEST)  # EC2 cells only
-        check.check(REQUEST)  # Lambda cells only
+        answers(quota_stub, 8, 3, 2)
+        with pytest.raises(QuotaTooLow) as refused:
+            check.admit(request, "20261128T200000Z-4ee921")
+        message = str(refused.value)
+        assert ("Amazon MSK: the run creates 6 brokers (kafka: 6), and the account's quota is 8 brokers with 3 in use "
+                "in this region: 5 free") in message
+        assert '"Number of brokers per account" (Service Quotas, kafka, L-EDD31C36) to at least 9' in message
+        assert ("ElastiCache for Redis: the run creates 2 nodes (redis-streams: 2), and the account's quota is 3 "
+                "nodes with 2 in use in this region: 1 free") in message
+        assert '"Nodes per Region" (Service Quotas, elasticache, found by its name) to at least 4' in message
+        assert "Amazon MQ" not in message
+        assert check.slots.held() == {}
+
+        answers(quota_stub, 9, 4, 2)  # exactly enough
+        check.admit(request, "20261128T200000Z-4ee922")
+        lambda_limits(lambda_stub, 1000, 1000)  # existing endpoints: no target quota read
+        existing = {"kafka": {"bootstrap_servers": "10.0.0.9:9092"}, "redis-streams": {"host": "10.0.0.9", "port": 6379},
+                    "rabbitmq-quorum": {"host": "10.0.0.9", "amqp_port": 5672}}
+        check.admit({**request, "targets": existing}, "20261128T200000Z-4ee923")
         quota_stub.assert_no_pending_responses()
         lambda_stub.assert_no_pending_responses()
 
@@ -357,14 +429,20 @@ def dry_run_app(store):
     sfn, quotas, lambda_client, ec2 = (stubbed(s) for s in ("stepfunctions", "service-quotas", "lambda", "ec2"))
     for client in (sfn, quotas, lambda_client, ec2):
         client.meta.events.register("before-call.*.*", lambda model, **_: calls.append(model.name))
-    checks = Admission(sfn, machine, quotas=quotas, lambda_client=lambda_client, ec2=ec2, max_runs=2,
-                       worker_instance_type="c7i.2xlarge")
+    checks = Admission(sfn, machine, slots=Slots.of(store), quotas=quotas, lambda_client=lambda_client, ec2=ec2,
+                       max_runs=2, worker_instance_type="c7i.2xlarge")
     starter = StepFunctionsStarter(sfn, machine, store, admission=checks)
     return build_app(Deps(store=store, starter=starter, reports=None, schedules=list, mode="aws")), machine, calls
 
 
+# What a dry run may ask AWS: the admission's reads, never a start.
+ADMISSION_READS = {"DescribeExecution", "GetServiceQuota", "GetAWSDefaultServiceQuota", "ListServiceQuotas",
+                   "ListAWSDefaultServiceQuotas", "GetAccountSettings",
+                   "DescribeInstances", "DescribeInstanceTypes"}
+
+
 def nothing_started(store, machine: str, calls: list[str]) -> None:
-    assert calls == []  # no execution started, nor any count or quota read
+    assert set(calls) <= ADMISSION_READS, calls  # no execution started: at most the admission's reads
     assert boto3.client("stepfunctions").list_executions(stateMachineArn=machine)["executions"] == []
     assert store.client.scan(TableName=store.table)["Count"] == 0  # no event, no run
 
@@ -387,6 +465,7 @@ def test_a_dry_run_answers_what_brokerbench_cost_prints_and_starts_nothing(store
     assert body["dry_run"] is True and body["name"] == "adhoc" and body["suite"] is None
     assert body["cells"] == 2 * 3 and sum(body["workers"].values()) == 6
     assert body["estimated_s"] > 0
+    assert body["admission"] == {"admitted": True, "reasons": [], "runs_in_flight": [], "max_runs_in_flight": 2}
 
     status, body = api_post(app, {"suite": "smoke"}, {"dry_run": "1"}, {"Idempotency-Key": "k1"})
     assert status == 200, body
@@ -394,6 +473,68 @@ def test_a_dry_run_answers_what_brokerbench_cost_prints_and_starts_nothing(store
     nothing_started(store, machine, calls)
     status, body = api_post(app, {"suite": "smoke"}, {"dry_run": "false"}, {"Idempotency-Key": "k1"})
     assert status == 422 and body["field"] == "Idempotency-Key"  # the same request as a start
+
+
+def test_a_dry_run_says_whether_the_run_would_be_admitted_now_and_reserves_nothing(store):
+    """moto (Step Functions, EC2, DynamoDB), Stubber (Service Quotas, Lambda): with one run in flight of a cap of 2 and
+    room in the quotas, a dry run says admitted; one that needs 32 vCPUs with a quota of 16 says not, with the
+    numbers; with the cap full it says not, naming both runs. After each, the slots are as they were (nothing
+    reserved), and a start is then refused as announced."""
+    machine = run_machine()
+    quotas, lambda_client = stubbed("service-quotas"), stubbed("lambda")
+    starter = StepFunctionsStarter(boto3.client("stepfunctions"), machine, store,
+                                   admission=admission(store, machine, quotas, lambda_client))
+    app = build_app(Deps(store=store, starter=starter, reports=None, schedules=list, mode="aws"))
+    first, second = "20261128T210000Z-bbb001", "20261128T210100Z-bbb002"
+    with Stubber(quotas) as quota_stub, Stubber(lambda_client) as lambda_stub:
+        lambda_limits(lambda_stub, 1000, 1000)
+        starter.start(REQUEST, None, first)
+        slots = starter.admission.slots.held()
+
+        lambda_limits(lambda_stub, 1000, 1000)
+        status, body = api_post(app, REQUEST, {"dry_run": "true"})
+        assert status == 200 and body["admission"] == {"admitted": True, "reasons": [], "runs_in_flight": [first],
+                                                       "max_runs_in_flight": 2}
+        assert starter.admission.slots.held() == slots
+
+        ec2_quota(quota_stub, 16)  # four c7i.2xlarge at once need 32 vCPUs
+        status, body = api_post(app, EC2_REQUEST, {"dry_run": "true"})
+        assert status == 200 and body["admission"]["admitted"] is False
+        (reason,) = body["admission"]["reasons"]
+        assert "needs 32 vCPUs at once" in reason and "quota is 16 vCPUs" in reason and "L-1216C47A" in reason
+        assert starter.admission.slots.held() == slots
+
+        lambda_limits(lambda_stub, 1000, 1000)
+        starter.start(REQUEST, None, second)
+        slots = starter.admission.slots.held()
+        lambda_limits(lambda_stub, 1000, 1000)
+        status, body = api_post(app, REQUEST, {"dry_run": "true"})
+        assert status == 200 and body["admission"]["admitted"] is False
+        assert body["admission"]["runs_in_flight"] == [first, second]
+        (reason,) = body["admission"]["reasons"]
+        assert "2 runs in flight" in reason and first in reason and second in reason
+        assert starter.admission.slots.held() == slots
+        status, body = api_post(app, REQUEST)  # as announced
+        assert status == 429 and body["run_ids"] == [first, second]
+        quota_stub.assert_no_pending_responses()
+        lambda_stub.assert_no_pending_responses()
+
+
+def test_a_local_dry_run_says_whether_the_stack_is_free(tmp_path):
+    """No AWS: on the local stack (one run at a time) a dry run is admitted while no run holds the stack, and not
+    while one does, naming it; the dry run takes no lock."""
+    stack = LocalStack(tmp_path / "stack")
+    app = build_app(Deps(store=None, starter=LocalStarter(stack, tmp_path, None), reports=None, schedules=list,
+                         mode="local"))
+    status, body = api_post(app, REQUEST, {"dry_run": "true"})
+    assert status == 200 and body["admission"] == {"admitted": True, "reasons": [], "runs_in_flight": [],
+                                                   "max_runs_in_flight": 1}
+    with stack.run_lock("20261128T230000Z-loc001"):
+        status, body = api_post(app, REQUEST, {"dry_run": "true"})
+        assert status == 200 and body["admission"]["admitted"] is False
+        assert body["admission"]["runs_in_flight"] == ["20261128T230000Z-loc001"]
+        assert "20261128T230000Z-loc001" in body["admission"]["reasons"][0]
+    assert stack.run_holder() is None
 
 
 def test_a_dry_run_refuses_a_bad_request_as_a_start_does(store):

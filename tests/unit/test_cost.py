@@ -7,6 +7,7 @@ import math
 from datetime import datetime, timedelta, timezone
 
 import pytest
+from synthetic import synthetic_run
 
 from brokerbench import cost, deployment
 from brokerbench.brokers.kafka import prices as msk_prices
@@ -14,7 +15,6 @@ from brokerbench.brokers.redis_streams import prices as elasticache_prices
 from brokerbench.cli import main
 from brokerbench.reports import html, markdown
 from brokerbench.reports.model import build_report
-from brokerbench.reports.synthetic import synthetic_run
 from brokerbench.spec import validate
 
 P = json.loads(cost.PRICING_FILE.read_text())

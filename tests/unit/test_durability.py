@@ -4,13 +4,13 @@ from the settings in force, and results.json, report.md, report.html and the CLI
 from dataclasses import replace
 
 import pytest
+from synthetic import synthetic_run
 
 from brokerbench import registry
 from brokerbench.brokers import plugin
 from brokerbench.reports import html, markdown
 from brokerbench.reports.model import build_report
 from brokerbench.reports.results import build_results
-from brokerbench.reports.synthetic import synthetic_run
 
 KAFKA_RECORDED = {"replication_factor": 3, "min_insync_replicas": 2, "nodes": 3}
 

@@ -347,7 +347,8 @@ def test_the_worker_beats_while_the_cell_runs_and_measures_nothing_for_a_gone_to
     monkeypatch.setattr(settings, "heartbeat_interval_s", lambda: 0.05)
     ran = []
 
-    def run_cell(job, worker):
+    def run_cell(job, worker, stop):
+        assert not stop.is_set()  # the worker's own stop: set only by a signal or a gone token
         ran.append(job)
         time.sleep(0.3)
         return {"cell_id": job["cell"]["cell_id"], "status": "completed", "reason": None}
@@ -540,9 +541,9 @@ def test_a_cancelled_bridge_answers_task_timed_out_and_stops_the_worker_it_start
 
 def test_the_worker_stops_its_cell_on_sigterm_and_sigint():
     for sig in ("SIGTERM", "SIGINT"):
-        done = subprocess.run([sys.executable, "-c", "import os, signal\nfrom brokerbench import ec2_worker as ec2\n"
-                               "from brokerbench.worker.cell import CANCELLED\nec2.stop_on_signals()\n"
-                               f"os.kill(os.getpid(), signal.{sig})\nassert CANCELLED.is_set()"],
+        done = subprocess.run([sys.executable, "-c", "import os, signal, threading\nfrom brokerbench import ec2_worker as ec2\n"
+                               "stop = threading.Event()\nec2.stop_on_signals(stop)\n"
+                               f"os.kill(os.getpid(), signal.{sig})\nassert stop.is_set()"],
                               capture_output=True, text=True, timeout=60)
         assert done.returncode == 0, done.stderr
 

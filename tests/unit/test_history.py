@@ -2,10 +2,10 @@
 made it one, with the run it began with, the versions on either side and the settings that differ."""
 
 import pytest
+from synthetic import synthetic_run
 
 from brokerbench.events.memory import MemoryEventStore
 from brokerbench.reports import changes, history
-from brokerbench.reports.synthetic import synthetic_run
 
 SPEC = {"name": "nightly", "brokers": ["kafka", "redis-streams"], "sizes": [1024], "rates": [2000],
         "formats": ["raw", "json"], "repeats": 2}

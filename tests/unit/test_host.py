@@ -7,6 +7,7 @@ import copy
 
 import numpy as np
 import pytest
+from synthetic import claim_configuration, synthetic_run
 
 from brokerbench import host
 from brokerbench.events.memory import MemoryEventStore
@@ -14,7 +15,6 @@ from brokerbench.reports import html, markdown
 from brokerbench.reports import regression as R
 from brokerbench.reports.model import build_report, claims, run_noise
 from brokerbench.reports.results import build_results
-from brokerbench.reports.synthetic import claim_configuration, synthetic_run
 from brokerbench.reports.table import comparison_tables, host_note
 
 CPU = """some avg10=12.50 avg60=3.10 avg300=0.90 total=4107665483

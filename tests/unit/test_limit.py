@@ -4,6 +4,7 @@ window as its code sets it, and where the verdict shows (claims, tables, a searc
 
 import numpy as np
 import pytest
+from synthetic import claim_configuration
 
 from brokerbench import limit
 from brokerbench.brokers.kafka.driver import KafkaDriver
@@ -14,7 +15,6 @@ from brokerbench.brokers.redis_streams.driver import RedisStreamsDriver
 from brokerbench.drivers import producer_window
 from brokerbench.reports import markdown
 from brokerbench.reports.model import claims, run_noise
-from brokerbench.reports.synthetic import claim_configuration
 from brokerbench.reports.table import limit_note, verdict_cell
 from brokerbench.spec import validate
 from brokerbench.worker import search

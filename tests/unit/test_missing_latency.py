@@ -5,12 +5,12 @@ import copy
 import numpy as np
 import pytest
 from rich.console import Console
+from synthetic import synthetic_run
 
 from brokerbench import histogram
 from brokerbench.reports import html, markdown, table
 from brokerbench.reports.model import build_report
 from brokerbench.reports.results import build_results, decode_buckets, latency_object, with_missing
-from brokerbench.reports.synthetic import synthetic_run
 
 SPEC = {"name": "missing", "brokers": ["kafka", "redis-streams"], "sizes": [1024], "rates": [1000],
         "formats": ["json"], "repeats": 3}

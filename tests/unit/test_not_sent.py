@@ -6,13 +6,13 @@ import copy
 import numpy as np
 import pytest
 from rich.console import Console
+from synthetic import synthetic_run
 
 from brokerbench import histogram
 from brokerbench.figures import NOT_SENT_BOUNDS
 from brokerbench.reports import html, markdown, table
 from brokerbench.reports.model import build_report
 from brokerbench.reports.results import build_results, decode_buckets, latency_object, with_missing
-from brokerbench.reports.synthetic import synthetic_run
 from brokerbench.verdict import NOT_SENT_TOLERANCE, sustainability
 from brokerbench.worker import outcome
 from brokerbench.worker.producer_figures import ProducerFigures

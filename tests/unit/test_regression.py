@@ -9,12 +9,12 @@ import math
 
 import numpy as np
 import pytest
+from synthetic import synthetic_run
 
 from brokerbench.events import make_event
 from brokerbench.events.memory import MemoryEventStore
 from brokerbench.reports import regression as R
 from brokerbench.reports.model import build_report
-from brokerbench.reports.synthetic import synthetic_run
 
 VERDICTS = 12
 OLDER = 9  # a full history: the baseline and 9 earlier runs

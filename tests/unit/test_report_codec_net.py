@@ -8,12 +8,12 @@ import re
 import numpy as np
 import pytest
 from rich.console import Console
+from synthetic import synthetic_run
 
 from brokerbench import histogram
 from brokerbench.reports import html, markdown
 from brokerbench.reports.model import build_report
 from brokerbench.reports.results import build_results
-from brokerbench.reports.synthetic import synthetic_run
 from brokerbench.reports.table import comparison_tables, floor_note, verdict_cell
 
 SPEC = {"name": "codec", "brokers": ["kafka"], "sizes": [1024], "rates": [1000], "formats": ["json", "msgpack"]}

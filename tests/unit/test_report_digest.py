@@ -4,9 +4,10 @@ histogram figures decoded the fast way equal hdrh's; large pages leave per-secon
 import copy
 import json
 
+from hdrh.histogram import HdrHistogram
 import numpy as np
 import pytest
-from hdrh.histogram import HdrHistogram
+from synthetic import synthetic_run
 
 from brokerbench import histogram, verdict
 from brokerbench.events import AppendResult, has_digest, read_report_events
@@ -15,7 +16,6 @@ from brokerbench.reports.model import (DIGEST_MAX_INTERVALS, _median_ci, build_r
                                        interval_series, series_from_columns, verdict_basis)
 from brokerbench.reports.results import SPECTRUM, decode_buckets, figures, merge_blobs
 from brokerbench.reports.stats import median_ci
-from brokerbench.reports.synthetic import synthetic_run
 
 SPEC = {"name": "digest", "brokers": ["kafka", "redis-streams"], "sizes": [1024], "rates": [1000, "max"],
         "formats": ["json", "msgpack"], "repeats": 3}

@@ -5,11 +5,11 @@ from html import escape
 
 import numpy as np
 import pytest
+from synthetic import synthetic_run
 
 from brokerbench import histogram
 from brokerbench.reports import html, markdown
 from brokerbench.reports.model import build_report, min_samples
-from brokerbench.reports.synthetic import synthetic_run
 
 SPEC = {"name": "syn", "brokers": ["kafka", "redis-streams"], "sizes": [1024, 4096], "rates": [1000],
         "formats": ["json", "msgpack"], "repeats": 3}
@@ -295,7 +295,7 @@ GRID = [(b, f) for b in ("kafka", "redis-streams") for f in ("json", "msgpack", 
 def simulated_configs(rng, repeats, p99_noise=(0.2, 0.5), scale=None, flags=None):
     """The 2 × 4 grid of a report, every configuration alike unless scale(broker, format) says otherwise: p99s
     scatter by a per-configuration noise drawn from p99_noise, p50 by 10%, throughput by 1%."""
-    from brokerbench.reports.synthetic import claim_configuration
+    from synthetic import claim_configuration
 
     configs = []
     for broker, fmt in GRID:

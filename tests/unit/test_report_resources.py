@@ -4,10 +4,10 @@ import copy
 from html import escape
 
 import pytest
+from synthetic import synthetic_run
 
 from brokerbench.reports import html, markdown
 from brokerbench.reports.model import RESOURCES_NOTE, build_report
-from brokerbench.reports.synthetic import synthetic_run
 
 SPEC = {"name": "syn", "brokers": ["kafka", "redis-streams"], "sizes": [1024], "rates": [1000], "formats": ["json"],
         "repeats": 3}

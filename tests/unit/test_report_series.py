@@ -5,12 +5,12 @@ import json
 import re
 
 import pytest
+from synthetic import synthetic_run
 
 from brokerbench.events import read_report_events
 from brokerbench.events.memory import MemoryEventStore
 from brokerbench.reports import history, history_view, html, markdown
 from brokerbench.reports.model import build_report
-from brokerbench.reports.synthetic import synthetic_run
 
 RUNS = [f"r{i}" for i in range(6)]
 P99 = "end_to_end_p99_us"

@@ -9,14 +9,13 @@ from pathlib import Path
 import pytest
 from archives import archives, read_archive
 from results_tools import assert_logs_match, number, read_cells_csv, read_hlog
+from synthetic import synthetic_run
 
 from brokerbench import histogram
 from brokerbench.events.memory import MemoryEventStore
-
 from brokerbench.reports import export
 from brokerbench.reports.model import PERCENTILES, min_samples, need_label
 from brokerbench.reports.results import RESULTS_SCHEMA, SCHEMA_VERSION, build_results, problems
-from brokerbench.reports.synthetic import synthetic_run
 from brokerbench.reports.table import comparison_tables
 from brokerbench.spec import SpecError, all_suite_names, suite_runs, validate
 from brokerbench.workflow import steps

@@ -8,12 +8,12 @@ import time
 from types import SimpleNamespace
 
 import pytest
+from synthetic import synthetic_run
 
 from brokerbench.cli import EXIT_CELLS_FAILED, EXIT_OK, EventProgress, run_exit_code
 from brokerbench.events import StoreUnavailable
 from brokerbench.events.memory import MemoryEventStore
 from brokerbench.local.stack import LocalStack, StackBusy
-from brokerbench.reports.synthetic import synthetic_run
 from brokerbench.spec import expand, validate
 from brokerbench.worker.payloads import MAX_POOL_SIZE, POOL_SIZE, payload_pool, pool_size_for
 from brokerbench.workflow import steps, wiring

@@ -5,11 +5,11 @@ cells measured by different loops says so in each verdict and on `brokerbench co
 import copy
 
 import pytest
+from synthetic import synthetic_run
 
 from brokerbench.reports import html, markdown
 from brokerbench.reports import regression as R
 from brokerbench.reports.model import build_report
-from brokerbench.reports.synthetic import synthetic_run
 
 SPEC = {"name": "loops", "brokers": ["kafka", "redis-streams"], "sizes": [1024], "rates": [1000],
         "formats": ["json", "msgpack"], "repeats": 1}

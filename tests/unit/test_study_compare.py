@@ -9,11 +9,11 @@ latency, the median of the cells' results for throughput, the stored backlog sam
 import copy
 import statistics
 
-import pytest
 from hdrh.histogram import HdrHistogram
+import pytest
+from synthetic import synthetic_run
 
 from brokerbench.reports import study
-from brokerbench.reports.synthetic import synthetic_run
 from brokerbench.spec import expand, suite_runs, validate
 
 STUDIES = study.study_names()

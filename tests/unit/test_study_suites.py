@@ -120,7 +120,7 @@ def test_reports_group_paired_runs_by_their_pairs():
     from brokerbench.reports import markdown
     from brokerbench.reports.model import build_report
     from brokerbench.reports.results import build_results
-    from brokerbench.reports.synthetic import synthetic_run
+    from synthetic import synthetic_run
     from brokerbench.reports.table import comparison_tables
 
     doc = {"name": "paired", "brokers": ["kafka", "redis-streams"], "formats": ["json"], "repeats": 1,

@@ -32,7 +32,7 @@ def from_environment() -> Deps:
     store = wiring.event_store()
     sfn, machine = boto3.client("stepfunctions"), settings.env("BROKERBENCH_STATE_MACHINE_ARN")
     return Deps(store=store, starter=StepFunctionsStarter(sfn, machine, store,
-                                                          admission=Admission.from_environment(sfn, machine)),
+                                                          admission=Admission.from_environment(sfn, machine, store)),
                 reports=wiring.reports(), schedules=schedules.deployed, mode="aws",
                 idempotency=DynamoDBPersistenceLayer(table_name=settings.env("BROKERBENCH_IDEMPOTENCY_TABLE")))
 

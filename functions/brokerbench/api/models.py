@@ -74,6 +74,17 @@ class PlanCost(Model):
     on_aws: None
 
 
+class AdmissionNow(Model):
+    """Whether a start of the same request would be admitted at this moment (workflow/admission.py preview)."""
+
+    admitted: bool
+    reasons: list[str] = Field(description="Why not: the runs in flight at the cap (naming them), a quota too low "
+                                           "(the numbers and the quota to raise); empty when admitted")
+    runs_in_flight: list[str] = Field(description="The runs in flight now (locally: the run holding the stack)")
+    max_runs_in_flight: int | None = Field(None, description="The cap: the deployment's (-c brokerbench:maxRunsInFlight); "
+                                                             "locally 1 (the stack runs one run at a time)")
+
+
 class RunPlan(Model):
     dry_run: Literal[True]
     name: str
@@ -84,6 +95,8 @@ class RunPlan(Model):
     estimated_s: int = Field(description="The run's estimated time: its cells' estimates, max_concurrency at a time")
     cost: PlanCost = Field(description="The estimated AWS cost, every broker on its default provisioned target, and "
                                        "`hourly`: what the run creates, priced per hour")
+    admission: AdmissionNow = Field(description="Whether the run would start now (the cap on runs in flight, the "
+                                                "account's quotas); nothing is reserved: a start may still be refused")
 
 
 class CellCounts(Model):

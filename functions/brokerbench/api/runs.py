@@ -3,7 +3,9 @@ cells and report.
 
 A dry run (POST /runs?dry_run=true) answers what `brokerbench cost --json` prints for the same request, beside the
 plan's cells and time: the figures come from one place (cost.estimate_plan), so the API and the command line cannot
-disagree. It validates exactly as a start does and then stops: no execution, no event, no idempotency record.
+disagree. It validates exactly as a start does and then stops: no execution, no event, no idempotency record. It
+also says whether a start would be admitted now (the starter's preview: the cap on runs in flight and the account's
+quotas, read as a start reads them), reserving nothing: a start a moment later may still be refused.
 """
 
 from __future__ import annotations
@@ -42,7 +44,9 @@ RUN_BODY = ("A run spec (schemas/run-request.schema.json, as `brokerbench run --
             '`brokerbench run --scale` does.')
 SUITE_BODY = ("suite", "run", "scale")
 DRY_RUN = ("true: validate the request as a start does, start nothing and store nothing, and answer 200 with the "
-           "run's plan and estimated AWS cost (what `brokerbench cost --json` prints), its hourly cost included")
+           "run's plan and estimated AWS cost (what `brokerbench cost --json` prints), its hourly cost included, and "
+           "whether a start would be admitted now (the cap on runs in flight, the quotas) and why not; nothing is "
+           "reserved")
 
 
 def request_of(body: dict) -> tuple[dict, str | None]:
@@ -126,7 +130,9 @@ def router(deps: Deps) -> Router:
                  dry_run: Annotated[bool, Query(description=DRY_RUN)] = False,
                  ) -> RunStarted | RunPlan:
         if dry_run:
-            return Response(200, "application/json", run_plan(*request_of(body)))
+            request, suite = request_of(body)
+            return Response(200, "application/json", {**run_plan(request, suite),
+                                                      "admission": deps.starter.preview(request)})
         if idempotency_key is None:
             return RunStarted(**start(body))
         return RunStarted(**start_once({"key": idempotency_key, "body": body}, runs.lambda_context))

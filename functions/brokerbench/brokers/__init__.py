@@ -18,6 +18,7 @@ from ..registry import (  # noqa: F401 (a plug-in's `from .. import Plugin`, and
     Capabilities,
     Cloud,
     CloudFault,
+    CloudQuota,
     LocalService,
     Log,
     Plugin,

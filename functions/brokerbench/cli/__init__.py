@@ -17,7 +17,6 @@ from __future__ import annotations
 from .common import (EXIT_CELLS_FAILED, EXIT_ENVIRONMENT, EXIT_INTERRUPTED, EXIT_INVALID, EXIT_OK, console,
                      disk_hint, errors, local_stack, print_results, write_results)
 from .parser import build_parser
-from .progress import EventProgress
 from .run import _requests, run_exit_code
 
 __all__ = ["EXIT_CELLS_FAILED", "EXIT_ENVIRONMENT", "EXIT_INTERRUPTED", "EXIT_INVALID", "EXIT_OK", "EventProgress",
@@ -25,10 +24,19 @@ __all__ = ["EXIT_CELLS_FAILED", "EXIT_ENVIRONMENT", "EXIT_INTERRUPTED", "EXIT_IN
            "write_results"]
 
 
+def __getattr__(name: str):
+    """EventProgress, loaded when asked for: it brings rich's progress bars, which only `run` draws."""
+    if name == "EventProgress":
+        from .progress import EventProgress
+
+        return EventProgress
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
 def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)  # --help ends here: before the event store (numpy, jsonschema) loads
     from ..events import StoreUnavailable
 
-    args = build_parser().parse_args(argv)
     try:
         return args.func(args)
     except KeyboardInterrupt:

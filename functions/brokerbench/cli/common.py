@@ -3,17 +3,46 @@
 from __future__ import annotations
 
 import json
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
-
-from rich.console import Console
 
 EXIT_OK, EXIT_CELLS_FAILED, EXIT_INVALID, EXIT_ENVIRONMENT, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
 EXIT_BROKEN_PROMISE = 1  # guarantees: acknowledged messages lost where the broker promises none (as a failed cell)
 
-console = Console()
-if not console.is_terminal:  # logs and CI: wide enough for the comparison table
-    console = Console(width=180)
-errors = Console(stderr=True, soft_wrap=True)
+
+class _Console:
+    """A rich Console made when a command first prints: importing rich takes about a tenth of a second, which
+    `brokerbench --help` does not need. Anything asked of it is asked of the Console."""
+
+    def __init__(self, make) -> None:
+        self._make, self._console = make, None
+
+    @property
+    def real(self):
+        """The Console itself, for what rich checks is one (a Progress's console)."""
+        if self._console is None:
+            self._console = self._make()
+        return self._console
+
+    def __getattr__(self, name: str):
+        return getattr(self.real, name)
+
+
+def _stdout_console():
+    from rich.console import Console
+
+    made = Console()
+    return made if made.is_terminal else Console(width=180)  # logs and CI: wide enough for the comparison table
+
+
+def _stderr_console():
+    from rich.console import Console
+
+    return Console(stderr=True, soft_wrap=True)
+
+
+console = _Console(_stdout_console)
+errors = _Console(_stderr_console)
 
 
 def local_stack(args):
@@ -41,14 +70,35 @@ def open_store(endpoints: dict):
     return store
 
 
-def running_store(args):
+KEEP_STACK_HELP = "leave the event store (DynamoDB Local) running afterwards when this command started it"
+
+
+def add_store_options(parser) -> None:
+    """The flags of every command that reads or writes the store, named and meaning as `run`'s."""
+    parser.add_argument("--keep-stack", action="store_true", help=KEEP_STACK_HELP)
+
+
+def quiet_log(message: str) -> None:
+    """Starting and stopping the store, on stderr: a command's output (`show --json`) stays what it prints."""
+    errors.print(f"[dim]{message}[/]", markup=True, highlight=False)
+
+
+@contextmanager
+def event_store(args, *, stack=None, log=quiet_log):
+    """The local event store for the length of one command, as `brokerbench run` has it: DynamoDB Local started
+    when it is not up and stopped at the end (unless --keep-stack, or another command still uses it); a store that
+    was up is left as found (LocalStack.serving). Yields None, after saying why, when it cannot start."""
     from ..local.stack import StackError
 
-    try:
-        return open_store(local_stack(args).endpoints(required=["dynamodb"]))
-    except StackError as exc:
-        errors.print(f"[red]local stack:[/] {exc}")
-        return None
+    stack = stack or local_stack(args)
+    with ExitStack() as held:
+        try:
+            endpoints = held.enter_context(stack.serving(["dynamodb"], keep=getattr(args, "keep_stack", False),
+                                                         log=log))
+        except StackError as exc:
+            errors.print(f"[red]local stack:[/] {exc}")
+            endpoints = None
+        yield None if endpoints is None else open_store(endpoints)
 
 
 def write_results(results: dict, out_dir: Path) -> Path:

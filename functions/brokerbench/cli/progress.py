@@ -134,4 +134,4 @@ def progress_bars() -> Progress:
     """A run's bars: the run's and each cell's, with the status its events give."""
     columns = [TextColumn("{task.description}", style="cyan"), BarColumn(bar_width=24), TaskProgressColumn(),
                TimeElapsedColumn(), TextColumn("{task.fields[status]}")]
-    return Progress(*columns, console=console, transient=False)
+    return Progress(*columns, console=console.real, transient=False)

@@ -10,8 +10,7 @@ import webbrowser
 from pathlib import Path
 
 from .common import (EXIT_CELLS_FAILED, EXIT_ENVIRONMENT, EXIT_INTERRUPTED, EXIT_INVALID, EXIT_OK, console,
-                     disk_hint, errors, local_stack, open_store, print_results, write_results)
-from .progress import EventProgress, progress_bars
+                     disk_hint, errors, event_store, local_stack, print_results, write_results)
 
 
 def _scale(text: str) -> float:
@@ -219,60 +218,59 @@ def _run_locked(args, stack, request: dict, suite: str | None, run_id: str) -> i
 
 
 def _run_on_stack(args, stack, request: dict, suite: str | None, run_id: str) -> int:
+    """The run with the event store up: started for it when the stack's is not up, stopped afterwards unless
+    --keep-stack (common.event_store)."""
+    with event_store(args, stack=stack, log=lambda m: console.print(f"[dim]{m}[/]")) as store:
+        if store is None:
+            return EXIT_ENVIRONMENT
+        return _run_with_store(args, stack, store, request, suite, run_id)
+
+
+def _run_with_store(args, stack, store, request: dict, suite: str | None, run_id: str) -> int:
     from ..events import read_report_events
-    from ..local.stack import StackError
     from ..local.workflow import LocalWorkflow, WorkflowError
     from ..reports.results import build_results
+    from .progress import EventProgress, progress_bars
 
-    started_store = not stack.is_up(["dynamodb"])
-    try:
+    interrupted, execution = False, None
+    with progress_bars() as progress:
+        # The bars read without waiting out an outage: they show it and read again at the next poll, until it
+        # has lasted as long as the store's own wait; then the run is stopped (as Ctrl-C stops it) and the CLI
+        # says how to bring the store back (exit 3).
+        bars = EventProgress(type(store)(store.table, client=store.client, outage_s=0), run_id, progress,
+                             give_up_s=store.outage_s)
         try:
-            store = open_store(stack.up(["dynamodb"], log=lambda m: console.print(f"[dim]{m}[/]")))
-        except StackError as exc:
-            errors.print(f"[red]local stack:[/] {exc}")
+            execution = LocalWorkflow(stack, Path(args.out)).execute(request, suite=suite, run_id=run_id,
+                                                                     on_poll=bars.poll)
+        except KeyboardInterrupt:
+            interrupted = True
+            _finish_interrupted(store, run_id, request)
+        except WorkflowError as exc:
+            errors.print(f"[red]workflow:[/] {exc}")
             return EXIT_ENVIRONMENT
-        interrupted, execution = False, None
-        with progress_bars() as progress:
-            # The bars read without waiting out an outage: they show it and read again at the next poll, until it
-            # has lasted as long as the store's own wait; then the run is stopped (as Ctrl-C stops it) and the CLI
-            # says how to bring the store back (exit 3).
-            bars = EventProgress(type(store)(store.table, client=store.client, outage_s=0), run_id, progress,
-                                 give_up_s=store.outage_s)
-            try:
-                execution = LocalWorkflow(stack, Path(args.out)).execute(request, suite=suite, run_id=run_id,
-                                                                         on_poll=bars.poll)
-            except KeyboardInterrupt:
-                interrupted = True
-                _finish_interrupted(store, run_id, request)
-            except WorkflowError as exc:
-                errors.print(f"[red]workflow:[/] {exc}")
-                return EXIT_ENVIRONMENT
-            bars.poll()
-        events = read_report_events(store, run_id)
-        if not events:
-            if interrupted:
-                return EXIT_INTERRUPTED
-            errors.print(f"[red]run failed before it started:[/] {execution.error}: {execution.cause}")
-            return EXIT_INVALID if execution.error == "InvalidRequest" else EXIT_CELLS_FAILED
-        results = build_results(events)
-        path = write_results(results, Path(args.out))
-        print_results(results)
+        bars.poll()
+    events = read_report_events(store, run_id)
+    if not events:
         if interrupted:
-            errors.print("[yellow]interrupted: what was measured is stored and written below[/]")
-            _print_report(path, args)
             return EXIT_INTERRUPTED
-        if (execution is not None and (execution.output or {}).get("notify_error")
-                and "Notify failed" not in (results.get("reason") or "")):  # else the run's reason says it
-            cause = execution.output["notify_error"].get("Cause", "")
-            errors.print(f"notification not sent: {cause}", style="yellow", markup=False, highlight=False)
-        code, problems = run_exit_code(results, execution)
-        for problem in problems:
-            errors.print(problem, style="red", markup=False, highlight=False)
+        errors.print(f"[red]run failed before it started:[/] {execution.error}: {execution.cause}")
+        return EXIT_INVALID if execution.error == "InvalidRequest" else EXIT_CELLS_FAILED
+    results = build_results(events)
+    path = write_results(results, Path(args.out))
+    print_results(results)
+    if interrupted:
+        errors.print("[yellow]interrupted: what was measured is stored and written below[/]")
         _print_report(path, args)
-        return code
-    finally:
-        if started_store and not args.keep_stack:
-            stack.down(["dynamodb"], log=lambda m: console.print(f"[dim]{m}[/]"))
+        return EXIT_INTERRUPTED
+    if (execution is not None and (execution.output or {}).get("notify_error")
+            and "Notify failed" not in (results.get("reason") or "")):  # else the run's reason says it
+        cause = execution.output["notify_error"].get("Cause", "")
+        errors.print(f"notification not sent: {cause}", style="yellow", markup=False, highlight=False)
+    code, problems = run_exit_code(results, execution)
+    for problem in problems:
+        errors.print(problem, style="red", markup=False, highlight=False)
+    _print_report(path, args)
+    return code
 
 
 def cmd_validate(args) -> int:
@@ -361,6 +359,8 @@ def cmd_suites(args) -> int:
     return EXIT_OK
 
 
+NO_OPEN_HELP = ("do not open the HTML report in a browser at the end (it opens only where $BROWSER or a display is "
+                "set, never under $CI)")
 SCALE_HELP = ("shorten durations, message counts and repeats by F (0 < F <= 1); brokers, sizes, rates, formats "
               "and modes stay as they are (spec.scaled)")
 
@@ -373,9 +373,7 @@ def register(sub) -> None:
     source.add_argument("--spec", help="run request JSON file (schemas/run-request.schema.json)")
     run.add_argument("--out", default="reports", help="results folder (default reports/): writes OUT/<run_id>/results.json")
     run.add_argument("--keep-stack", action="store_true", help="leave a stack this run started running afterwards")
-    run.add_argument("--no-open", action="store_true",
-                     help="do not open the HTML report in a browser at the end (it opens only where $BROWSER or a "
-                          "display is set, never under $CI)")
+    run.add_argument("--no-open", action="store_true", help=NO_OPEN_HELP)
     run.add_argument("--no-aof", action="store_true", help="start Redis without AOF persistence (default: AOF on)")
     run.add_argument("--scale", type=_scale, metavar="F", help=SCALE_HELP)
     run.add_argument("--only", action="append", metavar="RUN", help="run only this run of a study (repeatable)")

@@ -4,21 +4,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from .common import EXIT_ENVIRONMENT, EXIT_INVALID, EXIT_OK, errors, local_stack, open_store
+from .common import EXIT_ENVIRONMENT, EXIT_INVALID, EXIT_OK, add_store_options, errors, event_store, local_stack
 
 
 def cmd_serve(args) -> int:
     """The API and console on 127.0.0.1, runs on the local stack, due schedules started."""
-    import os
-    import signal
-    import threading
-
     from .. import schedules
-    from ..api import build_app
-    from ..api.deps import local
-    from ..api.serve import ApiServer, RemoteBindRefused, check_bind
-    from ..local.stack import StackError
-    from ..observability import lambda_entry
+    from ..api.serve import RemoteBindRefused, check_bind
 
     try:
         check_bind(args.host, args.allow_remote)
@@ -27,13 +19,24 @@ def cmd_serve(args) -> int:
         errors.print(str(exc), style="red", markup=False, highlight=False)
         return EXIT_INVALID
     stack = local_stack(args)
-    started_store = not stack.is_up(["dynamodb"])
-    try:
-        endpoints = stack.up(["dynamodb"], log=lambda m: errors.print(f"[dim]{m}[/]"))
-        store = open_store(endpoints)
-    except StackError as exc:
-        errors.print(f"[red]local stack:[/] {exc}")
-        return EXIT_ENVIRONMENT
+    with event_store(args, stack=stack) as store:
+        if store is None:
+            return EXIT_ENVIRONMENT
+        return _serve(args, stack, store, schedule_list)
+
+
+def _serve(args, stack, store, schedule_list: list) -> int:
+    """Serves until Ctrl-C or SIGTERM; the runs in progress are cancelled before it returns."""
+    import os
+    import signal
+    import threading
+
+    from .. import schedules
+    from ..api import build_app
+    from ..api.deps import local
+    from ..api.serve import ApiServer
+    from ..observability import lambda_entry
+
     out = Path(args.out).resolve()
     os.environ.update({"BROKERBENCH_MODE": "local", "BROKERBENCH_STATE_DIR": str(stack.state_dir),
                        "BROKERBENCH_EVENTS_TABLE": store.table, "BROKERBENCH_DYNAMODB_ENDPOINT": store.client.meta.endpoint_url,
@@ -46,8 +49,6 @@ def cmd_serve(args) -> int:
         server = ApiServer(handler, args.host, args.port).start()
     except OSError as exc:
         errors.print(f"cannot listen on {args.host}:{args.port}: {exc.strerror or exc}", style="red", markup=False)
-        if started_store:
-            stack.down(["dynamodb"], log=lambda m: None)
         return EXIT_ENVIRONMENT
     print(f"serving {server.url}", flush=True)
     if schedule_list:
@@ -64,8 +65,6 @@ def cmd_serve(args) -> int:
     server.stop()
     deps.starter.cancel_all()
     deps.starter.wait(120)
-    if started_store:
-        stack.down(["dynamodb"], log=lambda m: errors.print(f"[dim]{m}[/]"))
     return EXIT_OK
 
 
@@ -80,4 +79,5 @@ def register(sub) -> None:
     serve.add_argument("--schedules", help="schedules file (default: the built-in schedules.json)")
     serve.add_argument("--no-schedules", action="store_true", help="do not start scheduled checks")
     serve.add_argument("--out", default="reports", help="folder for run results and reports (default: reports)")
+    add_store_options(serve)
     serve.set_defaults(func=cmd_serve)

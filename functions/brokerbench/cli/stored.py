@@ -1,20 +1,23 @@
-"""The commands that read stored runs: show, report, compare, runs."""
+"""The commands that read stored runs: show, report, compare, runs.
+
+Each reads what it needs with the event store up (common.event_store starts DynamoDB Local for the command when
+the local stack is not up, and stops it afterwards), then renders with the store stopped again."""
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
 
-from .common import (EXIT_CELLS_FAILED, EXIT_ENVIRONMENT, EXIT_INVALID, EXIT_OK, console, errors, print_results,
-                     running_store)
+from .common import (EXIT_CELLS_FAILED, EXIT_ENVIRONMENT, EXIT_INVALID, EXIT_OK, add_store_options, console, errors,
+                     event_store, print_results)
+from .run import NO_OPEN_HELP, open_report
 
 
-def _run_events(args, *run_ids: str) -> list[list[dict]] | int:
+def _run_events(store, *run_ids: str) -> list[list[dict]] | int:
     """Each run's events as reports read them (no per-interval histograms; a digested cell's intervals left
-    out), or the exit code to return."""
+    out), or the exit code to return (the store could not start: None)."""
     from ..events import read_report_events
 
-    store = running_store(args)
     if store is None:
         return EXIT_ENVIRONMENT
     found = []
@@ -30,7 +33,8 @@ def _run_events(args, *run_ids: str) -> list[list[dict]] | int:
 def cmd_show(args) -> int:
     from ..reports.results import build_results
 
-    found = _run_events(args, args.run_id)
+    with event_store(args) as store:
+        found = _run_events(store, args.run_id)
     if isinstance(found, int):
         return found
     results = build_results(found[0])
@@ -55,7 +59,9 @@ def _render(report: dict, fmt: str) -> str:
 def cmd_report(args) -> int:
     from ..reports.model import build_report
 
-    found = _run_events(args, args.run_id)
+    with event_store(args) as store:
+        found = _run_events(store, args.run_id)
+        exports = [] if isinstance(found, int) else _write_exports(args, store, found[0])
     if isinstance(found, int):
         return found
     report = build_report(found[0])
@@ -69,30 +75,27 @@ def cmd_report(args) -> int:
     path.write_text(body)
     if args.format == "md":
         print(body)
-    exports = _write_exports(args, found[0])
-    if isinstance(exports, int):
-        return exports
-    console.print(f"report: {path}\nfor other tools: {', '.join(exports)}")
+    console.print(f"report: {path}")
+    console.print(f"for other tools: {', '.join(exports)}")
+    if args.format == "html" and not args.no_open and open_report(path):
+        console.print("(opened in the browser)", style="dim")
     return EXIT_OK
 
 
-def _write_exports(args, events: list[dict]) -> list[str] | int:
+def _write_exports(args, store, events: list[dict]) -> list[str]:
     """cells.csv and hlog/ beside the report, as the workflow's Aggregate writes them (the logs read each cell's
-    intervals from the store); where they are, or the exit code to return."""
+    intervals from the store, so this runs with the store up); where they are."""
     from ..reports import export
     from ..reports.results import build_results
     from ..workflow.outputs import FolderReports
 
-    store = running_store(args)
-    if store is None:
-        return EXIT_ENVIRONMENT
     sink = FolderReports(args.out)
     written = [sink.write(args.run_id, export.CELLS_CSV, export.cells_csv(build_results(events)))]
     folder = export.write_hlogs(lambda name, text: sink.write(args.run_id, name, text), store, args.run_id, events)
     return written + ([folder] if folder else [])
 
 
-def _history(args, baseline_events: list[dict]) -> list[list[dict]] | int:
+def _history(args, store, baseline_events: list[dict]) -> list[list[dict]]:
     """The baseline's history (earlier completed runs of its suite on the same target configuration, newest
     first, not the candidate), as reports read them; none with --no-history."""
     from ..events import read_report_events
@@ -100,9 +103,6 @@ def _history(args, baseline_events: list[dict]) -> list[list[dict]] | int:
 
     if args.no_history:
         return []
-    store = running_store(args)
-    if store is None:
-        return EXIT_ENVIRONMENT
     found = [h for h in find_history(store, args.baseline, baseline_events) if h != args.candidate]
     return [read_report_events(store, h) for h in found[:HISTORY_RUNS - 1]]
 
@@ -134,12 +134,11 @@ def cmd_compare(args) -> int:
     from ..reports.model import build_report
     from ..reports.regression import ALPHA, METHOD, compare
 
-    found = _run_events(args, args.baseline, args.candidate)
-    if isinstance(found, int):
-        return found
-    history = _history(args, found[0])
-    if isinstance(history, int):
-        return history
+    with event_store(args) as store:
+        found = _run_events(store, args.baseline, args.candidate)
+        if isinstance(found, int):
+            return found
+        history = _history(args, store, found[0])
     history_ids = [h[0]["run_id"] for h in history]
     verdicts = compare(build_report(found[0]), build_report(found[1]), [build_report(h) for h in history])
     console.print(_compare_table(f"{args.candidate} against {args.baseline}"
@@ -165,10 +164,11 @@ def cmd_compare(args) -> int:
 
 
 def cmd_runs(args) -> int:
-    store = running_store(args)
-    if store is None:
-        return EXIT_ENVIRONMENT
-    for event in store.list_runs(limit=args.limit, suite=args.suite):
+    with event_store(args) as store:
+        if store is None:
+            return EXIT_ENVIRONMENT
+        listed = store.list_runs(limit=args.limit, suite=args.suite)
+    for event in listed:
         data = event["data"]
         console.print(f"{event['run_id']}  {data.get('suite') or data['spec'].get('name')}  {len(data['cells'])} cells")
     return EXIT_OK
@@ -179,6 +179,7 @@ def register(sub) -> None:
     show = sub.add_parser("show", help="print a stored run's comparison, rebuilt from its events")
     show.add_argument("run_id")
     show.add_argument("--json", action="store_true", help="print results.json instead of tables")
+    add_store_options(show)
     show.set_defaults(func=cmd_show)
 
     report = sub.add_parser("report", help="build a run's comparison report from its events")
@@ -186,6 +187,8 @@ def register(sub) -> None:
     report.add_argument("--format", choices=sorted(REPORT_FILES), default="md", help="md (printed), html or json")
     report.add_argument("--out", default="reports",
                         help="writes OUT/<run_id>/report.<format>, cells.csv and hlog/ (default reports/)")
+    report.add_argument("--no-open", action="store_true", help=NO_OPEN_HELP.replace("the HTML report", "an HTML report"))
+    add_store_options(report)
     report.set_defaults(func=cmd_report)
 
     compare = sub.add_parser("compare", help="regression check of CANDIDATE against BASELINE (exit 1 on a regression)")
@@ -194,9 +197,11 @@ def register(sub) -> None:
     compare.add_argument("--out", default="reports", help="writes OUT/<candidate>/compare-<baseline>.json")
     compare.add_argument("--no-history", action="store_true",
                          help="compare the two runs alone (default: with the baseline's history from the store)")
+    add_store_options(compare)
     compare.set_defaults(func=cmd_compare)
 
     runs = sub.add_parser("runs", help="list stored runs, newest first")
     runs.add_argument("--suite")
     runs.add_argument("--limit", type=int, default=20)
+    add_store_options(runs)
     runs.set_defaults(func=cmd_runs)

@@ -6,24 +6,14 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from .common import EXIT_BROKEN_PROMISE, EXIT_ENVIRONMENT, EXIT_INVALID, EXIT_OK, console, errors, running_store
+from .common import (EXIT_BROKEN_PROMISE, EXIT_ENVIRONMENT, EXIT_INVALID, EXIT_OK, add_store_options, console, errors,
+                     event_store)
 
 
-def cmd_study(args) -> int:
-    """A published study beside our stored runs of it (reports/study.py); `all` writes every study."""
+def _study_comparisons(args, store, names: list[str]) -> list[dict] | int:
+    """Each named study beside its stored runs (archived with --archive), or the exit code to return."""
     from ..reports import study
 
-    try:
-        names = study.study_names() if args.name == "all" else [study.load_study(args.name)["name"]]
-    except study.StudyError as exc:
-        errors.print(f"{exc}", style="red", markup=False)
-        return EXIT_INVALID
-    if args.run and args.name == "all":
-        errors.print("[red]--run: name one study to pick its runs (all takes each study's newest runs)[/]")
-        return EXIT_INVALID
-    store = running_store(args)
-    if store is None:
-        return EXIT_ENVIRONMENT
     comparisons = []
     for name in names:
         definition = study.load_study(name)
@@ -42,6 +32,27 @@ def cmd_study(args) -> int:
         if args.archive:
             for run in runs.values():
                 study.archive_run(store, run.run_id, Path(args.archive))
+    return comparisons
+
+
+def cmd_study(args) -> int:
+    """A published study beside our stored runs of it (reports/study.py); `all` writes every study."""
+    from ..reports import study
+
+    try:
+        names = study.study_names() if args.name == "all" else [study.load_study(args.name)["name"]]
+    except study.StudyError as exc:
+        errors.print(f"{exc}", style="red", markup=False)
+        return EXIT_INVALID
+    if args.run and args.name == "all":
+        errors.print("[red]--run: name one study to pick its runs (all takes each study's newest runs)[/]")
+        return EXIT_INVALID
+    with event_store(args) as store:
+        if store is None:
+            return EXIT_ENVIRONMENT
+        comparisons = _study_comparisons(args, store, names)
+    if isinstance(comparisons, int):
+        return comparisons
     if args.json:
         text = json.dumps(comparisons if args.name == "all" else comparisons[0], indent=2)
     else:
@@ -73,23 +84,23 @@ def cmd_guarantees(args) -> int:
     except study.StudyError as exc:
         errors.print(f"{exc}", style="red", markup=False)
         return EXIT_INVALID
-    store = running_store(args)
-    if store is None:
-        return EXIT_ENVIRONMENT
-    try:
-        runs = study.find_runs(store, definition, args.run)
-    except study.StudyError as exc:
-        errors.print(f"{exc}", style="red", markup=False)
-        return EXIT_INVALID
-    if not runs:
-        errors.print(f"suite {args.suite}: no ended run of it is stored; run `brokerbench run --suite "
-                     f"{args.suite}` (add --scale 0.25 for a short one) or name runs with --run", style="red",
-                     markup=False)
-        return EXIT_INVALID
-    comparison = guarantees.compare(definition, runs)
-    if args.archive:
-        for run in runs.values():
-            study.archive_run(store, run.run_id, Path(args.archive))
+    with event_store(args) as store:
+        if store is None:
+            return EXIT_ENVIRONMENT
+        try:
+            runs = study.find_runs(store, definition, args.run)
+        except study.StudyError as exc:
+            errors.print(f"{exc}", style="red", markup=False)
+            return EXIT_INVALID
+        if not runs:
+            errors.print(f"suite {args.suite}: no ended run of it is stored; run `brokerbench run --suite "
+                         f"{args.suite}` (add --scale 0.25 for a short one) or name runs with --run", style="red",
+                         markup=False)
+            return EXIT_INVALID
+        comparison = guarantees.compare(definition, runs)
+        if args.archive:
+            for run in runs.values():
+                study.archive_run(store, run.run_id, Path(args.archive))
     text = json.dumps(comparison, indent=2) if args.json else guarantees.markdown(comparison, args.out or "-")
     if args.out:
         Path(args.out).parent.mkdir(parents=True, exist_ok=True)
@@ -108,16 +119,16 @@ def cmd_import(args) -> int:
     """Load archived runs (brokerbench study --archive) into the event store."""
     from ..reports import study
 
-    store = running_store(args)
-    if store is None:
-        return EXIT_ENVIRONMENT
-    for name in args.files:
-        try:
-            run_id, count = study.import_archive(store, Path(name))
-        except (OSError, ValueError, KeyError) as exc:
-            errors.print(f"file {name}: {exc}", style="red", markup=False)
-            return EXIT_INVALID
-        console.print(f"{run_id}: {count} events", markup=False, highlight=False)
+    with event_store(args) as store:
+        if store is None:
+            return EXIT_ENVIRONMENT
+        for name in args.files:
+            try:
+                run_id, count = study.import_archive(store, Path(name))
+            except (OSError, ValueError, KeyError) as exc:
+                errors.print(f"file {name}: {exc}", style="red", markup=False)
+                return EXIT_INVALID
+            console.print(f"{run_id}: {count} events", markup=False, highlight=False)
     return EXIT_OK
 
 
@@ -134,6 +145,7 @@ def register(sub) -> None:
     study.add_argument("--out", help="write to this file (default: print)")
     study.add_argument("--json", action="store_true", help="the comparison as JSON instead of Markdown")
     study.add_argument("--archive", metavar="DIR", help="also write the runs' events to DIR/<run_id>.jsonl.gz")
+    add_store_options(study)
     study.set_defaults(func=cmd_study)
 
     kept = sub.add_parser("guarantees", help="what each broker kept when a node failed, from a fault suite's runs",
@@ -148,8 +160,10 @@ def register(sub) -> None:
     kept.add_argument("--out", help="write to this file (default: print)")
     kept.add_argument("--json", action="store_true", help="the comparison as JSON instead of Markdown")
     kept.add_argument("--archive", metavar="DIR", help="also write the runs' events to DIR/<run_id>.jsonl.gz")
+    add_store_options(kept)
     kept.set_defaults(func=cmd_guarantees)
 
     load = sub.add_parser("import", help="load archived runs (study --archive) into the event store")
     load.add_argument("files", nargs="+", metavar="FILE")
+    add_store_options(load)
     load.set_defaults(func=cmd_import)

@@ -167,6 +167,30 @@ class LocalStack:
             fcntl.flock(probe, fcntl.LOCK_UN)
             return None
 
+    @contextlib.contextmanager
+    def serving(self, services, *, keep: bool = False, log=print):
+        """The services for the length of one command (a run, `show`, `serve` ...): what is not running starts,
+        and what this started stops at the end, unless `keep` or another command still uses it. Each such command
+        holds a shared flock on users.lock while it runs; the last one out (the only one that can turn it into
+        an exclusive lock) stops what it started. A service that was up before is left as found. Yields the
+        endpoints."""
+        self.state_dir.mkdir(parents=True, exist_ok=True)
+        with open(self.state_dir / "users.lock", "a") as users:
+            fcntl.flock(users, fcntl.LOCK_SH)
+            names = self._names(services)
+            started = [name for name in names if not self.is_up([name])]
+            endpoints = self.up(names, log=log)
+            try:
+                yield endpoints
+            finally:
+                if started and not keep:
+                    try:
+                        fcntl.flock(users, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    except BlockingIOError:
+                        log(f"leaving {', '.join(started)} running: another command is using it")
+                    else:
+                        self.down(started, log=log)
+
     def _load(self) -> dict[str, Service]:
         if not self.state_file.is_file():
             return {}

@@ -39,7 +39,6 @@ from ..events.dynamodb import from_environment as event_store
 from ..paths import PACKAGE_DIR
 from ..registry import plugins
 from ..spec import SpecError, validate
-from ..worker import cell as cell_module
 from .stack import HOST, LocalStack, StackError
 
 REPO_DIR = PACKAGE_DIR.parent.parent
@@ -82,7 +81,8 @@ class _LambdaContext:
 
     TIMEOUT_S = 900  # Lambda's longest
 
-    def __init__(self, function: str) -> None:
+    def __init__(self, function: str, stop: threading.Event | None = None) -> None:
+        self.stop = stop  # set on Ctrl-C or a cancel: the cell of a RunCell task stops (handlers/run_cell.py)
         self.invoked_function_arn = function
         self.function_name = function.rsplit(":", 1)[-1]
         self.function_version = "$LATEST"
@@ -107,6 +107,7 @@ class Bridge:
         self.tasks: list[tuple[str, str]] = []  # (state, "ok" | error name), in the order they ended
         self.active = 0
         self.cancelled = False  # after a cancel or Ctrl-C no new task starts and every token is gone
+        self.stop = threading.Event()  # set with it: the cells running in this process stop (_LambdaContext.stop)
         self.lock = threading.Lock()
         bridge = self
 
@@ -192,7 +193,7 @@ class Bridge:
         payload = task_input.get("Payload")
         if resource.endswith(WAIT_FOR_TOKEN):
             return self._wait_for_token(function, module, payload, state)
-        result = module.lambda_handler(payload, _LambdaContext(function))
+        result = module.lambda_handler(payload, _LambdaContext(function, self.stop))
         return {"Payload": result, "StatusCode": 200, "ExecutedVersion": "$LATEST"}
 
     def _wait_for_token(self, function: str, module, payload: dict, state: str = ""):
@@ -203,7 +204,7 @@ class Bridge:
         window = (settings.local_heartbeat_s() or self.heartbeats.get(state)) if state in self.heartbeats else None
         try:
             self.beats[token] = time.monotonic()  # the heartbeat clock starts with the task
-            launched = module.lambda_handler(payload, _LambdaContext(function))
+            launched = module.lambda_handler(payload, _LambdaContext(function, self.stop))
             pid = launched.get("pid") if isinstance(launched, dict) else None
             if pid:
                 with self.lock:
@@ -310,6 +311,7 @@ class Execution:
     error: str | None = None
     cause: str | None = None
     tasks: list[tuple[str, str]] = field(default_factory=list)  # every Task state served, in order
+    waits: list[float] = field(default_factory=list)  # with a time_scale: the waits the definition asked for (ms)
 
 
 class LocalWorkflow:
@@ -349,17 +351,18 @@ class LocalWorkflow:
 
     def execute(self, request: dict, *, suite: str | None = None, run_id: str,
                 on_poll: Callable[[], None] | None = None, cancel: threading.Event | None = None,
-                execution_input: dict | None = None) -> Execution:
+                execution_input: dict | None = None, time_scale: float = 1.0) -> Execution:
         """Run the workflow to its end; `cancel`, when set from another thread, stops it like Ctrl-C does
         (cells in progress record what they measured) and the execution ends ABORTED.
 
         `execution_input` replaces the run workflow's input ({"request", "suite", "run_id"}) for another definition:
-        the teardown state machine (TEARDOWN_DEFINITION) takes {"run": {"run_id", "spec"}}."""
+        the teardown state machine (TEARDOWN_DEFINITION) takes {"run": {"run_id", "spec"}}. `time_scale` (tests)
+        shortens every wait the interpreter makes (Wait states, Retry backoff, task timeouts) to that fraction, so
+        the definition's own intervals run for real; the execution lists the waits asked for."""
         node = shutil.which("node")
         if not node:
             raise WorkflowError("Node.js is needed to run the workflow locally (make setup installs its packages)")
         self.install_brokers(request)
-        cell_module.CANCELLED.clear()
         with Bridge(self.definition) as bridge:
             os.environ.update(self.environment(bridge.url))
             event_store().ensure_table()  # in AWS the CDK app owns the table
@@ -368,6 +371,7 @@ class LocalWorkflow:
                 "input": execution_input or {"request": request, "suite": suite, "run_id": run_id},
                 "bridge": bridge.url,
                 "context": {"Execution": {"Name": run_id, "Id": f"local:{run_id}"}, "Task": {"Token": TOKEN_PLACEHOLDER}},
+                "time_scale": time_scale,
             }
             log = self.stack.state_dir / "workflow.log"
             log.parent.mkdir(parents=True, exist_ok=True)
@@ -396,14 +400,14 @@ class LocalWorkflow:
                 raise WorkflowError(f"the workflow interpreter exited with {process.returncode}; see {log}")
             outcome = json.loads(lines[-1])
         return Execution(run_id, outcome["status"], outcome.get("output"), outcome.get("error"), outcome.get("cause"),
-                         bridge.tasks)
+                         bridge.tasks, outcome.get("waits", []))
 
     @staticmethod
     def _interrupt(process: subprocess.Popen, bridge: Bridge) -> None:
         """Ctrl-C or a cancel: cells in progress stop and record what they measured, in this process (Lambda
         kind) and in the EC2-kind worker processes (the bridge tells them); the interpreter stops."""
         bridge.cancelled = True
-        cell_module.CANCELLED.set()
+        bridge.stop.set()
         deadline = time.monotonic() + STOP_GRACE_S
         while bridge.active and time.monotonic() < deadline:  # let running tasks write their events
             time.sleep(0.2)

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import time
 from datetime import datetime, timedelta, timezone
+from collections.abc import Callable
 from typing import Protocol
 
 from ..spec import kept_hours
@@ -43,6 +44,28 @@ TEARDOWN_WAIT_S = 60
 def torn_down(broker: str, state: str, action: str) -> dict:
     """A provider's answer to teardown: the state (above) and what it did, in words."""
     return {"broker": broker, "state": state, "action": action}
+
+
+def teardown_found(broker: str, name: str, spec: dict, found: Callable[[], list[tuple[str, str]]],
+                   delete: Callable[[str, str], str], *, gone: Callable[[], None] = lambda: None,
+                   state_shown: bool = False) -> dict:
+    """A cloud provider's teardown, the same for each: KEPT with keep_targets; else every resource of the run that
+    `found()` lists, as (id, its provider's state), is deleted with `delete(id, state)` (which answers GONE, DELETING
+    or NOT_DELETABLE). The answer is GONE when nothing is left to delete, NOT_DELETABLE while any one refuses a delete
+    (the workflow asks again later; `state_shown` adds the provider's states to the words), else DELETING. `gone()`
+    runs once the resources are gone or going (what the provider made beside them: a secret)."""
+    if spec.get("keep_targets"):
+        return torn_down(broker, KEPT, f"kept {name} (keep_targets)")
+    resources = found()
+    answers = [(delete(resource, state), state) for resource, state in resources]
+    refused = [state for answer, state in answers if answer == NOT_DELETABLE]
+    if refused:
+        return torn_down(broker, NOT_DELETABLE,
+                         f"{name} {NOT_DELETABLE}" + (f" ({', '.join(refused)})" if state_shown else ""))
+    gone()
+    if all(answer == GONE for answer, _ in answers):  # none, or each went away while it was listed
+        return torn_down(broker, GONE, "nothing to delete")
+    return torn_down(broker, DELETING, f"deleting {name}")
 
 
 class TargetProvider(Protocol):

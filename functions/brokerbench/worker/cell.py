@@ -14,7 +14,7 @@ import multiprocessing
 import os
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from multiprocessing.connection import wait
 
@@ -49,9 +49,6 @@ MEASURE_LEAD_NS = 200_000_000  # from the end of an adaptive warm-up to the firs
 PROVISIONAL_MARGIN_NS = 1_000_000_000
 MIN_HOST_SPAN_S = 0.5  # a shorter span of the host's counters says little (a pressure total moves in µs, steal in ticks)
 COVER = 0.75  # CPU read over less than this share of the measured sending is not known (brokerbench.limit)
-# Set by a front end on Ctrl-C when cells run in threads (the local workflow's Lambda-kind cells). A cell given
-# its own `stop` event (run_cell's; set when its run has ended: worker/run_end.py) stops the same way on either.
-CANCELLED = threading.Event()
 log = logging.getLogger(__name__)
 
 
@@ -101,12 +98,14 @@ def topic_name(run_id: str, cell: dict) -> str:
 
 def run_cell(run_id: str, cell: dict, endpoint: dict, store: EventStore,
              progress: Callable[[Progress], None] | None = None, worker: dict | None = None,
-             stop: threading.Event | None = None) -> CellOutcome:
+             stop: Collection[threading.Event] = ()) -> CellOutcome:
     """Measure one cell against `endpoint` and append its events to `store`.
 
     Idempotent per cell: a cell that already ended returns its stored outcome, and a new attempt
     (a retried worker) records its own start and intervals beside those of the earlier attempt.
-    `stop`, once set, stops the cell as CANCELLED does (KeyboardInterrupt, after its end event is offered).
+    `stop`: events any one of which, once set, stops the cell (KeyboardInterrupt, after its end event is offered):
+    its run's end (worker/run_end.py), a front end's Ctrl-C or cancel (the local workflow), a signal (the EC2 worker).
+    Each caller passes its own: nothing module-wide stops a cell.
     """
     phases = Phases()
     try:
@@ -116,7 +115,7 @@ def run_cell(run_id: str, cell: dict, endpoint: dict, store: EventStore,
         log.debug("cell phases", extra={"cell_id": cell["cell_id"], "phases": phases.seconds()})
 
 
-def _run_cell(run_id, cell, endpoint, store, progress, worker, phases: Phases, stop=None) -> CellOutcome:
+def _run_cell(run_id, cell, endpoint, store, progress, worker, phases: Phases, stop=()) -> CellOutcome:
     stored = store.read(run_id, prefix=cell_prefix(cell["index"]))
     for event in stored:
         if event["type"] in ("CellCompleted", "CellFailed"):
@@ -157,7 +156,7 @@ class _Collected:
         self.events += events
 
 
-def _measure_step(run_id, cell, endpoint, topic, progress, attempt, rate, stop=None) -> search.Step:
+def _measure_step(run_id, cell, endpoint, topic, progress, attempt, rate, stop=()) -> search.Step:
     """One fixed-rate step of a search: a whole cell measurement with its own topic and verdict."""
     step_cell = {**cell, "rate": rate}
     sink = _Collected()
@@ -181,7 +180,7 @@ def _measure_step(run_id, cell, endpoint, topic, progress, attempt, rate, stop=N
                        data.get("measured_s"), data.get("limit"))
 
 
-def _search_cell(run_id, cell, endpoint, store, topic, progress, attempt, stop=None) -> CellOutcome:
+def _search_cell(run_id, cell, endpoint, store, topic, progress, attempt, stop=()) -> CellOutcome:
     """rates: ["sustainable"]: search the highest rate the verdict calls sustainable; the cell's figures
     are those of that rate's latest sustainable step, and every step is recorded in `search`, with the
     measured seconds behind the rate found (sustainable_for_s) and any rate whose measurements disagreed."""
@@ -227,9 +226,9 @@ class _CellRun:
     delivery window, failure rule), which are tested on their own."""
 
     def __init__(self, run_id, cell, endpoint, store, topic, progress, attempt, phases: Phases | None = None,
-                 stop: threading.Event | None = None) -> None:
+                 stop: Collection[threading.Event] = ()) -> None:
         self.run_id, self.cell, self.endpoint, self.store, self.topic = run_id, cell, endpoint, store, topic
-        self.stop = stop
+        self.stop = tuple(stop)
         self.group = f"{topic}-g"
         self.attempt = attempt
         self.progress = progress
@@ -493,7 +492,7 @@ class _CellRun:
         # The producers flush for up to the same bound as the drain (see Drain.cap_s).
         deadline = time.monotonic() + run_s + 2 * Drain.cap_s(cell["drain_timeout_s"], run_s) + READY_TIMEOUT_S
         while len(done) < len(self.conns):
-            if CANCELLED.is_set() or (self.stop is not None and self.stop.is_set()):
+            if any(event.is_set() for event in self.stop):
                 raise KeyboardInterrupt
             if time.monotonic() > deadline:
                 raise CellError("the cell did not finish in time (a client is stuck or the broker stopped answering)")

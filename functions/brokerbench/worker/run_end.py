@@ -6,7 +6,7 @@ Lambda would go on measuring, for up to 15 minutes, against brokers the cancel i
 while cells still run (a failed Map) is the same. So each cell watches its run's end in the store: `RunEndWatch`
 reads the run's end key (one query on the run's partition) before each of the cell's writes, and from a daemon
 thread whenever a measured interval (1 s) has passed without a check. Once the run has ended it sets `ended`
-(run_cell's `stop`: the cell stops as it does on CANCELLED, its processes stopped, its topic deleted) and drops
+(one of run_cell's `stop` events: the cell stops as on Ctrl-C, its processes stopped, its topic deleted) and drops
 every later write, its end event included: what it measured before the run's end stays stored, and the report shows
 the cell `incomplete` (no end event, the run was stopped). A write that passed its check a few milliseconds before
 the end was written can still land after it; the check runs just before each write to keep that window that short.

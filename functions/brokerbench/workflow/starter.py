@@ -51,6 +51,9 @@ class Starter(Protocol):
     def pending(self) -> list[Execution]:
         """Runs started that have stored nothing yet."""
 
+    def preview(self, request: dict) -> dict:
+        """Whether a run of `request` would start now, and why not ({admitted, reasons, ...}); nothing reserved."""
+
 
 class LocalStarter:
     """Runs the workflow in a background thread on the local stack, one run at a time (the stack's run lock)."""
@@ -139,6 +142,14 @@ class LocalStarter:
                               "is stopped with Ctrl-C there)")
         active[1].set()
 
+    def preview(self, request: dict) -> dict:
+        """The local stack runs one run at a time: admitted while no run holds it."""
+        holder = self.stack.run_holder()
+        if holder is None:
+            return {"admitted": True, "reasons": [], "runs_in_flight": [], "max_runs_in_flight": 1}
+        return {"admitted": False, "reasons": [str(self._busy())], "runs_in_flight": [holder.get("run_id") or "?"],
+                "max_runs_in_flight": 1}
+
     def pending(self) -> list[Execution]:
         """Runs started here that have stored nothing yet (their workflow is validating and planning)."""
         with self._lock:
@@ -174,9 +185,19 @@ class StepFunctionsStarter:
 
     def start(self, request: dict, suite: str | None, run_id: str) -> None:
         if self.admission is not None:
-            self.admission.check(request)  # RunsInFlight, QuotaTooLow (StarterBusy): nothing started
-        self.client.start_execution(stateMachineArn=self.state_machine_arn, name=run_id,
-                                    input=json.dumps({"request": request, "suite": suite, "run_id": run_id}))
+            self.admission.admit(request, run_id)  # a slot taken, or RunsInFlight / QuotaTooLow: nothing started
+        try:
+            self.client.start_execution(stateMachineArn=self.state_machine_arn, name=run_id,
+                                        input=json.dumps({"request": request, "suite": suite, "run_id": run_id}))
+        except BaseException:
+            if self.admission is not None:
+                self.admission.release(run_id)  # nothing started: the slot is free again at once
+            raise
+
+    def preview(self, request: dict) -> dict:
+        if self.admission is None:
+            return {"admitted": True, "reasons": [], "runs_in_flight": [], "max_runs_in_flight": None}
+        return self.admission.preview(request)
 
     def execution(self, run_id: str) -> Execution | None:
         try:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import socket
+import threading
 import time
 
 from .. import environment
@@ -23,7 +24,7 @@ from ..reports.model import build_report
 from ..reports.results import build_results
 from ..spec import SpecError, lanes, validate
 from ..targets import GONE, TEARDOWN_DONE, TEARDOWN_TIMEOUT_S, TEARDOWN_WAIT_S, torn_down
-from ..worker import run_cell as measure_cell
+from ..worker.cell import run_cell as measure_cell
 from ..worker.run_end import RunEndWatch
 from . import wiring
 
@@ -108,10 +109,11 @@ def lambda_worker() -> dict:
 RUN_ENDED = "stopped: the run ended before the cell did (nothing written after the run's end)"
 
 
-def run_cell(event: dict, worker: dict | None = None) -> dict:
+def run_cell(event: dict, worker: dict | None = None, stop: threading.Event | None = None) -> dict:
     """One cell, on whichever worker calls it (RunCell on Lambda, the EC2 worker, the local workflow). The cell
     watches its run's end in the store (worker/run_end.py): a run cancelled or failed while it measures stops it
-    within about an interval, and nothing it would write after the run's end is written."""
+    within about an interval, and nothing it would write after the run's end is written. `stop`, the caller's own
+    (a signal to the EC2 worker, the local workflow's Ctrl-C or cancel), stops it as on Ctrl-C."""
     cell, run_id = event["cell"], event["run_id"]
     watch = RunEndWatch(wiring.event_store(), run_id)
     if watch.check():  # a cell the Map started after the run had ended measures nothing
@@ -119,7 +121,8 @@ def run_cell(event: dict, worker: dict | None = None) -> dict:
     with watch:
         try:
             outcome = measure_cell(run_id, cell, event["targets"][cell["broker"]], watch,
-                                   worker=worker or lambda_worker(), stop=watch.ended)
+                                   worker=worker or lambda_worker(),
+                                   stop=(watch.ended,) if stop is None else (watch.ended, stop))
         except KeyboardInterrupt:
             if not watch.ended.is_set():
                 raise  # Ctrl-C or a local cancel: the front end that stopped it goes on

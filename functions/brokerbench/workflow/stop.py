@@ -122,14 +122,16 @@ def finish_stopped(store: EventStore, run_id: str, request: dict, status: str, t
 
 # How the run ends when its execution ended this way before the workflow stored an end.
 ENDINGS = {"FAILED": "failed", "TIMED_OUT": "failed", "ABORTED": "cancelled"}
+SUCCEEDED = "SUCCEEDED"  # the workflow ended itself: only the run's slot is released
 
 
-def run_ended(store: EventStore, detail: dict, teardowns) -> dict:
-    """An execution of the run workflow ended FAILED, ABORTED or TIMED_OUT (the `detail` of EventBridge's "Step
-    Functions Execution Status Change"). A stop from the console, an execution timeout, or an error no catcher
+def run_ended(store: EventStore, detail: dict, teardowns, slots=None) -> dict:
+    """An execution of the run workflow ended (the `detail` of EventBridge's "Step Functions Execution Status
+    Change"). FAILED, ABORTED or TIMED_OUT: a stop from the console, an execution timeout, or an error no catcher
     takes (States.Runtime, States.DataLimitExceeded) skip the workflow's own TeardownTargets; this gives the run its
     end, if it has none, and hands its targets to the teardown path. For a run whose workflow did tear down, the
-    teardown finds nothing left.
+    teardown finds nothing left. SUCCEEDED: the workflow stored its end and tore down itself; nothing to do but what
+    every ending does: the run's slot among the runs in flight (`slots`, workflow/admission.py) is released.
 
     The run id is the execution's input's (the API and the schedules always set it), else the execution's name;
     the targets come from the stored request (RunRequested), else the execution's input."""
@@ -138,13 +140,17 @@ def run_ended(store: EventStore, detail: dict, teardowns) -> dict:
         # A Distributed Map's child execution (<machine>/<map run>): one cell of a run still going, not the run.
         return {"run_id": None, "execution_status": status, "status": None, "teardown": [],
                 "ignored": "a Distributed Map child execution"}
-    if status not in ENDINGS:
-        raise ValueError(f"detail.status: {status!r} is not one of {sorted(ENDINGS)}")
+    if status not in (*ENDINGS, SUCCEEDED):
+        raise ValueError(f"detail.status: {status!r} is not one of {sorted((*ENDINGS, SUCCEEDED))}")
     started = json.loads(detail.get("input") or "{}")
     run_id = started.get("run_id") or detail["name"]
-    requested = store.read(run_id, prefix="00#run")
-    request = requested[0]["data"]["spec"] if requested else started.get("request") or {}
-    why = f": {detail['error']}: {detail.get('cause') or 'no cause given'}" if detail.get("error") else ""
-    ended = finish_stopped(store, run_id, request, ENDINGS[status], teardowns,
-                           reason=f"the workflow's execution ended {status}{why}")
-    return {"run_id": run_id, "execution_status": status, **ended}
+    if status == SUCCEEDED:
+        ended = {"status": None, "teardown": []}
+    else:
+        requested = store.read(run_id, prefix="00#run")
+        request = requested[0]["data"]["spec"] if requested else started.get("request") or {}
+        why = f": {detail['error']}: {detail.get('cause') or 'no cause given'}" if detail.get("error") else ""
+        ended = finish_stopped(store, run_id, request, ENDINGS[status], teardowns,
+                               reason=f"the workflow's execution ended {status}{why}")
+    released = slots.release(run_id) if slots is not None else []
+    return {"run_id": run_id, "execution_status": status, **ended, "released_slots": released}

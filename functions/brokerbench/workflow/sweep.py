@@ -2,7 +2,8 @@
 
 Every hour (the CDK app's Sweeper schedule) it first drains the RunEnded dead-letter queue: each execution end the
 RunEnded function could not handle (its retries spent, or EventBridge unable to deliver it) is handled again here
-(the run's end stored, its teardown started), and the message deleted once that worked. Then it lists the bb-* MSK
+(the run's end stored, its teardown started, its slot among the runs in flight released), and the message
+deleted once that worked. Then it lists the bb-* MSK
 clusters, ElastiCache replication groups and Amazon MQ brokers (each cloud provider's `leftovers`) and the EC2
 workers that carry a `brokerbench:run` tag, and reads each run's events:
   - a run whose end (RunCompleted or RunFailed) is stored has ended: its resources are deleted (an MSK cluster or
@@ -36,6 +37,7 @@ from ..registry import plugins
 from ..settings import boto, env
 from ..targets import DELETING, GONE, TEARDOWN_TIMEOUT_S
 from . import stop, wiring
+from .admission import Slots
 
 RUN_TAG = "brokerbench:run"
 LIVE_INSTANCES = ["pending", "running", "stopping", "stopped"]
@@ -96,11 +98,12 @@ class Ec2Workers:
 
 class Sweeper:
     """`dead_letters`: an SQS client and the RunEnded dead-letter queue's URL, or None (locally: no queue);
-    `teardowns`: where a drained run's teardown goes (stop.teardowns()); `now`: the clock deadlines are read on."""
+    `teardowns`: where a drained run's teardown goes (stop.teardowns()); `slots`: the runs in flight's slots a
+    drained run's end releases (workflow/admission.py); `now`: the clock deadlines are read on."""
 
     def __init__(self, store: EventStore, providers: list, ec2, *, dead_letters: tuple | None = None,
-                 teardowns=None, now=time.time) -> None:
-        self.store, self.now, self.teardowns = store, now, teardowns
+                 teardowns=None, slots=None, now=time.time) -> None:
+        self.store, self.now, self.teardowns, self.slots = store, now, teardowns, slots
         self.sources = [*providers, Ec2Workers(ec2)]
         self.dead_letters = dead_letters
 
@@ -199,7 +202,7 @@ class Sweeper:
                     body = json.loads(message["Body"])
                     event = body.get("requestPayload", body)
                     run_id = json.loads(event["detail"].get("input") or "{}").get("run_id") or event["detail"]["name"]
-                    ended = stop.run_ended(self.store, event["detail"], self.teardowns)
+                    ended = stop.run_ended(self.store, event["detail"], self.teardowns, self.slots)
                     sqs.delete_message(QueueUrl=url, ReceiptHandle=message["ReceiptHandle"])
                 except Exception as exc:  # noqa: BLE001 (one dead letter must not keep the others)
                     failed.append({"action": "drain", "kind": "dead letter", "name": message["MessageId"],
@@ -235,6 +238,6 @@ def cloud_providers() -> list:
 
 
 def sweep_targets() -> dict:
-    url = env(DEAD_LETTERS_ENV, "")
-    return Sweeper(wiring.event_store(), cloud_providers(), boto("ec2"),
-                   dead_letters=(boto("sqs"), url) if url else None, teardowns=stop.teardowns()).sweep()
+    url, store = env(DEAD_LETTERS_ENV, ""), wiring.event_store()
+    return Sweeper(store, cloud_providers(), boto("ec2"), dead_letters=(boto("sqs"), url) if url else None,
+                   teardowns=stop.teardowns(), slots=Slots.of(store)).sweep()

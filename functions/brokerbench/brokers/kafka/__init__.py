@@ -1,6 +1,6 @@
 """Apache Kafka (KRaft): the confluent-kafka driver, a local single node or 3-node cluster, Amazon MSK in the cloud."""
 
-from .. import Capabilities, Cloud, CloudFault, Plugin, Settings
+from .. import Capabilities, Cloud, CloudFault, CloudQuota, Plugin, Settings
 from . import settings
 from .local import KafkaService
 
@@ -24,6 +24,9 @@ PLUGIN = Plugin(
     # prices: brokers/kafka/prices.py; creation_s: a 3-broker cluster takes about 20 min (15 to 30) to create
     cloud=Cloud(service="Amazon MSK", factory="brokerbench.brokers.kafka.cloud:provider",
                 prices="brokerbench.brokers.kafka.prices:price", creation_s=20 * 60,
+                quota=CloudQuota(service_code="kafka", name="Number of brokers per account", code="L-EDD31C36",
+                                 unit="brokers", client="kafka", need="brokerbench.brokers.kafka.cloud:quota_need",
+                                 in_use="brokerbench.brokers.kafka.cloud:quota_in_use"),
                 fault=CloudFault(call="kafka:RebootBroker", does="reboots one broker, which MSK brings back itself",
                                  hooks="brokerbench.brokers.kafka.cloud_faults",
                                  targets=("leader", "follower", "node"))),

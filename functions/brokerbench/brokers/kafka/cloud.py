@@ -15,13 +15,27 @@ from __future__ import annotations
 from botocore.exceptions import ClientError
 
 from ... import settings
-from ...targets import (DELETING, GONE, KEPT, NOT_DELETABLE, RUN_TAG, ProvisioningError, leftover, raise_client_error,
-                        resource_name, run_tags, still_waiting, target, torn_down)
+from ...targets import (DELETING, GONE, NOT_DELETABLE, RUN_TAG, ProvisioningError, leftover, raise_client_error,
+                        resource_name, run_tags, still_waiting, target, teardown_found)
 
 DEFAULT_VERSION = "3.9.x"
 TRANSIENT = {"TooManyRequestsException", "ServiceUnavailableException", "ConflictException"}
 DELETABLE = {"ACTIVE", "FAILED"}  # DeleteCluster refuses a cluster in any other state (BadRequestException)
 REFUSED = {"BadRequestException", "ConflictException"}  # what a delete of a cluster changing state answers
+DEFAULT_NODES = 3
+
+
+def quota_need(broker: str, settings: dict) -> int:
+    """Brokers one cluster of the run takes from the account's quota (Number of brokers per account)."""
+    return settings.get("nodes", DEFAULT_NODES)
+
+
+def quota_in_use(client) -> int:
+    """Brokers of the region's provisioned MSK clusters, whatever their state (a cluster being deleted still
+    counts until it is gone)."""
+    return sum((cluster.get("Provisioned") or {}).get("NumberOfBrokerNodes", 0)
+               for page in client.get_paginator("list_clusters_v2").paginate()
+               for cluster in page["ClusterInfoList"])
 
 
 class MskTargets:
@@ -36,7 +50,7 @@ class MskTargets:
     def provision(self, run_id: str, broker: str, spec: dict) -> dict:
         settings = spec["provision"].get("kafka", {})
         name = resource_name(run_id, broker)
-        nodes = settings.get("nodes", 3)
+        nodes = quota_need(broker, settings)
         if self.subnets and nodes % len(self.subnets):
             raise ProvisioningError(f"provision.kafka.nodes={nodes}: Amazon MSK needs a multiple of its "
                                     f"{len(self.subnets)} client subnets (one per AZ): "
@@ -97,18 +111,15 @@ class MskTargets:
 
     def teardown(self, run_id: str, broker: str, spec: dict) -> dict:
         name = resource_name(run_id, broker)
-        if spec.get("keep_targets"):
-            return torn_down(broker, KEPT, f"kept {name} (keep_targets)")
+        return teardown_found(broker, name, spec, lambda: self._clusters(name), self.delete)
+
+    def _clusters(self, name: str) -> list[tuple[str, str]]:
+        """The run's cluster (by its name), as (ARN, MSK's state): none, or one."""
         try:
             clusters = self.client.list_clusters_v2(ClusterNameFilter=name)["ClusterInfoList"]
         except ClientError as exc:
             raise_client_error(exc, TRANSIENT, f"looking up MSK cluster {name}")
-        states = [self.delete(c["ClusterArn"], c["State"]) for c in clusters if c["ClusterName"] == name]
-        states = [state for state in states if state != GONE]  # one that went away while it was listed
-        if not states:
-            return torn_down(broker, GONE, "nothing to delete")
-        state = NOT_DELETABLE if NOT_DELETABLE in states else DELETING
-        return torn_down(broker, state, f"{state} {name}" if state == DELETING else f"{name} {state}")
+        return [(c["ClusterArn"], c["State"]) for c in clusters if c["ClusterName"] == name]
 
     def delete(self, arn: str, state: str) -> str:
         """Delete one cluster if MSK allows it now: DELETING when it is going away, NOT_DELETABLE while it is

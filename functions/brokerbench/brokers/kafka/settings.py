@@ -9,6 +9,8 @@ so this schema is the only guard there (docs/deploy.md).
 import json
 from pathlib import Path
 
+from ...targets.provision import nodes_property, provision_schema
+
 INSTANCE_TYPES = sorted(json.loads(Path(__file__).with_name("prices.json").read_text())["broker_hour"])
 MAX_NODES = 6  # two brokers per AZ over the VPC's three; locally at most 3 (a JVM each)
 MAX_VOLUME_GB = 1000  # per broker: 6 x 1,000 GB is about $0.82 an hour of storage
@@ -28,24 +30,16 @@ TARGET = {
     },
 }
 
-PROVISION = {
-    "type": "object",
-    "additionalProperties": False,
-    "properties": {
-        "version": {
-            "description": "Kafka version; omitted: the provider's default (MSK 3.9.x; locally whatever is installed). "
-                           "Locally a given version must match the local Kafka's version prefix.",
-            "type": "string",
-        },
-        "instance_type": {"description": "Amazon MSK broker type: one priced in brokers/kafka/prices.json (a spend "
-                                         "guard: every run's brokers are priced).",
-                          "enum": INSTANCE_TYPES, "default": "kafka.m7g.large"},
-        "nodes": {"description": NODES_DESCRIPTION, "type": "integer", "minimum": 1, "maximum": MAX_NODES},
-        "volume_gb": {"description": f"EBS storage per MSK broker in GB; at most {MAX_VOLUME_GB:,}, a spend guard.",
-                      "type": "integer", "minimum": 1, "maximum": MAX_VOLUME_GB, "default": 100},
-    },
-    "default": {},
-}
+PROVISION = provision_schema(
+    "Kafka version; omitted: the provider's default (MSK 3.9.x; locally whatever is installed). Locally a given "
+    "version must match the local Kafka's version prefix.",
+    instance_type={"description": "Amazon MSK broker type: one priced in brokers/kafka/prices.json (a spend guard: "
+                                  "every run's brokers are priced).",
+                   "enum": INSTANCE_TYPES, "default": "kafka.m7g.large"},
+    nodes=nodes_property(NODES_DESCRIPTION, MAX_NODES),
+    volume_gb={"description": f"EBS storage per MSK broker in GB; at most {MAX_VOLUME_GB:,}, a spend guard.",
+               "type": "integer", "minimum": 1, "maximum": MAX_VOLUME_GB, "default": 100},
+)
 
 CLIENT = {
     "acks": {

@@ -12,6 +12,8 @@ to any of them and move to another when theirs goes. Locally `provision.nats-jet
 the stack's 3-server cluster (`nats@3`).
 """
 
+from ...targets.provision import nodes_property, provision_schema
+
 SYNC_POLICIES = ["2m", "always"]
 MAX_NODES = 3  # locally: the stack's nats@3 (local.py)
 URL = "(nats|tls)://[^,\\s]+"
@@ -33,21 +35,12 @@ TARGET = {
     },
 }
 
-PROVISION = {
-    "type": "object",
-    "additionalProperties": False,
-    "properties": {
-        "version": {
-            "description": "nats-server version; locally it must match the local server's version prefix (NATS has no "
-                           "AWS managed service: in AWS mode give its endpoint in targets.nats-jetstream).",
-            "type": "string",
-        },
-        "nodes": {"description": "Servers locally: 1 (the default) or a JetStream cluster of 2 or 3 servers on this "
-                                 "host (nats@3), each its own process, beside the single server.",
-                  "type": "integer", "minimum": 1, "maximum": MAX_NODES},
-    },
-    "default": {},
-}
+PROVISION = provision_schema(
+    "nats-server version; locally it must match the local server's version prefix (NATS has no AWS managed service: "
+    "in AWS mode give its endpoint in targets.nats-jetstream).",
+    nodes=nodes_property("Servers locally: 1 (the default) or a JetStream cluster of 2 or 3 servers on this host "
+                         "(nats@3), each its own process, beside the single server.", MAX_NODES),
+)
 
 CLIENT = {
     "nats_storage": {

@@ -5,6 +5,8 @@ be a fraction), its batches are also bounded by a message count, and they must f
 message (5 MB by default), where Kafka's batch_bytes goes to 2 GiB.
 """
 
+from ...targets.provision import provision_schema
+
 TARGET = {
     "type": "object",
     "additionalProperties": False,
@@ -28,18 +30,10 @@ TARGET = {
     },
 }
 
-PROVISION = {
-    "type": "object",
-    "additionalProperties": False,
-    "properties": {
-        "version": {
-            "description": "Pulsar version; locally it must match the local standalone's version prefix (Pulsar has no "
-                           "cloud provider: elsewhere give its endpoint in targets.pulsar).",
-            "type": "string",
-        },
-    },
-    "default": {},
-}
+PROVISION = provision_schema(
+    "Pulsar version; locally it must match the local standalone's version prefix (Pulsar has no cloud provider: "
+    "elsewhere give its endpoint in targets.pulsar).",
+)
 
 CLIENT = {
     "pulsar_topic_type": {

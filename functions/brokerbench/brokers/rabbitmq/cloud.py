@@ -38,8 +38,8 @@ import secrets as random_secrets
 from botocore.exceptions import ClientError
 
 from ... import settings
-from ...targets import (DELETING, GONE, KEPT, NOT_DELETABLE, RUN_TAG, ProvisioningError, leftover, raise_client_error,
-                        run_tags, still_waiting, target, torn_down, unreadable)
+from ...targets import (DELETING, GONE, NOT_DELETABLE, RUN_TAG, ProvisioningError, leftover, raise_client_error,
+                        run_tags, still_waiting, target, teardown_found, unreadable)
 from .prices import INSTANCE_TYPES, SINGLE_INSTANCE_ONLY
 
 KIND = "amazonmq"
@@ -64,6 +64,17 @@ PROVISION_PROPERTIES = {
                       "enum": INSTANCE_TYPES, "default": DEFAULT_INSTANCE},
     "version": {"description": f"RabbitMQ engine version on Amazon MQ (default {DEFAULT_VERSION}).", "type": "string"},
 }
+
+
+def quota_need(broker: str, settings: dict) -> int:
+    """Brokers one target of the run takes from the account's quota (Number of brokers per region): one, whether it
+    is a single instance or a cluster of three nodes."""
+    return 1
+
+
+def quota_in_use(client) -> int:
+    """The region's Amazon MQ brokers, whatever their engine or state."""
+    return sum(len(page["BrokerSummaries"]) for page in client.get_paginator("list_brokers").paginate())
 
 
 def broker_name(run_id: str, broker: str) -> str:
@@ -195,20 +206,15 @@ class AmazonMqTargets:
     # -- teardown and the sweeper ---------------------------------------------------------------------
     def teardown(self, run_id: str, broker: str, spec: dict) -> dict:
         name = broker_name(run_id, broker)
-        if spec.get("keep_targets"):
-            return torn_down(broker, KEPT, f"kept {name} (keep_targets)")
+        return teardown_found(broker, name, spec, lambda: self._brokers(name), self.delete,
+                              gone=lambda: self._delete_secret(name))
+
+    def _brokers(self, name: str) -> list[tuple[str, str]]:
+        """The run's brokers of that name, as (broker id, Amazon MQ's state)."""
         try:
-            found = [s for s in self._summaries() if s["BrokerName"] == name]
+            return [(s["BrokerId"], s["BrokerState"]) for s in self._summaries() if s["BrokerName"] == name]
         except ClientError as exc:
             raise_client_error(exc, TRANSIENT, f"looking up Amazon MQ broker {name}")
-        states = [state for state in (self.delete(s["BrokerId"], s["BrokerState"]) for s in found) if state != GONE]
-        if not states:
-            self._delete_secret(name)
-            return torn_down(broker, GONE, "nothing to delete")
-        if NOT_DELETABLE in states:
-            return torn_down(broker, NOT_DELETABLE, f"{name} {NOT_DELETABLE}")
-        self._delete_secret(name)
-        return torn_down(broker, DELETING, f"deleting {name}")
 
     def delete(self, resource: str, state: str) -> str:
         """Delete one broker (or, for the sweeper, one leftover secret `secret:<name>`) if Amazon MQ allows it now."""

@@ -2,6 +2,7 @@
 stack (or Amazon MQ) is asked for, and the client settings both read (one meaning each, so the two rows can share
 them)."""
 
+from ...targets.provision import provision_schema
 from .cloud import PROVISION_PROPERTIES
 
 TARGET = {
@@ -33,19 +34,10 @@ TARGET = {
     },
 }
 
-PROVISION = {
-    "type": "object",
-    "additionalProperties": False,
-    "properties": {
-        "version": {
-            "description": "RabbitMQ version; locally it must match the installed Debian rabbitmq-server's prefix "
-                           "(3.10).",
-            "type": "string",
-        },
-        **PROVISION_PROPERTIES,
-    },
-    "default": {},
-}
+# The version is Amazon MQ's engine version (cloud.py); locally it must match the installed Debian rabbitmq-server's
+# prefix (3.10), as for every broker.
+_CLOUD = dict(PROVISION_PROPERTIES)
+PROVISION = provision_schema(_CLOUD.pop("version")["description"], **_CLOUD)
 
 CLIENT = {
     "rabbitmq_in_flight": {

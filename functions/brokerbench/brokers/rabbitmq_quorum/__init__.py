@@ -1,7 +1,7 @@
 """RabbitMQ quorum queues over AMQP 0-9-1 (pika), on the local RabbitMQ node that rabbitmq-streams shares, or on
 Amazon MQ for RabbitMQ in the cloud (AMQP over TLS)."""
 
-from .. import Capabilities, Cloud, CloudFault, Plugin, Settings
+from .. import Capabilities, Cloud, CloudFault, CloudQuota, Plugin, Settings
 from ..rabbitmq import settings
 from ..rabbitmq.local import SERVICE
 
@@ -25,6 +25,9 @@ PLUGIN = Plugin(
     # prices: brokers/rabbitmq/prices.py; creation_s: an Amazon MQ broker takes about 20 min to create
     cloud=Cloud(service="Amazon MQ for RabbitMQ", factory="brokerbench.brokers.rabbitmq.cloud:provider",
                 prices="brokerbench.brokers.rabbitmq.prices:price", creation_s=20 * 60,
+                quota=CloudQuota(service_code="mq", name="Number of brokers per region", code="L-4D525FD5",
+                                 unit="brokers", client="mq", need="brokerbench.brokers.rabbitmq.cloud:quota_need",
+                                 in_use="brokerbench.brokers.rabbitmq.cloud:quota_in_use"),
                 fault=CloudFault(call="mq:RebootBroker", does="restarts the whole broker, every node of a cluster",
                                  hooks="brokerbench.brokers.rabbitmq.cloud_faults", targets=())),
     libraries=("pika",),

@@ -1,6 +1,6 @@
 """Redis Streams: the redis-py/hiredis driver, a local redis-server, ElastiCache for Redis in the cloud."""
 
-from .. import Capabilities, Cloud, CloudFault, Plugin, Settings
+from .. import Capabilities, Cloud, CloudFault, CloudQuota, Plugin, Settings
 from . import settings
 from .local import RedisService
 
@@ -24,6 +24,9 @@ PLUGIN = Plugin(
     # prices: brokers/redis_streams/prices.py; creation_s: a one-node replication group about 10 min
     cloud=Cloud(service="ElastiCache for Redis", factory="brokerbench.brokers.redis_streams.cloud:provider",
                 prices="brokerbench.brokers.redis_streams.prices:price", creation_s=10 * 60,
+                quota=CloudQuota(service_code="elasticache", name="Nodes per Region", code=None, unit="nodes",
+                                 client="elasticache", need="brokerbench.brokers.redis_streams.cloud:quota_need",
+                                 in_use="brokerbench.brokers.redis_streams.cloud:quota_in_use"),
                 fault=CloudFault(call="elasticache:TestFailover",
                                  does="fails the replication group's primary over to a replica",
                                  hooks="brokerbench.brokers.redis_streams.cloud_faults", targets=("leader",))),

@@ -18,13 +18,26 @@ from __future__ import annotations
 from botocore.exceptions import ClientError
 
 from ... import settings
-from ...targets import (DELETING, GONE, KEPT, NOT_DELETABLE, RUN_TAG, ProvisioningError, leftover, raise_client_error,
-                        resource_name, run_tags, still_waiting, target, torn_down, unreadable)
+from ...targets import (DELETING, GONE, NOT_DELETABLE, RUN_TAG, ProvisioningError, leftover, raise_client_error,
+                        resource_name, run_tags, still_waiting, target, teardown_found, unreadable)
 
 DEFAULT_VERSION = "7.1"
 TRANSIENT = {"Throttling", "InvalidReplicationGroupState", "ServiceUnavailable"}
 DELETABLE = {"available", "create-failed"}  # DeleteReplicationGroup refuses any other state
 NOT_FOUND = "ReplicationGroupNotFoundFault"
+DEFAULT_NODES = 1  # a primary and nodes - 1 replicas
+
+
+def quota_need(broker: str, settings: dict) -> int:
+    """Nodes one replication group of the run takes from the account's quota (Nodes per Region)."""
+    return settings.get("nodes", DEFAULT_NODES)
+
+
+def quota_in_use(client) -> int:
+    """Cache nodes in the region: each cluster's (a replication group's members are clusters of their own)."""
+    return sum(cluster.get("NumCacheNodes", 0)
+               for page in client.get_paginator("describe_cache_clusters").paginate()
+               for cluster in page["CacheClusters"])
 
 
 class ElastiCacheTargets:
@@ -41,7 +54,7 @@ class ElastiCacheTargets:
 
     def provision(self, run_id: str, broker: str, spec: dict) -> dict:
         settings = spec["provision"].get("redis-streams", {})
-        nodes = settings.get("nodes", 1)  # a primary and nodes - 1 replicas
+        nodes = quota_need(broker, settings)
         name = resource_name(run_id, broker)
         try:
             token = self.secrets.get_secret_value(SecretId=self.auth_secret_arn)["SecretString"]
@@ -99,19 +112,17 @@ class ElastiCacheTargets:
 
     def teardown(self, run_id: str, broker: str, spec: dict) -> dict:
         name = resource_name(run_id, broker)
-        if spec.get("keep_targets"):
-            return torn_down(broker, KEPT, f"kept {name} (keep_targets)")
+        return teardown_found(broker, name, spec, lambda: self._groups(name), self.delete, state_shown=True)
+
+    def _groups(self, name: str) -> list[tuple[str, str]]:
+        """The run's replication group, as (its id, ElastiCache's status): none, or one."""
         try:
             groups = self.client.describe_replication_groups(ReplicationGroupId=name)["ReplicationGroups"]
         except ClientError as exc:
             if exc.response["Error"]["Code"] == NOT_FOUND:
-                return torn_down(broker, GONE, "nothing to delete")
+                return []
             raise_client_error(exc, TRANSIENT, f"looking up ElastiCache replication group {name}")
-        state = self.delete(name, groups[0]["Status"])
-        if state == GONE:
-            return torn_down(broker, GONE, "nothing to delete")
-        return torn_down(broker, state, f"deleting {name}" if state == DELETING
-                         else f"{name} {state} ({groups[0]['Status']})")
+        return [(name, groups[0]["Status"])]
 
     def delete(self, name: str, status: str) -> str:
         """Delete one group if ElastiCache allows it now: DELETING when it is going away, NOT_DELETABLE while it

@@ -8,6 +8,8 @@ CreateReplicationGroup), so a request that got past this schema still cannot cre
 import json
 from pathlib import Path
 
+from ...targets.provision import nodes_property, provision_schema
+
 NODE_TYPES = sorted(json.loads(Path(__file__).with_name("prices.json").read_text())["node_hour"])
 
 TARGET = {
@@ -22,28 +24,18 @@ TARGET = {
     },
 }
 
-PROVISION = {
-    "type": "object",
-    "additionalProperties": False,
-    "properties": {
-        "version": {
-            "description": "Redis engine version; omitted: the provider's default (ElastiCache 7.1; locally whatever is "
-                           "installed). Locally a given version must match the local Redis's version prefix.",
-            "type": "string",
-        },
-        "nodes": {"description": "Redis servers. Locally 1 (the default), or a failover cluster of 2 or 3 on this host "
-                           "(`redis@2`, `redis@3`): a master and 1 or 2 replicas, watched by three Sentinels (quorum "
-                           "2) that promote a replica when the master fails. On ElastiCache: a primary and 1 or 2 "
-                           "replicas with automatic failover and Multi-AZ on (each node priced). Replication is "
-                           "asynchronous: a failover may lose acknowledged XADDs (client.redis_wait_replicas narrows "
-                           "that).",
-                  "type": "integer", "minimum": 1, "maximum": 3},
-        "node_type": {"description": "ElastiCache node type: one priced in brokers/redis_streams/prices.json (a spend "
-                                     "guard, also held by the IAM policy's elasticache:CacheNodeType condition).",
-                      "enum": NODE_TYPES, "default": "cache.r7g.large"},
-    },
-    "default": {},
-}
+PROVISION = provision_schema(
+    "Redis engine version; omitted: the provider's default (ElastiCache 7.1; locally whatever is installed). Locally "
+    "a given version must match the local Redis's version prefix.",
+    nodes=nodes_property("Redis servers. Locally 1 (the default), or a failover cluster of 2 or 3 on this host "
+                         "(`redis@2`, `redis@3`): a master and 1 or 2 replicas, watched by three Sentinels (quorum 2) "
+                         "that promote a replica when the master fails. On ElastiCache: a primary and 1 or 2 replicas "
+                         "with automatic failover and Multi-AZ on (each node priced). Replication is asynchronous: a "
+                         "failover may lose acknowledged XADDs (client.redis_wait_replicas narrows that).", 3),
+    node_type={"description": "ElastiCache node type: one priced in brokers/redis_streams/prices.json (a spend guard, "
+                              "also held by the IAM policy's elasticache:CacheNodeType condition).",
+               "enum": NODE_TYPES, "default": "cache.r7g.large"},
+)
 
 CLIENT = {
     "pipeline_depth": {

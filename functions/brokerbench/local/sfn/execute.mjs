@@ -1,6 +1,7 @@
 // Executes an ASL definition with aws-local-stepfunctions. Every Task state is handed to the
 // brokerbench bridge over HTTP (127.0.0.1), which runs the same handler modules Lambda runs.
-// stdin: {definition, input, bridge, context}; stdout (last line): {status, output | error, cause}.
+// stdin: {definition, input, bridge, context, time_scale?}; stdout (last line): {status, output | error, cause,
+// waits}.
 import http from 'node:http';
 import { StateMachine } from 'aws-local-stepfunctions';
 
@@ -34,6 +35,18 @@ function post(url, body) {
 }
 
 const job = await readStdin();
+
+// time_scale (tests): every wait the interpreter makes (a Wait state, a Retry's interval and backoff, a task's
+// TimeoutSeconds) lasts that fraction of what the definition asks, so the definition's own retry policy runs for
+// real in seconds; `waits` lists what it asked for (ms), in order.
+const waits = [];
+if (job.time_scale !== undefined && job.time_scale !== 1) {
+  const nativeSetTimeout = globalThis.setTimeout;
+  globalThis.setTimeout = (callback, ms = 0, ...args) => {
+    waits.push(ms);
+    return nativeSetTimeout(callback, ms * job.time_scale, ...args);
+  };
+}
 const handlers = {};
 for (const [state, resource] of Object.entries(taskResources(job.definition.States))) {
   handlers[state] = async (input) => {
@@ -56,4 +69,4 @@ try {
   const cause = error.cause ?? error;
   outcome = { status: 'FAILED', error: cause.name ?? 'Error', cause: cause.message ?? String(cause) };
 }
-process.stdout.write(`${JSON.stringify(outcome)}\n`);
+process.stdout.write(`${JSON.stringify({ ...outcome, waits })}\n`);

@@ -1,15 +1,16 @@
-"""Synthetic runs (events shaped exactly like a real run's) for report benchmarks and tests."""
+"""Synthetic runs (events shaped exactly like a real run's) for the tests and the report benchmarks (bench/ puts this
+folder on its path): nothing of the package uses them, so they live beside their users, not in it."""
 
 from __future__ import annotations
 
 import numpy as np
 
-from .. import histogram, verdict
-from ..events import make_event, new_run_id
-from ..events.run import run_requested_events
-from ..series import interval_digest, verdict_basis
-from ..spec import expand, validate
-from .model import METRICS
+from brokerbench import histogram, verdict
+from brokerbench.events import make_event, new_run_id
+from brokerbench.events.run import run_requested_events
+from brokerbench.reports.model import METRICS
+from brokerbench.series import interval_digest, verdict_basis
+from brokerbench.spec import expand, validate
 
 METRICS_US = ("publish_latency_us", "publish_delay_us", "end_to_end_latency_us")
 

@@ -50,7 +50,7 @@ def synthetic_run(spec_doc: dict, *, intervals: int = 10, rate_scale: float = 1.
                                                               for b in spec["brokers"]}})]
     pool = _interval_pool(rng, latency_scale)
     for cell in cells:
-        rate = 5000 if cell["rate"] == "max" else cell["rate"]
+        rate = 5000 if cell["rate"] in ("max", "sustainable") else cell["rate"]  # a search: as if at its rate found
         events.append(make_event(run_id, "CellStarted", {"cell_id": cell["cell_id"], "cell": cell, "topic": "t",
                                                          "attempt": 0}, cell_index=cell["index"]))
         cumulative = {m: histogram.new() for m in (*METRICS_US, "encode_ns", "decode_ns")}

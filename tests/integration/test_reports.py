@@ -6,12 +6,14 @@ import sys
 from pathlib import Path
 
 import pytest
+from results_tools import assert_logs_match, read_cells_csv
 from synthetic import synthetic_run
 
 from brokerbench.events import new_run_id
 from brokerbench.events.dynamodb import DynamoEventStore
 from brokerbench.reports import regression
 from brokerbench.reports.model import build_report
+from brokerbench.reports.results import build_results
 
 BIN = Path(sys.executable).parent / "brokerbench"
 PAGE_CHECK = Path(__file__).parents[1] / "e2e" / "report_page.mjs"
@@ -72,13 +74,17 @@ def test_the_baseline_is_the_latest_completed_run_of_the_suite_and_regressions_a
     assert len(report["regressions"]) == called
 
 
-def test_report_and_compare_commands(stack, runs, tmp_path):
+def test_report_and_compare_commands(stack, stack_store, runs, tmp_path):
     baseline_id, candidate_id, older = runs
     common = [str(BIN), "--state-dir", str(stack.state_dir)]
     md = subprocess.run([*common, "report", candidate_id, "--out", str(tmp_path)], capture_output=True, text=True)
     assert md.returncode == 0, md.stderr
     assert "## Regressions" in md.stdout and "throughput_msgs_per_s" in md.stdout
     assert (tmp_path / candidate_id / "report.md").is_file()
+    # ...and the files other tools read, rebuilt from the store as Aggregate writes them.
+    results = build_results(stack_store.read(candidate_id, interval_histograms=False))
+    assert set(read_cells_csv(tmp_path / candidate_id / "cells.csv")) == {c["cell_id"] for c in results["cells"]}
+    assert assert_logs_match(tmp_path / candidate_id, results, {c["cell_id"]: 10 for c in results["cells"]}) == 8 * 5
     as_json = subprocess.run([*common, "report", candidate_id, "--format", "json", "--out", str(tmp_path)],
                              capture_output=True, text=True)
     assert json.loads((tmp_path / candidate_id / "report.json").read_text())["run_id"] == candidate_id, as_json.stderr

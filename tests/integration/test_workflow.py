@@ -4,12 +4,14 @@ import json
 
 import pytest
 from conftest import CORE_SERVICES
+from results_tools import assert_logs_match, read_cells_csv, read_hlog
 
 from brokerbench.events.dynamodb import DynamoEventStore
 from brokerbench.local.stack import LocalStack, free_port
 from brokerbench.local.workflow import LocalWorkflow
 from brokerbench.events import new_run_id
-from brokerbench.reports.results import build_results
+from brokerbench.reports.export import hlog_path
+from brokerbench.reports.results import build_results, problems
 
 
 def execute(stack, tmp_path, request):
@@ -45,6 +47,18 @@ def test_happy_path_runs_lambda_and_ec2_workers_and_tears_down(stack, tmp_path):
     for name in ("report.html", "report.md", "report.json"):
         assert (tmp_path / "reports" / execution.run_id / name).is_file(), name
     assert all(c["status"] == "completed" and c["sent"] == c["received"] == 400 for c in results["cells"])
+    # The documented format, and the files other tools read: the logs give results.json's percentiles, and count
+    # what the consumers received; the CSV the cells' figures.
+    folder = tmp_path / "reports" / execution.run_id
+    assert problems(results) == []
+    assert assert_logs_match(folder, results, {c["cell_id"]: c["intervals"] for c in results["cells"]}) == 4 * 6
+    for cell in results["cells"]:
+        assert read_hlog(folder / hlog_path(cell["cell_id"], "end_to_end_latency_us"))[0].get_total_count() == 400
+    rows = read_cells_csv(folder / "cells.csv")
+    assert {cell_id: (int(r["received"]), float(r["throughput_msgs_per_s"])) for cell_id, r in rows.items()} == {
+        c["cell_id"]: (400, c["throughput_msgs_per_s"]) for c in results["cells"]}
+    files = next(e for e in events if e["type"] == "ReportBuilt")["data"]["files"]
+    assert (files["csv"], files["hlog"]) == (str(folder / "cells.csv"), str(folder / "hlog"))
     assert states(execution)[:2] == ["ValidateRequest", "PlanCells"]
     assert states(execution).index("CheckRegression") < states(execution).index("Aggregate")
     report = json.loads((tmp_path / "reports" / execution.run_id / "report.json").read_text())
@@ -69,6 +83,10 @@ def test_a_failing_cell_is_recorded_and_the_run_completes(stack, tmp_path):
     assert kafka["status"] == "failed" and "did not answer" in kafka["reason"]
     assert redis_cell["status"] == "completed" and redis_cell["lost"] == 0
     assert results["status"] == "completed_with_failures"
+    assert problems(results) == []
+    folder = tmp_path / "reports" / execution.run_id
+    assert assert_logs_match(folder, results) == 6  # the completed cell's; the failed one has none
+    assert read_cells_csv(folder / "cells.csv")[kafka["cell_id"]]["status"] == "failed"
     assert "Notify" in states(execution) and states(execution)[-2:] == ["TeardownTarget", "TeardownTarget"]
     [note] = [json.loads(line) for line in (tmp_path / "reports" / execution.run_id / "notifications.jsonl").open()]
     assert note["message"]["failed_cells"][0]["cell_id"] == kafka["cell_id"]

@@ -61,6 +61,7 @@ def cmd_report(args) -> int:
 
     with event_store(args) as store:
         found = _run_events(store, args.run_id)
+        exports = [] if isinstance(found, int) else _write_exports(args, store, found[0])
     if isinstance(found, int):
         return found
     report = build_report(found[0])
@@ -75,9 +76,23 @@ def cmd_report(args) -> int:
     if args.format == "md":
         print(body)
     console.print(f"report: {path}")
+    console.print(f"for other tools: {', '.join(exports)}")
     if args.format == "html" and not args.no_open and open_report(path):
         console.print("(opened in the browser)", style="dim")
     return EXIT_OK
+
+
+def _write_exports(args, store, events: list[dict]) -> list[str]:
+    """cells.csv and hlog/ beside the report, as the workflow's Aggregate writes them (the logs read each cell's
+    intervals from the store, so this runs with the store up); where they are."""
+    from ..reports import export
+    from ..reports.results import build_results
+    from ..workflow.outputs import FolderReports
+
+    sink = FolderReports(args.out)
+    written = [sink.write(args.run_id, export.CELLS_CSV, export.cells_csv(build_results(events)))]
+    folder = export.write_hlogs(lambda name, text: sink.write(args.run_id, name, text), store, args.run_id, events)
+    return written + ([folder] if folder else [])
 
 
 def _history(args, store, baseline_events: list[dict]) -> list[list[dict]]:
@@ -170,7 +185,8 @@ def register(sub) -> None:
     report = sub.add_parser("report", help="build a run's comparison report from its events")
     report.add_argument("run_id")
     report.add_argument("--format", choices=sorted(REPORT_FILES), default="md", help="md (printed), html or json")
-    report.add_argument("--out", default="reports", help="writes OUT/<run_id>/report.<format> (default reports/)")
+    report.add_argument("--out", default="reports",
+                        help="writes OUT/<run_id>/report.<format>, cells.csv and hlog/ (default reports/)")
     report.add_argument("--no-open", action="store_true", help=NO_OPEN_HELP.replace("the HTML report", "an HTML report"))
     add_store_options(report)
     report.set_defaults(func=cmd_report)

@@ -44,6 +44,11 @@ def cell_prefix(cell_index: int) -> str:
     return f"10#c{cell_index:05d}#"
 
 
+def intervals_prefix(cell_index: int, attempt: int) -> str:
+    """The sort keys of one attempt's IntervalMeasured events."""
+    return f"{cell_prefix(cell_index)}1#a{attempt:02d}#"
+
+
 def run_listing_key(event: dict, suite: str | None = None) -> dict:
     """The listing key of a RunRequested event (every store's `run_key`): where a page that ends with it
     resumes."""
@@ -70,7 +75,7 @@ def sort_key(event_type: str, cell_index: int | None = None, interval: int | Non
         if event_type == "CellStarted":
             return f"{cell}0#a{attempt:02d}"
         if event_type == "IntervalMeasured":
-            return f"{cell}1#a{attempt:02d}#i{interval:06d}"
+            return f"{intervals_prefix(cell_index, attempt)}i{interval:06d}"
         return f"{cell}2#end"
     if event_type in RUN_EVENTS:
         return "90#run#end"

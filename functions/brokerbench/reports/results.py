@@ -1,8 +1,20 @@
-"""The results projection: a run's events → results.json (OpenMessaging Benchmark names in snake_case)."""
+"""The results projection: a run's events → results.json (OpenMessaging Benchmark names in snake_case).
+
+results.json is a format others read: schemas/results.schema.json describes it (docs/results.md field by field) and
+`schema_version` says which version of it a file is. The version rises when a field changes meaning or goes away;
+a new optional field keeps it, so a reader written for version N reads every file of version N.
+"""
 
 from __future__ import annotations
 
+import json
+from functools import cache
+
+from jsonschema import Draft202012Validator
+from referencing import Registry, Resource
+
 from ..events import planned_cells, run_status
+from ..paths import SCHEMAS_DIR
 from ..registry import NOT_STATED, UnknownBroker, for_target
 from ..figures import (  # noqa: F401 (the old import paths)
     _RANGES,
@@ -30,6 +42,11 @@ from ..figures import (  # noqa: F401 (the old import paths)
     with_missing,
 )
 
+
+SCHEMA_VERSION = 1  # results.json's format version (schemas/results.schema.json `schema_version`)
+RESULTS_SCHEMA = SCHEMAS_DIR / "results.schema.json"
+# The results schema takes the shapes it shares with the events and the run request from their schemas, by reference.
+SHARED_SCHEMAS = ("events.schema.json", "run-request.schema.json")
 
 DURABILITY_RULE = ("Durability, per broker: what a send's acknowledgement waited for with the run's settings in force "
                    "(its plug-in states it from the recorded settings): fsync true = a disk sync of the message, "
@@ -67,6 +84,7 @@ def build_results(events: list[dict], cache: dict | None = None) -> dict:
     targets = by_type.get("TargetsReady", [{"data": {"targets": {}}}])[0]["data"]["targets"]
     status, reason = run_status(run_end, by_type.get("StepFailed", []))
     return {
+        "schema_version": SCHEMA_VERSION,
         "run_id": requested["run_id"],
         "name": requested["data"]["spec"].get("name", "adhoc"),
         "status": status or "running",
@@ -78,3 +96,18 @@ def build_results(events: list[dict], cache: dict | None = None) -> dict:
         "durability": durability(requested["data"]["spec"], targets),
         "cells": cells,
     }
+
+
+@cache
+def _validator() -> Draft202012Validator:
+    schema = json.loads(RESULTS_SCHEMA.read_text())
+    shared = [json.loads((SCHEMAS_DIR / name).read_text()) for name in SHARED_SCHEMAS]
+    registry = Registry().with_resources((doc["$id"], Resource.from_contents(doc)) for doc in shared)
+    return Draft202012Validator(schema, registry=registry)
+
+
+def problems(results: dict) -> list[str]:
+    """Where a results document departs from schemas/results.schema.json: one line per problem, with its place
+    (e.g. "cells/3/end_to_end_latency_us/p99: 'x' is not of type 'number', 'null'"); [] when it conforms."""
+    found = sorted(_validator().iter_errors(results), key=lambda e: list(map(str, e.absolute_path)))
+    return [f"{'/'.join(map(str, e.absolute_path)) or '(document)'}: {e.message}" for e in found]

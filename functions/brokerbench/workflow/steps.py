@@ -19,7 +19,7 @@ from ..events.run import run_completed_event, run_requested_events
 from ..observability import logger
 from ..plan import plan
 from ..registry import get_driver
-from ..reports import history, html, markdown
+from ..reports import export, history, html, markdown
 from ..reports.model import build_report
 from ..reports.results import build_results
 from ..spec import SpecError, lanes, validate
@@ -178,9 +178,12 @@ REGRESSION_FILE = "regression.json"
 
 def publish_reports(store, run_id: str, events: list[dict] | None = None,
                     regression_check: dict | None = None) -> dict[str, str]:
-    """results.json and the comparison report (json, md, html), built from the run's events.
+    """results.json, the comparison report (json, md, html) and the files other tools read (cells.csv, and hlog/:
+    the cells' interval histograms as HdrHistogram logs), built from the run's events.
 
     `regression_check` is CheckRegression's result, passed through as it is (report["regression_check"]).
+    The files are named one per kind; hlog/ by its folder (a run of many cells has thousands of logs), left out for a
+    run of more than export.AGGREGATE_MAX_INTERVALS cell-seconds.
     """
     events = events if events is not None else read_report_events(store, run_id)
     report = build_report(events)
@@ -188,12 +191,22 @@ def publish_reports(store, run_id: str, events: list[dict] | None = None,
         report["regression_check"] = regression_check
         report["baseline"] = regression_check.get("baseline_run_id")
     sink = wiring.reports()
-    return {
-        "results": sink.write(run_id, "results.json", json.dumps(build_results(events), indent=2)),
+    results = build_results(events)
+    files = {
+        "results": sink.write(run_id, "results.json", json.dumps(results, indent=2)),
         "json": sink.write(run_id, "report.json", json.dumps(report, indent=2)),
         "md": sink.write(run_id, "report.md", markdown.render(report)),
         "html": sink.write(run_id, "report.html", html.render(report)),
+        "csv": sink.write(run_id, export.CELLS_CSV, export.cells_csv(results)),
     }
+    intervals = export.run_intervals(events)
+    if intervals > export.AGGREGATE_MAX_INTERVALS:
+        logger.warning("HdrHistogram logs not written: too many intervals for this step (brokerbench report writes "
+                       "them)", extra={"run_id": run_id, "intervals": intervals,
+                                       "limit": export.AGGREGATE_MAX_INTERVALS})
+        return files
+    folder = export.write_hlogs(lambda name, text: sink.write(run_id, name, text), store, run_id, events)
+    return {**files, "hlog": folder} if folder else files
 
 
 # What the notification says of each regression: a change point also names the run it began with, the run before

@@ -96,14 +96,20 @@ def test_wait_acknowledges_a_write_only_once_replicas_have_it(endpoint):
     assert wait_for(lambda: replicas_linked(endpoint), REJOIN_BOUND_S)
     with pytest.raises(TargetRefused, match="client.redis_wait_replicas: 3 replica"):
         get_driver("redis-streams", endpoint, {**CLIENT, "redis_wait_replicas": 3}).check()
-    driver = get_driver("redis-streams", endpoint, {**CLIENT, "redis_wait_replicas": 2, "redis_wait_timeout_ms": 300})
-    driver.check()
-    driver.create_topic("bb-wait", 1)
+    # Replicas that have a write are waited for up to 5 s (a CI host under three test workers timed out a first
+    # write's WAIT at 300 ms); with the replicas stopped, the same WAIT at 300 ms must time out.
+    patient = get_driver("redis-streams", endpoint, {**CLIENT, "redis_wait_replicas": 2, "redis_wait_timeout_ms": 5000})
+    patient.check()
+    patient.create_topic("bb-wait", 1)
     acks: list[tuple[bytes, bool]] = []
-    producer = driver.producer("bb-wait", 1, "batch", lambda h, ok, at: acks.append((h, ok)))
+    first = patient.producer("bb-wait", 1, "batch", lambda h, ok, at: acks.append((h, ok)))
     for seq in range(50):
-        producer.send(header(seq), b"x" * 100, 0)
-    assert producer.flush(10) == 0 and acks == [(header(seq), True) for seq in range(50)]
+        first.send(header(seq), b"x" * 100, 0)
+    assert first.flush(30) == 0 and acks == [(header(seq), True) for seq in range(50)]
+    first.close()
+    patient.close()
+    driver = get_driver("redis-streams", endpoint, {**CLIENT, "redis_wait_replicas": 2, "redis_wait_timeout_ms": 300})
+    producer = driver.producer("bb-wait", 1, "batch", lambda h, ok, at: acks.append((h, ok)))
 
     master = cluster.leader(endpoint, "bb-wait-0")
     stopped = [pid for entry in endpoint["nodes"] if entry["node"] != master for pid in entry["pids"]]

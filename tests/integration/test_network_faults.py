@@ -121,6 +121,16 @@ def assert_outage_covered(events: list[dict], endpoints: dict, broker: str, effe
     return cell
 
 
+def assert_broker_holds_what_it_acknowledged(cell: dict) -> None:
+    """The broker's own count (XLEN, stream info, the management API) holds every message it acknowledged (and
+    those the consumers received unacknowledged), and more only by publishes whose answer the fault took: a message
+    the broker stored as the link was reset, its acknowledgement lost on the way back (a send error or
+    unacknowledged to the producer; nats@3 once held 3 such, of 404 send errors), or a copy sent again."""
+    count = cell["broker_count"]
+    unanswered = sum(cell[k] or 0 for k in ("send_errors", "unacknowledged", "duplicated"))
+    assert 0 <= count["difference"] <= unanswered, (cell["broker"], count, unanswered)
+
+
 def test_a_reset_or_blackhole_makes_the_clients_wait_at_least_its_duration_and_loses_nothing(
         stack, provisioned, store):
     request = {**BASE, "name": "it-network-outage", "brokers": ["redis-streams"],
@@ -147,7 +157,7 @@ def test_a_reset_on_nats_and_on_rabbitmqs_amqp_and_stream_listeners_makes_their_
     events, endpoints = run(request, provisioned, store)
     for broker in brokers:
         cell = assert_outage_covered(events, endpoints, broker, "reset")
-        assert cell["broker_count"]["difference"] == 0, (broker, cell["broker_count"])  # the broker's own count
+        assert_broker_holds_what_it_acknowledged(cell)
         links = endpoints[broker]["proxy"]["links"]
         [fault, _] = cell_faults(events, cell["cell_id"])["applied"]
         assert sorted(fault.get("proxies") or [fault["proxy"]]) == sorted(link["name"] for link in links)
@@ -172,7 +182,7 @@ def test_a_reset_of_the_masters_link_behind_sentinel_fails_nothing_over_and_lose
     faults = cell_faults(events, cell["cell_id"])
     fault = faults["applied"][0]
     assert fault["nodes"] == [fault["leader_before"]] and faults["leader_at_end"] == fault["leader_before"], faults
-    assert cell["broker_count"]["difference"] == 0, cell["broker_count"]  # the master's own XLEN
+    assert_broker_holds_what_it_acknowledged(cell)  # the master's own XLEN
     client = client_endpoint(endpoints["redis-streams"])
     assert set(client["node_addresses"].values()) == {link["listen"] for link in client["proxy"]["links"]}
 
@@ -204,7 +214,8 @@ def test_every_nats_cluster_client_keeps_to_the_proxies(stack, provisioned, stor
         assert gap["to_s"] >= min(a["at_s"] for a in off), faults
     assert faults["leader_at_end"] == on[0]["leader_before"] is not None, faults
     assert_accounting_whole(cell)
-    assert cell["lost"] == 0 and cell["broker_count"]["difference"] == 0, (cell, cell["broker_count"])
+    assert cell["lost"] == 0
+    assert_broker_holds_what_it_acknowledged(cell)
     print(f"nats@3, every link reset: {faults['producer_ack_gap']['s']:.3f} s and "
           f"{faults['consumer_receipt_gap']['s']:.3f} s without an answer, send errors {cell['send_errors']}")
 

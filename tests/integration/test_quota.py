@@ -209,6 +209,12 @@ def test_the_sustainable_rate_search_finds_the_cap(quota, endpoints, store):
     assert found <= cap_msgs_per_s() * 1.10, said
     assert all(s["verdict"] != "sustainable" for s in steps if s["rate"] > cap_msgs_per_s() * 1.10), said
     assert any(s["verdict"] != "sustainable" and s["rate"] > found for s in steps)  # bracketed from above
+    if cell["limit"]["by"] == "client":
+        # A step above the rate found failed with its producer short of CPU or of window room: a reading a busy host
+        # can give (a CI host under three test workers did), never a steady one, where the cap alone stops it.
+        assert not conditions[cell["cell_id"]].steady, (conditions[cell["cell_id"]], cell["limit"], said)
+        pytest.skip(f"the search ended client-bound on a busy machine ({conditions[cell['cell_id']]}): the rate found "
+                    f"{found:,.0f} msgs/s is only a lower bound, not judged against the cap")
     assert cell["limit"]["by"] == "broker"  # the cap stopped the search, not the load generator: no "≥"
     assert all({"rate", "verdict", "reasons", "end_to_end_p99_us"} <= s.keys() for s in steps)
     assert cell["verdict"] == "sustainable"  # the cell's figures are those of the step that held

@@ -293,7 +293,7 @@ def test_a_cell_that_ends_while_its_broker_is_down_waits_for_the_brokers_count(t
     driver.connect().shutdown(save=True)  # the entries on disk, read again by the next start
     first.wait(30)
     run = cell_module._CellRun.__new__(cell_module._CellRun)
-    run.driver, run.topic, run.cell = driver, "bb-count", {"partitions": 1}
+    run.driver, run.topic, run.cell, run.faults = driver, "bb-count", {"partitions": 1}, None  # a cell without faults
     monkeypatch.setattr(cell_module, "COUNT_WAIT_S", 1.0)
     started_at = time.monotonic()
     assert run._final_count() is None and time.monotonic() - started_at >= 1.0

@@ -662,27 +662,32 @@ class _CellRun:
         count = self.driver.message_count(self.topic, lanes(self.cell))
         if count is not None:
             return count
-        if not self._broker_back():
+        back = self._broker_back()
+        if back is None:
             return None
         count = self.driver.message_count(self.topic, lanes(self.cell))
         # After a fault, a cluster that answers may still be settling its leaders (a restarted node taking its
-        # partitions back): the count is asked again for a while, as it is on a broker that did not answer.
-        deadline = time.monotonic() + (FAULT_COUNT_WAIT_S if self.faults else 0)
+        # partitions back), and a broker that was down and answers again may still refuse a client's connection from
+        # before (a pooled one the restart closed): the count is asked again for a while.
+        deadline = time.monotonic() + (FAULT_COUNT_WAIT_S if self.faults or back else 0)
         while count is None and time.monotonic() < deadline:
             time.sleep(1.0)
             count = self.driver.message_count(self.topic, lanes(self.cell))
         return count
 
-    def _broker_back(self) -> bool:
-        """Whether the broker answers, waiting up to COUNT_WAIT_S for one that does not (yet)."""
+    def _broker_back(self) -> bool | None:
+        """Whether the broker answers, waiting up to COUNT_WAIT_S for one that does not (yet): False when it answered
+        at once, True when it answered after it had not, None when it never did."""
         deadline = time.monotonic() + COUNT_WAIT_S
+        refused = False
         while True:
-            try:
-                self.driver.check(timeout_s=min(5.0, max(0.5, deadline - time.monotonic())))
-                return True
+            try:  # asked briefly first, so that a broker on its way back is told from one that answered at once
+                self.driver.check(timeout_s=min(5.0, max(0.5, deadline - time.monotonic())) if refused else 1.0)
+                return refused
             except Exception:  # noqa: BLE001 (unreachable, whatever the client raises)
                 if time.monotonic() >= deadline:
-                    return False
+                    return None
+                refused = True
                 time.sleep(0.5)
 
     def _complete(self, done: dict) -> CellOutcome:

@@ -15,10 +15,12 @@ a plain NATS connection of its own (PUB with a reply subject per message, the Pu
 asyncio publish path reached about a fifth of `nats bench` on the same server.
 
 Each consumer process creates a durable pull consumer on the stream for its lanes (filter subjects), named after
-the group and the lanes, acknowledgement policy "all": acknowledging a message acknowledges every earlier one of
-that consumer. The consumer acknowledges the last message of each fetched batch, with its next poll (after the
-worker took the batch's receive timestamps): one acknowledgement per batch, not per message, for a consumer that is
-the only reader of its subjects and takes every message in order, so nothing it has not received is acknowledged.
+the group and the lanes, acknowledgement policy "explicit": the consumer acknowledges each message of a fetched
+batch with its next poll (after the worker took the batch's receive timestamps), the acknowledgements written out
+together. Not policy "all" (one acknowledgement per batch, for every earlier message too): a delivery that a
+connection reset lost on its way to the client would be acknowledged by the next batch's, and a message the stream
+still holds would read as lost. Explicitly, it stays pending for the group (the backlog counts it: undelivered) and
+is delivered again after ack_wait.
 """
 
 from __future__ import annotations
@@ -420,14 +422,14 @@ class NatsProducer:
 
 
 class NatsConsumer:
-    """A durable pull consumer for the lanes given, acknowledgement policy "all" (see the module's notes)."""
+    """A durable pull consumer for the lanes given, acknowledgement policy "explicit" (see the module's notes)."""
 
     def __init__(self, urls: list[str], topic: str, durable: str, lanes: list[int], batch: int) -> None:
         self._stream = stream_name(topic)
         self._durable = durable
         self._lane = {subject(topic, p): p for p in lanes}
         self._batch = batch
-        self._last = None  # the last message received, not acknowledged yet
+        self._received: list = []  # the messages of the last fetch, not acknowledged yet
         self._loop = Loop()
         try:
             self._loop.run(self._open(urls))
@@ -438,16 +440,22 @@ class NatsConsumer:
     async def _open(self, urls: list[str]) -> None:
         self._nc = await _connect(urls)
         js = self._nc.jetstream()
-        config = api.ConsumerConfig(durable_name=self._durable, ack_policy=api.AckPolicy.ALL,
+        config = api.ConsumerConfig(durable_name=self._durable, ack_policy=api.AckPolicy.EXPLICIT,
                                     deliver_policy=api.DeliverPolicy.ALL, filter_subjects=list(self._lane),
                                     max_ack_pending=max(10 * self._batch, 10_000), ack_wait=60.0)
         await js.add_consumer(self._stream, config)
         self._sub = await js.pull_subscribe_bind(durable=self._durable, stream=self._stream)
 
     def _acknowledge(self) -> None:
-        last, self._last = self._last, None
-        if last is not None:
-            self._loop.run(last.ack())
+        received, self._received = self._received, []
+        if received:
+            self._loop.run(self._ack(received))
+
+    async def _ack(self, messages: list) -> None:
+        """An empty message to each one's reply subject (what Msg.ack sends), buffered and written out together."""
+        publish = self._nc.publish
+        for message in messages:
+            await publish(message.reply)
 
     def poll(self, timeout_s: float) -> list[Message]:
         try:
@@ -457,7 +465,7 @@ class NatsConsumer:
             return []  # the server is away: the client reconnects, the consumer resumes where it was acknowledged
         if not messages:
             return []
-        self._last = messages[-1]
+        self._received = messages
         lane = self._lane
         out: list[Message] = []
         for message in messages:

@@ -23,7 +23,7 @@ def events_of(events, cell_id, kind):
 @pytest.fixture(scope="module")
 def rated_run(endpoints, store):
     spec = {"name": "it-rate", "brokers": ["kafka", "redis-streams"], "sizes": [1024], "rates": [500],
-            "formats": ["json", "avro"], "duration_s": 10, "warmup_s": 1, "warmup_until_steady": False}
+            "formats": ["json", "avro"], "duration_s": 4, "warmup_s": 1, "warmup_until_steady": False}
     return run(spec, endpoints, store)
 
 
@@ -107,7 +107,7 @@ def test_every_cell_writes_started_intervals_and_completed(rated_run):
         assert len(events_of(events, cell.cell_id, "CellStarted")) == 1
         intervals = events_of(events, cell.cell_id, "IntervalMeasured")
         completed = events_of(events, cell.cell_id, "CellCompleted")[0]["data"]
-        assert len(intervals) >= 10  # 10 measured seconds, plus the drain's tail (longer when deliveries lag)
+        assert len(intervals) >= 4  # 4 measured seconds, plus the drain's tail (longer when deliveries lag)
         assert [e["data"]["interval"] for e in intervals] == list(range(len(intervals)))
         for name in ("sent", "received", "bytes_received"):
             assert sum(e["data"]["counters"][name] for e in intervals) == completed["totals"][name]

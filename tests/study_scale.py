@@ -71,6 +71,13 @@ def smallest(request: dict) -> dict:
     return out
 
 
+def suite_run(suite: str, run: str, scale: float) -> dict:
+    """One run request of a suite as `brokerbench run --suite SUITE --only RUN --scale F` gives it (spec.scaled,
+    what users get: faults come at the same places in the shorter cell), for a test that runs the suite's own
+    request rather than one written beside it."""
+    return spec.suite_request(suite, run, scale)
+
+
 def command(*args: str) -> list[str]:
     """The command line of `brokerbench ARGS` in the tests' shape (this file run by the tests' Python)."""
     return [sys.executable, str(Path(__file__).resolve()), *args]

@@ -10,6 +10,7 @@ import pytest
 from conftest import CORE_SERVICES
 from fault_tools import assert_accounting_whole
 from inline_run import execute_run
+from study_scale import suite_run
 
 from brokerbench.drivers import TargetRefused
 from brokerbench.events import new_run_id
@@ -117,12 +118,14 @@ def nothing_lost(stack, tmp_path, request: dict):
 
 def test_a_leader_killed_mid_cell_with_acks_all_and_idempotence_loses_nothing_and_the_leader_moves(stack, tmp_path,
                                                                                                   cluster_stopped):
-    """The fault whose outcome Kafka promises: acks=all, min.insync.replicas 2 of 3 replicas and the idempotent
-    producer; the partition leader killed (SIGKILL) 2 s into the measured window and started again 2 s later. Every
-    acknowledged message is delivered once (sequence numbers, and the broker's own count of the topic), the
-    metadata names another leader after the kill, and the cell records when each action came."""
-    request = {**LEADER_FAULT, "name": "wf-leader-kill", "duration_s": 6,
-               "faults": [{"kind": "kill", "target": "leader", "at_s": 2}, {"kind": "restart", "at_s": 4}]}
+    """The fault whose outcome Kafka promises, as the guarantees suite asks it (its own run request, at the scale that
+    makes its 40 s cell 6 s): acks=all, min.insync.replicas 2 of 3 replicas and the idempotent producer, 1 KB at
+    1,000 msgs/s; the partition leader killed (SIGKILL) a quarter into the measured window and started again 2.25 s
+    later. Every acknowledged message is delivered once (sequence numbers, and the broker's own count of the
+    topic), the metadata names another leader after the kill, and the cell records when each action came."""
+    request = suite_run("guarantees", "guarantees-kafka-acks-all", 0.15)
+    planned = [fault["at_s"] for fault in request["faults"]]
+    assert [f["kind"] for f in request["faults"]] == ["kill", "restart"] and request["duration_s"] == 6, request
     execution, events, cell = nothing_lost(stack, tmp_path, request)
     [done] = [e["data"] for e in events if e["type"] == "CellCompleted"]
     faults = done["faults"]
@@ -132,17 +135,18 @@ def test_a_leader_killed_mid_cell_with_acks_all_and_idempotence_loses_nothing_an
     killed = kill["leader_before"]
     assert kill["kind"] == "kill" and kill["nodes"] == [killed] and killed in {"1", "2", "3"}, faults
     assert restart["kind"] == "restart" and restart["nodes"] == [killed], faults
-    assert kill["planned_s"] == 2 and 2 <= kill["at_s"] < restart["at_s"], faults  # never early
-    assert restart["planned_s"] == 4 <= restart["at_s"] and restart["leader_before"] is None, faults  # not asked
+    assert kill["planned_s"] == planned[0] <= kill["at_s"] < restart["at_s"], faults  # never early
+    assert restart["planned_s"] == planned[1] <= restart["at_s"] and restart["leader_before"] is None, faults
     # Kafka's own metadata: another node leads once the kill took the leader down
     assert faults["leader_at_end"] not in (None, killed), faults
     assert faults["cluster_whole_at_end"] and faults["restored_at_end"] == [], faults
     for gap in (faults["producer_ack_gap"], faults["consumer_receipt_gap"]):  # from the planned time on
         assert gap is not None and gap["from_s"] >= kill["planned_s"] and gap["s"] > 0, faults
-    # the intervals wholly before the kill (2 s) are the phase before, with their latency; the rest lie in the fault
-    # window, which runs to the end of the longest stretch without an acknowledgement or a delivery
+    # the intervals wholly before the kill (the whole seconds before it) are the phase before, with their latency; the
+    # rest lie in the fault window, which runs to the end of the longest stretch without an acknowledgement or a
+    # delivery
     phases = faults["phases"]
-    assert phases["before"]["seconds"] == 2 and phases["before"]["end_to_end_latency_us"]["count"] > 0, phases
+    assert phases["before"]["seconds"] == int(planned[0]) and phases["before"]["end_to_end_latency_us"]["count"] > 0, phases
     assert phases["window_s"][0] == kill["at_s"] and phases["window_s"][1] >= faults["producer_ack_gap"]["to_s"]
     # the report's Guarantees table says what held, from the same events
     report = build_report(events)

@@ -19,7 +19,7 @@ from brokerbench.reports.results import build_results
 from brokerbench.worker.framing import unpack_many
 from inline_run import execute_run
 from native_sends import assert_python_loop_cells, send_all
-from steady import assert_sent_on_schedule
+from steady import assert_sent_on_schedule, p50_known_or_bound
 
 TINY = {"brokers": ["nats-jetstream"], "sizes": [1024], "rates": [200], "duration_s": 1, "warmup_s": 0.2,
         "warmup_until_steady": False, "drain_timeout_s": 2}
@@ -46,7 +46,8 @@ def test_every_format_in_both_modes_arrives_whole_and_the_stream_count_reconcile
         # The stream's own message count is what the producers were told it stored (PubAcks), probes and warm-up
         # included: more than the measured messages.
         assert cell["broker_count"]["difference"] == 0 and cell["broker_count"]["observed"] > cell["sent"]
-        assert 0 < cell["end_to_end_latency_us"]["p50"] < 1_000_000 and cell["publish_latency_us"]["p50"] > 0
+        assert 0 < p50_known_or_bound(cell["end_to_end_latency_us"]) < 1_000_000  # a bound: see there
+        assert cell["publish_latency_us"]["p50"] > 0
     ends = [e["data"] for e in events if e["type"] == "CellCompleted"]
     assert all(end["send_loop"] == "native" for end in ends)  # the default where the native loop is built
     backlogs = [e["data"]["backlog"] for e in events if e["type"] == "IntervalMeasured"]

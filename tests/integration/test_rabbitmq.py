@@ -14,6 +14,7 @@ from brokerbench.reports.results import build_results
 from brokerbench.worker.framing import unpack_many
 from inline_run import execute_run
 from native_sends import assert_python_loop_cells, send_all
+from steady import p50_known_or_bound
 
 TINY = {"sizes": [1024], "rates": [200], "duration_s": 1, "warmup_s": 0.2, "warmup_until_steady": False,
         "drain_timeout_s": 2, "partitions": 2}
@@ -42,7 +43,8 @@ def test_every_format_in_both_modes_arrives_whole_and_the_broker_figures_agree(b
     for cell in results["cells"]:
         assert cell["status"] == "completed", (cell["format"], cell["mode"], cell.get("reason"))
         assert cell["sent"] == cell["received"] > 0 and cell["lost"] == cell["duplicated"] == 0, cell
-        assert 0 < cell["end_to_end_latency_us"]["p50"] < 1_000_000 and cell["publish_latency_us"]["p50"] > 0
+        assert 0 < p50_known_or_bound(cell["end_to_end_latency_us"]) < 1_000_000  # a bound: see there
+        assert cell["publish_latency_us"]["p50"] > 0
         # What the streams hold, and what the management API counts routed into the quorum queues, is what the
         # producers were confirmed, with the readiness probes.
         assert cell["broker_count"]["difference"] == 0 and cell["broker_count"]["observed"] > cell["sent"], cell

@@ -76,6 +76,7 @@ def test_the_baseline_is_the_latest_completed_run_of_the_suite_and_regressions_a
 
 def test_report_and_compare_commands(stack, stack_store, runs, tmp_path):
     baseline_id, candidate_id, older = runs
+    regression.check(stack_store, candidate_id)  # its verdicts stored (again: a replay stores nothing new)
     common = [str(BIN), "--state-dir", str(stack.state_dir)]
     md = subprocess.run([*common, "report", candidate_id, "--out", str(tmp_path)], capture_output=True, text=True)
     assert md.returncode == 0, md.stderr

@@ -121,9 +121,10 @@ def tail(path: str | Path, lines: int = 20) -> str:
         return "(no log)"
 
 
-def stop(pid: int, timeout_s: float = 15) -> None:
-    """SIGTERM the process group, then SIGKILL whatever is left."""
-    for sig in (signal.SIGTERM, signal.SIGKILL):
+def stop(pid: int, timeout_s: float = 15, graceful: bool = True) -> None:
+    """SIGTERM the process group, then SIGKILL whatever is left; not `graceful`: SIGKILL at once. Returns once the
+    process is gone (or the timeout passed)."""
+    for sig in (signal.SIGTERM, signal.SIGKILL) if graceful else (signal.SIGKILL,):
         if not signal_group(pid, sig):
             return
         deadline = time.monotonic() + timeout_s

@@ -1,6 +1,7 @@
 """The HTML report's first screen in Chromium, as a user opens it: a quick-suite run checked against three earlier
 runs of its suite. At 1280×800 the page leads with the summary and the comparison table; the regression verdicts that
 found nothing are one line, their table a click away; a verdict cell of the comparison takes at most two lines.
+report.md has the same order (its full verdict table after the grids).
 The figures are synthetic runs' (tests/synthetic.py) in the in-memory event store: the page, not the store, is what is
 tested here (tests/integration/test_reports.py builds reports from DynamoDB Local)."""
 
@@ -15,7 +16,7 @@ from synthetic import synthetic_run
 
 from brokerbench.events import new_run_id
 from brokerbench.events.memory import MemoryEventStore
-from brokerbench.reports import html, regression
+from brokerbench.reports import html, markdown, regression
 from brokerbench.reports.model import build_report
 from brokerbench.spec import load_suite
 
@@ -102,3 +103,16 @@ def test_changes_found_stay_at_the_top_and_the_rest_collapse(checked):
     assert "<td class=''>unchanged</td>" not in top and "<td class='warn'>unstable</td>" not in top
     assert "<td class=''>unchanged</td>" in page[page.index("<details class='all-verdicts'>"):]
     assert f"{len(found)} change{'s' if len(found) != 1 else ''} beyond noise" in _text(top)
+
+
+def test_the_markdown_report_has_the_same_order(checked):
+    quiet, slow = checked
+    md = markdown.render(quiet)
+    assert md.index("## Summary") < md.index("## 1,024 B") < md.index("## Regressions") < md.index("## How to read")
+    summary = md[md.index("## Summary"):md.index("## 1,024 B")]
+    assert "no change beyond noise" in summary and "| unchanged |" not in summary
+    md = markdown.render(slow)
+    summary = md[md.index("## Summary"):md.index("## 1,024 B")]
+    found = [v for v in slow["regression_check"]["verdicts"] if v["verdict"] == "regression"]
+    assert summary.count("| **regression** |") == len(found) and "| unchanged |" not in summary
+    assert "| unchanged |" in md[md.index("## Regressions"):]

@@ -261,11 +261,6 @@ def _series_section(report: dict) -> list[str]:
     return parts
 
 
-# The regression verdicts that found a change (a reader acts on these): shown at the top. The others, `unchanged`
-# and `unstable` (no change beyond noise, or too little history to tell), are one line with their table a click away:
-# a quick suite's 40 of them otherwise fill the first screen with p = 1.
-FOUND = ("regression", "improvement")
-
 # A summary draws a chart for at most this many highlights (each claim's two configurations side by side); the
 # others keep their text, and the comparison table below has every figure.
 MAX_SUMMARY_CHARTS = 6
@@ -285,24 +280,6 @@ def _verdict_table(rows_of: list[dict], caption: str) -> str:
             f"<th>change</th><th>p</th></tr>{''.join(rows)}</table>")
 
 
-def regression_line(check: dict) -> str:
-    """The check in one line: how many verdicts on how many configurations, against how many earlier runs, and
-    whether any found a change beyond noise."""
-    verdicts = check.get("verdicts", [])
-    if not check.get("baseline_run_id"):
-        return markdown.check_summary(check)
-    runs = len({check["baseline_run_id"], *(check.get("history_run_ids") or [])})
-    configurations = len({v.get("cell", v.get("key")) for v in verdicts})
-    found = [v for v in verdicts if v.get("verdict") in FOUND]
-    tally = ", ".join(f"{n} {k}" for k, n in sorted(
-        ((k, sum(v.get("verdict") == k for v in verdicts)) for k in {v.get("verdict") for v in verdicts}),
-        key=lambda kv: markdown.VERDICT_ORDER.get(kv[0], 9)))
-    outcome = (f"{len(found)} change{'s' if len(found) != 1 else ''} beyond noise" if found
-               else "no change beyond noise")
-    return (f"{len(verdicts)} verdicts on {configurations} configuration{'s' if configurations != 1 else ''} against "
-            f"{runs} earlier run{'s' if runs != 1 else ''}: {outcome} ({tally or 'no verdicts'}).")
-
-
 def _regression_summary(report: dict) -> list[str]:
     """The regression check at the top: its changes in full, everything else collapsed behind one line."""
     check = report.get("regression_check")
@@ -315,10 +292,10 @@ def _regression_summary(report: dict) -> list[str]:
                 f"against baseline run {escape(', '.join(baselines) or '–')}:</p>",
                 _verdict_table(recorded, FIGURES[0].upper() + FIGURES[1:])]
     verdicts = check.get("verdicts", [])
-    found = [v for v in verdicts if v.get("verdict") in FOUND]
+    found = markdown.changes_found(check)
     css = "bad" if any(v.get("verdict") == "regression" for v in found) else ""
     parts = [f"<p id='regressions' class='regression-line {css}'><b>Regression check:</b> "
-             f"{escape(regression_line(check))}</p>"]
+             f"{escape(markdown.regression_line(check))}</p>"]
     if found:
         parts.append(_verdict_table(found, "Changes beyond noise. " + FIGURES[0].upper() + FIGURES[1:]))
     method = "".join(f"<p>{escape(line)}</p>" for line in markdown._method_lines(check) if line)
@@ -372,21 +349,14 @@ def _summary_section(report: dict) -> list[str]:
     return parts
 
 
-# Where the rules are written once: the repository's page, relative to reports/<run_id>/report.html in a checkout.
-# The page is also served and stored alone (S3, the API), so the rules of this report come with it, collapsed.
-METHODOLOGY = "../../docs/methodology.md"
-
-
 def _rules_section(report: dict) -> list[str]:
     rules = report.get("rules") or {}
     items = [f"<li><b>{label}.</b> {escape(rules[key])}</li>" for key, label in markdown.RULE_LABELS
              if rules.get(key)]
     if not items:
         return []
-    return [f"<h2 id='rules'>How to read this report</h2><p>Figures are medians over repeats with a "
-            f"distribution-free interval; a difference is claimed (bold, a highlight) only beyond the run's own noise, "
-            f"and a regression only beyond run-to-run noise. The rules are in the repository's "
-            f"<a href='{METHODOLOGY}'>docs/methodology.md</a>; those this report applied:</p>"
+    return [f"<h2 id='rules'>How to read this report</h2><p>{escape(markdown.RULES_LEAD)} The rules are in the "
+            f"repository's <a href='{markdown.METHODOLOGY}'>docs/methodology.md</a>; those this report applied:</p>"
             f"<details class='rules'><summary>{len(items)} rules</summary><ul>{''.join(items)}</ul></details>"]
 
 

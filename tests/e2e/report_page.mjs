@@ -1,5 +1,9 @@
 // Opens a report in headless Chromium (Debian's, driven by playwright-core), with the network
-// blocked, and prints what a person would see: console errors, charts, their data, a screenshot.
+// blocked, and prints what a person would see: console errors, charts, their data, a screenshot of the first
+// screen (1280×800), and where the first screen's parts lie (getBoundingClientRect, px from the top of the page,
+// and whether each is drawn at all):
+// the summary, the regression line, the full verdict table (collapsed, then after a click on its summary), the
+// comparison table's header, the first chart, and how many lines each verdict cell of the comparison takes.
 // usage: node report_page.mjs REPORT.html SCREENSHOT.png
 import { chromium } from 'playwright-core';
 
@@ -10,7 +14,7 @@ const browser = await chromium.launch({
     '--disable-sync', '--no-first-run', '--disable-quic'],
 });
 try {
-  const context = await browser.newContext({ viewport: { width: 1280, height: 900 } });
+  const context = await browser.newContext({ viewport: { width: 1280, height: 800 } });
   const requests = [];
   await context.route('**/*', (route) => {
     const url = route.request().url();
@@ -32,7 +36,34 @@ try {
   })));
   const headings = await page.$$eval('h2', (hs) => hs.map((h) => h.textContent));
   await page.screenshot({ path: screenshot, fullPage: false });
-  process.stdout.write(JSON.stringify({ errors, requests, charts, headings }) + '\n');
+  const layout = () => page.evaluate(() => {
+    const box = (selector) => {
+      const element = document.querySelector(selector);
+      if (!element) return null;
+      const { top, bottom, height, width } = element.getBoundingClientRect();
+      // a closed <details>' content keeps a layout box in Chromium (content-visibility: hidden): ask if it is drawn
+      return { top, bottom, height, width, visible: element.checkVisibility() };
+    };
+    const verdictLines = [...document.querySelectorAll('tr.config > td:last-child')].map((td) => {
+      const range = document.createRange();
+      range.selectNodeContents(td);
+      return Math.round(range.getBoundingClientRect().height / parseFloat(getComputedStyle(td).lineHeight));
+    });
+    return {
+      viewport: { width: innerWidth, height: innerHeight },
+      summary: box('#summary'), regression_line: box('#regressions'),
+      all_verdicts: box('details.all-verdicts'), all_verdicts_table: box('details.all-verdicts table'),
+      comparison: box('#comparison'), comparison_header: box('#comparison ~ table tr'), first_chart: box('svg.chart'),
+      verdict_lines: verdictLines,
+    };
+  });
+  const first_screen = await layout();
+  let opened = null;
+  if (await page.$('details.all-verdicts summary')) {
+    await page.click('details.all-verdicts summary');
+    opened = await layout();
+  }
+  process.stdout.write(JSON.stringify({ errors, requests, charts, headings, first_screen, opened }) + '\n');
 } finally {
   await browser.close();
 }

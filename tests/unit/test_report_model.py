@@ -1,6 +1,7 @@
 """The comparison report built from events (synthetic runs shaped exactly like real ones)."""
 
 import copy
+import re
 from html import escape
 
 import numpy as np
@@ -9,7 +10,7 @@ from synthetic import synthetic_run
 
 from brokerbench import histogram
 from brokerbench.reports import html, markdown
-from brokerbench.reports.model import build_report, min_samples
+from brokerbench.reports.model import METRICS, build_report, min_samples
 
 SPEC = {"name": "syn", "brokers": ["kafka", "redis-streams"], "sizes": [1024, 4096], "rates": [1000],
         "formats": ["json", "msgpack"], "repeats": 3}
@@ -198,8 +199,9 @@ def test_a_broker_holding_fewer_or_more_messages_than_it_acknowledged_is_shown(e
 
 def test_renderers_show_regressions_first_and_every_chart_kind(report):
     md = markdown.render(report)
-    assert md.index("## Regressions") < md.index("## 1,024 B")
-    assert "No regression check recorded for this run." in md
+    # The summary leads (the regression check in it), then the grids, then the rest.
+    assert md.index("## Summary") < md.index("No regression check recorded for this run.") < md.index("## 1,024 B")
+    assert md.index("## 1,024 B") < md.index("## How to read this report")
     page = html.render(report)
     for title in ("End-to-end latency spectrum", "Throughput vs message size", "Serialization cost",
                   "Encoded size", "rate per second", "p99 per second"):
@@ -250,6 +252,12 @@ def test_highlights_need_repeats_beyond_the_noise_and_never_compare_latency_of_c
     assert len(latency) == 1 and latency[0]["text"].startswith("kafka: avro end-to-end p99 0.")
     assert latency[0]["ci"][1] < 1 and "95% interval over 3 paired repeats" in latency[0]["text"]
     assert "kafka: avro end-to-end p99" in markdown.render(report)
+    # report.html leads with them: each claim's text, and a chart of its two configurations, before the comparison.
+    page = html.render(report)
+    summary = page[page.index("id='summary'"):page.index("id='comparison'")]
+    assert all(escape(h["text"]) in summary for h in report["highlights"])
+    titles = re.findall(r'aria-label="([^"]*)"', summary)
+    assert titles == [f"{METRICS[h['metric']].label} · {report['groups'][0]['title']}" for h in report["highlights"]]
 
 
 def _table_text(results) -> str:

@@ -6,7 +6,7 @@ from collections import defaultdict
 from html import escape
 
 from . import faults, history_view, markdown
-from .model import RESOURCES_NOTE, min_samples, need_label
+from .model import METRICS, RESOURCES_NOTE, min_samples, need_label
 from .regression import FIGURES, figure_text
 from .svg import bar_chart, line_chart
 
@@ -20,6 +20,7 @@ td:first-child,td:nth-child(2),th{text-align:left}.best{font-weight:700;backgrou
 svg.chart{border:1px solid #eee;background:#fff}.title{font-size:13px;font-weight:600}.axis{font-size:11px;fill:#555}
 .tick{font-size:10px;fill:#666}figure.series-chart{margin:0;max-width:560px}figure.series-chart ul{margin:4px 0;padding-left:18px}
 .run-id{font-family:ui-monospace,monospace;font-size:12px}.legend{font-size:10px}.grid{stroke:#eee}.frame{stroke:#999}
+tr.config>td:last-child{text-align:left;white-space:nowrap}tr.verdict-why td{text-align:left;border-top:0}details{margin:6px 0}summary{cursor:pointer;color:#335}
 """
 
 
@@ -59,6 +60,17 @@ def _ratio_td(c: dict, axis: str) -> str:
     return "<td>–</td>" if ratio is None else f"<td>{ratio:.2f}×</td>"
 
 
+def verdict_label(c: dict) -> str:
+    """The verdict column's few words: the verdict (or a search's rate found) and its marks; the reasons and a
+    partial configuration's repeats go in a row under it (markdown.verdict_text has them all)."""
+    verdict = c["sustainability"]["verdict"]
+    text = markdown.search_text(c) if verdict == "search" else verdict
+    text = ("⚠ " if verdict == "unsustainable" else "") + text + markdown.client_bound_mark(c)
+    if markdown.busy_repeats(c):
+        text += " · ⚠ host busy"
+    return text + (f" ({c['completed_repeats']} of {c['repeats']} repeats)" if c["status"] == "partial" else "")
+
+
 def _grid(group: dict, report: dict) -> str:
     refs = report["references"]
     head = ("<tr><th>broker</th><th>format</th>" + "".join(f"<th>{escape(m.column)}</th>" for m in markdown.GRID.values())
@@ -66,23 +78,26 @@ def _grid(group: dict, report: dict) -> str:
             f"<th>loss</th><th>× {escape(refs['format'])}</th><th>× {escape(refs['broker'])}</th>"
             "<th>verdict</th></tr>")
     rows = []
+    span = len(markdown.GRID) + len(markdown.AFTER_METRICS) + 2  # every column after the broker
     for c in group["cells"]:
         if c["status"] == "failed":
-            span = len(markdown.GRID) + len(markdown.AFTER_METRICS) + 1  # every column after the format
             rows.append(f"<tr><td>{escape(c['broker'])}</td><td>{escape(markdown.format_text(c, report))}</td>"
-                        f"<td colspan={span} class='bad'>FAILED: {escape('; '.join(c['reasons']))}</td></tr>")
+                        f"<td colspan={span - 1} class='bad'>FAILED: {escape('; '.join(c['reasons']))}</td></tr>")
             continue
         verdict = c["sustainability"]["verdict"]
         css = {"unsustainable": "warn", "inconclusive": "muted"}.get(verdict)
         css = "warn" if (c.get("limit") or {}).get("client_bound") else css  # its rate is the load generator's
         css = "bad" if markdown.busy_repeats(c) else css  # measured on a busy host: no evidence
-        verdict_html = (f"<span class='{css}'>{escape(markdown.verdict_text(c))}</span>" if css
-                        else escape(markdown.verdict_text(c)))
-        rows.append("<tr>" + f"<td>{escape(c['broker'])}</td><td>{escape(markdown.format_text(c, report))}</td>"
+        short, full = verdict_label(c), markdown.verdict_text(c)
+        verdict_html = f"<span class='{css}'>{escape(short)}</span>" if css else escape(short)
+        rows.append("<tr class='config'>" + f"<td>{escape(c['broker'])}</td><td>{escape(markdown.format_text(c, report))}</td>"
                     + "".join(_td(c, name, m.digits, m.scale) for name, m in markdown.GRID.items())
                     + f"<td class='nowrap'>{escape(markdown.floor_text(c))}</td>" + _loss_td(c)
                     + _ratio_td(c, "format") + _ratio_td(c, "broker")
                     + f"<td>{verdict_html}</td></tr>")
+        if full != short:  # the reasons under the row, across the table, not in a column a word wide
+            rows.append(f"<tr class='verdict-why'><td></td><td colspan={span} class='{css or ''}'>"
+                        f"{escape(full)}</td></tr>")
     return f"<table>{head}{''.join(rows)}</table>"
 
 
@@ -246,39 +261,81 @@ def _series_section(report: dict) -> list[str]:
     return parts
 
 
-def _regression_section(report: dict) -> list[str]:
-    parts = ["<h2 id='regressions'>Regressions</h2>"]
+# A summary draws a chart for at most this many highlights (each claim's two configurations side by side); the
+# others keep their text, and the comparison table below has every figure.
+MAX_SUMMARY_CHARTS = 6
+
+
+def _verdict_table(rows_of: list[dict], caption: str) -> str:
+    rows = []
+    for r in sorted(rows_of, key=lambda v: markdown.VERDICT_ORDER.get(v.get("verdict"), 9)):
+        css = {"regression": "bad", "unstable": "warn"}.get(r.get("verdict"), "")
+        rows.append(f"<tr><td>{escape(str(r.get('cell', r.get('key', '–'))))}</td><td>{escape(str(r.get('metric')))}</td>"
+                    f"<td class='{css}'>{escape(str(r.get('verdict')))}</td>"
+                    f"<td>{figure_text(r.get('baseline_mean'))}</td>"
+                    f"<td>{figure_text(r.get('candidate_mean'))}</td><td>{markdown._change(r.get('change'))}</td>"
+                    f"<td>{markdown._p(r.get('p_value'))}</td></tr>")
+    return (f"<table class='verdicts'><caption>{escape(caption)}</caption><tr><th>cell</th>"
+            "<th>metric</th><th>verdict</th><th>baseline (geo. mean)</th><th>candidate (geo. mean)</th>"
+            f"<th>change</th><th>p</th></tr>{''.join(rows)}</table>")
+
+
+def _regression_summary(report: dict) -> list[str]:
+    """The regression check at the top: its changes in full, everything else collapsed behind one line."""
     check = report.get("regression_check")
-    rows_of = check.get("verdicts", []) if check else [r for r in report["regressions"] if r["verdict"] == "regression"]
-    if check:
-        parts.append(f"<p>{escape(markdown.check_summary(check))}</p>")
-        parts += [f"<p>{escape(line)}</p>" for line in markdown._method_lines(check) if line]
-    elif rows_of:
-        baselines = sorted({r["baseline_run_id"] for r in rows_of if r.get("baseline_run_id")})
-        parts.append(f"<p>Against baseline run {escape(', '.join(baselines) or '–')}.</p>")
-    else:
-        return parts + ["<p>No regression check recorded for this run.</p>"]
-    if rows_of:
-        rows = []
-        for r in sorted(rows_of, key=lambda v: markdown.VERDICT_ORDER.get(v.get("verdict"), 9)):
-            css = {"regression": "bad", "unstable": "warn"}.get(r.get("verdict"), "")
-            rows.append(f"<tr><td>{escape(str(r.get('cell', r.get('key', '–'))))}</td><td>{escape(str(r.get('metric')))}</td>"
-                        f"<td class='{css}'>{escape(str(r.get('verdict')))}</td>"
-                        f"<td>{figure_text(r.get('baseline_mean'))}</td>"
-                        f"<td>{figure_text(r.get('candidate_mean'))}</td><td>{markdown._change(r.get('change'))}</td>"
-                        f"<td>{markdown._p(r.get('p_value'))}</td></tr>")
-        parts.append(f"<table><caption>{escape(FIGURES[0].upper() + FIGURES[1:])}</caption><tr><th>cell</th>"
-                     "<th>metric</th><th>verdict</th><th>baseline (geo. mean)</th><th>candidate (geo. mean)</th>"
-                     f"<th>change</th><th>p</th></tr>{''.join(rows)}</table>")
+    if not check:
+        recorded = [r for r in report["regressions"] if r["verdict"] == "regression"]
+        if not recorded:
+            return ["<p id='regressions'>No regression check recorded for this run.</p>"]
+        baselines = sorted({r["baseline_run_id"] for r in recorded if r.get("baseline_run_id")})
+        return [f"<p id='regressions' class='bad'>{len(recorded)} regression{'s' if len(recorded) != 1 else ''} "
+                f"against baseline run {escape(', '.join(baselines) or '–')}:</p>",
+                _verdict_table(recorded, FIGURES[0].upper() + FIGURES[1:])]
+    verdicts = check.get("verdicts", [])
+    found = markdown.changes_found(check)
+    css = "bad" if any(v.get("verdict") == "regression" for v in found) else ""
+    parts = [f"<p id='regressions' class='regression-line {css}'><b>Regression check:</b> "
+             f"{escape(markdown.regression_line(check))}</p>"]
+    if found:
+        parts.append(_verdict_table(found, "Changes beyond noise. " + FIGURES[0].upper() + FIGURES[1:]))
+    method = "".join(f"<p>{escape(line)}</p>" for line in markdown._method_lines(check) if line)
+    table = _verdict_table(verdicts, FIGURES[0].upper() + FIGURES[1:]) if verdicts else ""
+    parts.append(f"<details class='all-verdicts'><summary>All {len(verdicts)} verdicts, the baseline and the rule"
+                 f"</summary><p>{escape(markdown.check_summary(check))}</p>{method}{table}</details>")
     return parts
 
 
-def _claims_and_rules(report: dict) -> list[str]:
-    parts = ["<h2>Highlights</h2>"]
+def _configurations_by_key(report: dict) -> dict:
+    return {c["key"]: (c, group) for group in report["groups"] for c in group["cells"]}
+
+
+def highlight_chart(highlight: dict, by_key: dict) -> str | None:
+    """A claim's two configurations side by side: the median of the claimed metric of each."""
+    metric = METRICS.get(highlight["metric"])
+    pair = [by_key.get(highlight.get("cell")), by_key.get(highlight.get("reference"))]
+    if metric is None or None in pair:
+        return None
+    values = [c["metrics"][metric.key]["median"] for c, _ in pair]
+    return bar_chart(f"{metric.label} · {pair[0][1]['title']}", [_cell_name(c) for c, _ in pair],
+                     [{"name": f"median ({metric.unit})",
+                       "values": [None if v is None else v / metric.scale for v in values]}], y_label=metric.unit)
+
+
+def _summary_section(report: dict) -> list[str]:
+    """What a reader decides on, first: the regression check, the differences beyond noise (each with its figure
+    and a chart), and what weakens the figures below (loss, a busy host, mixed send loops, client-bound cells)."""
+    parts = ["<h2 id='summary'>Summary</h2>", *_regression_summary(report)]
     if report.get("claims_note"):
         parts.append(f"<p>{escape(report['claims_note'][0].upper() + report['claims_note'][1:])}.</p>")
     elif report["highlights"]:
-        parts.append("<ul>" + "".join(f"<li>{escape(h['text'])}</li>" for h in report["highlights"]) + "</ul>")
+        by_key = _configurations_by_key(report)
+        parts.append("<h3>Differences beyond the run's noise</h3><ul class='highlights'>"
+                     + "".join(f"<li>{escape(h['text'])}</li>" for h in report["highlights"]) + "</ul>")
+        charts = [chart for h in report["highlights"][:MAX_SUMMARY_CHARTS] if (chart := highlight_chart(h, by_key))]
+        parts.append(f"<div class='charts highlight-charts'>{''.join(charts)}</div>")
+        if len(report["highlights"]) > MAX_SUMMARY_CHARTS:
+            parts.append(f"<p class='muted'>Charts are drawn for the first {MAX_SUMMARY_CHARTS} differences; every "
+                         f"figure is in the comparison below.</p>")
     else:
         parts.append("<p>No difference between configurations exceeded the run's own noise.</p>")
     if report.get("send_loop_note"):
@@ -289,12 +346,18 @@ def _claims_and_rules(report: dict) -> list[str]:
         parts.append(f"<p class='warn'>{escape(markdown.client_bound_text(report))}.</p>")
     if report.get("host_note"):
         parts.append(f"<p class='bad'><b>Host busy:</b> {escape(report['host_note'])}.</p>")
+    return parts
+
+
+def _rules_section(report: dict) -> list[str]:
     rules = report.get("rules") or {}
     items = [f"<li><b>{label}.</b> {escape(rules[key])}</li>" for key, label in markdown.RULE_LABELS
              if rules.get(key)]
-    if items:
-        parts.append(f"<h2>How to read this report</h2><ul>{''.join(items)}</ul>")
-    return parts
+    if not items:
+        return []
+    return [f"<h2 id='rules'>How to read this report</h2><p>{escape(markdown.RULES_LEAD)} The rules are in the "
+            f"repository's <a href='{markdown.METHODOLOGY}'>docs/methodology.md</a>; those this report applied:</p>"
+            f"<details class='rules'><summary>{len(items)} rules</summary><ul>{''.join(items)}</ul></details>"]
 
 
 def _list_items(lines: list[str]) -> str:
@@ -318,12 +381,12 @@ def render(report: dict) -> str:
              f"<p>Status <b>{escape(report['status'])}</b>{' — ' + escape(report['reason']) if report.get('reason') else ''}"
              f" · {brokers} · {env['host']['cores']} cores {escape(env['host']['cpu_model'])} · code "
              f"{escape(env['code_version'])}{escape(markdown.send_loop_header(report))}</p>"]
-    parts += _regression_section(report)
-    parts += history_view.html_parts(report)
-    parts += _claims_and_rules(report)
-    parts += _durability_section(report)
-    parts += _guarantees_section(report)
-    parts.append("<h2>Comparison</h2>")
+    parts += _summary_section(report)
+    refs = report["references"]
+    parts.append(f"<h2 id='comparison'>Comparison</h2><p class='muted'>Median over repeats (interval in brackets); "
+                 f"<b>bold</b> only where the intervals do not overlap; ratios of medians against "
+                 f"{escape(refs['format'])} (same broker) and {escape(refs['broker'])} (same format); "
+                 f"<a href='#rules'>how to read</a>.</p>")
     for group in report["groups"]:
         note = f"<p><i>{escape(group['note'])}</i></p>" if group.get("note") else ""
         searches = _list_items(markdown.search_lines(group))
@@ -332,6 +395,9 @@ def render(report: dict) -> str:
                      + (f"<ul class='searches'>{searches}</ul>" if searches else "")
                      + (f"<ul class='shapes'>{shapes}</ul>" if shapes else "")
                      + f"<div class='charts'>{_spectrum_chart(group)}</div>")
+    parts += history_view.html_parts(report)
+    parts += _durability_section(report)
+    parts += _guarantees_section(report)
     parts += _resources_section(report)
     parts += _cost_section(report)
     parts.append("<h2>Throughput and latency across the matrix</h2><div class='charts'>")
@@ -344,6 +410,7 @@ def render(report: dict) -> str:
     parts += _serialization_charts(report)
     parts.append("</div><h2>Per-second series</h2>")
     parts += _series_section(report)
+    parts += _rules_section(report)
     parts.append(f"<h2>Markdown</h2><details><summary>the same report as Markdown</summary><pre>"
                  f"{escape(markdown.render(report))}</pre></details></body></html>")
     return "\n".join(parts)

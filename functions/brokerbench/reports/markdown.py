@@ -207,6 +207,56 @@ def _method_lines(check: dict) -> list[str]:
 
 VERDICT_HEADER = "| cell | metric | verdict | baseline (geo. mean) | candidate (geo. mean) | change | p |"
 
+# The regression verdicts that found a change (a reader acts on these): both reports show them first. The others,
+# `unchanged` and `unstable` (no change beyond noise, or too little history to tell), are counted in one line there
+# and listed further down (report.html: behind a click): a quick suite's 40 of them would fill the first screen.
+FOUND = ("regression", "improvement")
+
+
+def changes_found(check: dict) -> list[dict]:
+    return [v for v in check.get("verdicts", []) if v.get("verdict") in FOUND]
+
+
+def regression_line(check: dict) -> str:
+    """The check in one line: how many verdicts on how many configurations, against how many earlier runs, and
+    whether any found a change beyond noise."""
+    verdicts = check.get("verdicts", [])
+    if not check.get("baseline_run_id"):
+        return check_summary(check)
+    runs = len({check["baseline_run_id"], *(check.get("history_run_ids") or [])})
+    configurations = len({v.get("cell", v.get("key")) for v in verdicts})
+    found = changes_found(check)
+    tally: dict = {}
+    for v in verdicts:
+        tally[v.get("verdict")] = tally.get(v.get("verdict"), 0) + 1
+    counts = ", ".join(f"{n} {k}" for k, n in sorted(tally.items(), key=lambda kv: VERDICT_ORDER.get(kv[0], 9)))
+    outcome = f"{len(found)} change{'s' if len(found) != 1 else ''} beyond noise" if found else "no change beyond noise"
+    return (f"{len(verdicts)} verdicts on {configurations} configuration{'s' if configurations != 1 else ''} against "
+            f"{runs} earlier run{'s' if runs != 1 else ''}: {outcome} ({counts or 'no verdicts'}).")
+
+
+def _verdict_rows(verdicts: list[dict]) -> list[str]:
+    return [VERDICT_HEADER, "|---|---|---|---:|---:|---:|---:|"] + [
+        f"| {v.get('cell', v.get('key', '–'))} | {v.get('metric', '–')} | "
+        f"{'**' + v.get('verdict') + '**' if v.get('verdict') == 'regression' else v.get('verdict')} | "
+        f"{figure_text(v.get('baseline_mean'))} | {figure_text(v.get('candidate_mean'))} | "
+        f"{_change(v.get('change'))} | {_p(v.get('p_value'))} |" for v in verdicts]
+
+
+def regression_summary(report: dict) -> list[str]:
+    """The summary's regression lines: the check in one line and the changes it found; or the regressions recorded
+    without a check; or that none was recorded."""
+    check = report.get("regression_check")
+    if check:
+        found = changes_found(check)
+        return [f"**Regression check:** {regression_line(check)}", ""] + (
+            [*_verdict_rows(found), ""] if found else [])
+    recorded = [r for r in report["regressions"] if r["verdict"] == "regression"]
+    if recorded:
+        return [f"**{len(recorded)} regression{'s' if len(recorded) != 1 else ''}** recorded: see Regressions below.",
+                ""]
+    return ["No regression check recorded for this run.", ""]
+
 
 def regression_section(report: dict) -> list[str]:
     """The regression check's verdicts and its baseline, or what was recorded, or that none was."""
@@ -217,13 +267,7 @@ def regression_section(report: dict) -> list[str]:
         lines.append(check_summary(check))
         lines += _method_lines(check)
         if verdicts:
-            lines += ["", f"{FIGURES[0].upper()}{FIGURES[1:]}.", "", VERDICT_HEADER, "|---|---|---|---:|---:|---:|---:|"]
-            for v in verdicts:
-                name = v.get("verdict")
-                lines.append(f"| {v.get('cell', v.get('key', '–'))} | {v.get('metric', '–')} | "
-                             f"{'**' + name + '**' if name == 'regression' else name} | "
-                             f"{figure_text(v.get('baseline_mean'))} | {figure_text(v.get('candidate_mean'))} | "
-                             f"{_change(v.get('change'))} | {_p(v.get('p_value'))} |")
+            lines += ["", f"{FIGURES[0].upper()}{FIGURES[1:]}.", "", *_verdict_rows(verdicts)]
         return lines + [""]
     regressions = [r for r in report["regressions"] if r["verdict"] == "regression"]
     if regressions:
@@ -256,8 +300,8 @@ def send_loop_lines(report: dict) -> list[str]:
     return [f"**Send loops differ:** {note}.", ""] if note else []
 
 
-def claims_section(report: dict) -> list[str]:
-    lines = ["## Highlights", ""]
+def claims_section(report: dict, heading: str = "## Highlights") -> list[str]:
+    lines = [heading, ""]
     if report.get("claims_note"):
         return lines + [f"{report['claims_note'][0].upper()}{report['claims_note'][1:]}.", ""]
     if not report["highlights"]:
@@ -291,10 +335,18 @@ RULE_LABELS = (("sustainability", "Sustainability"), ("claims", "Claims"), ("per
                ("send_loop", "Send loop"), ("durability", "Durability"), ("host", "Host busy"))
 
 
+# Where the rules are written once: the repository's page, relative to reports/<run_id>/report.{md,html} in a
+# checkout. A report is also stored and served alone (S3, the API), so the rules it applied come with it, last.
+METHODOLOGY = "../../docs/methodology.md"
+RULES_LEAD = ("Figures are medians over repeats with a distribution-free interval; a difference is claimed (bold, a "
+              "highlight) only beyond the run's own noise, and a regression only beyond run-to-run noise.")
+
+
 def rules_section(report: dict) -> list[str]:
     rules = report.get("rules") or {}
-    return ["## How to read this report", ""] + [f"- **{label}.** {rules[key]}" for key, label in RULE_LABELS
-                                                  if rules.get(key)] + [""]
+    return ["## How to read this report", "",
+            f"{RULES_LEAD} The rules are in [docs/methodology.md]({METHODOLOGY}); those this report applied:", ""] + [
+        f"- **{label}.** {rules[key]}" for key, label in RULE_LABELS if rules.get(key)] + [""]
 
 
 def client_bound_text(report: dict) -> str | None:
@@ -375,18 +427,14 @@ def render(report: dict) -> str:
         f"{send_loop_header(report)}",
         "",
     ]
-    lines += regression_section(report)
-    lines += history_view.markdown_lines(report)
-    lines += claims_section(report)
+    lines += ["## Summary", "", *regression_summary(report)]
+    lines += claims_section(report, "### Differences beyond the run's noise")
     lines += send_loop_lines(report)
     lines += host_busy_lines(report)
     if report.get("configurations_with_loss"):
         lines += [f"**Loss** in {len(report['configurations_with_loss'])} configuration(s): see the loss column.", ""]
     if client_bound_text(report):
         lines += [f"**{client_bound_text(report)}.**", ""]
-    lines += durability_section(report)
-    lines += faults.markdown_lines(report)
-    lines += rules_section(report)
     refs = report["references"]
     for group in report["groups"]:
         lines += [f"## {group['title']}", ""]
@@ -412,8 +460,14 @@ def render(report: dict) -> str:
         lines.append("")
         lines += search_lines(group)
         lines += shape_lines(group)
+    if report.get("regression_check") or report["regressions"]:
+        lines += regression_section(report)
+    lines += history_view.markdown_lines(report)
+    lines += durability_section(report)
+    lines += faults.markdown_lines(report)
     lines += resources_section(report)
     lines += cost_section(report)
+    lines += rules_section(report)
     return "\n".join(lines)
 
 

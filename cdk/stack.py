@@ -81,12 +81,13 @@ class BrokerbenchStack(Stack):
         store.grant_idempotency(functions["api"])
         for module in ("notify", "record_run_failed"):
             alerts.grant_publish(functions[module])
-        targets.grant_provision(functions["provision_target"])
-        targets.grant_check(functions["check_target"])
-        targets.grant_teardown(functions["teardown_target"])
+        # The cloud providers' calls, as each declares them by role (brokerbench.registry.ACCESS_ROLES)
+        targets.grant("provision", functions["provision_target"])
+        targets.grant("check", functions["check_target"])
+        targets.grant("teardown", functions["teardown_target"])
         for module in ("record_targets_ready", "run_cell", "record_cell_failed"):  # the last deletes a failed
-            targets.grant_clients(functions[module])  # cell's topics
-        targets.grant_faults(functions["run_cell"])  # a cell's faults in AWS (kind reboot) on its run's own target
+            targets.grant("clients", functions[module])  # cell's topics
+        targets.grant("faults", functions["run_cell"])  # a cell's faults in AWS (kind reboot) on its run's own target
         workers.grant_launch(functions["start_ec2_worker"])
 
         workflow = Workflow(self, "Workflow", functions=functions)
@@ -94,11 +95,14 @@ class BrokerbenchStack(Stack):
         workers.grant_callbacks(state_machine)
         functions["api"].add_environment("BROKERBENCH_STATE_MACHINE_ARN", state_machine.state_machine_arn)
         workflow.grant_api(functions["api"])
+        targets.grant("admission", functions["api"])  # the targets' quotas, before a run starts
         functions["schedule_trigger"].add_environment("BROKERBENCH_STATE_MACHINE_ARN", state_machine.state_machine_arn)
         workflow.grant_api(functions["schedule_trigger"])  # StepFunctionsStarter: start, and describe a run it started
+        targets.grant("admission", functions["schedule_trigger"])
         store.grant_reports(workflow.role, write=False)  # RunCellsDistributed's ItemReader: the plan's cells
         # Runs that end early (a failed, stopped or timed-out execution, a cancel) and leftovers: cdk/constructs/teardown.py
-        teardown = Teardown(self, "Teardown", functions=functions, run_machine=state_machine, store=store)
+        teardown = Teardown(self, "Teardown", functions=functions, run_machine=state_machine, store=store,
+                            targets=targets)
         teardown.grant_handover(functions["api"])  # a cancel hands the run's teardown to the teardown state machine
 
         api = Api(self, "Api", handler=functions["api"], logs=logs.bucket)

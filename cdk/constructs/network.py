@@ -16,6 +16,9 @@ Cost, deliberately small (roughly, us-east-1 prices):
   the workers run no log agent. Each endpoint sits in one AZ; clients in the other AZs reach it across AZs
   (private DNS resolves everywhere). Anything without an endpoint goes through the NAT gateway.
 - three AZs, because MSK wants its broker count (3 by default) to be a multiple of its client subnets.
+
+The brokers' security group lets the workers in on the ports the cloud providers declare (each plug-in's
+cloud_access.py: MSK 9092-9098, ElastiCache 6379, Amazon MQ's AMQPS 5671) and on nothing else.
 """
 
 from __future__ import annotations
@@ -24,9 +27,8 @@ from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_s3 as s3
 from constructs import Construct
 
-KAFKA_PORTS = ec2.Port.tcp_range(9092, 9098)  # MSK: plaintext, TLS, SASL/SCRAM, IAM (9098), and ZooKeeper-less
-REDIS_PORT = ec2.Port.tcp(6379)
-AMQPS_PORT = ec2.Port.tcp(5671)  # Amazon MQ for RabbitMQ: AMQP over TLS
+from .. import access
+
 AZ_COUNT = 3
 
 INTERFACE_ENDPOINTS = {  # context name -> (construct id, service)
@@ -72,9 +74,9 @@ class Network(Construct):
         self.brokers = ec2.SecurityGroup(self, "Brokers", vpc=self.vpc, allow_all_outbound=False,
                                          description="brokerbench run-time brokers (MSK, ElastiCache, Amazon MQ): reached only by "
                                                      "workers")
-        self.brokers.add_ingress_rule(self.workers, KAFKA_PORTS, "Kafka (MSK) from the workers")
-        self.brokers.add_ingress_rule(self.workers, REDIS_PORT, "Redis (ElastiCache) from the workers")
-        self.brokers.add_ingress_rule(self.workers, AMQPS_PORT, "AMQPS (Amazon MQ for RabbitMQ) from the workers")
+        # The ports each cloud provider declares beside its cloud.py (brokerbench.registry.CloudAccess.ports).
+        for port in access.ports():
+            self.brokers.add_ingress_rule(self.workers, access.ec2_port(port), f"{port.description} from the workers")
 
     @property
     def private_subnets(self) -> list[ec2.ISubnet]:

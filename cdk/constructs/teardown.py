@@ -32,7 +32,8 @@ from constructs import Construct
 
 from .. import paths
 from ..nag import acknowledge, allow
-from .broker_targets import RUN_TAG, TAGGED_RESOURCE, BrokerTargets, grant_mq_delete
+from ..access import TAGGED
+from .broker_targets import BrokerTargets
 from .functions import Functions
 from .storage import EventStore
 from .workflow import LOG_GROUP_PREFIX, LOG_LEVEL, substitutions
@@ -53,7 +54,7 @@ def log_group_name(stack_name: str) -> str:
 
 class Teardown(Construct):
     def __init__(self, scope: Construct, id: str, *, functions: Functions, run_machine: sfn.IStateMachine,
-                 store: EventStore) -> None:
+                 store: EventStore, targets: BrokerTargets) -> None:
         super().__init__(scope, id)
         values = substitutions(functions, paths.TEARDOWN_MACHINE)
         # As the run workflow's (cdk/constructs/workflow.py): under /aws/vendedlogs/, errors only, no execution data.
@@ -108,7 +109,7 @@ class Teardown(Construct):
         self.dead_letters.grant_consume_messages(sweeper)
         sweeper.add_environment(DEAD_LETTERS_ENV, self.dead_letters.queue_url)
         self.grant_handover(sweeper)
-        grant_sweep(sweeper)
+        grant_sweep(sweeper, targets)
 
     def grant_handover(self, grantee) -> None:
         """StepFunctionsTeardowns: start the teardown state machine for a run (the RunEnded function, the API's
@@ -121,26 +122,14 @@ def _arn(service: str, resource: str) -> str:
     return f"arn:{Aws.PARTITION}:{service}:{Aws.REGION}:{Aws.ACCOUNT_ID}:{resource}"
 
 
-def grant_sweep(grantee: iam.IGrantable) -> None:
-    """The sweeper lists what runs created and deletes only what is named bb-* and tagged with a run."""
-    allow(grantee, ["kafka:ListClustersV2"], ["*"],
-          wildcard_reason="the sweeper lists bb-* MSK clusters with ListClustersV2, a List action with no "
-                          "resource-level permissions")
-    allow(grantee, ["kafka:DeleteCluster"], [BrokerTargets._msk_clusters()], conditions=TAGGED_RESOURCE,
-          wildcard_reason="the sweeper deletes only MSK clusters named bb-* that carry the brokerbench:run tag; "
-                          "their ARNs end in a UUID assigned at creation")
-    allow(grantee, ["elasticache:DescribeReplicationGroups"], [_arn("elasticache", "replicationgroup:*")],
-          wildcard_reason="the sweeper lists the replication groups (DescribeReplicationGroups without an id "
-                          "needs every group) and keeps only those named bb-*")
-    allow(grantee, ["elasticache:ListTagsForResource"], [BrokerTargets._redis_groups()],
-          wildcard_reason="the sweeper reads the brokerbench:run tag of the bb-* replication groups only")
-    allow(grantee, ["elasticache:DeleteReplicationGroup"], [BrokerTargets._redis_groups()], conditions=TAGGED_RESOURCE,
-          wildcard_reason="the sweeper deletes only replication groups named bb-* that carry the brokerbench:run tag")
-    grant_mq_delete(grantee, "the sweeper")
+def grant_sweep(grantee: iam.IGrantable, targets: BrokerTargets) -> None:
+    """The sweeper lists what runs created and deletes only what is named bb-* and tagged with a run: the cloud
+    providers' targets as each declares its sweep (brokerbench.registry.CloudAccess), and the EC2 workers."""
+    targets.grant("sweep", grantee)
     allow(grantee, ["ec2:DescribeInstances"], ["*"],
           wildcard_reason="the sweeper finds EC2 workers by their brokerbench:run tag; DescribeInstances has no "
                           "resource-level permissions")
     allow(grantee, ["ec2:TerminateInstances"], [_arn("ec2", "instance/*")],
-          conditions={"Null": {f"aws:ResourceTag/{RUN_TAG}": "false"}},
+          conditions=TAGGED["resource"],
           wildcard_reason="the sweeper terminates only instances that carry the brokerbench:run tag (EC2 workers "
                           "of a run); instance ids are made at launch")

@@ -70,8 +70,8 @@ class Ec2Workers(Construct):
         allow(self.role, ["s3:GetObject"],
               [f"arn:{Aws.PARTITION}:s3:::{self.asset.s3_bucket_name}/{self.asset.s3_object_key}"])
         store.grant_events(self.role, write=True)
-        targets.grant_clients(self.role)
-        targets.grant_faults(self.role)  # a cell's faults in AWS (kind reboot) on its run's own target
+        targets.grant("clients", self.role)
+        targets.grant("faults", self.role)  # a cell's faults in AWS (kind reboot) on its run's own target
 
         # fleet.TokenParameters: each launch's task token waits here for its instance (never in user data).
         self.token_parameters = f"/{Stack.of(self).stack_name}/task-tokens"

@@ -113,14 +113,10 @@ class Workflow(Construct):
                               "executions are named by run ids made at run time")
         # Before a run starts (brokerbench/workflow/admission.py): the account's quotas, and what the region holds of
         # what they count. The runs in flight are slots in the events table (the grantee's events grant); a slot's
-        # holder is looked up with DescribeExecution above.
+        # holder is looked up with DescribeExecution above. What the targets' services hold is counted with their
+        # providers' own calls, granted as each declares them (BrokerTargets.grant("admission", ...), cdk/stack.py).
         allow(grantee, ["servicequotas:GetServiceQuota", "servicequotas:GetAWSDefaultServiceQuota",
                         "servicequotas:ListServiceQuotas", "servicequotas:ListAWSDefaultServiceQuotas",
-                        "lambda:GetAccountSettings", "ec2:DescribeInstances", "ec2:DescribeInstanceTypes",
-                        "kafka:ListClustersV2", "mq:ListBrokers"], ["*"],
+                        "lambda:GetAccountSettings", "ec2:DescribeInstances", "ec2:DescribeInstanceTypes"], ["*"],
               wildcard_reason="the quota checks before a run starts: Service Quotas' Get and List actions, Lambda's "
-                              "GetAccountSettings, EC2's Describe actions and the MSK and Amazon MQ List actions "
-                              "support no resource-level permissions")
-        allow(grantee, ["elasticache:DescribeCacheClusters"],
-              [f"arn:{Aws.PARTITION}:elasticache:{Aws.REGION}:{Aws.ACCOUNT_ID}:cluster:*"],
-              wildcard_reason="the ElastiCache node quota check counts every cache cluster's nodes in the region")
+                              "GetAccountSettings and EC2's Describe actions support no resource-level permissions")

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import importlib
 import pkgutil
+import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import cache
@@ -128,6 +129,122 @@ class CloudQuota:
     in_use: str  # "module:function" (client) -> int: what the account's region holds now
 
 
+# -- what a cloud provider needs of the deployment: IAM statements by role, and ports ------------------
+# Who holds each role in the deployed stack (cdk/stack.py gives it to them): a provider's calls as each one makes
+# them (its cloud.py, cloud_faults.py and quota hooks).
+ACCESS_ROLES = {
+    "provision": "ProvisionTarget: creates the run's target (a retried create finds it again)",
+    "check": "CheckTarget: reads the target's state and endpoint until it serves",
+    "teardown": "TeardownTarget: finds and deletes the run's target",
+    "sweep": "SweepTargets, hourly: lists bb-* resources and deletes those of ended runs",
+    "clients": "the workers, RecordTargetsReady and RecordCellFailed: the brokers' clients (auth, topics)",
+    "faults": "RunCell and the EC2 workers: a cell's fault of kind reboot on its run's own target",
+    "admission": "the API and the schedules' trigger: the account's quota, counted before a run starts",
+}
+# What a resource pattern or a condition may name besides its literal text, filled in by the CDK app: the
+# deployment's pseudo parameters, and what the stack makes for the providers (cdk/constructs/broker_targets.py).
+ACCESS_PLACEHOLDERS = {
+    "partition": "the AWS partition (aws, aws-cn...)",
+    "region": "the stack's region",
+    "account": "the stack's account id",
+    "vpc": "the id of the VPC the brokers are created in",
+    "subnet_group": "the ElastiCache subnet group of the brokers' private subnets",
+    "auth_secret": "the ARN of the stack's Redis AUTH token secret",
+}
+# A grant's `tagged`: the condition that holds it to what runs create, tagged brokerbench:run (targets.RUN_TAG)
+# in the create request ("request") or on the resource acted on ("resource").
+ACCESS_TAGGED = ("request", "resource")
+PORT_PROTOCOLS = ("tcp", "udp")
+ANY_RESOURCE = "*"  # a grant's resource for actions IAM gives no resource-level permissions
+
+
+@dataclass(frozen=True)
+class Grant:
+    """One IAM statement a provider's calls need, in IAM's own terms: plain data the CDK app turns into policy."""
+
+    role: str  # who needs it: a key of ACCESS_ROLES
+    actions: tuple[str, ...]  # as IAM spells them ("kafka:CreateClusterV2")
+    resources: tuple[str, ...]  # names of the provider's resource patterns (CloudAccess.resources), or "*"
+    reason: str = ""  # why its wildcards (in an action or a resource) are acceptable: required when it has one
+    tagged: str | None = None  # a key of ACCESS_TAGGED, or None
+    condition: dict = field(default_factory=dict)  # any further IAM condition block; strings may name placeholders
+
+
+@dataclass(frozen=True)
+class Port:
+    """A port range the workers reach the provider's targets on: the brokers' security group lets them in."""
+
+    first: int
+    last: int
+    description: str  # what listens there ("Kafka (MSK)"): the ingress rule says "<description> from the workers"
+    protocol: str = "tcp"
+
+
+@dataclass(frozen=True)
+class CloudAccess:
+    """What a cloud provider needs of the deployment, declared beside its cloud.py: the ARN patterns of what it
+    touches (by name, with ACCESS_PLACEHOLDERS in braces), its IAM statements by role, and its ports. The CDK app
+    (cdk/constructs/broker_targets.py, network.py) grants exactly these, so adding a provider's access is adding
+    its declaration; nothing here imports the CDK (the Lambda code must not need it)."""
+
+    resources: dict[str, str]  # name -> ARN pattern ("arn:{partition}:kafka:{region}:{account}:cluster/bb-*/*")
+    grants: tuple[Grant, ...]
+    ports: tuple[Port, ...] = ()
+
+    def __post_init__(self) -> None:
+        for name, pattern in self.resources.items():
+            unknown = _placeholders(pattern) - set(ACCESS_PLACEHOLDERS)
+            if unknown:
+                raise ValueError(f"resources.{name}: {pattern!r} names {', '.join(sorted(unknown))}, not among the "
+                                 f"placeholders {', '.join(ACCESS_PLACEHOLDERS)}")
+        for i, grant in enumerate(self.grants):
+            _check_grant(f"grants[{i}]", grant, self.resources)
+        for i, port in enumerate(self.ports):
+            if not (0 < port.first <= port.last <= 65535):
+                raise ValueError(f"ports[{i}]: {port.first}-{port.last} is not a port range within 1-65535")
+            if port.protocol not in PORT_PROTOCOLS:
+                raise ValueError(f"ports[{i}].protocol: {port.protocol!r} is not one of {', '.join(PORT_PROTOCOLS)}")
+            if not port.description:
+                raise ValueError(f"ports[{i}].description: say what listens on {port.first}-{port.last}")
+
+    def granted(self, role: str) -> tuple[Grant, ...]:
+        """Its grants for `role` (a key of ACCESS_ROLES), in declaration order."""
+        if role not in ACCESS_ROLES:
+            raise ValueError(f"role {role!r} is not one of {', '.join(ACCESS_ROLES)}")
+        return tuple(g for g in self.grants if g.role == role)
+
+
+def _placeholders(value) -> set[str]:
+    """The {names} in a pattern, or in every string of a condition block."""
+    if isinstance(value, dict):
+        return set().union(*(_placeholders(v) for v in value.values()), set())
+    if isinstance(value, (list, tuple)):
+        return set().union(*(_placeholders(v) for v in value), set())
+    return set(re.findall(r"\{([^}]*)\}", value)) if isinstance(value, str) else set()
+
+
+def _check_grant(where: str, grant: Grant, resources: dict[str, str]) -> None:
+    if grant.role not in ACCESS_ROLES:
+        raise ValueError(f"{where}.role: {grant.role!r} is not one of {', '.join(ACCESS_ROLES)}")
+    if not grant.actions or any(not re.fullmatch(r"[a-z0-9-]+:[A-Za-z0-9*]+", a) for a in grant.actions):
+        raise ValueError(f"{where}.actions: {list(grant.actions)} are not IAM actions (service:Action)")
+    if not grant.resources:
+        raise ValueError(f"{where}.resources: name at least one resource pattern, or {ANY_RESOURCE!r}")
+    unknown = [r for r in grant.resources if r != ANY_RESOURCE and r not in resources]
+    if unknown:
+        raise ValueError(f"{where}.resources: {', '.join(unknown)} not among the declared resources "
+                         f"({', '.join(resources)}) or {ANY_RESOURCE!r}")
+    if grant.tagged is not None and grant.tagged not in ACCESS_TAGGED:
+        raise ValueError(f"{where}.tagged: {grant.tagged!r} is not one of {', '.join(ACCESS_TAGGED)}")
+    unknown = _placeholders(grant.condition) - set(ACCESS_PLACEHOLDERS)
+    if unknown:
+        raise ValueError(f"{where}.condition names {', '.join(sorted(unknown))}, not among the placeholders")
+    patterns = [ANY_RESOURCE if r == ANY_RESOURCE else resources[r] for r in grant.resources]
+    if any("*" in text for text in (*grant.actions, *patterns)) and not grant.reason:
+        raise ValueError(f"{where}.reason: {list(grant.actions)} on {list(grant.resources)} has a wildcard; "
+                         "say why it is acceptable")
+
+
 @dataclass(frozen=True)
 class Cloud:
     """The managed service a run provisions in AWS mode."""
@@ -141,6 +258,8 @@ class Cloud:
     creation_s: float = 0.0
     fault: CloudFault | None = None  # the fault the service offers (kind reboot); None: no fault in AWS
     quota: CloudQuota | None = None  # the account quota its targets count against; None: none checked
+    # what the deployment must allow its calls (IAM by role) and its clients (ports); None: the stack grants nothing
+    access: CloudAccess | None = None
 
 
 @dataclass(frozen=True)

@@ -614,6 +614,136 @@ def test_api_reads_reports_and_lists_only_their_prefix(resources):
         granted["s3:GetObject"]["Resource"])
 
 
+# -- the cloud providers' declared access (brokerbench.registry.CloudAccess, each plug-in's cloud_access.py) ------
+
+EC2_WORKER = "the EC2 workers' instance role"
+ROLE_HOLDERS = {  # brokerbench.registry.ACCESS_ROLES -> who holds it: handler modules, and the EC2 workers
+    "provision": ["provision_target"], "check": ["check_target"], "teardown": ["teardown_target"],
+    "sweep": ["sweep_targets"], "clients": ["record_targets_ready", "run_cell", "record_cell_failed", EC2_WORKER],
+    "faults": ["run_cell", EC2_WORKER], "admission": ["api", "schedule_trigger"],
+}
+PROVIDER_SERVICES = ("kafka", "kafka-cluster", "elasticache", "mq")  # IAM services no other grant of the app names
+
+
+def flat(value):
+    """A template value with its intrinsic functions spelled out: Ref -> <Id>, GetAtt -> <Id.Attr>, Sub's ${X} -> <X>,
+    Join joined."""
+    if isinstance(value, dict) and len(value) == 1 and next(iter(value)) in ("Ref", "Fn::GetAtt", "Fn::Join",
+                                                                               "Fn::Sub"):
+        (fn, arg), = value.items()
+        if fn == "Fn::Sub" and isinstance(arg, str):
+            return re.sub(r"\$\{([^}]*)\}", r"<\1>", arg)
+        return (f"<{arg}>" if fn == "Ref" else f"<{arg[0]}.{arg[1]}>" if fn == "Fn::GetAtt"
+                else arg[0].join(flat(part) for part in arg[1]))
+    if isinstance(value, dict):
+        return {k: flat(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [flat(v) for v in value]
+    return value
+
+
+def providers_access() -> dict:
+    from brokerbench.registry import plugins
+
+    return {p.cloud.service: p.cloud.access for p in plugins().values() if p.cloud and p.cloud.access}
+
+
+def declared(role: str, resources: dict) -> set[tuple[str, str, str]]:
+    """(action, resource, condition) of every statement the providers declare for `role`, written out here as IAM
+    reads them: placeholders as the template names them, `tagged` as the brokerbench:run tag's Null condition."""
+    (vpc,) = of_type(resources, "AWS::EC2::VPC")
+    (subnet_group,) = of_type(resources, "AWS::ElastiCache::SubnetGroup")
+    (secret,) = [k for k in of_type(resources, "AWS::SecretsManager::Secret") if "RedisAuthToken" in k]
+    names = {"partition": "<AWS::Partition>", "region": "<AWS::Region>", "account": "<AWS::AccountId>",
+             "vpc": f"<{vpc}>", "subnet_group": f"<{subnet_group}>", "auth_secret": f"<{secret}>"}
+    fill = lambda text: re.sub(r"\{(\w+)\}", lambda m: names[m.group(1)], text)  # noqa: E731
+    out = set()
+    for access in providers_access().values():
+        for grant in access.granted(role):
+            condition = json.loads(fill(json.dumps(grant.condition)))
+            if grant.tagged:
+                tag = {"request": "aws:RequestTag", "resource": "aws:ResourceTag"}[grant.tagged]
+                condition = {"Null": {f"{tag}/brokerbench:run": "false"}, **condition}
+            for action in grant.actions:
+                for name in grant.resources:
+                    resource = "*" if name == "*" else fill(access.resources[name])
+                    out.add((action, resource, json.dumps(condition or None, sort_keys=True)))
+    return out
+
+
+def granted(resources: dict) -> dict[str, set[tuple[str, str, str]]]:
+    """Role logical id -> (action, resource, condition) of every statement its policies hold."""
+    out: dict[str, set] = {}
+    for logical_id, statement in statements(resources):
+        if statement["Effect"] != "Allow":
+            continue
+        roles = resources[logical_id]["Properties"].get("Roles") or [{"Ref": logical_id}]
+        for role in roles:
+            out.setdefault(role["Ref"], set()).update(
+                (action, flat(resource), json.dumps(flat(statement.get("Condition")), sort_keys=True))
+                for action in as_list(statement["Action"]) for resource in as_list(statement["Resource"]))
+    return out
+
+
+def test_each_role_holds_exactly_what_the_providers_declare(resources):
+    """Every role's holders hold every statement the cloud providers declare for it, and the providers' services
+    (MSK, MSK IAM auth, ElastiCache, Amazon MQ) are granted to no one beyond that: the declaration is the grant."""
+    functions = handler_functions(resources)
+    (instance_role,) = [k for k, r in of_type(resources, "AWS::IAM::Role").items()
+                        if r["Properties"].get("Description", "").startswith("brokerbench EC2 worker")]
+    role_of = {m: (instance_role if m == EC2_WORKER else functions[m][1]["Role"]["Fn::GetAtt"][0])
+               for holders in ROLE_HOLDERS.values() for m in holders}
+    holds = granted(resources)
+    for role, holders in ROLE_HOLDERS.items():
+        wanted = declared(role, resources)
+        assert wanted, role
+        for holder in holders:
+            missing = wanted - holds[role_of[holder]]
+            assert not missing, (role, holder, sorted(missing))
+    for principal, held in holds.items():
+        allowed = set().union(*(declared(role, resources) for role, holders in ROLE_HOLDERS.items()
+                                for m in holders if role_of[m] == principal))
+        beyond = {g for g in held if g[0].split(":")[0] in PROVIDER_SERVICES} - allowed
+        assert not beyond, (principal, sorted(beyond))
+
+
+def test_a_declaration_is_what_grants_it(app_and_stack, monkeypatch):
+    """A made-up provider's declaration, given to cdk/access.py on a stack of its own: its role gets exactly its
+    statement (the tag condition and its own, the placeholders filled), another role nothing, its port is the one
+    opened; a placeholder the stack does not provide is refused naming it."""
+    from aws_cdk import App, Stack
+    from aws_cdk import aws_iam as iam
+    from aws_cdk.assertions import Template
+
+    from brokerbench.registry import CloudAccess, Grant, Port
+    from cdk import access, nag
+
+    reason = "queues are named per run as bb-<run id>, so bb-* scopes them"
+    made_up = CloudAccess(resources={"queues": "arn:{partition}:sqs:{region}:{account}:bb-*",
+                                     "in-vpc": "arn:{partition}:ec2:{region}:{account}:vpc/{vpc}"}, grants=(
+        Grant("teardown", ("sqs:DeleteQueue",), ("queues",), reason, "resource",
+              {"StringEquals": {"aws:RequestedRegion": "{region}"}}),
+        Grant("check", ("sqs:GetQueueAttributes",), ("queues",), reason),
+        Grant("provision", ("ec2:DescribeVpcAttribute",), ("in-vpc",))), ports=(Port(5672, 5672, "AMQP (SQS)"),))
+    monkeypatch.setattr(access, "declared", lambda: {"Amazon SQS": made_up})
+    monkeypatch.setattr(nag, "ACKNOWLEDGED", [])  # the app's own acknowledgments stay as the app made them
+    stack = Stack(App(), "MadeUp")
+    teardown, other = (iam.Role(stack, name, assumed_by=iam.ServicePrincipal("lambda.amazonaws.com"))
+                       for name in ("Teardown", "Other"))
+    access.grant_role(teardown, "teardown", {})
+    access.grant_role(other, "faults", {})
+    policies = Template.from_stack(stack).to_json()["Resources"]
+    (statement,) = [s for _, s in statements(policies)]
+    assert flat(statement) == {
+        "Effect": "Allow", "Action": "sqs:DeleteQueue",
+        "Resource": "arn:<AWS::Partition>:sqs:<AWS::Region>:<AWS::AccountId>:bb-*",
+        "Condition": {"Null": {"aws:ResourceTag/brokerbench:run": "false"},
+                      "StringEquals": {"aws:RequestedRegion": "<AWS::Region>"}}}
+    assert [(p.first, p.last, p.description) for p in access.ports()] == [(5672, 5672, "AMQP (SQS)")]
+    with pytest.raises(ValueError, match=r"Amazon SQS provision grant .* names \{vpc\}, which the stack does not"):
+        access.grant_role(teardown, "provision", {})
+
+
 # -- network -----------------------------------------------------------------------------------------------
 
 
@@ -626,6 +756,10 @@ def test_brokers_accept_only_the_workers_on_broker_ports(resources):
     rules = [r["Properties"] for r in of_type(resources, "AWS::EC2::SecurityGroupIngress").values()
              if r["Properties"]["GroupId"] == {"Fn::GetAtt": [brokers, "GroupId"]}]
     assert {(r["FromPort"], r["ToPort"]) for r in rules} == {(9092, 9098), (6379, 6379), (5671, 5671)}
+    # ...which are the ports the cloud providers declare, each with its description
+    declared_ports = {(p.first, p.last, f"{p.description} from the workers", p.protocol)
+                      for access in providers_access().values() for p in access.ports}
+    assert {(r["FromPort"], r["ToPort"], r["Description"], r["IpProtocol"]) for r in rules} == declared_ports
     assert all(r["SourceSecurityGroupId"] == {"Fn::GetAtt": [workers, "GroupId"]} for r in rules)
 
 

@@ -15,19 +15,23 @@ library and brokerbench's own helpers.
 """
 
 from ..registry import (  # noqa: F401 (a plug-in's `from .. import Plugin`, and the old import paths)
+    ANY_RESOURCE,
     Capabilities,
     Cloud,
+    CloudAccess,
     CloudFault,
     CloudQuota,
     LocalService,
     Log,
     Plugin,
+    Port,
     Settings,
     Started,
     UnknownBroker,
     families,
     for_target,
     get_driver,
+    Grant,
     load,
     local_services,
     plugin,

@@ -1,7 +1,7 @@
 """Apache Kafka (KRaft): the confluent-kafka driver, a local single node or 3-node cluster, Amazon MSK in the cloud."""
 
 from .. import Capabilities, Cloud, CloudFault, CloudQuota, Plugin, Settings
-from . import settings
+from . import cloud_access, settings
 from .local import KafkaService
 
 PLUGIN = Plugin(
@@ -27,6 +27,7 @@ PLUGIN = Plugin(
                 quota=CloudQuota(service_code="kafka", name="Number of brokers per account", code="L-EDD31C36",
                                  unit="brokers", client="kafka", need="brokerbench.brokers.kafka.cloud:quota_need",
                                  in_use="brokerbench.brokers.kafka.cloud:quota_in_use"),
+                access=cloud_access.ACCESS,
                 fault=CloudFault(call="kafka:RebootBroker", does="reboots one broker, which MSK brings back itself",
                                  hooks="brokerbench.brokers.kafka.cloud_faults",
                                  targets=("leader", "follower", "node"))),

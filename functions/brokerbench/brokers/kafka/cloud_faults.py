@@ -8,8 +8,8 @@ one broker per call, and only while the cluster is ACTIVE: a second reboot befor
 (BadRequestException), which the cell records as a failed fault.
 
 The cluster's ARN comes with the endpoint (`managed.cluster_arn`, set by cloud.py when the cluster is ready).
-IAM: kafka:RebootBroker and kafka:DescribeClusterV2 on bb-* clusters carrying the run tag (cdk/constructs/
-broker_targets.py grant_faults). Never run against real AWS: the calls' shapes are checked with botocore's Stubber
+IAM: kafka:RebootBroker and kafka:DescribeClusterV2 on bb-* clusters carrying the run tag (declared in
+cloud_access.py, role faults). Never run against real AWS: the calls' shapes are checked with botocore's Stubber
 (tests/unit/test_cloud_faults.py).
 """
 

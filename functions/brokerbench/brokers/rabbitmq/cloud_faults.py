@@ -7,8 +7,8 @@ led a queue before and after is not asked (Amazon MQ's management API is not rea
 leader_before and leader_at_end stay null.
 
 The broker's id comes with the endpoint (`managed.broker_id`, set by cloud.py when the broker runs).
-IAM: mq:RebootBroker and mq:DescribeBroker on bb-* brokers carrying the run tag (cdk/constructs/broker_targets.py
-grant_faults). Never run against real AWS: the calls' shapes are checked with botocore's Stubber
+IAM: mq:RebootBroker and mq:DescribeBroker on bb-* brokers carrying the run tag (declared in cloud_access.py,
+role faults). Never run against real AWS: the calls' shapes are checked with botocore's Stubber
 (tests/unit/test_cloud_faults.py).
 """
 

@@ -2,7 +2,7 @@
 Amazon MQ for RabbitMQ in the cloud (AMQP over TLS)."""
 
 from .. import Capabilities, Cloud, CloudFault, CloudQuota, Plugin, Settings
-from ..rabbitmq import settings
+from ..rabbitmq import cloud_access, settings
 from ..rabbitmq.local import SERVICE
 
 PLUGIN = Plugin(
@@ -28,6 +28,7 @@ PLUGIN = Plugin(
                 quota=CloudQuota(service_code="mq", name="Number of brokers per region", code="L-4D525FD5",
                                  unit="brokers", client="mq", need="brokerbench.brokers.rabbitmq.cloud:quota_need",
                                  in_use="brokerbench.brokers.rabbitmq.cloud:quota_in_use"),
+                access=cloud_access.ACCESS,
                 fault=CloudFault(call="mq:RebootBroker", does="restarts the whole broker, every node of a cluster",
                                  hooks="brokerbench.brokers.rabbitmq.cloud_faults", targets=())),
     libraries=("pika",),

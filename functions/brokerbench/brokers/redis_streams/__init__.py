@@ -1,7 +1,7 @@
 """Redis Streams: the redis-py/hiredis driver, a local redis-server, ElastiCache for Redis in the cloud."""
 
 from .. import Capabilities, Cloud, CloudFault, CloudQuota, Plugin, Settings
-from . import settings
+from . import cloud_access, settings
 from .local import RedisService
 
 PLUGIN = Plugin(
@@ -27,6 +27,7 @@ PLUGIN = Plugin(
                 quota=CloudQuota(service_code="elasticache", name="Nodes per Region", code=None, unit="nodes",
                                  client="elasticache", need="brokerbench.brokers.redis_streams.cloud:quota_need",
                                  in_use="brokerbench.brokers.redis_streams.cloud:quota_in_use"),
+                access=cloud_access.ACCESS,
                 fault=CloudFault(call="elasticache:TestFailover",
                                  does="fails the replication group's primary over to a replica",
                                  hooks="brokerbench.brokers.redis_streams.cloud_faults", targets=("leader",))),

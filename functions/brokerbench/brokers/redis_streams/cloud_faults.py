@@ -10,7 +10,7 @@ replica may be lost: an expected finding, not a defect. AWS allows 15 TestFailov
 older documents): a run of more faulted cells finds the later calls refused, recorded as failed faults.
 
 IAM: elasticache:TestFailover and elasticache:DescribeReplicationGroups on bb-* groups carrying the run tag
-(cdk/constructs/broker_targets.py grant_faults). Never run against real AWS: the calls' shapes are checked with
+(declared in cloud_access.py, role faults). Never run against real AWS: the calls' shapes are checked with
 botocore's Stubber (tests/unit/test_cloud_faults.py).
 """
 

@@ -177,6 +177,22 @@ def test_a_stored_event_with_a_misspelled_or_mistyped_field_names_it():
         decode_data('{"step":"Notify","reason":"x","steps":1}', event_type="StepFailed", **names)
 
 
+def test_histograms_stored_apart_are_checked_as_the_data_is():
+    """DynamoDB keeps an interval's histograms in their own attribute: they are decoded through their type too, and
+    an interval read with its histograms must have them."""
+    run_id = new_run_id()
+    names = {"event_type": "IntervalMeasured", "event_id": f"{run_id}/10#c00000#1#a00#i000000", "run_id": run_id}
+    text = json.dumps({"cell_id": "c", "interval": 0, "attempt": 0, "counters": dict.fromkeys(
+        ["sent", "bytes_sent", "acked", "send_errors", "received", "bytes_received"], 1)})
+    data = decode_data(text, histograms_text='{"encode_ns":"HISTFAAAA"}', **names)
+    assert data["histograms"] == {"encode_ns": "HISTFAAAA"} and list(data)[-1] == "histograms"
+    assert "histograms" not in decode_data(text, histograms=False, **names)
+    with pytest.raises(InvalidEvent, match=r"data\.histograms\.encode_ns: expected `str`, got `int`"):
+        decode_data(text, histograms_text='{"encode_ns":5}', **names)
+    with pytest.raises(InvalidEvent, match=r"data: object missing required field `histograms`"):
+        decode_data(text, **names)
+
+
 def test_a_stored_schema_version_this_release_does_not_know_is_named():
     run_id = new_run_id()
     with pytest.raises(InvalidEvent, match=r"schema_version 2 is not one this release reads \(1\)"):

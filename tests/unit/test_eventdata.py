@@ -4,12 +4,13 @@ earlier releases (the archived real runs) decodes through them."""
 
 import json
 from pathlib import Path
+from typing import Literal
 
 import msgspec
 import pytest
 from archives import archives, read_archive
 from event_examples import failed, one_of_each, trigger
-from msgspec import inspect
+from msgspec import UNSET, UnsetType, inspect
 
 from brokerbench import eventdata
 from brokerbench.events import InvalidEvent, decode_data, make_event, new_run_id
@@ -126,9 +127,9 @@ def test_the_agreement_check_finds_a_missing_field_a_wrong_type_and_an_optional_
     """The check above can fail: a Struct that drops one property, types another wrongly and leaves a required one
     optional is found on each count."""
     class Wrong(eventdata.Data, kw_only=True):
-        status: eventdata.Literal["completed", "failed"]
-        reason: int | eventdata.UnsetType = eventdata.UNSET
-        cells_completed: int | eventdata.UnsetType = eventdata.UNSET
+        status: Literal["completed", "failed"]
+        reason: int | UnsetType = UNSET
+        cells_completed: int | UnsetType = UNSET
 
     found = _object_disagreements(SCHEMA["$defs"]["RunCompleted"], inspect.type_info(Wrong), "data")
     assert sorted(found) == sorted([

@@ -477,6 +477,27 @@ def reports(results: dict) -> dict:
             "cells_2000": f"{big['cells']:,}", "setup_2000": f"{big['setup_s']:.0f} s"}
 
 
+# ---- reading a run's events through their types (bench/event_decode.py) --------------------------------------------
+
+DECODE_ROWS = {"dynamodb": "DynamoDB items, with the interval histograms",
+               "dynamodb_no_histograms": "DynamoDB items, without them (a report's read)",
+               "memory": "the memory store's JSON"}
+
+
+def event_decode(results: dict) -> dict:
+    d = results["event_decode"]
+    rows = [[what, f"{d[key]['before_s']:.2f} s", f"{d[key]['after_s']:.2f} s",
+             f"{1e6 * d[key]['after_s'] / d['events']:.0f} µs", ratio(d[key]["ratio"])]
+            for key, what in DECODE_ROWS.items()]
+    return {"table": table(["the run's events, read from", "json.loads (before)", "typed (after)",
+                            "after, per event", "after / before (median of passes)"], rows),
+            "events": f"{d['events']:,}", "intervals": f"{d['intervals']:,}",
+            "interval_bytes": f"{d['interval_json_bytes']:,}",
+            "interval_bytes_bare": f"{d['interval_json_bytes_no_histograms']:,}", "repeat": str(d["repeat"]),
+            "previous": d["previous"], "code": d["code_version"], "date": d["date"],
+            "load": f"{d['load_average_1min']['before']:.1f} to {d['load_average_1min']['after']:.1f}"}
+
+
 # ---- the HTTP API under load (bench/api_load.py) --------------------------------------------------------------------
 
 ROUTES = {"list_runs": "`GET /runs?limit=20`", "get_run": "`GET /runs/{id}`", "report_published": "report, published",
@@ -892,7 +913,8 @@ def startup(results: dict) -> dict:
 
 SECTIONS = {"intro": None, "harness": harness, "broker_tools": broker_tools, "cell_overhead": cell_overhead,
             "run_overhead": run_overhead,
-            "test_suite": test_suite, "first_run": first_run, "reports": reports, "api_load": api_load,
+            "test_suite": test_suite, "first_run": first_run, "reports": reports, "event_decode": event_decode,
+            "api_load": api_load,
             "false_claims": false_claims, "aa_regression": aa_regression, "aa_schedule": aa_schedule,
             "latency_truth": latency_truth, "stamp_lag": stamp_lag, "interval_close": interval_close,
             "startup": startup}

@@ -2,6 +2,11 @@
 
 Sort keys put a run's events in order and give each event one place: a cell has exactly one
 end slot, so it cannot both complete and fail, and a retried write lands on the same key.
+
+Each event's data has a type (eventdata.py). A write checks the data against it and the schema and refuses a field
+its type does not declare (validate); a read decodes the stored data through it (decode_data), so a stored event
+that lacks a required field or holds one of the wrong type fails there, naming the event and the field, instead
+of as a missing key in a report. What the rest of the code reads stays the data as a dict.
 """
 
 from __future__ import annotations
@@ -14,8 +19,10 @@ from datetime import datetime, timezone
 from functools import cache
 from typing import Protocol
 
+import msgspec
 from jsonschema import Draft202012Validator
 
+from ..eventdata import DATA_TYPES, EVENT_TYPES, SCHEMA_VERSION, Histograms, IntervalSummary, unknown_fields
 from ..paths import SCHEMAS_DIR
 from ..series import DIGEST_VERSION
 
@@ -150,7 +157,7 @@ def make_event(run_id: str, event_type: str, data: dict, *, cell_index: int | No
         "event_id": f"{run_id}/{sk}",
         "type": event_type,
         "at": datetime.now(timezone.utc).isoformat(timespec="milliseconds"),
-        "schema_version": 1,
+        "schema_version": SCHEMA_VERSION,
         "data": data,
     }
     validate(event)
@@ -175,8 +182,82 @@ def validate(event: dict) -> None:
     if not problems:
         problems = [f"{'.'.join(['data', *map(str, e.absolute_path)])}: {e.message}"
                     for e in validators[event["type"]].iter_errors(event["data"])]
+    if not problems:
+        problems = typed_problems(event["type"], event["data"])
     if problems:
         raise InvalidEvent(f"{event.get('type')} event is invalid: " + "; ".join(problems))
+
+
+def typed_problems(event_type: str, data: dict) -> list[str]:
+    """What in an event's data, as a producer wrote it, its type (eventdata) refuses: a field it does not declare,
+    a missing or mistyped one."""
+    data_type = EVENT_TYPES[event_type]
+    problems = [f"{place}: not a field of {event_type}'s data (eventdata.{data_type.__name__})"
+                for place in unknown_fields(data, data_type)]
+    try:
+        msgspec.convert(data, data_type)
+    except msgspec.ValidationError as exc:
+        problems.append(_place(exc))
+    return problems
+
+
+def _place(exc: msgspec.ValidationError, where: str = "data") -> str:
+    """msgspec's 'Expected `int`, got `str` - at `$.counters.sent`' as 'data.counters.sent: expected `int`, got `str`'."""
+    message, _, place = str(exc).partition(" - at `$")
+    return f"{where}{place.rstrip('`')}: {message[:1].lower()}{message[1:]}"
+
+
+@cache
+def _decoder(version: int, event_type: str, summary: bool) -> msgspec.json.Decoder:
+    data_type = DATA_TYPES[version][event_type]
+    return msgspec.json.Decoder(IntervalSummary if summary and data_type is EVENT_TYPES["IntervalMeasured"]
+                                else data_type)
+
+
+_PLAIN = msgspec.json.Decoder()
+
+
+def decode_data(text: str | bytes, *, event_type: str, event_id: str, run_id: str, version: int = SCHEMA_VERSION,
+                histograms: bool = True, histograms_text: str | None = None) -> dict:
+    """A stored event's data (JSON) as a dict, once its type has read it: a missing, misspelled or mistyped field
+    raises InvalidEvent naming the event (id, type, run) and the field.
+
+    An IntervalMeasured's histograms: histograms=False, the read left them out; `histograms_text`, they were stored
+    apart (DynamoDB keeps them in their own attribute) and are decoded and put back here. `version` is the event's
+    schema_version: each one this release reads has its types (eventdata.DATA_TYPES)."""
+    def refuse(problem: str) -> InvalidEvent:
+        return InvalidEvent(f"stored event {event_id} ({event_type}, run {run_id}) does not decode: {problem}")
+
+    if version not in DATA_TYPES:
+        raise refuse(f"schema_version {version} is not one this release reads ({', '.join(map(str, DATA_TYPES))})")
+    if event_type not in DATA_TYPES[version]:
+        raise refuse(f"no event type {event_type!r} in schema_version {version}")
+    data = _checked(text, _decoder(version, event_type, not histograms or histograms_text is not None), refuse)
+    if histograms and histograms_text is not None and event_type == "IntervalMeasured":
+        data["histograms"] = _checked(histograms_text, _HISTOGRAMS, refuse, "data.histograms")
+    return data
+
+
+_HISTOGRAMS = msgspec.json.Decoder(Histograms)
+
+
+def _checked(text: str | bytes, decoder: msgspec.json.Decoder, refuse, where: str = "data") -> dict:
+    """The JSON object `text` as a dict, once `decoder` has read it (an error is `refuse`d naming the field)."""
+    try:
+        decoder.decode(text)
+        return _PLAIN.decode(text)
+    except msgspec.ValidationError as exc:
+        raise refuse(_place(exc, where)) from None
+    except msgspec.DecodeError:  # not strict JSON: Python's json wrote NaN or Infinity for a float
+        try:
+            data = json.loads(text)
+        except ValueError as exc:
+            raise refuse(f"{where} is not JSON: {exc}") from None
+    try:
+        msgspec.convert(data, decoder.type)
+    except msgspec.ValidationError as exc:
+        raise refuse(_place(exc, where)) from None
+    return data
 
 
 @dataclass

@@ -19,7 +19,7 @@ from botocore.config import Config
 from botocore.exceptions import ClientError, ConnectionClosedError, EndpointConnectionError, ReadTimeoutError
 
 from ..settings import env
-from . import AppendResult, StoreUnavailable, cell_count, has_digest, run_listing_key, sort_key, validate
+from . import AppendResult, StoreUnavailable, cell_count, decode_data, has_digest, run_listing_key, sort_key, validate
 
 TRANSACTION_ITEMS = 25
 TRANSACTION_BYTES = 3_000_000
@@ -128,19 +128,23 @@ class DynamoEventStore:
         return item
 
     @staticmethod
-    def _event(item: dict) -> dict:
-        data = json.loads(item["data"]["S"])
-        if "histograms" in item:
-            data["histograms"] = json.loads(item["histograms"]["S"])
-        return {
+    def _event(item: dict, histograms: bool = True) -> dict:
+        """The stored item as an event, its data decoded through its type (events.decode_data); `histograms`: the
+        read asked for an interval's histograms (stored apart, under their own attribute)."""
+        event = {
             "run_id": item["run_id"]["S"],
             "sk": item["sk"]["S"],
             "event_id": item["event_id"]["S"],
             "type": item["type"]["S"],
             "at": item["at"]["S"],
             "schema_version": int(item["schema_version"]["N"]),
-            "data": data,
         }
+        stored_apart = item.get("histograms", {}).get("S") if histograms else None
+        data = decode_data(item["data"]["S"], event_type=event["type"], event_id=event["event_id"],
+                           run_id=event["run_id"], version=event["schema_version"], histograms=histograms,
+                           histograms_text=stored_apart)
+        event["data"] = data
+        return event
 
     def append(self, events: list[dict]) -> AppendResult:
         for event in events:  # all of them first: an invalid event leaves the whole append unwritten
@@ -309,7 +313,7 @@ class DynamoEventStore:
             kwargs["ExpressionAttributeNames"] = {"#t": "type", "#a": "at", "#d": "data"}
         while True:
             page = self._call("query", **kwargs)
-            events.extend(self._event(item) for item in page["Items"])
+            events.extend(self._event(item, interval_histograms) for item in page["Items"])
             if "LastEvaluatedKey" not in page:
                 return events
             kwargs["ExclusiveStartKey"] = page["LastEvaluatedKey"]
@@ -355,7 +359,7 @@ class DynamoEventStore:
             kwargs["ProjectionExpression"] = "run_id, sk, event_id, #t, #a, schema_version, #d"
             kwargs["ExpressionAttributeNames"] = {"#t": "type", "#a": "at", "#d": "data"}
         page = self._call("query", **kwargs)
-        events = [self._event(item) for item in page["Items"]]
+        events = [self._event(item, interval_histograms) for item in page["Items"]]
         return events, (events[-1]["sk"] if events and "LastEvaluatedKey" in page else None)
 
 

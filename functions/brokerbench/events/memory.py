@@ -19,9 +19,26 @@ from __future__ import annotations
 import json
 import threading
 
-from . import AppendResult, cell_count, has_digest, run_listing_key, sort_key, validate
+import msgspec
+
+from . import AppendResult, cell_count, decode_data, has_digest, run_listing_key, sort_key, validate
 
 HEADER_END, TAIL_START = "10#", "11#"  # sort keys below the first are the run's header, from the second its end
+ENVELOPE_FIELDS = ("run_id", "sk", "event_id", "type", "at", "schema_version")
+
+
+class _Stored(msgspec.Struct):
+    """A stored event: its envelope, and its data left as JSON for its own type to decode."""
+    run_id: str
+    sk: str
+    event_id: str
+    type: str
+    at: str
+    schema_version: int
+    data: msgspec.Raw
+
+
+_ENVELOPE = msgspec.json.Decoder(_Stored)
 
 
 class MemoryEventStore:
@@ -51,8 +68,12 @@ class MemoryEventStore:
             return sorted((sk, text) for (rid, sk), text in self._items.items() if rid == run_id)
 
     @staticmethod
-    def _event(text: str, interval_histograms: bool) -> dict:
-        event = json.loads(text)
+    def _event(text: str, interval_histograms: bool = True) -> dict:
+        """The stored JSON as an event, its data decoded through its type (events.decode_data)."""
+        stored = _ENVELOPE.decode(text)
+        event = {name: getattr(stored, name) for name in ENVELOPE_FIELDS}
+        event["data"] = decode_data(stored.data, event_type=stored.type, event_id=stored.event_id,
+                                    run_id=stored.run_id, version=stored.schema_version)
         if not interval_histograms and event["type"] == "IntervalMeasured":
             event["data"].pop("histograms", None)
         return event
@@ -90,7 +111,7 @@ class MemoryEventStore:
         pass as `start` for the next page when more follow."""
         with self._lock:
             texts = [text for (_, sk), text in self._items.items() if sk == sort_key("RunRequested")]
-        runs = [e for e in map(json.loads, texts) if e["type"] == "RunRequested"
+        runs = [e for e in map(self._event, texts) if e["type"] == "RunRequested"
                 and (suite is None or _suite(e) == suite) and (since is None or e["at"] >= since)]
         runs.sort(key=lambda e: (e["at"], e["run_id"]), reverse=True)
         if start is not None:

@@ -1,0 +1,494 @@
+"""The data of every event type as msgspec Structs: the shape the event store checks on each write and each read.
+
+schemas/events.schema.json stays the document people read and the validation of ranges and patterns; these Structs
+are its types, field by field (tests/unit/test_eventdata.py fails when the two disagree: a property the schema
+declares and its Struct lacks, a required field the Struct lets go missing, a type or an enum that differs).
+
+Rules that follow the schema:
+- A required property is a field without a default; an optional one defaults to UNSET, so it is never confused with
+  a stored null and `to_builtins` leaves it out as the producer did.
+- Where the schema says `additionalProperties: false` the Struct forbids unknown fields, on read as on write. Where
+  it allows more (a cell's plan, a broker's target description) the Struct reads what it knows and lets the rest
+  through: events written by an earlier release keep their extra keys.
+- A producer writes no field its event type does not declare (events.encode refuses it by name), so a misspelling
+  is caught where it is written; a reader that meets one in a stored event is not stopped by it.
+- An object the schema leaves open (a run's spec, a verdict) is a `dict` here: typed where the schema types it.
+
+Events carry `schema_version`; DATA_TYPES maps each version this release reads to its Structs (version 1 is every
+event stored so far).
+"""
+
+from __future__ import annotations
+
+import types
+import typing
+from functools import cache
+from typing import Literal
+
+from msgspec import UNSET, Struct, UnsetType, structs
+
+SCHEMA_VERSION = 1
+
+
+class Data(Struct, kw_only=True):
+    """An object of an event's data: fields by keyword, optional ones UNSET until given."""
+
+
+class Strict(Data, kw_only=True, forbid_unknown_fields=True):
+    """An object whose schema says `additionalProperties: false`."""
+
+
+class Open(Data, kw_only=True):
+    """An object that carries more than its Struct names, by design (a cell's settings, a host's description): its
+    other fields are not checked, on write either."""
+
+
+# --- shared shapes -------------------------------------------------------------------------------------------------
+
+class Histograms(Strict, kw_only=True):
+    """HdrHistogram V2 compressed, base64: latencies and publish delay in µs, encode/decode in ns."""
+    publish_latency_us: str | UnsetType = UNSET
+    publish_delay_us: str | UnsetType = UNSET
+    end_to_end_latency_us: str | UnsetType = UNSET
+    not_sent_bound_us: str | UnsetType = UNSET
+    encode_ns: str | UnsetType = UNSET
+    decode_ns: str | UnsetType = UNSET
+    delivery_latency_us: str | UnsetType = UNSET
+
+
+class Counters(Open, kw_only=True):
+    """An interval's counts (more counters may follow, every one an integer)."""
+    sent: int
+    bytes_sent: int
+    acked: int
+    send_errors: int
+    received: int
+    bytes_received: int
+
+
+class Cell(Open, kw_only=True):
+    """One planned cell: the required part of the plan (a cell carries its settings beside it)."""
+    cell_id: str
+    index: int
+    order: int | UnsetType = UNSET
+    broker: str
+    format: str
+    mode: str
+    size_basis: str
+    size_bytes: int
+    rate: object  # messages per second, or a rate search's name
+    producers: int
+    consumers: int
+    partitions: int
+    repeat: int
+    client: dict
+
+
+class HostUsage(Strict, kw_only=True):
+    """The host's pressure and steal over one interval."""
+    cpu_pressure_pct: float | None
+    memory_pressure_pct: float | None
+    steal_pct: float | None
+    cpu_pct: float | None
+    cpus: int | None | UnsetType = UNSET
+
+
+class ResourceUsage(Strict, kw_only=True):
+    cpu_pct: float
+    rss_mb: float
+
+
+class Gap(Data, kw_only=True):
+    from_s: float | UnsetType = UNSET
+    to_s: float | UnsetType = UNSET
+    s: float | UnsetType = UNSET
+    until_end: bool | UnsetType = UNSET
+
+
+class AppliedFault(Data, kw_only=True):
+    fault: int
+    kind: Literal["kill", "stop", "pause", "resume", "restart", "reboot", "network", "heal"]
+    target: str | UnsetType = UNSET
+    effect: Literal["latency", "bandwidth", "reset", "blackhole"] | UnsetType = UNSET
+    proxy: str | UnsetType = UNSET
+    proxies: list[str] | UnsetType = UNSET
+    toxics: list[str] | UnsetType = UNSET
+    nodes: list[str]
+    planned_s: float
+    at_s: float
+    at: str
+    leader_before: str | None
+    call: str | UnsetType = UNSET
+    request: dict | UnsetType = UNSET
+    response: dict | UnsetType = UNSET
+    answered_s: float | UnsetType = UNSET
+    call_s: float | UnsetType = UNSET
+
+
+class FailedFault(Open, kw_only=True):
+    fault: int
+    kind: str
+    at_s: float
+    error: dict
+
+
+class Faults(Data, kw_only=True):
+    """The faults a cell applied and what the brokers said of them."""
+    applied: list[AppliedFault]
+    restored_at_end: list | UnsetType = UNSET
+    leader_at_end: str | None
+    cluster_whole_at_end: bool | None | UnsetType = UNSET
+    producer_ack_gap: Gap | None | UnsetType = UNSET
+    consumer_receipt_gap: Gap | None | UnsetType = UNSET
+    phases: dict | UnsetType = UNSET
+    failed: list[FailedFault] | UnsetType = UNSET
+
+
+# --- the run's events ----------------------------------------------------------------------------------------------
+
+class Spec(Open, kw_only=True):
+    """The validated run request (schemas/run-request.schema.json): the order its cells ran in."""
+    order: Literal["random", "fixed"] | UnsetType = UNSET
+    order_seed: int | None | UnsetType = UNSET
+
+
+class Environment(Open, kw_only=True):
+    host: object
+    code_version: object
+    python: object
+
+
+class RunRequested(Data, kw_only=True):
+    spec: Spec
+    suite: str | UnsetType = UNSET
+    cells: list[Cell] | UnsetType = UNSET
+    environment: Environment
+    cell_count: int | UnsetType = UNSET
+    cell_chunks: int | UnsetType = UNSET
+
+
+class CellsPlanned(Data, kw_only=True):
+    chunk: int
+    cells: list[Cell]
+
+
+class TargetSettings(Open, kw_only=True):
+    acks: str | UnsetType = UNSET
+    modes: dict | UnsetType = UNSET
+    persistence: dict | None | UnsetType = UNSET
+
+
+class Target(Open, kw_only=True):
+    """A broker as the run found it."""
+    broker: object
+    broker_version: object
+    client_library: object
+    client_version: object
+    settings: TargetSettings | UnsetType = UNSET
+
+
+class TargetsReady(Data, kw_only=True):
+    targets: dict[str, Target]
+
+
+class CellStarted(Data, kw_only=True):
+    cell_id: str
+    cell: Cell
+    topic: str
+    attempt: int
+    worker: dict | UnsetType = UNSET
+
+
+class IntervalSummary(Strict, kw_only=True):
+    """An interval without its histograms: what a read for reports returns (the histograms are stored apart)."""
+    cell_id: str
+    interval: int
+    counters: Counters
+    attempt: int
+    backlog: int | None | UnsetType = UNSET
+    summary: dict[str, dict] | UnsetType = UNSET
+    resources: dict[str, ResourceUsage] | UnsetType = UNSET
+    host: HostUsage | UnsetType = UNSET
+
+
+class IntervalMeasured(IntervalSummary, kw_only=True, forbid_unknown_fields=True):
+    """One interval of a cell: its counts and histograms."""
+    histograms: Histograms
+
+
+class BrokerCount(Data, kw_only=True):
+    """The broker's own count at the cell's end beside what it should hold."""
+    observed: int
+    expected: int
+    difference: int
+    delivered_not_acknowledged: int | UnsetType = UNSET
+
+
+class ConsumerLimit(Strict, kw_only=True):
+    by: Literal["broker", "consumer"] | None
+    backlog_grew: bool | None | UnsetType = UNSET
+    idle_share: float | None | UnsetType = UNSET
+    consumer_cpu_pct: float | None | UnsetType = UNSET
+
+
+class Limit(Data, kw_only=True):
+    """What held the cell's rate: the schedule, the broker or the client."""
+    by: Literal["schedule", "broker", "client"] | None
+    window: int | None | UnsetType = UNSET
+    window_full_share: float | None | UnsetType = UNSET
+    in_flight_mean_share: float | None | UnsetType = UNSET
+    window_wait_share: float | None | UnsetType = UNSET
+    producer_cpu_pct: float | None | UnsetType = UNSET
+    broker_cpu_pct: float | None | UnsetType = UNSET
+    rate: float | UnsetType = UNSET
+    consumers: ConsumerLimit | UnsetType = UNSET
+
+
+class Startup(Open, kw_only=True):
+    messages: object
+    rate: object
+    attach_s: object
+    received: object
+    first_delivery_s: object
+    backlog_read_s: object
+    at_attach: object
+
+
+class Bursts(Data, kw_only=True):
+    every_s: object
+    messages: object
+    over_s: object
+    cycles: object
+
+
+class CodecFloor(Data, kw_only=True):
+    """What the timing of a no-op codec reads: the floor under the encode and decode figures."""
+    encode_ns: float
+    decode_ns: float
+    encode_loop: Literal["native", "python"] | UnsetType = UNSET
+    decode_loop: Literal["native", "python"] | UnsetType = UNSET
+    noop: str | UnsetType = UNSET
+    calls: int | UnsetType = UNSET
+
+
+class Totals(Open, kw_only=True):
+    """A cell's accounting (more counts may follow, each an integer or null)."""
+    sent: object
+    received: object
+    lost: object
+    duplicated: object
+    out_of_order: object
+    send_errors: object
+    unacked: object
+    bytes_sent: object
+    bytes_received: object
+    residual: int | UnsetType = UNSET
+    undelivered_or_lost: int | None | UnsetType = UNSET
+    missing: int | None | UnsetType = UNSET
+    due: int | None | UnsetType = UNSET
+    not_sent: int | UnsetType = UNSET
+
+
+class Digest(Data, kw_only=True):
+    """The cell's intervals in columns, which reports read instead of the intervals."""
+    version: int
+    interval: list
+    sent: list
+    acked: list
+    received: list
+    backlog: list
+    end_to_end_p99_us: list
+    publish_delay_p99_us: list
+    publish_latency_p99_us: list
+    end_to_end_max_us: list
+    end_to_end_count: list
+    bytes: list
+    broker_sampled: bool | UnsetType = UNSET
+    judged: dict | UnsetType = UNSET
+
+
+class ResourceSummary(Strict, kw_only=True):
+    cpu_pct_mean: float
+    cpu_pct_max: float
+    rss_mb_max: float
+    samples: int
+
+
+class HostSummary(HostUsage, kw_only=True, forbid_unknown_fields=True):
+    """The host over the cell's measured intervals, and whether it was too busy to measure on."""
+    others_cpu_pct: float | None | UnsetType = UNSET
+    busy: bool
+    reasons: list[str]
+    cpu_pressure_max_pct: float | None | UnsetType = UNSET
+    span_s: float | UnsetType = UNSET
+
+
+class CellCompleted(Strict, kw_only=True):
+    """A cell's result as stored: its totals, cumulative histograms, verdict and what limited it."""
+    cell_id: str
+    measured_s: float
+    encoded_bytes: float
+    delivery_window_s: float | None | UnsetType = UNSET
+    delivery_window_start_s: float | None | UnsetType = UNSET
+    broker_count: BrokerCount | None | UnsetType = UNSET
+    latency_basis: Literal["intended", "enqueue"] | UnsetType = UNSET
+    verdict: dict | UnsetType = UNSET
+    limit: Limit | UnsetType = UNSET
+    warmup: dict | UnsetType = UNSET
+    search: dict | UnsetType = UNSET
+    startup: Startup | UnsetType = UNSET
+    bursts: Bursts | UnsetType = UNSET
+    send_loop: Literal["native", "python", "mixed"] | UnsetType = UNSET
+    codec_floor_ns: CodecFloor | UnsetType = UNSET
+    send_thread_nice: int | None | UnsetType = UNSET
+    intervals: int
+    totals: Totals
+    digest: Digest | UnsetType = UNSET
+    histograms: Histograms
+    attempt: int
+    resources: dict[str, ResourceSummary] | UnsetType = UNSET
+    host: HostSummary | None | UnsetType = UNSET
+    faults: Faults | UnsetType = UNSET
+
+
+class CellFailed(Data, kw_only=True):
+    """A cell that ended without a result, with what it had measured."""
+    cell_id: str
+    reason: str
+    intervals: int | UnsetType = UNSET
+    attempt: int | UnsetType = UNSET
+    faults: Faults | UnsetType = UNSET
+    totals: Totals | UnsetType = UNSET
+    broker_count: BrokerCount | None | UnsetType = UNSET
+    warmup: dict | UnsetType = UNSET
+    search: dict | UnsetType = UNSET
+
+
+class RunCompleted(Data, kw_only=True):
+    status: Literal["completed", "completed_with_failures", "interrupted", "cancelled"]
+    reason: str | UnsetType = UNSET
+    cells_completed: int
+    cells_failed: int
+
+
+class RunFailed(Data, kw_only=True):
+    reason: str
+
+
+class TargetLeft(Strict, kw_only=True):
+    broker: str
+    error: str
+    cause: str
+
+
+class StepFailed(Strict, kw_only=True):
+    step: Literal["Notify", "TeardownTargets"]
+    reason: str
+    targets_left: list[TargetLeft] | UnsetType = UNSET
+
+
+class Notified(Strict, kw_only=True):
+    step: Literal["Notify", "RunFailed"]
+    message_id: str
+
+
+class ReportBuilt(Data, kw_only=True):
+    files: dict[str, str]
+
+
+class RepeatCount(Data, kw_only=True):
+    unsustainable: int
+    judged: int
+    runs: int | UnsetType = UNSET
+
+
+class UnsustainableRepeats(Data, kw_only=True):
+    candidate: RepeatCount
+    history: RepeatCount
+
+
+class Difference(Data, kw_only=True):
+    setting: object
+    before: object
+    after: object
+
+
+class RegressionDetected(Data, kw_only=True):
+    baseline_run_id: str
+    cell: str
+    cell_id: str
+    metric: str
+    verdict: Literal["regression"]
+    baseline_median: float | None
+    candidate_median: float | None
+    baseline_mean: float | None | UnsetType = UNSET
+    candidate_mean: float | None | UnsetType = UNSET
+    change: float | None
+    p_value: float | None
+    why: str | UnsetType = UNSET
+    unsustainable_repeats: UnsustainableRepeats | UnsetType = UNSET
+    source: Literal["pairwise", "change_point"] | UnsetType = UNSET
+    began_run_id: str | UnsetType = UNSET
+    before_run_id: str | UnsetType = UNSET
+    runs_before: int | UnsetType = UNSET
+    runs_after: int | UnsetType = UNSET
+    versions: dict | UnsetType = UNSET
+    differences: list[Difference] | UnsetType = UNSET
+    history: str | UnsetType = UNSET
+
+
+class ScheduleTriggered(Data, kw_only=True):
+    schedule: str
+    due_at: str
+    outcome: Literal["claimed", "started", "not_started"]
+    run_id: str | None
+    reason: str | None
+
+
+EVENT_TYPES: dict[str, type[Data]] = {t.__name__: t for t in (
+    RunRequested, CellsPlanned, TargetsReady, CellStarted, IntervalMeasured, CellCompleted, CellFailed, RunCompleted,
+    RunFailed, StepFailed, Notified, ReportBuilt, RegressionDetected, ScheduleTriggered)}
+# The Structs of each stored schema_version's event data; a later version adds its own and keeps these readable.
+DATA_TYPES: dict[int, dict[str, type[Data]]] = {SCHEMA_VERSION: EVENT_TYPES}
+
+
+def unknown_fields(data: dict, data_type: type[Data], path: str = "data") -> list[str]:
+    """The places in `data` (as `data.limit.bye`) of fields its Structs do not declare, where the schema does not
+    leave the object open (Open): what a producer must not write, so that a misspelled field fails where it is
+    written instead of being read back as missing."""
+    fields = _fields(data_type)
+    found = [] if issubclass(data_type, Open) else [f"{path}.{k}" for k in data if k not in fields]
+    for name, value in data.items():
+        if name in fields:
+            found += _unknown_in(value, fields[name], f"{path}.{name}")
+    return found
+
+
+def _unknown_in(value, annotation, path: str) -> list[str]:
+    """unknown_fields of a field's value, through the unions, lists and maps of its annotation."""
+    if isinstance(value, dict):
+        for option in _options(annotation):
+            if isinstance(option, type) and issubclass(option, Data):
+                return unknown_fields(value, option, path)
+            if typing.get_origin(option) is dict and len(typing.get_args(option)) == 2:
+                item = typing.get_args(option)[1]
+                return [p for k, v in value.items() for p in _unknown_in(v, item, f"{path}.{k}")]
+    elif isinstance(value, (list, tuple)):
+        for option in _options(annotation):
+            if typing.get_origin(option) is list and typing.get_args(option):
+                item = typing.get_args(option)[0]
+                return [p for i, v in enumerate(value) for p in _unknown_in(v, item, f"{path}[{i}]")]
+    return []
+
+
+def _options(annotation) -> tuple:
+    """The types a field may hold: the members of a union, or the annotation itself."""
+    if typing.get_origin(annotation) in (typing.Union, types.UnionType):
+        return typing.get_args(annotation)
+    return (annotation,)
+
+
+@cache
+def _fields(data_type: type[Data]) -> dict[str, object]:
+    """A Struct's fields by name, with their resolved annotations."""
+    return {f.name: f.type for f in structs.fields(data_type)}

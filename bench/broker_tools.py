@@ -13,8 +13,13 @@ Trials interleave (worker, tool, worker, tool ...), so a slow spell of the share
 worker's default send loop (BROKERBENCH_SEND_LOOP=auto) turns out native for a broker, the Python loop is run in the
 same trials too. The machine's load average before and after each broker is kept with its results.
 
+The consumer side (--consume, on by default), where the tool has a consumer (NATS: nats bench js fetch): a worker cell
+with one consumer at max against the tool's publisher and consumer run at once, interleaved; --drain N (NATS) reads
+a preloaded backlog of N messages with the worker's consumer, with nats-py's fetch and with nats bench's consumer.
+
 usage: .venv/bin/python bench/broker_tools.py [--brokers nats-jetstream,pulsar,rabbitmq-streams,rabbitmq-quorum]
            [--modes max,single] [--trials 2] [--seconds 5] [--out bench/results/broker_tools.json] [--merge]
+           [--no-consume] [--drain 200000]
 
 --merge keeps the other brokers' results of the file --out names and replaces those of the brokers measured; each
 broker's results carry their own date, trials and machine load.
@@ -65,7 +70,8 @@ TOOL_NAMES = {"nats-jetstream": "nats bench js pub (natscli 0.5.0)",
               "rabbitmq-streams": "stream-client loop (com.rabbitmq:stream-client 0.23.0)",
               "rabbitmq-quorum": "amqp-client loop (com.rabbitmq:amqp-client 5.37.1, confirms)"}
 # The consumer side's tools: the tool's publisher at max and its consumer at once.
-CONSUMER_TOOL_NAMES = {"nats-jetstream": "nats bench js pub async + nats bench js fetch (natscli 0.5.0)"}
+CONSUMER_TOOL_NAMES = {"nats-jetstream": "nats bench js pub async + nats bench js fetch (natscli 0.5.0)",
+                       "pulsar": "Pulsar Java client loops, publish + consume (pulsar-client 4.0.7)"}
 # A consumer cell's producer at max sends for the cell's seconds faster than one consumer takes it: the cell waits up
 # to this long for the rest, and its throughput counts what came in time over the time it took.
 DRAIN_S = 30
@@ -175,15 +181,24 @@ def parse_java_tool(out: str) -> dict:
     return result
 
 
-def sampled(cmd: list[str], broker_pids: list[int], skip_s: float, timeout_s: float) -> tuple[str, dict]:
-    """Run a tool, sampling its CPU and the broker's every 0.5 s after its first skip_s (start-up, warm-up)."""
+def stopped(process: subprocess.Popen) -> None:
+    """A tool's process ended: killed if it still runs."""
+    if process.poll() is None:
+        process.kill()
+        process.wait()
+
+
+def sampled(cmd: list[str], broker_pids: list[int], skip_s: float, timeout_s: float,
+            others: dict[str, list[int]] | None = None) -> tuple[str, dict]:
+    """Run a tool, sampling its CPU and the broker's (and `others`', each group's as <name>_cpu_pct) every 0.5 s
+    after its first skip_s (start-up, warm-up)."""
     process = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     samples, sampler, deadline = [], None, time.monotonic() + timeout_s
     started = time.monotonic()
     while process.poll() is None and time.monotonic() < deadline:
         time.sleep(0.5)
         if sampler is None and time.monotonic() - started >= skip_s:
-            sampler = ResourceSampler({"tool": [process.pid], "broker": broker_pids})
+            sampler = ResourceSampler({"tool": [process.pid], "broker": broker_pids, **(others or {})})
         elif sampler is not None and process.poll() is None:
             samples.append(sampler.sample())
     if process.poll() is None:
@@ -194,8 +209,8 @@ def sampled(cmd: list[str], broker_pids: list[int], skip_s: float, timeout_s: fl
     if process.returncode != 0:
         raise RuntimeError(f"{' '.join(cmd[:3])} ... exited {process.returncode}: {out[-800:]}")
     cpu = summarize([{k: v for k, v in s.items() if v["rss_mb"] > 0} for s in samples[:-1]]) if len(samples) > 1 else {}
-    return out, {"tool_cpu_pct": (cpu.get("tool") or {}).get("cpu_pct_mean"),
-                 "broker_cpu_pct": (cpu.get("broker") or {}).get("cpu_pct_mean")}
+    return out, {f"{group}_cpu_pct": (cpu.get(group) or {}).get("cpu_pct_mean")
+                 for group in ("tool", "broker", *(others or {}))}
 
 
 def nats_tool(endpoint: dict, client: dict, mode: str, seconds: float, guess: float) -> dict:
@@ -250,9 +265,7 @@ def nats_consume_tool(endpoint: dict, client: dict, seconds: float, guess: float
         out, cpu = sampled(consume, endpoint.get("pids") or [], 0.5, 60 + 10 * seconds)
         published = publisher.communicate(timeout=60)[0]
     finally:
-        if publisher.poll() is None:
-            publisher.kill()
-            publisher.wait()
+        stopped(publisher)
         driver.delete_topic(topic, 1)
     summary = next((line for line in out.splitlines() if "consumer" in line and "stats:" in line), out.strip()[-400:])
     return {"msgs_per_s": parse_nats_consumer(out), "publisher_msgs_per_s": parse_nats_bench(published)["msgs_per_s"],
@@ -360,41 +373,47 @@ def measure_drain(endpoint: dict, trials_n: int, messages: int) -> dict:
             "failed": trials.failed}
 
 
-def java_tool(broker: str, endpoint: dict, client: dict, mode: str, seconds: float) -> dict:
+JVM = ["java", "-Xmx512m", "-XX:+UseG1GC", "-Dio.netty.tryReflectionSetAccessible=true",
+       "--add-opens", "java.base/java.nio=ALL-UNNAMED", "--add-opens", "java.base/sun.nio.ch=ALL-UNNAMED"]
+
+
+def pulsar_jvm(build: Path) -> list[str]:
+    """The JVM's start for a Pulsar loop: Pulsar's jars, the client's log (log4j2) at warnings only."""
+    quiet = build / "log4j2-warn.properties"
+    quiet.write_text("rootLogger.level=WARN\nrootLogger.appenderRef.err.ref=ERR\nappender.err.type=Console\n"
+                     "appender.err.name=ERR\nappender.err.target=SYSTEM_ERR\n"
+                     "appender.err.layout.type=PatternLayout\nappender.err.layout.pattern=%p %m%n\n")
+    return [*JVM, f"-Dlog4j2.configurationFile={quiet}", "-cp", f"{build / 'classes'}:{lib_dir('pulsar')}/*"]
+
+
+def java_publish(broker: str, endpoint: dict, client: dict, driver, topic: str, mode: str, seconds: float) -> list:
+    """The command of a bench/tools publish loop on `topic`'s one lane, with the worker's settings."""
     build = build_java_tools()
-    driver = get_driver(broker, endpoint, client)
-    topic = f"tool-{new_run_id()}"
-    driver.create_topic(topic, 1)  # as the worker's cell makes its topic: one lane
     common = ["--mode", "max" if mode == "batch" else "single", "--size", str(SIZE), "--seconds", str(seconds),
               "--warmup", str(WARMUP_S), "--window", str(window(broker, mode, client))]
-    jvm = []
     if broker == "pulsar":
-        classpath = f"{build / 'classes'}:{lib_dir('pulsar')}/*"
-        quiet = build / "log4j2-warn.properties"  # the client's log (log4j2, from Pulsar's jars): warnings only
-        quiet.write_text("rootLogger.level=WARN\nrootLogger.appenderRef.err.ref=ERR\nappender.err.type=Console\n"
-                         "appender.err.name=ERR\nappender.err.target=SYSTEM_ERR\n"
-                         "appender.err.layout.type=PatternLayout\nappender.err.layout.pattern=%p %m%n\n")
-        jvm = [f"-Dlog4j2.configurationFile={quiet}"]
         settings = driver.producer_settings("batch")
-        args = ["bench.PulsarPublish", "--url", endpoint["service_url"],
+        return [*pulsar_jvm(build), "bench.PulsarPublish", "--url", endpoint["service_url"],
                 "--topic", driver.partitions_of(topic, range(1))[0],
                 "--batch-delay-ms", str(settings["batching_max_publish_delay_ms"]),
                 "--batch-bytes", str(settings["batching_max_allowed_size_in_bytes"]),
-                "--batch-messages", str(settings["batching_max_messages"])]
-    else:
-        from brokerbench.brokers.rabbitmq.amqp import lane_queue
+                "--batch-messages", str(settings["batching_max_messages"]), *common]
+    from brokerbench.brokers.rabbitmq.amqp import lane_queue
 
-        classpath = f"{build / 'classes'}:{build / 'lib'}/*"
-        if broker == "rabbitmq-streams":
-            args = ["bench.StreamPublish", "--host", endpoint["host"], "--port", str(endpoint["stream_port"]),
-                    "--stream", lane_queue(topic, 0)]
-        else:
-            args = ["bench.AmqpPublish", "--host", endpoint["host"], "--port", str(endpoint["amqp_port"]),
-                    "--queue", lane_queue(topic, 0)]
-    cmd = ["java", "-Xmx512m", "-XX:+UseG1GC", "-Dio.netty.tryReflectionSetAccessible=true",
-           "--add-opens", "java.base/java.nio=ALL-UNNAMED", "--add-opens", "java.base/sun.nio.ch=ALL-UNNAMED",
-           *jvm, "-cp", classpath, *args, *common]
+    classpath = ["-cp", f"{build / 'classes'}:{build / 'lib'}/*"]
+    if broker == "rabbitmq-streams":
+        return [*JVM, *classpath, "bench.StreamPublish", "--host", endpoint["host"], "--port",
+                str(endpoint["stream_port"]), "--stream", lane_queue(topic, 0), *common]
+    return [*JVM, *classpath, "bench.AmqpPublish", "--host", endpoint["host"], "--port", str(endpoint["amqp_port"]),
+            "--queue", lane_queue(topic, 0), *common]
+
+
+def java_tool(broker: str, endpoint: dict, client: dict, mode: str, seconds: float) -> dict:
+    driver = get_driver(broker, endpoint, client)
+    topic = f"tool-{new_run_id()}"
+    driver.create_topic(topic, 1)  # as the worker's cell makes its topic: one lane
     try:
+        cmd = java_publish(broker, endpoint, client, driver, topic, mode, seconds)
         out, cpu = sampled(cmd, endpoint.get("pids") or [], 1.5 + WARMUP_S, 120 + 2 * seconds)
     finally:
         driver.delete_topic(topic, 1)
@@ -402,6 +421,40 @@ def java_tool(broker: str, endpoint: dict, client: dict, mode: str, seconds: flo
     return {"msgs_per_s": result["msgs_per_s"], "publish_p50_us": result.get("publish_p50_us"), **cpu,
             "acked": result["acked"], "failed": result["failed"], "client": result.get("client"),
             "output": [line for line in out.splitlines() if line.startswith("{")][-1]}
+
+
+def pulsar_consume_tool(endpoint: dict, client: dict, seconds: float) -> dict:
+    """bench/tools' Pulsar consume loop (PulsarConsume: the worker's subscription and prefetch, a cumulative
+    acknowledgement per POLL_MAX) subscribed first, then its publish loop at max (batch mode) on the same partition,
+    as a worker cell with one consumer runs them: the consumer's msgs/s from its first message to its last."""
+    from brokerbench.brokers.pulsar.driver import POLL_MAX, RECEIVER_QUEUE
+
+    driver = get_driver("pulsar", endpoint, client)
+    topic = f"tool-{new_run_id()}"
+    driver.create_topic(topic, 1)
+    consume = [*pulsar_jvm(build_java_tools()), "bench.PulsarConsume", "--url", endpoint["service_url"],
+               "--topic", driver.partitions_of(topic, range(1))[0], "--subscription", "tool",
+               "--receiver-queue", str(RECEIVER_QUEUE), "--ack-every", str(POLL_MAX), "--idle", "3",
+               "--limit", str(60 + 3 * seconds)]
+    consumer = subprocess.Popen(consume, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    try:
+        line = consumer.stdout.readline()  # after it subscribed: it reads from the first message sent
+        if line.strip() != "subscribed":
+            raise RuntimeError(f"PulsarConsume did not subscribe: {line!r}")
+        publish = java_publish("pulsar", endpoint, client, driver, topic, "batch", seconds)
+        published, cpu = sampled(publish, endpoint.get("pids") or [], 1.5 + WARMUP_S, 120 + 2 * seconds,
+                                 {"consumer": [consumer.pid]})
+        out = consumer.communicate(timeout=120)[0]
+    finally:
+        stopped(consumer)
+        driver.delete_topic(topic, 1)
+    result = json.loads([x for x in out.splitlines() if x.startswith("{")][-1])
+    sent = parse_java_tool(published)
+    if result["msgs_per_s"] is None or result["received"] < sent["acked"]:
+        raise ValueError(f"PulsarConsume received {result['received']:,} of {sent['acked']:,} acknowledged: {out}")
+    return {"msgs_per_s": result["msgs_per_s"], "publisher_msgs_per_s": sent["msgs_per_s"],
+            "consumer_cpu_pct": cpu.get("consumer_cpu_pct"), "broker_cpu_pct": cpu["broker_cpu_pct"],
+            "output": [x for x in out.splitlines() if x.startswith("{")][-1]}
 
 
 def tool(broker: str, endpoint: dict, client: dict, mode: str, seconds: float, guess: float) -> dict:
@@ -476,12 +529,17 @@ def consumer_figures(cell: dict) -> dict:
     return {"msgs_per_s": cell["rate_achieved"], "send_rate": cell["send_rate"], "send_loop": cell["send_loop"],
             "consumer_limit": consumers.get("by"), "consumer_idle_share": consumers.get("idle_share"),
             "consumer_cpu_pct": consumers.get("consumer_cpu_pct"),
-            "broker_cpu_pct": (resources.get("broker") or {}).get("cpu_pct_mean")}
+            "broker_cpu_pct": (resources.get("broker") or {}).get("cpu_pct_mean"),
+            # the counts behind the rate: what was sent and delivered in time, over which window
+            **{k: cell.get(k) for k in ("sent", "received", "delivered", "undelivered", "undelivered_or_lost",
+                                        "late", "delivery_window_s", "delivery_window_start_s")}}
 
 
 def consume_tool(broker: str, endpoint: dict, client: dict, seconds: float, guess: float) -> dict:
     if broker == "nats-jetstream":
         return nats_consume_tool(endpoint, client, seconds, guess)
+    if broker == "pulsar":
+        return pulsar_consume_tool(endpoint, client, seconds)
     raise NotImplementedError(f"no consumer of {broker}'s own tool here")
 
 
@@ -509,6 +567,9 @@ def measure_consume(broker: str, endpoint: dict, store, trials_n: int, seconds: 
                "worker_median": median(worker), "tool_median": median(tool_rates),
                "ratio": _ratio(median(worker), median(tool_rates)),
                "worker_send_msgs_per_s": of("consume/worker", "send_rate"),
+               "worker_counts": [None if t is None else {k: t[k] for k in (
+                   "sent", "received", "delivered", "undelivered", "undelivered_or_lost", "late", "delivery_window_s",
+                   "delivery_window_start_s")} for t in trials.series.get("consume/worker", [])],
                "tool_publisher_msgs_per_s": of("consume/tool", "publisher_msgs_per_s"),
                "worker_consumer_limit": of("consume/worker", "consumer_limit"),
                "worker_consumer_idle_share": of("consume/worker", "consumer_idle_share"),

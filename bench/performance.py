@@ -298,8 +298,8 @@ def _consume_tables(bt: dict) -> str:
     missing = [TOOL_BROKERS.get(broker, broker) for broker, b in bt["brokers"].items() if not b.get("consume")]
     text = table(header, rows, align) if rows else "Not measured yet."
     if missing:
-        text += (f"\n\nNot measured against a tool's consumer: {', '.join(missing)} (bench/tools' Java loops have "
-                 "no consumer side yet).")
+        text += (f"\n\nNot measured against a tool's consumer: {', '.join(missing)} (no trials in the result file; "
+                 "RabbitMQ's Java loops have no consumer side yet).")
     return text
 
 

@@ -13,8 +13,13 @@ Trials interleave (worker, tool, worker, tool ...), so a slow spell of the share
 worker's default send loop (BROKERBENCH_SEND_LOOP=auto) turns out native for a broker, the Python loop is run in the
 same trials too. The machine's load average before and after each broker is kept with its results.
 
+The consumer side (--consume, on by default), where the tool has a consumer (NATS: nats bench js fetch): a worker cell
+with one consumer at max against the tool's publisher and consumer run at once, interleaved; --drain N (NATS) reads
+a preloaded backlog of N messages with the worker's consumer, with nats-py's fetch and with nats bench's consumer.
+
 usage: .venv/bin/python bench/broker_tools.py [--brokers nats-jetstream,pulsar,rabbitmq-streams,rabbitmq-quorum]
            [--modes max,single] [--trials 2] [--seconds 5] [--out bench/results/broker_tools.json] [--merge]
+           [--no-consume] [--drain 200000]
 
 --merge keeps the other brokers' results of the file --out names and replaces those of the brokers measured; each
 broker's results carry their own date, trials and machine load.
@@ -23,6 +28,7 @@ broker's results carry their own date, trials and machine load.
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
 import os
 import platform
@@ -34,6 +40,8 @@ import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
+
+import nats
 
 from brokerbench.events import new_run_id
 from brokerbench.events.dynamodb import DynamoEventStore
@@ -61,6 +69,12 @@ TOOL_NAMES = {"nats-jetstream": "nats bench js pub (natscli 0.5.0)",
               "pulsar": "Pulsar Java client loop (pulsar-client 4.0.7)",
               "rabbitmq-streams": "stream-client loop (com.rabbitmq:stream-client 0.23.0)",
               "rabbitmq-quorum": "amqp-client loop (com.rabbitmq:amqp-client 5.37.1, confirms)"}
+# The consumer side's tools: the tool's publisher at max and its consumer at once.
+CONSUMER_TOOL_NAMES = {"nats-jetstream": "nats bench js pub async + nats bench js fetch (natscli 0.5.0)",
+                       "pulsar": "Pulsar Java client loops, publish + consume (pulsar-client 4.0.7)"}
+# A consumer cell's producer at max sends for the cell's seconds faster than one consumer takes it: the cell waits up
+# to this long for the rest, and its throughput counts what came in time over the time it took.
+DRAIN_S = 30
 # The first guess of nats bench's rate (msgs/s) per mode: it runs a count of messages, not a time; later trials
 # take the last trial's rate.
 NATS_GUESS = {"batch": 80_000, "single": 6_000}
@@ -71,15 +85,16 @@ def step(text: str) -> None:
 
 
 # -- the worker ----------------------------------------------------------------------------------
-def run_spec(broker: str, mode: str, seconds: float) -> dict:
+def run_spec(broker: str, mode: str, seconds: float, consumers: int = 0) -> dict:
     return validate({"brokers": [broker], "sizes": [SIZE], "rates": ["max"], "formats": ["raw"], "modes": [mode],
-                     "duration_s": seconds, "warmup_s": WARMUP_S, "drain_timeout_s": 30, "consumers": 0})
+                     "duration_s": seconds, "warmup_s": WARMUP_S, "drain_timeout_s": DRAIN_S, "consumers": consumers})
 
 
-def worker_cell(endpoint: dict, store, broker: str, mode: str, seconds: float, send_loop: str) -> dict:
-    """One publish-only cell at max (as bench/harness.py's worker_cell), with BROKERBENCH_SEND_LOOP=send_loop: each
-    producer process takes the worker's environment of when it starts."""
-    spec = run_spec(broker, mode, seconds)
+def worker_cell(endpoint: dict, store, broker: str, mode: str, seconds: float, send_loop: str,
+                consumers: int = 0) -> dict:
+    """One cell at max (as bench/harness.py's worker_cell), publish-only or with `consumers`, with
+    BROKERBENCH_SEND_LOOP=send_loop: each producer process takes the worker's environment of when it starts."""
+    spec = run_spec(broker, mode, seconds, consumers)
     cell = expand(spec)[0]
     run_id = new_run_id()
     store.append(run_requested_events(run_id, spec, [cell], "broker-tools"))
@@ -166,15 +181,24 @@ def parse_java_tool(out: str) -> dict:
     return result
 
 
-def sampled(cmd: list[str], broker_pids: list[int], skip_s: float, timeout_s: float) -> tuple[str, dict]:
-    """Run a tool, sampling its CPU and the broker's every 0.5 s after its first skip_s (start-up, warm-up)."""
+def stopped(process: subprocess.Popen) -> None:
+    """A tool's process ended: killed if it still runs."""
+    if process.poll() is None:
+        process.kill()
+        process.wait()
+
+
+def sampled(cmd: list[str], broker_pids: list[int], skip_s: float, timeout_s: float,
+            others: dict[str, list[int]] | None = None) -> tuple[str, dict]:
+    """Run a tool, sampling its CPU and the broker's (and `others`', each group's as <name>_cpu_pct) every 0.5 s
+    after its first skip_s (start-up, warm-up)."""
     process = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     samples, sampler, deadline = [], None, time.monotonic() + timeout_s
     started = time.monotonic()
     while process.poll() is None and time.monotonic() < deadline:
         time.sleep(0.5)
         if sampler is None and time.monotonic() - started >= skip_s:
-            sampler = ResourceSampler({"tool": [process.pid], "broker": broker_pids})
+            sampler = ResourceSampler({"tool": [process.pid], "broker": broker_pids, **(others or {})})
         elif sampler is not None and process.poll() is None:
             samples.append(sampler.sample())
     if process.poll() is None:
@@ -185,8 +209,8 @@ def sampled(cmd: list[str], broker_pids: list[int], skip_s: float, timeout_s: fl
     if process.returncode != 0:
         raise RuntimeError(f"{' '.join(cmd[:3])} ... exited {process.returncode}: {out[-800:]}")
     cpu = summarize([{k: v for k, v in s.items() if v["rss_mb"] > 0} for s in samples[:-1]]) if len(samples) > 1 else {}
-    return out, {"tool_cpu_pct": (cpu.get("tool") or {}).get("cpu_pct_mean"),
-                 "broker_cpu_pct": (cpu.get("broker") or {}).get("cpu_pct_mean")}
+    return out, {f"{group}_cpu_pct": (cpu.get(group) or {}).get("cpu_pct_mean")
+                 for group in ("tool", "broker", *(others or {}))}
 
 
 def nats_tool(endpoint: dict, client: dict, mode: str, seconds: float, guess: float) -> dict:
@@ -207,41 +231,189 @@ def nats_tool(endpoint: dict, client: dict, mode: str, seconds: float, guess: fl
     return {**parse_nats_bench(out), **cpu, "messages": messages, "output": summary}
 
 
-def java_tool(broker: str, endpoint: dict, client: dict, mode: str, seconds: float) -> dict:
-    build = build_java_tools()
-    driver = get_driver(broker, endpoint, client)
+def parse_nats_consumer(out: str) -> float:
+    """nats bench's consumer summary line ("NATS JetStream durable consumer (fetch) stats: 39,424 msgs/sec ~ ..."):
+    the consumer's msgs/s."""
+    line = re.search(r"consumer (?:\(\w+\) )?stats: ([\d,]+(?:\.\d+)?) msgs/sec", out)
+    if not line:
+        raise ValueError(f"no 'consumer stats: N msgs/sec' in nats bench's output: {out[-500:]!r}")
+    return float(line.group(1).replace(",", ""))
+
+
+def nats_consume_tool(endpoint: dict, client: dict, seconds: float, guess: float) -> dict:
+    """nats bench's publisher (async, the worker's window) and its durable fetch consumer (batches of
+    nats_fetch_batch, explicit acknowledgements, as the worker's consumer) on one stream at once, as a worker cell
+    with one consumer at max runs its producer and its consumer: the consumer's msgs/s, from its first message to its
+    last."""
+    driver = get_driver("nats-jetstream", endpoint, client)
     topic = f"tool-{new_run_id()}"
-    driver.create_topic(topic, 1)  # as the worker's cell makes its topic: one lane
+    driver.create_topic(topic, 1)
+    from brokerbench.brokers.nats_jetstream.driver import consumer_config, stream_name, subject
+
+    durable, messages = f"tool-{topic}", max(1000, int(guess * seconds))
+    common = ["-s", endpoint["url"], "--msgs", str(messages), "--size", str(SIZE), "--no-progress",
+              "--stream", stream_name(topic)]
+    publish = [str(natscli()), "bench", "js", "pub", "async", "--batch", str(window("nats-jetstream", "batch", client)),
+               subject(topic, 0), *common]
+    consume = [str(natscli()), "bench", "js", "fetch", "--batch", str(client["nats_fetch_batch"]), "--acks",
+               "explicit", "--consumer", durable, *common]
+    asyncio.run(_add_consumer(endpoint["url"], stream_name(topic), consumer_config(  # the worker's settings
+        durable, [subject(topic, 0)], client["nats_fetch_batch"])))
+
+    publisher = subprocess.Popen(publish, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        out, cpu = sampled(consume, endpoint.get("pids") or [], 0.5, 60 + 10 * seconds)
+        published = publisher.communicate(timeout=60)[0]
+    finally:
+        stopped(publisher)
+        driver.delete_topic(topic, 1)
+    summary = next((line for line in out.splitlines() if "consumer" in line and "stats:" in line), out.strip()[-400:])
+    return {"msgs_per_s": parse_nats_consumer(out), "publisher_msgs_per_s": parse_nats_bench(published)["msgs_per_s"],
+            "consumer_cpu_pct": cpu["tool_cpu_pct"], "broker_cpu_pct": cpu["broker_cpu_pct"], "messages": messages,
+            "output": summary}
+
+
+def preload(endpoint: dict, client: dict, messages: int) -> str:
+    """A stream the worker's driver makes, holding `messages` 1 KB messages (nats bench's publisher): its topic."""
+    from brokerbench.brokers.nats_jetstream.driver import stream_name, subject
+
+    topic = f"drain-{new_run_id()}"
+    get_driver("nats-jetstream", endpoint, client).create_topic(topic, 1)
+    subprocess.run([str(natscli()), "bench", "js", "pub", "async", "--batch", str(client["nats_max_in_flight"]),
+                    subject(topic, 0), "-s", endpoint["url"], "--msgs", str(messages), "--size", str(SIZE),
+                    "--no-progress", "--stream", stream_name(topic)], check=True, capture_output=True, timeout=300)
+    return topic
+
+
+def drained(endpoint: dict, client: dict, messages: int, how: str) -> dict:
+    """A preloaded backlog read to its end by one consumer: `pull`, the worker's consumer (the driver's
+    NatsConsumer, its own pull requests); `fetch`, the way it read before (nats-py's fetch of nats_fetch_batch, each
+    message acknowledged at the next fetch, the header unframed); `tool`, nats bench js fetch on a durable made with
+    the worker's consumer settings. msgs/s from the first poll to the last message, and this process's CPU per
+    message (its every thread: the consumer's event loop runs on one of its own)."""
+    from brokerbench.brokers.nats_jetstream.driver import consumer_config, stream_name, subject, unframe
+
+    topic = preload(endpoint, client, messages)
+    driver, batch = get_driver("nats-jetstream", endpoint, client), client["nats_fetch_batch"]
+    try:
+        if how == "tool":
+            durable = f"tool-{topic}"
+            asyncio.run(_add_consumer(endpoint["url"], stream_name(topic), consumer_config(
+                durable, [subject(topic, 0)], batch)))
+            out = subprocess.run([str(natscli()), "bench", "js", "fetch", "--batch", str(batch), "--acks", "explicit",
+                                  "--consumer", durable, "-s", endpoint["url"], "--msgs", str(messages), "--size",
+                                  str(SIZE), "--no-progress", "--stream", stream_name(topic)],
+                                 capture_output=True, text=True, timeout=300)
+            return {"msgs_per_s": parse_nats_consumer(out.stdout + out.stderr), "cpu_us_per_msg": None}
+        if how == "pull":
+            consumer = driver.consumer(topic, "drain", [0])
+            got, cpu, start = 0, time.process_time(), time.perf_counter()
+            while got < messages and time.perf_counter() - start < 300:
+                got += len(consumer.poll(0.05))
+            elapsed, cpu = time.perf_counter() - start, time.process_time() - cpu
+            consumer.close()
+        else:
+            got, elapsed, cpu = asyncio.run(_fetch_loop(endpoint["url"], topic, messages, batch, unframe))
+        if got < messages:
+            raise RuntimeError(f"{how}: {got:,} of {messages:,} messages within 300 s")
+        return {"msgs_per_s": got / elapsed, "cpu_us_per_msg": cpu / got * 1e6}
+    finally:
+        driver.delete_topic(topic, 1)
+
+
+async def _add_consumer(url: str, stream: str, config) -> None:
+    connection = await nats.connect(url)
+    try:
+        await connection.jetstream().add_consumer(stream, config)
+    finally:
+        await connection.close()
+
+
+async def _fetch_loop(url: str, topic: str, messages: int, batch: int, unframe) -> tuple[int, float, float]:
+    """The worker's NATS consumer as it read before its own pull requests: nats-py's fetch."""
+    from brokerbench.brokers.nats_jetstream.driver import consumer_config, stream_name, subject
+
+    connection = await nats.connect(url)
+    try:
+        js = connection.jetstream()
+        await js.add_consumer(stream_name(topic), consumer_config("fetch", [subject(topic, 0)], batch))
+        subscription = await js.pull_subscribe_bind(durable="fetch", stream=stream_name(topic))
+        got, last, cpu, start = 0, [], time.process_time(), time.perf_counter()
+        while got < messages and time.perf_counter() - start < 300:
+            for message in last:
+                await connection.publish(message.reply)
+            try:
+                last = await subscription.fetch(batch, timeout=0.05)
+            except (asyncio.TimeoutError, nats.errors.TimeoutError):
+                last = []
+            for message in last:
+                unframe(message.data)
+            got += len(last)
+        return got, time.perf_counter() - start, time.process_time() - cpu
+    finally:
+        await connection.close()
+
+
+def measure_drain(endpoint: dict, trials_n: int, messages: int) -> dict:
+    """The NATS consumer's ways of reading a backlog, interleaved trial by trial (see `drained`)."""
+    client = run_spec("nats-jetstream", "batch", 1, 1)["client"]
+    trials, before = Trials(), os.getloadavg()
+    for trial in range(1, trials_n + 1):
+        for how in ("fetch", "pull", "tool"):
+            step(f"nats-jetstream drain {messages:,}: trial {trial}/{trials_n}: {how}")
+            trials.run(how, trial, drained, endpoint, client, messages, how)
+
+    def of(series: str, key: str) -> list:
+        return [None if t is None else t.get(key) for t in trials.series.get(series, [])]
+
+    return {"messages": messages, "fetch_batch": client["nats_fetch_batch"], "trials": trials_n,
+            "when": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "load_average_1_5_15": _load(before),
+            **{f"{how}_msgs_per_s": of(how, "msgs_per_s") for how in ("fetch", "pull", "tool")},
+            **{f"{how}_cpu_us_per_msg": of(how, "cpu_us_per_msg") for how in ("fetch", "pull")},
+            "failed": trials.failed}
+
+
+JVM = ["java", "-Xmx512m", "-XX:+UseG1GC", "-Dio.netty.tryReflectionSetAccessible=true",
+       "--add-opens", "java.base/java.nio=ALL-UNNAMED", "--add-opens", "java.base/sun.nio.ch=ALL-UNNAMED"]
+
+
+def pulsar_jvm(build: Path) -> list[str]:
+    """The JVM's start for a Pulsar loop: Pulsar's jars, the client's log (log4j2) at warnings only."""
+    quiet = build / "log4j2-warn.properties"
+    quiet.write_text("rootLogger.level=WARN\nrootLogger.appenderRef.err.ref=ERR\nappender.err.type=Console\n"
+                     "appender.err.name=ERR\nappender.err.target=SYSTEM_ERR\n"
+                     "appender.err.layout.type=PatternLayout\nappender.err.layout.pattern=%p %m%n\n")
+    return [*JVM, f"-Dlog4j2.configurationFile={quiet}", "-cp", f"{build / 'classes'}:{lib_dir('pulsar')}/*"]
+
+
+def java_publish(broker: str, endpoint: dict, client: dict, driver, topic: str, mode: str, seconds: float) -> list:
+    """The command of a bench/tools publish loop on `topic`'s one lane, with the worker's settings."""
+    build = build_java_tools()
     common = ["--mode", "max" if mode == "batch" else "single", "--size", str(SIZE), "--seconds", str(seconds),
               "--warmup", str(WARMUP_S), "--window", str(window(broker, mode, client))]
-    jvm = []
     if broker == "pulsar":
-        classpath = f"{build / 'classes'}:{lib_dir('pulsar')}/*"
-        quiet = build / "log4j2-warn.properties"  # the client's log (log4j2, from Pulsar's jars): warnings only
-        quiet.write_text("rootLogger.level=WARN\nrootLogger.appenderRef.err.ref=ERR\nappender.err.type=Console\n"
-                         "appender.err.name=ERR\nappender.err.target=SYSTEM_ERR\n"
-                         "appender.err.layout.type=PatternLayout\nappender.err.layout.pattern=%p %m%n\n")
-        jvm = [f"-Dlog4j2.configurationFile={quiet}"]
         settings = driver.producer_settings("batch")
-        args = ["bench.PulsarPublish", "--url", endpoint["service_url"],
+        return [*pulsar_jvm(build), "bench.PulsarPublish", "--url", endpoint["service_url"],
                 "--topic", driver.partitions_of(topic, range(1))[0],
                 "--batch-delay-ms", str(settings["batching_max_publish_delay_ms"]),
                 "--batch-bytes", str(settings["batching_max_allowed_size_in_bytes"]),
-                "--batch-messages", str(settings["batching_max_messages"])]
-    else:
-        from brokerbench.brokers.rabbitmq.amqp import lane_queue
+                "--batch-messages", str(settings["batching_max_messages"]), *common]
+    from brokerbench.brokers.rabbitmq.amqp import lane_queue
 
-        classpath = f"{build / 'classes'}:{build / 'lib'}/*"
-        if broker == "rabbitmq-streams":
-            args = ["bench.StreamPublish", "--host", endpoint["host"], "--port", str(endpoint["stream_port"]),
-                    "--stream", lane_queue(topic, 0)]
-        else:
-            args = ["bench.AmqpPublish", "--host", endpoint["host"], "--port", str(endpoint["amqp_port"]),
-                    "--queue", lane_queue(topic, 0)]
-    cmd = ["java", "-Xmx512m", "-XX:+UseG1GC", "-Dio.netty.tryReflectionSetAccessible=true",
-           "--add-opens", "java.base/java.nio=ALL-UNNAMED", "--add-opens", "java.base/sun.nio.ch=ALL-UNNAMED",
-           *jvm, "-cp", classpath, *args, *common]
+    classpath = ["-cp", f"{build / 'classes'}:{build / 'lib'}/*"]
+    if broker == "rabbitmq-streams":
+        return [*JVM, *classpath, "bench.StreamPublish", "--host", endpoint["host"], "--port",
+                str(endpoint["stream_port"]), "--stream", lane_queue(topic, 0), *common]
+    return [*JVM, *classpath, "bench.AmqpPublish", "--host", endpoint["host"], "--port", str(endpoint["amqp_port"]),
+            "--queue", lane_queue(topic, 0), *common]
+
+
+def java_tool(broker: str, endpoint: dict, client: dict, mode: str, seconds: float) -> dict:
+    driver = get_driver(broker, endpoint, client)
+    topic = f"tool-{new_run_id()}"
+    driver.create_topic(topic, 1)  # as the worker's cell makes its topic: one lane
     try:
+        cmd = java_publish(broker, endpoint, client, driver, topic, mode, seconds)
         out, cpu = sampled(cmd, endpoint.get("pids") or [], 1.5 + WARMUP_S, 120 + 2 * seconds)
     finally:
         driver.delete_topic(topic, 1)
@@ -249,6 +421,40 @@ def java_tool(broker: str, endpoint: dict, client: dict, mode: str, seconds: flo
     return {"msgs_per_s": result["msgs_per_s"], "publish_p50_us": result.get("publish_p50_us"), **cpu,
             "acked": result["acked"], "failed": result["failed"], "client": result.get("client"),
             "output": [line for line in out.splitlines() if line.startswith("{")][-1]}
+
+
+def pulsar_consume_tool(endpoint: dict, client: dict, seconds: float) -> dict:
+    """bench/tools' Pulsar consume loop (PulsarConsume: the worker's subscription and prefetch, a cumulative
+    acknowledgement per POLL_MAX) subscribed first, then its publish loop at max (batch mode) on the same partition,
+    as a worker cell with one consumer runs them: the consumer's msgs/s from its first message to its last."""
+    from brokerbench.brokers.pulsar.driver import POLL_MAX, RECEIVER_QUEUE
+
+    driver = get_driver("pulsar", endpoint, client)
+    topic = f"tool-{new_run_id()}"
+    driver.create_topic(topic, 1)
+    consume = [*pulsar_jvm(build_java_tools()), "bench.PulsarConsume", "--url", endpoint["service_url"],
+               "--topic", driver.partitions_of(topic, range(1))[0], "--subscription", "tool",
+               "--receiver-queue", str(RECEIVER_QUEUE), "--ack-every", str(POLL_MAX), "--idle", "3",
+               "--limit", str(60 + 3 * seconds)]
+    consumer = subprocess.Popen(consume, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    try:
+        line = consumer.stdout.readline()  # after it subscribed: it reads from the first message sent
+        if line.strip() != "subscribed":
+            raise RuntimeError(f"PulsarConsume did not subscribe: {line!r}")
+        publish = java_publish("pulsar", endpoint, client, driver, topic, "batch", seconds)
+        published, cpu = sampled(publish, endpoint.get("pids") or [], 1.5 + WARMUP_S, 120 + 2 * seconds,
+                                 {"consumer": [consumer.pid]})
+        out = consumer.communicate(timeout=120)[0]
+    finally:
+        stopped(consumer)
+        driver.delete_topic(topic, 1)
+    result = json.loads([x for x in out.splitlines() if x.startswith("{")][-1])
+    sent = parse_java_tool(published)
+    if result["msgs_per_s"] is None or result["received"] < sent["acked"]:
+        raise ValueError(f"PulsarConsume received {result['received']:,} of {sent['acked']:,} acknowledged: {out}")
+    return {"msgs_per_s": result["msgs_per_s"], "publisher_msgs_per_s": sent["msgs_per_s"],
+            "consumer_cpu_pct": cpu.get("consumer_cpu_pct"), "broker_cpu_pct": cpu["broker_cpu_pct"],
+            "output": [x for x in out.splitlines() if x.startswith("{")][-1]}
 
 
 def tool(broker: str, endpoint: dict, client: dict, mode: str, seconds: float, guess: float) -> dict:
@@ -314,6 +520,69 @@ def measure(broker: str, endpoint: dict, store, modes: list[str], trials_n: int,
     return {"tool": TOOL_NAMES[broker], "modes": out, "failed": trials.failed}
 
 
+def consumer_figures(cell: dict) -> dict:
+    """What the results keep of a worker's cell with one consumer: what it delivered per second (the cell's
+    throughput: the measured messages received, over the time it took to deliver them), what the producer sent,
+    and what the project's own rule says of the consumer (brokerbench.limit.consumer_limit)."""
+    resources = cell.get("resources") or {}
+    consumers = (cell.get("limit") or {}).get("consumers") or {}
+    return {"msgs_per_s": cell["rate_achieved"], "send_rate": cell["send_rate"], "send_loop": cell["send_loop"],
+            "consumer_limit": consumers.get("by"), "consumer_idle_share": consumers.get("idle_share"),
+            "consumer_cpu_pct": consumers.get("consumer_cpu_pct"),
+            "broker_cpu_pct": (resources.get("broker") or {}).get("cpu_pct_mean"),
+            # the counts behind the rate: what was sent and delivered in time, over which window
+            **{k: cell.get(k) for k in ("sent", "received", "delivered", "undelivered", "undelivered_or_lost",
+                                        "late", "delivery_window_s", "delivery_window_start_s")}}
+
+
+def consume_tool(broker: str, endpoint: dict, client: dict, seconds: float, guess: float) -> dict:
+    if broker == "nats-jetstream":
+        return nats_consume_tool(endpoint, client, seconds, guess)
+    if broker == "pulsar":
+        return pulsar_consume_tool(endpoint, client, seconds)
+    raise NotImplementedError(f"no consumer of {broker}'s own tool here")
+
+
+def measure_consume(broker: str, endpoint: dict, store, trials_n: int, seconds: float) -> dict:
+    """One broker's consumer trials, interleaved: the worker with one consumer at max (batch mode), the tool's
+    publisher and consumer at once, ..., then the figures."""
+    client = run_spec(broker, "batch", seconds)["client"]
+    trials, guess = Trials(), NATS_GUESS["batch"]
+    for trial in range(1, trials_n + 1):
+        step(f"{broker} consume: trial {trial}/{trials_n}: worker, consumers 1")
+        cell = trials.run("consume/worker", trial, worker_cell, endpoint, store, broker, "batch", seconds, "auto", 1)
+        if cell is not None:
+            trials.series["consume/worker"][-1] = consumer_figures(cell)
+        step(f"{broker} consume: trial {trial}/{trials_n}: {CONSUMER_TOOL_NAMES[broker]}")
+        result = trials.run("consume/tool", trial, consume_tool, broker, endpoint, client, seconds, guess)
+        if result is not None:
+            guess = result["publisher_msgs_per_s"] or guess
+
+    def of(series: str, key: str) -> list:
+        return [None if t is None else t.get(key) for t in trials.series.get(series, [])]
+
+    worker, tool_rates = of("consume/worker", "msgs_per_s"), of("consume/tool", "msgs_per_s")
+    figures = {"mode": "batch", "rate": "max", "consumers": 1, "window": window(broker, "batch", client),
+               "worker_msgs_per_s": worker, "tool_msgs_per_s": tool_rates,
+               "worker_median": median(worker), "tool_median": median(tool_rates),
+               "ratio": _ratio(median(worker), median(tool_rates)),
+               "worker_send_msgs_per_s": of("consume/worker", "send_rate"),
+               "worker_counts": [None if t is None else {k: t[k] for k in (
+                   "sent", "received", "delivered", "undelivered", "undelivered_or_lost", "late", "delivery_window_s",
+                   "delivery_window_start_s")} for t in trials.series.get("consume/worker", [])],
+               "tool_publisher_msgs_per_s": of("consume/tool", "publisher_msgs_per_s"),
+               "worker_consumer_limit": of("consume/worker", "consumer_limit"),
+               "worker_consumer_idle_share": of("consume/worker", "consumer_idle_share"),
+               "worker_consumer_cpu_pct": of("consume/worker", "consumer_cpu_pct"),
+               "worker_broker_cpu_pct": of("consume/worker", "broker_cpu_pct"),
+               "tool_consumer_cpu_pct": of("consume/tool", "consumer_cpu_pct"),
+               "tool_broker_cpu_pct": of("consume/tool", "broker_cpu_pct"),
+               "tool_output": of("consume/tool", "output")}
+    if broker == "nats-jetstream":
+        figures["fetch_batch"] = client["nats_fetch_batch"]
+    return {"tool": CONSUMER_TOOL_NAMES[broker], "figures": figures, "failed": trials.failed}
+
+
 def figures(trials: Trials, name: str, mode: str, broker: str, client: dict) -> dict:
     def of(series: str, key: str) -> list:
         return [None if t is None else t.get(key) for t in trials.series.get(series, [])]
@@ -348,6 +617,11 @@ def _ratio(a: float | None, b: float | None) -> float | None:
     return None if a is None or not b else a / b
 
 
+def _load(before: tuple) -> dict:
+    """The host's load average (1, 5, 15 min) before a series of trials and now."""
+    return {"before": [round(x, 2) for x in before], "after": [round(x, 2) for x in os.getloadavg()]}
+
+
 def _cpu() -> str:
     with open("/proc/cpuinfo") as f:
         return next((line.split(":", 1)[1].strip() for line in f if line.startswith("model name")), "unknown")
@@ -373,12 +647,20 @@ def run_services(stack: LocalStack, brokers: list[str], modes: list[str], args, 
             try:
                 endpoint = stack.endpoint(service)  # with its pids: the cells and the tools sample its CPU
                 for broker in (b for b in brokers if SERVICE[b] == service):
-                    before = os.getloadavg()
-                    results[broker] = measure(broker, endpoint, store, modes, args.trials, args.seconds)
-                    after = os.getloadavg()
-                    results[broker]["load_average_1_5_15"] = {"before": [round(x, 2) for x in before],
-                                                              "after": [round(x, 2) for x in after]}
-                    results[broker]["server"] = {"service": service, "version": endpoint.get("version")}
+                    results[broker] = {"tool": TOOL_NAMES[broker], "modes": {}, "failed": [],
+                                       "server": {"service": service, "version": endpoint.get("version")}}
+                    if modes:
+                        before = os.getloadavg()
+                        results[broker].update(measure(broker, endpoint, store, modes, args.trials, args.seconds))
+                        results[broker]["load_average_1_5_15"] = _load(before)
+                    if args.drain and broker == "nats-jetstream":
+                        results[broker]["drain"] = measure_drain(endpoint, args.trials, args.drain)
+                        results[broker]["failed"] += results[broker]["drain"]["failed"]
+                    if args.consume and broker in CONSUMER_TOOL_NAMES:
+                        before = os.getloadavg()
+                        consume = measure_consume(broker, endpoint, store, args.trials, args.seconds)
+                        results[broker]["consume"] = {**consume, "load_average_1_5_15": _load(before)}
+                        results[broker]["failed"] += consume["failed"]
             finally:
                 stack.down([service], owner=OWNER, log=log)
     finally:
@@ -389,14 +671,19 @@ def run_services(stack: LocalStack, brokers: list[str], modes: list[str], args, 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--brokers", default=",".join(BROKERS))
-    parser.add_argument("--modes", default="max,single")
+    parser.add_argument("--modes", default="max,single", help="the publish-only modes ('' for none)")
+    parser.add_argument("--consume", action=argparse.BooleanOptionalAction, default=True,
+                        help="the consumer side too: the worker with one consumer against the tool's consumer")
     parser.add_argument("--trials", type=int, default=2)
     parser.add_argument("--seconds", type=float, default=5)
+    parser.add_argument("--drain", type=int, default=0, metavar="MESSAGES",
+                        help="NATS: also read a preloaded backlog of this many messages with the worker's consumer, "
+                             "with nats-py's fetch and with nats bench (bench/results' nats_consumer_drain)")
     parser.add_argument("--out", default=str(REPO_DIR / "bench" / "results" / "broker_tools.json"))
     parser.add_argument("--merge", action="store_true",
                         help="keep the other brokers' results in --out; replace those of the brokers measured")
     args = parser.parse_args(argv)
-    brokers, modes = args.brokers.split(","), args.modes.split(",")
+    brokers, modes = args.brokers.split(","), [m for m in args.modes.split(",") if m]
     for name in brokers:
         if name not in BROKERS:
             parser.error(f"--brokers: {name!r} is not one of {', '.join(BROKERS)}")
@@ -417,10 +704,23 @@ def main(argv: list[str] | None = None) -> int:
     load_after = os.getloadavg()
     for result in results.values():
         result.update(when=when, trials=args.trials, seconds=args.seconds)
+        if "consume" in result:
+            result["consume"].update(when=when, trials=args.trials, seconds=args.seconds)
     if args.merge and Path(args.out).is_file():
         earlier = json.loads(Path(args.out).read_text())
         kept = {b: {"when": earlier["when"], "trials": earlier["trials"], "seconds": earlier["seconds"], **r}
                 for b, r in earlier["brokers"].items() if b not in results}
+        for broker, result in results.items():  # a side not measured again keeps its earlier figures and date
+            before = earlier["brokers"].get(broker) or {}
+            if not modes and before.get("modes"):
+                result.update({k: before[k] for k in ("modes", "load_average_1_5_15", "when", "trials", "seconds")
+                               if k in before})
+                result["failed"] = [*(f for f in before.get("failed", []) if not f["name"].startswith("consume/")),
+                                    *(f for f in result["failed"] if f["name"].startswith("consume/"))]
+            if not args.consume and before.get("consume"):
+                result["consume"] = before["consume"]
+            if not args.drain and before.get("drain"):
+                result["drain"] = before["drain"]
         results = {b: (results.get(b) or kept[b]) for b in [*BROKERS, *kept] if b in results or b in kept}
     document = {
         "when": when, "size_bytes": SIZE, "warmup_s": WARMUP_S, "seconds": args.seconds, "trials": args.trials,
@@ -435,6 +735,10 @@ def main(argv: list[str] | None = None) -> int:
         for name, m in r["modes"].items():
             print(f"{broker:17} {name:6} worker {m['worker_median'] or 0:>10,.0f}  tool {m['tool_median'] or 0:>10,.0f}"
                   f"  ratio {m['ratio'] or 0:.2f}  ({m['send_loop']})")
+        if "consume" in r:
+            m = r["consume"]["figures"]
+            print(f"{broker:17} consume worker {m['worker_median'] or 0:>10,.0f}  tool {m['tool_median'] or 0:>10,.0f}"
+                  f"  ratio {m['ratio'] or 0:.2f}  (consumer limit {m['worker_consumer_limit']})")
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(document, indent=2) + "\n")
     print(f"written: {args.out}", file=sys.stderr)

@@ -310,6 +310,7 @@ def cell_result(cell: dict, end: dict | None, cache: dict | None = None) -> dict
         "status": "completed",
         "encoded_bytes": round(data["encoded_bytes"], 1),
         "send_loop": data.get("send_loop", "python"),  # runs stored before the native loop ran Python
+        "sender": data.get("sender"),  # Pulsar's native path: native-pwire or native-capi (None: one path, or Python)
         **_codec_net(data, cache),
         "measured_s": seconds,
         "delivery_window_s": round(window, 6),

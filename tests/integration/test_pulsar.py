@@ -145,3 +145,43 @@ def test_the_native_loop_in_single_mode_keeps_one_message_in_flight(extra_broker
         assert driver.message_count(topic, 1) == 30
     finally:
         driver.delete_topic(topic, 1)
+
+
+def test_a_cell_says_which_native_path_its_producers_took(extra_brokers, store):
+    """A cell on the standalone (one broker serves every partition): its producers speak Pulsar's binary protocol,
+    and the cell's end, its results and the report's header say so (`sender`). A cell with faults takes the C API
+    path instead (its client follows a topic to the broker that serves it next), and its producer's sender says so:
+    the producer's own choice (worker.producer), made with the cell's faults on a real sender to this broker (the
+    run request takes no Pulsar faults on a local target, so the cell is given one as another target's would carry)."""
+    from brokerbench.reports.markdown import send_loop_header
+    from brokerbench.reports.model import build_report
+    from brokerbench.worker.producer import ProducerTask, _native_sender, sender_path
+
+    endpoints = extra_brokers("pulsar")
+    request = {**TINY, "name": "it-pulsar-sender", "formats": ["raw"], "modes": ["batch"], "partitions": 2,
+               "consumers": 0}
+    _, events, results = run(request, endpoints, store)
+    [cell] = results["cells"]
+    assert cell["status"] == "completed", cell.get("reason")
+    [end] = [e["data"] for e in events if e["type"] == "CellCompleted"]
+    assert (end["send_loop"], end["sender"], cell["sender"]) == ("native", "native-pwire", "native-pwire")
+    assert send_loop_header(build_report(events)) == " · native C loop (Pulsar binary protocol)"
+
+    endpoint = endpoints["pulsar"]
+    faulted = {**spec.expand(spec.validate({**TINY, "formats": ["raw"], "modes": ["batch"]}))[0],
+               "faults": [{"kind": "kill", "target": "leader", "at_s": 1}]}
+    driver = get_driver("pulsar", endpoint, faulted["client"])
+    topic = f"bb-sender-{time.monotonic_ns()}"
+    driver.create_topic(topic, 1)
+    try:
+        for cell_faults, path in (([], "native-pwire"), (faulted["faults"], "native-capi")):
+            task = ProducerTask({**faulted, "faults": cell_faults}, endpoint, topic, 0, None, None)
+            sender = _native_sender(driver, task)
+            try:
+                assert sender_path(sender) == path
+                assert all(v.startswith("brokerbench" if path == "native-pwire" else "Pulsar-CPP-")
+                           for v in publishers(driver, topic, 1))  # what the broker saw connect
+            finally:
+                sender.close()
+    finally:
+        driver.delete_topic(topic, 1)

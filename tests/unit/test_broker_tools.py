@@ -15,6 +15,9 @@ NATS_ASYNC = ("\nNATS JetStream asynchronous publisher stats: 70,838 msgs/sec ~ 
               "30,889.67us\n\n")
 NATS_SYNC = ("\nNATS JetStream synchronous publisher stats: 17,115 msgs/sec ~ 17 MiB/sec ~ min: 23.00us ~ avg: 58.29us "
              "~ max: 5,267.01us ~ P50: 45.87us ~ P90: 81.63us ~ P99: 157.53us ~ P99.9: 1,654.91us\n\n")
+NATS_FETCH = ("03:28:11 [1] Starting JetStream durable consumer (fetch), expecting 400,000 messages\n\nNATS "
+              "JetStream durable consumer (fetch) stats: 32,148 msgs/sec ~ 31 MiB/sec ~ min: 32.18us ~ avg: 181.29us ~ "
+              "max: 13,802.58us ~ P50: 65.77us ~ P90: 146.77us ~ P99: 2,244.82us ~ P99.9: 13,802.58us\n")
 # bench/tools' Java loops against the local RabbitMQ 3.10.8 and Pulsar 4.0.7 (the Pulsar client's own log lines
 # come before its JSON line when its log is not quieted).
 STREAM_MAX = ('{"tool": "rabbitmq-stream-java", "mode": "max", "window": 1000, "size": 1024, "sent": 303964, '
@@ -47,6 +50,12 @@ def test_nats_bench_gives_its_rate_and_in_sync_mode_its_publish_p50(broker_tools
 def test_nats_bench_without_its_summary_is_an_error(broker_tools):
     with pytest.raises(ValueError, match="publisher stats"):
         broker_tools.parse_nats_bench("nats: error: context deadline exceeded\n")
+
+
+def test_nats_bench_fetch_gives_its_consumers_rate_and_its_absence_is_an_error(broker_tools):
+    assert broker_tools.parse_nats_consumer(NATS_FETCH) == 32148.0
+    with pytest.raises(ValueError, match="consumer stats"):
+        broker_tools.parse_nats_consumer(NATS_ASYNC)  # a publisher's summary is not a consumer's
 
 
 def test_a_java_loops_json_line_is_read_after_whatever_the_client_logged(broker_tools):
@@ -82,5 +91,14 @@ def test_the_performance_page_has_a_table_per_broker_from_the_result_file():
     for broker in results["broker_tools"]["brokers"]:
         assert f"**{performance.TOOL_BROKERS[broker]}**" in section
     assert section.count("| max, batch |") == len(results["broker_tools"]["brokers"])
+    measured = [b for b, r in results["broker_tools"]["brokers"].items() if r.get("consume")]
+    for broker in measured:  # a consumer row per broker measured, with its ratio of medians
+        consume = results["broker_tools"]["brokers"][broker]["consume"]["figures"]
+        assert consume["ratio"] == consume["worker_median"] / consume["tool_median"]
+        assert f"| {performance.TOOL_BROKERS[broker]} (" in section
+        assert f"**{performance.ratio(consume['ratio'])}**" in section
+    others = [performance.TOOL_BROKERS[b] for b in results["broker_tools"]["brokers"] if b not in measured]
+    if others:
+        assert f"Not measured against a tool's consumer: {', '.join(others)}" in section
     del results["broker_tools"]
     assert "Not measured yet." in performance.render_section("broker_tools", results)

@@ -82,3 +82,32 @@ def test_a_comparison_across_loops_is_flagged_in_every_verdict(run):
     same = R.compare(baseline, build_report(with_loops(later, lambda c: "native")))
     assert [v["verdict"] for v in same] == [v["verdict"] for v in verdicts]  # the flag changes no verdict
     assert not any("send_loops" in v or "send loops" in v["why"] for v in same)
+
+
+def with_senders(events, sender_of):
+    """The run's events with each CellCompleted's sender set to sender_of(cell) (Pulsar's native path; None: absent,
+    as the worker leaves it for the brokers with one path)."""
+    cells = {c["cell_id"]: c for c in events[0]["data"]["cells"]}
+    out = with_loops(events, lambda c: "native")
+    for e in out:
+        if e["type"] == "CellCompleted" and sender_of(cells[e["data"]["cell_id"]]):
+            e["data"]["sender"] = sender_of(cells[e["data"]["cell_id"]])
+    return out
+
+
+def test_one_native_path_is_named_with_the_loop_in_the_header(run):
+    report = build_report(with_senders(run, lambda c: "native-pwire" if c["broker"] == "kafka" else None))
+    assert report["senders"] == {"native-pwire": 2} and report["send_loop_note"] is None
+    text = markdown.render(report)
+    assert " · native C loop (Pulsar binary protocol)" in text.splitlines()[2]
+    assert all("Pulsar" not in row.split("|")[2] for row in rows(text))
+    assert "native C loop (Pulsar binary protocol)" in html.render(report)
+
+
+def test_cells_of_both_native_paths_each_name_theirs_in_their_row(run):
+    report = build_report(with_senders(run, lambda c: "native-capi" if c["format"] == "json" else "native-pwire"))
+    assert report["senders"] == {"native-capi": 2, "native-pwire": 2}
+    text = markdown.render(report)
+    assert "(Pulsar" not in text.splitlines()[2] and " · native C loop" in text.splitlines()[2]
+    found = {row.split("|")[2].strip() for row in rows(text)}
+    assert found == {"json · Pulsar C API", "msgpack · Pulsar binary protocol"}

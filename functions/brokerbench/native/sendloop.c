@@ -2813,6 +2813,22 @@ static PyMethodDef Sender_methods[] = {
     {NULL, NULL, 0, NULL},
 };
 
+/* Which of a broker's native paths this sender is, where the broker has two: Pulsar's binary protocol spoken by the
+   loop itself ("pwire") or Pulsar's C API ("capi", fault cells, partitions over several brokers, the fallback). None
+   for the others, which have one path each. */
+static PyObject *Sender_path(Sender *s, void *closure) {
+    (void)closure;
+    if (s->kind == KIND_PWIRE) return PyUnicode_FromString("pwire");
+    if (s->kind == KIND_PULSAR) return PyUnicode_FromString("capi");
+    Py_RETURN_NONE;
+}
+
+static PyGetSetDef Sender_getset[] = {
+    {"path", (getter)Sender_path, NULL, "'pwire' or 'capi' for a Pulsar sender (the binary protocol, the C API); None "
+     "for the other brokers' (one native path each).", NULL},
+    {NULL, NULL, NULL, NULL, NULL},
+};
+
 static PyTypeObject SenderType = {
     PyVarObject_HEAD_INIT(NULL, 0).tp_name = "brokerbench.native._sendloop.Sender",
     .tp_basicsize = sizeof(Sender),
@@ -2820,6 +2836,7 @@ static PyTypeObject SenderType = {
     .tp_flags = Py_TPFLAGS_DEFAULT,
     .tp_doc = "A producer's native send loop over one Kafka producer or one Redis connection.",
     .tp_methods = Sender_methods,
+    .tp_getset = Sender_getset,
 };
 
 /* The loop's own per-message cost with a sender that drops the message: clocks, header, the two

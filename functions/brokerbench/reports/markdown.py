@@ -5,7 +5,7 @@ from __future__ import annotations
 from ..limit import CONSUMER_LEGEND, CONSUMER_MARK, LEGEND, MARK, client_bound, rate_found_text
 from ..metrics import shown_in
 from . import faults, history_view
-from .model import RESOURCES_NOTE, busy_repeats, need_label, rate_text, send_loop_text
+from .model import RESOURCES_NOTE, busy_repeats, need_label, rate_text, send_loop_text, sender_text
 from .regression import FIGURES, figure_text
 
 VERDICT_ORDER = {"regression": 0, "unstable": 1, "improvement": 2, "unchanged": 3}
@@ -284,15 +284,22 @@ def regression_section(report: dict) -> list[str]:
 
 def send_loop_header(report: dict) -> str:
     """The header's send loop when every cell used one (each row names its own otherwise: format_text)."""
-    loops = report.get("send_loops") or {}
-    return f" · {send_loop_text(next(iter(loops)))}" if len(loops) == 1 and not report.get("send_loop_note") else ""
+    loops, paths = report.get("send_loops") or {}, report.get("senders") or {}
+    if len(loops) != 1 or report.get("send_loop_note"):
+        return ""
+    path = f" ({sender_text(next(iter(paths)))})" if len(paths) == 1 else ""  # Pulsar's native path, when one
+    return f" · {send_loop_text(next(iter(loops)))}{path}"
 
 
 def format_text(c: dict, report: dict) -> str:
-    """A row's format, with the send loop that measured it when the report's cells mix loops."""
+    """A row's format, with the send loop that measured it when the report's cells mix loops, and Pulsar's native
+    path when its rows used more than one."""
+    text = c["format"]
     if report.get("send_loop_note") and c.get("send_loop"):
-        return f"{c['format']} · {send_loop_text(c['send_loop'])}"
-    return c["format"]
+        text += f" · {send_loop_text(c['send_loop'])}"
+    if len(report.get("senders") or {}) > 1 and c.get("sender"):
+        text += f" · {sender_text(c['sender'])}"
+    return text
 
 
 def send_loop_lines(report: dict) -> list[str]:

@@ -95,6 +95,9 @@ CODEC_RULE = (
 # the worker's host and chosen by BROKERBENCH_SEND_LOOP) or Python's. Lambda and EC2 workers in AWS always run the
 # Python loop: the code asset leaves the native module out, and it refuses MSK's IAM and TLS settings.
 SEND_LOOP_NAMES = {"native": "native C", "python": "Python", "mixed": "mixed (native C and Python producers in one cell)"}
+# Where a broker's native loop has two paths (Pulsar), which one sent: the binary protocol is several times cheaper
+# per message than the C API (docs/performance.md), so a report says which measured its cells.
+SENDER_NAMES = {"native-pwire": "Pulsar binary protocol", "native-capi": "Pulsar C API"}
 SEND_LOOP_RULE = (
     "The send loop is the producers' inner loop: native C or Python. It sets how fast a producer can send and where "
     "its publish timings are taken, so a figure measured by one loop is compared with another loop's only with a "
@@ -388,6 +391,7 @@ def _configuration(cells: list[dict], completed_events: dict[str, dict], interva
         "repeat_numbers": [c["repeat"] for c in done],
         "order": [c.get("order") for c in cells],
         "send_loop": ", ".join(sorted({c["send_loop"] for c in done if c.get("send_loop")})) or None,
+        "sender": ", ".join(sorted({c["sender"] for c in done if c.get("sender")})) or None,
         "latency_basis": "enqueue" if first["rate_target"] == "max" else
                          (done[0].get("latency_basis", "intended") if done else "intended"),
         "metrics": metrics,
@@ -629,10 +633,15 @@ def highlights(groups: list[dict], references: dict, noise: dict[str, dict]) -> 
 
 def send_loops(configurations: list[dict]) -> dict[str, int]:
     """How many configurations each send loop measured (a configuration whose repeats differ counts for each)."""
+    return _configurations_per(configurations, "send_loop")
+
+
+def _configurations_per(configurations: list[dict], field: str) -> dict[str, int]:
+    """How many configurations have each value of `field` (its values joined by ', ' where repeats differ)."""
     counts: dict[str, int] = {}
     for c in configurations:
-        for loop in filter(None, (c.get("send_loop") or "").split(", ")):
-            counts[loop] = counts.get(loop, 0) + 1
+        for value in filter(None, (c.get(field) or "").split(", ")):
+            counts[value] = counts.get(value, 0) + 1
     return dict(sorted(counts.items()))
 
 
@@ -640,6 +649,16 @@ def send_loop_text(loop: str) -> str:
     """'native' -> 'native C loop'; 'native, python' (a configuration's repeats) -> 'native C and Python loops'."""
     names = [SEND_LOOP_NAMES.get(name, name) for name in loop.split(", ")]
     return f"{' and '.join(names)} loop{'s' if len(names) > 1 else ''}"
+
+
+def senders(configurations: list[dict]) -> dict[str, int]:
+    """How many configurations each native path measured, of those whose broker has two (Pulsar)."""
+    return _configurations_per(configurations, "sender")
+
+
+def sender_text(sender: str) -> str:
+    """'native-pwire' -> 'Pulsar binary protocol'; both (a configuration's repeats) -> both, joined by 'and'."""
+    return " and ".join(SENDER_NAMES.get(name, name) for name in sender.split(", "))
 
 
 def send_loop_note(loops: dict[str, int]) -> str | None:
@@ -737,6 +756,7 @@ def build_report(events: list[dict]) -> dict:
         "claims_note": note,
         "send_loops": loops,
         "send_loop_note": send_loop_note(loops),
+        "senders": senders(configurations),
         "host_note": host_busy_note(configurations),
         "configurations_host_busy": [c["key"] for c in configurations if busy_repeats(c)],
         "noise": noise,

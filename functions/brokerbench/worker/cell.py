@@ -296,6 +296,8 @@ class _CellRun:
         self.encoded_bytes = sum(encoded) / len(encoded)
         loops = {info["send_loop"] for (role, _), info in ready.items() if role == "producer"}
         self.send_loop = loops.pop() if len(loops) == 1 else "mixed"
+        senders = {info.get("sender") for (role, _), info in ready.items() if role == "producer"}
+        self.sender = ", ".join(sorted(filter(None, senders))) or None  # Pulsar's native path (producer.sender_path)
         # Before "go", while the processes wait: the timed call's own cost on the loops the cell runs.
         self.codec_floor = call_floor_ns(self.send_loop)
         self.phases.mark("codec_floor")
@@ -725,6 +727,7 @@ class _CellRun:
             # where the window starts (outcome.delivery), from the start of measurement
             "delivery_window_start_s": (delivered["window_start_ns"] - self.timing["measure_start"]) / SECOND_NS,
             "encoded_bytes": self.encoded_bytes, "send_loop": self.send_loop, "codec_floor_ns": self.codec_floor,
+            **({"sender": self.sender} if self.sender else {}),
             "send_thread_nice": _nice(producers),
             "intervals": self.aggregator.written, "totals": counts, "broker_count": broker_count,
             "latency_basis": "enqueue" if cell["rate"] == "max" else "intended",

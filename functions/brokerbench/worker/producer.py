@@ -67,6 +67,7 @@ def _run(conn, task: ProducerTask) -> None:
     sys.setswitchinterval(1e-4)
 
     conn.send(("ready", {"began_ns": began_ns, "encoded_bytes": pool.mean_encoded_bytes, "send_loop": "native" if sender else "python",
+                         "sender": sender_path(sender),
                          # what the parent derives bytes from (producer_figures): each pool object's encoded size
                          "encoded_sizes": np.asarray(pool.encoded_sizes, dtype=np.int64).tobytes(),
                          "pool_size": len(pool.objects)}))
@@ -123,6 +124,13 @@ def _boost_this_thread() -> int:
     except OSError:  # not permitted (no CAP_SYS_NICE): the delay figures show what that costs
         pass
     return os.getpriority(os.PRIO_PROCESS, 0)
+
+
+def sender_path(sender) -> str | None:
+    """Which native path sends, where a broker has two ("native-pwire": Pulsar's binary protocol, spoken by the loop;
+    "native-capi": Pulsar's C API); None for the Python loop and the brokers with one native path."""
+    path = getattr(sender, "path", None) if sender is not None else None
+    return f"native-{path}" if path else None
 
 
 def _native_sender(driver, task: ProducerTask):

@@ -339,6 +339,7 @@ class CellCompleted(Strict, kw_only=True):
     startup: Startup | UnsetType = UNSET
     bursts: Bursts | UnsetType = UNSET
     send_loop: Literal["native", "python", "mixed"] | UnsetType = UNSET
+    sender: str | UnsetType = UNSET
     codec_floor_ns: CodecFloor | UnsetType = UNSET
     send_thread_nice: int | None | UnsetType = UNSET
     intervals: int

@@ -12,6 +12,7 @@ import logging
 import math
 import multiprocessing
 import os
+import queue
 import threading
 import time
 from collections.abc import Callable, Collection
@@ -218,6 +219,35 @@ def _search_cell(run_id, cell, endpoint, store, topic, progress, attempt, stop=(
                              cell_index=cell["index"])])
     progress(Progress(cell["cell_id"], "done", 1.0))
     return CellOutcome(cell["cell_id"], "completed", intervals=end["data"]["intervals"])
+
+
+class _Outbox:
+    """What the cell sends its processes while it measures, sent in order by a thread of its own. The sequence
+    numbers of every unacknowledged message (told to the consumers once the producers are done) can fill the pipe
+    until the consumer reads them, and a consumer that is itself sending (an interval's snapshot) reads only once the
+    cell has read that: sent from the cell's loop, which does the reading, the two waited for each other for ever (a
+    Pulsar cell that left most messages unacknowledged hung so). A process gone meanwhile is the loop's to find out
+    (its connection ends)."""
+
+    def __init__(self) -> None:
+        self._queue: queue.SimpleQueue = queue.SimpleQueue()
+        self._thread = threading.Thread(target=self._run, name="cell-outbox", daemon=True)
+        self._thread.start()
+
+    def send(self, conn, message) -> None:
+        self._queue.put((conn, message))
+
+    def _run(self) -> None:
+        while (item := self._queue.get()) is not None:
+            conn, message = item
+            try:
+                conn.send(message)
+            except (OSError, EOFError, ValueError):  # the process has gone (or its end was closed): nothing to tell
+                pass
+
+    def close(self) -> None:
+        self._queue.put(None)
+        self._thread.join(timeout=5)
 
 
 class _CellRun:
@@ -486,6 +516,13 @@ class _CellRun:
         return death(role, number, process.pid if process else None, process.exitcode if process else None)
 
     def _measure(self) -> dict:
+        self._outbox = _Outbox()  # every message to the processes from here on: in order, never from the loop
+        try:
+            return self._measure_loop(self._outbox)
+        finally:
+            self._outbox.close()
+
+    def _measure_loop(self, outbox: _Outbox) -> dict:
         cell = self.cell
         done: dict = {}
         producers = [c for c, key in self.conns.items() if key[0] == "producer"]
@@ -541,13 +578,13 @@ class _CellRun:
                              if done[c].get("not_acked") is not None and done[c]["not_acked"].size}
                 for conn in consumers:
                     if not_acked:  # which of them arrive anyway, the consumers say in their "done"
-                        conn.send(("not_acked", not_acked))
-                    conn.send(("expect", expected))
+                        outbox.send(conn, ("not_acked", not_acked))
+                    outbox.send(conn, ("expect", expected))
             if drain is not None:
                 for command in drain.decide(time.monotonic()):
                     for conn in consumers:
                         if conn not in done:
-                            conn.send(command)
+                            outbox.send(conn, command)
             self._report_progress(drain is not None)
         self._watch_sending(time.monotonic_ns(), True)  # the producers finished before the loop looked again
         return done
@@ -563,7 +600,7 @@ class _CellRun:
                           "counted_s": round((time.monotonic_ns() - self.timing["t_start"]) / SECOND_NS, 6)}
         for conn, (role, _) in self.conns.items():
             if role == "consumer":
-                conn.send(("attach", None))
+                self._outbox.send(conn, ("attach", None))
 
     def _start_measuring(self, done: dict) -> None:
         """The warm-up is over: measurement starts a moment from now, for every process alike."""
@@ -573,7 +610,7 @@ class _CellRun:
         self._faults_from(start)
         for conn in self.conns:
             if conn not in done:
-                conn.send(("measure", start))
+                self._outbox.send(conn, ("measure", start))
 
     def _faults_from(self, measure_start: int) -> None:
         """The faults' clock starts at the measured start, and the producers' acknowledgement gaps are watched from

@@ -123,7 +123,8 @@ def tail(path: str | Path, lines: int = 20) -> str:
 
 def stop(pid: int, timeout_s: float = 15, graceful: bool = True) -> None:
     """SIGTERM the process group, then SIGKILL whatever is left; not `graceful`: SIGKILL at once. Returns once the
-    process is gone (or the timeout passed)."""
+    process and the rest of its group are gone (or the timeout passed): a child that outlives the process a moment
+    still holds its listener (a killed Kafka's port answered after its recorded process had gone)."""
     for sig in (signal.SIGTERM, signal.SIGKILL) if graceful else (signal.SIGKILL,):
         if not signal_group(pid, sig):
             return
@@ -133,6 +134,15 @@ def stop(pid: int, timeout_s: float = 15, graceful: bool = True) -> None:
                 os.waitpid(pid, os.WNOHANG)
             except ChildProcessError:
                 pass
-            if not pid_alive(pid):
+            if not pid_alive(pid) and not _group_alive(pid):
                 return
             time.sleep(0.1)
+
+
+def _group_alive(pgid: int) -> bool:
+    """Whether any process of the group is left (one whose parent has not reaped it yet counts, for a moment)."""
+    try:
+        os.killpg(pgid, 0)
+    except (ProcessLookupError, PermissionError):
+        return False
+    return True

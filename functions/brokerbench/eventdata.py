@@ -12,7 +12,9 @@ Rules that follow the schema:
   through: events written by an earlier release keep their extra keys.
 - A producer writes no field its event type does not declare (events.encode refuses it by name), so a misspelling
   is caught where it is written; a reader that meets one in a stored event is not stopped by it.
-- An object the schema leaves open (a run's spec, a verdict) is a `dict` here: typed where the schema types it.
+- An object the schema leaves open (a run's spec, its environment) is an Open Struct with the fields the schema types;
+  what the verdict is judged from and on (the cell's verdict, its warm-up, a rate search's record) is closed: a
+  misspelled or missing field there fails where it is written and where it is read, naming the event and the field.
 
 Events carry `schema_version`; DATA_TYPES maps each version this release reads to its Structs (version 1 is every
 event stored so far).
@@ -147,15 +149,31 @@ class Faults(Data, kw_only=True):
 # --- the run's events ----------------------------------------------------------------------------------------------
 
 class Spec(Open, kw_only=True):
-    """The validated run request (schemas/run-request.schema.json): the order its cells ran in."""
+    """The validated run request (schemas/run-request.schema.json, which checks the rest): its name, the order its
+    cells ran in, and what the reports read of it."""
+    name: str | UnsetType = UNSET
+    description: str | UnsetType = UNSET
+    notes: list[str] | UnsetType = UNSET
+    brokers: list[str] | UnsetType = UNSET
     order: Literal["random", "fixed"] | UnsetType = UNSET
     order_seed: int | None | UnsetType = UNSET
 
 
+class Host(Open, kw_only=True):
+    """The machine a run was planned on (None where it could not be told)."""
+    hostname: str | UnsetType = UNSET
+    cpu_model: str | UnsetType = UNSET
+    cores: int | None | UnsetType = UNSET
+    memory_bytes: int | None | UnsetType = UNSET
+    os: str | UnsetType = UNSET
+
+
 class Environment(Open, kw_only=True):
-    host: object
-    code_version: object
-    python: object
+    """Where a run was planned: the host, Python, brokerbench's version and the client libraries' versions."""
+    host: Host
+    code_version: str
+    python: str
+    libraries: dict[str, str] | UnsetType = UNSET
 
 
 class RunRequested(Data, kw_only=True):
@@ -323,6 +341,62 @@ class HostSummary(HostUsage, kw_only=True, forbid_unknown_fields=True):
     span_s: float | UnsetType = UNSET
 
 
+class CellVerdict(Strict, kw_only=True):
+    """The sustainability verdict of a cell (brokerbench.verdict.sustainability) and the reasons it gives."""
+    verdict: Literal["sustainable", "unsustainable", "inconclusive", "max-rate"]
+    reasons: list[str]
+
+
+class Warmup(Strict, kw_only=True):
+    """The warm-up that ran before a cell's measured time: at least min_s, up to max_s; an adaptive one
+    (until_steady) says whether it became steady and the half-second p99s (µs) it judged."""
+    min_s: float
+    max_s: float
+    used_s: float
+    until_steady: bool
+    steady: bool | UnsetType = UNSET
+    p99_us: list[float | None] | UnsetType = UNSET
+
+
+class SearchStep(Strict, kw_only=True):
+    """One measurement of a rate search: its rate ("max" for the unthrottled probe), verdict and figures (none for a
+    step that failed)."""
+    rate: float | Literal["max"]
+    verdict: Literal["sustainable", "unsustainable", "inconclusive", "failed", "max-rate"]
+    reasons: list[str]
+    throughput_msgs_per_s: float | None | UnsetType = UNSET
+    end_to_end_p50_us: float | None | UnsetType = UNSET
+    end_to_end_p99_us: float | None | UnsetType = UNSET
+    publish_latency_p99_us: float | None | UnsetType = UNSET
+    measured_s: float | UnsetType = UNSET
+    limit: Limit | UnsetType = UNSET
+
+
+class LatencyAt(SearchStep, kw_only=True, forbid_unknown_fields=True):
+    """A measurement at a fraction of the rate found."""
+    fraction: float
+
+
+class Dispute(Strict, kw_only=True):
+    """A rate whose measurements disagreed, and how it counted."""
+    rate: float
+    verdicts: list[str]
+    counted: Literal["sustainable", "not sustainable"]
+    text: str
+
+
+class Search(Strict, kw_only=True):
+    """A rate search's record (worker/search.py): the rate found, every step, how it ended."""
+    max_sustainable_rate: float | None
+    sustainable_for_s: float | None | UnsetType = UNSET
+    ended: str
+    disputes: list[Dispute] | UnsetType = UNSET
+    limit: Limit | None | UnsetType = UNSET
+    steps: list[SearchStep]
+    probe: SearchStep | None | UnsetType = UNSET
+    latency_at: list[LatencyAt] | UnsetType = UNSET
+
+
 class CellCompleted(Strict, kw_only=True):
     """A cell's result as stored: its totals, cumulative histograms, verdict and what limited it."""
     cell_id: str
@@ -332,10 +406,10 @@ class CellCompleted(Strict, kw_only=True):
     delivery_window_start_s: float | None | UnsetType = UNSET
     broker_count: BrokerCount | None | UnsetType = UNSET
     latency_basis: Literal["intended", "enqueue"] | UnsetType = UNSET
-    verdict: dict | UnsetType = UNSET
+    verdict: CellVerdict | UnsetType = UNSET
     limit: Limit | UnsetType = UNSET
-    warmup: dict | UnsetType = UNSET
-    search: dict | UnsetType = UNSET
+    warmup: Warmup | UnsetType = UNSET
+    search: Search | UnsetType = UNSET
     startup: Startup | UnsetType = UNSET
     bursts: Bursts | UnsetType = UNSET
     send_loop: Literal["native", "python", "mixed"] | UnsetType = UNSET
@@ -361,8 +435,8 @@ class CellFailed(Data, kw_only=True):
     faults: Faults | UnsetType = UNSET
     totals: Totals | UnsetType = UNSET
     broker_count: BrokerCount | None | UnsetType = UNSET
-    warmup: dict | UnsetType = UNSET
-    search: dict | UnsetType = UNSET
+    warmup: Warmup | UnsetType = UNSET
+    search: Search | UnsetType = UNSET
 
 
 class RunCompleted(Data, kw_only=True):

@@ -28,6 +28,11 @@ def _resolve(node: dict) -> dict:
         for part in node["$ref"].removeprefix("#/").split("/"):
             target = target[part]
         node = {**target, **{k: v for k, v in node.items() if k not in ("$ref", "description")}}
+    if "anyOf" in node:  # a shape or null: the object's node, admitting the kinds of every option
+        options = [_resolve(option) for option in node["anyOf"]]
+        kinds = sorted(set().union(*(_schema_kinds(option) for option in options)))
+        shaped = next((o for o in options if "properties" in o), {})
+        node = {**shaped, **{k: v for k, v in node.items() if k not in ("anyOf", "description")}, "type": kinds}
     return node
 
 
@@ -176,6 +181,51 @@ def test_a_stored_event_with_a_misspelled_or_mistyped_field_names_it():
     # a closed object: an unknown field is refused on read as on write
     with pytest.raises(InvalidEvent, match=r"StepFailed, run .*data: object contains unknown field `steps`"):
         decode_data('{"step":"Notify","reason":"x","steps":1}', event_type="StepFailed", **names)
+
+
+def _archived(event_type: str, has: str) -> dict:
+    """The first archived event of `event_type` whose data has `has`."""
+    return next(e for path in ARCHIVED for e in read_archive(path) if e["type"] == event_type and has in e["data"])
+
+
+def test_the_verdicts_inputs_are_typed_closed_and_named_when_wrong():
+    """A cell's verdict, its warm-up and a rate search's record are Structs that refuse an unknown field, on write
+    and on read; the run's spec and environment are open, with the fields the reports read typed."""
+    hints = {t: msgspec.structs.fields(t) for t in (eventdata.CellCompleted, eventdata.CellFailed)}
+    for data_type, fields in hints.items():
+        typed = {f.name: f.type for f in fields}
+        assert typed["warmup"] == eventdata.Warmup | UnsetType and typed["search"] == eventdata.Search | UnsetType
+    assert {f.name: f.type for f in hints[eventdata.CellCompleted]}["verdict"] == eventdata.CellVerdict | UnsetType
+    for closed in (eventdata.CellVerdict, eventdata.Warmup, eventdata.Search, eventdata.SearchStep,
+                   eventdata.LatencyAt, eventdata.Dispute):
+        assert inspect.type_info(closed).forbid_unknown_fields, closed
+    assert not inspect.type_info(eventdata.Spec).forbid_unknown_fields
+    assert not inspect.type_info(eventdata.Environment).forbid_unknown_fields
+
+    searched = _archived("CellCompleted", "search")
+    record = msgspec.convert(searched["data"]["search"], eventdata.Search)
+    assert record.max_sustainable_rate == 118885 and record.probe.rate == "max"
+    assert [s.verdict for s in record.steps] == ["unsustainable", "sustainable", "unsustainable", "sustainable",
+                                                 "sustainable"]
+    requested = msgspec.convert(_archived("RunRequested", "environment")["data"], eventdata.RunRequested)
+    assert requested.environment.host.cores == 2 and requested.spec.name
+
+    run_id = new_run_id()
+    data = {**searched["data"], "verdict": {"verdict": "sustainable", "reasons": [], "reason": "typo"}}
+    with pytest.raises(InvalidEvent, match=r"CellCompleted .*data\.verdict.*'reason'"):
+        make_event(run_id, "CellCompleted", data, cell_index=0)
+    steps = [{**searched["data"]["search"]["steps"][0], "throughput": 1.0}]
+    with pytest.raises(InvalidEvent, match=r"data\.search\.steps.*'throughput'"):
+        make_event(run_id, "CellCompleted", {**searched["data"], "search": {**searched["data"]["search"],
+                                                                            "steps": steps}}, cell_index=0)
+    names = {"event_type": "CellCompleted", "event_id": f"{run_id}/30#c00000#end", "run_id": run_id}
+    warmup = {**searched["data"]["warmup"], "used_s": "0.5"}
+    with pytest.raises(InvalidEvent, match=r"CellCompleted, run .*data.warmup.used_s: expected `float`, got `str`"):
+        decode_data(json.dumps({**searched["data"], "warmup": warmup}), **names)
+    with pytest.raises(InvalidEvent, match=r"data.verdict.verdict: invalid enum value 'fine'"):
+        decode_data(json.dumps({**searched["data"], "verdict": {"verdict": "fine", "reasons": []}}), **names)
+    with pytest.raises(InvalidEvent, match=r"data.search: object missing required field `ended`"):
+        decode_data(json.dumps({**searched["data"], "search": {"max_sustainable_rate": None, "steps": []}}), **names)
 
 
 def test_histograms_stored_apart_are_checked_as_the_data_is():

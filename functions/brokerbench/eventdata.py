@@ -27,7 +27,7 @@ import typing
 from functools import cache
 from typing import Literal
 
-from msgspec import UNSET, Struct, UnsetType, structs
+from msgspec import UNSET, Struct, UnsetType, convert, structs
 
 SCHEMA_VERSION = 1
 
@@ -518,6 +518,17 @@ class ScheduleTriggered(Data, kw_only=True):
     outcome: Literal["claimed", "started", "not_started"]
     run_id: str | None
     reason: str | None
+
+
+def given(value, default=None):
+    """A field's value, or `default` where the stored event left it out (UNSET): the reports' None for "not known"."""
+    return default if value is UNSET else value
+
+
+def run_requested(events: list[dict]) -> tuple[Spec, Environment]:
+    """The spec and environment of a run's RunRequested among `events`, typed (the planned cells are not read)."""
+    data = next(e for e in events if e["type"] == "RunRequested")["data"]
+    return convert(data["spec"], Spec), convert(data["environment"], Environment)
 
 
 EVENT_TYPES: dict[str, type[Data]] = {t.__name__: t for t in (

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from urllib.parse import quote
 
+from ..eventdata import given, run_requested
 from ..events import EventStore, make_event, planned_cells, read_report_events
 from . import changes, regression
 
@@ -25,10 +26,7 @@ LISTED = 200  # runs of the suite listed to find them (the newest first)
 ENDED = ("completed", "completed_with_failures")
 
 
-def listing_suite(events: list[dict]) -> str:
-    """The suite a run is listed under (the event store's suite index)."""
-    requested = next(e for e in events if e["type"] == "RunRequested")["data"]
-    return requested.get("suite") or requested["spec"].get("name", "adhoc")
+listing_suite = regression.suite_of
 
 
 def suite_runs(store: EventStore, suite: str, until: str | None = None, limit: int = SERIES_RUNS) -> list[str]:
@@ -51,16 +49,15 @@ def run_facts(events: list[dict]) -> dict:
     """What a point of the series says of its run: when, the code and broker versions, and every setting (the
     targets as TargetsReady found them, the spec's target, client and timing settings, the host kind)."""
     requested = next(e for e in events if e["type"] == "RunRequested")
-    environment = requested["data"].get("environment") or {}
     spec = requested["data"]["spec"]
+    environment = run_requested(events)[1]
     targets = next((e["data"]["targets"] for e in events if e["type"] == "TargetsReady"), {})
-    host = environment.get("host") or {}
     return {"run_id": requested["run_id"], "requested_at": requested["at"],
-            "code_version": environment.get("code_version"),
+            "code_version": environment.code_version,
             "brokers": {b: t.get("broker_version") for b, t in sorted(targets.items())},
-            "settings": {"code_version": environment.get("code_version"), "python": environment.get("python"),
-                         "libraries": environment.get("libraries"), "targets": targets,
-                         "host": {f: host.get(f) for f in regression.HOST_FIELDS},
+            "settings": {"code_version": environment.code_version, "python": environment.python,
+                         "libraries": given(environment.libraries), "targets": targets,
+                         "host": regression.host_kind(environment.host),
                          "spec": {f: spec.get(f) for f in regression.TARGET_FIELDS}}}
 
 

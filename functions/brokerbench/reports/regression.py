@@ -82,6 +82,7 @@ from itertools import repeat
 
 import numpy as np
 
+from ..eventdata import Host, given, run_requested
 from ..events import EventStore, make_event, planned_cells, read_report_events
 from ..metrics import regression_metrics
 from .model import busy_repeats, send_loop_text
@@ -111,7 +112,6 @@ FIGURES = ("baseline and candidate: the geometric means of each run's samples (i
 METRICS = regression_metrics()
 TARGET_FIELDS = ("brokers", "client", "producers", "consumers", "partitions", "size_basis", "provision", "targets",
                  "duration_s", "warmup_s", "messages", "drain_timeout_s")
-HOST_FIELDS = ("cpu_model", "cores")
 
 
 def figure_text(value) -> str:
@@ -614,15 +614,24 @@ def flag_send_loops(verdict: dict, old: dict, new: dict) -> dict:
             "why": f"send loops differ ({loops}): the change may be the loop's; {verdict['why']}"}
 
 
+def host_kind(host: Host) -> dict:
+    """The host's kind, which runs compared must share: its CPU model and cores."""
+    return {"cpu_model": given(host.cpu_model), "cores": given(host.cores)}
+
+
+def suite_of(events: list[dict]) -> str:
+    """The suite a run is listed under (the event store's suite index): its suite, else its spec's name."""
+    requested = next(e for e in events if e["type"] == "RunRequested")["data"]
+    return requested.get("suite") or given(run_requested(events)[0].name, "adhoc")
+
+
 def target_configuration(events: list[dict]) -> dict:
     """What must match for runs to be compared: the targets (versions, settings), the spec's
-    target, client and timing settings, and the host kind (CPU model and cores)."""
-    requested = next(e for e in events if e["type"] == "RunRequested")["data"]
-    spec = requested["spec"]
+    target, client and timing settings (TARGET_FIELDS, looked up in the run request as given), and the host kind."""
+    spec = next(e for e in events if e["type"] == "RunRequested")["data"]["spec"]
     targets = next((e["data"]["targets"] for e in events if e["type"] == "TargetsReady"), {})
-    host = (requested.get("environment") or {}).get("host") or {}
     return {"targets": {b: dict(sorted(t.items())) for b, t in sorted(targets.items())},
-            "host": {f: host.get(f) for f in HOST_FIELDS},
+            "host": host_kind(run_requested(events)[1].host),
             **{f: spec.get(f) for f in TARGET_FIELDS}}
 
 
@@ -630,8 +639,7 @@ def find_history(store: EventStore, run_id: str, candidate_events: list[dict] | 
                  limit: int = HISTORY_RUNS) -> list[str]:
     """Completed runs of the same suite on the same target configuration before this one, newest first."""
     events = candidate_events or read_report_events(store, run_id)
-    requested = next(e for e in events if e["type"] == "RunRequested")
-    suite = requested["data"].get("suite") or requested["data"]["spec"].get("name", "adhoc")
+    suite = suite_of(events)
     wanted = target_configuration(events)
     found = []
     for listed in store.list_runs(limit=100, suite=suite):

@@ -8,11 +8,13 @@ a new optional field keeps it, so a reader written for version N reads every fil
 from __future__ import annotations
 
 import json
+from collections import defaultdict
 from functools import cache
 
 from jsonschema import Draft202012Validator
 from referencing import Registry, Resource
 
+from ..eventdata import given, run_requested
 from ..events import planned_cells, run_status
 from ..paths import SCHEMAS_DIR
 from ..registry import NOT_STATED, UnknownBroker, for_target
@@ -72,21 +74,21 @@ def build_results(events: list[dict], cache: dict | None = None) -> dict:
     """Everything results.json holds, computed from the stored events only (`cache`: see `figures`)."""
     if not events:
         raise LookupError("no events for this run")
-    by_type: dict[str, list[dict]] = {}
+    by_type: defaultdict[str, list[dict]] = defaultdict(list)
     for event in events:
-        by_type.setdefault(event["type"], []).append(event)
+        by_type[event["type"]].append(event)
     requested = by_type["RunRequested"][0]
-    run_end = (by_type.get("RunCompleted") or by_type.get("RunFailed") or [None])[0]
-    ends = {e["data"]["cell_id"]: e for e in by_type.get("CellCompleted", []) + by_type.get("CellFailed", [])}
+    run_end = (by_type["RunCompleted"] or by_type["RunFailed"] or [None])[0]
+    ends = {e["data"]["cell_id"]: e for e in by_type["CellCompleted"] + by_type["CellFailed"]}
     # In matrix order (index), whatever order they ran in; each cell says when it ran (`order`).
     cells = [cell_result(cell, ends.get(cell["cell_id"]), cache)
              for cell in sorted(planned_cells(events), key=lambda c: c["index"])]
-    targets = by_type.get("TargetsReady", [{"data": {"targets": {}}}])[0]["data"]["targets"]
-    status, reason = run_status(run_end, by_type.get("StepFailed", []))
+    targets = by_type["TargetsReady"][0]["data"]["targets"] if by_type["TargetsReady"] else {}
+    status, reason = run_status(run_end, by_type["StepFailed"])
     return {
         "schema_version": SCHEMA_VERSION,
         "run_id": requested["run_id"],
-        "name": requested["data"]["spec"].get("name", "adhoc"),
+        "name": given(run_requested(events)[0].name, "adhoc"),
         "status": status or "running",
         "reason": reason,
         "requested_at": requested["at"],

@@ -19,9 +19,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
+from msgspec import convert
 
 from .. import verdict
 from ..metrics import shown_in
+from ..eventdata import CellCompleted, Host, given
 from ..events import RUN_EVENTS, read_report_events
 from ..spec import SpecError, all_suite_names, load_suite_file
 from .results import _RANGES, bucket_percentiles, bucket_summary, build_results, decode_buckets, merge_blobs
@@ -164,7 +166,7 @@ def our_figure(run: StoredRun, select: dict, metric: str) -> tuple[float | None,
             values = [c[metric] for c in cells]
         return float(statistics.median(values)), ids
     if metric in LATENCY:
-        blobs = [run.completed[c["cell_id"]]["histograms"].get("end_to_end_latency_us") for c in cells]
+        blobs = [given(_end(run, c["cell_id"]).histograms.end_to_end_latency_us) for c in cells]
         blobs = [b for b in blobs if b]
         if not blobs:
             return None, ids
@@ -200,14 +202,18 @@ def our_figure(run: StoredRun, select: dict, metric: str) -> tuple[float | None,
     raise StudyError("metric", f"{metric!r} is not a metric of ours ({', '.join(METRICS)})")
 
 
+def _end(run: StoredRun, cell_id: str) -> CellCompleted:
+    """A completed cell's end event, typed."""
+    return convert(run.completed[cell_id], CellCompleted)
+
+
 def _backlog(run: StoredRun, cell_id: str) -> list:
     """The broker's backlog samples of a cell's send schedule (the drain after it, emptying the backlog, is left
     out: a study's lag is sampled while the producers send)."""
-    completed = run.completed[cell_id]
-    schedule = verdict.schedule_end(completed.get("measured_s"))
-    digest = completed.get("digest")
-    if digest:
-        rows = zip(digest["interval"], digest["sent"], digest["backlog"])
+    completed = _end(run, cell_id)
+    schedule = verdict.schedule_end(completed.measured_s)
+    if digest := given(completed.digest):
+        rows = zip(digest.interval, digest.sent, digest.backlog)
     else:
         rows = ((d["interval"], d["counters"]["sent"], d.get("backlog"))
                 for d in sorted(run.intervals.get(cell_id, []), key=lambda d: d["interval"]))
@@ -356,10 +362,11 @@ def _ratio(value) -> str:
     return f"×{value:,.0f}" if value >= 100 else f"×{value:.2g}"
 
 
-def _host(host: dict) -> str:
-    memory = host.get("memory_bytes")
-    gb = f", {memory / 2**30:.0f} GiB RAM" if memory else ""
-    return f"{host.get('cpu_model', '?')}, {host.get('cores', '?')} cores{gb}, {host.get('os', '?')} (host {host.get('hostname', '?')})"
+def _host(described: dict) -> str:
+    host = convert(described, Host)
+    gb = f", {host.memory_bytes / 2**30:.0f} GiB RAM" if host.memory_bytes else ""
+    return (f"{given(host.cpu_model, '?')}, {given(host.cores, '?')} cores{gb}, {given(host.os, '?')} "
+            f"(host {given(host.hostname, '?')})")
 
 
 def markdown(comparison: dict, heading: str = "#") -> str:

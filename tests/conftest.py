@@ -65,15 +65,25 @@ LONGEST_FIRST = [
 ]
 
 
-# Modules that judge timings against a known truth (Toxiproxy's delay) measure with the machine to themselves: under
+# Modules that judge timings against a known truth (Toxiproxy's delay) measure with the machine to itself: under
 # pytest-xdist the other workers finish the test they are in and wait from the module's first measurement (its
 # `machine_to_itself` fixture) to its end (its CPU pressure would otherwise skip most of its checks,
-# tests/machine_load.py); its brokers start before that, beside the others' tests. A lock file shared by the run's
-# workers: every other test holds it shared, the module holds it exclusive, and an "intent" lock taken first keeps
-# new tests from starting while the module waits for the one under way.
-# In this order: test_latency_truth's own Kafka and Pulsar take some 30 s to start, which go beside the other workers'
-# last tests when it comes first; test_change_watch starts nothing but a proxy.
-QUIET_MODULES = ("test_latency_truth.py", "test_change_watch.py")
+# tests/machine_load.py). A lock file shared by the run's workers: every other test holds it shared, the module holds
+# it exclusive, and an "intent" lock taken first keeps new tests from starting while the module waits for the one
+# under way.
+# Their brokers start before that, beside the other workers' tests, and never beside another quiet module's
+# measurement: a quiet module's fixtures are set up holding the lock shared, as a test runs, and a "starting" lock
+# besides, which the quiet hold waits for. test_latency_truth starts a Kafka, a Pulsar (warmed up with 20,500
+# messages), NATS and RabbitMQ, some 30-40 s of both cores; test_change_watch measuring beside that took 40 to 65 s
+# in four CI runs (its host marks cells busy and it measures more runs), 34 to 37 s in six where nothing started
+# beside it.
+# They are handed out after the other integration modules and before the unit tests: test_latency_truth's brokers
+# then start beside the others' tests rather than in a tail where nothing else is left to run (its setup took 40 s
+# of the last run's 180 s quiet phase there, beside test_change_watch's measurement), and the unit tests' many short
+# modules that follow end the workers together. test_change_watch, which starts nothing but a proxy, comes first:
+# its measurement is then under way, or done, when test_latency_truth's brokers start.
+QUIET_MODULES = ("test_change_watch.py", "test_latency_truth.py")
+_QUIET_HELD = pytest.StashKey()
 
 
 def _lock_path(kind: str) -> Path:
@@ -88,23 +98,55 @@ def _locked(kind: str, how: int):
         yield
 
 
-@pytest.hookimpl(hookwrapper=True, tryfirst=True)
-def pytest_runtest_protocol(item, nextitem):
-    if Path(item.path).name in QUIET_MODULES:
-        yield
-        return
+@contextmanager
+def _beside_others():
+    """What every test runs under, unless a quiet module holds the machine: wait while one does or waits to."""
     with _locked("intent", fcntl.LOCK_SH):
         pass  # a quiet module waiting for the machine: start nothing new
     with _locked("quiet", fcntl.LOCK_SH):
         yield
 
 
-@pytest.fixture(scope="module")
-def machine_to_itself():
-    """Held by a QUIET_MODULES module from its first measurement to its end: no other test runs on any worker
-    meanwhile."""
-    with _locked("intent", fcntl.LOCK_EX), _locked("quiet", fcntl.LOCK_EX):
+@pytest.hookimpl(hookwrapper=True, tryfirst=True)
+def pytest_runtest_protocol(item, nextitem):
+    if Path(item.path).name in QUIET_MODULES:
         yield
+        return
+    with _beside_others():
+        yield
+
+
+@pytest.hookimpl(hookwrapper=True, tryfirst=True)
+def pytest_fixture_setup(fixturedef, request):
+    """A quiet module's fixtures (its brokers, their warm-up) are set up as a test runs, beside the others' tests and
+    never beside a quiet module's measurement, under the "starting" lock the quiet hold waits for. Not once this
+    process holds the machine (a flock taken shared on a second handle would wait for its own exclusive one), nor
+    inside another fixture's setup (one lock at a time)."""
+    config = request.config
+    if (fixturedef.argname == "machine_to_itself" or config.stash.get(_QUIET_HELD, False)
+            or Path(request.node.path).name not in QUIET_MODULES):
+        yield
+        return
+    config.stash[_QUIET_HELD] = True
+    try:
+        with _beside_others(), _locked("starting", fcntl.LOCK_SH):
+            yield
+    finally:
+        config.stash[_QUIET_HELD] = False
+
+
+@pytest.fixture(scope="module")
+def machine_to_itself(request):
+    """Held by a QUIET_MODULES module from its first measurement to its end: no other test runs on any worker
+    meanwhile, and no quiet module's brokers are starting."""
+    with _locked("starting", fcntl.LOCK_EX):
+        pass  # another quiet module's brokers starting on another worker: they finish first
+    with _locked("intent", fcntl.LOCK_EX), _locked("quiet", fcntl.LOCK_EX):
+        request.config.stash[_QUIET_HELD] = True
+        try:
+            yield
+        finally:
+            request.config.stash[_QUIET_HELD] = False
 
 
 # BROKERBENCH_TEST_TIMELINE=FILE: each test's pytest-xdist worker, start and end (epoch seconds, its fixtures'
@@ -145,9 +187,11 @@ def pytest_collection_modifyitems(config, items):
 
     def order(item) -> tuple[int, int]:
         name = Path(item.path).name
-        if name in QUIET_MODULES:  # last: the other worker is then in short tests, or done, when one starts
+        if name in QUIET_MODULES:  # after the other integration modules, before the unit tests (see QUIET_MODULES)
             return (len(rank) + 1, QUIET_MODULES.index(name))
         own = rank.get(name, len(rank))
+        if own == len(rank) and INTEGRATION_DIR not in Path(item.path).parents:
+            return (len(rank) + 2, 0)  # the short modules the workers end on
         return (first_of_group, own) if name in EXTRA_BROKER_MODULES else (own, 0)
 
     items.sort(key=order)  # stable: a module stays whole, those modules one after another, every worker alike

@@ -3,8 +3,9 @@ own view as the truth: the management API's leader of the cell's queue or stream
 
 The guarantees suite's own quorum-queue run kills the queue's leader and starts it again: the management API names
 another leader and lists the node as running again, and no confirmed message is lost. Then the quorum queue's leader
-paused, the stream's leader killed and started again while the cell's stream producer and consumer follow it, and the
-stream leader's client links reset through Toxiproxy (a network fault) while the node itself goes on leading."""
+paused, the stream's leader killed and started again while the cell's stream producer and consumer follow it, the
+stream leader's client links reset through Toxiproxy (a network fault) while the node itself goes on leading, and the
+quorum queue leader's client links blackholed."""
 
 import contextlib
 import os
@@ -155,6 +156,21 @@ def test_a_stream_leader_killed_mid_cell_is_followed_by_producer_and_consumer_an
     assert_accounting_whole(cell)
 
 
+def routed_fault_cell(endpoint: dict, toxiproxy, endpoints: dict, store, broker: str, name: str, fault: dict) -> dict:
+    """One 5 s cell of `broker` at 200 msgs/s under a network `fault`, its clients reaching every node through a proxy
+    per listener (the endpoint routed as a run with network faults routes it), the proxies taken away after; the
+    drain waits 2 s (publishes a fault cut off never reach the node, and a longer drain would only wait for them)."""
+    routed = route(endpoint, "rabbitmq@3", toxiproxy.port)
+    request = {"name": name, "brokers": [broker], "sizes": [1024], "rates": [200], "formats": ["raw"],
+               "modes": ["batch"], "partitions": 1, "duration_s": 5, "warmup_s": 0.5, "warmup_until_steady": False,
+               "drain_timeout_s": 2, "provision": {broker: {"nodes": 3}}, "faults": [fault]}
+    try:
+        cell, _ = one_fault_cell(request, routed, endpoints, store)
+    finally:
+        unroute(endpoint, "rabbitmq@3", toxiproxy.port)
+    return cell
+
+
 def test_a_reset_of_the_stream_leaders_links_stops_its_confirms_and_leaves_it_leading(rabbit3, endpoints, store,
                                                                                        toxiproxy):
     """A network fault on the cluster: the cell's clients reach every node through a proxy per listener (the
@@ -162,16 +178,8 @@ def test_a_reset_of_the_stream_leaders_links_stops_its_confirms_and_leaves_it_le
     proxies) are reset for 2 s. The producer publishes to the leader alone, connecting to the proxy in front of the
     address the leader advertises: no confirm comes while the toxics are on. The nodes' own links are not proxied,
     so the management API names the same leader at the end, and nothing confirmed is lost."""
-    endpoint, _ = rabbit3
-    routed = route(endpoint, "rabbitmq@3", toxiproxy.port)
-    request = {"name": "it-rabbit3-streams-reset", "brokers": ["rabbitmq-streams"], "sizes": [1024], "rates": [200],
-               "formats": ["raw"], "modes": ["batch"], "partitions": 1, "duration_s": 5, "warmup_s": 0.5,
-               "warmup_until_steady": False, "drain_timeout_s": 2, "provision": {"rabbitmq-streams": {"nodes": 3}},
-               "faults": [{"kind": "network", "effect": "reset", "target": "leader", "at_s": 1.5, "duration_s": 2}]}
-    try:
-        cell, events = one_fault_cell(request, routed, endpoints, store)
-    finally:
-        unroute(endpoint, "rabbitmq@3", toxiproxy.port)
+    cell = routed_fault_cell(rabbit3[0], toxiproxy, endpoints, store, "rabbitmq-streams", "it-rabbit3-streams-reset",
+                             {"kind": "network", "effect": "reset", "target": "leader", "at_s": 1.5, "duration_s": 2})
     faults = cell["faults"]
     fault, heal = faults["applied"]
     leader = fault["leader_before"]
@@ -180,5 +188,38 @@ def test_a_reset_of_the_stream_leaders_links_stops_its_confirms_and_leaves_it_le
     gap = faults["producer_ack_gap"]
     assert gap["from_s"] <= fault["at_s"] + 0.05 and gap["to_s"] >= heal["at_s"], faults
     assert cell["lost"] == 0 and cell["received"] > 0, cell_facts(cell)
+    assert cell["broker_count"]["observed"] == cell["broker_count"]["expected"], cell["broker_count"]
+    assert_accounting_whole(cell)
+
+
+BLACKHOLE_S = 2.0  # the quorum queue leader's links dropping everything
+GAP_SLACK_S = 0.05  # what Toxiproxy had in hand when the toxic came (test_network_faults.py)
+
+
+def test_a_blackhole_of_the_quorum_leaders_links_holds_its_clients_for_the_fault_and_loses_nothing(
+        rabbit3, endpoints, store, toxiproxy):
+    """A network fault on the cluster's quorum queues: the cell's clients reach every node through a proxy per
+    listener, and every byte between them and the node that leads the cell's queue (its AMQP and stream proxies) is
+    dropped for BLACKHOLE_S (Toxiproxy's timeout toxic: connections stay open, nothing crosses, nothing is closed, so
+    the clients do not move to another node). The cell's producer and consumer, connected to that node (the queue was
+    declared there), then get no confirm and no delivery for at least the fault's span; the nodes' own links are not
+    proxied, so the management API names the same leader at the end. No confirmed message is lost or delivered twice,
+    the queue's own count agrees, and the accounting is whole. (A blackhole drops what it is handed: the publishes
+    sent into it never reach the node and stay unacknowledged.)"""
+    cell = routed_fault_cell(rabbit3[0], toxiproxy, endpoints, store, "rabbitmq-quorum", "it-rabbit3-quorum-blackhole",
+                             {"kind": "network", "effect": "blackhole", "target": "leader", "at_s": 1.5,
+                              "duration_s": BLACKHOLE_S})
+    faults = cell["faults"]
+    fault, heal = faults["applied"]
+    leader = fault["leader_before"]
+    assert (fault["kind"], fault["effect"], heal["kind"]) == ("network", "blackhole", "heal"), faults
+    assert fault["nodes"] == heal["nodes"] == [leader] and len(fault["proxies"]) == 2, faults  # AMQP and stream
+    assert faults["leader_at_end"] == leader and faults["restored_at_end"] == [], faults  # the node never failed
+    span = heal["at_s"] - fault["at_s"]
+    assert span >= BLACKHOLE_S - GAP_SLACK_S, faults
+    for gap in (faults["producer_ack_gap"], faults["consumer_receipt_gap"]):
+        assert gap["s"] >= span - GAP_SLACK_S and not gap.get("until_end"), faults
+        assert gap["from_s"] <= fault["at_s"] + GAP_SLACK_S and gap["to_s"] >= heal["at_s"], faults
+    assert cell["lost"] == cell["duplicated"] == 0 and cell["received"] > 0, cell_facts(cell)
     assert cell["broker_count"]["observed"] == cell["broker_count"]["expected"], cell["broker_count"]
     assert_accounting_whole(cell)

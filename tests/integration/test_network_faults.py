@@ -26,6 +26,8 @@ The independent truth is the proxy's: what Toxiproxy lets through while the toxi
   one chunk's allowance; the lower bound (half the rate) only on a host its record says was not busy.
 - the same reset on NATS JetStream, RabbitMQ quorum queues and streams (one node each): the clients were given the
   proxies' addresses only, and the fault covers both of the RabbitMQ node's proxies (AMQP and stream).
+- on nats@3, every server's link reset at once, and the stream leader's link alone: the servers' own links are not
+  proxied, so the stream info names the same leader at the end.
 
 Accounting stays whole (every message sent is in one class), and Redis and Kafka, which lose nothing they
 acknowledged when only a link fails, lose none. After the run's teardown the proxies are gone and the Toxiproxy the
@@ -218,6 +220,44 @@ def test_every_nats_cluster_client_keeps_to_the_proxies(stack, provisioned, stor
     assert_broker_holds_what_it_acknowledged(cell)
     print(f"nats@3, every link reset: {faults['producer_ack_gap']['s']:.3f} s and "
           f"{faults['consumer_receipt_gap']['s']:.3f} s without an answer, send errors {cell['send_errors']}")
+
+
+def test_a_reset_of_the_nats_stream_leaders_link_alone_leaves_it_leading_and_loses_nothing(stack, provisioned, store):
+    """nats@3 with only the stream leader's client link reset for 2 s (the stream info names the leader when the fault
+    comes): the clients were given the proxies' URLs, and JetStream's own links between the servers are not proxied,
+    so the stream info names the same leader at the end, the clients get answers again before the cell ends (when
+    they were on the leader's link, they move to another server, which forwards to the leader, sooner than the fault
+    ends), nothing acknowledged is lost, the stream's count holds what it acknowledged, and the accounting is
+    whole."""
+    request = {**BASE, "name": "it-network-nats3-leader", "brokers": ["nats-jetstream"], "drain_timeout_s": 2,
+               "provision": {"nats-jetstream": {"nodes": 3}},
+               "faults": [{"kind": "network", "effect": "reset", "target": "leader", "at_s": 1.5,
+                           "duration_s": OUTAGE_S}]}
+    events, endpoints = run(request, provisioned, store)
+    [cell] = build_results(events)["cells"]
+    assert cell["status"] == "completed", cell.get("reason")
+    faults = cell_faults(events, cell["cell_id"])
+    fault, heal = faults["applied"]
+    leader = fault["leader_before"]
+    assert (fault["kind"], fault["effect"], heal["kind"]) == ("network", "reset", "heal"), faults
+    assert fault["nodes"] == heal["nodes"] == [leader] and leader in {"bb-nats-1", "bb-nats-2", "bb-nats-3"}, faults
+    assert heal["at_s"] - fault["at_s"] >= OUTAGE_S - GAP_SLACK_S and faults["restored_at_end"] == [], faults
+    assert faults["leader_at_end"] == leader, faults  # the stream info: the server itself never failed
+    for gap in (faults["producer_ack_gap"], faults["consumer_receipt_gap"]):
+        assert gap is not None and not gap.get("until_end"), faults
+    assert_accounting_whole(cell)
+    assert cell["lost"] == 0 and cell["received"] > 0, cell
+    assert_broker_holds_what_it_acknowledged(cell)
+    first = int(client_endpoint(endpoints["nats-jetstream"])["url"].split(",")[0].rsplit(":", 1)[1])
+    on_leader = any(link["node"] == leader and int(link["listen"]) == first
+                    for link in endpoints["nats-jetstream"]["proxy"]["links"])
+    print(f"nats@3, leader {leader}'s link reset (the clients' first server {'is' if on_leader else 'is not'} the "
+          f"leader): producers "
+          f"{faults['producer_ack_gap']['s']:.3f} s and consumers {faults['consumer_receipt_gap']['s']:.3f} s without "
+          f"an answer, send errors {cell['send_errors']}, unacknowledged {cell['unacknowledged']}")
+    if on_leader:  # cut, the clients moved to the next server's proxy rather than wait out the fault (0.5 s here)
+        span = heal["at_s"] - fault["at_s"]
+        assert all(faults[gap]["s"] < span for gap in ("producer_ack_gap", "consumer_receipt_gap")), faults
 
 
 def _ports(endpoint: dict) -> list[int]:

@@ -312,9 +312,8 @@ def publish(driver, topic: str, lanes: int, count: int) -> None:
 
 
 @contextlib.contextmanager
-def published(extra_brokers, topic: str, lanes: int, count: int):
+def published(endpoint: dict, topic: str, lanes: int, count: int):
     """A stream of the driver's holding `count` messages (see `publish`), deleted afterwards: (endpoint, driver)."""
-    endpoint = extra_brokers("nats")["nats-jetstream"]
     driver = NatsJetStreamDriver(endpoint, CLIENT)
     driver.create_topic(topic, lanes)
     try:
@@ -347,7 +346,7 @@ def test_the_consumer_reads_every_message_once_on_its_lane_and_its_acknowledgeme
     whole; once it commits, the server's own consumer info has nothing pending (num_pending) or awaiting its
     acknowledgement (num_ack_pending), and nothing was delivered twice."""
     topic = "bb-wire-read"
-    with published(extra_brokers, topic, 2, 2500) as (endpoint, driver):
+    with published(extra_brokers("nats")["nats-jetstream"], topic, 2, 2500) as (endpoint, driver):
         consumer = driver.consumer(topic, "g", [0, 1])
         got = read(consumer, 2500)
         assert sorted(int(h) for h, _, _ in got) == list(range(2500))  # each once
@@ -365,7 +364,7 @@ def test_a_closed_consumer_leaves_the_rest_pending(extra_brokers):
     """A consumer that took one poll and closed acknowledged that poll's messages and nothing else: the server's ack
     floor is there, and every later message is still the consumer's (pending, or delivered and not acknowledged)."""
     topic = "bb-wire-close"
-    with published(extra_brokers, topic, 1, 1000) as (endpoint, driver):
+    with published(extra_brokers("nats")["nats-jetstream"], topic, 1, 1000) as (endpoint, driver):
         consumer = wire_consumer(endpoint, topic, "c")
         first = read(consumer, 1)
         consumer.close()
@@ -381,7 +380,7 @@ def test_a_delivery_lost_with_the_connection_comes_again_after_ack_wait_and_the_
     acknowledgements there, and the messages the connection took (delivered, never read) come again after ack_wait
     (1 s here): the server's consumer sequence counts their second delivery. The worker reads every message once."""
     topic = "bb-wire-lost"
-    with published(extra_brokers, topic, 1, 1000) as (endpoint, driver):
+    with published(extra_brokers("nats")["nats-jetstream"], topic, 1, 1000) as (endpoint, driver):
         consumer = wire_consumer(endpoint, topic, "l", urls=[endpoint["url"], f"nats://127.0.0.1:{free_port()}"],
                                  ack_wait_s=1.0)
         first = read(consumer, 1)
@@ -405,7 +404,7 @@ def test_expired_pull_requests_are_asked_again_and_a_message_with_headers_of_its
     30 s here, cannot be what brings it). One message published with NATS headers of its own comes as an HMSG and
     is read as any other."""
     topic = "bb-wire-expired"
-    with published(extra_brokers, topic, 1, 0) as (endpoint, driver):
+    with published(extra_brokers("nats")["nats-jetstream"], topic, 1, 0) as (endpoint, driver):
         consumer = wire_consumer(endpoint, topic, "e", expires_s=0.2, lost_s=30)
         assert read(consumer, 1, bound_s=1.0) == []
         publish(driver, topic, 1, 5)
@@ -430,3 +429,39 @@ def test_a_consumer_that_cannot_open_says_where_and_why(extra_brokers):
         driver.consumer("bb-none", "g", [0])
     with pytest.raises(BrokerUnavailable, match="endpoint.url: 'tls://127.0.0.1:1'"):
         NatsJetStreamDriver({"url": "tls://127.0.0.1:1"}, CLIENT).consumer("bb-none", "g", [0])
+
+
+def test_a_server_that_stops_answering_is_left_and_the_consumer_connects_again_once_it_answers(tmp_path):
+    """SIGSTOP of a server of the test's own under a consumer (pull requests of 0.2 s, overdue 0.2 s after): its
+    socket stays open, so only the consumer's own guard can tell: its requests end unanswered, then its PING, and it
+    gives the connection up and tries again (each attempt held 1 s at most). After SIGCONT it is connected again on
+    a new connection and reads the rest, each message once: the acknowledgements written to the stopped server,
+    which closing the connection discarded there, are written again (no PONG confirmed them), and the messages the
+    old connection took come again after ack_wait."""
+    (tmp_path / "data").mkdir()
+    service = NatsService()
+    started = service.start(tmp_path, free_port, {})
+    try:
+        deadline = time.monotonic() + 30
+        while not service.ready(started):
+            assert time.monotonic() < deadline, (tmp_path / "nats.log").read_text()[-2000:]
+            time.sleep(0.2)
+        pid = started.pids[0]
+        with published(started.endpoint, "bb-wire-paused", 1, 500) as (endpoint, _):
+            consumer = wire_consumer(endpoint, "bb-wire-paused", "p", ack_wait_s=5.0, expires_s=0.2, lost_s=0.2)
+            got = read(consumer, 1)
+            before = consumer._conn
+            os.kill(pid, signal.SIGSTOP)
+            try:
+                paused_until = time.monotonic() + 3
+                while time.monotonic() < paused_until:
+                    got += consumer.poll(0.05)  # what the socket held already
+                assert consumer._conn is not before  # given up (and not connected again: the server is stopped)
+            finally:
+                os.kill(pid, signal.SIGCONT)
+            got += read(consumer, 500 - len({h for h, _, _ in got}))
+            assert consumer._conn is not None and consumer._conn is not before
+            assert sorted(int(h) for h, _, _ in got) == list(range(500))
+            consumer.close()
+    finally:
+        stop(started.pids[0])

@@ -15,13 +15,15 @@ What it speaks (the NATS client protocol, https://docs.nats.io/reference/referen
   with a status message (an HMSG without a reply: `NATS/1.0 408 Request Timeout`; 409 when it ended it otherwise,
   100 an idle heartbeat);
 - an acknowledgement: an empty PUB to the message's reply subject (what every client's `ack` sends), a poll's
-  acknowledgements joined into one write;
+  acknowledgements joined into one write with a PING after them: the server's PONG says it has read them. Those
+  not confirmed so when a connection is given up are written again on the next (acknowledging a message twice is
+  harmless; one that a reset discarded in the server's socket would be delivered again);
 - PING from the server answered with PONG; a PING of its own when a pull request went unanswered too long, and the
   connection dropped when that PING is not answered either (a server that stopped answering).
 
 A connection it loses (an error, the server closing it) is made again at the next poll, to the next server of the
 endpoint's list in turn (a cluster's servers; the same one when there is one), one attempt per RECONNECT_WAIT_S:
-the inbox is subscribed again, the acknowledgements that had not been written are written, and a new pull request
+the inbox is subscribed again, the acknowledgements not confirmed are written, and a new pull request
 asked. The consumer's durable state is the server's: what was delivered on the lost connection and not acknowledged
 stays pending and is delivered again after ack_wait."""
 
@@ -31,6 +33,7 @@ import json
 import os
 import socket
 import time
+from collections import deque
 from urllib.parse import urlsplit
 
 from ...drivers import BrokerUnavailable, Message
@@ -241,6 +244,7 @@ class WireConsumer:
         self._reconnect_wait_s = reconnect_wait_s
         self._replies: list[bytes] = []  # the reply subjects of the last poll's messages, not acknowledged yet
         self._unwritten = b""  # acknowledgements a lost connection did not take: written on the next one
+        self._unconfirmed: deque[bytes] = deque()  # acknowledgement writes (each with a PING) awaiting their PONG
         self._owed = 0  # what the outstanding pull requests may still bring (0: none outstanding)
         self._asked_at = 0.0
         self._pinged = False  # a PING of ours is unanswered
@@ -281,6 +285,8 @@ class WireConsumer:
             self._conn.write(self._ask * missing)
 
     def _lost(self) -> None:
+        self._unwritten = b"".join((*self._unconfirmed, self._unwritten))
+        self._unconfirmed.clear()
         if self._conn is not None:
             self._conn.close()
             self._conn = None
@@ -296,10 +302,8 @@ class WireConsumer:
         try:
             self._conn = Connection(self._addresses[self._server], RECONNECT_TIMEOUT_S)
             self._pinged = False
-            if self._unwritten:
-                self._conn.write(self._unwritten)
-                self._unwritten = b""
             self._subscribe()
+            self._write_acknowledgements()
             return True
         except (OSError, ValueError):
             self._lost()
@@ -311,9 +315,22 @@ class WireConsumer:
         replies, self._replies = self._replies, []
         if replies:
             self._unwritten += b"".join((ACK_PREFIX, ACK_JOIN.join(replies), ACK_SUFFIX))
-        if self._unwritten and self._conn is not None:
-            self._conn.write(self._unwritten)
-            self._unwritten = b""
+        if self._conn is not None:
+            self._write_acknowledgements()
+
+    def _write_acknowledgements(self) -> None:
+        """What is to be acknowledged, written with a PING: kept until its PONG says the server read it."""
+        if self._unwritten:
+            written, self._unwritten = self._unwritten, b""
+            self._unconfirmed.append(written)
+            self._conn.write(written + b"PING\r\n")
+
+    def _confirmed(self, pongs: int) -> None:
+        """PONGs come in the order of the PINGs: each confirms the oldest write awaiting one."""
+        for _ in range(min(pongs, len(self._unconfirmed))):
+            self._unconfirmed.popleft()
+        if pongs:
+            self._pinged = False
 
     def poll(self, timeout_s: float) -> list[Message]:
         deadline = time.monotonic() + timeout_s
@@ -327,6 +344,7 @@ class WireConsumer:
                 if self._pinged:
                     raise ProtocolError("the server answered neither a pull request nor a PING")
                 conn.write(b"PING\r\n")
+                self._unconfirmed.append(b"")  # its PONG confirms nothing written
                 self._pinged = True
                 self._owed = 0
             self._top_up()
@@ -340,8 +358,8 @@ class WireConsumer:
 
     def _take(self, conn: Connection) -> list[Message]:
         deliveries, controls = conn.take()
-        if controls and conn.answer(controls):
-            self._pinged = False
+        if controls:
+            self._confirmed(conn.answer(controls))
         if not deliveries:
             return []
         lane, replies = self._lane, self._replies
@@ -374,15 +392,14 @@ class WireConsumer:
             self._lost()
 
     def close(self) -> None:
+        """What was received acknowledged, and waited for (up to 5 s) until the server says it read it all."""
         try:
             self._acknowledge()
-            if self._conn is not None:
-                self._conn.write(b"PING\r\n")  # the PONG comes after the server has read every acknowledgement
-                deadline = time.monotonic() + 5
-                while time.monotonic() < deadline:
-                    deliveries, controls = self._conn.take()
-                    if b"PONG" in controls:
-                        break
+            deadline = time.monotonic() + 5
+            while self._conn is not None and self._unconfirmed and time.monotonic() < deadline:
+                _, controls = self._conn.take()
+                self._confirmed(self._conn.answer(controls))
+                if self._unconfirmed:
                     self._conn.receive(deadline - time.monotonic())
         except OSError:
             pass  # the server is gone: what was not acknowledged stays pending on the consumer

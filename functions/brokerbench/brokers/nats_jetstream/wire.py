@@ -22,9 +22,9 @@ What it speaks (the NATS client protocol, https://docs.nats.io/reference/referen
   connection dropped when that PING is not answered either (a server that stopped answering).
 
 A connection it loses (an error, the server closing it) is made again at the next poll, to the next server of the
-endpoint's list in turn (a cluster's servers; the same one when there is one), one attempt per RECONNECT_WAIT_S:
-the inbox is subscribed again, the acknowledgements not confirmed are written, and a new pull request
-asked. The consumer's durable state is the server's: what was delivered on the lost connection and not acknowledged
+endpoint's list in turn (a cluster's servers; the same one when there is one), one attempt per `reconnect_wait_s`
+(the driver's RECONNECT_WAIT_S): the inbox is subscribed again, the acknowledgements not confirmed are written, and
+new pull requests asked. The consumer's durable state is the server's: what was delivered on the lost connection and not acknowledged
 stays pending and is delivered again after ack_wait."""
 
 from __future__ import annotations

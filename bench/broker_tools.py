@@ -286,11 +286,11 @@ def preload(endpoint: dict, client: dict, messages: int) -> str:
 
 
 def drained(endpoint: dict, client: dict, messages: int, how: str) -> dict:
-    """A preloaded backlog read to its end by one consumer: `pull`, the worker's consumer (the driver's
-    NatsConsumer, its own pull requests); `fetch`, the way it read before (nats-py's fetch of nats_fetch_batch, each
-    message acknowledged at the next fetch, the header unframed); `tool`, nats bench js fetch on a durable made with
-    the worker's consumer settings. msgs/s from the first poll to the last message, and this process's CPU per
-    message (its every thread: the consumer's event loop runs on one of its own)."""
+    """A preloaded backlog read to its end by one consumer: `pull`, the worker's consumer (the driver's WireConsumer:
+    NATS's protocol spoken on a socket of its own); `fetch`, the way it read first (nats-py's fetch of
+    nats_fetch_batch, each message acknowledged at the next fetch, the header unframed); `tool`, nats bench js fetch
+    on a durable made with the worker's consumer settings. msgs/s from the first poll to the last message, and this
+    process's CPU per message (all its threads: nats-py's event loop, where one runs, has its own)."""
     from brokerbench.brokers.nats_jetstream.driver import consumer_config, stream_name, subject, unframe
 
     topic = preload(endpoint, client, messages)
@@ -330,7 +330,7 @@ async def _add_consumer(url: str, stream: str, config) -> None:
 
 
 async def _fetch_loop(url: str, topic: str, messages: int, batch: int, unframe) -> tuple[int, float, float]:
-    """The worker's NATS consumer as it read before its own pull requests: nats-py's fetch."""
+    """The worker's NATS consumer as it read first: nats-py's fetch."""
     from brokerbench.brokers.nats_jetstream.driver import consumer_config, stream_name, subject
 
     connection = await nats.connect(url)

@@ -3,17 +3,24 @@ loop, and on the Python loop), a memory-storage cell, a server started with sync
 loop's own connection: what the stream holds, a publish no stream takes, one in flight in single mode, and a server
 killed and started again under it."""
 
+import asyncio
+import contextlib
 import os
 import signal
+import socket
 import subprocess
 import time
+
+import nats
 
 import pytest
 
 from brokerbench import native, spec
-from brokerbench.brokers.nats_jetstream.driver import NatsJetStreamDriver
+from brokerbench.brokers.nats_jetstream.driver import (PULL_EXPIRES_S, PULL_LOST_S, NatsJetStreamDriver, consumer_config,
+                                                       durable_name, frame, stream_name, subject)
+from brokerbench.brokers.nats_jetstream.wire import WireConsumer
 from brokerbench.brokers.nats_jetstream.local import NatsService
-from brokerbench.drivers import TargetRefused
+from brokerbench.drivers import BrokerUnavailable, TargetRefused
 from brokerbench.local.processes import free_port, stop
 from brokerbench.reports.results import build_results
 from brokerbench.worker.framing import unpack_many
@@ -270,3 +277,191 @@ def test_endpoints_the_native_nats_loop_cannot_serve_are_unsupported():
         NatsJetStreamDriver({"url": "nats://user:secret@127.0.0.1:4222"}, CLIENT).native_sender("t", 1, "batch")
     with pytest.raises(native.Unsupported, match="plain NATS"):
         NatsJetStreamDriver({"url": "tls://127.0.0.1:4222"}, CLIENT).native_sender("t", 1, "batch")
+
+
+# -- the consumer (wire.py: NATS's protocol spoken on a socket of its own) --------------------------------------------
+def consumer_info(endpoint: dict, stream: str, durable: str):
+    """The server's own view of a durable consumer (nats-py: a client apart from the one under test)."""
+
+    async def ask():
+        connection = await nats.connect(endpoint["url"])
+        try:
+            return await connection.jetstream().consumer_info(stream, durable)
+        finally:
+            await connection.close()
+
+    return asyncio.run(ask())
+
+
+def settled(endpoint: dict, stream: str, durable: str, bound_s: float = 10):
+    """The consumer's info once nothing awaits an acknowledgement (acknowledgements travel on another connection
+    than the question), or as it is at bound_s."""
+    deadline = time.monotonic() + bound_s
+    while (info := consumer_info(endpoint, stream, durable)).num_ack_pending and time.monotonic() < deadline:
+        time.sleep(0.1)
+    return info
+
+
+def publish(driver, topic: str, lanes: int, count: int) -> None:
+    """`count` messages over the lanes in turn, header = the message's number, payload = its number repeated."""
+    producer = driver.producer(topic, lanes, "batch", lambda header, ok, at: None)
+    for i in range(count):
+        producer.send(b"%06d" % i, b"%06d" % i * 50, i % lanes)
+    assert producer.flush(30) == 0
+    producer.close()
+
+
+@contextlib.contextmanager
+def published(endpoint: dict, topic: str, lanes: int, count: int):
+    """A stream of the driver's holding `count` messages (see `publish`), deleted afterwards: (endpoint, driver)."""
+    driver = NatsJetStreamDriver(endpoint, CLIENT)
+    driver.create_topic(topic, lanes)
+    try:
+        publish(driver, topic, lanes, count)
+        yield endpoint, driver
+    finally:
+        driver.delete_topic(topic, lanes)
+
+
+def wire_consumer(endpoint: dict, topic: str, durable: str, urls: list[str] | None = None, ack_wait_s: float = 60.0,
+                  expires_s: float = PULL_EXPIRES_S, lost_s: float = PULL_LOST_S) -> WireConsumer:
+    """The driver's consumer with the test's own ack_wait and pull request timings."""
+    config = {**consumer_config(durable, [subject(topic, 0)], CLIENT["nats_fetch_batch"]).as_dict(),
+              "ack_wait": int(ack_wait_s * 1e9)}
+    return WireConsumer(urls or [endpoint["url"]], stream_name(topic), durable, config, {subject(topic, 0): 0},
+                        CLIENT["nats_fetch_batch"], connect_timeout_s=5, admin_timeout_s=10, expires_s=expires_s,
+                        lost_s=lost_s, reconnect_wait_s=0.2)
+
+
+def read(consumer, want: int, bound_s: float = 30) -> list:
+    got, deadline = [], time.monotonic() + bound_s
+    while len({m[0] for m in got}) < want and time.monotonic() < deadline:
+        got += consumer.poll(0.05)
+    return got
+
+
+def test_the_consumer_reads_every_message_once_on_its_lane_and_its_acknowledgements_clear_the_servers_pending(
+        extra_brokers):
+    """2,500 messages over two lanes, read by the driver's consumer in pull requests of 100: each once, on its lane,
+    whole; once it commits, the server's own consumer info has nothing pending (num_pending) or awaiting its
+    acknowledgement (num_ack_pending), and nothing was delivered twice."""
+    topic = "bb-wire-read"
+    with published(extra_brokers("nats")["nats-jetstream"], topic, 2, 2500) as (endpoint, driver):
+        consumer = driver.consumer(topic, "g", [0, 1])
+        got = read(consumer, 2500)
+        assert sorted(int(h) for h, _, _ in got) == list(range(2500))  # each once
+        assert all(lane == int(h) % 2 and payload == h * 50 for h, payload, lane in got)
+        consumer.commit()
+        durable = durable_name("g", [0, 1])
+        info = settled(endpoint, stream_name(topic), durable)
+        assert info.num_ack_pending == info.num_pending == 0 and info.delivered.stream_seq == 2500, info
+        assert info.num_redelivered == 0 and info.ack_floor.stream_seq == 2500, info
+        assert driver.backlog(topic, "g", 2) == 0
+        consumer.close()
+
+
+def test_a_closed_consumer_leaves_the_rest_pending(extra_brokers):
+    """A consumer that took one poll and closed acknowledged that poll's messages and nothing else: the server's ack
+    floor is there, and every later message is still the consumer's (pending, or delivered and not acknowledged)."""
+    topic = "bb-wire-close"
+    with published(extra_brokers("nats")["nats-jetstream"], topic, 1, 1000) as (endpoint, driver):
+        consumer = wire_consumer(endpoint, topic, "c")
+        first = read(consumer, 1)
+        consumer.close()
+        info = consumer_info(endpoint, stream_name(topic), "c")
+        assert [int(h) for h, _, _ in first] == list(range(len(first)))
+        assert info.ack_floor.stream_seq == len(first), info
+        assert info.num_pending + info.num_ack_pending == 1000 - len(first), info
+
+
+def test_a_delivery_lost_with_the_connection_comes_again_after_ack_wait_and_the_next_server_is_tried(extra_brokers):
+    """The consumer's connection severed under it after a poll, with more messages on their way (its two pull
+    requests): it connects again (after a port where nothing listens, the next in its list), writes the poll's
+    acknowledgements there, and the messages the connection took (delivered, never read) come again after ack_wait
+    (1 s here): the server's consumer sequence counts their second delivery. The worker reads every message once."""
+    topic = "bb-wire-lost"
+    with published(extra_brokers("nats")["nats-jetstream"], topic, 1, 1000) as (endpoint, driver):
+        consumer = wire_consumer(endpoint, topic, "l", urls=[endpoint["url"], f"nats://127.0.0.1:{free_port()}"],
+                                 ack_wait_s=1.0)
+        first = read(consumer, 1)
+        time.sleep(0.3)  # the next two requests' messages delivered into the socket, not read
+        consumer._conn.sock.shutdown(socket.SHUT_RDWR)  # as a reset of the link does
+        rest = read(consumer, 1000 - len(first))
+        consumer.commit()
+        numbers = [int(h) for h, _, _ in first + rest]
+        assert sorted(numbers) == list(range(1000))  # each once: the first poll's acknowledgements reached the server
+        info = settled(endpoint, stream_name(topic), "l")
+        assert info.num_ack_pending == info.num_pending == 0 and info.ack_floor.stream_seq == 1000, info
+        redelivered = info.delivered.consumer_seq - 1000
+        assert 0 < redelivered <= 1000 - len(first), info
+        assert numbers != sorted(numbers)  # the redelivered came after later messages
+        consumer.close()
+
+
+def test_expired_pull_requests_are_asked_again_and_a_message_with_headers_of_its_own_is_read(extra_brokers):
+    """Pull requests of 0.2 s on an empty stream end with status 408 (about five in a second of polls); the
+    consumer asks again at each, so what is published a second later arrives (its own guard against a lost request,
+    30 s here, cannot be what brings it). One message published with NATS headers of its own comes as an HMSG and
+    is read as any other."""
+    topic = "bb-wire-expired"
+    with published(extra_brokers("nats")["nats-jetstream"], topic, 1, 0) as (endpoint, driver):
+        consumer = wire_consumer(endpoint, topic, "e", expires_s=0.2, lost_s=30)
+        assert read(consumer, 1, bound_s=1.0) == []
+        publish(driver, topic, 1, 5)
+
+        async def with_headers():
+            connection = await nats.connect(endpoint["url"])
+            await connection.jetstream().publish(subject(topic, 0), frame(b"000005", b"h"), headers={"X-A": "b"})
+            await connection.close()
+
+        asyncio.run(with_headers())
+        got = read(consumer, 6, bound_s=10)
+        assert sorted(h for h, _, _ in got) == [b"%06d" % i for i in range(6)] and got[-1][1] == b"h"
+        consumer.close()
+
+
+def test_a_consumer_that_cannot_open_says_where_and_why(extra_brokers):
+    endpoint = extra_brokers("nats")["nats-jetstream"]
+    driver = NatsJetStreamDriver(endpoint, CLIENT)
+    with pytest.raises(BrokerUnavailable, match="NATS at nats://127.0.0.1:"):
+        NatsJetStreamDriver({"url": f"nats://127.0.0.1:{free_port()}"}, CLIENT).consumer("bb-none", "g", [0])
+    with pytest.raises(BrokerUnavailable, match="could not create consumer g_0 on stream bb-none: .*stream not found"):
+        driver.consumer("bb-none", "g", [0])
+    with pytest.raises(BrokerUnavailable, match="endpoint.url: 'tls://127.0.0.1:1'"):
+        NatsJetStreamDriver({"url": "tls://127.0.0.1:1"}, CLIENT).consumer("bb-none", "g", [0])
+
+
+def test_a_server_that_stops_answering_is_left_and_the_consumer_connects_again_once_it_answers(tmp_path):
+    """SIGSTOP of a server of the test's own under a consumer (pull requests of 0.2 s, overdue 0.2 s after): its
+    socket stays open, so only the consumer's own guard can tell: its requests end unanswered, then its PING, and it
+    gives the connection up and tries again (each attempt held 1 s at most). After SIGCONT it is connected again on
+    a new connection and reads the rest, each message once: the acknowledgements written to the stopped server,
+    which closing the connection discarded there, are written again (no PONG confirmed them), and the messages the
+    old connection took come again after ack_wait."""
+    (tmp_path / "data").mkdir()
+    service = NatsService()
+    started = service.start(tmp_path, free_port, {})
+    try:
+        deadline = time.monotonic() + 30
+        while not service.ready(started):
+            assert time.monotonic() < deadline, (tmp_path / "nats.log").read_text()[-2000:]
+            time.sleep(0.2)
+        pid = started.pids[0]
+        with published(started.endpoint, "bb-wire-paused", 1, 500) as (endpoint, _):
+            consumer = wire_consumer(endpoint, "bb-wire-paused", "p", ack_wait_s=5.0, expires_s=0.2, lost_s=0.2)
+            got = read(consumer, 1)
+            before = consumer._conn
+            os.kill(pid, signal.SIGSTOP)
+            try:
+                paused_until = time.monotonic() + 3
+                while time.monotonic() < paused_until:
+                    got += consumer.poll(0.05)  # what the socket held already
+                assert consumer._conn is not before  # given up (and not connected again: the server is stopped)
+            finally:
+                os.kill(pid, signal.SIGCONT)
+            got += read(consumer, 500 - len({h for h, _, _ in got}))
+            assert consumer._conn is not None and consumer._conn is not before
+            assert sorted(int(h) for h, _, _ in got) == list(range(500))
+            consumer.close()
+    finally:
+        stop(started.pids[0])

@@ -10,7 +10,8 @@ import sys
 import pytest
 
 from brokerbench import brokers, schema, spec
-from brokerbench.brokers.nats_jetstream import cluster, driver, environment, local
+from brokerbench.brokers.nats_jetstream import cluster, driver, environment, local, wire
+from brokerbench.drivers import BrokerUnavailable
 from brokerbench.local.processes import HOST, StackError
 from brokerbench.local.stack import LocalStack, Service, _same_ports
 from brokerbench.targets import ExistingTargets, ProvisioningError
@@ -279,3 +280,37 @@ def test_a_local_clusters_streams_get_a_replica_per_server_it_was_started_with(t
     assert driver.NatsJetStreamDriver(started.endpoint, {**CLIENT, "nats_replicas": 1}).replicas() == 1
     two, _ = cluster_started(tmp_path / "two", monkeypatch, nodes=2)
     assert driver.NatsJetStreamDriver(two.endpoint, CLIENT).replicas() == 2
+
+
+def test_the_consumers_protocol_reader_takes_whole_items_only_wherever_the_reads_split_them():
+    """MSG (with and without a reply), HMSG with a status (a pull request's 408, its pending count) and with headers
+    of a message's own, and control lines: read whole from one buffer, and read alike when the bytes come in pieces
+    of every size (a recv ends anywhere), an incomplete item left for the next read."""
+    expired, own = b"NATS/1.0 408 Request Timeout\r\nNats-Pending-Messages: 93\r\n\r\n", b"NATS/1.0\r\nX-A: b\r\n\r\n"
+    items = (b"MSG s.0 1 $JS.ACK.a.b.1.1.1.1.0 5\r\n\x01hpay\r\n"
+             b"PING\r\n"
+             b"HMSG _INBOX.x 1 %d %d\r\n%s\r\n" % (len(expired), len(expired), expired)
+             + b"HMSG s.1 1 $JS.ACK.r %d %d\r\n%s\x00abc\r\n" % (len(own), len(own) + 4, own)
+             + b"MSG _INBOX.y 2 0\r\n\r\n"
+             b"-ERR 'Stale Connection'\r\n")
+    deliveries = [(b"s.0", b"$JS.ACK.a.b.1.1.1.1.0", None, b"\x01hpay"), (b"_INBOX.x", None, (b"408", 93), b""),
+                  (b"s.1", b"$JS.ACK.r", None, b"\x00abc"), (b"_INBOX.y", None, None, b"")]
+    controls = [b"PING", b"-ERR 'Stale Connection'"]
+    assert wire.parse(items, 0) == (deliveries, controls, len(items))
+    for piece in (1, 2, 7, 30, 64):
+        buffer, at, got, lines = b"", 0, [], []
+        for start in range(0, len(items), piece):
+            buffer = buffer[at:] + items[start:start + piece]
+            more, control, at = wire.parse(buffer, 0)
+            got += more
+            lines += control
+        assert (got, lines, at) == (deliveries, controls, len(buffer)), piece
+    assert wire.status_of(b"NATS/1.0 100 Idle Heartbeat\r\n\r\n") == (b"100", None)
+    assert wire.status_of(b"NATS/1.0\r\nX-A: b\r\n\r\n") is None
+
+
+def test_server_urls_the_consumer_cannot_speak_to_are_refused_by_name():
+    assert wire.addresses(["nats://a:1", "b:2", "nats://u:p@c"]) == [("a", 1, None, None), ("b", 2, None, None),
+                                                                   ("c", 4222, "u", "p")]
+    with pytest.raises(BrokerUnavailable, match=r"endpoint.url: 'tls://a:1'.*plain nats://"):
+        wire.addresses(["nats://b:2", "tls://a:1"])

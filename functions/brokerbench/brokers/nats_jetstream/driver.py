@@ -1,8 +1,10 @@
-"""NATS JetStream through nats-py (asyncio): a stream per cell, PubAcks as the acknowledgements, durable pull consumers.
+"""NATS JetStream: a stream per cell, PubAcks as the acknowledgements, durable pull consumers.
 
-nats-py is asyncio only. Each producer, consumer and the driver's own admin connection runs an event loop on a
-thread of its own (`Loop`), behind the synchronous Driver interface; a call from the worker hands its work to that
-loop and, where it needs an answer, waits for it.
+The admin requests and the Python producer go through nats-py (asyncio only): each producer and the driver's own
+admin connection runs an event loop on a thread of its own (`Loop`), behind the synchronous Driver interface; a call
+from the worker hands its work to that loop and, where it needs an answer, waits for it. The consumer speaks NATS's
+protocol itself on a blocking socket (wire.py): nats-py's parsing and dispatch of each delivery (an event loop, a
+Msg and a callback per message, a thread hop per poll) held it to 0.67 of `nats bench`'s consumer.
 
 A cell's stream is named after its topic and holds the subjects `<topic>.<lane>`, one per lane. On a cluster (the
 endpoint's `url` names every server, comma-separated) the stream has `nats_replicas` replicas, 3 by default or as
@@ -15,9 +17,8 @@ a plain NATS connection of its own (PUB with a reply subject per message, the Pu
 asyncio publish path reached about a fifth of `nats bench` on the same server.
 
 Each consumer process creates a durable pull consumer on the stream for its lanes (filter subjects), named after
-the group and the lanes, acknowledgement policy "explicit": the consumer acknowledges each message of a fetched
-batch with its next poll (after the worker took the batch's receive timestamps), the acknowledgements written out
-together. Not policy "all" (one acknowledgement per batch, for every earlier message too): a delivery that a
+the group and the lanes, acknowledgement policy "explicit": the consumer acknowledges each message of a poll with
+its next poll (after the worker took the poll's receive timestamps), the acknowledgements written out together. Not policy "all" (one acknowledgement per batch, for every earlier message too): a delivery that a
 connection reset lost on its way to the client would be acknowledged by the next batch's, and a message the stream
 still holds would read as lost. Explicitly, it stays pending for the group (the backlog counts it: undelivered) and
 is delivered again after ack_wait.
@@ -28,7 +29,6 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import itertools
-import json
 import os
 import queue
 import re
@@ -42,7 +42,8 @@ from nats.errors import Error as NatsError
 from nats.js import api
 
 from ... import native
-from ...drivers import BrokerUnavailable, Message, OnAck, TargetRefused
+from ...drivers import BrokerUnavailable, OnAck, TargetRefused
+from .wire import WireConsumer
 
 LENGTHS = [bytes((n,)) for n in range(256)]  # the header's length byte, made once
 CONNECT_TIMEOUT_S = 5.0
@@ -58,11 +59,11 @@ MAX_RECONNECTS = 120  # about a minute of attempts, RECONNECT_WAIT_S apart
 RECONNECT_BUFFER_BYTES = 8 * 1024 * 1024
 ERRORS = (NatsError, asyncio.TimeoutError, concurrent.futures.TimeoutError, OSError)
 # A consumer's pull request is held by the server up to this long for its batch; then the server ends it (status
-# 408) with what it had, and the consumer asks again. A request neither filled nor ended PULL_LOST_S after that was
-# lost with a connection (the server ends none it no longer has): it is asked again.
+# 408) with what it had, and the consumer asks again. When no request was filled nor ended PULL_LOST_S after that,
+# they were lost with a connection (the server ends none it no longer has), or the server stopped answering: they
+# are asked again with a PING, and the connection is made again when the PING goes unanswered as long.
 PULL_EXPIRES_S = 1.0
 PULL_LOST_S = 1.0
-EXPIRED, HEARTBEAT = "408", "100"  # the status of a pull request that expired; an idle heartbeat (not asked for)
 DEFAULT_REPLICAS = 3  # a cell's stream on a cluster, as JetStream's own guidance for durable streams (R3)
 
 
@@ -288,9 +289,14 @@ class NatsJetStreamDriver:
                 refused.append(str(exc))
         raise BrokerUnavailable(f"NATS at {self.endpoint['url']}: {'; '.join(refused)}")
 
-    def consumer(self, topic: str, group: str, partitions: list[int]) -> NatsConsumer:
-        return NatsConsumer(servers(self.endpoint), topic, durable_name(group, partitions), partitions,
-                            self.client["nats_fetch_batch"])
+    def consumer(self, topic: str, group: str, partitions: list[int]) -> WireConsumer:
+        """The durable pull consumer, on a NATS connection of its own that it speaks itself (wire.py)."""
+        durable, batch = durable_name(group, partitions), self.client["nats_fetch_batch"]
+        lanes = {subject(topic, p): p for p in partitions}
+        return WireConsumer(servers(self.endpoint), stream_name(topic), durable,
+                            consumer_config(durable, list(lanes), batch).as_dict(), lanes, batch,
+                            connect_timeout_s=CONNECT_TIMEOUT_S, admin_timeout_s=ADMIN_TIMEOUT_S,
+                            expires_s=PULL_EXPIRES_S, lost_s=PULL_LOST_S, reconnect_wait_s=RECONNECT_WAIT_S)
 
 
 async def _server_info(jsm) -> dict:
@@ -434,128 +440,6 @@ def consumer_config(durable: str, subjects: list[str], batch: int) -> api.Consum
     return api.ConsumerConfig(durable_name=durable, ack_policy=api.AckPolicy.EXPLICIT,
                               deliver_policy=api.DeliverPolicy.ALL, filter_subjects=subjects,
                               max_ack_pending=max(10 * batch, 10_000), ack_wait=60.0)
-
-
-class NatsConsumer:
-    """A durable pull consumer for the lanes given, acknowledgement policy "explicit" (see the module's notes).
-
-    Its pull requests are its own (PULL_EXPIRES_S): one outstanding at a time, each for up to `batch` messages, the
-    next one asked for as the last message of the one before arrives (or it expired), so the server has the next
-    request before the worker's poll takes what came. The messages come to a subscription of its own and wait in a
-    list for the next poll. (nats-py's `fetch` waited for each message of a batch with a timeout of its own, a task
-    per message: about twice the consumer's CPU per message; docs/performance.md has both against `nats bench`'s
-    consumer.)"""
-
-    def __init__(self, urls: list[str], topic: str, durable: str, lanes: list[int], batch: int) -> None:
-        self._stream = stream_name(topic)
-        self._durable = durable
-        self._lane = {subject(topic, p): p for p in lanes}
-        self._batch = batch
-        self._received: list = []  # the messages of the last poll, not acknowledged yet
-        self._arrived: list = []  # the messages delivered since the last poll (the loop's thread only)
-        self._due = 0  # what the outstanding pull request may still bring (0: none outstanding)
-        self._asked_at = 0.0
-        self._loop = Loop()
-        try:
-            self._loop.run(self._open(urls))
-        except ERRORS as exc:
-            self._loop.stop()
-            raise BrokerUnavailable(f"could not create consumer {durable} on stream {self._stream}: {exc!r}") from None
-
-    async def _open(self, urls: list[str]) -> None:
-        self._nc = await _connect(urls, reconnected=self._ask)  # the request outstanding went with the connection
-        js = self._nc.jetstream()
-        await js.add_consumer(self._stream, consumer_config(self._durable, list(self._lane), self._batch))
-        self._next = f"$JS.API.CONSUMER.MSG.NEXT.{self._stream}.{self._durable}"
-        self._request = json.dumps({"batch": self._batch, "expires": int(PULL_EXPIRES_S * 1e9)}).encode()
-        self._inbox = self._nc.new_inbox()
-        self._came = asyncio.Event()
-        await self._nc.subscribe(self._inbox, cb=self._on_message)
-        await self._ask()
-
-    async def _ask(self) -> None:
-        self._due, self._asked_at = self._batch, time.monotonic()
-        await self._nc.publish(self._next, self._request, self._inbox)
-
-    async def _on_message(self, message) -> None:
-        status = message.headers.get(api.Header.STATUS) if message.headers else None
-        if status is None:
-            self._arrived.append(message)
-            self._came.set()
-            self._due -= 1
-            if self._due == 0:
-                await self._ask()
-        elif status == EXPIRED:
-            await self._ask()
-        elif status != HEARTBEAT:
-            self._due = 0  # refused or ended otherwise (404, 409): asked again at the next poll, not at once
-
-    async def _ack(self, messages: list) -> None:
-        """An empty message to each one's reply subject (what Msg.ack sends), as one write: the PUB lines joined and
-        handed to the client's outgoing buffer at once (nats-py 2.16's own step behind publish, which took a quarter
-        of the consumer's time one message at a time: its checks and command per message)."""
-        if not messages:
-            return
-        nc = self._nc
-        if nc.is_closed:
-            raise nats.errors.ConnectionClosedError
-        await nc._send_command(b"".join([b"PUB %s 0\r\n\r\n" % m.reply.encode() for m in messages]))
-        if nc._flush_queue is not None and nc._flush_queue.empty():
-            await nc._flush_pending()
-
-    async def _poll(self, acknowledge: list, timeout_s: float) -> list:
-        """The last poll's messages acknowledged, then what arrived since, waiting up to timeout_s for some."""
-        await self._ack(acknowledge)
-        if not self._arrived:
-            if self._due <= 0 or time.monotonic() - self._asked_at > PULL_EXPIRES_S + PULL_LOST_S:
-                await self._ask()  # none outstanding, or one the server never ended (its connection was lost)
-            self._came.clear()
-            try:
-                await asyncio.wait_for(self._came.wait(), timeout_s)
-            except asyncio.TimeoutError:
-                pass
-        arrived, self._arrived = self._arrived, []
-        return arrived
-
-    def _acknowledge(self) -> None:
-        received, self._received = self._received, []
-        if received:
-            self._loop.run(self._ack(received))
-
-    def poll(self, timeout_s: float) -> list[Message]:
-        received, self._received = self._received, []
-        try:
-            messages = self._loop.run(self._poll(received, max(0.01, timeout_s)), timeout_s + ADMIN_TIMEOUT_S)
-        except ERRORS:
-            return []  # the server is away: the client reconnects, the consumer resumes where it was acknowledged
-        if not messages:
-            return []
-        self._received = messages
-        lane = self._lane
-        out: list[Message] = []
-        for message in messages:
-            header, payload = unframe(message.data)
-            out.append((header, payload, lane[message.subject]))
-        return out
-
-    def hold(self, on: bool) -> None:
-        """Nothing to stop: messages come only for a pull request (fetch)."""
-
-    def commit(self) -> None:
-        """Acknowledge what was received, for the broker-side backlog."""
-        try:
-            self._acknowledge()
-        except ERRORS:
-            pass
-
-    def close(self) -> None:
-        try:
-            self._acknowledge()
-            self._loop.run(self._nc.close(), 5)
-        except ERRORS:
-            pass  # the server is gone: what was not acknowledged stays pending on the consumer
-        finally:
-            self._loop.stop()
 
 
 def jetstream_answers(endpoint: dict, timeout_s: float = 3.0) -> bool:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from ...drivers import BrokerUnavailable
 from .driver import ACK_TIMEOUT_S, ERRORS, NatsJetStreamDriver, client_version
+from .wire import PULL_REQUESTS
 
 SYNC_MEANING = {
     "always": "the server syncs every write to disk before its PubAck (sync_interval: always)",
@@ -55,8 +56,9 @@ def settings_in_force(endpoint: dict, client: dict) -> dict:
         },
         "consumer": {"kind": "durable pull consumer per consumer process (filter subjects: its lanes)",
                      "fetch_batch": client["nats_fetch_batch"],
-                     "acknowledgement": "ack policy all: the last message of each fetched batch is acknowledged "
-                                        "with the next fetch, after its receive timestamps"},
+                     "pull_requests": PULL_REQUESTS,
+                     "acknowledgement": "ack policy explicit: each message of a poll is acknowledged with the next "
+                                        "poll, after its receive timestamps"},
         "unacknowledged": f"the client does not publish again a message whose PubAck did not come; after "
                           f"{ACK_TIMEOUT_S:g} s it stops waiting and the message counts as unacknowledged",
         "persistence": {"storage": client["nats_storage"], "replicas": replicas, "nodes": nodes,

@@ -285,3 +285,31 @@ def test_an_accounting_error_shows_as_a_residual_instead_of_vanishing():
     # publish-only: sent = acknowledged + send errors + unacknowledged, or the residual says by how much not
     counts = outcome.totals([producer(100, unacked=5)], [], {**MEASURED, "acked": 90, "send_errors": 2}, False)
     assert counts["residual"] == 3
+
+
+def test_the_drain_ends_when_only_unanswered_publishes_are_missing_and_the_broker_holds_none():
+    drain = Drain(["a"], expected=100, timeout_s=30, sending_s=6, now=0.0, unanswered=2)
+    drain.update("a", 97, 0.5)
+    assert not drain.wants_backlog(0.5)  # an acknowledged one is missing too: it is waited for, count or not
+    drain.update("a", 98, 1.0)
+    assert drain.wants_backlog(1.0)
+    drain.backlog(0, 1.0)
+    assert drain.decide(1.0) == [] and not drain.wants_backlog(1.5)  # asked at most once a second
+    drain.update("a", 99, 1.8)  # one came after the broker read empty (it was on its way): read again
+    drain.backlog(0, 2.0)
+    assert drain.decide(2.0) == []
+    drain.backlog(0, 3.0)  # empty twice, a second apart, nothing new between
+    assert drain.decide(3.0) == [("stop", None)]
+
+
+def test_a_broker_that_cannot_count_or_still_holds_some_is_waited_for():
+    drain = Drain(["a"], expected=100, timeout_s=30, sending_s=6, now=0.0, unanswered=1)
+    drain.update("a", 99, 0.0)
+    for t, count in ((0.0, None), (1.0, 0), (2.0, 3), (3.0, 0)):  # None and 3 both start the count again
+        assert drain.wants_backlog(t)
+        drain.backlog(count, t)
+    assert drain.decide(3.0) == []
+    # no unanswered publishes: the broker is never asked, and the idle timeout decides
+    quiet = Drain(["a"], expected=100, timeout_s=2, sending_s=6, now=0.0)
+    quiet.update("a", 99, 0.0)
+    assert not quiet.wants_backlog(5.0) and quiet.decide(5.0) == [("late", 2)]

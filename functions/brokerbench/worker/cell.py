@@ -573,7 +573,8 @@ class _CellRun:
                 self.phases.mark("producers_done")
                 expected = sum(done[c]["sent_total"] - done[c]["failed_total"] for c in producers)
                 sending_s = (time.monotonic_ns() - self.timing["t_start"]) / SECOND_NS
-                drain = Drain(consumers, expected, cell["drain_timeout_s"], sending_s, time.monotonic())
+                drain = Drain(consumers, expected, cell["drain_timeout_s"], sending_s, time.monotonic(),
+                              unanswered=sum(done[c].get("unacked") or 0 for c in producers))
                 not_acked = {done[c]["producer_id"]: done[c]["not_acked"] for c in producers
                              if done[c].get("not_acked") is not None and done[c]["not_acked"].size}
                 for conn in consumers:
@@ -581,6 +582,8 @@ class _CellRun:
                         outbox.send(conn, ("not_acked", not_acked))
                     outbox.send(conn, ("expect", expected))
             if drain is not None:
+                if drain.wants_backlog(time.monotonic()):
+                    drain.backlog(self._group_backlog(), time.monotonic())
                 for command in drain.decide(time.monotonic()):
                     for conn in consumers:
                         if conn not in done:
@@ -588,6 +591,13 @@ class _CellRun:
             self._report_progress(drain is not None)
         self._watch_sending(time.monotonic_ns(), True)  # the producers finished before the loop looked again
         return done
+
+    def _group_backlog(self) -> int | None:
+        """The broker's count of what it still holds for the cell's group (None: it cannot tell now)."""
+        try:
+            return self.driver.backlog(self.topic, self.group, lanes(self.cell))
+        except Exception:  # noqa: BLE001 (a broker that does not answer now is waited for, as without a count)
+            return None
 
     def _count_at_attach(self) -> None:
         """The broker's own count of the startup backlog, just before the consumers attach to it: they hold until

@@ -396,3 +396,105 @@ def cost(data: dict) -> Cost:
 
 def startup(data: dict) -> Startup:
     return msgspec.convert(data, Startup)
+
+
+# -- results.json cells, as the terminal's table reads them -----------------------------------------------------
+class Statistics(Row, kw_only=True):
+    """The statistics of a latency object (results.SUMMARY_FIELDS); None where it has not one."""
+    p50: Number = None
+    p75: Number = None
+    p95: Number = None
+    p99: Number = None
+    p999: Number = None
+    max: Number = None
+    mean: Number = None
+
+
+class LowerBounds(Statistics, kw_only=True):
+    """A statistic's lower bound where missing messages (at +∞) put its value out of reach."""
+
+
+class LatencyObject(Statistics, kw_only=True):
+    """A cell's summary of one latency histogram (results.latency_object); a statistic it has not is None, and
+    `count` None for an object stored before it carried its own."""
+    count: int | None = None
+    lower_bounds: LowerBounds = LowerBounds()
+
+
+class BrokerCount(Row, kw_only=True):
+    difference: int | None = None
+
+
+class HostSeen(Row, kw_only=True):
+    """The host under a cell (brokerbench.host): whether it was busy, and why."""
+    busy: bool = False
+    cpu_pressure_pct: Number = None
+    reasons: list[str] = []
+
+
+class SearchRecord(Row, kw_only=True):
+    """A rate search's record in a cell result (its steps and how long the rate found held)."""
+    steps: list[dict] = []
+    sustainable_for_s: Number = None
+
+
+class ResultCell(Row, kw_only=True):
+    """One cell of results.json as the terminal's table (reports.table) reads it: None where the cell has no figure
+    (a failed cell, a publish-only cell's receipts, a result stored before the field existed)."""
+    broker: str = ""
+    format: str = ""
+    repeat: int = 0
+    mode: str = ""
+    size_bytes: int = 0
+    rate_target: Any = None
+    status: str = "completed"
+    reason: str | None = None
+    verdict: str | None = None
+    rate_achieved: Number = None
+    max_sustainable_rate: Number = None
+    search: SearchRecord | None = None
+    limit: dict | None = None  # brokerbench.limit reads it
+    host: HostSeen | None = None
+    client: dict | None = None  # the client settings (user-given keys)
+    codec_floor_ns: CodecFloor | None = None
+    encoded_bytes: Number = None
+    throughput_msgs_per_s: Number = None
+    throughput_mb_per_s: Number = None
+    publish_latency_us: LatencyObject | None = None
+    publish_delay_us: LatencyObject | None = None
+    end_to_end_latency_us: LatencyObject | None = None
+    delivery_latency_us: LatencyObject | None = None
+    encode_ns: LatencyObject | None = None
+    decode_ns: LatencyObject | None = None
+    encode_net_ns: LatencyObject | None = None
+    decode_net_ns: LatencyObject | None = None
+    sent: int | None = None
+    acked: int | None = None
+    received: int | None = None
+    lost: int | None = None
+    late: int | None = None
+    undelivered: int | None = None
+    send_errors: int | None = None
+    unacknowledged: int | None = None
+    unacked: int | None = None  # the name results stored before `unacknowledged` gave it
+    undelivered_or_lost: int | None = None
+    residual: int | None = None
+    broker_count: BrokerCount | None = None
+    not_sent: int | None = None
+    has_loss: bool = False
+
+    def latency(self, field: str) -> LatencyObject:
+        """A latency field's object, empty where the cell has none."""
+        return getattr(self, field) or NO_LATENCY
+
+    @property
+    def busy(self) -> bool:
+        """Measured on a busy host (brokerbench.host)."""
+        return self.host is not None and self.host.busy
+
+
+NO_LATENCY = LatencyObject()
+
+
+def result_cell(data: dict) -> ResultCell:
+    return msgspec.convert(data, ResultCell)

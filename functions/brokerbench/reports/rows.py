@@ -441,6 +441,7 @@ class SearchRecord(Row, kw_only=True):
 class ResultCell(Row, kw_only=True):
     """One cell of results.json as the terminal's table (reports.table) reads it: None where the cell has no figure
     (a failed cell, a publish-only cell's receipts, a result stored before the field existed)."""
+    cell_id: str = ""
     broker: str = ""
     format: str = ""
     repeat: int = 0
@@ -450,7 +451,15 @@ class ResultCell(Row, kw_only=True):
     status: str = "completed"
     reason: str | None = None
     verdict: str | None = None
+    verdict_reasons: list[str] = []
+    order: Any = None
+    send_loop: str | None = None
+    sender: str | None = None
+    latency_basis: str | None = "intended"
     rate_achieved: Number = None
+    measured_s: Number = None
+    publish_only: bool = False
+    shaped: bool = False
     max_sustainable_rate: Number = None
     search: SearchRecord | None = None
     limit: dict | None = None  # brokerbench.limit reads it
@@ -481,11 +490,18 @@ class ResultCell(Row, kw_only=True):
     residual: int | None = None
     broker_count: BrokerCount | None = None
     not_sent: int | None = None
+    due: int | None = None
+    missing: int | None = None
     has_loss: bool = False
 
     def latency(self, field: str) -> LatencyObject:
         """A latency field's object, empty where the cell has none."""
         return getattr(self, field) or NO_LATENCY
+
+    @property
+    def unacknowledged_count(self) -> int | None:
+        """Sent and never acknowledged, under either name a result stored it."""
+        return self.unacknowledged if self.unacknowledged is not None else self.unacked
 
     @property
     def busy(self) -> bool:

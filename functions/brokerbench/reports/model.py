@@ -335,15 +335,15 @@ def _resources(done: list[dict]) -> dict | None:
                    "repeats": len(rs)} for name, rs in sorted(found.items())} or None
 
 
-def _host(done: list[dict]) -> dict:
+def _host(done: list[dict], typed: list[ResultCell]) -> dict:
     """The host under each repeat (brokerbench.host; None for repeats stored before it was read), the repeats it
     marked busy, and the highest CPU pressure and steal of any repeat."""
-    found = [c.get("host") for c in done]
-    busy = [c["repeat"] for c, h in zip(done, found) if h and h.get("busy")]
-    highest = lambda key: max((h[key] for h in found if h and h.get(key) is not None), default=None)  # noqa: E731
-    return {"repeats": found, "busy_repeats": busy, "cpu_pressure_pct_max": highest("cpu_pressure_pct"),
-            "steal_pct_max": highest("steal_pct"), "memory_pressure_pct_max": highest("memory_pressure_pct"),
-            "reasons": sorted({r for h in found if h and h.get("busy") for r in h.get("reasons") or []})}
+    seen = [c.host for c in typed if c.host is not None]
+    highest = lambda key: max((v for h in seen if (v := getattr(h, key)) is not None), default=None)  # noqa: E731
+    return {"repeats": [c.get("host") for c in done], "busy_repeats": [c.repeat for c in typed if c.busy],
+            "cpu_pressure_pct_max": highest("cpu_pressure_pct"), "steal_pct_max": highest("steal_pct"),
+            "memory_pressure_pct_max": highest("memory_pressure_pct"),
+            "reasons": sorted({r for h in seen if h.busy for r in h.reasons or []})}
 
 
 def busy_repeats(config: dict) -> list[int]:
@@ -411,7 +411,7 @@ def _configuration(cells: list[dict], completed_events: dict[str, dict], interva
         "loss": loss,
         "has_loss": any(c.has_loss for c in typed) or any(loss[k] for k in LOSS_CLASSES),
         "resources": _resources(done),
-        "host": _host(done),
+        "host": _host(done, typed),
         "limit": _limits(done),
         "sustainability": combined_verdict(cells, per_cell),
         # rates: ["sustainable"]: what each repeat's search found, and its steps.

@@ -429,7 +429,9 @@ class HostSeen(Row, kw_only=True):
     """The host under a cell (brokerbench.host): whether it was busy, and why."""
     busy: bool = False
     cpu_pressure_pct: Number = None
-    reasons: list[str] = []
+    steal_pct: Number = None
+    memory_pressure_pct: Number = None
+    reasons: list[str] | None = None
 
 
 class SearchRecord(Row, kw_only=True):

@@ -7,10 +7,11 @@ from __future__ import annotations
 from collections import defaultdict
 from html import escape
 
-from . import faults, history_view, markdown, rows
+from . import faults, history_view, markdown
 from .model import METRICS, RESOURCES_NOTE, min_samples, need_label
 from .regression import FIGURES, figure_text
 from .rows import Config, Group, Highlight, Report, Verdict
+from .rows import report as typed_rows
 from .svg import bar_chart, line_chart
 
 CSS = """
@@ -382,7 +383,7 @@ def _list_items(lines: list[str]) -> str:
 
 
 def render(data: dict) -> str:
-    report = rows.report(data)
+    report = typed_rows(data)
     env = report.environment
     brokers = ", ".join(f"{escape(b)} {escape(version)}" for b, version in markdown.header_brokers(report))
     parts = [f"<!doctype html><html lang='en'><head><meta charset='utf-8'><title>brokerbench {escape(report.run_id)}</title>"

@@ -11,10 +11,10 @@ import msgspec
 from ..limit import CONSUMER_LEGEND, CONSUMER_MARK, LEGEND, MARK, client_bound, rate_found_text
 from ..metrics import shown_in
 from . import faults, history_view
-from . import rows
 from .model import RESOURCES_NOTE, need_label, rate_text, send_loop_text, sender_text
 from .regression import FIGURES, figure_text
 from .rows import AtAttach, Bursts, Check, Config, Cost, Group, Report, Search, SearchLimit, Startup, Verdict
+from .rows import report as typed_rows
 
 VERDICT_ORDER = {"regression": 0, "unstable": 1, "improvement": 2, "unchanged": 3}
 
@@ -432,7 +432,7 @@ def header_brokers(report: Report) -> list[tuple[str, str]]:
 
 
 def render(data: dict) -> str:
-    report = rows.report(data)
+    report = typed_rows(data)
     env = report.environment
     brokers = ", ".join(f"{b} {version}" for b, version in header_brokers(report)) or "–"
     lines = [

@@ -6,6 +6,7 @@ import pytest
 from brokerbench import registry
 from brokerbench.brokers import plugin
 from brokerbench.reports import faults, html
+from brokerbench.reports.rows import section
 
 KAFKA = {"replication_factor": 3, "min_insync_replicas": 2, "nodes": 3}
 
@@ -80,7 +81,7 @@ def test_a_broken_promise_is_marked_in_markdown_html_and_a_held_one_is_not():
     [rabbit] = [line for line in lines if line.startswith("| rabbitmq")]
     assert "⚠" not in kafka and faults.VERDICTS["held"] in kafka
     assert "⚠ **BROKEN" in rabbit and "lost: 5 of 800" in rabbit and "rabbitmq promise" in rabbit
-    page = "".join(html._guarantees_section(report))
+    page = "".join(html._guarantees_section(section(report)))
     assert page.count("class='bad'") == 1 and "BROKEN" in page
 
 

@@ -13,7 +13,7 @@ from brokerbench.brokers.rabbitmq_quorum.driver import RabbitMQQuorumDriver
 from brokerbench.brokers.rabbitmq_streams.driver import RabbitMQStreamsDriver
 from brokerbench.brokers.redis_streams.driver import RedisStreamsDriver
 from brokerbench.drivers import producer_window
-from brokerbench.reports import markdown
+from brokerbench.reports import markdown, rows
 from brokerbench.reports.model import claims, run_noise
 from brokerbench.reports.table import limit_note, verdict_cell
 from brokerbench.spec import validate
@@ -199,10 +199,10 @@ def test_the_table_marks_a_client_bound_cell_and_says_what_the_mark_means():
 def test_the_reports_mark_a_client_bound_configuration():
     config = {"sustainability": {"verdict": "max-rate", "reasons": []}, "status": "completed",
               "limit": {"by": ["client", "broker", "client"], "client_bound": 2}}
-    assert markdown.verdict_text(config) == "max-rate · client-bound (2 of 3 repeats)"
+    assert markdown.verdict_text(rows.config(config)) == "max-rate · client-bound (2 of 3 repeats)"
     config["limit"] = {"by": ["broker"], "client_bound": 0}
-    assert markdown.verdict_text(config) == "max-rate"
-    assert markdown.client_bound_text({"configurations_client_bound": ["a", "b"]}).startswith(
+    assert markdown.verdict_text(rows.config(config)) == "max-rate"
+    assert markdown.client_bound_text(rows.section({"configurations_client_bound": ["a", "b"]})).startswith(
         "Client-bound in 2 configuration(s): the load generator")
 
 
@@ -245,8 +245,8 @@ def test_a_reports_search_lines_say_the_generator_stopped_it():
     config = {"broker": "redis-streams", "format": "avro", "repeat_numbers": [0], "searches": [search_record],
               "max_sustainable_rate": {"median": 1000.0}, "status": "completed",
               "sustainability": {"verdict": "search", "reasons": []}, "limit": {"by": ["client"], "client_bound": 1}}
-    assert markdown.verdict_text(config) == "max sustainable ≥ 1,000 msgs/s (client-bound) (held 10 s)"
-    [line] = markdown.search_lines({"cells": [config]})[:1]
+    assert markdown.verdict_text(rows.config(config)) == "max sustainable ≥ 1,000 msgs/s (client-bound) (held 10 s)"
+    [line] = markdown.search_lines(rows.group({"cells": [config]}))[:1]
     assert "maximum sustainable rate ≥ 1,000 msgs/s (client-bound), sustainable for 10 s" in line
     assert "the step at 1,500 msgs/s was client-bound: its producers waited for room 1% of their time" in line
     assert "1,500 ✗ unsustainable (client-bound)" in line

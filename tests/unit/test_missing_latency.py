@@ -8,7 +8,7 @@ from rich.console import Console
 from synthetic import synthetic_run
 
 from brokerbench import histogram
-from brokerbench.reports import html, markdown, table
+from brokerbench.reports import html, markdown, rows, table
 from brokerbench.reports.model import build_report
 from brokerbench.reports.results import build_results, decode_buckets, latency_object, with_missing
 
@@ -83,7 +83,7 @@ def test_an_unknown_backlog_is_shown_as_undelivered_or_lost_not_as_loss(run):
                           lost=None, undelivered=None, residual=0)
     report = build_report(events)
     config = next(c for g in report["groups"] for c in g["cells"] if c["broker"] == "kafka")
-    text = markdown.loss_text(config)
+    text = markdown.loss_text(rows.config(config))
     assert text == "undelivered or lost 360 (broker backlog unknown)"  # 3 repeats × 120, never flagged ⚠ as loss
     assert "<td class='warn'>undelivered or lost 360 (broker backlog unknown)</td>" in html.render(report)
     results = build_results(events)
@@ -102,7 +102,7 @@ def test_an_accounting_residual_is_shown_as_an_error(run):
     events = _with_totals(run, kafka[:1], residual=-30)
     report = build_report(events)
     config = next(c for g in report["groups"] for c in g["cells"] if c["broker"] == "kafka")
-    assert markdown.loss_text(config) == "⚠ accounting residual -30"
+    assert markdown.loss_text(rows.config(config)) == "⚠ accounting residual -30"
     cell = next(c for c in build_results(events)["cells"] if c["cell_id"] == kafka[0])
     assert table.loss_cell(cell) == "[red]accounting residual -30[/]"
 

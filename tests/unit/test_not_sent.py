@@ -10,7 +10,7 @@ from synthetic import synthetic_run
 
 from brokerbench import histogram
 from brokerbench.figures import NOT_SENT_BOUNDS
-from brokerbench.reports import html, markdown, table
+from brokerbench.reports import html, markdown, rows, table
 from brokerbench.reports.model import build_report
 from brokerbench.reports.results import build_results, decode_buckets, latency_object, with_missing
 from brokerbench.verdict import NOT_SENT_TOLERANCE, sustainability
@@ -165,7 +165,7 @@ def test_a_cell_that_left_messages_unsent_is_judged_bounded_and_shown(run):
     assert config["not_sent"] == 900 and config["latency"]["end_to_end_latency_us"]["not_sent"] == 900
     p99 = config["metrics"]["end_to_end_p99_us"]
     assert p99["median"] is None and p99["lower_bound"] > 0
-    assert markdown.loss_text(config).endswith("not sent 900 (producer behind)")
+    assert markdown.loss_text(rows.config(config)).endswith("not sent 900 (producer behind)")
     md = markdown.render(report)
     assert "Messages not sent" in md and "not sent 900" in md and "not sent 900" in html.render(report)
     other = next(c for g in report["groups"] for c in g["cells"] if c["broker"] == "redis-streams")

@@ -15,6 +15,7 @@ from brokerbench.events import make_event
 from brokerbench.events.memory import MemoryEventStore
 from brokerbench.reports import regression as R
 from brokerbench.reports.model import build_report
+from brokerbench.reports.rows import section
 
 VERDICTS = 12
 OLDER = 9  # a full history: the baseline and 9 earlier runs
@@ -612,7 +613,7 @@ def test_a_compare_table_prints_the_figures_its_change_is_of(stored):
     # The medians beside the same change would not check (the test can fail).
     assert not all(change_recomputes(R.figure_text(v["baseline_median"]), R.figure_text(v["candidate_median"]),
                                      f"{v['change']:+.1%}") for v in verdicts if v["change"] is not None)
-    lines = markdown.regression_section({"regression_check": {"baseline_run_id": run_id(11), "verdicts": verdicts}})
+    lines = markdown.regression_section(section({"regression_check": {"baseline_run_id": run_id(11), "verdicts": verdicts}}))
     table = [[cell.strip() for cell in line.split("|")[1:-1]] for line in lines if line.startswith("| ")]
     assert table[0][3:6] == ["baseline (geo. mean)", "candidate (geo. mean)", "change"]
     shown = [row[3:6] for row in table[1:] if row[5] != "–"]

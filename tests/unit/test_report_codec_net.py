@@ -11,7 +11,7 @@ from rich.console import Console
 from synthetic import synthetic_run
 
 from brokerbench import histogram
-from brokerbench.reports import html, markdown
+from brokerbench.reports import html, markdown, rows
 from brokerbench.reports.model import build_report
 from brokerbench.reports.results import build_results
 from brokerbench.reports.table import comparison_tables, floor_note, verdict_cell
@@ -151,7 +151,7 @@ def test_a_search_reads_max_sustainable_rate_held_for_in_the_cli_markdown_and_ht
 def test_over_repeats_the_median_rate_and_each_repeats_held_seconds():
     events = search_run([_search(2480.0, 12.0), _search(2600.0, 18.0), _search(2300.0, 12.0)])
     report = build_report(events)
-    text = markdown.verdict_text(report["groups"][0]["cells"][0])
+    text = markdown.verdict_text(rows.config(report["groups"][0]["cells"][0]))
     assert text == "max sustainable 2,480 msgs/s (median of 3 repeats, held 12–18 s)"
     assert f"<td>{text}</td>" in html.render(report)
 
@@ -160,8 +160,8 @@ def test_a_search_stored_without_its_held_seconds_or_without_a_rate_says_only_wh
     [cell] = build_results(search_run([_search(2480.0, None)]))["cells"]
     assert verdict_cell(cell) == "max sustainable 2,480 msgs/s (4 steps)"
     report = build_report(search_run([_search(2480.0, None)]))
-    assert markdown.verdict_text(report["groups"][0]["cells"][0]) == "max sustainable 2,480 msgs/s"
+    assert markdown.verdict_text(rows.config(report["groups"][0]["cells"][0])) == "max sustainable 2,480 msgs/s"
     nothing = {**_search(2480.0, None), "max_sustainable_rate": None}
     report = build_report(search_run([nothing]))
-    assert markdown.verdict_text(report["groups"][0]["cells"][0]) == "no sustainable rate found"
+    assert markdown.verdict_text(rows.config(report["groups"][0]["cells"][0])) == "no sustainable rate found"
     assert re.search(r"held \d", markdown.render(report)) is None

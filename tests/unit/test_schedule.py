@@ -3,6 +3,7 @@
 import numpy as np
 import pytest
 
+from brokerbench.reports import rows
 from brokerbench.reports.markdown import startup_text
 from brokerbench.spec import SpecError, scaled, validate
 from brokerbench.worker import outcome
@@ -146,9 +147,9 @@ def test_a_startup_report_says_when_the_consumers_attached_after_a_late_count():
     records = [{"first_delivery_ns": 5_300_000_000, "backlog_received": 10, "backlog_last_ns": 5_500_000_000,
                 "bursts": {}}]
     on_time = {"broker_backlog": 10, "broker_messages": 10, "counted_s": 0.9}
-    text = startup_text(outcome.startup(shaped, 5 * S, 4 * S, records, on_time))
+    text = startup_text(rows.startup(outcome.startup(shaped, 5 * S, 4 * S, records, on_time)))
     assert "attached 1.000 s after the first send, when the broker held 10 msgs (10 unread" in text
     late = {**on_time, "counted_s": 1.25}  # counted 0.25 s after the consumers were due: they attached after it
-    text = startup_text(outcome.startup(shaped, 5 * S, 4 * S, records, late))
+    text = startup_text(rows.startup(outcome.startup(shaped, 5 * S, 4 * S, records, late)))
     assert "attached 1.250 s after the first send (due at 1.000 s; they wait for the broker's count" in text
     assert "first message 0.300 s after they were due" in text

@@ -133,13 +133,14 @@ def test_the_record_says_how_long_the_rate_found_held():
 
 
 def test_the_report_prints_how_long_the_rate_found_held_and_what_disagreed():
-    from brokerbench.reports import markdown, model
+    from brokerbench.reports import markdown, model, rows
 
     found = search(flaky(2000, lambda rate: rate == 1500), 1000)
     record = found.record()
     group = {"cells": [{"broker": "kafka", "format": "json", "repeat_numbers": [1], "searches": [record],
-                        "max_sustainable_rate": {"median": found.best.rate}}]}
-    [line] = markdown.search_lines(group)[:1]
+                        "max_sustainable_rate": {"median": found.best.rate}, "status": "completed",
+                        "sustainability": {"verdict": "search"}}]}
+    [line] = markdown.search_lines(rows.group(group))[:1]
     held = found.sustainable_for_s
     assert line.startswith(f"- kafka json repeat 1: maximum sustainable rate {found.best.rate:,.0f} msgs/s, "
                            f"sustainable for {held:,.0f} s (bracketed within 5%")

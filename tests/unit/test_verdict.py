@@ -340,10 +340,10 @@ def test_a_sustained_fifteen_percent_shortfall_fails_at_any_length():
 
 
 def test_the_stored_basis_and_the_reports_rules_carry_each_rules_minimum_n():
-    from brokerbench.reports import markdown
+    from brokerbench.reports import markdown, rows
     from brokerbench.reports.model import verdict_basis
 
     assert verdict_basis(1000, 10.0, False)["min_n"] == verdict.MIN_N
-    lines = markdown.rules_section({"rules": {"sustainability": verdict.RULE}})
+    lines = markdown.rules_section(rows.section({"rules": {"sustainability": verdict.RULE}}))
     assert any("minimum n, the fewest intervals at which it can fail: rate 3, backlog 4, latency trend 5" in line
                for line in lines)

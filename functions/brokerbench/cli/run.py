@@ -303,6 +303,7 @@ def cmd_cost(args) -> int:
     from rich.table import Table
 
     from ..cost import estimate_plan, hourly_text
+    from ..reports import rows
     from ..reports.markdown import cost_rows
     from ..spec import SpecError, validate
 
@@ -329,7 +330,7 @@ def cmd_cost(args) -> int:
         for column, justify in (("item", "left"), ("quantity", "right"), ("unit", "left"), ("unit price", "right"),
                                 ("cost", "right")):
             table.add_column(column, justify=justify)
-        for row in cost_rows(estimate):
+        for row in cost_rows(rows.cost(estimate)):
             table.add_row(*row)
         console.print(table)
         console.print(hourly_text(estimate["hourly"], estimate["currency"]), markup=False, highlight=False)

@@ -35,6 +35,7 @@ from .results import (ACCOUNTING_RULE, DURABILITY_RULE, LOSS_CLASSES, MISSING_CO
                       NOT_SENT_COUNTS_IN, NOT_SENT_RULE, SPECTRUM, SUMMARY_FIELDS, build_results, figures, figures_of,
                       merge_blobs, missing_of, with_missing)
 from .faults import by_setting, rows as fault_rows
+from .rows import ResultCell, result_cell
 from .stats import holm, median_ci, t_quantile, t_two_sided_p
 
 MIN_CLAIM_REPEATS = 3
@@ -145,25 +146,26 @@ def cell_verdict(cell: dict, intervals: list[dict], digest: dict | None = None) 
     A verdict stored with the digest stands when it was judged on what this report would judge it on, by
     the same rules; otherwise it is judged again from the digest's columns. (Only a verdict and its reasons
     are stored: `checks` is then empty.)"""
-    rate = cell["rate_target"]
+    cell = result_cell(cell)
+    rate = cell.rate_target
     if not isinstance(rate, (int, float)) and rate != "max":  # a rate search: its steps carry the verdicts
-        found, held = cell.get("max_sustainable_rate"), (cell.get("search") or {}).get("sustainable_for_s")
+        found, held = cell.max_sustainable_rate, cell.search.sustainable_for_s if cell.search else None
         text = f"maximum sustainable rate {found:,.0f} msgs/s" if found else "rate search"
         return {"verdict": "search", "reasons": [text + (f", sustainable for {held:,.0f} s" if found and held else "")],
                 "checks": {}}
     measured = len(digest["interval"]) if digest is not None else len(intervals)
-    if not measured and cell.get("verdict"):  # stored at cell time, but no intervals to recompute it from
-        return {"verdict": cell["verdict"], "reasons": cell.get("verdict_reasons", []), "checks": {}}
-    publish_only = cell.get("publish_only", False)
+    stored = {"verdict": cell.verdict, "reasons": cell.verdict_reasons, "checks": {}}
+    if not measured and cell.verdict:  # stored at cell time, but no intervals to recompute it from
+        return stored
     if digest is not None:
-        basis = verdict_basis(rate, cell.get("measured_s"), publish_only, cell.get("shaped", False))
-        if cell.get("verdict") and digest.get("judged") == basis:
-            return {"verdict": cell["verdict"], "reasons": cell.get("verdict_reasons", []), "checks": {}}
-        inputs = verdict.inputs_from_columns(digest, cell.get("measured_s"))
+        basis = verdict_basis(rate, cell.measured_s, cell.publish_only, cell.shaped)
+        if cell.verdict and digest.get("judged") == basis:
+            return stored
+        inputs = verdict.inputs_from_columns(digest, cell.measured_s)
     else:
-        inputs = verdict.interval_inputs(intervals, cell.get("measured_s"))
-    return verdict.sustainability(rate_target(rate), inputs, publish_only=publish_only, shaped=cell.get("shaped", False),
-                                  not_sent=cell.get("not_sent"), due=cell.get("due"))
+        inputs = verdict.interval_inputs(intervals, cell.measured_s)
+    return verdict.sustainability(rate_target(rate), inputs, publish_only=cell.publish_only, shaped=cell.shaped,
+                                  not_sent=cell.not_sent, due=cell.due)
 
 
 def combined_verdict(cells: list[dict], per_cell: dict[str, dict]) -> dict:
@@ -218,39 +220,40 @@ def _withheld(name: str, cells: list[dict], counts: dict[str, dict]) -> int | No
     return None
 
 
-def _lower_bound(name: str, done: list[dict], counts: dict[str, dict]) -> float | None:
+def _lower_bound(name: str, done: list[dict], typed: list[ResultCell], counts: dict[str, dict]) -> float | None:
     """When some repeat's figure is only a lower bound (missing messages at +infinity): the median over the
     repeats with each bound in place of its value, itself a lower bound of the median. None otherwise."""
     metric = METRICS[name]
-    if metric.stat is None or not any(metric.stat in ((c.get(metric.field) or {}).get("lower_bounds") or {})
-                                      for c in done):
+    if metric.stat is None:
         return None
-    values = [((c.get(metric.field) or {}).get("lower_bounds") or {}).get(metric.stat,
-              _read(c, name, counts[c["cell_id"]])) for c in done]
+    bounds = [getattr(t.latency(metric.field).lower_bounds, metric.stat) for t in typed]
+    if all(b is None for b in bounds):
+        return None
+    values = [_read(c, name, counts[c["cell_id"]]) if b is None else b for c, b in zip(done, bounds)]
     values = [v for v in values if v is not None]
     return float(statistics.median(values)) if values else None
 
 
-def _net_metrics(done: list[dict], by_repeat: dict, metrics: dict) -> dict:
+def _net_metrics(done: list[ResultCell], by_repeat: dict, metrics: dict) -> dict:
     """NET_METRICS of a configuration, over the repeats whose measured p50 counts: None unless each of them has its
     net figure (a repeat stored before the floor has none), and withheld where the measured p50 is."""
     out = {}
     for name, (measured, field) in NET_METRICS.items():
-        values = [(c.get(field) or {}).get("p50") for c, v in zip(done, by_repeat[measured]) if v is not None]
+        values = [c.latency(field).p50 for c, v in zip(done, by_repeat[measured]) if v is not None]
         out[name] = _median_ci(values if all(v is not None for v in values) else [])
-        if metrics[measured].get("withheld"):
+        if "withheld" in metrics[measured]:  # set only with the sample it needed
             out[name]["withheld"] = metrics[measured]["withheld"]
     return out
 
 
-def _codec_floor(done: list[dict]) -> dict | None:
+def _codec_floor(done: list[ResultCell]) -> dict | None:
     """The median call floor (codecs.floor) over the repeats, encode and decode, in ns; None when a repeat has
     none."""
-    floors = [c.get("codec_floor_ns") for c in done]
-    if not floors or any(not f for f in floors):
+    floors = [c.codec_floor_ns for c in done]
+    if not floors or any(f is None for f in floors):
         return None
-    return {"encode_ns": float(statistics.median(f["encode_ns"] for f in floors)),
-            "decode_ns": float(statistics.median(f["decode_ns"] for f in floors)), "n": len(floors)}
+    return {"encode_ns": float(statistics.median(f.encode_ns for f in floors)),
+            "decode_ns": float(statistics.median(f.decode_ns for f in floors)), "n": len(floors)}
 
 
 def _merged_latency(blob_maps: list[dict], cache: dict, missing: int = 0) -> dict:
@@ -289,33 +292,33 @@ def _merged_latency(blob_maps: list[dict], cache: dict, missing: int = 0) -> dic
     return merged
 
 
-def _missing(done: list[dict]) -> int:
+def _missing(done: list[ResultCell]) -> int:
     """The repeats' measured messages not received in time (sent - received), publish-only ones aside."""
-    return sum(missing_of({"sent": c["sent"], "received": c.get("received"), **({"missing": c["missing"]}
-                          if c.get("missing") is not None else {})}) for c in done)
+    return sum(missing_of({"sent": c.sent, "received": c.received, **({"missing": c.missing}
+                          if c.missing is not None else {})}) for c in done)
 
 
-def _total(done: list[dict], name: str) -> int | None:
+def _sum(values) -> int | None:
+    """The sum of the values that are known; None when none is."""
+    known = [v for v in values if v is not None]
+    return sum(known) if known else None
+
+
+def _total(done: list[ResultCell], name: str) -> int | None:
     """A count summed over the repeats that have it; None when none has."""
-    values = [c[name] for c in done if c.get(name) is not None]
-    return sum(values) if values else None
+    return _sum(getattr(c, name) for c in done)
 
 
-def _loss(done: list[dict]) -> dict:
+def _loss(done: list[ResultCell]) -> dict:
     """Loss classes summed over the repeats (None where no repeat could count that class)."""
-    out = {}
-    for name in LOSS_CLASSES:
-        values = [c.get(name, c.get("unacked") if name == "unacknowledged" else None) for c in done]
-        values = [v for v in values if v is not None]
-        out[name] = sum(values) if values else None
+    out = {name: _total(done, name) for name in LOSS_CLASSES if name != "unacknowledged"}
+    out["unacknowledged"] = _sum(c.unacknowledged_count for c in done)
+    out = {name: out[name] for name in LOSS_CLASSES}  # in the classes' order (report.json)
     for name in ("undelivered_or_lost", "residual"):  # unknown split of undelivered and lost; accounting errors
-        values = [c.get(name) for c in done if c.get(name) is not None]
-        out[name] = sum(values) if values else None
+        out[name] = _total(done, name)
     # A repeat whose broker could not tell its backlog leaves undelivered and lost unknown for the configuration.
-    out["backlog_unknown"] = any(c.get("undelivered_or_lost") and c.get("lost") is None for c in done)
-    differences = [c["broker_count"]["difference"] for c in done
-                   if isinstance(c.get("broker_count"), dict) and c["broker_count"].get("difference") is not None]
-    out["broker_count_difference"] = sum(differences) if differences else None
+    out["backlog_unknown"] = any(c.undelivered_or_lost and c.lost is None for c in done)
+    out["broker_count_difference"] = _sum(c.broker_count.difference for c in done if c.broker_count)
     return out
 
 
@@ -332,15 +335,15 @@ def _resources(done: list[dict]) -> dict | None:
                    "repeats": len(rs)} for name, rs in sorted(found.items())} or None
 
 
-def _host(done: list[dict]) -> dict:
+def _host(done: list[dict], typed: list[ResultCell]) -> dict:
     """The host under each repeat (brokerbench.host; None for repeats stored before it was read), the repeats it
     marked busy, and the highest CPU pressure and steal of any repeat."""
-    found = [c.get("host") for c in done]
-    busy = [c["repeat"] for c, h in zip(done, found) if h and h.get("busy")]
-    highest = lambda key: max((h[key] for h in found if h and h.get(key) is not None), default=None)  # noqa: E731
-    return {"repeats": found, "busy_repeats": busy, "cpu_pressure_pct_max": highest("cpu_pressure_pct"),
-            "steal_pct_max": highest("steal_pct"), "memory_pressure_pct_max": highest("memory_pressure_pct"),
-            "reasons": sorted({r for h in found if h and h.get("busy") for r in h.get("reasons") or []})}
+    seen = [c.host for c in typed if c.host is not None]
+    highest = lambda key: max((v for h in seen if (v := getattr(h, key)) is not None), default=None)  # noqa: E731
+    return {"repeats": [c.get("host") for c in done], "busy_repeats": [c.repeat for c in typed if c.busy],
+            "cpu_pressure_pct_max": highest("cpu_pressure_pct"), "steal_pct_max": highest("steal_pct"),
+            "memory_pressure_pct_max": highest("memory_pressure_pct"),
+            "reasons": sorted({r for h in seen if h.busy for r in h.reasons or []})}
 
 
 def busy_repeats(config: dict) -> list[int]:
@@ -361,25 +364,26 @@ def _configuration(cells: list[dict], completed_events: dict[str, dict], interva
                    digests: dict[str, dict], cache: dict) -> dict:
     first = cells[0]
     done = [c for c in cells if c["status"] == "completed"]
+    typed = [result_cell(c) for c in done]
     # Each histogram is decoded once (`cache`): for the exact merge and for the sample counts.
     blobs = {c["cell_id"]: {f: b for f, b in completed_events[c["cell_id"]]["histograms"].items() if b} for c in done}
     counts = {cid: {f: figures(b, cache).total for f, b in bs.items()} for cid, bs in blobs.items()}
     per_cell = {c["cell_id"]: cell_verdict(c, intervals.get(c["cell_id"], []), digests.get(c["cell_id"]))
                 for c in done}
     by_repeat = {name: [_read(c, name, counts[c["cell_id"]]) for c in done] for name in METRICS}
-    by_repeat["max_sustainable_rate"] = [c.get("max_sustainable_rate") for c in done]  # a rate search's result
+    by_repeat["max_sustainable_rate"] = [c.max_sustainable_rate for c in typed]  # a rate search's result
     metrics = {}
     for name in METRICS:
         metrics[name] = _median_ci(by_repeat[name])
         need = _withheld(name, done, counts)
         if need is not None and metrics[name]["median"] is None:
             metrics[name]["withheld"] = need
-        bound = _lower_bound(name, done, counts)
+        bound = _lower_bound(name, done, typed, counts)
         if bound is not None:  # a repeat's figure is only a lower bound: so is the configuration's, never a value
             metrics[name].update(median=None, ci_low=None, ci_high=None, lower_bound=bound)
-    metrics.update(_net_metrics(done, by_repeat, metrics))
-    loss = _loss(done)
-    publish_only = any(c.get("publish_only") for c in done)
+    metrics.update(_net_metrics(typed, by_repeat, metrics))
+    loss = _loss(typed)
+    publish_only = any(c.publish_only for c in typed)
     return {
         "key": config_key(first),
         "cell_ids": [c["cell_id"] for c in cells],
@@ -389,43 +393,42 @@ def _configuration(cells: list[dict], completed_events: dict[str, dict], interva
         "repeats": len(cells),
         "completed_repeats": len(done),
         "repeat_numbers": [c["repeat"] for c in done],
-        "order": [c.get("order") for c in cells],
-        "send_loop": ", ".join(sorted({c["send_loop"] for c in done if c.get("send_loop")})) or None,
-        "sender": ", ".join(sorted({c["sender"] for c in done if c.get("sender")})) or None,
+        "order": [c.order for c in map(result_cell, cells)],
+        "send_loop": ", ".join(sorted({c.send_loop for c in typed if c.send_loop})) or None,
+        "sender": ", ".join(sorted({c.sender for c in typed if c.sender})) or None,
         "latency_basis": "enqueue" if first["rate_target"] == "max" else
-                         (done[0].get("latency_basis", "intended") if done else "intended"),
+                         (typed[0].latency_basis if typed else "intended"),
         "metrics": metrics,
-        "codec_floor_ns": _codec_floor(done),
+        "codec_floor_ns": _codec_floor(typed),
         "values_by_repeat": by_repeat,
-        "latency": _merged_latency(list(blobs.values()), cache, _missing(done)),
+        "latency": _merged_latency(list(blobs.values()), cache, _missing(typed)),
         "sent": sum(c["sent"] for c in done),
         # due and never sent (the producers fell behind: worker.outcome); None when no repeat counted it
-        "not_sent": _total(done, "not_sent"),
-        "due": _total(done, "due"),
+        "not_sent": _total(typed, "not_sent"),
+        "due": _total(typed, "due"),
         "received": None if publish_only else sum(c["received"] for c in done),
         "lost": None if publish_only else loss["lost"],
         "loss": loss,
-        "has_loss": any(c.get("has_loss") for c in done) or any(loss[k] for k in LOSS_CLASSES),
+        "has_loss": any(c.has_loss for c in typed) or any(loss[k] for k in LOSS_CLASSES),
         "resources": _resources(done),
-        "host": _host(done),
+        "host": _host(done, typed),
         "limit": _limits(done),
         "sustainability": combined_verdict(cells, per_cell),
         # rates: ["sustainable"]: what each repeat's search found, and its steps.
-        "max_sustainable_rate": _median_ci([c.get("max_sustainable_rate") for c in done]),
+        "max_sustainable_rate": _median_ci(by_repeat["max_sustainable_rate"]),
         "searches": [c["search"] for c in done if c.get("search")],
         # a startup backlog or bursts (worker.outcome.startup and .bursts), per repeat
         **({"startups": [c.get("startup") for c in done], "bursts": [c.get("bursts") for c in done]}
-           if any(c.get("shaped") for c in done) else {}),
-        "intervals": [_series(c, intervals, digests) for c in done],
+           if any(c.shaped for c in typed) else {}),
+        "intervals": [_series(c, intervals, digests) for c in typed],
     }
 
 
-def _series(cell: dict, intervals: dict[str, list[dict]], digests: dict[str, dict]) -> dict:
+def _series(cell: ResultCell, intervals: dict[str, list[dict]], digests: dict[str, dict]) -> dict:
     """A completed cell's per-second series: from its digest when its intervals were not read."""
-    publish_only, measured_s = cell.get("publish_only", False), cell.get("measured_s")
-    if cell["cell_id"] in digests:
-        return series_from_columns(digests[cell["cell_id"]], publish_only, measured_s)
-    return interval_series(intervals.get(cell["cell_id"], []), publish_only, measured_s)
+    if cell.cell_id in digests:
+        return series_from_columns(digests[cell.cell_id], cell.publish_only, cell.measured_s)
+    return interval_series(intervals.get(cell.cell_id, []), cell.publish_only, cell.measured_s)
 
 
 def _median_ci(values: list) -> dict:

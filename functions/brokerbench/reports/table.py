@@ -14,6 +14,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from .. import host
+from ..figures import DELIVERED_SHARE_RULE, share_short, share_text
 from ..limit import CONSUMER_LEGEND, CONSUMER_MARK, LEGEND, MARK, client_bound, consumer_bound, rate_found_text
 from ..metrics import Metric, net_figures, sample_of, shown_in
 from ..registry import UnknownBroker, durability_label, for_target
@@ -138,6 +139,8 @@ def verdict_cell(cell: dict) -> str:
             return "rate ok (no verdict)" if kept_up else "[yellow]behind[/]"
     bound = f" · [yellow]{MARK}[/]" if client_bound(cell.get("limit")) else ""
     bound += f" · [yellow]{CONSUMER_MARK}[/]" if consumer_bound(cell.get("limit")) else ""
+    share = cell.get("delivered_share")
+    bound += f" · [red]{share_text(share)}[/]" if share_short(share) else ""
     return f"[{VERDICT_STYLE.get(verdict, 'white')}]{verdict}[/]{bound}{host_mark(cell)}"
 
 
@@ -154,6 +157,8 @@ def limit_note(results: dict) -> str | None:
     notes = [f"{mark}: {legend}" for mark, legend, bound in ((MARK, LEGEND, client_bound),
                                                             (CONSUMER_MARK, CONSUMER_LEGEND, consumer_bound))
              if any(bound(c.get("limit")) for c in results["cells"])]
+    if any(share_short(c.get("delivered_share")) for c in results["cells"]):
+        notes.append(DELIVERED_SHARE_RULE)
     return "; ".join(notes) or None
 
 

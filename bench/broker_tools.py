@@ -914,9 +914,10 @@ def run_services(stack: LocalStack, brokers: list[str], modes: list[str], args, 
                         before = os.getloadavg()
                         results[broker].update(measure(broker, endpoint, store, modes, args.trials, args.seconds))
                         results[broker]["load_average_1_5_15"] = _load(before)
-                    if args.drain:
-                        results[broker]["drain"] = measure_drain(endpoint, args.trials, args.drain) \
-                            if broker == "nats-jetstream" else measure_backlog(broker, endpoint, args.trials, args.drain)
+                    if args.drain and broker == "nats-jetstream":
+                        results[broker]["drain"] = measure_drain(endpoint, args.trials, args.drain)
+                    elif args.drain:
+                        results[broker]["drain"] = measure_backlog(broker, endpoint, args.trials, args.drain)
                         results[broker]["failed"] += results[broker]["drain"]["failed"]
                     if args.consume and broker in CONSUMER_TOOL_NAMES:
                         before = os.getloadavg()
@@ -986,7 +987,8 @@ def main(argv: list[str] | None = None) -> int:
                 result["consume"] = before["consume"]
             if not args.drain and before.get("drain"):
                 result["drain"] = before["drain"]
-        results = {b: (results.get(b) or kept[b]) for b in [*BROKERS, *CONSUME_ONLY, *kept] if b in results or b in kept}
+        order = [*BROKERS, *CONSUME_ONLY, *kept]
+        results = {b: (results.get(b) or kept[b]) for b in order if b in results or b in kept}
     document = {
         "when": when, "size_bytes": SIZE, "warmup_s": WARMUP_S, "seconds": args.seconds, "trials": args.trials,
         "machine": {"cpu": _cpu(), "cores": os.cpu_count(), "python": platform.python_version()},

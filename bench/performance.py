@@ -302,10 +302,11 @@ def _consume_tables(bt: dict) -> str:
     drains = [_drain_row(broker, b["drain"]) for broker, b in bt["brokers"].items()
               if b.get("drain") and broker != "nats-jetstream"]  # NATS's three ways are told above
     if drains:
-        text += "\n\nReading a preloaded backlog, no publisher running (`--drain N`), interleaved trial by trial:\n\n" + \
-            table(["broker (measured, trials)", "messages", "tool's consumer", "worker msgs/s (trials)",
-                   "tool msgs/s (trials)", "worker ÷ tool (medians)", "worker's CPU µs per message",
-                   "load average (1 min)"], drains, ["---", "---:", "---", "---:", "---:", "---:", "---:", "---"])
+        header = ["broker (measured, trials)", "messages", "tools (the publisher makes the backlog)",
+                  "worker msgs/s (trials)", "tool msgs/s (trials)", "worker ÷ tool (medians)",
+                  "worker's CPU µs per message", "load average (1 min)"]
+        text += ("\n\nReading a preloaded backlog, no publisher running (`--drain N`), interleaved trial by trial:\n\n"
+                 + table(header, drains, ["---", "---:", "---", "---:", "---:", "---:", "---:", "---"]))
     return text
 
 

@@ -88,9 +88,16 @@ def test_the_performance_page_has_a_table_per_broker_from_the_result_file():
     performance = load("performance")
     results = performance.load_results(REPO / "bench" / "results")
     section = performance.render_section("broker_tools", results)
-    for broker in results["broker_tools"]["brokers"]:
+    brokers = results["broker_tools"]["brokers"]
+    publishing = [b for b, r in brokers.items() if r.get("tool") is not None]  # Kafka, Redis: the consumer side only
+    for broker in publishing:
         assert f"**{performance.TOOL_BROKERS[broker]}**" in section
-    assert section.count("| max, batch |") == len(results["broker_tools"]["brokers"])
+    assert section.count("| max, batch |") == len(publishing)
+    for broker in (b for b, r in brokers.items() if r.get("drain") and b != "nats-jetstream"):
+        drain = brokers[broker]["drain"]  # a backlog row per broker read, with its ratio of medians
+        assert drain["ratio"] == drain["worker_median"] / drain["tool_median"]
+        assert f"| {performance.TOOL_BROKERS[broker]} ({drain['when']}, {drain['trials']} trials) | " \
+               f"{drain['messages']:,} |" in section
     measured = [b for b, r in results["broker_tools"]["brokers"].items() if r.get("consume")]
     for broker in measured:  # a consumer row per broker measured, with its ratio of medians
         consume = results["broker_tools"]["brokers"][broker]["consume"]["figures"]

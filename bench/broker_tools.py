@@ -50,7 +50,7 @@ import nats
 from brokerbench.events import new_run_id
 from brokerbench.events.dynamodb import DynamoEventStore
 from brokerbench.events.run import run_requested_events
-from brokerbench.local.install import BIN_DIR, CACHE_DIR, REPO_DIR, go_install, lib_dir
+from brokerbench.local.install import BIN_DIR, CACHE_DIR, REPO_DIR, go_install, install_debian, lib_dir
 from brokerbench.local.stack import EVENT_STORE, LocalStack
 from brokerbench.registry import get_driver
 from brokerbench.reports.results import build_results
@@ -520,6 +520,7 @@ def redis_consume_bin(log=step) -> Path:
     """bench/tools' C consume loop for Redis built (cc, Debian's libhiredis-dev) beside the Java loops."""
     binary = TOOLS_BUILD / "redis_consume"
     if not binary.is_file():
+        install_debian({"cc": "gcc"}, log, {"/usr/include/hiredis/hiredis.h": "libhiredis-dev"})
         log("building bench/tools' redis_consume (cc -lhiredis) ...")
         TOOLS_BUILD.mkdir(parents=True, exist_ok=True)
         subprocess.run(["cc", "-O2", "-o", str(binary), str(REDIS_CONSUME_C), "-lhiredis"], check=True,

@@ -13,11 +13,14 @@ Trials interleave (worker, tool, worker, tool ...), so a slow spell of the share
 worker's default send loop (BROKERBENCH_SEND_LOOP=auto) turns out native for a broker, the Python loop is run in the
 same trials too. The machine's load average before and after each broker is kept with its results.
 
-The consumer side (--consume, on by default), where the tool has a consumer (NATS: nats bench js fetch): a worker cell
-with one consumer at max against the tool's publisher and consumer run at once, interleaved; --drain N (NATS) reads
-a preloaded backlog of N messages with the worker's consumer, with nats-py's fetch and with nats bench's consumer.
+The consumer side (--consume, on by default), where the tool has a consumer (NATS: nats bench js fetch; Pulsar,
+RabbitMQ streams and quorum queues: bench/tools' PulsarConsume, StreamConsume and AmqpConsume with the worker's
+consumer settings): a worker cell with one consumer at max against the tool's publisher and consumer run at once,
+interleaved; --drain N (NATS) reads a preloaded backlog of N messages with the worker's consumer, with nats-py's fetch
+and with nats bench's consumer.
 
-usage: .venv/bin/python bench/broker_tools.py [--brokers nats-jetstream,pulsar,rabbitmq-streams,rabbitmq-quorum]
+usage: .venv/bin/python bench/broker_tools.py [--brokers nats-jetstream,pulsar,rabbitmq-streams,rabbitmq-quorum,kafka,
+           redis-streams]
            [--modes max,single] [--trials 2] [--seconds 5] [--out bench/results/broker_tools.json] [--merge]
            [--no-consume] [--drain 200000]
 
@@ -29,6 +32,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import hashlib
 import json
 import os
 import platform
@@ -46,7 +50,7 @@ import nats
 from brokerbench.events import new_run_id
 from brokerbench.events.dynamodb import DynamoEventStore
 from brokerbench.events.run import run_requested_events
-from brokerbench.local.install import BIN_DIR, CACHE_DIR, REPO_DIR, go_install, lib_dir
+from brokerbench.local.install import BIN_DIR, CACHE_DIR, REPO_DIR, go_install, install_debian, lib_dir
 from brokerbench.local.stack import EVENT_STORE, LocalStack
 from brokerbench.registry import get_driver
 from brokerbench.reports.results import build_results
@@ -55,14 +59,27 @@ from brokerbench.worker.cell import run_cell
 from brokerbench.worker.resources import ResourceSampler, summarize
 
 BROKERS = ("nats-jetstream", "pulsar", "rabbitmq-streams", "rabbitmq-quorum")
-SERVICE = {"nats-jetstream": "nats", "pulsar": "pulsar", "rabbitmq-streams": "rabbitmq", "rabbitmq-quorum": "rabbitmq"}
+# Kafka and Redis Streams: the consumer side only (their publishing side is bench/harness.py's).
+CONSUME_ONLY = ("kafka", "redis-streams")
+SERVICE = {"nats-jetstream": "nats", "pulsar": "pulsar", "rabbitmq-streams": "rabbitmq", "rabbitmq-quorum": "rabbitmq",
+           "kafka": "kafka", "redis-streams": "redis"}
 MODES = {"max": "batch", "single": "single"}  # the CLI's names -> the run spec's delivery mode (both at rate max)
 SIZE = 1024
 WARMUP_S = 1
 OWNER = "broker-tools"  # the services this script starts are marked so, and only those are stopped
 NATSCLI = ("natscli", "github.com/nats-io/natscli/nats", "github.com/nats-io/natscli", "0.5.0")
 TOOLS_DIR = Path(__file__).with_name("tools")
-TOOLS_BUILD = CACHE_DIR / "tools" / "broker-tools"
+
+def _sources_digest() -> str:
+    """A digest of bench/tools' pom, Java and C sources: each version of them is built into a folder of its own, so
+    checkouts with different sources sharing one cache never run each other's builds."""
+    digest = hashlib.sha256()
+    for source in sorted([TOOLS_DIR / "pom.xml", *TOOLS_DIR.rglob("*.java"), *TOOLS_DIR.rglob("*.c")]):
+        digest.update(source.relative_to(TOOLS_DIR).as_posix().encode() + b"\0" + source.read_bytes())
+    return digest.hexdigest()[:12]
+
+
+TOOLS_BUILD = CACHE_DIR / "tools" / f"broker-tools-{_sources_digest()}"
 PULSAR_MAVEN_SETTINGS = REPO_DIR / "functions" / "brokerbench" / "brokers" / "pulsar" / "maven-settings.xml"
 # What each broker's own tool is, as the results and the page name it.
 TOOL_NAMES = {"nats-jetstream": "nats bench js pub (natscli 0.5.0)",
@@ -71,7 +88,20 @@ TOOL_NAMES = {"nats-jetstream": "nats bench js pub (natscli 0.5.0)",
               "rabbitmq-quorum": "amqp-client loop (com.rabbitmq:amqp-client 5.37.1, confirms)"}
 # The consumer side's tools: the tool's publisher at max and its consumer at once.
 CONSUMER_TOOL_NAMES = {"nats-jetstream": "nats bench js pub async + nats bench js fetch (natscli 0.5.0)",
-                       "pulsar": "Pulsar Java client loops, publish + consume (pulsar-client 4.0.7)"}
+                       "pulsar": "Pulsar Java client loops, publish + consume (pulsar-client 4.0.7)",
+                       "rabbitmq-streams": "stream-client loops, publish + consume (com.rabbitmq:stream-client 0.23.0)",
+                       "rabbitmq-quorum": "amqp-client loops, publish + consume, manual acks (com.rabbitmq:amqp-client "
+                                          "5.37.1)"}
+CONSUMER_TOOL_NAMES.update({
+    "kafka": "ProducerPerformance + ConsumerPerformance (kafka-tools 4.1.1, the installed Kafka's)",
+    "redis-streams": "redis-benchmark XADD + a bare XREADGROUP/XACK loop over hiredis (C, bench/tools)"})
+# The first guess of the Kafka and Redis tools' publishers (msgs/s): they run a count, not a time; later trials take
+# the last trial's rate.
+COUNT_GUESS = {"kafka": 150_000, "redis-streams": 60_000}
+REDIS_CONSUME_C = TOOLS_DIR / "src" / "main" / "c" / "redis_consume.c"
+# The quorum-queue consume loop's acknowledgements: one `multiple` ack per this many deliveries (PerfTest's
+# --multi-ack-every); the worker acknowledges each poll's deliveries in one, a poll bringing what the prefetch let come.
+AMQP_ACK_EVERY = 100
 # A consumer cell's producer at max sends for the cell's seconds faster than one consumer takes it: the cell waits up
 # to this long for the rest, and its throughput counts what came in time over the time it took.
 DRAIN_S = 30
@@ -135,11 +165,10 @@ def worker_figures(cell: dict) -> dict:
 
 # -- the tools -----------------------------------------------------------------------------------
 def build_java_tools(log=step) -> Path:
-    """bench/tools' Java sources compiled (and the RabbitMQ clients copied) into .cache/tools/broker-tools, again
-    whenever a source or the pom is newer than the build."""
-    sources = [TOOLS_DIR / "pom.xml", *TOOLS_DIR.rglob("*.java")]
+    """bench/tools' Java sources compiled (and the RabbitMQ clients copied) into .cache/tools/broker-tools-<digest of
+    the sources>, once per version of them."""
     stamp = TOOLS_BUILD / "built"
-    if stamp.is_file() and all(s.stat().st_mtime <= stamp.stat().st_mtime for s in sources):
+    if stamp.is_file():
         return TOOLS_BUILD
     log("building bench/tools (mvn) ...")
     subprocess.run(["mvn", "-q", "-B", "-s", str(PULSAR_MAVEN_SETTINGS), "-f", str(TOOLS_DIR / "pom.xml"),
@@ -191,8 +220,23 @@ def stopped(process: subprocess.Popen) -> None:
 def sampled(cmd: list[str], broker_pids: list[int], skip_s: float, timeout_s: float,
             others: dict[str, list[int]] | None = None) -> tuple[str, dict]:
     """Run a tool, sampling its CPU and the broker's (and `others`', each group's as <name>_cpu_pct) every 0.5 s
-    after its first skip_s (start-up, warm-up)."""
-    process = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    after its first skip_s (start-up, warm-up). Its output goes to a file, read when it ends: a tool that prints as it
+    goes (redis-benchmark's progress, even with -q) stopped once a pipe nobody read was full."""
+    with tempfile.TemporaryFile("w+") as output:
+        process = subprocess.Popen(cmd, stdout=output, stderr=subprocess.STDOUT, text=True)
+        samples = _sample(process, cmd, broker_pids, skip_s, timeout_s, others)
+        output.seek(0)
+        out = output.read()
+    if process.returncode != 0:
+        raise RuntimeError(f"{' '.join(cmd[:3])} ... exited {process.returncode}: {out[-800:]}")
+    cpu = summarize([{k: v for k, v in s.items() if v["rss_mb"] > 0} for s in samples[:-1]]) if len(samples) > 1 else {}
+    return out, {f"{group}_cpu_pct": (cpu.get(group) or {}).get("cpu_pct_mean")
+                 for group in ("tool", "broker", *(others or {}))}
+
+
+def _sample(process: subprocess.Popen, cmd: list[str], broker_pids: list[int], skip_s: float, timeout_s: float,
+            others: dict[str, list[int]] | None) -> list[dict]:
+    """The CPU samples of `process` (sampled's), until it ends; killed and an error after timeout_s."""
     samples, sampler, deadline = [], None, time.monotonic() + timeout_s
     started = time.monotonic()
     while process.poll() is None and time.monotonic() < deadline:
@@ -205,12 +249,7 @@ def sampled(cmd: list[str], broker_pids: list[int], skip_s: float, timeout_s: fl
         process.kill()
         process.wait()
         raise TimeoutError(f"{cmd[0]} did not end within {timeout_s:.0f} s")
-    out = process.stdout.read()
-    if process.returncode != 0:
-        raise RuntimeError(f"{' '.join(cmd[:3])} ... exited {process.returncode}: {out[-800:]}")
-    cpu = summarize([{k: v for k, v in s.items() if v["rss_mb"] > 0} for s in samples[:-1]]) if len(samples) > 1 else {}
-    return out, {f"{group}_cpu_pct": (cpu.get(group) or {}).get("cpu_pct_mean")
-                 for group in ("tool", "broker", *(others or {}))}
+    return samples
 
 
 def nats_tool(endpoint: dict, client: dict, mode: str, seconds: float, guess: float) -> dict:
@@ -386,11 +425,14 @@ def pulsar_jvm(build: Path) -> list[str]:
     return [*JVM, f"-Dlog4j2.configurationFile={quiet}", "-cp", f"{build / 'classes'}:{lib_dir('pulsar')}/*"]
 
 
-def java_publish(broker: str, endpoint: dict, client: dict, driver, topic: str, mode: str, seconds: float) -> list:
-    """The command of a bench/tools publish loop on `topic`'s one lane, with the worker's settings."""
+def java_publish(broker: str, endpoint: dict, client: dict, driver, topic: str, mode: str, seconds: float,
+                 messages: int = 0) -> list:
+    """The command of a bench/tools publish loop on `topic`'s one lane, with the worker's settings; with `messages`,
+    a backlog of that many (no warm-up: every one counted, and the loop stops once they are acknowledged)."""
     build = build_java_tools()
+    warmup = 0 if messages else WARMUP_S
     common = ["--mode", "max" if mode == "batch" else "single", "--size", str(SIZE), "--seconds", str(seconds),
-              "--warmup", str(WARMUP_S), "--window", str(window(broker, mode, client))]
+              "--warmup", str(warmup), "--window", str(window(broker, mode, client)), "--messages", str(messages)]
     if broker == "pulsar":
         settings = driver.producer_settings("batch")
         return [*pulsar_jvm(build), "bench.PulsarPublish", "--url", endpoint["service_url"],
@@ -423,25 +465,42 @@ def java_tool(broker: str, endpoint: dict, client: dict, mode: str, seconds: flo
             "output": [line for line in out.splitlines() if line.startswith("{")][-1]}
 
 
-def pulsar_consume_tool(endpoint: dict, client: dict, seconds: float) -> dict:
-    """bench/tools' Pulsar consume loop (PulsarConsume: the worker's subscription and prefetch, a cumulative
-    acknowledgement per POLL_MAX) subscribed first, then its publish loop at max (batch mode) on the same partition,
-    as a worker cell with one consumer runs them: the consumer's msgs/s from its first message to its last."""
-    from brokerbench.brokers.pulsar.driver import POLL_MAX, RECEIVER_QUEUE
+def java_consume(broker: str, endpoint: dict, client: dict, driver, topic: str, seconds: float) -> list[str]:
+    """The command of a bench/tools consume loop on `topic`'s one lane, with the worker's consumer settings."""
+    build = build_java_tools()
+    until = ["--idle", "3", "--limit", str(60 + 3 * seconds)]
+    if broker == "pulsar":
+        from brokerbench.brokers.pulsar.driver import POLL_MAX, RECEIVER_QUEUE
 
-    driver = get_driver("pulsar", endpoint, client)
+        return [*pulsar_jvm(build), "bench.PulsarConsume", "--url", endpoint["service_url"],
+                "--topic", driver.partitions_of(topic, range(1))[0], "--subscription", "tool",
+                "--receiver-queue", str(RECEIVER_QUEUE), "--ack-every", str(POLL_MAX), *until]
+    from brokerbench.brokers.rabbitmq.amqp import lane_queue
+
+    classpath = ["-cp", f"{build / 'classes'}:{build / 'lib'}/*"]
+    if broker == "rabbitmq-streams":
+        return [*JVM, *classpath, "bench.StreamConsume", "--host", endpoint["host"], "--port",
+                str(endpoint["stream_port"]), "--stream", lane_queue(topic, 0), "--credit",
+                str(client["rabbitmq_prefetch"]), *until]
+    return [*JVM, *classpath, "bench.AmqpConsume", "--host", endpoint["host"], "--port", str(endpoint["amqp_port"]),
+            "--queue", lane_queue(topic, 0), "--prefetch", str(client["rabbitmq_prefetch"]),
+            "--ack-every", str(AMQP_ACK_EVERY), *until]
+
+
+def java_consume_tool(broker: str, endpoint: dict, client: dict, seconds: float) -> dict:
+    """A bench/tools consume loop (the worker's consumer settings: java_consume) subscribed first, then the broker's
+    publish loop at max (batch mode) on the same lane, as a worker cell with one consumer runs them: the consumer's
+    msgs/s from its first message to its last, every acknowledged message received."""
+    driver = get_driver(broker, endpoint, client)
     topic = f"tool-{new_run_id()}"
     driver.create_topic(topic, 1)
-    consume = [*pulsar_jvm(build_java_tools()), "bench.PulsarConsume", "--url", endpoint["service_url"],
-               "--topic", driver.partitions_of(topic, range(1))[0], "--subscription", "tool",
-               "--receiver-queue", str(RECEIVER_QUEUE), "--ack-every", str(POLL_MAX), "--idle", "3",
-               "--limit", str(60 + 3 * seconds)]
-    consumer = subprocess.Popen(consume, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    consumer = subprocess.Popen(java_consume(broker, endpoint, client, driver, topic, seconds),
+                                stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
     try:
         line = consumer.stdout.readline()  # after it subscribed: it reads from the first message sent
         if line.strip() != "subscribed":
-            raise RuntimeError(f"PulsarConsume did not subscribe: {line!r}")
-        publish = java_publish("pulsar", endpoint, client, driver, topic, "batch", seconds)
+            raise RuntimeError(f"the consume loop did not subscribe: {line!r}")
+        publish = java_publish(broker, endpoint, client, driver, topic, "batch", seconds)
         published, cpu = sampled(publish, endpoint.get("pids") or [], 1.5 + WARMUP_S, 120 + 2 * seconds,
                                  {"consumer": [consumer.pid]})
         out = consumer.communicate(timeout=120)[0]
@@ -451,10 +510,209 @@ def pulsar_consume_tool(endpoint: dict, client: dict, seconds: float) -> dict:
     result = json.loads([x for x in out.splitlines() if x.startswith("{")][-1])
     sent = parse_java_tool(published)
     if result["msgs_per_s"] is None or result["received"] < sent["acked"]:
-        raise ValueError(f"PulsarConsume received {result['received']:,} of {sent['acked']:,} acknowledged: {out}")
+        raise ValueError(f"the consume loop received {result['received']:,} of {sent['acked']:,} acknowledged: {out}")
     return {"msgs_per_s": result["msgs_per_s"], "publisher_msgs_per_s": sent["msgs_per_s"],
             "consumer_cpu_pct": cpu.get("consumer_cpu_pct"), "broker_cpu_pct": cpu["broker_cpu_pct"],
             "output": [x for x in out.splitlines() if x.startswith("{")][-1]}
+
+
+def redis_consume_bin(log=step) -> Path:
+    """bench/tools' C consume loop for Redis built (cc, Debian's libhiredis-dev) beside the Java loops."""
+    binary = TOOLS_BUILD / "redis_consume"
+    if not binary.is_file():
+        install_debian({"cc": "gcc"}, log, {"/usr/include/hiredis/hiredis.h": "libhiredis-dev"})
+        log("building bench/tools' redis_consume (cc -lhiredis) ...")
+        TOOLS_BUILD.mkdir(parents=True, exist_ok=True)
+        subprocess.run(["cc", "-O2", "-o", str(binary), str(REDIS_CONSUME_C), "-lhiredis"], check=True,
+                       capture_output=True, text=True)
+    return binary
+
+
+def parse_consumer_performance(out: str) -> float:
+    """ConsumerPerformance's summary (a header "start.time, end.time, ..., fetch.nMsg.sec" and one CSV line): the
+    consumer's msgs/s once it had joined its group (fetch.nMsg.sec; nMsg.sec counts the join too)."""
+    lines = [line for line in out.splitlines() if line.count(",") >= 9]
+    if len(lines) < 2 or "fetch.nMsg.sec" not in lines[-2]:
+        raise ValueError(f"no ConsumerPerformance summary in its output: {out[-500:]!r}")
+    fields = dict(zip((f.strip() for f in lines[-2].split(",")), (v.strip() for v in lines[-1].split(","))))
+    return float(fields["fetch.nMsg.sec"])
+
+
+def kafka_consume_tool(endpoint: dict, client: dict, seconds: float, guess: float) -> dict:
+    """Kafka's own tools on one new topic of one partition at once: ConsumerPerformance (its group's consumer from
+    the earliest offset, the worker's fetch sizes) started first, then ProducerPerformance at max with the worker's
+    producer settings, as many records as the last trial's publisher sent in the trial's seconds."""
+    driver = get_driver("kafka", endpoint, client)
+    topic = f"tool-{new_run_id()}"
+    driver.create_topic(topic, 1)
+    bootstrap, records = endpoint["bootstrap_servers"], max(1000, int(guess * seconds))
+    config = TOOLS_BUILD / f"consumer-{topic}.properties"
+    config.parent.mkdir(parents=True, exist_ok=True)
+    config.write_text("fetch.max.bytes=67108864\nmax.partition.fetch.bytes=16777216\n")  # the worker's (driver.py)
+    kafka_cp = ["java", "-Xmx512m", "-cp", f"{lib_dir('kafka')}/*"]
+    consume = [*kafka_cp, "org.apache.kafka.tools.ConsumerPerformance", "--bootstrap-server", bootstrap, "--topic",
+               topic, "--messages", str(records), "--timeout", "30000", "--group", f"tool-{topic}",
+               "--consumer.config", str(config)]
+    publish = [*kafka_cp, "org.apache.kafka.tools.ProducerPerformance", "--topic", topic, "--num-records",
+               str(records), "--record-size", str(SIZE), "--throughput", "-1", "--producer-props",
+               f"bootstrap.servers={bootstrap}", f"acks={client['acks']}", f"linger.ms={client['linger_ms']}",
+               f"batch.size={client['batch_bytes']}", f"compression.type={client['compression']}"]
+    output = tempfile.TemporaryFile("w+")  # read when it ends (sampled)
+    consumer = subprocess.Popen(consume, stdout=output, stderr=subprocess.STDOUT, text=True)
+    try:
+        published, cpu = sampled(publish, endpoint.get("pids") or [], 1.0, 120 + 3 * seconds,
+                                 {"consumer": [consumer.pid]})
+        consumer.wait(timeout=120)
+        output.seek(0)
+        out = output.read()
+    finally:
+        stopped(consumer)
+        output.close()
+        config.unlink(missing_ok=True)
+        driver.delete_topic(topic, 1)
+    if consumer.returncode != 0:
+        raise RuntimeError(f"ConsumerPerformance exited {consumer.returncode}: {out[-800:]}")
+    sent = [line for line in published.splitlines() if "records sent" in line][-1]
+    return {"msgs_per_s": parse_consumer_performance(out),
+            "publisher_msgs_per_s": float(re.search(r"([\d.]+) records/sec", sent).group(1)),
+            "consumer_cpu_pct": cpu.get("consumer_cpu_pct"), "broker_cpu_pct": cpu["broker_cpu_pct"],
+            "messages": records, "output": out.strip().splitlines()[-1]}
+
+
+def redis_consume_tool(endpoint: dict, client: dict, seconds: float, guess: float) -> dict:
+    """bench/tools' C XREADGROUP/XACK loop (COUNT read_count, a batch's XACK written with the next read, as the
+    worker's consumer) on a new stream with its group made first, then redis-benchmark's XADD at once (one
+    connection, pipeline_depth at a time, as the worker's producer), as many as the last trial's sent in the trial's
+    seconds."""
+    from brokerbench.brokers.redis_streams.driver import stream_key
+
+    key, records = stream_key(f"tool-{new_run_id()}", 0), max(1000, int(guess * seconds))
+    host, port = endpoint.get("host", "127.0.0.1"), str(endpoint["port"])
+    consume = [str(redis_consume_bin()), host, port, key, "tool", str(client["read_count"]), "3",
+               str(60 + 3 * seconds)]
+    publish = ["redis-benchmark", "-h", host, "-p", port, "-c", "1", "-P", str(client["pipeline_depth"]), "-n",
+               str(records), "-q", "XADD", key, "*", "f", "v" * SIZE]
+    consumer = subprocess.Popen(consume, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        line = consumer.stdout.readline()
+        if line.strip() != "subscribed":
+            raise RuntimeError(f"redis_consume did not make its group: {line!r}")
+        published, cpu = sampled(publish, endpoint.get("pids") or [], 0.5, 120 + 3 * seconds,
+                                 {"consumer": [consumer.pid]})
+        out = consumer.communicate(timeout=120)[0]
+    finally:
+        stopped(consumer)
+        subprocess.run(["redis-cli", "-h", host, "-p", port, "DEL", key], capture_output=True, timeout=60)
+    result = json.loads([x for x in out.splitlines() if x.startswith("{")][-1])
+    rate = re.search(r"([\d.]+) requests per second", published.replace("\r", "\n"))
+    if result["msgs_per_s"] is None or result["received"] < records:
+        raise ValueError(f"redis_consume received {result['received']:,} of {records:,} sent: {out}")
+    return {"msgs_per_s": result["msgs_per_s"], "publisher_msgs_per_s": float(rate.group(1)) if rate else None,
+            "consumer_cpu_pct": cpu.get("consumer_cpu_pct"), "broker_cpu_pct": cpu["broker_cpu_pct"],
+            "messages": records, "output": [x for x in out.splitlines() if x.startswith("{")][-1]}
+
+
+def preload_backlog(broker: str, endpoint: dict, client: dict, driver, topic: str, messages: int) -> None:
+    """`messages` 1 KB messages on `topic`'s one lane, every one acknowledged, by the broker's own publisher
+    (ProducerPerformance, redis-benchmark with the worker's two fields, bench/tools' Java loops)."""
+    if broker == "kafka":
+        out = subprocess.run(["java", "-Xmx512m", "-cp", f"{lib_dir('kafka')}/*",
+                              "org.apache.kafka.tools.ProducerPerformance", "--topic", topic, "--num-records",
+                              str(messages), "--record-size", str(SIZE), "--throughput", "-1", "--producer-props",
+                              f"bootstrap.servers={endpoint['bootstrap_servers']}", "acks=all"],
+                             capture_output=True, text=True, timeout=600)
+        if out.returncode != 0:
+            raise RuntimeError(f"ProducerPerformance exited {out.returncode}: {out.stdout[-500:]}{out.stderr[-500:]}")
+        return
+    if broker == "redis-streams":
+        from brokerbench.brokers.redis_streams.driver import stream_key
+
+        host, port = endpoint.get("host", "127.0.0.1"), str(endpoint["port"])
+        # the worker's entry: a header field and a payload field (its consumer reads both)
+        subprocess.run(["redis-benchmark", "-h", host, "-p", port, "-c", "1", "-P", str(client["pipeline_depth"]),
+                        "-n", str(messages), "-q", "XADD", stream_key(topic, 0), "*", "h", "0" * 24, "d",
+                        "v" * SIZE], check=True, capture_output=True, timeout=600)
+        return
+    cmd = java_publish(broker, endpoint, client, driver, topic, "batch", 600, messages)
+    result = parse_java_tool(subprocess.run(cmd, capture_output=True, text=True, timeout=660).stdout)
+    if result["acked"] < messages:
+        raise RuntimeError(f"the backlog holds {result['acked']:,} acknowledged of {messages:,}")
+
+
+def backlog_read(broker: str, endpoint: dict, client: dict, messages: int, how: str) -> dict:
+    """A new topic preloaded with `messages` (preload_backlog), read to its end by one consumer, with no publisher
+    running: `worker`, the worker's consumer (the driver's, through its polls, as a cell reads), or `tool`, the
+    broker's tool's consumer (java_consume, ConsumerPerformance, redis_consume). msgs/s from the first delivery to
+    the last (the messages after the first poll's; ConsumerPerformance: once it joined its group), and the worker's
+    CPU per message (this process, every thread: a client library's I/O threads too)."""
+    driver = get_driver(broker, endpoint, client)
+    topic = f"drain-{new_run_id()}"
+    driver.create_topic(topic, 1)
+    try:
+        preload_backlog(broker, endpoint, client, driver, topic, messages)
+        if how == "tool":
+            return {"msgs_per_s": _tool_reads(broker, endpoint, client, driver, topic, messages),
+                    "cpu_us_per_msg": None}
+        consumer = driver.consumer(topic, f"drain-{topic}", [0])
+        try:
+            got, first, last, cpu, start = 0, None, None, time.process_time(), time.perf_counter()
+            while got < messages and time.perf_counter() - start < 300:
+                batch = len(consumer.poll(0.05))
+                if batch:
+                    last = time.perf_counter()
+                    first, first_poll = (last, batch) if first is None else (first, first_poll)
+                    got += batch
+            cpu = time.process_time() - cpu
+        finally:
+            consumer.close()
+        if got < messages or last is None or last <= first:
+            raise RuntimeError(f"the worker's consumer read {got:,} of {messages:,} within 300 s")
+        return {"msgs_per_s": (got - first_poll) / (last - first), "cpu_us_per_msg": cpu / got * 1e6}
+    finally:
+        driver.delete_topic(topic, 1)
+
+
+def _tool_reads(broker: str, endpoint: dict, client: dict, driver, topic: str, messages: int) -> float:
+    """The broker's tool's consumer reading a preloaded backlog of `messages`: its msgs/s."""
+    if broker == "kafka":
+        out = subprocess.run(["java", "-Xmx512m", "-cp", f"{lib_dir('kafka')}/*",
+                              "org.apache.kafka.tools.ConsumerPerformance", "--bootstrap-server",
+                              endpoint["bootstrap_servers"], "--topic", topic, "--messages", str(messages),
+                              "--timeout", "30000", "--group", f"tool-{topic}"],
+                             capture_output=True, text=True, timeout=600)
+        return parse_consumer_performance(out.stdout)
+    if broker == "redis-streams":
+        from brokerbench.brokers.redis_streams.driver import stream_key
+
+        cmd = [str(redis_consume_bin()), endpoint.get("host", "127.0.0.1"), str(endpoint["port"]),
+               stream_key(topic, 0), "tool", str(client["read_count"]), "3", "300"]
+    else:
+        cmd = java_consume(broker, endpoint, client, driver, topic, 300)
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=600).stdout
+    result = json.loads([x for x in out.splitlines() if x.startswith("{")][-1])
+    if result["msgs_per_s"] is None or result["received"] < messages:
+        raise ValueError(f"the tool's consumer received {result['received']:,} of {messages:,}: {out[-500:]}")
+    return result["msgs_per_s"]
+
+
+def measure_backlog(broker: str, endpoint: dict, trials_n: int, messages: int) -> dict:
+    """A backlog read by the worker's consumer and by the tool's, interleaved trial by trial (backlog_read)."""
+    client = run_spec(broker, "batch", 1, 1)["client"]
+    trials, before = Trials(), os.getloadavg()
+    for trial in range(1, trials_n + 1):
+        for how in ("worker", "tool"):
+            step(f"{broker} drain {messages:,}: trial {trial}/{trials_n}: {how}")
+            trials.run(how, trial, backlog_read, broker, endpoint, client, messages, how)
+
+    def of(series: str, key: str) -> list:
+        return [None if t is None else t.get(key) for t in trials.series.get(series, [])]
+
+    worker, tool_rates = of("worker", "msgs_per_s"), of("tool", "msgs_per_s")
+    return {"messages": messages, "trials": trials_n, "tool": CONSUMER_TOOL_NAMES[broker],
+            "when": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "load_average_1_5_15": _load(before),
+            "worker_msgs_per_s": worker, "tool_msgs_per_s": tool_rates, "worker_median": median(worker),
+            "tool_median": median(tool_rates), "ratio": _ratio(median(worker), median(tool_rates)),
+            "worker_cpu_us_per_msg": of("worker", "cpu_us_per_msg"), "failed": trials.failed}
 
 
 def tool(broker: str, endpoint: dict, client: dict, mode: str, seconds: float, guess: float) -> dict:
@@ -538,8 +796,12 @@ def consumer_figures(cell: dict) -> dict:
 def consume_tool(broker: str, endpoint: dict, client: dict, seconds: float, guess: float) -> dict:
     if broker == "nats-jetstream":
         return nats_consume_tool(endpoint, client, seconds, guess)
-    if broker == "pulsar":
-        return pulsar_consume_tool(endpoint, client, seconds)
+    if broker in ("pulsar", "rabbitmq-streams", "rabbitmq-quorum"):
+        return java_consume_tool(broker, endpoint, client, seconds)
+    if broker == "kafka":
+        return kafka_consume_tool(endpoint, client, seconds, guess)
+    if broker == "redis-streams":
+        return redis_consume_tool(endpoint, client, seconds, guess)
     raise NotImplementedError(f"no consumer of {broker}'s own tool here")
 
 
@@ -547,7 +809,7 @@ def measure_consume(broker: str, endpoint: dict, store, trials_n: int, seconds: 
     """One broker's consumer trials, interleaved: the worker with one consumer at max (batch mode), the tool's
     publisher and consumer at once, ..., then the figures."""
     client = run_spec(broker, "batch", seconds)["client"]
-    trials, guess = Trials(), NATS_GUESS["batch"]
+    trials, guess = Trials(), COUNT_GUESS.get(broker, NATS_GUESS["batch"])
     for trial in range(1, trials_n + 1):
         step(f"{broker} consume: trial {trial}/{trials_n}: worker, consumers 1")
         cell = trials.run("consume/worker", trial, worker_cell, endpoint, store, broker, "batch", seconds, "auto", 1)
@@ -640,21 +902,23 @@ def run_services(stack: LocalStack, brokers: list[str], modes: list[str], args, 
                 stack.up([service], owner=OWNER, log=log)
             except Exception as exc:  # noqa: BLE001 (a server that does not start costs its brokers, not the run)
                 for broker in (b for b in brokers if SERVICE[b] == service):
-                    results[broker] = {"tool": TOOL_NAMES[broker], "modes": {}, "load_average_1_5_15": None,
+                    results[broker] = {"tool": TOOL_NAMES.get(broker), "modes": {}, "load_average_1_5_15": None,
                                        "failed": [{"name": f"{service} server", "trial": 0,
                                                    "reason": f"{type(exc).__name__}: {exc}"[:1000]}]}
                 continue
             try:
                 endpoint = stack.endpoint(service)  # with its pids: the cells and the tools sample its CPU
                 for broker in (b for b in brokers if SERVICE[b] == service):
-                    results[broker] = {"tool": TOOL_NAMES[broker], "modes": {}, "failed": [],
+                    results[broker] = {"tool": TOOL_NAMES.get(broker), "modes": {}, "failed": [],  # None: consume only
                                        "server": {"service": service, "version": endpoint.get("version")}}
-                    if modes:
+                    if modes and broker in TOOL_NAMES:
                         before = os.getloadavg()
                         results[broker].update(measure(broker, endpoint, store, modes, args.trials, args.seconds))
                         results[broker]["load_average_1_5_15"] = _load(before)
                     if args.drain and broker == "nats-jetstream":
                         results[broker]["drain"] = measure_drain(endpoint, args.trials, args.drain)
+                    elif args.drain:
+                        results[broker]["drain"] = measure_backlog(broker, endpoint, args.trials, args.drain)
                         results[broker]["failed"] += results[broker]["drain"]["failed"]
                     if args.consume and broker in CONSUMER_TOOL_NAMES:
                         before = os.getloadavg()
@@ -670,23 +934,24 @@ def run_services(stack: LocalStack, brokers: list[str], modes: list[str], args, 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--brokers", default=",".join(BROKERS))
+    parser.add_argument("--brokers", default=",".join((*BROKERS, *CONSUME_ONLY)),
+                        help=f"{', '.join(CONSUME_ONLY)}: the consumer side only")
     parser.add_argument("--modes", default="max,single", help="the publish-only modes ('' for none)")
     parser.add_argument("--consume", action=argparse.BooleanOptionalAction, default=True,
                         help="the consumer side too: the worker with one consumer against the tool's consumer")
     parser.add_argument("--trials", type=int, default=2)
     parser.add_argument("--seconds", type=float, default=5)
     parser.add_argument("--drain", type=int, default=0, metavar="MESSAGES",
-                        help="NATS: also read a preloaded backlog of this many messages with the worker's consumer, "
-                             "with nats-py's fetch and with nats bench (bench/results' nats_consumer_drain)")
+                        help="also read a preloaded backlog of this many messages with the worker's consumer and with "
+                             "the tool's (NATS: nats-py's fetch too)")
     parser.add_argument("--out", default=str(REPO_DIR / "bench" / "results" / "broker_tools.json"))
     parser.add_argument("--merge", action="store_true",
                         help="keep the other brokers' results in --out; replace those of the brokers measured")
     args = parser.parse_args(argv)
     brokers, modes = args.brokers.split(","), [m for m in args.modes.split(",") if m]
     for name in brokers:
-        if name not in BROKERS:
-            parser.error(f"--brokers: {name!r} is not one of {', '.join(BROKERS)}")
+        if name not in SERVICE:
+            parser.error(f"--brokers: {name!r} is not one of {', '.join(SERVICE)}")
     for name in modes:
         if name not in MODES:
             parser.error(f"--modes: {name!r} is not one of {', '.join(MODES)}")
@@ -694,6 +959,8 @@ def main(argv: list[str] | None = None) -> int:
         natscli()
     if set(brokers) - {"nats-jetstream"}:
         build_java_tools()
+    if "redis-streams" in brokers and args.consume:
+        redis_consume_bin()
     when, load_before = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), os.getloadavg()
     log = lambda m: print(m, file=sys.stderr)  # noqa: E731
     with tempfile.TemporaryDirectory(prefix="brokerbench-tools-") as tmp:
@@ -721,7 +988,8 @@ def main(argv: list[str] | None = None) -> int:
                 result["consume"] = before["consume"]
             if not args.drain and before.get("drain"):
                 result["drain"] = before["drain"]
-        results = {b: (results.get(b) or kept[b]) for b in [*BROKERS, *kept] if b in results or b in kept}
+        order = [*BROKERS, *CONSUME_ONLY, *kept]
+        results = {b: (results.get(b) or kept[b]) for b in order if b in results or b in kept}
     document = {
         "when": when, "size_bytes": SIZE, "warmup_s": WARMUP_S, "seconds": args.seconds, "trials": args.trials,
         "machine": {"cpu": _cpu(), "cores": os.cpu_count(), "python": platform.python_version()},

@@ -204,7 +204,7 @@ def _sleeping_loop(before: dict) -> str:
 # ---- each broker's load generator against its own tool (bench/broker_tools.py) ------------------------------------
 
 TOOL_BROKERS = {"nats-jetstream": "NATS JetStream", "pulsar": "Pulsar", "rabbitmq-streams": "RabbitMQ streams",
-                "rabbitmq-quorum": "RabbitMQ quorum queues"}
+                "rabbitmq-quorum": "RabbitMQ quorum queues", "kafka": "Kafka", "redis-streams": "Redis Streams"}
 
 
 def _trials(values: list) -> str:
@@ -295,9 +295,29 @@ def _consume_tables(bt: dict) -> str:
     missing = [TOOL_BROKERS.get(broker, broker) for broker, b in bt["brokers"].items() if not b.get("consume")]
     text = table(header, rows, align) if rows else "Not measured yet."
     if missing:
-        text += (f"\n\nNot measured against a tool's consumer: {', '.join(missing)} (no trials in the result file; "
-                 "RabbitMQ's Java loops have no consumer side yet).")
+        text += f"\n\nNot measured against a tool's consumer: {', '.join(missing)} (no trials in the result file)."
+    drains = [_drain_row(broker, b["drain"]) for broker, b in bt["brokers"].items()
+              if b.get("drain") and broker != "nats-jetstream"]  # NATS's three ways are told above
+    if drains:
+        header = ["broker (measured, trials)", "messages", "tools (the publisher makes the backlog)",
+                  "worker msgs/s (trials)", "tool msgs/s (trials)", "worker ÷ tool (medians)",
+                  "worker's CPU µs per message", "load average (1 min)"]
+        text += ("\n\nReading a preloaded backlog, no publisher running (`--drain N`), interleaved trial by trial:\n\n"
+                 + table(header, drains, ["---", "---:", "---", "---:", "---:", "---:", "---:", "---"]))
     return text
+
+
+def _drain_row(broker: str, d: dict) -> list[str]:
+    """One broker's backlog reads (bench/broker_tools.py measure_backlog)."""
+    def with_median(values: list, middle) -> str:
+        return f"{_trials(values)} (median **{count(middle)}**)" if middle is not None else _trials(values)
+
+    cpu = [v for v in d["worker_cpu_us_per_msg"] if v is not None]
+    load = d["load_average_1_5_15"]
+    return [f"{TOOL_BROKERS.get(broker, broker)} ({d['when']}, {d['trials']} trials)", f"{d['messages']:,}", d["tool"],
+            with_median(d["worker_msgs_per_s"], d["worker_median"]),
+            with_median(d["tool_msgs_per_s"], d["tool_median"]), f"**{ratio(d['ratio'])}**",
+            f"{statistics.median(cpu):.1f}" if cpu else "–", f"{load['before'][0]:.1f} → {load['after'][0]:.1f}"]
 
 
 def broker_tools(results: dict) -> dict:
@@ -311,6 +331,8 @@ def broker_tools(results: dict) -> dict:
     align = ["---", "---:", "---:", "---:", "---:", "---", "---:", "---:", "---", "---"]
     tables = []
     for broker, b in bt["brokers"].items():
+        if b.get("tool") is None and not b["modes"]:  # measured on the consumer side only (Kafka, Redis Streams)
+            continue
         if not b["modes"]:
             tables.append(f"**{TOOL_BROKERS.get(broker, broker)}**: not measured (see Failed below).")
             continue

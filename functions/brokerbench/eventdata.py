@@ -404,6 +404,7 @@ class CellCompleted(Strict, kw_only=True):
     encoded_bytes: float
     delivery_window_s: float | None | UnsetType = UNSET
     delivery_window_start_s: float | None | UnsetType = UNSET
+    delivery_window_end: Literal["last_delivery", "drain_end"] | UnsetType = UNSET
     broker_count: BrokerCount | None | UnsetType = UNSET
     latency_basis: Literal["intended", "enqueue"] | UnsetType = UNSET
     verdict: CellVerdict | UnsetType = UNSET

@@ -52,6 +52,35 @@ ACCOUNTING_RULE = (
     "unknown)\", never as loss. What the classes leave over (residual) is shown as an accounting error."
 )
 
+# A cell with consumers that delivered in time less than this share of what it sent: its rate is that of the smaller
+# part of its messages, and the tables say so beside it ("delivered 1.5% of sent"). Where the broker still held the
+# rest, the rate is already taken up to when the drain gave up (worker.outcome.delivery); the share tells the rest
+# apart too (lost, late, or a backlog the broker could not tell), and says how little the figure rests on.
+DELIVERED_SHARE_FLOOR = 0.5
+DELIVERED_SHARE_RULE = (
+    "A cell with consumers takes its rate over the time from its first delivery to its last, or to when the drain "
+    "gave up where measured messages were still queued at the broker for the consumers (they had those to read "
+    "until then). A cell that delivered in time less than {floor:.0%} of what it sent is marked \"delivered N% of "
+    "sent\": its rate is that of the smaller part of its messages."
+).format(floor=DELIVERED_SHARE_FLOOR)
+
+
+def delivered_share(delivered: int | None, sent: int | None, consumed: bool) -> float | None:
+    """delivered / sent for a cell with consumers; None for a publish-only cell or one that sent nothing."""
+    if not consumed or not sent or delivered is None:
+        return None
+    return round(delivered / sent, 6)
+
+
+def share_short(share: float | None) -> bool:
+    """Whether a cell delivered in time too small a share of what it sent for its rate to speak for it."""
+    return share is not None and share < DELIVERED_SHARE_FLOOR
+
+
+def share_text(share: float) -> str:
+    """'delivered 1.5% of sent' (two significant digits below 10%)."""
+    return f"delivered {share:.1%} of sent" if share < 0.1 else f"delivered {share:.0%} of sent"
+
 
 # Percentiles of a latency spectrum (reports.model), figured with each histogram's summary.
 SPECTRUM = (50.0, 75.0, 90.0, 95.0, 99.0, 99.5, 99.9, 99.95, 99.99, 100.0)
@@ -315,6 +344,8 @@ def cell_result(cell: dict, end: dict | None, cache: dict | None = None) -> dict
         "measured_s": seconds,
         "delivery_window_s": round(window, 6),
         "delivery_window_start_s": data.get("delivery_window_start_s"),
+        "delivery_window_end": data.get("delivery_window_end"),  # None: stored before it was recorded
+        "delivered_share": delivered_share(delivered, totals["sent"], consumed),
         "latency_basis": data.get("latency_basis", "intended"),
         "warmup": data.get("warmup"),
         "resources": data.get("resources"),  # CPU and memory of the workers and a local broker (worker/resources.py)

@@ -88,9 +88,16 @@ def test_the_performance_page_has_a_table_per_broker_from_the_result_file():
     performance = load("performance")
     results = performance.load_results(REPO / "bench" / "results")
     section = performance.render_section("broker_tools", results)
-    for broker in results["broker_tools"]["brokers"]:
+    brokers = results["broker_tools"]["brokers"]
+    publishing = [b for b, r in brokers.items() if r.get("tool") is not None]  # Kafka, Redis: the consumer side only
+    for broker in publishing:
         assert f"**{performance.TOOL_BROKERS[broker]}**" in section
-    assert section.count("| max, batch |") == len(results["broker_tools"]["brokers"])
+    assert section.count("| max, batch |") == len(publishing)
+    for broker in (b for b, r in brokers.items() if r.get("drain") and b != "nats-jetstream"):
+        drain = brokers[broker]["drain"]  # a backlog row per broker read, with its ratio of medians
+        assert drain["ratio"] == drain["worker_median"] / drain["tool_median"]
+        assert f"| {performance.TOOL_BROKERS[broker]} ({drain['when']}, {drain['trials']} trials) | " \
+               f"{drain['messages']:,} |" in section
     measured = [b for b, r in results["broker_tools"]["brokers"].items() if r.get("consume")]
     for broker in measured:  # a consumer row per broker measured, with its ratio of medians
         consume = results["broker_tools"]["brokers"][broker]["consume"]["figures"]
@@ -102,3 +109,17 @@ def test_the_performance_page_has_a_table_per_broker_from_the_result_file():
         assert f"Not measured against a tool's consumer: {', '.join(others)}" in section
     del results["broker_tools"]
     assert "Not measured yet." in performance.render_section("broker_tools", results)
+
+
+# ConsumerPerformance of the installed Kafka 4.1.1 (kafka-tools), its summary as printed (the values from a run here).
+CONSUMER_PERFORMANCE = ("start.time, end.time, data.consumed.in.MB, MB.sec, data.consumed.in.nMsg, nMsg.sec, "
+                        "rebalance.time.ms, fetch.time.ms, fetch.MB.sec, fetch.nMsg.sec\n"
+                        "2026-11-29 06:02:08:658, 2026-11-29 06:02:48:016, 292.9688, 7.4437, 300000, 7622.3385, 9900, "
+                        "29458, 9.9453, 10183.9908\n")
+
+
+def test_consumer_performance_gives_its_rate_once_it_joined_its_group(broker_tools):
+    # fetch.nMsg.sec: 300,000 over the 29.458 s of fetching (nMsg.sec counts the 9.9 s group join too)
+    assert broker_tools.parse_consumer_performance(CONSUMER_PERFORMANCE) == pytest.approx(300_000 / 29.458, rel=1e-4)
+    with pytest.raises(ValueError, match="ConsumerPerformance summary"):
+        broker_tools.parse_consumer_performance("WARN [Consumer clientId=perf-consumer-client] Connection refused\n")

@@ -93,6 +93,60 @@ def test_throughput_is_the_measured_messages_at_the_rate_they_came():
     assert outcome.delivery([producer(1)], [consumer(0)], True, 0, {**MEASURED, "received": 0})["window_s"] is None
 
 
+def test_a_consumer_that_stalls_with_messages_waiting_is_counted_until_the_drain_gave_up():
+    # The Pulsar cell that read 21.5k msgs/s: 491,329 sent from 4 s on, 7,296 delivered between 5 s and 5.34 s, then
+    # nothing; the drain gave up at 40 s with 471,572 still queued at the broker for the consumer (its backlog).
+    stalled = [{**consumer(7296, last=int(5.34 * SECOND)), "first_intended_ns": 4 * SECOND,
+                "first_delivery_ns": 5 * SECOND, "first_poll_measured": 1}]
+    counts = outcome.totals([producer(491_329)], stalled, {**MEASURED, "acked": 491_329}, consumed=True,
+                            queued=471_572)
+    assert counts["undelivered"] == 471_572 and outcome.waiting(counts)
+    measured = {**MEASURED, "received": 7296}
+    by_last = outcome.delivery([producer(491_329)], stalled, True, 4 * SECOND, measured)
+    assert by_last["window_end"] == "last_delivery" and 7296 / by_last["window_s"] > 20_000  # the rate it never kept
+    figures = outcome.delivery([producer(491_329)], stalled, True, 4 * SECOND, measured, 40 * SECOND)
+    assert figures["window_end"] == "drain_end"
+    # from the first delivery (reaching back one gap of the 0.34 s burst for the first poll's message) to the drain's
+    # end at 40 s: 35 s, about 208 msgs/s
+    assert figures["window_s"] == pytest.approx(35 + 0.34 / 7295, rel=1e-9)
+    assert 7296 / figures["window_s"] == pytest.approx(208.46, abs=0.01)
+    # A drain end before the last delivery (a late command's stamp racing the last poll) never shortens the window.
+    assert outcome.delivery([producer(491_329)], stalled, True, 4 * SECOND, measured,
+                            int(5.2 * SECOND))["window_s"] == pytest.approx(by_last["window_s"])
+
+
+def test_only_messages_the_broker_still_held_extend_the_window():
+    # Lost messages (acknowledged, no longer queued: a fault) were never there to read, nor is a backlog the broker
+    # could not tell; a cell that delivered everything had nothing left; a publish-only cell has no consumers.
+    lost = outcome.totals([producer(1000)], [consumer(900)], {**MEASURED, "acked": 1000}, consumed=True, queued=0)
+    unknown = outcome.totals([producer(1000)], [consumer(900)], {**MEASURED, "acked": 1000}, consumed=True,
+                             queued=None)
+    whole = outcome.totals([producer(1000)], [consumer(1000)], {**MEASURED, "acked": 1000}, consumed=True, queued=0)
+    alone = outcome.totals([producer(1000)], [], {**MEASURED, "acked": 1000}, consumed=False)
+    assert (lost["lost"], unknown["undelivered_or_lost"]) == (100, 100)
+    assert not any(outcome.waiting(c) for c in (lost, unknown, whole, alone))
+    acks = [acked(1000, 4 * SECOND, 4 * SECOND + 1000, 1, 5 * SECOND)]
+    publish_only = outcome.delivery(acks, [], False, 4 * SECOND, {**MEASURED, "sent": 1000, "acked": 1000},
+                                    40 * SECOND)
+    assert publish_only["window_end"] == "last_delivery" and publish_only["window_s"] == pytest.approx(1.0)
+
+
+def test_a_small_delivered_share_is_said_beside_the_rate():
+    from brokerbench.figures import DELIVERED_SHARE_FLOOR, delivered_share, share_short, share_text
+    from brokerbench.reports.table import limit_note, verdict_cell
+
+    share = delivered_share(7296, 491_329, consumed=True)
+    assert share == pytest.approx(7296 / 491_329, abs=1e-6) and share_short(share)
+    assert share_text(share) == "delivered 1.5% of sent"
+    assert delivered_share(500, 1000, consumed=True) == DELIVERED_SHARE_FLOOR and not share_short(0.5)
+    assert delivered_share(10, 10, consumed=False) is None and delivered_share(0, 0, consumed=True) is None
+    cell = {"rate_target": "max", "verdict": "max-rate", "limit": None, "delivered_share": share}
+    assert "delivered 1.5% of sent" in verdict_cell(cell)
+    assert "of sent" not in verdict_cell({**cell, "delivered_share": 0.97})
+    assert "less than 50%" in limit_note({"cells": [cell]})
+    assert limit_note({"cells": [{**cell, "delivered_share": None}]}) is None
+
+
 def test_a_warm_up_backlog_counts_neither_its_time_nor_the_burst_that_ends_it():
     # Behind a capped broker the warm-up backlog is still being delivered when the measured messages are due: a
     # consumer held by a quota gets bursts of 200 a second; the burst at 10 s ends the warm-up and brings the

@@ -495,6 +495,7 @@ class ResultCell(Row, kw_only=True):
     due: int | None = None
     missing: int | None = None
     has_loss: bool = False
+    delivered_share: Number = None  # delivered / sent (figures.delivered_share)
 
     def latency(self, field: str) -> LatencyObject:
         """A latency field's object, empty where the cell has none."""

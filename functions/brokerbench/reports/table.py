@@ -17,6 +17,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from .. import host
+from ..figures import DELIVERED_SHARE_RULE, share_short, share_text
 from ..limit import CONSUMER_LEGEND, CONSUMER_MARK, LEGEND, MARK, client_bound, consumer_bound, rate_found_text
 from ..metrics import Metric, net_figures, sample_of, shown_in
 from ..registry import UnknownBroker, durability_label, for_target
@@ -145,6 +146,7 @@ def verdict_cell(cell: dict | ResultCell) -> str:
             return "rate ok (no verdict)" if kept_up else "[yellow]behind[/]"
     bound = f" · [yellow]{MARK}[/]" if client_bound(cell.limit) else ""
     bound += f" · [yellow]{CONSUMER_MARK}[/]" if consumer_bound(cell.limit) else ""
+    bound += f" · [red]{share_text(cell.delivered_share)}[/]" if share_short(cell.delivered_share) else ""
     return f"[{VERDICT_STYLE.get(verdict, 'white')}]{verdict}[/]{bound}{host_mark(cell)}"
 
 
@@ -161,6 +163,8 @@ def limit_note(results: dict) -> str | None:
     notes = [f"{mark}: {legend}" for mark, legend, bound in ((MARK, LEGEND, client_bound),
                                                             (CONSUMER_MARK, CONSUMER_LEGEND, consumer_bound))
              if any(bound(c.limit) for c in map(result_cell, results["cells"]))]
+    if any(share_short(c.delivered_share) for c in map(result_cell, results["cells"])):
+        notes.append(DELIVERED_SHARE_RULE)
     return "; ".join(notes) or None
 
 

@@ -282,6 +282,7 @@ class _CellRun:
         # brokerbench.limit judges on. `sending` reads them from the measured start; `sent` is what they used.
         self.sending: CpuSpan | None = None
         self.sent: dict | None = None
+        self.drain_gave_up_ns: int | None = None  # when the drain stopped waiting for what had not arrived
         self.attach_due: int | None = None  # a startup backlog: when the consumers attach (the broker is asked then)
         self.at_attach: dict | None = None
         self.figures: dict = {}  # producer connection -> ProducerFigures: its intervals' figures, worked out here
@@ -585,6 +586,8 @@ class _CellRun:
                 if drain.wants_backlog(time.monotonic()):
                     drain.backlog(self._group_backlog(), time.monotonic())
                 for command in drain.decide(time.monotonic()):
+                    if command[0] == "late":  # the drain gave up: what is not in by now is not in time
+                        self.drain_gave_up_ns = time.monotonic_ns()
                     for conn in consumers:
                         if conn not in done:
                             outbox.send(conn, command)
@@ -759,7 +762,8 @@ class _CellRun:
         if reason is not None:
             return self.fail(reason, {"totals": counts, "broker_count": broker_count, "warmup": self._warmup_record()})
         delivered = outcome.delivery(producers, consumers, consumed, self.timing["measure_start"],
-                                     self.aggregator.totals)
+                                     self.aggregator.totals,
+                                     self.drain_gave_up_ns if outcome.waiting(counts) else None)
         shaped = schedule.shaped(cell)
         basis = verdict_basis(cell["rate"], schedule_s, not consumed, shaped)  # what the verdict is judged on
         judged = verdict.sustainability(basis["target"], verdict.interval_inputs(self.series, schedule_s),
@@ -773,6 +777,7 @@ class _CellRun:
             "delivery_window_s": delivered["window_s"],
             # where the window starts (outcome.delivery), from the start of measurement
             "delivery_window_start_s": (delivered["window_start_ns"] - self.timing["measure_start"]) / SECOND_NS,
+            **({"delivery_window_end": delivered["window_end"]} if delivered["window_end"] else {}),
             "encoded_bytes": self.encoded_bytes, "send_loop": self.send_loop, "codec_floor_ns": self.codec_floor,
             **({"sender": self.sender} if self.sender else {}),
             "send_thread_nice": _nice(producers),

@@ -9,6 +9,8 @@ messages of the same poll is in neither.
 from __future__ import annotations
 
 import gc
+import queue
+import threading
 import time
 from array import array
 from dataclasses import dataclass
@@ -160,6 +162,36 @@ def _await_go(conn, consumer, partitions: set[int], idle_when_probed: bool) -> t
             told = True
 
 
+class _Forwarder:
+    """What the consumer tells the parent while it reads (interval snapshots, warm-up windows, drain progress), sent in
+    order by a thread of its own: the poll loop only hands it over. An interval's snapshot holds every measured
+    message's latencies (24 bytes each: a megabyte a second at 40k msgs/s), far more than a pipe holds, and a parent
+    busy with its other processes reads it late: written from the poll loop, the consumer stopped reading until then
+    (a quarter of a Pulsar consumer's samples, py-spy, in the pipe write of `close_interval`). The write releases the
+    GIL, so the loop polls on meanwhile. A parent that closed the pipe (the cell ended) is not written to again."""
+
+    def __init__(self, conn) -> None:
+        self._conn = conn
+        self._queue: queue.SimpleQueue = queue.SimpleQueue()
+        self._thread = threading.Thread(target=self._run, name="consumer-forwarder", daemon=True)
+        self._thread.start()
+
+    def send(self, message: tuple) -> None:
+        self._queue.put(message)
+
+    def _run(self) -> None:
+        while (message := self._queue.get()) is not None:
+            try:
+                self._conn.send(message)
+            except OSError:  # BrokenPipeError and the like
+                return
+
+    def close(self) -> None:
+        """Everything handed over is sent (the connection has one writer again)."""
+        self._queue.put(None)
+        self._thread.join()
+
+
 def _run(conn, task: ConsumerTask) -> None:
     began_ns = time.monotonic_ns()  # the interpreter is up and this module imported (the parent logs the phases)
     cell = task.cell
@@ -193,171 +225,175 @@ def _run(conn, task: ConsumerTask) -> None:
     timing, early = _await_go(conn, consumer, set(task.partitions), bool(cell.get("backlog")))
     if timing is None:
         return
-    if early:  # the first messages can arrive before "go" is read: they are the cell's too
-        polls.extend((clock(), len(early)))
-        chunks.append(timed_decode(decode, early, headers))
-    shape = ShapeFigures(cell, timing["t_start"]) if shaped(cell) else None
-    # A startup backlog builds up at the broker while the consumers hold (fetch nothing) until attach_ns, and until
-    # the parent has taken the broker's count of it ("attach": on a loaded host the count can come late, and it
-    # must find nothing read). A consumer that reads "go" late holds all the same.
-    attach = timing.get("attach_ns")
-    holding = attach is not None
-    counted = False
-    if holding:
-        consumer.hold(True)
-    measure_start = timing["measure_start"]  # provisional while the warm-up waits to be steady
-    fault_at, span = timing.get("fault_at_ns"), timing["t_end"] - timing["measure_start"]
-    idle_ns = 0  # time in polls that waited for messages, from the measured start to the schedule's end (limit.py)
-    if fault_at is not None:
-        receipts.from_ns = measure_start + fault_at
-    interval = -1
-    next_boundary = measure_start
-    # Adaptive warm-up: the end-to-end p99 of each half second goes to the parent, which says when
-    # measurement starts ("measure"). While warming, messages are processed only right after the control
-    # pipe was read, so none that is already measured can be taken for warm-up.
-    warming = timing.get("warmup_until_steady", False)
-    warm_window, next_warm = 0, timing["t_start"] + WARM_WINDOW_NS
-    warm_parts: list[tuple[np.ndarray, np.ndarray]] = []  # (delivered at, end-to-end ns) of warm-up messages
-    draining = False  # the producers are done: tell the parent how many distinct messages arrived
-    next_progress = 0
-    late_until = None
-    not_acked: dict = {}  # producer id -> its measured sequence numbers never acknowledged
-
-    def process() -> None:
-        if not headers:
-            return
-        framed = unpack_many(headers)
-        records = np.frombuffer(b"".join(chunks), dtype=np.int64).reshape(-1, 4)
-        stamps = np.array(polls, dtype=np.int64).reshape(-1, 2)  # a copy: `polls` is cleared below
-        received_at = np.repeat(stamps[:, 0], stamps[:, 1])  # each message's receipt: its poll's return
-        if (framed["producer"] == PROBE_PRODUCER).any():  # a readiness probe delivered again: never counted
-            keep = framed["producer"] != PROBE_PRODUCER
-            framed, records, received_at = framed[keep], records[keep], received_at[keep]
-        t0, t1, partitions, lengths = records.T
-        decoded = t1 - t0
-        fresh = accounting.add_many(framed["producer"].astype(np.int64), framed["seq"].astype(np.int64), partitions)
-        intended = framed["intended_ns"].astype(np.int64)
-        measured = fresh & (intended >= measure_start)  # duplicates and warm-up are counted, not measured
-        totals["distinct"] += int(fresh.sum())
-        if receipts.from_ns is not None:
-            receipts.add(received_at[fresh])
-        if shape is not None:
-            shape.add(framed["producer"][fresh].astype(np.int64), framed["seq"][fresh].astype(np.int64),
-                      received_at[fresh])
-        delivery_ns = received_at - intended
-        if warming:
-            warming_up = fresh & ~measured
-            warm_parts.append((received_at[warming_up], (delivery_ns + decoded)[warming_up]))
-        headers.clear()
-        chunks.clear()
-        del polls[:]
-        count = int(measured.sum())
-        if late:
-            totals["late"] += count
-            return
-        warm = fresh & ~measured
-        delivery_parts.append(delivery_ns[measured])
-        e2e_parts.append((delivery_ns + decoded)[measured])
-        decode_parts.append(decoded[measured])
-        counters["received"] += count
-        counters["bytes"] += int(lengths[measured].sum())
-        totals["received"] += count
-        if warm.any():
-            last = int(received_at[warm].max())
-            totals["last_warmup_ns"] = max(totals["last_warmup_ns"] or last, last)
-        if count:
-            if totals["first_delivery_ns"] is None:  # the first poll that brought measured messages
-                at = received_at[measured]
-                totals["first_delivery_ns"] = int(at.min())
-                totals["first_poll_measured"] = int(np.count_nonzero(at == at.min()))
-            last, first = int(received_at[measured].max()), int(intended[measured].min())
-            totals["last_delivery_ns"] = max(totals["last_delivery_ns"] or last, last)
-            totals["first_intended_ns"] = min(totals["first_intended_ns"] or first, first)
-
-    def close_interval() -> None:
-        nonlocal interval, next_boundary
-        process()
-        consumer.commit()  # the broker-side backlog (end offsets - committed) follows this consumer
-        snapshot = {"counters": dict(counters), "values": {
-            "end_to_end_latency_us": b"".join(part.tobytes() for part in e2e_parts),
-            "delivery_latency_us": b"".join(part.tobytes() for part in delivery_parts),
-            "decode_ns": b"".join(part.tobytes() for part in decode_parts)}}
-        e2e_parts.clear()
-        delivery_parts.clear()
-        decode_parts.clear()
-        counters.update(received=0, bytes=0)
-        if interval >= 0:
-            conn.send(("interval", interval, snapshot))
-        interval += 1
-        next_boundary = measure_start + (interval + 1) * SECOND_NS
-
-    def report_warm_windows(now: int) -> None:
-        nonlocal warm_window, next_warm, warm_parts
-        process()
-        at = np.concatenate([p[0] for p in warm_parts] or [np.empty(0, np.int64)])
-        e2e = np.concatenate([p[1] for p in warm_parts] or [np.empty(0, np.int64)])
-        while now >= next_warm:
-            here = at < next_warm
-            p99 = float(np.percentile(e2e[here], 99)) / 1000 if here.any() else None
-            conn.send(("warm", (warm_window, p99, int(here.sum()))))
-            at, e2e = at[~here], e2e[~here]
-            warm_window, next_warm = warm_window + 1, next_warm + WARM_WINDOW_NS
-        warm_parts = [(at, e2e)]
-
-    while True:
-        if conn.poll():
-            command, payload = conn.recv()
-            if command == "measure":  # the warm-up is over: measurement starts at `payload`
-                warming = False
-                warm_parts.clear()
-                measure_start = next_boundary = payload
-                if fault_at is not None:
-                    receipts.from_ns = measure_start + fault_at
-            elif command == "not_acked":  # the producers' measured messages never acknowledged
-                not_acked = payload
-            elif command == "attach":  # the broker's count of the startup backlog is taken
-                counted = True
-            elif command == "expect":
-                draining = True
-            elif command == "late":  # the drain deadline passed: what still comes is late
-                process()
-                late = True
-                late_until = clock() + int(payload * SECOND_NS)
-            elif command == "stop":
-                break
-        now = clock()
-        if warming and now >= next_warm:
-            report_warm_windows(now)
-        if late_until is not None and now >= late_until:
-            break
-        if draining and now >= next_progress:
-            process()
-            conn.send(("progress", totals["distinct"]))
-            next_progress = now + PROGRESS_EVERY_NS
+    forwarder = _Forwarder(conn)  # from here on, the parent is told through it (its "done" after it closed)
+    try:
+        if early:  # the first messages can arrive before "go" is read: they are the cell's too
+            polls.extend((clock(), len(early)))
+            chunks.append(timed_decode(decode, early, headers))
+        shape = ShapeFigures(cell, timing["t_start"]) if shaped(cell) else None
+        # A startup backlog builds up at the broker while the consumers hold (fetch nothing) until attach_ns, and until
+        # the parent has taken the broker's count of it ("attach": on a loaded host the count can come late, and it
+        # must find nothing read). A consumer that reads "go" late holds all the same.
+        attach = timing.get("attach_ns")
+        holding = attach is not None
+        counted = False
         if holding:
-            if now < attach or not counted:
-                conn.poll(min(POLL_TIMEOUT_S, (attach - now) / SECOND_NS) if now < attach else POLL_TIMEOUT_S)
-                if clock() >= next_boundary:
-                    close_interval()
-                continue
-            consumer.hold(False)
-            holding = False
-        asked = clock()
-        messages = consumer.poll(POLL_TIMEOUT_S)
-        polled = clock()  # every message of this poll was received by now: its receipt, before any decode
-        if len(messages) <= 1 and not warming and asked < measure_start + span:
-            # a poll that brought nothing, or the one message it waited for: idle while measured (limit.py)
-            idle_ns += max(0, min(polled, measure_start + span) - max(asked, measure_start))
-        if polled >= next_boundary:  # received after the boundary: they belong to the next interval
-            close_interval()
-        if messages:
-            polls.extend((polled, len(messages)))
-            chunks.append(timed_decode(decode, messages, headers))
-        if len(headers) >= PROCESS_EVERY and not warming:
+            consumer.hold(True)
+        measure_start = timing["measure_start"]  # provisional while the warm-up waits to be steady
+        fault_at, span = timing.get("fault_at_ns"), timing["t_end"] - timing["measure_start"]
+        idle_ns = 0  # time in polls that waited for messages, from the measured start to the schedule's end (limit.py)
+        if fault_at is not None:
+            receipts.from_ns = measure_start + fault_at
+        interval = -1
+        next_boundary = measure_start
+        # Adaptive warm-up: the end-to-end p99 of each half second goes to the parent, which says when
+        # measurement starts ("measure"). While warming, messages are processed only right after the control
+        # pipe was read, so none that is already measured can be taken for warm-up.
+        warming = timing.get("warmup_until_steady", False)
+        warm_window, next_warm = 0, timing["t_start"] + WARM_WINDOW_NS
+        warm_parts: list[tuple[np.ndarray, np.ndarray]] = []  # (delivered at, end-to-end ns) of warm-up messages
+        draining = False  # the producers are done: tell the parent how many distinct messages arrived
+        next_progress = 0
+        late_until = None
+        not_acked: dict = {}  # producer id -> its measured sequence numbers never acknowledged
+
+        def process() -> None:
+            if not headers:
+                return
+            framed = unpack_many(headers)
+            records = np.frombuffer(b"".join(chunks), dtype=np.int64).reshape(-1, 4)
+            stamps = np.array(polls, dtype=np.int64).reshape(-1, 2)  # a copy: `polls` is cleared below
+            received_at = np.repeat(stamps[:, 0], stamps[:, 1])  # each message's receipt: its poll's return
+            if (framed["producer"] == PROBE_PRODUCER).any():  # a readiness probe delivered again: never counted
+                keep = framed["producer"] != PROBE_PRODUCER
+                framed, records, received_at = framed[keep], records[keep], received_at[keep]
+            t0, t1, partitions, lengths = records.T
+            decoded = t1 - t0
+            fresh = accounting.add_many(framed["producer"].astype(np.int64), framed["seq"].astype(np.int64), partitions)
+            intended = framed["intended_ns"].astype(np.int64)
+            measured = fresh & (intended >= measure_start)  # duplicates and warm-up are counted, not measured
+            totals["distinct"] += int(fresh.sum())
+            if receipts.from_ns is not None:
+                receipts.add(received_at[fresh])
+            if shape is not None:
+                shape.add(framed["producer"][fresh].astype(np.int64), framed["seq"][fresh].astype(np.int64),
+                          received_at[fresh])
+            delivery_ns = received_at - intended
+            if warming:
+                warming_up = fresh & ~measured
+                warm_parts.append((received_at[warming_up], (delivery_ns + decoded)[warming_up]))
+            headers.clear()
+            chunks.clear()
+            del polls[:]
+            count = int(measured.sum())
+            if late:
+                totals["late"] += count
+                return
+            warm = fresh & ~measured
+            delivery_parts.append(delivery_ns[measured])
+            e2e_parts.append((delivery_ns + decoded)[measured])
+            decode_parts.append(decoded[measured])
+            counters["received"] += count
+            counters["bytes"] += int(lengths[measured].sum())
+            totals["received"] += count
+            if warm.any():
+                last = int(received_at[warm].max())
+                totals["last_warmup_ns"] = max(totals["last_warmup_ns"] or last, last)
+            if count:
+                if totals["first_delivery_ns"] is None:  # the first poll that brought measured messages
+                    at = received_at[measured]
+                    totals["first_delivery_ns"] = int(at.min())
+                    totals["first_poll_measured"] = int(np.count_nonzero(at == at.min()))
+                last, first = int(received_at[measured].max()), int(intended[measured].min())
+                totals["last_delivery_ns"] = max(totals["last_delivery_ns"] or last, last)
+                totals["first_intended_ns"] = min(totals["first_intended_ns"] or first, first)
+
+        def close_interval() -> None:
+            nonlocal interval, next_boundary
             process()
-    close_interval()  # (commits the final position: the broker's backlog after the drain is exact)
-    consumer.close()
-    receipts.finish(measure_start + span)
+            consumer.commit()  # the broker-side backlog (end offsets - committed) follows this consumer
+            snapshot = {"counters": dict(counters), "values": {
+                "end_to_end_latency_us": b"".join(part.tobytes() for part in e2e_parts),
+                "delivery_latency_us": b"".join(part.tobytes() for part in delivery_parts),
+                "decode_ns": b"".join(part.tobytes() for part in decode_parts)}}
+            e2e_parts.clear()
+            delivery_parts.clear()
+            decode_parts.clear()
+            counters.update(received=0, bytes=0)
+            if interval >= 0:
+                forwarder.send(("interval", interval, snapshot))
+            interval += 1
+            next_boundary = measure_start + (interval + 1) * SECOND_NS
+
+        def report_warm_windows(now: int) -> None:
+            nonlocal warm_window, next_warm, warm_parts
+            process()
+            at = np.concatenate([p[0] for p in warm_parts] or [np.empty(0, np.int64)])
+            e2e = np.concatenate([p[1] for p in warm_parts] or [np.empty(0, np.int64)])
+            while now >= next_warm:
+                here = at < next_warm
+                p99 = float(np.percentile(e2e[here], 99)) / 1000 if here.any() else None
+                forwarder.send(("warm", (warm_window, p99, int(here.sum()))))
+                at, e2e = at[~here], e2e[~here]
+                warm_window, next_warm = warm_window + 1, next_warm + WARM_WINDOW_NS
+            warm_parts = [(at, e2e)]
+
+        while True:
+            if conn.poll():
+                command, payload = conn.recv()
+                if command == "measure":  # the warm-up is over: measurement starts at `payload`
+                    warming = False
+                    warm_parts.clear()
+                    measure_start = next_boundary = payload
+                    if fault_at is not None:
+                        receipts.from_ns = measure_start + fault_at
+                elif command == "not_acked":  # the producers' measured messages never acknowledged
+                    not_acked = payload
+                elif command == "attach":  # the broker's count of the startup backlog is taken
+                    counted = True
+                elif command == "expect":
+                    draining = True
+                elif command == "late":  # the drain deadline passed: what still comes is late
+                    process()
+                    late = True
+                    late_until = clock() + int(payload * SECOND_NS)
+                elif command == "stop":
+                    break
+            now = clock()
+            if warming and now >= next_warm:
+                report_warm_windows(now)
+            if late_until is not None and now >= late_until:
+                break
+            if draining and now >= next_progress:
+                process()
+                forwarder.send(("progress", totals["distinct"]))
+                next_progress = now + PROGRESS_EVERY_NS
+            if holding:
+                if now < attach or not counted:
+                    conn.poll(min(POLL_TIMEOUT_S, (attach - now) / SECOND_NS) if now < attach else POLL_TIMEOUT_S)
+                    if clock() >= next_boundary:
+                        close_interval()
+                    continue
+                consumer.hold(False)
+                holding = False
+            asked = clock()
+            messages = consumer.poll(POLL_TIMEOUT_S)
+            polled = clock()  # every message of this poll was received by now: its receipt, before any decode
+            if len(messages) <= 1 and not warming and asked < measure_start + span:
+                # a poll that brought nothing, or the one message it waited for: idle while measured (limit.py)
+                idle_ns += max(0, min(polled, measure_start + span) - max(asked, measure_start))
+            if polled >= next_boundary:  # received after the boundary: they belong to the next interval
+                close_interval()
+            if messages:
+                polls.extend((polled, len(messages)))
+                chunks.append(timed_decode(decode, messages, headers))
+            if len(headers) >= PROCESS_EVERY and not warming:
+                process()
+        close_interval()  # (commits the final position: the broker's backlog after the drain is exact)
+        consumer.close()
+        receipts.finish(measure_start + span)
+    finally:  # before anything else is sent: the connection has one writer at a time
+        forwarder.close()
     conn.send(("done", {
         "consumer_id": task.consumer_id,
         **totals,

@@ -19,7 +19,11 @@ POM = Path(__file__).with_name("pulsar.pom.xml")
 # Pulsar's poms name extra repositories: every one is mirrored to Maven Central.
 MAVEN_SETTINGS = Path(__file__).with_name("maven-settings.xml")
 HEAP = "512m"
-DIRECT_MEMORY = "256m"
+# Netty's buffers (the broker's and its bookie's: one process here) and the managed-ledger cache live off the heap. At
+# 256m a cell at max rate with a consumer attached ran it out (OutOfDirectMemoryError in the bookie's request handler,
+# then "Bookie handle is not available"): every write failed and the standalone stopped serving until restarted. A
+# ceiling, not a reservation: memory is taken only as the broker needs it.
+DIRECT_MEMORY = "1g"
 NAMESPACE = "public/default"  # created by the standalone starter once the broker is up
 # Everything not listed keeps the broker's (ServiceConfiguration) and the bookie's (ServerConfiguration)
 # defaults; the standalone reads this one file for both.

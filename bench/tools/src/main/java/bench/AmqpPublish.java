@@ -13,7 +13,7 @@ import java.util.concurrent.ConcurrentSkipListMap;
  * single mode publishes one message and waits for its confirm (waitForConfirmsOrDie) before the next.
  *
  * usage: AmqpPublish --host H --port P --queue Q --mode max|single [--size 1024] [--seconds 5] [--warmup 1]
- *        [--window 1000]
+ *        [--window 1000] [--messages N]
  */
 public final class AmqpPublish {
     public static void main(String[] args) throws Exception {
@@ -35,7 +35,7 @@ public final class AmqpPublish {
             ConcurrentNavigableMap<Long, Long> outstanding = new ConcurrentSkipListMap<>();  // tag -> send time
             Meter meter = new Meter("rabbitmq-amqp-java", mode, window, size,
                     Double.parseDouble(Meter.arg(args, "warmup", "1")),
-                    Double.parseDouble(Meter.arg(args, "seconds", "5")));
+                    Double.parseDouble(Meter.arg(args, "seconds", "5"))).limit(Meter.arg(args, "messages", "0"));
             if (!single) {
                 channel.addConfirmListener((tag, multiple) -> confirmed(outstanding, meter, tag, multiple, true),
                         (tag, multiple) -> confirmed(outstanding, meter, tag, multiple, false));

@@ -26,6 +26,7 @@ final class Meter {
     private final LongAdder acked = new LongAdder();
     private final LongAdder failed = new LongAdder();
     private final AtomicLong lastAck = new AtomicLong(Long.MIN_VALUE);
+    private long limit = Long.MAX_VALUE;  // --messages: a backlog of this many is made, then the loop stops
     private long[] latencies = new long[1 << 16];
     private int latencyCount;
 
@@ -61,11 +62,18 @@ final class Meter {
         return body;
     }
 
-    /** Takes a place in the window, then the send time; false once the measured time is over. */
+    /** Stops after `messages` sends (0: none), as a backlog of that many is made (broker_tools.py --drain). */
+    Meter limit(String messages) {
+        long n = Long.parseLong(messages);
+        limit = n > 0 ? n : Long.MAX_VALUE;
+        return this;
+    }
+
+    /** Takes a place in the window, then the send time; false once the measured time is over (or the limit sent). */
     long next() throws InterruptedException {
         room.acquire();
         long now = System.nanoTime();
-        if (now >= end) {
+        if (now >= end || sent >= limit) {
             room.release();
             return -1;
         }

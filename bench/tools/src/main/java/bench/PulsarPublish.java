@@ -13,7 +13,7 @@ import org.apache.pulsar.client.api.PulsarClient;
  *
  * usage: PulsarPublish --url pulsar://H:P --topic persistent://public/default/T-partition-0 --mode max|single
  *        [--size 1024] [--seconds 5] [--warmup 1] [--window 10000] [--batch-delay-ms 5] [--batch-bytes 1048576]
- *        [--batch-messages 1000]
+ *        [--batch-messages 1000] [--messages N]
  */
 public final class PulsarPublish {
     public static void main(String[] args) throws Exception {
@@ -36,7 +36,7 @@ public final class PulsarPublish {
             try (Producer<byte[]> producer = builder.create()) {
                 Meter meter = new Meter("pulsar-java", mode, window, size,
                         Double.parseDouble(Meter.arg(args, "warmup", "1")),
-                        Double.parseDouble(Meter.arg(args, "seconds", "5")));
+                        Double.parseDouble(Meter.arg(args, "seconds", "5"))).limit(Meter.arg(args, "messages", "0"));
                 long sentAt;
                 while ((sentAt = meter.next()) >= 0) {
                     if (single) {

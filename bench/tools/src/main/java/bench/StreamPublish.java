@@ -9,7 +9,7 @@ import com.rabbitmq.stream.Producer;
  * only in single mode (--dynamic-batch overrides).
  *
  * usage: StreamPublish --host H --port P --stream S --mode max|single [--size 1024] [--seconds 5] [--warmup 1]
- *        [--window 1000] [--dynamic-batch true|false]
+ *        [--window 1000] [--messages N] [--dynamic-batch true|false]
  */
 public final class StreamPublish {
     public static void main(String[] args) throws Exception {
@@ -30,7 +30,7 @@ public final class StreamPublish {
                     .build();
             Meter meter = new Meter("rabbitmq-stream-java", mode, window, size,
                     Double.parseDouble(Meter.arg(args, "warmup", "1")),
-                    Double.parseDouble(Meter.arg(args, "seconds", "5")));
+                    Double.parseDouble(Meter.arg(args, "seconds", "5"))).limit(Meter.arg(args, "messages", "0"));
             long sentAt;
             while ((sentAt = meter.next()) >= 0) {
                 final long at = sentAt;

@@ -155,6 +155,7 @@ def test_a_cell_says_which_native_path_its_producers_took(extra_brokers, store):
     run request takes no Pulsar faults on a local target, so the cell is given one as another target's would carry)."""
     from brokerbench.reports.markdown import send_loop_header
     from brokerbench.reports.model import build_report
+    from brokerbench.reports.rows import report as typed_report
     from brokerbench.worker.producer import ProducerTask, _native_sender, sender_path
 
     endpoints = extra_brokers("pulsar")
@@ -165,7 +166,7 @@ def test_a_cell_says_which_native_path_its_producers_took(extra_brokers, store):
     assert cell["status"] == "completed", cell.get("reason")
     [end] = [e["data"] for e in events if e["type"] == "CellCompleted"]
     assert (end["send_loop"], end["sender"], cell["sender"]) == ("native", "native-pwire", "native-pwire")
-    assert send_loop_header(build_report(events)) == " · native C loop (Pulsar binary protocol)"
+    assert send_loop_header(typed_report(build_report(events))) == " · native C loop (Pulsar binary protocol)"
 
     endpoint = endpoints["pulsar"]
     faulted = {**spec.expand(spec.validate({**TINY, "formats": ["raw"], "modes": ["batch"]}))[0],

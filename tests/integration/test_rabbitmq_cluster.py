@@ -17,6 +17,7 @@ from fault_tools import assert_accounting_whole, cell_facts, one_fault_cell, wor
 from study_scale import suite_run
 
 from brokerbench.brokers.rabbitmq import cluster, management
+from brokerbench.brokers.rabbitmq import faults as rabbitmq_faults
 from brokerbench.brokers.rabbitmq.amqp import lane_queue
 from brokerbench.brokers.rabbitmq_quorum.driver import HEADER_SIZE, RabbitMQQuorumDriver
 from brokerbench.local.processes import stop
@@ -283,7 +284,7 @@ def test_a_producer_refused_before_the_new_leader_is_recorded_is_confirmed_once_
               f"and {answers.count(True)} confirmed of {sent - REFUSED_PUBLISHES}")
         producer.close()
     finally:  # the cluster whole again for the module's other tests
-        restarted.extend(cluster.start_node(endpoint, leader))
+        restarted.extend(rabbitmq_faults.start_node(endpoint, leader))  # recorded in the stack, as a fault's restart
         deadline = time.monotonic() + 90
         while not cluster.rejoined(endpoint, leader) and time.monotonic() < deadline:
             time.sleep(0.5)

@@ -16,8 +16,8 @@ dead node and is refused too, until that node runs again (the state is never mad
 rabbit_quorum_queue:update/2 keeps it). A producer that loses the leader's node and publishes on a new channel
 before the new leader has written itself into the record (here it publishes 0.01 to 0.15 s after a kill, and the
 management API names the new leader 0.2 to 0.5 s after it) is refused for as long as the old leader is down.
-RabbitMQ removed that RPC in 2023 (rabbitmq-server pull request 9221, backported to 3.11.x and 3.12.x). A new channel takes the record as it is then: once it names the new leader,
-its publishes are confirmed (docs/faults.md).
+RabbitMQ removed that RPC in 2023 (rabbitmq-server pull request 9221, backported to 3.11.x and 3.12.x). A new
+channel takes the record as it is then: once it names the new leader, its publishes are confirmed (docs/faults.md).
 """
 
 from __future__ import annotations

@@ -154,6 +154,7 @@ class QuorumProducer(_Reconnecting):
     publish refused is replaced by a new one before the next publish (module docstring)."""
 
     RENEW_WAIT_S = 0.05  # a refused channel's publishes in flight, waited for before it is closed
+    _refused = False  # a publish on the current channel was refused (basic.nack): it is replaced before the next
 
     def __init__(self, connection, queues: list[str], depth: int, on_ack: OnAck, reconnect=None) -> None:
         self._queues = queues
@@ -175,7 +176,7 @@ class QuorumProducer(_Reconnecting):
         """A new channel on the connection, in confirm mode, with nothing in flight."""
         self._in_flight: OrderedDict[int, bytes] = OrderedDict()  # delivery tag -> header, oldest first
         self._tag = 0
-        self._refused = False  # a publish on this channel was refused (basic.nack)
+        self._refused = False
         self._blocking_channel = self._connection.channel()  # kept: its asynchronous half is the one published on
         self._channel = self._blocking_channel._impl
         selected = []
@@ -210,7 +211,8 @@ class QuorumProducer(_Reconnecting):
         at = time.monotonic_ns()
         method = frame.method
         ok = method.NAME == "Basic.Ack"
-        self._refused = self._refused or not ok
+        if not ok:
+            self._refused = True
         if method.multiple:
             while self._in_flight and next(iter(self._in_flight)) <= method.delivery_tag:
                 self._on_ack(self._in_flight.popitem(last=False)[1], ok, at)

@@ -89,7 +89,9 @@ def test_a_multiple_confirm_acknowledges_every_tag_up_to_it_once_and_a_nack_fail
         return SimpleNamespace(method=SimpleNamespace(NAME=name, delivery_tag=tag, multiple=multiple))
 
     producer._confirmed(frame("Basic.Ack", 3, True))
+    assert not producer._refused  # confirms alone leave the channel as it is
     producer._confirmed(frame("Basic.Nack", 5, False))
+    assert producer._refused  # a refusal: the channel is replaced before the next publish (on a cluster)
     producer._confirmed(frame("Basic.Ack", 3, True))  # again: nothing left up to 3
     assert acks == [(b"h1", True), (b"h2", True), (b"h3", True), (b"h5", False)]
     assert list(producer._in_flight) == [4]

@@ -7,6 +7,17 @@ unconfirmed, single mode one. A confirm is stamped in pika's callback, as the fr
 may confirm many at once (`multiple`). The consumer takes deliveries with a prefetch of rabbitmq_prefetch and
 acknowledges a poll's deliveries (one `multiple` ack) with the next poll, after their receive timestamps.
 The native send loop (`native_sender`, brokerbench.native) publishes the same way on an AMQP connection of its own.
+
+A channel refused once is replaced (on a cluster). RabbitMQ 3.10's channel keeps, per quorum queue, a client state
+made at its first publish there from the queue's record: the leader the record names first among its members. Its
+first publish asks that node (an RPC) for the queue's machine version; a node that is down answers `nodedown`, and
+the publish is refused (basic.nack) with the state unchanged, so every later publish on the channel asks the same
+dead node and is refused too, until that node runs again (the state is never made again from a newer record:
+rabbit_quorum_queue:update/2 keeps it). A producer that loses the leader's node and publishes on a new channel
+before the new leader has written itself into the record (here it publishes 0.01 to 0.15 s after a kill, and the
+management API names the new leader 0.2 to 0.5 s after it) is refused for as long as the old leader is down.
+RabbitMQ removed that RPC in 2023 (rabbitmq-server pull request 9221, backported to 3.11.x and 3.12.x). A new
+channel takes the record as it is then: once it names the new leader, its publishes are confirmed (docs/faults.md).
 """
 
 from __future__ import annotations
@@ -139,7 +150,11 @@ class QuorumProducer(_Reconnecting):
     """Publishes without waiting and counts confirms as they come. pika's BlockingChannel waits for each confirm
     in basic_publish, so this publishes on the channel's asynchronous half (`_impl`, pika's Channel) in confirm
     mode; the blocking connection still reads the socket (process_data_events), and a confirm wakes it
-    (add_callback_threadsafe) so that a wait ends as soon as one arrives."""
+    (add_callback_threadsafe) so that a wait ends as soon as one arrives. On a cluster, a channel that had a
+    publish refused is replaced by a new one before the next publish (module docstring)."""
+
+    RENEW_WAIT_S = 0.05  # a refused channel's publishes in flight, waited for before it is closed
+    _refused = False  # a publish on the current channel was refused (basic.nack): it is replaced before the next
 
     def __init__(self, connection, queues: list[str], depth: int, on_ack: OnAck, reconnect=None) -> None:
         self._queues = queues
@@ -147,21 +162,44 @@ class QuorumProducer(_Reconnecting):
         self._on_ack = on_ack
         self._reconnect = reconnect
         self._next_try = 0.0
+        self._next_renewal = 0.0
         self._woken = False
         self._attach(connection)
 
     def _attach(self, connection) -> None:
-        """Publishes from now on over `connection`, in confirm mode, with nothing in flight."""
+        """Publishes from now on over `connection`, on a channel of its own."""
         self._connection = connection
+        self._broken = False
+        self._open_channel()
+
+    def _open_channel(self) -> None:
+        """A new channel on the connection, in confirm mode, with nothing in flight."""
         self._in_flight: OrderedDict[int, bytes] = OrderedDict()  # delivery tag -> header, oldest first
         self._tag = 0
-        self._broken = False
-        self._blocking_channel = connection.channel()  # kept: its asynchronous half is the one published on
+        self._refused = False
+        self._blocking_channel = self._connection.channel()  # kept: its asynchronous half is the one published on
         self._channel = self._blocking_channel._impl
         selected = []
         self._channel.confirm_delivery(self._confirmed, callback=lambda _frame: selected.append(True))
         while not selected:
-            connection.process_data_events(0.1)
+            self._connection.process_data_events(0.1)
+
+    def _renew_refused_channel(self) -> None:
+        """Replaces a channel RabbitMQ refused a publish on (module docstring: a channel that first published to a
+        quorum queue while the queue's record still named its dead leader is refused until that node is back), at
+        most every RECONNECT_EVERY_S. Its publishes in flight are waited for up to RENEW_WAIT_S; what is still in
+        flight then stays unacknowledged, as on a lost connection."""
+        if time.monotonic() < self._next_renewal:
+            return
+        self._next_renewal = time.monotonic() + self.RECONNECT_EVERY_S
+        self.flush(self.RENEW_WAIT_S)
+        if self._broken:
+            return
+        try:
+            self._blocking_channel.close()
+            self._open_channel()
+        except (AMQPError, OSError):
+            self._lost()
 
     def _again(self) -> bool:
         """A producer that lost its node connects again (on a cluster, at most every RECONNECT_EVERY_S): whether it
@@ -173,6 +211,8 @@ class QuorumProducer(_Reconnecting):
         at = time.monotonic_ns()
         method = frame.method
         ok = method.NAME == "Basic.Ack"
+        if not ok:
+            self._refused = True
         if method.multiple:
             while self._in_flight and next(iter(self._in_flight)) <= method.delivery_tag:
                 self._on_ack(self._in_flight.popitem(last=False)[1], ok, at)
@@ -186,6 +226,8 @@ class QuorumProducer(_Reconnecting):
         self._woken = False
 
     def send(self, header: bytes, payload: bytes, partition: int) -> None:
+        if self._refused and self._reconnect is not None:  # on a cluster: a refused channel is replaced
+            self._renew_refused_channel()
         if not self._again():
             self._on_ack(header, False, time.monotonic_ns())
             return

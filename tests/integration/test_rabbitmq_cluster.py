@@ -212,9 +212,11 @@ def test_a_blackhole_of_the_quorum_leaders_links_holds_its_clients_for_the_fault
     dropped for BLACKHOLE_S (Toxiproxy's timeout toxic: connections stay open, nothing crosses, nothing is closed, so
     the clients do not move to another node). The cell's producer and consumer, connected to that node (the queue was
     declared there), then get no confirm and no delivery for at least the fault's span; the nodes' own links are not
-    proxied, so the management API names the same leader at the end. No confirmed message is lost or delivered twice,
-    the queue's own count agrees, and the accounting is whole. (A blackhole drops what it is handed: the publishes
-    sent into it never reach the node and stay unacknowledged.)"""
+    proxied, so the management API names the same leader at the end. No confirmed message is lost, the queue's own
+    count agrees, and the accounting is whole. (A blackhole drops what it is handed: the publishes sent into it never
+    reach the node and stay unacknowledged, and so do the consumer's acknowledgements sent into it: RabbitMQ gives
+    those deliveries again once their channel is closed, so duplicates are counted, not ruled out: at-least-once
+    delivery, 5 in one CI run.)"""
     cell = routed_fault_cell(rabbit3[0], toxiproxy, endpoints, store, "rabbitmq-quorum", "it-rabbit3-quorum-blackhole",
                              {"kind": "network", "effect": "blackhole", "target": "leader", "at_s": 1.5,
                               "duration_s": BLACKHOLE_S})
@@ -229,7 +231,7 @@ def test_a_blackhole_of_the_quorum_leaders_links_holds_its_clients_for_the_fault
     for gap in (faults["producer_ack_gap"], faults["consumer_receipt_gap"]):
         assert gap["s"] >= span - GAP_SLACK_S and not gap.get("until_end"), faults
         assert gap["from_s"] <= fault["at_s"] + GAP_SLACK_S and gap["to_s"] >= heal["at_s"], faults
-    assert cell["lost"] == cell["duplicated"] == 0 and cell["received"] > 0, cell_facts(cell)
+    assert cell["lost"] == 0 and cell["received"] > 0, cell_facts(cell)
     assert cell["broker_count"]["observed"] == cell["broker_count"]["expected"], cell["broker_count"]
     assert_accounting_whole(cell)
 

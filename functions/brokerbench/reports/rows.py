@@ -358,6 +358,7 @@ class Report(Row, kw_only=True):
     configurations_consumer_bound: list[str] = []
     groups: list[Group] = []
     durability: dict[str, Durability] = {}
+    guarantees: list[dict] = []  # reports.faults.rows's rows, which reports.faults renders
     guarantees_by_setting: list[dict] = []  # reports.faults.by_setting's rows, which reports.faults renders
     cost: Cost | None = None
 
@@ -421,8 +422,13 @@ class LatencyObject(Statistics, kw_only=True):
     lower_bounds: LowerBounds = LowerBounds()
 
 
-class BrokerCount(Row, kw_only=True):
+class BrokerCount(Row, kw_only=True, omit_defaults=True):
+    """The broker's own count at the cell's end beside what it should hold (CellCompleted `broker_count`); a count
+    not stored is None and left out when the object is written back (reports.faults copies it into its rows)."""
+    observed: int | None = None
+    expected: int | None = None
     difference: int | None = None
+    delivered_not_acknowledged: int | None = None
 
 
 class HostSeen(Row, kw_only=True):
@@ -491,6 +497,9 @@ class ResultCell(Row, kw_only=True):
     undelivered_or_lost: int | None = None
     residual: int | None = None
     broker_count: BrokerCount | None = None
+    duplicated: int | None = None
+    out_of_order: int | None = None
+    faults: dict | None = None  # the faults' record as stored (reports.faults reads it through FaultRecord)
     not_sent: int | None = None
     due: int | None = None
     missing: int | None = None
@@ -516,3 +525,34 @@ NO_LATENCY = LatencyObject()
 
 def result_cell(data: dict) -> ResultCell:
     return msgspec.convert(data, ResultCell)
+
+
+# -- a cell's faults as applied (CellCompleted `faults`), as reports.faults reads them ----------------------------
+class Gap(Row, kw_only=True):
+    """The longest stretch without an acknowledgement (producers) or a delivery (consumers)."""
+    s: Number = None
+
+
+class Action(Row, kw_only=True):
+    """A fault's action as applied, or as refused (`error`, a managed call the service refused)."""
+    kind: str
+    effect: str | None = None
+    nodes: list[str]
+    at_s: float
+    leader_before: str | None = None
+    error: dict | None = None
+
+
+class FaultRecord(Row, kw_only=True):
+    """What a cell's faults did (brokerbench.faults): the actions, the leader at the end, the gaps and the phases
+    (before, during, after the fault window, as brokerbench.faults.phases stored them)."""
+    applied: list[Action] = []
+    failed: list[Action] = []
+    leader_at_end: str | None = None
+    producer_ack_gap: Gap | None = None
+    consumer_receipt_gap: Gap | None = None
+    phases: dict | None = None
+
+
+def fault_record(data: dict) -> FaultRecord:
+    return msgspec.convert(data, FaultRecord)

@@ -77,9 +77,16 @@ class Limits(Row, kw_only=True):
     consumer_bound: int = 0
 
 
+class RepeatVerdict(Row, kw_only=True):
+    """One repeat's sustainability verdict (what reports.regression tests a flip on)."""
+    repeat: int | None = None
+    verdict: str
+
+
 class Sustainability(Row, kw_only=True):
     verdict: str
     reasons: list[str] = []
+    repeats: list[RepeatVerdict] = []
 
 
 class CodecFloor(Row, kw_only=True):
@@ -154,12 +161,20 @@ class Bursts(Row, kw_only=True):
 
 
 class Series(Row, kw_only=True):
-    """A repeat's per-second series (series.interval_series): an interval without a count has None."""
+    """A repeat's per-second series (series.interval_series): an interval without a count has None; `in_schedule`
+    marks the intervals of the schedule (not the drain after it)."""
     interval: list[Number]
     throughput: list[Number]
     end_to_end_p99_us: list[Number]
     end_to_end_count: list[Number] = []
     end_to_end_max_us: list[Number] = []
+    publish_latency_p99_us: list[Number] = []
+    in_schedule: list[bool] = []
+    sent: list[Number] = []
+
+    def of(self, name: str) -> list[Number]:
+        """The series a metric names (brokerbench.metrics Metric.series)."""
+        return getattr(self, name)
 
 
 class Latency(Row, kw_only=True):
@@ -181,9 +196,11 @@ class Config(Row, kw_only=True):
     repeats: int = 0
     completed_repeats: int = 0
     repeat_numbers: list[int] = []
+    cell_ids: list[str] = []
     send_loop: str | None = None
     sender: str | None = None
     metrics: dict[str, Estimate] = {}
+    values_by_repeat: dict[str, list[Number]] = {}  # each repeat's own figure of a metric (None: too few messages)
     codec_floor_ns: CodecFloor | None = None
     latency: dict[str, Latency] = {}
     not_sent: int | None = None
@@ -221,8 +238,18 @@ class Group(Row, kw_only=True):
     note: str | None = None
 
 
+class Projection(Row, kw_only=True):
+    """What a verdict's SE is made of, to project it to more runs of history (reports.regression.projected_se)."""
+    runs: int
+    run_variance: float
+    within_candidate: float
+    within_history: float
+
+
 class Verdict(Row, kw_only=True):
-    """A regression verdict (reports.regression), as checked or as recorded (RegressionDetected)."""
+    """A regression verdict (reports.regression), as checked or as recorded (RegressionDetected), or the figures of
+    a comparison before its label: None where a comparison has not the figure (no SE for too few samples, no
+    p-value before the test)."""
     cell: str | None = None
     key: str | None = None
     metric: str | None = None
@@ -232,6 +259,20 @@ class Verdict(Row, kw_only=True):
     change: Number = None
     p_value: Number = None
     baseline_run_id: str | None = None
+    higher_is_better: bool = True
+    history_runs: int | None = None
+    se: Number = None
+    df: Number = None
+    threshold: Number = None
+    noise: Number = None
+    repeat_noise: Number = None
+    projection: Projection | None = None
+    detectable: Number = None
+    detectable_factor: Number = None
+    runs_to_detect: int | None = None
+    cannot_tell: bool = False
+    p_raw: Number = None
+    p_tests: dict[str, float] = {}  # a flip's one-sided p-values, each its own hypothesis
 
     @property
     def name(self) -> str:
@@ -379,6 +420,11 @@ def report(data: dict) -> Report:
 def section(data: dict) -> Report:
     """Part of a report's typed rows, to render one section of it."""
     return msgspec.convert(data, Report)
+
+
+def verdict(data: dict | Verdict) -> Verdict:
+    """A regression verdict's typed row, or the figures of a comparison (a row passes as it is)."""
+    return data if isinstance(data, Verdict) else msgspec.convert(data, Verdict)
 
 
 def config(data: dict) -> Config:

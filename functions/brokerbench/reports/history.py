@@ -20,6 +20,7 @@ from urllib.parse import quote
 from ..eventdata import given, run_requested
 from ..events import EventStore, make_event, planned_cells, read_report_events
 from . import changes, regression
+from .rows import ChangePoint, Versions, change_point
 
 SERIES_RUNS = 30  # the newest runs a series holds: a month of nightly runs
 LISTED = 200  # runs of the suite listed to find them (the newest first)
@@ -140,21 +141,28 @@ def history(store: EventStore, run_ids: list[str], metrics=None) -> dict:
             "series": described(analyse(figures, run_ids, metrics), facts), "method": changes.METHOD}
 
 
-def alert_text(series: dict, point: dict) -> str:
+def broker_changes(versions: Versions) -> list[str]:
+    """The brokers whose version differs between the run before a change point and the run it began with:
+    'kafka 3.6 → 3.7' (a broker the run before did not have: None →)."""
+    before = versions.before.brokers
+    return [f"{b} {before.get(b)} → {v}" for b, v in versions.after.brokers.items() if before.get(b) != v]
+
+
+def alert_text(point: dict | ChangePoint) -> str:
     """One change point as the alert says it."""
-    brokers = ", ".join(f"{b} {point['versions']['before']['brokers'].get(b)} → {v}"
-                        for b, v in point["versions"]["after"]["brokers"].items()
-                        if point["versions"]["before"]["brokers"].get(b) != v)
-    differs = ", ".join(d["setting"] for d in point["differences"] if d["setting"] != "code_version")
-    return (f"{point['change']:+.1%} from run {point['began_run_id']} on (the geometric mean of "
-            f"{point['after_runs']} runs against the {point['before_runs']} before; change point p={point['p_value']:.2g}); "
-            + _code(point["versions"])
+    point = change_point(point)
+    brokers = ", ".join(broker_changes(point.versions))
+    differs = ", ".join(d.setting for d in point.differences if d.setting != "code_version")
+    return (f"{point.change:+.1%} from run {point.began_run_id} on (the geometric mean of "
+            f"{point.after_runs} runs against the {point.before_runs} before; change point p={point.p_value:.2g}); "
+            + code_text(point.versions)
             + (f"; brokers {brokers}" if brokers else "") + (f"; settings that differ: {differs}" if differs else "")
-            + "; the run before it: " + point["before_run_id"])
+            + "; the run before it: " + point.before_run_id)
 
 
-def _code(versions: dict) -> str:
-    before, after = versions["before"]["code_version"], versions["after"]["code_version"]
+def code_text(versions: Versions) -> str:
+    """The code's version before and after a change point: 'code 1.0 → 1.1', or 'code 1.1 on both sides'."""
+    before, after = versions.before.code_version, versions.after.code_version
     return f"code {before} → {after}" if before != after else f"code {after} on both sides"
 
 
@@ -207,7 +215,7 @@ def watch(store: EventStore, run_id: str, baseline_id: str | None = None, *, rec
                        "runs_before": point["before_runs"], "runs_after": point["after_runs"],
                        "versions": point["versions"], "differences": point["differences"],
                        "history": history_link(suite, s["metric"]), "console": console_link(suite, s["metric"]),
-                       "why": alert_text(s, point)})
+                       "why": alert_text(point)})
     regressions = pairwise_alerts(checked["regressions"], searched) + alerts
     if record and regressions:
         index = {c["cell_id"]: c["index"] for c in planned_cells(events)}

@@ -280,6 +280,87 @@ class Verdict(Row, kw_only=True):
         return self.cell if self.cell is not None else self.key if self.key is not None else "–"
 
 
+class RunVersions(Row, kw_only=True):
+    """A run's code version and its brokers' versions (reports.history.run_facts)."""
+    code_version: str
+    brokers: dict[str, Any] = {}
+
+
+class Versions(Row, kw_only=True):
+    """The versions of the run before a change point and of the run it began with."""
+    before: RunVersions
+    after: RunVersions
+
+
+class Difference(Row, kw_only=True):
+    """A setting that differs between two runs, by dotted name (reports.history.differences)."""
+    setting: str
+    before: Any = None
+    after: Any = None
+
+
+class ChangePoint(Row, kw_only=True):
+    """A change point of a series (reports.changes, described by reports.history): the run it began with, the run
+    before, the means on either side and whether it is an alert."""
+    index: int
+    began_run_id: str
+    before_run_id: str
+    before_mean: Number
+    after_mean: Number
+    before_runs: int = 0
+    after_runs: int = 0
+    change: Number
+    p_value: Number
+    min_effect: Number = 0
+    direction: str | None = None
+    alert: bool = False
+    versions: Versions
+    differences: list[Difference] = []
+
+
+class SeriesPoint(Row, kw_only=True):
+    """A run's point of a series: its figure (the geometric mean of its repeats)."""
+    run_id: str
+    value: Number
+
+
+class ChangeSeries(Row, kw_only=True):
+    """A configuration's metric over the suite's runs (reports.history.described)."""
+    key: str
+    cell: str
+    metric: str
+    checked: bool = False
+    points: list[SeriesPoint] = []
+    change_points: list[ChangePoint] = []
+
+
+class RunListed(Row, kw_only=True):
+    run_id: str
+
+
+class AlertRaised(Row, kw_only=True):
+    """A change point this run alerted on."""
+    key: str
+    metric: str
+    began_run_id: str
+
+
+class Changes(Row, kw_only=True):
+    """The change points of the suite's series (reports.history.watch `changes`): the runs, every series, the
+    alerts this run raised."""
+    runs: list[RunListed] = []
+    series: list[ChangeSeries] = []
+    alerts: list[AlertRaised] = []
+
+
+def change_series(data: dict | ChangeSeries) -> ChangeSeries:
+    return data if isinstance(data, ChangeSeries) else msgspec.convert(data, ChangeSeries)
+
+
+def change_point(data: dict | ChangePoint) -> ChangePoint:
+    return data if isinstance(data, ChangePoint) else msgspec.convert(data, ChangePoint)
+
+
 class Check(Row, kw_only=True):
     """The regression check of a run (CheckRegression's result); no baseline when none was found."""
     baseline_run_id: str | None = None
@@ -290,6 +371,7 @@ class Check(Row, kw_only=True):
     comparisons: int | None = None
     rule: Any = None
     method: Any = None
+    changes: Changes | None = None  # the scheduled check's change points (reports.history.watch)
 
 
 class Highlight(Row, kw_only=True):

@@ -426,7 +426,10 @@ class HostInfo(Row, kw_only=True):
 
 
 class BrokerInfo(Row, kw_only=True):
-    broker_version: Any = "?"  # a version the environment did not record
+    """A broker as the run found it; "?" for what the environment did not record."""
+    broker_version: Any = "?"
+    client_library: Any = "?"
+    client_version: Any = "?"
 
 
 class Environment(Row, kw_only=True):
@@ -574,6 +577,24 @@ class SearchRecord(Row, kw_only=True):
     sustainable_for_s: Number = None
 
 
+class StartupRecord(Row, kw_only=True):
+    """A cell's startup backlog as its result carries it (worker.outcome.startup): None where the backlog was not
+    wholly delivered."""
+    first_delivery_s: Number = None
+    backlog_read_s: Number = None
+    read_rate_msgs_per_s: Number = None
+
+
+class BurstCycle(Row, kw_only=True):
+    """One measured burst: from its first message's due time to its last delivery (None: not wholly delivered)."""
+    delivered_in_ms: Number = None
+
+
+class BurstRecord(Row, kw_only=True):
+    """A cell's bursts as its result carries them (worker.outcome.bursts)."""
+    cycles: list[BurstCycle] = []
+
+
 class ResultCell(Row, kw_only=True):
     """One cell of results.json as the terminal's table (reports.table) reads it: None where the cell has no figure
     (a failed cell, a publish-only cell's receipts, a result stored before the field existed)."""
@@ -632,6 +653,8 @@ class ResultCell(Row, kw_only=True):
     duplicated: int | None = None
     out_of_order: int | None = None
     faults: dict | None = None  # the faults' record as stored (reports.faults reads it through FaultRecord)
+    startup: StartupRecord | None = None
+    bursts: BurstRecord | None = None
     not_sent: int | None = None
     due: int | None = None
     missing: int | None = None

@@ -23,9 +23,10 @@ from msgspec import convert
 
 from .. import verdict
 from ..metrics import shown_in
-from ..eventdata import CellCompleted, Host, given
+from ..eventdata import CellCompleted, Host, Spec, given
 from ..events import RUN_EVENTS, read_report_events
 from ..spec import SpecError, all_suite_names, load_suite_file
+from .rows import Environment, result_cell
 from .results import _RANGES, bucket_percentiles, bucket_summary, build_results, decode_buckets, merge_blobs
 
 MIB = 1 << 20
@@ -116,7 +117,7 @@ def find_runs(store, study: dict, run_ids: list[str] | None = None) -> dict[str,
     fallback: dict[str, str] = {}  # the newest run that ended with some cells failed, when none completed
     if missing:
         for requested in store.list_runs(limit=200, suite=study["name"]):
-            name = requested["data"]["spec"].get("name")
+            name = given(convert(requested["data"]["spec"], Spec).name)
             if name in missing and name not in found:
                 end = next((e for e in store.read(requested["run_id"], prefix="90#") if e["type"] == "RunCompleted"),
                            None)
@@ -155,18 +156,18 @@ def _histogram_min(buckets) -> float | None:
 
 def our_figure(run: StoredRun, select: dict, metric: str) -> tuple[float | None, list[str]]:
     """Our figure for `metric` over the run's completed cells matching `select`, and those cells' ids."""
-    cells = matching_cells(run, select)
-    ids = [c["cell_id"] for c in cells]
+    cells = [result_cell(c) for c in matching_cells(run, select)]
+    ids = [c.cell_id for c in cells]
     if not cells:
         return None, ids
     if metric.startswith("throughput_"):
         if metric == "throughput_mib_per_s":
-            values = [c["throughput_mb_per_s"] * 1e6 / MIB for c in cells]
+            values = [c.throughput_mb_per_s * 1e6 / MIB for c in cells]
         else:
-            values = [c[metric] for c in cells]
+            values = [getattr(c, metric) for c in cells]
         return float(statistics.median(values)), ids
     if metric in LATENCY:
-        blobs = [given(_end(run, c["cell_id"]).histograms.end_to_end_latency_us) for c in cells]
+        blobs = [given(_end(run, c.cell_id).histograms.end_to_end_latency_us) for c in cells]
         blobs = [b for b in blobs if b]
         if not blobs:
             return None, ids
@@ -180,22 +181,23 @@ def our_figure(run: StoredRun, select: dict, metric: str) -> tuple[float | None,
             value = bucket_summary(merged)[wanted]
         return (None if value is None else value / 1000.0), ids
     if metric == "max_sustainable_rate":  # what each cell's search found, median over the cells
-        values = [c[metric] for c in cells if c.get(metric) is not None]
+        values = [c.max_sustainable_rate for c in cells if c.max_sustainable_rate is not None]
         return (float(statistics.median(values)) if values else None), ids
     if metric in ("encode_mean_us", "decode_mean_us"):  # the codec's time per record, median over the cells
-        values = [c[f"{metric[:6]}_ns"]["mean"] for c in cells if c[f"{metric[:6]}_ns"]["mean"] is not None]
+        means = [c.latency(f"{metric[:6]}_ns").mean for c in cells]
+        values = [v for v in means if v is not None]
         return (float(statistics.median(values)) / 1000.0 if values else None), ids
     if metric in STARTUP:  # None where a cell's backlog was not wholly delivered: no figure for that cell
-        values = [(c.get("startup") or {}).get(STARTUP[metric]) for c in cells]
+        values = [getattr(c.startup, STARTUP[metric]) for c in cells if c.startup is not None]
         values = [v for v in values if v is not None]
         return (float(statistics.median(values)) if values else None), ids
     if metric in BURSTS:  # a burst not wholly delivered counts as never delivered: no figure at all then
-        rows = [row for c in cells for row in ((c.get("bursts") or {}).get("cycles") or [])]
-        if not rows or any(row["delivered_in_ms"] is None for row in rows):
+        rows = [row for c in cells if c.bursts is not None for row in c.bursts.cycles]
+        if not rows or any(row.delivered_in_ms is None for row in rows):
             return None, ids
-        return float(np.percentile([row["delivered_in_ms"] for row in rows], BURSTS[metric])), ids
+        return float(np.percentile([row.delivered_in_ms for row in rows], BURSTS[metric])), ids
     if metric.startswith("lag_"):
-        samples = [v for c in cells for v in _backlog(run, c["cell_id"]) if v is not None]
+        samples = [v for c in cells for v in _backlog(run, c.cell_id) if v is not None]
         if not samples:
             return None, ids
         return float({"lag_mean": np.mean, "lag_min": np.min, "lag_max": np.max}[metric](samples)), ids
@@ -333,14 +335,15 @@ def compare(study: dict, runs: dict[str, StoredRun]) -> dict:
 def _run_summary(run: StoredRun) -> dict:
     results = run.results
     cells = results["cells"]
-    targets = results["environment"].get("brokers", {})
+    environment = convert(results["environment"], Environment)
+    notes = given(convert(results["spec"], Spec).notes, [])
     return {"name": run.name, "run_id": run.run_id, "status": results["status"],
             "requested_at": results["requested_at"], "finished_at": results["finished_at"],
             "cells": len(cells), "completed": sum(1 for c in cells if c["status"] == "completed"),
-            "host": results["environment"]["host"], "code_version": results["environment"].get("code_version"),
-            "scale": next((n for n in results["spec"].get("notes", []) if n.startswith("scaled by ")), None),
-            "brokers": {b: f"{t.get('broker_version', '?')} ({t.get('client_library', '?')} {t.get('client_version', '?')})"
-                        for b, t in sorted(targets.items())}}
+            "host": results["environment"]["host"], "code_version": environment.code_version,
+            "scale": next((n for n in notes if n.startswith("scaled by ")), None),
+            "brokers": {b: f"{t.broker_version} ({t.client_library} {t.client_version})"
+                        for b, t in sorted(environment.brokers.items())}}
 
 
 # -- markdown ---------------------------------------------------------------------------------------------------

@@ -577,6 +577,13 @@ class SearchRecord(Row, kw_only=True):
     sustainable_for_s: Number = None
 
 
+class ResourceFigures(Row, kw_only=True):
+    """One process group's CPU and memory over a cell (worker/resources.py)."""
+    cpu_pct_mean: float
+    cpu_pct_max: float
+    rss_mb_max: float
+
+
 class StartupRecord(Row, kw_only=True):
     """A cell's startup backlog as its result carries it (worker.outcome.startup): None where the backlog was not
     wholly delivered."""
@@ -655,6 +662,7 @@ class ResultCell(Row, kw_only=True):
     faults: dict | None = None  # the faults' record as stored (reports.faults reads it through FaultRecord)
     startup: StartupRecord | None = None
     bursts: BurstRecord | None = None
+    resources: dict[str, ResourceFigures | None] | None = None  # per process group (worker/resources.py)
     not_sent: int | None = None
     due: int | None = None
     missing: int | None = None

@@ -20,7 +20,7 @@ from urllib.parse import quote
 from ..eventdata import given, run_requested
 from ..events import EventStore, make_event, planned_cells, read_report_events
 from . import changes, regression
-from .rows import ChangePoint, Versions, change_point
+from .rows import ChangePoint, Versions, change_point, verdict as verdict_row
 
 SERIES_RUNS = 30  # the newest runs a series holds: a month of nightly runs
 LISTED = 200  # runs of the suite listed to find them (the newest first)
@@ -55,11 +55,11 @@ def run_facts(events: list[dict]) -> dict:
     targets = next((e["data"]["targets"] for e in events if e["type"] == "TargetsReady"), {})
     return {"run_id": requested["run_id"], "requested_at": requested["at"],
             "code_version": environment.code_version,
-            "brokers": {b: t.get("broker_version") for b, t in sorted(targets.items())},
+            "brokers": {b: t["broker_version"] for b, t in sorted(targets.items())},  # required (eventdata.Target)
             "settings": {"code_version": environment.code_version, "python": environment.python,
                          "libraries": given(environment.libraries), "targets": targets,
                          "host": regression.host_kind(environment.host),
-                         "spec": {f: spec.get(f) for f in regression.TARGET_FIELDS}}}
+                         "spec": regression.target_settings(spec)}}
 
 
 def _flat(value, prefix: str = "") -> dict:
@@ -74,8 +74,8 @@ def _flat(value, prefix: str = "") -> dict:
 def differences(before: dict, after: dict) -> list[dict]:
     """The settings that differ between two runs (run_facts' `settings`), by dotted name."""
     a, b = _flat(before), _flat(after)
-    return [{"setting": name, "before": a.get(name), "after": b.get(name)} for name in sorted(set(a) | set(b))
-            if a.get(name) != b.get(name)]
+    both = ((name, a.get(name), b.get(name)) for name in sorted(set(a) | set(b)))  # a setting one run has not: None
+    return [{"setting": name, "before": x, "after": y} for name, x, y in both if x != y]
 
 
 def analyse(figures: dict[str, dict], run_ids: list[str], metrics=None) -> list[dict]:
@@ -235,7 +235,7 @@ EVENT_FIELDS = ("cell", "cell_id", "metric", "verdict", "source", "baseline_medi
 def _event_data(regression_: dict, baseline_id: str | None) -> dict:
     data = {k: regression_[k] for k in EVENT_FIELDS if k in regression_}
     # A change point's baseline is the run before it began; a pairwise verdict's, the check's baseline.
-    data["baseline_run_id"] = regression_.get("before_run_id") or baseline_id
+    data["baseline_run_id"] = verdict_row(regression_).before_run_id or baseline_id
     return data
 
 

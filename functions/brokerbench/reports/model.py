@@ -35,7 +35,7 @@ from .results import (ACCOUNTING_RULE, DURABILITY_RULE, LOSS_CLASSES, MISSING_CO
                       NOT_SENT_COUNTS_IN, NOT_SENT_RULE, SPECTRUM, SUMMARY_FIELDS, build_results, figures, figures_of,
                       merge_blobs, missing_of, with_missing)
 from .faults import by_setting, rows as fault_rows
-from .rows import ResultCell, result_cell
+from .rows import ResultCell, result_cell, run_spec
 from .stats import holm, median_ci, t_quantile, t_two_sided_p
 
 MIN_CLAIM_REPEATS = 3
@@ -420,7 +420,7 @@ def _configuration(cells: list[dict], completed_events: dict[str, dict], interva
         "max_sustainable_rate": _median_ci(by_repeat["max_sustainable_rate"]),
         "searches": [c["search"] for c in done if c["search"]],
         # a startup backlog or bursts (worker.outcome.startup and .bursts), per repeat
-        **({"startups": [c.get("startup") for c in done], "bursts": [c.get("bursts") for c in done]}
+        **({"startups": [c["startup"] for c in done], "bursts": [c["bursts"] for c in done]}
            if any(c.shaped for c in typed) else {}),
         "intervals": [_series(c, intervals, digests) for c in typed],
     }
@@ -719,7 +719,7 @@ def build_report(events: list[dict]) -> dict:
     cache: dict = {}  # each cumulative histogram's figures, decoded once
     results = build_results(events, cache)
     spec = results["spec"]
-    references = {**reference_defaults(), **spec.get("references", {})}
+    references = {**reference_defaults(), **run_spec(spec).references}
     ends = {e["data"]["cell_id"]: e for e in events if e["type"] == "CellCompleted"}
     completed_events = {cid: e["data"] for cid, e in ends.items()}
     intervals = intervals_by_cell(events)

@@ -639,8 +639,13 @@ def target_configuration(events: list[dict]) -> dict:
     spec = next(e for e in events if e["type"] == "RunRequested")["data"]["spec"]
     targets = next((e["data"]["targets"] for e in events if e["type"] == "TargetsReady"), {})
     return {"targets": {b: dict(sorted(t.items())) for b, t in sorted(targets.items())},
-            "host": host_kind(run_requested(events)[1].host),
-            **{f: spec.get(f) for f in TARGET_FIELDS}}
+            "host": host_kind(run_requested(events)[1].host), **target_settings(spec)}
+
+
+def target_settings(spec: dict) -> dict:
+    """The spec's target, client and timing settings (TARGET_FIELDS) as the run request gave them: None for one it
+    left out (its default then is the release's, which code_version tells apart)."""
+    return {f: spec.get(f) for f in TARGET_FIELDS}
 
 
 def find_history(store: EventStore, run_id: str, candidate_events: list[dict] | None = None,

@@ -259,6 +259,7 @@ class Verdict(Row, kw_only=True):
     change: Number = None
     p_value: Number = None
     baseline_run_id: str | None = None
+    before_run_id: str | None = None  # a change point's: the run before it began
     higher_is_better: bool = True
     history_runs: int | None = None
     se: Number = None
@@ -528,6 +529,21 @@ def cost(data: dict) -> Cost:
 
 def startup(data: dict) -> Startup:
     return msgspec.convert(data, Startup)
+
+
+class RunSpec(Row, kw_only=True):
+    """The run's spec (the validated run request, results.json `spec`) as the reports read it; the maps a user gives
+    (client settings, targets, references) stay maps, read by key."""
+    brokers: list[str] = []
+    client: dict | None = None
+    targets: dict | None = None
+    references: dict = {}
+    repeats: int = 1
+    size_basis: str = "record"
+
+
+def run_spec(data: dict) -> RunSpec:
+    return msgspec.convert(data, RunSpec)
 
 
 # -- results.json cells, as the terminal's table reads them -----------------------------------------------------

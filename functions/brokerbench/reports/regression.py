@@ -230,7 +230,7 @@ def cannot_tell(figures: dict, k: int, within: float, repeat_noise: float) -> di
                    f"{need} more completed run{'s' if need != 1 else ''} of the suite needed"}
 
 
-def detectable(figures: dict, comparisons: int) -> float | None:
+def detectable(figures: dict | rows.Verdict, comparisons: int) -> float | None:
     """The size of the smallest regression this comparison is sure to call (a drop for a higher-is-better
     metric, a rise otherwise): the effect bar, or the change whose t reaches Holm's strictest step (ALPHA /
     comparisons) with this SE and these degrees of freedom, whichever is larger. (A smaller change may be called
@@ -244,7 +244,7 @@ def detectable(figures: dict, comparisons: int) -> float | None:
     return 1 - 1 / factor if f.higher_is_better else factor - 1
 
 
-def detectable_text(figures: dict) -> str:
+def detectable_text(figures: dict | rows.Verdict) -> str:
     """The smallest regression a verdict is sure to call, in words: −25%, +40%. Beyond a factor of USEFUL_FACTOR
     (a check that could call only a halving or a doubling), what it means: that this many runs cannot detect a
     change in the metric, and the runs that could detect AIM (or that none the check uses could)."""
@@ -267,7 +267,7 @@ def detectable_text(figures: dict) -> str:
     return f"{said}; not even the {HISTORY_RUNS} runs a check uses at most could detect {aim}"
 
 
-def detectable_factor(figures: dict, comparisons: int, runs: int | None = None) -> float | None:
+def detectable_factor(figures: dict | rows.Verdict, comparisons: int, runs: int | None = None) -> float | None:
     """`detectable` as the factor (≥ 1) by which the geometric mean must move: ÷ it for a drop, × it for a rise
     (a drop of 99.9% and one of 99.99% are both "100%"; as factors, ÷1,000 and ÷10,000). With `runs`: what it
     would be with that many runs of history as steady as these (`projected_se`)."""
@@ -282,7 +282,7 @@ def detectable_factor(figures: dict, comparisons: int, runs: int | None = None) 
     return math.exp(max(bar, floor))
 
 
-def projected_se(figures: dict, runs: int) -> float:
+def projected_se(figures: dict | rows.Verdict, runs: int) -> float:
     """The SE with `runs` runs of history whose per-run figures vary as much as these runs' do, by `assess`'s
     formula: the larger of their variance × (1 + 1/runs) and the repeats' share (the candidate's, and history's,
     which shrinks as history's samples grow with its runs). At the verdict's own number of runs, its SE."""
@@ -291,7 +291,7 @@ def projected_se(figures: dict, runs: int) -> float:
     return math.sqrt(max(p.run_variance * (1 + 1 / runs), within))
 
 
-def runs_to_detect(figures: dict, comparisons: int) -> int | None:
+def runs_to_detect(figures: dict | rows.Verdict, comparisons: int) -> int | None:
     """The fewest runs of history (up to HISTORY_RUNS, the most a check uses) with which this comparison would
     call a regression of AIM, or None when none would (its noise bar above AIM, or too few runs)."""
     f = rows.verdict(figures)

@@ -446,7 +446,7 @@ def markdown(comparison: dict, heading: str = "#") -> str:
                 theirs = fmt(figure["theirs"]) if figure["theirs"] is not None else table["missing"]
                 cells += [theirs, fmt(figure["ours"]) if figure["cells"] else "not run", _ratio(figure["ratio"])]
             out.append("| " + " | ".join(cells) + " |")
-        if table.get("note"):
+        if table["note"]:  # compare_table sets it (None: no note)
             out += ["", table["note"]]
         out.append("")
     out += [f"{heading}# Their conclusions, here", ""]

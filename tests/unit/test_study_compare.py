@@ -241,3 +241,12 @@ def test_the_user_scaled_study_fills_every_figure_and_decides_every_checked_conc
         return
     for conclusion in comparison["conclusions"]:
         assert conclusion["ours"]["verdict"] in (study.HOLDS, study.FAILS, "not checked"), conclusion
+
+
+def test_a_malformed_check_or_conclusion_names_the_field():
+    tables = {"t": {"short": "t", "unit": "u", "columns": ["c"], "rows": [{"label": "a", "figures": [{"ours": 1.0}]}]}}
+    with pytest.raises(study.StudyError, match=r"^check: .*\$\.table") as found:
+        study.evaluate({"kind": "range", "table": 3, "row": "a", "column": "c"}, tables, "ours")
+    assert found.value.field == "check"
+    with pytest.raises(study.StudyError, match=r"^conclusion: .*`kind` - at `\$\.checks\[0\]`"):
+        study.judge({"claim": "x", "checks": [{"table": "t"}]}, tables, "ours")

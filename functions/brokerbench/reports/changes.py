@@ -240,6 +240,6 @@ def new_alerts(now: dict, before: dict | None) -> list[dict]:
     """The alerts of a series' analysis (`detect`'s entry) that its analysis one run earlier did not have: a
     change is told once, on the run that made it an alert, not every night after. One found again within
     MATCH_RUNS runs of an earlier alert is the same change."""
-    earlier = [c["index"] for c in (before or {}).get("change_points", []) if c["alert"]]
+    earlier = [c["index"] for c in before["change_points"] if c["alert"]] if before else []
     return [c for c in now["change_points"]
             if c["alert"] and not any(abs(c["index"] - e) <= MATCH_RUNS for e in earlier)]

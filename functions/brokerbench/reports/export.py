@@ -28,6 +28,8 @@ from hdrh.log import HistogramLogWriter
 from .. import histogram
 from ..events import intervals_prefix, planned_cells
 from ..figures import LATENCY_METRICS, LOSS_CLASSES, MISSING_COUNTS_IN, NOT_SENT_COUNTS_IN
+from ..limit import client_bound
+from .rows import ResultCell, result_cell
 from .table import sample_count
 
 CELLS_CSV = "cells.csv"
@@ -72,21 +74,22 @@ def csv_columns() -> list[str]:
     return [*CONFIGURATION, *FIGURES, *latency, *COUNTS, "verdict", "client_bound", "host_busy"]
 
 
-def csv_row(cell: dict) -> dict:
-    """One cell's row (csv_columns), its values as results.json has them; None where it has none."""
-    row = {name: cell.get(name) for name in (*CONFIGURATION, *FIGURES, *COUNTS)}
+def csv_row(cell: dict | ResultCell) -> dict:
+    """One cell's row (csv_columns), its values as results.json has them; None where it has none. Every column is
+    a field of the typed cell (rows.ResultCell): a column it does not declare fails here, by name."""
+    c = cell if isinstance(cell, ResultCell) else result_cell(cell)
+    row = {name: getattr(c, name) for name in (*CONFIGURATION, *FIGURES, *COUNTS)}
     for metric, names in SHOWN_PERCENTILES.items():
-        figures = cell.get(metric) or {}
+        figures = c.latency(metric)
         for name in names:
-            row[f"{metric}_{name}"] = figures.get(name)
+            row[f"{metric}_{name}"] = getattr(figures, name)
             if metric in BOUNDED:
-                row[f"{metric}_{name}_at_least"] = (figures.get("lower_bounds") or {}).get(name)
+                row[f"{metric}_{name}_at_least"] = getattr(figures.lower_bounds, name)
         if metric in NET:
-            row[f"{NET[metric]}_p50"] = (cell.get(NET[metric]) or {}).get("p50")
-        row[f"{metric}_count"] = sample_count(cell, metric)
-    limit, machine = cell.get("limit") or {}, cell.get("host") or {}
-    row.update(verdict=cell.get("verdict"), client_bound=limit.get("by") == "client" if limit else None,
-               host_busy=machine.get("busy") if machine else None)
+            row[f"{NET[metric]}_p50"] = c.latency(NET[metric]).p50
+        row[f"{metric}_count"] = sample_count(c, metric)
+    row.update(verdict=c.verdict, client_bound=client_bound(c.limit) if c.limit else None,
+               host_busy=c.host.busy if c.host else None)
     return row
 
 
@@ -161,7 +164,7 @@ def cell_intervals(store, run_id: str, cell_index: int, attempt: int) -> list[di
 def _completed(events: list[dict]) -> list[tuple[dict, int]]:
     """Each completed cell, in matrix order, with the attempt that ended it."""
     ends = {e["data"]["cell_id"]: e["data"] for e in events if e["type"] == "CellCompleted"}
-    return [(cell, ends[cell["cell_id"]].get("attempt", 0))
+    return [(cell, ends[cell["cell_id"]]["attempt"])
             for cell in sorted(planned_cells(events), key=lambda c: c["index"]) if cell["cell_id"] in ends]
 
 

@@ -22,8 +22,11 @@ before, during and after.
 
 from __future__ import annotations
 
+from msgspec import to_builtins
+
 from ..faults import PHASES
 from ..registry import NOT_STATED, durability_label
+from .rows import FaultRecord, Gap, ResultCell, fault_record, result_cell, section
 
 NO_PHASES = {"window_s": None, **dict.fromkeys(PHASES), "back_to_rate_s": None}
 COUNTS = ("acknowledged", "lost", "undelivered_or_lost", "duplicated", "out_of_order", "send_errors", "unacknowledged")
@@ -38,36 +41,40 @@ VERDICTS = {
 }
 
 
-def guarantee(cell: dict) -> dict:
+def guarantee(cell: dict | ResultCell) -> dict:
     """The guarantee's figures of one cell result (reports.results): what held, from the accounting."""
-    acked = cell.get("acked")
-    lost = cell.get("lost")
-    difference = (cell.get("broker_count") or {}).get("difference")
+    c = cell if isinstance(cell, ResultCell) else result_cell(cell)
+    count = c.broker_count
+    difference = None if count is None else count.difference
     discarded = None if difference is None else max(0, -difference)
-    return {"acknowledged": acked, "lost": lost, "undelivered_or_lost": cell.get("undelivered_or_lost"),
-            "duplicated": cell.get("duplicated"), "out_of_order": cell.get("out_of_order"),
-            "send_errors": cell.get("send_errors"), "unacknowledged": cell.get("unacknowledged"),
-            "broker_count": cell.get("broker_count"), "discarded": discarded,
-            "held": None if lost is None else lost == 0 and not discarded}
+    return {"acknowledged": c.acked, "lost": c.lost, "undelivered_or_lost": c.undelivered_or_lost,
+            "duplicated": c.duplicated, "out_of_order": c.out_of_order, "send_errors": c.send_errors,
+            "unacknowledged": c.unacknowledged, "broker_count": None if count is None else to_builtins(count),
+            "discarded": discarded, "held": None if c.lost is None else c.lost == 0 and not discarded}
+
+
+def _gap_s(gap: Gap | None) -> float | None:
+    return None if gap is None else gap.s
 
 
 def _row(cell: dict, record: dict) -> dict:
-    return {"cell_id": cell["cell_id"], "broker": cell["broker"], "format": cell["format"], "mode": cell["mode"],
-            "status": cell["status"], "repeat": cell.get("repeat"), "guarantee": guarantee(cell), "faults": record,
-            "unavailable_s": (record.get("producer_ack_gap") or {}).get("s"),
-            "consumer_unavailable_s": (record.get("consumer_receipt_gap") or {}).get("s"),
-            **(record.get("phases") or NO_PHASES)}
+    c, applied = result_cell(cell), fault_record(record)
+    return {"cell_id": c.cell_id, "broker": c.broker, "format": c.format, "mode": c.mode, "status": c.status,
+            "repeat": c.repeat, "guarantee": guarantee(c), "faults": record,
+            "unavailable_s": _gap_s(applied.producer_ack_gap),
+            "consumer_unavailable_s": _gap_s(applied.consumer_receipt_gap),
+            **(applied.phases or NO_PHASES)}
 
 
 def rows(cells: list[dict], ends: dict[str, dict]) -> list[dict]:
     """A row per cell that ran faults: its guarantee, the faults as applied (from its CellCompleted or CellFailed
-    in `ends`), and the phases."""
+    in `ends`, by cell id), and the phases."""
     return [_row(cell, record) for cell in cells if (record := (ends.get(cell["cell_id"]) or {}).get("faults"))]
 
 
 def result_rows(cells: list[dict]) -> list[dict]:
     """The same rows from results.json's cells, which carry their faults' record (figures.cell_result)."""
-    return [_row(cell, cell["faults"]) for cell in cells if cell.get("faults")]
+    return [_row(cell, record) for cell in cells if (record := result_cell(cell).faults)]
 
 
 def _sum(values: list) -> int | None:
@@ -76,7 +83,7 @@ def _sum(values: list) -> int | None:
 
 def _agrees(guarantees: list[dict]) -> bool | None:
     """Whether the broker's own count agreed with the sequence numbers in every cell (None: never read)."""
-    differences = [(g.get("broker_count") or {}).get("difference") for g in guarantees]
+    differences = [(g["broker_count"] or {"difference": None})["difference"] for g in guarantees]
     known = [d for d in differences if d is not None]
     return None if not known else all(d == 0 for d in known)
 
@@ -104,7 +111,7 @@ def by_setting(rows: list[dict], durability: dict[str, dict]) -> list[dict]:
         guarantees = [r["guarantee"] for r in found]
         counts = {name: sum(g[name] or 0 for g in guarantees) for name in COUNTS}
         counts["lost"] = _sum([g["lost"] for g in guarantees])  # unknown in any cell: unknown for the setting
-        counts["discarded"] = sum(g.get("discarded") or 0 for g in guarantees)
+        counts["discarded"] = sum(g["discarded"] or 0 for g in guarantees)
         gaps = [r["unavailable_s"] for r in found if r["unavailable_s"] is not None]
         backs = [r["back_to_rate_s"] for r in found]
         out.append({"broker": broker, "setting": stated["text"], "label": durability_label(stated),
@@ -123,7 +130,7 @@ def setting_text(row: dict) -> str:
     check = "verified by sequence numbers" + {True: "; the broker's count agrees",
                                               False: "; the broker's count differs", None: ""}[row["broker_count_agrees"]]
     text = f"acknowledged messages lost: {row['lost']:,} of {row['acknowledged']:,} ({check})"
-    if row.get("discarded"):
+    if row["discarded"]:
         text += f"; the broker holds {row['discarded']:,} fewer than it acknowledged (discarded after the fault)"
     return text
 
@@ -150,39 +157,40 @@ def _ms(figures: dict | None, name: str) -> str:
     return "–" if value is None else f"{value / 1000:,.1f}"
 
 
-def _applied(record: dict) -> str:
+def _applied(record: FaultRecord) -> str:
     """The actions as applied (a network fault with its effect), then any managed call the service refused (AWS:
     `failed`, with the error's code)."""
-    done = [f"{a['kind']}{' ' + a['effect'] if a.get('effect') else ''} {'+'.join(a['nodes']) or '–'} at "
-            f"{a['at_s']:.2f} s" for a in record["applied"]]
-    refused = [f"{a['kind']} {'+'.join(a['nodes']) or '–'} REFUSED at {a['at_s']:.2f} s ({a['error']['code']})"
-               for a in record.get("failed") or []]
+    done = [f"{a.kind}{' ' + a.effect if a.effect else ''} {'+'.join(a.nodes) or '–'} at {a.at_s:.2f} s"
+            for a in record.applied]
+    refused = [f"{a.kind} {'+'.join(a.nodes) or '–'} REFUSED at {a.at_s:.2f} s ({a.error['code']})"
+               for a in record.failed]
     return ", ".join(done + refused)
 
 
 def held_text(row: dict) -> str:
     """'acknowledged messages lost: 0 of 1,200 (sequence numbers; the broker's count agrees)', or the number lost."""
     g = row["guarantee"]
-    count = g.get("broker_count") or {}
-    agrees = count.get("difference") == 0 if count.get("difference") is not None else None
+    difference = (g["broker_count"] or {"difference": None})["difference"]
+    agrees = None if difference is None else difference == 0
     check = "sequence numbers" + ("; the broker's count agrees" if agrees else
                                   "; the broker's count differs" if agrees is False else "")
     if g["lost"] is None:
         return f"acknowledged messages lost or undelivered: {g['undelivered_or_lost'] or 0:,} (the broker's backlog " \
                f"unknown)"
     text = f"acknowledged messages lost: {g['lost']:,} of {g['acknowledged'] or 0:,} ({check})"
-    if g.get("discarded"):
+    if g["discarded"]:
         text += f"; the broker holds {g['discarded']:,} fewer than it acknowledged (discarded after the fault)"
-    return text if g["lost"] == 0 and not g.get("discarded") else f"⚠ **{text}**"
+    return text if g["lost"] == 0 and not g["discarded"] else f"⚠ **{text}**"
 
 
 def markdown_lines(report: dict) -> list[str]:
     """The report's Guarantees section: a row per cell that ran faults."""
-    found = report.get("guarantees") or []
+    typed = section(report)
+    found = typed.guarantees
     if not found:
         return []
     lines = ["## Guarantees under faults", "", "Per broker and durability setting, every cell that ran faults:", "",
-             *setting_lines(report.get("guarantees_by_setting") or []),
+             *setting_lines(typed.guarantees_by_setting),
              "Each cell's faults as applied, what the broker kept of what it acknowledged, how long the producers "
              "went without an acknowledgement, when the delivered rate was back within 10% of the rate before, and "
              "the end-to-end p99 (ms) before, during and after the fault window (reports/faults.py).", "",
@@ -190,8 +198,8 @@ def markdown_lines(report: dict) -> list[str]:
              "unavailable s, producers / consumers | back to rate s | e2e p99 ms before / during / after |",
              "|---|---|---|---|---:|---:|---:|---:|---:|---|"]
     for row in found:
-        g, record = row["guarantee"], row["faults"]
-        leader = f"{record['applied'][0]['leader_before'] if record['applied'] else '–'} → {record.get('leader_at_end')}"
+        g, record = row["guarantee"], fault_record(row["faults"])
+        leader = f"{record.applied[0].leader_before if record.applied else '–'} → {record.leader_at_end}"
         unavailable = " / ".join("–" if row[k] is None else f"{row[k]:.2f}"
                                  for k in ("unavailable_s", "consumer_unavailable_s"))
         back = "never" if row["back_to_rate_s"] is None and row["before"] else \
@@ -207,13 +215,13 @@ def cell_line(cell: dict) -> str | None:
     """One line for the terminal under a cell that ran faults (a result cell with its `faults`), None otherwise:
     'kafka.raw...: kill 2 at 2.56 s, restart 2 at 6.25 s · leader 2 → 3 · acknowledged messages lost: 0 of 10,000
     (...) · unavailable 11.07 s (producers) / 11.06 s (consumers)'."""
-    record = cell.get("faults")
-    if not record:
+    c = result_cell(cell)
+    if not c.faults:
         return None
-    row = {"guarantee": guarantee(cell)}
-    before = record["applied"][0]["leader_before"] if record.get("applied") else None
-    gaps = [(record.get(k) or {}).get("s") for k in ("producer_ack_gap", "consumer_receipt_gap")]
+    record, row = fault_record(c.faults), {"guarantee": guarantee(c)}
+    before = record.applied[0].leader_before if record.applied else None
+    gaps = [_gap_s(record.producer_ack_gap), _gap_s(record.consumer_receipt_gap)]
     unavailable = " / ".join("–" if g is None else f"{g:.2f} s" for g in gaps)
-    return (f"{cell['cell_id']}: {_applied(record) or 'no fault applied'} · leader {before or '–'} → "
-            f"{record.get('leader_at_end') or '–'} · {held_text(row).replace('⚠ **', '⚠ ').replace('**', '')} · "
+    return (f"{c.cell_id}: {_applied(record) or 'no fault applied'} · leader {before or '–'} → "
+            f"{record.leader_at_end or '–'} · {held_text(row).replace('⚠ **', '⚠ ').replace('**', '')} · "
             f"unavailable {unavailable} (producers / consumers)")

@@ -44,7 +44,7 @@ def compare(definition: dict, runs: dict[str, StoredRun]) -> dict:
         results = run.results
         out.append({**_run_summary(run),
                     "faults": requested.get("faults"),
-                    "settings": by_setting(result_rows(results["cells"]), results.get("durability") or {})})
+                    "settings": by_setting(result_rows(results["cells"]), results["durability"])})
     return {"suite": definition["name"], "description": definition.get("description", ""),
             "notes": definition.get("notes", []), "runs": out}
 

@@ -20,6 +20,7 @@ from urllib.parse import quote
 from ..eventdata import given, run_requested
 from ..events import EventStore, make_event, planned_cells, read_report_events
 from . import changes, regression
+from .rows import ChangePoint, Versions, change_point, verdict as verdict_row
 
 SERIES_RUNS = 30  # the newest runs a series holds: a month of nightly runs
 LISTED = 200  # runs of the suite listed to find them (the newest first)
@@ -54,11 +55,11 @@ def run_facts(events: list[dict]) -> dict:
     targets = next((e["data"]["targets"] for e in events if e["type"] == "TargetsReady"), {})
     return {"run_id": requested["run_id"], "requested_at": requested["at"],
             "code_version": environment.code_version,
-            "brokers": {b: t.get("broker_version") for b, t in sorted(targets.items())},
+            "brokers": {b: t["broker_version"] for b, t in sorted(targets.items())},  # required (eventdata.Target)
             "settings": {"code_version": environment.code_version, "python": environment.python,
                          "libraries": given(environment.libraries), "targets": targets,
                          "host": regression.host_kind(environment.host),
-                         "spec": {f: spec.get(f) for f in regression.TARGET_FIELDS}}}
+                         "spec": regression.target_settings(spec)}}
 
 
 def _flat(value, prefix: str = "") -> dict:
@@ -73,8 +74,8 @@ def _flat(value, prefix: str = "") -> dict:
 def differences(before: dict, after: dict) -> list[dict]:
     """The settings that differ between two runs (run_facts' `settings`), by dotted name."""
     a, b = _flat(before), _flat(after)
-    return [{"setting": name, "before": a.get(name), "after": b.get(name)} for name in sorted(set(a) | set(b))
-            if a.get(name) != b.get(name)]
+    both = ((name, a.get(name), b.get(name)) for name in sorted(set(a) | set(b)))  # a setting one run has not: None
+    return [{"setting": name, "before": x, "after": y} for name, x, y in both if x != y]
 
 
 def analyse(figures: dict[str, dict], run_ids: list[str], metrics=None) -> list[dict]:
@@ -140,21 +141,28 @@ def history(store: EventStore, run_ids: list[str], metrics=None) -> dict:
             "series": described(analyse(figures, run_ids, metrics), facts), "method": changes.METHOD}
 
 
-def alert_text(series: dict, point: dict) -> str:
+def broker_changes(versions: Versions) -> list[str]:
+    """The brokers whose version differs between the run before a change point and the run it began with:
+    'kafka 3.6 → 3.7' (a broker the run before did not have: None →)."""
+    before = versions.before.brokers
+    return [f"{b} {before.get(b)} → {v}" for b, v in versions.after.brokers.items() if before.get(b) != v]
+
+
+def alert_text(point: dict | ChangePoint) -> str:
     """One change point as the alert says it."""
-    brokers = ", ".join(f"{b} {point['versions']['before']['brokers'].get(b)} → {v}"
-                        for b, v in point["versions"]["after"]["brokers"].items()
-                        if point["versions"]["before"]["brokers"].get(b) != v)
-    differs = ", ".join(d["setting"] for d in point["differences"] if d["setting"] != "code_version")
-    return (f"{point['change']:+.1%} from run {point['began_run_id']} on (the geometric mean of "
-            f"{point['after_runs']} runs against the {point['before_runs']} before; change point p={point['p_value']:.2g}); "
-            + _code(point["versions"])
+    point = change_point(point)
+    brokers = ", ".join(broker_changes(point.versions))
+    differs = ", ".join(d.setting for d in point.differences if d.setting != "code_version")
+    return (f"{point.change:+.1%} from run {point.began_run_id} on (the geometric mean of "
+            f"{point.after_runs} runs against the {point.before_runs} before; change point p={point.p_value:.2g}); "
+            + code_text(point.versions)
             + (f"; brokers {brokers}" if brokers else "") + (f"; settings that differ: {differs}" if differs else "")
-            + "; the run before it: " + point["before_run_id"])
+            + "; the run before it: " + point.before_run_id)
 
 
-def _code(versions: dict) -> str:
-    before, after = versions["before"]["code_version"], versions["after"]["code_version"]
+def code_text(versions: Versions) -> str:
+    """The code's version before and after a change point: 'code 1.0 → 1.1', or 'code 1.1 on both sides'."""
+    before, after = versions.before.code_version, versions.after.code_version
     return f"code {before} → {after}" if before != after else f"code {after} on both sides"
 
 
@@ -207,7 +215,7 @@ def watch(store: EventStore, run_id: str, baseline_id: str | None = None, *, rec
                        "runs_before": point["before_runs"], "runs_after": point["after_runs"],
                        "versions": point["versions"], "differences": point["differences"],
                        "history": history_link(suite, s["metric"]), "console": console_link(suite, s["metric"]),
-                       "why": alert_text(s, point)})
+                       "why": alert_text(point)})
     regressions = pairwise_alerts(checked["regressions"], searched) + alerts
     if record and regressions:
         index = {c["cell_id"]: c["index"] for c in planned_cells(events)}
@@ -227,7 +235,7 @@ EVENT_FIELDS = ("cell", "cell_id", "metric", "verdict", "source", "baseline_medi
 def _event_data(regression_: dict, baseline_id: str | None) -> dict:
     data = {k: regression_[k] for k in EVENT_FIELDS if k in regression_}
     # A change point's baseline is the run before it began; a pairwise verdict's, the check's baseline.
-    data["baseline_run_id"] = regression_.get("before_run_id") or baseline_id
+    data["baseline_run_id"] = verdict_row(regression_).before_run_id or baseline_id
     return data
 
 

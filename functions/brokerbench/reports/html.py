@@ -12,7 +12,7 @@ from .model import METRICS, RESOURCES_NOTE, min_samples, need_label
 from .regression import FIGURES, figure_text
 from .rows import Config, Group, Highlight, Report, Verdict
 from .rows import report as typed_rows
-from .svg import bar_chart, line_chart
+from .svg import Bars, Line, bar_chart, line_chart
 
 CSS = """
 body{font:14px/1.45 system-ui,sans-serif;margin:24px auto;max-width:1200px;color:#222;padding:0 16px}
@@ -167,8 +167,8 @@ def _cost_section(report: Report) -> list[str]:
 
 def _spectrum_chart(group: Group) -> str:
     # Percentiles finer than a cell's sample supports are None in the model and left out here.
-    series = [{"name": _cell_name(c), "points": [(1 / (1 - p / 100) if p < 100 else 100_000, None if v is None else v / 1000)
-                                                  for p, v in c.latency["end_to_end_latency_us"].spectrum]}
+    series = [Line(name=_cell_name(c), points=[(1 / (1 - p / 100) if p < 100 else 100_000, None if v is None else v / 1000)
+                                               for p, v in c.latency["end_to_end_latency_us"].spectrum])
               for c in group.cells if c.status != "failed"]
     ticks = [(2, "p50"), (10, "p90"), (100, "p99"), (1000, "p99.9"), (10_000, "p99.99"), (100_000, "max")]
     basis = " (from enqueue)" if group.rate_target == "max" else ""
@@ -186,8 +186,8 @@ def _across_groups(report: Report, x_of, group_by, title: str, x_label: str, y_m
             charts[group_by(group)][_cell_name(c)].append((x_of(group), None if value is None else value / scale))
     out = []
     for key, series in charts.items():
-        points = [{"name": name, "points": sorted(p for p in pts if p[0] is not None)} for name, pts in series.items()]
-        if any(len(s["points"]) > 1 for s in points):
+        points = [Line(name=name, points=sorted(p for p in pts if p[0] is not None)) for name, pts in series.items()]
+        if any(len(s.points) > 1 for s in points):
             out.append(line_chart(f"{title} · {key}", points, x_label=x_label, y_label=y_label, log_x=log_x))
     return out
 
@@ -202,14 +202,14 @@ def _serialization_charts(report: Report) -> list[str]:
         formats = sorted(cells)
         value = lambda f, m, s=1.0: (None if cells[f].metrics[m].median is None  # noqa: E731
                                      else cells[f].metrics[m].median / s)
-        bars = [{"name": name, "values": [value(f, metric, 1000) for f in formats]} for name, metric in
+        bars = [Bars(name=name, values=[value(f, metric, 1000) for f in formats]) for name, metric in
                 (("encode µs (p50)", "encode_p50_ns"), ("encode net µs", "encode_net_p50_ns"),
                  ("decode µs (p50)", "decode_p50_ns"), ("decode net µs", "decode_net_p50_ns"))]
         # net of the call floor (model.CODEC_RULE) where it was measured: runs stored before it keep two bars
-        bars = [b for b in bars if "net" not in b["name"] or any(v is not None for v in b["values"])]
+        bars = [b for b in bars if "net" not in b.name or any(v is not None for v in b.values)]
         out.append(bar_chart(f"Serialization cost per message · {size:,} B", formats, bars, y_label="µs"))
         out.append(bar_chart(f"Encoded size · {size:,} B", formats,
-                             [{"name": "bytes", "values": [value(f, "encoded_bytes") for f in formats]}], y_label="bytes"))
+                             [Bars(name="bytes", values=[value(f, "encoded_bytes") for f in formats])], y_label="bytes"))
     return out
 
 
@@ -232,15 +232,15 @@ def _interval_charts(group: Group, limit: int | None = None) -> list[str]:
         rate, p99 = [], []
         for repeat, series in enumerate(c.intervals):
             suffix = f" #{repeat}" if len(c.intervals) > 1 else ""
-            rate.append({"name": f"delivered/s{suffix}", "points": list(zip(series.interval, series.throughput))})
+            rate.append(Line(name=f"delivered/s{suffix}", points=list(zip(series.interval, series.throughput))))
             counts = series.end_to_end_count or [None] * len(series.interval)
             maxima = series.end_to_end_max_us or [None] * len(series.interval)
             rows = list(zip(series.interval, series.end_to_end_p99_us, maxima, counts))
-            p99.append({"name": f"e2e p99 ms{suffix}", "points": [
-                (i, v / 1000) for i, v, _, n in rows if v is not None and (n is None or n >= need)]})
+            p99.append(Line(name=f"e2e p99 ms{suffix}", points=[
+                (i, v / 1000) for i, v, _, n in rows if v is not None and (n is None or n >= need)]))
             small = [(i, m / 1000) for i, _, m, n in rows if m is not None and n is not None and n < need]
             if small:
-                p99.append({"name": f"e2e max ms (n<{need:,}){suffix}", "points": small})
+                p99.append(Line(name=f"e2e max ms (n<{need:,}){suffix}", points=small))
         out.append(line_chart(f"{_cell_name(c)} · rate per second", rate, x_label="second", y_label="msgs/s"))
         out.append(line_chart(f"{_cell_name(c)} · p99 per second", p99, x_label="second", y_label="ms"))
     return out
@@ -329,8 +329,8 @@ def highlight_chart(highlight: Highlight, by_key: dict[str, tuple[Config, Group]
         return None
     values = [c.metrics[metric.key].median for c, _ in pair]
     return bar_chart(f"{metric.label} · {pair[0][1].title}", [_cell_name(c) for c, _ in pair],
-                     [{"name": f"median ({metric.unit})",
-                       "values": [None if v is None else v / metric.scale for v in values]}], y_label=metric.unit)
+                     [Bars(name=f"median ({metric.unit})",
+                           values=[None if v is None else v / metric.scale for v in values])], y_label=metric.unit)
 
 
 def _summary_section(report: Report) -> list[str]:

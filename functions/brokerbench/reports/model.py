@@ -35,7 +35,7 @@ from .results import (ACCOUNTING_RULE, DURABILITY_RULE, LOSS_CLASSES, MISSING_CO
                       NOT_SENT_COUNTS_IN, NOT_SENT_RULE, SPECTRUM, SUMMARY_FIELDS, build_results, figures, figures_of,
                       merge_blobs, missing_of, with_missing)
 from .faults import by_setting, rows as fault_rows
-from .rows import ResultCell, result_cell
+from .rows import ResultCell, result_cell, run_spec
 from .stats import holm, median_ci, t_quantile, t_two_sided_p
 
 MIN_CLAIM_REPEATS = 3
@@ -322,25 +322,26 @@ def _loss(done: list[ResultCell]) -> dict:
     return out
 
 
-def _resources(done: list[dict]) -> dict | None:
+def _resources(typed: list[ResultCell]) -> dict | None:
     """Per process group (broker, workers) over the repeats that sampled it: the median of their mean CPU,
     the largest CPU and resident memory, and how many repeats that is. None when no repeat sampled any."""
     found = defaultdict(list)
-    for c in done:
-        for name, figures in (c.get("resources") or {}).items():
-            if figures:
+    for c in typed:
+        for name, figures in (c.resources or {}).items():
+            if figures is not None:
                 found[name].append(figures)
-    return {name: {"cpu_pct_mean": round(statistics.median(r["cpu_pct_mean"] for r in rs), 1),
-                   "cpu_pct_max": max(r["cpu_pct_max"] for r in rs), "rss_mb_max": max(r["rss_mb_max"] for r in rs),
+    return {name: {"cpu_pct_mean": round(statistics.median(r.cpu_pct_mean for r in rs), 1),
+                   "cpu_pct_max": max(r.cpu_pct_max for r in rs), "rss_mb_max": max(r.rss_mb_max for r in rs),
                    "repeats": len(rs)} for name, rs in sorted(found.items())} or None
 
 
 def _host(done: list[dict], typed: list[ResultCell]) -> dict:
     """The host under each repeat (brokerbench.host; None for repeats stored before it was read), the repeats it
-    marked busy, and the highest CPU pressure and steal of any repeat."""
+    marked busy, and the highest CPU pressure and steal of any repeat. `done`: the completed cells' results, which
+    figures.cell_result always gives a host, as stored."""
     seen = [c.host for c in typed if c.host is not None]
     highest = lambda key: max((v for h in seen if (v := getattr(h, key)) is not None), default=None)  # noqa: E731
-    return {"repeats": [c.get("host") for c in done], "busy_repeats": [c.repeat for c in typed if c.busy],
+    return {"repeats": [c["host"] for c in done], "busy_repeats": [c.repeat for c in typed if c.busy],
             "cpu_pressure_pct_max": highest("cpu_pressure_pct"), "steal_pct_max": highest("steal_pct"),
             "memory_pressure_pct_max": highest("memory_pressure_pct"),
             "reasons": sorted({r for h in seen if h.busy for r in h.reasons or []})}
@@ -352,10 +353,10 @@ def busy_repeats(config: dict) -> list[int]:
 
 
 def _limits(done: list[dict]) -> dict:
-    """What limited each repeat (brokerbench.limit; None for repeats stored before it was kept), and how many of them
-    the load generator did (client-bound)."""
-    limits = [c.get("limit") for c in done]
-    return {"by": [(found or {}).get("by") for found in limits], "repeats": limits,
+    """What limited each repeat (brokerbench.limit; None for repeats stored before it was kept: figures.cell_result
+    always gives a completed cell its limit, as stored), and how many of them the load generator did (client-bound)."""
+    limits = [c["limit"] for c in done]
+    return {"by": [found["by"] if found else None for found in limits], "repeats": limits,
             "client_bound": sum(limit.client_bound(found) for found in limits),
             "consumer_bound": sum(limit.consumer_bound(found) for found in limits)}
 
@@ -364,7 +365,8 @@ def _configuration(cells: list[dict], completed_events: dict[str, dict], interva
                    digests: dict[str, dict], cache: dict) -> dict:
     first = cells[0]
     done = [c for c in cells if c["status"] == "completed"]
-    typed = [result_cell(c) for c in done]
+    every = [result_cell(c) for c in cells]
+    typed = [c for c in every if c.status == "completed"]
     # Each histogram is decoded once (`cache`): for the exact merge and for the sample counts.
     blobs = {c["cell_id"]: {f: b for f, b in completed_events[c["cell_id"]]["histograms"].items() if b} for c in done}
     counts = {cid: {f: figures(b, cache).total for f, b in bs.items()} for cid, bs in blobs.items()}
@@ -389,11 +391,11 @@ def _configuration(cells: list[dict], completed_events: dict[str, dict], interva
         "cell_ids": [c["cell_id"] for c in cells],
         **{f: first[f] for f in CONFIG_FIELDS},
         "status": "completed" if len(done) == len(cells) else ("failed" if not done else "partial"),
-        "reasons": [c["reason"] for c in cells if c["status"] != "completed" and c.get("reason")],
+        "reasons": [c.reason for c in every if c.status != "completed" and c.reason],
         "repeats": len(cells),
         "completed_repeats": len(done),
         "repeat_numbers": [c["repeat"] for c in done],
-        "order": [c.order for c in map(result_cell, cells)],
+        "order": [c.order for c in every],
         "send_loop": ", ".join(sorted({c.send_loop for c in typed if c.send_loop})) or None,
         "sender": ", ".join(sorted({c.sender for c in typed if c.sender})) or None,
         "latency_basis": "enqueue" if first["rate_target"] == "max" else
@@ -410,15 +412,15 @@ def _configuration(cells: list[dict], completed_events: dict[str, dict], interva
         "lost": None if publish_only else loss["lost"],
         "loss": loss,
         "has_loss": any(c.has_loss for c in typed) or any(loss[k] for k in LOSS_CLASSES),
-        "resources": _resources(done),
+        "resources": _resources(typed),
         "host": _host(done, typed),
         "limit": _limits(done),
         "sustainability": combined_verdict(cells, per_cell),
         # rates: ["sustainable"]: what each repeat's search found, and its steps.
         "max_sustainable_rate": _median_ci(by_repeat["max_sustainable_rate"]),
-        "searches": [c["search"] for c in done if c.get("search")],
+        "searches": [c["search"] for c in done if c["search"]],
         # a startup backlog or bursts (worker.outcome.startup and .bursts), per repeat
-        **({"startups": [c.get("startup") for c in done], "bursts": [c.get("bursts") for c in done]}
+        **({"startups": [c["startup"] for c in done], "bursts": [c["bursts"] for c in done]}
            if any(c.shaped for c in typed) else {}),
         "intervals": [_series(c, intervals, digests) for c in typed],
     }
@@ -519,7 +521,7 @@ def paired_ratio(config: dict, reference: dict, name: str, noise: dict) -> dict 
     mine, theirs = _logs(config, name), _logs(reference, name)
     differences = [mine[r] - theirs[r] for r in sorted(mine.keys() & theirs.keys())]
     n = len(differences)
-    if n < MIN_CLAIM_REPEATS or not noise.get("df"):
+    if n < MIN_CLAIM_REPEATS or not noise["df"]:
         return None
     mean = statistics.fmean(differences)
     variance = max(2 * noise["log_variance"], statistics.variance(differences))
@@ -539,7 +541,7 @@ def paired_ratio(config: dict, reference: dict, name: str, noise: dict) -> dict 
 
 def _large(test: dict, name: str, noise: dict) -> bool:
     """Beyond the effect floor and the run's noise, with the medians over repeats in the same order."""
-    bar = max(CLAIM_FLOOR[name], noise.get("noise") or 0.0)
+    bar = max(CLAIM_FLOOR[name], noise["noise"] or 0.0)
     same_order = test["median_ratio"] is not None and (test["median_ratio"] - 1) * test["log_difference"] > 0
     return abs(test["log_difference"]) >= math.log1p(bar) and same_order
 
@@ -641,10 +643,10 @@ def send_loops(configurations: list[dict]) -> dict[str, int]:
 
 def _configurations_per(configurations: list[dict], field: str) -> dict[str, int]:
     """How many configurations have each value of `field` (its values joined by ', ' where repeats differ)."""
-    counts: dict[str, int] = {}
+    counts: dict[str, int] = defaultdict(int)
     for c in configurations:
-        for value in filter(None, (c.get(field) or "").split(", ")):
-            counts[value] = counts.get(value, 0) + 1
+        for value in filter(None, (c[field] or "").split(", ")):
+            counts[value] += 1
     return dict(sorted(counts.items()))
 
 
@@ -682,7 +684,7 @@ def host_busy_note(configurations: list[dict]) -> str | None:
         return None
     repeats = sum(len(b) for _, b in marked)
     highest = max((c["host"]["cpu_pressure_pct_max"] for c, _ in marked
-                   if c["host"].get("cpu_pressure_pct_max") is not None), default=None)
+                   if c["host"]["cpu_pressure_pct_max"] is not None), default=None)
     pressure = f", CPU pressure up to {highest:.0f}%" if highest is not None else ""
     return (f"the host was busy during {repeats} repeat{'s' if repeats != 1 else ''} of {len(marked)} "
             f"configuration{'s' if len(marked) != 1 else ''}{pressure}: their figures measured the host as much as the "
@@ -717,7 +719,7 @@ def build_report(events: list[dict]) -> dict:
     cache: dict = {}  # each cumulative histogram's figures, decoded once
     results = build_results(events, cache)
     spec = results["spec"]
-    references = {**reference_defaults(), **spec.get("references", {})}
+    references = {**reference_defaults(), **run_spec(spec).references}
     ends = {e["data"]["cell_id"]: e for e in events if e["type"] == "CellCompleted"}
     completed_events = {cid: e["data"] for cid, e in ends.items()}
     intervals = intervals_by_cell(events)

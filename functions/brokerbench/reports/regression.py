@@ -85,7 +85,9 @@ import numpy as np
 from ..eventdata import Host, given, run_requested
 from ..events import EventStore, make_event, planned_cells, read_report_events
 from ..metrics import regression_metrics
-from .model import busy_repeats, send_loop_text
+from . import rows
+from .model import send_loop_text
+from .rows import Series
 from .stats import holm, rate_rise_p, spread, t_quantile, t_two_sided_p  # noqa: F401 (holm, t_two_sided_p: this module's API too)
 
 ALPHA = 0.01  # family-wise over all verdicts of a run (Holm–Bonferroni): one run in 100 with a false alarm
@@ -228,73 +230,76 @@ def cannot_tell(figures: dict, k: int, within: float, repeat_noise: float) -> di
                    f"{need} more completed run{'s' if need != 1 else ''} of the suite needed"}
 
 
-def detectable(figures: dict, comparisons: int) -> float | None:
+def detectable(figures: dict | rows.Verdict, comparisons: int) -> float | None:
     """The size of the smallest regression this comparison is sure to call (a drop for a higher-is-better
     metric, a rise otherwise): the effect bar, or the change whose t reaches Holm's strictest step (ALPHA /
     comparisons) with this SE and these degrees of freedom, whichever is larger. (A smaller change may be called
     when other verdicts' p-values are smaller: Holm's later steps are less strict.)"""
-    if figures.get("se") is None or figures.get("threshold") is None:
+    f = rows.verdict(figures)
+    if f.se is None or f.threshold is None:
         return None
-    factor = detectable_factor(figures, comparisons)
+    factor = detectable_factor(f, comparisons)
     if factor is None:
         return None
-    return 1 - 1 / factor if figures["higher_is_better"] else factor - 1
+    return 1 - 1 / factor if f.higher_is_better else factor - 1
 
 
-def detectable_text(figures: dict) -> str:
+def detectable_text(figures: dict | rows.Verdict) -> str:
     """The smallest regression a verdict is sure to call, in words: −25%, +40%. Beyond a factor of USEFUL_FACTOR
     (a check that could call only a halving or a doubling), what it means: that this many runs cannot detect a
     change in the metric, and the runs that could detect AIM (or that none the check uses could)."""
-    factor = figures.get("detectable_factor")
+    f = rows.verdict(figures)
+    factor = f.detectable_factor
     if factor is None:
         return "–"
-    worse = "−" if figures["higher_is_better"] else "+"
+    worse = "−" if f.higher_is_better else "+"
     if factor < USEFUL_FACTOR:
-        return f"{worse}{figures['detectable']:.0%}"
-    runs = (figures.get("projection") or {}).get("runs", figures.get("history_runs"))
+        return f"{worse}{f.detectable:.0%}"
+    runs = f.history_runs if f.projection is None else f.projection.runs
     said = f"{runs} runs cannot detect a change in this metric (only one beyond " \
-           f"{'÷' if figures['higher_is_better'] else '×'}{factor:,.3g})"
+           f"{'÷' if f.higher_is_better else '×'}{factor:,.3g})"
     aim = f"{worse}{AIM:.0%}"
-    if figures.get("runs_to_detect"):
-        return f"{said}; about {figures['runs_to_detect']} runs could detect {aim}"
-    if figures["threshold"] >= AIM:
-        noise = figures.get("noise") if figures.get("noise") is not None else figures.get("repeat_noise") or 0.0
+    if f.runs_to_detect:
+        return f"{said}; about {f.runs_to_detect} runs could detect {aim}"
+    if f.threshold >= AIM:
+        noise = f.noise if f.noise is not None else f.repeat_noise or 0.0
         return f"{said}, nor could more runs: its noise of {noise:.0%} needs a change beyond {K_NOISE:g}× that"
     return f"{said}; not even the {HISTORY_RUNS} runs a check uses at most could detect {aim}"
 
 
-def detectable_factor(figures: dict, comparisons: int, runs: int | None = None) -> float | None:
+def detectable_factor(figures: dict | rows.Verdict, comparisons: int, runs: int | None = None) -> float | None:
     """`detectable` as the factor (≥ 1) by which the geometric mean must move: ÷ it for a drop, × it for a rise
     (a drop of 99.9% and one of 99.99% are both "100%"; as factors, ÷1,000 and ÷10,000). With `runs`: what it
     would be with that many runs of history as steady as these (`projected_se`)."""
-    if figures.get("se") is None or figures.get("threshold") is None:
+    f = rows.verdict(figures)
+    if f.se is None or f.threshold is None:
         return None
-    se, df = (figures["se"], figures["df"]) if runs is None else (projected_se(figures, runs), runs - 1.0)
+    se, df = (f.se, f.df) if runs is None else (projected_se(f, runs), runs - 1.0)
     bar = t_quantile(ALPHA / max(1, comparisons), df) * se
     if not math.isfinite(bar) or bar > 700:
         return None
-    floor = -math.log1p(-min(figures["threshold"], 0.999)) if figures["higher_is_better"] \
-        else math.log1p(figures["threshold"])
+    floor = -math.log1p(-min(f.threshold, 0.999)) if f.higher_is_better else math.log1p(f.threshold)
     return math.exp(max(bar, floor))
 
 
-def projected_se(figures: dict, runs: int) -> float:
+def projected_se(figures: dict | rows.Verdict, runs: int) -> float:
     """The SE with `runs` runs of history whose per-run figures vary as much as these runs' do, by `assess`'s
     formula: the larger of their variance × (1 + 1/runs) and the repeats' share (the candidate's, and history's,
     which shrinks as history's samples grow with its runs). At the verdict's own number of runs, its SE."""
-    p = figures["projection"]
-    within = p["within_candidate"] + p["within_history"] * p["runs"] / runs
-    return math.sqrt(max(p["run_variance"] * (1 + 1 / runs), within))
+    p = rows.verdict(figures).projection
+    within = p.within_candidate + p.within_history * p.runs / runs
+    return math.sqrt(max(p.run_variance * (1 + 1 / runs), within))
 
 
-def runs_to_detect(figures: dict, comparisons: int) -> int | None:
+def runs_to_detect(figures: dict | rows.Verdict, comparisons: int) -> int | None:
     """The fewest runs of history (up to HISTORY_RUNS, the most a check uses) with which this comparison would
     call a regression of AIM, or None when none would (its noise bar above AIM, or too few runs)."""
-    if not figures.get("projection") or figures.get("threshold") is None or figures["threshold"] >= AIM:
+    f = rows.verdict(figures)
+    if f.projection is None or f.threshold is None or f.threshold >= AIM:
         return None
-    aim = 1 / (1 - AIM) if figures["higher_is_better"] else 1 + AIM
-    for runs in range(figures["projection"]["runs"] + 1, HISTORY_RUNS + 1):
-        factor = detectable_factor(figures, comparisons, runs)
+    aim = 1 / (1 - AIM) if f.higher_is_better else 1 + AIM
+    for runs in range(f.projection.runs + 1, HISTORY_RUNS + 1):
+        factor = detectable_factor(f, comparisons, runs)
         if factor is not None and factor <= aim:
             return runs
     return None
@@ -302,11 +307,12 @@ def runs_to_detect(figures: dict, comparisons: int) -> int | None:
 
 def label(figures: dict, p_adjusted: float | None, comparisons: int) -> dict:
     """The verdict of one assessed comparison, given its Holm-adjusted p-value among `comparisons`."""
-    if figures.get("metric") == "sustainability" and figures.get("verdict") is None:
+    f = rows.verdict(figures)
+    if f.metric == "sustainability" and f.verdict is None:
         return flip_label(figures, p_adjusted, comparisons)
-    if figures.get("verdict") is not None:  # decided before any test (too few samples, too short a history)
-        figures = {**figures, **_detectable(figures, comparisons)}
-        if figures.get("cannot_tell") and figures["detectable"] is not None:
+    if f.verdict is not None:  # decided before any test (too few samples, too short a history)
+        figures = {**figures, **_detectable(f, comparisons)}
+        if f.cannot_tell and figures["detectable"] is not None:
             figures["why"] += f" ({_as_steady(figures)})"
         return figures
     out = {**figures, "p_value": p_adjusted, "comparisons": comparisons, **_detectable(figures, comparisons)}
@@ -366,9 +372,10 @@ def decide(assessed: list[dict]) -> list[dict]:
 def hypotheses(figures: dict) -> list[tuple[str | None, float]]:
     """The p-values one assessed comparison adds to Holm's family: a figure's two-sided one, or a flip's two
     one-sided ones (a rise and a fall in the share of unsustainable repeats, each its own hypothesis)."""
-    if figures.get("p_tests"):
-        return list(figures["p_tests"].items())
-    return [(None, figures["p_raw"])] if figures.get("p_raw") is not None else []
+    f = rows.verdict(figures)
+    if f.p_tests:
+        return list(f.p_tests.items())
+    return [(None, f.p_raw)] if f.p_raw is not None else []
 
 
 def verdict(baseline, candidate, higher_is_better: bool, history=()) -> dict:
@@ -377,10 +384,10 @@ def verdict(baseline, candidate, higher_is_better: bool, history=()) -> dict:
 
 
 # -- a run's samples -----------------------------------------------------------------------------
-def _measured(series: dict, name: str) -> list[float]:
+def _measured(series: Series, name: str) -> list[float]:
     """The per-second figures of the schedule's intervals (not the drain after it)."""
-    values = series.get(name) or []
-    keep = series.get("in_schedule") or series.get("sent") or [1] * len(values)
+    values = series.of(name)
+    keep = series.in_schedule or series.sent or [1] * len(values)
     return [float(v) for v, k in zip(values, keep) if v is not None and k]
 
 
@@ -402,27 +409,27 @@ def run_figures(source) -> dict[str, dict]:
     report = build_report(events) if events is not None else source
     cells = None
     out = {}
-    for group in report["groups"]:
-        for config in group["cells"]:
+    for group in map(rows.group, report["groups"]):
+        for config in group.cells:
             # A repeat measured on a busy host is no evidence (brokerbench.host): its figures and series are left out.
-            busy = set(busy_repeats(config))
-            quiet = [r not in busy for r in config.get("repeat_numbers") or []]
+            busy = set(config.busy_repeats)
+            quiet = [r not in busy for r in config.repeat_numbers]
             # With no quiet repeat the figures stay, to be shown beside a verdict that is no evidence (unstable:
             # flag_busy_host), not dropped with the row; a series over runs leaves such a run out (history).
             kept = quiet if any(quiet) else []
-            series = [s for s, keep in zip(config.get("intervals") or [], kept or repeat(True)) if keep]
-            entry = {"key": config["key"], "cell": f"{config['broker']} {config['format']} · {group['title']}",
-                     "cell_id": config["cell_ids"][0], "status": config["status"], "repeats": {}, "series": {},
-                     "search": _is_search(config["rate_target"]),
-                     "send_loop": config.get("send_loop"),
-                     "sustainability": (config.get("sustainability") or {}).get("verdict"),
+            series = [s for s, keep in zip(config.intervals, kept or repeat(True)) if keep]
+            entry = {"key": config.key, "cell": f"{config.broker} {config.format} · {group.title}",
+                     "cell_id": config.cell_ids[0], "status": config.status, "repeats": {}, "series": {},
+                     "search": _is_search(config.rate_target),
+                     "send_loop": config.send_loop,
+                     "sustainability": config.sustainability.verdict,
                      # each quiet repeat's sustainability verdict: what a flip is tested on
-                     "repeat_verdicts": [r["verdict"] for r in (config.get("sustainability") or {}).get("repeats", [])
-                                         if r.get("repeat") not in busy or not kept],
+                     "repeat_verdicts": [r.verdict for r in config.sustainability.repeats
+                                         if r.repeat not in busy or not kept],
                      "host_busy": {"repeats": sorted(busy), "of": len(quiet),
-                                   "reasons": (config.get("host") or {}).get("reasons") or []} if busy else None}
+                                   "reasons": list(config.host.reasons)} if busy else None}
             by_repeat = {name: [v for v, keep in zip(values, kept or repeat(True)) if keep]
-                         for name, values in (config.get("values_by_repeat") or {}).items()}
+                         for name, values in config.values_by_repeat.items()}
             for metric in metrics_of(entry):
                 read, name = METRICS[metric].read, METRICS[metric].series
                 per_second = [_measured(s, name) for s in series] if name else []
@@ -432,7 +439,7 @@ def run_figures(source) -> dict[str, dict]:
                 elif events is not None:
                     if cells is None:
                         cells = [c for c in build_results(events)["cells"] if c["status"] == "completed"]
-                    values = [read(c) for c in sorted((c for c in cells if config_key(c) == config["key"]),
+                    values = [read(c) for c in sorted((c for c in cells if config_key(c) == config.key),
                                                       key=lambda c: c["repeat"])]
                 elif name:
                     agg = np.mean if name == "throughput" else np.median
@@ -440,7 +447,7 @@ def run_figures(source) -> dict[str, dict]:
                 else:
                     values = []
                 entry["repeats"][metric] = [v for v in values if v is not None]
-            out[config["key"]] = entry
+            out[config.key] = entry
     return out
 
 
@@ -461,7 +468,7 @@ JUDGED = ("sustainable", "unsustainable")  # a repeat's verdicts that are eviden
 def judged_repeats(run: dict) -> tuple[int, int]:
     """(unsustainable, judged) repeats of a configuration in one run; figures without per-repeat verdicts count
     the configuration's verdict as one repeat."""
-    verdicts = run.get("repeat_verdicts") or [run.get("sustainability")]
+    verdicts = run.get("repeat_verdicts") or [run["sustainability"]]
     return sum(v == "unsustainable" for v in verdicts), sum(v in JUDGED for v in verdicts)
 
 
@@ -469,10 +476,10 @@ def flip(old: dict, new: dict, older: list[dict]) -> dict | None:
     """The sustainability of a configuration, candidate against history (see the module's docstring): decided
     here only when no test can be made (too short a history, no judged repeat); otherwise the figures of the test,
     its unadjusted p-value `p_raw`, for `flip_label` to label among the run's other p-values."""
-    before, after = old.get("sustainability"), new.get("sustainability")
+    before, after = old["sustainability"], new["sustainability"]
     if not {before, after} <= {"sustainable", "unsustainable", "inconclusive"} or before is None or after is None:
         return None  # max-rate cells and rate searches have no such verdict
-    runs = [old, *(h for h in older if h is not None and h.get("sustainability") is not None)]
+    runs = [old, *(h for h in older if h is not None and h["sustainability"] is not None)]
     k = len(runs)
     counted = [judged_repeats(r) for r in runs]
     u_h, n_h = sum(u for u, _ in counted), sum(n for _, n in counted)
@@ -574,7 +581,8 @@ def compare(baseline, candidate, history=()) -> list[dict]:
             hist = [s for s in (_samples(h.get(key), metric, block) for h in older) if s]
             figures = assess(_samples(old, metric, block) or [], _samples(config, metric, block) or [], higher, hist,
                              MIN_REPEATS if by_repeats else 1 if one_figure else MIN_BLOCKS)
-            if block is not None and figures.get("verdict") == "unstable" and not figures.get("cannot_tell"):
+            found = rows.verdict(figures)
+            if block is not None and found.verdict == "unstable" and not found.cannot_tell:
                 figures["why"] = (f"single repeat: fewer than {MIN_BLOCKS} blocks of {block} s "
                                   f"({figures['n_baseline']} vs {figures['n_candidate']})")
             figures["samples"] = "repeats" if by_repeats else "one per run" if one_figure else f"blocks of {block} s"
@@ -595,7 +603,7 @@ def flag_busy_host(verdict: dict, old: dict, new: dict) -> dict:
                      f"{b['of']} ({'; '.join(b['reasons'])})" for side, b in marked.items())
     whole = any(len(b["repeats"]) >= b["of"] for b in marked.values())
     out = {**verdict, "host_busy": marked}
-    if whole or verdict.get("metric") == "sustainability":
+    if whole or rows.verdict(verdict).metric == "sustainability":
         if verdict["verdict"] in ("regression", "improvement"):
             out["verdict"] = "unstable"
         if whole:  # what the samples' rule would add (too few samples, blocks) says nothing more
@@ -631,8 +639,13 @@ def target_configuration(events: list[dict]) -> dict:
     spec = next(e for e in events if e["type"] == "RunRequested")["data"]["spec"]
     targets = next((e["data"]["targets"] for e in events if e["type"] == "TargetsReady"), {})
     return {"targets": {b: dict(sorted(t.items())) for b, t in sorted(targets.items())},
-            "host": host_kind(run_requested(events)[1].host),
-            **{f: spec.get(f) for f in TARGET_FIELDS}}
+            "host": host_kind(run_requested(events)[1].host), **target_settings(spec)}
+
+
+def target_settings(spec: dict) -> dict:
+    """The spec's target, client and timing settings (TARGET_FIELDS) as the run request gave them: None for one it
+    left out (its default then is the release's, which code_version tells apart)."""
+    return {f: spec.get(f) for f in TARGET_FIELDS}
 
 
 def find_history(store: EventStore, run_id: str, candidate_events: list[dict] | None = None,
@@ -712,7 +725,8 @@ def check(store: EventStore, run_id: str, baseline_id: str | None = None, *, rec
         store.append([make_event(run_id, "RegressionDetected", {
             "baseline_run_id": baseline_id, "cell": r["cell"], "cell_id": r["cell_id"], "metric": r["metric"],
             "verdict": r["verdict"], "baseline_median": r["baseline_median"], "candidate_median": r["candidate_median"],
-            "baseline_mean": r.get("baseline_mean"), "candidate_mean": r.get("candidate_mean"), "change": r["change"],
+            "baseline_mean": rows.verdict(r).baseline_mean, "candidate_mean": rows.verdict(r).candidate_mean,
+            "change": r["change"],
             "p_value": r["p_value"], "why": r["why"], **_repeat_shares(r)}, cell_index=index[r["cell_id"]],
             key=r["metric"])
             for r in regressions])

@@ -43,6 +43,7 @@ from ..figures import (  # noqa: F401 (the old import paths)
     missing_of,
     with_missing,
 )
+from .rows import run_spec
 
 
 SCHEMA_VERSION = 1  # results.json's format version (schemas/results.schema.json `schema_version`)
@@ -60,9 +61,10 @@ DURABILITY_RULE = ("Durability, per broker: what a send's acknowledgement waited
 def durability(spec: dict, targets: dict) -> dict:
     """Each broker's durability statement (registry.durability), from the run's client settings and what
     TargetsReady recorded of its target; "not stated" for a broker no plug-in registers any more."""
-    client, endpoints = spec.get("client") or {}, spec.get("targets") or {}
+    typed = run_spec(spec)
+    client, endpoints = typed.client or {}, typed.targets or {}
     out = {}
-    for broker in spec.get("brokers") or list(targets):
+    for broker in typed.brokers or list(targets):
         try:
             out[broker] = for_target(broker, endpoints.get(broker)).state_durability(client, targets.get(broker))
         except UnknownBroker:

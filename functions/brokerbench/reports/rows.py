@@ -77,9 +77,16 @@ class Limits(Row, kw_only=True):
     consumer_bound: int = 0
 
 
+class RepeatVerdict(Row, kw_only=True):
+    """One repeat's sustainability verdict (what reports.regression tests a flip on)."""
+    repeat: int | None = None
+    verdict: str
+
+
 class Sustainability(Row, kw_only=True):
     verdict: str
     reasons: list[str] = []
+    repeats: list[RepeatVerdict] = []
 
 
 class CodecFloor(Row, kw_only=True):
@@ -154,12 +161,20 @@ class Bursts(Row, kw_only=True):
 
 
 class Series(Row, kw_only=True):
-    """A repeat's per-second series (series.interval_series): an interval without a count has None."""
+    """A repeat's per-second series (series.interval_series): an interval without a count has None; `in_schedule`
+    marks the intervals of the schedule (not the drain after it)."""
     interval: list[Number]
     throughput: list[Number]
     end_to_end_p99_us: list[Number]
     end_to_end_count: list[Number] = []
     end_to_end_max_us: list[Number] = []
+    publish_latency_p99_us: list[Number] = []
+    in_schedule: list[bool] = []
+    sent: list[Number] = []
+
+    def of(self, name: str) -> list[Number]:
+        """The series a metric names (brokerbench.metrics Metric.series)."""
+        return getattr(self, name)
 
 
 class Latency(Row, kw_only=True):
@@ -181,9 +196,11 @@ class Config(Row, kw_only=True):
     repeats: int = 0
     completed_repeats: int = 0
     repeat_numbers: list[int] = []
+    cell_ids: list[str] = []
     send_loop: str | None = None
     sender: str | None = None
     metrics: dict[str, Estimate] = {}
+    values_by_repeat: dict[str, list[Number]] = {}  # each repeat's own figure of a metric (None: too few messages)
     codec_floor_ns: CodecFloor | None = None
     latency: dict[str, Latency] = {}
     not_sent: int | None = None
@@ -221,8 +238,18 @@ class Group(Row, kw_only=True):
     note: str | None = None
 
 
+class Projection(Row, kw_only=True):
+    """What a verdict's SE is made of, to project it to more runs of history (reports.regression.projected_se)."""
+    runs: int
+    run_variance: float
+    within_candidate: float
+    within_history: float
+
+
 class Verdict(Row, kw_only=True):
-    """A regression verdict (reports.regression), as checked or as recorded (RegressionDetected)."""
+    """A regression verdict (reports.regression), as checked or as recorded (RegressionDetected), or the figures of
+    a comparison before its label: None where a comparison has not the figure (no SE for too few samples, no
+    p-value before the test)."""
     cell: str | None = None
     key: str | None = None
     metric: str | None = None
@@ -232,11 +259,107 @@ class Verdict(Row, kw_only=True):
     change: Number = None
     p_value: Number = None
     baseline_run_id: str | None = None
+    before_run_id: str | None = None  # a change point's: the run before it began
+    higher_is_better: bool = True
+    history_runs: int | None = None
+    se: Number = None
+    df: Number = None
+    threshold: Number = None
+    noise: Number = None
+    repeat_noise: Number = None
+    projection: Projection | None = None
+    detectable: Number = None
+    detectable_factor: Number = None
+    runs_to_detect: int | None = None
+    cannot_tell: bool = False
+    p_raw: Number = None
+    p_tests: dict[str, float] = {}  # a flip's one-sided p-values, each its own hypothesis
 
     @property
     def name(self) -> str:
         """The configuration it is about: the cell, else the configuration's key, else a dash."""
         return self.cell if self.cell is not None else self.key if self.key is not None else "–"
+
+
+class RunVersions(Row, kw_only=True):
+    """A run's code version and its brokers' versions (reports.history.run_facts)."""
+    code_version: str
+    brokers: dict[str, Any] = {}
+
+
+class Versions(Row, kw_only=True):
+    """The versions of the run before a change point and of the run it began with."""
+    before: RunVersions
+    after: RunVersions
+
+
+class Difference(Row, kw_only=True):
+    """A setting that differs between two runs, by dotted name (reports.history.differences)."""
+    setting: str
+    before: Any = None
+    after: Any = None
+
+
+class ChangePoint(Row, kw_only=True):
+    """A change point of a series (reports.changes, described by reports.history): the run it began with, the run
+    before, the means on either side and whether it is an alert."""
+    index: int
+    began_run_id: str
+    before_run_id: str
+    before_mean: Number
+    after_mean: Number
+    before_runs: int = 0
+    after_runs: int = 0
+    change: Number
+    p_value: Number
+    min_effect: Number = 0
+    direction: str | None = None
+    alert: bool = False
+    versions: Versions
+    differences: list[Difference] = []
+
+
+class SeriesPoint(Row, kw_only=True):
+    """A run's point of a series: its figure (the geometric mean of its repeats)."""
+    run_id: str
+    value: Number
+
+
+class ChangeSeries(Row, kw_only=True):
+    """A configuration's metric over the suite's runs (reports.history.described)."""
+    key: str
+    cell: str
+    metric: str
+    checked: bool = False
+    points: list[SeriesPoint] = []
+    change_points: list[ChangePoint] = []
+
+
+class RunListed(Row, kw_only=True):
+    run_id: str
+
+
+class AlertRaised(Row, kw_only=True):
+    """A change point this run alerted on."""
+    key: str
+    metric: str
+    began_run_id: str
+
+
+class Changes(Row, kw_only=True):
+    """The change points of the suite's series (reports.history.watch `changes`): the runs, every series, the
+    alerts this run raised."""
+    runs: list[RunListed] = []
+    series: list[ChangeSeries] = []
+    alerts: list[AlertRaised] = []
+
+
+def change_series(data: dict | ChangeSeries) -> ChangeSeries:
+    return data if isinstance(data, ChangeSeries) else msgspec.convert(data, ChangeSeries)
+
+
+def change_point(data: dict | ChangePoint) -> ChangePoint:
+    return data if isinstance(data, ChangePoint) else msgspec.convert(data, ChangePoint)
 
 
 class Check(Row, kw_only=True):
@@ -249,6 +372,7 @@ class Check(Row, kw_only=True):
     comparisons: int | None = None
     rule: Any = None
     method: Any = None
+    changes: Changes | None = None  # the scheduled check's change points (reports.history.watch)
 
 
 class Highlight(Row, kw_only=True):
@@ -303,7 +427,10 @@ class HostInfo(Row, kw_only=True):
 
 
 class BrokerInfo(Row, kw_only=True):
-    broker_version: Any = "?"  # a version the environment did not record
+    """A broker as the run found it; "?" for what the environment did not record."""
+    broker_version: Any = "?"
+    client_library: Any = "?"
+    client_version: Any = "?"
 
 
 class Environment(Row, kw_only=True):
@@ -358,6 +485,7 @@ class Report(Row, kw_only=True):
     configurations_consumer_bound: list[str] = []
     groups: list[Group] = []
     durability: dict[str, Durability] = {}
+    guarantees: list[dict] = []  # reports.faults.rows's rows, which reports.faults renders
     guarantees_by_setting: list[dict] = []  # reports.faults.by_setting's rows, which reports.faults renders
     cost: Cost | None = None
 
@@ -380,6 +508,11 @@ def section(data: dict) -> Report:
     return msgspec.convert(data, Report)
 
 
+def verdict(data: dict | Verdict) -> Verdict:
+    """A regression verdict's typed row, or the figures of a comparison (a row passes as it is)."""
+    return data if isinstance(data, Verdict) else msgspec.convert(data, Verdict)
+
+
 def config(data: dict) -> Config:
     """One configuration's typed row (report["groups"][i]["cells"][j])."""
     return msgspec.convert(data, Config)
@@ -396,6 +529,21 @@ def cost(data: dict) -> Cost:
 
 def startup(data: dict) -> Startup:
     return msgspec.convert(data, Startup)
+
+
+class RunSpec(Row, kw_only=True):
+    """The run's spec (the validated run request, results.json `spec`) as the reports read it; the maps a user gives
+    (client settings, targets, references) stay maps, read by key."""
+    brokers: list[str] = []
+    client: dict | None = None
+    targets: dict | None = None
+    references: dict = {}
+    repeats: int = 1
+    size_basis: str = "record"
+
+
+def run_spec(data: dict) -> RunSpec:
+    return msgspec.convert(data, RunSpec)
 
 
 # -- results.json cells, as the terminal's table reads them -----------------------------------------------------
@@ -421,8 +569,13 @@ class LatencyObject(Statistics, kw_only=True):
     lower_bounds: LowerBounds = LowerBounds()
 
 
-class BrokerCount(Row, kw_only=True):
+class BrokerCount(Row, kw_only=True, omit_defaults=True):
+    """The broker's own count at the cell's end beside what it should hold (CellCompleted `broker_count`); a count
+    not stored is None and left out when the object is written back (reports.faults copies it into its rows)."""
+    observed: int | None = None
+    expected: int | None = None
     difference: int | None = None
+    delivered_not_acknowledged: int | None = None
 
 
 class HostSeen(Row, kw_only=True):
@@ -440,6 +593,31 @@ class SearchRecord(Row, kw_only=True):
     sustainable_for_s: Number = None
 
 
+class ResourceFigures(Row, kw_only=True):
+    """One process group's CPU and memory over a cell (worker/resources.py)."""
+    cpu_pct_mean: float
+    cpu_pct_max: float
+    rss_mb_max: float
+
+
+class StartupRecord(Row, kw_only=True):
+    """A cell's startup backlog as its result carries it (worker.outcome.startup): None where the backlog was not
+    wholly delivered."""
+    first_delivery_s: Number = None
+    backlog_read_s: Number = None
+    read_rate_msgs_per_s: Number = None
+
+
+class BurstCycle(Row, kw_only=True):
+    """One measured burst: from its first message's due time to its last delivery (None: not wholly delivered)."""
+    delivered_in_ms: Number = None
+
+
+class BurstRecord(Row, kw_only=True):
+    """A cell's bursts as its result carries them (worker.outcome.bursts)."""
+    cycles: list[BurstCycle] = []
+
+
 class ResultCell(Row, kw_only=True):
     """One cell of results.json as the terminal's table (reports.table) reads it: None where the cell has no figure
     (a failed cell, a publish-only cell's receipts, a result stored before the field existed)."""
@@ -448,8 +626,12 @@ class ResultCell(Row, kw_only=True):
     format: str = ""
     repeat: int = 0
     mode: str = ""
+    size_basis: str | None = None
     size_bytes: int = 0
     rate_target: Any = None
+    producers: int | None = None
+    consumers: int | None = None
+    partitions: int | None = None
     status: str = "completed"
     reason: str | None = None
     verdict: str | None = None
@@ -491,6 +673,12 @@ class ResultCell(Row, kw_only=True):
     undelivered_or_lost: int | None = None
     residual: int | None = None
     broker_count: BrokerCount | None = None
+    duplicated: int | None = None
+    out_of_order: int | None = None
+    faults: dict | None = None  # the faults' record as stored (reports.faults reads it through FaultRecord)
+    startup: StartupRecord | None = None
+    bursts: BurstRecord | None = None
+    resources: dict[str, ResourceFigures | None] | None = None  # per process group (worker/resources.py)
     not_sent: int | None = None
     due: int | None = None
     missing: int | None = None
@@ -517,3 +705,34 @@ NO_LATENCY = LatencyObject()
 
 def result_cell(data: dict) -> ResultCell:
     return msgspec.convert(data, ResultCell)
+
+
+# -- a cell's faults as applied (CellCompleted `faults`), as reports.faults reads them ----------------------------
+class Gap(Row, kw_only=True):
+    """The longest stretch without an acknowledgement (producers) or a delivery (consumers)."""
+    s: Number = None
+
+
+class Action(Row, kw_only=True):
+    """A fault's action as applied, or as refused (`error`, a managed call the service refused)."""
+    kind: str
+    effect: str | None = None
+    nodes: list[str]
+    at_s: float
+    leader_before: str | None = None
+    error: dict | None = None
+
+
+class FaultRecord(Row, kw_only=True):
+    """What a cell's faults did (brokerbench.faults): the actions, the leader at the end, the gaps and the phases
+    (before, during, after the fault window, as brokerbench.faults.phases stored them)."""
+    applied: list[Action] = []
+    failed: list[Action] = []
+    leader_at_end: str | None = None
+    producer_ack_gap: Gap | None = None
+    consumer_receipt_gap: Gap | None = None
+    phases: dict | None = None
+
+
+def fault_record(data: dict) -> FaultRecord:
+    return msgspec.convert(data, FaultRecord)

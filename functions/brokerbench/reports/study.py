@@ -19,13 +19,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
-from msgspec import convert
+from msgspec import Struct, ValidationError, convert
 
 from .. import verdict
 from ..metrics import shown_in
-from ..eventdata import CellCompleted, Host, given
+from ..eventdata import CellCompleted, Host, Spec, given
 from ..events import RUN_EVENTS, read_report_events
 from ..spec import SpecError, all_suite_names, load_suite_file
+from .rows import Environment, result_cell
 from .results import _RANGES, bucket_percentiles, bucket_summary, build_results, decode_buckets, merge_blobs
 
 MIB = 1 << 20
@@ -116,7 +117,7 @@ def find_runs(store, study: dict, run_ids: list[str] | None = None) -> dict[str,
     fallback: dict[str, str] = {}  # the newest run that ended with some cells failed, when none completed
     if missing:
         for requested in store.list_runs(limit=200, suite=study["name"]):
-            name = requested["data"]["spec"].get("name")
+            name = given(convert(requested["data"]["spec"], Spec).name)
             if name in missing and name not in found:
                 end = next((e for e in store.read(requested["run_id"], prefix="90#") if e["type"] == "RunCompleted"),
                            None)
@@ -155,18 +156,18 @@ def _histogram_min(buckets) -> float | None:
 
 def our_figure(run: StoredRun, select: dict, metric: str) -> tuple[float | None, list[str]]:
     """Our figure for `metric` over the run's completed cells matching `select`, and those cells' ids."""
-    cells = matching_cells(run, select)
-    ids = [c["cell_id"] for c in cells]
+    cells = [result_cell(c) for c in matching_cells(run, select)]
+    ids = [c.cell_id for c in cells]
     if not cells:
         return None, ids
     if metric.startswith("throughput_"):
         if metric == "throughput_mib_per_s":
-            values = [c["throughput_mb_per_s"] * 1e6 / MIB for c in cells]
+            values = [c.throughput_mb_per_s * 1e6 / MIB for c in cells]
         else:
-            values = [c[metric] for c in cells]
+            values = [getattr(c, metric) for c in cells]
         return float(statistics.median(values)), ids
     if metric in LATENCY:
-        blobs = [given(_end(run, c["cell_id"]).histograms.end_to_end_latency_us) for c in cells]
+        blobs = [given(_end(run, c.cell_id).histograms.end_to_end_latency_us) for c in cells]
         blobs = [b for b in blobs if b]
         if not blobs:
             return None, ids
@@ -180,22 +181,23 @@ def our_figure(run: StoredRun, select: dict, metric: str) -> tuple[float | None,
             value = bucket_summary(merged)[wanted]
         return (None if value is None else value / 1000.0), ids
     if metric == "max_sustainable_rate":  # what each cell's search found, median over the cells
-        values = [c[metric] for c in cells if c.get(metric) is not None]
+        values = [c.max_sustainable_rate for c in cells if c.max_sustainable_rate is not None]
         return (float(statistics.median(values)) if values else None), ids
     if metric in ("encode_mean_us", "decode_mean_us"):  # the codec's time per record, median over the cells
-        values = [c[f"{metric[:6]}_ns"]["mean"] for c in cells if c[f"{metric[:6]}_ns"]["mean"] is not None]
+        means = [c.latency(f"{metric[:6]}_ns").mean for c in cells]
+        values = [v for v in means if v is not None]
         return (float(statistics.median(values)) / 1000.0 if values else None), ids
     if metric in STARTUP:  # None where a cell's backlog was not wholly delivered: no figure for that cell
-        values = [(c.get("startup") or {}).get(STARTUP[metric]) for c in cells]
+        values = [getattr(c.startup, STARTUP[metric]) for c in cells if c.startup is not None]
         values = [v for v in values if v is not None]
         return (float(statistics.median(values)) if values else None), ids
     if metric in BURSTS:  # a burst not wholly delivered counts as never delivered: no figure at all then
-        rows = [row for c in cells for row in ((c.get("bursts") or {}).get("cycles") or [])]
-        if not rows or any(row["delivered_in_ms"] is None for row in rows):
+        rows = [row for c in cells if c.bursts is not None for row in c.bursts.cycles]
+        if not rows or any(row.delivered_in_ms is None for row in rows):
             return None, ids
-        return float(np.percentile([row["delivered_in_ms"] for row in rows], BURSTS[metric])), ids
+        return float(np.percentile([row.delivered_in_ms for row in rows], BURSTS[metric])), ids
     if metric.startswith("lag_"):
-        samples = [v for c in cells for v in _backlog(run, c["cell_id"]) if v is not None]
+        samples = [v for c in cells for v in _backlog(run, c.cell_id) if v is not None]
         if not samples:
             return None, ids
         return float({"lag_mean": np.mean, "lag_min": np.min, "lag_max": np.max}[metric](samples)), ids
@@ -251,21 +253,61 @@ def _value(tables: dict, side: str, table_id: str, row: str, column: str) -> flo
     return table["rows"][r]["figures"][c][side]
 
 
-def evaluate(check: dict, tables: dict, side: str) -> tuple[str, str]:
+class Side(Struct, frozen=True, kw_only=True):
+    """One side of a ratio check: a figure by row and column, of the check's table unless it names another."""
+    row: str
+    column: str
+    table: str | None = None
+
+
+class Check(Struct, frozen=True, kw_only=True):
+    """A conclusion's check (a study's `published.conclusions[].checks[]`, CHECKS): the order of `rows`, the
+    highest or lowest `row` of a column, the ratio of side `a` to side `b`, or one figure in a range; a ratio
+    or a range is bounded by `min`, `max` or both."""
+    kind: str
+    table: str
+    column: str | None = None
+    row: str | None = None
+    rows: list[str] = []
+    a: Side | None = None
+    b: Side | None = None
+    min: int | float | None = None  # as written: an integer bound prints as one
+    max: int | float | None = None
+
+
+class Conclusion(Struct, frozen=True, kw_only=True):
+    """One of the study's conclusions, with the checks that decide it (none: `not_checked` says why)."""
+    claim: str
+    checks: list[Check] = []
+    not_checked: str = ""
+
+
+def _typed(data, kind: type):
+    """A check or conclusion of a study as written, typed; a field of the wrong type fails naming it."""
+    if isinstance(data, kind):
+        return data
+    try:
+        return convert(data, kind)
+    except ValidationError as exc:
+        raise StudyError(kind.__name__.lower(), str(exc)) from None
+
+
+def evaluate(check: dict | Check, tables: dict, side: str) -> tuple[str, str]:
     """(holds | does not hold | cannot tell, the figures it was decided on) for one check on one side."""
-    kind = check["kind"]
-    at = lambda row, column=None, table=None: _value(tables, side, table or check["table"], row,  # noqa: E731
-                                                     column or check.get("column"))
-    unit = tables[check["table"]]["unit"]
-    where = tables[check["table"]]["short"]
+    check = _typed(check, Check)
+    kind = check.kind
+    at = lambda row, column=None, table=None: _value(tables, side, table or check.table, row,  # noqa: E731
+                                                     column or check.column)
+    unit = tables[check.table]["unit"]
+    where = tables[check.table]["short"]
     if kind in ("order", "highest", "lowest"):
-        column = f"{where}, {check['column']}"
-        labels = check["rows"] if kind == "order" else [r["label"] for r in tables[check["table"]]["rows"]]
+        column = f"{where}, {check.column}"
+        labels = check.rows if kind == "order" else [r["label"] for r in tables[check.table]["rows"]]
         values = {label: at(label) for label in labels}
         shown = ", ".join(f"{label} {fmt(v)}" for label, v in values.items())
         if kind != "order":  # the highest or lowest of the figures given (a study may not give them all)
             values = {label: v for label, v in values.items() if v is not None}
-            if check["row"] not in values or len(values) < 2:
+            if check.row not in values or len(values) < 2:
                 return UNKNOWN, f"{column}: {shown}"
         elif any(v is None for v in values.values()):
             return UNKNOWN, f"{column}: {shown}"
@@ -274,43 +316,47 @@ def evaluate(check: dict, tables: dict, side: str) -> tuple[str, str]:
             return (HOLDS if ok else FAILS), f"{column}, {unit}: " + " > ".join(f"{k} {fmt(v)}" for k, v in
                                                                               sorted(values.items(), key=lambda kv: -kv[1]))
         best = (max if kind == "highest" else min)(values, key=values.get)
-        return (HOLDS if best == check["row"] else FAILS), f"{column}, {unit}: {shown}"
+        return (HOLDS if best == check.row else FAILS), f"{column}, {unit}: {shown}"
     if kind == "ratio":
-        a, b = check["a"], check["b"]
-        va = at(a["row"], a.get("column"), a.get("table"))
-        vb = at(b["row"], b.get("column"), b.get("table"))
-        side_a = tables[a.get("table", check["table"])]["short"]
-        side_b = tables[b.get("table", check["table"])]["short"]
-        text = f"{a['row']} {side_a}, {a['column']} {fmt(va)} ÷ {b['row']} {side_b}, {b['column']} {fmt(vb)}"
+        a, b = check.a, check.b
+        va, vb = at(a.row, a.column, a.table), at(b.row, b.column, b.table)
+        side_a, side_b = tables[a.table or check.table]["short"], tables[b.table or check.table]["short"]
+        text = f"{a.row} {side_a}, {a.column} {fmt(va)} ÷ {b.row} {side_b}, {b.column} {fmt(vb)}"
         if va is None or vb is None or vb == 0:
             return UNKNOWN, text
         ratio = va / vb
-        ok = check.get("min", -np.inf) <= ratio <= check.get("max", np.inf)
-        return (HOLDS if ok else FAILS), f"{text} = {ratio:.2f} (wanted {_bounds(check)})"
+        return (HOLDS if _within(ratio, check) else FAILS), f"{text} = {ratio:.2f} (wanted {_bounds(check)})"
     if kind == "range":
-        v = at(check["row"])
-        table = tables[check["table"]]
+        v = at(check.row)
+        table = tables[check.table]
         units = table.get("column_units") or [table["unit"]] * len(table["columns"])
-        unit = units[table["columns"].index(check["column"])]  # a column may state its own
-        text = f"{check['row']} {where}, {check['column']} {fmt(v)} {unit}"
+        unit = units[table["columns"].index(check.column)]  # a column may state its own
+        text = f"{check.row} {where}, {check.column} {fmt(v)} {unit}"
         if v is None:
             return UNKNOWN, text
-        ok = check.get("min", -np.inf) <= v <= check.get("max", np.inf)
-        return (HOLDS if ok else FAILS), f"{text} (wanted {_bounds(check)})"
+        return (HOLDS if _within(v, check) else FAILS), f"{text} (wanted {_bounds(check)})"
     raise StudyError("check", f"{kind!r} is not a check ({', '.join(CHECKS)})")
 
 
-def _bounds(check: dict) -> str:
-    low, high = check.get("min"), check.get("max")
+def _within(value: float, check: Check) -> bool:
+    """Within the check's bounds (an absent bound: no limit on that side)."""
+    low = -np.inf if check.min is None else check.min
+    high = np.inf if check.max is None else check.max
+    return low <= value <= high
+
+
+def _bounds(check: Check) -> str:
+    low, high = check.min, check.max
     if low is not None and high is not None:
         return f"{fmt(low)} to {fmt(high)}"
     return f"at least {fmt(low)}" if low is not None else f"at most {fmt(high)}"
 
 
-def judge(conclusion: dict, tables: dict, side: str) -> dict:
-    checks = conclusion.get("checks") or []
+def judge(conclusion: dict | Conclusion, tables: dict, side: str) -> dict:
+    conclusion = _typed(conclusion, Conclusion)
+    checks = conclusion.checks
     if not checks:
-        return {"verdict": "not checked", "figures": [conclusion.get("not_checked", "")]}
+        return {"verdict": "not checked", "figures": [conclusion.not_checked]}
     outcomes = [evaluate(check, tables, side) for check in checks]
     verdicts = {v for v, _ in outcomes}
     verdict = FAILS if FAILS in verdicts else UNKNOWN if UNKNOWN in verdicts else HOLDS
@@ -333,14 +379,15 @@ def compare(study: dict, runs: dict[str, StoredRun]) -> dict:
 def _run_summary(run: StoredRun) -> dict:
     results = run.results
     cells = results["cells"]
-    targets = results["environment"].get("brokers", {})
+    environment = convert(results["environment"], Environment)
+    notes = given(convert(results["spec"], Spec).notes, [])
     return {"name": run.name, "run_id": run.run_id, "status": results["status"],
             "requested_at": results["requested_at"], "finished_at": results["finished_at"],
             "cells": len(cells), "completed": sum(1 for c in cells if c["status"] == "completed"),
-            "host": results["environment"]["host"], "code_version": results["environment"].get("code_version"),
-            "scale": next((n for n in results["spec"].get("notes", []) if n.startswith("scaled by ")), None),
-            "brokers": {b: f"{t.get('broker_version', '?')} ({t.get('client_library', '?')} {t.get('client_version', '?')})"
-                        for b, t in sorted(targets.items())}}
+            "host": results["environment"]["host"], "code_version": environment.code_version,
+            "scale": next((n for n in notes if n.startswith("scaled by ")), None),
+            "brokers": {b: f"{t.broker_version} ({t.client_library} {t.client_version})"
+                        for b, t in sorted(environment.brokers.items())}}
 
 
 # -- markdown ---------------------------------------------------------------------------------------------------
@@ -399,7 +446,7 @@ def markdown(comparison: dict, heading: str = "#") -> str:
                 theirs = fmt(figure["theirs"]) if figure["theirs"] is not None else table["missing"]
                 cells += [theirs, fmt(figure["ours"]) if figure["cells"] else "not run", _ratio(figure["ratio"])]
             out.append("| " + " | ".join(cells) + " |")
-        if table.get("note"):
+        if table["note"]:  # compare_table sets it (None: no note)
             out += ["", table["note"]]
         out.append("")
     out += [f"{heading}# Their conclusions, here", ""]

@@ -5,6 +5,8 @@ from __future__ import annotations
 import math
 from html import escape
 
+from msgspec import Struct
+
 WIDTH, HEIGHT = 560, 300
 LEFT, RIGHT, TOP, BOTTOM = 64, 150, 34, 44
 PALETTE = ("#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2", "#17becf", "#7f7f7f",
@@ -79,32 +81,52 @@ def _axes(xs: _Scale, ys: _Scale, x_ticks, y_ticks) -> list[str]:
     return out
 
 
-def _mark(xs: _Scale, mark: dict) -> str:
-    """A vertical line across the plot at mark["x"], its label at the top (a change point between two runs)."""
-    x = xs(mark["x"])
-    title = f"<title>{escape(mark['title'])}</title>" if mark.get("title") else ""
-    return (f'<g class="{escape(mark.get("class", "mark"))}" data-x="{mark["x"]:g}">{title}'
+class Line(Struct, frozen=True, kw_only=True):
+    """A line chart's series: its points, (x, y) or (x, y, label), and how it is drawn: "line" (a line and a dot per
+    point), "step" (a dashed line, no dots) or "dots" (larger dots, no line)."""
+    name: str
+    points: list[tuple]
+    style: str = "line"
+
+
+class Mark(Struct, frozen=True, kw_only=True):
+    """A vertical line across a line chart at x, its label at the top, its title the tooltip, css its class."""
+    x: float
+    label: str = ""
+    title: str | None = None
+    css: str = "mark"
+
+
+class Bars(Struct, frozen=True, kw_only=True):
+    """A bar chart's series: a value per category (None: no bar)."""
+    name: str
+    values: list[float | None]
+
+
+def _mark(xs: _Scale, mark: Mark) -> str:
+    """A vertical line across the plot at mark.x, its label at the top (a change point between two runs)."""
+    x = xs(mark.x)
+    title = f"<title>{escape(mark.title)}</title>" if mark.title else ""
+    return (f'<g class="{escape(mark.css)}" data-x="{mark.x:g}">{title}'
             f'<line x1="{x:.1f}" y1="{TOP}" x2="{x:.1f}" y2="{HEIGHT - BOTTOM}" stroke="#b00020" stroke-width="1.2" '
             f'stroke-dasharray="4 3"/><text x="{x + 3:.1f}" y="{TOP + 10}" class="tick" fill="#b00020">'
-            f'{escape(mark.get("label", ""))}</text></g>')
+            f'{escape(mark.label)}</text></g>')
 
 
-def line_chart(title: str, series: list[dict], *, x_label: str, y_label: str, log_x=False, log_y=False,
-               x_ticks: list[tuple[float, str]] | None = None, marks: list[dict] | None = None) -> str:
-    """series: [{"name", "points": [(x, y) or (x, y, label), ...], "style"}]; points with None or (on a log axis)
-    ≤ 0 are left out. A point's label is its tooltip and its data-label. style: "line" (the default: a line and a
-    dot per point), "step" (a dashed line, no dots) or "dots" (larger dots, no line). marks: [{"x", "label",
-    "title", "class"}], each a vertical line at x."""
+def line_chart(title: str, series: list[Line], *, x_label: str, y_label: str, log_x=False, log_y=False,
+               x_ticks: list[tuple[float, str]] | None = None, marks: list[Mark] | None = None) -> str:
+    """Lines, each of points (x, y) or (x, y, label); points with None or (on a log axis) ≤ 0 are left out. A
+    point's label is its tooltip and its data-label. marks: each a vertical line at its x."""
     clean = []
     for s in series:
-        points = [(p[0], p[1], p[2] if len(p) > 2 else None) for p in s["points"]
+        points = [(p[0], p[1], p[2] if len(p) > 2 else None) for p in s.points
                   if p[0] is not None and p[1] is not None and (not log_x or p[0] > 0) and (not log_y or p[1] > 0)]
         if points:
-            clean.append({"name": s["name"], "points": points, "style": s.get("style", "line")})
+            clean.append(Line(name=s.name, points=points, style=s.style))
     if not clean:
         return _frame(title, x_label, y_label, ['<text x="200" y="150" class="axis">no data</text>'], [])
-    all_x = [x for s in clean for x, _, _ in s["points"]]
-    all_y = [y for s in clean for _, y, _ in s["points"]]
+    all_x = [x for s in clean for x, _, _ in s.points]
+    all_y = [y for s in clean for _, y, _ in s.points]
     low_y = min(all_y) if log_y else min(0.0, min(all_y))
     xs = _Scale(min(all_x), max(all_x), LEFT + 8, WIDTH - RIGHT - 8, log_x)
     ys = _Scale(low_y, max(all_y) * (1 if log_y else 1.05), HEIGHT - BOTTOM, TOP, log_y)
@@ -114,26 +136,26 @@ def line_chart(title: str, series: list[dict], *, x_label: str, y_label: str, lo
     legend = []
     for i, s in enumerate(clean):
         color = PALETTE[i % len(PALETTE)]
-        legend.append((s["name"], color))
-        coords = " ".join(f"{xs(x):.1f},{ys(y):.1f}" for x, y, _ in s["points"])
-        if s["style"] != "dots":
-            dashes = ' stroke-dasharray="5 3"' if s["style"] == "step" else ""
-            body.append(f'<polyline class="series" data-name="{escape(s["name"])}" points="{coords}" fill="none" '
+        legend.append((s.name, color))
+        coords = " ".join(f"{xs(x):.1f},{ys(y):.1f}" for x, y, _ in s.points)
+        if s.style != "dots":
+            dashes = ' stroke-dasharray="5 3"' if s.style == "step" else ""
+            body.append(f'<polyline class="series" data-name="{escape(s.name)}" points="{coords}" fill="none" '
                         f'stroke="{color}" stroke-width="1.8"{dashes}/>')
-        if s["style"] == "step":
+        if s.style == "step":
             continue
-        radius = 4.5 if s["style"] == "dots" else 2.6
-        for x, y, text in s["points"]:
+        radius = 4.5 if s.style == "dots" else 2.6
+        for x, y, text in s.points:
             named = f' data-label="{escape(text)}"' if text else ""
             body.append(f'<circle cx="{xs(x):.1f}" cy="{ys(y):.1f}" r="{radius}" fill="{color}"{named}><title>'
-                        f'{escape(s["name"])}: {escape(text) + ", " if text else ""}{_label(x)}, {y:,.1f}'
+                        f'{escape(s.name)}: {escape(text) + ", " if text else ""}{_label(x)}, {y:,.1f}'
                         f'</title></circle>')
     return _frame(title, x_label, y_label, body, legend)
 
 
-def bar_chart(title: str, categories: list[str], series: list[dict], *, y_label: str) -> str:
-    """Grouped bars: series [{"name", "values": [one per category]}]."""
-    values = [v for s in series for v in s["values"] if v is not None]
+def bar_chart(title: str, categories: list[str], series: list[Bars], *, y_label: str) -> str:
+    """Grouped bars: each series a value per category."""
+    values = [v for s in series for v in s.values if v is not None]
     if not values or not categories:
         return _frame(title, "", y_label, ['<text x="200" y="150" class="axis">no data</text>'], [])
     ys = _Scale(0, max(values) * 1.05 or 1, HEIGHT - BOTTOM, TOP, False)
@@ -143,14 +165,14 @@ def bar_chart(title: str, categories: list[str], series: list[dict], *, y_label:
     legend = []
     for j, s in enumerate(series):
         color = PALETTE[j % len(PALETTE)]
-        legend.append((s["name"], color))
-        for i, v in enumerate(s["values"]):
+        legend.append((s.name, color))
+        for i, v in enumerate(s.values):
             if v is None:
                 continue
             x = LEFT + i * band + band * 0.1 + j * width
             body.append(f'<rect class="bar" x="{x:.1f}" y="{ys(v):.1f}" width="{width:.1f}" '
                         f'height="{HEIGHT - BOTTOM - ys(v):.1f}" fill="{color}"><title>{escape(categories[i])} '
-                        f'{escape(s["name"])}: {v:,.2f}</title></rect>')
+                        f'{escape(s.name)}: {v:,.2f}</title></rect>')
     for i, name in enumerate(categories):
         body.append(f'<text x="{LEFT + (i + 0.5) * band:.1f}" y="{HEIGHT - BOTTOM + 16}" text-anchor="middle" '
                     f'class="tick">{escape(name)}</text>')

@@ -22,7 +22,7 @@ from ..limit import CONSUMER_LEGEND, CONSUMER_MARK, LEGEND, MARK, client_bound, 
 from ..metrics import Metric, net_figures, sample_of, shown_in
 from ..registry import UnknownBroker, durability_label, for_target
 from .model import LOSS_CLASSES, MAX_RATE_NOTE, PERCENTILES, min_samples, need_label
-from .rows import ResultCell, result_cell
+from .rows import ResultCell, result_cell, run_spec
 
 SUSTAINED_RATE = 0.99  # the fallback for results written before cells carried their verdict
 HOST_BUSY = "host busy"  # the mark of a cell measured on a busy host (brokerbench.host)
@@ -179,9 +179,10 @@ def host_note(results: dict) -> str | None:
 
 def caption(results: dict, brokers: list[str], mode: str, rate) -> str:
     """What the mode means per broker, the acks and persistence in force, and the latency basis."""
-    client = results["spec"].get("client") or next((c.client for c in map(result_cell, results["cells"]) if c.client), {})
-    targets = (results.get("environment") or {}).get("brokers") or {}
-    endpoints = results["spec"].get("targets") or {}
+    spec = run_spec(results["spec"])
+    client = spec.client or next((c.client for c in map(result_cell, results["cells"]) if c.client), {})
+    targets = results["environment"]["brokers"]
+    endpoints = spec.targets or {}
     parts = []
     for broker in brokers:
         try:
@@ -198,7 +199,7 @@ def caption(results: dict, brokers: list[str], mode: str, rate) -> str:
 
 def durability_line(results: dict, brokers: list[str]) -> str:
     """The caption's second line: what each broker's acknowledgement waited for (results.json `durability`)."""
-    stated = results.get("durability") or {}
+    stated = results["durability"]
     parts = [f"{broker} {durability_label(stated[broker])}" for broker in brokers if broker in stated]
     return ("\ndurability: " + "; ".join(parts)) if parts else ""
 
@@ -216,7 +217,8 @@ def column_text(cell: ResultCell, metric: Metric, with_net: bool) -> str:
 
 def comparison_tables(results: dict) -> list[Table]:
     tables = []
-    repeats = results["spec"].get("repeats", 1)
+    spec = run_spec(results["spec"])
+    repeats = spec.repeats
     cells = sorted(map(result_cell, results["cells"]), key=lambda c: (_group_key(c), c.broker, c.format, c.repeat))
     for (size, _, mode), group in groupby(cells, key=_group_key):
         group = list(group)
@@ -224,7 +226,7 @@ def comparison_tables(results: dict) -> list[Table]:
         rate_text = f"{int(rate):,} msgs/s" if isinstance(rate, (int, float)) else (
             "max rate (latency from enqueue)" if rate == "max" else f"{rate} rate")
         brokers = sorted({c.broker for c in group})
-        table = Table(title=f"{size:,} B ({results['spec'].get('size_basis', 'record')} basis) · {rate_text} · {mode} mode"
+        table = Table(title=f"{size:,} B ({spec.size_basis} basis) · {rate_text} · {mode} mode"
                             f"\n[dim]{escape(caption(results, brokers, mode, rate))}[/]",
                       title_justify="left", header_style="bold")
         for name, justify in [("broker", "left"), ("format", "left"),

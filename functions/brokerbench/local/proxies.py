@@ -27,9 +27,16 @@ from pathlib import Path
 from ..registry import Started
 from ..toxiproxy import HOST, ToxiproxyClient, ToxiproxyError
 from .install import TOXIPROXY_VERSION, InstallError, install_toxiproxy, toxiproxy_path, toxiproxy_version
-from .processes import StackError, spawn
+from .processes import StackError, free_port, spawn
 
 NAME = "toxiproxy"
+# A proxy's port is chosen when its broker starts and bound only when a run routes its clients, maybe much later:
+# another listener (another stack's service, chosen at random as well) may hold it by then. Such a proxy is made on a
+# fresh port, at most this many times, and the clients' fields that named the old one name the new one. Not Kafka's:
+# each node advertises its proxy's port, fixed when it started (the module's notes).
+MOVES = 3
+FIXED_PORTS = ("kafka",)  # services (by the stack's name's start) whose proxies' ports the broker advertises
+IN_USE = "address already in use"
 
 
 class ToxiproxyService:
@@ -88,15 +95,45 @@ def route(endpoint: dict, service: str, api_port: int) -> dict:
         raise StackError(f"{service} runs without the links a proxy goes on (started by an earlier version?): stop "
                          f"it with `brokerbench local down {service}` and run again")
     client = ToxiproxyClient(api_port)
+    movable = not service.startswith(FIXED_PORTS)
+    clients = endpoint["proxy"].get("clients")
     routed = []
     for link in links:
         name = proxy_name(service, link["node"], link.get("port"))
-        try:
-            client.proxy(name, link["upstream"], link["listen"])
-        except ToxiproxyError as exc:
-            raise StackError(f"could not put a proxy in front of {service} node {link['node']}: {exc}") from None
-        routed.append({**link, "name": name})
-    return {**endpoint, "proxy": {**endpoint["proxy"], "links": routed, "api_port": api_port}}
+        listen = link["listen"]
+        for attempt in range(MOVES + 1):
+            try:
+                client.proxy(name, link["upstream"], listen)
+                break
+            except ToxiproxyError as exc:
+                if not movable or attempt == MOVES or IN_USE not in str(exc):
+                    raise StackError(f"could not put a proxy in front of {service} node {link['node']}: "
+                                     f"{exc}") from None
+                listen = free_port()
+        if listen != link["listen"]:
+            clients = moved(clients, link["listen"], listen)
+        routed.append({**link, "listen": listen, "name": name})
+    proxy = {**endpoint["proxy"], "links": routed, "api_port": api_port}
+    if clients is not None:
+        proxy["clients"] = clients
+    return {**endpoint, "proxy": proxy}
+
+
+def moved(clients, old: int, new: int):
+    """The clients' fields with a proxy's port `old` as `new`: where it stands as a number, and in addresses
+    ("127.0.0.1:<old>", a NATS url among others)."""
+    if isinstance(clients, dict):
+        return {key: moved(value, old, new) for key, value in clients.items()}
+    if isinstance(clients, list):
+        return [moved(value, old, new) for value in clients]
+    if isinstance(clients, bool):
+        return clients
+    if isinstance(clients, int):
+        return new if clients == old else clients
+    if isinstance(clients, str):
+        return ",".join(f"{part[:-len(str(old))]}{new}" if part.endswith(f"{HOST}:{old}") else part
+                        for part in clients.split(","))
+    return clients
 
 
 def unroute(endpoint: dict, service: str, api_port: int) -> None:

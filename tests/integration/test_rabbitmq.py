@@ -3,12 +3,14 @@ with the accounting set beside the broker's own figures; the native send loops (
 stream-protocol connection of their own): what the queues and streams hold, a publish the queue rejects, one in
 flight in single mode, a refused login, a stream that does not exist."""
 
+import threading
 import time
+import urllib.parse
 
 import pytest
 
 from brokerbench import native, spec
-from brokerbench.brokers.rabbitmq import amqp
+from brokerbench.brokers.rabbitmq import amqp, management
 from brokerbench.registry import get_driver
 from brokerbench.reports.results import build_results
 from brokerbench.worker.framing import unpack_many
@@ -188,3 +190,36 @@ def test_a_stream_that_does_not_exist_is_named_when_the_native_loop_starts(rabbi
     endpoint = rabbit["rabbitmq-streams"]
     with pytest.raises(Exception, match="the stream does not exist"):
         get_driver("rabbitmq-streams", endpoint, CLIENT).native_sender(f"bb-none-{time.monotonic_ns()}", 1, "batch")
+
+
+def test_a_management_api_too_busy_to_answer_in_time_is_asked_again_for_the_count(rabbit, toxiproxy):
+    """The API behind a proxy that holds each answer 6 s (past the client's 5 s timeout), as a node starved of CPU
+    does, for the first 8 s of the count: the pids and the count are asked again until it answers, and the count is
+    every message routed into the queues (here, where nothing consumed them: what they hold)."""
+    endpoint = rabbit["rabbitmq-quorum"]
+    driver = get_driver("rabbitmq-quorum", endpoint, CLIENT)
+    topic = f"bb-busy-api-{time.monotonic_ns()}"
+    driver.create_topic(topic, 2)
+    lifted = None
+    try:
+        sender = driver.native_sender(topic, 2, "batch")
+        sender.configure([b"x" * 100], None, 1, time.monotonic_ns(), 0.0)
+        _, acked, _, failed = send_all(sender, 40)
+        sender.close()
+        assert failed.size == 0 and acked.size == 40
+        api = urllib.parse.urlsplit(endpoint["management_url"])
+        port = toxiproxy.proxy(f"management-{api.port}", api.port)
+        busy = {**endpoint, "management_url": f"http://127.0.0.1:{port}"}
+        nodes = management.node_pids(busy)
+        toxiproxy.latency(f"management-{api.port}", 6000)
+        lifted = threading.Timer(8.0, toxiproxy.latency, (f"management-{api.port}", 0))
+        lifted.start()
+        began = time.monotonic()
+        assert management.node_pids(busy, wait_s=0) == nodes
+        counted = management.published(busy, topic, 2, lambda: amqp.counts(endpoint, topic, 2))
+        assert time.monotonic() - began >= 8.0  # asked through the slow spell, not around it
+        assert counted == 40 == sum(amqp.counts(endpoint, topic, 2))
+    finally:
+        if lifted is not None:
+            lifted.join()
+        driver.delete_topic(topic, 2)

@@ -128,8 +128,11 @@ class AppliedFault(Data, kw_only=True):
 
 
 class FailedFault(Open, kw_only=True):
+    """A managed call the service refused or that could not be made: the action as it would have been applied,
+    with `error` in place of the response."""
     fault: int
     kind: str
+    nodes: list[str] | UnsetType = UNSET
     at_s: float
     error: dict
 

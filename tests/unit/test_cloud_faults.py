@@ -244,7 +244,7 @@ def test_a_refused_call_is_shown_beside_the_cells_faults():
 
     cell = {"cell_id": "kafka.raw.batch.256B.200mps.r0", "acked": 600, "lost": 0, "duplicated": 0,
             "broker_count": {"difference": 0},
-            "faults": {"applied": [], "failed": [{"kind": "reboot", "nodes": ["2"], "at_s": 1.02,
+            "faults": {"applied": [], "failed": [{"fault": 0, "kind": "reboot", "nodes": ["2"], "at_s": 1.02,
                                                   "error": {"code": "BadRequestException", "message": "not ACTIVE"}}],
                        "leader_at_end": "1", "producer_ack_gap": None, "consumer_receipt_gap": None}}
     assert cell_line(cell).startswith("kafka.raw.batch.256B.200mps.r0: reboot 2 REFUSED at 1.02 s "

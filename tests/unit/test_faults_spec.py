@@ -144,11 +144,35 @@ def test_the_terminal_line_says_what_was_done_what_held_and_how_long_nothing_cam
     from brokerbench.reports.faults import cell_line
     cell = {"cell_id": "kafka.raw.batch.1024B.1000mps.r0", "acked": 10000, "lost": 0, "duplicated": 0,
             "broker_count": {"difference": 0},
-            "faults": {"applied": [{"kind": "kill", "nodes": ["2"], "at_s": 2.56, "leader_before": "2"},
-                                   {"kind": "restart", "nodes": ["2"], "at_s": 6.25, "leader_before": None}],
+            "faults": {"applied": [{"fault": 0, "kind": "kill", "nodes": ["2"], "planned_s": 2.5, "at_s": 2.56,
+                                    "at": "2026-11-29T03:00:02.560+00:00", "leader_before": "2"},
+                                   {"fault": 1, "kind": "restart", "nodes": ["2"], "planned_s": 6.2, "at_s": 6.25,
+                                    "at": "2026-11-29T03:00:06.250+00:00", "leader_before": None}],
                        "leader_at_end": "3", "producer_ack_gap": {"s": 11.07}, "consumer_receipt_gap": None}}
     assert cell_line(cell) == ("kafka.raw.batch.1024B.1000mps.r0: kill 2 at 2.56 s, restart 2 at 6.25 s · leader 2 → 3"
                                " · acknowledged messages lost: 0 of 10,000 (sequence numbers; the broker's count "
                                "agrees) · unavailable 11.07 s / – (producers / consumers)")
     assert cell_line({**cell, "lost": 4, "broker_count": {"difference": -4}}).count("⚠ acknowledged messages lost: 4")
     assert cell_line({"cell_id": "x"}) is None
+
+
+def test_the_faults_record_is_read_as_the_events_type_and_a_malformed_one_names_its_field():
+    """reports.faults reads a cell's faults record as eventdata.Faults, the type its event was checked against: an
+    effect, a refused call's nodes and a gap left out are read through given(); a record without a required field
+    fails naming it, not as a dash in the table."""
+    import msgspec
+
+    from brokerbench.reports.faults import cell_line, fault_record
+    applied = {"fault": 0, "kind": "network", "effect": "blackhole", "nodes": ["1"], "planned_s": 1.0, "at_s": 1.01,
+               "at": "2026-11-29T03:00:01.010+00:00", "leader_before": None}
+    record = {"applied": [applied], "leader_at_end": None, "consumer_receipt_gap": {"until_end": True},
+              "failed": [{"fault": 1, "kind": "reboot", "at_s": 2.0, "error": {"code": "Throttled"}}]}
+    cell = {"cell_id": "c", "acked": 10, "lost": 0, "faults": record}
+    assert cell_line(cell) == ("c: network blackhole 1 at 1.01 s, reboot – REFUSED at 2.00 s (Throttled) · leader – → "
+                               "– · acknowledged messages lost: 0 of 10 (sequence numbers) · unavailable – / – "
+                               "(producers / consumers)")
+    for field in ("leader_at_end", "applied"):
+        with pytest.raises(msgspec.ValidationError, match=f"missing required field `{field}`"):
+            fault_record({k: v for k, v in record.items() if k != field})
+    with pytest.raises(msgspec.ValidationError, match=r"\$.applied\[0\].kind"):
+        cell_line({**cell, "faults": {**record, "applied": [{**applied, "kind": "nap"}]}})

@@ -22,11 +22,12 @@ before, during and after.
 
 from __future__ import annotations
 
-from msgspec import to_builtins
+from msgspec import UnsetType, convert, to_builtins
 
+from ..eventdata import Faults, Gap, given
 from ..faults import PHASES
 from ..registry import NOT_STATED, durability_label
-from .rows import FaultRecord, Gap, ResultCell, fault_record, result_cell, section
+from .rows import ResultCell, result_cell, section
 
 NO_PHASES = {"window_s": None, **dict.fromkeys(PHASES), "back_to_rate_s": None}
 COUNTS = ("acknowledged", "lost", "undelivered_or_lost", "duplicated", "out_of_order", "send_errors", "unacknowledged")
@@ -53,8 +54,16 @@ def guarantee(cell: dict | ResultCell) -> dict:
             "discarded": discarded, "held": None if c.lost is None else c.lost == 0 and not discarded}
 
 
-def _gap_s(gap: Gap | None) -> float | None:
-    return None if gap is None else gap.s
+def fault_record(data: dict) -> Faults:
+    """A cell's faults as stored (CellCompleted or CellFailed `faults`, or a results cell's copy), typed: a field
+    the stored record left out is UNSET, read through eventdata.given."""
+    return convert(data, Faults)
+
+
+def _gap_s(gap: Gap | None | UnsetType) -> float | None:
+    """A gap's length in seconds; None where no gap was measured."""
+    found = given(gap)
+    return None if found is None else given(found.s)
 
 
 def _row(cell: dict, record: dict) -> dict:
@@ -63,7 +72,7 @@ def _row(cell: dict, record: dict) -> dict:
             "repeat": c.repeat, "guarantee": guarantee(c), "faults": record,
             "unavailable_s": _gap_s(applied.producer_ack_gap),
             "consumer_unavailable_s": _gap_s(applied.consumer_receipt_gap),
-            **(applied.phases or NO_PHASES)}
+            **(given(applied.phases) or NO_PHASES)}
 
 
 def rows(cells: list[dict], ends: dict[str, dict]) -> list[dict]:
@@ -157,13 +166,13 @@ def _ms(figures: dict | None, name: str) -> str:
     return "–" if value is None else f"{value / 1000:,.1f}"
 
 
-def _applied(record: FaultRecord) -> str:
+def _applied(record: Faults) -> str:
     """The actions as applied (a network fault with its effect), then any managed call the service refused (AWS:
     `failed`, with the error's code)."""
-    done = [f"{a.kind}{' ' + a.effect if a.effect else ''} {'+'.join(a.nodes) or '–'} at {a.at_s:.2f} s"
+    done = [f"{a.kind}{' ' + a.effect if given(a.effect) else ''} {'+'.join(a.nodes) or '–'} at {a.at_s:.2f} s"
             for a in record.applied]
-    refused = [f"{a.kind} {'+'.join(a.nodes) or '–'} REFUSED at {a.at_s:.2f} s ({a.error['code']})"
-               for a in record.failed]
+    refused = [f"{a.kind} {'+'.join(given(a.nodes, [])) or '–'} REFUSED at {a.at_s:.2f} s ({a.error['code']})"
+               for a in given(record.failed, [])]
     return ", ".join(done + refused)
 
 

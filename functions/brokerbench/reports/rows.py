@@ -675,7 +675,7 @@ class ResultCell(Row, kw_only=True):
     broker_count: BrokerCount | None = None
     duplicated: int | None = None
     out_of_order: int | None = None
-    faults: dict | None = None  # the faults' record as stored (reports.faults reads it through FaultRecord)
+    faults: dict | None = None  # the faults' record as stored (reports.faults reads it as eventdata.Faults)
     startup: StartupRecord | None = None
     bursts: BurstRecord | None = None
     resources: dict[str, ResourceFigures | None] | None = None  # per process group (worker/resources.py)
@@ -705,34 +705,3 @@ NO_LATENCY = LatencyObject()
 
 def result_cell(data: dict) -> ResultCell:
     return msgspec.convert(data, ResultCell)
-
-
-# -- a cell's faults as applied (CellCompleted `faults`), as reports.faults reads them ----------------------------
-class Gap(Row, kw_only=True):
-    """The longest stretch without an acknowledgement (producers) or a delivery (consumers)."""
-    s: Number = None
-
-
-class Action(Row, kw_only=True):
-    """A fault's action as applied, or as refused (`error`, a managed call the service refused)."""
-    kind: str
-    effect: str | None = None
-    nodes: list[str]
-    at_s: float
-    leader_before: str | None = None
-    error: dict | None = None
-
-
-class FaultRecord(Row, kw_only=True):
-    """What a cell's faults did (brokerbench.faults): the actions, the leader at the end, the gaps and the phases
-    (before, during, after the fault window, as brokerbench.faults.phases stored them)."""
-    applied: list[Action] = []
-    failed: list[Action] = []
-    leader_at_end: str | None = None
-    producer_ack_gap: Gap | None = None
-    consumer_receipt_gap: Gap | None = None
-    phases: dict | None = None
-
-
-def fault_record(data: dict) -> FaultRecord:
-    return msgspec.convert(data, FaultRecord)

@@ -96,5 +96,6 @@ def claim_configuration(broker: str, fmt: str, values: dict[str, list], *, verdi
     return {"broker": broker, "format": fmt, "key": f"{broker}|{fmt}", "status": status, "has_loss": has_loss,
             "sustainability": {"verdict": verdict_name}, "repeat_numbers": list(range(1, repeats + 1)),
             "completed_repeats": repeats, "values_by_repeat": by_repeat, "limit": {"client_bound": client_bound},
+            "host": {"busy_repeats": [], "reasons": []},
             "metrics": {name: {"median": float(np.median(present(vs))) if present(vs) else None}
                         for name, vs in by_repeat.items()}}

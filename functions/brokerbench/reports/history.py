@@ -20,7 +20,7 @@ from urllib.parse import quote
 from ..eventdata import given, run_requested
 from ..events import EventStore, make_event, planned_cells, read_report_events
 from . import changes, regression
-from .rows import ChangePoint, Versions, change_point, verdict as verdict_row
+from .rows import ChangePoint, Versions, change_point, config_figures, verdict as verdict_row
 
 SERIES_RUNS = 30  # the newest runs a series holds: a month of nightly runs
 LISTED = 200  # runs of the suite listed to find them (the newest first)
@@ -103,8 +103,8 @@ def analyse(figures: dict[str, dict], run_ids: list[str], metrics=None) -> list[
 
 def all_busy(entry: dict) -> bool:
     """Whether every repeat of a run's configuration (an entry of regression.run_figures) ran on a busy host."""
-    busy = entry.get("host_busy")
-    return bool(busy) and len(busy["repeats"]) >= busy["of"]
+    busy = config_figures(entry).host_busy
+    return busy is not None and len(busy.repeats) >= busy.of
 
 
 def described(found: list[dict], facts: dict[str, dict]) -> list[dict]:

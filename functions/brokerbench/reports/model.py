@@ -16,7 +16,10 @@ from collections import defaultdict
 from functools import cache
 from itertools import groupby
 
+from msgspec import convert
+
 from .. import cost, host, limit, verdict
+from ..eventdata import Digest, given
 from ..events import has_digest
 from ..metrics import Metric, claimed, latency_fields, net_figures, shown_in
 from ..series import (  # noqa: F401 (the old import paths)
@@ -35,7 +38,7 @@ from .results import (ACCOUNTING_RULE, DURABILITY_RULE, LOSS_CLASSES, MISSING_CO
                       NOT_SENT_COUNTS_IN, NOT_SENT_RULE, SPECTRUM, SUMMARY_FIELDS, build_results, figures, figures_of,
                       merge_blobs, missing_of, with_missing)
 from .faults import by_setting, rows as fault_rows
-from .rows import ResultCell, result_cell, run_spec
+from .rows import Limits, ResultCell, result_cell, run_spec
 from .stats import holm, median_ci, t_quantile, t_two_sided_p
 
 MIN_CLAIM_REPEATS = 3
@@ -159,7 +162,7 @@ def cell_verdict(cell: dict, intervals: list[dict], digest: dict | None = None) 
         return stored
     if digest is not None:
         basis = verdict_basis(rate, cell.measured_s, cell.publish_only, cell.shaped)
-        if cell.verdict and digest.get("judged") == basis:
+        if cell.verdict and given(convert(digest, Digest).judged) == basis:
             return stored
         inputs = verdict.inputs_from_columns(digest, cell.measured_s)
     else:
@@ -348,8 +351,8 @@ def _host(done: list[dict], typed: list[ResultCell]) -> dict:
 
 
 def busy_repeats(config: dict) -> list[int]:
-    """The repeats of a configuration measured on a busy host (none for reports made before the host was read)."""
-    return list((config.get("host") or {}).get("busy_repeats") or [])
+    """The repeats of a configuration measured on a busy host (its `host`, which _configuration always sets)."""
+    return list(config["host"]["busy_repeats"])
 
 
 def _limits(done: list[dict]) -> dict:
@@ -457,12 +460,17 @@ def _compares_brokers(config: dict, metric: Metric) -> bool:
                                                and (_client_bound(config) or _consumer_bound(config)))
 
 
+def _limit_of(config: dict) -> Limits:
+    """What limited a configuration's repeats (its `limit`, which _configuration always sets), typed."""
+    return convert(config["limit"], Limits)
+
+
 def _client_bound(config: dict) -> bool:
-    return bool((config.get("limit") or {}).get("client_bound"))
+    return bool(_limit_of(config).client_bound)
 
 
 def _consumer_bound(config: dict) -> bool:
-    return bool((config.get("limit") or {}).get("consumer_bound"))
+    return bool(_limit_of(config).consumer_bound)
 
 
 def _logs(config: dict, name: str) -> dict[int, float]:

@@ -468,7 +468,8 @@ JUDGED = ("sustainable", "unsustainable")  # a repeat's verdicts that are eviden
 def judged_repeats(run: dict) -> tuple[int, int]:
     """(unsustainable, judged) repeats of a configuration in one run; figures without per-repeat verdicts count
     the configuration's verdict as one repeat."""
-    verdicts = run.get("repeat_verdicts") or [run["sustainability"]]
+    figures = rows.config_figures(run)
+    verdicts = figures.repeat_verdicts or [figures.sustainability]
     return sum(v == "unsustainable" for v in verdicts), sum(v in JUDGED for v in verdicts)
 
 
@@ -596,13 +597,14 @@ def flag_busy_host(verdict: dict, old: dict, new: dict) -> dict:
     """A verdict on a configuration with repeats measured on a busy host (brokerbench.host) says so first: those
     repeats were left out of its samples, and a sustainability change or a verdict left with none of the run's
     repeats is no evidence: `unstable`, never a regression or an improvement."""
-    marked = {side: run["host_busy"] for side, run in (("baseline", old), ("candidate", new)) if run.get("host_busy")}
+    sides = {"baseline": old, "candidate": new}
+    marked = {side: busy for side, run in sides.items() if (busy := rows.config_figures(run).host_busy)}
     if not marked:
         return verdict
-    said = "; ".join(f"{side} repeat{'s' if len(b['repeats']) > 1 else ''} {', '.join(map(str, b['repeats']))} of "
-                     f"{b['of']} ({'; '.join(b['reasons'])})" for side, b in marked.items())
-    whole = any(len(b["repeats"]) >= b["of"] for b in marked.values())
-    out = {**verdict, "host_busy": marked}
+    said = "; ".join(f"{side} repeat{'s' if len(b.repeats) > 1 else ''} {', '.join(map(str, b.repeats))} of "
+                     f"{b.of} ({'; '.join(b.reasons)})" for side, b in marked.items())
+    whole = any(len(b.repeats) >= b.of for b in marked.values())
+    out = {**verdict, "host_busy": {side: sides[side]["host_busy"] for side in marked}}  # as the figures hold them
     if whole or rows.verdict(verdict).metric == "sustainability":
         if verdict["verdict"] in ("regression", "improvement"):
             out["verdict"] = "unstable"
@@ -615,10 +617,11 @@ def flag_busy_host(verdict: dict, old: dict, new: dict) -> dict:
 def flag_send_loops(verdict: dict, old: dict, new: dict) -> dict:
     """A verdict between cells that different send loops measured says so first (reports.model.SEND_LOOP_RULE):
     the change may be the loop's. Figures stored before cells named their loop are left as they are."""
-    if not old.get("send_loop") or not new.get("send_loop") or old["send_loop"] == new["send_loop"]:
+    before, after = rows.config_figures(old).send_loop, rows.config_figures(new).send_loop
+    if not before or not after or before == after:
         return verdict
-    loops = f"{send_loop_text(old['send_loop'])} → {send_loop_text(new['send_loop'])}"
-    return {**verdict, "send_loops": {"baseline": old["send_loop"], "candidate": new["send_loop"]},
+    loops = f"{send_loop_text(before)} → {send_loop_text(after)}"
+    return {**verdict, "send_loops": {"baseline": before, "candidate": after},
             "why": f"send loops differ ({loops}): the change may be the loop's; {verdict['why']}"}
 
 

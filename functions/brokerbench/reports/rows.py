@@ -513,6 +513,27 @@ def verdict(data: dict | Verdict) -> Verdict:
     return data if isinstance(data, Verdict) else msgspec.convert(data, Verdict)
 
 
+class BusyMark(Row, kw_only=True):
+    """A configuration's repeats measured on a busy host in one run (regression.run_figures `host_busy`)."""
+    repeats: list[int]
+    of: int
+    reasons: list[str] = []
+
+
+class ConfigFigures(Row, kw_only=True):
+    """What the regression check reads of one configuration's entry in a run's figures (regression.run_figures;
+    benchmarks and tests build entries by hand, without the optional parts): its sustainability, its repeats'
+    verdicts, its busy repeats and its send loop. The figures and series are read by metric."""
+    sustainability: str | None = None
+    repeat_verdicts: list[str] = []
+    host_busy: BusyMark | None = None
+    send_loop: str | None = None
+
+
+def config_figures(entry: dict) -> ConfigFigures:
+    return msgspec.convert(entry, ConfigFigures)
+
+
 def config(data: dict) -> Config:
     """One configuration's typed row (report["groups"][i]["cells"][j])."""
     return msgspec.convert(data, Config)

@@ -137,6 +137,33 @@ class FailedFault(Open, kw_only=True):
     error: dict
 
 
+class PhaseFigures(Data, kw_only=True):
+    """A fault phase's latency figures (µs), from its intervals' histograms merged."""
+    p50: float
+    p99: float
+    max: float
+    count: int
+
+
+class Phase(Data, kw_only=True):
+    """The intervals of one phase of a fault window: how many, the delivered rate, and the latencies (None: none
+    measured, as end-to-end latency in a publish-only cell)."""
+    seconds: int
+    throughput_msgs_per_s: float
+    end_to_end_latency_us: PhaseFigures | None
+    publish_latency_us: PhaseFigures | None
+
+
+class Phases(Data, kw_only=True):
+    """brokerbench.faults.phases: the fault window (None: no fault applied), the phases before, during and after it
+    (None: no interval in it), and when the rate came back (None: not within the measured window)."""
+    window_s: list[float] | None
+    before: Phase | None
+    during: Phase | None
+    after: Phase | None
+    back_to_rate_s: float | None
+
+
 class Faults(Data, kw_only=True):
     """The faults a cell applied and what the brokers said of them."""
     applied: list[AppliedFault]
@@ -145,7 +172,7 @@ class Faults(Data, kw_only=True):
     cluster_whole_at_end: bool | None | UnsetType = UNSET
     producer_ack_gap: Gap | None | UnsetType = UNSET
     consumer_receipt_gap: Gap | None | UnsetType = UNSET
-    phases: dict | UnsetType = UNSET
+    phases: Phases | UnsetType = UNSET
     failed: list[FailedFault] | UnsetType = UNSET
 
 

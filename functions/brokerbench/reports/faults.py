@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from msgspec import UnsetType, convert, to_builtins
 
-from ..eventdata import Faults, Gap, given
+from ..eventdata import Faults, Gap, Phase, given
 from ..faults import PHASES
 from ..registry import NOT_STATED, durability_label
 from .rows import ResultCell, result_cell, section
@@ -72,7 +72,7 @@ def _row(cell: dict, record: dict) -> dict:
             "repeat": c.repeat, "guarantee": guarantee(c), "faults": record,
             "unavailable_s": _gap_s(applied.producer_ack_gap),
             "consumer_unavailable_s": _gap_s(applied.consumer_receipt_gap),
-            **(given(applied.phases) or NO_PHASES)}
+            **(record["phases"] if given(applied.phases) is not None else NO_PHASES)}  # the phases as stored
 
 
 def rows(cells: list[dict], ends: dict[str, dict]) -> list[dict]:
@@ -161,9 +161,10 @@ def setting_lines(settings: list[dict]) -> list[str]:
     return lines + [""]
 
 
-def _ms(figures: dict | None, name: str) -> str:
-    value = ((figures or {}).get(name) or {}).get("p99")
-    return "–" if value is None else f"{value / 1000:,.1f}"
+def _p99_ms(phase: Phase | None) -> str:
+    """A phase's end-to-end p99 in ms; a dash where the phase had no interval or no end-to-end latency."""
+    figures = None if phase is None else phase.end_to_end_latency_us
+    return "–" if figures is None else f"{figures.p99 / 1000:,.1f}"
 
 
 def _applied(record: Faults) -> str:
@@ -213,7 +214,8 @@ def markdown_lines(report: dict) -> list[str]:
                                  for k in ("unavailable_s", "consumer_unavailable_s"))
         back = "never" if row["back_to_rate_s"] is None and row["before"] else \
             "–" if row["back_to_rate_s"] is None else f"{row['back_to_rate_s']:g}"
-        p99s = " / ".join(_ms(row[name], "end_to_end_latency_us") for name in PHASES)
+        phases = given(record.phases)
+        p99s = " / ".join(_p99_ms(None if phases is None else getattr(phases, name)) for name in PHASES)
         lines.append(f"| {row['cell_id']} | {_applied(record)} | {leader} | {held_text(row)} | "
                      f"{g['duplicated'] or 0:,} | {g['send_errors'] or 0:,} | {g['unacknowledged'] or 0:,} | "
                      f"{unavailable} | {back} | {p99s} |")

@@ -81,8 +81,9 @@ import math
 from itertools import repeat
 
 import numpy as np
+from msgspec import convert
 
-from ..eventdata import Host, given, run_requested
+from ..eventdata import Host, RunRequested, given, run_requested
 from ..events import EventStore, make_event, planned_cells, read_report_events
 from ..metrics import regression_metrics
 from . import rows
@@ -632,8 +633,8 @@ def host_kind(host: Host) -> dict:
 
 def suite_of(events: list[dict]) -> str:
     """The suite a run is listed under (the event store's suite index): its suite, else its spec's name."""
-    requested = next(e for e in events if e["type"] == "RunRequested")["data"]
-    return requested.get("suite") or given(run_requested(events)[0].name, "adhoc")
+    requested = convert(next(e for e in events if e["type"] == "RunRequested")["data"], RunRequested)
+    return given(requested.suite) or given(requested.spec.name, "adhoc")
 
 
 def target_configuration(events: list[dict]) -> dict:

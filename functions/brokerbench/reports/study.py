@@ -94,9 +94,10 @@ def stored_run(events: list[dict]) -> StoredRun:
     for event in events:
         if event["type"] == "CellCompleted":
             run.completed[event["data"]["cell_id"]] = event["data"]
+    ended = {cell_id: data["attempt"] for cell_id, data in run.completed.items()}  # the attempt each cell ended with
     for event in events:
         data = event["data"]
-        if event["type"] == "IntervalMeasured" and data["attempt"] == run.completed.get(data["cell_id"], {}).get("attempt", 0):
+        if event["type"] == "IntervalMeasured" and data["attempt"] == ended.get(data["cell_id"], 0):
             run.intervals.setdefault(data["cell_id"], []).append(data)
     return run
 

@@ -250,3 +250,20 @@ def test_a_malformed_check_or_conclusion_names_the_field():
     assert found.value.field == "check"
     with pytest.raises(study.StudyError, match=r"^conclusion: .*`kind` - at `\$\.checks\[0\]`"):
         study.judge({"claim": "x", "checks": [{"table": "t"}]}, tables, "ours")
+
+
+def test_a_malformed_table_or_a_misspelled_selector_names_the_field():
+    """A published table is read as study.Table: a selector key it does not know fails naming it (read as a dict,
+    it was ignored, and the figure taken over more cells than meant); a figure of the wrong type names its place."""
+    table = copy.deepcopy(study.load_study("tallberg")["published"]["tables"][0])
+    assert study.compare_table(table, {})["short"] == table["short"]  # as written
+    table["rows"][0]["brokr"] = table["rows"][0].pop("broker")
+    with pytest.raises(study.StudyError, match=r"^table: .*unknown field `brokr` - at `\$\.rows\[0\]`") as found:
+        study.compare_table(table, {})
+    assert found.value.field == "table"
+    table["rows"][0]["broker"] = table["rows"][0].pop("brokr")
+    table["values"][0][0] = "137k"
+    with pytest.raises(study.StudyError, match=r"\$\.values\[0\]\[0\]"):
+        study.compare_table(table, {})
+    with pytest.raises(study.StudyError, match=r"^selection: .*unknown field `formt`"):
+        study._selector({"formt": "json"})

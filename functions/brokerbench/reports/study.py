@@ -133,15 +133,53 @@ def find_runs(store, study: dict, run_ids: list[str] | None = None) -> dict[str,
 
 
 # -- our figures ------------------------------------------------------------------------------------------------
-def _selector(*parts: dict) -> dict:
+class Selection(Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """A table's `select`, one of its rows or one of its columns, as written: its label, and what it narrows the
+    table to: the run (a row), the metric and unit (a row or a column) and the cells (SELECTORS' keys). A key it
+    does not know (a misspelled selector) fails naming it, rather than being ignored (a wider selection than meant)."""
+    label: str = ""
+    run: str | None = None
+    metric: str | None = None
+    unit: str | None = None
+    broker: str | None = None
+    size: int | None = None
+    rate: int | float | str | None = None
+    format: str | None = None
+    mode: str | None = None
+    producers: int | None = None
+    consumers: int | None = None
+    partitions: int | None = None
+
+
+class Table(Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """One of the study's tables as it printed them (`published.tables[]`): its rows and columns, their figures
+    (`values`, None where the study has none), the run our figures come from (a row may name its own), the metric
+    (a row or a column may name its own) and the unit (a column may state its own)."""
+    id: str
+    title: str
+    short: str | None = None  # how a conclusion's check names the table (default: its id)
+    run: str
+    unit: str
+    metric: str | None = None
+    select: Selection = Selection()
+    rows: list[Selection]
+    columns: list[Selection]
+    values: list[list[int | float | None]]
+    note: str | None = None
+    missing: str = "n/r"  # what a figure the study does not give reads as
+
+
+def _selector(*parts: dict | Selection) -> dict:
+    """The cells a table's select, row and column narrow it to, by SELECTORS' keys (a later part's key wins)."""
     out: dict = {}
-    for part in parts:
-        out.update({k: v for k, v in part.items() if k in SELECTORS})
+    for part in map(lambda p: _typed(p, Selection), parts):
+        out.update({k: v for k in SELECTORS if (v := getattr(part, k)) is not None})
     return out
 
 
-def _metric(table: dict, row: dict, column: dict) -> str:
-    return column.get("metric") or row.get("metric") or table["metric"]
+def _metric(table: dict | Table, row: dict | Selection, column: dict | Selection) -> str | None:
+    """The metric of a table's figure: its column's, else its row's, else the table's."""
+    return _typed(column, Selection).metric or _typed(row, Selection).metric or _typed(table, Table).metric
 
 
 def matching_cells(run: StoredRun, select: dict) -> list[dict]:
@@ -224,27 +262,27 @@ def _backlog(run: StoredRun, cell_id: str) -> list:
 
 
 # -- tables and conclusions -------------------------------------------------------------------------------------
-def compare_table(table: dict, runs: dict[str, StoredRun]) -> dict:
+def compare_table(table: dict | Table, runs: dict[str, StoredRun]) -> dict:
     """A table's figures, theirs and ours; a row may name its own run (e.g. one run per topology)."""
+    table = _typed(table, Table)
     rows, used = [], []
-    for r, row in enumerate(table["rows"]):
-        run = runs.get(row.get("run", table["run"]))
+    for r, row in enumerate(table.rows):
+        run = runs.get(row.run or table.run)
         if run is not None and run.run_id not in used:
             used.append(run.run_id)
         figures = []
-        for c, column in enumerate(table["columns"]):
-            theirs = table["values"][r][c]
+        for c, column in enumerate(table.columns):
+            theirs = table.values[r][c]
             ours, cells = (None, [])
             if run is not None:
-                ours, cells = our_figure(run, _selector(table.get("select", {}), row, column),
-                                         _metric(table, row, column))
+                ours, cells = our_figure(run, _selector(table.select, row, column), _metric(table, row, column))
             ratio = ours / theirs if ours is not None and theirs not in (None, 0) else None
             figures.append({"theirs": theirs, "ours": ours, "ratio": ratio, "cells": cells})
-        rows.append({"label": row["label"], "figures": figures})
-    return {"id": table["id"], "title": table["title"], "short": table.get("short", table["id"]), "unit": table["unit"],
-            "run": table["run"], "run_ids": used, "columns": [c["label"] for c in table["columns"]],
-            "column_units": [c.get("unit", table["unit"]) for c in table["columns"]],
-            "rows": rows, "note": table.get("note"), "missing": table.get("missing", "n/r")}
+        rows.append({"label": row.label, "figures": figures})
+    return {"id": table.id, "title": table.title, "short": table.id if table.short is None else table.short,
+            "unit": table.unit, "run": table.run, "run_ids": used, "columns": [c.label for c in table.columns],
+            "column_units": [table.unit if c.unit is None else c.unit for c in table.columns],
+            "rows": rows, "note": table.note, "missing": table.missing}
 
 
 def _value(tables: dict, side: str, table_id: str, row: str, column: str) -> float | None:
@@ -284,7 +322,7 @@ class Conclusion(Struct, frozen=True, kw_only=True):
 
 
 def _typed(data, kind: type):
-    """A check or conclusion of a study as written, typed; a field of the wrong type fails naming it."""
+    """A table, check or conclusion of a study as written, typed; a field of the wrong type fails naming it."""
     if isinstance(data, kind):
         return data
     try:

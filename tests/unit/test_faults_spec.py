@@ -118,6 +118,21 @@ def test_phases_split_the_intervals_at_the_fault_window_and_find_when_the_rate_c
     assert faults.phases(drained, record, publish_only=False)["back_to_rate_s"] is None  # every interval counted
     sent = faults.phases(drained, record, publish_only=False, sending_s=7.0)
     assert sent["back_to_rate_s"] == pytest.approx(2.7) and sent["after"]["seconds"] == 2
+    # what the worker stores, the events schema admits and the event's type reads (eventdata.Phases)
+    import json
+
+    import msgspec
+    from jsonschema import Draft202012Validator
+
+    from brokerbench.eventdata import Phases
+    from brokerbench.paths import SCHEMAS_DIR
+    defs = json.loads((SCHEMAS_DIR / "events.schema.json").read_text())["$defs"]
+    schema = Draft202012Validator({**defs["faults"]["properties"]["phases"], "$defs": defs})
+    unfaulted = faults.phases(intervals, {"applied": []}, publish_only=False)
+    for stored in (found, stalled, sent, unfaulted):
+        assert not list(schema.iter_errors(stored))
+        assert msgspec.to_builtins(msgspec.convert(stored, Phases)) == stored
+    assert unfaulted["window_s"] is None and msgspec.convert(unfaulted, Phases).before is None
 
 
 def test_the_guarantee_says_what_held_and_names_a_loss():

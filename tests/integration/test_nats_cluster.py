@@ -11,7 +11,7 @@ import pytest
 
 from brokerbench import spec
 from brokerbench.brokers.nats_jetstream import cluster
-from brokerbench.brokers.nats_jetstream.driver import NatsJetStreamDriver
+from brokerbench.brokers.nats_jetstream.driver import NatsJetStreamDriver, NatsProducer
 from brokerbench.local.processes import stop
 from brokerbench.local.stack import LocalStack
 from brokerbench.reports.results import build_results
@@ -60,6 +60,22 @@ def test_each_server_listens_on_its_client_and_cluster_ports_on_loopback_only(na
     for node in nats3["nodes"]:
         [pid] = node["pids"]
         assert sorted(listening(pid)) == [("0100007F", port) for port in sorted([node["port"], node["cluster_port"]])]
+
+
+def test_a_python_producer_given_one_server_learns_of_no_other(nats3):
+    """The servers advertise no client URLs (local.py: no_advertise). A NATS client adds the servers a server's INFO
+    names (connect_urls) to those it was given, and moves to them when it loses its connection: the Python producer
+    (nats-py) of a cell given a network fault's proxies would learn each server's own address and, when the fault
+    reset its link, reconnect there around the proxies. Given one server, it knows that one alone once connected;
+    with the servers advertising, it listed all three (the native loop and the consumer read no connect_urls)."""
+    first = nats3["nodes"][0]
+    url = f"nats://{first['host']}:{first['port']}"
+    producer = NatsProducer([url], ["bb-advertise.0"], 1, lambda header, ok, at: None)
+    try:
+        assert [server.geturl() for server in producer._nc.servers] == [url]
+        assert producer._nc.discovered_servers == []
+    finally:
+        producer.close()
 
 
 @pytest.mark.parametrize("loop", ["native", "python"])

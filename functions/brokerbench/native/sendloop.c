@@ -60,7 +60,7 @@
 #define STOP_LIMIT 2
 #define RECONNECT_NS 500000000LL     /* NATS: a lost connection is made again this long after */
 #define NATS_SERVERS 8               /* NATS: most servers of a cluster a sender moves between */
-#define ACK_TIMEOUT_NS 10000000000LL /* NATS: a PubAck not come within this is no longer waited for */
+#define ACK_TIMEOUT_NS 5000000000LL /* NATS: a PubAck not come within this is no longer waited for (driver.py's ACK_TIMEOUT_S) */
 
 /* ---- librdkafka, resolved from the library confluent-kafka loaded ---------------------------- */
 static struct {

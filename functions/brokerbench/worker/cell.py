@@ -15,6 +15,7 @@ import os
 import queue
 import threading
 import time
+import traceback
 from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from multiprocessing.connection import wait
@@ -142,9 +143,24 @@ def _run_cell(run_id, cell, endpoint, store, progress, worker, phases: Phases, s
     except (CellError, BrokerUnavailable) as exc:
         return runner.fail(str(exc))
     except Exception as exc:  # any other failure ends this cell only; the run goes on
-        return runner.fail(f"{type(exc).__name__}: {exc}")
+        log.warning("cell %s failed on an unexpected error", cell["cell_id"], exc_info=True)
+        return runner.fail(unexpected(exc))
     finally:
         runner.cleanup()
+
+
+def unexpected(exc: BaseException) -> str:
+    """The reason a cell that failed on an error nobody anticipated ends with: the error, and the innermost line of
+    this package it came through, so that a reason such as "BrokenPipeError: [Errno 32] Broken pipe" names the
+    write it came from instead of leaving it to a traceback nobody kept."""
+    package = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    ours = [frame for frame in traceback.extract_tb(exc.__traceback__)
+            if os.path.abspath(frame.filename).startswith(package + os.sep)]
+    where = ""
+    if ours:
+        frame = ours[-1]
+        where = f" (at {os.path.relpath(frame.filename, os.path.dirname(package))}:{frame.lineno} in {frame.name})"
+    return f"{type(exc).__name__}: {exc}{where}"
 
 
 class _Collected:
@@ -368,7 +384,7 @@ class _CellRun:
         self.resources = ResourceSampler(self._process_groups())
         self.host = host.HostSampler()
         for conn in self.conns:
-            conn.send(("go", self.timing))
+            self._tell(conn, ("go", self.timing))
         self.phases.mark("go")
         done = self._measure()
         self.phases.mark("processes_done")
@@ -507,6 +523,27 @@ class _CellRun:
             except (EOFError, OSError):
                 raise CellError(self._death(conn)) from None
         return message[0], message[1:] if message[0] == "interval" else message[1]
+
+    def _tell(self, conn, message) -> None:
+        """A message to one process before the cell measures (from the loop on, the outbox sends them): a process
+        that died, or closed its pipe, since it said it was ready fails the cell with why (_gone), not with the
+        pipe's error."""
+        try:
+            conn.send(message)
+        except (OSError, ValueError):  # BrokenPipeError, ConnectionResetError; ValueError: a closed connection
+            raise CellError(self._gone(conn)) from None
+
+    def _gone(self, conn) -> str:
+        """Why a process that can no longer be written to is gone: its own failure, when it reported one before it
+        closed its pipe (still unread there), else how it ended (_death)."""
+        try:
+            while conn.poll(0):
+                message = conn.recv()
+                if message[0] == "error":
+                    return message[1]
+        except (EOFError, OSError, ValueError):
+            pass
+        return self._death(conn)
 
     def _death(self, conn) -> str:
         """Why the process behind `conn` stopped talking (processes.death), once it has exited."""

@@ -50,8 +50,12 @@ CONNECT_TIMEOUT_S = 5.0
 ADMIN_TIMEOUT_S = 10.0
 # A publish whose PubAck has not come within this long is no longer waited for: the client never sends it again and
 # the server will not answer it (its connection was lost, or the server stopped). It frees its place in the window
-# and stays unacknowledged in the accounting; a PubAck that comes later still is ignored.
-ACK_TIMEOUT_S = 10.0
+# and stays unacknowledged in the accounting; a PubAck that comes later still is ignored. 5 s: what NATS's own
+# clients wait for a JetStream publish's PubAck by default (nats.go's and nats-py's 5 s), after which an application
+# has a timeout too. (At 10 s, a stream leader killed 1.5 s into the guarantees suite's 6 s cell at scale 0.15 held
+# the producers' end 5.7 to 6.1 s past the schedule, waiting for PubAcks the election, 4 to 9 s by the servers'
+# fixed raft timers, did not give.) The native send loop's ACK_TIMEOUT_NS is the same.
+ACK_TIMEOUT_S = 5.0
 RECONNECT_WAIT_S = 0.5
 MAX_RECONNECTS = 120  # about a minute of attempts, RECONNECT_WAIT_S apart
 # While disconnected the client keeps what is published in its buffer (up to this many bytes) and sends it once it
@@ -64,6 +68,13 @@ ERRORS = (NatsError, asyncio.TimeoutError, concurrent.futures.TimeoutError, OSEr
 # are asked again with a PING, and the connection is made again when the PING goes unanswered as long.
 PULL_EXPIRES_S = 1.0
 PULL_LOST_S = 1.0
+# A delivery the consumer never acknowledged is delivered again this long after it was sent (JetStream's ack_wait).
+# The consumer acknowledges each message with its next poll (milliseconds later); one it never got (a server killed
+# as it sent it, or a connection reset) waits this long. At 60 s it came back after the drain had given up on it
+# (the guarantees suite's 30 s): 1 to 4 messages the stream held, delivered before a leader kill and lost on the
+# way, kept every such cell draining its full 30 s (a run of 45 to 50 s for a 6 s cell). At 10 s they come back
+# within the drain (the default waits 10 s after the last delivery), and are counted where they belong.
+ACK_WAIT_S = 10.0
 DEFAULT_REPLICAS = 3  # a cell's stream on a cluster, as JetStream's own guidance for durable streams (R3)
 
 
@@ -439,7 +450,7 @@ def consumer_config(durable: str, subjects: list[str], batch: int) -> api.Consum
     """A cell's durable pull consumer: every message of its subjects, each acknowledged (see the module's notes)."""
     return api.ConsumerConfig(durable_name=durable, ack_policy=api.AckPolicy.EXPLICIT,
                               deliver_policy=api.DeliverPolicy.ALL, filter_subjects=subjects,
-                              max_ack_pending=max(10 * batch, 10_000), ack_wait=60.0)
+                              max_ack_pending=max(10 * batch, 10_000), ack_wait=ACK_WAIT_S)
 
 
 def jetstream_answers(endpoint: dict, timeout_s: float = 3.0) -> bool:

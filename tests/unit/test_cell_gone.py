@@ -1,0 +1,111 @@
+"""A cell's process that is gone before the cell tells it to start ("go"): the cell fails with why it went (killed by a
+signal, or its own reported failure), never with the pipe's error; and a cell that fails on an error nobody
+anticipated names the line of brokerbench it came through. Real processes from the worker's fork server."""
+
+import inspect
+import multiprocessing
+import os
+import signal
+import time
+
+import pytest
+
+from brokerbench.worker import cell as cell_module
+from brokerbench.worker import framing, processes
+
+pytestmark = pytest.mark.skipif("forkserver" not in multiprocessing.get_all_start_methods(),
+                                reason="no fork server on this platform")
+
+
+def _ready_then_wait(conn, task) -> None:
+    """A producer's start as the cell sees it: "ready", then it waits for "go"."""
+    conn.send(("ready", {}))
+    conn.recv()
+
+
+def _ready_then_fail(conn, task) -> None:
+    """A producer that says it is ready and then fails (a client's error) before "go": serve reports it and exits."""
+    def body():
+        conn.send(("ready", {}))
+        raise RuntimeError("the client gave up")
+    processes.serve("producer", 0, conn, body)
+
+
+def _supervised(body):
+    """A cell supervisor over one real producer process running `body`, once it said it was ready."""
+    ctx = processes.context([])
+    parent, child = ctx.Pipe()
+    process = ctx.Process(target=processes.start, args=("producer", 0, dict(os.environ), body, child, None),
+                          daemon=True, name="producer-0")
+    process.start()
+    child.close()
+    assert parent.recv() == ("ready", {})
+    run = cell_module._CellRun.__new__(cell_module._CellRun)
+    run.conns, run.processes = {parent: ("producer", 0)}, [process]
+    return run, parent, process
+
+
+def _wait_ended(pid: int) -> None:
+    """Until the process has exited (its pipe's end closed with it): a zombie or gone."""
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                if f.read().rsplit(")", 1)[1].split()[0] == "Z":
+                    return
+        except OSError:
+            return
+        time.sleep(0.01)
+    raise AssertionError(f"process {pid} did not end")
+
+
+def test_a_process_killed_before_go_fails_the_cell_with_how_it_died():
+    run, conn, process = _supervised(_ready_then_wait)
+    try:
+        os.kill(process.pid, signal.SIGKILL)
+        _wait_ended(process.pid)
+        with pytest.raises(cell_module.CellError) as failed:
+            run._tell(conn, ("go", {}))
+        assert str(failed.value) == f"ProcessDied: producer 0 (pid {process.pid}) killed by SIGKILL"
+    finally:
+        conn.close()
+        process.join(5)
+
+
+def test_a_process_that_failed_before_go_fails_the_cell_with_its_own_reason():
+    run, conn, process = _supervised(_ready_then_fail)
+    try:
+        process.join(10)
+        assert process.exitcode == 0  # serve reported the failure and the process ended normally
+        with pytest.raises(cell_module.CellError) as failed:
+            run._tell(conn, ("go", {}))
+        assert str(failed.value) == "producer 0: RuntimeError: the client gave up"
+    finally:
+        conn.close()
+
+
+def test_a_process_still_there_is_told():
+    run, conn, process = _supervised(_ready_then_wait)
+    try:
+        run._tell(conn, ("go", {}))
+        process.join(10)
+        assert process.exitcode == 0  # it read "go" and ended
+    finally:
+        conn.close()
+
+
+def test_an_unanticipated_error_names_the_line_of_brokerbench_it_came_through():
+    with pytest.raises(Exception) as raised:
+        framing.is_probe(b"short")
+    line = next(number for number, text in enumerate(inspect.getsourcelines(framing.is_probe)[0],
+                                                     inspect.getsourcelines(framing.is_probe)[1])
+                if "HEADER.unpack" in text)
+    assert cell_module.unexpected(raised.value) == (
+        f"error: unpack requires a buffer of 20 bytes (at brokerbench/worker/framing.py:{line} in is_probe)")
+
+
+def test_an_error_raised_outside_brokerbench_alone_is_named_as_it_is():
+    try:
+        raise BrokenPipeError(32, "Broken pipe")
+    except BrokenPipeError as exc:
+        assert cell_module.unexpected(exc) == "BrokenPipeError: [Errno 32] Broken pipe"

@@ -24,7 +24,8 @@ within two nights, at the run it began with.
    nights (the night of the step or the next) with the alert on that configuration and metric and the change
    placed on the step's run ± 1 (a pairwise alert is placed on the run it checked).
    Then how large a p99 step the schedule tells (P99_SWEEP), the +30% step with more repeats per run
-   (REPEATS_SWEEP), and a bound on what a test of these runs can tell (power_table): a test that knew the step's run and
+   (REPEATS_SWEEP: what a suite sized for detection would tell, its A/A nights' false alerts and its minutes per
+   night, night_minutes), and a bound on what a test of these runs can tell (power_table): a test that knew the step's run and
    the level before it, on one series alone at a one-sided 1%, told +30% within two nights with a probability of
    22% on average over the configurations (86% at best) on the 8 runs of November 2026; the smallest step it
    tells at 90% and the repeats per run it would need for +30% are printed per configuration. --bound-only makes
@@ -62,7 +63,7 @@ NIGHTS = 1000
 TRIALS = 300  # steps simulated per kind
 STEPS = {"p99": ("end_to_end_p99_us", 1.30), "throughput": ("throughput_msgs_per_s", 0.80)}
 P99_SWEEP = (1.5, 2.0, 3.0, 4.0)  # larger p99 steps, to show the size a schedule of these runs can tell
-REPEATS_SWEEP = (10, 30)  # repeats per run, drawn from the same noise, for the +30% p99 step
+REPEATS_SWEEP = (10, 20, 30)  # repeats per run, drawn from the same noise: the +30% p99 step and the A/A nights
 POWER = 0.90  # the goal's detection rate
 TYPICAL_SERIES = 12  # runs in the series when a step is told, for the watch's power formula (a schedule's middle)
 WITHIN_NIGHTS = 2  # the step's night and the next
@@ -199,7 +200,8 @@ def night_alerts(figures: dict[str, dict], run_ids: list[str]) -> list[dict]:
         out += [{"key": v["key"], "metric": v["metric"], "source": "pairwise", "at": newest}
                 for v in history.pairwise_alerts([v for v in verdicts if v["verdict"] == "regression"], searched)]
         out += [{"key": s["key"], "metric": s["metric"], "source": "change_point",
-                 "at": run_ids.index(s["run_ids"][c["index"]]), "change": c["change"]} for s, c in told]
+                 "at": run_ids.index(s["run_ids"][c["index"]]), "change": c["change"], "found_by": c["found_by"]}
+                for s, c in told]
     return out
 
 
@@ -259,6 +261,12 @@ def power_table(model: dict, metric: str = "end_to_end_p99_us", step: float = ST
             "mean_power": float(np.mean([r["power"] for r in rows.values()])),
             "watch_critical_t": stats.t_quantile(changes.ALPHA / (family * splits), TYPICAL_SERIES - 2),
             "watch_series": TYPICAL_SERIES, "family": family, "splits": splits}
+
+
+def night_minutes(model: dict, repeats: int) -> float:
+    """What a night of the suite at `repeats` repeats per run would take: the real runs' mean wall time scaled by
+    the repeats (a run's time is its cells', each repeat a cell: setup and the report are a few seconds of it)."""
+    return model["run_wall_s"] * repeats / model["repeats_per_run"] / 60
 
 
 def run_id_of(schedule: int, night: int) -> str:
@@ -329,18 +337,21 @@ def detection(model: dict, kind: str, trials: int, seed: int, per_schedule: int 
                 right = a["key"] == key and a["metric"] == metric
                 placed = abs(a["at"] + max(0, len(ids) - _series_runs()) - start) <= PLACEMENT
                 if right and placed and found is None:
-                    found = {"night": night - start, "source": a["source"]}
+                    found = {"night": night - start, "source": a["source"], "found_by": a.get("found_by")}
                 elif not right:
                     other += 1
         rows.append({"key": key, "start": start, "told": found is not None,
                      "night": None if found is None else found["night"],
-                     "source": None if found is None else found["source"], "other_alerts": other})
+                     "source": None if found is None else found["source"],
+                     "found_by": None if found is None else found["found_by"], "other_alerts": other})
     established = [r for r in rows if r["start"] >= _min_series()]
     return {"kind": kind, "metric": metric, "factor": factor, "trials": trials,
             "told": sum(r["told"] for r in rows), "rate": sum(r["told"] for r in rows) / max(1, trials),
             "established_trials": len(established), "established_told": sum(r["told"] for r in established),
             "established_rate": sum(r["told"] for r in established) / max(1, len(established)),
             "by_source": {s: sum(r["source"] == s for r in rows) for s in ("pairwise", "change_point")},
+            # change points: by the search over every split, or by the test of the newest runs (reports.changes)
+            "by_found": {f: sum(r["found_by"] == f for r in rows) for f in ("search", "newest")},
             "other_alerts": sum(r["other_alerts"] for r in rows),
             "by_start": {str(s): [sum(r["told"] for r in rows if r["start"] == s),
                                   sum(r["start"] == s for r in rows)] for s in sorted({r["start"] for r in rows})},
@@ -374,6 +385,8 @@ def simulate(model: dict, nights: int, trials: int, seed: int = 0, processes: in
     for i, r in enumerate(REPEATS_SWEEP):
         tasks[f"repeats sweep {i}"] = ("detection", ({**model, "repeats_per_run": r}, "p99", max(1, trials // 3),
                                                      seed + 30 + i), {})
+        # the same suite's A/A nights: a run's figure is a median from changes.MEDIAN_REPEATS repeats on
+        tasks[f"repeats false {i}"] = ("false_alerts", ({**model, "repeats_per_run": r}, nights, seed + 40 + i), {})
     if model["unsustainable_rate"] < STRESS_UNSUSTAINABLE:
         tasks["false_alerts_stressed"] = ("false_alerts", (model, nights, seed + 10, STRESS_UNSUSTAINABLE), {})
     tasks["power"] = ("power_table", (model,), {})
@@ -388,7 +401,8 @@ def simulate(model: dict, nights: int, trials: int, seed: int = 0, processes: in
            "false_alerts": done["false_alerts"],
            "detection": {kind: done[f"detection {kind}"] for kind in STEPS},
            "p99_sweep": [done[f"p99 sweep {i}"] for i in range(len(P99_SWEEP))],
-           "repeats_sweep": [{**done[f"repeats sweep {i}"], "repeats_per_run": r} for i, r in enumerate(REPEATS_SWEEP)],
+           "repeats_sweep": [{**done[f"repeats sweep {i}"], "repeats_per_run": r,
+                              "false_alerts": done[f"repeats false {i}"]} for i, r in enumerate(REPEATS_SWEEP)],
            "power": done["power"]}
     if "false_alerts_stressed" in done:
         out["false_alerts_stressed"] = done["false_alerts_stressed"]
@@ -541,6 +555,7 @@ def main() -> int:
     log(f"the real runs checked again by this build's rules: {sum(rechecked)} alerts ({rechecked})")
     log(f"the simulation's check of the real runs agrees with history.watch on {sum(agree)} of {len(agree)} runs")
     model = noise_model([r["figures"] for r in checked])
+    model["run_wall_s"] = float(np.mean([r["wall_s"] for r in checked]))
     log(f"noise: {model['quiet_repeats']} quiet repeats, {model['unsustainable']} unsustainable, "
         f"{model['inconclusive']} inconclusive, {model['busy']} busy of {model['repeats']}")
     if args.bound_only:
@@ -568,9 +583,12 @@ def main() -> int:
         log(f"step {kind}: told {d['told']} of {d['trials']} ({d['rate']:.0%}); from night {_min_series()} on "
             f"{d['established_told']} of {d['established_trials']} ({d['established_rate']:.0%})")
     for d in simulated.get("p99_sweep", []) + simulated.get("repeats_sweep", []):
-        log(f"p99 x {d['factor']:g} at {d.get('repeats_per_run', model['repeats_per_run'])} repeats per run: told "
+        repeats = d.get("repeats_per_run", model["repeats_per_run"])
+        log(f"p99 x {d['factor']:g} at {repeats} repeats per run: told "
             f"{d['told']} of {d['trials']} ({d['rate']:.0%}); from night {_min_series()} on "
-            f"{d['established_rate']:.0%}")
+            f"{d['established_rate']:.0%}"
+            + (f"; A/A nights with an alert {d['false_alerts']['rate']:.1%}; a night "
+               f"{night_minutes(model, repeats):.0f} min" if "false_alerts" in d else ""))
     p = simulated["power"]
     log(f"bound (the step's run and the level before it known, one series at a one-sided {p['alpha']:g}): "
         f"+{p['step'] - 1:.0%} p99 within {p['after']} nights told at most {p['mean_power']:.0%} on average; the "

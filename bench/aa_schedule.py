@@ -23,13 +23,13 @@ within two nights, at the run it began with.
    of a random configuration (end-to-end p99 × 1.3, or throughput × 0.8): the share of steps told within two
    nights (the night of the step or the next) with the alert on that configuration and metric and the change
    placed on the step's run ± 1 (a pairwise alert is placed on the run it checked).
-   Then how large a p99 step the schedule tells (P99_SWEEP), the +30% step with more repeats per run
-   (REPEATS_SWEEP: what a suite sized for detection would tell, its A/A nights' false alerts and its minutes per
-   night, night_minutes), and a bound on what a test of these runs can tell (power_table): a test that knew the step's run and
-   the level before it, on one series alone at a one-sided 1%, told +30% within two nights with a probability of
-   22% on average over the configurations (86% at best) on the 8 runs of November 2026; the smallest step it
-   tells at 90% and the repeats per run it would need for +30% are printed per configuration. --bound-only makes
-   the noise model and the bound again from the recorded runs and keeps the recorded simulation.
+   Then how large a p99 step the schedule tells (P99_SWEEP), the +30% step with more repeats per run (REPEATS_SWEEP:
+   what a suite sized for detection would tell, its A/A nights' false alerts and its minutes per night,
+   night_minutes), and a bound on what a test of these runs can tell (power_table): a test that knew the step's run
+   and the level before it, on one series alone at a one-sided 1%, told +30% within two nights with a probability of
+   22% on average over the configurations (86% at best) on the 8 runs of November 2026; the smallest step it tells at
+   90% and the repeats per run it would need for +30% are printed per configuration. --bound-only makes the noise
+   model and the bound again from the recorded runs and keeps the recorded simulation.
    The drawn configurations are independent of each other (a slow run on a real host moves every configuration:
    correlation that the family-wise controls hold under, and that makes alerts cluster rather than multiply).
 
@@ -87,6 +87,59 @@ def kept_figures(figures: dict[str, dict]) -> dict[str, dict]:
     return {key: {k: e[k] for k in ("key", "cell", "cell_id", "status", "search", "send_loop", "sustainability",
                                      "repeat_verdicts", "host_busy")} | {"repeats": e["repeats"], "series": {}}
             for key, e in figures.items()}
+
+
+# a p99 over all of a run's messages: its latency's histogram in CellCompleted
+MERGED = {"end_to_end_p99_us": "end_to_end_latency_us", "publish_latency_p99_us": "publish_latency_us"}
+FIGURES = ("geometric mean", "median", "merged")  # a run's figure of a p99, compared in figure_spread
+
+
+def merged_p99s(events: list[dict]) -> dict[str, dict]:
+    """Per configuration key, each p99 over all the messages of the run's quiet repeats (their cumulative
+    histograms merged; every repeat when none was quiet, as regression.run_figures keeps them)."""
+    from brokerbench.events import planned_cells
+    from brokerbench.figures import bucket_percentiles, merge_blobs
+    from brokerbench.reports.model import config_key
+
+    ends = {e["data"]["cell_id"]: e["data"] for e in events if e["type"] == "CellCompleted"}
+    by_key: dict[str, list[tuple[bool, dict]]] = {}
+    for cell in planned_cells(events):
+        end = ends.get(cell["cell_id"])
+        if end is not None:
+            by_key.setdefault(config_key(cell), []).append((bool((end.get("host") or {}).get("busy")),
+                                                            end["histograms"]))
+    out = {}
+    for key, ends_ in by_key.items():
+        kept = [h for busy, h in ends_ if not busy] or [h for _, h in ends_]
+        out[key] = {metric: bucket_percentiles(merge_blobs([h[name] for h in kept]), [99.0])[0]
+                    for metric, name in MERGED.items()}
+    return out
+
+
+def figure_spread(runs: list[dict]) -> dict:
+    """How far a run's p99 figure moves between identical runs, by how it is made of the run (FIGURES: the
+    geometric mean or the median of its repeats' p99s, or the p99 of all its messages): per metric, the standard
+    deviation of the log figure over the runs of each configuration, the median over configurations. Runs are
+    checked_run's, with "merged" (merged_p99s)."""
+    out = {}
+    for metric in MERGED:
+        spreads = {kind: [] for kind in FIGURES}
+        for key in runs[0]["figures"]:
+            figures = {kind: [] for kind in FIGURES}
+            for r in runs:
+                repeats = np.log(np.maximum(r["figures"].get(key, {}).get("repeats", {}).get(metric) or [], 1e-3))
+                merged = r.get("merged", {}).get(key, {}).get(metric)
+                if repeats.size and merged:
+                    figures["geometric mean"].append(float(repeats.mean()))
+                    figures["median"].append(float(np.median(repeats)))
+                    figures["merged"].append(math.log(merged))
+            if len(figures["merged"]) >= 3:
+                for kind in FIGURES:
+                    spreads[kind].append(float(np.std(figures[kind], ddof=1)))
+        if spreads["merged"]:
+            out[metric] = {kind: float(np.median(v)) for kind, v in spreads.items()} | {
+                "configurations": len(spreads["merged"])}
+    return out
 
 
 def noise_model(runs: list[dict[str, dict]]) -> dict:
@@ -241,8 +294,8 @@ def power_table(model: dict, metric: str = "end_to_end_p99_us", step: float = ST
     """Per configuration, whether a step of `step` in `metric` can be told within `after` runs at all (bound_of at
     the family-wise ALPHA as for one series), at the runs' repeats, and the fewest repeats per run (of
     BOUND_REPEATS) at which the bound reaches POWER for `step` (None: not within them). Beside it the watch's
-    own critical t at TYPICAL_SERIES runs (ALPHA over the series checked and the splits tried, N − 2 degrees of
-    freedom), the hurdle its t-test adds to the bound's 2.33."""
+    own critical t at TYPICAL_SERIES runs (its search's share of ALPHA over the series checked and the splits tried,
+    N − 2 degrees of freedom), the hurdle its t-test adds to the bound's 2.33, and that of its newest runs' test."""
     from brokerbench.reports import changes, stats
 
     family = sum(len(c["metrics"]) for c in model["configurations"].values())
@@ -259,7 +312,11 @@ def power_table(model: dict, metric: str = "end_to_end_p99_us", step: float = ST
     return {"metric": metric, "step": step, "after": after, "repeats_per_run": model["repeats_per_run"],
             "alpha": changes.ALPHA, "power_goal": POWER, "configurations": rows,
             "mean_power": float(np.mean([r["power"] for r in rows.values()])),
-            "watch_critical_t": stats.t_quantile(changes.ALPHA / (family * splits), TYPICAL_SERIES - 2),
+            "watch_critical_t": stats.t_quantile(changes.ALPHA * changes.SEARCH_SHARE / (family * splits),
+                                                 TYPICAL_SERIES - 2),
+            # the newest runs' test: one-sided at the rest of ALPHA over the series, no factor for splits
+            "newest_critical_t": stats.t_quantile(2 * changes.ALPHA * (1 - changes.SEARCH_SHARE) / family,
+                                                  TYPICAL_SERIES - 2),
             "watch_series": TYPICAL_SERIES, "family": family, "splits": splits}
 
 
@@ -402,7 +459,9 @@ def simulate(model: dict, nights: int, trials: int, seed: int = 0, processes: in
            "detection": {kind: done[f"detection {kind}"] for kind in STEPS},
            "p99_sweep": [done[f"p99 sweep {i}"] for i in range(len(P99_SWEEP))],
            "repeats_sweep": [{**done[f"repeats sweep {i}"], "repeats_per_run": r,
-                              "false_alerts": done[f"repeats false {i}"]} for i, r in enumerate(REPEATS_SWEEP)],
+                              "false_alerts": done[f"repeats false {i}"], "night_minutes": night_minutes(model, r)}
+                             for i, r in enumerate(REPEATS_SWEEP)],
+           "night_minutes": night_minutes(model, model["repeats_per_run"]),
            "power": done["power"]}
     if "false_alerts_stressed" in done:
         out["false_alerts_stressed"] = done["false_alerts_stressed"]
@@ -450,6 +509,7 @@ def checked_run(store, run_id: str, out_dir: Path) -> dict:
                   for name in ("regression", "improvement", "unstable", "unchanged")},
         "workflow_alerts": None if workflow is None else len(workflow.get("regressions", [])),
         "figures": kept_figures(figures),
+        "merged": merged_p99s(events),
     }
 
 
@@ -556,6 +616,7 @@ def main() -> int:
     log(f"the simulation's check of the real runs agrees with history.watch on {sum(agree)} of {len(agree)} runs")
     model = noise_model([r["figures"] for r in checked])
     model["run_wall_s"] = float(np.mean([r["wall_s"] for r in checked]))
+    model["figure_spread"] = figure_spread(checked)
     log(f"noise: {model['quiet_repeats']} quiet repeats, {model['unsustainable']} unsustainable, "
         f"{model['inconclusive']} inconclusive, {model['busy']} busy of {model['repeats']}")
     if args.bound_only:
@@ -569,7 +630,8 @@ def main() -> int:
         "rules": {"pairwise_alpha": regression.ALPHA, "change_alpha": changes.ALPHA,
                                   "min_series": changes.MIN_SERIES, "min_history": regression.MIN_HISTORY,
                                   "series_runs": history.SERIES_RUNS, "history_runs": regression.HISTORY_RUNS,
-                                  "min_effect": changes.MIN_EFFECT},
+                                  "min_effect": changes.MIN_EFFECT, "search_share": changes.SEARCH_SHARE,
+                                  "median_repeats": changes.MEDIAN_REPEATS},
         "real": {"runs": checked, "stack": stack, "summary": summary(checked), "pure_check_agrees": agree,
                  "rechecked_alerts": rechecked,
                  "runs_wall_s": round(sum(r["wall_s"] for r in checked), 1)},
@@ -587,8 +649,8 @@ def main() -> int:
         log(f"p99 x {d['factor']:g} at {repeats} repeats per run: told "
             f"{d['told']} of {d['trials']} ({d['rate']:.0%}); from night {_min_series()} on "
             f"{d['established_rate']:.0%}"
-            + (f"; A/A nights with an alert {d['false_alerts']['rate']:.1%}; a night "
-               f"{night_minutes(model, repeats):.0f} min" if "false_alerts" in d else ""))
+            + (f"; A/A nights with an alert {d['false_alerts']['rate']:.1%}; a night {d['night_minutes']:.0f} min"
+               if "false_alerts" in d else ""))
     p = simulated["power"]
     log(f"bound (the step's run and the level before it known, one series at a one-sided {p['alpha']:g}): "
         f"+{p['step'] - 1:.0%} p99 within {p['after']} nights told at most {p['mean_power']:.0%} on average; the "

@@ -6,9 +6,10 @@ This module looks at the whole series instead, as Apache Otava (formerly Hunter)
 DataStax's nightly performance tests: E-divisive means to place a change, a t-test to say whether it is real.
 
 The series: one figure per run, the geometric mean of the run's repeats (log scale, so a change is a ratio), or
-their median when the run has MEDIAN_REPEATS or more, runs in the order they were requested. The repeats inform the noise floor but are not counted as independent
-evidence of a change between runs: they share their run's broker, page cache and neighbours, and identical
-runs here differ by more than their repeats say (the pseudo-replication `regression` avoids too).
+their median when the run has MEDIAN_REPEATS or more, runs in the order they were requested. The repeats inform the
+noise floor but are not counted as independent evidence of a change between runs: they share their run's broker,
+page cache and neighbours, and identical runs here differ by more than their repeats say (the pseudo-replication
+`regression` avoids too).
 
 For one series of N runs:
 
@@ -41,16 +42,16 @@ For one series of N runs:
 Why a median from MEDIAN_REPEATS repeats on: a tail latency's repeats mostly agree and now and then read several
 times higher (a stall: one quick-suite repeat in eight at 1.4-7x its configuration's median). A geometric mean
 moves with every such repeat, so a run's figure carries the tail and a +30% step stays within the noise however
-many repeats a run has; a median moves only when half its repeats do. With few repeats that is not rare (two
+many repeats a run has; a median moves only when half its repeats do. With 3 repeats that is not rare (two
 outlying repeats of three, about one Kafka run in twenty here), and two such runs in a row are a "change" the
-t-test trusts; with 10 repeats it is. Simulated from the quick suite's own repeats (bench/aa_schedule.py): at 3
-repeats the median raised false alerts on 2.8% of nights, at 10 on 0.6%. The variance floor of a median-run is
-the asymptotic one of a median, (π/2)·(1.4826·MAD)²/n.
+t-test trusts: simulated from the quick suite's own repeats, the median of 3 raised false alerts on more nights
+than ALPHA allows; from 10 on it is rare (bench/aa_schedule.py's repeats sweep: the A/A nights at 10, 20 and 30
+repeats, docs/performance.md). The variance floor of a median-run is the asymptotic one of a median,
+(π/2)·(1.4826·MAD)²/n.
 
 A p99 over all of a run's messages (its repeats' histograms merged) is no better a figure: a stall long enough to
-move one repeat's p99 moves the merged one too (on the 8 real quick-suite runs, the standard deviation of the log
-of a run's figure over its configuration's runs was 28% merged, 28% as the geometric mean, 24% as the median:
-medians over the configurations).
+move one repeat's p99 moves the merged one too (the spread of the three figures over the real quick-suite runs:
+bench/aa_schedule.py's figure_spread, docs/performance.md).
 
 Why not a library: Otava 0.8.0 (`otava.analysis.compute_change_points`) does exactly the above with numpy and
 scipy, but its package pulls the BigQuery, Postgres and Slack clients into a Lambda layer that has no use for
@@ -117,7 +118,8 @@ def run_value(repeats) -> float | None:
 
 def _log_figure(logs: np.ndarray) -> tuple[float, float]:
     """A run's log figure and its variance from the run's repeats (0 with a single repeat): the mean and the
-    variance of a mean under MEDIAN_REPEATS repeats, the median and a median's (π/2)·(1.4826·MAD)²/n from then on."""
+    variance of a mean under MEDIAN_REPEATS repeats, from then on the median and a median's variance,
+    (π/2)·(1.4826·MAD)²/n."""
     if logs.size >= MEDIAN_REPEATS:
         centre = float(np.median(logs))
         scale = 1.4826 * float(np.median(np.abs(logs - centre)))

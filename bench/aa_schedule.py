@@ -94,23 +94,22 @@ MERGED = {"end_to_end_p99_us": "end_to_end_latency_us", "publish_latency_p99_us"
 FIGURES = ("geometric mean", "median", "merged")  # a run's figure of a p99, compared in figure_spread
 
 
-def merged_p99s(events: list[dict]) -> dict[str, dict]:
+def merged_p99s(events: list[dict], cells: list[dict]) -> dict[str, dict]:
     """Per configuration key, each p99 over all the messages of the run's quiet repeats (their cumulative
-    histograms merged; every repeat when none was quiet, as regression.run_figures keeps them)."""
-    from brokerbench.events import planned_cells
+    histograms merged; every repeat when none was quiet, as regression.run_figures keeps them). `cells`: the run's
+    results.json cells (reports.results.build_results of `events`), which name each cell's configuration and host."""
     from brokerbench.figures import bucket_percentiles, merge_blobs
     from brokerbench.reports.model import config_key
 
-    ends = {e["data"]["cell_id"]: e["data"] for e in events if e["type"] == "CellCompleted"}
+    histograms = {e["data"]["cell_id"]: e["data"]["histograms"] for e in events if e["type"] == "CellCompleted"}
     by_key: dict[str, list[tuple[bool, dict]]] = {}
-    for cell in planned_cells(events):
-        end = ends.get(cell["cell_id"])
-        if end is not None:
-            by_key.setdefault(config_key(cell), []).append((bool((end.get("host") or {}).get("busy")),
-                                                            end["histograms"]))
+    for cell in cells:
+        if cell["cell_id"] in histograms:
+            by_key.setdefault(config_key(cell), []).append((bool((cell.get("host") or {}).get("busy")),
+                                                            histograms[cell["cell_id"]]))
     out = {}
-    for key, ends_ in by_key.items():
-        kept = [h for busy, h in ends_ if not busy] or [h for _, h in ends_]
+    for key, ends in by_key.items():
+        kept = [h for busy, h in ends if not busy] or [h for _, h in ends]
         out[key] = {metric: bucket_percentiles(merge_blobs([h[name] for h in kept]), [99.0])[0]
                     for metric, name in MERGED.items()}
     return out
@@ -227,9 +226,10 @@ def draw_run(model: dict, rng: np.random.Generator, step: tuple[str, str, float]
             if step is not None and step[0] == key and step[1] == metric:
                 values = values * step[2]
             repeats[metric] = [float(v) for r, v in enumerate(values, 1) if r not in busy]
+        judged = model.get("judged", True)  # False: no sustainability verdict, so no flip is tested
         run[key] = {"key": key, "cell": config["cell"], "cell_id": key, "status": "completed", "search": False,
-                    "send_loop": None, "sustainability": combined(verdicts),
-                    "repeat_verdicts": [v for r, v in enumerate(verdicts, 1) if r not in busy],
+                    "send_loop": None, "sustainability": combined(verdicts) if judged else None,
+                    "repeat_verdicts": [v for r, v in enumerate(verdicts, 1) if r not in busy] if judged else [],
                     "host_busy": {"repeats": busy, "of": n, "reasons": ["drawn busy"]} if busy else None,
                     "repeats": repeats, "series": {}}
     return run
@@ -439,11 +439,13 @@ def simulate(model: dict, nights: int, trials: int, seed: int = 0, processes: in
     for i, f in enumerate(P99_SWEEP):
         tasks[f"p99 sweep {i}"] = ("detection", (model, "p99", max(1, trials // 3), seed + 20 + i), {"factor": f})
     # the +30% p99 step with more repeats per run drawn from the same noise (longer cells would do the same)
+    # At more repeats the figures' checks only: the flips' exact test (on the repeats' verdicts, not the figures)
+    # grows with the repeats to seconds a night, and its false alerts are the quick suite's rows'.
     for i, r in enumerate(REPEATS_SWEEP):
-        tasks[f"repeats sweep {i}"] = ("detection", ({**model, "repeats_per_run": r}, "p99", max(1, trials // 3),
-                                                     seed + 30 + i), {})
+        sized = {**model, "repeats_per_run": r, "judged": False}
+        tasks[f"repeats sweep {i}"] = ("detection", (sized, "p99", max(1, trials // 3), seed + 30 + i), {})
         # the same suite's A/A nights: a run's figure is a median from changes.MEDIAN_REPEATS repeats on
-        tasks[f"repeats false {i}"] = ("false_alerts", ({**model, "repeats_per_run": r}, nights, seed + 40 + i), {})
+        tasks[f"repeats false {i}"] = ("false_alerts", (sized, nights, seed + 40 + i), {})
     if model["unsustainable_rate"] < STRESS_UNSUSTAINABLE:
         tasks["false_alerts_stressed"] = ("false_alerts", (model, nights, seed + 10, STRESS_UNSUSTAINABLE), {})
     tasks["power"] = ("power_table", (model,), {})
@@ -509,7 +511,7 @@ def checked_run(store, run_id: str, out_dir: Path) -> dict:
                   for name in ("regression", "improvement", "unstable", "unchanged")},
         "workflow_alerts": None if workflow is None else len(workflow.get("regressions", [])),
         "figures": kept_figures(figures),
-        "merged": merged_p99s(events),
+        "merged": merged_p99s(events, results["cells"]),
     }
 
 

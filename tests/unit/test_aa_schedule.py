@@ -108,17 +108,19 @@ def test_the_bound_matches_the_normal_formula_where_the_noise_is_normal(bench):
     assert (flat["power"], flat["smallest_step"]) == (1.0, 1.0)
 
 
-def cell_events(latencies: list[tuple[list[int], bool]]) -> list[dict]:
-    """A run of one configuration whose repeats recorded `latencies` (µs; each with whether its host was busy)."""
+def cell_events(latencies: list[tuple[list[int], bool]]) -> tuple[list[dict], list[dict]]:
+    """A run of one configuration whose repeats recorded `latencies` (µs; each with whether its host was busy): its
+    CellCompleted events and its results.json cells."""
     from brokerbench.histogram import encode, from_values
     from brokerbench.reports.model import CONFIG_FIELDS
 
-    cells = [{**{f: "x" for f in CONFIG_FIELDS}, "cell_id": f"c.r{i}", "index": i} for i in range(len(latencies))]
-    ends = [{"type": "CellCompleted", "data": {"cell_id": f"c.r{i}", "host": {"busy": busy},
+    cells = [{**{f: "x" for f in CONFIG_FIELDS}, "cell_id": f"c.r{i}", "host": {"busy": busy}}
+             for i, (_, busy) in enumerate(latencies)]
+    ends = [{"type": "CellCompleted", "data": {"cell_id": f"c.r{i}",
                                                "histograms": {"end_to_end_latency_us": encode(from_values(values)),
                                                               "publish_latency_us": encode(from_values(values))}}}
-            for i, (values, busy) in enumerate(latencies)]
-    return [{"type": "RunRequested", "data": {"cells": cells}}] + ends
+            for i, (values, _) in enumerate(latencies)]
+    return ends, cells
 
 
 def test_a_runs_merged_p99_is_over_all_its_quiet_repeats_messages(bench):
@@ -126,10 +128,10 @@ def test_a_runs_merged_p99_is_over_all_its_quiet_repeats_messages(bench):
     messages the 198th value, 198. A third repeat on a busy host (10,000 µs) is left out; with every repeat busy,
     all of them count."""
     low, high = list(range(1, 101)), list(range(101, 201))
-    merged = bench.merged_p99s(cell_events([(low, False), (high, False), ([10_000] * 100, True)]))
+    merged = bench.merged_p99s(*cell_events([(low, False), (high, False), ([10_000] * 100, True)]))
     (key, figures), = merged.items()
     assert figures["end_to_end_p99_us"] == pytest.approx(198, abs=1) == figures["publish_latency_p99_us"]
-    busy = bench.merged_p99s(cell_events([(low, True), (high, True)]))[key]
+    busy = bench.merged_p99s(*cell_events([(low, True), (high, True)]))[key]
     assert busy["end_to_end_p99_us"] == pytest.approx(198, abs=1)
 
 

@@ -23,12 +23,13 @@ within two nights, at the run it began with.
    of a random configuration (end-to-end p99 × 1.3, or throughput × 0.8): the share of steps told within two
    nights (the night of the step or the next) with the alert on that configuration and metric and the change
    placed on the step's run ± 1 (a pairwise alert is placed on the run it checked).
-   Then how large a p99 step the schedule tells (P99_SWEEP), the +30% step with more repeats per run
-   (REPEATS_SWEEP), and a bound on what a test of these runs can tell (power_table): a test that knew the step's run and
-   the level before it, on one series alone at a one-sided 1%, told +30% within two nights with a probability of
-   22% on average over the configurations (86% at best) on the 8 runs of November 2026; the smallest step it
-   tells at 90% and the repeats per run it would need for +30% are printed per configuration. --bound-only makes
-   the noise model and the bound again from the recorded runs and keeps the recorded simulation.
+   Then how large a p99 step the schedule tells (P99_SWEEP), the +30% step with more repeats per run (REPEATS_SWEEP:
+   what a suite sized for detection would tell, its A/A nights' false alerts and its minutes per night,
+   night_minutes), and a bound on what a test of these runs can tell (power_table): a test that knew the step's run
+   and the level before it, on one series alone at a one-sided 1%, told +30% within two nights with a probability of
+   22% on average over the configurations (86% at best) on the 8 runs of November 2026; the smallest step it tells at
+   90% and the repeats per run it would need for +30% are printed per configuration. --bound-only makes the noise
+   model and the bound again from the recorded runs and keeps the recorded simulation.
    The drawn configurations are independent of each other (a slow run on a real host moves every configuration:
    correlation that the family-wise controls hold under, and that makes alerts cluster rather than multiply).
 
@@ -62,7 +63,7 @@ NIGHTS = 1000
 TRIALS = 300  # steps simulated per kind
 STEPS = {"p99": ("end_to_end_p99_us", 1.30), "throughput": ("throughput_msgs_per_s", 0.80)}
 P99_SWEEP = (1.5, 2.0, 3.0, 4.0)  # larger p99 steps, to show the size a schedule of these runs can tell
-REPEATS_SWEEP = (10, 30)  # repeats per run, drawn from the same noise, for the +30% p99 step
+REPEATS_SWEEP = (10, 20, 30)  # repeats per run, drawn from the same noise: the +30% p99 step and the A/A nights
 POWER = 0.90  # the goal's detection rate
 TYPICAL_SERIES = 12  # runs in the series when a step is told, for the watch's power formula (a schedule's middle)
 WITHIN_NIGHTS = 2  # the step's night and the next
@@ -86,6 +87,58 @@ def kept_figures(figures: dict[str, dict]) -> dict[str, dict]:
     return {key: {k: e[k] for k in ("key", "cell", "cell_id", "status", "search", "send_loop", "sustainability",
                                      "repeat_verdicts", "host_busy")} | {"repeats": e["repeats"], "series": {}}
             for key, e in figures.items()}
+
+
+# a p99 over all of a run's messages: its latency's histogram in CellCompleted
+MERGED = {"end_to_end_p99_us": "end_to_end_latency_us", "publish_latency_p99_us": "publish_latency_us"}
+FIGURES = ("geometric mean", "median", "merged")  # a run's figure of a p99, compared in figure_spread
+
+
+def merged_p99s(events: list[dict], cells: list[dict]) -> dict[str, dict]:
+    """Per configuration key, each p99 over all the messages of the run's quiet repeats (their cumulative
+    histograms merged; every repeat when none was quiet, as regression.run_figures keeps them). `cells`: the run's
+    results.json cells (reports.results.build_results of `events`), which name each cell's configuration and host."""
+    from brokerbench.figures import bucket_percentiles, merge_blobs
+    from brokerbench.reports.model import config_key
+
+    histograms = {e["data"]["cell_id"]: e["data"]["histograms"] for e in events if e["type"] == "CellCompleted"}
+    by_key: dict[str, list[tuple[bool, dict]]] = {}
+    for cell in cells:
+        if cell["cell_id"] in histograms:
+            by_key.setdefault(config_key(cell), []).append((bool((cell.get("host") or {}).get("busy")),
+                                                            histograms[cell["cell_id"]]))
+    out = {}
+    for key, ends in by_key.items():
+        kept = [h for busy, h in ends if not busy] or [h for _, h in ends]
+        out[key] = {metric: bucket_percentiles(merge_blobs([h[name] for h in kept]), [99.0])[0]
+                    for metric, name in MERGED.items()}
+    return out
+
+
+def figure_spread(runs: list[dict]) -> dict:
+    """How far a run's p99 figure moves between identical runs, by how it is made of the run (FIGURES: the
+    geometric mean or the median of its repeats' p99s, or the p99 of all its messages): per metric, the standard
+    deviation of the log figure over the runs of each configuration, the median over configurations. Runs are
+    checked_run's, with "merged" (merged_p99s)."""
+    out = {}
+    for metric in MERGED:
+        spreads = {kind: [] for kind in FIGURES}
+        for key in runs[0]["figures"]:
+            figures = {kind: [] for kind in FIGURES}
+            for r in runs:
+                repeats = np.log(np.maximum(r["figures"].get(key, {}).get("repeats", {}).get(metric) or [], 1e-3))
+                merged = r.get("merged", {}).get(key, {}).get(metric)
+                if repeats.size and merged:
+                    figures["geometric mean"].append(float(repeats.mean()))
+                    figures["median"].append(float(np.median(repeats)))
+                    figures["merged"].append(math.log(merged))
+            if len(figures["merged"]) >= 3:
+                for kind in FIGURES:
+                    spreads[kind].append(float(np.std(figures[kind], ddof=1)))
+        if spreads["merged"]:
+            out[metric] = {kind: float(np.median(v)) for kind, v in spreads.items()} | {
+                "configurations": len(spreads["merged"])}
+    return out
 
 
 def noise_model(runs: list[dict[str, dict]]) -> dict:
@@ -173,9 +226,10 @@ def draw_run(model: dict, rng: np.random.Generator, step: tuple[str, str, float]
             if step is not None and step[0] == key and step[1] == metric:
                 values = values * step[2]
             repeats[metric] = [float(v) for r, v in enumerate(values, 1) if r not in busy]
+        judged = model.get("judged", True)  # False: no sustainability verdict, so no flip is tested
         run[key] = {"key": key, "cell": config["cell"], "cell_id": key, "status": "completed", "search": False,
-                    "send_loop": None, "sustainability": combined(verdicts),
-                    "repeat_verdicts": [v for r, v in enumerate(verdicts, 1) if r not in busy],
+                    "send_loop": None, "sustainability": combined(verdicts) if judged else None,
+                    "repeat_verdicts": [v for r, v in enumerate(verdicts, 1) if r not in busy] if judged else [],
                     "host_busy": {"repeats": busy, "of": n, "reasons": ["drawn busy"]} if busy else None,
                     "repeats": repeats, "series": {}}
     return run
@@ -199,7 +253,8 @@ def night_alerts(figures: dict[str, dict], run_ids: list[str]) -> list[dict]:
         out += [{"key": v["key"], "metric": v["metric"], "source": "pairwise", "at": newest}
                 for v in history.pairwise_alerts([v for v in verdicts if v["verdict"] == "regression"], searched)]
         out += [{"key": s["key"], "metric": s["metric"], "source": "change_point",
-                 "at": run_ids.index(s["run_ids"][c["index"]]), "change": c["change"]} for s, c in told]
+                 "at": run_ids.index(s["run_ids"][c["index"]]), "change": c["change"], "found_by": c["found_by"]}
+                for s, c in told]
     return out
 
 
@@ -239,8 +294,8 @@ def power_table(model: dict, metric: str = "end_to_end_p99_us", step: float = ST
     """Per configuration, whether a step of `step` in `metric` can be told within `after` runs at all (bound_of at
     the family-wise ALPHA as for one series), at the runs' repeats, and the fewest repeats per run (of
     BOUND_REPEATS) at which the bound reaches POWER for `step` (None: not within them). Beside it the watch's
-    own critical t at TYPICAL_SERIES runs (ALPHA over the series checked and the splits tried, N − 2 degrees of
-    freedom), the hurdle its t-test adds to the bound's 2.33."""
+    own critical t at TYPICAL_SERIES runs (its search's share of ALPHA over the series checked and the splits tried,
+    N − 2 degrees of freedom), the hurdle its t-test adds to the bound's 2.33, and that of its newest runs' test."""
     from brokerbench.reports import changes, stats
 
     family = sum(len(c["metrics"]) for c in model["configurations"].values())
@@ -257,8 +312,18 @@ def power_table(model: dict, metric: str = "end_to_end_p99_us", step: float = ST
     return {"metric": metric, "step": step, "after": after, "repeats_per_run": model["repeats_per_run"],
             "alpha": changes.ALPHA, "power_goal": POWER, "configurations": rows,
             "mean_power": float(np.mean([r["power"] for r in rows.values()])),
-            "watch_critical_t": stats.t_quantile(changes.ALPHA / (family * splits), TYPICAL_SERIES - 2),
+            "watch_critical_t": stats.t_quantile(changes.ALPHA * changes.SEARCH_SHARE / (family * splits),
+                                                 TYPICAL_SERIES - 2),
+            # the newest runs' test: one-sided at the rest of ALPHA over the series, no factor for splits
+            "newest_critical_t": stats.t_quantile(2 * changes.ALPHA * (1 - changes.SEARCH_SHARE) / family,
+                                                  TYPICAL_SERIES - 2),
             "watch_series": TYPICAL_SERIES, "family": family, "splits": splits}
+
+
+def night_minutes(model: dict, repeats: int) -> float:
+    """What a night of the suite at `repeats` repeats per run would take: the real runs' mean wall time scaled by
+    the repeats (a run's time is its cells', each repeat a cell: setup and the report are a few seconds of it)."""
+    return model["run_wall_s"] * repeats / model["repeats_per_run"] / 60
 
 
 def run_id_of(schedule: int, night: int) -> str:
@@ -329,18 +394,21 @@ def detection(model: dict, kind: str, trials: int, seed: int, per_schedule: int 
                 right = a["key"] == key and a["metric"] == metric
                 placed = abs(a["at"] + max(0, len(ids) - _series_runs()) - start) <= PLACEMENT
                 if right and placed and found is None:
-                    found = {"night": night - start, "source": a["source"]}
+                    found = {"night": night - start, "source": a["source"], "found_by": a.get("found_by")}
                 elif not right:
                     other += 1
         rows.append({"key": key, "start": start, "told": found is not None,
                      "night": None if found is None else found["night"],
-                     "source": None if found is None else found["source"], "other_alerts": other})
+                     "source": None if found is None else found["source"],
+                     "found_by": None if found is None else found["found_by"], "other_alerts": other})
     established = [r for r in rows if r["start"] >= _min_series()]
     return {"kind": kind, "metric": metric, "factor": factor, "trials": trials,
             "told": sum(r["told"] for r in rows), "rate": sum(r["told"] for r in rows) / max(1, trials),
             "established_trials": len(established), "established_told": sum(r["told"] for r in established),
             "established_rate": sum(r["told"] for r in established) / max(1, len(established)),
             "by_source": {s: sum(r["source"] == s for r in rows) for s in ("pairwise", "change_point")},
+            # change points: by the search over every split, or by the test of the newest runs (reports.changes)
+            "by_found": {f: sum(r["found_by"] == f for r in rows) for f in ("search", "newest")},
             "other_alerts": sum(r["other_alerts"] for r in rows),
             "by_start": {str(s): [sum(r["told"] for r in rows if r["start"] == s),
                                   sum(r["start"] == s for r in rows)] for s in sorted({r["start"] for r in rows})},
@@ -371,9 +439,13 @@ def simulate(model: dict, nights: int, trials: int, seed: int = 0, processes: in
     for i, f in enumerate(P99_SWEEP):
         tasks[f"p99 sweep {i}"] = ("detection", (model, "p99", max(1, trials // 3), seed + 20 + i), {"factor": f})
     # the +30% p99 step with more repeats per run drawn from the same noise (longer cells would do the same)
+    # At more repeats the figures' checks only: the flips' exact test (on the repeats' verdicts, not the figures)
+    # grows with the repeats to seconds a night, and its false alerts are the quick suite's rows'.
     for i, r in enumerate(REPEATS_SWEEP):
-        tasks[f"repeats sweep {i}"] = ("detection", ({**model, "repeats_per_run": r}, "p99", max(1, trials // 3),
-                                                     seed + 30 + i), {})
+        sized = {**model, "repeats_per_run": r, "judged": False}
+        tasks[f"repeats sweep {i}"] = ("detection", (sized, "p99", max(1, trials // 3), seed + 30 + i), {})
+        # the same suite's A/A nights: a run's figure is a median from changes.MEDIAN_REPEATS repeats on
+        tasks[f"repeats false {i}"] = ("false_alerts", (sized, nights, seed + 40 + i), {})
     if model["unsustainable_rate"] < STRESS_UNSUSTAINABLE:
         tasks["false_alerts_stressed"] = ("false_alerts", (model, nights, seed + 10, STRESS_UNSUSTAINABLE), {})
     tasks["power"] = ("power_table", (model,), {})
@@ -388,7 +460,10 @@ def simulate(model: dict, nights: int, trials: int, seed: int = 0, processes: in
            "false_alerts": done["false_alerts"],
            "detection": {kind: done[f"detection {kind}"] for kind in STEPS},
            "p99_sweep": [done[f"p99 sweep {i}"] for i in range(len(P99_SWEEP))],
-           "repeats_sweep": [{**done[f"repeats sweep {i}"], "repeats_per_run": r} for i, r in enumerate(REPEATS_SWEEP)],
+           "repeats_sweep": [{**done[f"repeats sweep {i}"], "repeats_per_run": r,
+                              "false_alerts": done[f"repeats false {i}"], "night_minutes": night_minutes(model, r)}
+                             for i, r in enumerate(REPEATS_SWEEP)],
+           "night_minutes": night_minutes(model, model["repeats_per_run"]),
            "power": done["power"]}
     if "false_alerts_stressed" in done:
         out["false_alerts_stressed"] = done["false_alerts_stressed"]
@@ -436,6 +511,7 @@ def checked_run(store, run_id: str, out_dir: Path) -> dict:
                   for name in ("regression", "improvement", "unstable", "unchanged")},
         "workflow_alerts": None if workflow is None else len(workflow.get("regressions", [])),
         "figures": kept_figures(figures),
+        "merged": merged_p99s(events, results["cells"]),
     }
 
 
@@ -541,6 +617,8 @@ def main() -> int:
     log(f"the real runs checked again by this build's rules: {sum(rechecked)} alerts ({rechecked})")
     log(f"the simulation's check of the real runs agrees with history.watch on {sum(agree)} of {len(agree)} runs")
     model = noise_model([r["figures"] for r in checked])
+    model["run_wall_s"] = float(np.mean([r["wall_s"] for r in checked]))
+    model["figure_spread"] = figure_spread(checked)
     log(f"noise: {model['quiet_repeats']} quiet repeats, {model['unsustainable']} unsustainable, "
         f"{model['inconclusive']} inconclusive, {model['busy']} busy of {model['repeats']}")
     if args.bound_only:
@@ -554,7 +632,8 @@ def main() -> int:
         "rules": {"pairwise_alpha": regression.ALPHA, "change_alpha": changes.ALPHA,
                                   "min_series": changes.MIN_SERIES, "min_history": regression.MIN_HISTORY,
                                   "series_runs": history.SERIES_RUNS, "history_runs": regression.HISTORY_RUNS,
-                                  "min_effect": changes.MIN_EFFECT},
+                                  "min_effect": changes.MIN_EFFECT, "search_share": changes.SEARCH_SHARE,
+                                  "median_repeats": changes.MEDIAN_REPEATS},
         "real": {"runs": checked, "stack": stack, "summary": summary(checked), "pure_check_agrees": agree,
                  "rechecked_alerts": rechecked,
                  "runs_wall_s": round(sum(r["wall_s"] for r in checked), 1)},
@@ -568,9 +647,12 @@ def main() -> int:
         log(f"step {kind}: told {d['told']} of {d['trials']} ({d['rate']:.0%}); from night {_min_series()} on "
             f"{d['established_told']} of {d['established_trials']} ({d['established_rate']:.0%})")
     for d in simulated.get("p99_sweep", []) + simulated.get("repeats_sweep", []):
-        log(f"p99 x {d['factor']:g} at {d.get('repeats_per_run', model['repeats_per_run'])} repeats per run: told "
+        repeats = d.get("repeats_per_run", model["repeats_per_run"])
+        log(f"p99 x {d['factor']:g} at {repeats} repeats per run: told "
             f"{d['told']} of {d['trials']} ({d['rate']:.0%}); from night {_min_series()} on "
-            f"{d['established_rate']:.0%}")
+            f"{d['established_rate']:.0%}"
+            + (f"; A/A nights with an alert {d['false_alerts']['rate']:.1%}; a night {d['night_minutes']:.0f} min"
+               if "false_alerts" in d else ""))
     p = simulated["power"]
     log(f"bound (the step's run and the level before it known, one series at a one-sided {p['alpha']:g}): "
         f"+{p['step'] - 1:.0%} p99 within {p['after']} nights told at most {p['mean_power']:.0%} on average; the "

@@ -781,7 +781,8 @@ def _step_row(d: dict) -> list[str]:
     what = {"end_to_end_p99_us": "end-to-end p99", "throughput_msgs_per_s": "throughput"}[d["metric"]]
     return [f"{what} × {d['factor']:g} in one configuration", f"**{_share(d['told'], d['trials'])}**",
             _share(d["established_told"], d["established_trials"]),
-            f"{d['by_source']['pairwise']} pairwise, {d['by_source']['change_point']} change points",
+            f"{d['by_source']['pairwise']} pairwise, {d['by_source']['change_point']} change points"
+            + (f" ({d['by_found']['newest']} by the newest runs' test)" if "by_found" in d else ""),
             str(d["other_alerts"])]
 
 
@@ -795,10 +796,17 @@ def _brokers(noise: dict) -> list[str]:
     return sorted({c["cell"].split()[0] for c in noise["configurations"].values()})
 
 
-def _sweep_row(d: dict, noise: dict) -> list[str]:
-    return ([f"× {d['factor']:g}", str(d.get("repeats_per_run", noise["repeats_per_run"])),
+def _sweep_row(d: dict, noise: dict, sim: dict) -> list[str]:
+    """A row of the p99 sweep, with the A/A nights and the minutes a night takes at the row's repeats (the
+    simulation's own where the row has none: the suite's repeats)."""
+    repeats = d.get("repeats_per_run", noise["repeats_per_run"])
+    false = d.get("false_alerts", sim["false_alerts"])
+    minutes_ = d.get("night_minutes", sim.get("night_minutes"))
+    night = "–" if minutes_ is None else f"{minutes_:.0f} min"
+    return ([f"× {d['factor']:g}", str(repeats),
              f"**{_share(d['told'], d['trials'])}**", _share(d["established_told"], d["established_trials"])]
-            + [_broker_share(d, noise, b) for b in _brokers(noise)])
+            + [_broker_share(d, noise, b) for b in _brokers(noise)]
+            + [_share(false["nights_with_an_alert"], false["nights"]), night])
 
 
 def _bound_row(row: dict, noise: dict, key: str, goal: float) -> list[str]:
@@ -838,7 +846,8 @@ def aa_schedule(results: dict) -> dict:
         false_rows.append(_false_row(f"the same at {pct(stressed['unsustainable_rate'])} (7 of 72, the project's "
                                      "earlier A/A data)", stressed))
     return {
-        "runs": str(s["runs"]), "when": a["when"][:10], "walls": f"{min(walls):.0f}–{max(walls):.0f} s",
+        # the day of the first run (its id begins with it): --reuse and --simulate-only write the bench's own day
+        "runs": str(s["runs"]), "when": _run_day(real["runs"][0]["run_id"]) or a["when"][:10], "walls": f"{min(walls):.0f}–{max(walls):.0f} s",
         "fit": (f" ({real['stack']['runs_asked']} were asked; the bench's time budget of "
                 f"{minutes(real['stack']['budget_s'])} held {s['runs']})" if real["stack"].get("stopped_by_budget")
                 else ""),
@@ -868,12 +877,47 @@ def aa_schedule(results: dict) -> dict:
         "min_history": str(rules["min_history"]), "sim_wall": minutes(sim["wall_s"]),
         "false_table": table(["simulated", "nights with an alert", f"nights under {rules['min_series']} runs "
                               "(pairwise)", "nights with a series", "alerts by metric"], false_rows),
-        **_aa_power(noise, sim, rules["min_series"]),
+        **_aa_power(noise, sim, rules["min_series"]), "figure_spread": _figure_spread(noise),
+        "p99_told": _share(sim["detection"]["p99"]["told"], sim["detection"]["p99"]["trials"]),
+        "false_sim": _share(sim["false_alerts"]["nights_with_an_alert"], sim["false_alerts"]["nights"]),
+        "best_sized": _best_sized(sim),
+        "run_wall": f"{noise['run_wall_s']:.0f} s" if "run_wall_s" in noise else "–",
+        "median_repeats": str(rules.get("median_repeats", "–")),
         "step_table": table(["step at a random night", "told within 2 nights at its run ± 1",
                              f"steps from night {rules['min_series']} on", "told by", "other alerts in those nights"],
                             [_step_row(d) for d in sim["detection"].values()]
                             + [_step_row(d) for d in sim.get("p99_sweep", [])]),
     }
+
+
+def _run_day(run_id: str) -> str | None:
+    """2026-11-28 of a run id 20261128T154057Z-2afab2 (None for an id of another form)."""
+    day = run_id[:8]
+    return f"{day[:4]}-{day[4:6]}-{day[6:]}" if day.isdigit() and run_id[8:9] == "T" else None
+
+
+def _best_sized(sim: dict) -> str:
+    """The repeats per run that told the +30% p99 step most often within two nights, with its A/A nights."""
+    sized = sim.get("repeats_sweep") or []
+    if not sized:
+        return "(not simulated)"
+    d = max(sized, key=lambda d: d["rate"])
+    return (f"{_share(d['told'], d['trials'])} at {d['repeats_per_run']} repeats per run "
+            f"({d['night_minutes']:.0f} min a night), with false alerts on "
+            f"{_share(d['false_alerts']['nights_with_an_alert'], d['false_alerts']['nights'])} of its A/A nights")
+
+
+def _figure_spread(noise: dict) -> str:
+    """How far a run's p99 moves between the identical runs, by how the run's figure is made (aa_schedule.FIGURES)."""
+    spread = noise.get("figure_spread")
+    if not spread:
+        return "(not recorded: `bench/aa_schedule.py --reuse` records it from the runs' event store)"
+    names = {"end_to_end_p99_us": "end-to-end p99", "publish_latency_p99_us": "publish p99"}
+    return "; ".join(f"{names[metric]}: " + ", ".join(f"{100 * s[kind]:.0f}% as the {kind}" if kind != "merged" else
+                                                      f"{100 * s[kind]:.0f}% merged"
+                                                      for kind in ("geometric mean", "median", "merged"))
+                     for metric, s in spread.items()) + \
+        f" (the median over {next(iter(spread.values()))['configurations']} configurations)"
 
 
 def _aa_power(noise: dict, sim: dict, min_series: int) -> dict:
@@ -888,10 +932,10 @@ def _aa_power(noise: dict, sim: dict, min_series: int) -> dict:
     power = sim.get("power")
     if power is None:
         return {"sweep_table": "(not simulated)", "bound_table": "(not simulated)", "bound_mean": "–",
-                "watch_t": "–", "bound_best": "–", "smallest_overall": "–", "shape_text": shape,
+                "watch_t": "–", "newest_t": "–", "bound_best": "–", "smallest_overall": "–", "shape_text": shape,
                 "tails": "; ".join(_tail(noise, b) for b in _brokers(noise))}
-    rows = [_sweep_row(sim["detection"]["p99"], noise)] + [_sweep_row(d, noise) for d in sim.get("p99_sweep", [])] \
-        + [_sweep_row(d, noise) for d in sim.get("repeats_sweep", [])]
+    rows = [_sweep_row(d, noise, sim) for d in [sim["detection"]["p99"]] + sim.get("p99_sweep", [])
+            + sim.get("repeats_sweep", [])]
     told = [d for d in [sim["detection"]["p99"]] + sim.get("p99_sweep", []) if d["rate"] >= power["power_goal"]]
     sweep = sim.get("p99_sweep", [])
     configurations = power["configurations"]
@@ -899,8 +943,9 @@ def _aa_power(noise: dict, sim: dict, min_series: int) -> dict:
     return {
         "sweep_table": table(["end-to-end p99 step", "repeats per run", "told within 2 nights at its run ± 1",
                               f"steps from night {min_series} on"]
-                             + [f"in {b} configurations" for b in _brokers(noise)], rows,
-                             ["---", "---:", "---:", "---:"] + ["---:"] * len(_brokers(noise))),
+                             + [f"in {b} configurations" for b in _brokers(noise)]
+                             + ["A/A nights with an alert", "a night of the suite"], rows,
+                             ["---", "---:", "---:", "---:"] + ["---:"] * (len(_brokers(noise)) + 2)),
         "bound_table": table(["configuration", "sd of a repeat (log)", "robust sd of a repeat", "run effect (robust)",
                               f"bound: +{power['step'] - 1:.0%} told at most", f"bound: smallest step told at "
                               f"{power['power_goal']:.0%}", f"repeats per run for +{power['step'] - 1:.0%} at "
@@ -911,8 +956,9 @@ def _aa_power(noise: dict, sim: dict, min_series: int) -> dict:
         "bound_mean": f"{100 * power['mean_power']:.0f}%",
         "bound_best": f"{100 * best['power']:.0f}% ({best['cell'].split(' · ')[0]})",
         "watch_t": f"{power['watch_critical_t']:.1f} (at {power['watch_series']} runs: {power['watch_series'] - 2} "
-                   f"degrees of freedom, ALPHA {power['alpha']:g} over {power['family']} series × {power['splits']} "
-                   "splits)",
+                   f"degrees of freedom, half of ALPHA {power['alpha']:g} over {power['family']} series × "
+                   f"{power['splits']} splits)",
+        "newest_t": f"{power['newest_critical_t']:.1f}" if "newest_critical_t" in power else "–",
         "smallest_overall": (f"× {min(d['factor'] for d in told):g}" if told else
                              f"none of the steps simulated (up to × {max([d['factor'] for d in sweep] or [1.3]):g})"),
     }

@@ -106,3 +106,46 @@ def test_the_bound_matches_the_normal_formula_where_the_noise_is_normal(bench):
     assert bound["power"] == pytest.approx(NormalDist().cdf(math.log(1.3) / se - 2.3263), abs=0.03)
     flat = bench.bound_of({"residuals": [0.0], "sd_run_robust": 0.0}, 3, 2, 1.3, 0.01)
     assert (flat["power"], flat["smallest_step"]) == (1.0, 1.0)
+
+
+def cell_events(latencies: list[tuple[list[int], bool]]) -> tuple[list[dict], list[dict]]:
+    """A run of one configuration whose repeats recorded `latencies` (µs; each with whether its host was busy): its
+    CellCompleted events and its results.json cells."""
+    from brokerbench.histogram import encode, from_values
+    from brokerbench.reports.model import CONFIG_FIELDS
+
+    cells = [{**{f: "x" for f in CONFIG_FIELDS}, "cell_id": f"c.r{i}", "host": {"busy": busy}}
+             for i, (_, busy) in enumerate(latencies)]
+    ends = [{"type": "CellCompleted", "data": {"cell_id": f"c.r{i}",
+                                               "histograms": {"end_to_end_latency_us": encode(from_values(values)),
+                                                              "publish_latency_us": encode(from_values(values))}}}
+            for i, (values, _) in enumerate(latencies)]
+    return ends, cells
+
+
+def test_a_runs_merged_p99_is_over_all_its_quiet_repeats_messages(bench):
+    """By hand: repeats of 1..100 µs and 101..200 µs: each p99 is its 99th value (99, 199); over their 200
+    messages the 198th value, 198. A third repeat on a busy host (10,000 µs) is left out; with every repeat busy,
+    all of them count."""
+    low, high = list(range(1, 101)), list(range(101, 201))
+    merged = bench.merged_p99s(*cell_events([(low, False), (high, False), ([10_000] * 100, True)]))
+    (key, figures), = merged.items()
+    assert figures["end_to_end_p99_us"] == pytest.approx(198, abs=1) == figures["publish_latency_p99_us"]
+    busy = bench.merged_p99s(*cell_events([(low, True), (high, True)]))[key]
+    assert busy["end_to_end_p99_us"] == pytest.approx(198, abs=1)
+
+
+def test_the_figure_spread_compares_a_runs_three_figures(bench):
+    """Three runs of one configuration, p99 repeats (e, e, e^4), (1, 1, 1), (e^2, e^2, e^2) with merged p99s e^3,
+    1, e^2: log figures (2, 0, 2) as geometric means, (1, 0, 2) as medians, (3, 0, 2) merged; their standard
+    deviations √(4/3), 1 and √(7/3)."""
+    def run(repeats, merged):
+        return {"figures": {"k": {"repeats": {"end_to_end_p99_us": [math.exp(v) for v in repeats]}}},
+                "merged": {"k": {"end_to_end_p99_us": math.exp(merged)}}}
+
+    spread = bench.figure_spread([run([1, 1, 4], 3), run([0, 0, 0], 0), run([2, 2, 2], 2)])
+    assert set(spread) == {"end_to_end_p99_us"}
+    assert spread["end_to_end_p99_us"]["geometric mean"] == pytest.approx(math.sqrt(4 / 3))
+    assert spread["end_to_end_p99_us"]["median"] == pytest.approx(1.0)
+    assert spread["end_to_end_p99_us"]["merged"] == pytest.approx(math.sqrt(7 / 3))
+    assert spread["end_to_end_p99_us"]["configurations"] == 1

@@ -239,7 +239,8 @@ class HistoryRun(Model):
 
 
 class HistoryPoint(HistoryRun):
-    value: float = Field(description="The run's figure: the geometric mean of its repeats.")
+    value: float = Field(description="The run's figure: the geometric mean of its repeats (their median from 10 "
+                                     "repeats on).")
     repeats: list[float] = Field(description="Each repeat's figure.")
 
 

@@ -5,10 +5,11 @@ happened some nights ago is then half in the pool and half not: it reads "unstab
 This module looks at the whole series instead, as Apache Otava (formerly Hunter) does for MongoDB's and
 DataStax's nightly performance tests: E-divisive means to place a change, a t-test to say whether it is real.
 
-The series: one figure per run, the geometric mean of the run's repeats (log scale, so a change is a ratio),
-runs in the order they were requested. The repeats inform the noise floor but are not counted as independent
-evidence of a change between runs: they share their run's broker, page cache and neighbours, and identical
-runs here differ by more than their repeats say (the pseudo-replication `regression` avoids too).
+The series: one figure per run, the geometric mean of the run's repeats (log scale, so a change is a ratio), or
+their median when the run has MEDIAN_REPEATS or more, runs in the order they were requested. The repeats inform the
+noise floor but are not counted as independent evidence of a change between runs: they share their run's broker,
+page cache and neighbours, and identical runs here differ by more than their repeats say (the pseudo-replication
+`regression` avoids too).
 
 For one series of N runs:
 
@@ -23,13 +24,36 @@ For one series of N runs:
   last message run after run) and n − 2 degrees of freedom. The split was chosen as the best of the segment's
   admissible ones, so its p-value is multiplied by their number (Bonferroni: valid however the split was chosen;
   adjacent splits are correlated, so conservative by a small factor; Otava leaves the choice uncorrected).
-- multiplicity: a change point holds when that p-value, times the number of series checked (configurations ×
-  metrics), is below ALPHA. When nothing changed anywhere, the chance that any change point is reported stays
-  near ALPHA or below: measured on flat series, 1 analysis in 300 with normal run-to-run noise; the told-once
-  rule (`new_alerts`) keeps heavy-tailed noise within it too (tests/unit/test_changes.py).
+- the newest runs: the split before the newest MIN_SEGMENT runs (against the runs back to the change point before
+  it) is also tested on its own, with no factor for splits: a change is then told on its second run after it
+  began, where the search above, which pays for every split it could have chosen, needs a change several times its
+  noise (at 12 runs and 30 series a critical t of 7.6 against this test's 5.3). It is the test a nightly check
+  repeats every night, chosen in advance, so it needs no correction for the choice; it is one-sided, towards worse
+  (it is there to tell a regression early; an improvement is left to the search).
+- multiplicity: ALPHA is shared between the search (SEARCH_SHARE of it) and the newest runs' test (the rest): a
+  change point holds when its p-value, times the number of series checked (configurations × metrics) and divided
+  by its share, is below ALPHA. When nothing changed anywhere, the chance that any change point is reported stays
+  near ALPHA: measured on flat series, 2 analyses in 300 with normal run-to-run noise; with heavy-tailed run-to-run
+  noise (Student's t, 3 degrees of freedom) 4 nights in 220 told an alert (the search alone: 0), two outlying runs
+  in a row being what the newest runs' test calls a change (tests/unit/test_changes.py); on nights drawn from the
+  quick suite's own runs, 0.6% (bench/aa_schedule.py).
 - the effect: a change point is an alert when it is significant and the change (geometric mean of the segment
   after it over the segment before it, each bounded by the neighbouring change points) is at least MIN_EFFECT of
   its metric; a significant smaller one is shown, not alerted.
+
+Why a median from MEDIAN_REPEATS repeats on: a tail latency's repeats mostly agree and now and then read several
+times higher (a stall: one quick-suite repeat in eight at 1.4-7x its configuration's median). A geometric mean
+moves with every such repeat, so a run's figure carries the tail and a +30% step stays within the noise however
+many repeats a run has; a median moves only when half its repeats do. With 3 repeats that is not rare (two
+outlying repeats of three, about one Kafka run in twenty here), and two such runs in a row are a "change" the
+t-test trusts: simulated from the quick suite's own repeats, the median of 3 raised false alerts on more nights
+than ALPHA allows; from 10 on it is rare (bench/aa_schedule.py's repeats sweep: the A/A nights at 10, 20 and 30
+repeats, docs/performance.md). The variance floor of a median-run is the asymptotic one of a median,
+(π/2)·(1.4826·MAD)²/n.
+
+A p99 over all of a run's messages (its repeats' histograms merged) is no better a figure: a stall long enough to
+move one repeat's p99 moves the merged one too (the spread of the three figures over the real quick-suite runs:
+bench/aa_schedule.py's figure_spread, docs/performance.md).
 
 Why not a library: Otava 0.8.0 (`otava.analysis.compute_change_points`) does exactly the above with numpy and
 scipy, but its package pulls the BigQuery, Postgres and Slack clients into a Lambda layer that has no use for
@@ -55,6 +79,8 @@ from ..metrics import regression_metrics
 from .stats import t_two_sided_p
 
 ALPHA = 0.01  # family-wise over every series checked: one night in 100 with any false change point
+SEARCH_SHARE = 0.5  # of ALPHA for the search over every split; the rest for the test of the newest runs
+MEDIAN_REPEATS = 10  # from this many repeats a run's figure is their median (fewer: their geometric mean)
 MIN_SEGMENT = 2  # runs on either side of a change point
 MIN_SERIES = 6  # runs a series needs before it is searched (fewer: the pairwise verdict alone)
 FLOOR = 1e-3  # values are floored before the log (a throughput of 0 is a very large drop, not -inf)
@@ -66,13 +92,17 @@ DEFAULT_MIN_EFFECT = 0.20
 MATCH_RUNS = 1  # a change point found again within this many runs of where it was is the same change
 
 METHOD = {
-    "series": "one figure per run: the geometric mean of its repeats (log scale), runs in the order requested",
+    "series": "one figure per run: the geometric mean of its repeats (log scale), their median from "
+              f"{MEDIAN_REPEATS} repeats on, runs in the order requested",
     "where": f"E-divisive means (energy statistic, alpha 1) over the splits with at least {MIN_SEGMENT} runs on "
              "either side; binary segmentation for further changes",
     "test": "Student's t of the two sides' mean log figures at the split (pooled variance of the runs, floored at "
             "the repeats' variance of a run's mean; N − 2 degrees of freedom), times the number of splits tried",
-    "multiplicity": f"p-value times the series checked (configurations x metrics) below {ALPHA}: family-wise "
-                    "(Bonferroni)",
+    "newest": f"the split before the newest {MIN_SEGMENT} runs also tested alone (no factor for splits), against "
+              "the runs back to the change point before it",
+    "multiplicity": f"p-value times the series checked (configurations x metrics), over its share of {ALPHA} "
+                    f"({SEARCH_SHARE:g} for the search, {1 - SEARCH_SHARE:g} for the newest runs' test), below "
+                    f"{ALPHA}: family-wise (Bonferroni)",
     "effect": "an alert needs |change| (geometric mean after / before − 1, between neighbouring change points) of "
               "at least " + ", ".join(f"{m} {v:.0%}" for m, v in MIN_EFFECT.items()),
     "min_series": f"{MIN_SERIES} runs; a shorter series is judged by the pairwise check against history",
@@ -80,11 +110,23 @@ METHOD = {
 
 
 def run_value(repeats) -> float | None:
-    """A run's figure in the series: the geometric mean of its repeats (None without any)."""
+    """A run's figure in the series: the geometric mean of its repeats, their median from MEDIAN_REPEATS on (None
+    without any)."""
     values = [v for v in repeats if v is not None]
     if not values:
         return None
-    return float(np.exp(np.mean(np.log(np.maximum(np.asarray(values, dtype=float), FLOOR)))))
+    return float(np.exp(_log_figure(np.log(np.maximum(np.asarray(values, dtype=float), FLOOR)))[0]))
+
+
+def _log_figure(logs: np.ndarray) -> tuple[float, float]:
+    """A run's log figure and its variance from the run's repeats (0 with a single repeat): the mean and the
+    variance of a mean under MEDIAN_REPEATS repeats, from then on the median and a median's variance,
+    (π/2)·(1.4826·MAD)²/n."""
+    if logs.size >= MEDIAN_REPEATS:
+        centre = float(np.median(logs))
+        scale = 1.4826 * float(np.median(np.abs(logs - centre)))
+        return centre, math.pi / 2 * scale * scale / logs.size
+    return float(logs.mean()), (float(np.var(logs, ddof=1)) / logs.size if logs.size >= 2 else 0.0)
 
 
 class Energies:
@@ -155,13 +197,10 @@ def split_test(sums: Sums, start: int, tau: int, end: int) -> dict:
 
 
 def _logs(runs: list) -> tuple[np.ndarray, np.ndarray]:
-    """The log figure of each run and its variance of the mean from its repeats (0 with a single repeat)."""
-    x, within = [], []
-    for repeats in runs:
-        logs = np.log(np.maximum(np.asarray([v for v in repeats if v is not None], dtype=float), FLOOR))
-        x.append(float(logs.mean()))
-        within.append(float(np.var(logs, ddof=1)) / logs.size if logs.size >= 2 else 0.0)
-    return np.asarray(x), np.asarray(within)
+    """The log figure of each run and its variance from its repeats (_log_figure)."""
+    figures = [_log_figure(np.log(np.maximum(np.asarray([v for v in r if v is not None], dtype=float), FLOOR)))
+               for r in runs]
+    return np.asarray([f[0] for f in figures]), np.asarray([f[1] for f in figures])
 
 
 def _candidates(energies: Energies, start: int, end: int) -> list[int]:
@@ -175,9 +214,14 @@ def _candidates(energies: Energies, start: int, end: int) -> list[int]:
 def _significant(x: np.ndarray, within: np.ndarray, level: float) -> list[dict]:
     """The candidates that hold: each is tested between its neighbours, and the weakest is dropped while it is
     not significant at `level` (then its neighbours are tested again over the longer segments it leaves)."""
-    points, sums, tested = _candidates(Energies(x), 0, x.size), Sums(x, within), {}
+    return _held(_candidates(Energies(x), 0, x.size), Sums(x, within), level)
+
+
+def _held(points: list[int], sums: Sums, level: float) -> list[dict]:
+    """_significant's elimination over the candidate indexes `points` (ascending) of one series."""
+    size, tested = len(sums.x) - 1, {}
     while points:
-        bounds = [0] + points + [x.size]
+        bounds = [0] + points + [size]
         tests = []
         for k, point in enumerate(points):
             segment = (bounds[k], point, bounds[k + 2])
@@ -210,11 +254,34 @@ def detect(series: list[dict]) -> list[dict]:
     out = []
     for s, x, within in prepared:
         checked = x.size >= MIN_SERIES
-        found = [{**c, "p_value": min(1.0, c["p_raw"] * family)}
-                 for c in (_significant(x, within, ALPHA / family) if checked else [])]
+        found = _found(x, within, family, s["higher_is_better"]) if checked else []
         out.append({**s, "values": [float(math.exp(v)) for v in x], "checked": checked,
                     "change_points": _described(found, x, s)})
     return out
+
+
+def _found(x: np.ndarray, within: np.ndarray, family: int, higher_is_better: bool) -> list[dict]:
+    """The change points of one searched series, oldest first, each with its p-value after the multiplicity
+    control (`found_by`: "search" or "newest": the newest runs' test, one-sided towards worse)."""
+    search = ALPHA * SEARCH_SHARE / family
+    found = [{**c, "found_by": "search", "p_value": min(1.0, c["p_raw"] / SEARCH_SHARE * family)}
+             for c in _significant(x, within, search)]
+    newest = x.size - MIN_SEGMENT
+    if any(c["index"] == newest for c in found):
+        return found
+    start = max([c["index"] for c in found if c["index"] < newest], default=0)
+    if newest - start < MIN_SEGMENT:
+        return found
+    test = {"index": newest, **split_test(Sums(x, within), start, newest, x.size), "splits": 1}
+    worse = test["t"] is not None and (test["t"] < 0 if higher_is_better else test["t"] > 0) or \
+        test["t"] is None and (x[newest:].mean() < x[start:newest].mean()) == higher_is_better
+    test["p_split"] = test["p_split"] / 2 if worse else 1 - test["p_split"] / 2  # one-sided, towards worse
+    test["p_raw"] = test["p_split"]
+    if test["p_raw"] >= (ALPHA - ALPHA * SEARCH_SHARE) / family:
+        return found
+    newest_point = {**test, "found_by": "newest",
+                    "p_value": min(1.0, test["p_raw"] / (1 - SEARCH_SHARE) * family)}
+    return sorted(found + [newest_point], key=lambda c: c["index"])
 
 
 def _described(found: list[dict], x: np.ndarray, series: dict) -> list[dict]:
@@ -232,7 +299,7 @@ def _described(found: list[dict], x: np.ndarray, series: dict) -> list[dict]:
                     "after_runs": int(after.size), "change": change, "min_effect": minimum, "large": large,
                     "direction": "regression" if worse else "improvement", "alert": large and worse,
                     "t": c["t"], "df": c["df"], "splits": c["splits"], "p_split": c["p_split"],
-                    "p_value": c["p_value"]})
+                    "p_value": c["p_value"], "found_by": c["found_by"]})
     return out
 
 

@@ -18,7 +18,7 @@ from __future__ import annotations
 from html import escape
 
 from ..metrics import regression_metrics
-from .changes import MIN_SERIES
+from .changes import MEDIAN_REPEATS, MIN_SERIES
 from .history import alert_text, broker_changes, code_text
 from .regression import figure_text
 from .rows import ChangePoint, Changes, ChangeSeries, change_series, section
@@ -97,9 +97,10 @@ def markdown_lines(report: dict) -> list[str]:
     if not shown:
         return lines
     raised = _raised(changes)
-    lines += ["Change points, alerts first: each configuration's figure per run (the geometric mean of its repeats) "
-              "moved at the run named, from the mean of the runs before it to the mean of the runs after (each "
-              "bounded by the neighbouring change points).", "", TABLE_HEADER, "|---|---|---|---|---:|---:|---:|---|---|---|"]
+    lines += ["Change points, alerts first: each configuration's figure per run (the geometric mean of its repeats, "
+              f"their median from {MEDIAN_REPEATS} on) moved at the run named, from the mean of the runs before it "
+              "to the mean of the runs after (each bounded by the neighbouring change points).", "", TABLE_HEADER,
+              "|---|---|---|---|---:|---:|---:|---|---|---|"]
     for s in shown:
         for c in s.change_points:
             lines.append(f"| {s.cell} | {s.metric} | {c.began_run_id} | {c.before_run_id} | "
@@ -156,8 +157,9 @@ def html_parts(report: dict) -> list[str]:
                        f"{escape(alert_text(c))}</li>" for c in s.change_points)
         figures.append(f"<figure class='series-chart' data-key='{escape(s.key)}' data-metric='{escape(s.metric)}'>"
                        f"{series_chart(s)}<figcaption><small>{escape(_metric(s.metric)[0])} of {escape(s.cell)}, "
-                       f"one point per run (the geometric mean of its repeats); the dashed line is the mean between "
-                       f"change points.</small><ul>{said}</ul></figcaption></figure>")
+                       f"one point per run (the geometric mean of its repeats, their median from {MEDIAN_REPEATS} "
+                       f"on); the dashed line is the mean between change points.</small><ul>{said}</ul>"
+                       "</figcaption></figure>")
     parts.append(f"<div class='charts'>{''.join(figures)}</div>")
     if len(shown) > MAX_CHARTS:
         parts.append(f"<p class='muted'>Charts are drawn for the first {MAX_CHARTS} series with a change point; "

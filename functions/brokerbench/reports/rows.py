@@ -320,7 +320,7 @@ class ChangePoint(Row, kw_only=True):
 
 
 class SeriesPoint(Row, kw_only=True):
-    """A run's point of a series: its figure (the geometric mean of its repeats)."""
+    """A run's point of a series: its figure (reports.changes.run_value)."""
     run_id: str
     value: Number
 

@@ -485,7 +485,7 @@ class WireProducer:
         except OSError:
             self._lost()
             return False
-        at = time.monotonic_ns()
+        at = conn.read_at
         deliveries, controls = conn.take()
         in_flight, start, on_ack = self._in_flight, self._reply_from, self._on_ack
         for where, _, status, body in deliveries:
@@ -523,12 +523,12 @@ class WireProducer:
     def send(self, header: bytes, payload: bytes, partition: int) -> None:
         while len(self._in_flight) >= self._window:  # the window is full: take PubAcks until it has room
             self._serve(0.5)
-        if self._again():
+        if self._again() and not self._conn.read_lately():
             self._read(0)  # what came meanwhile, and a connection the server closed found before writing on it
         self._token += 1
         token = b"%d" % self._token
-        body = frame(header, payload)
-        data = b"%s%s %d\r\n%s\r\n" % (self._prefixes[partition], token, len(body), body)
+        data = b"".join((self._prefixes[partition], token, b" %d\r\n" % (len(header) + 1 + len(payload)),
+                         LENGTHS[len(header)], header, payload, b"\r\n"))  # the body as `frame` makes it
         if not self._write(data):
             if self._unwritten_bytes + len(data) > self._buffer_bytes:
                 self._on_ack(header, False, time.monotonic_ns())  # disconnected, and its buffer is full: never sent

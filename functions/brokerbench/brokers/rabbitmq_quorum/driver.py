@@ -213,7 +213,7 @@ class QuorumProducer(_Reconnecting, ConfirmedProducer):
         try:
             if not connection.receive(timeout_s):
                 return False
-            at = time.monotonic_ns()
+            at = connection.read_at
             confirms, closed = connection.confirms()
         except OSError:
             self._lost()
@@ -238,7 +238,7 @@ class QuorumProducer(_Reconnecting, ConfirmedProducer):
     def send(self, header: bytes, payload: bytes, partition: int) -> None:
         if self._refused and self._reconnect is not None:  # on a cluster: a refused channel is replaced
             self._renew_refused_channel()
-        if not self._broken:
+        if not self._broken and not self._connection.read_lately():
             self._read(0)  # the confirms that came meanwhile, and a connection the broker closed found before writing
         if not self._again():
             self._on_ack(header, False, time.monotonic_ns())

@@ -578,7 +578,7 @@ class StreamsWireProducer(ConfirmedProducer):
         try:
             if not self._connection.receive(timeout_s):
                 return False
-            at = time.monotonic_ns()
+            at = self._connection.read_at
             answered, ended = self._connection.take()
         except OSError:
             self._lost()

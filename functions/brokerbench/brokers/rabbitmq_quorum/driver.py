@@ -244,7 +244,7 @@ class QuorumProducer(_Reconnecting, ConfirmedProducer):
             self._on_ack(header, False, time.monotonic_ns())
             return
         try:
-            self._connection.publish(self._queues[partition], header + payload)
+            self._connection.publish(self._queues[partition], header, payload)
         except OSError:
             self._on_ack(header, False, time.monotonic_ns())
             self._lost()

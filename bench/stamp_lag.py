@@ -2,8 +2,9 @@
 
 The native loop stamps each acknowledgement where it arrives (it waits on the socket, or in the C client's callback),
 and tests/integration/test_latency_truth.py checks that against Toxiproxy's known delay; the Python loops stamp in
-their client's thread (Kafka's delivery reports on a thread waiting in librdkafka's poll; Pulsar's, NATS's and
-rstream's callbacks) or on the socket's read (Redis, pika). Toxiproxy's check resolves about a millisecond on a shared
+their client's thread (Kafka's delivery reports on a thread waiting in librdkafka's poll; Pulsar's callbacks; rstream's
+where a RabbitMQ stream producer follows a failover) or as the socket's read returns (Redis; NATS and RabbitMQ, whose
+drivers speak the protocol themselves). Toxiproxy's check resolves about a millisecond on a shared
 machine; this bench resolves the rest. The same cell (raw 1 KB, batch mode, a direct broker, 100 msgs/s: the sender
 is idle between messages, so an acknowledgement never waits behind a send) runs on each loop in interleaved trials,
 and the difference of the publish p50s (Python − native) bounds how late the Python loop stamps: it also holds the

@@ -1,5 +1,6 @@
-"""What the native send loop's tests share: sending a burst through a sender and taking its records, and the check
-that a broker's Python-loop cells were recorded and counted as the native ones are."""
+"""What the send loops' tests share: sending a burst through a native sender and taking its records, the same
+through a driver's Python-loop producer, and the check that a broker's Python-loop cells were recorded and counted as
+the native ones are."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import time
 import numpy as np
 
 from brokerbench import native
+from brokerbench.worker.framing import HEADER
 
 
 def send_all(sender, count: int, first: int = 0, drained: bool = True):
@@ -30,3 +32,32 @@ def assert_python_loop_cells(events: list[dict], results: dict) -> None:
         assert cell["status"] == "completed", cell.get("reason")
         assert cell["sent"] == cell["received"] > 0 and cell["lost"] == cell["duplicated"] == 0
         assert cell["broker_count"]["difference"] == 0
+
+
+def python_producer(driver, topic: str, lanes: int, mode: str = "batch"):
+    """The driver's Python-loop producer, its answers kept by sequence number: producer.answers[seq] = (ok, at_ns);
+    a message answered twice fails the test."""
+    answers: dict[int, tuple[bool, int]] = {}
+
+    def on_ack(header: bytes, ok: bool, at_ns: int) -> None:
+        seq = HEADER.unpack(header)[1]
+        assert seq not in answers, f"message {seq} answered twice"
+        answers[seq] = (ok, at_ns)
+
+    producer = driver.producer(topic, lanes, mode, on_ack)
+    producer.answers = answers
+    return producer
+
+
+def python_sends(producer, count: int, payload, first: int = 0, lanes: int = 1, producer_id: int = 0,
+                 flush_each: bool = False) -> dict[int, int]:
+    """first..first+count-1 through a Python-loop producer (the worker's header, `payload(seq)`, each lane in turn),
+    flushed after each (`flush_each`, single mode) or at the end; returns the monotonic stamp before each send."""
+    handed = {}
+    for seq in range(first, first + count):
+        handed[seq] = time.monotonic_ns()
+        producer.send(HEADER.pack(producer_id, seq, 0), payload(seq), seq % lanes)
+        if flush_each:
+            producer.flush(30)
+    producer.flush(30)
+    return handed

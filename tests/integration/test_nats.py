@@ -18,14 +18,14 @@ import pytest
 from brokerbench import native, spec
 from brokerbench.brokers.nats_jetstream.driver import (PULL_EXPIRES_S, PULL_LOST_S, NatsJetStreamDriver, consumer_config,
                                                        durable_name, frame, stream_name, subject)
-from brokerbench.brokers.nats_jetstream.wire import WireConsumer
+from brokerbench.brokers.nats_jetstream.wire import WireConsumer, WireProducer
 from brokerbench.brokers.nats_jetstream.local import NatsService
 from brokerbench.drivers import BrokerUnavailable, TargetRefused
 from brokerbench.local.processes import free_port, stop
 from brokerbench.reports.results import build_results
-from brokerbench.worker.framing import unpack_many
+from brokerbench.worker.framing import HEADER, unpack_many
 from inline_run import execute_run
-from native_sends import assert_python_loop_cells, send_all
+from native_sends import assert_python_loop_cells, python_producer, python_sends, send_all
 from steady import assert_sent_on_schedule, p50_known_or_bound
 
 TINY = {"brokers": ["nats-jetstream"], "sizes": [1024], "rates": [200], "duration_s": 1, "warmup_s": 0.2,
@@ -188,6 +188,19 @@ def stream_frames(driver, topic: str, lanes: int) -> dict[int, list]:
     return out
 
 
+def own_server(folder, port: int):
+    """A NATS server of the test's own on `port` with its store in `folder` (started again there: the same store),
+    once it answers."""
+    (folder / "data").mkdir(exist_ok=True)
+    service = NatsService()
+    started = service.start(folder, lambda: port, {})
+    deadline = time.monotonic() + 30
+    while not service.ready(started):
+        assert time.monotonic() < deadline, (folder / "nats.log").read_text()[-2000:]
+        time.sleep(0.1)
+    return started
+
+
 def test_the_native_loop_publishes_each_message_once_and_takes_each_pub_ack(extra_brokers):
     """257 messages over three subjects of a stream with a window of 10: every one acknowledged once, no
     acknowledgement stamped before its message was handed over, and the stream holds exactly them, each lane in
@@ -235,19 +248,9 @@ def test_a_server_killed_under_the_native_loop_fails_sends_until_it_is_back_then
     """kill -9 of a server of the test's own between two bursts: sends while it is down fail at once (none is
     waited for, none counted twice; those in flight when the connection was lost stay unacknowledged), the loop connects again within RECONNECT_NS once the server is back on its
     port with its store, and what is sent then is acknowledged. The stream holds what was acknowledged."""
-    (tmp_path / "data").mkdir()
-    service = NatsService()
     port = free_port()  # the same port both times
-    started = service.start(tmp_path, lambda: port, {})
-
-    def until_ready(started):
-        deadline = time.monotonic() + 30
-        while not service.ready(started):
-            assert time.monotonic() < deadline, (tmp_path / "nats.log").read_text()[-2000:]
-            time.sleep(0.1)
-
+    started = own_server(tmp_path, port)
     try:
-        until_ready(started)
         driver = NatsJetStreamDriver(started.endpoint, CLIENT)
         driver.create_topic("bb-native-kill", 1)
         sender = driver.native_sender("bb-native-kill", 1, "batch")
@@ -261,13 +264,79 @@ def test_a_server_killed_under_the_native_loop_fails_sends_until_it_is_back_then
         # longer awaited and stay unacknowledged; each one sent after it fails at once.
         assert acked.size == 0 and set(failed.tolist()) >= set(range(50 + CLIENT["nats_max_in_flight"], 70))
         assert set(failed.tolist()) <= set(range(50, 70))
-        started = service.start(tmp_path, lambda: port, {})
-        until_ready(started)
+        started = own_server(tmp_path, port)
         time.sleep(0.6)  # past RECONNECT_NS (0.5 s) after the last attempt
         _, acked, _, failed = send_all(sender, 30, first=70, drained=False)
         sender.close()
         assert sorted(acked.tolist()) == list(range(70, 100)) and failed.size == 0
         assert driver.message_count("bb-native-kill", 1) == 80
+    finally:
+        stop(started.pids[0])
+
+
+def test_the_python_loops_producer_speaks_nats_itself_and_takes_each_pub_ack_once(extra_brokers):
+    """The Python loop's producer on plain NATS (wire.WireProducer): 257 messages over three subjects with a window
+    of 10, each answered once with a PubAck stamped no earlier than its send, and the stream holds exactly them, in
+    order on each lane with their payloads; a subject no stream takes (lane 1 of a one-lane stream) is answered "no
+    responders", and each of its publishes is a failed send; single mode keeps one in flight."""
+    driver = NatsJetStreamDriver(extra_brokers("nats")["nats-jetstream"], CLIENT)
+    topic = "bb-python-pub"
+    driver.create_topic(topic, 3)
+    try:
+        producer = python_producer(driver, topic, 3)
+        assert isinstance(producer, WireProducer)
+        handed = python_sends(producer, 257, lambda seq: bytes([seq % 251]) * 100, lanes=3, producer_id=4)
+        producer.close()
+        answers = producer.answers
+        assert sorted(answers) == list(range(257)) and all(ok for ok, _ in answers.values())
+        assert all(at >= handed[seq] for seq, (_, at) in answers.items())
+        assert driver.message_count(topic, 3) == 257
+        for lane, frames in stream_frames(driver, topic, 3).items():
+            assert [seq for seq, _, _ in frames] == list(range(lane, 257, 3))
+            assert all(pid == 4 and payload == bytes([seq % 251]) * 100 for seq, pid, payload in frames)
+    finally:
+        driver.delete_topic(topic, 3)
+    topic = "bb-python-half"
+    driver.create_topic(topic, 1)
+    try:
+        producer = python_producer(driver, topic, 2, "single")
+        handed = python_sends(producer, 40, lambda seq: b"abc", lanes=2, flush_each=True)
+        producer.close()
+        answers = producer.answers
+        assert {seq for seq, (ok, _) in answers.items() if ok} == set(range(0, 40, 2))
+        assert {seq for seq, (ok, _) in answers.items() if not ok} == set(range(1, 40, 2))
+        assert all(handed[seq + 1] >= answers[seq][1] for seq in range(39))  # sent after the previous answer came
+        assert driver.message_count(topic, 1) == 20
+    finally:
+        driver.delete_topic(topic, 1)
+
+
+def test_a_server_killed_under_the_python_loops_producer_keeps_what_is_sent_meanwhile_and_sends_it_once_back(
+        tmp_path):
+    """kill -9 of a server of the test's own under the Python loop's producer, then sends while it is down: kept (as
+    nats-py's reconnect buffer kept them), and once the server is back on its port with its store the producer
+    connects again (every RECONNECT_WAIT_S) and writes them: each acknowledged once, and the stream holds every
+    message once."""
+    port = free_port()  # the same port both times
+    started = own_server(tmp_path, port)
+    try:
+        driver = NatsJetStreamDriver(started.endpoint, CLIENT)
+        driver.create_topic("bb-python-kill", 1)
+        producer = python_producer(driver, "bb-python-kill", 1)
+        python_sends(producer, 50, lambda seq: b"x" * 100)
+        answers = producer.answers
+        assert sorted(answers) == list(range(50)) and all(ok for ok, _ in answers.values())
+        os.kill(started.pids[0], signal.SIGKILL)
+        os.waitpid(started.pids[0], 0)
+        time.sleep(0.2)  # the connection's end reached the producer's socket
+        for seq in range(50, 55):  # fewer than the window: none waits
+            producer.send(HEADER.pack(0, seq, 0), b"y" * 100, 0)
+        assert producer.flush(0.3) == 5 and len(answers) == 50  # kept, not failed
+        started = own_server(tmp_path, port)
+        assert producer.flush(10) == 0
+        producer.close()
+        assert sorted(answers) == list(range(55)) and all(ok for ok, _ in answers.values())
+        assert driver.message_count("bb-python-kill", 1) == 55
     finally:
         stop(started.pids[0])
 

@@ -11,11 +11,13 @@ import pytest
 
 from brokerbench import native, spec
 from brokerbench.brokers.rabbitmq import amqp, management
+from brokerbench.brokers.rabbitmq_quorum.driver import QuorumProducer
+from brokerbench.brokers.rabbitmq_streams.driver import StreamsWireProducer
 from brokerbench.registry import get_driver
 from brokerbench.reports.results import build_results
 from brokerbench.worker.framing import unpack_many
 from inline_run import execute_run
-from native_sends import assert_python_loop_cells, send_all
+from native_sends import assert_python_loop_cells, python_producer, python_sends, send_all
 from steady import p50_known_or_bound
 
 TINY = {"sizes": [1024], "rates": [200], "duration_s": 1, "warmup_s": 0.2, "warmup_until_steady": False,
@@ -64,7 +66,8 @@ def test_every_format_in_both_modes_arrives_whole_and_the_broker_figures_agree(b
 
 
 def test_the_python_loop_serves_the_same_cells(rabbit, store, monkeypatch):
-    """Where the native loop cannot run (TLS, not built) the Python loops over pika and rstream do."""
+    """Where the native loop cannot run (TLS, not built) the Python loops do (AMQP and the stream protocol spoken by
+    the drivers themselves on one node reached directly)."""
     monkeypatch.setenv("BROKERBENCH_SEND_LOOP", "python")  # the cell's processes start with the worker's environment
     request = {**TINY, "name": "it-rabbitmq-python", "brokers": ["rabbitmq-quorum", "rabbitmq-streams"],
                "formats": ["json"], "modes": ["batch", "single"]}
@@ -88,6 +91,16 @@ def drain_queue(endpoint: dict, queue: str) -> list[bytes]:
         connection.close()
 
 
+def assert_queues_hold(endpoint: dict, topic: str, pool: list[bytes]) -> None:
+    """The three queues hold producer 5's 257 messages in order, lane by lane in turn, the worker's header then the
+    payload from `pool`."""
+    for lane in range(3):
+        bodies = drain_queue(endpoint, f"{topic}-{lane}")
+        frames = unpack_many([body[:20] for body in bodies])
+        assert frames["seq"].tolist() == list(range(lane, 257, 3)) and set(frames["producer"].tolist()) == {5}
+        assert [body[20:] for body in bodies] == [pool[seq % 5] for seq in frames["seq"].tolist()]
+
+
 def test_the_native_loop_publishes_each_message_once_and_takes_each_confirm(rabbit):
     """257 messages over three quorum queues with a window of 10, payloads larger than one frame among them: every
     one confirmed once (RabbitMQ confirms several at once: `multiple`), none before it was handed over, and each queue
@@ -104,11 +117,7 @@ def test_the_native_loop_publishes_each_message_once_and_takes_each_confirm(rabb
         sender.close()
         assert failed.size == 0 and sorted(acked.tolist()) == list(range(257))
         assert (acked_ns >= handed[acked]).all()
-        for lane in range(3):
-            bodies = drain_queue(endpoint, f"{topic}-{lane}")
-            frames = unpack_many([body[:20] for body in bodies])
-            assert frames["seq"].tolist() == list(range(lane, 257, 3)) and set(frames["producer"].tolist()) == {5}
-            assert [body[20:] for body in bodies] == [pool[seq % 5] for seq in frames["seq"].tolist()]
+        assert_queues_hold(endpoint, topic, pool)
     finally:
         driver.delete_topic(topic, 3)
 
@@ -147,6 +156,90 @@ def test_a_refused_login_is_named_and_tls_stays_on_the_python_loop(rabbit):
         get_driver("rabbitmq-quorum", {**endpoint, "tls": True}, CLIENT).native_sender("t", 1, "batch")
 
 
+def test_the_python_loops_quorum_producer_speaks_amqp_itself_and_takes_each_confirm_once(rabbit):
+    """The Python loop's quorum-queue producer (rabbitmq.wire: AMQP on a connection of its own), as the native loop
+    above: 257 messages over three queues with a window of 10, a 300 KB payload (three frames) among them, each
+    confirmed once with a stamp no earlier than its send, and each queue holds its messages in order. Then a queue of
+    at most 5 that rejects publishes past them, in single mode: what it kept was confirmed, each later publish
+    refused (Basic.Nack: a failed send), each sent after the previous one's confirm came."""
+    endpoint = rabbit["rabbitmq-quorum"]
+    driver = get_driver("rabbitmq-quorum", endpoint, CLIENT)
+    topic = f"bb-python-{time.monotonic_ns()}"
+    driver.create_topic(topic, 3)
+    pool = [bytes([i]) * (300 + i) for i in range(4)] + [b"L" * 300_000]
+    try:
+        producer = python_producer(driver, topic, 3)
+        assert isinstance(producer, QuorumProducer)
+        handed = python_sends(producer, 257, lambda seq: pool[seq % 5], lanes=3, producer_id=5)
+        producer.close()
+        answers = producer.answers
+        assert sorted(answers) == list(range(257)) and all(ok for ok, _ in answers.values())
+        assert all(at >= handed[seq] for seq, (_, at) in answers.items())
+        assert_queues_hold(endpoint, topic, pool)
+    finally:
+        driver.delete_topic(topic, 3)
+    topic = f"bb-python-full-{time.monotonic_ns()}"
+    connection = amqp.connect(endpoint)
+    connection.channel().queue_declare(f"{topic}-0", durable=True, arguments={
+        "x-queue-type": "quorum", "x-max-length": 5, "x-overflow": "reject-publish"})
+    try:
+        producer = python_producer(driver, topic, 1, "single")
+        handed = python_sends(producer, 10, lambda seq: b"abc", flush_each=True)
+        producer.close()
+        answers = producer.answers
+        kept = connection.channel().queue_declare(f"{topic}-0", passive=True).method.message_count
+        assert kept in (5, 6) and [answers[seq][0] for seq in range(10)] == [True] * kept + [False] * (10 - kept)
+        assert all(handed[seq + 1] >= answers[seq][1] for seq in range(9))
+    finally:
+        connection.channel().queue_delete(f"{topic}-0")
+        connection.close()
+
+
+def assert_streams_hold(driver, topic: str, pool: list[bytes]) -> None:
+    """The three streams, read back by the driver's consumer (rstream), hold in order producer 6's 257 messages (lane
+    by lane in turn, payloads from `pool`) and, on lane 0 after them, producer 7's 20 of b"abc"."""
+    consumer = driver.consumer(topic, "bb-check", [0, 1, 2])
+    got, deadline = [], time.monotonic() + 30
+    try:
+        while len(got) < 277 and time.monotonic() < deadline:
+            got += consumer.poll(1.0)
+    finally:
+        consumer.close()
+    for lane in range(3):
+        mine = [(header, payload) for header, payload, at in got if at == lane]
+        frames = unpack_many([header for header, _ in mine])
+        expected = [(6, seq) for seq in range(lane, 257, 3)] + ([(7, seq) for seq in range(20)] if lane == 0 else [])
+        assert list(zip(frames["producer"].tolist(), frames["seq"].tolist())) == expected
+        assert [payload for _, payload in mine] == [pool[seq % 5] if pid == 6 else b"abc" for pid, seq in expected]
+
+
+def test_the_python_loops_stream_producer_speaks_the_stream_protocol_itself_and_takes_each_confirm_once(rabbit):
+    """The Python loop's stream producer on one node reached directly (rabbitmq_streams.wire), as the native stream
+    loop below: 257 messages over three streams with a window of 10 and 20 in single mode, each confirmed once with a
+    stamp no earlier than its send (single mode: each sent after the previous one's confirm came); each stream
+    holds its messages in order, read back by the driver's consumer (rstream)."""
+    endpoint = rabbit["rabbitmq-streams"]
+    driver = get_driver("rabbitmq-streams", endpoint, CLIENT)
+    topic = f"bb-python-streams-{time.monotonic_ns()}"
+    driver.create_topic(topic, 3)
+    pool = [bytes([i]) * (300 + i) for i in range(5)]
+    try:
+        producer = python_producer(driver, topic, 3)
+        assert isinstance(producer, StreamsWireProducer)
+        handed = python_sends(producer, 257, lambda seq: pool[seq % 5], lanes=3, producer_id=6)
+        producer.close()
+        single = python_producer(driver, topic, 1, "single")
+        single_handed = python_sends(single, 20, lambda seq: b"abc", producer_id=7, flush_each=True)
+        single.close()
+        for answers, sent in ((producer.answers, handed), (single.answers, single_handed)):
+            assert sorted(answers) == sorted(sent) and all(ok for ok, _ in answers.values())
+            assert all(at >= sent[seq] for seq, (_, at) in answers.items())
+        assert all(single_handed[seq + 1] >= single.answers[seq][1] for seq in range(19))
+        assert_streams_hold(driver, topic, pool)
+    finally:
+        driver.delete_topic(topic, 3)
+
+
 def test_the_native_stream_loop_publishes_each_message_once_and_takes_each_confirm(rabbit):
     """257 messages over three streams with a window of 10: every one confirmed once, none before it was handed over,
     each stream holds its messages in order (read back by the Python consumer, rstream), and in single mode each
@@ -168,20 +261,7 @@ def test_the_native_stream_loop_publishes_each_message_once_and_takes_each_confi
         handed, acked, acked_ns, failed = send_all(single, 20)
         single.close()
         assert failed.size == 0 and acked.tolist() == list(range(20)) and (handed[1:] >= acked_ns[:-1]).all()
-        consumer = driver.consumer(topic, "bb-check", [0, 1, 2])
-        got, deadline = [], time.monotonic() + 30
-        try:
-            while len(got) < 277 and time.monotonic() < deadline:
-                got += consumer.poll(1.0)
-        finally:
-            consumer.close()
-        for lane in range(3):
-            mine = [(header, payload) for header, payload, at in got if at == lane]
-            frames = unpack_many([header for header, _ in mine])
-            expected = [(6, seq) for seq in range(lane, 257, 3)] + ([(7, seq) for seq in range(20)] if lane == 0 else [])
-            assert list(zip(frames["producer"].tolist(), frames["seq"].tolist())) == expected
-            assert [p for p, (_, seq) in zip((p for _, p in mine), expected)] == [
-                pool[seq % 5] if producer == 6 else b"abc" for producer, seq in expected]
+        assert_streams_hold(driver, topic, pool)
     finally:
         driver.delete_topic(topic, 3)
 

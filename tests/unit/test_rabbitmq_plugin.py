@@ -1,14 +1,15 @@
 """RabbitMQ as two plug-ins on one local node: registered, in the schema, loopback only, captions that say what a
-confirm means; the quorum producer's confirm accounting without a broker."""
+confirm means; the quorum producer's confirm accounting and AMQP framing without a broker."""
 
+import struct
 from collections import OrderedDict
-from types import SimpleNamespace
 
 import pytest
 
 from brokerbench import brokers, schema, spec
-from brokerbench.brokers.rabbitmq import amqp, local
+from brokerbench.brokers.rabbitmq import amqp, local, wire
 from brokerbench.brokers.rabbitmq_quorum.driver import QuorumProducer
+from brokerbench.brokers.rabbitmq_streams import wire as stream_wire
 from brokerbench.brokers.rabbitmq_streams.driver import RabbitMQStreamsDriver
 from brokerbench.drivers import BrokerUnavailable
 from brokerbench.local.processes import HOST
@@ -82,19 +83,53 @@ def test_an_endpoint_without_its_stream_port_or_password_is_refused_naming_the_f
 def test_a_multiple_confirm_acknowledges_every_tag_up_to_it_once_and_a_nack_fails_its_message():
     acks = []
     producer = QuorumProducer.__new__(QuorumProducer)  # its confirm accounting alone, without a connection
-    producer._on_ack, producer._woken = (lambda header, ok, at: acks.append((header, ok))), True
+    producer._on_ack = lambda header, ok, at: acks.append((header, ok, at))
     producer._in_flight = OrderedDict((tag, b"h%d" % tag) for tag in range(1, 6))
-
-    def frame(name, tag, multiple):
-        return SimpleNamespace(method=SimpleNamespace(NAME=name, delivery_tag=tag, multiple=multiple))
-
-    producer._confirmed(frame("Basic.Ack", 3, True))
+    producer._confirmed(3, True, True, 11)
     assert not producer._refused  # confirms alone leave the channel as it is
-    producer._confirmed(frame("Basic.Nack", 5, False))
+    producer._confirmed(5, False, False, 12)
     assert producer._refused  # a refusal: the channel is replaced before the next publish (on a cluster)
-    producer._confirmed(frame("Basic.Ack", 3, True))  # again: nothing left up to 3
-    assert acks == [(b"h1", True), (b"h2", True), (b"h3", True), (b"h5", False)]
+    producer._confirmed(3, True, True, 13)  # again: nothing left up to 3
+    assert acks == [(b"h1", True, 11), (b"h2", True, 11), (b"h3", True, 11), (b"h5", False, 12)]
     assert list(producer._in_flight) == [4]
+
+
+def test_amqp_frames_are_read_whole_and_confirms_and_closes_taken_from_them():
+    """The producer's AMQP framing (rabbitmq.wire), against the specification's layout: a Basic.Ack of tag 7
+    (multiple), a Basic.Nack of tag 9, and a Channel.Close (404) after them; a frame cut short waits for its rest."""
+    ack = wire.method_frame(1, wire.BASIC_ACK, struct.pack(">QB", 7, 1))
+    nack = wire.method_frame(1, wire.BASIC_NACK, struct.pack(">QB", 9, 2))
+    close = wire.method_frame(1, wire.CHANNEL_CLOSE, struct.pack(">HB", 404, 9) + b"NOT_FOUND" + bytes(4))
+    assert ack == b"\x01\x00\x01\x00\x00\x00\x0d\x00\x3c\x00\x50" + bytes([0] * 7) + b"\x07\x01\xce"
+    data = ack + nack + close[:5]
+    found, at = wire.frames(data, 0)
+    assert [kind for kind, _, _ in found] == [wire.METHOD, wire.METHOD] and at == len(ack + nack)
+    connection = wire.Connection.__new__(wire.Connection)  # its parsing alone, without a socket
+    connection.buffer, connection.at, connection.channel = ack + nack + close, 0, 1
+    confirms, closed = connection.confirms()
+    assert confirms == [(7, True, True), (9, False, False)]
+    assert isinstance(closed, wire.Closed) and closed.channel and "404 NOT_FOUND" in str(closed)
+    with pytest.raises(ConnectionError, match="end marker"):
+        wire.frames(ack[:-1] + b"\x00", 0)
+
+
+def test_stream_publish_frames_hold_at_most_the_frame_size_and_answers_are_read_in_order():
+    """The direct stream producer's framing (rabbitmq_streams.wire), against the protocol's layout: a Publish frame is
+    [size][key 2][version 1][publisher id][count] then (publishing id, size, data) each, split where the next message
+    would pass the frame size; PublishConfirm and PublishError answer publishing ids; a MetadataUpdate ends the
+    connection."""
+    messages = [(n, bytes([n]) * 100) for n in range(1, 6)]  # 112 bytes each in a frame
+    frames = stream_wire.publish_frames(3, messages, frame_max=13 + 2 * 112)
+    assert [len(f) for f in frames] == [13 + 2 * 112, 13 + 2 * 112, 13 + 112]
+    assert frames[0][:13] == struct.pack(">IHHBI", 9 + 2 * 112, 2, 1, 3, 2)
+    assert frames[2][13:] == struct.pack(">QI", 5, 100) + bytes([5]) * 100
+    confirm = struct.pack(">IHHBI", 9 + 16, 3, 1, 3, 2) + struct.pack(">QQ", 1, 2)
+    error = struct.pack(">IHHBI", 9 + 10, 4, 1, 3, 1) + struct.pack(">QH", 4, 2)
+    moved = struct.pack(">IHHH", 6, 0x10, 1, 6)
+    found, at = stream_wire.frames(confirm + error + moved + confirm[:7], 0)
+    assert at == len(confirm + error + moved)
+    assert stream_wire.answers(found) == ([(1, True), (2, True), (4, False)],
+                                          "RabbitMQ moved or deleted a stream the producer publishes to (code 6)")
 
 
 def test_an_amazon_mq_endpoint_connects_over_tls_with_the_password_from_its_secret(monkeypatch):

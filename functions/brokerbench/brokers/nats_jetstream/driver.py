@@ -1,10 +1,12 @@
 """NATS JetStream: a stream per cell, PubAcks as the acknowledgements, durable pull consumers.
 
-The admin requests and the Python producer go through nats-py (asyncio only): each producer and the driver's own
-admin connection runs an event loop on a thread of its own (`Loop`), behind the synchronous Driver interface; a call
-from the worker hands its work to that loop and, where it needs an answer, waits for it. The consumer speaks NATS's
-protocol itself on a blocking socket (wire.py): nats-py's parsing and dispatch of each delivery (an event loop, a
-Msg and a callback per message, a thread hop per poll) held it to 0.67 of `nats bench`'s consumer.
+The admin requests go through nats-py (asyncio only): the driver's admin connection runs an event loop on a thread of
+its own (`Loop`), behind the synchronous Driver interface; a call from the worker hands its work to that loop and
+waits for its answer. The consumer and the Python loop's producer speak NATS's protocol themselves on a blocking
+socket (wire.py): nats-py's parsing and dispatch of each delivery (an event loop, a Msg and a callback per message, a
+thread hop per poll) held the consumer to 0.67 of `nats bench`'s, and its producer stamped each PubAck in a callback
+that waited for its loop and the GIL, 387 µs late at the median (bench/stamp_lag.py). A TLS endpoint (tls://) is
+published to through nats-py still (NatsProducer).
 
 A cell's stream is named after its topic and holds the subjects `<topic>.<lane>`, one per lane. On a cluster (the
 endpoint's `url` names every server, comma-separated) the stream has `nats_replicas` replicas, 3 by default or as
@@ -43,9 +45,8 @@ from nats.js import api
 
 from ... import native
 from ...drivers import BrokerUnavailable, OnAck, TargetRefused
-from .wire import WireConsumer
+from .wire import WireConsumer, WireProducer, frame
 
-LENGTHS = [bytes((n,)) for n in range(256)]  # the header's length byte, made once
 CONNECT_TIMEOUT_S = 5.0
 ADMIN_TIMEOUT_S = 10.0
 # A publish whose PubAck has not come within this long is no longer waited for: the client never sends it again and
@@ -95,10 +96,6 @@ def subject(topic: str, lane: int) -> str:
 def durable_name(group: str, lanes: list[int]) -> str:
     """One durable consumer per consumer process: the group's name and its lanes."""
     return f"{stream_name(group)}_{'-'.join(map(str, lanes))}"
-
-
-def frame(header: bytes, payload: bytes) -> bytes:
-    return b"".join((LENGTHS[len(header)], header, payload))
 
 
 def unframe(body: bytes) -> tuple[bytes, bytes]:
@@ -277,9 +274,16 @@ class NatsJetStreamDriver:
         """How many publishes a producer keeps awaiting their PubAck: `nats_max_in_flight`, single mode one."""
         return self.client["nats_max_in_flight"] if mode == "batch" else 1
 
-    def producer(self, topic: str, partitions: int, mode: str, on_ack: OnAck) -> NatsProducer:
-        return NatsProducer(servers(self.endpoint), [subject(topic, p) for p in range(partitions)],
-                            self.in_flight_window(mode), on_ack)
+    def producer(self, topic: str, partitions: int, mode: str, on_ack: OnAck) -> WireProducer | NatsProducer:
+        """The Python loop's producer: on plain NATS (nats://, credentials or none) one that speaks the protocol on
+        a socket of its own and stamps each PubAck as its read returns (wire.py); elsewhere (tls://) nats-py's."""
+        urls, subjects = servers(self.endpoint), [subject(topic, p) for p in range(partitions)]
+        window = self.in_flight_window(mode)
+        if any(urlsplit(url if "://" in url else f"nats://{url}").scheme != "nats" for url in urls):
+            return NatsProducer(urls, subjects, window, on_ack)
+        return WireProducer(urls, subjects, window, on_ack, connect_timeout_s=CONNECT_TIMEOUT_S,
+                            reconnect_wait_s=RECONNECT_WAIT_S, ack_timeout_s=ACK_TIMEOUT_S,
+                            buffer_bytes=RECONNECT_BUFFER_BYTES)
 
     def native_sender(self, topic: str, partitions: int, mode: str):
         """The native send loop on a plain NATS connection of its own: the same subjects, body and window as
@@ -331,9 +335,10 @@ def client_version() -> str:
 
 
 class NatsProducer:
-    """Publishes with a reply subject of its own per message and takes each PubAck as it arrives, on the loop's
-    thread, stamped there; the results queue up and reach on_ack in poll and flush, on the worker's thread, as the
-    Driver interface promises (with the arrival's time, not the time the worker took them)."""
+    """The Python loop's producer on a TLS endpoint (nats-py; on plain NATS, wire.WireProducer). Publishes with a
+    reply subject of its own per message and takes each PubAck as it arrives, on the loop's thread, stamped there; the
+    results queue up and reach on_ack in poll and flush, on the worker's thread, as the Driver interface promises
+    (with the arrival's time, not the time the worker took them)."""
 
     def __init__(self, urls: list[str], subjects: list[str], window: int, on_ack: OnAck) -> None:
         self._subjects = subjects

@@ -37,9 +37,8 @@ from collections import deque
 from urllib.parse import urlsplit
 
 from ...drivers import BrokerUnavailable, Message
+from ..socket_buffer import SocketBuffer
 
-# One recv takes up to this much of what the socket holds: about a thousand 1 KB messages, a pull request's batch.
-RECV_BYTES = 1 << 20
 # The socket's receive buffer asked of the kernel: room for a few batches while the worker is between polls.
 SOCKET_BUFFER_BYTES = 4 << 20
 # A connection made again while the consumer polls (a fault's outage) waits this long at most for the server's
@@ -55,12 +54,19 @@ PULL_REQUESTS = 2
 ACK_PREFIX, ACK_SUFFIX = b"PUB ", b" 0\r\n\r\n"  # an empty message to an acknowledgement subject
 ACK_JOIN = ACK_SUFFIX + ACK_PREFIX
 STATUS_LINE = b"NATS/1.0"
+LENGTHS = [bytes((n,)) for n in range(256)]  # a body's first byte: the worker's header's length, made once
 PENDING = b"Nats-Pending-Messages: "  # a status's header: what its pull request did not bring
 EXPIRED, HEARTBEAT = b"408", b"100"  # a pull request ended unfilled; an idle heartbeat (asked for by no request here)
 
 
 class ProtocolError(OSError):
     """The server answered outside the protocol, or with -ERR: the connection is given up (and made again)."""
+
+
+def frame(header: bytes, payload: bytes) -> bytes:
+    """A message's body: one byte with the header's length, the header, the payload (NATS headers are text, parsed
+    per message: the worker's header travels in the body)."""
+    return b"".join((LENGTHS[len(header)], header, payload))
 
 
 def addresses(urls: list[str]) -> list[tuple[str, int, str | None, str | None]]:
@@ -120,7 +126,7 @@ def parse(buffer: bytes, start: int) -> tuple[list, list, int]:
         at = end + 2
 
 
-class Connection:
+class Connection(SocketBuffer):
     """One NATS client connection: the handshake, whole writes, and reads parsed in bulk."""
 
     def __init__(self, address: tuple, timeout_s: float) -> None:
@@ -163,22 +169,6 @@ class Connection:
     def write(self, data: bytes) -> None:
         self.sock.settimeout(WRITE_TIMEOUT_S)
         self.sock.sendall(data)
-
-    def receive(self, timeout_s: float) -> bool:
-        """Add what the socket holds (waiting up to timeout_s for something) to the buffer; False when nothing
-        came in time. The server closing the connection, or an error on it, raises OSError."""
-        if timeout_s <= 0:
-            timeout_s = 0.0
-        self.sock.settimeout(timeout_s)
-        try:
-            data = self.sock.recv(RECV_BYTES)
-        except (socket.timeout, BlockingIOError):
-            return False
-        if not data:
-            raise ConnectionResetError("the server closed the connection")
-        self.buffer = self.buffer[self.at:] + data if self.at < len(self.buffer) else data
-        self.at = 0
-        return True
 
     def take(self) -> tuple[list, list]:
         """The deliveries and control lines complete in the buffer (see `parse`), taken off it."""
@@ -407,3 +397,171 @@ class WireConsumer:
             if self._conn is not None:
                 self._conn.close()
                 self._conn = None
+
+
+class WireProducer:
+    """The Python send loop's JetStream publisher, on a NATS connection it speaks itself (as the consumer does): each
+    message a PUB to its lane's subject with a reply subject of its own (`<inbox>.<n>`), the PubAck read from the
+    same socket and stamped as the read returns, on the worker's thread. nats-py published from an event loop on a
+    thread of its own and stamped in a callback that waited for that loop and the GIL: its publish p50 read 387 µs
+    above the native loop's on the same server (docs/performance.md, bench/stamp_lag.py).
+
+    What it keeps of the driver's promises: send/poll/flush/close; `on_ack(header, ok, at_ns)` on the worker's thread,
+    with the read's time; a PubAck is `ok`, an `{"error": ...}` reply or a status (503 no responders) a failed send;
+    up to `window` publishes awaiting their PubAck (a full window makes the next send wait); a publish unanswered
+    after `ack_timeout_s` is no longer waited for (unacknowledged). A connection lost (an error, the server closing
+    it, -ERR) is made again to the next server of the endpoint's list, at once and then every `reconnect_wait_s`;
+    what was written on it stays awaited (a PubAck the server still sends to the inbox is taken on the new
+    connection), and what is sent meanwhile is kept (up to `buffer_bytes`, past that a send fails at once) and
+    written once connected, as nats-py's reconnect buffer did."""
+
+    def __init__(self, urls: list[str], subjects: list[str], window: int, on_ack, connect_timeout_s: float,
+                 reconnect_wait_s: float, ack_timeout_s: float, buffer_bytes: int) -> None:
+        self._addresses = addresses(urls)
+        self._inbox = b"_INBOX.bb.%s" % os.urandom(12).hex().encode()
+        self._prefixes = [b"PUB %s %s." % (subject.encode(), self._inbox) for subject in subjects]
+        self._reply_from = len(self._inbox) + 1  # a reply's subject: <inbox>.<token>
+        self._window = window
+        self._on_ack = on_ack
+        self._reconnect_wait_s = reconnect_wait_s
+        self._ack_timeout_s = ack_timeout_s
+        self._buffer_bytes = buffer_bytes
+        self._in_flight: dict[bytes, tuple[bytes, float]] = {}  # token -> (header, monotonic s sent), oldest first
+        self._token = 0
+        self._unwritten: list[bytes] = []  # publishes made while disconnected, written on the next connection
+        self._unwritten_bytes = 0
+        self._next_expiry = 0.0
+        self._retry_at = 0.0
+        self._conn: Connection | None = None
+        self._server = -1  # the index of the server connected to (or last tried); the first attempt takes [0]
+        refused = []
+        for _ in self._addresses:
+            if self._connect(connect_timeout_s, refused):
+                return
+        raise BrokerUnavailable(f"NATS at {','.join(urls)}: {'; '.join(refused)}")
+
+    def _connect(self, timeout_s: float, refused: list | None = None) -> bool:
+        """One attempt on the next server in turn: the handshake, the inbox subscribed, what waits written."""
+        self._server = (self._server + 1) % len(self._addresses)
+        address = self._addresses[self._server]
+        try:
+            conn = Connection(address, timeout_s)
+        except (OSError, ValueError) as exc:
+            if refused is not None:
+                refused.append(f"{address[0]}:{address[1]}: {exc}")
+            return False
+        try:
+            conn.write(b"".join((b"SUB %s.* 1\r\n" % self._inbox, *self._unwritten)))
+        except OSError:
+            conn.close()
+            return False
+        self._conn = conn
+        self._unwritten, self._unwritten_bytes = [], 0
+        return True
+
+    def _lost(self) -> None:
+        if self._conn is not None:
+            self._conn.close()
+            self._conn = None
+            self._retry_at = 0.0  # the first attempt at once, to the next server
+
+    def _again(self) -> bool:
+        """Connected, or one attempt made when one is due: whether it is connected now."""
+        if self._conn is not None:
+            return True
+        now = time.monotonic()
+        if now < self._retry_at:
+            return False
+        self._retry_at = now + self._reconnect_wait_s
+        return self._connect(RECONNECT_TIMEOUT_S)
+
+    def _read(self, timeout_s: float) -> bool:
+        """What the socket holds (waiting up to timeout_s for something): each reply stamped as the read returned.
+        False when nothing came."""
+        conn = self._conn
+        try:
+            if not conn.receive(timeout_s):
+                return False
+        except OSError:
+            self._lost()
+            return False
+        at = conn.read_at
+        deliveries, controls = conn.take()
+        in_flight, start, on_ack = self._in_flight, self._reply_from, self._on_ack
+        for where, _, status, body in deliveries:
+            sent = in_flight.pop(where[start:], None)
+            if sent is not None:  # else: no longer awaited (expired)
+                on_ack(sent[0], status is None and body[:1] == b"{" and b'"error"' not in body, at)
+        if controls:
+            try:
+                conn.answer(controls)  # PONG to the server's PING; -ERR raises: the connection is given up
+            except OSError:
+                self._lost()
+        return True
+
+    def _expire(self) -> None:
+        """PubAcks awaited longer than ack_timeout_s are no longer waited for (checked every half second)."""
+        now = time.monotonic()
+        if now < self._next_expiry:
+            return
+        self._next_expiry = now + 0.5
+        limit, in_flight = now - self._ack_timeout_s, self._in_flight
+        while in_flight:
+            oldest = next(iter(in_flight))
+            if in_flight[oldest][1] >= limit:
+                break
+            del in_flight[oldest]
+
+    def _serve(self, timeout_s: float) -> None:
+        """Replies taken, waiting up to timeout_s for the first read; while disconnected, an attempt when due."""
+        self._expire()
+        if self._again():
+            self._read(timeout_s)
+        elif timeout_s > 0:
+            time.sleep(max(0.0, min(timeout_s, self._retry_at - time.monotonic())))
+
+    def send(self, header: bytes, payload: bytes, partition: int) -> None:
+        while len(self._in_flight) >= self._window:  # the window is full: take PubAcks until it has room
+            self._serve(0.5)
+        if self._again() and not self._conn.read_lately():
+            self._read(0)  # what came meanwhile, and a connection the server closed found before writing on it
+        self._token += 1
+        token = b"%d" % self._token
+        data = b"".join((self._prefixes[partition], token, b" %d\r\n" % (len(header) + 1 + len(payload)),
+                         LENGTHS[len(header)], header, payload, b"\r\n"))  # the body as `frame` makes it
+        if not self._write(data):
+            if self._unwritten_bytes + len(data) > self._buffer_bytes:
+                self._on_ack(header, False, time.monotonic_ns())  # disconnected, and its buffer is full: never sent
+                return
+            self._unwritten.append(data)
+            self._unwritten_bytes += len(data)
+        self._in_flight[token] = (header, time.monotonic())
+
+    def _write(self, data: bytes) -> bool:
+        """Written on the connection; False when there is none, or it was lost before taking all of it (the server
+        never read it whole: the next connection writes it)."""
+        if self._conn is None:
+            return False
+        try:
+            self._conn.write(data)
+            return True
+        except OSError:
+            self._lost()
+            return False
+
+    def poll(self, timeout_s: float) -> None:
+        self._serve(timeout_s)
+
+    def flush(self, timeout_s: float) -> int:
+        """Wait up to timeout_s for the PubAcks of everything sent; returns how many are still awaited."""
+        deadline = time.monotonic() + timeout_s
+        self._serve(0)
+        while self._in_flight and (left := deadline - time.monotonic()) > 0:
+            self._serve(min(left, self._ack_timeout_s))
+        return len(self._in_flight)
+
+    def close(self) -> None:
+        self.flush(5)
+        if self._conn is not None:
+            self._conn.close()
+            self._conn = None

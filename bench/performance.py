@@ -1044,6 +1044,40 @@ def startup(results: dict) -> dict:
             "alone": ", ".join(f"{name} {figure['median_s']:.2f} s" for name, figure in alone["commands"].items())}
 
 
+# ---- a new broker's first cells (bench/first_touch.py) ----------------------------------------------------------------
+
+FIRST_TOUCH_ARMS = {"cold": "as the product starts it, no warm-up",
+                    "pre_touch": "with -XX:+AlwaysPreTouch (the heap written at start), no warm-up",
+                    "warmed": "as the product starts it, then the run's broker warm-up (brokerbench.local.warmup)"}
+
+
+def _first_cells(cells: list[dict]) -> str:
+    return " → ".join(f"{c['broker_cpu_pct']:.0f}% / {ms(c['e2e_p99_us'] / 1000)}" for c in cells)
+
+
+def first_touch(results: dict) -> dict:
+    rows = results["first_touch"]["rows"]
+    row = rows[-1]
+    summary, kafka = row["summary"], row["kafka"]
+    warm_ups = sorted({c["warm_up_s"] for c in kafka["cells"] if c["warm_up_s"] is not None})
+    return {"when": row["when"], "commit": row["commit"], "mb": str(row["mb"]),
+            "load": f"{row['load_average'][0]:.1f} → {row['load_average'][1]:.1f}",
+            "balloon": "on" if row["balloon_reports_free_pages"] else "off",
+            "first_touch": f"{summary['first_touch_us_median']:.2f}", "retouch": f"{summary['retouch_us_median']:.3f}",
+            "touch_range": f"{min(t['first_touch_us'] for t in row['trials']):.1f} to "
+                           f"{max(t['first_touch_us'] for t in row['trials']):.1f}",
+            "touch_all": f"{min(t['first_touch_us'] for r in rows for t in r['trials']):.1f} to "
+                         f"{max(t['first_touch_us'] for r in rows for t in r['trials']):.1f}",
+            "rows": str(len(rows)),
+            "jvm_plain": secs(summary["jvm_start_s_median"]["False"]),
+            "jvm_touch": secs(summary["jvm_start_s_median"]["True"]),
+            "trials": str(len({c["trial"] for c in kafka["cells"]})), "rate": count(kafka["rate"]),
+            "seconds": f"{kafka['seconds']:g}", "warm_up": " to ".join(f"{w:g}" for w in warm_ups[::max(1, len(warm_ups) - 1)]),
+            "table": table(["Kafka started", "cells 1 → 4: broker CPU / end-to-end p99 in ms (medians)"],
+                           [[FIRST_TOUCH_ARMS[arm], _first_cells(cells)]
+                            for arm, cells in summary["kafka_by_cell"].items()])}
+
+
 # ---- the page -------------------------------------------------------------------------------------------------------
 
 SECTIONS = {"intro": None, "harness": harness, "broker_tools": broker_tools, "cell_overhead": cell_overhead,
@@ -1052,7 +1086,7 @@ SECTIONS = {"intro": None, "harness": harness, "broker_tools": broker_tools, "ce
             "api_load": api_load,
             "false_claims": false_claims, "aa_regression": aa_regression, "aa_schedule": aa_schedule,
             "latency_truth": latency_truth, "stamp_lag": stamp_lag, "interval_close": interval_close,
-            "startup": startup}
+            "startup": startup, "first_touch": first_touch}
 
 
 def load_results(folder: Path) -> dict:

@@ -88,7 +88,8 @@ def _run(conn, task: ProducerTask) -> None:
     nice = _boost_this_thread() if schedule else None
     loop = _native_loop if sender else _python_loop
     try:
-        done = loop(sender or driver, task, codec, pool, timing, schedule, reports, conn)
+        done = loop(sender or driver, task, codec, pool, timing, schedule, reports, conn,
+                    settle_s=driver.count_settle_s() if hasattr(driver, "count_settle_s") else 0.0)
     finally:  # the records handed over are sent before anything else (a failure included): one writer at a time
         reports.put(None)
         forwarder.join()
@@ -218,7 +219,7 @@ class _AwaitMeasure:
 
 
 def _native_loop(sender, task: ProducerTask, codec, pool, timing: dict, schedule: Schedule | None,
-                 reports: queue.Queue, conn) -> dict:
+                 reports: queue.Queue, conn, settle_s: float = 0.0) -> dict:
     """The native send loop: one call per interval, the interval's records taken at its end."""
     encode = None if codec.prebuilt else codec.encode
     timed = schedule.native_args() if schedule else {"base_ns": timing["t_start"], "period_ns": 0.0}
@@ -251,6 +252,7 @@ def _native_loop(sender, task: ProducerTask, codec, pool, timing: dict, schedule
                 continue
         close(seq)
     flush_while_acking(sender.flush, task.cell["drain_timeout_s"], timing)
+    time.sleep(settle_s)  # the broker's count sees this channel's last publishes (the driver's count_settle_s)
     sender.close()  # its last flush serves acknowledgements too: closed first, so that they are taken below
     if intervals.first_measured_seq is None:  # the run ended inside the warm-up
         intervals.first_measured_seq = seq
@@ -278,7 +280,7 @@ def flush_while_acking(flush, idle_s: float, timing: dict) -> int:
 
 
 def _python_loop(driver, task: ProducerTask, codec, pool, timing: dict, schedule: Schedule | None,
-                 reports: queue.Queue, conn) -> dict:
+                 reports: queue.Queue, conn, settle_s: float = 0.0) -> dict:
     """The send loop in Python, for where the native one cannot run (Redis TLS, MSK IAM, not built)."""
     cell = task.cell
     objects = pool.objects
@@ -368,6 +370,7 @@ def _python_loop(driver, task: ProducerTask, codec, pool, timing: dict, schedule
             poll(0)
 
     flush_while_acking(producer.flush, cell["drain_timeout_s"], timing)
+    time.sleep(settle_s)  # the broker's count sees this channel's last publishes (the driver's count_settle_s)
     producer.close()  # its last flush serves acknowledgements too: closed first, so that they are counted below
     if intervals.first_measured_seq is None:  # the run ended inside the warm-up
         intervals.first_measured_seq = len(send_ns)

@@ -252,7 +252,8 @@ def _native_loop(sender, task: ProducerTask, codec, pool, timing: dict, schedule
                 continue
         close(seq)
     flush_while_acking(sender.flush, task.cell["drain_timeout_s"], timing)
-    time.sleep(settle_s)  # the broker's count sees this channel's last publishes (the driver's count_settle_s)
+    if settle_s:
+        time.sleep(settle_s)  # the broker's count sees this channel's last publishes (the driver's count_settle_s)
     sender.close()  # its last flush serves acknowledgements too: closed first, so that they are taken below
     if intervals.first_measured_seq is None:  # the run ended inside the warm-up
         intervals.first_measured_seq = seq
@@ -370,7 +371,8 @@ def _python_loop(driver, task: ProducerTask, codec, pool, timing: dict, schedule
             poll(0)
 
     flush_while_acking(producer.flush, cell["drain_timeout_s"], timing)
-    time.sleep(settle_s)  # the broker's count sees this channel's last publishes (the driver's count_settle_s)
+    if settle_s:
+        time.sleep(settle_s)  # the broker's count sees this channel's last publishes (the driver's count_settle_s)
     producer.close()  # its last flush serves acknowledgements too: closed first, so that they are counted below
     if intervals.first_measured_seq is None:  # the run ended inside the warm-up
         intervals.first_measured_seq = len(send_ns)

@@ -147,9 +147,14 @@ def test_the_guarantee_says_what_held_and_names_a_loss():
     # read by the consumers, then discarded by the broker (a paused Redis master demoted): not held either
     row = {"guarantee": report_faults.guarantee({"acked": 1600, "lost": 0, "broker_count": {"difference": -1276}})}
     assert report_faults.held_text(row) == (
-        "⚠ **acknowledged messages lost: 0 of 1,600 (sequence numbers; the broker's count differs); the broker holds "
-        "1,276 fewer than it acknowledged (discarded after the fault)**")
+        "⚠ **every one of 1,600 acknowledged messages delivered (sequence numbers; the broker's count differs); the "
+        "broker then discarded 1,276 of them (its count after the fault holds that many fewer than it acknowledged)**")
     assert row["guarantee"]["held"] is False and row["guarantee"]["discarded"] == 1276
+    # lost and discarded both: the loss first, the discard beside it
+    row = {"guarantee": report_faults.guarantee({"acked": 1600, "lost": 5, "broker_count": {"difference": -40}})}
+    assert report_faults.held_text(row) == (
+        "⚠ **acknowledged messages lost: 5 of 1,600 (sequence numbers; the broker's count differs); the broker holds "
+        "40 fewer than it acknowledged (discarded after the fault)**")
     # more held than acknowledged (stored, the acknowledgement lost with the node) breaks no promise
     row = {"guarantee": report_faults.guarantee({"acked": 1200, "lost": 0, "broker_count": {"difference": 3}})}
     assert row["guarantee"]["held"] is True and not report_faults.held_text(row).startswith("⚠")

@@ -129,6 +129,6 @@ def print_results(results: dict) -> None:
         for line in faulted:
             console.print(line, markup=False, highlight=False, soft_wrap=True)
         for row in by_setting(result_rows(results["cells"]), results.get("durability") or {}):
-            style = {"broken": "bold red", "expected": "yellow", "unknown": "dim"}.get(row["verdict"])
+            style = {"broken": "bold red", "expected": "yellow", "discarded": "yellow", "unknown": "dim"}.get(row["verdict"])
             console.print(f"{row['broker']} ({row['label']}): {setting_text(row)} · {VERDICTS[row['verdict']]}",
                           style=style, markup=False, highlight=False, soft_wrap=True)

@@ -37,6 +37,8 @@ VERDICTS = {
     "broken": "BROKEN: acknowledged messages lost where the broker promises none at these settings (a defect of the "
               "broker, or of the run: read its cells)",
     "expected": "lost, as allowed: the broker promises nothing at these settings; an expected finding, not a defect",
+    "discarded": "discarded, as allowed: the broker promises nothing at these settings; an expected finding, not a "
+                 "defect",
     "lost": "lost: the broker's plug-in does not say what it promises at these settings",
     "unknown": "cannot tell: the broker's backlog was not read, so a loss cannot be told from an undelivered message",
 }
@@ -98,12 +100,15 @@ def _agrees(guarantees: list[dict]) -> bool | None:
 
 
 def verdict(lost: int | None, promised: bool | None, discarded: int = 0) -> str:
-    """held | broken | expected | lost | unknown (VERDICTS). A broker that holds fewer than it acknowledged
-    (`discarded`) did not hold the guarantee either, whatever its consumers read first."""
+    """held | broken | expected | discarded | lost | unknown (VERDICTS). A broker that holds fewer than it
+    acknowledged (`discarded`) did not hold the guarantee either, whatever its consumers read first; where nothing
+    was lost before delivery and nothing was promised, the verdict says that it was discarded, not lost."""
     if lost is None and not discarded:
         return "unknown"
     if not lost and not discarded:
         return "held"
+    if promised is False and lost == 0:
+        return "discarded"
     return {True: "broken", False: "expected", None: "lost"}[promised]
 
 
@@ -131,17 +136,27 @@ def by_setting(rows: list[dict], durability: dict[str, dict]) -> list[dict]:
     return out
 
 
+def kept_text(lost: int | None, acknowledged: int, undelivered_or_lost: int, check: str, discarded: int) -> str:
+    """What the broker kept of what it acknowledged, in words: the messages lost ('acknowledged messages lost: 0 of
+    412,331 (verified by sequence numbers; the broker's count agrees)'), and what it discarded after its consumers
+    had read them (a demoted Redis master), said as such: 'every one of 1,600 acknowledged messages delivered (...);
+    the broker then discarded 1,276 of them (its count after the fault)'."""
+    if lost is None:
+        return f"acknowledged messages lost or undelivered: {undelivered_or_lost:,} (the broker's backlog unknown)"
+    if discarded and not lost:
+        return (f"every one of {acknowledged:,} acknowledged messages delivered ({check}); the broker then discarded "
+                f"{discarded:,} of them (its count after the fault holds that many fewer than it acknowledged)")
+    text = f"acknowledged messages lost: {lost:,} of {acknowledged:,} ({check})"
+    if discarded:
+        text += f"; the broker holds {discarded:,} fewer than it acknowledged (discarded after the fault)"
+    return text
+
+
 def setting_text(row: dict) -> str:
-    """'acknowledged messages lost: 0 of 412,331 (verified by sequence numbers; the broker's count agrees)'."""
-    if row["lost"] is None:
-        return f"acknowledged messages lost or undelivered: {row['undelivered_or_lost']:,} (the broker's backlog " \
-               "unknown)"
+    """A broker and setting's kept_text, its cells summed."""
     check = "verified by sequence numbers" + {True: "; the broker's count agrees",
                                               False: "; the broker's count differs", None: ""}[row["broker_count_agrees"]]
-    text = f"acknowledged messages lost: {row['lost']:,} of {row['acknowledged']:,} ({check})"
-    if row["discarded"]:
-        text += f"; the broker holds {row['discarded']:,} fewer than it acknowledged (discarded after the fault)"
-    return text
+    return kept_text(row["lost"], row["acknowledged"], row["undelivered_or_lost"], check, row["discarded"])
 
 
 def setting_lines(settings: list[dict]) -> list[str]:
@@ -178,19 +193,15 @@ def _applied(record: Faults) -> str:
 
 
 def held_text(row: dict) -> str:
-    """'acknowledged messages lost: 0 of 1,200 (sequence numbers; the broker's count agrees)', or the number lost."""
+    """A cell's kept_text: 'acknowledged messages lost: 0 of 1,200 (sequence numbers; the broker's count agrees)', a
+    loss or a discard in bold with a warning sign."""
     g = row["guarantee"]
     difference = (g["broker_count"] or {"difference": None})["difference"]
     agrees = None if difference is None else difference == 0
     check = "sequence numbers" + ("; the broker's count agrees" if agrees else
                                   "; the broker's count differs" if agrees is False else "")
-    if g["lost"] is None:
-        return f"acknowledged messages lost or undelivered: {g['undelivered_or_lost'] or 0:,} (the broker's backlog " \
-               f"unknown)"
-    text = f"acknowledged messages lost: {g['lost']:,} of {g['acknowledged'] or 0:,} ({check})"
-    if g["discarded"]:
-        text += f"; the broker holds {g['discarded']:,} fewer than it acknowledged (discarded after the fault)"
-    return text if g["lost"] == 0 and not g["discarded"] else f"⚠ **{text}**"
+    text = kept_text(g["lost"], g["acknowledged"] or 0, g["undelivered_or_lost"] or 0, check, g["discarded"] or 0)
+    return text if g["lost"] is None or (g["lost"] == 0 and not g["discarded"]) else f"⚠ **{text}**"
 
 
 def markdown_lines(report: dict) -> list[str]:

@@ -128,7 +128,7 @@ def _guarantees_section(report: Report) -> list[str]:
             "<th>unavailable s (longest)</th></tr>")
     body = []
     for row in settings:
-        css = {"broken": "bad", "expected": "warn", "unknown": "muted"}.get(row["verdict"], "")
+        css = {"broken": "bad", "expected": "warn", "discarded": "warn", "unknown": "muted"}.get(row["verdict"], "")
         gap = "–" if row["unavailable_s"] is None else f"{row['unavailable_s']:.2f}"
         cells = [f"{row['label']}: {row['setting']}", row["promise"]["text"], faults.setting_text(row)]
         body.append(f"<tr><td>{escape(row['broker'])}</td>" + "".join(f"<td>{escape(v)}</td>" for v in cells)

@@ -106,9 +106,7 @@ def selected_cells(published: dict, results: dict[str, dict]) -> list[list[list[
 def check_figures(name: str, comparison: dict, results: dict[str, dict]) -> dict[str, int]:
     """Each figure of ours in `brokerbench study NAME --json` is there exactly when the runs have cells it selects,
     and from those cells. Returns how many figures of ours each table has."""
-    from brokerbench.reports import study
-
-    published = {t["id"]: t for t in study.load_study(name)["published"]["tables"]}
+    published = {t["id"]: t for t in spec.load_suite_file(name)["published"]["tables"]}
     shown = {}
     for table in comparison["tables"]:
         assert set(table["run_ids"]) <= {r["run_id"] for r in results.values()}, table["id"]

@@ -14,7 +14,7 @@ import pytest
 from synthetic import synthetic_run
 
 from brokerbench.reports import study
-from brokerbench.spec import expand, suite_runs, validate
+from brokerbench.spec import expand, load_suite_file, suite_runs, validate
 
 STUDIES = study.study_names()
 PLANNED = {**study.SELECTORS, "rate": "rate"}  # a planned cell's names for the selectors (results say rate_target)
@@ -26,9 +26,8 @@ def test_the_five_studies_have_published_sections():
 
 @pytest.mark.parametrize("name", STUDIES)
 def test_every_table_fits_its_rows_columns_and_the_studys_runs(name):
-    definition = study.load_study(name)
     runs = {run["name"]: run for run in suite_runs(name)}
-    for table in definition["published"]["tables"]:
+    for table in load_suite_file(name)["published"]["tables"]:  # as written
         assert len(table["values"]) == len(table["rows"]), table["id"]
         assert all(len(values) == len(table["columns"]) for values in table["values"]), table["id"]
         for row in table["rows"]:
@@ -228,7 +227,7 @@ def test_the_user_scaled_study_fills_every_figure_and_decides_every_checked_conc
         small = {k: v for k, v in small.items() if k not in ("duration_s", "messages")}  # synthetic intervals instead
         runs[request["name"]] = study.stored_run(synthetic_run(small, intervals=3, seed=number))
     comparison = study.compare(definition, runs)
-    metrics = {t["id"]: t for t in definition["published"]["tables"]}
+    metrics = {t["id"]: t for t in load_suite_file(name)["published"]["tables"]}
     for table in comparison["tables"]:
         published = metrics[table["id"]]
         for r, row in enumerate(table["rows"]):
@@ -255,7 +254,7 @@ def test_a_malformed_check_or_conclusion_names_the_field():
 def test_a_malformed_table_or_a_misspelled_selector_names_the_field():
     """A published table is read as study.Table: a selector key it does not know fails naming it (read as a dict,
     it was ignored, and the figure taken over more cells than meant); a figure of the wrong type names its place."""
-    table = copy.deepcopy(study.load_study("tallberg")["published"]["tables"][0])
+    table = load_suite_file("tallberg")["published"]["tables"][0]
     assert study.compare_table(table, {})["short"] == table["short"]  # as written
     table["rows"][0]["brokr"] = table["rows"][0].pop("broker")
     with pytest.raises(study.StudyError, match=r"^table: .*unknown field `brokr` - at `\$\.rows\[0\]`") as found:

@@ -22,7 +22,7 @@ def _study_comparisons(args, store, names: list[str]) -> list[dict] | int:
         except study.StudyError as exc:
             errors.print(f"{exc}", style="red", markup=False)
             return EXIT_INVALID
-        missing = [r["name"] for r in definition["runs"] if r["name"] not in runs]
+        missing = [r.name for r in definition.runs if r.name not in runs]
         if missing:
             errors.print(f"study {name}: no ended run of {', '.join(missing)} is stored; run "
                          f"`brokerbench run --suite {name}` (add --scale 0.1 for a short one) or name one with --run",
@@ -40,7 +40,7 @@ def cmd_study(args) -> int:
     from ..reports import study
 
     try:
-        names = study.study_names() if args.name == "all" else [study.load_study(args.name)["name"]]
+        names = study.study_names() if args.name == "all" else [study.load_study(args.name).name]
     except study.StudyError as exc:
         errors.print(f"{exc}", style="red", markup=False)
         return EXIT_INVALID
@@ -105,10 +105,10 @@ def cmd_guarantees(args) -> int:
     if args.out:
         Path(args.out).parent.mkdir(parents=True, exist_ok=True)
         Path(args.out).write_text(text if text.endswith("\n") else text + "\n")
-        console.print(f"{args.out}: {len(runs)} of {len(definition['runs'])} runs", markup=False, highlight=False)
+        console.print(f"{args.out}: {len(runs)} of {len(definition.runs)} runs", markup=False, highlight=False)
     else:
         print(text)
-    missing = [r["name"] for r in definition["runs"] if r["name"] not in runs]
+    missing = [r.name for r in definition.runs if r.name not in runs]
     if missing:
         errors.print(f"no ended run stored of {', '.join(missing)}", markup=False, highlight=False)
     broken = [row for run in comparison["runs"] for row in run["settings"] if row["verdict"] == "broken"]

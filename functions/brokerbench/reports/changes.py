@@ -74,6 +74,7 @@ from __future__ import annotations
 import math
 
 import numpy as np
+from msgspec import Struct, convert
 
 from ..metrics import regression_metrics
 from .stats import t_two_sided_p
@@ -235,6 +236,13 @@ def _held(points: list[int], sums: Sums, level: float) -> list[dict]:
     return []
 
 
+class SeriesMetric(Struct, frozen=True, kw_only=True):
+    """What the search reads of a series besides its runs: the metric it is of (its minimum effect) and which way is
+    better (a series lacking either fails naming the field)."""
+    metric: str
+    higher_is_better: bool
+
+
 def detect(series: list[dict]) -> list[dict]:
     """Change points of every series, under one multiplicity control.
 
@@ -254,9 +262,10 @@ def detect(series: list[dict]) -> list[dict]:
     out = []
     for s, x, within in prepared:
         checked = x.size >= MIN_SERIES
-        found = _found(x, within, family, s["higher_is_better"]) if checked else []
+        of = convert(s, SeriesMetric)
+        found = _found(x, within, family, of.higher_is_better) if checked else []
         out.append({**s, "values": [float(math.exp(v)) for v in x], "checked": checked,
-                    "change_points": _described(found, x, s)})
+                    "change_points": _described(found, x, of)})
     return out
 
 
@@ -284,15 +293,15 @@ def _found(x: np.ndarray, within: np.ndarray, family: int, higher_is_better: boo
     return sorted(found + [newest_point], key=lambda c: c["index"])
 
 
-def _described(found: list[dict], x: np.ndarray, series: dict) -> list[dict]:
+def _described(found: list[dict], x: np.ndarray, series: SeriesMetric) -> list[dict]:
     """Each change point's effect between its neighbours, and whether it is an alert."""
     bounds = [0] + [c["index"] for c in found] + [x.size]
-    minimum = MIN_EFFECT.get(series.get("metric"), DEFAULT_MIN_EFFECT)
+    minimum = MIN_EFFECT.get(series.metric, DEFAULT_MIN_EFFECT)
     out = []
     for k, c in enumerate(found):
         before, after = x[bounds[k]:bounds[k + 1]], x[bounds[k + 1]:bounds[k + 2]]
         change = math.expm1(float(after.mean() - before.mean()))
-        worse = change < 0 if series["higher_is_better"] else change > 0
+        worse = change < 0 if series.higher_is_better else change > 0
         large = abs(change) >= minimum
         out.append({"index": c["index"], "before_mean": float(math.exp(before.mean())),
                     "after_mean": float(math.exp(after.mean())), "before_runs": int(before.size),

@@ -24,6 +24,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import NamedTuple
 
 from hdrh.log import HistogramLogWriter
+from msgspec import Struct, convert
 
 from .. import histogram
 from ..events import intervals_prefix, planned_cells
@@ -126,11 +127,25 @@ class _Stored(NamedTuple):
         return 0.0
 
 
+class _Largest(Struct, kw_only=True):
+    """A metric's figures in an interval's summary, as a log reads them: the largest value (None: not given)."""
+    max: float | None = None
+
+
+class _LoggedInterval(Struct, kw_only=True):
+    """What a metric's log reads of an interval (IntervalMeasured data): its histograms and its summary, by metric
+    (a metric with nothing recorded in the interval has neither)."""
+    histograms: dict[str, str]
+    summary: dict[str, _Largest] = {}
+
+
 def _interval_histogram(data: dict, metric: str) -> _Stored:
-    blob = data["histograms"].get(metric)
+    interval = convert(data, _LoggedInterval)
+    blob = interval.histograms.get(metric)
     if not blob:  # nothing recorded in this second: an empty histogram keeps the interval in the log
         return _Stored(histogram.encode(histogram.new()), 0.0)
-    most = ((data.get("summary") or {}).get(metric) or {}).get("max")
+    figures = interval.summary.get(metric)
+    most = None if figures is None else figures.max
     return _Stored(blob, float(most if most is not None else histogram.decode(blob).get_max_value()))
 
 

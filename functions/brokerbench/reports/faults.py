@@ -22,12 +22,12 @@ before, during and after.
 
 from __future__ import annotations
 
-from msgspec import UnsetType, convert, to_builtins
+from msgspec import Struct, UnsetType, convert, to_builtins
 
 from ..eventdata import Faults, Gap, Phase, given
 from ..faults import PHASES
-from ..registry import NOT_STATED, durability_label
-from .rows import ResultCell, result_cell, section
+from ..registry import FAILOVER_NOT_STATED, NOT_STATED, durability_label
+from .rows import Durability, ResultCell, result_cell, section
 
 NO_PHASES = {"window_s": None, **dict.fromkeys(PHASES), "back_to_rate_s": None}
 COUNTS = ("acknowledged", "lost", "undelivered_or_lost", "duplicated", "out_of_order", "send_errors", "unacknowledged")
@@ -77,10 +77,17 @@ def _row(cell: dict, record: dict) -> dict:
             **(record["phases"] if given(applied.phases) is not None else NO_PHASES)}  # the phases as stored
 
 
+class _Ended(Struct, kw_only=True):
+    """A cell's end (CellCompleted or CellFailed data) as the fault rows read it: its faults' record as stored (None:
+    the cell applied none)."""
+    faults: dict | None = None
+
+
 def rows(cells: list[dict], ends: dict[str, dict]) -> list[dict]:
     """A row per cell that ran faults: its guarantee, the faults as applied (from its CellCompleted or CellFailed
-    in `ends`, by cell id), and the phases."""
-    return [_row(cell, record) for cell in cells if (record := (ends.get(cell["cell_id"]) or {}).get("faults"))]
+    in `ends`, by cell id: a cell that did not end has none), and the phases."""
+    return [_row(cell, record) for cell in cells
+            if (end := ends.get(cell["cell_id"])) is not None and (record := convert(end, _Ended).faults)]
 
 
 def result_rows(cells: list[dict]) -> list[dict]:
@@ -120,8 +127,9 @@ def by_setting(rows: list[dict], durability: dict[str, dict]) -> list[dict]:
         groups.setdefault(row["broker"], []).append(row)
     out = []
     for broker, found in groups.items():
-        stated = durability.get(broker) or NOT_STATED
-        promise = stated.get("failover") or NOT_STATED["failover"]
+        stated = durability.get(broker) or NOT_STATED  # a broker the run states nothing of
+        failover = convert(stated, Durability).failover
+        promise = FAILOVER_NOT_STATED if failover is None else to_builtins(failover)
         guarantees = [r["guarantee"] for r in found]
         counts = {name: sum(g[name] or 0 for g in guarantees) for name in COUNTS}
         counts["lost"] = _sum([g["lost"] for g in guarantees])  # unknown in any cell: unknown for the setting

@@ -20,7 +20,7 @@ from urllib.parse import quote
 from ..eventdata import given, run_requested
 from ..events import EventStore, make_event, planned_cells, read_report_events
 from . import changes, regression
-from .rows import ChangePoint, Versions, change_point, config_figures, verdict as verdict_row
+from .rows import ChangePoint, ConfigFigures, Versions, change_point, config_figures, verdict as verdict_row
 
 SERIES_RUNS = 30  # the newest runs a series holds: a month of nightly runs
 LISTED = 200  # runs of the suite listed to find them (the newest first)
@@ -87,12 +87,13 @@ def analyse(figures: dict[str, dict], run_ids: list[str], metrics=None) -> list[
             keys.setdefault(key, entry)
     series = []
     for key, entry in keys.items():
+        # the runs that measured the configuration; one whose every repeat ran on a busy host is no point of a series
+        measured = [(r, typed) for r in run_ids if key in figures[r]
+                    if (typed := config_figures(figures[r][key])).status != "failed" and not _all_busy(typed)]
         for metric in regression.metrics_of(entry):
             if metrics is not None and metric not in metrics:
                 continue
-            # a run whose every repeat of the configuration ran on a busy host is no point of its series
-            points = [{"run_id": r, "repeats": figures[r][key]["repeats"].get(metric) or []} for r in run_ids
-                      if key in figures[r] and figures[r][key]["status"] != "failed" and not all_busy(figures[r][key])]
+            points = [{"run_id": r, "repeats": typed.repeats_of(metric)} for r, typed in measured]
             points = [p for p in points if p["repeats"]]
             if points:
                 series.append({"key": key, "cell": entry["cell"], "metric": metric,
@@ -103,7 +104,11 @@ def analyse(figures: dict[str, dict], run_ids: list[str], metrics=None) -> list[
 
 def all_busy(entry: dict) -> bool:
     """Whether every repeat of a run's configuration (an entry of regression.run_figures) ran on a busy host."""
-    busy = config_figures(entry).host_busy
+    return _all_busy(config_figures(entry))
+
+
+def _all_busy(figures: ConfigFigures) -> bool:
+    busy = figures.host_busy
     return busy is not None and len(busy.repeats) >= busy.of
 
 

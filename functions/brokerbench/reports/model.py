@@ -284,7 +284,7 @@ def _merged_latency(blob_maps: list[dict], cache: dict, missing: int = 0) -> dic
             if bounded is not None:
                 out["not_sent"] = int(bounded.total)
         for key in SUMMARY_FIELDS:
-            value = summary.get(key)
+            value = summary[key]  # the histogram's summary has every one (figures.bucket_summary)
             if key in PERCENTILES and value is not None and count < min_samples(PERCENTILES[key]):
                 out["withheld"][key] = f"needs {min_samples(PERCENTILES[key]):,} samples, has {count:,}"
                 value = None

@@ -81,7 +81,7 @@ import math
 from itertools import repeat
 
 import numpy as np
-from msgspec import convert
+from msgspec import Struct, convert, structs
 
 from ..eventdata import Host, RunRequested, given, run_requested
 from ..events import EventStore, make_event, planned_cells, read_report_events
@@ -113,8 +113,27 @@ FIGURES = ("baseline and candidate: the geometric means of each run's samples (i
 # The metrics checked (brokerbench.metrics): each read from a cell result (Metric.read), with its per-second interval
 # series (Metric.series) and its direction (Metric.higher_is_better).
 METRICS = regression_metrics()
-TARGET_FIELDS = ("brokers", "client", "producers", "consumers", "partitions", "size_basis", "provision", "targets",
-                 "duration_s", "warmup_s", "messages", "drain_timeout_s")
+
+
+class TargetSettings(Struct, frozen=True, kw_only=True):
+    """The run request's target, client and timing settings that runs compared must share, as the request gave
+    them (validated there): None for one it left out (its default then is the release's, which code_version tells
+    apart)."""
+    brokers: object = None
+    client: object = None
+    producers: object = None
+    consumers: object = None
+    partitions: object = None
+    size_basis: object = None
+    provision: object = None
+    targets: object = None
+    duration_s: object = None
+    warmup_s: object = None
+    messages: object = None
+    drain_timeout_s: object = None
+
+
+TARGET_FIELDS = TargetSettings.__struct_fields__
 
 
 def figure_text(value) -> str:
@@ -547,12 +566,12 @@ def flip_label(figures: dict, adjusted: dict, comparisons: int) -> dict:
     return {**out, "verdict": "unchanged", "why": f"{moved}; {shares} ({test})"}
 
 
-def _samples(run: dict | None, metric: str, block: int | None) -> list[float] | None:
-    if run is None or run["status"] == "failed":
+def _samples(run: rows.ConfigFigures, metric: str, block: int | None) -> list[float] | None:
+    if run.status == "failed":
         return None
     if block is None:
-        return run["repeats"].get(metric) or None
-    return block_medians(run["series"].get(metric, []), block) or None
+        return run.repeats_of(metric) or None
+    return block_medians(run.series_of(metric), block) or None
 
 
 # -- a run against its baseline and history ------------------------------------------------------
@@ -566,22 +585,26 @@ def compare(baseline, candidate, history=()) -> list[dict]:
     older = [run_figures(h) for h in history]
     assessed = []
     for key, config in after.items():
-        old = before.get(key)
-        if old is None or config["status"] == "failed" or old["status"] == "failed":
+        old = before.get(key)  # the baseline's figures of this configuration, if it measured it
+        if old is None:
             continue
-        changed = flip(old, config, [h.get(key) for h in older])
+        was, now = rows.config_figures(old), rows.config_figures(config)
+        if now.status == "failed" or was.status == "failed":
+            continue
+        earlier = [h[key] for h in older if key in h]  # the earlier runs that measured it, newest first
+        changed = flip(old, config, earlier)
         if changed is not None:
             assessed.append({"cell": config["cell"], "key": key, "cell_id": config["cell_id"], **changed})
+        history_figures = [rows.config_figures(h) for h in earlier]
         for metric in metrics_of(config):
             higher = METRICS[metric].higher_is_better
-            if not config["repeats"].get(metric) and not old["repeats"].get(metric):
+            if not now.repeats_of(metric) and not was.repeats_of(metric):
                 continue  # e.g. end-to-end latency of publish-only cells
-            by_repeats = min(len(old["repeats"].get(metric, [])), len(config["repeats"].get(metric, []))) >= MIN_REPEATS
+            by_repeats = min(len(was.repeats_of(metric)), len(now.repeats_of(metric))) >= MIN_REPEATS
             one_figure = not by_repeats and METRICS[metric].series is None  # no per-second series: one figure per run
-            block = None if by_repeats or one_figure else block_length(old["series"].get(metric, []) +
-                                                                       config["series"].get(metric, []))
-            hist = [s for s in (_samples(h.get(key), metric, block) for h in older) if s]
-            figures = assess(_samples(old, metric, block) or [], _samples(config, metric, block) or [], higher, hist,
+            block = None if by_repeats or one_figure else block_length(was.series_of(metric) + now.series_of(metric))
+            hist = [s for s in (_samples(h, metric, block) for h in history_figures) if s]
+            figures = assess(_samples(was, metric, block) or [], _samples(now, metric, block) or [], higher, hist,
                              MIN_REPEATS if by_repeats else 1 if one_figure else MIN_BLOCKS)
             found = rows.verdict(figures)
             if block is not None and found.verdict == "unstable" and not found.cannot_tell:
@@ -649,7 +672,7 @@ def target_configuration(events: list[dict]) -> dict:
 def target_settings(spec: dict) -> dict:
     """The spec's target, client and timing settings (TARGET_FIELDS) as the run request gave them: None for one it
     left out (its default then is the release's, which code_version tells apart)."""
-    return {f: spec.get(f) for f in TARGET_FIELDS}
+    return structs.asdict(convert(spec, TargetSettings))
 
 
 def find_history(store: EventStore, run_id: str, candidate_events: list[dict] | None = None,

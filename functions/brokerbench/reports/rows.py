@@ -382,12 +382,21 @@ class Highlight(Row, kw_only=True):
     reference: str | None = None
 
 
+class Failover(Row, kw_only=True):
+    """What a broker's documentation promises an acknowledged message when the node that acknowledged it fails
+    (registry.durability's `failover`): promised True, False (nothing promised) or None (not stated)."""
+    promised: bool | None
+    text: str
+
+
 class Durability(Row, kw_only=True):
-    """What a broker's acknowledgement waited for (results.json `durability`)."""
+    """What a broker's acknowledgement waited for (results.json `durability`), and what is promised when a node
+    fails (None in results stored before statements said)."""
     fsync: bool | str | None  # a policy where it is neither (Redis's appendfsync everysec)
     replicas: int | None
     memory_only: bool | str | None
     text: str
+    failover: Failover | None = None
 
 
 class Prices(Row, kw_only=True):
@@ -522,12 +531,26 @@ class BusyMark(Row, kw_only=True):
 
 class ConfigFigures(Row, kw_only=True):
     """What the regression check reads of one configuration's entry in a run's figures (regression.run_figures;
-    benchmarks and tests build entries by hand, without the optional parts): its sustainability, its repeats'
-    verdicts, its busy repeats and its send loop. The figures and series are read by metric."""
+    benchmarks and tests build entries by hand, without the optional parts): its status, sustainability, its
+    repeats' verdicts, its busy repeats and its send loop, and by metric its per-repeat figures (`repeats`) and each
+    repeat's per-second series (`series`)."""
+    status: str | None = None  # the configuration's (run_figures always gives it)
     sustainability: str | None = None
     repeat_verdicts: list[str] = []
     host_busy: BusyMark | None = None
     send_loop: str | None = None
+    repeats: dict[str, list] = {}  # numbers as computed (numpy's included), compared as they are
+    series: dict[str, list[list]] = {}
+
+    def repeats_of(self, metric: str) -> list:
+        """A metric's per-repeat figures; empty where it has none (end-to-end latency of a publish-only cell, a
+        metric figures built by hand leave out)."""
+        return self.repeats.get(metric, [])
+
+    def series_of(self, metric: str) -> list[list]:
+        """A metric's per-second series, one per repeat; empty where it has none (a metric with no per-second
+        figure, as the maximum sustainable rate)."""
+        return self.series.get(metric, [])
 
 
 def config_figures(entry: dict) -> ConfigFigures:

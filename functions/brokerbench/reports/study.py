@@ -17,13 +17,14 @@ import json
 import statistics
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Literal
 
 import numpy as np
-from msgspec import Struct, ValidationError, convert
+from msgspec import UNSET, Struct, UnsetType, ValidationError, convert
 
 from .. import verdict
 from ..metrics import shown_in
-from ..eventdata import CellCompleted, Host, Spec, given
+from ..eventdata import CellCompleted, Counters, Host, Spec, given
 from ..events import RUN_EVENTS, read_report_events
 from ..spec import SpecError, all_suite_names, load_suite_file
 from .rows import Environment, result_cell
@@ -58,7 +59,7 @@ def study_names() -> list[str]:
     return [name for name in all_suite_names() if "published" in load_suite_file(name)]
 
 
-def load_study(name: str) -> dict:
+def load_study(name: str) -> Suite:
     try:
         doc = load_suite_file(name)
     except SpecError as exc:
@@ -66,7 +67,7 @@ def load_study(name: str) -> dict:
     if "published" not in doc:
         raise StudyError("study", f"suite {name!r} has no published study to compare with "
                                   f"(studies: {', '.join(study_names())})")
-    return {"name": name, **doc}
+    return suite_definition(name, doc)
 
 
 # -- the stored runs a study is compared with ------------------------------------------------------------------
@@ -102,22 +103,22 @@ def stored_run(events: list[dict]) -> StoredRun:
     return run
 
 
-def find_runs(store, study: dict, run_ids: list[str] | None = None) -> dict[str, StoredRun]:
+def find_runs(store, study: Suite, run_ids: list[str] | None = None) -> dict[str, StoredRun]:
     """The study's runs by name: those given (each must be one of the study's runs), else for each of its runs the
     newest stored one of the suite that completed every cell, or failing that the newest that ended."""
-    names = [run["name"] for run in study["runs"]]
+    names = [run.name for run in study.runs]
     found: dict[str, StoredRun] = {}
     for run_id in run_ids or []:
         run = read_run(store, run_id)
         if run.name not in names:
-            raise StudyError("run", f"run {run_id} is {run.name!r}, not one of {study['name']}'s runs ({', '.join(names)})")
+            raise StudyError("run", f"run {run_id} is {run.name!r}, not one of {study.name}'s runs ({', '.join(names)})")
         if run.name in found:
             raise StudyError("run", f"two runs given for {run.name}: {found[run.name].run_id} and {run_id}")
         found[run.name] = run
     missing = [name for name in names if name not in found]
     fallback: dict[str, str] = {}  # the newest run that ended with some cells failed, when none completed
     if missing:
-        for requested in store.list_runs(limit=200, suite=study["name"]):
+        for requested in store.list_runs(limit=200, suite=study.name):
             name = given(convert(requested["data"]["spec"], Spec).name)
             if name in missing and name not in found:
                 end = next((e for e in store.read(requested["run_id"], prefix="90#") if e["type"] == "RunCompleted"),
@@ -248,6 +249,14 @@ def _end(run: StoredRun, cell_id: str) -> CellCompleted:
     return convert(run.completed[cell_id], CellCompleted)
 
 
+class _Sampled(Struct, frozen=True, kw_only=True):
+    """An interval as a study's lag reads it (IntervalMeasured data): its number, its counts and the broker's
+    backlog (None: not read)."""
+    interval: int
+    counters: Counters
+    backlog: int | None = None
+
+
 def _backlog(run: StoredRun, cell_id: str) -> list:
     """The broker's backlog samples of a cell's send schedule (the drain after it, emptying the backlog, is left
     out: a study's lag is sampled while the producers send)."""
@@ -256,8 +265,8 @@ def _backlog(run: StoredRun, cell_id: str) -> list:
     if digest := given(completed.digest):
         rows = zip(digest.interval, digest.sent, digest.backlog)
     else:
-        rows = ((d["interval"], d["counters"]["sent"], d.get("backlog"))
-                for d in sorted(run.intervals.get(cell_id, []), key=lambda d: d["interval"]))
+        sampled = sorted((convert(d, _Sampled) for d in run.intervals.get(cell_id, [])), key=lambda i: i.interval)
+        rows = ((i.interval, i.counters.sent, i.backlog) for i in sampled)
     return [backlog for interval, sent, backlog in rows if verdict.in_schedule(interval, sent, schedule)]
 
 
@@ -319,6 +328,62 @@ class Conclusion(Struct, frozen=True, kw_only=True):
     claim: str
     checks: list[Check] = []
     not_checked: str = ""
+
+
+class FaultRequest(Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """A fault a suite's run applies (schemas/run-request.schema.json `faults[]`, which checks the ranges when the
+    run is requested): its fields in the schema's order, a field left out UNSET (written back as it was, without
+    it)."""
+    kind: Literal["kill", "stop", "pause", "restart", "network", "reboot"]
+    target: str | UnsetType = UNSET
+    at_s: int | float
+    duration_s: int | float | UnsetType = UNSET
+    effect: Literal["latency", "bandwidth", "reset", "blackhole"] | UnsetType = UNSET
+    direction: Literal["both", "upstream", "downstream"] | UnsetType = UNSET
+    latency_ms: int | float | UnsetType = UNSET
+    rate_kbps: int | float | UnsetType = UNSET
+
+
+class SuiteRun(Struct, frozen=True, kw_only=True):
+    """One run request of a suite as the studies and the guarantees page read it: its name, description, notes and
+    faults (None where it gives none). The run request's other settings are checked by its schema when the run is
+    requested."""
+    name: str
+    description: str = ""
+    notes: list[str] = []
+    faults: list[FaultRequest] | None = None
+
+
+class Published(Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """A study as it was published (a suite's `published`): where, on what machine, its tables and conclusions."""
+    source: str
+    machine: str
+    tables: list[Table]
+    conclusions: list[Conclusion]
+
+
+class Suite(Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """A suite file read as a study (spec.SUITE_FIELDS): its name, description, the study's title and notes, its
+    runs in order (a suite that is one run request: that one) and the published study, if it compares with one."""
+    name: str
+    description: str = ""
+    study: str | None = None
+    notes: list[str] = []
+    runs: list[SuiteRun]
+    published: Published | None = None
+
+
+def suite_definition(name: str, doc: dict) -> Suite:
+    """A suite file (as spec.load_suite_file reads it) typed: a field misspelled or of the wrong type fails naming
+    the file and the field's place in it."""
+    try:
+        if "runs" in doc:
+            return convert({"name": name, **doc}, Suite)
+        run = convert(doc, SuiteRun)
+    except ValidationError as exc:
+        raise StudyError("suite", f"suites/{name}.json: {exc}") from None
+    # One run request: the suite is named, described and annotated by it.
+    return Suite(name=run.name, description=run.description, notes=run.notes, runs=[run])
 
 
 def _typed(data, kind: type):
@@ -402,16 +467,16 @@ def judge(conclusion: dict | Conclusion, tables: dict, side: str) -> dict:
     return {"verdict": verdict, "figures": list(dict.fromkeys(text for _, text in outcomes))}  # each figure once
 
 
-def compare(study: dict, runs: dict[str, StoredRun]) -> dict:
-    published = study["published"]
-    tables = [compare_table(table, runs) for table in published["tables"]]
+def compare(study: Suite, runs: dict[str, StoredRun]) -> dict:
+    published = study.published
+    tables = [compare_table(table, runs) for table in published.tables]
     by_id = {t["id"]: t for t in tables}
-    conclusions = [{"claim": c["claim"], "ours": judge(c, by_id, "ours"), "theirs": judge(c, by_id, "theirs")}
-                   for c in published["conclusions"]]
-    return {"study": study["name"], "title": study["study"], "description": study["description"],
-            "source": published["source"], "machine": published["machine"], "notes": study.get("notes", []),
-            "runs": [_run_summary(runs[r["name"]]) if r["name"] in runs else {"name": r["name"], "run_id": None}
-                     for r in study["runs"]],
+    conclusions = [{"claim": c.claim, "ours": judge(c, by_id, "ours"), "theirs": judge(c, by_id, "theirs")}
+                   for c in published.conclusions]
+    return {"study": study.name, "title": study.study, "description": study.description,
+            "source": published.source, "machine": published.machine, "notes": study.notes,
+            "runs": [_run_summary(runs[r.name]) if r.name in runs else {"name": r.name, "run_id": None}
+                     for r in study.runs],
             "tables": tables, "conclusions": conclusions}
 
 

@@ -307,7 +307,7 @@ def deliveries(data: bytes, at: int, lanes: dict[bytes, int], split: int) -> tup
             append((data[start:start + split], data[start + split:stop], lane))
             at = stop + 1
         else:  # a body over several frames (larger than the frame size)
-            pieces, got, at = [data[start:stop]], length, stop + 1  # `begin` is where this message began
+            pieces, got, at = [data[start:stop]], length, stop + 1  # the message began at `begin`
             while got < body_size and at + 7 <= size:
                 kind, _, length = unpack(">BHI", data, at)
                 stop = at + 7 + length
@@ -329,8 +329,9 @@ def deliveries(data: bytes, at: int, lanes: dict[bytes, int], split: int) -> tup
 
 
 def connect(endpoint: dict, timeout_s: float = 10.0, kind: type[Connection] = Connection) -> Connection:
-    """A publishing connection (a consuming one: `kind` Consuming) to the first of the endpoint's addresses (amqp.addresses: a cluster's nodes in turn)
-    that takes one; a refused login, or no address answering, is BrokerUnavailable."""
+    """A publishing connection (a consuming one: `kind` Consuming) to the first of the endpoint's addresses
+    (amqp.addresses: a cluster's nodes in turn) that takes one; a refused login, or no address answering, is
+    BrokerUnavailable."""
     user, password = amqp.credentials(endpoint)
     tls_host = endpoint["host"] if endpoint.get("tls") else None
     errors = []

@@ -1,5 +1,6 @@
-"""RabbitMQ quorum queues over AMQP 0-9-1 (spoken by the driver itself for publish and consume; pika declares), on the local RabbitMQ node that rabbitmq-streams shares, or on
-Amazon MQ for RabbitMQ in the cloud (AMQP over TLS)."""
+"""RabbitMQ quorum queues over AMQP 0-9-1 (spoken by the driver itself to publish and consume; pika declares and
+counts the queues), on the local RabbitMQ node that rabbitmq-streams shares, or on Amazon MQ for RabbitMQ in the
+cloud (AMQP over TLS)."""
 
 from .. import Capabilities, Cloud, CloudFault, CloudQuota, Plugin, Settings
 from ..rabbitmq import cloud_access, settings

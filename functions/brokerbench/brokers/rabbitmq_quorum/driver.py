@@ -4,11 +4,11 @@ Each lane is one quorum queue, `<topic>-<n>`, published to through the default e
 worker's header (a fixed 20 bytes) followed by the payload. The Python loop's producer speaks AMQP itself on a
 connection of its own (rabbitmq.wire): it publishes on a channel in confirm mode without waiting, batch mode
 keeping up to rabbitmq_in_flight unconfirmed, single mode one, and stamps a confirm as the read that brought it
-returns; a confirm may confirm many at once (`multiple`). The consumer speaks AMQP itself too (rabbitmq.wire.Consuming):
-it takes deliveries with a prefetch of rabbitmq_prefetch, parsed in bulk from each read, and acknowledges a poll's
+returns; a confirm may confirm many at once (`multiple`). The consumer speaks AMQP itself too (wire.Consuming): it
+takes deliveries with a prefetch of rabbitmq_prefetch, parsed in bulk from each read, and acknowledges a poll's
 deliveries (one `multiple` ack) with the next poll, after their receive timestamps. pika declares, counts and deletes
-the queues (rabbitmq.amqp). The native send loop (`native_sender`, brokerbench.native) publishes the same way on an AMQP connection
-of its own.
+the queues (rabbitmq.amqp). The native send loop (`native_sender`, brokerbench.native) publishes the same way on an
+AMQP connection of its own.
 
 A channel refused once is replaced (on a cluster). RabbitMQ 3.10's channel keeps, per quorum queue, a client state
 made at its first publish there from the queue's record: the leader the record names first among its members. Its

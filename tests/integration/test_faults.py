@@ -352,10 +352,10 @@ def test_a_cell_that_ends_while_its_broker_is_down_waits_for_the_brokers_count(t
 
 
 def test_a_cell_that_loses_its_broker_waits_for_it_so_the_next_cell_is_served(tmp_path, monkeypatch):
-    """A cell whose broker dies under it (a Redis consumer gives up at once on a lost connection, as pika's does
-    under a quorum queue) fails, and waits for the broker before it ends: the run's next cell meets the broker
-    started again instead of being refused by its 5 s check while the broker starts (RabbitMQ's next cell was, on
-    a loaded host). The broker is started again 30 s after the kill's cell began: later than redis-py's own retries,
+    """A cell whose broker dies under it (a Redis consumer gives up at once on a lost connection, as the quorum-queue
+    consumer does on one node reached directly) fails, and waits for the broker before it ends: the run's next cell
+    meets the broker started again instead of being refused by its 5 s check while the broker starts (RabbitMQ's
+    next cell was, on a loaded host). The broker is started again 30 s after the kill's cell began: later than redis-py's own retries,
     which the cell's clean-up waits out whatever the cell does. A cell refused at its start (no broker there) does
     not wait: a run against a broker that is down fails each cell in the check's time."""
     driver, command = _redis_at_a_free_port(tmp_path)
@@ -419,8 +419,8 @@ def test_a_broker_killed_mid_cell_and_started_again_keeps_its_data_and_serves_th
     # Pulsar measures the cell it crashed in only: its standalone, killed and started again on its data, can
     # lose its bookie's registration about a minute later ("Not enough non-faulty bookies", 1 of 3 tries here),
     # which would fail the cells after it for a reason of Pulsar's own.
-    # Under a quorum queue RabbitMQ's cell fails at once (pika's consumer does not reconnect: "StreamLostError"),
-    # before the node is started again: the failed cell waits for its broker (COUNT_WAIT_S) before it ends, so the
+    # Under a quorum queue RabbitMQ's cell fails at once (its consumer does not reconnect to one node reached
+    # directly), before the node is started again: the failed cell waits for its broker (COUNT_WAIT_S) before it ends, so the
     # next cell measures the node started again instead of being refused while it starts (as it was on a loaded
     # host, when the next cell's 5 s check came first).
     one_cell = service == "pulsar"

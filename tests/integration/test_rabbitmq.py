@@ -13,6 +13,7 @@ from brokerbench import native, spec
 from brokerbench.brokers.rabbitmq import amqp, management
 from brokerbench.brokers.rabbitmq_quorum.driver import QuorumProducer
 from brokerbench.brokers.rabbitmq_streams.driver import StreamsWireProducer
+from brokerbench.drivers import BrokerUnavailable
 from brokerbench.registry import get_driver
 from brokerbench.reports.results import build_results
 from brokerbench.worker.framing import unpack_many
@@ -193,6 +194,58 @@ def test_the_python_loops_quorum_producer_speaks_amqp_itself_and_takes_each_conf
     finally:
         connection.channel().queue_delete(f"{topic}-0")
         connection.close()
+
+
+def test_the_quorum_consumer_speaks_amqp_itself_reads_each_message_once_in_order_and_acknowledges_at_close(rabbit):
+    """The quorum-queue consumer (rabbitmq.wire.Consuming: AMQP on a connection of its own) on three queues of 257
+    messages in all, a 300 KB payload (three frames) among them, with a prefetch of 16 so that it reads on only as it
+    acknowledges: held, it takes nothing and the queues keep all; then every message comes once, in order per lane,
+    whole. Closed, it has acknowledged its last poll: the queues are empty by the broker's count."""
+    endpoint = rabbit["rabbitmq-quorum"]
+    client = {**CLIENT, "rabbitmq_prefetch": 16}
+    driver = get_driver("rabbitmq-quorum", endpoint, client)
+    topic = f"bb-consume-{time.monotonic_ns()}"
+    driver.create_topic(topic, 3)
+    pool = [bytes([i]) * (300 + i) for i in range(4)] + [b"L" * 300_000]
+    try:
+        producer = python_producer(driver, topic, 3)
+        python_sends(producer, 257, lambda seq: pool[seq % 5], lanes=3, producer_id=5)
+        producer.close()
+        consumer = driver.consumer(topic, "bb-check", [0, 1, 2])
+        assert driver.describe()["client_library"].startswith("rabbitmq.wire")
+        consumer.hold(True)
+        assert consumer.poll(0.3) == [] and driver.backlog(topic, "bb-check", 3) == 257
+        consumer.hold(False)
+        got, polls, deadline = [], 0, time.monotonic() + 30
+        while len(got) < 257 and time.monotonic() < deadline:
+            got += consumer.poll(1.0)
+            polls += 1
+        assert polls > 257 // (3 * 16)  # the prefetch held it to what it acknowledged
+        assert driver.backlog(topic, "bb-check", 3) == 0  # all delivered (the last poll's not acknowledged yet)
+        consumer.close()
+        assert amqp.counts(endpoint, topic, 3) == [0, 0, 0]
+        # nothing was left unacknowledged: a new consumer finds nothing
+        again = driver.consumer(topic, "bb-check", [0, 1, 2])
+        assert again.poll(0.5) == []
+        again.close()
+    finally:
+        driver.delete_topic(topic, 3)
+    for lane in range(3):
+        mine = [(header, payload) for header, payload, at in got if at == lane]
+        frames = unpack_many([header for header, _ in mine])
+        assert frames["seq"].tolist() == list(range(lane, 257, 3)) and set(frames["producer"].tolist()) == {5}
+        assert [payload for _, payload in mine] == [pool[seq % 5] for seq in frames["seq"].tolist()]
+
+
+def test_the_quorum_consumer_on_a_queue_that_does_not_exist_is_broker_unavailable(rabbit):
+    """The broker closes the channel of a consume on a queue it does not have (404): on one node reached directly the
+    consumer's poll raises BrokerUnavailable naming it."""
+    driver = get_driver("rabbitmq-quorum", rabbit["rabbitmq-quorum"], CLIENT)
+    consumer = driver.consumer(f"bb-none-{time.monotonic_ns()}", "bb-check", [0])
+    with pytest.raises(BrokerUnavailable, match="404"):
+        for _ in range(20):
+            consumer.poll(0.2)
+    consumer.close()
 
 
 def assert_streams_hold(driver, topic: str, pool: list[bytes]) -> None:

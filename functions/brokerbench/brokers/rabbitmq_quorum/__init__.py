@@ -1,5 +1,6 @@
-"""RabbitMQ quorum queues over AMQP 0-9-1 (pika), on the local RabbitMQ node that rabbitmq-streams shares, or on
-Amazon MQ for RabbitMQ in the cloud (AMQP over TLS)."""
+"""RabbitMQ quorum queues over AMQP 0-9-1 (spoken by the driver itself to publish and consume; pika declares and
+counts the queues), on the local RabbitMQ node that rabbitmq-streams shares, or on Amazon MQ for RabbitMQ in the
+cloud (AMQP over TLS)."""
 
 from .. import Capabilities, Cloud, CloudFault, CloudQuota, Plugin, Settings
 from ..rabbitmq import cloud_access, settings
@@ -7,7 +8,7 @@ from ..rabbitmq.local import SERVICE
 
 PLUGIN = Plugin(
     name="rabbitmq-quorum",
-    description="RabbitMQ quorum queues over AMQP 0-9-1 through pika: publisher confirms, consumer acks",
+    description="RabbitMQ quorum queues over AMQP 0-9-1: publisher confirms, consumer acks",
     family="rabbitmq-amqp",  # a named target with "driver": "rabbitmq-amqp" is served by quorum queues
     driver="brokerbench.brokers.rabbitmq_quorum.driver:RabbitMQQuorumDriver",
     settings=Settings(target=settings.TARGET, provision=settings.PROVISION, client=settings.CLIENT),

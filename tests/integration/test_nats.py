@@ -18,6 +18,7 @@ import pytest
 from brokerbench import native, spec
 from brokerbench.brokers.nats_jetstream.driver import (PULL_EXPIRES_S, PULL_LOST_S, NatsJetStreamDriver, consumer_config,
                                                        durable_name, frame, stream_name, subject)
+from brokerbench.brokers.nats_jetstream import driver as nats_driver
 from brokerbench.brokers.nats_jetstream.wire import WireConsumer, WireProducer
 from brokerbench.brokers.nats_jetstream.local import NatsService
 from brokerbench.drivers import BrokerUnavailable, TargetRefused
@@ -307,6 +308,33 @@ def test_the_python_loops_producer_speaks_nats_itself_and_takes_each_pub_ack_onc
         assert {seq for seq, (ok, _) in answers.items() if not ok} == set(range(1, 40, 2))
         assert all(handed[seq + 1] >= answers[seq][1] for seq in range(39))  # sent after the previous answer came
         assert driver.message_count(topic, 1) == 20
+    finally:
+        driver.delete_topic(topic, 1)
+
+
+def test_a_pub_ack_that_waited_in_the_socket_past_the_timeout_is_taken_not_expired(extra_brokers, monkeypatch):
+    """The cell's readiness probe is published before the cell spawns its processes and its PubAck read once they
+    have started: a spawn longer than the PubAck timeout (over 5 s on a loaded host) left the PubAck in the socket,
+    and the producer gave the publish up before reading it ("did not acknowledge the readiness probe (0 of 1)").
+    What the socket holds is taken before anything is given up; a publish the server never answers still is."""
+    monkeypatch.setattr(nats_driver, "ACK_TIMEOUT_S", 1.0)
+    driver = NatsJetStreamDriver(extra_brokers("nats")["nats-jetstream"], CLIENT)
+    topic = "bb-late-read"
+    driver.create_topic(topic, 1)
+    try:
+        acks: list[bool] = []
+        producer = driver.producer(topic, 1, "single", lambda header, ok, at_ns: acks.append(ok))
+        assert isinstance(producer, WireProducer)
+        producer.send(HEADER.pack(0, 0, 0), b"probe", 0)
+        time.sleep(1.6)  # the worker elsewhere, longer than the timeout: the PubAck waits in the socket
+        assert producer.flush(5) == 0 and acks == [True]
+        silent = driver.producer(topic, 1, "single", lambda header, ok, at_ns: acks.append(ok))
+        silent._conn.write(b"UNSUB 1\r\n")  # its inbox unsubscribed: the PubAck never reaches it
+        silent.send(HEADER.pack(0, 1, 0), b"lost", 0)
+        assert silent.flush(5) == 0 and acks == [True]  # given up after 1 s, neither acknowledged nor failed
+        producer.close()
+        silent.close()
+        assert driver.message_count(topic, 1) == 2
     finally:
         driver.delete_topic(topic, 1)
 

@@ -5,11 +5,13 @@ killed and started again under it."""
 
 import asyncio
 import contextlib
+import json
 import os
 import signal
 import socket
 import subprocess
 import time
+import urllib.request
 
 import nats
 
@@ -20,6 +22,7 @@ from brokerbench.brokers.nats_jetstream.driver import (PULL_EXPIRES_S, PULL_LOST
                                                        durable_name, frame, stream_name, subject)
 from brokerbench.brokers.nats_jetstream import driver as nats_driver
 from brokerbench.brokers.nats_jetstream.wire import WireConsumer, WireProducer
+from brokerbench.brokers.nats_jetstream import local
 from brokerbench.brokers.nats_jetstream.local import NatsService
 from brokerbench.drivers import BrokerUnavailable, TargetRefused
 from brokerbench.local.processes import free_port, stop
@@ -143,6 +146,47 @@ def test_a_server_that_syncs_every_write_is_recorded_and_serves_a_cell(extra_bro
         assert "syncs every write to disk before its PubAck" in settings["acks_meaning"]
     finally:
         stop(started.pids[0])
+
+
+def test_the_servers_config_is_taken_whole_and_its_sync_policy_takes_effect(tmp_path):
+    """The config the stack writes is read without a complaint (an unquoted `sync_interval: 2m` was logged as
+    `invalid use of field "sync_interval"` at every start, and taken as 2,000,000 s), and the server does what it
+    says, as the server's own monitoring endpoint (/varz, on a port of the test's only) reports it: a timer of
+    120 s, or every write synced (sync_always)."""
+    service, binary = NatsService(), local.server_binary()
+    for policy, want in (("2m", {"sync_interval": 120 * 10**9}), ("always", {"sync_always": True})):
+        folder = tmp_path / policy
+        (folder / "data").mkdir(parents=True)
+        started = service.start(folder, free_port, {"nats_sync": policy})
+        try:
+            deadline = time.monotonic() + 30
+            while not service.ready(started):
+                assert time.monotonic() < deadline, (folder / "nats.log").read_text()[-2000:]
+                time.sleep(0.1)
+        finally:
+            stop(started.pids[0])
+        log = (folder / "nats.log").read_text()
+        assert "Server is ready" in log and "invalid use of field" not in log and "[ERR]" not in log, log[:2000]
+        port, monitor = free_port(), free_port()
+        watched = subprocess.Popen([str(binary), "-c", str(folder / "nats.conf"), "-a", local.HOST, "-p", str(port),
+                                    "-js", "-m", str(monitor)], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        try:
+            deadline = time.monotonic() + 30
+            while True:
+                try:
+                    with urllib.request.urlopen(f"http://{local.HOST}:{monitor}/varz", timeout=2) as answer:
+                        config = json.load(answer)["jetstream"]["config"]
+                    break
+                except OSError:
+                    assert time.monotonic() < deadline and watched.poll() is None, "no /varz"
+                    time.sleep(0.1)
+        finally:
+            watched.terminate()
+            complaints = watched.communicate(timeout=30)[1].decode(errors="replace")
+        assert "invalid use of field" not in complaints, complaints[:2000]
+        assert {key: config.get(key) for key in want} == want, config
+        if policy == "2m":
+            assert not config.get("sync_always"), config
 
 
 def test_a_cell_samples_the_servers_cpu_and_memory(extra_brokers, stack, store):

@@ -6,6 +6,7 @@ acknowledged message kept. The cluster's own view is the truth checked: the stre
 import os
 import signal
 import time
+from pathlib import Path
 
 import pytest
 
@@ -60,6 +61,8 @@ def test_each_server_listens_on_its_client_and_cluster_ports_on_loopback_only(na
     for node in nats3["nodes"]:
         [pid] = node["pids"]
         assert sorted(listening(pid)) == [("0100007F", port) for port in sorted([node["port"], node["cluster_port"]])]
+        log = Path(node["log"]).read_text(errors="replace")
+        assert "invalid use of field" not in log, log[:2000]  # the config is taken whole (local.config_text)
 
 
 def test_a_python_producer_given_one_server_learns_of_no_other(nats3):

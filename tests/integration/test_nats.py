@@ -319,6 +319,37 @@ def test_a_server_killed_under_the_native_loop_fails_sends_until_it_is_back_then
         stop(started.pids[0])
 
 
+def test_a_native_flush_gives_up_pub_acks_a_paused_server_does_not_send_and_ignores_them_when_they_come(tmp_path):
+    """SIGSTOP of a server of the test's own under the native loop: its connection stays up and nothing answers (as a
+    stream whose leader was killed does not, to a client connected to another server). The flush gives those
+    publishes up after the PubAck timeout (ACK_TIMEOUT_NS, 5 s) as the full window does, where it waited out its
+    whole bound (the drain's cap, 40 s, in a cell): none is still awaited, none acknowledged or failed. Answered
+    after SIGCONT, they are ignored (none counted), and the next sends are acknowledged."""
+    started = own_server(tmp_path, free_port())
+    try:
+        driver = NatsJetStreamDriver(started.endpoint, CLIENT)
+        driver.create_topic("bb-native-pause", 1)
+        sender = driver.native_sender("bb-native-pause", 1, "batch")
+        sender.configure([b"x" * 100], None, 0, time.monotonic_ns(), 0.0)
+        _, acked, _, failed = send_all(sender, 20)
+        assert sorted(acked.tolist()) == list(range(20)) and failed.size == 0
+        os.kill(started.pids[0], signal.SIGSTOP)
+        try:
+            far = time.monotonic_ns() + 60_000_000_000
+            sender.send_until(20, 25, far, far)  # fewer than the window: none waits
+            assert sender.flush(120) == 0  # given up, not waited for until the bound
+            _, _, acked, _, failed = sender.take()
+            assert len(acked) == len(failed) == 0
+        finally:
+            os.kill(started.pids[0], signal.SIGCONT)
+        _, acked, _, failed = send_all(sender, 10, first=25)
+        sender.close()
+        assert sorted(acked.tolist()) == list(range(25, 35)) and failed.size == 0  # the late PubAcks: not counted
+        assert driver.message_count("bb-native-pause", 1) == 35  # the paused server stored them all once back
+    finally:
+        stop(started.pids[0])
+
+
 def test_the_python_loops_producer_speaks_nats_itself_and_takes_each_pub_ack_once(extra_brokers):
     """The Python loop's producer on plain NATS (wire.WireProducer): 257 messages over three subjects with a window
     of 10, each answered once with a PubAck stamped no earlier than its send, and the stream holds exactly them, in

@@ -5,11 +5,13 @@ killed and started again under it."""
 
 import asyncio
 import contextlib
+import json
 import os
 import signal
 import socket
 import subprocess
 import time
+import urllib.request
 
 import nats
 
@@ -18,7 +20,9 @@ import pytest
 from brokerbench import native, spec
 from brokerbench.brokers.nats_jetstream.driver import (PULL_EXPIRES_S, PULL_LOST_S, NatsJetStreamDriver, consumer_config,
                                                        durable_name, frame, stream_name, subject)
+from brokerbench.brokers.nats_jetstream import driver as nats_driver
 from brokerbench.brokers.nats_jetstream.wire import WireConsumer, WireProducer
+from brokerbench.brokers.nats_jetstream import local
 from brokerbench.brokers.nats_jetstream.local import NatsService
 from brokerbench.drivers import BrokerUnavailable, TargetRefused
 from brokerbench.local.processes import free_port, stop
@@ -142,6 +146,47 @@ def test_a_server_that_syncs_every_write_is_recorded_and_serves_a_cell(extra_bro
         assert "syncs every write to disk before its PubAck" in settings["acks_meaning"]
     finally:
         stop(started.pids[0])
+
+
+def test_the_servers_config_is_taken_whole_and_its_sync_policy_takes_effect(tmp_path):
+    """The config the stack writes is read without a complaint (an unquoted `sync_interval: 2m` was logged as
+    `invalid use of field "sync_interval"` at every start, and taken as 2,000,000 s), and the server does what it
+    says, as the server's own monitoring endpoint (/varz, on a port of the test's only) reports it: a timer of
+    120 s, or every write synced (sync_always)."""
+    service, binary = NatsService(), local.server_binary()
+    for policy, want in (("2m", {"sync_interval": 120 * 10**9}), ("always", {"sync_always": True})):
+        folder = tmp_path / policy
+        (folder / "data").mkdir(parents=True)
+        started = service.start(folder, free_port, {"nats_sync": policy})
+        try:
+            deadline = time.monotonic() + 30
+            while not service.ready(started):
+                assert time.monotonic() < deadline, (folder / "nats.log").read_text()[-2000:]
+                time.sleep(0.1)
+        finally:
+            stop(started.pids[0])
+        log = (folder / "nats.log").read_text()
+        assert "Server is ready" in log and "invalid use of field" not in log and "[ERR]" not in log, log[:2000]
+        port, monitor = free_port(), free_port()
+        watched = subprocess.Popen([str(binary), "-c", str(folder / "nats.conf"), "-a", local.HOST, "-p", str(port),
+                                    "-js", "-m", str(monitor)], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        try:
+            deadline = time.monotonic() + 30
+            while True:
+                try:
+                    with urllib.request.urlopen(f"http://{local.HOST}:{monitor}/varz", timeout=2) as answer:
+                        config = json.load(answer)["jetstream"]["config"]
+                    break
+                except OSError:
+                    assert time.monotonic() < deadline and watched.poll() is None, "no /varz"
+                    time.sleep(0.1)
+        finally:
+            watched.terminate()
+            complaints = watched.communicate(timeout=30)[1].decode(errors="replace")
+        assert "invalid use of field" not in complaints, complaints[:2000]
+        assert {key: config.get(key) for key in want} == want, config
+        if policy == "2m":
+            assert not config.get("sync_always"), config
 
 
 def test_a_cell_samples_the_servers_cpu_and_memory(extra_brokers, stack, store):
@@ -274,6 +319,37 @@ def test_a_server_killed_under_the_native_loop_fails_sends_until_it_is_back_then
         stop(started.pids[0])
 
 
+def test_a_native_flush_gives_up_pub_acks_a_paused_server_does_not_send_and_ignores_them_when_they_come(tmp_path):
+    """SIGSTOP of a server of the test's own under the native loop: its connection stays up and nothing answers (as a
+    stream whose leader was killed does not, to a client connected to another server). The flush gives those
+    publishes up after the PubAck timeout (ACK_TIMEOUT_NS, 5 s) as the full window does, where it waited out its
+    whole bound (the drain's cap, 40 s, in a cell): none is still awaited, none acknowledged or failed. Answered
+    after SIGCONT, they are ignored (none counted), and the next sends are acknowledged."""
+    started = own_server(tmp_path, free_port())
+    try:
+        driver = NatsJetStreamDriver(started.endpoint, CLIENT)
+        driver.create_topic("bb-native-pause", 1)
+        sender = driver.native_sender("bb-native-pause", 1, "batch")
+        sender.configure([b"x" * 100], None, 0, time.monotonic_ns(), 0.0)
+        _, acked, _, failed = send_all(sender, 20)
+        assert sorted(acked.tolist()) == list(range(20)) and failed.size == 0
+        os.kill(started.pids[0], signal.SIGSTOP)
+        try:
+            far = time.monotonic_ns() + 60_000_000_000
+            sender.send_until(20, 25, far, far)  # fewer than the window: none waits
+            assert sender.flush(120) == 0  # given up, not waited for until the bound
+            _, _, acked, _, failed = sender.take()
+            assert len(acked) == len(failed) == 0
+        finally:
+            os.kill(started.pids[0], signal.SIGCONT)
+        _, acked, _, failed = send_all(sender, 10, first=25)
+        sender.close()
+        assert sorted(acked.tolist()) == list(range(25, 35)) and failed.size == 0  # the late PubAcks: not counted
+        assert driver.message_count("bb-native-pause", 1) == 35  # the paused server stored them all once back
+    finally:
+        stop(started.pids[0])
+
+
 def test_the_python_loops_producer_speaks_nats_itself_and_takes_each_pub_ack_once(extra_brokers):
     """The Python loop's producer on plain NATS (wire.WireProducer): 257 messages over three subjects with a window
     of 10, each answered once with a PubAck stamped no earlier than its send, and the stream holds exactly them, in
@@ -307,6 +383,33 @@ def test_the_python_loops_producer_speaks_nats_itself_and_takes_each_pub_ack_onc
         assert {seq for seq, (ok, _) in answers.items() if not ok} == set(range(1, 40, 2))
         assert all(handed[seq + 1] >= answers[seq][1] for seq in range(39))  # sent after the previous answer came
         assert driver.message_count(topic, 1) == 20
+    finally:
+        driver.delete_topic(topic, 1)
+
+
+def test_a_pub_ack_that_waited_in_the_socket_past_the_timeout_is_taken_not_expired(extra_brokers, monkeypatch):
+    """The cell's readiness probe is published before the cell spawns its processes and its PubAck read once they
+    have started: a spawn longer than the PubAck timeout (over 5 s on a loaded host) left the PubAck in the socket,
+    and the producer gave the publish up before reading it ("did not acknowledge the readiness probe (0 of 1)").
+    What the socket holds is taken before anything is given up; a publish the server never answers still is."""
+    monkeypatch.setattr(nats_driver, "ACK_TIMEOUT_S", 1.0)
+    driver = NatsJetStreamDriver(extra_brokers("nats")["nats-jetstream"], CLIENT)
+    topic = "bb-late-read"
+    driver.create_topic(topic, 1)
+    try:
+        acks: list[bool] = []
+        producer = driver.producer(topic, 1, "single", lambda header, ok, at_ns: acks.append(ok))
+        assert isinstance(producer, WireProducer)
+        producer.send(HEADER.pack(0, 0, 0), b"probe", 0)
+        time.sleep(1.6)  # the worker elsewhere, longer than the timeout: the PubAck waits in the socket
+        assert producer.flush(5) == 0 and acks == [True]
+        silent = driver.producer(topic, 1, "single", lambda header, ok, at_ns: acks.append(ok))
+        silent._conn.write(b"UNSUB 1\r\n")  # its inbox unsubscribed: the PubAck never reaches it
+        silent.send(HEADER.pack(0, 1, 0), b"lost", 0)
+        assert silent.flush(5) == 0 and acks == [True]  # given up after 1 s, neither acknowledged nor failed
+        producer.close()
+        silent.close()
+        assert driver.message_count(topic, 1) == 2
     finally:
         driver.delete_topic(topic, 1)
 

@@ -81,7 +81,7 @@ def test_start_binds_the_server_to_loopback_with_jetstream_in_the_data_folder(tm
     assert not {"-m", "--http_port", "--https_port", "--cluster", "--routes"} & set(cmd)  # no other listener
     assert cwd == tmp_path / "data"
     config = (tmp_path / "nats.conf").read_text()
-    assert f'store_dir: "{tmp_path / "data"}"' in config and "sync_interval: 2m" in config
+    assert f'store_dir: "{tmp_path / "data"}"' in config and 'sync_interval: "2m"' in config
 
 
 def test_the_sync_policy_comes_from_the_stack_or_the_environment_and_a_wrong_one_is_named(tmp_path, monkeypatch):
@@ -89,7 +89,7 @@ def test_the_sync_policy_comes_from_the_stack_or_the_environment_and_a_wrong_one
     monkeypatch.setenv(local.SYNC_ENV, "always")
     started = local.NatsService().start(tmp_path, iter([4222, 4300]).__next__, {})
     assert started.endpoint["sync_interval"] == "always"
-    assert "sync_interval: always" in (tmp_path / "nats.conf").read_text()
+    assert 'sync_interval: "always"' in (tmp_path / "nats.conf").read_text()
     monkeypatch.setenv(local.SYNC_ENV, "sometimes")
     with pytest.raises(StackError, match=local.SYNC_ENV):
         local.NatsService().start(tmp_path, iter([4222, 4300]).__next__, {})
@@ -161,7 +161,7 @@ def test_a_cluster_names_each_server_and_routes_it_to_the_others_on_loopback(tmp
         assert "  no_advertise: true\n" in config  # clients keep to the URLs they are given (a fault's proxies)
         routes = re.findall(r"nats-route://([\d.]+):(\d+)", config)
         assert sorted(routes) == sorted((HOST, str(c)) for n, (_, c) in listeners.items() if n != node)
-        assert f'store_dir: "{tmp_path / "data" / f"node-{node}"}"' in config and "sync_interval: 2m" in config
+        assert f'store_dir: "{tmp_path / "data" / f"node-{node}"}"' in config and 'sync_interval: "2m"' in config
         cmd, cwd, log = spawned[node - 1]
         config_file = tmp_path / f"node-{node}" / "nats.conf"
         assert cmd == entry["command"] == [str(local.server_binary()), "-c", str(config_file)]

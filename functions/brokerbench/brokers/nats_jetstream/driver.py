@@ -113,10 +113,14 @@ async def _quiet(_error) -> None:
     """The client's errors reach the caller through the calls that meet them; nats-py's default prints each."""
 
 
-async def _connect(urls: list[str], reconnect: bool = True, reconnected=None):
-    """`reconnected`: a coroutine function called once the client has reconnected (nats-py's reconnected_cb)."""
+async def _connect(urls: list[str], reconnect: bool = True, reconnected=None, give_up: bool = False):
+    """`reconnected`: a coroutine function called once the client has reconnected (nats-py's reconnected_cb).
+    `give_up`: a server that refuses the connection is tried once more (RECONNECT_WAIT_S later), then the connect
+    fails (NoServersError). Without it the first connect tries the servers in turn until the caller's timeout:
+    nats-py's max_reconnect_attempts 0 sets no limit, and a check that waits so for a server started again (a
+    cell's `check` after a kill) keeps it."""
     return await nats.connect(servers=urls, connect_timeout=CONNECT_TIMEOUT_S, allow_reconnect=reconnect,
-                              max_reconnect_attempts=MAX_RECONNECTS if reconnect else 0,
+                              max_reconnect_attempts=MAX_RECONNECTS if reconnect else int(give_up),
                               reconnect_time_wait=RECONNECT_WAIT_S, pending_size=RECONNECT_BUFFER_BYTES,
                               error_cb=_quiet, **({"reconnected_cb": reconnected} if reconnected else {}))
 

@@ -71,8 +71,10 @@ def sync_policy(settings: dict) -> str:
 
 
 def config_text(store: Path, sync: str) -> str:
-    """The server's JetStream block: the store folder, the sync policy, bounded stores."""
-    return (f'jetstream {{\n  store_dir: "{store}"\n  sync_interval: {sync}\n'
+    """The server's JetStream block: the store folder, the sync policy, bounded stores. The policy is quoted: the
+    server's config reads an unquoted `2m` as the number 2,000,000 ("m": mega), logs `invalid use of field
+    "sync_interval"` and takes it as 2,000,000 seconds (its /varz said 2e15 ns), where "2m" is 120 s."""
+    return (f'jetstream {{\n  store_dir: "{store}"\n  sync_interval: "{sync}"\n'
             f"  max_memory_store: {MAX_MEMORY_STORE}\n  max_file_store: {MAX_FILE_STORE}\n}}\n")
 
 

@@ -500,12 +500,18 @@ class WireProducer:
         return True
 
     def _expire(self) -> None:
-        """PubAcks awaited longer than ack_timeout_s are no longer waited for (checked every half second)."""
+        """PubAcks awaited longer than ack_timeout_s are no longer waited for (checked every half second). What the
+        socket already holds is taken first: a PubAck that came while the worker was elsewhere is not one the
+        server failed to give. (Expired before the read, the readiness probe's PubAck, sent before the cell spawned
+        its processes and read once they had started, was dropped when the spawn took over 5 s on a loaded host:
+        the cell failed "0 of 1", and a fault test's kill meant for it hit the next cell.)"""
         now = time.monotonic()
         if now < self._next_expiry:
             return
         self._next_expiry = now + 0.5
         limit, in_flight = now - self._ack_timeout_s, self._in_flight
+        while in_flight and in_flight[next(iter(in_flight))][1] < limit and self._conn is not None and self._read(0):
+            pass
         while in_flight:
             oldest = next(iter(in_flight))
             if in_flight[oldest][1] >= limit:

@@ -1,5 +1,6 @@
-"""RabbitMQ's stream protocol spoken on a blocking socket of its own: the Python loop's stream producer on one node
-reached directly (rabbitmq_streams.driver.StreamsWireProducer; through rstream where it follows a failover).
+"""RabbitMQ's stream protocol spoken on a blocking socket of its own: the Python loop's stream producer and the
+stream consumer on one node reached directly (rabbitmq_streams.driver.StreamsWireProducer, StreamsWireConsumer;
+through rstream where they follow a failover).
 
 rstream runs on an asyncio loop of its own thread: a publish crossed to that thread and was encoded there, and a
 confirm was stamped in its callback after rstream's decoding, 392 µs above the native loop's publish p50 on the
@@ -23,8 +24,9 @@ when compressed (the worker's producers never batch nor compress). Offsets count
 offset; records below the offset a subscription asked for (the broker starts at the chunk that holds it) are passed
 over; chunks other than user data (offset tracking) give their credit back and deliver nothing. One Credit is
 given back per chunk, as the Java client's default flow strategy does, written for all the chunks of a read at
-once. StoreOffset records a group's position (no answer comes), and a Close waited for before the socket closes
-makes sure the broker took what was written before it."""
+once. No heartbeats here either (a held consumer does not read its socket, and the broker asks for none when
+they are tuned off). StoreOffset records a group's position (no answer comes), and a Close waited for before the
+socket closes makes sure the broker took what was written before it."""
 
 from __future__ import annotations
 
@@ -254,7 +256,8 @@ class Subscriptions(Session):
         self.ended: str | None = None
         self.answered: dict[int, int] = {}  # correlation id -> response code
 
-    def subscribe(self, starts: dict[int, int | None], credit: int, timeout_s: float) -> list[tuple[bytes, bytes, int]]:
+    def subscribe(self, starts: dict[int, int | None], credit: int,
+                  timeout_s: float) -> list[tuple[bytes, bytes, int]]:
         """Subscribe each id of `starts` from its offset (None: the stream's first) with `credit` chunks, all in one
         write, and wait up to timeout_s for every answer: the messages delivered meanwhile are returned (taken)."""
         requests = []

@@ -12,7 +12,7 @@ import pytest
 from brokerbench import native, spec
 from brokerbench.brokers.rabbitmq import amqp, management
 from brokerbench.brokers.rabbitmq_quorum.driver import QuorumProducer
-from brokerbench.brokers.rabbitmq_streams.driver import StreamsWireProducer
+from brokerbench.brokers.rabbitmq_streams.driver import StreamsWireConsumer, StreamsWireProducer
 from brokerbench.drivers import BrokerUnavailable
 from brokerbench.registry import get_driver
 from brokerbench.reports.results import build_results
@@ -291,6 +291,58 @@ def test_the_python_loops_stream_producer_speaks_the_stream_protocol_itself_and_
         assert_streams_hold(driver, topic, pool)
     finally:
         driver.delete_topic(topic, 3)
+
+
+def test_the_stream_consumer_speaks_the_stream_protocol_itself_reads_each_message_once_and_stores_its_offset(
+        rabbit):
+    """The consumer on one node reached directly (rabbitmq_streams.wire.Subscriptions), with a credit of 2 chunks:
+    held, it reads nothing; 3,000 messages over two streams in chunks of at most 10 (the producer's window) are each
+    delivered once, in order, with their payloads (2 chunks of credit would stall it unless each chunk's credit came
+    back); the broker counts 3,000 and, after close, the group's backlog is 0 (its offsets stored); a new consumer of
+    the group reads from the first offset again; a stream deleted under it ends its subscription, and poll, commit
+    and close go on without an error."""
+    endpoint = rabbit["rabbitmq-streams"]
+    driver = get_driver("rabbitmq-streams", endpoint, {**CLIENT, "rabbitmq_prefetch": 2})
+    topic = f"bb-stream-consumer-{time.monotonic_ns()}"
+    driver.create_topic(topic, 2)
+    try:
+        producer = python_producer(driver, topic, 2)
+        python_sends(producer, 3000, lambda seq: b"payload %d" % seq, lanes=2, producer_id=3)
+        producer.close()
+        assert len(producer.answers) == 3000 and all(ok for ok, _ in producer.answers.values())
+        consumer = driver.consumer(topic, "bb-group", [0, 1])
+        assert isinstance(consumer, StreamsWireConsumer)
+        consumer.hold(True)
+        assert consumer.poll(0.3) == []
+        consumer.hold(False)
+        got, deadline = [], time.monotonic() + 60
+        while len(got) < 3000 and time.monotonic() < deadline:
+            got += consumer.poll(1.0)
+        assert len(got) == 3000 and consumer.poll(0.5) == []
+        for lane in (0, 1):
+            mine = [(header, payload) for header, payload, at in got if at == lane]
+            frames = unpack_many([header for header, _ in mine])
+            assert frames["producer"].tolist() == [3] * 1500
+            assert frames["seq"].tolist() == list(range(lane, 3000, 2))
+            assert [payload for _, payload in mine] == [b"payload %d" % seq for seq in range(lane, 3000, 2)]
+        consumer.commit()
+        consumer.close()
+        assert driver.message_count(topic, 2) == 3000
+        assert driver.backlog(topic, "bb-group", 2) == 0
+        again = driver.consumer(topic, "bb-group", [1])
+        first = []
+        while not first and time.monotonic() < deadline:
+            first = again.poll(1.0)
+        assert unpack_many([first[0][0]])["seq"].tolist() == [1] and first[0][2] == 1
+        amqp.delete_lanes(endpoint, topic, 2)
+        ended = time.monotonic() + 30
+        while again._connection.active[0] and time.monotonic() < ended:
+            again.poll(0.2)  # what was delivered before the deletion, then the broker's MetadataUpdate
+        assert again._connection.active == [False] and again.poll(0.2) == []
+        again.commit()
+        again.close()
+    finally:
+        driver.delete_topic(topic, 2)
 
 
 def test_the_native_stream_loop_publishes_each_message_once_and_takes_each_confirm(rabbit):

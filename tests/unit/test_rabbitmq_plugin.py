@@ -160,3 +160,121 @@ def test_each_row_states_its_durability(broker, fsync):
     three = brokers.plugin(broker).state_durability({}, {"nodes": 3})
     assert (one["fsync"], one["replicas"], one["memory_only"]) == (fsync, 0, False)
     assert three["replicas"] == 1  # a majority of 3: one other member
+
+
+def deliver(subscription: int, first: int, entries: list[bytes], kind: int = 0, records: int | None = None) -> bytes:
+    """A Deliver frame (version 1) as the protocol lays it out: [size][key 8][version 1][subscription id], then the
+    osiris chunk: magic and version, chunk type, entries, records, timestamp, epoch, first offset, CRC, data length,
+    trailer length, reserved, then the entries."""
+    data = b"".join(entries)
+    chunk = struct.pack(">BBHIqQQIIII", 0x50, kind, len(entries), len(entries) if records is None else records,
+                        1_700_000_000_000, 1, first, 0, len(data), 0, 0) + data
+    return struct.pack(">IHHB", 5 + len(chunk), 8, 1, subscription) + chunk
+
+
+def simple(data: bytes) -> bytes:
+    return struct.pack(">I", len(data)) + data
+
+
+def message(n: int) -> bytes:
+    return bytes([n]) * 20 + b"payload-%d" % n  # a 20-byte header, then the payload
+
+
+@pytest.fixture
+def subscriptions():
+    """A consumer connection's parsing on one end of a real socket pair (the broker's side: the other end), with
+    two subscriptions: id 0 on lane 4, id 1 on lane 7, both active."""
+    import socket
+
+    ours, broker = socket.socketpair()
+    connection = stream_wire.Subscriptions.__new__(stream_wire.Subscriptions)
+    connection.sock, connection.buffer, connection.at = ours, b"", 0
+    connection.track(["s-4", "s-7"], [4, 7], 20)
+    connection.active = [True, True]
+    broker.settimeout(1)
+    yield connection, broker
+    ours.close()
+    broker.close()
+
+
+def credits(broker) -> list[tuple[int, int]]:
+    """The Credit frames the consumer wrote: (subscription id, chunks) each."""
+    data = broker.recv(1 << 16)
+    found, at = stream_wire.frames(data, 0)
+    assert at == len(data) and all(key == stream_wire.CREDIT for key, _ in found)
+    return [struct.unpack(">BH", content) for _, content in found]
+
+
+def test_a_chunks_entries_are_read_in_order_with_their_offsets_and_its_credit_given_back(subscriptions):
+    connection, broker = subscriptions
+    broker.sendall(deliver(0, 100, [simple(message(n)) for n in range(3)]))
+    assert connection.receive(1)
+    assert connection.take() == [(bytes([n]) * 20, b"payload-%d" % n, 4) for n in range(3)]
+    assert connection.last == [102, None] and credits(broker) == [(0, 1)]
+
+
+def test_a_chunk_split_across_reads_is_taken_once_whole(subscriptions):
+    connection, broker = subscriptions
+    frame = deliver(1, 0, [simple(message(n)) for n in range(5)])
+    for part in (frame[:5], frame[5:60], frame[60:-1]):
+        broker.sendall(part)
+        assert connection.receive(1)
+        assert connection.take() == []
+    broker.sendall(frame[-1:])
+    assert connection.receive(1)
+    assert [payload for _, payload, _ in connection.take()] == [b"payload-%d" % n for n in range(5)]
+    assert connection.last == [None, 4] and credits(broker) == [(1, 1)]
+
+
+def test_two_chunks_in_one_read_each_give_their_credit_back_in_one_write(subscriptions):
+    """Two chunks of subscription 0 and one of subscription 1 in one read: one Credit frame per subscription, for
+    its chunks; a tracking chunk (type 1, a stored offset) delivers nothing and gives its credit back too."""
+    connection, broker = subscriptions
+    broker.sendall(deliver(0, 0, [simple(message(1))]) + deliver(1, 10, [simple(message(2))])
+                   + deliver(0, 1, [simple(message(3)), simple(message(4))]) + deliver(0, 3, [b"track"], kind=1))
+    assert connection.receive(1)
+    assert [(payload, lane) for _, payload, lane in connection.take()] == [
+        (b"payload-1", 4), (b"payload-2", 7), (b"payload-3", 4), (b"payload-4", 4)]
+    assert connection.last == [2, 10] and sorted(credits(broker)) == [(0, 3), (1, 1)]
+
+
+def test_records_below_the_offset_subscribed_from_are_passed_over(subscriptions):
+    """Subscribed from offset 12, the broker starts at the chunk that holds it (first offset 10)."""
+    connection, broker = subscriptions
+    connection.wanted[0] = 12
+    broker.sendall(deliver(0, 10, [simple(message(n)) for n in range(4)]))
+    assert connection.receive(1)
+    assert [payload for _, payload, _ in connection.take()] == [b"payload-2", b"payload-3"]
+    assert connection.last[0] == 13
+
+
+def test_an_uncompressed_sub_entry_batch_is_read_and_a_compressed_one_refused(subscriptions):
+    """A sub-entry batch: [1 bit set, compression 3 bits, 4 reserved][records 2][uncompressed size 4][size 4], then
+    [size][data] records; its records take an offset each."""
+    connection, broker = subscriptions
+    records = simple(message(5)) + simple(message(6))
+    batch = struct.pack(">BHII", 0x80, 2, len(records), len(records)) + records
+    broker.sendall(deliver(0, 0, [batch, simple(message(7))], records=3))
+    assert connection.receive(1)
+    assert [payload for _, payload, _ in connection.take()] == [b"payload-5", b"payload-6", b"payload-7"]
+    assert connection.last[0] == 2
+    gzip = struct.pack(">BHII", 0x90, 2, len(records), len(records)) + records
+    broker.sendall(deliver(0, 3, [gzip], records=2))
+    assert connection.receive(1)
+    with pytest.raises(stream_wire.ProtocolError, match="compressed sub-entry batch"):
+        connection.take()
+
+
+def test_a_deleted_stream_ends_its_subscription_alone_and_a_close_ends_the_connection(subscriptions):
+    connection, broker = subscriptions
+    name = b"s-4"
+    moved = struct.pack(">IHHHH", 8 + len(name), 0x10, 1, 6, len(name)) + name
+    broker.sendall(moved + deliver(0, 0, [simple(message(1))]) + deliver(1, 0, [simple(message(2))]))
+    assert connection.receive(1)
+    assert [(payload, lane) for _, payload, lane in connection.take()] == [(b"payload-2", 7)]
+    assert connection.active == [False, True] and "stream s-4" in connection.dropped[0]
+    assert credits(broker) == [(1, 1)]  # none for the subscription that ended
+    close = struct.pack(">IHHIH", 10 + 2, 0x16, 1, 1, 0x11) + struct.pack(">H", 0)
+    broker.sendall(close)
+    assert connection.receive(1)
+    assert connection.take() == [] and "code 17" in connection.ended

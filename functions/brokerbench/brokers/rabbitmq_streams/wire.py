@@ -1,5 +1,6 @@
-"""RabbitMQ's stream protocol spoken on a blocking socket of its own: the Python loop's stream producer on one node
-reached directly (rabbitmq_streams.driver.StreamsWireProducer; through rstream where it follows a failover).
+"""RabbitMQ's stream protocol spoken on a blocking socket of its own: the Python loop's stream producer and the
+stream consumer on one node reached directly (rabbitmq_streams.driver.StreamsWireProducer, StreamsWireConsumer;
+through rstream where they follow a failover).
 
 rstream runs on an asyncio loop of its own thread: a publish crossed to that thread and was encoded there, and a
 confirm was stamped in its callback after rstream's decoding, 392 µs above the native loop's publish p50 on the
@@ -13,7 +14,19 @@ SaslAuthenticate (PLAIN), the broker's Tune answered (its frame size, no heartbe
 at every poll and while it waits), Open of the virtual host, then a publisher per lane (DeclarePublisher: id = the
 lane, no reference, so no deduplication). Publish carries a lane's messages (publishing id, size, data each);
 PublishConfirm acknowledges publishing ids, PublishError fails them; a Close, or a MetadataUpdate (the stream was
-deleted or its leader moved), ends the connection."""
+deleted or its leader moved), ends the connection.
+
+The consumer on one node reached directly (driver.StreamsWireConsumer) speaks it too, on a Subscriptions connection:
+a Subscribe per lane (subscription id = the lane's index, the offset specification and initial credit given), and
+each Deliver frame's osiris chunk parsed where it lies in the buffer (`Subscriptions.take`): its entries are simple
+entries, [size][data], or sub-entry batches, whose records are read when uncompressed and refused (ProtocolError)
+when compressed (the worker's producers never batch nor compress). Offsets count records from the chunk's first
+offset; records below the offset a subscription asked for (the broker starts at the chunk that holds it) are passed
+over; chunks other than user data (offset tracking) give their credit back and deliver nothing. One Credit is
+given back per chunk, as the Java client's default flow strategy does, written for all the chunks of a read at
+once. No heartbeats here either (a held consumer does not read its socket, and the broker asks for none when
+they are tuned off). StoreOffset records a group's position (no answer comes), and a Close waited for before the
+socket closes makes sure the broker took what was written before it."""
 
 from __future__ import annotations
 
@@ -25,6 +38,8 @@ from ..socket_buffer import SocketBuffer
 
 PEER_PROPERTIES, SASL_HANDSHAKE, SASL_AUTHENTICATE, TUNE, OPEN, CLOSE = 0x11, 0x12, 0x13, 0x14, 0x15, 0x16
 DECLARE_PUBLISHER, PUBLISH, PUBLISH_CONFIRM, PUBLISH_ERROR, METADATA_UPDATE = 0x01, 0x02, 0x03, 0x04, 0x10
+SUBSCRIBE, DELIVER, CREDIT, STORE_OFFSET, HEARTBEAT = 0x07, 0x08, 0x09, 0x0A, 0x17
+OFFSET_FIRST, OFFSET_OFFSET = 1, 4  # a Subscribe's offset specification: the stream's first offset, or one given
 RESPONSE = 0x8000
 OK = 1
 MAX_FRAME = 1048576  # the frame size asked for, as the native loop (the broker's own when smaller)
@@ -35,6 +50,10 @@ REFUSALS = {2: "the stream does not exist", 8: "authentication failure", 0x0C: "
 
 class Refused(OSError):
     """The broker answered a request with another code than OK."""
+
+
+class ProtocolError(ConnectionError):
+    """The broker sent what this client does not read (a compressed sub-entry batch, a frame too short)."""
 
 
 def str16(value: bytes) -> bytes:
@@ -106,13 +125,12 @@ def _publish_frame(lane: int, entries: list[bytes]) -> bytes:
     return struct.pack(">IHHBI", 9 + len(body), PUBLISH, 1, lane, len(entries)) + body
 
 
-class Connection(SocketBuffer):
-    """One stream-protocol connection with a publisher per stream (its index: the lane)."""
+class Session(SocketBuffer):
+    """One stream-protocol connection, logged in to its virtual host: PeerProperties, SASL PLAIN, Tune, Open."""
 
     PEER = "RabbitMQ"
 
-    def __init__(self, host: str, port: int, user: str, password: str, vhost: str, streams: list[str],
-                 timeout_s: float) -> None:
+    def __init__(self, host: str, port: int, user: str, password: str, vhost: str, timeout_s: float) -> None:
         self.sock = socket.create_connection((host, port), timeout=timeout_s)
         try:
             self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
@@ -127,9 +145,6 @@ class Connection(SocketBuffer):
             self.frame_max = MAX_FRAME if frame_max == 0 or frame_max > MAX_FRAME else frame_max
             self.write(struct.pack(">IHHII", 12, TUNE, 1, self.frame_max, 0))
             self._request(OPEN, str16(vhost.encode()), "the virtual host", timeout_s)
-            for lane, stream in enumerate(streams):
-                self._request(DECLARE_PUBLISHER, bytes((lane,)) + str16(b"") + str16(stream.encode()),
-                              f"a publisher on stream {stream}", timeout_s)
         except BaseException:
             self.sock.close()
             raise
@@ -159,10 +174,226 @@ class Connection(SocketBuffer):
         self.sock.settimeout(WRITE_TIMEOUT_S)
         self.sock.sendall(data)
 
+    def close(self) -> None:
+        self.sock.close()
+
+
+class Connection(Session):
+    """One stream-protocol connection with a publisher per stream (its index: the lane)."""
+
+    def __init__(self, host: str, port: int, user: str, password: str, vhost: str, streams: list[str],
+                 timeout_s: float) -> None:
+        super().__init__(host, port, user, password, vhost, timeout_s)
+        try:
+            for lane, stream in enumerate(streams):
+                self._request(DECLARE_PUBLISHER, bytes((lane,)) + str16(b"") + str16(stream.encode()),
+                              f"a publisher on stream {stream}", timeout_s)
+        except BaseException:
+            self.sock.close()
+            raise
+
     def take(self) -> tuple[list[tuple[int, bool]], str | None]:
         """The answers complete in the buffer, taken off it (see `answers`)."""
         found, self.at = frames(self.buffer, self.at)
         return answers(found)
 
-    def close(self) -> None:
-        self.sock.close()
+
+SIZE = struct.Struct(">I")
+# A Deliver frame from its subscription id: the id, then the osiris chunk's header (magic and version, chunk type,
+# entries, records, timestamp, epoch, first offset, CRC, data length, trailer length, reserved), then its entries.
+CHUNK = struct.Struct(">BBBHIqQQIIII")
+CHUNK_AT = 8  # after the frame's size, key and version
+ENTRIES_AT = CHUNK_AT + CHUNK.size
+USER_DATA = 0  # the chunk type of messages (the others: offset tracking)
+SUB_BATCH = struct.Struct(">BHII")  # a sub-entry batch's type, records, uncompressed size, size
+CLOSE_CORRELATION = 0xFFFF  # correlation ids: a subscription's own id + SUBSCRIBE_CORRELATION, and this for Close
+SUBSCRIBE_CORRELATION = 0x100
+
+
+def offset_spec(start: int | None) -> bytes:
+    """A Subscribe's offset specification: the stream's first offset (None), else the offset given."""
+    return struct.pack(">H", OFFSET_FIRST) if start is None else struct.pack(">HQ", OFFSET_OFFSET, start)
+
+
+def credit_frames(chunks: dict[int, int]) -> bytes:
+    """Credit frames giving each subscription back its chunks (at most 65,535 a frame)."""
+    out = []
+    for subscription, count in chunks.items():
+        while count > 0:
+            out.append(struct.pack(">IHHBH", 7, CREDIT, 1, subscription, min(count, 0xFFFF)))
+            count -= 0xFFFF
+    return b"".join(out)
+
+
+def store_offset_frame(reference: bytes, stream: bytes, offset: int) -> bytes:
+    fields = str16(reference) + str16(stream) + struct.pack(">Q", offset)
+    return struct.pack(">IHH", 4 + len(fields), STORE_OFFSET, 1) + fields
+
+
+class Subscriptions(Session):
+    """A consumer's connection: a subscription per stream of `streams` (its id: the stream's index there), whose
+    messages `take` returns as (header, payload, lane) with the lane `lanes` gives the id. `last[id]` is the offset of
+    the last message taken from that subscription (None before the first); `ended` says why the connection can
+    deliver no more (a Close from the broker), and `dropped` names each subscription the broker ended (a
+    MetadataUpdate: its stream was deleted or its leader moved), whose deliveries are passed over from then on."""
+
+    def __init__(self, host: str, port: int, user: str, password: str, vhost: str, streams: list[str],
+                 lanes: list[int], header_size: int, timeout_s: float) -> None:
+        if len(streams) > 256:
+            raise ValueError(f"partitions: a stream connection has at most 256 subscriptions, {len(streams)} asked")
+        super().__init__(host, port, user, password, vhost, timeout_s)
+        self.track(streams, lanes, header_size)
+
+    def track(self, streams: list[str], lanes: list[int], header_size: int) -> None:
+        """What the connection keeps of its subscriptions (none subscribed yet)."""
+        self.streams = [stream.encode() for stream in streams]
+        self.lanes = lanes
+        self.header_size = header_size
+        self.wanted = [0] * len(streams)  # the first offset each subscription delivers
+        self.last: list[int | None] = [None] * len(streams)
+        self.active = [False] * len(streams)
+        self.dropped: dict[int, str] = {}
+        self.ended: str | None = None
+        self.answered: dict[int, int] = {}  # correlation id -> response code
+
+    def subscribe(self, starts: dict[int, int | None], credit: int,
+                  timeout_s: float) -> list[tuple[bytes, bytes, int]]:
+        """Subscribe each id of `starts` from its offset (None: the stream's first) with `credit` chunks, all in one
+        write, and wait up to timeout_s for every answer: the messages delivered meanwhile are returned (taken)."""
+        requests = []
+        for subscription, start in starts.items():
+            self.wanted[subscription] = start or 0
+            self.active[subscription] = True
+            requests.append(request(SUBSCRIBE, SUBSCRIBE_CORRELATION + subscription,
+                                    bytes((subscription,)) + str16(self.streams[subscription]) + offset_spec(start)
+                                    + struct.pack(">HI", credit, 0)))
+        self.write(b"".join(requests))
+        waiting = {SUBSCRIBE_CORRELATION + subscription for subscription in starts}
+        out, deadline = [], time.monotonic() + timeout_s
+        while True:
+            out += self.take()
+            if self.ended:
+                raise ConnectionError(self.ended)
+            if waiting <= self.answered.keys():
+                break
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise TimeoutError(f"RabbitMQ did not answer a Subscribe within {timeout_s} s")
+            self.receive(left)
+        for correlation in waiting:
+            code = self.answered.pop(correlation)
+            if code != OK:
+                subscription = correlation - SUBSCRIBE_CORRELATION
+                self.active[subscription] = False
+                raise Refused(f"RabbitMQ refused a subscription to stream {self.streams[subscription].decode()}: "
+                              f"{REFUSALS.get(code, 'see the code')} (stream response code {code})")
+        return out
+
+    def take(self) -> list[tuple[bytes, bytes, int]]:
+        """The messages of the complete Deliver frames in the buffer, taken off it, each chunk's credit given back (one
+        write for them all); the other frames' news kept (`answered`, `dropped`, `ended`)."""
+        data, at, size = self.buffer, self.at, len(self.buffer)
+        out: list[tuple[bytes, bytes, int]] = []
+        chunks: dict[int, int] = {}
+        unpack = SIZE.unpack_from
+        while at + 8 <= size:
+            end = at + 4 + unpack(data, at)[0]
+            if end > size:
+                break
+            key = (data[at + 4] << 8) | data[at + 5]
+            if key == DELIVER:
+                subscription = data[at + CHUNK_AT]
+                if subscription < len(self.active) and self.active[subscription]:
+                    chunks[subscription] = chunks.get(subscription, 0) + 1
+                    self._chunk(data, at, end, subscription, out)
+            elif end - at < 8:
+                raise ProtocolError(f"RabbitMQ sent a stream frame of {end - at - 4} bytes")
+            elif key == CREDIT | RESPONSE:
+                pass  # credit for a subscription that ended meanwhile: nothing to do
+            elif key & RESPONSE and end - at >= 14:
+                correlation, code = struct.unpack_from(">IH", data, at + 8)
+                self.answered[correlation] = code
+            elif key == METADATA_UPDATE:
+                code, length = struct.unpack_from(">HH", data, at + 8)
+                stream = data[at + 12:at + 12 + length]
+                for subscription, name in enumerate(self.streams):
+                    if name == stream and self.active[subscription]:
+                        self.active[subscription] = False
+                        self.dropped[subscription] = (f"RabbitMQ moved or deleted stream {stream.decode()} "
+                                                      f"(code {code})")
+            elif key == CLOSE:
+                code = struct.unpack_from(">H", data, at + 12)[0] if end - at >= 14 else 0
+                self.ended = f"RabbitMQ closed the stream connection (code {code})"
+            at = end  # (a Heartbeat: nothing to do)
+        self.at = at
+        if chunks:
+            self.write(credit_frames(chunks))
+        return out
+
+    def _chunk(self, data: bytes, at: int, end: int, subscription: int, out: list) -> None:
+        """One Deliver frame's chunk (from `at` to `end` of data): its messages appended to out."""
+        if end < at + ENTRIES_AT:
+            raise ProtocolError(f"RabbitMQ sent a Deliver frame of {end - at - 4} bytes")
+        if data[at + 7] != 1:
+            raise ProtocolError(f"RabbitMQ sent a Deliver frame of version {data[at + 7]} (this client reads 1)")
+        _, _, kind, entries, _, _, _, offset, _, _, _, _ = CHUNK.unpack_from(data, at + CHUNK_AT)
+        if kind != USER_DATA:
+            return
+        lane, wanted, cut = self.lanes[subscription], self.wanted[subscription], self.header_size
+        unpack, append = SIZE.unpack_from, out.append
+        pos = at + ENTRIES_AT
+        for _ in range(entries):
+            (length,) = unpack(data, pos)
+            if length & 0x80000000:  # a sub-entry batch
+                pos, offset = self._sub_batch(data, pos, end, offset, wanted, lane, out)
+                continue
+            pos += 4
+            if offset >= wanted:
+                append((data[pos:pos + cut], data[pos + cut:pos + length], lane))
+            pos += length
+            offset += 1
+        if pos > end:
+            raise ProtocolError(f"RabbitMQ sent a chunk whose entries run {pos - end} bytes past its frame")
+        self.last[subscription] = offset - 1 if offset > wanted else self.last[subscription]
+
+    def _sub_batch(self, data: bytes, pos: int, end: int, offset: int, wanted: int, lane: int,
+                   out: list) -> tuple[int, int]:
+        """A sub-entry batch at pos: its records appended to out when uncompressed; where the next entry begins and
+        the offset after its records."""
+        kind, records, _, length = SUB_BATCH.unpack_from(data, pos)
+        compression = (kind & 0x70) >> 4
+        if compression:
+            raise ProtocolError(f"RabbitMQ delivered a compressed sub-entry batch (compression type {compression}): "
+                                "this consumer reads uncompressed entries only")
+        at, stop, cut = pos + SUB_BATCH.size, pos + SUB_BATCH.size + length, self.header_size
+        if stop > end:
+            raise ProtocolError("RabbitMQ sent a sub-entry batch that runs past its frame")
+        for _ in range(records):
+            (size,) = SIZE.unpack_from(data, at)
+            at += 4
+            if offset >= wanted:
+                out.append((data[at:at + cut], data[at + cut:at + size], lane))
+            at += size
+            offset += 1
+        return stop, offset
+
+    def store(self, reference: bytes, offsets: dict[int, int]) -> None:
+        """Store each subscription's offset given under `reference` (StoreOffset: the broker does not answer)."""
+        self.write(b"".join(store_offset_frame(reference, self.streams[subscription], offset)
+                            for subscription, offset in offsets.items()))
+
+    def close_after(self, timeout_s: float) -> None:
+        """Close the connection once the broker has taken what was written before (its answer to a Close, waited for
+        up to timeout_s; deliveries meanwhile passed over)."""
+        try:
+            self.active = [False] * len(self.active)
+            self.write(request(CLOSE, CLOSE_CORRELATION, struct.pack(">H", OK) + str16(b"")))
+            deadline = time.monotonic() + timeout_s
+            while CLOSE_CORRELATION not in self.answered and (left := deadline - time.monotonic()) > 0:
+                self.take()
+                if CLOSE_CORRELATION not in self.answered:
+                    self.receive(left)
+        except OSError:
+            pass  # the broker is gone
+        finally:
+            self.sock.close()

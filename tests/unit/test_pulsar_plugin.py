@@ -139,7 +139,8 @@ def partition(n):
 def test_the_backlog_counts_the_messages_of_batched_entries_and_is_unknown_when_the_broker_cannot_tell():
     attached = [{"consumerName": "c"}]
     stats = {partition(0): {"msgInCounter": 500, "subscriptions": {"g": {"msgBacklog": 0, "consumers": attached}}},
-             partition(1): {"msgInCounter": 700, "subscriptions": {"g": {"msgBacklog": 3, "consumers": attached}}}}
+             partition(1): {"msgInCounter": 700, "subscriptions": {"g": {"msgBacklog": 3, "backlogSize": 240 * 1100,
+                                                                         "consumers": attached}}}}
     admin = FakeAdmin(stats, {partition(1): {"entries": 3, "messages": 240, "aborted": False}})
     assert pulsar_driver(admin).backlog("t", "g", 2) == 240  # three entries, batches of 80
     assert admin.analyzed == [partition(1)]  # an empty backlog is not read
@@ -160,8 +161,17 @@ def test_the_backlog_counts_the_messages_of_batched_entries_and_is_unknown_when_
 
 def test_a_large_backlog_is_read_back_only_once_the_consumers_have_left():
     large = driver.SAMPLE_MAX_ENTRIES + 1
-    while_consuming = {partition(0): {"subscriptions": {"g": {"msgBacklog": large, "consumers": [{"c": 1}]}}}}
+    while_consuming = {partition(0): {"subscriptions": {"g": {"msgBacklog": large, "backlogSize": 1024,
+                                                              "consumers": [{"c": 1}]}}}}
     admin = FakeAdmin(while_consuming)
+    assert pulsar_driver(admin).backlog("t", "g", 1) is None and admin.analyzed == []
+    # A few entries, but batches of a megabyte each: too many bytes to read back while the consumer reads them too.
+    big_batches = {partition(0): {"subscriptions": {"g": {"msgBacklog": 10, "backlogSize": driver.SAMPLE_MAX_BYTES + 1,
+                                                          "consumers": [{"c": 1}]}}}}
+    admin = FakeAdmin(big_batches)
+    assert pulsar_driver(admin).backlog("t", "g", 1) is None and admin.analyzed == []
+    unsized = {partition(0): {"subscriptions": {"g": {"msgBacklog": 10, "consumers": [{"c": 1}]}}}}
+    admin = FakeAdmin(unsized)  # no size given: what reading it back costs is unknown
     assert pulsar_driver(admin).backlog("t", "g", 1) is None and admin.analyzed == []
     after = {partition(0): {"subscriptions": {"g": {"msgBacklog": large, "consumers": []}}}}
     admin = FakeAdmin(after, {partition(0): {"entries": large, "messages": 5 * large, "aborted": False}})

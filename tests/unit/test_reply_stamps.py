@@ -141,3 +141,20 @@ def test_python_producer_stamps_each_reply_when_it_arrives(server, depth):
     assert producer.flush(5) == 0
     producer.close()
     check_stamps(server, [s for s, _ in acks], [at for _, at in acks], handed, depth)
+
+
+def test_python_producer_writes_a_send_after_a_pause_at_once(server):
+    """A send that follows the one before by more than JOIN_WITHIN_NS (a loop on schedule) reaches the server
+    before the loop polls again: it is not kept for the next poll's write, which would add the loop's own steps back
+    to its wait to the message's publish latency. Sends back to back are joined into one write at the next poll."""
+    producer = RedisStreamsProducer(RespConnection("127.0.0.1", server.port, False, None), ["s-0"], 100,
+                                    lambda header, ok, at: None)
+    for seq in range(2):
+        time.sleep(0.01)  # far more than JOIN_WITHIN_NS since the send before
+        producer.send(HEADER.pack(1, seq, time.monotonic_ns()), b"x" * 100, 0)
+        deadline = time.monotonic() + 5
+        while seq not in server.read_ns and time.monotonic() < deadline:
+            time.sleep(0.001)  # no poll: only the send itself can have written it
+        assert seq in server.read_ns, f"send {seq} after a pause was kept back for the next poll"
+    assert producer.flush(5) == 0
+    producer.close()

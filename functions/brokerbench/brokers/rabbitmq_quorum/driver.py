@@ -34,17 +34,20 @@ from pika.exceptions import AMQPError
 from ... import native, toxiproxy
 from ...drivers import BrokerUnavailable, Message, OnAck
 from ...worker.framing import HEADER
-from ..rabbitmq import amqp, in_flight_window, management, wire
+from ..rabbitmq import amqp, in_flight_window, management, stats_interval_s, wire
 from ..rabbitmq.amqp import lane_queue
 from ..socket_buffer import ConfirmedProducer
 
 HEADER_SIZE = HEADER.size
 # The management API's count of a queue's publishes and acknowledgements (message_count) is built from what each
-# channel reports every collect_statistics_interval (1 s on the local node), collected on the same period. A channel
-# that closes reports its last figures and deletes them in the same step (rabbit_channel:terminate/2), before they are
-# collected, so a channel closed within a period of its last publish or acknowledgement leaves them out of the count
-# for good: CI runs read a cell's count 74 short (publishes and acknowledgements both lost) or never settled. Kept
-# open two periods and a half after its last one, a channel has reported them and they were collected.
+# channel reports every collect_statistics_interval (250 ms on the local node), collected on the same period. A
+# channel that closes reports its last figures and deletes them in the same step (rabbit_channel:terminate/2), before
+# they are collected, so a channel closed within a period of its last publish or acknowledgement leaves them out of
+# the count for good: CI runs read a cell's count 74 short (publishes and acknowledgements both lost) or never
+# settled. Reported within a period and collected within the next, they are in the count two periods after the last
+# operation: a channel is kept open STATS_SETTLE_PERIODS of them (1.25 s on the local node), and STATS_SETTLE_S where
+# the endpoint does not give its node's period.
+STATS_SETTLE_PERIODS = 5
 STATS_SETTLE_S = 2.5
 
 
@@ -97,9 +100,13 @@ class RabbitMQQuorumDriver:
 
     def count_settle_s(self) -> float:
         """How long a cell's producer and consumer keep their channel open, idle, after their last publish or
-        acknowledgement, so that message_count sees them: STATS_SETTLE_S where the management API counts (its
-        `management_url`), else 0."""
-        return STATS_SETTLE_S if self.endpoint.get("management_url") else 0.0
+        acknowledgement, so that message_count sees them: where the management API counts (its `management_url`),
+        STATS_SETTLE_PERIODS of the node's statistics period (`stats_interval_ms`), or STATS_SETTLE_S where the
+        endpoint does not give it; else 0."""
+        if not self.endpoint.get("management_url"):
+            return 0.0
+        interval = stats_interval_s(self.endpoint)
+        return STATS_SETTLE_S if interval is None else STATS_SETTLE_PERIODS * interval
 
     def in_flight_window(self, mode: str) -> int:
         return in_flight_window(self.client, mode)
@@ -223,23 +230,14 @@ class QuorumProducer(_Reconnecting, ConfirmedProducer):
         is connected now."""
         return not self._broken or self._connect_again()
 
-    def _read(self, timeout_s: float) -> bool:
-        """The confirms one read of the socket brought (waiting up to timeout_s for it), stamped as it returned;
-        False when nothing came."""
-        connection = self._connection
-        try:
-            if not connection.receive(timeout_s):
-                return False
-            at = connection.read_at
-            confirms, closed = connection.confirms()
-        except OSError:
-            self._lost()
-            return True
-        for tag, multiple, ok in confirms:
+    def _take(self) -> tuple[list, object]:
+        """Basic.Ack and Basic.Nack as read, and the broker's Channel.Close or Connection.Close (given up, as a lost
+        connection)."""
+        return self._connection.confirms()
+
+    def _answered(self, answers: list, at: int) -> None:
+        for tag, multiple, ok in answers:
             self._confirmed(tag, multiple, ok, at)
-        if closed is not None:  # the broker closed the channel or the connection: given up, as a lost one
-            self._lost()
-        return True
 
     def _confirmed(self, tag: int, multiple: bool, ok: bool, at: int) -> None:
         """Basic.Ack or Basic.Nack for one delivery tag, or every tag up to it (`multiple`)."""

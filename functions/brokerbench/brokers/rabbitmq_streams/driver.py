@@ -48,7 +48,7 @@ from ...drivers import BrokerUnavailable, Message, OnAck
 from ...worker.framing import HEADER
 from ..rabbitmq import amqp, cluster, in_flight_window, management
 from ..rabbitmq.amqp import lane_queue
-from ..socket_buffer import ConfirmedProducer
+from ..socket_buffer import JOIN_WITHIN_NS, ConfirmedProducer
 from . import wire
 
 HEADER_SIZE = HEADER.size
@@ -561,11 +561,6 @@ class StreamsWireProducer(ConfirmedProducer):
         self._broken = False
         self._last_send_ns = 0
 
-    # Sends closer together than this are joined into one frame per lane at the loop's next poll; one after a longer
-    # pause is written at once. Left to the poll, a send on schedule waited for the loop's own steps back to its wait:
-    # Python − native publish p50 at 100 msgs/s read +95 µs, +20 written at once (bench/stamp_lag.py, 5 trials each).
-    JOIN_WITHIN_NS = 50_000
-
     def send(self, header: bytes, payload: bytes, partition: int) -> None:
         now = time.monotonic_ns()
         if self._broken:
@@ -574,7 +569,7 @@ class StreamsWireProducer(ConfirmedProducer):
         self._next_id += 1
         self._in_flight[self._next_id] = header
         self._pending[partition].append((self._next_id, header + payload))
-        alone, self._last_send_ns = now - self._last_send_ns > self.JOIN_WITHIN_NS, now
+        alone, self._last_send_ns = now - self._last_send_ns > JOIN_WITHIN_NS, now
         if alone or len(self._in_flight) >= self._depth:  # on schedule, or the window is full: written now
             self._hand_over()
             while len(self._in_flight) >= self._depth and not self._broken:
@@ -593,24 +588,15 @@ class StreamsWireProducer(ConfirmedProducer):
         except OSError:
             self._lost()
 
-    def _read(self, timeout_s: float) -> bool:
-        """The answers one read of the socket brought (waiting up to timeout_s for it), stamped as it returned;
-        False when nothing came."""
-        try:
-            if not self._connection.receive(timeout_s):
-                return False
-            at = self._connection.read_at
-            answered, ended = self._connection.take()
-        except OSError:
-            self._lost()
-            return True
+    def _take(self) -> tuple[list, object]:
+        """PublishConfirm and PublishError as read, and what ended the connection."""
+        return self._connection.take()
+
+    def _answered(self, answers: list, at: int) -> None:
         in_flight, on_ack = self._in_flight, self._on_ack
-        for publishing_id, ok in answered:
+        for publishing_id, ok in answers:
             if (header := in_flight.pop(publishing_id, None)) is not None:
                 on_ack(header, ok, at)
-        if ended is not None:
-            self._lost()
-        return True
 
     def _lost(self) -> None:
         if self._broken:

@@ -38,6 +38,7 @@ from redis.sentinel import Sentinel
 
 from ... import native, toxiproxy
 from ...drivers import BrokerUnavailable, Message, OnAck, TargetRefused
+from ..socket_buffer import JOIN_WITHIN_NS
 
 HEADER_FIELD = b"h"
 PAYLOAD_FIELD = b"d"
@@ -332,9 +333,10 @@ class RespConnection:
 
 class RedisStreamsProducer:
     """XADDs packed once by hiredis (redis-py's pipeline object costs more per command than the broker does, and
-    would make the client the bottleneck), written as they fall due and answered as a sliding window: at most
-    `depth` unanswered, as the native loop does. `poll` waits on the socket, so each reply is stamped as it is
-    read, not when the worker next looks.
+    would make the client the bottleneck), written as they fall due (one after a pause at once; sends back to back
+    joined into one write at the loop's next poll: socket_buffer.JOIN_WITHIN_NS) and answered as a sliding window:
+    at most `depth` unanswered, as the native loop does. `poll` waits on the socket, so each reply is stamped as it
+    is read, not when the worker next looks.
 
     `reconnect` (a master behind Sentinel): after a lost connection, the next send or poll at least
     RECONNECT_EVERY_S after the last attempt connects to the master the Sentinels name now; without it a lost
@@ -356,6 +358,7 @@ class RedisStreamsProducer:
         self._next_attempt = 0.0
         self._wait, self._wait_replicas = wait or (None, 0)
         self._broken = connection is None
+        self._last_send_ns = 0
 
     def _unanswered(self) -> int:
         return len(self._in_flight) + len(self._replied)
@@ -374,14 +377,16 @@ class RedisStreamsProducer:
         return not self._broken
 
     def send(self, header: bytes, payload: bytes, partition: int) -> None:
+        now = time.monotonic_ns()
         if not self._usable():
-            self._on_ack(header, False, time.monotonic_ns())
+            self._on_ack(header, False, now)
             return
         self._out.append(self._pack((b"XADD", self._keys[partition], b"*", HEADER_FIELD, header,
                                      PAYLOAD_FIELD, payload)))
         self._in_flight.append(header)
-        if self._unanswered() >= self._depth:  # the window is full: write, then wait until it has room
-            self._write()
+        alone, self._last_send_ns = now - self._last_send_ns > JOIN_WITHIN_NS, now
+        if alone or self._unanswered() >= self._depth:  # on schedule (written now), or the window is full (written,
+            self._write()                                # then waited on until it has room)
             while self._unanswered() >= self._depth and not self._broken:
                 self._read(None)
 

@@ -265,7 +265,8 @@ def targets(endpoints, stack, extra_brokers, toxiproxy, proxied_kafka, proxied_p
                                         "stream_port": stream_port}}
 
 
-RABBITMQ_KEYS = ("host", "amqp_port", "stream_port", "management_url", "vhost", "username")
+RABBITMQ_KEYS = ("host", "amqp_port", "stream_port", "management_url", "stats_interval_ms", "vhost",
+                 "username")
 
 
 def run_cells(endpoints, store, targets: dict, mode: str, rates, loop: str = "native", seconds: float = 1.5,

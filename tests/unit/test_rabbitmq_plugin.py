@@ -80,6 +80,27 @@ def test_an_endpoint_without_its_stream_port_or_password_is_refused_naming_the_f
         ("bench", "s3cret")
 
 
+def test_a_quorum_cells_channels_stay_open_for_the_nodes_statistics_period_where_the_management_api_counts():
+    """The settle wait follows the period the node reports its channels' figures in: the local node's 250 ms (its
+    endpoint says so) gives 1.25 s, a target that does not say gives 2.5 s, one without a management API none."""
+    from brokerbench.brokers.rabbitmq_quorum.driver import RabbitMQQuorumDriver
+
+    def settle(**endpoint):
+        return RabbitMQQuorumDriver({"host": "h", "amqp_port": 5672, **endpoint}, CLIENT).count_settle_s()
+
+    assert settle(management_url="http://h:15672", stats_interval_ms=local.STATS_INTERVAL_MS) == 1.25
+    assert settle(management_url="http://h:15672", stats_interval_ms=5000) == 25.0  # RabbitMQ's default period
+    assert settle(management_url="http://h:15672") == 2.5
+    assert settle(stats_interval_ms=250) == 0.0
+    request = {"brokers": ["rabbitmq-quorum"], "sizes": [1024], "rates": [100], "formats": ["json"]}
+    spec.validate({**request, "targets": {"rabbitmq-quorum": {"host": "h", "amqp_port": 5672,
+                                                              "stats_interval_ms": 5000}}})
+    with pytest.raises(spec.SpecError) as refused:
+        spec.validate({**request, "targets": {"rabbitmq-quorum": {"host": "h", "amqp_port": 5672,
+                                                                  "stats_interval_ms": 0}}})
+    assert "targets.rabbitmq-quorum.stats_interval_ms" in {p.path for p in refused.value.problems}
+
+
 def test_a_multiple_confirm_acknowledges_every_tag_up_to_it_once_and_a_nack_fails_its_message():
     acks = []
     producer = QuorumProducer.__new__(QuorumProducer)  # its confirm accounting alone, without a connection

@@ -15,6 +15,13 @@ Manager).
 STATS_INTERVAL_MS = 250  # the local node's collect_statistics_interval: a quorum queue's count comes from it
 
 
+def stats_interval_s(endpoint: dict) -> float | None:
+    """The node's collect_statistics_interval as its endpoint gives it (`stats_interval_ms`: the local stack's
+    nodes, or a named target that says it), in seconds; None where it is not given."""
+    interval = endpoint.get("stats_interval_ms")
+    return None if interval is None else interval / 1000
+
+
 def in_flight_window(client: dict, mode: str) -> int:
     """Messages a producer of either plug-in keeps published and not yet confirmed: it adds each send to them, and
     waits for confirms while they number rabbitmq_in_flight (batch mode) or one (single mode)."""

@@ -180,6 +180,7 @@ class RabbitMQService:
         node = {"node": env["RABBITMQ_NODENAME"], "host": HOST, "port": port, "stream_port": extra["stream_port"]}
         endpoint = {"host": HOST, "amqp_port": port, "stream_port": extra["stream_port"], "version": version,
                     "management_url": f"http://{HOST}:{extra['management_port']}",
+                    "stats_interval_ms": STATS_INTERVAL_MS,
                     "proxy": proxied([node], [tuple(proxy_ports.values())])}
         return Started([epmd, server], port, endpoint, version, str(log),
                        {**extra, **proxy_ports, "node": env["RABBITMQ_NODENAME"]})
@@ -209,7 +210,7 @@ class RabbitMQService:
         version = self.installed_version() or "unknown"
         first = entries[0]
         endpoint = {"host": HOST, "amqp_port": first["port"], "stream_port": first["stream_port"], "version": version,
-                    "management_url": first["management_url"], "nodes": entries,
+                    "management_url": first["management_url"], "stats_interval_ms": STATS_INTERVAL_MS, "nodes": entries,
                     "proxy": proxied([{k: e[k] for k in ("node", "host", "port", "stream_port")} for e in entries],
                                      proxy_ports)}
         return Started([epmd, *(pid for entry in entries for pid in entry["pids"])], first["port"], endpoint, version,

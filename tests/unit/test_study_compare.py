@@ -266,3 +266,36 @@ def test_a_malformed_table_or_a_misspelled_selector_names_the_field():
         study.compare_table(table, {})
     with pytest.raises(study.StudyError, match=r"^selection: .*unknown field `formt`"):
         study._selector({"formt": "json"})
+
+
+def test_latency_counts_what_was_never_measured_as_the_report_does():
+    """Messages not received in time sit at +infinity in a study's latency figures, as in the report's
+    (results.MISSING_RULE): a percentile whose rank falls among them, the mean and the maximum are out of reach and
+    shown as the least they can be, never as the figure of the messages that happened to arrive."""
+    events = copy.deepcopy(synthetic_run(SPEC, intervals=4, seed=5))
+    missing = 40
+    for event in events:
+        if event["type"] == "CellCompleted" and event["data"]["cell_id"].startswith("pulsar."):
+            event["data"]["totals"]["received"] -= missing  # sent, never received in time
+    run = study.stored_run(events)
+    select = {"broker": "pulsar", "size": 1000, "rate": 5000}
+    cells = [c for c in run.results["cells"] if c["broker"] == "pulsar" and c["rate_target"] == 5000]
+    merged = hdrh_merge([run.completed[c["cell_id"]]["histograms"]["end_to_end_latency_us"] for c in cells])
+    measured, never = merged.get_total_count(), missing * len(cells)
+    # the median's rank, over every message, falls among the measured ones: read there
+    rank = max(int(50 * (measured + never) / 100 + 0.5), 1)
+    assert study.our_figure(run, select, "e2e_p50_ms")[0] == pytest.approx(
+        merged.get_value_at_percentile(100 * rank / measured) / 1000, rel=2e-3)
+    # the mean and the maximum are not known: no figure, and at least the mean of what was measured
+    assert study.our_figure(run, select, "e2e_mean_ms")[0] is None
+    assert study.our_bound(run, select, "e2e_mean_ms") == pytest.approx(merged.get_mean_value() / 1000, rel=2e-3)
+    assert study.our_figure(run, select, "e2e_max_ms")[0] is None
+    assert study.our_figure(run, select, "e2e_min_ms")[0] == pytest.approx(merged.get_min_value() / 1000, rel=2e-3)
+    table4 = next(t for t in study.compare(study.load_study("tallberg"), {"tallberg-latency": run})["tables"]
+                  if t["id"] == "table4")
+    pulsar = [f for r in table4["rows"] for f in r["figures"] if f["cells"] and set(f["cells"]) <= {
+        c["cell_id"] for c in run.results["cells"] if c["broker"] == "pulsar"}]
+    out_of_reach = [f for f in pulsar if f["ours"] is None]  # the mean; the minimum stays a figure
+    assert out_of_reach and all(f["ours_at_least"] > 0 for f in out_of_reach)
+    assert f"≥ {study.fmt(out_of_reach[0]['ours_at_least'])}" in study.markdown(
+        study.compare(study.load_study("tallberg"), {"tallberg-latency": run}))

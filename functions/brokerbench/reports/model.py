@@ -36,9 +36,9 @@ from ..series import (  # noqa: F401 (the old import paths)
 from ..spec import request_schema
 from .results import (ACCOUNTING_RULE, DURABILITY_RULE, LOSS_CLASSES, MISSING_COUNTS_IN, MISSING_RULE, NOT_SENT_BOUNDS,
                       NOT_SENT_COUNTS_IN, NOT_SENT_RULE, SPECTRUM, SUMMARY_FIELDS, build_results, figures, figures_of,
-                      merge_blobs, missing_of, with_missing)
+                      merge_blobs, with_missing)
 from .faults import by_setting, rows as fault_rows
-from .rows import Limits, ResultCell, result_cell, run_spec
+from .rows import Limits, ResultCell, missing_in, result_cell, run_spec
 from .stats import holm, median_ci, t_quantile, t_two_sided_p
 
 MIN_CLAIM_REPEATS = 3
@@ -295,12 +295,6 @@ def _merged_latency(blob_maps: list[dict], cache: dict, missing: int = 0) -> dic
     return merged
 
 
-def _missing(done: list[ResultCell]) -> int:
-    """The repeats' measured messages not received in time (sent - received), publish-only ones aside."""
-    return sum(missing_of({"sent": c.sent, "received": c.received, **({"missing": c.missing}
-                          if c.missing is not None else {})}) for c in done)
-
-
 def _sum(values) -> int | None:
     """The sum of the values that are known; None when none is."""
     known = [v for v in values if v is not None]
@@ -406,7 +400,7 @@ def _configuration(cells: list[dict], completed_events: dict[str, dict], interva
         "metrics": metrics,
         "codec_floor_ns": _codec_floor(typed),
         "values_by_repeat": by_repeat,
-        "latency": _merged_latency(list(blobs.values()), cache, _missing(typed)),
+        "latency": _merged_latency(list(blobs.values()), cache, missing_in(typed)),
         "sent": sum(c["sent"] for c in done),
         # due and never sent (the producers fell behind: worker.outcome); None when no repeat counted it
         "not_sent": _total(typed, "not_sent"),

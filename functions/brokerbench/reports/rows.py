@@ -17,6 +17,8 @@ from typing import Any
 
 import msgspec
 
+from ..figures import missing_of
+
 Number = int | float | None
 
 
@@ -749,3 +751,10 @@ NO_LATENCY = LatencyObject()
 
 def result_cell(data: dict) -> ResultCell:
     return msgspec.convert(data, ResultCell)
+
+
+def missing_in(cells: list[ResultCell]) -> int:
+    """The cells' measured messages not received in time (sent - received; results.MISSING_RULE), publish-only ones
+    aside."""
+    return sum(missing_of({"sent": c.sent, "received": c.received, **({"missing": c.missing}
+                          if c.missing is not None else {})}) for c in cells)

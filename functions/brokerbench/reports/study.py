@@ -27,8 +27,9 @@ from ..metrics import shown_in
 from ..eventdata import CellCompleted, Counters, Host, Spec, given
 from ..events import RUN_EVENTS, read_report_events
 from ..spec import SpecError, all_suite_names, load_suite_file
-from .rows import Environment, result_cell
-from .results import _RANGES, bucket_percentiles, bucket_summary, build_results, decode_buckets, merge_blobs
+from .rows import Environment, missing_in, result_cell
+from .results import (_RANGES, bucket_percentiles, bucket_summary, build_results, decode_buckets, merge_blobs,
+                      with_missing)
 
 MIB = 1 << 20
 # A selector's keys (in a table, a row or a column) and the cell result fields they match.
@@ -207,19 +208,7 @@ def our_figure(run: StoredRun, select: dict, metric: str) -> tuple[float | None,
             values = [getattr(c, metric) for c in cells]
         return float(statistics.median(values)), ids
     if metric in LATENCY:
-        blobs = [given(_end(run, c.cell_id).histograms.end_to_end_latency_us) for c in cells]
-        blobs = [b for b in blobs if b]
-        if not blobs:
-            return None, ids
-        merged = merge_blobs(blobs)
-        wanted = LATENCY[metric]
-        if wanted == "min":
-            value = _histogram_min(merged)
-        elif isinstance(wanted, float):
-            value = bucket_percentiles(merged, [wanted])[0]
-        else:
-            value = bucket_summary(merged)[wanted]
-        return (None if value is None else value / 1000.0), ids
+        return _latency_figure(run, cells, LATENCY[metric])[0], ids
     if metric == "max_sustainable_rate":  # what each cell's search found, median over the cells
         values = [c.max_sustainable_rate for c in cells if c.max_sustainable_rate is not None]
         return (float(statistics.median(values)) if values else None), ids
@@ -242,6 +231,42 @@ def our_figure(run: StoredRun, select: dict, metric: str) -> tuple[float | None,
             return None, ids
         return float({"lag_mean": np.mean, "lag_min": np.min, "lag_max": np.max}[metric](samples)), ids
     raise StudyError("metric", f"{metric!r} is not a metric of ours ({', '.join(METRICS)})")
+
+
+def _latency_figure(run: StoredRun, cells: list, wanted: str | float) -> tuple[float | None, float | None]:
+    """End-to-end latency (ms) over the cells' merged histograms, by the rules the report's figures follow: the
+    messages not received in time at +infinity (results.MISSING_RULE) and those due and never sent at no less than
+    their bounds (results.NOT_SENT_RULE). A figure they put out of reach (the mean, the maximum, a percentile whose
+    rank falls among them) is None, as the report gives none, with the least it can be beside it (value, at least);
+    the minimum is the least measured value, unless an unsent message's bound lies below it."""
+    ends = [_end(run, c.cell_id).histograms for c in cells]
+    blobs = [b for h in ends if (b := given(h.end_to_end_latency_us))]
+    if not blobs:
+        return None, None
+    merged = merge_blobs(blobs)
+    owed = [b for h in ends if (b := given(h.not_sent_bound_us))]
+    unsent = merge_blobs(owed) if owed else None
+    missing = missing_in(cells)
+    bound = None
+    if wanted == "min":
+        least = _histogram_min(merged)
+        below = unsent is not None and least is not None and (_histogram_min(unsent) or least) < least
+        value = None if below else least
+    elif not missing and unsent is None:
+        value = bucket_percentiles(merged, [wanted])[0] if isinstance(wanted, float) else bucket_summary(merged)[wanted]
+    else:
+        values, bounds = with_missing(merged, missing, {wanted: wanted} if isinstance(wanted, float) else {}, unsent)
+        value, bound = values.get(wanted), bounds.get(wanted)  # the mean and the maximum: never measured whole
+    return (None if value is None else value / 1000.0), (None if bound is None else bound / 1000.0)
+
+
+def our_bound(run: StoredRun, select: dict, metric: str) -> float | None:
+    """Where our figure for `metric` is out of reach (a latency some of whose messages were never measured), the
+    least it can be; None otherwise."""
+    if metric not in LATENCY:
+        return None
+    cells = [result_cell(c) for c in matching_cells(run, select)]
+    return _latency_figure(run, cells, LATENCY[metric])[1] if cells else None
 
 
 def _end(run: StoredRun, cell_id: str) -> CellCompleted:
@@ -282,11 +307,14 @@ def compare_table(table: dict | Table, runs: dict[str, StoredRun]) -> dict:
         figures = []
         for c, column in enumerate(table.columns):
             theirs = table.values[r][c]
-            ours, cells = (None, [])
+            ours, cells, at_least = (None, [], None)
             if run is not None:
-                ours, cells = our_figure(run, _selector(table.select, row, column), _metric(table, row, column))
+                select, metric = _selector(table.select, row, column), _metric(table, row, column)
+                ours, cells = our_figure(run, select, metric)
+                at_least = our_bound(run, select, metric) if ours is None and cells else None
             ratio = ours / theirs if ours is not None and theirs not in (None, 0) else None
-            figures.append({"theirs": theirs, "ours": ours, "ratio": ratio, "cells": cells})
+            figures.append({"theirs": theirs, "ours": ours, "ratio": ratio, "cells": cells,
+                            **({"ours_at_least": at_least} if at_least is not None else {})})
         rows.append({"label": row.label, "figures": figures})
     return {"id": table.id, "title": table.title, "short": table.id if table.short is None else table.short,
             "unit": table.unit, "run": table.run, "run_ids": used, "columns": [c.label for c in table.columns],
@@ -548,7 +576,10 @@ def markdown(comparison: dict, heading: str = "#") -> str:
             cells = [row["label"]]
             for figure in row["figures"]:
                 theirs = fmt(figure["theirs"]) if figure["theirs"] is not None else table["missing"]
-                cells += [theirs, fmt(figure["ours"]) if figure["cells"] else "not run", _ratio(figure["ratio"])]
+                ours = fmt(figure["ours"]) if figure["cells"] else "not run"
+                if figure.get("ours_at_least") is not None:  # messages never measured put it out of reach
+                    ours = f"≥ {fmt(figure['ours_at_least'])}"
+                cells += [theirs, ours, _ratio(figure["ratio"])]
             out.append("| " + " | ".join(cells) + " |")
         if table["note"]:  # compare_table sets it (None: no note)
             out += ["", table["note"]]

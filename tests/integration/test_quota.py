@@ -227,8 +227,8 @@ def test_the_sustainable_rate_search_finds_the_cap(quota, endpoints, store):
     [config] = report["groups"][0]["cells"]
     assert config["max_sustainable_rate"]["median"] == found
     assert f"maximum sustainable rate {found:,.0f} msgs/s" in markdown.render(report)
-    console = Console(width=250, record=True)
-    for table in comparison_tables(results):
+    console = Console(width=400, record=True)  # wide enough that no cell wraps (a loss column's "not sent 1
+    for table in comparison_tables(results):   # (producer behind)" made the status wrap at 250)
         console.print(table)
     held = cell["search"]["sustainable_for_s"]
     assert f"max sustainable {found:,.0f} msgs/s (held {held:,.0f} s, {len(steps)} steps)" in console.export_text()

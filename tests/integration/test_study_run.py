@@ -80,8 +80,11 @@ def test_tallberg_scaled_runs_both_runs_with_the_studys_pairs(stack, extra_broke
     assert kafka_1kb["ours"] == by_key[("kafka-zookeeper", 1000, "max")]["throughput_msgs_per_s"]
     assert kafka_1kb["ratio"] == pytest.approx(kafka_1kb["ours"] / 137676)
     pulsar_mean = tables["table3"]["rows"][1]["figures"][0]
-    assert pulsar_mean["ours"] == pytest.approx(by_key[("pulsar", 1000, 1000)]["end_to_end_latency_us"]["mean"] / 1000,
-                                                rel=1e-3)
+    cell_mean = by_key[("pulsar", 1000, 1000)]["end_to_end_latency_us"]["mean"]
+    if cell_mean is None:  # messages due and never sent (a producer behind at the cell's end, on a loaded host): its
+        assert pulsar_mean["ours"] is None  # percentiles are lower bounds, it has no mean, and the study gives none
+    else:
+        assert pulsar_mean["ours"] == pytest.approx(cell_mean / 1000, rel=1e-3)
     # a conclusion is decided on the figures it needs; one that lacks some of them (points the shape leaves out)
     # never holds, and fails only on a check it has the figures for (with the whole matrix every checked one is
     # decided: tests/unit/test_study_compare.py)

@@ -227,13 +227,20 @@ class KafkaDriver:
     def backlog(self, topic: str, group: str, partitions: int) -> int | None:
         """Messages in the topic (in all its topics) that the group has not consumed: end offsets minus
         committed offsets."""
-        try:
-            client = self._offsets_client(group)
-            committed = client.committed([TopicPartition(name, p) for name, p in
-                                          lane_places(topic, partitions, self.topics)], timeout=5)
-            marks = self._watermarks(client, topic, partitions)
-        except KafkaException:
-            return None
+        places = [TopicPartition(name, p) for name, p in lane_places(topic, partitions, self.topics)]
+        for attempt in range(2):
+            try:
+                client = self._offsets_client(group)
+                committed = client.committed(places, timeout=5)
+                marks = self._watermarks(client, topic, partitions)
+                break
+            except KafkaException:
+                if attempt:
+                    return None
+                # After the group's coordinator went down (a fault killed its node), the kept client kept asking it:
+                # a 3-node acks=1 cell ended with its backlog unknown, so its losses could not be told from what was
+                # undelivered (CI, test_kafka_cluster). A new client, asked once, finds the coordinator now.
+                self.close()
         return sum(max(0, high - (tp.offset if tp.offset >= 0 else low)) for tp, (low, high) in zip(committed, marks))
 
     def message_count(self, topic: str, partitions: int) -> int | None:

@@ -1,11 +1,13 @@
 """The cloud providers' access, as each plug-in declares it beside its cloud.py (brokerbench.registry.CloudAccess,
-e.g. functions/brokerbench/brokers/kafka/cloud_access.py), read through the registry: IAM statements by role
-and the ports the workers reach the targets on.
+e.g. functions/brokerbench/brokers/kafka/cloud_access.py), read through the registry: IAM statements by role,
+the ports the workers reach the targets on, the shared resources the stack makes for a provider, and the
+environment its functions are told.
 
-The app grants exactly what is declared, no more: a provider's access is added, changed or taken away in its
-declaration, never here. This module only turns the plain data into CDK terms: a resource pattern's
-{placeholders} become the stack's pseudo parameters and resources, a grant's `tagged` becomes the brokerbench:run
-tag condition, and a port range becomes an ec2.Port.
+The app makes, grants and sets exactly what is declared, no more: a provider's access is added, changed or taken
+away in its declaration, never here. This module only turns the plain data into CDK terms: a resource pattern's or
+an environment value's {placeholders} become the stack's pseudo parameters and resources, a grant's `tagged`
+becomes the brokerbench:run tag condition, a port range becomes an ec2.Port, and a SubnetGroup or GeneratedSecret
+becomes its CloudFormation resource.
 """
 
 from __future__ import annotations
@@ -14,11 +16,15 @@ import re
 
 from aws_cdk import Aws
 from aws_cdk import aws_ec2 as ec2
+from aws_cdk import aws_elasticache as elasticache
 from aws_cdk import aws_iam as iam
+from aws_cdk import aws_secretsmanager as secretsmanager
+from constructs import Construct
 
-from brokerbench.registry import ACCESS_PLACEHOLDERS, ANY_RESOURCE, CloudAccess, Grant, Port, plugins
+from brokerbench.registry import (ANY_RESOURCE, CloudAccess, GeneratedSecret, Grant, Port, SharedResource,
+                                  SubnetGroup, plugins)
 
-from .nag import allow
+from .nag import acknowledge, allow
 
 RUN_TAG = "brokerbench:run"  # brokerbench.targets.RUN_TAG: Tags={..., "brokerbench:run": run_id}
 TAGGED = {  # a Grant's `tagged`: the tag in the create request, or on the resource acted on
@@ -52,7 +58,7 @@ def fill(value, values: dict[str, str], where: str):
         name = match.group(1)
         if name not in values:
             raise ValueError(f"{where}: {value!r} names {{{name}}}, which the stack does not provide "
-                             f"(it provides {', '.join(sorted(values))}; declarable: {', '.join(ACCESS_PLACEHOLDERS)})")
+                             f"(it provides {', '.join(sorted(values))})")
         return values[name]
 
     return re.sub(r"\{([^}]*)\}", one, value)
@@ -67,11 +73,12 @@ def conditions(grant: Grant, values: dict[str, str], where: str) -> dict | None:
     return out or None
 
 
-def grant_role(grantee: iam.IGrantable, role: str, stack_values: dict[str, str]) -> None:
+def grant_role(grantee: iam.IGrantable, role: str, stack_values: dict[str, str],
+               shared: dict[str, dict[str, str]] | None = None) -> None:
     """Every declared statement of `role` (brokerbench.registry.ACCESS_ROLES), each with the reason for its
-    wildcards as cdk-nag's acknowledgment."""
-    values = {**PSEUDO, **stack_values}
+    wildcards as cdk-nag's acknowledgment. `shared`: each service's shared resources by placeholder (make())."""
     for service, access in declared().items():
+        values = {**PSEUDO, **stack_values, **(shared or {}).get(service, {})}
         for grant in access.granted(role):
             where = f"{service} {role} grant {list(grant.actions)}"
             resources = [ANY_RESOURCE if name == ANY_RESOURCE else fill(access.resources[name], values, where)
@@ -91,3 +98,33 @@ def ports() -> list[Port]:
 def ec2_port(port: Port) -> ec2.Port:
     one, span = PORTS[port.protocol]
     return one(port.first) if port.first == port.last else span(port.first, port.last)
+
+
+def make(scope: Construct, made: SharedResource, subnets: list[ec2.ISubnet]) -> str:
+    """A declared shared resource, made in `scope` under its own id; what its placeholder names (a subnet group's
+    name, a secret's ARN)."""
+    if isinstance(made, SubnetGroup):
+        return elasticache.CfnSubnetGroup(scope, made.id, description=made.description,
+                                          subnet_ids=[s.subnet_id for s in subnets]).ref
+    if isinstance(made, GeneratedSecret):
+        secret = secretsmanager.Secret(scope, made.id, description=made.description,
+                                       generate_secret_string=secretsmanager.SecretStringGenerator(
+                                           password_length=made.length, exclude_punctuation=made.exclude_punctuation,
+                                           include_space=False))
+        acknowledge(secret, "AwsSolutions-SMG4", made.why_not_rotated)
+        return secret.secret_arn
+    raise ValueError(f"{made!r}: the CDK app makes SubnetGroup and GeneratedSecret only")
+
+
+def environment(values: dict[str, dict[str, str]]) -> dict[str, str]:
+    """Every provider's declared environment with its placeholders filled (`values`: each service's, as for
+    grant_role); a variable two providers declare must have one value."""
+    out: dict[str, str] = {}
+    said: dict[str, str] = {}
+    for service, access in declared().items():
+        for name, value in access.environment.items():
+            filled = fill(value, {**PSEUDO, **values[service]}, f"{service} environment.{name}")
+            if name in out and out[name] != filled:
+                raise ValueError(f"{service} environment.{name}: {value!r}, but {said[name]} sets it otherwise")
+            out[name], said[name] = filled, said.get(name, service)
+    return out

@@ -141,16 +141,18 @@ ACCESS_ROLES = {
     "faults": "RunCell and the EC2 workers: a cell's fault of kind reboot on its run's own target",
     "admission": "the API and the schedules' trigger: the account's quota, counted before a run starts",
 }
-# What a resource pattern or a condition may name besides its literal text, filled in by the CDK app: the
-# deployment's pseudo parameters, and what the stack makes for the providers (cdk/constructs/broker_targets.py).
+# What a resource pattern, a condition or an environment value may name besides its literal text, filled in by the
+# CDK app: the deployment's pseudo parameters and what the stack's network gives the brokers. A provider may also
+# name the shared resources it declares (CloudAccess.shared), each by its own placeholder.
 ACCESS_PLACEHOLDERS = {
     "partition": "the AWS partition (aws, aws-cn...)",
     "region": "the stack's region",
     "account": "the stack's account id",
     "vpc": "the id of the VPC the brokers are created in",
-    "subnet_group": "the ElastiCache subnet group of the brokers' private subnets",
-    "auth_secret": "the ARN of the stack's Redis AUTH token secret",
+    "private_subnets": "the ids of the brokers' private subnets, comma-separated (one per AZ)",
+    "brokers_security_group": "the id of the brokers' security group (it lets the workers in on the declared ports)",
 }
+ENV_NAME = re.compile(r"BROKERBENCH_[A-Z0-9_]+")  # what a provider's environment variable is called
 # A grant's `tagged`: the condition that holds it to what runs create, tagged brokerbench:run (targets.RUN_TAG)
 # in the create request ("request") or on the resource acted on ("resource").
 ACCESS_TAGGED = ("request", "resource")
@@ -181,24 +183,56 @@ class Port:
 
 
 @dataclass(frozen=True)
+class SubnetGroup:
+    """An ElastiCache subnet group of the brokers' private subnets, made once by the stack for a provider; its
+    placeholder is the group's name."""
+
+    placeholder: str  # how the provider's patterns and environment name it ("subnet_group")
+    id: str  # its construct id in the stack ("RedisSubnets"): its logical id derives from it, so keep it stable
+    description: str
+
+
+@dataclass(frozen=True)
+class GeneratedSecret:
+    """A Secrets Manager secret whose value the stack generates (letters and digits, and the punctuation unless
+    excluded), made once for a provider; its placeholder is the secret's ARN."""
+
+    placeholder: str  # how the provider's patterns and environment name it ("auth_secret")
+    id: str  # its construct id in the stack ("RedisAuthToken"): its logical id derives from it, so keep it stable
+    description: str
+    length: int
+    exclude_punctuation: bool
+    why_not_rotated: str  # why no automatic rotation: the deployment's checks (cdk-nag AwsSolutions-SMG4) ask
+
+
+SharedResource = SubnetGroup | GeneratedSecret
+
+
+@dataclass(frozen=True)
 class CloudAccess:
     """What a cloud provider needs of the deployment, declared beside its cloud.py: the ARN patterns of what it
-    touches (by name, with ACCESS_PLACEHOLDERS in braces), its IAM statements by role, and its ports. The CDK app
-    (cdk/constructs/broker_targets.py, network.py) grants exactly these, so adding a provider's access is adding
-    its declaration; nothing here imports the CDK (the Lambda code must not need it)."""
+    touches (by name, with ACCESS_PLACEHOLDERS in braces), its IAM statements by role, its ports, the shared
+    resources the stack makes for it, and the environment its functions are told (variable -> value, with the same
+    placeholders). The CDK app (cdk/constructs/broker_targets.py, network.py) makes, grants and sets exactly these,
+    so adding a provider is adding its declaration; nothing here imports the CDK (the Lambda code must not need it)."""
 
     resources: dict[str, str]  # name -> ARN pattern ("arn:{partition}:kafka:{region}:{account}:cluster/bb-*/*")
     grants: tuple[Grant, ...]
     ports: tuple[Port, ...] = ()
+    shared: tuple[SharedResource, ...] = ()  # made once by the stack, named by their placeholders
+    environment: dict[str, str] = field(default_factory=dict)  # BROKERBENCH_* -> value ("{private_subnets}")
 
     def __post_init__(self) -> None:
+        for i, made in enumerate(self.shared):
+            _check_shared(f"shared[{i}]", made, self.shared[:i])
+        known = self.placeholders()
         for name, pattern in self.resources.items():
-            unknown = _placeholders(pattern) - set(ACCESS_PLACEHOLDERS)
+            unknown = _placeholders(pattern) - set(known)
             if unknown:
                 raise ValueError(f"resources.{name}: {pattern!r} names {', '.join(sorted(unknown))}, not among the "
-                                 f"placeholders {', '.join(ACCESS_PLACEHOLDERS)}")
+                                 f"placeholders {', '.join(known)}")
         for i, grant in enumerate(self.grants):
-            _check_grant(f"grants[{i}]", grant, self.resources)
+            _check_grant(f"grants[{i}]", grant, self.resources, known)
         for i, port in enumerate(self.ports):
             if not (0 < port.first <= port.last <= 65535):
                 raise ValueError(f"ports[{i}]: {port.first}-{port.last} is not a port range within 1-65535")
@@ -206,12 +240,43 @@ class CloudAccess:
                 raise ValueError(f"ports[{i}].protocol: {port.protocol!r} is not one of {', '.join(PORT_PROTOCOLS)}")
             if not port.description:
                 raise ValueError(f"ports[{i}].description: say what listens on {port.first}-{port.last}")
+        for name, value in self.environment.items():
+            if not ENV_NAME.fullmatch(name):
+                raise ValueError(f"environment.{name}: not a BROKERBENCH_* variable name (capitals, digits, _)")
+            unknown = _placeholders(value) - set(known)
+            if not value or unknown:
+                raise ValueError(f"environment.{name}: {value!r} " + (
+                    f"names {', '.join(sorted(unknown))}, not among the placeholders {', '.join(known)}" if unknown
+                    else "is empty: name what the stack sets it to"))
+
+    def placeholders(self) -> tuple[str, ...]:
+        """What its patterns and environment may name: the stack's (ACCESS_PLACEHOLDERS) and its shared resources'."""
+        return (*ACCESS_PLACEHOLDERS, *(made.placeholder for made in self.shared))
 
     def granted(self, role: str) -> tuple[Grant, ...]:
         """Its grants for `role` (a key of ACCESS_ROLES), in declaration order."""
         if role not in ACCESS_ROLES:
             raise ValueError(f"role {role!r} is not one of {', '.join(ACCESS_ROLES)}")
         return tuple(g for g in self.grants if g.role == role)
+
+
+def _check_shared(where: str, made, before: tuple) -> None:
+    if not isinstance(made, (SubnetGroup, GeneratedSecret)):
+        raise ValueError(f"{where}: {made!r} is not a SubnetGroup or a GeneratedSecret")
+    if not re.fullmatch(r"[a-z][a-z0-9_]*", made.placeholder) or made.placeholder in ACCESS_PLACEHOLDERS:
+        raise ValueError(f"{where}.placeholder: {made.placeholder!r} must be lower_case and not one of the stack's "
+                         f"({', '.join(ACCESS_PLACEHOLDERS)})")
+    if any(made.placeholder == other.placeholder for other in before):
+        raise ValueError(f"{where}.placeholder: {made.placeholder!r} is declared twice")
+    if not re.fullmatch(r"[A-Z][A-Za-z0-9]*", made.id) or any(made.id == other.id for other in before):
+        raise ValueError(f"{where}.id: {made.id!r} must be a CamelCase construct id, once in the declaration")
+    if not made.description:
+        raise ValueError(f"{where}.description: say what it is for")
+    if isinstance(made, GeneratedSecret):
+        if not (16 <= made.length <= 4096):
+            raise ValueError(f"{where}.length: {made.length} is not within 16-4096 characters")
+        if not made.why_not_rotated:
+            raise ValueError(f"{where}.why_not_rotated: say why the secret is not rotated automatically")
 
 
 def _placeholders(value) -> set[str]:
@@ -223,7 +288,7 @@ def _placeholders(value) -> set[str]:
     return set(re.findall(r"\{([^}]*)\}", value)) if isinstance(value, str) else set()
 
 
-def _check_grant(where: str, grant: Grant, resources: dict[str, str]) -> None:
+def _check_grant(where: str, grant: Grant, resources: dict[str, str], known: tuple[str, ...]) -> None:
     if grant.role not in ACCESS_ROLES:
         raise ValueError(f"{where}.role: {grant.role!r} is not one of {', '.join(ACCESS_ROLES)}")
     if not grant.actions or any(not re.fullmatch(r"[a-z0-9-]+:[A-Za-z0-9*]+", a) for a in grant.actions):
@@ -236,7 +301,7 @@ def _check_grant(where: str, grant: Grant, resources: dict[str, str]) -> None:
                          f"({', '.join(resources)}) or {ANY_RESOURCE!r}")
     if grant.tagged is not None and grant.tagged not in ACCESS_TAGGED:
         raise ValueError(f"{where}.tagged: {grant.tagged!r} is not one of {', '.join(ACCESS_TAGGED)}")
-    unknown = _placeholders(grant.condition) - set(ACCESS_PLACEHOLDERS)
+    unknown = _placeholders(grant.condition) - set(known)
     if unknown:
         raise ValueError(f"{where}.condition names {', '.join(sorted(unknown))}, not among the placeholders")
     patterns = [ANY_RESOURCE if r == ANY_RESOURCE else resources[r] for r in grant.resources]

@@ -1,6 +1,6 @@
 """Amazon MSK (provisioned) as Kafka's cloud provider: TLS in transit, IAM client authentication.
 
-BROKERBENCH_MSK_SUBNETS, BROKERBENCH_MSK_SECURITY_GROUPS   comma-separated; set by the CDK app
+Its subnets and security groups come from the environment its declaration names (cloud_access.ENVIRONMENT).
 
 Provisioning is idempotent per run: a CreateClusterV2 that already happened (a retried step) answers
 ConflictException, and the cluster of that name tagged with this run is taken as the target.
@@ -17,6 +17,7 @@ from botocore.exceptions import ClientError
 from ... import settings
 from ...targets import (DELETING, GONE, NOT_DELETABLE, RUN_TAG, ProvisioningError, leftover, raise_client_error,
                         resource_name, run_tags, still_waiting, target, teardown_found)
+from .cloud_access import SECURITY_GROUPS_ENV, SUBNETS_ENV
 
 DEFAULT_VERSION = "3.9.x"
 TRANSIENT = {"TooManyRequestsException", "ServiceUnavailableException", "ConflictException"}
@@ -154,5 +155,5 @@ class MskTargets:
 
 
 def provider() -> MskTargets:
-    return MskTargets(settings.boto("kafka"), subnets=settings.env_list("BROKERBENCH_MSK_SUBNETS"),
-                      security_groups=settings.env_list("BROKERBENCH_MSK_SECURITY_GROUPS"))
+    return MskTargets(settings.boto("kafka"), subnets=settings.env_list(SUBNETS_ENV),
+                      security_groups=settings.env_list(SECURITY_GROUPS_ENV))

@@ -1,6 +1,6 @@
-"""What Amazon MSK's provider (cloud.py, cloud_faults.py) needs of the deployment: its IAM statements by role and
-the ports its clients reach the brokers on. Plain data; the CDK app grants exactly this (brokerbench.registry.
-CloudAccess).
+"""What Amazon MSK's provider (cloud.py, cloud_faults.py) needs of the deployment: its IAM statements by role, the
+ports its clients reach the brokers on, and the environment its functions are told. Plain data; the CDK app grants
+and sets exactly this (brokerbench.registry.CloudAccess).
 
 A run's cluster is named `bb-<run id>-kafka` (brokerbench.targets.resource_name) and tagged `brokerbench:run`;
 its ARN ends in a UUID MSK assigns, so only the bb-* name (and the tag, where the call allows a condition) can
@@ -33,6 +33,11 @@ FAULT = ("a run's fault (kind reboot) acts on its own target, created per run as
          "condition scope it")
 CLIENTS = ("Kafka clients (MSK IAM auth) of the run's own cluster bb-<run id>-kafka: its ARN ends in a UUID "
            "assigned at creation, and topics and consumer groups are created per cell")
+
+# What provider() reads (cloud.py), set by the CDK app on the functions that provision, check and tear down targets
+SUBNETS_ENV = "BROKERBENCH_MSK_SUBNETS"  # comma-separated, one per AZ: the cluster's client subnets
+SECURITY_GROUPS_ENV = "BROKERBENCH_MSK_SECURITY_GROUPS"  # comma-separated
+ENVIRONMENT = {SUBNETS_ENV: "{private_subnets}", SECURITY_GROUPS_ENV: "{brokers_security_group}"}
 
 
 def _deleting(role: str, who: str) -> tuple[Grant, ...]:
@@ -91,4 +96,4 @@ ACCESS = CloudAccess(resources=RESOURCES, grants=(
 ), ports=(
     # MSK's listeners: plaintext, TLS, SASL/SCRAM, IAM (9098), and ZooKeeper-less
     Port(9092, 9098, "Kafka (MSK)"),
-))
+), environment=ENVIRONMENT)

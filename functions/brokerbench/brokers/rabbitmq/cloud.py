@@ -1,7 +1,7 @@
 """Amazon MQ for RabbitMQ as RabbitMQ's cloud provider: a broker per run (single-instance or a 3-node cluster),
 AMQP over TLS (amqps, port 5671), an admin user whose password is generated per run and kept in Secrets Manager.
 
-BROKERBENCH_MQ_SUBNETS, BROKERBENCH_MQ_SECURITY_GROUPS   comma-separated; set by the CDK app
+Its subnets and security groups come from the environment its declaration names (cloud_access.ENVIRONMENT).
 
 The settings read are `provision.<broker>` (the row's broker name: rabbitmq-quorum, rabbitmq-streams...):
   deployment     "single-instance" (SINGLE_INSTANCE, one node in the first subnet) or "cluster"
@@ -40,6 +40,7 @@ from botocore.exceptions import ClientError
 from ... import settings
 from ...targets import (DELETING, GONE, NOT_DELETABLE, RUN_TAG, ProvisioningError, leftover, raise_client_error,
                         run_tags, still_waiting, target, teardown_found, unreadable)
+from .cloud_access import SECURITY_GROUPS_ENV, SUBNETS_ENV
 from .prices import INSTANCE_TYPES, SINGLE_INSTANCE_ONLY
 
 KIND = "amazonmq"
@@ -121,7 +122,7 @@ class AmazonMqTargets:
         mode, nodes = deployment(broker, provision)
         if len(self.subnets) < (2 if nodes > 1 else 1):
             raise ProvisioningError(f"provision.{broker}.deployment: a cluster needs subnets in 2 or more zones; "
-                                    f"BROKERBENCH_MQ_SUBNETS has {len(self.subnets)}")
+                                    f"{SUBNETS_ENV} has {len(self.subnets)}")
         name = broker_name(run_id, broker)
         secret_arn, password = self._secret(name, run_id)
         try:
@@ -288,5 +289,5 @@ class AmazonMqTargets:
 
 def provider() -> AmazonMqTargets:
     return AmazonMqTargets(settings.boto("mq"), settings.boto("secretsmanager"),
-                           subnets=settings.env_list("BROKERBENCH_MQ_SUBNETS"),
-                           security_groups=settings.env_list("BROKERBENCH_MQ_SECURITY_GROUPS"))
+                           subnets=settings.env_list(SUBNETS_ENV),
+                           security_groups=settings.env_list(SECURITY_GROUPS_ENV))

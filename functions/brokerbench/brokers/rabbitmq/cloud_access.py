@@ -1,6 +1,6 @@
 """What Amazon MQ for RabbitMQ's provider (cloud.py, cloud_faults.py) needs of the deployment: its IAM statements by
-role and the port its clients reach the broker on. Plain data; the CDK app grants exactly this
-(brokerbench.registry.CloudAccess).
+role, the port its clients reach the broker on, and the environment its functions are told. Plain data; the CDK app
+grants and sets exactly this (brokerbench.registry.CloudAccess).
 
 A run's broker is named `bb-<run id>-<broker>` (brokerbench.targets.resource_name) and tagged `brokerbench:run`;
 its admin password is the secret `brokerbench/bb-<run id>-<broker>` (cloud.SECRET_PREFIX) with the same tag.
@@ -28,6 +28,11 @@ RESOURCES = {
 FAULT = ("a run's fault (kind reboot) acts on its own target, created per run as bb-<run id>-<broker> with the "
          "brokerbench:run tag; the ARN's last part is assigned at creation, so the bb-* name pattern and the tag "
          "condition scope it")
+
+# What provider() reads (cloud.py), set by the CDK app on the functions that provision, check and tear down targets
+SUBNETS_ENV = "BROKERBENCH_MQ_SUBNETS"  # comma-separated: a single instance uses the first, a cluster two or more
+SECURITY_GROUPS_ENV = "BROKERBENCH_MQ_SECURITY_GROUPS"  # comma-separated
+ENVIRONMENT = {SUBNETS_ENV: "{private_subnets}", SECURITY_GROUPS_ENV: "{brokers_security_group}"}
 
 
 def _deleting(role: str, who: str) -> tuple[Grant, ...]:
@@ -96,4 +101,4 @@ ACCESS = CloudAccess(resources=RESOURCES, grants=(
           "resource-level permissions"),
 ), ports=(
     Port(5671, 5671, "AMQPS (Amazon MQ for RabbitMQ)"),  # AMQP over TLS
-))
+), environment=ENVIRONMENT)

@@ -2,8 +2,8 @@
 from Secrets Manager. provision.redis-streams.nodes (1 to 3) is the group's primary and replicas; with a replica,
 automatic failover and Multi-AZ are on (a fault's TestFailover needs them: cloud_faults.py).
 
-BROKERBENCH_REDIS_SUBNET_GROUP, BROKERBENCH_REDIS_SECURITY_GROUPS (comma-separated),
-BROKERBENCH_REDIS_AUTH_SECRET_ARN   set by the CDK app
+Its subnet group, security groups and AUTH token secret come from the environment its declaration names
+(cloud_access.ENVIRONMENT).
 
 Provisioning is idempotent per run: a CreateReplicationGroup that already happened (a retried step) answers
 ReplicationGroupAlreadyExists, and the group of that name tagged with this run is taken as the target.
@@ -20,6 +20,7 @@ from botocore.exceptions import ClientError
 from ... import settings
 from ...targets import (DELETING, GONE, NOT_DELETABLE, RUN_TAG, ProvisioningError, leftover, raise_client_error,
                         resource_name, run_tags, still_waiting, target, teardown_found, unreadable)
+from .cloud_access import AUTH_SECRET_ENV, SECURITY_GROUPS_ENV, SUBNET_GROUP_ENV
 
 DEFAULT_VERSION = "7.1"
 TRANSIENT = {"Throttling", "InvalidReplicationGroupState", "ServiceUnavailable"}
@@ -166,6 +167,6 @@ class ElastiCacheTargets:
 
 def provider() -> ElastiCacheTargets:
     return ElastiCacheTargets(settings.boto("elasticache"), settings.boto("secretsmanager"),
-                              auth_secret_arn=settings.env("BROKERBENCH_REDIS_AUTH_SECRET_ARN"),
-                              subnet_group=settings.env("BROKERBENCH_REDIS_SUBNET_GROUP"),
-                              security_groups=settings.env_list("BROKERBENCH_REDIS_SECURITY_GROUPS"))
+                              auth_secret_arn=settings.env(AUTH_SECRET_ENV),
+                              subnet_group=settings.env(SUBNET_GROUP_ENV),
+                              security_groups=settings.env_list(SECURITY_GROUPS_ENV))

@@ -1,16 +1,17 @@
-"""What ElastiCache's provider (cloud.py, cloud_faults.py) needs of the deployment: its IAM statements by role and
-the port its clients reach the replication group on. Plain data; the CDK app grants exactly this
+"""What ElastiCache's provider (cloud.py, cloud_faults.py) needs of the deployment: its IAM statements by role, the
+port its clients reach the replication group on, the subnet group and AUTH token the stack makes for it, and the
+environment its functions are told. Plain data; the CDK app makes, grants and sets exactly this
 (brokerbench.registry.CloudAccess).
 
 A run's replication group is named `bb-<run id>-redis` (brokerbench.targets.resource_name) and tagged
 `brokerbench:run`; its member clusters are named after it. The stack makes the subnet group and the AUTH token
-secret every group uses ({subnet_group}, {auth_secret}). Spend guard: CreateReplicationGroup only with the node
+secret every group uses (SHARED: {subnet_group}, {auth_secret}). Spend guard: CreateReplicationGroup only with the node
 types the run-request schema allows (settings.NODE_TYPES), held by ElastiCache's own condition key.
 """
 
 from __future__ import annotations
 
-from ...registry import ANY_RESOURCE, CloudAccess, Grant, Port
+from ...registry import ANY_RESOURCE, CloudAccess, GeneratedSecret, Grant, Port, SubnetGroup
 from .settings import NODE_TYPES
 
 SERVICE = "elasticache.amazonaws.com"
@@ -40,6 +41,25 @@ FAULT = ("a run's fault (kind reboot) acts on its own target, created per run as
          "brokerbench:run tag; the ARN's last part is assigned at creation, so the bb-* name pattern and the tag "
          "condition scope it")
 AUTH = ("secretsmanager:DescribeSecret", "secretsmanager:GetSecretValue")  # the AUTH token, read by every client
+
+SHARED = (
+    SubnetGroup("subnet_group", "RedisSubnets", "brokerbench: ElastiCache replication groups of benchmark runs"),
+    # ElastiCache AUTH tokens: 16-128 printable characters, and of the punctuation only !&#$^<>- is allowed;
+    # letters and digits alone (64 of them) are always valid and strong enough.
+    GeneratedSecret("auth_secret", "RedisAuthToken",
+                    "brokerbench: the AUTH token of run-time ElastiCache replication groups",
+                    length=64, exclude_punctuation=True, why_not_rotated=(
+                        "RedisAuthToken is read only when a run creates its replication group, which is deleted when "
+                        "that run ends, so no group outlives a token; automatic rotation would need a rotation "
+                        "function and ModifyReplicationGroup on live groups for no gain (put a new value between "
+                        "runs instead)")),
+)
+# What provider() reads (cloud.py), set by the CDK app on the functions that provision, check and tear down targets
+SUBNET_GROUP_ENV = "BROKERBENCH_REDIS_SUBNET_GROUP"
+SECURITY_GROUPS_ENV = "BROKERBENCH_REDIS_SECURITY_GROUPS"  # comma-separated
+AUTH_SECRET_ENV = "BROKERBENCH_REDIS_AUTH_SECRET_ARN"
+ENVIRONMENT = {SUBNET_GROUP_ENV: "{subnet_group}", SECURITY_GROUPS_ENV: "{brokers_security_group}",
+               AUTH_SECRET_ENV: "{auth_secret}"}
 
 
 ACCESS = CloudAccess(resources=RESOURCES, grants=(
@@ -88,4 +108,4 @@ ACCESS = CloudAccess(resources=RESOURCES, grants=(
           "the ElastiCache node quota check counts every cache cluster's nodes in the region"),
 ), ports=(
     Port(6379, 6379, "Redis (ElastiCache)"),
-))
+), shared=SHARED, environment=ENVIRONMENT)

@@ -19,7 +19,8 @@ BROKERBENCH_TOKEN_PARAMETERS  the SSM parameter path under which StartEc2Worker 
 BROKERBENCH_TASK_TOKEN      an EC2-kind worker's task token (set for the worker process by its launcher)
 BROKERBENCH_LOCAL_HEARTBEAT_S  local mode: the heartbeat window the local bridge enforces on task-token tasks
                             instead of their HeartbeatSeconds (tests use a few seconds); workers beat 4 times in it
-Each broker's cloud provider reads its own settings (brokers/<name>/cloud.py).
+Each broker's cloud provider reads the settings its declaration names (brokers/<name>/cloud_access.py,
+CloudAccess.environment), which the CDK app sets.
 """
 
 from __future__ import annotations

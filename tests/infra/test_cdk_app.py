@@ -391,11 +391,21 @@ def test_functions_get_every_setting_the_code_reads(resources):
         assert name in env["api"]
     for name in ("BROKERBENCH_WORKER_LAUNCH_TEMPLATE", "BROKERBENCH_WORKER_SUBNET", "BROKERBENCH_WORKER_ASSET"):
         assert name in env["start_ec2_worker"]
-    for module in ("provision_target", "check_target", "teardown_target", "api"):
-        for name in ("BROKERBENCH_MSK_SUBNETS", "BROKERBENCH_MSK_SECURITY_GROUPS", "BROKERBENCH_REDIS_SUBNET_GROUP",
-                     "BROKERBENCH_REDIS_SECURITY_GROUPS", "BROKERBENCH_REDIS_AUTH_SECRET_ARN",
-                     "BROKERBENCH_MQ_SUBNETS", "BROKERBENCH_MQ_SECURITY_GROUPS"):
-            assert name in env[module], (module, name)
+    # The environment each cloud provider declares (CloudAccess.environment), on the functions that make its provider,
+    # with its placeholders as the template names them: tests/unit/test_cloud_access.py holds the providers' reads
+    # to their declarations.
+    subnets = ",".join(f"<{k}>" for k, r in of_type(resources, "AWS::EC2::Subnet").items()
+                       if not r["Properties"]["MapPublicIpOnLaunch"])
+    (brokers,) = [k for k, r in of_type(resources, "AWS::EC2::SecurityGroup").items()
+                  if "run-time brokers" in r["Properties"]["GroupDescription"]]
+    names = {**placeholders(resources), "private_subnets": subnets, "brokers_security_group": f"<{brokers}.GroupId>"}
+    declared_env = {}
+    for access in providers_access().values():
+        declared_env.update({name: re.sub(r"\{(\w+)\}", lambda m: names[m.group(1)], value)
+                             for name, value in access.environment.items()})
+    assert declared_env
+    for module in ("provision_target", "check_target", "teardown_target", "sweep_targets", "api"):
+        assert {name: flat(env[module][name]) for name in declared_env if name in env[module]} == declared_env, module
     # Every BROKERBENCH_* the package reads is set somewhere, or belongs to the local mode.
     read = set()
     for path in (REPO / "functions" / "brokerbench").rglob("*.py"):
@@ -648,14 +658,20 @@ def providers_access() -> dict:
     return {p.cloud.service: p.cloud.access for p in plugins().values() if p.cloud and p.cloud.access}
 
 
-def declared(role: str, resources: dict) -> set[tuple[str, str, str]]:
-    """(action, resource, condition) of every statement the providers declare for `role`, written out here as IAM
-    reads them: placeholders as the template names them, `tagged` as the brokerbench:run tag's Null condition."""
+def placeholders(resources: dict) -> dict[str, str]:
+    """The pseudo parameters, the VPC and the providers' shared resources as the template names them (the ones
+    every declaration may name, and each provider's own: the ElastiCache subnet group, the Redis AUTH token)."""
     (vpc,) = of_type(resources, "AWS::EC2::VPC")
     (subnet_group,) = of_type(resources, "AWS::ElastiCache::SubnetGroup")
     (secret,) = [k for k in of_type(resources, "AWS::SecretsManager::Secret") if "RedisAuthToken" in k]
-    names = {"partition": "<AWS::Partition>", "region": "<AWS::Region>", "account": "<AWS::AccountId>",
-             "vpc": f"<{vpc}>", "subnet_group": f"<{subnet_group}>", "auth_secret": f"<{secret}>"}
+    return {"partition": "<AWS::Partition>", "region": "<AWS::Region>", "account": "<AWS::AccountId>",
+            "vpc": f"<{vpc}>", "subnet_group": f"<{subnet_group}>", "auth_secret": f"<{secret}>"}
+
+
+def declared(role: str, resources: dict) -> set[tuple[str, str, str]]:
+    """(action, resource, condition) of every statement the providers declare for `role`, written out here as IAM
+    reads them: placeholders as the template names them, `tagged` as the brokerbench:run tag's Null condition."""
+    names = placeholders(resources)
     fill = lambda text: re.sub(r"\{(\w+)\}", lambda m: names[m.group(1)], text)  # noqa: E731
     out = set()
     for access in providers_access().values():
@@ -742,6 +758,51 @@ def test_a_declaration_is_what_grants_it(app_and_stack, monkeypatch):
     assert [(p.first, p.last, p.description) for p in access.ports()] == [(5672, 5672, "AMQP (SQS)")]
     with pytest.raises(ValueError, match=r"Amazon SQS provision grant .* names \{vpc\}, which the stack does not"):
         access.grant_role(teardown, "provision", {})
+
+
+def test_a_declarations_shared_resources_and_environment_are_what_the_stack_makes_and_sets(monkeypatch):
+    """A made-up provider's subnet group and generated secret, given to cdk/access.py on a stack of its own: each is
+    made under its own id with its declared properties (the secret's reason for no rotation acknowledged), its
+    environment names them, and a variable two providers declare with different values is refused naming it."""
+    from aws_cdk import App, Stack
+    from aws_cdk import aws_ec2 as ec2
+    from aws_cdk.assertions import Template
+
+    from brokerbench.registry import CloudAccess, GeneratedSecret, SubnetGroup
+    from cdk import access, nag
+
+    why = "read only when a run creates its cache, which is deleted when the run ends"
+    made_up = CloudAccess(resources={}, grants=(), shared=(
+        SubnetGroup("cache_subnets", "CacheSubnets", "caches of benchmark runs"),
+        GeneratedSecret("token", "CacheToken", "the caches' token", length=32, exclude_punctuation=False,
+                        why_not_rotated=why)),
+        environment={"BROKERBENCH_CACHE_SUBNET_GROUP": "{cache_subnets}", "BROKERBENCH_CACHE_TOKEN": "{token}",
+                     "BROKERBENCH_CACHE_SUBNETS": "{private_subnets}"})
+    monkeypatch.setattr(access, "declared", lambda: {"Cache": made_up})
+    monkeypatch.setattr(nag, "ACKNOWLEDGED", [])
+    stack = Stack(App(), "MadeUp")
+    vpc = ec2.Vpc(stack, "Vpc", max_azs=2, nat_gateways=0, subnet_configuration=[
+        ec2.SubnetConfiguration(name="Private", subnet_type=ec2.SubnetType.PRIVATE_ISOLATED)])
+    made = {m.placeholder: access.make(stack, m, vpc.isolated_subnets) for m in made_up.shared}
+    made["private_subnets"] = ",".join(s.subnet_id for s in vpc.isolated_subnets)
+    env = access.environment({"Cache": made})
+    resources = Template.from_stack(stack).to_json()["Resources"]
+    (group_id, group), = of_type(resources, "AWS::ElastiCache::SubnetGroup").items()
+    (secret_id, secret), = of_type(resources, "AWS::SecretsManager::Secret").items()
+    assert group_id.startswith("CacheSubnets") and secret_id.startswith("CacheToken")
+    subnets = sorted(of_type(resources, "AWS::EC2::Subnet"))
+    assert group["Properties"] == {"Description": "caches of benchmark runs",
+                                   "SubnetIds": [{"Ref": subnet} for subnet in subnets]}
+    assert secret["Properties"] == {"Description": "the caches' token", "GenerateSecretString": {
+        "ExcludePunctuation": False, "IncludeSpace": False, "PasswordLength": 32}}
+    assert [(a.rule, a.reason) for a in nag.ACKNOWLEDGED] == [("AwsSolutions-SMG4", why)]
+    assert flat(Stack.of(stack).resolve(env)) == {
+        "BROKERBENCH_CACHE_SUBNET_GROUP": f"<{group_id}>", "BROKERBENCH_CACHE_TOKEN": f"<{secret_id}>",
+        "BROKERBENCH_CACHE_SUBNETS": ",".join(f"<{subnet}>" for subnet in subnets)}
+    other = CloudAccess(resources={}, grants=(), environment={"BROKERBENCH_CACHE_TOKEN": "{vpc}"})
+    monkeypatch.setattr(access, "declared", lambda: {"Cache": made_up, "Other cache": other})
+    with pytest.raises(ValueError, match=r"Other cache environment.BROKERBENCH_CACHE_TOKEN: '\{vpc\}', but Cache"):
+        access.environment({"Cache": made, "Other cache": {"vpc": "vpc-1"}})
 
 
 # -- network -----------------------------------------------------------------------------------------------

@@ -22,7 +22,7 @@ from .constructs.teardown import Teardown
 from .constructs.workers import DEFAULT_INSTANCE_TYPE, Ec2Workers
 from .constructs.workflow import Workflow
 
-# read the BROKERBENCH_MSK_*/REDIS_* settings
+# make the cloud providers: they are told the environment each declares (CloudAccess.environment)
 TARGET_FUNCTIONS = ("provision_target", "check_target", "teardown_target", "sweep_targets", "api")
 
 

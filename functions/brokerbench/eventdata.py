@@ -3,6 +3,9 @@
 schemas/events.schema.json stays the document people read and the validation of ranges and patterns; these Structs
 are its types, field by field (tests/unit/test_eventdata.py fails when the two disagree: a property the schema
 declares and its Struct lacks, a required field the Struct lets go missing, a type or an enum that differs).
+The event types in PROVEN also carry every range of their schema (msgspec Meta), and an Open object's other fields
+their type (OPEN_VALUES): the Struct holds every rule of the schema's entry, so a write checks their data by the
+Struct alone, not the schema's validator again (the test compares the ranges too).
 
 Rules that follow the schema:
 - A required property is a field without a default; an optional one defaults to UNSET, so it is never confused with
@@ -25,11 +28,15 @@ from __future__ import annotations
 import types
 import typing
 from functools import cache
-from typing import Literal
+from typing import Annotated, Literal
 
-from msgspec import UNSET, Struct, UnsetType, convert, structs
+from msgspec import UNSET, Meta, Struct, UnsetType, ValidationError, convert, structs
 
 SCHEMA_VERSION = 1
+# The schema's ranges, where a Struct holds them (the PROVEN event types' fields)
+NonNegativeInt = Annotated[int, Meta(ge=0)]
+NonNegative = Annotated[float, Meta(ge=0)]
+Percent = Annotated[float, Meta(ge=0, le=100)]
 
 
 class Data(Struct, kw_only=True):
@@ -59,13 +66,13 @@ class Histograms(Strict, kw_only=True):
 
 
 class Counters(Open, kw_only=True):
-    """An interval's counts (more counters may follow, every one an integer)."""
-    sent: int
-    bytes_sent: int
-    acked: int
-    send_errors: int
-    received: int
-    bytes_received: int
+    """An interval's counts (more counters may follow, every one an integer >= 0: OPEN_VALUES)."""
+    sent: NonNegativeInt
+    bytes_sent: NonNegativeInt
+    acked: NonNegativeInt
+    send_errors: NonNegativeInt
+    received: NonNegativeInt
+    bytes_received: NonNegativeInt
 
 
 class Cell(Open, kw_only=True):
@@ -88,16 +95,16 @@ class Cell(Open, kw_only=True):
 
 class HostUsage(Strict, kw_only=True):
     """The host's pressure and steal over one interval."""
-    cpu_pressure_pct: float | None
-    memory_pressure_pct: float | None
-    steal_pct: float | None
-    cpu_pct: float | None
-    cpus: int | None | UnsetType = UNSET
+    cpu_pressure_pct: Percent | None
+    memory_pressure_pct: Percent | None
+    steal_pct: Percent | None
+    cpu_pct: Percent | None
+    cpus: Annotated[int, Meta(ge=1)] | None | UnsetType = UNSET
 
 
 class ResourceUsage(Strict, kw_only=True):
-    cpu_pct: float
-    rss_mb: float
+    cpu_pct: NonNegative
+    rss_mb: NonNegative
 
 
 class Gap(Data, kw_only=True):
@@ -250,10 +257,10 @@ class CellStarted(Data, kw_only=True):
 class IntervalSummary(Strict, kw_only=True):
     """An interval without its histograms: what a read for reports returns (the histograms are stored apart)."""
     cell_id: str
-    interval: int
+    interval: NonNegativeInt
     counters: Counters
-    attempt: int
-    backlog: int | None | UnsetType = UNSET
+    attempt: NonNegativeInt
+    backlog: NonNegativeInt | None | UnsetType = UNSET
     summary: dict[str, dict] | UnsetType = UNSET
     resources: dict[str, ResourceUsage] | UnsetType = UNSET
     host: HostUsage | UnsetType = UNSET
@@ -567,34 +574,66 @@ EVENT_TYPES: dict[str, type[Data]] = {t.__name__: t for t in (
     RunFailed, StepFailed, Notified, ReportBuilt, RegressionDetected, ScheduleTriggered)}
 # The Structs of each stored schema_version's event data; a later version adds its own and keeps these readable.
 DATA_TYPES: dict[int, dict[str, type[Data]]] = {SCHEMA_VERSION: EVENT_TYPES}
+# What an Open Struct's other fields hold, where the schema types them (its additionalProperties)
+OPEN_VALUES: dict[type[Data], object] = {Counters: NonNegativeInt}
+# The event types whose Structs hold every rule of their schema entry, ranges and open fields included
+# (test_eventdata.py proves it): a write checks their data by the Struct alone. IntervalMeasured is most of a run's
+# events (one per cell and interval).
+PROVEN = frozenset({"IntervalMeasured"})
 
 
 def unknown_fields(data: dict, data_type: type[Data], path: str = "data") -> list[str]:
     """The places in `data` (as `data.limit.bye`) of fields its Structs do not declare, where the schema does not
     leave the object open (Open): what a producer must not write, so that a misspelled field fails where it is
     written instead of being read back as missing."""
-    fields = _fields(data_type)
-    found = [] if issubclass(data_type, Open) else [f"{path}.{k}" for k in data if k not in fields]
-    for name, value in data.items():
-        if name in fields:
-            found += _unknown_in(value, fields[name], f"{path}.{name}")
+    return _each_object(data, data_type, path, _unknown_here)
+
+
+def open_value_problems(data: dict, data_type: type[Data], path: str = "data") -> list[str]:
+    """What an Open object's other fields hold against the type OPEN_VALUES gives them (`data.counters.lost:
+    expected `int` >= 0`): msgspec reads only the fields a Struct names."""
+    return _each_object(data, data_type, path, _open_values_here)
+
+
+def _unknown_here(data: dict, data_type: type[Data], fields: dict, path: str) -> list[str]:
+    return [] if issubclass(data_type, Open) else [f"{path}.{k}" for k in data if k not in fields]
+
+
+def _open_values_here(data: dict, data_type: type[Data], fields: dict, path: str) -> list[str]:
+    kind, found = OPEN_VALUES.get(data_type), []
+    for name, value in data.items() if kind is not None else ():
+        if name not in fields:
+            try:
+                convert(value, kind)
+            except ValidationError as exc:
+                found.append(f"{path}.{name}: {str(exc)[:1].lower()}{str(exc)[1:]}")
     return found
 
 
-def _unknown_in(value, annotation, path: str) -> list[str]:
-    """unknown_fields of a field's value, through the unions, lists and maps of its annotation."""
+def _each_object(data: dict, data_type: type[Data], path: str, here) -> list[str]:
+    """here(data, data_type, fields, path) of `data` and of every object in it its Structs name."""
+    fields = _fields(data_type)
+    found = here(data, data_type, fields, path)
+    for name, value in data.items():
+        if name in fields:
+            found += _in(value, fields[name], f"{path}.{name}", here)
+    return found
+
+
+def _in(value, annotation, path: str, here) -> list[str]:
+    """_each_object of a field's value, through the unions, lists and maps of its annotation."""
     if isinstance(value, dict):
         for option in _options(annotation):
             if isinstance(option, type) and issubclass(option, Data):
-                return unknown_fields(value, option, path)
+                return _each_object(value, option, path, here)
             if typing.get_origin(option) is dict and len(typing.get_args(option)) == 2:
                 item = typing.get_args(option)[1]
-                return [p for k, v in value.items() for p in _unknown_in(v, item, f"{path}.{k}")]
+                return [p for k, v in value.items() for p in _in(v, item, f"{path}.{k}", here)]
     elif isinstance(value, (list, tuple)):
         for option in _options(annotation):
             if typing.get_origin(option) is list and typing.get_args(option):
                 item = typing.get_args(option)[0]
-                return [p for i, v in enumerate(value) for p in _unknown_in(v, item, f"{path}[{i}]")]
+                return [p for i, v in enumerate(value) for p in _in(v, item, f"{path}[{i}]", here)]
     return []
 
 

@@ -1,5 +1,5 @@
-"""The events' types (brokerbench/eventdata.py): they agree with schemas/events.schema.json, a write refuses what they
-do not declare, a read of a malformed stored event names the event and the field, and every event stored by the
+"""The events' types (brokerbench/eventdata.py): they agree with schemas/events.schema.json (the PROVEN ones rule by
+rule, ranges included, since a write checks them by the Struct alone), a write refuses what they do not declare, a read of a malformed stored event names the event and the field, and every event stored by the
 earlier releases (the archived real runs) decodes through them."""
 
 import json
@@ -13,7 +13,7 @@ from event_examples import failed, one_of_each, trigger
 from msgspec import UNSET, UnsetType, inspect
 
 from brokerbench import eventdata
-from brokerbench.events import InvalidEvent, decode_data, make_event, new_run_id
+from brokerbench.events import InvalidEvent, _validators, decode_data, make_event, new_run_id, validate
 from brokerbench.events.memory import MemoryEventStore
 from brokerbench.paths import SCHEMAS_DIR
 
@@ -115,6 +115,96 @@ def _object_disagreements(node: dict, struct: inspect.StructType, where: str) ->
     if closed and issubclass(struct.cls, eventdata.Open):
         found.append(f"{where}: closed in the schema, Open in eventdata")
     return found
+
+
+# What a PROVEN type's Struct holds of its schema: the keywords the comparisons above and below read, no other.
+HELD = {"type", "properties", "required", "additionalProperties", "items", "enum", "const", "description", "$ref",
+        "anyOf", "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "minLength", "maxLength", "pattern",
+        "minItems", "maxItems"}
+RANGES = {  # msgspec.inspect's type -> (schema keyword, its constraint)
+    inspect.IntType: (("minimum", "ge"), ("maximum", "le"), ("exclusiveMinimum", "gt"), ("exclusiveMaximum", "lt")),
+    inspect.FloatType: (("minimum", "ge"), ("maximum", "le"), ("exclusiveMinimum", "gt"), ("exclusiveMaximum", "lt")),
+    inspect.StrType: (("minLength", "min_length"), ("maxLength", "max_length"), ("pattern", "pattern")),
+    inspect.ListType: (("minItems", "min_length"), ("maxItems", "max_length")),
+}
+
+
+def _rule_disagreements(node: dict, info, where: str) -> list[str]:
+    """Where a field's ranges (and an Open object's other fields, eventdata.OPEN_VALUES) differ from the schema's,
+    or the schema has a rule the Struct cannot hold."""
+    node = _resolve(node)
+    found = [f"{where}: the schema's {key!r}, which the Struct does not hold" for key in node.keys() - HELD]
+    for m in _members(info):
+        for keyword, constraint in RANGES.get(type(m), ()):
+            if node.get(keyword) != getattr(m, constraint):
+                found.append(f"{where}: {keyword} {node.get(keyword)!r} in the schema, {constraint} "
+                             f"{getattr(m, constraint)!r} in the Struct")
+        if isinstance(m, inspect.StructType):
+            fields = {f.encode_name: f for f in m.fields}
+            found += [p for name, sub in node.get("properties", {}).items() if name in fields
+                      for p in _rule_disagreements(sub, fields[name].type, f"{where}.{name}")]
+            extra = eventdata.OPEN_VALUES.get(m.cls)
+            if isinstance(node.get("additionalProperties"), dict):
+                found += (_rule_disagreements(node["additionalProperties"], inspect.type_info(extra), f"{where}.*")
+                          if extra is not None else [f"{where}.*: typed in the schema, not in OPEN_VALUES"])
+        elif isinstance(m, inspect.ListType) and "items" in node:
+            found += _rule_disagreements(node["items"], m.item_type, f"{where}[]")
+        elif isinstance(m, inspect.DictType) and isinstance(node.get("additionalProperties"), dict):
+            found += _rule_disagreements(node["additionalProperties"], m.value_type, f"{where}.*")
+    return found
+
+
+@pytest.mark.parametrize("event_type", sorted(eventdata.PROVEN))
+def test_a_proven_struct_holds_every_rule_of_its_schema(event_type):
+    """The write checks a PROVEN type's data by its Struct alone (events.validate): the Struct must hold each range,
+    pattern and length of its schema entry, and the entry no rule the Struct cannot hold."""
+    struct = inspect.type_info(eventdata.EVENT_TYPES[event_type])
+    assert _rule_disagreements(SCHEMA["$defs"][event_type], struct, "data") == []
+
+
+def test_the_rule_check_finds_a_range_the_struct_lacks():
+    """The check above can fail: IntervalMeasured's Struct with its interval's minimum dropped and the counters'
+    other fields untyped is found on both counts; so is an event type whose schema has rules its Struct lacks."""
+    class Loose(eventdata.IntervalMeasured, kw_only=True, forbid_unknown_fields=True):
+        interval: int
+
+    found = _rule_disagreements(SCHEMA["$defs"]["IntervalMeasured"], inspect.type_info(Loose), "data")
+    assert found == ["data.interval: minimum 0 in the schema, ge None in the Struct"]
+    counters = SCHEMA["$defs"]["counters"]
+    assert _rule_disagreements(counters, inspect.type_info(eventdata.Counters), "c") == []
+    assert eventdata.OPEN_VALUES.pop(eventdata.Counters)
+    try:
+        assert _rule_disagreements(counters, inspect.type_info(eventdata.Counters), "c") == [
+            "c.*: typed in the schema, not in OPEN_VALUES"]
+    finally:
+        eventdata.OPEN_VALUES[eventdata.Counters] = eventdata.NonNegativeInt
+    assert _rule_disagreements(SCHEMA["$defs"]["CellStarted"], inspect.type_info(eventdata.CellStarted), "data")
+
+
+HOST = {"cpu_pressure_pct": 1.0, "memory_pressure_pct": 0.0, "steal_pct": 0.0}
+
+
+@pytest.mark.parametrize("change, field", [
+    (lambda d: d["counters"].update(sent=-1), "data.counters.sent: expected `int` >= 0"),
+    (lambda d: d["counters"].update(lost=-2), "data.counters.lost: expected `int` >= 0"),
+    (lambda d: d["counters"].update(lost="2"), "data.counters.lost: expected `int`, got `str`"),
+    (lambda d: d.update(interval=-1), "data.interval: expected `int` >= 0"),
+    (lambda d: d.update(backlog=-5), "data.backlog: expected `int` >= 0"),
+    (lambda d: d.update(host={**HOST, "cpu_pct": 101.0}), "data.host.cpu_pct: expected `float` <= 100"),
+    (lambda d: d.update(host={**HOST, "cpu_pct": 5.0, "cpus": 0}), "data.host.cpus: expected `int` >= 1"),
+    (lambda d: d.update(resources={"broker": {"cpu_pct": -1.0, "rss_mb": 1.0}}), "data.resources"),
+])
+def test_a_malformed_interval_is_refused_by_its_struct_as_by_the_schema(change, field):
+    """IntervalMeasured is written checked by its Struct alone (eventdata.PROVEN): what the schema's validator
+    refuses, the Struct refuses too, naming the event and the field."""
+    event = next(e for e in one_of_each() if e["type"] == "IntervalMeasured")
+    event = {**event, "data": json.loads(json.dumps(event["data"]))}
+    change(event["data"])
+    assert list(_validators()["IntervalMeasured"].iter_errors(event["data"])), "the schema admits it"
+    with pytest.raises(InvalidEvent) as refused:
+        validate(event)
+    assert str(refused.value).startswith(f"IntervalMeasured event {event['event_id']} is invalid: {field}"), (
+        str(refused.value))
 
 
 def test_every_event_type_of_the_schema_has_its_struct_and_no_other():

@@ -4,7 +4,8 @@ Sort keys put a run's events in order and give each event one place: a cell has 
 end slot, so it cannot both complete and fail, and a retried write lands on the same key.
 
 Each event's data has a type (eventdata.py). A write checks the data against it and the schema and refuses a field
-its type does not declare (validate); a read decodes the stored data through it (decode_data), so a stored event
+its type does not declare (validate): against the schema's validator only where the type does not already hold
+every rule of the schema (eventdata.PROVEN: the hot IntervalMeasured is checked by its Struct alone); a read decodes the stored data through it (decode_data), so a stored event
 that lacks a required field or holds one of the wrong type fails there, naming the event and the field, instead
 of as a missing key in a report. What the rest of the code reads stays the data as a dict.
 """
@@ -22,7 +23,8 @@ from typing import Protocol
 import msgspec
 from jsonschema import Draft202012Validator
 
-from ..eventdata import DATA_TYPES, EVENT_TYPES, SCHEMA_VERSION, Histograms, IntervalSummary, unknown_fields
+from ..eventdata import (DATA_TYPES, EVENT_TYPES, PROVEN, SCHEMA_VERSION, Histograms, IntervalSummary,
+                         open_value_problems, unknown_fields)
 from ..paths import SCHEMAS_DIR
 from ..series import DIGEST_VERSION
 
@@ -179,13 +181,13 @@ def validate(event: dict) -> None:
     validators = _validators()
     problems = [f"{'.'.join(map(str, e.absolute_path)) or '(event)'}: {e.message}"
                 for e in validators["envelope"].iter_errors(event)]
-    if not problems:
+    if not problems and event["type"] not in PROVEN:
         problems = [f"{'.'.join(['data', *map(str, e.absolute_path)])}: {e.message}"
                     for e in validators[event["type"]].iter_errors(event["data"])]
     if not problems:
         problems = typed_problems(event["type"], event["data"])
     if problems:
-        raise InvalidEvent(f"{event.get('type')} event is invalid: " + "; ".join(problems))
+        raise InvalidEvent(f"{event.get('type')} event {event.get('event_id')} is invalid: " + "; ".join(problems))
 
 
 def typed_problems(event_type: str, data: dict) -> list[str]:
@@ -193,7 +195,7 @@ def typed_problems(event_type: str, data: dict) -> list[str]:
     a missing or mistyped one."""
     data_type = EVENT_TYPES[event_type]
     problems = [f"{place}: not a field of {event_type}'s data (eventdata.{data_type.__name__})"
-                for place in unknown_fields(data, data_type)]
+                for place in unknown_fields(data, data_type)] + open_value_problems(data, data_type)
     try:
         msgspec.convert(data, data_type)
     except msgspec.ValidationError as exc:

@@ -27,6 +27,7 @@ import pulsar
 
 from ... import native
 from ...drivers import BrokerUnavailable, Message, OnAck
+from . import wire
 from .admin import Admin, AdminError, partition_topic
 
 LENGTHS = [bytes((n,)) for n in range(256)]  # the header's length byte, made once
@@ -36,6 +37,7 @@ MAX_PENDING_PER_PARTITION = 10_000
 RECEIVER_QUEUE = 10_000  # messages each partition's consumer prefetches (the client's default is 1000)
 POLL_MAX = 1000  # messages one consumer poll returns at most
 SEND_TIMEOUT_MS = 30_000
+CONNECT_TIMEOUT_S = 10.0  # the Python loop's own connection and its producers made within this
 # Backlog counts (see PulsarDriver.backlog): how large a backlog is read while consumers are attached (entries and
 # bytes), and how long a count may take then and after they have left. An entry is a whole batch, up to
 # pulsar_batch_bytes: bounded by entries alone, a sample read up to a gigabyte back from storage once a second. Reading
@@ -208,7 +210,21 @@ class PulsarDriver:
     def in_flight_bounds(self, mode: str) -> dict:
         return {"per_lane": MAX_PENDING_PER_PARTITION}
 
-    def producer(self, topic: str, partitions: int, mode: str, on_ack: OnAck) -> PulsarProducer:
+    def producer(self, topic: str, partitions: int, mode: str, on_ack: OnAck) -> PulsarProducer | wire.WireProducer:
+        """The Python loop's producer: where one broker serves every partition at a plain pulsar:// address (the
+        admin API's lookup, as `native_sender` asks it) Pulsar's binary protocol spoken on a socket of its own
+        (wire.WireProducer: receipts stamped as they are read); elsewhere, and where that connection cannot be made
+        or a producer on it is refused (TLS, authentication: what it does not speak), pulsar-client's
+        (PulsarProducer)."""
+        names = self.partitions_of(topic, range(partitions))
+        address = self._one_broker(names)
+        if address is not None:
+            try:
+                connection = wire.Connection(*address, names, CONNECT_TIMEOUT_S)
+            except (OSError, ValueError):
+                pass  # pulsar-client connects as configured
+            else:
+                return wire.WireProducer(connection, self.producer_settings(mode), mode == "single", on_ack)
         client = _client(self.endpoint)
         try:
             producers = [client.create_producer(name, **self.producer_settings(mode))

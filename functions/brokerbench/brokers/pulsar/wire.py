@@ -262,6 +262,7 @@ class WireProducer(ConfirmedProducer):
         self._entries: list[list[bytes]] = [[] for _ in range(lanes)]  # each lane's open batch
         self._headers: list[list[bytes]] = [[] for _ in range(lanes)]
         self._bytes = [0] * lanes
+        self._first = [0] * lanes  # each open batch's first sequence id
         self._due = [NEVER] * lanes  # when each open batch must go out
         self._next_due = NEVER
         self._out: list[bytes] = []  # SEND frames sealed, not written yet
@@ -292,7 +293,9 @@ class WireProducer(ConfirmedProducer):
             entries = self._entries[lane]
             if entries and self._bytes[lane] + len(body) + ENTRY_ROOM > self._max_bytes:
                 self._seal(lane)
+                entries = self._entries[lane]
             if not entries:
+                self._first[lane] = sequence
                 self._due[lane] = due = now + self._delay_ns
                 if due < self._next_due:
                     self._next_due = due
@@ -316,8 +319,8 @@ class WireProducer(ConfirmedProducer):
         if not entries:
             return
         count = len(entries)
-        last = self._next_id[lane] - 1
-        first = last - count + 1
+        first = self._first[lane]
+        last = first + count - 1
         self._in_flight[(lane, first)] = self._headers[lane]
         self._out_keys.append((lane, first))
         self._out.append(send_frame(lane, self._names[lane], first, last, count, b"".join(entries), True,

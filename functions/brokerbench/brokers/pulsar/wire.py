@@ -18,6 +18,7 @@ unloaded or moved the topic) ends the connection, which is not made again; a PIN
 
 from __future__ import annotations
 
+import select
 import socket
 import struct
 import time
@@ -36,6 +37,7 @@ ENTRY_ROOM = 4 + 16  # what a batch adds to a message's body: its size and its S
 WRITE_TIMEOUT_S = 5.0  # a write the broker does not take within this long (it stopped reading) gives the connection up
 CALL_TIMEOUT_S = 30.0  # a full window waits this long for a receipt (pulsar-client's send timeout) before giving up
 NEVER = 1 << 62
+SELECT_FDS = 1024  # select takes descriptors below FD_SETSIZE; a producer on a higher one waits on its socket's timeout
 LENGTHS = [bytes((n,)) for n in range(256)]  # the header's length byte at the body's start, as PulsarProducer's
 HEAD = struct.Struct(">II")
 SIZE = struct.Struct(">I")
@@ -374,6 +376,17 @@ class WireProducer(ConfirmedProducer):
             self._lost(ended)
         return True
 
+    def _wait(self, timeout_s: float) -> bool:
+        """Wait up to timeout_s for the socket to have something, then read it (`_read`); False when nothing came.
+        The wait is select's, to the microsecond: a socket's own timeout waits whole milliseconds, rounded up, so a
+        batch due in 4.2 ms went out 5 ms later."""
+        sock = self._connection.sock
+        if timeout_s > 0 and sock.fileno() < SELECT_FDS:
+            if not select.select((sock,), (), (), timeout_s)[0]:
+                return False
+            timeout_s = 0.0
+        return self._read(timeout_s)
+
     def poll(self, timeout_s: float) -> None:
         """Send the batches that are due and serve the receipts: waiting up to timeout_s for a read that brings
         something (waking when an open batch falls due, to send it)."""
@@ -387,7 +400,7 @@ class WireProducer(ConfirmedProducer):
                 time.sleep(max(0, deadline - now) / 1e9)
                 return
             wake = min(deadline, self._next_due)
-            if self._read(max(0, wake - now) / 1e9):
+            if self._wait(max(0, wake - now) / 1e9):
                 return
             now = time.monotonic_ns()
             if now >= deadline:

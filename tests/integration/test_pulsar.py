@@ -13,7 +13,8 @@ from brokerbench.registry import get_driver
 from brokerbench.reports.results import build_results
 from brokerbench.worker.framing import unpack_many
 from inline_run import execute_run
-from native_sends import assert_python_loop_cells, send_all
+from brokerbench.brokers.pulsar import wire
+from native_sends import assert_python_loop_cells, python_producer, python_sends, send_all
 from steady import assert_sent_on_schedule, p50_known_or_bound
 
 TINY = {"brokers": ["pulsar"], "sizes": [1024], "rates": [200], "duration_s": 1, "warmup_s": 0.2,
@@ -67,7 +68,8 @@ def test_a_non_persistent_cell_delivers_everything_and_claims_no_broker_count(ex
 
 
 def test_the_python_loop_serves_the_same_cells(extra_brokers, store, monkeypatch):
-    """Where the native loop is not built the Python loop over pulsar-client runs: the same cells, counted alike."""
+    """Where the native loop is not built the Python loop runs (its producer speaking Pulsar's binary protocol, its
+    consumer pulsar-client's): the same cells, counted alike."""
     monkeypatch.setenv("BROKERBENCH_SEND_LOOP", "python")  # the cell's processes start with the worker's environment
     endpoints = extra_brokers("pulsar")
     request = {**TINY, "name": "it-pulsar-python", "formats": ["json"], "modes": ["batch", "single"]}
@@ -186,3 +188,93 @@ def test_a_cell_says_which_native_path_its_producers_took(extra_brokers, store):
                 sender.close()
     finally:
         driver.delete_topic(topic, 1)
+
+
+def read_back(endpoint: dict, driver, topic: str, lanes: int, count: int) -> list[list[bytes]]:
+    """Each partition's message bodies, read back with the Python client (independently of the producer)."""
+    client = pulsar.Client(endpoint["service_url"], listener_name=endpoint.get("listener_name"))
+    try:
+        out = []
+        for lane, name in enumerate(driver.partitions_of(topic, range(lanes))):
+            reader = client.create_reader(name, pulsar.MessageId.earliest)
+            out.append([reader.read_next(10_000).data() for _ in range(len(range(lane, count, lanes)))])
+            assert not reader.has_message_available()
+        return out
+    finally:
+        client.close()
+
+
+@pytest.mark.parametrize("mode", ["batch", "single"])
+def test_the_python_loops_producer_speaks_the_protocol_and_takes_each_receipt_once(extra_brokers, mode):
+    """The Python loop's producer on the standalone speaks Pulsar's binary protocol on its own socket (the broker
+    names its client 'brokerbench'): every message of three partitions acknowledged once and not before it was handed
+    over, each partition holding its messages in order with the header and the payload; batched, the broker stored
+    fewer entries than messages, and batches held more than one partition's turn; single mode, one entry each."""
+    endpoint = extra_brokers("pulsar")["pulsar"]
+    client_settings = spec.validate({"brokers": ["pulsar"], "sizes": [512], "rates": [100], "formats": ["raw"],
+                                     "client": {"pulsar_batch_messages": 50}})["client"]
+    driver = get_driver("pulsar", endpoint, client_settings)
+    topic = f"bb-wire-{mode}-{time.monotonic_ns()}"
+    count = 1001 if mode == "batch" else 60
+    driver.create_topic(topic, 3)
+    try:
+        producer = python_producer(driver, topic, 3, mode)
+        assert isinstance(producer, wire.WireProducer)
+        assert [v for v in publishers(driver, topic, 3)] == ["brokerbench"] * 3
+        handed = python_sends(producer, count, lambda seq: bytes([seq % 251]) * (300 + seq % 7), lanes=3,
+                              producer_id=4, flush_each=mode == "single")
+        producer.close()
+        answers = producer.answers
+        assert sorted(answers) == list(range(count)) and all(ok for ok, _ in answers.values())
+        assert all(answers[seq][1] >= handed[seq] for seq in answers)
+        entries = sum(driver.admin.call("GET", driver.admin.path(name) + "/internalStats")["numberOfEntries"]
+                      for name in driver.partitions_of(topic, range(3)))
+        if mode == "batch":  # at most 50 messages a batch: at least 334 / 50 per partition
+            assert 3 * 7 <= entries < count / 2, entries
+        else:
+            assert entries == count
+        for lane, bodies in enumerate(read_back(endpoint, driver, topic, 3, count)):
+            frames = unpack_many([body[1:21] for body in bodies])
+            assert frames["seq"].tolist() == list(range(lane, count, 3)) and set(frames["producer"].tolist()) == {4}
+            assert [body[21:] for body in bodies] == [bytes([s % 251]) * (300 + s % 7) for s in frames["seq"].tolist()]
+        assert driver.message_count(topic, 3) == count
+    finally:
+        driver.delete_topic(topic, 3)
+
+
+def test_a_send_the_broker_refuses_fails_and_ends_the_connection(extra_brokers, monkeypatch):
+    """A SEND whose checksum does not match its content is refused by the broker (a SEND_ERROR): its message fails,
+    the connection is given up with the broker's reason, and a later send fails at once; nothing was stored."""
+    endpoint = extra_brokers("pulsar")["pulsar"]
+    client_settings = spec.validate({"brokers": ["pulsar"], "sizes": [512], "rates": [100], "formats": ["raw"]})["client"]
+    driver = get_driver("pulsar", endpoint, client_settings)
+    topic = f"bb-wire-refused-{time.monotonic_ns()}"
+    driver.create_topic(topic, 1)
+    real = wire.send_frame
+    try:
+        producer = python_producer(driver, topic, 1, "single")
+
+        def corrupted(*args):
+            frame = bytearray(real(*args))
+            frame[-1] ^= 0xFF  # the last byte of the payload: the checksum no longer matches
+            return bytes(frame)
+
+        monkeypatch.setattr(wire, "send_frame", corrupted)
+        python_sends(producer, 1, lambda seq: b"abc", flush_each=True)
+        monkeypatch.undo()
+        assert producer.answers[0][0] is False
+        assert producer.error.startswith("Pulsar refused a send"), producer.error
+        python_sends(producer, 1, lambda seq: b"abc", first=1)
+        assert producer.answers[1][0] is False and producer.flush(1) == 0
+        producer.close()
+        assert driver.message_count(topic, 1) == 0
+    finally:
+        driver.delete_topic(topic, 1)
+
+
+def test_a_producer_the_broker_refuses_is_named(extra_brokers):
+    """A producer on a topic of a namespace that does not exist is refused, with the broker's reason."""
+    endpoint = extra_brokers("pulsar")["pulsar"]
+    host, port = endpoint["service_url"][len("pulsar://"):].rsplit(":", 1)
+    with pytest.raises(wire.Refused, match="refused a producer on persistent://public/nowhere/t-partition-0: .+"):
+        wire.Connection(host, int(port), ["persistent://public/nowhere/t-partition-0"], 10)

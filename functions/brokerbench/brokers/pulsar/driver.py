@@ -15,6 +15,9 @@ a message id per receipt), where the Java client spends about 2.5: on a machine 
 set the worker's maximum. Elsewhere (partitions on several brokers, a connection the loop cannot make) and where a
 cell injects faults (the client reconnects and resends; the loop's one connection does not), the native loop sends
 through the C API of the same libpulsar the Python binding loaded (`native_failover_sender`), with the same settings.
+The Python loop's producer (`producer`) speaks the protocol itself too where one broker serves every partition at a
+plain address (wire.py: each receipt stamped as the read that brought it returns, where pulsar-client's callback
+waited for the GIL); elsewhere it is pulsar-client's. The consumers are pulsar-client's on both loops.
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ import pulsar
 
 from ... import native
 from ...drivers import BrokerUnavailable, Message, OnAck
+from . import wire
 from .admin import Admin, AdminError, partition_topic
 
 LENGTHS = [bytes((n,)) for n in range(256)]  # the header's length byte, made once
@@ -36,6 +40,7 @@ MAX_PENDING_PER_PARTITION = 10_000
 RECEIVER_QUEUE = 10_000  # messages each partition's consumer prefetches (the client's default is 1000)
 POLL_MAX = 1000  # messages one consumer poll returns at most
 SEND_TIMEOUT_MS = 30_000
+CONNECT_TIMEOUT_S = 10.0  # the Python loop's own connection and its producers made within this
 # Backlog counts (see PulsarDriver.backlog): how large a backlog is read while consumers are attached (entries and
 # bytes), and how long a count may take then and after they have left. An entry is a whole batch, up to
 # pulsar_batch_bytes: bounded by entries alone, a sample read up to a gigabyte back from storage once a second. Reading
@@ -208,7 +213,21 @@ class PulsarDriver:
     def in_flight_bounds(self, mode: str) -> dict:
         return {"per_lane": MAX_PENDING_PER_PARTITION}
 
-    def producer(self, topic: str, partitions: int, mode: str, on_ack: OnAck) -> PulsarProducer:
+    def producer(self, topic: str, partitions: int, mode: str, on_ack: OnAck) -> PulsarProducer | wire.WireProducer:
+        """The Python loop's producer: where one broker serves every partition at a plain pulsar:// address (the
+        admin API's lookup, as `native_sender` asks it) Pulsar's binary protocol spoken on a socket of its own
+        (wire.WireProducer: receipts stamped as they are read); elsewhere, and where that connection cannot be made
+        or a producer on it is refused (TLS, authentication: what it does not speak), pulsar-client's
+        (PulsarProducer)."""
+        names = self.partitions_of(topic, range(partitions))
+        address = self._one_broker(names)
+        if address is not None:
+            try:
+                connection = wire.Connection(*address, names, CONNECT_TIMEOUT_S)
+            except (OSError, ValueError):
+                pass  # pulsar-client connects as configured
+            else:
+                return wire.WireProducer(connection, self.producer_settings(mode), mode == "single", on_ack)
         client = _client(self.endpoint)
         try:
             producers = [client.create_producer(name, **self.producer_settings(mode))

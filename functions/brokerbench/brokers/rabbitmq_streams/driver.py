@@ -547,9 +547,10 @@ class StreamsWireProducer(ConfirmedProducer):
     """The Python loop's producer on one node reached directly (no failover to follow), on a stream-protocol
     connection it speaks itself (wire.py): a send that follows the one before by more than JOIN_WITHIN_NS (a loop on
     schedule) is written at once; sends back to back are kept per lane until a poll, a flush or a full window writes
-    them, one Publish frame per lane (as StreamsProducer hands them to rstream). Each confirm is stamped as the read
-    that brought it returns. A lost connection is not made again (as StreamsProducer's on one node): what was not
-    written fails, what was in flight is no longer waited for (unacknowledged), and later sends fail at once."""
+    them, one Publish frame per lane (as StreamsProducer hands them to rstream). Each confirm is stamped when the read
+    that brought it arrived (the kernel's receive time: socket_buffer.recv_stamped). A lost connection is not made
+    again (as StreamsProducer's on one node): what was not written fails, what was in flight is no longer waited for
+    (unacknowledged), and later sends fail at once."""
 
     def __init__(self, connection: wire.Connection, lanes: int, depth: int, on_ack: OnAck) -> None:
         self._connection = connection

@@ -216,8 +216,9 @@ class WireConsumer:
 
     PULL_REQUESTS pull requests of up to `batch` messages each are kept outstanding: as soon as a poll reads the last
     message of one (or its end, 408), another is asked for, before the poll returns, so the server sends on while
-    the worker handles what came and never waits for the consumer's next request. A poll returns what one read of the socket held (at least one message, or nothing
-    after timeout_s): the worker stamps its receipt as the poll returns. Each message is acknowledged (an empty
+    the worker handles what came and never waits for the consumer's next request. A poll returns what one read of the
+    socket held (at least one message, or nothing after timeout_s), and `arrived_ns`, when that read's data arrived
+    (the kernel's receive time, socket_buffer.recv_stamped): the worker's stamp of their receipt. Each message is acknowledged (an empty
     PUB to its reply subject) at the next poll, at commit or at close: a delivery a lost connection took stays
     pending, and is delivered again after ack_wait."""
 
@@ -341,7 +342,10 @@ class WireConsumer:
             self._top_up()
             while True:
                 out = self._take(conn)
-                if out or not conn.receive(deadline - time.monotonic()):
+                if out:
+                    self.arrived_ns = conn.arrived_at
+                    return out
+                if not conn.receive(deadline - time.monotonic()):
                     return out
         except OSError:
             self._lost()

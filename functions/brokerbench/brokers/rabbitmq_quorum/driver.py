@@ -284,7 +284,8 @@ class QuorumConsumer(_Reconnecting):
     speaks itself (rabbitmq.wire.Consuming), as the producer does: a poll returns the messages complete in what one
     read of the socket brought (at least one, or none after timeout_s), parsed in one pass with the worker's header
     and payload sliced out, and acknowledges the poll before it (one `multiple` Basic.Ack, written as the poll
-    starts; at close the last poll's). The worker stamps their receipt as the poll returns. pika spent about 31 µs
+    starts; at close the last poll's). `arrived_ns` is when that read's data arrived (the kernel's receive time,
+    socket_buffer.recv_stamped; on TLS, the read's return): the worker's stamp of their receipt. pika spent about 31 µs
     of CPU a message on its frame objects, callbacks and dispatch, and read a backlog at 0.60 of amqp-client's
     (docs/performance.md). A connection lost (or a channel the broker closed) on a cluster or through a proxy is
     made again (any node that answers); what was delivered on it and not acknowledged comes again, counted as
@@ -336,7 +337,7 @@ class QuorumConsumer(_Reconnecting):
             while True:
                 out, tag = connection.take(lanes, HEADER_SIZE)
                 if out:
-                    self._last_tag = tag
+                    self._last_tag, self.arrived_ns = tag, connection.arrived_at
                     return out
                 if not connection.receive(deadline - time.monotonic()):
                     return []

@@ -747,7 +747,8 @@ class StreamsWireConsumer:
     (wire.Subscriptions): a subscription per lane from the first offset with a credit of rabbitmq_prefetch chunks,
     made at the first poll after hold(False), as StreamsConsumer's. A poll returns the messages of what one read of
     the socket held (waiting up to its timeout for one), parsed where they lie, each chunk's credit given back before
-    it returns. rstream handed each message to a callback on its event loop's thread and through a queue to the
+    it returns; `arrived_ns` is when that read's data arrived (the kernel's receive time,
+    socket_buffer.recv_stamped): the worker's stamp of their receipt. rstream handed each message to a callback on its event loop's thread and through a queue to the
     worker's: 6.8 µs of CPU a message, a backlog read at 0.68 of the Java client's rate (docs/performance.md).
     `commit` stores each lane's last offset read under the group's name, where it moved; `close` commits and waits
     for the broker's answer to a Close, so the stored offsets are in when it returns. As StreamsConsumer's on one
@@ -802,7 +803,7 @@ class StreamsWireConsumer:
         if connection.ended is not None:
             self._lost()
         if out:
-            self._read = connection.last.copy()
+            self._read, self.arrived_ns = connection.last.copy(), connection.arrived_at
         return out
 
     def _lost(self) -> None:

@@ -7,10 +7,8 @@ and never before the write. The Python loop's reads (SocketBuffer, the Redis pro
 from __future__ import annotations
 
 import socket
-import threading
 import time
 
-import hiredis
 import numpy as np
 import pytest
 
@@ -18,6 +16,7 @@ from brokerbench import native
 from brokerbench.brokers.redis_streams.driver import RedisStreamsProducer, RespConnection
 from brokerbench.brokers.socket_buffer import SocketBuffer, recv_stamped, stamp_arrivals
 from brokerbench.worker.framing import HEADER
+from test_reply_stamps import SlowRedis
 
 MS = 1_000_000
 LATE_NS = 40 * MS  # how long the reply waits in the socket before it is read
@@ -85,38 +84,8 @@ def test_a_tls_socket_keeps_the_read_as_its_stamp(pair, monkeypatch):
     assert data == b"x" and arrived == returned >= before
 
 
-class OneReply:
-    """A Redis-protocol peer that answers each XADD `delay_s` after it read it, and records when it wrote each
-    answer."""
-
-    def __init__(self, delay_s: float = 0.0) -> None:
-        self.delay_s = delay_s
-        self.listener = socket.create_server(("127.0.0.1", 0))
-        self.port = self.listener.getsockname()[1]
-        self.written_ns: list[int] = []
-        self._thread = threading.Thread(target=self._serve, daemon=True)
-        self._thread.start()
-
-    def _serve(self) -> None:
-        self.listener.settimeout(10)
-        connection, _ = self.listener.accept()
-        connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        reader = hiredis.Reader()
-        with connection:
-            while chunk := connection.recv(1 << 16):
-                reader.feed(chunk)
-                while reader.gets() is not False:
-                    time.sleep(self.delay_s)
-                    self.written_ns.append(time.monotonic_ns())
-                    connection.sendall(b"$15\r\n1700000000000-0\r\n")
-
-    def close(self) -> None:
-        self._thread.join(5)
-        self.listener.close()
-
-
 def test_redis_python_producer_stamps_the_arrival():
-    peer = OneReply()
+    peer = SlowRedis(0)  # answers at once
     acks: list[int] = []
     producer = RedisStreamsProducer(RespConnection("127.0.0.1", peer.port, False, None), ["s-0"], 100,
                                     lambda header, ok, at: acks.append(at))
@@ -128,7 +97,7 @@ def test_redis_python_producer_stamps_the_arrival():
     assert producer.flush(5) == 0
     producer.close()
     peer.close()
-    late = np.array(acks) - np.array(peer.written_ns)
+    late = np.array(acks) - np.array([peer.written_ns[seq] for seq in range(3)])
     assert len(acks) == 3 and (late >= 0).all() and (late < SLACK_NS).all(), late / MS
 
 
@@ -136,7 +105,7 @@ def test_native_loop_stamps_a_reply_read_late_when_it_arrived():
     """The schedule's first message is sent at base and the loop returns at a boundary 3 ms later (its wait wrote
     the message), before the reply comes (the peer answers 10 ms after it read the XADD); the reply is read at the
     flush, LATE_NS later."""
-    peer = OneReply(0.01)
+    peer = SlowRedis(10 * MS)
     sender = native.redis_sender("127.0.0.1", peer.port, None, [b"s-0"], 100, 5.0)
     base = time.monotonic_ns() + 2 * MS
     sender.configure([b"x" * 100], None, 1, base, float(10**9), np.array([0, 500 * MS], np.int64).tobytes())

@@ -9,7 +9,7 @@ Batch mode turns the client's batching on (per partition, bounded by time, bytes
 turns it off, and the worker keeps one message in flight.
 The native send loop (`native_sender`, brokerbench.native) speaks Pulsar's binary protocol itself where one broker
 serves every partition of the cell (the admin API's lookup says which): a producer per partition on one connection,
-batches bounded as the client bounds them (delay, bytes, messages), each batch's receipt stamped as it is read. The
+batches bounded as the client bounds them (delay, bytes, messages), each batch's receipt stamped when it arrived. The
 C++ client spends about 4 µs of CPU per message on its own objects (a message, its callbacks copied into the batch,
 a message id per receipt), where the Java client spends about 2.5: on a machine whose cores the broker shares, that
 set the worker's maximum. Elsewhere (partitions on several brokers, a connection the loop cannot make) and where a

@@ -1010,18 +1010,20 @@ def _lag_run(run: dict, prefix: str) -> dict:
 
 
 def stamp_lag(results: dict) -> dict:
-    lag, read, before = results["stamp_lag"], results["stamp_lag_read"], results["stamp_lag_before"]
-    at_read, earlier = ({b["broker"]: f"{b['lag_median_us']:+,.0f}" for b in run["brokers"]} for run in (read, before))
+    lag, again, read, before = (results[name] for name in ("stamp_lag", "stamp_lag_again", "stamp_lag_read",
+                                                           "stamp_lag_before"))
+    other = [{b["broker"]: b for b in run["brokers"]} for run in (again, read, before)]
     rows = [[b["broker"], f"{b['native_p50_us']:,.0f}", f"{b['python_p50_us']:,.0f}", f"{b['lag_median_us']:+,.0f}",
-             ", ".join(f"{x:+,.0f}" for x in b["lag_per_trial_us"]), at_read.get(b["broker"], "–"),
-             earlier.get(b["broker"], "–")]
+             ", ".join(f"{x:+,.0f}" for x in b["lag_per_trial_us"]),
+             *(f"{run[b['broker']]['lag_median_us']:+,.0f}" if b["broker"] in run else "–" for run in other)]
             for b in lag["brokers"]]
     return {"rate": f"{lag['rate']:,}", "seconds": f"{lag['seconds']:g}", "goal": str(lag["goal_us"]),
             "trials": str(len(lag["brokers"][0]["lag_per_trial_us"])), "host": lag["host"],
-            **_lag_run(lag, ""), **_lag_run(read, "read_"), **_lag_run(before, "before_"),
+            **_lag_run(lag, ""), **_lag_run(again, "again_"), **_lag_run(read, "read_"), **_lag_run(before, "before_"),
             "table": table(["broker", "native publish p50 (µs)", "Python publish p50 (µs)",
-                            "Python − native, median (µs)", "per trial (µs)", "stamped at the read (µs)",
-                            "before (µs)"], rows, ["---", "---:", "---:", "---:", "---", "---:", "---:"])}
+                            "Python − native, median (µs)", "per trial (µs)", "again (µs)",
+                            "stamped at the read (µs)", "before (µs)"], rows,
+                           ["---", "---:", "---:", "---:", "---", "---:", "---:", "---:"])}
 
 
 def _started(figure: dict) -> str:

@@ -1002,26 +1002,32 @@ def interval_close(results: dict) -> dict:
 
 # ---- how late the Python loops stamp (bench/stamp_lag.py) -----------------------------------------------------------
 
+def _lag_run(run: dict, prefix: str) -> dict:
+    """When, where and at what load a stamp_lag run was measured, as `prefix`_when, _code and _load."""
+    loads = run["load_average_1_5_15"]
+    return {f"{prefix}when": run["measured_at"][:16].replace("T", " "), f"{prefix}code": run["code"],
+            f"{prefix}load": f"{loads['before'][0]:.1f} before, {loads['after'][0]:.1f} after"}
+
+
 def stamp_lag(results: dict) -> dict:
-    lag, before = results["stamp_lag"], results["stamp_lag_before"]
-    loads = lag["load_average_1_5_15"]
-    earlier = {b["broker"]: f"{b['lag_median_us']:+,.0f}" for b in before["brokers"]}
+    lag, again, read, before = (results[name] for name in ("stamp_lag", "stamp_lag_again", "stamp_lag_read",
+                                                           "stamp_lag_before"))
+    other = [{b["broker"]: b for b in run["brokers"]} for run in (again, read, before)]
     rows = [[b["broker"], f"{b['native_p50_us']:,.0f}", f"{b['python_p50_us']:,.0f}", f"{b['lag_median_us']:+,.0f}",
-             ", ".join(f"{x:+,.0f}" for x in b["lag_per_trial_us"]), earlier.get(b["broker"], "–"), _lag_run(lag, b)]
+             ", ".join(f"{x:+,.0f}" for x in b["lag_per_trial_us"]),
+             *(f"{run[b['broker']]['lag_median_us']:+,.0f}" if b["broker"] in run else "–" for run in other),
+             _row_measured(lag, b)]
             for b in lag["brokers"]]
     return {"rate": f"{lag['rate']:,}", "seconds": f"{lag['seconds']:g}", "goal": str(lag["goal_us"]),
-            "trials": ", ".join(sorted({str(len(b["lag_per_trial_us"])) for b in lag["brokers"]})),
-            "when": lag["measured_at"][:16].replace("T", " "), "host": lag["host"], "code": lag["code"],
-            "load": f"{loads['before'][0]:.1f} before, {loads['after'][0]:.1f} after",
-            "before_when": before["measured_at"][:16].replace("T", " "), "before_code": before["code"],
-            "before_load": f"{before['load_average_1_5_15']['before'][0]:.1f} before, "
-                           f"{before['load_average_1_5_15']['after'][0]:.1f} after",
+            "trials": str(len(lag["brokers"][0]["lag_per_trial_us"])), "host": lag["host"],
+            **_lag_run(lag, ""), **_lag_run(again, "again_"), **_lag_run(read, "read_"), **_lag_run(before, "before_"),
             "table": table(["broker", "native publish p50 (µs)", "Python publish p50 (µs)",
-                            "Python − native, median (µs)", "per trial (µs)", "before (µs)", "measured"], rows,
-                           ["---", "---:", "---:", "---:", "---", "---:", "---"])}
+                            "Python − native, median (µs)", "per trial (µs)", "again (µs)",
+                            "stamped at the read (µs)", "before (µs)", "measured"], rows,
+                           ["---", "---:", "---:", "---:", "---", "---:", "---:", "---:", "---"])}
 
 
-def _lag_run(lag: dict, row: dict) -> str:
+def _row_measured(lag: dict, row: dict) -> str:
     """When a stamp_lag row was measured (a run with --merge keeps the other brokers' rows of earlier runs), its
     code and the load average (1 min) before it."""
     run = {k: row.get(k, lag[k]) for k in ("measured_at", "code", "load_average_1_5_15")}

@@ -368,8 +368,8 @@ def test_end_to_end_latency_grows_by_the_proxy_delay(cells, broker):
 
 @pytest.mark.parametrize("broker", PUBLISH_ONLY)
 def test_end_to_end_latency_grows_by_the_proxy_delay_on_the_other_protocols(cells, broker):
-    """NATS's and RabbitMQ's consumers (each speaking its protocol on a socket of its own) stamp a delivery as the
-    read that brought it returns: end to end at the lower rate grows by the delay once, as their publish does."""
+    """NATS's and RabbitMQ's consumers (each speaking its protocol on a socket of its own) stamp a delivery with the
+    arrival of the read that brought it: end to end at the lower rate grows by the delay once, as their publish does."""
     [rate] = PUBLISH_RATES
     check_added(cells, broker, rate, "end_to_end_latency_us")
 

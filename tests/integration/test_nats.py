@@ -532,6 +532,34 @@ def test_the_consumer_reads_every_message_once_on_its_lane_and_its_acknowledgeme
         consumer.close()
 
 
+def test_a_delivery_read_late_is_stamped_when_it_arrived(extra_brokers):
+    """The consumer's pull requests are outstanding; a message published then waits 40 ms in the socket before the
+    poll reads it. The poll's `arrived_ns` (the worker's stamp of its receipt) is the kernel's receive time: after
+    the publish began, within 10 ms of it, not the 40 ms later the read returned. (The stamp before: the poll's
+    return.)"""
+    topic = "bb-wire-arrival"
+    with published(extra_brokers("nats")["nats-jetstream"], topic, 1, 0) as (endpoint, driver):
+        consumer = driver.consumer(topic, "g", [0])
+        try:
+            assert consumer.poll(0.2) == []  # connected, its pull requests asked for
+            producer = driver.producer(topic, 1, "batch", lambda header, ok, at: None)
+            producer.send(b"warmup", b"x", 0)  # the first delivery (the server settling its consumer) comes late
+            assert producer.flush(5) == 0 and [h for h, _, _ in read(consumer, 1)] == [b"warmup"]
+            for i in range(3):
+                sent = time.monotonic_ns()
+                producer.send(b"%06d" % i, b"x" * 100, 0)
+                assert producer.flush(5) == 0
+                time.sleep(0.04)
+                got = consumer.poll(5)
+                returned = time.monotonic_ns()
+                assert [h for h, _, _ in got] == [b"%06d" % i]
+                assert sent <= consumer.arrived_ns < sent + 10_000_000 <= returned - 30_000_000, \
+                    (consumer.arrived_ns - sent) / 1e6
+            producer.close()
+        finally:
+            consumer.close()
+
+
 def test_a_closed_consumer_leaves_the_rest_pending(extra_brokers):
     """A consumer that took one poll and closed acknowledged that poll's messages and nothing else: the server's ack
     floor is there, and every later message is still the consumer's (pending, or delivered and not acknowledged)."""

@@ -141,7 +141,7 @@ def test_a_batch_goes_out_full_at_its_byte_bound_or_when_its_delay_is_over_and_e
     assert sorted((fields[1], fields[2]) for _, fields, _ in peer.frames()) == [(0, 3), (1, 1)]
     peer.far.sendall(receipt(0, 0, 2) + receipt(1, 1, 1))
     producer.poll(1)
-    at = producer._connection.read_at
+    at = producer._connection.arrived_at
     assert answers == [(bytes([n]) * 20, True, at) for n in range(3)] + [(HEADER, True, at)]
     assert producer.flush(0) == 2  # lane 0's fourth and lane 1's first, unanswered
     peer.far.close()
@@ -159,4 +159,4 @@ def test_single_mode_sends_each_message_at_once_unbatched():
     send, meta, payload = read_send(frame)
     assert send == {1: 0, 2: 0} and 11 not in meta and payload == bytes((20,)) + HEADER + b"one"
     peer.far.sendall(receipt(0, 0, 0))
-    assert producer.flush(1) == 0 and answers == [(HEADER, True, producer._connection.read_at)]
+    assert producer.flush(1) == 0 and answers == [(HEADER, True, producer._connection.arrived_at)]

@@ -4,7 +4,7 @@ The server (127.0.0.1, one connection) answers each XADD a known DELAY after it 
 wrote each reply on the same monotonic clock the senders stamp with. The schedule sends a burst of BURST
 messages 1 ms apart every PERIOD, so the sender spends most of each period waiting for its next message: a
 loop that sleeps through that wait stamps a reply when it wakes (up to PERIOD - DELAY late, ~200 ms here); one
-that waits on its socket stamps it as it is read. Pipeline depth 100 keeps the burst in flight together, depth 1
+that waits on its socket stamps it as it arrives. Pipeline depth 100 keeps the burst in flight together, depth 1
 sends it stop-and-wait; the stamps must follow the server's writes either way.
 
 What is asserted is order and causality, not speed: a reply is stamped after the server wrote it (never before),

@@ -1,13 +1,18 @@
 """A blocking socket read into a buffer, for the drivers that speak their broker's protocol themselves (NATS's
 consumer and producer, RabbitMQ's quorum-queue and stream producers), and what their producers that keep a window of
-confirms share. Each read takes what the socket holds, up to
-RECV_BYTES, waiting up to a timeout for the first byte, so that a reply is parsed (and stamped) as the read that
-brought it returns."""
+confirms share. Each read takes what the socket holds, up to RECV_BYTES, waiting up to a timeout for the first byte.
+
+A read's replies are stamped when they arrived, not when the loop came to read them: on a plain socket the kernel
+stamps what it receives (SO_TIMESTAMPNS), and the read returns the time its last segment came (`recv_stamped`). The
+loop reads late whenever it is busy sending, waking from its wait or waiting for the GIL; the kernel's stamp is the
+same however late. A TLS socket cannot return it (ssl.SSLSocket has no recvmsg): its replies keep the read's return
+as their stamp."""
 
 from __future__ import annotations
 
 import socket
 import ssl
+import struct
 import time
 
 # One recv takes up to this much of what the socket holds: about a thousand 1 KB messages.
@@ -22,16 +27,58 @@ RECENT_READ_NS = 1_000_000
 # steps back to its wait: RabbitMQ streams' Python − native publish p50 at 100 msgs/s read +95 µs, +20 written at
 # once (bench/stamp_lag.py, 5 trials each).
 JOIN_WITHIN_NS = 50_000
+# The kernel's receive time of a socket's data (linux/asm-generic/socket.h; Python's socket module does not name it):
+# a control message with the CLOCK_REALTIME struct timespec of the last segment a read returned.
+SO_TIMESTAMPNS = 35
+# A stamp further back than this is not taken: a kernel whose loopback passed on the sender's own (monotonic) departure
+# time in place of a receive time would put it decades back.
+STAMP_AGE_MAX_NS = 60_000_000_000
+STAMP = struct.Struct("qq")
+STAMP_SPACE = socket.CMSG_SPACE(STAMP.size)
+
+
+def stamp_arrivals(sock: socket.socket) -> None:
+    """Ask the kernel to stamp what `sock` receives (read back with `recv_stamped`). Where the system has no such
+    option the reads keep their own return as the stamp."""
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)
+    except OSError:
+        pass
+
+
+def recv_stamped(sock: socket.socket, size: int) -> tuple[bytes, int, int]:
+    """One read of up to `size` bytes: (what it brought, when it arrived, when the read returned), both monotonic ns
+    (the clock of time.monotonic_ns). The arrival is the kernel's stamp of the read's last segment, moved to the
+    monotonic clock by the offset between the clocks read right after it (the real-time clock first, so the
+    conversion errs late by the few tens of ns between the two reads, never early), and never later than the read's
+    return. Without a usable stamp (a TLS socket, the option not set, data that came before it was, one older than
+    STAMP_AGE_MAX_NS) it is the return."""
+    if isinstance(sock, ssl.SSLSocket):
+        data = sock.recv(size)
+        returned = time.monotonic_ns()
+        return data, returned, returned
+    data, controls, _, _ = sock.recvmsg(size, STAMP_SPACE)
+    real = time.time_ns()
+    returned = time.monotonic_ns()
+    for level, kind, value in controls:
+        if level == socket.SOL_SOCKET and kind == SO_TIMESTAMPNS and len(value) >= STAMP.size:
+            seconds, nanoseconds = STAMP.unpack_from(value)
+            age = real - (seconds * 1_000_000_000 + nanoseconds)
+            if age <= STAMP_AGE_MAX_NS:
+                return data, returned - max(0, age), returned
+    return data, returned, returned
 
 
 class SocketBuffer:
-    """`sock` (set by the subclass) and what it brought: `buffer`, parsed from `at` on; `read_at`, the monotonic ns
-    when the last read returned (what it brought arrived by then: the stamp of its replies)."""
+    """`sock` (set by the subclass, which calls `stamp_arrivals` on it) and what it brought: `buffer`, parsed from
+    `at` on; `arrived_at`, the monotonic ns when what the last read brought arrived (the stamp of its replies: see
+    `recv_stamped`); `read_at`, when that read returned (how recently the loop read the socket)."""
 
     PEER = "the server"  # who closed the connection, in its error
     sock: socket.socket
     buffer: bytes = b""
     at: int = 0
+    arrived_at: int = 0
     read_at: int = 0
 
     def read_lately(self) -> bool:
@@ -43,11 +90,10 @@ class SocketBuffer:
         came in time. The peer closing the connection, or an error on it, raises OSError."""
         self.sock.settimeout(max(0.0, timeout_s))
         try:
-            data = self.sock.recv(RECV_BYTES)
+            data, self.arrived_at, self.read_at = recv_stamped(self.sock, RECV_BYTES)
         except (socket.timeout, BlockingIOError, ssl.SSLWantReadError):
             self.read_at = time.monotonic_ns()
             return False
-        self.read_at = time.monotonic_ns()
         if not data:
             raise ConnectionResetError(f"{self.PEER} closed the connection")
         self.buffer = self.buffer[self.at:] + data if self.at < len(self.buffer) else data
@@ -74,7 +120,7 @@ class ConfirmedProducer:
         raise NotImplementedError
 
     def _answered(self, answers: list, at: int) -> None:
-        """Serve the answers of one read, each stamped `at` (when the read returned)."""
+        """Serve the answers of one read, each stamped `at` (when what the read brought arrived)."""
         raise NotImplementedError
 
     def _lost(self) -> None:
@@ -82,13 +128,13 @@ class ConfirmedProducer:
         raise NotImplementedError
 
     def _read(self, timeout_s: float) -> bool:
-        """The answers one read of the socket brought (waiting up to timeout_s for it), stamped as it returned;
+        """The answers one read of the socket brought (waiting up to timeout_s for it), stamped when they arrived;
         False when nothing came. A connection lost, or ended by the broker, is given up (`_lost`)."""
         connection = self._connection
         try:
             if not connection.receive(timeout_s):
                 return False
-            at = connection.read_at
+            at = connection.arrived_at
             answers, ended = self._take()
         except OSError:
             self._lost()

@@ -3,9 +3,10 @@
 A driver creates and deletes topics, and makes producers and consumers. A producer sends
 (header, payload) to a partition and reports each acknowledgement through `on_ack(header, ok, at_ns)`
 while it is polled or flushed, `at_ns` being when the acknowledgement arrived (time.monotonic_ns, taken
-where it arrives: on the socket's read, in the client's callback; never when the worker next looks);
-`poll(timeout_s)` waits for acknowledgements, not merely sleeps. A consumer returns batches of
-(header, payload, partition).
+where it arrives: the kernel's receive time of the socket's read, in the client's callback; never when the worker
+next looks); `poll(timeout_s)` waits for acknowledgements, not merely sleeps. A consumer returns batches of
+(header, payload, partition); one that reads its own socket may say in `arrived_ns` when its last poll's batch
+arrived (the worker's stamp of their receipt; else the poll's return).
 A driver may also offer the producer's native send loop (`native_sender`, see brokerbench.native),
 or raise native.Unsupported, and the worker runs its Python loop over `producer`.
 A producer keeps a bounded number of messages unacknowledged, and a send waits for room when they fill it: the

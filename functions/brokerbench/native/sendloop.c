@@ -213,6 +213,45 @@ static inline int64_t now_ns(void) { /* the clock of time.monotonic_ns() */
     return (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec;
 }
 
+#ifndef SO_TIMESTAMPNS
+#define SO_TIMESTAMPNS 35
+#endif
+/* A kernel stamp further back than this is not taken (see brokers/socket_buffer.py STAMP_AGE_MAX_NS). */
+#define STAMP_AGE_MAX_NS 60000000000LL
+
+/* recv(), and in *arrived when what it returned arrived: the kernel's receive time of its last segment
+   (SO_TIMESTAMPNS, set by tcp_connect), moved from CLOCK_REALTIME to the monotonic clock by the offset between the
+   clocks read right after the read (real time first: the conversion errs late by the tens of ns between the two
+   reads, never early), and never later than the read's return. The loop reads late whenever it is busy sending or
+   waking from a wait; the kernel's stamp is the same however late. Without a stamp, the read's return. As
+   brokers/socket_buffer.py recv_stamped does for the Python loop. */
+static ssize_t recv_stamped(int fd, void *buf, size_t len, int flags, int64_t *arrived) {
+    union {
+        char buf[CMSG_SPACE(sizeof(struct timespec))];
+        struct cmsghdr align;
+    } control;
+    struct iovec iov = {buf, len};
+    struct msghdr msg = {0};
+    msg.msg_iov = &iov;
+    msg.msg_iovlen = 1;
+    msg.msg_control = control.buf;
+    msg.msg_controllen = sizeof control.buf;
+    ssize_t n = recvmsg(fd, &msg, flags);
+    if (n <= 0) return n;
+    struct timespec real;
+    clock_gettime(CLOCK_REALTIME, &real);
+    int64_t returned = now_ns();
+    *arrived = returned;
+    for (struct cmsghdr *c = CMSG_FIRSTHDR(&msg); c; c = CMSG_NXTHDR(&msg, c)) {
+        if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SO_TIMESTAMPNS) continue;
+        struct timespec at;
+        memcpy(&at, CMSG_DATA(c), sizeof at);
+        int64_t age = ((int64_t)real.tv_sec - (int64_t)at.tv_sec) * 1000000000LL + (real.tv_nsec - at.tv_nsec);
+        if (age <= STAMP_AGE_MAX_NS) *arrived = returned - (age > 0 ? age : 0);
+    }
+    return n;
+}
+
 static void sleep_ns(int64_t ns) {
     struct timespec ts = {ns / 1000000000LL, ns % 1000000000LL};
     nanosleep(&ts, NULL);
@@ -305,6 +344,7 @@ typedef struct {
     int port;
     double timeout_s;
     int64_t reconnect_at; /* a lost connection is made again from then on (0: none lost) */
+    int64_t arrived_ns;   /* when what the last read brought arrived (recv_stamped): the stamp of its replies */
     /* NATS: a cluster's servers, [0] the one the sender was made with (host, port); a lost connection, or one
        that could not be made, is made next to the following one, round the list */
     char server_host[NATS_SERVERS][256];
@@ -541,19 +581,19 @@ static int out_reserve(Sender *s, size_t more) {
     return 0;
 }
 
-/* Redis: the next complete reply, which answers the oldest XADD in flight (stamped now). 1 = taken, -1 =
+/* Redis: the next complete reply, which answers the oldest XADD in flight (stamped when it arrived). 1 = taken, -1 =
    incomplete, -2 = a reply XADD never gives (protocol error). */
 static int redis_reply(Sender *s) {
     int r = resp_next(s);
     if (r != 1 && r != 0) return r;
     int64_t seq = s->pending.data[s->pending_head++];
-    if (r == 1 ? (buf_push(&s->ack_seq, seq) || buf_push(&s->ack_ns, now_ns())) : buf_push(&s->failed, seq)) s->oom = 1;
+    if (r == 1 ? (buf_push(&s->ack_seq, seq) || buf_push(&s->ack_ns, s->arrived_ns)) : buf_push(&s->failed, seq)) s->oom = 1;
     return 1;
 }
 
-/* NATS: a reply to publish `seq` (its reply subject's last token), stamped now. A PubAck is a JSON object without
-   "error"; anything else (an error object, a status message such as 503 no responders) fails the publish. A reply to
-   a publish no longer awaited (expired, or from before a reconnect) is ignored. */
+/* NATS: a reply to publish `seq` (its reply subject's last token), stamped when it arrived. A PubAck is a JSON
+   object without "error"; anything else (an error object, a status message such as 503 no responders) fails the
+   publish. A reply to a publish no longer awaited (expired, or from before a reconnect) is ignored. */
 static void nats_answer(Sender *s, const char *subject, size_t len, int ok) {
     if (len <= s->inbox_len + 1 || memcmp(subject, s->inbox, s->inbox_len) != 0 || subject[s->inbox_len] != '.')
         return;
@@ -566,7 +606,7 @@ static void nats_answer(Sender *s, const char *subject, size_t len, int ok) {
     window_slot *slot = &s->ring[seq % (s->depth + 1)];
     if (!slot->pending) return;
     slot->pending = 0;
-    if (ok ? (buf_push(&s->ack_seq, seq) || buf_push(&s->ack_ns, now_ns())) : buf_push(&s->failed, seq)) s->oom = 1;
+    if (ok ? (buf_push(&s->ack_seq, seq) || buf_push(&s->ack_ns, s->arrived_ns)) : buf_push(&s->failed, seq)) s->oom = 1;
     window_advance(s, INT64_MIN);
 }
 
@@ -645,9 +685,9 @@ static void amqp_closed_by_broker(Sender *s, const unsigned char *args, size_t l
 }
 
 /* AMQP: Basic.Ack (ok) or Basic.Nack for delivery tag `tag`, or every tag up to it (`multiple`): the channel's tags
-   count its publishes from 1, so tag t is seq amqp_seq0 + t - 1. Stamped now. */
+   count its publishes from 1, so tag t is seq amqp_seq0 + t - 1. Stamped when it arrived. */
 static void amqp_confirm(Sender *s, uint64_t tag, int multiple, int ok) {
-    int64_t seq = s->amqp_seq0 + (int64_t)tag - 1, first = multiple ? s->win_low : seq, at = now_ns();
+    int64_t seq = s->amqp_seq0 + (int64_t)tag - 1, first = multiple ? s->win_low : seq, at = s->arrived_ns;
     if (seq >= s->win_next) seq = s->win_next - 1;
     for (int64_t q = first < s->win_low ? s->win_low : first; q <= seq; q++) {
         window_slot *slot = &s->ring[q % (s->depth + 1)];
@@ -726,7 +766,7 @@ static int stream_reply(Sender *s) {
         size_t each = key == 3 ? 8 : 10;
         c += 5;
         if ((size_t)(end - c) < count * each) return -2;
-        int64_t at = now_ns();
+        int64_t at = s->arrived_ns;
         for (uint32_t k = 0; k < count; k++, c += each) {
             int64_t seq = (int64_t)be64(c);
             if (seq < s->win_low || seq >= s->win_next) continue;
@@ -903,9 +943,9 @@ static void pwire_seal(Sender *s, int all) {
 }
 
 /* The publishes a receipt answers: lane `lane`'s seqs from `first` to `last` (a lane holds every partitions-th
-   seq), each stamped now, or failed. */
+   seq), each stamped when the receipt arrived, or failed. */
 static void pwire_answer(Sender *s, int lane, int64_t first, int64_t last, int ok) {
-    int64_t at = now_ns();
+    int64_t at = s->arrived_ns;
     for (int64_t seq = first; seq <= last; seq += s->partitions) {
         if (seq < s->win_low || seq >= s->win_next || seq % s->partitions != lane) continue;
         window_slot *slot = &s->ring[seq % (s->depth + 1)];
@@ -964,7 +1004,8 @@ static int pwire_reply(Sender *s) {
 }
 
 /* Read the replies that have arrived; with `block`, wait up to timeout_ms (-1: the socket's timeout) for at
-   least one. Each reply is stamped as it is read. */
+   least one. Each reply is stamped when the read that completed it arrived (recv_stamped): a reply complete in
+   the buffer is served before the next read, so the last read's stamp is its own. */
 static void conn_read(Sender *s, int block, int timeout_ms) {
     int got_one = 0;
     while (s->fd >= 0 && in_flight(s) > 0) {
@@ -1005,7 +1046,8 @@ static void conn_read(Sender *s, int block, int timeout_ms) {
             if (ready == 0) return; /* timed out */
             if (ready < 0 && errno == EINTR) continue;
         }
-        ssize_t n = recv(s->fd, s->in + s->in_len, s->in_cap - s->in_len, wait ? 0 : MSG_DONTWAIT);
+        ssize_t n = recv_stamped(s->fd, s->in + s->in_len, s->in_cap - s->in_len, wait ? 0 : MSG_DONTWAIT,
+                                 &s->arrived_ns);
         if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
             if (!wait) return;
             /* a blocking read that timed out (SO_RCVTIMEO): the broker did not answer in time */
@@ -1113,7 +1155,7 @@ static void conn_wait(Sender *s, int64_t until) {
             if (errno == EINTR) continue;
             return;
         }
-        conn_read(s, 0, 0); /* what has arrived, stamped now; a hang-up shows as a failed read */
+        conn_read(s, 0, 0); /* what has arrived, stamped when it did; a hang-up shows as a failed read */
         if (has_output(s)) conn_write(s); /* a PONG */
     }
 }
@@ -1914,8 +1956,8 @@ static PyObject *kafka_sender(PyObject *self, PyObject *args) {
     return (PyObject *)s;
 }
 
-/* A TCP connection to host:port with TCP_NODELAY and read and write timeouts; -1 with `err` set. Call without the
-   GIL. */
+/* A TCP connection to host:port with TCP_NODELAY, read and write timeouts and the kernel's receive stamps
+   (recv_stamped); -1 with `err` set. Call without the GIL. */
 static int tcp_connect(const char *host, int port, double timeout_s, char *err, size_t err_size) {
     char portstr[16];
     snprintf(portstr, sizeof portstr, "%d", port);
@@ -1944,6 +1986,7 @@ static int tcp_connect(const char *host, int port, double timeout_s, char *err, 
     }
     int one = 1;
     setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+    setsockopt(fd, SOL_SOCKET, SO_TIMESTAMPNS, &one, sizeof one); /* the receive time of replies: recv_stamped */
     struct timeval tv = {(time_t)timeout_s, (suseconds_t)((timeout_s - (double)(time_t)timeout_s) * 1e6)};
     setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
     setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);

@@ -201,10 +201,10 @@ def _run(conn, task: ConsumerTask) -> None:
     clock = time.monotonic_ns
     accounting = Accounting()
     # Per message: its header, and (before decode, after decode, partition, size) as four int64 in a
-    # record chunk; per poll: when it returned and how many messages it brought. The rest is numpy, in bulk.
+    # record chunk; per poll: when its messages were received and how many it brought. The rest is numpy, in bulk.
     headers: list[bytes] = []
     chunks: list[bytes] = []
-    polls = array("q")  # (returned at, messages) per poll, flat
+    polls = array("q")  # (received at: the poll's return, or its messages' arrival; messages) per poll, flat
     timed_decode = native.timed_decode_function()
     e2e_parts: list[np.ndarray] = []
     delivery_parts: list[np.ndarray] = []
@@ -263,7 +263,7 @@ def _run(conn, task: ConsumerTask) -> None:
             framed = unpack_many(headers)
             records = np.frombuffer(b"".join(chunks), dtype=np.int64).reshape(-1, 4)
             stamps = np.array(polls, dtype=np.int64).reshape(-1, 2)  # a copy: `polls` is cleared below
-            received_at = np.repeat(stamps[:, 0], stamps[:, 1])  # each message's receipt: its poll's return
+            received_at = np.repeat(stamps[:, 0], stamps[:, 1])  # each message's receipt: its poll's stamp
             if (framed["producer"] == PROBE_PRODUCER).any():  # a readiness probe delivered again: never counted
                 keep = framed["producer"] != PROBE_PRODUCER
                 framed, records, received_at = framed[keep], records[keep], received_at[keep]
@@ -385,7 +385,10 @@ def _run(conn, task: ConsumerTask) -> None:
             if polled >= next_boundary:  # received after the boundary: they belong to the next interval
                 close_interval()
             if messages:
-                polls.extend((polled, len(messages)))
+                # A consumer that reads its own socket says when what this poll returned arrived (the kernel's
+                # receive time: brokers/socket_buffer.py recv_stamped), however late the loop read it: their receipt.
+                arrived = getattr(consumer, "arrived_ns", None)
+                polls.extend((min(arrived, polled) if arrived else polled, len(messages)))
                 chunks.append(timed_decode(decode, messages, headers))
             if len(headers) >= PROCESS_EVERY and not warming:
                 process()

@@ -280,7 +280,7 @@ class NatsJetStreamDriver:
 
     def producer(self, topic: str, partitions: int, mode: str, on_ack: OnAck) -> WireProducer | NatsProducer:
         """The Python loop's producer: on plain NATS (nats://, credentials or none) one that speaks the protocol on
-        a socket of its own and stamps each PubAck as its read returns (wire.py); elsewhere (tls://) nats-py's."""
+        a socket of its own and stamps each PubAck when it arrived (wire.py); elsewhere (tls://) nats-py's."""
         urls, subjects = servers(self.endpoint), [subject(topic, p) for p in range(partitions)]
         window = self.in_flight_window(mode)
         if any(urlsplit(url if "://" in url else f"nats://{url}").scheme != "nats" for url in urls):

@@ -37,7 +37,7 @@ from collections import deque
 from urllib.parse import urlsplit
 
 from ...drivers import BrokerUnavailable, Message
-from ..socket_buffer import SocketBuffer
+from ..socket_buffer import SocketBuffer, stamp_arrivals
 
 # The socket's receive buffer asked of the kernel: room for a few batches while the worker is between polls.
 SOCKET_BUFFER_BYTES = 4 << 20
@@ -135,6 +135,7 @@ class Connection(SocketBuffer):
         try:
             self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, SOCKET_BUFFER_BYTES)
+            stamp_arrivals(self.sock)
             self.buffer, self.at = b"", 0
             info = self._line(timeout_s)
             if not info.startswith(b"INFO "):
@@ -215,8 +216,9 @@ class WireConsumer:
 
     PULL_REQUESTS pull requests of up to `batch` messages each are kept outstanding: as soon as a poll reads the last
     message of one (or its end, 408), another is asked for, before the poll returns, so the server sends on while
-    the worker handles what came and never waits for the consumer's next request. A poll returns what one read of the socket held (at least one message, or nothing
-    after timeout_s): the worker stamps its receipt as the poll returns. Each message is acknowledged (an empty
+    the worker handles what came and never waits for the consumer's next request. A poll returns what one read of the
+    socket held (at least one message, or nothing after timeout_s), and `arrived_ns`, when that read's data arrived
+    (the kernel's receive time, socket_buffer.recv_stamped): the worker's stamp of their receipt. Each message is acknowledged (an empty
     PUB to its reply subject) at the next poll, at commit or at close: a delivery a lost connection took stays
     pending, and is delivered again after ack_wait."""
 
@@ -340,7 +342,10 @@ class WireConsumer:
             self._top_up()
             while True:
                 out = self._take(conn)
-                if out or not conn.receive(deadline - time.monotonic()):
+                if out:
+                    self.arrived_ns = conn.arrived_at
+                    return out
+                if not conn.receive(deadline - time.monotonic()):
                     return out
         except OSError:
             self._lost()
@@ -402,7 +407,8 @@ class WireConsumer:
 class WireProducer:
     """The Python send loop's JetStream publisher, on a NATS connection it speaks itself (as the consumer does): each
     message a PUB to its lane's subject with a reply subject of its own (`<inbox>.<n>`), the PubAck read from the
-    same socket and stamped as the read returns, on the worker's thread. nats-py published from an event loop on a
+    same socket and stamped when it arrived (the kernel's receive time, socket_buffer.recv_stamped), on the worker's
+    thread. nats-py published from an event loop on a
     thread of its own and stamped in a callback that waited for that loop and the GIL: its publish p50 read 387 µs
     above the native loop's on the same server (docs/performance.md, bench/stamp_lag.py).
 
@@ -476,8 +482,8 @@ class WireProducer:
         return self._connect(RECONNECT_TIMEOUT_S)
 
     def _read(self, timeout_s: float) -> bool:
-        """What the socket holds (waiting up to timeout_s for something): each reply stamped as the read returned.
-        False when nothing came."""
+        """What the socket holds (waiting up to timeout_s for something): each reply stamped when it arrived
+        (socket_buffer.recv_stamped). False when nothing came."""
         conn = self._conn
         try:
             if not conn.receive(timeout_s):
@@ -485,7 +491,7 @@ class WireProducer:
         except OSError:
             self._lost()
             return False
-        at = conn.read_at
+        at = conn.arrived_at
         deliveries, controls = conn.take()
         in_flight, start, on_ack = self._in_flight, self._reply_from, self._on_ack
         for where, _, status, body in deliveries:

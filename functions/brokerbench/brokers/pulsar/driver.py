@@ -9,14 +9,14 @@ Batch mode turns the client's batching on (per partition, bounded by time, bytes
 turns it off, and the worker keeps one message in flight.
 The native send loop (`native_sender`, brokerbench.native) speaks Pulsar's binary protocol itself where one broker
 serves every partition of the cell (the admin API's lookup says which): a producer per partition on one connection,
-batches bounded as the client bounds them (delay, bytes, messages), each batch's receipt stamped as it is read. The
+batches bounded as the client bounds them (delay, bytes, messages), each batch's receipt stamped when it arrived. The
 C++ client spends about 4 µs of CPU per message on its own objects (a message, its callbacks copied into the batch,
 a message id per receipt), where the Java client spends about 2.5: on a machine whose cores the broker shares, that
 set the worker's maximum. Elsewhere (partitions on several brokers, a connection the loop cannot make) and where a
 cell injects faults (the client reconnects and resends; the loop's one connection does not), the native loop sends
 through the C API of the same libpulsar the Python binding loaded (`native_failover_sender`), with the same settings.
 The Python loop's producer (`producer`) speaks the protocol itself too where one broker serves every partition at a
-plain address (wire.py: each receipt stamped as the read that brought it returns, where pulsar-client's callback
+plain address (wire.py: each receipt stamped when the read that brought it arrived, where pulsar-client's callback
 waited for the GIL); elsewhere it is pulsar-client's. The consumers are pulsar-client's on both loops.
 """
 

@@ -3,8 +3,9 @@ serves every partition at a plain pulsar:// address (driver.PulsarDriver.produce
 
 pulsar-client calls back on its own thread: a receipt was stamped in a Python callback that first had to take the
 GIL from the worker's loop, 352 µs above the native loop's publish p50 on the same broker (bench/stamp_lag.py). Here
-each receipt is parsed from what one read of the socket brought and stamped as that read returned, as the native loop
-does (functions/brokerbench/native/sendloop.c: pwire_connect, pwire_seal_lane, pwire_reply).
+each receipt is parsed from what one read of the socket brought and stamped with the kernel's receive time of that
+read (socket_buffer.recv_stamped), as the native loop does (functions/brokerbench/native/sendloop.c: pwire_connect,
+pwire_seal_lane, pwire_reply).
 
 What it speaks (https://pulsar.apache.org/docs/next/developing-binary-protocol/): a frame is [total size][command
 size][BaseCommand], sizes big-endian; a SEND adds [0x0e01][CRC-32C][metadata size][MessageMetadata][payload], the
@@ -26,7 +27,7 @@ import time
 import google_crc32c
 
 from ...drivers import OnAck
-from ..socket_buffer import ConfirmedProducer, SocketBuffer
+from ..socket_buffer import ConfirmedProducer, SocketBuffer, stamp_arrivals
 
 CONNECT, CONNECTED, PRODUCER, SEND, SEND_RECEIPT, SEND_ERROR = 2, 3, 5, 6, 7, 8
 ERROR, CLOSE_PRODUCER, PRODUCER_SUCCESS, PING, PONG = 14, 15, 17, 18, 19
@@ -171,6 +172,7 @@ class Connection(SocketBuffer):
         self.sock = socket.create_connection((host, port), timeout=timeout_s)
         try:
             self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            stamp_arrivals(self.sock)  # a receipt is stamped when it arrived, however late the loop reads it
             self.buffer, self.at = b"", 0
             self.write(command(CONNECT, pb_bytes(1, CLIENT_VERSION) + pb_uint(4, PROTOCOL_VERSION)))
             kind, fields = self._expect((CONNECTED,), "the connection", timeout_s)
@@ -250,7 +252,7 @@ class WireProducer(ConfirmedProducer):
     would take it over batching_max_allowed_size_in_bytes, or when batching_max_publish_delay_ms has passed since its
     first message (at the send or poll that finds it due), as the client batches; in single mode (and without
     batching) each message goes out at once. A lane keeps at most max_pending_messages unanswered: a send beyond that
-    waits for a receipt. Each receipt is stamped as the read that brought it returns. A lost or ended connection is
+    waits for a receipt. Each receipt is stamped when the read that brought it arrived. A lost or ended connection is
     not made again (as the native loop's): what was not written fails, what was in flight is no longer waited for
     (unacknowledged), and later sends fail at once."""
 
@@ -375,7 +377,7 @@ class WireProducer(ConfirmedProducer):
         except OSError as exc:
             self._lost(str(exc))
             return True
-        self._answered(answers, connection.read_at)
+        self._answered(answers, connection.arrived_at)
         if ended is not None:
             self._lost(ended)
         return True

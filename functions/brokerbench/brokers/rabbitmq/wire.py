@@ -4,8 +4,9 @@ quorum-queue producer and the quorum-queue consumer (rabbitmq_quorum.driver: Quo
 pika's publish goes into its connection's output buffer and is written when its I/O loop next runs, and a confirm
 is stamped in a callback after pika's frame decoding and dispatch; its publish p50 read 282 µs above the native
 loop's on the same node (bench/stamp_lag.py). Here a publish is written as it is made and the confirms are parsed
-from what one read of the socket brought, stamped as that read returned, as the native loop does
-(functions/brokerbench/native/sendloop.c: amqp_connect, amqp_send, amqp_reply).
+from what one read of the socket brought, stamped when it arrived (the kernel's receive time,
+socket_buffer.recv_stamped; on a TLS connection, which cannot return it, when the read returned), as the native loop
+does (functions/brokerbench/native/sendloop.c: amqp_connect, amqp_send, amqp_reply).
 
 What it speaks (https://www.rabbitmq.com/resources/specs/amqp0-9-1.pdf): the protocol header, Connection.Start-Ok
 (PLAIN, and the capability that makes a refused login a Connection.Close rather than a hang-up), Tune-Ok (the
@@ -30,7 +31,7 @@ import struct
 import time
 
 from ...drivers import BrokerUnavailable
-from ..socket_buffer import SocketBuffer
+from ..socket_buffer import SocketBuffer, stamp_arrivals
 from . import amqp
 
 FRAME_END = b"\xce"
@@ -97,6 +98,7 @@ class Connection(SocketBuffer):
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             if not self.confirm:
                 sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, SOCKET_BUFFER_BYTES)
+            stamp_arrivals(sock)  # a TLS connection's reads cannot return the stamp: they keep their own return
             if tls_host:
                 sock = ssl.create_default_context().wrap_socket(sock, server_hostname=tls_host)
             self.sock = sock

@@ -3,10 +3,11 @@
 Each lane is one quorum queue, `<topic>-<n>`, published to through the default exchange. A message's body is the
 worker's header (a fixed 20 bytes) followed by the payload. The Python loop's producer speaks AMQP itself on a
 connection of its own (rabbitmq.wire): it publishes on a channel in confirm mode without waiting, batch mode
-keeping up to rabbitmq_in_flight unconfirmed, single mode one, and stamps a confirm as the read that brought it
-returns; a confirm may confirm many at once (`multiple`). The consumer speaks AMQP itself too (wire.Consuming): it
-takes deliveries with a prefetch of rabbitmq_prefetch, parsed in bulk from each read, and acknowledges a poll's
-deliveries (one `multiple` ack) with the next poll, after their receive timestamps. pika declares, counts and deletes
+keeping up to rabbitmq_in_flight unconfirmed, single mode one, and stamps a confirm when the read that brought it
+arrived (the kernel's receive time, socket_buffer.recv_stamped; on TLS, when the read returned); a confirm may
+confirm many at once (`multiple`). The consumer speaks AMQP itself too (wire.Consuming): it takes deliveries with a
+prefetch of rabbitmq_prefetch, parsed in bulk from each read, and acknowledges a poll's deliveries (one `multiple`
+ack) with the next poll, after their receive timestamps. pika declares, counts and deletes
 the queues (rabbitmq.amqp). The native send loop (`native_sender`, brokerbench.native) publishes the same way on an
 AMQP connection of its own.
 
@@ -174,11 +175,11 @@ class _Reconnecting:
 
 class QuorumProducer(_Reconnecting, ConfirmedProducer):
     """Publishes without waiting and counts confirms as they come, on an AMQP connection it speaks itself
-    (rabbitmq.wire): each publish written as it is made, the confirms parsed from each read of the socket and stamped
-    as that read returned (at every send, and while it waits). pika wrote a publish when its I/O loop next ran and
-    stamped a confirm after its own decoding and dispatch: 282 µs above the native loop at the median
-    (bench/stamp_lag.py). On a cluster, a channel that had a publish refused is replaced by a new one before the next
-    publish (module docstring)."""
+    (rabbitmq.wire): each publish written as it is made, the confirms parsed from each read of the socket (at every
+    send, and while it waits) and stamped when what it brought arrived (on TLS, when the read returned). pika wrote a
+    publish when its I/O loop next ran and stamped a confirm after its own decoding and dispatch: 282 µs above the
+    native loop at the median (bench/stamp_lag.py). On a cluster, a channel that had a publish refused is replaced by
+    a new one before the next publish (module docstring)."""
 
     RENEW_WAIT_S = 0.05  # a refused channel's publishes in flight, waited for before it is closed
     CHANNEL_TIMEOUT_S = 5.0  # a channel closed or opened: the broker's answer waited for this long
@@ -283,7 +284,8 @@ class QuorumConsumer(_Reconnecting):
     speaks itself (rabbitmq.wire.Consuming), as the producer does: a poll returns the messages complete in what one
     read of the socket brought (at least one, or none after timeout_s), parsed in one pass with the worker's header
     and payload sliced out, and acknowledges the poll before it (one `multiple` Basic.Ack, written as the poll
-    starts; at close the last poll's). The worker stamps their receipt as the poll returns. pika spent about 31 µs
+    starts; at close the last poll's). `arrived_ns` is when that read's data arrived (the kernel's receive time,
+    socket_buffer.recv_stamped; on TLS, the read's return): the worker's stamp of their receipt. pika spent about 31 µs
     of CPU a message on its frame objects, callbacks and dispatch, and read a backlog at 0.60 of amqp-client's
     (docs/performance.md). A connection lost (or a channel the broker closed) on a cluster or through a proxy is
     made again (any node that answers); what was delivered on it and not acknowledged comes again, counted as
@@ -335,7 +337,7 @@ class QuorumConsumer(_Reconnecting):
             while True:
                 out, tag = connection.take(lanes, HEADER_SIZE)
                 if out:
-                    self._last_tag = tag
+                    self._last_tag, self.arrived_ns = tag, connection.arrived_at
                     return out
                 if not connection.receive(deadline - time.monotonic()):
                     return []

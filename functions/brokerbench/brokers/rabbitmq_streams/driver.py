@@ -547,9 +547,10 @@ class StreamsWireProducer(ConfirmedProducer):
     """The Python loop's producer on one node reached directly (no failover to follow), on a stream-protocol
     connection it speaks itself (wire.py): a send that follows the one before by more than JOIN_WITHIN_NS (a loop on
     schedule) is written at once; sends back to back are kept per lane until a poll, a flush or a full window writes
-    them, one Publish frame per lane (as StreamsProducer hands them to rstream). Each confirm is stamped as the read
-    that brought it returns. A lost connection is not made again (as StreamsProducer's on one node): what was not
-    written fails, what was in flight is no longer waited for (unacknowledged), and later sends fail at once."""
+    them, one Publish frame per lane (as StreamsProducer hands them to rstream). Each confirm is stamped when the read
+    that brought it arrived (the kernel's receive time: socket_buffer.recv_stamped). A lost connection is not made
+    again (as StreamsProducer's on one node): what was not written fails, what was in flight is no longer waited for
+    (unacknowledged), and later sends fail at once."""
 
     def __init__(self, connection: wire.Connection, lanes: int, depth: int, on_ack: OnAck) -> None:
         self._connection = connection
@@ -746,7 +747,8 @@ class StreamsWireConsumer:
     (wire.Subscriptions): a subscription per lane from the first offset with a credit of rabbitmq_prefetch chunks,
     made at the first poll after hold(False), as StreamsConsumer's. A poll returns the messages of what one read of
     the socket held (waiting up to its timeout for one), parsed where they lie, each chunk's credit given back before
-    it returns. rstream handed each message to a callback on its event loop's thread and through a queue to the
+    it returns; `arrived_ns` is when that read's data arrived (the kernel's receive time,
+    socket_buffer.recv_stamped): the worker's stamp of their receipt. rstream handed each message to a callback on its event loop's thread and through a queue to the
     worker's: 6.8 µs of CPU a message, a backlog read at 0.68 of the Java client's rate (docs/performance.md).
     `commit` stores each lane's last offset read under the group's name, where it moved; `close` commits and waits
     for the broker's answer to a Close, so the stored offsets are in when it returns. As StreamsConsumer's on one
@@ -801,7 +803,7 @@ class StreamsWireConsumer:
         if connection.ended is not None:
             self._lost()
         if out:
-            self._read = connection.last.copy()
+            self._read, self.arrived_ns = connection.last.copy(), connection.arrived_at
         return out
 
     def _lost(self) -> None:

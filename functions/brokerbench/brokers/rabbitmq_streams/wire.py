@@ -5,8 +5,9 @@ through rstream where they follow a failover).
 rstream runs on an asyncio loop of its own thread: a publish crossed to that thread and was encoded there, and a
 confirm was stamped in its callback after rstream's decoding, 392 µs above the native loop's publish p50 on the
 same node (bench/stamp_lag.py). Here a lane's publishes are written as one Publish frame when the worker polls, and
-the confirms are parsed from what one read of the socket brought, stamped as that read returned, as the native loop
-does (functions/brokerbench/native/sendloop.c: stream_connect, stream_seal, stream_reply).
+the confirms are parsed from what one read of the socket brought, stamped when it arrived (the kernel's receive
+time, socket_buffer.recv_stamped), as the native loop does (functions/brokerbench/native/sendloop.c: stream_connect,
+stream_seal, stream_reply).
 
 What it speaks (https://github.com/rabbitmq/rabbitmq-server/blob/main/deps/rabbitmq_stream/docs/PROTOCOL.adoc): a
 frame is its size, a key, a version and the command's fields, big-endian. PeerProperties (none), SaslHandshake,
@@ -34,7 +35,7 @@ import socket
 import struct
 import time
 
-from ..socket_buffer import SocketBuffer
+from ..socket_buffer import SocketBuffer, stamp_arrivals
 
 PEER_PROPERTIES, SASL_HANDSHAKE, SASL_AUTHENTICATE, TUNE, OPEN, CLOSE = 0x11, 0x12, 0x13, 0x14, 0x15, 0x16
 DECLARE_PUBLISHER, PUBLISH, PUBLISH_CONFIRM, PUBLISH_ERROR, METADATA_UPDATE = 0x01, 0x02, 0x03, 0x04, 0x10
@@ -134,6 +135,7 @@ class Session(SocketBuffer):
         self.sock = socket.create_connection((host, port), timeout=timeout_s)
         try:
             self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            stamp_arrivals(self.sock)
             self.buffer, self.at = b"", 0
             self._request(PEER_PROPERTIES, struct.pack(">I", 0), "the peer properties", timeout_s)
             self._request(SASL_HANDSHAKE, b"", "the SASL handshake", timeout_s)

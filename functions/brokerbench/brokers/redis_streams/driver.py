@@ -38,7 +38,7 @@ from redis.sentinel import Sentinel
 
 from ... import native, toxiproxy
 from ...drivers import BrokerUnavailable, Message, OnAck, TargetRefused
-from ..socket_buffer import JOIN_WITHIN_NS
+from ..socket_buffer import JOIN_WITHIN_NS, recv_stamped, stamp_arrivals
 
 HEADER_FIELD = b"h"
 PAYLOAD_FIELD = b"d"
@@ -302,6 +302,7 @@ class RespConnection:
     def __init__(self, host: str, port: int, tls: bool, password: str | None) -> None:
         sock = socket.create_connection((host, port), timeout=30)
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        stamp_arrivals(sock)  # a TLS connection's reads cannot return the stamp: they keep their own return
         if tls:
             sock = ssl.create_default_context().wrap_socket(sock, server_hostname=host)
         self.sock = sock
@@ -335,8 +336,9 @@ class RedisStreamsProducer:
     """XADDs packed once by hiredis (redis-py's pipeline object costs more per command than the broker does, and
     would make the client the bottleneck), written as they fall due (one after a pause at once; sends back to back
     joined into one write at the loop's next poll: socket_buffer.JOIN_WITHIN_NS) and answered as a sliding window:
-    at most `depth` unanswered, as the native loop does. `poll` waits on the socket, so each reply is stamped as it
-    is read, not when the worker next looks.
+    at most `depth` unanswered, as the native loop does. Each reply is stamped when it arrived (the kernel's
+    receive time, socket_buffer.recv_stamped), however late the loop reads it; `poll` waits on the socket, so that
+    the window frees as replies come.
 
     `reconnect` (a master behind Sentinel): after a lost connection, the next send or poll at least
     RECONNECT_EVERY_S after the last attempt connects to the master the Sentinels name now; without it a lost
@@ -404,17 +406,17 @@ class RedisStreamsProducer:
 
     def _read(self, timeout_s: float | None) -> bool:
         """Read the replies that arrive within timeout_s (None: wait for one, up to the socket's timeout); each
-        acknowledges the oldest XADD in flight, stamped when read. False when none came."""
+        acknowledges the oldest XADD in flight, stamped when it arrived (socket_buffer.recv_stamped). False when none
+        came."""
         sock, reader = self._connection.sock, self._connection.reader
         pending = getattr(sock, "pending", None)  # TLS: bytes already decrypted wait in the SSL object
         if timeout_s is not None and not (pending and pending()):
             if not select.select([sock], [], [], max(0.0, timeout_s))[0]:
                 return False
         try:
-            chunk = sock.recv(1 << 16)
+            chunk, at, _ = recv_stamped(sock, 1 << 16)
         except (OSError, ConnectionError):  # the socket's timeout, or the connection lost
-            chunk = b""
-        at = time.monotonic_ns()
+            chunk, at = b"", 0
         if not chunk:
             self._lost()
             return False

@@ -33,6 +33,11 @@ SO_TIMESTAMPNS = 35
 # A stamp further back than this is not taken: a kernel whose loopback passed on the sender's own (monotonic) departure
 # time in place of a receive time would put it decades back.
 STAMP_AGE_MAX_NS = 60_000_000_000
+# The offset between the two clocks is read as a real-time reading between two monotonic ones; the arrival, moved by
+# it, errs late by at most their gap, never early. A gap wider than CLOCK_PAIR_NS (the thread preempted between them,
+# on a busy host for milliseconds) is read again, up to CLOCK_PAIR_TRIES times.
+CLOCK_PAIR_NS = 20_000
+CLOCK_PAIR_TRIES = 3
 STAMP = struct.Struct("qq")
 STAMP_SPACE = socket.CMSG_SPACE(STAMP.size)
 
@@ -49,8 +54,8 @@ def stamp_arrivals(sock: socket.socket) -> None:
 def recv_stamped(sock: socket.socket, size: int) -> tuple[bytes, int, int]:
     """One read of up to `size` bytes: (what it brought, when it arrived, when the read returned), both monotonic ns
     (the clock of time.monotonic_ns). The arrival is the kernel's stamp of the read's last segment, moved to the
-    monotonic clock by the offset between the clocks read right after it (the real-time clock first, so the
-    conversion errs late by the few tens of ns between the two reads, never early), and never later than the read's
+    monotonic clock by the offset between the clocks read right after it (CLOCK_PAIR_NS: it errs late by at most the
+    gap between two monotonic readings around the real-time one, never early), and never later than the read's
     return. Without a usable stamp (a TLS socket, the option not set, data that came before it was, one older than
     STAMP_AGE_MAX_NS) it is the return."""
     if isinstance(sock, ssl.SSLSocket):
@@ -58,14 +63,19 @@ def recv_stamped(sock: socket.socket, size: int) -> tuple[bytes, int, int]:
         returned = time.monotonic_ns()
         return data, returned, returned
     data, controls, _, _ = sock.recvmsg(size, STAMP_SPACE)
-    real = time.time_ns()
-    returned = time.monotonic_ns()
+    returned = before = time.monotonic_ns()
     for level, kind, value in controls:
         if level == socket.SOL_SOCKET and kind == SO_TIMESTAMPNS and len(value) >= STAMP.size:
+            for _ in range(CLOCK_PAIR_TRIES):  # the real-time clock read between two monotonic readings close together
+                real = time.time_ns()
+                after = time.monotonic_ns()
+                if after - before <= CLOCK_PAIR_NS:
+                    break
+                before = after
             seconds, nanoseconds = STAMP.unpack_from(value)
             age = real - (seconds * 1_000_000_000 + nanoseconds)
             if age <= STAMP_AGE_MAX_NS:
-                return data, returned - max(0, age), returned
+                return data, min(returned, after - max(0, age)), returned
     return data, returned, returned
 
 

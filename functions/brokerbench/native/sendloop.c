@@ -218,6 +218,10 @@ static inline int64_t now_ns(void) { /* the clock of time.monotonic_ns() */
 #endif
 /* A kernel stamp further back than this is not taken (see brokers/socket_buffer.py STAMP_AGE_MAX_NS). */
 #define STAMP_AGE_MAX_NS 60000000000LL
+/* The offset between the clocks: a real-time reading between two monotonic ones at most this far apart, read again
+   up to CLOCK_PAIR_TRIES times (see brokers/socket_buffer.py CLOCK_PAIR_NS). */
+#define CLOCK_PAIR_NS 20000
+#define CLOCK_PAIR_TRIES 3
 
 /* recv(), and in *arrived when what it returned arrived: the kernel's receive time of its last segment
    (SO_TIMESTAMPNS, set by tcp_connect), moved from CLOCK_REALTIME to the monotonic clock by the offset between the
@@ -238,16 +242,23 @@ static ssize_t recv_stamped(int fd, void *buf, size_t len, int flags, int64_t *a
     msg.msg_controllen = sizeof control.buf;
     ssize_t n = recvmsg(fd, &msg, flags);
     if (n <= 0) return n;
-    struct timespec real;
-    clock_gettime(CLOCK_REALTIME, &real);
-    int64_t returned = now_ns();
+    int64_t returned = now_ns(), before = returned, after = returned;
     *arrived = returned;
     for (struct cmsghdr *c = CMSG_FIRSTHDR(&msg); c; c = CMSG_NXTHDR(&msg, c)) {
         if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SO_TIMESTAMPNS) continue;
-        struct timespec at;
+        struct timespec real, at;
+        for (int i = 0; i < CLOCK_PAIR_TRIES; i++) { /* the real-time clock between two monotonic readings close together */
+            clock_gettime(CLOCK_REALTIME, &real);
+            after = now_ns();
+            if (after - before <= CLOCK_PAIR_NS) break;
+            before = after;
+        }
         memcpy(&at, CMSG_DATA(c), sizeof at);
         int64_t age = ((int64_t)real.tv_sec - (int64_t)at.tv_sec) * 1000000000LL + (real.tv_nsec - at.tv_nsec);
-        if (age <= STAMP_AGE_MAX_NS) *arrived = returned - (age > 0 ? age : 0);
+        if (age <= STAMP_AGE_MAX_NS) {
+            int64_t stamp = after - (age > 0 ? age : 0);
+            *arrived = stamp < returned ? stamp : returned;
+        }
     }
     return n;
 }

@@ -48,8 +48,8 @@ HEADER_SIZE = HEADER.size
 # operation: a channel is kept open STATS_SETTLE_PERIODS of them (1.25 s on the local node), and STATS_SETTLE_S where
 # the endpoint does not give its node's period. Both the producer and the consumer wait after their "done" (where
 # every publish was answered: worker.producer.close_after_settle, QuorumConsumer.finish), so the two waits go on
-# together and beside the cell's drain and count: a local quorum cell's fixed cost read 4.9 s with them one after
-# the other before the count, 2.4 to 2.6 s so (100 msgs/s, 1.5 s measured; bench/results/cell_overhead.json).
+# together and beside the cell's drain and count: a local quorum cell's fixed cost read 4.5 s with them one after
+# the other before the count, 2.6 s so (100 msgs/s, 1.5 s measured; bench/results/cell_overhead.json).
 STATS_SETTLE_PERIODS = 5
 STATS_SETTLE_S = 2.5
 

@@ -1,6 +1,7 @@
 """RabbitMQ streams through rstream (the stream protocol, asyncio), run on an event loop of its own thread, and, on
 one node reached directly, a producer and a consumer that speak the stream protocol on a socket of their own
-(StreamsWireProducer, StreamsWireConsumer: wire.py).
+(StreamsWireProducer, StreamsWireConsumer: wire.py), as the broker check, the count and the backlog do there
+(wire.Session, wire.Reader).
 
 Each lane is one stream, `<topic>-<n>`, declared and counted over AMQP 0-9-1 (a stream is a queue of type
 stream). A message's data is the worker's header (a fixed 20 bytes) followed by the payload. The producer hands
@@ -125,12 +126,11 @@ class RabbitMQStreamsDriver:
                                     f"{exc!r}") from None
 
     def describe(self) -> dict:
-        """client_library: on one node reached directly the producer and consumer speak the stream protocol
-        themselves (wire.py) and rstream only counts the streams and reads the stored offsets; where a failover is
-        followed, rstream serves both."""
+        """client_library: on one node reached directly the producer, the consumer, the check, the count and the
+        backlog speak the stream protocol themselves (wire.py); where a failover is followed, rstream serves them."""
         import rstream
 
-        library = "rstream" if self._reconnect() is not None else "stream protocol (own socket) + rstream (counts)"
+        library = "rstream" if self._reconnect() is not None else "stream protocol (own socket)"
         return {"broker": self.name, "broker_version": amqp.server_version(self.endpoint)
                 or self.endpoint.get("version", "unknown"), "client_library": library,
                 "client_version": rstream.__version__ if hasattr(rstream, "__version__") else _version("rstream"),

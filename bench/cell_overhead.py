@@ -38,6 +38,28 @@ SPEC = {
     "name": "cell-overhead", "brokers": ["kafka", "redis-streams"], "sizes": [1024], "rates": [1000],
     "formats": ["raw"], "modes": ["batch"], "duration_s": 2, "warmup_s": 1, "repeats": 4, "drain_timeout_s": 10,
 }
+# --targets latency-truth: the cells of tests/integration/test_latency_truth.py (every broker it measures, reached
+# directly, at its lower rate and cell length), whose fixed cost per cell is paid with the test workers waiting.
+LATENCY_TRUTH = {
+    "name": "cell-overhead-latency-truth", "sizes": [1024], "rates": [100], "formats": ["raw"], "modes": ["batch"],
+    "duration_s": 1.5, "warmup_s": 0.5, "warmup_until_steady": False, "repeats": 2, "drain_timeout_s": 5,
+}
+LATENCY_TRUTH_SERVICES = ["kafka", "redis", "dynamodb", "pulsar", "nats", "rabbitmq"]
+RABBITMQ_KEYS = ("host", "amqp_port", "stream_port", "management_url", "stats_interval_ms", "vhost", "username")
+
+
+def latency_truth_targets(stack) -> dict:
+    endpoints = stack.endpoints(required=["kafka", "redis", "dynamodb"])
+    rabbit = {k: v for k, v in stack.endpoint("rabbitmq").items() if k in RABBITMQ_KEYS}
+    redis = endpoints["redis-streams"]
+    return {"redis-direct": {"driver": "redis", "host": redis["host"], "port": int(redis["port"])},
+            "kafka-direct": {"driver": "kafka", "bootstrap_servers": endpoints["kafka"]["bootstrap_servers"]},
+            "pulsar-direct": {"driver": "pulsar", **{k: v for k, v in endpoints["pulsar"].items() if k != "version"}},
+            "nats-direct": {"driver": "nats", "url": endpoints["nats-jetstream"]["url"]},
+            "rabbitmq-amqp-direct": {"driver": "rabbitmq-amqp", **rabbit},
+            "rabbitmq-stream-direct": {"driver": "rabbitmq-stream", **rabbit}}
+
+
 # The phases that are the schedule, not overhead: sending from t_start to the end of measurement.
 SCHEDULED = ("measure_start", "t_end")
 
@@ -130,17 +152,24 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--label", required=True, help="the entry of the result file to write (e.g. before, after)")
     parser.add_argument("--out", default=str(REPO / "bench" / "results" / "cell_overhead.json"))
-    parser.add_argument("--repeats", type=int, default=SPEC["repeats"])
+    parser.add_argument("--repeats", type=int)
+    parser.add_argument("--targets", choices=["default", "latency-truth"], default="default",
+                        help="latency-truth: the brokers and cells of tests/integration/test_latency_truth.py")
     args = parser.parse_args()
-    spec = {**SPEC, "repeats": args.repeats}
+    spec = SPEC if args.targets == "default" else LATENCY_TRUTH
+    spec = {**spec, "repeats": args.repeats or spec["repeats"]}
     from brokerbench.events.dynamodb import DynamoEventStore
     from brokerbench.local.stack import LocalStack
 
     with tempfile.TemporaryDirectory() as tmp:
         stack = LocalStack(Path(tmp) / "local", startup_timeout_s=300, redis_aof=True)  # a loaded machine starts slowly
-        services = ["kafka", "redis", "dynamodb"]
+        services = ["kafka", "redis", "dynamodb"] if args.targets == "default" else LATENCY_TRUTH_SERVICES
         endpoints = stack.up(services, log=lambda m: None)
         try:
+            if args.targets == "latency-truth":
+                targets = latency_truth_targets(stack)
+                spec = {**spec, "brokers": list(targets), "targets": targets}
+                endpoints = {**stack.endpoints(required=["kafka", "redis", "dynamodb"]), **targets}
             db = endpoints["dynamodb"]
             store = DynamoEventStore(db["table"], endpoint_url=db["endpoint_url"])
             store.ensure_table()

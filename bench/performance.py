@@ -406,7 +406,42 @@ def cell_overhead(results: dict) -> dict:
         "past_warmup": " and ".join(f"**{once[b]['overhead_beyond_warmup_used_s_median']:.2f} s**" for b in BROKERS),
         "once_load": f"{load_average(co['after_main_once']['load_average_before']):.0f}",
         "warmup_bound": f"{max(c['warmup']['max_s'] for c in co['after']['cells']):.0f} s",
+        **latency_truth_overhead(co),
     }
+
+
+LATENCY_TRUTH_LABELS = ("latency_truth_before", "latency_truth_after")
+LATENCY_TRUTH_PHASES = [
+    ("cell end (broker counts, verdict, CellCompleted)", ["complete"]),
+]
+# From the schedule's end until every process said "done" (the producers' flush and wait, the drain, the consumers'
+# close): the producers' end and t_end come in either order, so the span is taken whole, less the measured seconds.
+UNTIL_DONE = ["producers_done", "t_end", "processes_done"]
+
+
+def _until_done(summary: dict, measured_s: float) -> str:
+    return secs(sum(summary["phases_s_median"].get(k, 0.0) for k in UNTIL_DONE) - measured_s)
+
+
+def latency_truth_overhead(co: dict) -> dict:
+    """`--targets latency-truth`: each broker's overhead per cell before and after, with the phases that moved."""
+    before, after = (co[label] for label in LATENCY_TRUTH_LABELS)
+    rows = []
+    for target in after["summary"]:
+        b, a = before["summary"][target], after["summary"][target]
+        measured = after["spec"]["duration_s"]
+        rows.append([target.removesuffix("-direct"), f"{b['overhead_s_median']:.2f} s",
+                     f"**{a['overhead_s_median']:.2f} s**",
+                     f"{_until_done(b, measured)} → {_until_done(a, measured)}"]
+                    + [f"{_phase(b, keys)} → {_phase(a, keys)}" for _, keys in LATENCY_TRUTH_PHASES]
+                    + [f"{_phase(b, ['check'])} → {_phase(a, ['check'])}"])
+    loads = [load_average(co[label][when]) for label in LATENCY_TRUTH_LABELS
+             for when in ("load_average_before", "load_average_after")]
+    return {"latency_truth_spec": _spec(after["spec"]).replace(" and ", ", "),
+            "latency_truth_table": table(["target", "before", "after", "from t_end until the processes are done"]
+                                         + [n for n, _ in LATENCY_TRUTH_PHASES]
+                                         + ["broker check"], rows),
+            "latency_truth_load": f"{min(loads):.1f} to {max(loads):.1f}"}
 
 
 # ---- run overhead (bench/run_overhead.py) ---------------------------------------------------------------------------

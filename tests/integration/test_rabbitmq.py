@@ -409,3 +409,42 @@ def test_a_management_api_too_busy_to_answer_in_time_is_asked_again_for_the_coun
         if lifted is not None:
             lifted.join()
         driver.delete_topic(topic, 2)
+
+
+def test_the_streams_count_and_backlog_on_the_drivers_own_connection_agree_with_rstreams(rabbit):
+    """On one node reached directly the count and the backlog read the streams on a stream-protocol connection of
+    the driver's own (rabbitmq_streams.wire.Reader). The truth: 4,000 messages sent over three streams, 2,000 or more
+    read and their offsets stored, 300 more sent: the count is 4,300 (the stored offsets take offsets of their own,
+    and are not counted), the group's backlog the messages not read plus at most the stored offset of each stream
+    (offsets, not messages), a group that stored nothing has every offset behind it, rstream's reading of the same
+    streams gives the same figures, and an empty stream counts 0."""
+    from brokerbench.brokers.rabbitmq_streams import driver as streams_driver
+
+    endpoint = rabbit["rabbitmq-streams"]
+    driver = get_driver("rabbitmq-streams", endpoint, CLIENT)
+    topic = f"bb-stream-count-{time.monotonic_ns()}"
+    names = [amqp.lane_queue(topic, lane) for lane in range(3)]
+    driver.create_topic(topic, 3)
+    driver.create_topic(f"{topic}-empty", 1)
+    try:
+        producer = python_producer(driver, topic, 3)
+        python_sends(producer, 4000, lambda seq: b"x" * 100, lanes=3)
+        consumer = driver.consumer(topic, "bb-count", [0, 1, 2])
+        got, deadline = 0, time.monotonic() + 60
+        while got < 2000 and time.monotonic() < deadline:
+            got += len(consumer.poll(0.5))
+        consumer.close()  # its offsets stored
+        python_sends(producer, 300, lambda seq: b"x" * 100, first=4000, lanes=3)
+        producer.close()
+        assert len(producer.answers) == 4300 and all(ok for ok, _ in producer.answers.values())
+        assert driver.message_count(topic, 3) == 4300
+        assert driver._on_reader(lambda client: streams_driver._count(client, names), 60) == 4300
+        parts = driver._wire_backlog_parts(names, "bb-count")
+        assert parts == driver._on_reader(lambda client: streams_driver._backlog_parts(client, names, "bb-count"), 30)
+        assert 4300 - got <= driver.backlog(topic, "bb-count", 3) <= 4300 - got + 3, (parts, got)
+        assert driver.backlog(topic, "bb-nobody", 3) == sum(last - first + 1 for first, last in parts[0])
+        assert driver.message_count(f"{topic}-empty", 1) == 0
+    finally:
+        driver.close()
+        driver.delete_topic(topic, 3)
+        driver.delete_topic(f"{topic}-empty", 1)

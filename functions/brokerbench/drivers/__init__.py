@@ -61,6 +61,10 @@ class Consumer(Protocol):
 
     def close(self) -> None: ...
 
+    # Optional: `finish()`, the consumer's last acknowledgements written where `close` would then keep the
+    # connection open for the broker's count (RabbitMQ's quorum consumer: count_settle_s). The worker calls it, says
+    # "done", and closes after: the wait goes on beside the cell's end instead of before it.
+
 
 class Driver(Protocol):
     name: str

@@ -393,7 +393,10 @@ def _run(conn, task: ConsumerTask) -> None:
             if len(headers) >= PROCESS_EVERY and not warming:
                 process()
         close_interval()  # (commits the final position: the broker's backlog after the drain is exact)
-        consumer.close()
+        # A consumer whose close keeps its connection open for the broker's count acknowledges here and closes
+        # after "done" (drivers.Consumer: finish)
+        finish = getattr(consumer, "finish", None)
+        (finish or consumer.close)()
         receipts.finish(measure_start + span)
     finally:  # before anything else is sent: the connection has one writer at a time
         forwarder.close()
@@ -408,3 +411,5 @@ def _run(conn, task: ConsumerTask) -> None:
         **({"receipt_gap": [*receipts.longest, receipts.until_end]} if receipts.longest else {}),
         "idle_share": round(max(0, idle_ns) / span, 4) if span > 0 else None,
     }))
+    if finish is not None:
+        consumer.close()

@@ -36,6 +36,7 @@ POLL_EVERY = 64
 # Waits shorter than this spin on the clock (a poll costs more than the gap at high rates); longer ones wait in
 # the client's poll, which serves (and stamps) acknowledgements as they arrive.
 SPIN_NS = 50_000
+LINGER = "linger"  # in a loop's result: the client's close still to be made after "done" (close_after_settle)
 
 
 @dataclass
@@ -93,12 +94,15 @@ def _run(conn, task: ProducerTask) -> None:
     finally:  # the records handed over are sent before anything else (a failure included): one writer at a time
         reports.put(None)
         forwarder.join()
+    linger = done.pop(LINGER)  # the client's close, where it waits for the broker's count (close_after_settle)
     # Both loops stop on time at the cell's end, behind schedule or not: what was due by then and never sent is
     # counted here, from the schedule (the parent reads the unsent messages' intended times from it too).
     owed = unsent(schedule, done["sent_total"], done["first_measured_seq"], timing["measure_start"], timing["t_end"],
                   task.message_limit)
     conn.send(("done", {"producer_id": task.producer_id, "send_thread_nice": nice, **done, **owed,
                         "t_end": timing["t_end"]}))
+    if linger is not None:
+        linger()
 
 
 def _forward_intervals(reports: queue.Queue, conn) -> None:
@@ -251,15 +255,37 @@ def _native_loop(sender, task: ProducerTask, codec, pool, timing: dict, schedule
             if time.monotonic_ns() < intervals.next_boundary:
                 continue
         close(seq)
-    flush_while_acking(sender.flush, task.cell["drain_timeout_s"], timing)
-    if settle_s:
-        time.sleep(settle_s)  # the broker's count sees this channel's last publishes (the driver's count_settle_s)
-    sender.close()  # its last flush serves acknowledgements too: closed first, so that they are taken below
+    unanswered = flush_while_acking(sender.flush, task.cell["drain_timeout_s"], timing)
+    # its last flush serves acknowledgements too: closed first (unless nothing is left to answer), so that they are
+    # taken below
+    linger = close_after_settle(sender.close, settle_s, unanswered)
     if intervals.first_measured_seq is None:  # the run ended inside the warm-up
         intervals.first_measured_seq = seq
     close(seq)
     return {"sent_total": seq, "first_measured_seq": intervals.first_measured_seq,
-            "sent": max(0, seq - intervals.first_measured_seq), "last_send_ns": last_send_ns}
+            "sent": max(0, seq - intervals.first_measured_seq), "last_send_ns": last_send_ns, LINGER: linger}
+
+
+def close_after_settle(close, settle_s: float, unanswered: int):
+    """Close the producer's client, `settle_s` after its last publish where the broker's count needs its channel
+    open that long (the driver's count_settle_s: RabbitMQ's management API, whose figures a channel closed too soon
+    leaves out). Where every publish was answered, closing can take no more answers: the wait and the close are
+    returned, to be done after the producer's "done" (beside the cell's drain and the consumers' own wait for the
+    count: a quorum-queue cell's 1.25 s on the local node, paid once instead of one after the other); else the wait
+    is made and the client closed here (its close may still take answers, which the figures count), and None
+    returned."""
+    if settle_s and not unanswered:
+        until = time.monotonic() + settle_s
+
+        def linger() -> None:
+            time.sleep(max(0.0, until - time.monotonic()))
+            close()
+
+        return linger
+    if settle_s:
+        time.sleep(settle_s)  # the broker's count sees this channel's last publishes
+    close()
+    return None
 
 
 def flush_while_acking(flush, idle_s: float, timing: dict) -> int:
@@ -370,13 +396,13 @@ def _python_loop(driver, task: ProducerTask, codec, pool, timing: dict, schedule
         elif seq % POLL_EVERY == 0:  # unthrottled, or behind schedule: still serve acknowledgements
             poll(0)
 
-    flush_while_acking(producer.flush, cell["drain_timeout_s"], timing)
-    if settle_s:
-        time.sleep(settle_s)  # the broker's count sees this channel's last publishes (the driver's count_settle_s)
-    producer.close()  # its last flush serves acknowledgements too: closed first, so that they are counted below
+    unanswered = flush_while_acking(producer.flush, cell["drain_timeout_s"], timing)
+    # its last flush serves acknowledgements too: closed first (unless nothing is left to answer), so that they are
+    # counted below
+    linger = close_after_settle(producer.close, settle_s, unanswered)
     if intervals.first_measured_seq is None:  # the run ended inside the warm-up
         intervals.first_measured_seq = len(send_ns)
     close_interval()
     first = intervals.first_measured_seq
     return {"sent_total": seq, "first_measured_seq": first, "sent": max(0, seq - first),
-            "last_send_ns": send_ns[-1] if send_ns else timing["measure_start"]}
+            "last_send_ns": send_ns[-1] if send_ns else timing["measure_start"], LINGER: linger}

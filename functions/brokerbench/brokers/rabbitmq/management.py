@@ -136,10 +136,10 @@ def node_pids(endpoint: dict, wait_s: float = SETTLE_WAIT_S) -> dict[str, int] |
         time.sleep(POLL_S)
 
 
-def published(endpoint: dict, topic: str, lanes: int, depth) -> int | None:
+def published(endpoint: dict, topic: str, lanes: int, depth, stable_s: float = STABLE_S) -> int | None:
     """Messages routed into the cell's queues, summed over the lanes, once the collected figures have caught up:
     each lane's publish count equals what its consumers acknowledged plus what it holds now (`depth()`, per lane, live
-    over AMQP; asked once no consumer is attached), and the sum has read the same for STABLE_S. The figures lag
+    over AMQP; asked once no consumer is attached), and the sum has read the same for `stable_s`. The figures lag
     the channels by up to about 5 s on a quiet node (measured: 0.2 to 4.9 s), longer on a busy one, so an early
     reading would count too few. None when they stop moving without catching up for SETTLE_WAIT_S (a consumer
     that left messages unacknowledged and gone, say), or have not caught up after SETTLE_MAX_S; a request the
@@ -170,7 +170,7 @@ def published(endpoint: dict, topic: str, lanes: int, depth) -> int | None:
             settled = None
         elif settled is None or settled[0] != total:
             settled = (total, time.monotonic())
-        elif time.monotonic() - settled[1] >= STABLE_S:
+        elif time.monotonic() - settled[1] >= stable_s:
             return total
         time.sleep(POLL_S)
     log.warning("no count of %s: the figures (held, [(publish, ack)] per lane) read %s after %.1f s, not caught up",

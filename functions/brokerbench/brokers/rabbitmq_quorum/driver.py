@@ -47,7 +47,10 @@ HEADER_SIZE = HEADER.size
 # the count for good: CI runs read a cell's count 74 short (publishes and acknowledgements both lost) or never
 # settled. Reported within a period and collected within the next, they are in the count two periods after the last
 # operation: a channel is kept open STATS_SETTLE_PERIODS of them (1.25 s on the local node), and STATS_SETTLE_S where
-# the endpoint does not give its node's period.
+# the endpoint does not give its node's period. Both the producer and the consumer wait after their "done" (where
+# every publish was answered: worker.producer.close_after_settle, QuorumConsumer.finish), so the two waits go on
+# together and beside the cell's drain and count: a local quorum cell's fixed cost read 4.5 s with them one after
+# the other before the count, 2.6 s so (100 msgs/s, 1.5 s measured; bench/results/cell_overhead.json).
 STATS_SETTLE_PERIODS = 5
 STATS_SETTLE_S = 2.5
 
@@ -94,7 +97,18 @@ class RabbitMQQuorumDriver:
         if not self._nodes or management.node_pids(self.endpoint, wait_s=0) != self._nodes:
             return None
         return management.published(self.endpoint, topic, partitions,
-                                    lambda: amqp.counts(self.endpoint, topic, partitions))
+                                    lambda: amqp.counts(self.endpoint, topic, partitions), self.count_stable_s())
+
+    def count_stable_s(self) -> float:
+        """How long the count's figures must read the same (management.published). The consumer acknowledges its
+        last, says "done" and keeps its channel open count_settle_s after (QuorumConsumer.finish), so the count
+        starts as that wait starts rather than after it. Where the node's statistics period is given, the figures
+        are in two periods after the last operation, within management.STABLE_S, which stays. Where it is not (an
+        Amazon MQ broker: RabbitMQ's default period is 5 s), the wait the count no longer follows is added to it,
+        so that no figure is given sooner after the last acknowledgement than before."""
+        if stats_interval_s(self.endpoint) is not None:
+            return management.STABLE_S
+        return management.STABLE_S + STATS_SETTLE_S
 
     def close(self) -> None:
         pass
@@ -303,6 +317,7 @@ class QuorumConsumer(_Reconnecting):
         self._reconnect = reconnect
         self._held = False
         self._next_try = 0.0
+        self._finished_at: float | None = None  # when `finish` acknowledged the last poll
         self._attach(connection)
 
     def _attach(self, connection: wire.Consuming) -> None:
@@ -360,14 +375,22 @@ class QuorumConsumer(_Reconnecting):
     def commit(self) -> None:
         """Nothing to store: acknowledged deliveries leave the queue, the rest stays there."""
 
-    def close(self) -> None:
-        """The last poll acknowledged; the channel kept open settle_s (count_settle_s), then the connection closed
-        once the broker answers its close (it has then taken the acknowledgement)."""
-        if self._broken:
+    def finish(self) -> None:
+        """The last poll acknowledged (the worker says "done" after this, and closes after that)."""
+        if self._broken or self._finished_at is not None:
             return
         try:
             self._ack()
-            time.sleep(self._settle_s)
         except OSError:
             pass  # the broker is gone: unacknowledged deliveries go back to the queue, as RabbitMQ requeues them
+        self._finished_at = time.monotonic()
+
+    def close(self) -> None:
+        """The last poll acknowledged (`finish`, unless done already); the channel kept open settle_s after it
+        (count_settle_s), then the connection closed once the broker answers its close (it has then taken the
+        acknowledgement)."""
+        if self._broken:
+            return
+        self.finish()
+        time.sleep(max(0.0, self._settle_s - (time.monotonic() - self._finished_at)))
         self._connection.close(timeout_s=5.0)

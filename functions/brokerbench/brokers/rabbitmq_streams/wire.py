@@ -39,18 +39,26 @@ from ..socket_buffer import SocketBuffer, stamp_arrivals
 
 PEER_PROPERTIES, SASL_HANDSHAKE, SASL_AUTHENTICATE, TUNE, OPEN, CLOSE = 0x11, 0x12, 0x13, 0x14, 0x15, 0x16
 DECLARE_PUBLISHER, PUBLISH, PUBLISH_CONFIRM, PUBLISH_ERROR, METADATA_UPDATE = 0x01, 0x02, 0x03, 0x04, 0x10
-SUBSCRIBE, DELIVER, CREDIT, STORE_OFFSET, HEARTBEAT = 0x07, 0x08, 0x09, 0x0A, 0x17
-OFFSET_FIRST, OFFSET_OFFSET = 1, 4  # a Subscribe's offset specification: the stream's first offset, or one given
+SUBSCRIBE, DELIVER, CREDIT, STORE_OFFSET, QUERY_OFFSET, HEARTBEAT = 0x07, 0x08, 0x09, 0x0A, 0x0B, 0x17
+# A Subscribe's offset specification: the stream's first offset, its last chunk of messages, or an offset given
+OFFSET_FIRST, OFFSET_LAST, OFFSET_OFFSET = 1, 2, 4
+LAST = "last"  # a subscription's start: the first offset of the stream's last chunk of messages
 RESPONSE = 0x8000
 OK = 1
+NO_OFFSET = 0x13  # QueryOffset's answer where nothing is stored under the reference
 MAX_FRAME = 1048576  # the frame size asked for, as the native loop (the broker's own when smaller)
 WRITE_TIMEOUT_S = 5.0  # a write the broker does not take within this long (it stopped reading) gives the connection up
-REFUSALS = {2: "the stream does not exist", 8: "authentication failure", 0x0C: "virtual host access failure",
+STREAM_NOT_AVAILABLE = 6  # a node just started again answers so until its stream is back
+REFUSALS = {2: "the stream does not exist", STREAM_NOT_AVAILABLE: "the stream is not available", 8: "authentication failure", 0x0C: "virtual host access failure",
             0x10: "access refused"}
 
 
 class Refused(OSError):
-    """The broker answered a request with another code than OK."""
+    """The broker answered a request with another code than OK (`code`: the stream protocol's response code)."""
+
+    def __init__(self, message: str, code: int | None = None) -> None:
+        super().__init__(message)
+        self.code = code
 
 
 class ProtocolError(ConnectionError):
@@ -170,7 +178,7 @@ class Session(SocketBuffer):
         code = struct.unpack_from(">H", content, 4)[0]
         if code != OK:
             raise Refused(f"RabbitMQ refused {what}: {REFUSALS.get(code, 'see the code')} (stream response code "
-                          f"{code})")
+                          f"{code})", code)
 
     def write(self, data: bytes) -> None:
         self.sock.settimeout(WRITE_TIMEOUT_S)
@@ -212,9 +220,14 @@ CLOSE_CORRELATION = 0xFFFF  # correlation ids: a subscription's own id + SUBSCRI
 SUBSCRIBE_CORRELATION = 0x100
 
 
-def offset_spec(start: int | None) -> bytes:
-    """A Subscribe's offset specification: the stream's first offset (None), else the offset given."""
-    return struct.pack(">H", OFFSET_FIRST) if start is None else struct.pack(">HQ", OFFSET_OFFSET, start)
+def offset_spec(start: int | str | None) -> bytes:
+    """A Subscribe's offset specification: the stream's first offset (None), its last chunk of messages (LAST),
+    else the offset given."""
+    if start is None:
+        return struct.pack(">H", OFFSET_FIRST)
+    if start == LAST:
+        return struct.pack(">H", OFFSET_LAST)
+    return struct.pack(">HQ", OFFSET_OFFSET, start)
 
 
 def credit_frames(chunks: dict[int, int]) -> bytes:
@@ -258,13 +271,14 @@ class Subscriptions(Session):
         self.ended: str | None = None
         self.answered: dict[int, int] = {}  # correlation id -> response code
 
-    def subscribe(self, starts: dict[int, int | None], credit: int,
+    def subscribe(self, starts: dict[int, int | str | None], credit: int,
                   timeout_s: float) -> list[tuple[bytes, bytes, int]]:
-        """Subscribe each id of `starts` from its offset (None: the stream's first) with `credit` chunks, all in one
-        write, and wait up to timeout_s for every answer: the messages delivered meanwhile are returned (taken)."""
+        """Subscribe each id of `starts` from its offset (None: the stream's first; LAST: its last chunk) with
+        `credit` chunks, all in one write, and wait up to timeout_s for every answer: the messages delivered meanwhile
+        are returned (taken)."""
         requests = []
         for subscription, start in starts.items():
-            self.wanted[subscription] = start or 0
+            self.wanted[subscription] = start if isinstance(start, int) else 0
             self.active[subscription] = True
             requests.append(request(SUBSCRIBE, SUBSCRIBE_CORRELATION + subscription,
                                     bytes((subscription,)) + str16(self.streams[subscription]) + offset_spec(start)
@@ -288,7 +302,7 @@ class Subscriptions(Session):
                 subscription = correlation - SUBSCRIBE_CORRELATION
                 self.active[subscription] = False
                 raise Refused(f"RabbitMQ refused a subscription to stream {self.streams[subscription].decode()}: "
-                              f"{REFUSALS.get(code, 'see the code')} (stream response code {code})")
+                              f"{REFUSALS.get(code, 'see the code')} (stream response code {code})", code)
         return out
 
     def take(self) -> list[tuple[bytes, bytes, int]]:
@@ -399,3 +413,81 @@ class Subscriptions(Session):
             pass  # the broker is gone
         finally:
             self.sock.close()
+
+
+
+class Reader(Subscriptions):
+    """A connection that reads where `streams` begin and end, counts their messages, and asks what a group stored
+    on them (driver.message_count and backlog, on one node reached directly): a subscription per stream (its id: the
+    stream's index), from one end (`edge`) or from the first offset to one given (`count_to`), nothing kept of the
+    messages. A connection serves one of them (a subscription id serves once)."""
+
+    def __init__(self, host: str, port: int, user: str, password: str, vhost: str, streams: list[str],
+                 timeout_s: float) -> None:
+        super().__init__(host, port, user, password, vhost, streams, list(range(len(streams))), 0, timeout_s)
+        self.timeout_s = timeout_s
+        self.first: list[int | None] = [None] * len(streams)  # the offset of the first message delivered
+        self.goal: dict[int, int] = {}  # count_to's last offset of each subscription's stream
+        self.counted = [0] * len(streams)
+
+    def _chunk(self, data: bytes, at: int, end: int, subscription: int, out: list) -> None:
+        messages: list = []
+        super()._chunk(data, at, end, subscription, messages)
+        if not messages:
+            return
+        first = CHUNK.unpack_from(data, at + CHUNK_AT)[7]
+        if self.first[subscription] is None:
+            self.first[subscription] = first
+        # A chunk is delivered whole, and count_to's goal is the last offset of a chunk: one that begins at or before
+        # it is counted whole
+        if subscription not in self.goal or first <= self.goal[subscription]:
+            self.counted[subscription] += len(messages)
+
+    def _read_until(self, done, timeout_s: float) -> bool:
+        """Take what comes until done() holds (True) or timeout_s has passed (False)."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            self.take()
+            if self.ended or self.dropped:
+                raise ConnectionError(self.ended or next(iter(self.dropped.values())))
+            if done():
+                return True
+            left = deadline - time.monotonic()
+            if left <= 0 or not self.receive(left):
+                return done()
+
+    def edge(self, start: str | None, wait_s: float) -> list[int | None]:
+        """Each stream's first offset (start None: the offset of its first message) or last (LAST: the last offset
+        of its last chunk of messages); None for a stream that delivers nothing within wait_s (it holds none)."""
+        self.subscribe(dict.fromkeys(range(len(self.streams)), start), 1, self.timeout_s)
+        ends = self.first if start is None else self.last
+        self._read_until(lambda: None not in ends, wait_s)
+        return list(ends)
+
+    def count_to(self, goal: list[int | None], timeout_s: float) -> int:
+        """The messages of each stream from its first offset to its `goal` offset (None: an empty stream), summed;
+        TimeoutError when they are not read through in timeout_s."""
+        self.goal = {k: last for k, last in enumerate(goal) if last is not None}
+        if not self.goal:
+            return 0
+        self.subscribe(dict.fromkeys(self.goal), 10, self.timeout_s)
+        if not self._read_until(lambda: all(self.last[k] is not None and self.last[k] >= last
+                                            for k, last in self.goal.items()), timeout_s):
+            raise TimeoutError(f"streams not read to their last offset in {timeout_s} s")
+        return sum(self.counted[k] for k in self.goal)
+
+    def stored(self, reference: str) -> list[int | None]:
+        """The offset stored under `reference` on each stream (QueryOffset), None where none is."""
+        out = []
+        for stream in self.streams:
+            self.write(request(QUERY_OFFSET, QUERY_OFFSET, str16(reference.encode()) + str16(stream)))
+            content = self._expect(QUERY_OFFSET | RESPONSE, self.timeout_s)
+            code = struct.unpack_from(">H", content, 4)[0]
+            if code == NO_OFFSET:
+                out.append(None)
+            elif code != OK:
+                raise Refused(f"RabbitMQ refused the offset query on stream {stream.decode()}: "
+                              f"{REFUSALS.get(code, 'see the code')} (stream response code {code})", code)
+            else:
+                out.append(struct.unpack_from(">Q", content, 6)[0])
+        return out

@@ -16,11 +16,19 @@ from brokerbench import native
 from brokerbench.brokers.redis_streams.driver import RedisStreamsProducer, RespConnection
 from brokerbench.brokers.socket_buffer import SocketBuffer, recv_stamped, stamp_arrivals
 from brokerbench.worker.framing import HEADER
+from kernel_stamps import stamps_on
 from test_reply_stamps import SlowRedis
 
 MS = 1_000_000
 LATE_NS = 40 * MS  # how long the reply waits in the socket before it is read
 SLACK_NS = 10 * MS  # a stamp this much after the write is the read's, not the arrival's
+
+
+@pytest.fixture(autouse=True, scope="module")
+def stamping():
+    """The host's stamping kept on (tests/kernel_stamps.py: it is switched on by a deferred kernel work item)."""
+    with stamps_on():
+        yield
 
 
 @pytest.fixture

@@ -84,6 +84,33 @@ def late_stamps(value: str | None) -> list[str]:
     return [part for part in (value or "").split(", ") if part and part != ARRIVAL]
 
 
+# The mark of a row whose acknowledgements or deliveries were not all stamped at arrival, in every table.
+STAMP_MARK = "†"
+
+
+def stamped_late(ack_stamps: str | None, delivery_stamps: str | None) -> bool:
+    """Whether a cell's (or configuration's) publish or end-to-end latency ends at a stamp other than the arrival."""
+    return bool(late_stamps(ack_stamps) or late_stamps(delivery_stamps))
+
+
+def stamp_note(rows) -> str | None:
+    """The footnote of STAMP_MARK: for each (label, ack_stamps, delivery_stamps) marked, what was stamped how, and
+    where how late that is was measured (it is not stored with the run, so no figure is printed); None when none is
+    marked."""
+    parts = []
+    for label, ack, delivery in rows:
+        said = [f"{what} {stamps_text(value)}" for what, value in (("acknowledgements (publish latency)", ack),
+                                                                  ("deliveries (end-to-end latency)", delivery))
+                if late_stamps(value)]
+        if said and f"{label}: {', '.join(said)}" not in parts:
+            parts.append(f"{label}: {', '.join(said)}")
+    if not parts:
+        return None
+    return (f"{STAMP_MARK} not stamped at arrival (the kernel's receive time): {'; '.join(parts)}. Such a stamp comes "
+            "later than the arrival by as long as the loop or the client library took to come to it; how late, on each "
+            f"broker's path, was measured apart and is not stored with this run: {STAMP_LAG_PAGE}")
+
+
 def stamps_text(value: str) -> str:
     """'client:librdkafka' -> "in librdkafka's thread or callback"; 'read' -> 'as the read returned (TLS)'."""
     words = []

@@ -69,7 +69,8 @@ def test_every_table_marks_the_rows_not_stamped_at_arrival_and_says_how_they_wer
     rendered = markdown.render(report)
     assert grid_rows(rendered) == {"kafka": "raw †", "redis-streams": "raw"}
     footnote = ("† not stamped at arrival (the kernel's receive time): kafka raw: acknowledgements (publish latency) "
-                "in librdkafka's thread or callback, deliveries (end-to-end latency) in librdkafka's thread or callback.")
+                "in librdkafka's thread or callback, deliveries (end-to-end latency) in librdkafka's thread or "
+                "callback.")
     assert footnote in rendered and "- **Stamps.** Publish latency ends at" in rendered
     page = html.render(report)
     assert "<td>raw †</td>" in page and "<p class='muted stamps'>† not stamped at arrival" in page

@@ -3,10 +3,15 @@ and every table marks a row whose publish or end-to-end latency was not stamped 
 it was and where how late that is was measured (figures.stamp_note): the report prints no figure it did not store."""
 
 import copy
+import re
+import socket
+import ssl
+from pathlib import Path
 
 from rich.console import Console
 from synthetic import synthetic_run
 
+from brokerbench.brokers.socket_buffer import socket_stamps
 from brokerbench.figures import STAMP_LAG_PAGE, joined_stamps, late_stamps, stamp_note, stamped_late
 from brokerbench.reports import html, markdown
 from brokerbench.reports.model import build_report
@@ -47,6 +52,21 @@ def test_the_words_of_the_stamps():
                            "acknowledgements (publish latency) as the read returned (TLS); kafka raw: deliveries "
                            "(end-to-end latency) in librdkafka's thread or callback.")
     assert note.endswith(STAMP_LAG_PAGE) and "µs" not in note  # cites the page, prints no figure it did not store
+
+
+def test_a_socket_of_its_own_stamps_at_arrival_unless_it_speaks_tls():
+    with socket.socket() as plain:
+        assert socket_stamps(plain) == "arrival"
+        with ssl.create_default_context().wrap_socket(plain, server_hostname="broker", do_handshake_on_connect=False) \
+                as tls:
+            assert socket_stamps(tls) == "read"  # ssl.SSLSocket has no recvmsg: the read's return
+
+
+def test_the_cited_page_has_the_cited_section():
+    """The footnote cites a section by its heading: it is there, with the bench that measures it."""
+    page, heading = re.fullmatch(r'(\S+), "(.+)" \((\S+)\)', STAMP_LAG_PAGE).group(1, 2)
+    text = (Path(__file__).resolve().parents[2] / page).read_text()
+    assert f"## {heading} (`bench/stamp_lag.py`)" in text
 
 
 def test_every_table_marks_the_rows_not_stamped_at_arrival_and_says_how_they_were():

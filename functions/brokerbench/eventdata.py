@@ -452,6 +452,8 @@ class CellCompleted(Strict, kw_only=True):
     bursts: Bursts | UnsetType = UNSET
     send_loop: Literal["native", "python", "mixed"] | UnsetType = UNSET
     sender: str | UnsetType = UNSET
+    ack_stamps: str | UnsetType = UNSET
+    delivery_stamps: str | UnsetType = UNSET
     codec_floor_ns: CodecFloor | UnsetType = UNSET
     send_thread_nice: int | None | UnsetType = UNSET
     intervals: int

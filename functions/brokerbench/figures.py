@@ -52,6 +52,75 @@ ACCOUNTING_RULE = (
     "unknown)\", never as loss. What the classes leave over (residual) is shown as an accounting error."
 )
 
+# How a cell's acknowledgements (publish latency) and deliveries (end-to-end latency) were stamped: each producer and
+# consumer says so (`stamps`: drivers, native senders), CellCompleted keeps the distinct values (ack_stamps,
+# delivery_stamps; comma-separated where a cell's producers or consumers differed). "arrival": the kernel's receive
+# time of the read that brought it (SO_TIMESTAMPNS), however late the loop read; "read": the read's return on the
+# worker's own thread (a TLS socket); "client:LIBRARY": in the client library's thread or callback.
+ARRIVAL, READ, CLIENT = "arrival", "read", "client"
+STAMP_LAG_PAGE = "docs/performance.md, \"How late the Python loops stamp an acknowledgement\" (bench/stamp_lag.py)"
+STAMP_RULE = (
+    "Publish latency ends at the acknowledgement's stamp and end-to-end latency at the delivery's. Where either was "
+    "not stamped at its arrival (the kernel's receive time), the row is marked: \"read\" is the read's return on the "
+    "worker's thread (a TLS socket), \"client\" the client library's thread or callback, which come later by how "
+    "long the worker's loop or the library took to come to it. How late that is on each path was measured apart and "
+    f"is not stored with the run: {STAMP_LAG_PAGE}."
+)
+
+
+def client_stamps(library: str) -> str:
+    """The stamp of a producer or consumer whose client library stamps in its own thread or callback."""
+    return f"{CLIENT}:{library}"
+
+
+def joined_stamps(values) -> str | None:
+    """The distinct stamps of a cell's producers or consumers (or of a configuration's cells), comma-separated;
+    None where none said (runs stored before stamps were recorded, a cell without consumers)."""
+    return ", ".join(sorted({part for value in values if value for part in value.split(", ")})) or None
+
+
+def late_stamps(value: str | None) -> list[str]:
+    """The stamps in `value` that are not the kernel's arrival time ([] when all are, or none was recorded)."""
+    return [part for part in (value or "").split(", ") if part and part != ARRIVAL]
+
+
+# The mark of a row whose acknowledgements or deliveries were not all stamped at arrival, in every table.
+STAMP_MARK = "†"
+
+
+def stamped_late(ack_stamps: str | None, delivery_stamps: str | None) -> bool:
+    """Whether a cell's (or configuration's) publish or end-to-end latency ends at a stamp other than the arrival."""
+    return bool(late_stamps(ack_stamps) or late_stamps(delivery_stamps))
+
+
+def stamp_note(rows) -> str | None:
+    """The footnote of STAMP_MARK: for each (label, ack_stamps, delivery_stamps) marked, what was stamped how, and
+    where how late that is was measured (it is not stored with the run, so no figure is printed); None when none is
+    marked."""
+    parts = []
+    for label, ack, delivery in rows:
+        said = [f"{what} {stamps_text(value)}" for what, value in (("acknowledgements (publish latency)", ack),
+                                                                  ("deliveries (end-to-end latency)", delivery))
+                if late_stamps(value)]
+        if said and f"{label}: {', '.join(said)}" not in parts:
+            parts.append(f"{label}: {', '.join(said)}")
+    if not parts:
+        return None
+    return (f"{STAMP_MARK} not stamped at arrival (the kernel's receive time): {'; '.join(parts)}. Such a stamp comes "
+            "later than the arrival by as long as the loop or the client library took to come to it; how late, on each "
+            f"broker's path, was measured apart and is not stored with this run: {STAMP_LAG_PAGE}")
+
+
+def stamps_text(value: str) -> str:
+    """'client:librdkafka' -> "in librdkafka's thread or callback"; 'read' -> 'as the read returned (TLS)'."""
+    words = []
+    for part in value.split(", "):
+        kind, _, library = part.partition(":")
+        words.append("at arrival" if kind == ARRIVAL else "as the read returned (TLS)" if kind == READ else
+                     f"in {library}'s thread or callback" if library else part)
+    return " and ".join(words)
+
+
 # A cell with consumers that delivered in time less than this share of what it sent: its rate is that of the smaller
 # part of its messages, and the tables say so beside it ("delivered 1.5% of sent"). Where the broker still held the
 # rest, the rate is already taken up to when the drain gave up (worker.outcome.delivery); the share tells the rest
@@ -340,6 +409,9 @@ def cell_result(cell: dict, end: dict | None, cache: dict | None = None) -> dict
         "encoded_bytes": round(data["encoded_bytes"], 1),
         "send_loop": data.get("send_loop", "python"),  # runs stored before the native loop ran Python
         "sender": data.get("sender"),  # Pulsar's native path: native-pwire or native-capi (None: one path, or Python)
+        # how acknowledgements and deliveries were stamped (ARRIVAL, READ, client_stamps); None: stored before
+        "ack_stamps": data.get("ack_stamps"),
+        "delivery_stamps": data.get("delivery_stamps"),
         **_codec_net(data, cache),
         "measured_s": seconds,
         "delivery_window_s": round(window, 6),

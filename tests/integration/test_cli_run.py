@@ -40,6 +40,12 @@ def test_run_prints_the_table_writes_results_and_leaves_the_stack_as_found(stack
     results = json.loads(results_path.read_text())
     assert results["name"] == "tiny" and results["status"] == "completed"
     assert [c["status"] for c in results["cells"]] == ["completed", "completed"]
+    # each row not stamped at arrival is marked, and the note under the table says how it was (figures.stamp_note)
+    assert {(c["broker"], c["ack_stamps"]) for c in results["cells"]} == {("kafka", "client:librdkafka"),
+                                                                         ("redis-streams", "arrival")}
+    printed = " ".join(done.stdout.split())  # rich wraps the note to the terminal's width
+    assert printed.count("†") == 3 and "† not stamped at arrival (the kernel's receive time): " in printed  # 2 rows
+    assert "kafka json: acknowledgements (publish latency) in librdkafka's thread or callback" in printed
     assert {n: s.get("pid") for n, s in stack.status().items()} == pids  # the running stack was reused, not stopped
     # The run ends with where its report is: the HTML report's whole path is the last line (no browser here).
     assert done.stdout.strip().splitlines()[-1] == f"report:  {(results_path.parent / 'report.html').resolve()}"

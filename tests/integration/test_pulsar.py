@@ -168,6 +168,7 @@ def test_a_cell_says_which_native_path_its_producers_took(extra_brokers, store):
     assert cell["status"] == "completed", cell.get("reason")
     [end] = [e["data"] for e in events if e["type"] == "CellCompleted"]
     assert (end["send_loop"], end["sender"], cell["sender"]) == ("native", "native-pwire", "native-pwire")
+    assert (end["ack_stamps"], cell["ack_stamps"], cell["delivery_stamps"]) == ("arrival", "arrival", None)
     assert send_loop_header(typed_report(build_report(events))) == " · native C loop (Pulsar binary protocol)"
 
     endpoint = endpoints["pulsar"]
@@ -177,11 +178,12 @@ def test_a_cell_says_which_native_path_its_producers_took(extra_brokers, store):
     topic = f"bb-sender-{time.monotonic_ns()}"
     driver.create_topic(topic, 1)
     try:
-        for cell_faults, path in (([], "native-pwire"), (faulted["faults"], "native-capi")):
+        for cell_faults, path, stamps in (([], "native-pwire", "arrival"),
+                                          (faulted["faults"], "native-capi", "client:pulsar-c")):
             task = ProducerTask({**faulted, "faults": cell_faults}, endpoint, topic, 0, None, None)
             sender = _native_sender(driver, task)
             try:
-                assert sender_path(sender) == path
+                assert (sender_path(sender), sender.stamps) == (path, stamps)  # the C API's in its client's thread
                 assert all(v.startswith("brokerbench" if path == "native-pwire" else "Pulsar-CPP-")
                            for v in publishers(driver, topic, 1))  # what the broker saw connect
             finally:

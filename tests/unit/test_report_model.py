@@ -98,7 +98,7 @@ def test_verdicts_of_steady_cells_and_the_rules_in_the_report(report):
     config = report["groups"][0]["cells"][0]
     assert [r["verdict"] for r in config["sustainability"]["repeats"]] == ["sustainable"] * 3
     assert set(report["rules"]) == {"sustainability", "claims", "percentiles", "max_rate", "missing", "not_sent", "accounting",
-                                    "codec", "send_loop", "durability", "limit", "host"}
+                                    "codec", "send_loop", "durability", "limit", "host", "stamps"}
     md, page = markdown.render(report), html.render(report)
     for rule in report["rules"].values():
         assert rule in md

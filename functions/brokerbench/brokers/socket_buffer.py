@@ -15,6 +15,8 @@ import ssl
 import struct
 import time
 
+from ..figures import ARRIVAL, READ
+
 # One recv takes up to this much of what the socket holds: about a thousand 1 KB messages.
 RECV_BYTES = 1 << 20
 # A producer's send reads the socket first (what came meanwhile, and a connection the peer closed, found before writing
@@ -49,6 +51,11 @@ def stamp_arrivals(sock: socket.socket) -> None:
         sock.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)
     except OSError:
         pass
+
+
+def socket_stamps(sock: socket.socket) -> str:
+    """How `recv_stamped` stamps what `sock` brings (figures.ARRIVAL or READ: a TLS socket)."""
+    return READ if isinstance(sock, ssl.SSLSocket) else ARRIVAL
 
 
 def recv_stamped(sock: socket.socket, size: int) -> tuple[bytes, int, int]:
@@ -90,6 +97,11 @@ class SocketBuffer:
     at: int = 0
     arrived_at: int = 0
     read_at: int = 0
+
+    @property
+    def stamps(self) -> str:
+        """How this connection's reads are stamped (socket_stamps)."""
+        return socket_stamps(self.sock)
 
     def read_lately(self) -> bool:
         """Whether the socket was read within RECENT_READ_NS (see there)."""

@@ -112,7 +112,7 @@ def write_results(results: dict, out_dir: Path) -> Path:
 def print_results(results: dict) -> None:
     from ..reports.faults import VERDICTS, by_setting, result_rows, setting_text
     from ..reports.faults import cell_line as fault_line
-    from ..reports.table import comparison_tables, floor_note, host_note, limit_note
+    from ..reports.table import comparison_tables, floor_note, host_note, limit_note, stamps_note
 
     env = results["environment"]
     brokers = ", ".join(f"{b} {t['broker_version']}" for b, t in env.get("brokers", {}).items())
@@ -120,7 +120,7 @@ def print_results(results: dict) -> None:
                   f"{env['host']['cores']} cores {env['host']['cpu_model']}")
     for table in comparison_tables(results):
         console.print(table)
-    for note in (floor_note(results), limit_note(results), host_note(results)):
+    for note in (floor_note(results), limit_note(results), host_note(results), stamps_note(results)):
         if note:
             console.print(note, style="dim", markup=False, highlight=False)
     faulted = [line for line in map(fault_line, results["cells"]) if line]

@@ -2883,9 +2883,21 @@ static PyObject *Sender_path(Sender *s, void *closure) {
     Py_RETURN_NONE;
 }
 
+/* How this sender stamps an acknowledgement (brokerbench.figures: ARRIVAL, client_stamps): Kafka's in librdkafka's
+   delivery report, the Pulsar C API's in its send callback, both on the client's thread; the others at the kernel's
+   receive time of the read that brought it (recv_stamped). */
+static PyObject *Sender_stamps(Sender *s, void *closure) {
+    (void)closure;
+    if (s->kind == KIND_KAFKA) return PyUnicode_FromString("client:librdkafka");
+    if (s->kind == KIND_PULSAR) return PyUnicode_FromString("client:pulsar-c");
+    return PyUnicode_FromString("arrival");
+}
+
 static PyGetSetDef Sender_getset[] = {
     {"path", (getter)Sender_path, NULL, "'pwire' or 'capi' for a Pulsar sender (the binary protocol, the C API); None "
      "for the other brokers' (one native path each).", NULL},
+    {"stamps", (getter)Sender_stamps, NULL, "How an acknowledgement is stamped: 'arrival' (the kernel's receive time) "
+     "or 'client:LIBRARY' (in the client library's thread: librdkafka, the Pulsar C API).", NULL},
     {NULL, NULL, NULL, NULL, NULL},
 };
 

@@ -402,7 +402,9 @@ def render(data: dict) -> str:
         note = f"<p><i>{escape(group.note)}</i></p>" if group.note else ""
         searches = _list_items(markdown.search_lines(group))
         shapes = _list_items(markdown.shape_lines(group))
+        stamps = markdown.stamp_footnote(group.cells)  # the rows marked † (markdown.stamp_mark)
         parts.append(f"<h3>{escape(group.title)}</h3>{note}{_grid(group, report)}"
+                     + (f"<p class='muted stamps'>{escape(stamps)}.</p>" if stamps else "")
                      + (f"<ul class='searches'>{searches}</ul>" if searches else "")
                      + (f"<ul class='shapes'>{shapes}</ul>" if shapes else "")
                      + f"<div class='charts'>{_spectrum_chart(group)}</div>")

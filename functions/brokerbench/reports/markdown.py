@@ -8,6 +8,7 @@ from collections import Counter
 
 import msgspec
 
+from ..figures import STAMP_MARK, stamp_note, stamped_late
 from ..limit import CONSUMER_LEGEND, CONSUMER_MARK, LEGEND, MARK, client_bound, rate_found_text
 from ..metrics import shown_in
 from . import faults, history_view
@@ -299,7 +300,18 @@ def format_text(c: Config, report: Report) -> str:
         text += f" · {send_loop_text(c.send_loop)}"
     if len(report.senders) > 1 and c.sender:
         text += f" · {sender_text(c.sender)}"
-    return text
+    return text + stamp_mark(c)
+
+
+def stamp_mark(c: Config) -> str:
+    """' †' for a configuration whose publish or end-to-end latency was not stamped at arrival (figures.STAMP_MARK;
+    its group's footnote, stamp_footnote, says how it was)."""
+    return f" {STAMP_MARK}" if stamped_late(c.ack_stamps, c.delivery_stamps) else ""
+
+
+def stamp_footnote(cells: list[Config]) -> str | None:
+    """The footnote under a grid with marked rows (figures.stamp_note)."""
+    return stamp_note((f"{c.broker} {c.format}", c.ack_stamps, c.delivery_stamps) for c in cells)
 
 
 def send_loop_lines(report: Report) -> list[str]:
@@ -339,7 +351,7 @@ def durability_section(report: Report) -> list[str]:
 RULE_LABELS = (("sustainability", "Sustainability"), ("claims", "Claims"), ("percentiles", "Percentiles"),
                ("max_rate", "Max rate"), ("limit", "What limited a cell"), ("missing", "Missing messages"),
                ("not_sent", "Messages not sent"), ("accounting", "Accounting"), ("codec", "Codec figures"),
-               ("send_loop", "Send loop"), ("durability", "Durability"), ("host", "Host busy"))
+               ("send_loop", "Send loop"), ("durability", "Durability"), ("host", "Host busy"), ("stamps", "Stamps"))
 
 
 # Where the rules are written once: the repository's page, relative to reports/<run_id>/report.{md,html} in a
@@ -474,6 +486,8 @@ def render(data: dict) -> str:
                 f"{_ratio(c, 'format', 'throughput_msgs_per_s')} | {_ratio(c, 'broker', 'throughput_msgs_per_s')} | "
                 f"{verdict_text(c)} |")
         lines.append("")
+        if note := stamp_footnote(group.cells):
+            lines += [note + ".", ""]
         lines += search_lines(group)
         lines += shape_lines(group)
     if report.regression_check is not None or report.regressions:

@@ -20,6 +20,7 @@ from msgspec import convert
 
 from .. import cost, host, limit, verdict
 from ..eventdata import Digest, given
+from ..figures import STAMP_RULE, joined_stamps
 from ..events import has_digest
 from ..metrics import Metric, claimed, latency_fields, net_figures, shown_in
 from ..series import (  # noqa: F401 (the old import paths)
@@ -395,6 +396,9 @@ def _configuration(cells: list[dict], completed_events: dict[str, dict], interva
         "order": [c.order for c in every],
         "send_loop": ", ".join(sorted({c.send_loop for c in typed if c.send_loop})) or None,
         "sender": ", ".join(sorted({c.sender for c in typed if c.sender})) or None,
+        # how its repeats' acknowledgements and deliveries were stamped (figures.ARRIVAL, READ, client_stamps)
+        "ack_stamps": joined_stamps(c.ack_stamps for c in typed),
+        "delivery_stamps": joined_stamps(c.delivery_stamps for c in typed),
         "latency_basis": "enqueue" if first["rate_target"] == "max" else
                          (typed[0].latency_basis if typed else "intended"),
         "metrics": metrics,
@@ -772,7 +776,7 @@ def build_report(events: list[dict]) -> dict:
         "rules": {"sustainability": verdict.RULE, "claims": CLAIMS_RULE, "percentiles": PERCENTILE_RULE,
                   "missing": MISSING_RULE, "not_sent": NOT_SENT_RULE, "accounting": ACCOUNTING_RULE,
                   "max_rate": MAX_RATE_NOTE, "codec": CODEC_RULE, "send_loop": SEND_LOOP_RULE,
-                  "durability": DURABILITY_RULE, "limit": limit.RULE, "host": host.RULE},
+                  "durability": DURABILITY_RULE, "limit": limit.RULE, "host": host.RULE, "stamps": STAMP_RULE},
         "configurations_with_loss": [c["key"] for c in configurations if c["has_loss"]],
         "configurations_client_bound": [c["key"] for c in configurations if _client_bound(c)],
         "configurations_consumer_bound": [c["key"] for c in configurations if _consumer_bound(c)],

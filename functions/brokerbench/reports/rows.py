@@ -201,6 +201,8 @@ class Config(Row, kw_only=True):
     cell_ids: list[str] = []
     send_loop: str | None = None
     sender: str | None = None
+    ack_stamps: str | None = None  # how acknowledgements and deliveries were stamped (brokerbench.figures)
+    delivery_stamps: str | None = None
     metrics: dict[str, Estimate] = {}
     values_by_repeat: dict[str, list[Number]] = {}  # each repeat's own figure of a metric (None: too few messages)
     codec_floor_ns: CodecFloor | None = None
@@ -470,6 +472,7 @@ class Rules(Row, kw_only=True):
     send_loop: str | None = None
     durability: str | None = None
     host: str | None = None
+    stamps: str | None = None
 
 
 class Report(Row, kw_only=True):
@@ -685,6 +688,8 @@ class ResultCell(Row, kw_only=True):
     order: Any = None
     send_loop: str | None = None
     sender: str | None = None
+    ack_stamps: str | None = None  # how acknowledgements and deliveries were stamped (brokerbench.figures)
+    delivery_stamps: str | None = None
     latency_basis: str | None = "intended"
     rate_achieved: Number = None
     measured_s: Number = None

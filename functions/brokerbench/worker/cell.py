@@ -26,7 +26,7 @@ from .. import faults, histogram, host, limit, toxiproxy, verdict
 from ..codecs.floor import call_floor_ns
 from ..drivers import BrokerUnavailable, producer_window
 from ..events import EventStore, cell_prefix, make_event
-from ..figures import NOT_SENT_BOUNDS, cell_result
+from ..figures import NOT_SENT_BOUNDS, cell_result, joined_stamps
 from ..registry import driver_modules, get_driver
 from ..series import interval_digest, verdict_basis
 from ..spec import lanes
@@ -817,6 +817,7 @@ class _CellRun:
             **({"delivery_window_end": delivered["window_end"]} if delivered["window_end"] else {}),
             "encoded_bytes": self.encoded_bytes, "send_loop": self.send_loop, "codec_floor_ns": self.codec_floor,
             **({"sender": self.sender} if self.sender else {}),
+            **_stamps(producers, consumers),
             "send_thread_nice": _nice(producers),
             "intervals": self.aggregator.written, "totals": counts, "broker_count": broker_count,
             "latency_basis": "enqueue" if cell["rate"] == "max" else "intended",
@@ -952,6 +953,14 @@ def _not_sent_bounds(producers: list[dict]) -> dict[str, str]:
     cell's NOT_SENT_BOUNDS histogram; nothing when every due message was sent."""
     found = [p["not_sent_bounds"] for p in producers if p.get("not_sent_bounds") is not None]
     return {NOT_SENT_BOUNDS: histogram.encode(histogram.merge(found))} if found else {}
+
+
+def _stamps(producers: list[dict], consumers: list[dict]) -> dict:
+    """How the cell's acknowledgements and deliveries were stamped (brokerbench.figures: ARRIVAL, READ,
+    client_stamps), each the distinct values of its producers or consumers; left out where none said."""
+    stamps = {"ack_stamps": joined_stamps(p.get("stamps") for p in producers),
+              "delivery_stamps": joined_stamps(c.get("stamps") for c in consumers)}
+    return {key: value for key, value in stamps.items() if value}
 
 
 def _nice(producers: list[dict]) -> int | None:

@@ -410,6 +410,7 @@ def _run(conn, task: ConsumerTask) -> None:
         **({"shape": shape.record()} if shape is not None else {}),
         **({"receipt_gap": [*receipts.longest, receipts.until_end]} if receipts.longest else {}),
         "idle_share": round(max(0, idle_ns) / span, 4) if span > 0 else None,
+        "stamps": getattr(consumer, "stamps", None),  # how its deliveries' receipts were stamped (brokerbench.figures)
     }))
     if finish is not None:
         consumer.close()

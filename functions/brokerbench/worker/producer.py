@@ -138,6 +138,12 @@ def sender_path(sender) -> str | None:
     return f"native-{path}" if path else None
 
 
+def stamps_of(client) -> str | None:
+    """How a producer or consumer (a driver's, or a native sender) stamps what it receives (brokerbench.figures:
+    ARRIVAL, READ, client_stamps); None where it does not say."""
+    return getattr(client, "stamps", None)
+
+
 def _native_sender(driver, task: ProducerTask):
     """The native send loop's sender, or None for the Python loop (BROKERBENCH_SEND_LOOP decides)."""
     wanted = native.choice()
@@ -263,7 +269,8 @@ def _native_loop(sender, task: ProducerTask, codec, pool, timing: dict, schedule
         intervals.first_measured_seq = seq
     close(seq)
     return {"sent_total": seq, "first_measured_seq": intervals.first_measured_seq,
-            "sent": max(0, seq - intervals.first_measured_seq), "last_send_ns": last_send_ns, LINGER: linger}
+            "sent": max(0, seq - intervals.first_measured_seq), "last_send_ns": last_send_ns, LINGER: linger,
+            "stamps": stamps_of(sender)}
 
 
 def close_after_settle(close, settle_s: float, unanswered: int):
@@ -405,4 +412,5 @@ def _python_loop(driver, task: ProducerTask, codec, pool, timing: dict, schedule
     close_interval()
     first = intervals.first_measured_seq
     return {"sent_total": seq, "first_measured_seq": first, "sent": max(0, seq - first),
-            "last_send_ns": send_ns[-1] if send_ns else timing["measure_start"], LINGER: linger}
+            "last_send_ns": send_ns[-1] if send_ns else timing["measure_start"], LINGER: linger,
+            "stamps": stamps_of(producer)}

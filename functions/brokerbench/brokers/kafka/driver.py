@@ -28,6 +28,7 @@ from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic
 
 from ... import native
 from ...drivers import BrokerUnavailable, Message, OnAck, TargetRefused
+from ...figures import client_stamps
 
 LIBRDKAFKA_LOG = logging.getLogger(f"{__name__}.librdkafka")
 LIBRDKAFKA_LOG.addHandler(logging.NullHandler())  # no handler up the chain: dropped, not printed (logging's last resort)
@@ -364,6 +365,8 @@ class KafkaProducer:
     report that came while the loop slept the rest of a wait, encoded or sent was stamped when the loop next
     polled (up to 250 µs late in 0.25 ms slices, and a send period late at its worst)."""
 
+    stamps = client_stamps("librdkafka")  # on the reports' thread, once librdkafka has queued the report
+
     def __init__(self, producer: _KafkaProducer, topic: str, on_ack: OnAck) -> None:
         self._producer = producer
         self._topic = topic
@@ -437,6 +440,8 @@ class SpreadProducer(KafkaProducer):
 
 
 class KafkaConsumer:
+    stamps = client_stamps("librdkafka")  # when librdkafka's consume returns the messages its threads fetched
+
     def __init__(self, consumer: _KafkaConsumer) -> None:
         self._consumer = consumer
         self._held: list[TopicPartition] | None = None

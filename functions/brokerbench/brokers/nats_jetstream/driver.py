@@ -45,6 +45,7 @@ from nats.js import api
 
 from ... import native
 from ...drivers import BrokerUnavailable, OnAck, TargetRefused
+from ...figures import client_stamps
 from .wire import WireConsumer, WireProducer, frame
 
 CONNECT_TIMEOUT_S = 5.0
@@ -343,6 +344,8 @@ class NatsProducer:
     reply subject of its own per message and takes each PubAck as it arrives, on the loop's thread, stamped there; the
     results queue up and reach on_ack in poll and flush, on the worker's thread, as the Driver interface promises
     (with the arrival's time, not the time the worker took them)."""
+
+    stamps = client_stamps("nats-py")  # a PubAck in nats-py's callback, on its asyncio loop's thread
 
     def __init__(self, urls: list[str], subjects: list[str], window: int, on_ack: OnAck) -> None:
         self._subjects = subjects

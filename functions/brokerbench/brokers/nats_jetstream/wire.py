@@ -37,6 +37,7 @@ from collections import deque
 from urllib.parse import urlsplit
 
 from ...drivers import BrokerUnavailable, Message
+from ...figures import ARRIVAL
 from ..socket_buffer import SocketBuffer, stamp_arrivals
 
 # The socket's receive buffer asked of the kernel: room for a few batches while the worker is between polls.
@@ -226,6 +227,8 @@ class WireConsumer:
     (the kernel's receive time, socket_buffer.recv_stamped): the worker's stamp of their receipt. Each message is acknowledged (an empty
     PUB to its reply subject) at the next poll, at commit or at close: a delivery a lost connection took stays
     pending, and is delivered again after ack_wait."""
+
+    stamps = ARRIVAL  # a plain socket of its own (a TLS endpoint is served by nats-py): the kernel's receive time
 
     def __init__(self, urls: list[str], stream: str, durable: str, config: dict, lanes: dict[str, int],
                  batch: int, connect_timeout_s: float, admin_timeout_s: float, expires_s: float,
@@ -427,6 +430,8 @@ class WireProducer:
     what was written on it stays awaited (a PubAck the server still sends to the inbox is taken on the new
     connection), and what is sent meanwhile is kept (up to `buffer_bytes`, past that a send fails at once) and
     written once connected, as nats-py's reconnect buffer did."""
+
+    stamps = ARRIVAL  # a plain socket of its own (a TLS endpoint is served by nats-py): the kernel's receive time
 
     def __init__(self, urls: list[str], subjects: list[str], window: int, on_ack, connect_timeout_s: float,
                  reconnect_wait_s: float, ack_timeout_s: float, buffer_bytes: int) -> None:

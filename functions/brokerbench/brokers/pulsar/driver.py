@@ -30,6 +30,7 @@ import pulsar
 
 from ... import native
 from ...drivers import BrokerUnavailable, Message, OnAck
+from ...figures import client_stamps
 from . import wire
 from .admin import Admin, AdminError, partition_topic
 
@@ -301,6 +302,8 @@ class PulsarProducer:
     acknowledgement arrived; the results queue up and reach on_ack in poll and flush, on the worker's thread, as
     the Driver interface promises (with the callback's time, not the time the worker took them)."""
 
+    stamps = client_stamps("pulsar-client")  # a receipt in the send callback, on the C++ client's thread
+
     def __init__(self, client: pulsar.Client, producers: list, on_ack: OnAck) -> None:
         self._client = client
         self._producers = producers
@@ -352,6 +355,8 @@ class PulsarConsumer:
     """Receives from the partitions it was given. A batch's acknowledgements (cumulative, per partition: the
     last message received) are made with the next poll, after the worker took its receive timestamps; the
     client groups them and sends them within 100 ms."""
+
+    stamps = client_stamps("pulsar-client")  # a message as the client's receive returns it
 
     def __init__(self, client: pulsar.Client, consumer, partitions: dict[str, int]) -> None:
         self._client = client

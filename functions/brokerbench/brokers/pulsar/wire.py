@@ -27,6 +27,7 @@ import time
 import google_crc32c
 
 from ...drivers import OnAck
+from ...figures import ARRIVAL
 from ..socket_buffer import ConfirmedProducer, SocketBuffer, stamp_arrivals
 
 CONNECT, CONNECTED, PRODUCER, SEND, SEND_RECEIPT, SEND_ERROR = 2, 3, 5, 6, 7, 8
@@ -255,6 +256,8 @@ class WireProducer(ConfirmedProducer):
     waits for a receipt. Each receipt is stamped when the read that brought it arrived. A lost or ended connection is
     not made again (as the native loop's): what was not written fails, what was in flight is no longer waited for
     (unacknowledged), and later sends fail at once."""
+
+    stamps = ARRIVAL  # a receipt at the kernel's receive time of the read that brought it (plain pulsar:// only)
 
     def __init__(self, connection: Connection, settings: dict, single: bool, on_ack: OnAck) -> None:
         lanes = len(connection.names)

@@ -200,6 +200,11 @@ class QuorumProducer(_Reconnecting, ConfirmedProducer):
     WAIT_SLICE_S = 1.0  # a full window waits for confirms in slices this long (the broker answers every publish)
     _refused = False  # a publish on the current channel was refused (basic.nack): it is replaced before the next
 
+    @property
+    def stamps(self) -> str:
+        """Its own socket's stamps: the kernel's receive time, or the read's return over TLS (socket_stamps)."""
+        return self._connection.stamps
+
     def __init__(self, connection: wire.Connection, queues: list[str], depth: int, on_ack: OnAck,
                  reconnect=None) -> None:
         self._queues = [queue.encode() for queue in queues]
@@ -306,6 +311,11 @@ class QuorumConsumer(_Reconnecting):
     duplicates where it was received. On one node reached directly the poll raises BrokerUnavailable."""
 
     CONNECT_TIMEOUT_S = 5.0  # Basic.Qos answered within this long
+
+    @property
+    def stamps(self) -> str:
+        """Its own socket's stamps: the kernel's receive time, or the read's return over TLS (socket_stamps)."""
+        return self._connection.stamps
 
     def __init__(self, connection: wire.Consuming, queues: list[str], prefetch: int, reconnect=None,
                  settle_s: float = 0.0) -> None:

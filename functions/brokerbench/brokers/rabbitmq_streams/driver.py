@@ -47,6 +47,7 @@ from rstream.utils import RawMessage
 
 from ... import native, toxiproxy
 from ...drivers import BrokerUnavailable, Message, OnAck
+from ...figures import ARRIVAL, client_stamps
 from ...worker.framing import HEADER
 from ..rabbitmq import amqp, cluster, in_flight_window, management
 from ..rabbitmq.amqp import lane_queue
@@ -438,6 +439,8 @@ class StreamsProducer:
     through a queue, each with the time its callback ran and the generation of the rstream producer it came from
     (one per connection made: `reconnect`, module docstring)."""
 
+    stamps = client_stamps("rstream")  # a confirm in rstream's callback, on its asyncio loop's thread
+
     def __init__(self, settings: dict, streams: list[str], depth: int, on_ack: OnAck, balanced: bool = True,
                  reconnect=None) -> None:
         self._loop = Loop.get()
@@ -584,6 +587,8 @@ class StreamsWireProducer(ConfirmedProducer):
     again (as StreamsProducer's on one node): what was not written fails, what was in flight is no longer waited for
     (unacknowledged), and later sends fail at once."""
 
+    stamps = ARRIVAL  # a plain socket of its own: the kernel's receive time
+
     def __init__(self, connection: wire.Connection, lanes: int, depth: int, on_ack: OnAck) -> None:
         self._connection = connection
         self._depth = depth
@@ -648,6 +653,8 @@ class StreamsConsumer:
     """One subscription per lane, from the first offset, made at the first poll after hold(False). Deliveries
     come through a queue; `commit` stores each lane's last offset read under the group's name. With `reconnect` (a
     cluster) it subscribes again after losing its node or its stream's leader (module docstring)."""
+
+    stamps = client_stamps("rstream")  # a message as rstream's callback handed it over, through a queue
 
     def __init__(self, settings: dict, streams: dict[int, str], group: str, credit: int, reconnect=None) -> None:
         self._loop = Loop.get()
@@ -786,6 +793,8 @@ class StreamsWireConsumer:
     for the broker's answer to a Close, so the stored offsets are in when it returns. As StreamsConsumer's on one
     node, a lost connection is not made again (nothing more is delivered), and a stream the broker deleted delivers
     nothing more while the other lanes go on."""
+
+    stamps = ARRIVAL  # a plain socket of its own: the kernel's receive time
 
     def __init__(self, settings, streams: dict[int, str], group: str, credit: int) -> None:
         self._settings = settings  # called at the first poll: the endpoint's stream address and login

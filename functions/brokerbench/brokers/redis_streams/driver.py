@@ -38,7 +38,8 @@ from redis.sentinel import Sentinel
 
 from ... import native, toxiproxy
 from ...drivers import BrokerUnavailable, Message, OnAck, TargetRefused
-from ..socket_buffer import JOIN_WITHIN_NS, recv_stamped, stamp_arrivals
+from ...figures import client_stamps
+from ..socket_buffer import JOIN_WITHIN_NS, recv_stamped, socket_stamps, stamp_arrivals
 
 HEADER_FIELD = b"h"
 PAYLOAD_FIELD = b"d"
@@ -349,6 +350,8 @@ class RedisStreamsProducer:
     def __init__(self, connection: RespConnection | None, keys: list[str], depth: int, on_ack: OnAck, *,
                  reconnect=None, wait: tuple[bytes, int] | None = None) -> None:
         self._connection = connection
+        # its replies' stamps (socket_stamps): a reconnection reaches the same endpoint, TLS or not
+        self.stamps = socket_stamps(connection.sock) if connection is not None else None
         self._keys = [key.encode() for key in keys]
         self._depth = depth
         self._on_ack = on_ack
@@ -509,6 +512,8 @@ class RedisStreamsConsumer:
     `follow` (a master behind Sentinel): a read that loses its connection returns nothing and the next one
     connects to the master the Sentinels name then; the lost batch's XACKs are dropped (those entries stay
     pending, or are delivered again by a promoted replica that never had the XACK: duplicates)."""
+
+    stamps = client_stamps("redis-py")  # a read's entries as redis-py returns them parsed, on the worker's thread
 
     def __init__(self, connection: redis.Redis, keys: list[str], group: str, count: int, follow: bool = False) -> None:
         self._client = connection

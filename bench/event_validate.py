@@ -1,13 +1,13 @@
-"""Benchmark: what checking an event costs where it is written, now that IntervalMeasured (most of a run's events: one
-per cell and interval) is checked by its Struct alone (eventdata.PROVEN) instead of by the schema's validator and then
-its Struct.
+"""Benchmark: what checking an event costs where it is written, now that every event is checked by its Structs alone
+(eventdata.Envelope, then its data's Struct, which hold every rule of schemas/events.schema.json) instead of by the
+schema's validator and then the Structs.
 
 An IntervalMeasured as a worker writes it (counters, histograms, summaries, host and resource samples: the synthetic
-run of tests/synthetic.py with bench/event_decode.py's host and resource figures) and, for comparison, one event of
-each other type (tests/event_examples.py, still checked by both). Timed per event: events.validate (what make_event
-and every store's append call), and the previous check (the envelope, the data against the schema's $defs entry,
-then the Struct), on the same events in alternating passes; the figures are the medians over --repeat passes, with
-the load average before and after (the machine is shared).
+run of tests/synthetic.py with bench/event_decode.py's host and resource figures; most of a run's events, one per cell
+and interval) and one event of each other type (tests/event_examples.py). Timed per event: events.validate (what
+make_event and every store's append call), and the schema's check (the envelope and the data by the schema's
+validator, then the Structs, as every type was written before), on the same events in alternating passes; the
+figures are the medians over --repeat passes, with the load average before and after (the machine is shared).
 
 usage: PYTHONPATH=functions .venv/bin/python bench/event_validate.py [--repeat 9] [--events 200]
 """
@@ -26,12 +26,12 @@ from brokerbench.events import InvalidEvent, _validators, make_event, new_run_id
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))  # shared with the tests
 from event_decode import HOST, RESOURCES  # noqa: E402
-from event_examples import one_of_each  # noqa: E402
+from event_examples import failed, one_of_each, trigger  # noqa: E402
 from synthetic import synthetic_run  # noqa: E402
 
 
 def previous_validate(event: dict) -> None:
-    """events.validate as it was: the schema's validator on every event's data, then its Struct."""
+    """events.validate as it was: the schema's validator on the envelope and the data, then the data's Struct."""
     validators = _validators()
     problems = [str(e.message) for e in validators["envelope"].iter_errors(event)]
     problems = problems or [e.message for e in validators[event["type"]].iter_errors(event["data"])]
@@ -66,10 +66,9 @@ def main() -> None:
     load = os.getloadavg()[0]
     groups = {"IntervalMeasured (a worker's)": intervals(args.events)}
     run_id = new_run_id()
-    for example in one_of_each():
+    for example in [*one_of_each(run_id), failed(run_id), trigger()]:
         if example["type"] != "IntervalMeasured":
-            groups.setdefault(example["type"], []).append({**example, "run_id": run_id,
-                                                            "event_id": f"{run_id}/{example['sk']}"})
+            groups.setdefault(example["type"], []).append(example)
     figures = {}
     for name, events in groups.items():
         before, after = [], []

@@ -1,11 +1,12 @@
 """The data of every event type as msgspec Structs: the shape the event store checks on each write and each read.
 
-schemas/events.schema.json stays the document people read and the validation of ranges and patterns; these Structs
-are its types, field by field (tests/unit/test_eventdata.py fails when the two disagree: a property the schema
+schemas/events.schema.json stays the document people read and other tools validate with; these Structs are its
+types, field by field (tests/unit/test_eventdata.py fails when the two disagree: a property the schema
 declares and its Struct lacks, a required field the Struct lets go missing, a type or an enum that differs).
-The event types in PROVEN also carry every range of their schema (msgspec Meta), and an Open object's other fields
-their type (OPEN_VALUES): the Struct holds every rule of the schema's entry, so a write checks their data by the
-Struct alone, not the schema's validator again (the test compares the ranges too).
+The Structs also carry every range, length and pattern of their schema (msgspec Meta), an Open object's other
+fields their type (OPEN_VALUES), a oneOf its ONE_OF and the envelope's if/then/else its PARTITIONS: each Struct holds
+every rule of its schema entry (the test compares them rule by rule), so a write checks an event by its Structs
+alone (Envelope, then its data's), not by the schema's validator.
 
 Rules that follow the schema:
 - A required property is a field without a default; an optional one defaults to UNSET, so it is never confused with
@@ -25,18 +26,25 @@ event stored so far).
 
 from __future__ import annotations
 
+import re
 import types
 import typing
 from functools import cache
-from typing import Annotated, Literal
+from typing import Annotated, ClassVar, Literal
 
 from msgspec import UNSET, Meta, Struct, UnsetType, ValidationError, convert, structs
 
 SCHEMA_VERSION = 1
-# The schema's ranges, where a Struct holds them (the PROVEN event types' fields)
+# How a cell's producers stamped acknowledgements and its consumers deliveries (CellCompleted.ack_stamps,
+# delivery_stamps; figures.STAMPS): the distinct values, comma-separated.
+STAMPS_PATTERN = r"^(arrival|read|client:[a-z0-9-]+)(, (arrival|read|client:[a-z0-9-]+))*$"
+# The schema's ranges, which the Structs hold
 NonNegativeInt = Annotated[int, Meta(ge=0)]
+AtLeastOne = Annotated[int, Meta(ge=1)]
 NonNegative = Annotated[float, Meta(ge=0)]
 Percent = Annotated[float, Meta(ge=0, le=100)]
+NonEmpty = Annotated[str, Meta(min_length=1)]
+RUN_ID = r"^[0-9]{8}T[0-9]{6}Z-[0-9a-f]{6}$"  # a run's id (events.new_run_id)
 
 
 class Data(Struct, kw_only=True):
@@ -78,8 +86,8 @@ class Counters(Open, kw_only=True):
 class Cell(Open, kw_only=True):
     """One planned cell: the required part of the plan (a cell carries its settings beside it)."""
     cell_id: str
-    index: int
-    order: int | UnsetType = UNSET
+    index: NonNegativeInt
+    order: NonNegativeInt | UnsetType = UNSET
     broker: str
     format: str
     mode: str
@@ -110,12 +118,12 @@ class ResourceUsage(Strict, kw_only=True):
 class Gap(Data, kw_only=True):
     from_s: float | UnsetType = UNSET
     to_s: float | UnsetType = UNSET
-    s: float | UnsetType = UNSET
+    s: NonNegative | UnsetType = UNSET
     until_end: bool | UnsetType = UNSET
 
 
 class AppliedFault(Data, kw_only=True):
-    fault: int
+    fault: NonNegativeInt
     kind: Literal["kill", "stop", "pause", "resume", "restart", "reboot", "network", "heal"]
     target: str | UnsetType = UNSET
     effect: Literal["latency", "bandwidth", "reset", "blackhole"] | UnsetType = UNSET
@@ -131,13 +139,13 @@ class AppliedFault(Data, kw_only=True):
     request: dict | UnsetType = UNSET
     response: dict | UnsetType = UNSET
     answered_s: float | UnsetType = UNSET
-    call_s: float | UnsetType = UNSET
+    call_s: NonNegative | UnsetType = UNSET
 
 
 class FailedFault(Open, kw_only=True):
     """A managed call the service refused or that could not be made: the action as it would have been applied,
     with `error` in place of the response."""
-    fault: int
+    fault: NonNegativeInt
     kind: str
     nodes: list[str] | UnsetType = UNSET
     at_s: float
@@ -149,13 +157,13 @@ class PhaseFigures(Data, kw_only=True):
     p50: float
     p99: float
     max: float
-    count: int
+    count: NonNegativeInt
 
 
 class Phase(Data, kw_only=True):
     """The intervals of one phase of a fault window: how many, the delivered rate, and the latencies (None: none
     measured, as end-to-end latency in a publish-only cell)."""
-    seconds: int
+    seconds: NonNegativeInt
     throughput_msgs_per_s: float
     end_to_end_latency_us: PhaseFigures | None
     publish_latency_us: PhaseFigures | None
@@ -214,17 +222,26 @@ class Environment(Open, kw_only=True):
 
 
 class RunRequested(Data, kw_only=True):
+    """A run's request: its plan's cells inline (`cells`) or in CellsPlanned events (`cell_chunks`), never both."""
     spec: Spec
     suite: str | UnsetType = UNSET
     cells: list[Cell] | UnsetType = UNSET
     environment: Environment
-    cell_count: int | UnsetType = UNSET
-    cell_chunks: int | UnsetType = UNSET
+    cell_count: NonNegativeInt | UnsetType = UNSET
+    cell_chunks: AtLeastOne | UnsetType = UNSET
+    # The schema's oneOf: exactly one of these fields is given (test_eventdata compares the two)
+    ONE_OF: ClassVar[tuple] = (("cells",), ("cell_chunks",))
+
+    def __post_init__(self):
+        given_ = [names for names in self.ONE_OF if all(getattr(self, n) is not UNSET for n in names)]
+        if len(given_) != 1:
+            raise ValueError(f"exactly one of {' and '.join(' + '.join(n) for n in self.ONE_OF)} is given, "
+                             f"not {len(given_)}")
 
 
 class CellsPlanned(Data, kw_only=True):
-    chunk: int
-    cells: list[Cell]
+    chunk: NonNegativeInt
+    cells: Annotated[list[Cell], Meta(min_length=1)]
 
 
 class TargetSettings(Open, kw_only=True):
@@ -250,7 +267,7 @@ class CellStarted(Data, kw_only=True):
     cell_id: str
     cell: Cell
     topic: str
-    attempt: int
+    attempt: NonNegativeInt
     worker: dict | UnsetType = UNSET
 
 
@@ -276,25 +293,25 @@ class BrokerCount(Data, kw_only=True):
     observed: int
     expected: int
     difference: int
-    delivered_not_acknowledged: int | UnsetType = UNSET
+    delivered_not_acknowledged: AtLeastOne | UnsetType = UNSET
 
 
 class ConsumerLimit(Strict, kw_only=True):
     by: Literal["broker", "consumer"] | None
     backlog_grew: bool | None | UnsetType = UNSET
-    idle_share: float | None | UnsetType = UNSET
-    consumer_cpu_pct: float | None | UnsetType = UNSET
+    idle_share: NonNegative | None | UnsetType = UNSET
+    consumer_cpu_pct: NonNegative | None | UnsetType = UNSET
 
 
 class Limit(Data, kw_only=True):
     """What held the cell's rate: the schedule, the broker or the client."""
     by: Literal["schedule", "broker", "client"] | None
-    window: int | None | UnsetType = UNSET
-    window_full_share: float | None | UnsetType = UNSET
-    in_flight_mean_share: float | None | UnsetType = UNSET
-    window_wait_share: float | None | UnsetType = UNSET
-    producer_cpu_pct: float | None | UnsetType = UNSET
-    broker_cpu_pct: float | None | UnsetType = UNSET
+    window: AtLeastOne | None | UnsetType = UNSET
+    window_full_share: NonNegative | None | UnsetType = UNSET
+    in_flight_mean_share: NonNegative | None | UnsetType = UNSET
+    window_wait_share: NonNegative | None | UnsetType = UNSET
+    producer_cpu_pct: NonNegative | None | UnsetType = UNSET
+    broker_cpu_pct: NonNegative | None | UnsetType = UNSET
     rate: float | UnsetType = UNSET
     consumers: ConsumerLimit | UnsetType = UNSET
 
@@ -318,35 +335,35 @@ class Bursts(Data, kw_only=True):
 
 class CodecFloor(Data, kw_only=True):
     """What the timing of a no-op codec reads: the floor under the encode and decode figures."""
-    encode_ns: float
-    decode_ns: float
+    encode_ns: NonNegative
+    decode_ns: NonNegative
     encode_loop: Literal["native", "python"] | UnsetType = UNSET
     decode_loop: Literal["native", "python"] | UnsetType = UNSET
     noop: str | UnsetType = UNSET
-    calls: int | UnsetType = UNSET
+    calls: AtLeastOne | UnsetType = UNSET
 
 
 class Totals(Open, kw_only=True):
-    """A cell's accounting (more counts may follow, each an integer or null)."""
-    sent: object
-    received: object
-    lost: object
-    duplicated: object
-    out_of_order: object
-    send_errors: object
-    unacked: object
-    bytes_sent: object
-    bytes_received: object
+    """A cell's accounting (more counts may follow, each an integer >= 0 or null: OPEN_VALUES)."""
+    sent: NonNegativeInt | None
+    received: NonNegativeInt | None
+    lost: NonNegativeInt | None
+    duplicated: NonNegativeInt | None
+    out_of_order: NonNegativeInt | None
+    send_errors: NonNegativeInt | None
+    unacked: NonNegativeInt | None
+    bytes_sent: NonNegativeInt | None
+    bytes_received: NonNegativeInt | None
     residual: int | UnsetType = UNSET
-    undelivered_or_lost: int | None | UnsetType = UNSET
-    missing: int | None | UnsetType = UNSET
-    due: int | None | UnsetType = UNSET
-    not_sent: int | UnsetType = UNSET
+    undelivered_or_lost: NonNegativeInt | None | UnsetType = UNSET
+    missing: NonNegativeInt | None | UnsetType = UNSET
+    due: NonNegativeInt | None | UnsetType = UNSET
+    not_sent: NonNegativeInt | UnsetType = UNSET
 
 
 class Digest(Data, kw_only=True):
     """The cell's intervals in columns, which reports read instead of the intervals."""
-    version: int
+    version: AtLeastOne
     interval: list
     sent: list
     acked: list
@@ -371,11 +388,11 @@ class ResourceSummary(Strict, kw_only=True):
 
 class HostSummary(HostUsage, kw_only=True, forbid_unknown_fields=True):
     """The host over the cell's measured intervals, and whether it was too busy to measure on."""
-    others_cpu_pct: float | None | UnsetType = UNSET
+    others_cpu_pct: NonNegative | None | UnsetType = UNSET
     busy: bool
     reasons: list[str]
-    cpu_pressure_max_pct: float | None | UnsetType = UNSET
-    span_s: float | UnsetType = UNSET
+    cpu_pressure_max_pct: Percent | None | UnsetType = UNSET
+    span_s: NonNegative | UnsetType = UNSET
 
 
 class CellVerdict(Strict, kw_only=True):
@@ -437,9 +454,9 @@ class Search(Strict, kw_only=True):
 class CellCompleted(Strict, kw_only=True):
     """A cell's result as stored: its totals, cumulative histograms, verdict and what limited it."""
     cell_id: str
-    measured_s: float
-    encoded_bytes: float
-    delivery_window_s: float | None | UnsetType = UNSET
+    measured_s: Annotated[float, Meta(gt=0)]
+    encoded_bytes: NonNegative
+    delivery_window_s: NonNegative | None | UnsetType = UNSET
     delivery_window_start_s: float | None | UnsetType = UNSET
     delivery_window_end: Literal["last_delivery", "drain_end"] | UnsetType = UNSET
     broker_count: BrokerCount | None | UnsetType = UNSET
@@ -451,16 +468,16 @@ class CellCompleted(Strict, kw_only=True):
     startup: Startup | UnsetType = UNSET
     bursts: Bursts | UnsetType = UNSET
     send_loop: Literal["native", "python", "mixed"] | UnsetType = UNSET
-    sender: str | UnsetType = UNSET
-    ack_stamps: str | UnsetType = UNSET
-    delivery_stamps: str | UnsetType = UNSET
+    sender: Annotated[str, Meta(pattern=r"^native-(pwire|capi)(, native-(pwire|capi))?$")] | UnsetType = UNSET
+    ack_stamps: Annotated[str, Meta(pattern=STAMPS_PATTERN)] | UnsetType = UNSET
+    delivery_stamps: Annotated[str, Meta(pattern=STAMPS_PATTERN)] | UnsetType = UNSET
     codec_floor_ns: CodecFloor | UnsetType = UNSET
     send_thread_nice: int | None | UnsetType = UNSET
-    intervals: int
+    intervals: NonNegativeInt
     totals: Totals
     digest: Digest | UnsetType = UNSET
     histograms: Histograms
-    attempt: int
+    attempt: NonNegativeInt
     resources: dict[str, ResourceSummary] | UnsetType = UNSET
     host: HostSummary | None | UnsetType = UNSET
     faults: Faults | UnsetType = UNSET
@@ -469,9 +486,9 @@ class CellCompleted(Strict, kw_only=True):
 class CellFailed(Data, kw_only=True):
     """A cell that ended without a result, with what it had measured."""
     cell_id: str
-    reason: str
-    intervals: int | UnsetType = UNSET
-    attempt: int | UnsetType = UNSET
+    reason: NonEmpty
+    intervals: NonNegativeInt | UnsetType = UNSET
+    attempt: NonNegativeInt | UnsetType = UNSET
     faults: Faults | UnsetType = UNSET
     totals: Totals | UnsetType = UNSET
     broker_count: BrokerCount | None | UnsetType = UNSET
@@ -482,29 +499,29 @@ class CellFailed(Data, kw_only=True):
 class RunCompleted(Data, kw_only=True):
     status: Literal["completed", "completed_with_failures", "interrupted", "cancelled"]
     reason: str | UnsetType = UNSET
-    cells_completed: int
-    cells_failed: int
+    cells_completed: NonNegativeInt
+    cells_failed: NonNegativeInt
 
 
 class RunFailed(Data, kw_only=True):
-    reason: str
+    reason: NonEmpty
 
 
 class TargetLeft(Strict, kw_only=True):
-    broker: str
+    broker: NonEmpty
     error: str
     cause: str
 
 
 class StepFailed(Strict, kw_only=True):
     step: Literal["Notify", "TeardownTargets"]
-    reason: str
-    targets_left: list[TargetLeft] | UnsetType = UNSET
+    reason: NonEmpty
+    targets_left: Annotated[list[TargetLeft], Meta(min_length=1)] | UnsetType = UNSET
 
 
 class Notified(Strict, kw_only=True):
     step: Literal["Notify", "RunFailed"]
-    message_id: str
+    message_id: NonEmpty
 
 
 class ReportBuilt(Data, kw_only=True):
@@ -512,9 +529,9 @@ class ReportBuilt(Data, kw_only=True):
 
 
 class RepeatCount(Data, kw_only=True):
-    unsustainable: int
-    judged: int
-    runs: int | UnsetType = UNSET
+    unsustainable: NonNegativeInt
+    judged: NonNegativeInt
+    runs: AtLeastOne | UnsetType = UNSET
 
 
 class UnsustainableRepeats(Data, kw_only=True):
@@ -539,24 +556,24 @@ class RegressionDetected(Data, kw_only=True):
     baseline_mean: float | None | UnsetType = UNSET
     candidate_mean: float | None | UnsetType = UNSET
     change: float | None
-    p_value: float | None
+    p_value: Annotated[float, Meta(ge=0, le=1)] | None
     why: str | UnsetType = UNSET
     unsustainable_repeats: UnsustainableRepeats | UnsetType = UNSET
     source: Literal["pairwise", "change_point"] | UnsetType = UNSET
     began_run_id: str | UnsetType = UNSET
     before_run_id: str | UnsetType = UNSET
-    runs_before: int | UnsetType = UNSET
-    runs_after: int | UnsetType = UNSET
+    runs_before: AtLeastOne | UnsetType = UNSET
+    runs_after: AtLeastOne | UnsetType = UNSET
     versions: dict | UnsetType = UNSET
     differences: list[Difference] | UnsetType = UNSET
     history: str | UnsetType = UNSET
 
 
 class ScheduleTriggered(Data, kw_only=True):
-    schedule: str
+    schedule: Annotated[str, Meta(pattern=r"^[a-z0-9][a-z0-9_-]{0,63}$")]
     due_at: str
     outcome: Literal["claimed", "started", "not_started"]
-    run_id: str | None
+    run_id: Annotated[str, Meta(pattern=RUN_ID)] | None
     reason: str | None
 
 
@@ -577,11 +594,28 @@ EVENT_TYPES: dict[str, type[Data]] = {t.__name__: t for t in (
 # The Structs of each stored schema_version's event data; a later version adds its own and keeps these readable.
 DATA_TYPES: dict[int, dict[str, type[Data]]] = {SCHEMA_VERSION: EVENT_TYPES}
 # What an Open Struct's other fields hold, where the schema types them (its additionalProperties)
-OPEN_VALUES: dict[type[Data], object] = {Counters: NonNegativeInt}
-# The event types whose Structs hold every rule of their schema entry, ranges and open fields included
-# (test_eventdata.py proves it): a write checks their data by the Struct alone. IntervalMeasured is most of a run's
-# events (one per cell and interval).
-PROVEN = frozenset({"IntervalMeasured"})
+OPEN_VALUES: dict[type[Data], object] = {Counters: NonNegativeInt, Totals: NonNegativeInt | None}
+EventTypeName = Literal[tuple(EVENT_TYPES)]
+
+
+class Envelope(Strict, kw_only=True):
+    """An event around its data: where it is stored (its run's partition, or a schedule's for ScheduleTriggered),
+    its type and version. `at` is an ISO 8601 time, which the schema names (format) and no validator asserted."""
+    run_id: Annotated[str, Meta(pattern=r"^([0-9]{8}T[0-9]{6}Z-[0-9a-f]{6}|schedule#[a-z0-9][a-z0-9_-]{0,63})$")]
+    sk: NonEmpty
+    event_id: NonEmpty
+    type: EventTypeName
+    at: str
+    schema_version: Literal[1]
+    data: dict
+    # The schema's if/then/else: a schedule's triggers in the schedule's partition, every other event in a run's
+    PARTITIONS: ClassVar[tuple] = ("ScheduleTriggered", "^schedule#", RUN_ID)
+
+    def __post_init__(self):
+        kind, schedule, run = self.PARTITIONS
+        pattern = schedule if self.type == kind else run
+        if not re.search(pattern, self.run_id):
+            raise ValueError(f"run_id {self.run_id!r} of a {self.type} event does not match {pattern!r}")
 
 
 def unknown_fields(data: dict, data_type: type[Data], path: str = "data") -> list[str]:

@@ -100,3 +100,8 @@ def test_a_broker_that_discarded_what_it_acknowledged_did_not_hold_even_with_not
     [found] = faults.by_setting(rows, _durability({"redis": False}))
     assert found["verdict"] == "expected" and "holds 40 fewer than it acknowledged" in faults.setting_text(found)
 
+
+
+def test_every_guarantee_verdict_has_its_class_in_the_html_report():
+    """The HTML table reads a verdict's class by the verdict (no default): each verdict faults names has one."""
+    assert html.GUARANTEE_CSS.keys() == faults.VERDICTS.keys()

@@ -3,11 +3,10 @@
 Sort keys put a run's events in order and give each event one place: a cell has exactly one
 end slot, so it cannot both complete and fail, and a retried write lands on the same key.
 
-Each event's data has a type (eventdata.py). A write checks the data against it and the schema and refuses a field
-its type does not declare (validate): against the schema's validator only where the type does not already hold
-every rule of the schema (eventdata.PROVEN: the hot IntervalMeasured is checked by its Struct alone); a read decodes the stored data through it (decode_data), so a stored event
-that lacks a required field or holds one of the wrong type fails there, naming the event and the field, instead
-of as a missing key in a report. What the rest of the code reads stays the data as a dict.
+Each event's data has a type (eventdata.py). A write checks the event against its types, which hold every rule of
+the schema, and refuses a field they do not declare (validate); a read decodes the stored data through them
+(decode_data), so a stored event that lacks a required field or holds one of the wrong type fails there, naming the
+event and the field, instead of as a missing key in a report. What the rest of the code reads stays the data as a dict.
 """
 
 from __future__ import annotations
@@ -18,15 +17,17 @@ import secrets
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from functools import cache
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 import msgspec
-from jsonschema import Draft202012Validator
 
-from ..eventdata import (DATA_TYPES, EVENT_TYPES, PROVEN, SCHEMA_VERSION, Histograms, IntervalSummary,
+from ..eventdata import (DATA_TYPES, EVENT_TYPES, SCHEMA_VERSION, Envelope, Histograms, IntervalSummary,
                          open_value_problems, unknown_fields)
 from ..paths import SCHEMAS_DIR
 from ..series import DIGEST_VERSION
+
+if TYPE_CHECKING:
+    from jsonschema import Draft202012Validator
 
 RUN_EVENTS = ("RunCompleted", "RunFailed")
 INLINE_CELLS = 200  # a plan up to this many cells travels in RunRequested; a larger one in CellsPlanned chunks
@@ -168,6 +169,10 @@ def make_event(run_id: str, event_type: str, data: dict, *, cell_index: int | No
 
 @cache
 def _validators() -> dict[str, Draft202012Validator]:
+    """The schema's validators (the envelope's and each type's data's): what tests/unit/test_eventdata.py holds the
+    Structs to and bench/event_validate.py compares with; no write or read runs them."""
+    from jsonschema import Draft202012Validator
+
     schema = json.loads((SCHEMAS_DIR / "events.schema.json").read_text())
     defs = schema["$defs"]
     envelope = Draft202012Validator(schema)
@@ -178,14 +183,14 @@ def _validators() -> dict[str, Draft202012Validator]:
 
 
 def validate(event: dict) -> None:
-    validators = _validators()
-    problems = [f"{'.'.join(map(str, e.absolute_path)) or '(event)'}: {e.message}"
-                for e in validators["envelope"].iter_errors(event)]
-    if not problems and event["type"] not in PROVEN:
-        problems = [f"{'.'.join(['data', *map(str, e.absolute_path)])}: {e.message}"
-                    for e in validators[event["type"]].iter_errors(event["data"])]
-    if not problems:
+    """Refuses an event its types refuse (the envelope, then the data), naming the event, its id and each field:
+    the Structs hold every rule of schemas/events.schema.json, so the schema's validator is not run again."""
+    try:
+        msgspec.convert(event, Envelope)
         problems = typed_problems(event["type"], event["data"])
+    except msgspec.ValidationError as exc:
+        problem = _place(exc, "")  # '.run_id: ...' for a field, ': ...' for the event as a whole
+        problems = [problem[1:] if problem.startswith(".") else f"(event){problem}"]
     if problems:
         raise InvalidEvent(f"{event.get('type')} event {event.get('event_id')} is invalid: " + "; ".join(problems))
 

@@ -77,6 +77,8 @@ def verdict_label(c: Config) -> str:
 
 # The verdict column's class of the verdicts a reader should look twice at.
 VERDICT_CSS = {"unsustainable": "warn", "inconclusive": "muted"}
+# A guarantee verdict's class, for every verdict faults.VERDICTS names
+GUARANTEE_CSS = {"held": "", "broken": "bad", "expected": "warn", "discarded": "warn", "lost": "", "unknown": "muted"}
 
 
 def _grid(group: Group, report: Report) -> str:
@@ -128,7 +130,7 @@ def _guarantees_section(report: Report) -> list[str]:
             "<th>unavailable s (longest)</th></tr>")
     body = []
     for row in settings:
-        css = {"broken": "bad", "expected": "warn", "discarded": "warn", "unknown": "muted"}.get(row["verdict"], "")
+        css = GUARANTEE_CSS[row["verdict"]]
         gap = "–" if row["unavailable_s"] is None else f"{row['unavailable_s']:.2f}"
         cells = [f"{row['label']}: {row['setting']}", row["promise"]["text"], faults.setting_text(row)]
         body.append(f"<tr><td>{escape(row['broker'])}</td>" + "".join(f"<td>{escape(v)}</td>" for v in cells)

@@ -13,7 +13,7 @@ integer figure is not turned into a float, so it prints as it was stored.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 import msgspec
 
@@ -683,7 +683,7 @@ class ResultCell(Row, kw_only=True):
     partitions: int | None = None
     status: str = "completed"
     reason: str | None = None
-    verdict: str | None = None
+    verdict: Literal["sustainable", "unsustainable", "inconclusive", "max-rate"] | None = None  # results.schema.json
     verdict_reasons: list[str] = []
     order: Any = None
     send_loop: str | None = None

@@ -147,7 +147,7 @@ def verdict_cell(cell: dict | ResultCell) -> str:
     bound = f" · [yellow]{MARK}[/]" if client_bound(cell.limit) else ""
     bound += f" · [yellow]{CONSUMER_MARK}[/]" if consumer_bound(cell.limit) else ""
     bound += f" · [red]{share_text(cell.delivered_share)}[/]" if share_short(cell.delivered_share) else ""
-    return f"[{VERDICT_STYLE.get(verdict, 'white')}]{verdict}[/]{bound}{host_mark(cell)}"
+    return f"[{VERDICT_STYLE[verdict]}]{verdict}[/]{bound}{host_mark(cell)}"
 
 
 def host_mark(cell: ResultCell) -> str:

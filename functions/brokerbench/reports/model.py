@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import math
 import statistics
-from collections import defaultdict
+from collections import Counter, defaultdict
 from functools import cache
 from itertools import groupby
 
@@ -204,27 +204,28 @@ def sample_needed(stat: str) -> int:
     return min_samples(PERCENTILES[stat]) if stat in PERCENTILES else 1
 
 
-def _read(cell: dict, name: str, counts: dict[str, int]):
-    """A metric of one repeat; a percentile its histogram's sample cannot support reads as None."""
+def _read(cell: dict, name: str, counts: Counter[str]):
+    """A metric of one repeat; a percentile its histogram's sample cannot support reads as None (`counts`: each
+    histogram's sample, 0 where the cell has none)."""
     metric = METRICS[name]
     value = metric.read(cell)
     if metric.stat is None or value is None:
         return value
-    return value if counts.get(metric.field, 0) >= sample_needed(metric.stat) else None
+    return value if counts[metric.field] >= sample_needed(metric.stat) else None
 
 
-def _withheld(name: str, cells: list[dict], counts: dict[str, dict]) -> int | None:
+def _withheld(name: str, cells: list[dict], counts: dict[str, Counter[str]]) -> int | None:
     """The sample a percentile metric needed, when some repeat had one but too small."""
     metric = METRICS[name]
     if metric.stat is None:
         return None
     need = sample_needed(metric.stat)
-    if any(0 < counts[c["cell_id"]].get(metric.field, 0) < need for c in cells):
+    if any(0 < counts[c["cell_id"]][metric.field] < need for c in cells):
         return need
     return None
 
 
-def _lower_bound(name: str, done: list[dict], typed: list[ResultCell], counts: dict[str, dict]) -> float | None:
+def _lower_bound(name: str, done: list[dict], typed: list[ResultCell], counts: dict[str, Counter[str]]) -> float | None:
     """When some repeat's figure is only a lower bound (missing messages at +infinity): the median over the
     repeats with each bound in place of its value, itself a lower bound of the median. None otherwise."""
     metric = METRICS[name]
@@ -367,7 +368,7 @@ def _configuration(cells: list[dict], completed_events: dict[str, dict], interva
     typed = [c for c in every if c.status == "completed"]
     # Each histogram is decoded once (`cache`): for the exact merge and for the sample counts.
     blobs = {c["cell_id"]: {f: b for f, b in completed_events[c["cell_id"]]["histograms"].items() if b} for c in done}
-    counts = {cid: {f: figures(b, cache).total for f, b in bs.items()} for cid, bs in blobs.items()}
+    counts = {cid: Counter({f: figures(b, cache).total for f, b in bs.items()}) for cid, bs in blobs.items()}
     per_cell = {c["cell_id"]: cell_verdict(c, intervals.get(c["cell_id"], []), digests.get(c["cell_id"]))
                 for c in done}
     by_repeat = {name: [_read(c, name, counts[c["cell_id"]]) for c in done] for name in METRICS}

@@ -93,6 +93,14 @@ def own_stack(tmp_path_factory):
     local.down(log=lambda m: None)
 
 
+def _state(pid: int) -> str | None:
+    """A process's state letter (/proc/PID/stat); None once it is gone (reaped)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except FileNotFoundError:
+        return None
+
+
 def test_a_producer_killed_before_go_fails_its_cell_with_its_death_and_the_run_goes_on(own_stack, monkeypatch):
     """kill -9 of the first cell's producer after it said it was ready and before the cell told it "go" (the cell's
     last mark before it, `codec_floor`): writing "go" into its closed pipe fails the cell with how it died, not with
@@ -113,8 +121,7 @@ def test_a_producer_killed_before_go_fails_its_cell_with_its_death_and_the_run_g
             os.kill(pid, signal.SIGKILL)
             killed.append(pid)
             deadline = time.monotonic() + 10  # until it has ended (its end of the pipe closed with it)
-            while (_descendants(os.getpid()).get(pid) is not None
-                   and Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"):
+            while _descendants(os.getpid()).get(pid) is not None and _state(pid) not in ("Z", None):
                 assert time.monotonic() < deadline, "the producer did not end"
                 time.sleep(0.01)
         mark(phases, name, at_ns)

@@ -312,23 +312,32 @@ def _redis_at_a_free_port(tmp_path) -> tuple:
 
 
 @contextmanager
-def _started_in(seconds: float, command: list[str]):
-    """`command` started `seconds` from now, stopped at the end. Yields a list that is given the moment of the start
-    just before the process starts: a client that reached the process finds it there. (Given the process once
-    started, a loaded pass's timer thread got the CPU back only after the test's thread had reached Redis and
-    found the list empty.)"""
+def _started_in(seconds: float, command: list[str], after: threading.Event | None = None):
+    """`command` started `seconds` from now (from when `after` is set, if given), stopped at the end; not started once
+    the block has ended. Yields a list that is given the moment of the start just before the process starts: a client
+    that reached the process finds it there. (Given the process once started, a loaded pass's timer thread got the CPU
+    back only after the test's thread had reached Redis and found the list empty.)"""
     started: list[float] = []
     servers: list[subprocess.Popen] = []
 
+    ended = threading.Event()
+
     def start() -> None:
+        if after is not None:
+            after.wait(300)
+        if ended.wait(seconds):
+            return
         started.append(time.monotonic())
         servers.append(subprocess.Popen(command, stdout=subprocess.DEVNULL))
 
-    later = threading.Timer(seconds, start)
+    later = threading.Thread(target=start, daemon=True)
     later.start()
     try:
         yield started
     finally:
+        ended.set()
+        if after is not None:
+            after.set()
         later.join()
         for server in servers:
             server.terminate()
@@ -375,12 +384,15 @@ def test_a_cell_that_loses_its_broker_waits_for_it_so_the_next_cell_is_served(tm
     """A cell whose broker dies under it (a Redis consumer gives up at once on a lost connection, as the quorum-queue
     consumer does on one node reached directly) fails, and waits for the broker before it ends: the run's next cell
     meets the broker started again instead of being refused by its 5 s check while the broker starts (RabbitMQ's
-    next cell was, on a loaded host). The broker is started again 30 s after the kill's cell began: later than redis-py's own retries,
-    which the cell's clean-up waits out whatever the cell does. A cell refused at its start (no broker there) does
-    not wait: a run against a broker that is down fails each cell in the check's time."""
+    next cell was, on a loaded host). The broker is started again 15 s after the kill: later than redis-py's own
+    retries (4 to 7 s; the cell's clean-up waits them out whatever the cell does, and ended 8.2 s after the kill at a
+    load of 6 when it did not wait for the broker), and later than the cell's own end had it run to it (10 s measured
+    and a 2 s drain from 1 s before the kill). Counted from the kill, not from the cell's start, whose set-up before
+    it measures took 2 to 17 s here. A cell refused at its start (no broker there) does not wait: a run against a
+    broker that is down fails each cell in the check's time."""
     driver, command = _redis_at_a_free_port(tmp_path)
     spec = validate({"brokers": ["redis-streams"], "sizes": [512], "rates": [200], "formats": ["raw"],
-                     "duration_s": 20, "warmup_s": 0.5, "warmup_until_steady": False, "drain_timeout_s": 2})
+                     "duration_s": 10, "warmup_s": 0.5, "warmup_until_steady": False, "drain_timeout_s": 2})
     cell = expand(spec)[0]
     monkeypatch.setattr(cell_module, "COUNT_WAIT_S", 600.0)  # a deadline that catches a hang, not a slow host
     started_at = time.monotonic()
@@ -390,7 +402,7 @@ def test_a_cell_that_loses_its_broker_waits_for_it_so_the_next_cell_is_served(tm
     first = subprocess.Popen(command, stdout=subprocess.DEVNULL)
     driver.check(timeout_s=60)
     store = MemoryEventStore()
-    measuring = threading.Event()
+    measuring, killed = threading.Event(), threading.Event()
 
     def progress(report) -> None:
         if report.phase == "measuring":
@@ -400,11 +412,12 @@ def test_a_cell_that_loses_its_broker_waits_for_it_so_the_next_cell_is_served(tm
         measuring.wait(120)
         time.sleep(1)
         first.kill()
+        killed.set()
 
     killer = threading.Thread(target=kill_once_measuring, daemon=True)
     killer.start()
     run_id = new_run_id()
-    with _started_in(30, command) as started:
+    with _started_in(15, command, after=killed) as started:
         outcome = cell_module.run_cell(run_id, cell, driver.endpoint, store, progress)
         assert started, "the cell ended before its broker was started again"
         driver.check(timeout_s=0.5)  # answering as the cell ends: the next cell is served

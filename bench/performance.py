@@ -1045,9 +1045,9 @@ def _lag_run(run: dict, prefix: str) -> dict:
 
 
 def stamp_lag(results: dict) -> dict:
-    lag, again, read, before = (results[name] for name in ("stamp_lag", "stamp_lag_again", "stamp_lag_read",
-                                                           "stamp_lag_before"))
-    other = [{b["broker"]: b for b in run["brokers"]} for run in (again, read, before)]
+    lag, again, quiet, read, before = (results[name] for name in ("stamp_lag", "stamp_lag_again", "stamp_lag_quiet",
+                                                                  "stamp_lag_read", "stamp_lag_before"))
+    other = [{b["broker"]: b for b in run["brokers"]} for run in (again, quiet, read, before)]
     rows = [[b["broker"], f"{b['native_p50_us']:,.0f}", f"{b['python_p50_us']:,.0f}", f"{b['lag_median_us']:+,.0f}",
              ", ".join(f"{x:+,.0f}" for x in b["lag_per_trial_us"]),
              *(f"{run[b['broker']]['lag_median_us']:+,.0f}" if b["broker"] in run else "–" for run in other),
@@ -1055,11 +1055,12 @@ def stamp_lag(results: dict) -> dict:
             for b in lag["brokers"]]
     return {"rate": f"{lag['rate']:,}", "seconds": f"{lag['seconds']:g}", "goal": str(lag["goal_us"]),
             "trials": str(len(lag["brokers"][0]["lag_per_trial_us"])), "host": lag["host"],
-            **_lag_run(lag, ""), **_lag_run(again, "again_"), **_lag_run(read, "read_"), **_lag_run(before, "before_"),
+            **_lag_run(lag, ""), **_lag_run(again, "again_"), **_lag_run(quiet, "quiet_"), **_lag_run(read, "read_"),
+            **_lag_run(before, "before_"), "quiet_trials": str(len(quiet["brokers"][0]["lag_per_trial_us"])),
             "table": table(["broker", "native publish p50 (µs)", "Python publish p50 (µs)",
-                            "Python − native, median (µs)", "per trial (µs)", "again (µs)",
+                            "Python − native, median (µs)", "per trial (µs)", "again (µs)", "quiet (µs)",
                             "stamped at the read (µs)", "before (µs)", "measured"], rows,
-                           ["---", "---:", "---:", "---:", "---", "---:", "---:", "---:", "---"])}
+                           ["---", "---:", "---:", "---:", "---", "---:", "---:", "---:", "---:", "---"])}
 
 
 def _row_measured(lag: dict, row: dict) -> str:

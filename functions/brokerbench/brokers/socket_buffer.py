@@ -29,6 +29,9 @@ RECENT_READ_NS = 1_000_000
 # steps back to its wait: RabbitMQ streams' Python − native publish p50 at 100 msgs/s read +95 µs, +20 written at
 # once (bench/stamp_lag.py, 5 trials each).
 JOIN_WITHIN_NS = 50_000
+# A write the peer does not take within this long (its socket's buffers full: it stopped reading) gives the
+# connection up.
+WRITE_TIMEOUT_S = 5.0
 # The kernel's receive time of a socket's data (linux/asm-generic/socket.h; Python's socket module does not name it):
 # a control message with the CLOCK_REALTIME struct timespec of the last segment a read returned.
 SO_TIMESTAMPNS = 35
@@ -102,6 +105,14 @@ class SocketBuffer:
     def stamps(self) -> str:
         """How this connection's reads are stamped (socket_stamps)."""
         return socket_stamps(self.sock)
+
+    def write(self, data: bytes) -> None:
+        """All of `data`, or OSError (socket.timeout after WRITE_TIMEOUT_S: the peer stopped reading)."""
+        self.sock.settimeout(WRITE_TIMEOUT_S)
+        self.sock.sendall(data)
+
+    def close(self) -> None:
+        self.sock.close()
 
     def read_lately(self) -> bool:
         """Whether the socket was read within RECENT_READ_NS (see there)."""

@@ -46,9 +46,6 @@ SOCKET_BUFFER_BYTES = 4 << 20
 # INFO and PONG: the worker's poll is held that long, and a server that does not answer by then is tried again
 # RECONNECT_WAIT_S later (the next one of a cluster's).
 RECONNECT_TIMEOUT_S = 1.0
-# A write the server does not take within this long (its socket's buffers full: it stopped reading) gives the
-# connection up.
-WRITE_TIMEOUT_S = 5.0
 # Pull requests kept outstanding: the next one waits at the server while the one before is filled, so the server
 # never waits for the consumer's next request (a round trip, and the worker's handling of a poll).
 PULL_REQUESTS = 2
@@ -173,10 +170,6 @@ class Connection(SocketBuffer):
         line, self.at = self.buffer[self.at:eol], eol + 2
         return line
 
-    def write(self, data: bytes) -> None:
-        self.sock.settimeout(WRITE_TIMEOUT_S)
-        self.sock.sendall(data)
-
     def take(self) -> tuple[list, list]:
         """The deliveries and control lines complete in the buffer (see `parse`), taken off it."""
         deliveries, controls, self.at = parse(self.buffer, self.at)
@@ -212,9 +205,6 @@ class Connection(SocketBuffer):
             elif line.startswith(b"-ERR"):
                 raise ProtocolError(f"the server: {line.decode(errors='replace')}")
         return pongs
-
-    def close(self) -> None:
-        self.sock.close()
 
 
 class WireConsumer:

@@ -36,7 +36,6 @@ PROTOCOL_VERSION = 19  # what the fields used here need; the broker answers in t
 CLIENT_VERSION = b"brokerbench"  # what the broker's stats name the producer's client
 CHECKSUM_MAGIC = b"\x0e\x01"
 ENTRY_ROOM = 4 + 16  # what a batch adds to a message's body: its size and its SingleMessageMetadata, at most
-WRITE_TIMEOUT_S = 5.0  # a write the broker does not take within this long (it stopped reading) gives the connection up
 CALL_TIMEOUT_S = 30.0  # a full window waits this long for a receipt (pulsar-client's send timeout) before giving up
 NEVER = 1 << 62
 # An open batch's delay is waited for in select until this long before it ends, then on the clock: select wakes
@@ -238,13 +237,6 @@ class Connection(SocketBuffer):
         except ValueError as exc:
             raise ConnectionError(str(exc)) from None
         return out, ended
-
-    def write(self, data: bytes) -> None:
-        self.sock.settimeout(WRITE_TIMEOUT_S)
-        self.sock.sendall(data)
-
-    def close(self) -> None:
-        self.sock.close()
 
 
 class WireProducer(ConfirmedProducer):

@@ -38,7 +38,6 @@ FRAME_END = b"\xce"
 METHOD, HEADER, BODY, HEARTBEAT = 1, 2, 3, 8
 MAX_FRAME = 131072  # the frame size asked for, as the native loop (the broker's own when smaller)
 SOCKET_BUFFER_BYTES = 4 << 20  # a consumer's receive buffer asked of the kernel: a prefetch of 1 KB messages and more
-WRITE_TIMEOUT_S = 5.0  # a write the broker does not take within this long (it stopped reading) gives the connection up
 CAPABILITY = b"authentication_failure_close"
 BASIC_ACK, BASIC_NACK = (60, 80), (60, 120)
 CONNECTION_CLOSE, CHANNEL_CLOSE, CHANNEL_CLOSE_OK = (10, 50), (20, 40), (20, 41)
@@ -181,10 +180,6 @@ class Connection(SocketBuffer):
             piece = body[at:at + chunk]
             parts += (struct.pack(">BHI", BODY, self.channel, len(piece)), piece, FRAME_END)
         self.write(b"".join(parts))
-
-    def write(self, data: bytes) -> None:
-        self.sock.settimeout(WRITE_TIMEOUT_S)
-        self.sock.sendall(data)
 
     def confirms(self) -> tuple[list[tuple[int, bool, bool]], Closed | None]:
         """The confirms complete in the buffer, taken off it: (delivery tag, multiple, ok) each, in order; and a

@@ -47,7 +47,6 @@ RESPONSE = 0x8000
 OK = 1
 NO_OFFSET = 0x13  # QueryOffset's answer where nothing is stored under the reference
 MAX_FRAME = 1048576  # the frame size asked for, as the native loop (the broker's own when smaller)
-WRITE_TIMEOUT_S = 5.0  # a write the broker does not take within this long (it stopped reading) gives the connection up
 STREAM_NOT_AVAILABLE = 6  # a node just started again answers so until its stream is back
 REFUSALS = {2: "the stream does not exist", STREAM_NOT_AVAILABLE: "the stream is not available", 8: "authentication failure", 0x0C: "virtual host access failure",
             0x10: "access refused"}
@@ -179,13 +178,6 @@ class Session(SocketBuffer):
         if code != OK:
             raise Refused(f"RabbitMQ refused {what}: {REFUSALS.get(code, 'see the code')} (stream response code "
                           f"{code})", code)
-
-    def write(self, data: bytes) -> None:
-        self.sock.settimeout(WRITE_TIMEOUT_S)
-        self.sock.sendall(data)
-
-    def close(self) -> None:
-        self.sock.close()
 
 
 class Connection(Session):
@@ -413,7 +405,6 @@ class Subscriptions(Session):
             pass  # the broker is gone
         finally:
             self.sock.close()
-
 
 
 class Reader(Subscriptions):

@@ -1057,10 +1057,54 @@ def stamp_lag(results: dict) -> dict:
             "trials": str(len(lag["brokers"][0]["lag_per_trial_us"])), "host": lag["host"],
             **_lag_run(lag, ""), **_lag_run(again, "again_"), **_lag_run(quiet, "quiet_"), **_lag_run(read, "read_"),
             **_lag_run(before, "before_"), "quiet_trials": str(len(quiet["brokers"][0]["lag_per_trial_us"])),
+            **client_stamp_lag(results),
             "table": table(["broker", "native publish p50 (µs)", "Python publish p50 (µs)",
                             "Python − native, median (µs)", "per trial (µs)", "again (µs)", "quiet (µs)",
                             "stamped at the read (µs)", "before (µs)", "measured"], rows,
                            ["---", "---:", "---:", "---:", "---", "---:", "---:", "---:", "---:", "---"])}
+
+
+CLIENT_PATHS = {"redis-python-ack": "Redis acknowledgement, Python loop (control)",
+                "kafka-python-ack": "Kafka acknowledgement, Python loop",
+                "kafka-native-ack": "Kafka acknowledgement, native loop",
+                "kafka-delivery": "Kafka delivery",
+                "pulsar-delivery": "Pulsar delivery",
+                "pulsar-client-ack": "Pulsar acknowledgement, pulsar-client (Python loop's fallback)",
+                "pulsar-capi-ack": "Pulsar acknowledgement, C API (native loop's fallback)"}
+
+
+def _us(x: float) -> str:
+    return f"{x:+,.0f}".replace("-", "−") if abs(x) >= 10 else f"{x:+.1f}".replace("-", "−")
+
+
+def client_stamp_lag(results: dict) -> dict:
+    """bench/client_stamp_lag.py: each library path's stamp against the kernel's trace of the segment it stamps."""
+    run = results["client_stamp_lag"]
+    paths = {p["path"]: p for p in run["paths"]}
+    rows = []
+    for p in run["paths"]:
+        loads = [t["load_average_1min"] for t in p["trials"]]
+        rows.append([CLIENT_PATHS.get(p["path"], p["path"]), f"`{p['trials'][0].get('stamps_as') or p['recorded_as']}`",
+                     f"{p['n']:,}", _us(p["p50_us"]), _us(p["p90_us"]), _us(p["p99_us"]), _us(p["max_us"]),
+                     ", ".join(_us(x) for x in p["p50_per_trial_us"]), spread(loads, lambda x: f"{x:.1f}")])
+    loads = run["load_average_1_5_15"]
+    control = paths["redis-python-ack"]
+    library = [p for p in run["paths"] if not p["control"]]
+    return {"client_when": run["measured_at"][:16].replace("T", " "), "client_code": run["code"],
+            "client_kernel": run["kernel"], "client_rate": f"{run['rate']:,}", "client_seconds": f"{run['seconds']:g}",
+            "client_trials": str(run["trials"]), "client_size": f"{run['size']:,}",
+            "client_load": f"{loads['before'][0]:.1f} before, {loads['after'][0]:.1f} after",
+            "client_control": f"{_us(control['min_us'])} to {_us(control['max_us'])}",
+            "client_lost": f"{run['perf_lost_events']} lost",
+            "client_p50_range": spread([p["p50_us"] for p in library], lambda x: f"{x:,.0f}"),
+            "client_p99_range": spread([p["p99_us"] for p in library], lambda x: f"{x:,.0f}"),
+            "client_max_range": spread([p["max_us"] / 1000 for p in library], lambda x: f"{x:,.0f}"),
+            "client_load_range": spread([t["load_average_1min"] for p in run["paths"] for t in p["trials"]],
+                                        lambda x: f"{x:.1f}"),
+            "client_shared": f"{sum(t['shared'] for t in control['trials'])} of {control['n']:,}",
+            "client_table": table(["path", "stamped as", "stamps", "p50 (µs)", "p90 (µs)", "p99 (µs)", "max (µs)",
+                                   "p50 per trial (µs)", "load (1 min)"], rows,
+                                  ["---", "---", "---:", "---:", "---:", "---:", "---:", "---", "---:"])}
 
 
 def _row_measured(lag: dict, row: dict) -> str:

@@ -63,7 +63,7 @@ SLACK_NS = 100_000
 PROBE = re.compile(rb"^\s*(\d+)\.(\d{9}):\s.*?src=\S*:(\d+) dest=\S*:(\d+) .*?data_len=(\d+)")
 
 
-# ---- in the child: one path's client, its stamps and its connections --------------------------------------------------
+# ---- in the child: one path's client, its stamps and its connections -----------------------------------------------
 
 def broker_port(broker: str, endpoint: dict) -> int:
     """The port the client connects to (every Kafka, Pulsar or Redis connection of a one-node local broker)."""
@@ -232,7 +232,7 @@ def send_only(spec: dict) -> None:
     producer.close()
 
 
-# ---- in the parent: perf, the trials, the matching -----------------------------------------------------------------------
+# ---- in the parent: perf, the trials, the matching -----------------------------------------------------------------
 
 def start_perf(out: Path, ports: list[int]) -> subprocess.Popen:
     ports_filter = " || ".join(f"dport == {p}" for p in ports)
@@ -383,7 +383,8 @@ def main(argv: list[str] | None = None) -> int:
         for row in (r for r in rows if r["path"] == path):
             lags, unmatched, shared = lags_of(row, segments)
             pooled += lags
-            trials.append({"trial": row["trial"], "stamps": len(row["stamps_ns"]), "unmatched": unmatched, "shared": shared,
+            trials.append({"trial": row["trial"], "stamps": len(row["stamps_ns"]), "unmatched": unmatched,
+                           "shared": shared,
                            "local_ports": row["local_ports"], "load_average_1min": row["load_average_1min"],
                            **{k: row[k] for k in ("stamps_as", "sender_path", "producer", "received", "polls")
                               if k in row}, **quantiles_us(lags)})

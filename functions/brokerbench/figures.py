@@ -64,7 +64,10 @@ STAMP_RULE = (
     "not stamped at its arrival (the kernel's receive time), the row is marked: \"read\" is the read's return on the "
     "worker's thread (a TLS socket), \"client\" the client library's thread or callback, which come later by how "
     "long the worker's loop or the library took to come to it. How late that is on each path was measured apart and "
-    f"is not stored with the run: {STAMP_LAG_PAGE}."
+    "is not stored with the run: against the kernel's trace of each reply, librdkafka's, pulsar-client's and Pulsar's "
+    "C API's stamps came tens to hundreds of microseconds after the arrival at the median and up to milliseconds "
+    "after it at p99, more on a busy host (docs/performance.md, \"How late a client library stamps, against the "
+    f"kernel's trace\", bench/client_stamp_lag.py); the Python loops against the native: {STAMP_LAG_PAGE}."
 )
 
 
@@ -97,6 +100,7 @@ def stamp_note(rows) -> str | None:
     """The footnote of STAMP_MARK: for each (label, ack_stamps, delivery_stamps) marked, what was stamped how, and
     where how late that is was measured (it is not stored with the run, so no figure is printed); None when none is
     marked."""
+    rows = list(rows)  # read twice: the labels, then the libraries
     parts = []
     for label, ack, delivery in rows:
         said = [f"{what} {stamps_text(value)}" for what, value in (("acknowledgements (publish latency)", ack),
@@ -106,9 +110,22 @@ def stamp_note(rows) -> str | None:
             parts.append(f"{label}: {', '.join(said)}")
     if not parts:
         return None
+    # what docs/performance.md measured for each library against the kernel's trace, in words (no figure: none is
+    # stored with the run)
+    measured = {"librdkafka": "librdkafka's stamps came tens to hundreds of microseconds late at the median "
+                              "(deliveries later than acknowledgements), up to milliseconds at p99",
+                "pulsar-client": "pulsar-client's tens of microseconds late for an acknowledgement and hundreds for a "
+                                 "delivery at the median, up to milliseconds at p99",
+                "pulsar-c": "Pulsar's C API's tens of microseconds late at the median, hundreds at p99"}
+    libraries = dict.fromkeys(part.partition(":")[2] for _, ack, delivery in rows
+                              for part in late_stamps(ack) + late_stamps(delivery) if part.startswith(f"{CLIENT}:"))
+    said = [measured[name] for name in libraries if name in measured]
+    against_kernel = ("; against the kernel's trace of each reply, measured apart, "
+                      f"{'; '.join(said)}, more on a busy host (docs/performance.md, \"How late a client library "
+                      "stamps, against the kernel's trace\", bench/client_stamp_lag.py)") if said else ""
     return (f"{STAMP_MARK} not stamped at arrival (the kernel's receive time): {'; '.join(parts)}. Such a stamp comes "
-            "later than the arrival by as long as the loop or the client library took to come to it; how late, on each "
-            f"broker's path, was measured apart and is not stored with this run: {STAMP_LAG_PAGE}")
+            f"later than the arrival by as long as the loop or the client library took to come to it{against_kernel}; "
+            f"how late, on each broker's path, was measured apart and is not stored with this run: {STAMP_LAG_PAGE}")
 
 
 def stamps_text(value: str) -> str:

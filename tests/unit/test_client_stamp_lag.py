@@ -33,3 +33,16 @@ def test_each_stamp_is_matched_to_the_latest_segment_of_its_connections():
     quantiles = bench.quantiles_us(lags)
     assert quantiles["n"] == 4 and quantiles["min_us"] == -40.0 and quantiles["max_us"] == 300.0
     assert quantiles["negative"] == 1
+
+
+def test_the_footnote_cites_the_section_for_the_libraries_it_measured():
+    """A † row stamped in librdkafka is told what the bench measured for it, citing a section that is on the page;
+    a row stamped as the read returned (not a library's path) is not."""
+    from brokerbench.figures import stamp_note
+
+    heading = "How late a client library stamps, against the kernel's trace"
+    note = stamp_note([("kafka raw", "arrival", "client:librdkafka")])
+    assert f'"{heading}", bench/client_stamp_lag.py' in note and "librdkafka's stamps came" in note
+    assert "µs" not in note  # words, no figure the run did not store
+    assert heading not in stamp_note([("nats-jetstream raw", "read", "arrival")])
+    assert f"## {heading} (`bench/client_stamp_lag.py`)" in (REPO / "docs" / "performance.md").read_text()

@@ -12,15 +12,19 @@ latest data segment that reached one of its connections to the broker before it:
 Paths: Kafka acknowledgements in librdkafka's delivery report on the Python loop (a thread waiting in librdkafka's
 poll) and on the native loop (sendloop.c on_delivery); Kafka deliveries (the consumer's poll returns); Pulsar
 deliveries (pulsar-client's receive returns); Pulsar acknowledgements in pulsar-client's send callback (the Python
-loop where wire.py cannot serve) and in the C API's callback (the native loop's `capi` path). The control is a path
+loop where wire.py cannot serve) and in the C API's callback (the native loop's `capi` path); the Python loop's
+fallbacks on the other brokers, nats-py's PubAck callback (a TLS endpoint) and rstream's confirm callback (a stream
+producer that follows a failover), each measured on plain TCP to one node. The control is a path
 the worker stamps itself, Redis's producer on the Python loop (SO_TIMESTAMPNS of the same segment): tcp_probe fires
 in the socket's receive path a little after the skb was stamped, so its lag is near 0 and slightly negative.
 
     PYTHONPATH=functions .venv/bin/python bench/client_stamp_lag.py [--paths a,b] [--trials 3] [--seconds 4]
         [--rate 200] [--out bench/results/client_stamp_lag.json]
 
-Starts its own Redis, Kafka and Pulsar (a state folder of its own) and perf, and stops them. Needs root (perf with
-tracepoints) and the tcp:tcp_probe tracepoint.
+The committed results: the seven Kafka, Pulsar and control paths with --trials 5 (client_stamp_lag.json, a busy
+host; client_stamp_lag_quiet.json, a quieter one), and --paths redis-python-ack,nats-py-ack,rstream-ack --trials 5
+(client_stamp_lag_fallbacks.json). Starts the brokers its paths need (a state folder of its own, removed at the
+end) and perf, and stops them. Needs root (perf with tracepoints) and the tcp:tcp_probe tracepoint.
 """
 
 from __future__ import annotations
@@ -52,9 +56,14 @@ PATHS = {
     "pulsar-delivery": ("pulsar", "delivery", "client:pulsar-client"),
     "pulsar-client-ack": ("pulsar", "acknowledgement", "client:pulsar-client"),
     "pulsar-capi-ack": ("pulsar", "acknowledgement", "client:pulsar-c"),
+    # the fallbacks: nats-py where a NATS endpoint speaks TLS, rstream where a stream producer follows a failover
+    # (both measured here on plain TCP to one node: the library's own path, without TLS's decryption)
+    "nats-py-ack": ("nats-jetstream", "acknowledgement", "client:nats-py"),
+    "rstream-ack": ("rabbitmq-streams", "acknowledgement", "client:rstream"),
 }
 CONTROL = "redis-python-ack"
-SERVICE = {"redis-streams": "redis", "kafka": "kafka", "pulsar": "pulsar"}
+SERVICE = {"redis-streams": "redis", "kafka": "kafka", "pulsar": "pulsar", "nats-jetstream": "nats",
+           "rabbitmq-streams": "rabbitmq"}
 # A stamp taken from the skb (SO_TIMESTAMPNS) comes a little before tcp_probe fires for the same segment (the probe
 # is in tcp_rcv_established, after IP's and TCP's checks): a segment up to SLACK_NS after a stamp is its segment.
 # Nothing else reaches a connection that soon after a reply at one message in flight and 200 msgs/s (the next reply
@@ -67,7 +76,10 @@ PROBE = re.compile(rb"^\s*(\d+)\.(\d{9}):\s.*?src=\S*:(\d+) dest=\S*:(\d+) .*?da
 
 def broker_port(broker: str, endpoint: dict) -> int:
     """The port the client connects to (every Kafka, Pulsar or Redis connection of a one-node local broker)."""
-    text = {"kafka": endpoint.get("bootstrap_servers"), "pulsar": endpoint.get("service_url")}.get(broker)
+    if broker == "rabbitmq-streams":
+        return int(endpoint["stream_port"])
+    text = {"kafka": endpoint.get("bootstrap_servers"), "pulsar": endpoint.get("service_url"),
+            "nats-jetstream": endpoint.get("url")}.get(broker)
     if text:
         return int(str(text).split(",")[0].rstrip("/").rpartition(":")[2])
     return int(endpoint["port"])
@@ -202,6 +214,16 @@ def child(path: str, endpoint: dict, client: dict, rate: int, seconds: float, to
                 producers = [pulsar_client.create_producer(name, **driver.producer_settings("single"))
                              for name in driver.partitions_of(topic, range(1))]
                 producer = PulsarProducer(pulsar_client, producers, on_ack)
+            elif path == "nats-py-ack":  # the Python loop's producer on a TLS endpoint
+                from brokerbench.brokers.nats_jetstream.driver import NatsProducer, servers, subject
+
+                producer = NatsProducer(servers(endpoint), [subject(topic, 0)], driver.in_flight_window("single"),
+                                        on_ack)
+            elif path == "rstream-ack":  # the Python loop's producer where a failover is followed
+                from brokerbench.brokers.rabbitmq_streams.driver import StreamsProducer, lane_queue
+
+                producer = StreamsProducer(driver._stream_endpoint(), [lane_queue(topic, 0)],
+                                           driver.in_flight_window("single"), on_ack)
             else:
                 producer = driver.producer(topic, 1, "single", on_ack)
             extra = {"stamps_as": getattr(producer, "stamps", None), "producer": type(producer).__name__}

@@ -1070,7 +1070,9 @@ CLIENT_PATHS = {"redis-python-ack": "Redis acknowledgement, Python loop (control
                 "kafka-delivery": "Kafka delivery",
                 "pulsar-delivery": "Pulsar delivery",
                 "pulsar-client-ack": "Pulsar acknowledgement, pulsar-client (Python loop's fallback)",
-                "pulsar-capi-ack": "Pulsar acknowledgement, C API (native loop's fallback)"}
+                "pulsar-capi-ack": "Pulsar acknowledgement, C API (native loop's fallback)",
+                "nats-py-ack": "NATS acknowledgement, nats-py (Python loop on TLS)",
+                "rstream-ack": "RabbitMQ streams acknowledgement, rstream (Python loop following a failover)"}
 
 
 def _us(x: float) -> str:
@@ -1115,7 +1117,21 @@ def client_stamp_lag(results: dict) -> dict:
             "client_shared": f"{sum(t['shared'] for t in control['trials'])} of {control['n']:,}",
             "client_table": table(["path", "stamped as", "stamps", "p50 (µs)", "p90 (µs)", "p99 (µs)", "max (µs)",
                                    "p50 per trial (µs)", "load (1 min)", "quieter: p50 / p99 / max (µs)"], rows,
-                                  ["---", "---", "---:", "---:", "---:", "---:", "---:", "---", "---:", "---:"])}
+                                  ["---", "---", "---:", "---:", "---:", "---:", "---:", "---", "---:", "---:"]),
+            **_client_fallbacks(results["client_stamp_lag_fallbacks"])}
+
+
+def _client_fallbacks(run: dict) -> dict:
+    """The fallbacks' paths (nats-py, rstream), measured in a run of their own beside the control."""
+    rows = [[CLIENT_PATHS.get(p["path"], p["path"]), f"`{p['trials'][0].get('stamps_as') or p['recorded_as']}`",
+             f"{p['n']:,}", _us(p["p50_us"]), _us(p["p90_us"]), _us(p["p99_us"]), _us(p["max_us"]),
+             ", ".join(_us(x) for x in p["p50_per_trial_us"]),
+             spread([t["load_average_1min"] for t in p["trials"]], lambda x: f"{x:.1f}")] for p in run["paths"]]
+    return {"client_fallback_when": run["measured_at"][:16].replace("T", " "), "client_fallback_code": run["code"],
+            "client_fallback_lost": str(run["perf_lost_events"]),
+            "client_fallback_table": table(["path", "stamped as", "stamps", "p50 (µs)", "p90 (µs)", "p99 (µs)",
+                                            "max (µs)", "p50 per trial (µs)", "load (1 min)"], rows,
+                                           ["---", "---", "---:", "---:", "---:", "---:", "---:", "---", "---:"])}
 
 
 def _row_measured(lag: dict, row: dict) -> str:

@@ -64,10 +64,11 @@ STAMP_RULE = (
     "not stamped at its arrival (the kernel's receive time), the row is marked: \"read\" is the read's return on the "
     "worker's thread (a TLS socket), \"client\" the client library's thread or callback, which come later by how "
     "long the worker's loop or the library took to come to it. How late that is on each path was measured apart and "
-    "is not stored with the run: against the kernel's trace of each reply, librdkafka's, pulsar-client's and Pulsar's "
-    "C API's stamps came tens to hundreds of microseconds after the arrival at the median and up to milliseconds "
-    "after it at p99, more on a busy host (docs/performance.md, \"How late a client library stamps, against the "
-    f"kernel's trace\", bench/client_stamp_lag.py); the Python loops against the native: {STAMP_LAG_PAGE}."
+    "is not stored with the run: against the kernel's trace of each reply, librdkafka's, pulsar-client's, Pulsar's "
+    "C API's, nats-py's and rstream's stamps came tens to hundreds of microseconds after the arrival at the median "
+    "and up to milliseconds after it at p99, more on a busy host (docs/performance.md, \"How late a client library "
+    "stamps, against the kernel's trace\", bench/client_stamp_lag.py); the Python loops against the native: "
+    f"{STAMP_LAG_PAGE}."
 )
 
 
@@ -116,7 +117,11 @@ def stamp_note(rows) -> str | None:
                               "(deliveries later than acknowledgements), up to milliseconds at p99",
                 "pulsar-client": "pulsar-client's tens of microseconds late for an acknowledgement and hundreds for a "
                                  "delivery at the median, up to milliseconds at p99",
-                "pulsar-c": "Pulsar's C API's tens of microseconds late at the median, hundreds at p99"}
+                "pulsar-c": "Pulsar's C API's tens of microseconds late at the median, hundreds at p99",
+                "nats-py": "nats-py's about a tenth of a millisecond late at the median and a few tenths at p99 on a "
+                           "quiet host (without TLS)",
+                "rstream": "rstream's about a tenth of a millisecond late at the median and a few tenths at p99 on a "
+                           "quiet host"}
     libraries = dict.fromkeys(part.partition(":")[2] for _, ack, delivery in rows
                               for part in late_stamps(ack) + late_stamps(delivery) if part.startswith(f"{CLIENT}:"))
     said = [measured[name] for name in libraries if name in measured]

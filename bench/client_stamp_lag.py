@@ -21,10 +21,11 @@ in the socket's receive path a little after the skb was stamped, so its lag is n
     PYTHONPATH=functions .venv/bin/python bench/client_stamp_lag.py [--paths a,b] [--trials 3] [--seconds 4]
         [--rate 200] [--out bench/results/client_stamp_lag.json]
 
-The committed results: the seven Kafka, Pulsar and control paths with --trials 5 (client_stamp_lag.json, a busy
-host; client_stamp_lag_quiet.json, a quieter one), and --paths redis-python-ack,nats-py-ack,rstream-ack --trials 5
-(client_stamp_lag_fallbacks.json). Starts the brokers its paths need (a state folder of its own, removed at the
-end) and perf, and stops them. Needs root (perf with tracepoints) and the tcp:tcp_probe tracepoint.
+The committed results: the seven Kafka, Pulsar and control paths with --trials 5 (client_stamp_lag.json; and
+client_stamp_lag_busy.json, on a busy host, matched with SLACK_NS on every path before a library's stamp was matched
+without it), and --paths redis-python-ack,nats-py-ack,rstream-ack --trials 5 (client_stamp_lag_fallbacks.json).
+Starts the brokers its paths need (a state folder of its own, removed at the end) and perf, and stops them. Needs
+root (perf with tracepoints) and the tcp:tcp_probe tracepoint.
 """
 
 from __future__ import annotations
@@ -64,10 +65,11 @@ PATHS = {
 CONTROL = "redis-python-ack"
 SERVICE = {"redis-streams": "redis", "kafka": "kafka", "pulsar": "pulsar", "nats-jetstream": "nats",
            "rabbitmq-streams": "rabbitmq"}
-# A stamp taken from the skb (SO_TIMESTAMPNS) comes a little before tcp_probe fires for the same segment (the probe
-# is in tcp_rcv_established, after IP's and TCP's checks): a segment up to SLACK_NS after a stamp is its segment.
-# Nothing else reaches a connection that soon after a reply at one message in flight and 200 msgs/s (the next reply
-# or delivery is a send period, 5 ms, away).
+# A stamp taken from the skb (SO_TIMESTAMPNS: the control) comes a little before tcp_probe fires for the same segment
+# (on loopback the skb is stamped as netif_rx queues it, the probe runs in the softirq after): a segment up to SLACK_NS
+# after such a stamp is its segment. A library's stamp never comes before the probe (it reads what TCP took in), so
+# it is matched to the latest segment before it, with no slack: a slack would match a delivery polled just before the
+# next message came to that next message's segment.
 SLACK_NS = 100_000
 PROBE = re.compile(rb"^\s*(\d+)\.(\d{9}):\s.*?src=\S*:(\d+) dest=\S*:(\d+) .*?data_len=(\d+)")
 
@@ -299,16 +301,18 @@ def read_probes(data: Path) -> dict[tuple[int, int], list[int]]:
 
 
 def lags_of(row: dict, segments: dict) -> tuple[list[int], int, int]:
-    """Each stamp − the latest data segment on the path's connections before it (or up to SLACK_NS after it); the
+    """Each stamp − the latest data segment on the path's connections before it (or up to SLACK_NS after it, for a
+    stamp taken from the skb: `stamps_as` "arrival"); the
     stamps with none; and the stamps matched to the same segment as the stamp before them (at one message in flight
     each reply has a segment of its own: a segment the trace missed would show here)."""
     import bisect
 
     times = sorted(t for p in row["local_ports"] for t in segments.get((p, row["broker_port"]), [])
                    if row["began_ns"] <= t <= row["ended_ns"])
+    slack = SLACK_NS if row.get("stamps_as") == "arrival" else 0
     lags, unmatched, shared, last = [], 0, 0, None
     for stamp in row["stamps_ns"]:
-        i = bisect.bisect_right(times, stamp + SLACK_NS)
+        i = bisect.bisect_right(times, stamp + slack)
         if i == 0:
             unmatched += 1
             continue

@@ -1080,43 +1080,46 @@ def _us(x: float) -> str:
 
 
 def client_stamp_lag(results: dict) -> dict:
-    """bench/client_stamp_lag.py: each library path's stamp against the kernel's trace of the segment it stamps, on a
-    busy host and again on a quieter one (client_stamp_lag_quiet: its p50, p99 and max beside)."""
-    run, quiet = results["client_stamp_lag"], results["client_stamp_lag_quiet"]
-    paths, quieter = {p["path"]: p for p in run["paths"]}, {p["path"]: p for p in quiet["paths"]}
+    """bench/client_stamp_lag.py: each library path's stamp against the kernel's trace of the segment it stamps, with
+    an earlier run on a busy host beside it (client_stamp_lag_busy: its p50, p99 and max)."""
+    run, busy_run = results["client_stamp_lag"], results["client_stamp_lag_busy"]
+    paths, busy = {p["path"]: p for p in run["paths"]}, {p["path"]: p for p in busy_run["paths"]}
+
+    def loads(run_: dict) -> str:
+        return spread([t["load_average_1min"] for p in run_["paths"] for t in p["trials"]], lambda x: f"{x:.1f}")
+
+    def library(run_: dict) -> list[dict]:
+        return [p for p in run_["paths"] if not p["control"]]
+
     rows = []
     for p in run["paths"]:
-        loads = [t["load_average_1min"] for t in p["trials"]]
-        q = quieter[p["path"]]
+        b = busy[p["path"]]
         rows.append([CLIENT_PATHS.get(p["path"], p["path"]), f"`{p['trials'][0].get('stamps_as') or p['recorded_as']}`",
                      f"{p['n']:,}", _us(p["p50_us"]), _us(p["p90_us"]), _us(p["p99_us"]), _us(p["max_us"]),
-                     ", ".join(_us(x) for x in p["p50_per_trial_us"]), spread(loads, lambda x: f"{x:.1f}"),
-                     f"{_us(q['p50_us'])} / {_us(q['p99_us'])} / {_us(q['max_us'])}"])
-    control = paths["redis-python-ack"]
-    library = [p for run_ in (run, quiet) for p in run_["paths"] if not p["control"]]
-    quiet_loads = [t["load_average_1min"] for p in quiet["paths"] for t in p["trials"]]
+                     ", ".join(_us(x) for x in p["p50_per_trial_us"]),
+                     spread([t["load_average_1min"] for t in p["trials"]], lambda x: f"{x:.1f}"),
+                     f"{_us(b['p50_us'])} / {_us(b['p99_us'])} / {_us(b['max_us'])}"])
+    control, busy_control = paths["redis-python-ack"], busy["redis-python-ack"]
+    busy_negative = [sum(t.get("negative", 0) for t in p["trials"]) for p in library(busy_run)]
     return {"client_when": run["measured_at"][:16].replace("T", " "), "client_code": run["code"],
             "client_kernel": run["kernel"], "client_rate": f"{run['rate']:,}", "client_seconds": f"{run['seconds']:g}",
-            "client_trials": str(run["trials"]), "client_size": f"{run['size']:,}",
-            "client_load": f"{run['load_average_1_5_15']['before'][0]:.1f} before, "
-                           f"{run['load_average_1_5_15']['after'][0]:.1f} after",
-            "client_quiet_when": quiet["measured_at"][:16].replace("T", " "), "client_quiet_code": quiet["code"],
-            "client_quiet_load": spread(quiet_loads, lambda x: f"{x:.1f}"),
+            "client_trials": str(run["trials"]), "client_size": f"{run['size']:,}", "client_load": loads(run),
+            "client_busy_when": busy_run["measured_at"][:16].replace("T", " "), "client_busy_code": busy_run["code"],
+            "client_busy_load": loads(busy_run), "client_busy_trials": str(busy_run["trials"]),
+            "client_busy_negative": f"{sum(busy_negative)} of {sum(p['n'] for p in library(busy_run)):,}",
             "client_control": f"{_us(control['min_us'])} to {_us(control['max_us'])}",
             "client_control_p50": _us(control["p50_us"]),
-            "client_control_quiet": f"{_us(quieter['redis-python-ack']['min_us'])} to "
-                                    f"{_us(quieter['redis-python-ack']['max_us'])}",
-            "client_lost": str(run["perf_lost_events"] + quiet["perf_lost_events"]),
-            "client_p50_range": spread([p["p50_us"] for p in library], lambda x: f"{x:,.0f}"),
-            "client_p99_range": spread([p["p99_us"] for p in library], lambda x: f"{x:,.0f}"),
-            "client_max_range": spread([p["max_us"] / 1000 for p in run["paths"] if not p["control"]],
-                                       lambda x: f"{x:,.0f}"),
-            "client_quiet_max": f"{max(p['max_us'] for p in quiet['paths']) / 1000:,.0f}",
-            "client_load_range": spread([t["load_average_1min"] for p in run["paths"] for t in p["trials"]],
-                                        lambda x: f"{x:.1f}"),
-            "client_shared": f"{sum(t['shared'] for t in control['trials'])} of {control['n']:,}",
+            "client_control_busy": f"{_us(busy_control['min_us'])} to {_us(busy_control['max_us'])}",
+            "client_lost": str(run["perf_lost_events"] + busy_run["perf_lost_events"]),
+            "client_p50_range": spread([p["p50_us"] for p in library(run)], lambda x: f"{x:,.0f}"),
+            "client_p99_range": spread([p["p99_us"] for p in library(run)], lambda x: f"{x:,.0f}"),
+            "client_max_range": spread([p["max_us"] / 1000 for p in library(run)], lambda x: f"{x:,.1f}"),
+            "client_p50_busy": spread([p["p50_us"] for p in library(busy_run)], lambda x: f"{x:,.0f}"),
+            "client_p99_busy": spread([p["p99_us"] for p in library(busy_run)], lambda x: f"{x:,.0f}"),
+            "client_busy_max_range": spread([p["max_us"] / 1000 for p in library(busy_run)], lambda x: f"{x:,.0f}"),
+            "client_shared": f"{sum(t['shared'] for t in busy_control['trials'])} of {busy_control['n']:,}",
             "client_table": table(["path", "stamped as", "stamps", "p50 (µs)", "p90 (µs)", "p99 (µs)", "max (µs)",
-                                   "p50 per trial (µs)", "load (1 min)", "quieter: p50 / p99 / max (µs)"], rows,
+                                   "p50 per trial (µs)", "load (1 min)", "busy host: p50 / p99 / max (µs)"], rows,
                                   ["---", "---", "---:", "---:", "---:", "---:", "---:", "---", "---:", "---:"]),
             **_client_fallbacks(results["client_stamp_lag_fallbacks"])}
 

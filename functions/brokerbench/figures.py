@@ -117,10 +117,10 @@ def stamp_note(rows) -> str | None:
                               "(deliveries later than acknowledgements), up to milliseconds at p99",
                 "pulsar-client": "pulsar-client's tens of microseconds late for an acknowledgement and hundreds for a "
                                  "delivery at the median, up to milliseconds at p99",
-                "pulsar-c": "Pulsar's C API's tens of microseconds late at the median, hundreds at p99",
-                "nats-py": "nats-py's about a tenth of a millisecond late at the median and a few tenths at p99 on a "
+                "pulsar-c": "Pulsar's C API's tens of microseconds late at the median, tens to hundreds at p99",
+                "nats-py": "nats-py's about a tenth of a millisecond late at the median and two tenths at p99 on a "
                            "quiet host (without TLS)",
-                "rstream": "rstream's about a tenth of a millisecond late at the median and a few tenths at p99 on a "
+                "rstream": "rstream's about a tenth of a millisecond late at the median and two tenths at p99 on a "
                            "quiet host"}
     libraries = dict.fromkeys(part.partition(":")[2] for _, ack, delivery in rows
                               for part in late_stamps(ack) + late_stamps(delivery) if part.startswith(f"{CLIENT}:"))

@@ -27,8 +27,11 @@ def test_each_stamp_is_matched_to_the_latest_segment_of_its_connections():
                 (5000, 6379): [5_995_000]}  # another process's connection, another broker's port: not the path's
     row = {"local_ports": [5000, 5001], "broker_port": 9092, "began_ns": 0, "ended_ns": 20_000_000,
            "stamps_ns": [500_000, 1_250_000, 5_960_000, 11_200_000, 11_300_000]}
-    lags, unmatched, shared = bench.lags_of(row, segments)
-    # 500_000: no segment before it; 5_960_000: its segment came 40 µs later (within SLACK_NS: the same skb's stamp)
+    # a library's stamp: the latest segment before it. 500_000: none before it.
+    lags, unmatched, shared = bench.lags_of({**row, "stamps_as": "client:librdkafka"}, segments)
+    assert (lags, unmatched, shared) == ([250_000, 4_960_000, 200_000, 300_000], 1, 2)
+    # a stamp taken from the skb: 5_960_000's segment came 40 µs later, within SLACK_NS, and is its own
+    lags, unmatched, shared = bench.lags_of({**row, "stamps_as": "arrival"}, segments)
     assert (lags, unmatched, shared) == ([250_000, -40_000, 200_000, 300_000], 1, 1)
     quantiles = bench.quantiles_us(lags)
     assert quantiles["n"] == 4 and quantiles["min_us"] == -40.0 and quantiles["max_us"] == 300.0

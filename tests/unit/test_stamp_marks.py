@@ -13,9 +13,10 @@ from synthetic import synthetic_run
 
 from brokerbench.brokers.socket_buffer import socket_stamps
 from brokerbench.figures import STAMP_LAG_PAGE, joined_stamps, late_stamps, stamp_note, stamped_late
-from brokerbench.reports import html, markdown
+from brokerbench.reports import html, markdown, regression, rows
 from brokerbench.reports.model import build_report
 from brokerbench.reports.results import build_results
+from brokerbench.reports.rows import section
 from brokerbench.reports.table import comparison_tables, stamps_note
 
 SPEC = {"name": "stamps", "brokers": ["kafka", "redis-streams"], "sizes": [1024], "rates": [1000],
@@ -111,3 +112,48 @@ def test_a_configuration_keeps_each_repeats_stamps_and_old_runs_mark_nothing():
     plain = synthetic_run(SPEC, intervals=4, seed=3)
     old = markdown.render(build_report(plain))
     assert "†" not in old and stamps_note(build_results(plain)) is None
+
+
+def test_a_compare_says_beside_each_latency_verdict_where_the_runs_stamped_it_differently():
+    """Publish latency ending at librdkafka's callback in the candidate and at arrival in the earlier runs: a change of
+    method, said beside the publish-latency verdicts only; the verdicts themselves stay as the test found them, as
+    between send loops (regression.flag_send_loops)."""
+    def kafka_acks(ack):
+        return lambda c: (ack, "arrival") if c["broker"] == "kafka" else ("arrival", "arrival")
+
+    earlier = [build_report(with_stamps(synthetic_run(SPEC, intervals=12, seed=seed), kafka_acks("arrival")))
+               for seed in (3, 4, 5)]
+    later = synthetic_run(SPEC, intervals=12, seed=6)
+    # 12 intervals: enough messages per repeat for each p99 (reports.model.min_samples)
+    verdicts = regression.compare(earlier[0], build_report(with_stamps(later, kafka_acks("client:librdkafka"))),
+                                  earlier[1:])
+    flagged = [v for v in verdicts if v.get("stamps")]
+    assert {(v["key"].split("|")[0], v["metric"]) for v in flagged} == {
+        ("kafka", "publish_latency_p99_us")}  # not Kafka's end-to-end (delivered at arrival), throughput, or Redis
+    for v in flagged:
+        assert v["stamps"] == {"of": "ack_stamps", "history": "arrival", "candidate": "client:librdkafka"}
+        assert v["why"].startswith("stamped differently: arrival vs client:librdkafka (acknowledgements, where "
+                                   "publish latency ends: earlier runs vs this run), a change of method, not of the "
+                                   "broker; ")
+    same = regression.compare(earlier[0], build_report(with_stamps(later, kafka_acks("arrival"))), earlier[1:])
+    assert [v["verdict"] for v in same] == [v["verdict"] for v in verdicts]  # the note changes no verdict
+    assert not any("stamps" in v or "stamped differently" in v["why"] for v in same)
+
+    # the earlier runs' stamps are pooled: one of them stamped in librdkafka too, still not all as the candidate did
+    mixed = [earlier[0], build_report(with_stamps(synthetic_run(SPEC, intervals=12, seed=4),
+                                                  kafka_acks("client:librdkafka")))]
+    found = regression.compare(mixed[0], build_report(with_stamps(later, kafka_acks("client:librdkafka"))), mixed[1:])
+    assert {v["stamps"]["history"] for v in found if v.get("stamps")} == {"arrival, client:librdkafka"}
+    # runs stored before stamps were recorded: nothing to say
+    old = regression.compare(build_report(synthetic_run(SPEC, intervals=12, seed=3)),
+                             build_report(with_stamps(later, kafka_acks("client:librdkafka"))))
+    assert not any("stamps" in v for v in old)
+
+    # the report's verdict lines (Markdown, HTML) say it beside the verdict
+    check = {"baseline_run_id": "b", "verdicts": verdicts}
+    lines = markdown.regression_section(section({"regression_check": check}))
+    marked = [line for line in lines if "publish_latency_p99_us" in line and line.startswith("| kafka")]
+    assert marked and all("(stamped differently: arrival vs client:librdkafka) |" in line for line in marked)
+    assert not any("stamped differently" in line for line in lines if "publish_latency" not in line)
+    assert "stamped differently: arrival vs client:librdkafka" in html._verdict_table(
+        [rows.verdict(v) for v in flagged], "")

@@ -11,13 +11,16 @@ from pathlib import Path
 from rich.console import Console
 from synthetic import synthetic_run
 
+from brokerbench.api import views
+from brokerbench.api.models import RunDetail
 from brokerbench.brokers.socket_buffer import socket_stamps
+from brokerbench.events.memory import MemoryEventStore
 from brokerbench.figures import STAMP_LAG_PAGE, joined_stamps, late_stamps, stamp_note, stamped_late
 from brokerbench.reports import html, markdown, regression, rows
 from brokerbench.reports.model import build_report
-from brokerbench.reports.results import build_results
+from brokerbench.reports.results import build_results, stamps_note
 from brokerbench.reports.rows import section
-from brokerbench.reports.table import comparison_tables, stamps_note
+from brokerbench.reports.table import comparison_tables
 
 SPEC = {"name": "stamps", "brokers": ["kafka", "redis-streams"], "sizes": [1024], "rates": [1000],
         "formats": ["raw"], "repeats": 2}
@@ -157,3 +160,17 @@ def test_a_compare_says_beside_each_latency_verdict_where_the_runs_stamped_it_di
     assert not any("stamped differently" in line for line in lines if "publish_latency" not in line)
     assert "stamped differently: arrival vs client:librdkafka" in html._verdict_table(
         [rows.verdict(v) for v in flagged], "")
+
+
+def test_the_run_the_console_reads_carries_each_cells_stamps_and_the_footnote():
+    """GET /runs/{id} (api.views.run_detail, as the RunDetail model answers it): each cell line has its stamps, as
+    results.json has them, and the run the footnote its table shows under the rows it marks †."""
+    events = with_stamps(synthetic_run(SPEC, intervals=4, seed=3), lambda c: STAMPS[c["broker"]])
+    run_id = events[0]["run_id"]
+    detail = RunDetail(**views.run_detail(MemoryEventStore(events), None, run_id)).model_dump()
+    lines = {(c["broker"], c["ack_stamps"], c["delivery_stamps"]) for c in detail["cells_detail"]}
+    assert lines == {("kafka", "client:librdkafka", "client:librdkafka"), ("redis-streams", "arrival", "arrival")}
+    assert detail["stamps_note"] == stamp_note([("kafka raw", "client:librdkafka", "client:librdkafka")])
+    plain = synthetic_run(SPEC, intervals=4, seed=3)  # stored before the stamps were recorded: nothing to say
+    old = views.run_detail(MemoryEventStore(plain), None, plain[0]["run_id"])
+    assert old["stamps_note"] is None and {c["ack_stamps"] for c in old["cells_detail"]} == {None}

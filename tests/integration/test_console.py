@@ -30,6 +30,7 @@ from sigv4_verifier import VerifyingUpstream
 
 CONSOLE_CHECK = Path(__file__).parents[1] / "e2e" / "console.mjs"
 HISTORY_CHECK = Path(__file__).parents[1] / "e2e" / "console_history.mjs"
+STAMPS_CHECK = Path(__file__).parents[1] / "e2e" / "console_stamps.mjs"
 RUN_TIMEOUT_S = 180  # a tiny run takes ~5 s here; the bound is for a slow, busy machine
 # AWS's documented example keys (never valid), with a session token as temporary credentials have.
 TEST_CREDENTIALS = Credentials("AKIDEXAMPLE", "wJalrXUtnFEMI/K7MDENG+bPxRfiCYEXAMPLEKEY", "FQoGZXIvYXdzEXAMPLETOKEN//=")
@@ -233,3 +234,31 @@ def test_a_suites_history_shows_each_series_with_its_change_point_marked_and_lin
         assert listed["links"] == [f"#/runs/{ids[6]}", f"#/runs/{ids[5]}"] and "alert" in listed["text"]
     assert view["followed"]["hash"] == f"#/runs/{ids[6]}" and ids[6] in view["followed"]["heading"]
     assert view["followed"]["suite_link"] == f"#/history?suite={suite}"
+
+
+def test_a_runs_cells_not_stamped_at_arrival_are_marked_with_the_note_under_them(served_api, stack, screenshots):
+    """A stored run (synthetic: events shaped as a real run's) whose Kafka cells stamped acknowledgements and
+    deliveries in librdkafka and whose Redis cells at arrival: the console's run page marks the Kafka rows † beside
+    their format, not the Redis rows, and shows the footnote the terminal table prints (results.stamps_note)."""
+    from brokerbench.figures import stamp_note
+
+    db = stack.endpoints(required=["dynamodb"])["dynamodb"]
+    store = DynamoEventStore(db["table"], endpoint_url=db["endpoint_url"])
+    spec = {"name": f"stamps-{secrets.token_hex(3)}", "brokers": ["kafka", "redis-streams"], "sizes": [1024],
+            "rates": [1000], "formats": ["raw"], "repeats": 1}
+    run_id = f"20210102T000000Z-{secrets.token_hex(3)}"
+    events = synthetic_run(spec, intervals=3, seed=71, run_id=run_id)
+    brokers = {c["cell_id"]: c["broker"] for c in events[0]["data"]["cells"]}
+    for event in events:
+        if event["type"] == "CellCompleted":
+            stamp = "client:librdkafka" if brokers[event["data"]["cell_id"]] == "kafka" else "arrival"
+            event["data"].update(ack_stamps=stamp, delivery_stamps=stamp)
+    store.append(events)
+    seen = subprocess.run(["node", str(STAMPS_CHECK), served_api.url, str(screenshots), run_id],
+                          capture_output=True, text=True, timeout=120)
+    assert seen.returncode == 0, seen.stderr
+    view = json.loads(seen.stdout.strip().splitlines()[-1])
+    assert view["ok"], view.get("error")
+    assert view["blocked_requests"] == [] and view["console_errors"] == []
+    assert sorted((r["broker"], r["format"]) for r in view["rows"]) == [("kafka", "raw †"), ("redis-streams", "raw")]
+    assert view["note"] == stamp_note([("kafka raw", "client:librdkafka", "client:librdkafka")])

@@ -2,18 +2,20 @@
 written, then LATE_NS without a read, then the read. The stamp must be within SLACK_NS after the write (the kernel's
 receive time, socket_buffer.recv_stamped), not LATE_NS after it (the read's return, as the loops stamped before);
 and never before the write. The Python loop's reads (SocketBuffer, the Redis producer's) and the native loop's
-(a Redis sender whose reply is read at its flush, after the schedule ended) are each checked."""
+(a Redis sender whose reply is read at its flush, after the schedule ended) are each checked, and the Redis
+consumer's deliveries too."""
 
 from __future__ import annotations
 
 import socket
 import time
 
+import hiredis
 import numpy as np
 import pytest
 
 from brokerbench import native
-from brokerbench.brokers.redis_streams.driver import RedisStreamsProducer, RespConnection
+from brokerbench.brokers.redis_streams.driver import RedisStreamsConsumer, RedisStreamsProducer, RespConnection
 from brokerbench.brokers.socket_buffer import SocketBuffer, recv_stamped, stamp_arrivals
 from brokerbench.worker.framing import HEADER
 from kernel_stamps import stamps_on
@@ -151,3 +153,32 @@ def test_pulsar_wire_producer_stamps_a_receipt_when_it_arrived(pair):
     assert producer.flush(5) == 0
     [(header, ok, at)] = acks
     assert ok and 0 <= at - written < SLACK_NS, f"stamped {(at - written) / MS:.1f} ms after the write"
+
+
+def test_redis_consumer_stamps_a_read_when_its_entries_arrived(pair):
+    """The Redis consumer's connection (a RespConnection on a plain socket): a reply of two entries written, left
+    LATE_NS in the socket, then read by the next poll. Its entries carry the arrival, and the poll's XREADGROUP went
+    out as the consumer group's read of both keys."""
+    client, server = pair
+    connection = object.__new__(RespConnection)
+    connection.sock, connection.reader = client, hiredis.Reader()
+    stamp_arrivals(client)
+    consumer = RedisStreamsConsumer(lambda: connection, ["s-0", "s-1"], "g", 10)
+    assert consumer.stamps == "arrival"
+    headers = [HEADER.pack(1, seq, 0) for seq in range(2)]
+    entry = [b"*2\r\n$3\r\n%d-0\r\n*4\r\n$1\r\nh\r\n$%d\r\n%s\r\n$1\r\nd\r\n$3\r\nabc\r\n"
+             % (seq, len(header), header) for seq, header in enumerate(headers)]
+    written = time.monotonic_ns()
+    server.sendall(b"*1\r\n*2\r\n$3\r\ns-1\r\n*2\r\n" + b"".join(entry))
+    time.sleep(LATE_NS / 1e9)
+    assert consumer.poll(1) == [(headers[0], b"abc", 1), (headers[1], b"abc", 1)]
+    assert 0 <= consumer.arrived_ns - written < SLACK_NS, f"stamped {(consumer.arrived_ns - written) / MS:.1f} ms late"
+    server.settimeout(5)
+    command = hiredis.Reader()
+    command.feed(server.recv(1 << 16))
+    assert command.gets() == [b"XREADGROUP", b"GROUP", b"g", consumer._name, b"COUNT", b"10", b"BLOCK", b"1000",
+                              b"STREAMS", b"s-0", b"s-1", b">", b">"]
+    server.sendall(b":2\r\n*-1\r\n")  # the XACK's reply, then BLOCK timed out: nothing, and no stamp
+    assert consumer.poll(1) == [] and consumer.arrived_ns is None
+    command.feed(server.recv(1 << 16))  # the first read's XACK went out with the second read
+    assert command.gets() == [b"XACK", b"s-1", b"g", b"0-0", b"1-0"]

@@ -83,3 +83,44 @@ def test_the_notification_says_each_alert_and_where_its_series_is_drawn(stored):
         assert line.endswith("#/history?suite=nightly&metric=throughput_msgs_per_s")
     local = steps.notify_text(run_id(STEADY + 1), {"failed_cells": [], "regressions": regressions}, None)
     assert "The series: /suites/nightly/history?metric=throughput_msgs_per_s" in local[1]
+
+
+def stamped_run(i: int, stamps: str, latency_scale: float) -> list[dict]:
+    """A synthetic run whose cells say their deliveries were stamped `stamps` (CellCompleted's delivery_stamps)."""
+    events = synthetic_run({**SPEC, "brokers": ["redis-streams"]}, intervals=10, seed=i, run_id=run_id(i),
+                           latency_scale=latency_scale)
+    for event in events:
+        if event["type"] == "CellCompleted":
+            event["data"]["delivery_stamps"] = stamps
+    return events
+
+
+def test_a_change_point_where_the_runs_stamped_their_latency_differently_says_so():
+    """8 runs whose deliveries were stamped at arrival, then 2 stamped in a client library's thread with every latency
+    doubled: the end-to-end change points name the stamps as a setting that differs, and the alert says the change may
+    be the method's; publish latency (stamped alike) and throughput (no stamp ends it) name none."""
+    store = MemoryEventStore()
+    for i in range(STEADY):
+        store.append(stamped_run(i, "arrival", 1.0))
+    for i in range(STEADY, STEADY + 2):
+        store.append(stamped_run(i, "client:redis-py", 2.0))
+    runs = history.suite_runs(store, "nightly")
+    shown = history.history(store, runs)
+    end_to_end = [s for s in shown["series"] if s["metric"] == "end_to_end_p99_us"]
+    assert end_to_end and all(s["change_points"] for s in end_to_end)
+    for s in shown["series"]:
+        for point in s["change_points"]:
+            stamped = [d for d in point["differences"] if d["setting"].startswith("stamps.")]
+            if s["metric"].startswith(("end_to_end", "delivery")):
+                assert stamped == [{"setting": "stamps.delivery_stamps", "before": "arrival",
+                                    "after": "client:redis-py"}]
+            else:
+                assert stamped == []
+    alerts = [a for a in history.watch(store, run_id(STEADY + 1), record=False)["regressions"]
+              if a["metric"] == "end_to_end_p99_us"]
+    assert alerts
+    for alert in alerts:
+        assert {"setting": "stamps.delivery_stamps", "before": "arrival", "after": "client:redis-py"} \
+            in alert["differences"]
+        assert "stamped differently: arrival vs client:redis-py (the run before vs the run it began with), a change of " \
+               "method, not of the broker" in alert["why"]

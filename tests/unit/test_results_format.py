@@ -229,6 +229,18 @@ def test_cells_csv_marks_a_client_bound_cell_on_a_busy_host(stored, tmp_path):
     assert [(r["client_bound"], r["host_busy"]) for r in rows] == [("true", "true"), ("false", "false")]
 
 
+def test_cells_csv_says_how_each_cell_was_stamped_in_its_last_two_columns(stored, tmp_path):
+    _, _, results = stored
+    cells = [{**results["cells"][0], "ack_stamps": "client:librdkafka", "delivery_stamps": "arrival, client:librdkafka"},
+             {**results["cells"][1], "ack_stamps": "arrival", "delivery_stamps": None}]
+    (tmp_path / export.CELLS_CSV).write_text(export.cells_csv({**results, "cells": cells}))
+    header = (tmp_path / export.CELLS_CSV).read_text().splitlines()[0].split(",")
+    assert header[-2:] == ["ack_stamps", "delivery_stamps"] and header[-3] == "host_busy"  # the others keep their place
+    rows = list(read_cells_csv(tmp_path / export.CELLS_CSV).values())
+    assert [(r["ack_stamps"], r["delivery_stamps"]) for r in rows] == [
+        ("client:librdkafka", "arrival, client:librdkafka"), ("arrival", "")]  # as results.json has them; None empty
+
+
 def test_the_logs_are_written_where_the_reports_are(stored, tmp_path):
     store, events, results = stored
     sink = FolderReports(tmp_path)

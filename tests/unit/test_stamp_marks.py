@@ -11,12 +11,16 @@ from pathlib import Path
 from rich.console import Console
 from synthetic import synthetic_run
 
+from brokerbench.api import views
+from brokerbench.api.models import RunDetail
 from brokerbench.brokers.socket_buffer import socket_stamps
+from brokerbench.events.memory import MemoryEventStore
 from brokerbench.figures import STAMP_LAG_PAGE, joined_stamps, late_stamps, stamp_note, stamped_late
-from brokerbench.reports import html, markdown
+from brokerbench.reports import html, markdown, regression, rows
 from brokerbench.reports.model import build_report
-from brokerbench.reports.results import build_results
-from brokerbench.reports.table import comparison_tables, stamps_note
+from brokerbench.reports.results import build_results, stamps_note
+from brokerbench.reports.rows import section
+from brokerbench.reports.table import comparison_tables
 
 SPEC = {"name": "stamps", "brokers": ["kafka", "redis-streams"], "sizes": [1024], "rates": [1000],
         "formats": ["raw"], "repeats": 2}
@@ -111,3 +115,62 @@ def test_a_configuration_keeps_each_repeats_stamps_and_old_runs_mark_nothing():
     plain = synthetic_run(SPEC, intervals=4, seed=3)
     old = markdown.render(build_report(plain))
     assert "†" not in old and stamps_note(build_results(plain)) is None
+
+
+def test_a_compare_says_beside_each_latency_verdict_where_the_runs_stamped_it_differently():
+    """Publish latency ending at librdkafka's callback in the candidate and at arrival in the earlier runs: a change of
+    method, said beside the publish-latency verdicts only; the verdicts themselves stay as the test found them, as
+    between send loops (regression.flag_send_loops)."""
+    def kafka_acks(ack):
+        return lambda c: (ack, "arrival") if c["broker"] == "kafka" else ("arrival", "arrival")
+
+    earlier = [build_report(with_stamps(synthetic_run(SPEC, intervals=12, seed=seed), kafka_acks("arrival")))
+               for seed in (3, 4, 5)]
+    later = synthetic_run(SPEC, intervals=12, seed=6)
+    # 12 intervals: enough messages per repeat for each p99 (reports.model.min_samples)
+    verdicts = regression.compare(earlier[0], build_report(with_stamps(later, kafka_acks("client:librdkafka"))),
+                                  earlier[1:])
+    flagged = [v for v in verdicts if v.get("stamps")]
+    assert {(v["key"].split("|")[0], v["metric"]) for v in flagged} == {
+        ("kafka", "publish_latency_p99_us")}  # not Kafka's end-to-end (delivered at arrival), throughput, or Redis
+    for v in flagged:
+        assert v["stamps"] == {"of": "ack_stamps", "history": "arrival", "candidate": "client:librdkafka"}
+        assert v["why"].startswith("stamped differently: arrival vs client:librdkafka (acknowledgements, where "
+                                   "publish latency ends: earlier runs vs this run), a change of method, not of the "
+                                   "broker; ")
+    same = regression.compare(earlier[0], build_report(with_stamps(later, kafka_acks("arrival"))), earlier[1:])
+    assert [v["verdict"] for v in same] == [v["verdict"] for v in verdicts]  # the note changes no verdict
+    assert not any("stamps" in v or "stamped differently" in v["why"] for v in same)
+
+    # the earlier runs' stamps are pooled: one of them stamped in librdkafka too, still not all as the candidate did
+    mixed = [earlier[0], build_report(with_stamps(synthetic_run(SPEC, intervals=12, seed=4),
+                                                  kafka_acks("client:librdkafka")))]
+    found = regression.compare(mixed[0], build_report(with_stamps(later, kafka_acks("client:librdkafka"))), mixed[1:])
+    assert {v["stamps"]["history"] for v in found if v.get("stamps")} == {"arrival, client:librdkafka"}
+    # runs stored before stamps were recorded: nothing to say
+    old = regression.compare(build_report(synthetic_run(SPEC, intervals=12, seed=3)),
+                             build_report(with_stamps(later, kafka_acks("client:librdkafka"))))
+    assert not any("stamps" in v for v in old)
+
+    # the report's verdict lines (Markdown, HTML) say it beside the verdict
+    check = {"baseline_run_id": "b", "verdicts": verdicts}
+    lines = markdown.regression_section(section({"regression_check": check}))
+    marked = [line for line in lines if "publish_latency_p99_us" in line and line.startswith("| kafka")]
+    assert marked and all("(stamped differently: arrival vs client:librdkafka) |" in line for line in marked)
+    assert not any("stamped differently" in line for line in lines if "publish_latency" not in line)
+    assert "stamped differently: arrival vs client:librdkafka" in html._verdict_table(
+        [rows.verdict(v) for v in flagged], "")
+
+
+def test_the_run_the_console_reads_carries_each_cells_stamps_and_the_footnote():
+    """GET /runs/{id} (api.views.run_detail, as the RunDetail model answers it): each cell line has its stamps, as
+    results.json has them, and the run the footnote its table shows under the rows it marks †."""
+    events = with_stamps(synthetic_run(SPEC, intervals=4, seed=3), lambda c: STAMPS[c["broker"]])
+    run_id = events[0]["run_id"]
+    detail = RunDetail(**views.run_detail(MemoryEventStore(events), None, run_id)).model_dump()
+    lines = {(c["broker"], c["ack_stamps"], c["delivery_stamps"]) for c in detail["cells_detail"]}
+    assert lines == {("kafka", "client:librdkafka", "client:librdkafka"), ("redis-streams", "arrival", "arrival")}
+    assert detail["stamps_note"] == stamp_note([("kafka raw", "client:librdkafka", "client:librdkafka")])
+    plain = synthetic_run(SPEC, intervals=4, seed=3)  # stored before the stamps were recorded: nothing to say
+    old = views.run_detail(MemoryEventStore(plain), None, plain[0]["run_id"])
+    assert old["stamps_note"] is None and {c["ack_stamps"] for c in old["cells_detail"]} == {None}

@@ -156,6 +156,14 @@ class CellLine(Model):
                                         "CPU and memory pressure, steal, CPU used outside the cell, and `busy` with its "
                                         "reasons (a busy cell enters no claim and no regression verdict); null for "
                                         "cells stored before it was recorded")
+    ack_stamps: str | None = Field(None, description="How the cell's producers stamped each acknowledgement, where "
+                                   "publish latency ends (brokerbench.figures): `arrival` (the kernel's receive time), "
+                                   "`read` (the read's return: a TLS socket) or `client:LIBRARY` (in the client "
+                                   "library's thread or callback), comma-separated where they differed; null for cells "
+                                   "stored before it was recorded")
+    delivery_stamps: str | None = Field(None, description="How the cell's consumers stamped each delivery, where "
+                                        "end-to-end latency ends, in the same words as `ack_stamps`; null for "
+                                        "publish-only cells and cells stored before it was recorded")
 
 
 class RunDetail(Model):
@@ -172,6 +180,10 @@ class RunDetail(Model):
     timings: Timings
     spec: dict[str, Any] | None
     cells_detail: list[CellLine]
+    stamps_note: str | None = Field(None, description="The footnote of the cells whose `ack_stamps` or "
+                                    "`delivery_stamps` are not all `arrival` (the tables mark them †): each one "
+                                    "and how it was stamped, and where how late such a stamp is was measured; null "
+                                    "when every completed cell was stamped at arrival or none recorded it")
 
 
 class Cancelling(Model):
@@ -203,6 +215,11 @@ class Verdict(Model):
     change: float | None
     p_value: float | None
     why: str
+    stamps: dict[str, str] | None = Field(None, description="Where the verdict's latency ends was stamped otherwise "
+                                          "in the earlier runs than in the candidate: `of` (ack_stamps: publish "
+                                          "latency; delivery_stamps: end-to-end and delivery latency), `history` and "
+                                          "`candidate` (arrival, read, client:LIBRARY). A change of method, not of "
+                                          "the broker; the verdict is kept as the test found it. Absent otherwise")
 
 
 class Comparison(Model):

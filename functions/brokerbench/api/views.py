@@ -9,7 +9,7 @@ import json
 from datetime import datetime
 
 from ..events import RUN_EVENTS, cell_count, cell_prefix, planned_cells, read_report_events, run_status
-from ..reports.results import build_results
+from ..reports.results import build_results, stamps_note
 from ..series import interval_series, intervals_by_cell
 from ..spec import SpecError, expand, validate
 from ..workflow.starter import Starter
@@ -148,8 +148,10 @@ def run_detail(store, starter: Starter, run_id: str) -> dict:
                           "size_bytes": c["size_bytes"], "rate_target": c["rate_target"], "status": c["status"],
                           "throughput_msgs_per_s": c.get("throughput_msgs_per_s"), "verdict": c.get("verdict"),
                           "reason": c.get("reason"), "limit": c.get("limit"), "not_sent": c.get("not_sent"),
-                          "host": c.get("host")}
+                          "host": c.get("host"), "ack_stamps": c.get("ack_stamps"),
+                          "delivery_stamps": c.get("delivery_stamps")}
                          for c in results["cells"]],
+        "stamps_note": stamps_note(results),
     }
 
 
@@ -172,7 +174,7 @@ def unrecorded(execution) -> dict:
             "links": links(execution.run_id),
             "progress": {"total": total, "completed": 0, "failed": 0, "fraction": 0.0},
             "timings": {"requested_at": execution.started_at, "finished_at": None, "duration_s": None},
-            "spec": request, "cells_detail": []}
+            "spec": request, "cells_detail": [], "stamps_note": None}
 
 
 def _seconds(start: str | None, end: str | None) -> float | None:

@@ -112,7 +112,8 @@ def write_results(results: dict, out_dir: Path) -> Path:
 def print_results(results: dict) -> None:
     from ..reports.faults import VERDICTS, by_setting, result_rows, setting_text
     from ..reports.faults import cell_line as fault_line
-    from ..reports.table import comparison_tables, floor_note, host_note, limit_note, stamps_note
+    from ..reports.results import stamps_note
+    from ..reports.table import comparison_tables, floor_note, host_note, limit_note
 
     env = results["environment"]
     brokers = ", ".join(f"{b} {t['broker_version']}" for b, t in env.get("brokers", {}).items())

@@ -159,6 +159,10 @@ def cmd_compare(args) -> int:
     if across:
         line += (f", [yellow]{len(across)} between cells of different send loops (native C and Python): their "
                  "changes may be the loop's[/]")
+    stamped = [v for v in verdicts if v.get("stamps")]
+    if stamped:
+        line += (f", [yellow]{len(stamped)} on a latency stamped differently in the earlier runs and in this one "
+                 "(a change of method, not of the broker)[/]")
     console.print(f"{line} · {path}")
     return EXIT_CELLS_FAILED if regressions else EXIT_OK
 

@@ -84,6 +84,9 @@ static struct {
     __typeof__(&rd_kafka_last_error) last_error;
     __typeof__(&rd_kafka_err2str) err2str;
     __typeof__(&rd_kafka_version_str) version_str;
+    /* optional: without them a report is stamped when it is served (on_delivery) */
+    __typeof__(&rd_kafka_conf_interceptor_add_on_new) conf_interceptor_add_on_new;
+    __typeof__(&rd_kafka_interceptor_add_on_acknowledgement) interceptor_add_on_acknowledgement;
 } rk;
 
 static PyObject *load_rdkafka(PyObject *self, PyObject *args) {
@@ -119,6 +122,8 @@ static PyObject *load_rdkafka(PyObject *self, PyObject *args) {
     RESOLVE(err2str, "rd_kafka_err2str");
     RESOLVE(version_str, "rd_kafka_version_str");
 #undef RESOLVE
+    *(void **)&rk.conf_interceptor_add_on_new = dlsym(lib, "rd_kafka_conf_interceptor_add_on_new");
+    *(void **)&rk.interceptor_add_on_acknowledgement = dlsym(lib, "rd_kafka_interceptor_add_on_acknowledgement");
     snprintf(rk.version, sizeof rk.version, "%s", rk.version_str());
     rk.loaded = 1;
     return PyUnicode_FromString(rk.version);
@@ -333,6 +338,10 @@ typedef struct {
     pthread_mutex_t ack_lock;
     i64buf stage_seq, stage_ns;
     i64buf stage_failed;
+    /* Each acknowledgement's stamp as librdkafka's broker thread handles the produce response (on_acknowledgement),
+       by seq modulo KAFKA_STAMPS, read back when its delivery report is served (on_delivery); NULL: stamped there */
+    struct kafka_stamp *kafka_stamps;
+    int64_t handled_stamps; /* acknowledgements stamped so (the others: as served) */
     /* Redis and NATS: one TCP connection, written and read by this loop */
     int fd;
     int depth;
@@ -435,11 +444,42 @@ static void on_log(const rd_kafka_t *r, int level, const char *fac, const char *
     pthread_mutex_unlock(&s->ack_lock);
 }
 
+/* Kafka's acknowledgement stamps: librdkafka's broker thread calls on_acknowledgement for each message of a produce
+   response as it handles it (rd_kafka_dr_msgq, before the delivery report is queued for a poll), so the stamp is
+   taken there, within the parse of the response after its read, not when a poll next serves the report: that came
+   later by a queue hop and a thread's wake (bench/client_stamp_lag.py). A slot is found again by its seq; a report
+   whose slot another message has since taken (more than KAFKA_STAMPS in flight) is stamped as it is served. */
+#define KAFKA_STAMPS (1 << 20)
+struct kafka_stamp {
+    int64_t seq, at;
+};
+
+static rd_kafka_resp_err_t on_acknowledgement(rd_kafka_t *r, rd_kafka_message_t *m, void *opaque) {
+    Sender *s = (Sender *)opaque;
+    (void)r;
+    if (m->err || !s->kafka_stamps) return RD_KAFKA_RESP_ERR_NO_ERROR;
+    int64_t seq = (int64_t)(intptr_t)m->_private;
+    struct kafka_stamp *slot = &s->kafka_stamps[seq & (KAFKA_STAMPS - 1)];
+    slot->at = now_ns();
+    slot->seq = seq;
+    return RD_KAFKA_RESP_ERR_NO_ERROR;
+}
+
+static rd_kafka_resp_err_t on_new(rd_kafka_t *r, const rd_kafka_conf_t *conf, void *opaque, char *errstr,
+                                  size_t errstr_size) {
+    (void)conf, (void)errstr, (void)errstr_size;
+    return rk.interceptor_add_on_acknowledgement(r, "brokerbench-stamps", on_acknowledgement, opaque);
+}
+
 static void on_delivery(rd_kafka_t *r, const rd_kafka_message_t *m, void *opaque) {
     Sender *s = (Sender *)opaque;
     (void)r;
     int staged = s->acker_running; /* on the acknowledgement thread: record into the stage */
     int64_t seq = (int64_t)(intptr_t)m->_private, at = now_ns();
+    if (!m->err && s->kafka_stamps) { /* the broker thread's stamp (its write is seen: the report came through a queue) */
+        const struct kafka_stamp *slot = &s->kafka_stamps[seq & (KAFKA_STAMPS - 1)];
+        if (slot->seq == seq && slot->at > 0 && slot->at <= at) at = slot->at, s->handled_stamps++;
+    }
     if (m->err) {
         if (buf_push(staged ? &s->stage_failed : &s->failed, seq)) s->oom = 1;
         return;
@@ -1870,6 +1910,7 @@ static void Sender_dealloc(Sender *s) {
     free(s->stage_seq.data);
     free(s->stage_ns.data);
     free(s->stage_failed.data);
+    free(s->kafka_stamps);
     free(s->failed.data);
     free(s->log_text);
     pthread_mutex_destroy(&s->ack_lock);
@@ -1942,6 +1983,14 @@ static PyObject *kafka_sender(PyObject *self, PyObject *args) {
         return NULL;
     }
     s->single = single;
+    if (rk.conf_interceptor_add_on_new && rk.interceptor_add_on_acknowledgement) {
+        s->kafka_stamps = calloc(KAFKA_STAMPS, sizeof *s->kafka_stamps); /* pages taken as seqs reach them */
+        if (s->kafka_stamps &&
+            rk.conf_interceptor_add_on_new(conf, "brokerbench-stamps", on_new, s) != RD_KAFKA_RESP_ERR_NO_ERROR) {
+            free(s->kafka_stamps);
+            s->kafka_stamps = NULL;
+        }
+    }
     rk.conf_set_dr_msg_cb(conf, on_delivery);
     rk.conf_set_opaque(conf, s);
     rk.conf_set_log_cb(conf, on_log);
@@ -2883,9 +2932,9 @@ static PyObject *Sender_path(Sender *s, void *closure) {
     Py_RETURN_NONE;
 }
 
-/* How this sender stamps an acknowledgement (brokerbench.figures: ARRIVAL, client_stamps): Kafka's in librdkafka's
-   delivery report, the Pulsar C API's in its send callback, both on the client's thread; the others at the kernel's
-   receive time of the read that brought it (recv_stamped). */
+/* How this sender stamps an acknowledgement (brokerbench.figures: ARRIVAL, client_stamps): Kafka's on librdkafka's
+   broker thread as it handles the produce response (on_acknowledgement), the Pulsar C API's in its send callback, both
+   on the client's threads; the others at the kernel's receive time of the read that brought it (recv_stamped). */
 static PyObject *Sender_stamps(Sender *s, void *closure) {
     (void)closure;
     if (s->kind == KIND_KAFKA) return PyUnicode_FromString("client:librdkafka");
@@ -2893,7 +2942,17 @@ static PyObject *Sender_stamps(Sender *s, void *closure) {
     return PyUnicode_FromString("arrival");
 }
 
+/* Kafka: how many acknowledgements were stamped on librdkafka's broker thread (on_acknowledgement) rather than as
+   their delivery report was served; None for the other brokers. */
+static PyObject *Sender_handled_stamps(Sender *s, void *closure) {
+    (void)closure;
+    if (s->kind != KIND_KAFKA) Py_RETURN_NONE;
+    return PyLong_FromLongLong(s->handled_stamps);
+}
+
 static PyGetSetDef Sender_getset[] = {
+    {"handled_stamps", (getter)Sender_handled_stamps, NULL, "Kafka: the acknowledgements stamped on librdkafka's "
+     "broker thread as it handled their produce response; None for the other brokers.", NULL},
     {"path", (getter)Sender_path, NULL, "'pwire' or 'capi' for a Pulsar sender (the binary protocol, the C API); None "
      "for the other brokers' (one native path each).", NULL},
     {"stamps", (getter)Sender_stamps, NULL, "How an acknowledgement is stamped: 'arrival' (the kernel's receive time) "

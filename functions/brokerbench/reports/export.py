@@ -59,6 +59,9 @@ CONFIGURATION = ("cell_id", "broker", "format", "mode", "size_basis", "size_byte
 FIGURES = ("encoded_bytes", "throughput_msgs_per_s", "throughput_mb_per_s", "max_sustainable_rate")
 COUNTS = ("due", "sent", "acked", "received", *LOSS_CLASSES, "undelivered_or_lost", "not_sent", "duplicated",
           "out_of_order", "residual")
+# How the cell's acknowledgements and deliveries were stamped (figures.ARRIVAL, READ, client_stamps), as results.json
+# has them: where publish and end-to-end latency end, so a reader can set apart the cells not stamped at arrival.
+STAMPS = ("ack_stamps", "delivery_stamps")
 
 
 def csv_columns() -> list[str]:
@@ -72,7 +75,7 @@ def csv_columns() -> list[str]:
         if metric in NET:
             latency.append(f"{NET[metric]}_p50")
         latency.append(f"{metric}_count")
-    return [*CONFIGURATION, *FIGURES, *latency, *COUNTS, "verdict", "client_bound", "host_busy"]
+    return [*CONFIGURATION, *FIGURES, *latency, *COUNTS, "verdict", "client_bound", "host_busy", *STAMPS]
 
 
 def csv_row(cell: dict | ResultCell) -> dict:
@@ -90,7 +93,7 @@ def csv_row(cell: dict | ResultCell) -> dict:
             row[f"{NET[metric]}_p50"] = c.latency(NET[metric]).p50
         row[f"{metric}_count"] = sample_count(c, metric)
     row.update(verdict=c.verdict, client_bound=client_bound(c.limit) if c.limit else None,
-               host_busy=c.host.busy if c.host else None)
+               host_busy=c.host.busy if c.host else None, **{name: getattr(c, name) for name in STAMPS})
     return row
 
 

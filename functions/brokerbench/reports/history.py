@@ -93,12 +93,15 @@ def analyse(figures: dict[str, dict], run_ids: list[str], metrics=None) -> list[
         for metric in regression.metrics_of(entry):
             if metrics is not None and metric not in metrics:
                 continue
-            points = [{"run_id": r, "repeats": typed.repeats_of(metric)} for r, typed in measured]
+            stamped = regression.STAMPED_AT.get(regression.METRICS[metric].field)  # where the latency ends, if one
+            points = [{"run_id": r, "repeats": typed.repeats_of(metric),
+                       "stamps": getattr(typed, stamped[0]) if stamped else None} for r, typed in measured]
             points = [p for p in points if p["repeats"]]
             if points:
                 series.append({"key": key, "cell": entry["cell"], "metric": metric,
                                "higher_is_better": regression.METRICS[metric].higher_is_better,
-                               "run_ids": [p["run_id"] for p in points], "runs": [p["repeats"] for p in points]})
+                               "run_ids": [p["run_id"] for p in points], "runs": [p["repeats"] for p in points],
+                               "stamps": [p["stamps"] for p in points], "stamped": stamped and stamped[0]})
     return changes.detect(series)
 
 
@@ -125,11 +128,26 @@ def described(found: list[dict], facts: dict[str, dict]) -> list[dict]:
             before, began = s["run_ids"][c["index"] - 1], s["run_ids"][c["index"]]
             change_points.append({**c, "began_run_id": began, "before_run_id": before,
                                   "versions": {"before": _versions(facts[before]), "after": _versions(facts[began])},
-                                  "differences": differences(facts[before]["settings"], facts[began]["settings"])})
+                                  "differences": differences(facts[before]["settings"], facts[began]["settings"])
+                                  + stamp_differences(s, c["index"])})
         out.append({"key": s["key"], "cell": s["cell"], "metric": s["metric"],
                     "higher_is_better": s["higher_is_better"], "checked": s["checked"], "points": points,
                     "change_points": change_points})
     return out
+
+
+def stamp_differences(series: dict, index: int) -> list[dict]:
+    """Where the series' latency ends, when the run a change point began with stamped it otherwise than the run
+    before (brokerbench.figures: at arrival, as the read returned, in a client library's thread): a difference of
+    method, named as a setting ("stamps.delivery_stamps"); none for a metric no stamp ends, or where either run
+    stored no stamps."""
+    stamps = series.get("stamps") or []
+    if not series.get("stamped") or len(stamps) <= index:
+        return []
+    before, after = stamps[index - 1], stamps[index]
+    if not before or not after or before == after:
+        return []
+    return [{"setting": f"stamps.{series['stamped']}", "before": before, "after": after}]
 
 
 def _versions(facts: dict) -> dict:
@@ -158,10 +176,13 @@ def alert_text(point: dict | ChangePoint) -> str:
     point = change_point(point)
     brokers = ", ".join(broker_changes(point.versions))
     differs = ", ".join(d.setting for d in point.differences if d.setting != "code_version")
+    stamped = [d for d in point.differences if d.setting.startswith("stamps.")]
     return (f"{point.change:+.1%} from run {point.began_run_id} on (the geometric mean of "
             f"{point.after_runs} runs against the {point.before_runs} before; change point p={point.p_value:.2g}); "
             + code_text(point.versions)
             + (f"; brokers {brokers}" if brokers else "") + (f"; settings that differ: {differs}" if differs else "")
+            + "".join(f"; {regression.stamps_differ_text(d.before, d.after)} (the run before vs the run it began "
+                      "with), a change of method, not of the broker" for d in stamped)
             + "; the run before it: " + point.before_run_id)
 
 

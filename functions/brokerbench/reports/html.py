@@ -284,7 +284,7 @@ def _verdict_table(rows_of: list[Verdict], caption: str) -> str:
     for r in sorted(rows_of, key=lambda v: markdown.VERDICT_ORDER.get(v.verdict, 9)):
         css = REGRESSION_CSS.get(r.verdict, "")
         rows.append(f"<tr><td>{escape(str(r.name))}</td><td>{escape(str(r.metric))}</td>"
-                    f"<td class='{css}'>{escape(str(r.verdict))}</td>"
+                    f"<td class='{css}'>{escape(markdown.verdict_words(r))}</td>"
                     f"<td>{figure_text(r.baseline_mean)}</td>"
                     f"<td>{figure_text(r.candidate_mean)}</td><td>{markdown._change(r.change)}</td>"
                     f"<td>{markdown._p(r.p_value)}</td></tr>")

@@ -13,7 +13,7 @@ from ..limit import CONSUMER_LEGEND, CONSUMER_MARK, LEGEND, MARK, client_bound, 
 from ..metrics import shown_in
 from . import faults, history_view
 from .model import RESOURCES_NOTE, need_label, rate_text, send_loop_text, sender_text
-from .regression import FIGURES, figure_text
+from .regression import FIGURES, figure_text, stamps_differ_text
 from .rows import AtAttach, Bursts, Check, Config, Cost, Group, Report, Search, SearchLimit, Startup, Verdict
 from .rows import report as typed_rows
 
@@ -236,10 +236,18 @@ def regression_line(check: Check) -> str:
             f"{runs} earlier run{'s' if runs != 1 else ''}: {outcome} ({counts or 'no verdicts'}).")
 
 
+def verdict_words(v: Verdict, bold: bool = False) -> str:
+    """The verdict column: the verdict (in bold, `bold`, when a regression), and beside it whether the latency it is
+    on was stamped otherwise in the earlier runs than in this one (regression.flag_stamps): a change of method, not
+    of the broker."""
+    shown = f"**{v.verdict}**" if bold and v.verdict == "regression" else v.verdict
+    return shown + (f" ({stamps_differ_text(v.stamps.history, v.stamps.candidate)})" if v.stamps else "")
+
+
 def _verdict_rows(verdicts: list[Verdict]) -> list[str]:
     return [VERDICT_HEADER, "|---|---|---|---:|---:|---:|---:|"] + [
         f"| {v.name} | {'–' if v.metric is None else v.metric} | "
-        f"{'**' + v.verdict + '**' if v.verdict == 'regression' else v.verdict} | "
+        f"{verdict_words(v, bold=True)} | "
         f"{figure_text(v.baseline_mean)} | {figure_text(v.candidate_mean)} | "
         f"{_change(v.change)} | {_p(v.p_value)} |" for v in verdicts]
 

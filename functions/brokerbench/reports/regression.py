@@ -84,6 +84,7 @@ import numpy as np
 from msgspec import Struct, convert, structs
 
 from ..eventdata import Host, RunRequested, given, run_requested
+from ..figures import joined_stamps
 from ..events import EventStore, make_event, planned_cells, read_report_events
 from ..metrics import regression_metrics
 from . import rows
@@ -442,6 +443,7 @@ def run_figures(source) -> dict[str, dict]:
                      "cell_id": config.cell_ids[0], "status": config.status, "repeats": {}, "series": {},
                      "search": _is_search(config.rate_target),
                      "send_loop": config.send_loop,
+                     "ack_stamps": config.ack_stamps, "delivery_stamps": config.delivery_stamps,
                      "sustainability": config.sustainability.verdict,
                      # each quiet repeat's sustainability verdict: what a flip is tested on
                      "repeat_verdicts": [r.verdict for r in config.sustainability.repeats
@@ -584,6 +586,7 @@ def compare(baseline, candidate, history=()) -> list[dict]:
     before, after = run_figures(baseline), run_figures(candidate)
     older = [run_figures(h) for h in history]
     assessed = []
+    history_of = {}  # per configuration: the baseline's figures and the earlier runs' that measured it
     for key, config in after.items():
         old = before.get(key)  # the baseline's figures of this configuration, if it measured it
         if old is None:
@@ -592,6 +595,7 @@ def compare(baseline, candidate, history=()) -> list[dict]:
         if now.status == "failed" or was.status == "failed":
             continue
         earlier = [h[key] for h in older if key in h]  # the earlier runs that measured it, newest first
+        history_of[key] = [old, *earlier]
         changed = flip(old, config, earlier)
         if changed is not None:
             assessed.append({"cell": config["cell"], "key": key, "cell_id": config["cell_id"], **changed})
@@ -613,7 +617,8 @@ def compare(baseline, candidate, history=()) -> list[dict]:
             figures["samples"] = "repeats" if by_repeats else "one per run" if one_figure else f"blocks of {block} s"
             assessed.append({"cell": config["cell"], "key": key, "cell_id": config["cell_id"], "metric": metric,
                              **figures})
-    return [flag_busy_host(flag_send_loops(v, before[v["key"]], after[v["key"]]), before[v["key"]], after[v["key"]])
+    return [flag_busy_host(flag_send_loops(flag_stamps(v, history_of[v["key"]], after[v["key"]]), before[v["key"]],
+                                           after[v["key"]]), before[v["key"]], after[v["key"]])
             for v in decide(assessed)]
 
 
@@ -647,6 +652,40 @@ def flag_send_loops(verdict: dict, old: dict, new: dict) -> dict:
     loops = f"{send_loop_text(before)} → {send_loop_text(after)}"
     return {**verdict, "send_loops": {"baseline": before, "candidate": after},
             "why": f"send loops differ ({loops}): the change may be the loop's; {verdict['why']}"}
+
+
+# Where each latency the check reads ends (brokerbench.figures: ARRIVAL, READ, client_stamps): publish latency at the
+# acknowledgement's stamp, end-to-end and delivery latency at the delivery's; by the cell result's latency field.
+STAMPED_AT = {"publish_latency_us": ("ack_stamps", "acknowledgements", "publish latency"),
+              "end_to_end_latency_us": ("delivery_stamps", "deliveries", "end-to-end latency"),
+              "delivery_latency_us": ("delivery_stamps", "deliveries", "delivery latency")}
+STAMPS_RULE = ("a latency verdict between runs that stamped its end differently (acknowledgements or deliveries: at "
+               "arrival, as the read returned, or in a client library's thread) says so beside it, its verdict kept "
+               "as the test found it, as a verdict between send loops is: a change of method, not of the broker")
+
+
+def flag_stamps(verdict: dict, history: list[dict], new: dict) -> dict:
+    """A latency verdict whose latency ends at a stamp the earlier runs (`history`: the baseline's figures first)
+    took otherwise than the candidate says so first: "stamped differently: arrival vs client:librdkafka" (history's,
+    then the run's). The verdict stays as the test found it, as flag_send_loops leaves a verdict between send loops:
+    the figures are what was measured, and the reader is told the change may be the method's. Figures stored before
+    cells recorded their stamps are left as they are."""
+    metric = METRICS.get(verdict.get("metric") or "")
+    if metric is None or metric.field not in STAMPED_AT:
+        return verdict  # throughput, a rate found, sustainability: no stamp ends them
+    field, what, latency = STAMPED_AT[metric.field]
+    before = joined_stamps(getattr(rows.config_figures(h), field) for h in history)
+    after = joined_stamps([getattr(rows.config_figures(new), field)])
+    if not before or not after or before == after:
+        return verdict
+    return {**verdict, "stamps": {"of": field, "history": before, "candidate": after},
+            "why": f"{stamps_differ_text(before, after)} ({what}, where {latency} ends: earlier runs vs this run), a "
+                   f"change of method, not of the broker; {verdict['why']}"}
+
+
+def stamps_differ_text(history: str, candidate: str) -> str:
+    """'stamped differently: arrival vs client:librdkafka' (the earlier runs' stamps, then the run's)."""
+    return f"stamped differently: {history} vs {candidate}"
 
 
 def host_kind(host: Host) -> dict:
@@ -717,6 +756,7 @@ METHOD = {
     "sustainability": "the candidate's share of unsustainable repeats against history's (its runs' repeats pooled): "
                       "Boschloo's exact test, one-sided each way (a rise, a fall), both in the same Holm family; a "
                       "flip of the configuration's verdict that the test does not confirm is unstable",
+    "stamps": STAMPS_RULE,
     "host": "a repeat measured on a busy host (brokerbench.host.RULE) is left out of every run's samples; a verdict "
             "with no quiet repeat on either side, or a sustainability change beside a busy repeat, is unstable",
     "history": f"the baseline and up to {HISTORY_RUNS - 1} earlier completed runs of the suite on the same "

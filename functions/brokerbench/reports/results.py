@@ -43,7 +43,8 @@ from ..figures import (  # noqa: F401 (the old import paths)
     missing_of,
     with_missing,
 )
-from .rows import run_spec
+from ..figures import stamp_note
+from .rows import result_cell, run_spec
 
 
 SCHEMA_VERSION = 1  # results.json's format version (schemas/results.schema.json `schema_version`)
@@ -100,6 +101,13 @@ def build_results(events: list[dict], cache: dict | None = None) -> dict:
         "durability": durability(requested["data"]["spec"], targets),
         "cells": cells,
     }
+
+
+def stamps_note(results: dict) -> str | None:
+    """The footnote of the rows marked STAMP_MARK (figures.stamped_late) in a run's tables, the terminal's and the
+    console's: their publish or end-to-end latency was not stamped at arrival (figures.stamp_note)."""
+    return stamp_note((f"{c.broker} {c.format}", c.ack_stamps, c.delivery_stamps)
+                      for c in map(result_cell, results["cells"]) if c.status == "completed")
 
 
 @cache

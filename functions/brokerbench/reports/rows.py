@@ -250,6 +250,15 @@ class Projection(Row, kw_only=True):
     within_history: float
 
 
+class StampsDiffer(Row, kw_only=True):
+    """How a verdict's latency was stamped before and in the run checked, where they differ (regression.flag_stamps):
+    `of` names the stamps (ack_stamps: publish latency; delivery_stamps: end-to-end latency), `history` the earlier
+    runs' (the baseline's among them), `candidate` the run's (brokerbench.figures: arrival, read, client:LIBRARY)."""
+    of: str
+    history: str
+    candidate: str
+
+
 class Verdict(Row, kw_only=True):
     """A regression verdict (reports.regression), as checked or as recorded (RegressionDetected), or the figures of
     a comparison before its label: None where a comparison has not the figure (no SE for too few samples, no
@@ -278,6 +287,7 @@ class Verdict(Row, kw_only=True):
     cannot_tell: bool = False
     p_raw: Number = None
     p_tests: dict[str, float] = {}  # a flip's one-sided p-values, each its own hypothesis
+    stamps: StampsDiffer | None = None  # the latency it is on ends at a stamp earlier runs took otherwise
 
     @property
     def name(self) -> str:
@@ -537,13 +547,15 @@ class BusyMark(Row, kw_only=True):
 class ConfigFigures(Row, kw_only=True):
     """What the regression check reads of one configuration's entry in a run's figures (regression.run_figures;
     benchmarks and tests build entries by hand, without the optional parts): its status, sustainability, its
-    repeats' verdicts, its busy repeats and its send loop, and by metric its per-repeat figures (`repeats`) and each
+    repeats' verdicts, its busy repeats, its send loop and stamps, and by metric its per-repeat figures (`repeats`) and each
     repeat's per-second series (`series`)."""
     status: str | None = None  # the configuration's (run_figures always gives it)
     sustainability: str | None = None
     repeat_verdicts: list[str] = []
     host_busy: BusyMark | None = None
     send_loop: str | None = None
+    ack_stamps: str | None = None  # how acknowledgements and deliveries were stamped (brokerbench.figures)
+    delivery_stamps: str | None = None
     repeats: dict[str, list] = {}  # numbers as computed (numpy's included), compared as they are
     series: dict[str, list[list]] = {}
 

@@ -17,7 +17,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from .. import host
-from ..figures import DELIVERED_SHARE_RULE, STAMP_MARK, share_short, share_text, stamp_note, stamped_late
+from ..figures import DELIVERED_SHARE_RULE, STAMP_MARK, share_short, share_text, stamped_late
 from ..limit import CONSUMER_LEGEND, CONSUMER_MARK, LEGEND, MARK, client_bound, consumer_bound, rate_found_text
 from ..metrics import Metric, net_figures, sample_of, shown_in
 from ..registry import UnknownBroker, durability_label, for_target
@@ -168,13 +168,6 @@ def limit_note(results: dict) -> str | None:
     return "; ".join(notes) or None
 
 
-def stamps_note(results: dict) -> str | None:
-    """The footnote of the rows marked STAMP_MARK: their publish or end-to-end latency was not stamped at arrival
-    (figures.stamp_note)."""
-    return stamp_note((f"{c.broker} {c.format}", c.ack_stamps, c.delivery_stamps)
-                      for c in map(result_cell, results["cells"]) if c.status == "completed")
-
-
 def host_note(results: dict) -> str | None:
     """The legend of the host-busy mark, when some cell carries it: which cells and why, and the rule."""
     busy = [c for c in map(result_cell, results["cells"]) if c.busy]
@@ -242,7 +235,7 @@ def comparison_tables(results: dict) -> list[Table]:
             table.add_column(name, justify=justify, no_wrap=name.endswith("/ net"))  # measured / net on one line
         for cell in group:
             label = cell.format + (f" #{cell.repeat}" if repeats > 1 else "")
-            label += f" {STAMP_MARK}" if stamped_late(cell.ack_stamps, cell.delivery_stamps) else ""  # stamps_note
+            label += f" {STAMP_MARK}" if stamped_late(cell.ack_stamps, cell.delivery_stamps) else ""  # results.stamps_note
             if cell.status != "completed":
                 table.add_row(cell.broker, label, *["-"] * len(COLUMNS), loss_cell(cell),
                               f"[red]{cell.status}[/]: {escape(cell.reason or '')}")

@@ -223,6 +223,12 @@
       'host busy');
   }
 
+  // A cell whose acknowledgements or deliveries were not all stamped at the kernel's arrival (results' `ack_stamps`,
+  // `delivery_stamps`; brokerbench.figures.late_stamps): marked as every table marks it, the run's `stamps_note` under
+  // the table says how each was stamped.
+  const STAMP_MARK = '†';
+  const stampedLate = (...values) => values.some((v) => (v || '').split(', ').some((p) => p && p !== 'arrival'));
+
   function runLink(runId) {
     return h('a', { href: `#/runs/${enc(runId)}`, class: 'run-id' }, runId);
   }
@@ -704,7 +710,11 @@
           { text: 'Throughput', class: 'num' }, 'Verdict', 'Reason'],
         detail.map((c) => h('tr', { dataset: { cellId: c.cell_id, status: c.status } },
           h('td', { class: 'cell-id' }, c.cell_id),
-          h('td', {}, c.broker), h('td', {}, c.format), h('td', { class: 'num' }, fmtBytes(c.size_bytes)),
+          h('td', {}, c.broker),
+          h('td', {}, c.format, stampedLate(c.ack_stamps, c.delivery_stamps)
+            ? h('span', { class: 'stamp-mark', title: 'not stamped at arrival: see the note under the table' },
+              ` ${STAMP_MARK}`) : null),
+          h('td', { class: 'num' }, fmtBytes(c.size_bytes)),
           h('td', { class: 'num' }, fmtRate(c.rate_target)),
           h('td', {}, statusBadge(c.status)),
           h('td', { class: 'num' }, fmtRate(c.throughput_msgs_per_s)),
@@ -719,7 +729,8 @@
           ? h('p', { class: 'hint', id: 'consumer-bound-legend' }, h('strong', {}, 'consumer-bound: '), CONSUMER_BOUND)
           : null,
         detail.some((c) => c.host?.busy)
-          ? h('p', { class: 'hint', id: 'host-busy-legend' }, h('strong', {}, 'host busy: '), HOST_BUSY) : null);
+          ? h('p', { class: 'hint', id: 'host-busy-legend' }, h('strong', {}, 'host busy: '), HOST_BUSY) : null,
+        run.stamps_note ? h('p', { class: 'hint', id: 'stamps-legend' }, run.stamps_note) : null);
       if (run.spec && !spec.dataset.filled) {
         spec.dataset.filled = '1';
         fill(spec, h('summary', {}, 'Spec'), h('pre', {}, JSON.stringify(run.spec, null, 2)));

@@ -1,13 +1,14 @@
-"""Redis Streams through redis-py with hiredis: XADD, consumer groups, XREADGROUP and XACK.
+"""Redis Streams: XADD, consumer groups, XREADGROUP and XACK, on bare RESP connections (hiredis packs the commands
+and parses the replies) for the producer and the consumer, and redis-py for the control calls.
 
 Partitions map to stream keys `<topic>-<n>`. Batch mode pipelines the XADDs that are due, as a
 sliding window of up to `pipeline_depth` unanswered; single mode sends one XADD and waits for its
 reply. The native send loop (`native_sender`) does the same on its own RESP connection. Both wait
-for replies on the socket and stamp each when it is read.
+for replies on the socket and stamp each with the kernel's receive time; the consumer stamps a read's entries so.
 
 An endpoint with `sentinels` (the local `redis@2`/`redis@3`, or any Sentinel-watched Redis) is followed through
 Sentinel: every connection goes to the master the Sentinels name at that moment (redis-py's Sentinel support for
-the consumer and the control calls, SENTINEL GET-MASTER-ADDR-BY-NAME for the producer's own connection). After
+the control calls, SENTINEL GET-MASTER-ADDR-BY-NAME for the producer's and the consumer's own connections). After
 a lost connection (the master killed, or a READONLY answer from a master Sentinel has since made a replica) the
 producer fails what was in flight and the sends that fall due until it reaches the master again, trying at most
 every RECONNECT_EVERY_S; the consumer reads nothing until then. `redis_wait_replicas` makes each pipelined write
@@ -32,13 +33,11 @@ import redis
 from redis.exceptions import AuthenticationError, RedisError, ResponseError
 from redis.backoff import NoBackoff
 from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import TimeoutError as RedisTimeoutError
 from redis.retry import Retry
 from redis.sentinel import Sentinel
 
 from ... import native, toxiproxy
 from ...drivers import BrokerUnavailable, Message, OnAck, TargetRefused
-from ...figures import client_stamps
 from ..socket_buffer import JOIN_WITHIN_NS, recv_stamped, socket_stamps, stamp_arrivals
 
 HEADER_FIELD = b"h"
@@ -272,14 +271,20 @@ class RedisStreamsDriver:
     def consumer(self, topic: str, group: str, partitions: list[int]) -> RedisStreamsConsumer:
         connection = self.connect()
         keys = [stream_key(topic, p) for p in partitions]
-        for key in keys:
-            try:
-                connection.xgroup_create(key, group, id="0", mkstream=True)
-            except ResponseError as exc:
-                if "BUSYGROUP" not in str(exc):
-                    raise
-        return RedisStreamsConsumer(connection, keys, group, self.client["read_count"],
-                                    follow=self._follows())
+        try:
+            for key in keys:
+                try:
+                    connection.xgroup_create(key, group, id="0", mkstream=True)
+                except ResponseError as exc:
+                    if "BUSYGROUP" not in str(exc):
+                        raise
+        finally:
+            connection.close()
+        try:
+            return RedisStreamsConsumer(self.resp_connection, keys, group, self.client["read_count"],
+                                        follow=self._follows())
+        except (OSError, RedisError) as exc:
+            raise self._unavailable(exc) from None
 
 
 class ProxiedSentinel(Sentinel):
@@ -328,6 +333,22 @@ class RespConnection:
                 continue
             out.append(reply)
         return out
+
+    def stamped_replies(self, count: int) -> tuple[list, int]:
+        """The next `count` replies (an error reply as an exception object, not raised), and when the read that
+        completed them arrived (socket_buffer.recv_stamped: the kernel's receive time of its last segment)."""
+        out, at = [], time.monotonic_ns()
+        gets, feed, sock = self.reader.gets, self.reader.feed, self.sock
+        while len(out) < count:
+            reply = gets()
+            if reply is False:
+                chunk, at, _ = recv_stamped(sock, 1 << 16)
+                if not chunk:
+                    raise ConnectionError("Redis closed the connection")
+                feed(chunk)
+                continue
+            out.append(reply)
+        return out, at
 
     def close(self) -> None:
         self.sock.close()
@@ -504,28 +525,32 @@ def wait_command(client: dict) -> tuple[bytes, int] | None:
 
 
 class RedisStreamsConsumer:
-    """XREADGROUP in a consumer group. A batch's XACKs are not sent while the batch is being received:
-    they go out in the same write as the next XREADGROUP (or at close), so the worker takes its receive
-    timestamps before any acknowledgement round trip, as it does for Kafka (which commits nothing
-    per message). Every delivered entry is acknowledged exactly once.
+    """XREADGROUP in a consumer group, on a bare RESP connection of its own (RespConnection: hiredis packs and
+    parses, the socket is read with recv_stamped). A batch's XACKs are not sent while the batch is being received:
+    they go out in the same write as the next XREADGROUP (or at close), so the worker takes its receive timestamps
+    before any acknowledgement round trip, as it does for Kafka (which commits nothing per message). Every
+    delivered entry is acknowledged exactly once. A poll's entries are stamped with the arrival of the read that
+    completed its reply (`arrived_ns`: the kernel's receive time of that read's last segment, socket_buffer), however
+    late the worker's thread came to read it, where redis-py's parser had them stamped as its parse returned.
 
-    `follow` (a master behind Sentinel): a read that loses its connection returns nothing and the next one
-    connects to the master the Sentinels name then; the lost batch's XACKs are dropped (those entries stay
-    pending, or are delivered again by a promoted replica that never had the XACK: duplicates)."""
+    `follow` (a master behind Sentinel, or a link a network fault may reset): a read that loses its connection
+    returns nothing, and the next poll at least RECONNECT_EVERY_S after the last attempt connects to the master
+    `connect` reaches then; the lost batch's XACKs are dropped (those entries stay pending, or are delivered again
+    by a promoted replica that never had the XACK: duplicates)."""
 
-    stamps = client_stamps("redis-py")  # a read's entries as redis-py returns them parsed, on the worker's thread
-
-    def __init__(self, connection: redis.Redis, keys: list[str], group: str, count: int, follow: bool = False) -> None:
-        self._client = connection
-        self._connection = connection.connection_pool.get_connection()
-        self._keys = keys
-        self._group = group
-        self._name = f"c{id(self)}"
+    def __init__(self, connect, keys: list[str], group: str, count: int, follow: bool = False) -> None:
+        self._connect = connect  # () -> a RespConnection to the master as it is now
+        self._connection: RespConnection | None = connect()
+        self.stamps = socket_stamps(self._connection.sock)  # a reconnection reaches the same endpoint, TLS or not
+        self.arrived_ns: int | None = None  # when the last poll's entries arrived (None: it returned none)
+        self._keys = [key.encode() for key in keys]
+        self._group = group.encode()
+        self._name = f"c{id(self)}".encode()
         self._count = count
         self._partition = {key.encode(): int(key.rsplit("-", 1)[1]) for key in keys}
         self._unacked: list[bytes] = []  # packed XACKs of the last batch, sent with the next read
         self._follow = follow
-        self._lost = False
+        self._next_attempt = 0.0
         self.ack_errors = 0
 
     def _read_command(self, timeout_s: float) -> bytes:
@@ -533,48 +558,60 @@ class RedisStreamsConsumer:
                                      b"BLOCK", max(1, int(timeout_s * 1000)), b"STREAMS", *self._keys,
                                      *([b">"] * len(self._keys))))
 
-    def _send(self, commands: list[bytes]) -> int:
-        """Write the pending XACKs followed by `commands` at once; returns how many XACK replies to read."""
-        acks, self._unacked = self._unacked, []  # handed over once: never sent twice
-        self._connection.send_packed_command([b"".join(acks + commands)], check_health=False)
-        return len(acks)
-
-    def _read_ack_replies(self, count: int) -> None:
-        for _ in range(count):
-            try:
-                self._connection.read_response()
-            except ResponseError:  # e.g. the stream is gone: the entries stay pending, nothing else changes
-                self.ack_errors += 1
+    def _exchange(self, commands: list[bytes]) -> tuple[list, int]:
+        """Write the pending XACKs followed by `commands` at once and read the replies: (those to `commands`, when
+        the read that completed them arrived). The XACKs are handed over once, never sent twice; an XACK's error
+        (e.g. the stream is gone: its entries stay pending, nothing else changes) is counted."""
+        acks, self._unacked = self._unacked, []
+        self._connection.sock.sendall(b"".join(acks + commands))
+        replies, at = self._connection.stamped_replies(len(acks) + len(commands))
+        self.ack_errors += sum(isinstance(reply, Exception) for reply in replies[:len(acks)])
+        return replies[len(acks):], at
 
     def poll(self, timeout_s: float) -> list[Message]:
+        self.arrived_ns = None
         if not self._follow:
             return self._poll(timeout_s)
+        if self._connection is None and not self._reconnected():
+            time.sleep(min(timeout_s, RECONNECT_EVERY_S))
+            return []
         try:
-            if self._lost:  # connect() asks the Sentinels for the master (a plain send would go to the old address)
-                self._connection.connect()
-                self._lost = False
             return self._poll(timeout_s)
-        except (RedisConnectionError, RedisTimeoutError, OSError, ResponseError) as exc:
+        except (OSError, ResponseError) as exc:  # OSError: ConnectionError and the socket's timeout among them
             if isinstance(exc, ResponseError) and not str(exc).startswith(("READONLY", "LOADING", "MASTERDOWN")):
                 raise
-            self._unacked, self._lost = [], True
-            self._connection.disconnect()
+            self._unacked = []
+            self._connection.close()
+            self._connection = None
             time.sleep(min(timeout_s, RECONNECT_EVERY_S))
             return []
 
+    def _reconnected(self) -> bool:
+        """Connect again to the master as it is now, at most every RECONNECT_EVERY_S; whether it did."""
+        if time.monotonic() < self._next_attempt:
+            return False
+        self._next_attempt = time.monotonic() + RECONNECT_EVERY_S
+        try:
+            self._connection = self._connect()
+        except (OSError, RedisError, BrokerUnavailable):
+            return False
+        return True
+
     def _poll(self, timeout_s: float) -> list[Message]:
-        # The raw reply (no redis-py response callback, which builds a dict per entry): per stream key
-        # [[id, [b"h", header, b"d", payload]], ...], as a mapping or as [key, entries] pairs.
-        self._read_ack_replies(self._send([self._read_command(timeout_s)]))
-        response = self._connection.read_response()
+        # The reply, per stream key: [key, [[id, [b"h", header, b"d", payload]], ...]]; nil when BLOCK timed out.
+        [response], at = self._exchange([self._read_command(timeout_s)])
+        if isinstance(response, Exception):
+            raise ResponseError(str(response))
         out: list[Message] = []
         if not response:
             return out
-        group = self._group.encode()
-        for key, entries in (response.items() if isinstance(response, dict) else response):
+        group = self._group
+        for key, entries in response:
             partition = self._partition[key]
             out += [(fields[1], fields[3], partition) for _id, fields in entries]
             self._unacked.append(hiredis.pack_command((b"XACK", key, group, *(entry[0] for entry in entries))))
+        if out:
+            self.arrived_ns = at
         return out
 
     def hold(self, on: bool) -> None:
@@ -584,11 +621,14 @@ class RedisStreamsConsumer:
         """Nothing to store: the group's last-delivered id is the broker's record of the position."""
 
     def close(self) -> None:
+        if self._connection is None:
+            return
         try:
             if self._unacked:  # the last batch's acknowledgements
-                self._read_ack_replies(self._send([]))
-        except (RedisError, OSError):
+                self._exchange([])
+        except OSError:
             pass  # the broker is gone: its entries stay pending, as any unacknowledged delivery would
         finally:
-            self._client.connection_pool.release(self._connection)
-            self._client.close()
+            self._connection.close()
+            self._connection = None
+

@@ -202,6 +202,8 @@ def child(path: str, endpoint: dict, client: dict, rate: int, seconds: float, to
             sender = driver.native_sender(topic, 1, "single")
             extra = {"stamps_as": getattr(sender, "stamps", None)}
             stamps, ports = native_acks(sender, count, rate, payload, port)
+            # how many were stamped on librdkafka's broker thread (its on_acknowledgement interceptor), not as served
+            extra["handled_stamps"] = getattr(sender, "handled_stamps", None)
         else:
             acks: list[int] = []
 
@@ -412,7 +414,8 @@ def main(argv: list[str] | None = None) -> int:
             trials.append({"trial": row["trial"], "stamps": len(row["stamps_ns"]), "unmatched": unmatched,
                            "shared": shared,
                            "local_ports": row["local_ports"], "load_average_1min": row["load_average_1min"],
-                           **{k: row[k] for k in ("stamps_as", "sender_path", "producer", "received", "polls")
+                           **{k: row[k] for k in ("stamps_as", "sender_path", "producer", "received", "polls",
+                                                    "handled_stamps")
                               if k in row}, **quantiles_us(lags)})
         summary = quantiles_us(pooled)
         found.append({"path": path, "broker": broker, "stamps": what, "recorded_as": recorded,

@@ -1066,7 +1066,7 @@ def stamp_lag(results: dict) -> dict:
 
 CLIENT_PATHS = {"redis-python-ack": "Redis acknowledgement, Python loop (control)",
                 "kafka-python-ack": "Kafka acknowledgement, Python loop",
-                "kafka-native-ack": "Kafka acknowledgement, native loop",
+                "kafka-native-ack": "Kafka acknowledgement, native loop (on librdkafka's broker thread)",
                 "kafka-delivery": "Kafka delivery",
                 "pulsar-delivery": "Pulsar delivery",
                 "pulsar-client-ack": "Pulsar acknowledgement, pulsar-client (Python loop's fallback)",
@@ -1118,6 +1118,9 @@ def client_stamp_lag(results: dict) -> dict:
             "client_p99_busy": spread([p["p99_us"] for p in library(busy_run)], lambda x: f"{x:,.0f}"),
             "client_busy_max_range": spread([p["max_us"] / 1000 for p in library(busy_run)], lambda x: f"{x:,.0f}"),
             "client_shared": f"{sum(t['shared'] for t in busy_control['trials'])} of {busy_control['n']:,}",
+            # handled_stamps counts the warm-up's acknowledgements too: of every one the path sent
+            "client_handled": f"{sum(t.get('handled_stamps') or 0 for t in paths['kafka-native-ack']['trials']):,} of "
+                              f"{round(run['trials'] * (run['seconds'] + run['warmup_s']) * run['rate']):,}",
             "client_table": table(["path", "stamped as", "stamps", "p50 (µs)", "p90 (µs)", "p99 (µs)", "max (µs)",
                                    "p50 per trial (µs)", "load (1 min)", "busy host: p50 / p99 / max (µs)"], rows,
                                   ["---", "---", "---:", "---:", "---:", "---:", "---:", "---", "---:", "---:"]),

@@ -32,7 +32,7 @@ import typing
 from functools import cache
 from typing import Annotated, ClassVar, Literal
 
-from msgspec import UNSET, Meta, Struct, UnsetType, ValidationError, convert, structs
+from msgspec import UNSET, Meta, Struct, UnsetType, ValidationError, convert, json, structs
 
 SCHEMA_VERSION = 1
 # How a cell's producers stamped acknowledgements and its consumers deliveries (CellCompleted.ack_stamps,
@@ -684,3 +684,18 @@ def _options(annotation) -> tuple:
 def _fields(data_type: type[Data]) -> dict[str, object]:
     """A Struct's fields by name, with their resolved annotations."""
     return {f.name: f.type for f in structs.fields(data_type)}
+
+
+def build_types(namespace: dict) -> None:
+    """Build msgspec's decoding information of every Struct a module defines (`namespace`: its globals, at the end of
+    its import, which one thread runs). msgspec builds a type's information at its first use and puts it on the class
+    before its fields' types are filled in; filling them runs Python code (the annotations are read), where another
+    thread can run and use the half-built information: a local run's CLI died of SIGSEGV in msgspec's convert (a NULL
+    read) while its threads read events and built reports. A Decoder builds the information of its type and of every
+    type under it, so every later use, in any thread, finds it whole."""
+    for value in list(namespace.values()):
+        if isinstance(value, type) and issubclass(value, Struct) and value.__module__ == namespace["__name__"]:
+            json.Decoder(value)
+
+
+build_types(globals())

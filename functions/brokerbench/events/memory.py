@@ -21,6 +21,7 @@ import threading
 
 import msgspec
 
+from ..eventdata import build_types
 from . import AppendResult, cell_count, decode_data, has_digest, run_listing_key, sort_key, validate
 
 HEADER_END, TAIL_START = "10#", "11#"  # sort keys below the first are the run's header, from the second its end
@@ -144,3 +145,6 @@ def _digested(events: list[dict], index: int) -> list[dict]:
             and end["data"].get("attempt", 0) == 0 and has_digest(end["data"])):
         return [start, end]
     return events
+
+
+build_types(globals())  # msgspec's information on its Structs, built now (eventdata.build_types)

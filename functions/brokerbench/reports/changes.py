@@ -76,6 +76,7 @@ import math
 import numpy as np
 from msgspec import Struct, convert
 
+from ..eventdata import build_types
 from ..metrics import regression_metrics
 from .stats import t_two_sided_p
 
@@ -319,3 +320,6 @@ def new_alerts(now: dict, before: dict | None) -> list[dict]:
     earlier = [c["index"] for c in before["change_points"] if c["alert"]] if before else []
     return [c for c in now["change_points"]
             if c["alert"] and not any(abs(c["index"] - e) <= MATCH_RUNS for e in earlier)]
+
+
+build_types(globals())  # msgspec's information on its Structs, built now (eventdata.build_types)

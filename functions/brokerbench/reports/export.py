@@ -26,6 +26,7 @@ from typing import NamedTuple
 from hdrh.log import HistogramLogWriter
 from msgspec import Struct, convert
 
+from ..eventdata import build_types
 from .. import histogram
 from ..events import intervals_prefix, planned_cells
 from ..figures import LATENCY_METRICS, LOSS_CLASSES, MISSING_COUNTS_IN, NOT_SENT_COUNTS_IN
@@ -215,3 +216,6 @@ def write_hlogs(write, store, run_id: str, events: list[dict]) -> str | None:
     with ThreadPoolExecutor(WRITE_THREADS) as pool:
         written = [where for paths in pool.map(one, _completed(events)) for where in paths]
     return written[0].rsplit("/", 1)[0] if written else None
+
+
+build_types(globals())  # msgspec's information on its Structs, built now (eventdata.build_types)

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from msgspec import Struct, UnsetType, convert, to_builtins
 
-from ..eventdata import Faults, Gap, Phase, given
+from ..eventdata import Faults, Gap, Phase, build_types, given
 from ..faults import PHASES
 from ..registry import FAILOVER_NOT_STATED, NOT_STATED, durability_label
 from .rows import Durability, ResultCell, result_cell, section
@@ -255,3 +255,6 @@ def cell_line(cell: dict) -> str | None:
     return (f"{c.cell_id}: {_applied(record) or 'no fault applied'} · leader {before or '–'} → "
             f"{record.leader_at_end or '–'} · {held_text(row).replace('⚠ **', '⚠ ').replace('**', '')} · "
             f"unavailable {unavailable} (producers / consumers)")
+
+
+build_types(globals())  # msgspec's information on its Structs, built now (eventdata.build_types)

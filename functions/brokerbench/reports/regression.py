@@ -83,7 +83,7 @@ from itertools import repeat
 import numpy as np
 from msgspec import Struct, convert, structs
 
-from ..eventdata import Host, RunRequested, given, run_requested
+from ..eventdata import Host, RunRequested, build_types, given, run_requested
 from ..figures import joined_stamps
 from ..events import EventStore, make_event, planned_cells, read_report_events
 from ..metrics import regression_metrics
@@ -800,3 +800,6 @@ def check(store: EventStore, run_id: str, baseline_id: str | None = None, *, rec
     return {"baseline_run_id": baseline_id, "history_run_ids": [baseline_id, *older], "verdicts": verdicts,
             "regressions": regressions, "method": METHOD, "alpha": ALPHA,
             "comparisons": sum(len(hypotheses(v)) for v in verdicts)}
+
+
+build_types(globals())  # msgspec's information on its Structs, built now (eventdata.build_types)

@@ -17,6 +17,7 @@ from typing import Any, Literal
 
 import msgspec
 
+from ..eventdata import build_types
 from ..figures import missing_of
 
 Number = int | float | None
@@ -775,3 +776,6 @@ def missing_in(cells: list[ResultCell]) -> int:
     aside."""
     return sum(missing_of({"sent": c.sent, "received": c.received, **({"missing": c.missing}
                           if c.missing is not None else {})}) for c in cells)
+
+
+build_types(globals())  # msgspec's information on its Structs, built now (eventdata.build_types)

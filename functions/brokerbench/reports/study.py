@@ -24,7 +24,7 @@ from msgspec import UNSET, Struct, UnsetType, ValidationError, convert
 
 from .. import verdict
 from ..metrics import shown_in
-from ..eventdata import CellCompleted, Counters, Host, Spec, given
+from ..eventdata import CellCompleted, Counters, Host, Spec, build_types, given
 from ..events import RUN_EVENTS, read_report_events
 from ..spec import SpecError, all_suite_names, load_suite_file
 from .rows import Environment, missing_in, result_cell
@@ -661,3 +661,6 @@ def import_archive(store, path: Path) -> tuple[str, int]:
 
 __all__ = ["StudyError", "study_names", "load_study", "find_runs", "compare", "markdown", "document",
            "archive_run", "import_archive"]
+
+
+build_types(globals())  # msgspec's information on its Structs, built now (eventdata.build_types)

@@ -7,6 +7,8 @@ from html import escape
 
 from msgspec import Struct
 
+from ..eventdata import build_types
+
 WIDTH, HEIGHT = 560, 300
 LEFT, RIGHT, TOP, BOTTOM = 64, 150, 34, 44
 PALETTE = ("#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2", "#17becf", "#7f7f7f",
@@ -177,3 +179,6 @@ def bar_chart(title: str, categories: list[str], series: list[Bars], *, y_label:
         body.append(f'<text x="{LEFT + (i + 0.5) * band:.1f}" y="{HEIGHT - BOTTOM + 16}" text-anchor="middle" '
                     f'class="tick">{escape(name)}</text>')
     return _frame(title, "", y_label, body, legend)
+
+
+build_types(globals())  # msgspec's information on its Structs, built now (eventdata.build_types)

@@ -1,13 +1,18 @@
 """Each broker's load generator against the broker's own benchmark tool, on one local server of that broker.
 
-For NATS JetStream, Pulsar, RabbitMQ streams and RabbitMQ quorum queues: the worker (a real cell through run_cell:
-raw 1,024-byte messages, one producer, publish-only, at max in batch mode and in single mode, with the plug-in's own
-in-flight window) against the broker's own tool with the same size and window on the same server:
+For each broker: the worker (a real cell through run_cell: raw 1,024-byte messages, one producer, publish-only, at
+max in batch mode and in single mode, with the plug-in's own in-flight window) against the broker's own tool with the
+same size and window on the same server:
 
 - NATS JetStream: `nats bench js pub async|sync` (natscli 0.5.0, built with `go install` into .cache/bin), on a
   stream the worker's driver makes (its storage, `nats_storage`); async with `--batch` = nats_max_in_flight.
 - Pulsar, RabbitMQ streams, RabbitMQ quorum queues: bare Java loops of the brokers' Java clients (bench/tools/:
   pulsar-perf and PerfTest are not served here), with the worker's producer settings and window.
+- Kafka: at max the installed Kafka's ProducerPerformance with the worker's producer settings; in single mode, which
+  ProducerPerformance has no way to run, bench/tools' KafkaPublish (the installed Kafka's Java client,
+  send(record).get() per message, the same settings).
+- Redis Streams: redis-benchmark XADD of the worker's entry (a header field and the payload) on one connection,
+  pipeline_depth at a time at max (-P pipeline_depth -c 1), one at a time in single mode (-P 1 -c 1).
 
 Trials interleave (worker, tool, worker, tool ...), so a slow spell of the shared machine hits both alike. Where the
 worker's default send loop (BROKERBENCH_SEND_LOOP=auto) turns out native for a broker, the Python loop is run in the
@@ -15,9 +20,9 @@ same trials too. The machine's load average before and after each broker is kept
 
 The consumer side (--consume, on by default), where the tool has a consumer (NATS: nats bench js fetch; Pulsar,
 RabbitMQ streams and quorum queues: bench/tools' PulsarConsume, StreamConsume and AmqpConsume with the worker's
-consumer settings): a worker cell with one consumer at max against the tool's publisher and consumer run at once,
-interleaved; --drain N (NATS) reads a preloaded backlog of N messages with the worker's consumer, with nats-py's fetch
-and with nats bench's consumer.
+consumer settings; Kafka: ConsumerPerformance; Redis Streams: bench/tools' redis_consume): a worker cell with one
+consumer at max against the tool's publisher and consumer run at once, interleaved; --drain N (NATS) reads a
+preloaded backlog of N messages with the worker's consumer, with nats-py's fetch and with nats bench's consumer.
 
 usage: .venv/bin/python bench/broker_tools.py [--brokers nats-jetstream,pulsar,rabbitmq-streams,rabbitmq-quorum,kafka,
            redis-streams]
@@ -58,9 +63,7 @@ from brokerbench.spec import expand, validate
 from brokerbench.worker.cell import run_cell
 from brokerbench.worker.resources import ResourceSampler, summarize
 
-BROKERS = ("nats-jetstream", "pulsar", "rabbitmq-streams", "rabbitmq-quorum")
-# Kafka and Redis Streams: the consumer side only (their publishing side is bench/harness.py's).
-CONSUME_ONLY = ("kafka", "redis-streams")
+BROKERS = ("nats-jetstream", "pulsar", "rabbitmq-streams", "rabbitmq-quorum", "kafka", "redis-streams")
 SERVICE = {"nats-jetstream": "nats", "pulsar": "pulsar", "rabbitmq-streams": "rabbitmq", "rabbitmq-quorum": "rabbitmq",
            "kafka": "kafka", "redis-streams": "redis"}
 MODES = {"max": "batch", "single": "single"}  # the CLI's names -> the run spec's delivery mode (both at rate max)
@@ -85,7 +88,10 @@ PULSAR_MAVEN_SETTINGS = REPO_DIR / "functions" / "brokerbench" / "brokers" / "pu
 TOOL_NAMES = {"nats-jetstream": "nats bench js pub (natscli 0.5.0)",
               "pulsar": "Pulsar Java client loop (pulsar-client 4.0.7)",
               "rabbitmq-streams": "stream-client loop (com.rabbitmq:stream-client 0.23.0)",
-              "rabbitmq-quorum": "amqp-client loop (com.rabbitmq:amqp-client 5.37.1, confirms)"}
+              "rabbitmq-quorum": "amqp-client loop (com.rabbitmq:amqp-client 5.37.1, confirms)",
+              "kafka": "ProducerPerformance (kafka-tools 4.1.1, the installed Kafka's) at max; a Kafka Java client "
+                       "loop (kafka-clients 4.1.1, send().get()) in single mode",
+              "redis-streams": "redis-benchmark XADD (redis-tools 7.0.15), -c 1 -P <in flight>"}
 # The consumer side's tools: the tool's publisher at max and its consumer at once.
 CONSUMER_TOOL_NAMES = {"nats-jetstream": "nats bench js pub async + nats bench js fetch (natscli 0.5.0)",
                        "pulsar": "Pulsar Java client loops, publish + consume (pulsar-client 4.0.7)",
@@ -95,9 +101,14 @@ CONSUMER_TOOL_NAMES = {"nats-jetstream": "nats bench js pub async + nats bench j
 CONSUMER_TOOL_NAMES.update({
     "kafka": "ProducerPerformance + ConsumerPerformance (kafka-tools 4.1.1, the installed Kafka's)",
     "redis-streams": "redis-benchmark XADD + a bare XREADGROUP/XACK loop over hiredis (C, bench/tools)"})
-# The first guess of the Kafka and Redis tools' publishers (msgs/s): they run a count, not a time; later trials take
-# the last trial's rate.
+# Kafka's bare Java loop, run at max beside ProducerPerformance (the tool of the table's row: Kafka's own).
+KAFKA_LOOP = "bench/tools' KafkaPublish (kafka-clients 4.1.1, send() under a semaphore of the window)"
+# The first guess of the Kafka and Redis tools' publishers (msgs/s) on the consumer side: they run a count, not a
+# time; later trials take the last trial's rate.
 COUNT_GUESS = {"kafka": 150_000, "redis-streams": 60_000}
+# The same for the publish-only trials, per mode (ProducerPerformance and redis-benchmark run a count; Kafka's single
+# mode is a timed loop).
+PUBLISH_GUESS = {("kafka", "batch"): 150_000, ("redis-streams", "batch"): 130_000, ("redis-streams", "single"): 15_000}
 REDIS_CONSUME_C = TOOLS_DIR / "src" / "main" / "c" / "redis_consume.c"
 # The quorum-queue consume loop's acknowledgements: one `multiple` ack per this many deliveries (PerfTest's
 # --multi-ack-every); the worker acknowledges each poll's deliveries in one, a poll bringing what the prefetch let come.
@@ -150,7 +161,21 @@ def window(broker: str, mode: str, client: dict) -> int:
         from brokerbench.brokers.pulsar.driver import MAX_PENDING_PER_PARTITION  # blocks when that many are pending
 
         return MAX_PENDING_PER_PARTITION
+    if broker == "kafka":  # librdkafka's buffer: its byte bound (queue.buffering.max.kbytes) binds first at 1 KB
+        from brokerbench.brokers.kafka.driver import PRODUCER_BUFFER_MESSAGES
+
+        return min(PRODUCER_BUFFER_MESSAGES, kafka_buffer_bytes(client) // SIZE)
+    if broker == "redis-streams":
+        return client["pipeline_depth"]
     return client["rabbitmq_in_flight"]
+
+
+def kafka_buffer_bytes(client: dict) -> int:
+    """The worker's Kafka producer buffer in bytes (KafkaDriver._buffer_kb: 32 MB, or two batches if larger); the
+    Java client's buffer.memory in the tools."""
+    from brokerbench.brokers.kafka.driver import PRODUCER_BUFFER_KB
+
+    return max(PRODUCER_BUFFER_KB, 2 * client["batch_bytes"] // 1024) * 1024
 
 
 def worker_figures(cell: dict) -> dict:
@@ -416,13 +441,14 @@ JVM = ["java", "-Xmx512m", "-XX:+UseG1GC", "-Dio.netty.tryReflectionSetAccessibl
        "--add-opens", "java.base/java.nio=ALL-UNNAMED", "--add-opens", "java.base/sun.nio.ch=ALL-UNNAMED"]
 
 
-def pulsar_jvm(build: Path) -> list[str]:
-    """The JVM's start for a Pulsar loop: Pulsar's jars, the client's log (log4j2) at warnings only."""
+def installed_jvm(build: Path, service: str) -> list[str]:
+    """The JVM's start for a loop of a client the project's install of `service` holds (Pulsar, Kafka): its jars,
+    the client's log (log4j2) at warnings only."""
     quiet = build / "log4j2-warn.properties"
     quiet.write_text("rootLogger.level=WARN\nrootLogger.appenderRef.err.ref=ERR\nappender.err.type=Console\n"
                      "appender.err.name=ERR\nappender.err.target=SYSTEM_ERR\n"
                      "appender.err.layout.type=PatternLayout\nappender.err.layout.pattern=%p %m%n\n")
-    return [*JVM, f"-Dlog4j2.configurationFile={quiet}", "-cp", f"{build / 'classes'}:{lib_dir('pulsar')}/*"]
+    return [*JVM, f"-Dlog4j2.configurationFile={quiet}", "-cp", f"{build / 'classes'}:{lib_dir(service)}/*"]
 
 
 def java_publish(broker: str, endpoint: dict, client: dict, driver, topic: str, mode: str, seconds: float,
@@ -435,11 +461,19 @@ def java_publish(broker: str, endpoint: dict, client: dict, driver, topic: str, 
               "--warmup", str(warmup), "--window", str(window(broker, mode, client)), "--messages", str(messages)]
     if broker == "pulsar":
         settings = driver.producer_settings("batch")
-        return [*pulsar_jvm(build), "bench.PulsarPublish", "--url", endpoint["service_url"],
+        return [*installed_jvm(build, "pulsar"), "bench.PulsarPublish", "--url", endpoint["service_url"],
                 "--topic", driver.partitions_of(topic, range(1))[0],
                 "--batch-delay-ms", str(settings["batching_max_publish_delay_ms"]),
                 "--batch-bytes", str(settings["batching_max_allowed_size_in_bytes"]),
                 "--batch-messages", str(settings["batching_max_messages"]), *common]
+    if broker == "kafka":
+        from brokerbench.brokers.kafka.driver import MAX_IN_FLIGHT
+
+        return [*installed_jvm(build, "kafka"), "bench.KafkaPublish", "--bootstrap", endpoint["bootstrap_servers"],
+                "--topic", topic, "--acks", str(client["acks"]), "--linger-ms", str(client["linger_ms"]),
+                "--batch-bytes", str(client["batch_bytes"]), "--compression", client["compression"],
+                "--idempotence", str(bool(client.get("kafka_idempotence"))).lower(),
+                "--buffer-bytes", str(kafka_buffer_bytes(client)), "--requests-in-flight", str(MAX_IN_FLIGHT), *common]
     from brokerbench.brokers.rabbitmq.amqp import lane_queue
 
     classpath = ["-cp", f"{build / 'classes'}:{build / 'lib'}/*"]
@@ -465,6 +499,97 @@ def java_tool(broker: str, endpoint: dict, client: dict, mode: str, seconds: flo
             "output": [line for line in out.splitlines() if line.startswith("{")][-1]}
 
 
+def parse_producer_performance(out: str) -> dict:
+    """ProducerPerformance's last line ("750000 records sent, 136663.4 records/sec (133.46 MB/sec), 95.31 ms avg
+    latency, 412.00 ms max latency, 88 ms 50th, ..."; its lines every 5 s before it have no percentiles): its
+    records/sec, from its first send to its last acknowledgement (the topic's metadata and the JIT's warm-up
+    included), and its latency p50 (each record's send to its acknowledgement, whole milliseconds)."""
+    lines = [line for line in out.splitlines() if "records sent" in line and "50th" in line]
+    if not lines:
+        raise ValueError(f"no 'N records sent, ... 50th' summary in ProducerPerformance's output: {out[-500:]!r}")
+    rate, p50 = re.search(r"records sent, ([\d.]+) records/sec", lines[-1]), re.search(r"(\d+) ms 50th", lines[-1])
+    if not rate or not p50:
+        raise ValueError(f"ProducerPerformance's summary has no records/sec or 50th: {lines[-1]!r}")
+    return {"msgs_per_s": float(rate.group(1)), "publish_p50_us": float(p50.group(1)) * 1000}
+
+
+def kafka_producer_props(endpoint: dict, client: dict, mode: str) -> list[str]:
+    """ProducerPerformance's --producer-props: the worker's producer settings (KafkaDriver.producer_config: linger
+    only in batch mode, idempotence as the worker's where the Java client would turn it on under acks=all, its buffer
+    and requests in flight, the Java client's defaults too)."""
+    from brokerbench.brokers.kafka.driver import MAX_IN_FLIGHT
+
+    return [f"bootstrap.servers={endpoint['bootstrap_servers']}", f"acks={client['acks']}",
+            f"linger.ms={client['linger_ms'] if mode == 'batch' else 0}", f"batch.size={client['batch_bytes']}",
+            f"compression.type={client['compression']}",
+            f"enable.idempotence={str(bool(client.get('kafka_idempotence'))).lower()}",
+            f"buffer.memory={kafka_buffer_bytes(client)}", f"max.in.flight.requests.per.connection={MAX_IN_FLIGHT}"]
+
+
+def kafka_tool(endpoint: dict, client: dict, mode: str, seconds: float, guess: float) -> dict:
+    """Kafka's own tool at max: the installed Kafka's ProducerPerformance (--throughput -1) with the worker's
+    producer settings, on a new topic of one partition, as many records as the last trial sent in the trial's
+    seconds. Single mode, which ProducerPerformance cannot run (it never waits for one record before the next):
+    bench/tools' KafkaPublish, send(record).get() per message."""
+    if mode == "single":
+        return java_tool("kafka", endpoint, client, mode, seconds)
+    driver = get_driver("kafka", endpoint, client)
+    topic = f"tool-{new_run_id()}"
+    driver.create_topic(topic, 1)
+    records = max(1000, int(guess * seconds))
+    cmd = ["java", "-Xmx512m", "-cp", f"{lib_dir('kafka')}/*", "org.apache.kafka.tools.ProducerPerformance", "--topic",
+           topic, "--num-records", str(records), "--record-size", str(SIZE), "--throughput", "-1", "--producer-props",
+           *kafka_producer_props(endpoint, client, mode)]
+    try:
+        out, cpu = sampled(cmd, endpoint.get("pids") or [], 1.5, 120 + 3 * seconds)
+    finally:
+        driver.delete_topic(topic, 1)
+    result = parse_producer_performance(out)
+    return {**result, **cpu, "messages": records,
+            "output": [line for line in out.splitlines() if "records sent" in line and "50th" in line][-1]}
+
+
+def redis_xadd(key: str) -> list[str]:
+    """redis-benchmark's command: the worker's entry, its header field (20 bytes) and its payload field."""
+    from brokerbench.brokers.redis_streams.driver import HEADER_FIELD, PAYLOAD_FIELD
+    from brokerbench.worker.framing import HEADER
+
+    return ["XADD", key, "*", HEADER_FIELD.decode(), "0" * HEADER.size, PAYLOAD_FIELD.decode(), "v" * SIZE]
+
+
+def parse_redis_benchmark(out: str, pipeline: int) -> dict:
+    """redis-benchmark -q's summary ("XADD ...: 135648.39 requests per second, p50=0.615 msec"; progress lines ending
+    in a carriage return before it): its requests per second (all of its requests over the time from its first to its
+    last reply) and, one request at a time (-P 1), its latency p50 (a request's write to its reply). With a pipeline
+    every request of a batch is timed to the batch's first reply, so no p50 is taken from it."""
+    lines = [line for line in out.replace("\r", "\n").splitlines() if "requests per second" in line]
+    if not lines:
+        raise ValueError(f"no 'N requests per second' in redis-benchmark's output: {out[-300:]!r}")
+    rate, p50 = re.search(r"([\d.]+) requests per second", lines[-1]), re.search(r"p50=([\d.]+) msec", lines[-1])
+    return {"msgs_per_s": float(rate.group(1)),
+            "publish_p50_us": float(p50.group(1)) * 1000 if p50 and pipeline == 1 else None}
+
+
+def redis_tool(endpoint: dict, client: dict, mode: str, seconds: float, guess: float) -> dict:
+    """redis-benchmark's XADD of the worker's entry on one connection, the worker's window at a time (max:
+    -P pipeline_depth; single: -P 1), on a new stream of the worker's key shape, as many as the last trial sent in
+    the trial's seconds; the stream deleted after."""
+    from brokerbench.brokers.redis_streams.driver import stream_key
+
+    key, requests = stream_key(f"tool-{new_run_id()}", 0), max(1000, int(guess * seconds))
+    host, port, depth = endpoint.get("host", "127.0.0.1"), str(endpoint["port"]), window("redis-streams", mode, client)
+    cmd = ["redis-benchmark", "-h", host, "-p", port, "-c", "1", "-P", str(depth), "-n", str(requests), "-q",
+           *redis_xadd(key)]
+    try:
+        out, cpu = sampled(cmd, endpoint.get("pids") or [], 0.5, 60 + 10 * seconds)
+    finally:
+        subprocess.run(["redis-cli", "-h", host, "-p", port, "DEL", key], capture_output=True, timeout=60)
+    summary = [line for line in out.replace("\r", "\n").splitlines() if "requests per second" in line][-1:]
+    return {**parse_redis_benchmark(out, depth), **cpu, "messages": requests,
+            "output": f"redis-benchmark -c 1 -P {depth} -n {requests} XADD: "
+                      + (summary[0].rsplit(": ", 1)[-1] if summary else "")}
+
+
 def java_consume(broker: str, endpoint: dict, client: dict, driver, topic: str, seconds: float) -> list[str]:
     """The command of a bench/tools consume loop on `topic`'s one lane, with the worker's consumer settings."""
     build = build_java_tools()
@@ -472,7 +597,7 @@ def java_consume(broker: str, endpoint: dict, client: dict, driver, topic: str, 
     if broker == "pulsar":
         from brokerbench.brokers.pulsar.driver import POLL_MAX, RECEIVER_QUEUE
 
-        return [*pulsar_jvm(build), "bench.PulsarConsume", "--url", endpoint["service_url"],
+        return [*installed_jvm(build, "pulsar"), "bench.PulsarConsume", "--url", endpoint["service_url"],
                 "--topic", driver.partitions_of(topic, range(1))[0], "--subscription", "tool",
                 "--receiver-queue", str(RECEIVER_QUEUE), "--ack-every", str(POLL_MAX), *until]
     from brokerbench.brokers.rabbitmq.amqp import lane_queue
@@ -630,8 +755,8 @@ def preload_backlog(broker: str, endpoint: dict, client: dict, driver, topic: st
         host, port = endpoint.get("host", "127.0.0.1"), str(endpoint["port"])
         # the worker's entry: a header field and a payload field (its consumer reads both)
         subprocess.run(["redis-benchmark", "-h", host, "-p", port, "-c", "1", "-P", str(client["pipeline_depth"]),
-                        "-n", str(messages), "-q", "XADD", stream_key(topic, 0), "*", "h", "0" * 24, "d",
-                        "v" * SIZE], check=True, capture_output=True, timeout=600)
+                        "-n", str(messages), "-q", *redis_xadd(stream_key(topic, 0))], check=True,
+                       capture_output=True, timeout=600)
         return
     cmd = java_publish(broker, endpoint, client, driver, topic, "batch", 600, messages)
     result = parse_java_tool(subprocess.run(cmd, capture_output=True, text=True, timeout=660).stdout)
@@ -718,6 +843,10 @@ def measure_backlog(broker: str, endpoint: dict, trials_n: int, messages: int) -
 def tool(broker: str, endpoint: dict, client: dict, mode: str, seconds: float, guess: float) -> dict:
     if broker == "nats-jetstream":
         return nats_tool(endpoint, client, mode, seconds, guess)
+    if broker == "kafka":
+        return kafka_tool(endpoint, client, mode, seconds, guess)
+    if broker == "redis-streams":
+        return redis_tool(endpoint, client, mode, seconds, guess)
     return java_tool(broker, endpoint, client, mode, seconds)
 
 
@@ -748,13 +877,13 @@ def median(values: list) -> float | None:
 
 
 def measure(broker: str, endpoint: dict, store, modes: list[str], trials_n: int, seconds: float) -> dict:
-    """One broker's trials, interleaved per mode: worker (default send loop), tool, [worker with the Python loop
-    where the default was native] ..., then the figures per mode."""
+    """One broker's trials, interleaved per mode: worker (default send loop), tool, [Kafka at max: bench/tools'
+    KafkaPublish too], [worker with the Python loop where the default was native] ..., then the figures per mode."""
     client = run_spec(broker, "batch", seconds)["client"]
     trials, out = Trials(), {}
     for name in modes:
         mode = MODES[name]
-        guess = NATS_GUESS[mode]
+        guess = PUBLISH_GUESS.get((broker, mode), NATS_GUESS[mode])
         if broker == "nats-jetstream":  # nats bench runs a count: a 1 s run first sizes it (and warms it up)
             step(f"{broker} {name}: sizing nats bench's runs (1 s, not counted)")
             sizing = trials.run(f"{name}/tool_sizing", 0, tool, broker, endpoint, client, mode, 1.0, guess)
@@ -768,6 +897,9 @@ def measure(broker: str, endpoint: dict, store, modes: list[str], trials_n: int,
             result = trials.run(f"{name}/tool", trial, tool, broker, endpoint, client, mode, seconds, guess)
             if result is not None:
                 guess = result["msgs_per_s"]
+            if broker == "kafka" and mode == "batch":  # the bare Java loop beside Kafka's own tool
+                step(f"{broker} {name}: trial {trial}/{trials_n}: bench/tools' KafkaPublish")
+                trials.run(f"{name}/tool_loop", trial, java_tool, broker, endpoint, client, mode, seconds)
             if cell is not None and cell["send_loop"] != "python":
                 step(f"{broker} {name}: trial {trial}/{trials_n}: worker, BROKERBENCH_SEND_LOOP=python")
                 python = trials.run(f"{name}/worker_python", trial, worker_cell, endpoint, store, broker, mode,
@@ -870,7 +1002,13 @@ def figures(trials: Trials, name: str, mode: str, broker: str, client: dict) -> 
         python = of(f"{name}/worker_python", "msgs_per_s")
         result.update(worker_python_msgs_per_s=python, worker_python_median=median(python),
                       ratio_python=_ratio(median(python), median(tool_rates)))
-    if broker == "nats-jetstream":
+    if f"{name}/tool_loop" in trials.series:
+        loop = of(f"{name}/tool_loop", "msgs_per_s")
+        result.update(tool_loop=KAFKA_LOOP, tool_loop_msgs_per_s=loop, tool_loop_median=median(loop),
+                      ratio_loop=_ratio(median(worker), median(loop)),
+                      tool_loop_cpu_pct=of(f"{name}/tool_loop", "tool_cpu_pct"),
+                      tool_loop_broker_cpu_pct=of(f"{name}/tool_loop", "broker_cpu_pct"))
+    if broker in ("nats-jetstream", "kafka", "redis-streams"):  # the tools that run a count of messages
         result["tool_messages"] = of(f"{name}/tool", "messages")
     return result
 
@@ -934,8 +1072,7 @@ def run_services(stack: LocalStack, brokers: list[str], modes: list[str], args, 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--brokers", default=",".join((*BROKERS, *CONSUME_ONLY)),
-                        help=f"{', '.join(CONSUME_ONLY)}: the consumer side only")
+    parser.add_argument("--brokers", default=",".join(BROKERS))
     parser.add_argument("--modes", default="max,single", help="the publish-only modes ('' for none)")
     parser.add_argument("--consume", action=argparse.BooleanOptionalAction, default=True,
                         help="the consumer side too: the worker with one consumer against the tool's consumer")
@@ -986,9 +1123,10 @@ def main(argv: list[str] | None = None) -> int:
                                     *(f for f in result["failed"] if f["name"].startswith("consume/"))]
             if not args.consume and before.get("consume"):
                 result["consume"] = before["consume"]
+                result["failed"] += [f for f in before.get("failed", []) if f["name"].startswith("consume/")]
             if not args.drain and before.get("drain"):
                 result["drain"] = before["drain"]
-        order = [*BROKERS, *CONSUME_ONLY, *kept]
+        order = [*BROKERS, *kept]
         results = {b: (results.get(b) or kept[b]) for b in order if b in results or b in kept}
     document = {
         "when": when, "size_bytes": SIZE, "warmup_s": WARMUP_S, "seconds": args.seconds, "trials": args.trials,

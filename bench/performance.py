@@ -242,6 +242,16 @@ def _tool_row(name: str, m: dict, load: dict) -> list[str]:
             f"{load['before'][0]:.1f} → {load['after'][0]:.1f}"]
 
 
+def _tool_loop(m: dict) -> str:
+    """A bare loop of the broker's client run in the same trials beside its own tool (Kafka at max: KafkaPublish
+    beside ProducerPerformance)."""
+    loop = f"{_trials(m['tool_loop_msgs_per_s'])}"
+    if m["tool_loop_median"] is not None:
+        loop += f" (median **{count(m['tool_loop_median'])}**; the worker ÷ it **{ratio(m['ratio_loop'])}**)"
+    return (f"\n\nIn the same trials at max, {m['tool_loop']}: {loop} msgs/s, CPU % loop / broker "
+            f"{_cpu_pair(m['tool_loop_cpu_pct'], m['tool_loop_broker_cpu_pct'])}.")
+
+
 def _consume_row(broker: str, c: dict) -> list[str]:
     m, load = c["figures"], c["load_average_1_5_15"]
     worker = f"{_trials(m['worker_msgs_per_s'])} (median **{count(m['worker_median'])}**)" \
@@ -331,7 +341,7 @@ def broker_tools(results: dict) -> dict:
     align = ["---", "---:", "---:", "---:", "---:", "---", "---:", "---:", "---", "---"]
     tables = []
     for broker, b in bt["brokers"].items():
-        if b.get("tool") is None and not b["modes"]:  # measured on the consumer side only (Kafka, Redis Streams)
+        if b.get("tool") is None and not b["modes"]:  # measured on the consumer side only
             continue
         if not b["modes"]:
             tables.append(f"**{TOOL_BROKERS.get(broker, broker)}**: not measured (see Failed below).")
@@ -340,7 +350,8 @@ def broker_tools(results: dict) -> dict:
         server = b.get("server") or {}
         measured = (f", measured {b['when']}, {b['trials']} trials of {b['seconds']:g} s" if "when" in b else "")
         tables.append(f"**{TOOL_BROKERS.get(broker, broker)}** ({server.get('service', '')} "
-                      f"{server.get('version', '')}{measured}) against {b['tool']}:\n\n{table(header, rows, align)}")
+                      f"{server.get('version', '')}{measured}) against {b['tool']}:\n\n{table(header, rows, align)}"
+                      + "".join(_tool_loop(m) for m in b["modes"].values() if m.get("tool_loop")))
     failed = "; ".join(f"{f['broker']} {f['name']} trial {f['trial']}: {f['reason'][:200]}" for f in bt["failed"])
     machine = bt["machine"]
     loads = bt["load_average_1_5_15"]

@@ -123,3 +123,46 @@ def test_consumer_performance_gives_its_rate_once_it_joined_its_group(broker_too
     assert broker_tools.parse_consumer_performance(CONSUMER_PERFORMANCE) == pytest.approx(300_000 / 29.458, rel=1e-4)
     with pytest.raises(ValueError, match="ConsumerPerformance summary"):
         broker_tools.parse_consumer_performance("WARN [Consumer clientId=perf-consumer-client] Connection refused\n")
+
+
+# ProducerPerformance of the installed Kafka 4.1.1 (kafka-tools): a line every 5 s, then its summary, in the formats
+# of its source (the values from the harness's run, bench/results/harness.json).
+PRODUCER_PERFORMANCE = ("671354 records sent, 134243.9 records/sec (131.10 MB/sec), 118.3 ms avg latency, 412.0 ms "
+                        "max latency.\n"
+                        "750000 records sent, 136663.4 records/sec (133.46 MB/sec), 115.62 ms avg latency, 412.00 ms "
+                        "max latency, 104 ms 50th, 260 ms 95th, 389 ms 99th, 410 ms 99.9th.\n")
+# redis-benchmark 7.0.15 -q: progress lines ending in a carriage return, then its summary (the command as its name).
+REDIS_COMMAND = "XADD tool-1-0 * h 00000000000000000000 d " + "v" * 1024
+REDIS_SINGLE = (f"{REDIS_COMMAND}: rps=17712.0 (overall: 17712.0) avg_msec=0.050 (overall: 0.050)\r"
+                f"{REDIS_COMMAND}: 17841.21 requests per second, p50=0.047 msec\n")
+REDIS_PIPELINED = f"{REDIS_COMMAND}: 135648.39 requests per second, p50=0.615 msec\n"
+
+
+def test_producer_performance_gives_its_summarys_rate_and_p50(broker_tools):
+    assert broker_tools.parse_producer_performance(PRODUCER_PERFORMANCE) == {"msgs_per_s": 136663.4,
+                                                                             "publish_p50_us": 104_000.0}
+    with pytest.raises(ValueError, match="ProducerPerformance"):  # a window's line alone is no summary
+        broker_tools.parse_producer_performance(PRODUCER_PERFORMANCE.splitlines()[0])
+
+
+def test_redis_benchmark_gives_its_rate_and_one_at_a_time_its_p50(broker_tools):
+    assert broker_tools.parse_redis_benchmark(REDIS_SINGLE, 1) == {"msgs_per_s": 17841.21, "publish_p50_us": 47.0}
+    # pipelined: every request of a batch is timed to the batch's first reply, so no p50 is taken from it
+    assert broker_tools.parse_redis_benchmark(REDIS_PIPELINED, 100) == {"msgs_per_s": 135648.39,
+                                                                        "publish_p50_us": None}
+    with pytest.raises(ValueError, match="requests per second"):
+        broker_tools.parse_redis_benchmark("Could not connect to Redis at 127.0.0.1:6379: Connection refused\n", 1)
+
+
+def test_kafka_and_redis_tools_publish_with_the_workers_settings(broker_tools):
+    client = broker_tools.run_spec("kafka", "batch", 5)["client"]
+    assert broker_tools.window("redis-streams", "batch", client) == client["pipeline_depth"]
+    assert broker_tools.window("kafka", "batch", client) == 32 * 1024  # librdkafka's 32 MB buffer of 1 KB messages
+    endpoint = {"bootstrap_servers": "127.0.0.1:9092"}
+    batch = broker_tools.kafka_producer_props(endpoint, client, "batch")
+    assert f"acks={client['acks']}" in batch and f"linger.ms={client['linger_ms']}" in batch
+    assert "enable.idempotence=false" in batch  # as librdkafka's default, where the Java client's would be true
+    assert "linger.ms=0" in broker_tools.kafka_producer_props(endpoint, client, "single")
+    # redis-benchmark sends the worker's entry: its header field and its 1 KB payload field
+    xadd = broker_tools.redis_xadd("k-0")
+    assert xadd[:3] == ["XADD", "k-0", "*"] and xadd[3::2] == ["h", "d"] and len(xadd[-1]) == 1024

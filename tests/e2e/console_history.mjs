@@ -6,7 +6,7 @@
 // usage: node console_history.mjs BASE_URL SCREENSHOT_DIR SUITE METRIC
 import { mkdirSync } from 'node:fs';
 import { join } from 'node:path';
-import { loopbackBrowser } from './loopback_browser.mjs';
+import { loopbackBrowser, watchedPage } from './loopback_browser.mjs';
 
 const [base, shots, suite, metric] = process.argv.slice(2);
 const origin = new URL(base).origin;
@@ -16,9 +16,7 @@ let step = 'open';
 
 const { browser, context } = await loopbackBrowser(summary, () => step);
 try {
-  const page = await context.newPage();
-  page.on('console', (message) => { if (message.type() === 'error') summary.console_errors.push({ step, text: message.text() }); });
-  page.on('pageerror', (error) => summary.console_errors.push({ step, text: String(error) }));
+  const page = await watchedPage(context, summary, () => step);
   const shot = async (name) => {
     const path = join(shots, `history-${name}.png`);
     await page.screenshot({ path, fullPage: true });

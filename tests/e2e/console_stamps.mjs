@@ -5,7 +5,7 @@
 // usage: node console_stamps.mjs BASE_URL SCREENSHOT_DIR RUN_ID
 import { mkdirSync } from 'node:fs';
 import { join } from 'node:path';
-import { loopbackBrowser } from './loopback_browser.mjs';
+import { loopbackBrowser, watchedPage } from './loopback_browser.mjs';
 
 const [base, shots, runId] = process.argv.slice(2);
 const origin = new URL(base).origin;
@@ -15,9 +15,7 @@ let step = 'open';
 
 const { browser, context } = await loopbackBrowser(summary, () => step);
 try {
-  const page = await context.newPage();
-  page.on('console', (message) => { if (message.type() === 'error') summary.console_errors.push({ step, text: message.text() }); });
-  page.on('pageerror', (error) => summary.console_errors.push({ step, text: String(error) }));
+  const page = await watchedPage(context, summary, () => step);
   await page.goto(`${origin}${new URL(base).pathname}#/runs/${encodeURIComponent(runId)}`);
   step = 'cells';
   await page.waitForSelector('#cells-table tbody tr', { timeout: 60_000 });

@@ -19,3 +19,12 @@ export async function loopbackBrowser(summary, stepOf) {
   });
   return { browser, context };
 }
+
+// A new page of `context` whose console errors and uncaught exceptions are kept in summary.console_errors, with the
+// step (stepOf()) they came in.
+export async function watchedPage(context, summary, stepOf) {
+  const page = await context.newPage();
+  page.on('console', (message) => { if (message.type() === 'error') summary.console_errors.push({ step: stepOf(), text: message.text() }); });
+  page.on('pageerror', (error) => summary.console_errors.push({ step: stepOf(), text: String(error) }));
+  return page;
+}

@@ -92,7 +92,7 @@ def test_an_injected_delay_is_flagged_at_the_run_it_began_with_and_nothing_else(
         print(target, metric, [round(p["value"]) for p in s["points"]],
               [(c["index"], round(c["change"], 2), c["p_value"]) for c in s["change_points"]])
     # each series is searched (long enough); the direct target's delayed runs may all have been busy (not waited for)
-    assert len(series) == 6 and all(s["checked"] for (t, _), s in series.items()
+    assert len(series) == 6 and all(s["searched"] for (t, _), s in series.items()
                                     if t == "proxied" or len(quiet[t]) >= changes.MIN_SERIES), series
     flagged = {(a["cell"].split()[0], a["metric"]) for a in checked["regressions"]}
     assert flagged and flagged <= {("proxied", m) for m in LATENCIES}, checked["regressions"]

@@ -66,15 +66,18 @@ def test_identical_nights_raise_nothing(bench):
 
 def test_a_noise_free_step_is_told_exactly_where_the_rules_allow(bench):
     result = bench.detection(flat_model(), "throughput", trials=40, seed=3, per_schedule=10)
-    # start s: the pairwise check on night s needs MIN_HISTORY runs before it (s >= 3); a series of s + 1 >=
-    # MIN_SERIES runs is left to change points, told on night s + 1 at run s
-    assert result["by_start"] and result["other_alerts"] == 0
+    # start s: the pairwise check on night s needs MIN_HISTORY runs before it (s >= 3); the newest runs' test tells
+    # it on night s + 1 at run s once the series has NEWEST_MIN runs (s >= 2), and a series of s + 1 >= MIN_SERIES
+    # runs is left to change points, told on night s + 1 at run s
+    first = min(regression.MIN_HISTORY, changes.NEWEST_MIN - changes.MIN_SEGMENT)
+    assert result["by_start"] and result["other_alerts"] == 0 and first == 2
     for start, (told, trials) in result["by_start"].items():
-        assert told == (trials if int(start) >= regression.MIN_HISTORY else 0), start
+        assert told == (trials if int(start) >= first else 0), start
     starts = {int(s): n for s, (_, n) in result["by_start"].items()}
-    assert result["by_source"] == {
-        "pairwise": sum(n for s, n in starts.items() if regression.MIN_HISTORY <= s < changes.MIN_SERIES - 1),
-        "change_point": sum(n for s, n in starts.items() if s >= changes.MIN_SERIES - 1)}
+    pairwise = {s for s in starts if regression.MIN_HISTORY <= s < changes.MIN_SERIES - 1}
+    assert result["by_source"] == {"pairwise": sum(starts[s] for s in pairwise),
+                                   "change_point": sum(n for s, n in starts.items() if s >= first and s not in pairwise)}
+    assert result["by_found"]["newest"] == sum(n for s, n in starts.items() if first <= s < regression.MIN_HISTORY)
 
 
 def test_the_empirical_noise_keeps_the_repeats_as_they_came(bench):

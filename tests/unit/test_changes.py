@@ -97,12 +97,56 @@ def test_one_outlying_run_is_not_a_change():
         assert C.detect([s])[0]["change_points"] == [], position
 
 
-def test_a_short_series_is_not_searched():
+def test_a_short_series_is_not_checked_and_one_of_newest_min_runs_is_tested_but_not_searched():
     rng = np.random.default_rng(12)
-    s = series_of(rng, C.MIN_SERIES - 1, between=0.01, step=2.0, at=3)
+    s = series_of(rng, C.NEWEST_MIN - 1, between=0.01, step=2.0, at=2)
     found = C.detect([s])[0]
-    assert not found["checked"] and found["change_points"] == []
-    assert len(found["values"]) == C.MIN_SERIES - 1
+    assert not found["checked"] and not found["searched"] and found["change_points"] == []
+    assert len(found["values"]) == C.NEWEST_MIN - 1
+    longer = C.detect([series_of(rng, C.MIN_SERIES - 1, between=0.01, step=2.0, at=C.MIN_SERIES - 3)])[0]
+    assert longer["checked"] and not longer["searched"]
+    assert [(c["index"], c["found_by"]) for c in longer["change_points"]] == [(C.MIN_SERIES - 3, "newest")]
+
+
+def test_the_digamma_and_trigamma_functions():
+    assert C._digamma(1.0) == pytest.approx(-0.5772156649015329, abs=1e-10)
+    assert C._digamma(0.5) == pytest.approx(-1.9635100260214235, abs=1e-10)
+    assert C._trigamma(1.0) == pytest.approx(math.pi ** 2 / 6, abs=1e-10)
+    assert C._trigamma(0.5) == pytest.approx(math.pi ** 2 / 2, abs=1e-10)
+    # ψ'(x) = Σ 1/(x + k)², summed here by hand (the tail beyond 10⁶ terms is about 1/(x + 10⁶))
+    assert C._trigamma(40.0) == pytest.approx(sum(1 / (40 + k) ** 2 for k in range(10 ** 6)) + 1 / (40 + 10 ** 6),
+                                              abs=1e-12)
+
+
+def test_the_variance_prior_of_a_group_that_shares_one_variance_and_of_one_that_does_not():
+    """limma's fitFDist: variances drawn as s0² chi²(d)/d with one s0² give s0² back and as many prior degrees of
+    freedom as the cap allows (half the group's own); variances whose true values spread by a factor of e either
+    way give few. Fewer than two variances: no prior."""
+    rng = np.random.default_rng(3)
+    d = 4.0
+    shared = [(0.04 * rng.chisquare(d) / d, d) for _ in range(200)]
+    s0, d0 = C.variance_prior(shared)
+    assert s0 == pytest.approx(0.04, rel=0.15) and d0 == pytest.approx(C.PRIOR_SHARE * 200 * d)
+    spread = [(0.04 * math.exp(rng.normal(0, 1.0)) * rng.chisquare(d) / d, d) for _ in range(200)]
+    assert C.variance_prior(spread)[1] < 5
+    assert C.variance_prior([(0.04, d)]) == (0.0, 0.0) and C.variance_prior([(0.0, d), (1e-20, d)]) == (0.0, 0.0)
+
+
+def test_a_step_on_a_young_series_is_told_with_its_group_prior_and_not_without():
+    """Four runs, the newest two +50% (run-to-run noise 5%), in a family of ten: where the nine flat series beside
+    it are of its group, the newest runs' test borrows their variance (2 degrees of freedom of its own, up to half
+    the group's more) and tells the step at the run it began with on most nights; where each series is a group of
+    its own, at 2 degrees of freedom and the same family, on none."""
+    rng = np.random.default_rng(8)
+    grouped = apart = 0
+    for _ in range(20):
+        family = [series_of(rng, 4, between=0.05, step=0.5, at=2)] + [series_of(rng, 4, between=0.05)
+                                                                        for _ in range(9)]
+        found = C.detect(family)[0]["change_points"]
+        grouped += [(c["index"], c["found_by"], c["alert"]) for c in found] == [(2, "newest", True)]
+        alone = C.detect([{**s, "group": str(i)} for i, s in enumerate(family)])[0]["change_points"]
+        apart += any(c["alert"] for c in alone)
+    assert grouped >= 16 and apart == 0
 
 
 def test_identical_runs_and_a_small_change_call_no_alert():
@@ -222,7 +266,7 @@ def budget(nights: int) -> float:
     return C.ALPHA + 2 * math.sqrt(C.ALPHA * (1 - C.ALPHA) / nights)
 
 
-@pytest.mark.parametrize("runs", [8, 20])
+@pytest.mark.parametrize("runs", [4, 5, 8, 20])
 def test_flat_series_raise_alerts_within_the_budget(runs):
     """With nothing changed, the share of analyses with any alert stays within the family-wise ALPHA: 300 analyses of
     12 series each (4 configurations x 3 metrics) with normal run-to-run noise."""

@@ -20,6 +20,7 @@ VERSIONS = {"before": {"code_version": "1.0", "brokers": {"redis-streams": "7.2"
 
 def hand_series(key: str, values: list[float], change_points: list[dict]) -> dict:
     return {"key": key, "cell": f"{key} cell", "metric": P99, "higher_is_better": False, "checked": True,
+            "searched": True,
             "points": [{"run_id": r, "requested_at": f"2025-01-0{i + 1}T00:00:00Z", "value": v, "repeats": [v, v],
                         "code_version": "1.0", "brokers": {}} for i, (r, v) in enumerate(zip(RUNS, values))],
             "change_points": change_points}
@@ -82,9 +83,15 @@ def test_html_draws_only_series_with_a_change_point_and_says_what_each_shows():
 def test_no_check_or_a_check_without_series_has_no_section_and_short_series_say_so():
     assert history_view.markdown_lines({}) == [] and history_view.html_parts({"regression_check": {}}) == []
     short = {"regression_check": {"changes": {"runs": [{"run_id": "r0"}, {"run_id": "r1"}], "alerts": [],
-                                              "series": [{**hand_series("a", [1, 1], []), "checked": False}]}}}
+                                              "series": [{**hand_series("a", [1, 1], []), "checked": False,
+                                                          "searched": False}]}}}
     assert "0 of 1 series have the 6 runs" in history_view.markdown_lines(short)[2]
     assert "pairwise verdicts above stand alone" in history_view.markdown_lines(short)[2]
+    young = {"regression_check": {"changes": {**short["regression_check"]["changes"], "series": [
+        {**hand_series("a", [1, 1, 1, 1], []), "checked": True, "searched": False}]}}}
+    line = history_view.markdown_lines(young)[2]
+    assert "0 of 1 series have the 6 runs" in line and "1 more the 4 a test of their newest runs needs" in line
+    assert "stand alone" not in line
 
 
 @pytest.fixture(scope="module")

@@ -1,6 +1,7 @@
 """/suites: the built-in suites (the studies too, with their runs), what each measures and about how long it takes;
 and a suite's history: its newest completed runs (reports.history.SERIES_RUNS) as one series per configuration of
-the metric asked for, with change points marked (searched from MIN_SERIES runs on: reports.changes)."""
+the metric asked for, with change points marked (searched from MIN_SERIES runs on, the newest runs tested from
+NEWEST_MIN: reports.changes)."""
 
 from __future__ import annotations
 

@@ -29,7 +29,20 @@ For one series of N runs:
   began, where the search above, which pays for every split it could have chosen, needs a change several times its
   noise (at 12 runs and 30 series a critical t of 7.6 against this test's 5.3). It is the test a nightly check
   repeats every night, chosen in advance, so it needs no correction for the choice; it is one-sided, towards worse
-  (it is there to tell a regression early; an improvement is left to the search).
+  (it is there to tell a regression early; an improvement is left to the search). It runs from NEWEST_MIN runs on,
+  before the search can (a change in a schedule's first nights: 2 runs before it and 2 after).
+- the newest runs' variance, moderated: a series' own runs give its variance few degrees of freedom (2 at 4 runs,
+  8 at 10), so its t must clear a high bar (at 4 degrees of freedom and 30 series, a one-sided critical t of 11).
+  The configurations of one noise group (one metric of one broker, mode, rate and clients: they differ in format and
+  size, history.noise_group) vary alike from run to run, so their variances inform each other, as limma's
+  moderated t does for genes (Smyth 2004): the group's variances (each series' own at its newest split) give a
+  prior, s0² with d0 degrees of freedom (variance_prior: fitFDist's moments of log s²; d0 large when the
+  variances spread no more than sampling alone makes them, small when they truly differ, and never more than
+  PRIOR_SHARE of the group's own degrees of freedom), and a series' test uses (d0·s0² + d·s²)/(d0 + d) at d0 + d
+  degrees of freedom. Never below the series' own s²: one run far off inflates its own variance, and the prior
+  must not pull that back (measured: with run-to-run noise of Student's t at 3 degrees of freedom, the plain
+  moderated variance raised false alerts on 8 nights of 220, twice the budget; with its own s² as the floor, 4 as
+  before). The search keeps each series' own variance.
 - multiplicity: ALPHA is shared between the search (SEARCH_SHARE of it) and the newest runs' test (the rest): a
   change point holds when its p-value, times the number of series checked (configurations × metrics) and divided
   by its share, is below ALPHA. When nothing changed anywhere, the chance that any change point is reported stays
@@ -66,7 +79,9 @@ Why MIN_SEGMENT = 2: a single run is not a change. One outlying run (the first r
 began, placed at the run it began with. Hence MIN_SERIES = 6: the fewest runs with 2 on either side of a split
 and N − 2 = 4 degrees of freedom, enough for a t-test to call a large change (the 2.8 of a t at 2 degrees of
 freedom would make even a doubling hard to call after the Bonferroni factors). Series shorter than that are judged by the pairwise
-check alone.
+check and, from NEWEST_MIN = 4 runs, by the newest runs' test, whose few degrees of freedom the group's prior
+makes up (on the quick suite's own noise, a +30% p99 step at a schedule's nights 1-5 on Kafka told within two
+nights in 11 of 16 simulated schedules, 4 of 16 without the prior: bench/aa_schedule.py).
 """
 
 from __future__ import annotations
@@ -84,13 +99,16 @@ ALPHA = 0.01  # family-wise over every series checked: one night in 100 with any
 SEARCH_SHARE = 0.5  # of ALPHA for the search over every split; the rest for the test of the newest runs
 MEDIAN_REPEATS = 10  # from this many repeats a run's figure is their median (fewer: their geometric mean)
 MIN_SEGMENT = 2  # runs on either side of a change point
-MIN_SERIES = 6  # runs a series needs before it is searched (fewer: the pairwise verdict alone)
+MIN_SERIES = 6  # runs a series needs before it is searched (fewer: the newest runs' test and the pairwise verdict)
+NEWEST_MIN = 2 * MIN_SEGMENT  # runs a series needs before its newest runs are tested
 FLOOR = 1e-3  # values are floored before the log (a throughput of 0 is a very large drop, not -inf)
 # The smallest change that is an alert, per metric (brokerbench.metrics, change_floor): throughput and a search's
 # maximum rate 10% (what the pairwise check's MIN_EFFECT asks of any change), a tail latency 20% (the claim floor of
 # times, reports.model.CLAIM_FLOOR: a p99 is the second-largest of every hundred messages and moves more than a mean).
 MIN_EFFECT = {name: m.change_floor for name, m in regression_metrics().items()}
 DEFAULT_MIN_EFFECT = 0.20
+TINY = 1e-12  # a variance of log figures below this is none (runs that agree to the message, and rounding)
+PRIOR_SHARE = 0.5  # of a group's own degrees of freedom, the most its variance prior may carry
 MATCH_RUNS = 1  # a change point found again within this many runs of where it was is the same change
 
 METHOD = {
@@ -101,7 +119,9 @@ METHOD = {
     "test": "Student's t of the two sides' mean log figures at the split (pooled variance of the runs, floored at "
             "the repeats' variance of a run's mean; N − 2 degrees of freedom), times the number of splits tried",
     "newest": f"the split before the newest {MIN_SEGMENT} runs also tested alone (no factor for splits), against "
-              "the runs back to the change point before it",
+              f"the runs back to the change point before it, from {NEWEST_MIN} runs on; its variance moderated by "
+              "the prior of its noise group (limma's fitFDist; the same metric of the broker's other formats and "
+              f"sizes; at most {PRIOR_SHARE:g} of the group's own degrees of freedom; never below its own)",
     "multiplicity": f"p-value times the series checked (configurations x metrics), over its share of {ALPHA} "
                     f"({SEARCH_SHARE:g} for the search, {1 - SEARCH_SHARE:g} for the newest runs' test), below "
                     f"{ALPHA}: family-wise (Bonferroni)",
@@ -175,17 +195,22 @@ class Sums:
         return total / n, max(0.0, self.x2[b] - self.x2[a] - total * total / n)
 
 
-def split_test(sums: Sums, start: int, tau: int, end: int) -> dict:
+def split_test(sums: Sums, start: int, tau: int, end: int, prior: tuple[float, float] | None = None) -> dict:
     """Student's t of x[tau:end] against x[start:tau] (log figures), and its p-value corrected for the splits
     that segment offers.
 
     The pooled variance is never below the mean of the runs' variances of their means from their repeats (0
-    where a run has one repeat): runs that agree more closely than their repeats do call nothing."""
+    where a run has one repeat): runs that agree more closely than their repeats do call nothing. With `prior`
+    (s0², d0: the group's, variance_prior) the runs' variance is moderated towards s0², d0 degrees of freedom more
+    (Smyth 2004)."""
     n, left, right = end - start, tau - start, end - tau
     (left_mean, left_squares), (right_mean, right_squares) = sums.mean_and_squares(start, tau), \
         sums.mean_and_squares(tau, end)
     df = n - 2.0
-    variance = max((left_squares + right_squares) / df, (sums.within[end] - sums.within[start]) / n)
+    runs = (left_squares + right_squares) / df
+    if prior is not None and prior[1] > 0:
+        runs, df = max(runs, (prior[1] * prior[0] + df * runs) / (prior[1] + df)), df + prior[1]
+    variance = max(runs, (sums.within[end] - sums.within[start]) / n)
     difference = right_mean - left_mean
     se = math.sqrt(variance * (1 / left + 1 / right))
     if se > 1e-12:
@@ -196,6 +221,56 @@ def split_test(sums: Sums, start: int, tau: int, end: int) -> dict:
     p = t_two_sided_p(t, df)
     return {"t": t if math.isfinite(t) else None, "df": df, "p_split": p, "splits": splits,
             "p_raw": min(1.0, p * splits)}
+
+
+def residual_variance(sums: Sums, start: int, tau: int, end: int) -> tuple[float, float]:
+    """The runs' variance around their sides' means at a split of x[start:end] (the split_test's own), and its
+    degrees of freedom."""
+    df = end - start - 2.0
+    return (sums.mean_and_squares(start, tau)[1] + sums.mean_and_squares(tau, end)[1]) / df, df
+
+
+def _digamma(x: float) -> float:
+    """ψ(x), x > 0: the recurrence up to 10, then the asymptotic series (error below 1e-13)."""
+    shift = 0.0
+    while x < 10:
+        shift, x = shift - 1 / x, x + 1
+    inv = 1 / (x * x)
+    return shift + math.log(x) - 0.5 / x - inv * (1 / 12 - inv * (1 / 120 - inv * (1 / 252 - inv * (1 / 240 - inv / 132))))
+
+
+def _trigamma(x: float) -> float:
+    """ψ'(x), x > 0: the recurrence up to 10, then the asymptotic series (error below 1e-13)."""
+    shift = 0.0
+    while x < 10:
+        shift, x = shift + 1 / (x * x), x + 1
+    inv = 1 / (x * x)
+    return shift + 1 / x + inv / 2 + inv / x * (1 / 6 - inv * (1 / 30 - inv * (1 / 42 - inv * (1 / 30 - inv * 5 / 66))))
+
+
+def variance_prior(variances: list[tuple[float, float]]) -> tuple[float, float]:
+    """The prior of a group of series' run-to-run variances (each (s², d)): limma's fitFDist (Smyth 2004), s² taken
+    as s0²·F(d, d0): (s0², d0). From the moments of log s²: e = log s² − ψ(d/2) + log(d/2); d0 = 2·ψ'⁻¹(var e −
+    mean ψ'(d/2)), s0² = exp(mean e + ψ(d0/2) − log(d0/2)); where the spread of log s² is no wider than sampling
+    alone gives, the variances share one, s0² = exp(mean e). d0 is capped at PRIOR_SHARE of the group's own degrees
+    of freedom (fewer than limma's thousands of series: the prior is worth no more than the runs it was estimated
+    from). (0, 0) when fewer than two series have a variance."""
+    kept = [(v, d) for v, d in variances if v > TINY and d > 0]
+    if len(kept) < 2:
+        return 0.0, 0.0
+    e = [math.log(v) - _digamma(d / 2) + math.log(d / 2) for v, d in kept]
+    mean = sum(e) / len(e)
+    spread = sum((x - mean) ** 2 for x in e) / (len(e) - 1) - sum(_trigamma(d / 2) for _, d in kept) / len(kept)
+    cap = PRIOR_SHARE * sum(d for _, d in kept)
+    if spread <= 0 or _trigamma(cap / 2) >= spread:
+        d0 = cap
+    else:  # ψ' falls monotonically: bisection on log d0
+        low, high = math.log(1e-6), math.log(cap)
+        for _ in range(80):
+            middle = (low + high) / 2
+            low, high = (middle, high) if _trigamma(math.exp(middle) / 2) > spread else (low, middle)
+        d0 = math.exp((low + high) / 2)
+    return math.exp(mean + _digamma(d0 / 2) - math.log(d0 / 2)), d0
 
 
 def _logs(runs: list) -> tuple[np.ndarray, np.ndarray]:
@@ -248,48 +323,73 @@ def detect(series: list[dict]) -> list[dict]:
     """Change points of every series, under one multiplicity control.
 
     Each series is {"runs": [[repeat values of run 0], [of run 1], ...], "metric": name, "higher_is_better": bool,
-    ...}, runs oldest first (runs without a value are left out). Returns, for each series in order, a copy with
-    "values" (each run's geometric mean), "checked" (whether the series was long enough to search) and
-    "change_points": every significant change point, oldest first, with the index of the run it began with, the
-    change and the figures of its test; `alert` marks those that are regressions beyond the metric's minimum
-    effect.
+    "group": optional, ...}, runs oldest first (runs without a value are left out). Series of one group (by default
+    the metric's) share the prior of their newest runs' test's variance (variance_prior). Returns, for each series
+    in order, a copy with "values" (each run's geometric mean), "checked" (whether the series was long enough for
+    its newest runs to be tested), "searched" (long enough to search every split) and "change_points": every
+    significant change point, oldest first, with the index of the run it began with, the change and the figures of
+    its test; `alert` marks those that are regressions beyond the metric's minimum effect.
     """
     prepared = []
     for s in series:
         runs = [r for r in s["runs"] if any(v is not None for v in r)]
         x, within = _logs(runs) if runs else (np.zeros(0), np.zeros(0))
-        prepared.append((s, x, within))
-    family = sum(x.size >= MIN_SERIES for _, x, _ in prepared)
+        prepared.append((s, x, Sums(x, within), convert(s, SeriesMetric), within))
+    family = sum(p[1].size >= MIN_SERIES for p in prepared)
+    tested = sum(p[1].size >= NEWEST_MIN for p in prepared)
+    found = [_searched(x, within, family) if x.size >= MIN_SERIES else [] for _, x, _, _, within in prepared]
+    splits = [_newest_split(p[1].size, f) for p, f in zip(prepared, found)]
+    groups: dict[str, list[tuple[float, float]]] = {}
+    for (s, x, sums, of, _), split in zip(prepared, splits):
+        if split is not None:
+            groups.setdefault(_group(s, of), []).append(residual_variance(sums, *split, x.size))
+    priors = {group: variance_prior(variances) for group, variances in groups.items()}
     out = []
-    for s, x, within in prepared:
-        checked = x.size >= MIN_SERIES
-        of = convert(s, SeriesMetric)
-        found = _found(x, within, family, of.higher_is_better) if checked else []
-        out.append({**s, "values": [float(math.exp(v)) for v in x], "checked": checked,
-                    "change_points": _described(found, x, of)})
+    for (s, x, sums, of, _), f, split in zip(prepared, found, splits):
+        if split is not None:
+            f = _with_newest(f, sums, split, x.size, tested, of.higher_is_better, priors[_group(s, of)])
+        out.append({**s, "values": [float(math.exp(v)) for v in x], "checked": x.size >= NEWEST_MIN,
+                    "searched": x.size >= MIN_SERIES, "change_points": _described(f, x, of)})
     return out
 
 
-def _found(x: np.ndarray, within: np.ndarray, family: int, higher_is_better: bool) -> list[dict]:
-    """The change points of one searched series, oldest first, each with its p-value after the multiplicity
-    control (`found_by`: "search" or "newest": the newest runs' test, one-sided towards worse)."""
+def _group(s: dict, of: SeriesMetric) -> str:
+    return s.get("group") or of.metric
+
+
+def _searched(x: np.ndarray, within: np.ndarray, family: int) -> list[dict]:
+    """The change points the search over every split finds in one series, oldest first, each with its p-value
+    after the multiplicity control (`found_by` "search")."""
     search = ALPHA * SEARCH_SHARE / family
-    found = [{**c, "found_by": "search", "p_value": min(1.0, c["p_raw"] / SEARCH_SHARE * family)}
-             for c in _significant(x, within, search)]
-    newest = x.size - MIN_SEGMENT
-    if any(c["index"] == newest for c in found):
-        return found
+    return [{**c, "found_by": "search", "p_value": min(1.0, c["p_raw"] / SEARCH_SHARE * family)}
+            for c in _significant(x, within, search)]
+
+
+def _newest_split(size: int, found: list[dict]) -> tuple[int, int] | None:
+    """The newest runs' test's segment (start, split) in a series of `size` runs whose search found `found`: the
+    split before the newest MIN_SEGMENT runs, back to the change point before it. None when the series is too short
+    or the search already placed a change there."""
+    newest = size - MIN_SEGMENT
+    if size < NEWEST_MIN or any(c["index"] == newest for c in found):
+        return None
     start = max([c["index"] for c in found if c["index"] < newest], default=0)
-    if newest - start < MIN_SEGMENT:
-        return found
-    test = {"index": newest, **split_test(Sums(x, within), start, newest, x.size), "splits": 1}
+    return None if newest - start < MIN_SEGMENT else (start, newest)
+
+
+def _with_newest(found: list[dict], sums: Sums, split: tuple[int, int], size: int, family: int,
+                 higher_is_better: bool, prior: tuple[float, float]) -> list[dict]:
+    """`found` with the newest runs' test's change point when it holds (`found_by` "newest": one-sided towards
+    worse, its variance moderated by the group's prior)."""
+    start, newest = split
+    test = {"index": newest, **split_test(sums, start, newest, size, prior), "splits": 1}
+    x_after, x_before = sums.mean_and_squares(newest, size)[0], sums.mean_and_squares(start, newest)[0]
     worse = test["t"] is not None and (test["t"] < 0 if higher_is_better else test["t"] > 0) or \
-        test["t"] is None and (x[newest:].mean() < x[start:newest].mean()) == higher_is_better
+        test["t"] is None and (x_after < x_before) == higher_is_better
     test["p_split"] = test["p_split"] / 2 if worse else 1 - test["p_split"] / 2  # one-sided, towards worse
     test["p_raw"] = test["p_split"]
     if test["p_raw"] >= (ALPHA - ALPHA * SEARCH_SHARE) / family:
         return found
-    newest_point = {**test, "found_by": "newest",
+    newest_point = {**test, "found_by": "newest", "prior_df": prior[1],
                     "p_value": min(1.0, test["p_raw"] / (1 - SEARCH_SHARE) * family)}
     return sorted(found + [newest_point], key=lambda c: c["index"])
 

@@ -9,8 +9,10 @@ The check (`watch`) is the pairwise check (`regression.check`) plus the change p
 the series that end with the run checked. Which one raises an alert (a RegressionDetected event, the nightly
 notification) depends on the series: a configuration's metric with at least changes.MIN_SERIES runs is judged
 by its change points, told once (on the run that made the change an alert, changes.new_alerts); a shorter
-series, and the sustainability verdict (a verdict per run, not a figure), by the pairwise verdict. The pairwise
-verdicts stay in the check's result and the report either way.
+series by the pairwise verdict and, from changes.NEWEST_MIN runs on, by the test of its newest runs (its
+variance moderated by the other configurations of its noise group: one alert, not two, when both tell it); the
+sustainability verdict (a verdict per run, not a figure) by the pairwise verdict. The pairwise verdicts stay in
+the check's result and the report either way.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from urllib.parse import quote
 from ..eventdata import given, run_requested
 from ..events import EventStore, make_event, planned_cells, read_report_events
 from . import changes, regression
+from .model import CONFIG_FIELDS
 from .rows import ChangePoint, ConfigFigures, Versions, change_point, config_figures, verdict as verdict_row
 
 SERIES_RUNS = 30  # the newest runs a series holds: a month of nightly runs
@@ -98,11 +101,19 @@ def analyse(figures: dict[str, dict], run_ids: list[str], metrics=None) -> list[
                        "stamps": getattr(typed, stamped[0]) if stamped else None} for r, typed in measured]
             points = [p for p in points if p["repeats"]]
             if points:
-                series.append({"key": key, "cell": entry["cell"], "metric": metric,
+                series.append({"key": key, "cell": entry["cell"], "metric": metric, "group": noise_group(key, metric),
                                "higher_is_better": regression.METRICS[metric].higher_is_better,
                                "run_ids": [p["run_id"] for p in points], "runs": [p["repeats"] for p in points],
                                "stamps": [p["stamps"] for p in points], "stamped": stamped and stamped[0]})
     return changes.detect(series)
+
+
+def noise_group(key: str, metric: str) -> str:
+    """The series whose runs are taken to vary alike (changes.detect's group, the prior of their variance): one
+    metric of one broker, send mode, rate and client count; the configurations differ only in the format and the
+    message size."""
+    fields = dict(zip(CONFIG_FIELDS, key.split("|")))
+    return "|".join([metric] + [fields.get(f, "") for f in CONFIG_FIELDS if f not in ("format", "size_bytes")])
 
 
 def all_busy(entry: dict) -> bool:
@@ -131,7 +142,8 @@ def described(found: list[dict], facts: dict[str, dict]) -> list[dict]:
                                   "differences": differences(facts[before]["settings"], facts[began]["settings"])
                                   + stamp_differences(s, c["index"])})
         out.append({"key": s["key"], "cell": s["cell"], "metric": s["metric"],
-                    "higher_is_better": s["higher_is_better"], "checked": s["checked"], "points": points,
+                    "higher_is_better": s["higher_is_better"], "checked": s["checked"], "searched": s["searched"],
+                    "points": points,
                     "change_points": change_points})
     return out
 
@@ -204,8 +216,10 @@ def change_alerts(figures: dict[str, dict], run_ids: list[str]) -> tuple[list[di
     for s in now:
         if not s["checked"] or s["run_ids"][-1] != run_ids[-1]:
             continue
-        searched.add((s["key"], s["metric"]))
-        told += [(s, point) for point in changes.new_alerts(s, before.get((s["key"], s["metric"])))]
+        alerts = [(s, point) for point in changes.new_alerts(s, before.get((s["key"], s["metric"])))]
+        if s["searched"] or alerts:
+            searched.add((s["key"], s["metric"]))
+        told += alerts
     return now, told, searched
 
 

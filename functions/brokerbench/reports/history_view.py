@@ -18,7 +18,7 @@ from __future__ import annotations
 from html import escape
 
 from ..metrics import regression_metrics
-from .changes import MEDIAN_REPEATS, MIN_SERIES
+from .changes import MEDIAN_REPEATS, MIN_SERIES, NEWEST_MIN
 from .history import alert_text, broker_changes, code_text
 from .regression import figure_text
 from .rows import ChangePoint, Changes, ChangeSeries, change_series, section
@@ -61,12 +61,14 @@ def _raised(changes: Changes) -> set:
 def summary_text(changes: Changes) -> str:
     """One line: the runs the series span, how many series were searched, what was found."""
     runs, series = changes.runs, changes.series
-    searched = [s for s in series if s.checked]
+    searched, tested = [s for s in series if s.searched], [s for s in series if s.checked and not s.searched]
     points = [c for s in series for c in s.change_points]
     span = f"{runs[0].run_id} to {runs[-1].run_id}" if runs else "–"
     text = (f"The suite's newest {len(runs)} completed runs ({span}), one series per configuration and metric: "
             f"{len(searched)} of {len(series)} series have the {MIN_SERIES} runs a change-point search needs")
-    if not searched:
+    if tested:
+        text += f", {len(tested)} more the {NEWEST_MIN} a test of their newest runs needs"
+    if not searched and not tested:
         return text + "; until then the pairwise verdicts above stand alone."
     alerts = sum(c.alert for c in points)
     return text + (f"; {len(points)} change point{'s' if len(points) != 1 else ''} found, {alerts} of them "

@@ -345,7 +345,8 @@ class ChangeSeries(Row, kw_only=True):
     key: str
     cell: str
     metric: str
-    checked: bool = False
+    checked: bool = False  # long enough for its newest runs to be tested (reports.changes.NEWEST_MIN)
+    searched: bool = False  # long enough to search every split (reports.changes.MIN_SERIES)
     points: list[SeriesPoint] = []
     change_points: list[ChangePoint] = []
 

@@ -994,10 +994,11 @@
         `; ${fmtNumber(series.length)} configuration(s), ${fmtNumber(found)} change point(s). `,
         h('span', { class: 'muted' }, `Searched from ${data.method?.min_series || 'enough runs'}.`)),
       series.length ? h('div', { class: 'series-grid' }, series.map((s) => h('figure', {
-        class: 'series', dataset: { key: s.key, changes: s.change_points.length, checked: s.checked },
+        class: 'series', dataset: { key: s.key, changes: s.change_points.length, checked: s.checked, searched: s.searched },
       },
       h('figcaption', {}, h('strong', {}, s.cell), ' · ', metricName(s.metric),
-        s.checked ? null : h('span', { class: 'muted' }, ' · too few runs to search yet')),
+        s.searched ? null : h('span', { class: 'muted' },
+          s.checked ? ' · newest runs tested; too few runs to search yet' : ' · too few runs to test yet')),
       seriesChart(s),
       s.change_points.length ? h('ul', { class: 'change-points' }, s.change_points.map((c) => changePointItem(c, s.metric))) : null)))
         : h('p', { class: 'muted', id: 'history-empty' }, 'No configuration of this suite has this metric.'));

@@ -545,6 +545,19 @@ class Difference(Data, kw_only=True):
     after: object
 
 
+class StampsChanged(Data, kw_only=True):
+    """How the earlier runs and the run checked stamped the latency a verdict is on (reports.regression.flag_stamps)."""
+    of: Literal["ack_stamps", "delivery_stamps"]
+    history: str
+    candidate: str
+
+
+class SendLoopsChanged(Data, kw_only=True):
+    """The send loops of the baseline's and the candidate's cells, where they differ (regression.flag_send_loops)."""
+    baseline: str
+    candidate: str
+
+
 class RegressionDetected(Data, kw_only=True):
     baseline_run_id: str
     cell: str
@@ -567,6 +580,8 @@ class RegressionDetected(Data, kw_only=True):
     versions: dict | UnsetType = UNSET
     differences: list[Difference] | UnsetType = UNSET
     history: str | UnsetType = UNSET
+    stamps: StampsChanged | UnsetType = UNSET  # the latency was stamped otherwise before: a change of method
+    send_loops: SendLoopsChanged | UnsetType = UNSET  # measured by another send loop before
 
 
 class ScheduleTriggered(Data, kw_only=True):

@@ -74,7 +74,9 @@ def test_a_target_that_does_not_answer_is_refused_with_exit_3_before_anything_st
     assert f"targets.kafka: Kafka at 127.0.0.1:{port} did not answer" in said and "nothing was started" in said
     assert "Traceback" not in done.stderr and not (tmp_path / "out").exists()
     db = stack.endpoints(required=["dynamodb"])["dynamodb"]
-    runs = DynamoEventStore(db["table"], endpoint_url=db["endpoint_url"]).list_runs(limit=200)
+    store = DynamoEventStore(db["table"], endpoint_url=db["endpoint_url"])
+    store.ensure_table()  # as the CLI opens it: on a stack that has held no run yet the table is not there
+    runs = store.list_runs(limit=200)
     assert not [r for r in runs if r["data"]["spec"].get("name") == "silent-target"]  # no run was started
 
 

@@ -174,3 +174,29 @@ def test_the_run_the_console_reads_carries_each_cells_stamps_and_the_footnote():
     plain = synthetic_run(SPEC, intervals=4, seed=3)  # stored before the stamps were recorded: nothing to say
     old = views.run_detail(MemoryEventStore(plain), None, plain[0]["run_id"])
     assert old["stamps_note"] is None and {c["ack_stamps"] for c in old["cells_detail"]} == {None}
+
+
+def test_a_recorded_regression_keeps_how_its_runs_stamped_and_sent():
+    """RegressionDetected keeps the stamps note and the send loops as fields, not only in its words: the scheduled
+    watch (history._event_data) and the pairwise check store the same marks, and the event validates; a stamp kind
+    the figures do not know is refused, naming the field."""
+    from brokerbench.events import InvalidEvent, make_event, validate
+    from brokerbench.reports import history
+
+    verdict = {"cell": "kafka raw", "cell_id": "c1", "key": "kafka|raw", "metric": "publish_latency_p99_us",
+               "verdict": "regression", "source": "pairwise", "baseline_median": 900.0, "candidate_median": 1400.0,
+               "change": 0.55, "p_value": 0.001, "why": "stamped differently: arrival vs client:librdkafka; ...",
+               "stamps": {"of": "ack_stamps", "history": "arrival", "candidate": "client:librdkafka"},
+               "send_loops": {"baseline": "native", "candidate": "python"}}
+    data = history._event_data(verdict, "b")
+    assert data["stamps"] == verdict["stamps"] and data["send_loops"] == verdict["send_loops"]
+    assert regression.event_marks(verdict) == {k: verdict[k] for k in ("stamps", "send_loops")}
+    assert regression.event_marks({**verdict, "stamps": None, "send_loops": None}) == {}
+    validate(make_event("20250101T000000Z-abcdef", "RegressionDetected", data, cell_index=0, key=verdict["metric"]))
+    bad = {**data, "stamps": {**data["stamps"], "of": "queue_stamps"}}
+    try:
+        validate(make_event("20250101T000000Z-abcdef", "RegressionDetected", bad, cell_index=0, key=verdict["metric"]))
+    except InvalidEvent as exc:
+        assert "data.stamps.of" in str(exc)
+    else:
+        raise AssertionError("an unknown stamp kind was accepted")

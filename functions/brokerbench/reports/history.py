@@ -273,7 +273,7 @@ EVENT_FIELDS = ("cell", "cell_id", "metric", "verdict", "source", "baseline_medi
 
 
 def _event_data(regression_: dict, baseline_id: str | None) -> dict:
-    data = {k: regression_[k] for k in EVENT_FIELDS if k in regression_}
+    data = {**{k: regression_[k] for k in EVENT_FIELDS if k in regression_}, **regression.event_marks(regression_)}
     # A change point's baseline is the run before it began; a pairwise verdict's, the check's baseline.
     data["baseline_run_id"] = verdict_row(regression_).before_run_id or baseline_id
     return data

@@ -765,6 +765,13 @@ METHOD = {
 }
 
 
+def event_marks(verdict: dict) -> dict:
+    """What a RegressionDetected event keeps of a verdict besides its figures: a sustainability regression's counts
+    of repeats, and whether the latency was stamped (flag_stamps) or the cells sent (flag_send_loops) otherwise
+    before."""
+    return {**_repeat_shares(verdict), **{k: verdict[k] for k in ("stamps", "send_loops") if verdict.get(k)}}
+
+
 def _repeat_shares(verdict: dict) -> dict:
     """A sustainability regression's counts, as RegressionDetected stores them (figures have none)."""
     if verdict["metric"] != "sustainability":
@@ -794,7 +801,7 @@ def check(store: EventStore, run_id: str, baseline_id: str | None = None, *, rec
             "verdict": r["verdict"], "baseline_median": r["baseline_median"], "candidate_median": r["candidate_median"],
             "baseline_mean": rows.verdict(r).baseline_mean, "candidate_mean": rows.verdict(r).candidate_mean,
             "change": r["change"],
-            "p_value": r["p_value"], "why": r["why"], **_repeat_shares(r)}, cell_index=index[r["cell_id"]],
+            "p_value": r["p_value"], "why": r["why"], **event_marks(r)}, cell_index=index[r["cell_id"]],
             key=r["metric"])
             for r in regressions])
     return {"baseline_run_id": baseline_id, "history_run_ids": [baseline_id, *older], "verdicts": verdicts,

@@ -387,9 +387,10 @@ class KafkaProducer:
     the produce response (the native extension as librdkafka's plugin: `stamped_producer`), as the native loop
     stamps it; the delivery reports are served by a thread of its own that waits in librdkafka's poll (which
     releases the GIL and returns as soon as a report is queued) and reads each report's stamp back; the reports queue
-    up and reach on_ack in poll and flush, on the worker's thread, with that stamp. Against the kernel's trace the
-    report's own stamp on that thread came +73 µs after the arrival at the median and +454 at p99, the broker
-    thread's ... (bench/client_stamp_lag.py). Without the plugin (`stamps` None), or for a report whose stamp another
+    up and reach on_ack in poll and flush, on the worker's thread, with that stamp. Against the kernel's trace (one
+    message in flight, 5 interleaved trials, load 1.4 to 2.8 on 2 cores) the broker thread's stamp came +48 µs after
+    the arrival at the median and +237 at p99 (the native loop's +48 and +185), where the report's own stamp on that
+    thread came +80 and +759 (bench/client_stamp_lag.py, docs/performance.md). Without the plugin (`stamps` None), or for a report whose stamp another
     message's has replaced, the reports' thread stamps it as it is served. The send loop's own waits could not stamp
     on arrival: librdkafka's poll waits in whole milliseconds, and a report that came while the loop slept the rest
     of a wait, encoded or sent was stamped when the loop next polled (up to 250 µs late in 0.25 ms slices)."""

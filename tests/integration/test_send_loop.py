@@ -11,8 +11,7 @@ import time
 import numpy as np
 import pytest
 import redis
-from confluent_kafka import Consumer, KafkaException, TopicPartition
-from confluent_kafka import Producer as KafkaProducerClient
+from confluent_kafka import Consumer, TopicPartition
 
 from brokerbench import native
 from brokerbench.codecs import get_codec
@@ -170,19 +169,6 @@ def test_python_loop_kafka_without_the_plugin_stamps_as_served_and_says_so(kafka
     assert producer.flush(10) == 0
     producer.close()
     assert len(acks) == 20 and all(ok for _, ok, _ in acks)
-
-
-def test_kafka_plugin_refuses_an_unknown_ring(endpoints):
-    """The plugin's property names an AckStamps of this process; any other value is refused, naming the setting."""
-    stamps = native.kafka_ack_stamps()
-    config = {**stamps.config, "bootstrap.servers": endpoints["kafka"]["bootstrap_servers"]}
-    for bad in ("0", "x1", str(int(config["brokerbench.ack_stamps"]) + 1000)):
-        with pytest.raises(KafkaException, match="brokerbench.ack_stamps"):
-            KafkaProducerClient({**config, "brokerbench.ack_stamps": bad})
-    producer = KafkaProducerClient(config)
-    assert stamps.refs == 2  # the ring is held by the producer's configuration too, until the producer is gone
-    del producer
-    assert stamps.refs == 1
 
 
 def test_send_until_stops_at_the_boundary_and_at_the_end(kafka):

@@ -118,11 +118,11 @@ def kafka_ack_stamps():
     `at(key)` reads a report's stamp back. Raises Unsupported where the extension is not built or the librdkafka that
     confluent-kafka loaded has no interceptors."""
     native = module()
-    native.load_rdkafka(rdkafka_path())
     try:
+        native.load_rdkafka(rdkafka_path())
         return native.AckStamps()
-    except NotImplementedError as exc:
-        raise Unsupported(str(exc)) from None
+    except (ImportError, NotImplementedError, MemoryError) as exc:  # no librdkafka to resolve, no interceptors, no ring
+        raise Unsupported(f"Kafka's broker-thread stamps: {exc}") from None
 
 
 def kafka_sender(config: dict, topic: str, partitions: int, single: bool):

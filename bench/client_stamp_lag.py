@@ -10,7 +10,9 @@ flight at a low rate (each reply one segment, nothing waiting behind a send), an
 latest data segment that reached one of its connections to the broker before it: the lag is stamp − that arrival.
 
 Paths: Kafka acknowledgements in librdkafka's delivery report on the Python loop (a thread waiting in librdkafka's
-poll) and on the native loop (sendloop.c on_delivery); Kafka deliveries (the consumer's poll returns); Pulsar
+poll: the producer without the plugin), on librdkafka's broker thread on the Python loop (the native extension as
+librdkafka's plugin, read back in the delivery report: kafka/driver.py stamped_producer) and on the native loop
+(sendloop.c on_acknowledgement, read back in on_delivery); Kafka deliveries (the consumer's poll returns); Pulsar
 deliveries (pulsar-client's receive returns); Pulsar acknowledgements in pulsar-client's send callback (the Python
 loop where wire.py cannot serve) and in the C API's callback (the native loop's `capi` path); the Python loop's
 fallbacks on the other brokers, nats-py's PubAck callback (a TLS endpoint) and rstream's confirm callback (a stream
@@ -51,7 +53,8 @@ SIZE = 1024
 # path -> (broker, what is stamped, how the cell records it)
 PATHS = {
     "redis-python-ack": ("redis-streams", "acknowledgement", "arrival"),
-    "kafka-python-ack": ("kafka", "acknowledgement", "client:librdkafka"),
+    "kafka-python-ack": ("kafka", "acknowledgement", "client:librdkafka-report"),
+    "kafka-python-broker-ack": ("kafka", "acknowledgement", "client:librdkafka"),
     "kafka-native-ack": ("kafka", "acknowledgement", "client:librdkafka"),
     "kafka-delivery": ("kafka", "delivery", "client:librdkafka"),
     "pulsar-delivery": ("pulsar", "delivery", "client:pulsar-client"),
@@ -228,12 +231,19 @@ def child(path: str, endpoint: dict, client: dict, rate: int, seconds: float, to
 
                 producer = StreamsProducer(driver._stream_endpoint(), [lane_queue(topic, 0)],
                                            driver.in_flight_window("single"), on_ack)
+            elif path == "kafka-python-ack":  # the producer without the plugin: each report stamped as served
+                from brokerbench.brokers.kafka.driver import LOGGED, KafkaProducer
+                from confluent_kafka import Producer
+
+                producer = KafkaProducer(Producer({**driver.producer_config("single"), **LOGGED}), topic, on_ack)
             else:
                 producer = driver.producer(topic, 1, "single", on_ack)
             extra = {"stamps_as": getattr(producer, "stamps", None), "producer": type(producer).__name__}
             python_acks(producer, acks, count, rate, payload)
             ports |= own_connections(port)
             producer.close()
+            if path.startswith("kafka-python"):  # stamped on librdkafka's broker thread (None: no plugin)
+                extra["handled_stamps"] = producer.handled_stamps
             stamps = acks
         ports |= own_connections(port)
     finally:

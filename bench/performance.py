@@ -1076,7 +1076,8 @@ def stamp_lag(results: dict) -> dict:
 
 
 CLIENT_PATHS = {"redis-python-ack": "Redis acknowledgement, Python loop (control)",
-                "kafka-python-ack": "Kafka acknowledgement, Python loop",
+                "kafka-python-ack": "Kafka acknowledgement, Python loop (delivery report: without the plugin)",
+                "kafka-python-broker-ack": "Kafka acknowledgement, Python loop (on librdkafka's broker thread)",
                 "kafka-native-ack": "Kafka acknowledgement, native loop (on librdkafka's broker thread)",
                 "kafka-delivery": "Kafka delivery",
                 "pulsar-delivery": "Pulsar delivery",
@@ -1102,14 +1103,18 @@ def client_stamp_lag(results: dict) -> dict:
     def library(run_: dict) -> list[dict]:
         return [p for p in run_["paths"] if not p["control"]]
 
+    def handled(path: str) -> str:  # handled_stamps counts the warm-up's acknowledgements too: of every one sent
+        return (f"{sum(t.get('handled_stamps') or 0 for t in paths[path]['trials']):,} of "
+                f"{round(run['trials'] * (run['seconds'] + run['warmup_s']) * run['rate']):,}")
+
     rows = []
     for p in run["paths"]:
-        b = busy[p["path"]]
+        b = busy.get(p["path"])  # a path added after the busy host's run has none
         rows.append([CLIENT_PATHS.get(p["path"], p["path"]), f"`{p['trials'][0].get('stamps_as') or p['recorded_as']}`",
                      f"{p['n']:,}", _us(p["p50_us"]), _us(p["p90_us"]), _us(p["p99_us"]), _us(p["max_us"]),
                      ", ".join(_us(x) for x in p["p50_per_trial_us"]),
                      spread([t["load_average_1min"] for t in p["trials"]], lambda x: f"{x:.1f}"),
-                     f"{_us(b['p50_us'])} / {_us(b['p99_us'])} / {_us(b['max_us'])}"])
+                     f"{_us(b['p50_us'])} / {_us(b['p99_us'])} / {_us(b['max_us'])}" if b else "—"])
     control, busy_control = paths["redis-python-ack"], busy["redis-python-ack"]
     busy_negative = [sum(t.get("negative", 0) for t in p["trials"]) for p in library(busy_run)]
     return {"client_when": run["measured_at"][:16].replace("T", " "), "client_code": run["code"],
@@ -1129,9 +1134,8 @@ def client_stamp_lag(results: dict) -> dict:
             "client_p99_busy": spread([p["p99_us"] for p in library(busy_run)], lambda x: f"{x:,.0f}"),
             "client_busy_max_range": spread([p["max_us"] / 1000 for p in library(busy_run)], lambda x: f"{x:,.0f}"),
             "client_shared": f"{sum(t['shared'] for t in busy_control['trials'])} of {busy_control['n']:,}",
-            # handled_stamps counts the warm-up's acknowledgements too: of every one the path sent
-            "client_handled": f"{sum(t.get('handled_stamps') or 0 for t in paths['kafka-native-ack']['trials']):,} of "
-                              f"{round(run['trials'] * (run['seconds'] + run['warmup_s']) * run['rate']):,}",
+            "client_handled": handled("kafka-native-ack"),
+            "client_python_handled": handled("kafka-python-broker-ack"),
             "client_table": table(["path", "stamped as", "stamps", "p50 (µs)", "p90 (µs)", "p99 (µs)", "max (µs)",
                                    "p50 per trial (µs)", "load (1 min)", "busy host: p50 / p99 / max (µs)"], rows,
                                   ["---", "---", "---:", "---:", "---:", "---:", "---:", "---", "---:", "---:"]),

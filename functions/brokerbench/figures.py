@@ -115,6 +115,8 @@ def stamp_note(rows) -> str | None:
     # stored with the run)
     measured = {"librdkafka": "librdkafka's stamps came tens to hundreds of microseconds late at the median "
                               "(deliveries later than acknowledgements), up to milliseconds at p99",
+                "librdkafka-report": "librdkafka's delivery reports, stamped as served, tens of microseconds late at "
+                                     "the median and hundreds at p99",
                 "pulsar-client": "pulsar-client's tens of microseconds late for an acknowledgement and hundreds for a "
                                  "delivery at the median, up to milliseconds at p99",
                 "pulsar-c": "Pulsar's C API's tens of microseconds late at the median, tens to hundreds at p99",
@@ -133,13 +135,18 @@ def stamp_note(rows) -> str | None:
             f"how late, on each broker's path, was measured apart and is not stored with this run: {STAMP_LAG_PAGE}")
 
 
+# A client stamp whose words are not "in LIBRARY's thread or callback": Kafka's acknowledgements stamped as the
+# delivery reports were served, where librdkafka's broker thread could not stamp them (brokers/kafka/driver.py)
+LIBRARY_WORDS = {"librdkafka-report": "in librdkafka's delivery report, as served"}
+
+
 def stamps_text(value: str) -> str:
     """'client:librdkafka' -> "in librdkafka's thread or callback"; 'read' -> 'as the read returned (TLS)'."""
     words = []
     for part in value.split(", "):
         kind, _, library = part.partition(":")
         words.append("at arrival" if kind == ARRIVAL else "as the read returned (TLS)" if kind == READ else
-                     f"in {library}'s thread or callback" if library else part)
+                     LIBRARY_WORDS.get(library, f"in {library}'s thread or callback") if library else part)
     return " and ".join(words)
 
 

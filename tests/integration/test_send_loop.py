@@ -22,7 +22,7 @@ from brokerbench.records import sized_record
 from brokerbench.registry import get_driver
 from brokerbench.reports.results import build_results
 from brokerbench.worker.cell import topic_name
-from brokerbench.worker.framing import unpack_many
+from brokerbench.worker.framing import HEADER, unpack_many
 from inline_run import execute_run
 from steady import assert_rate_of_the_offered_magnitude, assert_sent_on_schedule
 
@@ -107,6 +107,68 @@ def test_kafka_encode_callable_sends_the_codecs_bytes(kafka, endpoints):
     for message in kafka_messages(endpoints["kafka"]["bootstrap_servers"], topic, 2, 30):
         seq = int(unpack_many([message.key()])["seq"][0])
         assert message.value() == codec.encode(objects[seq % 3])
+
+
+@pytest.mark.parametrize("mode", ["batch", "single"])
+def test_python_loop_kafka_acknowledgements_are_stamped_on_the_broker_thread(mode, kafka):
+    """The Python loop's producer loads the native extension as librdkafka's plugin: each acknowledgement is stamped on
+    librdkafka's broker thread as it handles the produce response, after its send and before the report reached
+    Python, as the native loop stamps it."""
+    driver, topic = kafka
+    plugins_before = native.module().plugin_inits()
+    acks, served = [], {}
+    sent = {}
+
+    def on_ack(header, ok, at_ns):
+        acks.append((header, ok, at_ns, time.monotonic_ns()))
+
+    producer = driver.producer(topic, 2, mode, on_ack)
+    assert producer.stamps == "client:librdkafka"
+    # librdkafka dlopen()ed the module Python imported (the same object: its count of conf_init calls moved)
+    assert native.module().plugin_inits() == plugins_before + 1
+    delivered = producer._delivered
+
+    def served_at(err, msg):  # the report as it reaches Python: the broker thread stamped it before
+        served[msg.key()] = time.monotonic_ns()
+        delivered(err, msg)
+
+    producer._delivered = served_at
+    for seq in range(200):
+        header = HEADER.pack(5, seq, time.monotonic_ns())
+        sent[header] = time.monotonic_ns()
+        producer.send(header, b"x" * 100, seq % 2)
+        if mode == "single":
+            assert producer.flush(10) == 0
+        elif seq % 50 == 49:
+            producer.poll(0)
+    assert producer.flush(10) == 0
+    producer.close()
+    assert len(acks) == 200 and all(ok for _, ok, _, _ in acks)
+    assert producer.handled_stamps == 200  # every one on the broker thread, none as served
+    for header, _, at_ns, handed_ns in acks:
+        assert sent[header] < at_ns <= served[header] <= handed_ns
+
+
+def test_python_loop_kafka_without_the_plugin_stamps_as_served_and_says_so(kafka, monkeypatch):
+    """Where the plugin cannot load (here: the extension says librdkafka has no interceptors), the producer is made
+    without it, stamps each report as it is served and records that stamp apart."""
+    from brokerbench.brokers.kafka import driver as kafka_driver
+
+    driver, topic = kafka
+
+    def unsupported():
+        raise native.Unsupported("librdkafka without interceptors")
+
+    monkeypatch.setattr(native, "kafka_ack_stamps", unsupported)
+    acks = []
+    producer = driver.producer(topic, 2, "batch", lambda header, ok, at: acks.append((header, ok, at)))
+    assert producer.stamps == kafka_driver.REPORT_STAMPS == "client:librdkafka-report"
+    assert producer.handled_stamps is None
+    for seq in range(20):
+        producer.send(HEADER.pack(5, seq, 0), b"x", 0)
+    assert producer.flush(10) == 0
+    producer.close()
+    assert len(acks) == 20 and all(ok for _, ok, _ in acks)
 
 
 def test_send_until_stops_at_the_boundary_and_at_the_end(kafka):

@@ -44,3 +44,48 @@ def test_schedule_probe_measures_each_tick_and_checks_its_input():
         native.module().schedule_probe(0, 1)
     with pytest.raises(ValueError, match="seconds"):
         native.module().schedule_probe(1000, -1)
+
+
+def test_kafka_ack_stamps_read_back_only_their_own_messages():
+    """The Python loop's Kafka acknowledgement ring: the extension is librdkafka's plugin (its own file first in the
+    producer's settings), and a report whose key has no stamp in its slot is stamped as served, counted apart."""
+    from brokerbench.worker.framing import HEADER
+
+    stamps = native.kafka_ack_stamps()
+    config = stamps.config
+    assert list(config) == ["plugin.library.paths", "brokerbench.ack_stamps"]
+    assert config["plugin.library.paths"] == native.module().__file__
+    assert stamps.at(HEADER.pack(1, 7, 0)) is None and stamps.at(b"short") is None
+    assert (stamps.handled, stamps.missed) == (0, 2)
+    with pytest.raises(TypeError):
+        stamps.at("not bytes")
+    assert native.kafka_ack_stamps().config["brokerbench.ack_stamps"] != config["brokerbench.ack_stamps"]
+
+
+def test_kafka_plugin_holds_its_ring_and_refuses_an_unknown_one():
+    """A producer made with the ring's settings (no broker needed to make one) holds the ring until it is gone; a
+    value naming no ring of this process is refused, naming the setting."""
+    from confluent_kafka import KafkaException, Producer
+
+    stamps = native.kafka_ack_stamps()
+    config = {**stamps.config, "bootstrap.servers": "127.0.0.1:9", "log_level": 0}
+    before = native.module().plugin_inits()
+    producer = Producer(config)
+    assert native.module().plugin_inits() == before + 1  # librdkafka dlopen()ed this very module
+    assert stamps.refs == 2
+    del producer
+    assert stamps.refs == 1
+    for bad in ("", "x1", "0", str(int(config["brokerbench.ack_stamps"]) + 1000)):
+        with pytest.raises(KafkaException, match="brokerbench.ack_stamps"):
+            Producer({**config, "brokerbench.ack_stamps": bad})
+
+
+def test_kafka_ack_stamps_unsupported_where_librdkafka_cannot_be_resolved(monkeypatch):
+    class Unbuilt:
+        def load_rdkafka(self, path):
+            raise ImportError(f"cannot load librdkafka from {path}")
+
+    monkeypatch.setattr(native, "module", Unbuilt)
+    monkeypatch.setattr(native, "rdkafka_path", lambda: "/nowhere/librdkafka.so")
+    with pytest.raises(native.Unsupported, match="cannot load librdkafka from /nowhere"):
+        native.kafka_ack_stamps()

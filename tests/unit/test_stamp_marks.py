@@ -56,6 +56,11 @@ def test_the_words_of_the_stamps():
                            "acknowledgements (publish latency) as the read returned (TLS); kafka raw: deliveries "
                            "(end-to-end latency) in librdkafka's thread or callback.")
     assert note.endswith(STAMP_LAG_PAGE) and "µs" not in note  # cites the page, prints no figure it did not store
+    # Kafka acknowledgements stamped as their delivery reports were served (a producer without librdkafka's plugin)
+    served = stamp_note([("kafka raw", "client:librdkafka-report, client:librdkafka", "client:librdkafka")])
+    assert ("kafka raw: acknowledgements (publish latency) in librdkafka's delivery report, as served and in "
+            "librdkafka's thread or callback") in served
+    assert "librdkafka's delivery reports, stamped as served" in served and "µs" not in served
 
 
 def test_a_socket_of_its_own_stamps_at_arrival_unless_it_speaks_tls():

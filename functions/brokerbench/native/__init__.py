@@ -112,6 +112,19 @@ def forward_logs(sender) -> int:
     return len(lines)
 
 
+def kafka_ack_stamps():
+    """A ring for the Python loop's Kafka producer (the extension's AckStamps): its `config`, passed to confluent-kafka's
+    Producer, makes librdkafka load this extension as its plugin and stamp each acknowledgement on its broker thread;
+    `at(key)` reads a report's stamp back. Raises Unsupported where the extension is not built or the librdkafka that
+    confluent-kafka loaded has no interceptors."""
+    native = module()
+    try:
+        native.load_rdkafka(rdkafka_path())
+        return native.AckStamps()
+    except (ImportError, NotImplementedError, MemoryError) as exc:  # no librdkafka to resolve, no interceptors, no ring
+        raise Unsupported(f"Kafka's broker-thread stamps: {exc}") from None
+
+
 def kafka_sender(config: dict, topic: str, partitions: int, single: bool):
     native = module()
     native.load_rdkafka(rdkafka_path())

@@ -87,6 +87,9 @@ static struct {
     /* optional: without them a report is stamped when it is served (on_delivery) */
     __typeof__(&rd_kafka_conf_interceptor_add_on_new) conf_interceptor_add_on_new;
     __typeof__(&rd_kafka_interceptor_add_on_acknowledgement) interceptor_add_on_acknowledgement;
+    /* optional, for the Python loop's plugin (AckStamps, conf_init): without them its producer is made without it */
+    __typeof__(&rd_kafka_conf_interceptor_add_on_conf_set) conf_interceptor_add_on_conf_set;
+    __typeof__(&rd_kafka_conf_interceptor_add_on_conf_destroy) conf_interceptor_add_on_conf_destroy;
 } rk;
 
 static PyObject *load_rdkafka(PyObject *self, PyObject *args) {
@@ -124,6 +127,8 @@ static PyObject *load_rdkafka(PyObject *self, PyObject *args) {
 #undef RESOLVE
     *(void **)&rk.conf_interceptor_add_on_new = dlsym(lib, "rd_kafka_conf_interceptor_add_on_new");
     *(void **)&rk.interceptor_add_on_acknowledgement = dlsym(lib, "rd_kafka_interceptor_add_on_acknowledgement");
+    *(void **)&rk.conf_interceptor_add_on_conf_set = dlsym(lib, "rd_kafka_conf_interceptor_add_on_conf_set");
+    *(void **)&rk.conf_interceptor_add_on_conf_destroy = dlsym(lib, "rd_kafka_conf_interceptor_add_on_conf_destroy");
     snprintf(rk.version, sizeof rk.version, "%s", rk.version_str());
     rk.loaded = 1;
     return PyUnicode_FromString(rk.version);
@@ -2937,7 +2942,8 @@ static PyObject *Sender_path(Sender *s, void *closure) {
    on the client's threads; the others at the kernel's receive time of the read that brought it (recv_stamped). */
 static PyObject *Sender_stamps(Sender *s, void *closure) {
     (void)closure;
-    if (s->kind == KIND_KAFKA) return PyUnicode_FromString("client:librdkafka");
+    if (s->kind == KIND_KAFKA) /* without the interceptor: as the report is served (brokers/kafka/driver.py REPORT_STAMPS) */
+        return PyUnicode_FromString(s->kafka_stamps ? "client:librdkafka" : "client:librdkafka-report");
     if (s->kind == KIND_PULSAR) return PyUnicode_FromString("client:pulsar-c");
     return PyUnicode_FromString("arrival");
 }
@@ -3062,6 +3068,261 @@ static PyObject *schedule_probe(PyObject *self, PyObject *args) {
     Py_END_ALLOW_THREADS return out;
 }
 
+
+/* ---- librdkafka plugin: the Python loop's Kafka acknowledgement stamps --------------------------------------------
+   confluent-kafka registers no interceptor from Python, but its librdkafka loads plugins: `plugin.library.paths` names
+   a shared library that librdkafka dlopen()s and whose conf_init it calls on the configuration. This module is that
+   library: the Python driver passes the path it was imported from, and dlopen() of a loaded path returns the loaded
+   object, so the plugin shares this module's globals (the librdkafka that load_rdkafka resolved, the rings below).
+   conf_init adds an on_conf_set interceptor for the property ACK_STAMPS_PROPERTY, whose value is the id of an
+   AckStamps the driver made; on_new then adds on_acknowledgement, which stamps each message on librdkafka's broker
+   thread as it handles the produce response (as the native loop's on_acknowledgement does) into that AckStamps' ring,
+   by the seq of the message's 20-byte header key. The Python delivery callback reads the stamp back by the key
+   (AckStamps.at); a message whose slot another has since taken (KAFKA_STAMPS in flight) has none, and is stamped as
+   its report is served, counted apart (AckStamps.missed). A ring is freed when its AckStamps and every configuration
+   that named it (the producer's, destroyed after its broker threads) are gone. */
+#define ACK_STAMPS_PROPERTY "brokerbench.ack_stamps"
+#define ACK_STAMPS_IC "brokerbench-ack-stamps"
+struct ack_slot {
+    char key[HEADER_BYTES];
+    int64_t at;
+};
+struct ack_ring {
+    struct ack_ring *next; /* in `rings`, under rings_lock */
+    uint64_t id;
+    int refs;              /* the AckStamps and each configuration that named it; under rings_lock */
+    int64_t handled, missed; /* read back with a stamp, or without (served stamp); by the reports' thread */
+    struct ack_slot *slots;  /* KAFKA_STAMPS, by seq; pages taken as seqs reach them */
+};
+static pthread_mutex_t rings_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct ack_ring *rings;
+static uint64_t rings_made;
+static int64_t plugin_inits; /* conf_init calls: librdkafka loaded this very module (the tests check it) */
+
+static void ring_release(struct ack_ring *ring) {
+    pthread_mutex_lock(&rings_lock);
+    int last = --ring->refs == 0;
+    if (last)
+        for (struct ack_ring **p = &rings; *p; p = &(*p)->next)
+            if (*p == ring) {
+                *p = ring->next;
+                break;
+            }
+    pthread_mutex_unlock(&rings_lock);
+    if (last) free(ring->slots), free(ring);
+}
+
+static rd_kafka_resp_err_t plugin_on_acknowledgement(rd_kafka_t *r, rd_kafka_message_t *m, void *opaque) {
+    struct ack_ring *ring = opaque;
+    (void)r;
+    if (m->err || m->key_len != HEADER_BYTES) return RD_KAFKA_RESP_ERR_NO_ERROR;
+    int64_t at = now_ns();
+    uint64_t seq;
+    memcpy(&seq, (const char *)m->key + 4, sizeof seq); /* the header: producer u32, seq u64, intended u64 (LE) */
+    struct ack_slot *slot = &ring->slots[seq & (KAFKA_STAMPS - 1)];
+    memcpy(slot->key, m->key, HEADER_BYTES);
+    slot->at = at; /* seen by the reports' thread: the report reaches it through librdkafka's locked queue */
+    return RD_KAFKA_RESP_ERR_NO_ERROR;
+}
+
+struct ack_plug { /* one configuration's: the ring its ACK_STAMPS_PROPERTY named, holding a reference */
+    struct ack_ring *ring;
+};
+
+static rd_kafka_conf_res_t plugin_on_conf_set(rd_kafka_conf_t *conf, const char *name, const char *val, char *errstr,
+                                              size_t errstr_size, void *opaque) {
+    struct ack_plug *plug = opaque;
+    (void)conf;
+    if (strcmp(name, ACK_STAMPS_PROPERTY)) return RD_KAFKA_CONF_UNKNOWN;
+    char *end = NULL;
+    unsigned long long id = val ? strtoull(val, &end, 10) : 0;
+    struct ack_ring *found = NULL;
+    pthread_mutex_lock(&rings_lock);
+    if (val && *val && end && !*end)
+        for (struct ack_ring *ring = rings; ring; ring = ring->next)
+            if (ring->id == id) {
+                found = ring, ring->refs++;
+                break;
+            }
+    pthread_mutex_unlock(&rings_lock);
+    if (!found) {
+        snprintf(errstr, errstr_size, "%s: %s is the id of no AckStamps of this process", ACK_STAMPS_PROPERTY,
+                 val ? val : "(none)");
+        return RD_KAFKA_CONF_INVALID;
+    }
+    if (plug->ring) ring_release(plug->ring);
+    plug->ring = found;
+    return RD_KAFKA_CONF_OK;
+}
+
+static rd_kafka_resp_err_t plugin_on_new(rd_kafka_t *r, const rd_kafka_conf_t *conf, void *opaque, char *errstr,
+                                         size_t errstr_size) {
+    struct ack_plug *plug = opaque;
+    (void)conf, (void)errstr, (void)errstr_size;
+    if (!plug->ring) return RD_KAFKA_RESP_ERR_NO_ERROR; /* no AckStamps named: nothing to stamp into */
+    return rk.interceptor_add_on_acknowledgement(r, ACK_STAMPS_IC, plugin_on_acknowledgement, plug->ring);
+}
+
+static rd_kafka_resp_err_t plugin_on_conf_destroy(void *opaque) {
+    struct ack_plug *plug = opaque;
+    if (plug->ring) ring_release(plug->ring);
+    free(plug);
+    return RD_KAFKA_RESP_ERR_NO_ERROR;
+}
+
+/* The plugin's entry point, called by librdkafka for each configuration whose plugin.library.paths names this module
+   (a duplicated configuration gets none of its state: librdkafka copies no on_conf_set property; confluent-kafka makes
+   its producer from the configuration it set). */
+__attribute__((visibility("default"))) rd_kafka_resp_err_t conf_init(rd_kafka_conf_t *conf, void **plug_opaquep,
+                                                                     char *errstr, size_t errstr_size) {
+    if (!rk.loaded || !rk.conf_interceptor_add_on_conf_set || !rk.conf_interceptor_add_on_conf_destroy ||
+        !rk.conf_interceptor_add_on_new || !rk.interceptor_add_on_acknowledgement) {
+        snprintf(errstr, errstr_size, "brokerbench's stamps: librdkafka %s, without its interceptors",
+                 rk.loaded ? "resolved" : "not resolved (load_rdkafka first)");
+        return RD_KAFKA_RESP_ERR__NOT_IMPLEMENTED;
+    }
+    struct ack_plug *plug = calloc(1, sizeof *plug);
+    if (!plug) {
+        snprintf(errstr, errstr_size, "brokerbench's stamps: out of memory");
+        return RD_KAFKA_RESP_ERR__FAIL;
+    }
+    rd_kafka_resp_err_t err = rk.conf_interceptor_add_on_conf_set(conf, ACK_STAMPS_IC, plugin_on_conf_set, plug);
+    if (!err) err = rk.conf_interceptor_add_on_new(conf, ACK_STAMPS_IC, plugin_on_new, plug);
+    if (err) { /* added twice to one configuration: the first stays */
+        snprintf(errstr, errstr_size, "brokerbench's stamps: interceptors not added: %s", rk.err2str(err));
+        free(plug); /* on_conf_set may stay registered with it: unreachable, since conf_init failing fails the set */
+        return err;
+    }
+    rk.conf_interceptor_add_on_conf_destroy(conf, ACK_STAMPS_IC, plugin_on_conf_destroy, plug);
+    *plug_opaquep = plug;
+    plugin_inits++;
+    return RD_KAFKA_RESP_ERR_NO_ERROR;
+}
+
+typedef struct {
+    PyObject_HEAD struct ack_ring *ring;
+} AckStamps;
+
+static PyObject *AckStamps_new(PyTypeObject *type, PyObject *args, PyObject *kwds) {
+    if (!PyArg_ParseTuple(args, ":AckStamps")) return NULL;
+    if (!rk.loaded) return PyErr_Format(PyExc_RuntimeError, "AckStamps: librdkafka is not resolved (load_rdkafka)");
+    if (!rk.conf_interceptor_add_on_conf_set || !rk.conf_interceptor_add_on_conf_destroy ||
+        !rk.conf_interceptor_add_on_new || !rk.interceptor_add_on_acknowledgement)
+        return PyErr_Format(PyExc_NotImplementedError, "AckStamps: librdkafka %s has no interceptors", rk.version);
+    AckStamps *self = (AckStamps *)type->tp_alloc(type, 0);
+    if (!self) return NULL;
+    struct ack_ring *ring = calloc(1, sizeof *ring);
+    if (ring) ring->slots = calloc(KAFKA_STAMPS, sizeof *ring->slots);
+    if (!ring || !ring->slots) {
+        free(ring);
+        Py_DECREF(self);
+        return PyErr_NoMemory();
+    }
+    pthread_mutex_lock(&rings_lock);
+    ring->id = ++rings_made;
+    ring->refs = 1;
+    ring->next = rings;
+    rings = ring;
+    pthread_mutex_unlock(&rings_lock);
+    self->ring = ring;
+    return (PyObject *)self;
+}
+
+static void AckStamps_dealloc(AckStamps *self) {
+    if (self->ring) ring_release(self->ring);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+/* at(key) -> the broker thread's stamp of the message with this 20-byte key, or None (no stamp in its slot: another
+   message took it, or the key is no header); called once per report, from the delivery callback. */
+static PyObject *AckStamps_at(AckStamps *self, PyObject *key) {
+    char *data;
+    Py_ssize_t len;
+    if (PyBytes_AsStringAndSize(key, &data, &len) < 0) return NULL;
+    struct ack_ring *ring = self->ring;
+    if (len == HEADER_BYTES) {
+        uint64_t seq;
+        memcpy(&seq, data + 4, sizeof seq);
+        const struct ack_slot *slot = &ring->slots[seq & (KAFKA_STAMPS - 1)];
+        int64_t at = slot->at;
+        if (at > 0 && at <= now_ns() && !memcmp(slot->key, data, HEADER_BYTES)) {
+            ring->handled++;
+            return PyLong_FromLongLong(at);
+        }
+    }
+    ring->missed++;
+    Py_RETURN_NONE;
+}
+
+static PyObject *AckStamps_config(AckStamps *self, void *closure) {
+    (void)closure;
+    PyObject *module = PyImport_ImportModule("brokerbench.native._sendloop");
+    PyObject *path = module ? PyModule_GetFilenameObject(module) : NULL;
+    Py_XDECREF(module);
+    if (!path) return NULL;
+    PyObject *out = Py_BuildValue("{s:N}", "plugin.library.paths", path);
+    if (!out) return NULL;
+    PyObject *id = PyUnicode_FromFormat("%llu", (unsigned long long)self->ring->id);
+    if (!id || PyDict_SetItemString(out, ACK_STAMPS_PROPERTY, id) < 0) {
+        Py_XDECREF(id);
+        Py_DECREF(out);
+        return NULL;
+    }
+    Py_DECREF(id);
+    return out;
+}
+
+static PyObject *AckStamps_handled(AckStamps *self, void *closure) {
+    (void)closure;
+    return PyLong_FromLongLong(self->ring->handled);
+}
+
+static PyObject *AckStamps_missed(AckStamps *self, void *closure) {
+    (void)closure;
+    return PyLong_FromLongLong(self->ring->missed);
+}
+
+static PyObject *AckStamps_refs(AckStamps *self, void *closure) {
+    (void)closure;
+    pthread_mutex_lock(&rings_lock);
+    int refs = self->ring->refs;
+    pthread_mutex_unlock(&rings_lock);
+    return PyLong_FromLong(refs);
+}
+
+static PyMethodDef AckStamps_methods[] = {
+    {"at", (PyCFunction)AckStamps_at, METH_O,
+     "at(key) -> the broker thread's stamp (ns, time.monotonic_ns's clock) of the message with this header key, or "
+     "None (stamp it as served)."},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyGetSetDef AckStamps_getset[] = {
+    {"config", (getter)AckStamps_config, NULL, "The producer settings that load this module as librdkafka's plugin "
+     "and name this ring: plugin.library.paths first.", NULL},
+    {"handled", (getter)AckStamps_handled, NULL, "Reports read back with the broker thread's stamp.", NULL},
+    {"missed", (getter)AckStamps_missed, NULL, "Reports read back without one (stamped as served).", NULL},
+    {"refs", (getter)AckStamps_refs, NULL, "Holders of the ring: this object and each configuration naming it.", NULL},
+    {NULL, NULL, NULL, NULL, NULL},
+};
+
+static PyTypeObject AckStampsType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "brokerbench.native._sendloop.AckStamps",
+    .tp_basicsize = sizeof(AckStamps),
+    .tp_dealloc = (destructor)AckStamps_dealloc,
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "The Python loop's Kafka acknowledgement stamps, taken on librdkafka's broker thread by this module as "
+              "its plugin (conf_init): pass `config` to the producer, read each report's stamp with `at`.",
+    .tp_new = AckStamps_new,
+    .tp_methods = AckStamps_methods,
+    .tp_getset = AckStamps_getset,
+};
+
+static PyObject *plugin_inits_get(PyObject *self, PyObject *args) {
+    (void)self, (void)args;
+    return PyLong_FromLongLong(plugin_inits);
+}
+
 static PyMethodDef module_methods[] = {
     {"load_rdkafka", load_rdkafka, METH_VARARGS, "load_rdkafka(path) -> version: resolve librdkafka from path."},
     {"kafka_sender", kafka_sender, METH_VARARGS, "kafka_sender(config, topic, partitions, single) -> Sender"},
@@ -3083,6 +3344,8 @@ static PyMethodDef module_methods[] = {
      "timed_decode(decode, messages, headers) -> bytes of (t0, t1, partition, length) int64 per message"},
     {"schedule_probe", schedule_probe, METH_VARARGS,
      "schedule_probe(rate, seconds) -> bytes: lateness in ns of each tick of an empty send schedule"},
+    {"plugin_inits", plugin_inits_get, METH_NOARGS,
+     "plugin_inits() -> how many configurations librdkafka initialised this module as its plugin for (conf_init)"},
     {"instrumentation_ns", instrumentation_ns, METH_VARARGS,
      "instrumentation_ns(n) -> ns per message of the loop's own bookkeeping"},
     {NULL, NULL, 0, NULL},
@@ -3092,7 +3355,7 @@ static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_sendloop", "The pro
                                     module_methods};
 
 PyMODINIT_FUNC PyInit__sendloop(void) {
-    if (PyType_Ready(&SenderType) < 0) return NULL;
+    if (PyType_Ready(&SenderType) < 0 || PyType_Ready(&AckStampsType) < 0) return NULL;
     PyObject *m = PyModule_Create(&module);
     if (!m) return NULL;
     if (PyModule_AddIntConstant(m, "STOP_BOUNDARY", STOP_BOUNDARY) || PyModule_AddIntConstant(m, "STOP_END", STOP_END) ||
@@ -3102,5 +3365,7 @@ PyMODINIT_FUNC PyInit__sendloop(void) {
     }
     Py_INCREF(&SenderType);
     PyModule_AddObject(m, "Sender", (PyObject *)&SenderType);
+    Py_INCREF(&AckStampsType);
+    PyModule_AddObject(m, "AckStamps", (PyObject *)&AckStampsType);
     return m;
 }

@@ -30,6 +30,12 @@ from ... import native
 from ...drivers import BrokerUnavailable, Message, OnAck, TargetRefused
 from ...figures import client_stamps
 
+# How a Kafka producer stamps its acknowledgements: on librdkafka's broker thread as it handles the produce response
+# (an on_acknowledgement interceptor: the native loop's, and the Python loop's through the plugin), or, without it, as
+# the thread serving librdkafka's delivery reports comes to each
+BROKER_THREAD_STAMPS = client_stamps("librdkafka")
+REPORT_STAMPS = client_stamps("librdkafka-report")
+
 LIBRDKAFKA_LOG = logging.getLogger(f"{__name__}.librdkafka")
 LIBRDKAFKA_LOG.addHandler(logging.NullHandler())  # no handler up the chain: dropped, not printed (logging's last resort)
 
@@ -302,10 +308,10 @@ class KafkaDriver:
         return {"payload_bytes": self._buffer_kb() * 1024}
 
     def producer(self, topic: str, partitions: int, mode: str, on_ack: OnAck) -> KafkaProducer:
-        config = {**self.producer_config(mode), **LOGGED}
+        producer, stamps = stamped_producer({**self.producer_config(mode), **LOGGED})
         if self.topics > 1:
-            return SpreadProducer(_KafkaProducer(config), topic, on_ack, lane_places(topic, partitions, self.topics))
-        return KafkaProducer(_KafkaProducer(config), topic, on_ack)
+            return SpreadProducer(producer, topic, on_ack, lane_places(topic, partitions, self.topics), stamps)
+        return KafkaProducer(producer, topic, on_ack, stamps)
 
     def native_sender(self, topic: str, partitions: int, mode: str):
         """The native send loop over librdkafka, with the same settings as `producer`."""
@@ -336,6 +342,25 @@ class KafkaDriver:
         return KafkaConsumer(consumer)
 
 
+def stamped_producer(config: dict):
+    """confluent-kafka's Producer with the native extension loaded as librdkafka's plugin, which stamps each
+    acknowledgement on librdkafka's broker thread (native.kafka_ack_stamps), and its AckStamps; where the plugin cannot
+    load (the extension not built, as in the Lambda package; a librdkafka without plugins or interceptors), the
+    Producer alone and None: its reports are stamped as served, and the producer says so (REPORT_STAMPS)."""
+    try:
+        stamps = native.kafka_ack_stamps()
+        return _KafkaProducer({**stamps.config, **config}), stamps
+    except (native.Unsupported, KafkaException) as exc:
+        if not _unstamped:
+            _unstamped.append(str(exc))
+            LIBRDKAFKA_LOG.warning("Kafka acknowledgements stamped as their reports are served, not on librdkafka's "
+                                   "broker thread: %s", exc)
+        return _KafkaProducer(config), None
+
+
+_unstamped: list[str] = []  # why the plugin did not load, said once per process
+
+
 def _serving(meta, partitions: int) -> bool:
     """Whether a topic's metadata shows all its partitions, each with a leader and every replica in sync."""
     return bool(meta) and not meta.error and len(meta.partitions) == partitions and all(
@@ -358,30 +383,49 @@ def _security(endpoint: dict) -> dict:
 
 
 class KafkaProducer:
-    """The Python loop's Kafka producer. Its delivery reports are served by a thread of its own that waits in
-    librdkafka's poll (which releases the GIL and returns as soon as a report is queued) and stamps each as it
-    arrives; the reports queue up and reach on_ack in poll and flush, on the worker's thread, with that stamp.
-    The send loop's own waits could not stamp on arrival: librdkafka's poll waits in whole milliseconds, and a
-    report that came while the loop slept the rest of a wait, encoded or sent was stamped when the loop next
-    polled (up to 250 µs late in 0.25 ms slices, and a send period late at its worst)."""
+    """The Python loop's Kafka producer. Each acknowledgement is stamped on librdkafka's broker thread as it handles
+    the produce response (the native extension as librdkafka's plugin: `stamped_producer`), as the native loop
+    stamps it; the delivery reports are served by a thread of its own that waits in librdkafka's poll (which
+    releases the GIL and returns as soon as a report is queued) and reads each report's stamp back; the reports queue
+    up and reach on_ack in poll and flush, on the worker's thread, with that stamp. Against the kernel's trace (one
+    message in flight, 5 interleaved trials, load 1.4 to 2.8 on 2 cores) the broker thread's stamp came +48 µs after
+    the arrival at the median and +237 at p99 (the native loop's +48 and +185), where the report's own stamp on that
+    thread came +80 and +759 (bench/client_stamp_lag.py, docs/performance.md). Without the plugin (`stamps` None), or for a report whose stamp another
+    message's has replaced, the reports' thread stamps it as it is served. The send loop's own waits could not stamp
+    on arrival: librdkafka's poll waits in whole milliseconds, and a report that came while the loop slept the rest
+    of a wait, encoded or sent was stamped when the loop next polled (up to 250 µs late in 0.25 ms slices)."""
 
-    stamps = client_stamps("librdkafka")  # on the reports' thread, once librdkafka has queued the report
-
-    def __init__(self, producer: _KafkaProducer, topic: str, on_ack: OnAck) -> None:
+    def __init__(self, producer: _KafkaProducer, topic: str, on_ack: OnAck, stamps=None) -> None:
         self._producer = producer
         self._topic = topic
         self._on_ack = on_ack
+        self._stamps = stamps
+        # how the acknowledgements are stamped: on librdkafka's broker thread, or as the reports' thread serves them
+        self.stamps = BROKER_THREAD_STAMPS if stamps is not None else REPORT_STAMPS
         self._results: queue.SimpleQueue = queue.SimpleQueue()
         put, clock = self._results.put, time.monotonic_ns
 
-        def delivered(err, msg) -> None:  # on the reports' thread, as the report arrives: stamped here
-            put((msg.key(), err is None, clock()))
+        if stamps is None:
+            def delivered(err, msg) -> None:  # on the reports' thread, as the report arrives: stamped here
+                put((msg.key(), err is None, clock()))
+        else:
+            at = stamps.at
+
+            def delivered(err, msg) -> None:  # the broker thread's stamp; a report without one stamped here
+                key = msg.key()
+                put((key, err is None, (err is None and at(key)) or clock()))
 
         self._delivered = delivered
         self._unreported = 0  # produced, not yet handed to on_ack
         self._stopping = threading.Event()
         self._reports = threading.Thread(target=self._serve_reports, name="kafka-delivery-reports", daemon=True)
         self._reports.start()
+
+    @property
+    def handled_stamps(self) -> int | None:
+        """The acknowledgements stamped on librdkafka's broker thread so far (the others as served); None without the
+        plugin."""
+        return None if self._stamps is None else self._stamps.handled
 
     def _serve_reports(self) -> None:
         poll, stopping = self._producer.poll, self._stopping
@@ -438,8 +482,9 @@ class KafkaProducer:
 class SpreadProducer(KafkaProducer):
     """A producer over several topics: the lane it is given names the topic and the partition."""
 
-    def __init__(self, producer: _KafkaProducer, topic: str, on_ack: OnAck, places: list[tuple[str, int]]) -> None:
-        super().__init__(producer, topic, on_ack)
+    def __init__(self, producer: _KafkaProducer, topic: str, on_ack: OnAck, places: list[tuple[str, int]],
+                 stamps=None) -> None:
+        super().__init__(producer, topic, on_ack, stamps)
         self._places = places
 
     def send(self, header: bytes, payload: bytes, partition: int) -> None:

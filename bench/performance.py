@@ -1220,6 +1220,43 @@ def first_touch(results: dict) -> dict:
                             for arm, cells in summary["kafka_by_cell"].items()])}
 
 
+# ---- the Redis cell's repeat p99 spread (bench/redis_tail.py) ------------------------------------------------------
+
+REDIS_TAIL_WAYS = {"auto": "Redis rewrites its AOF on its own (the stack before)",
+                   "between": "compacted between cells (the stack now)"}
+REDIS_TAIL_BANDS = ((0, 5), (5, 20), (20, 50), (50, 101))  # other processes' CPU over a cell, % of the host
+
+
+def _tail_spread(s: dict) -> str:
+    return "–" if s["sd_log_p99"] is None else f"{s['sd_log_p99']:.2f} (n {s['n']})"
+
+
+def redis_tail(results: dict) -> dict:
+    rt = results["redis_tail"]
+    loads = rt["load_average_1_5_15"]
+    ways = [[REDIS_TAIL_WAYS[way], _tail_spread(s["all"]), _tail_spread(s["quiet_host"]),
+             f"{s['all']['geomean_p99_us']:,.0f}", f"{s['all']['min_p99_us']:,.0f}–{s['all']['max_p99_us']:,.0f}",
+             f"{s['cells_with_a_rewrite']}: " + (", ".join(f"{p:,.0f}" for p in s["p99_us_of_cells_with_a_rewrite"])
+                                                 or "–")]
+            for way, s in rt["summary"].items()]
+    bands = []
+    for low, high in REDIS_TAIL_BANDS:
+        row = [f"{low}–{min(high, 100)}%"]
+        for way in rt["summary"]:
+            logs = [math.log(c["p99_us"]) for c in rt["cells"]
+                    if c["way"] == way and low <= (c["others_cpu_pct"] or 0) < high]
+            row.append("–" if not logs else f"{len(logs)}: {math.exp(statistics.fmean(logs)):,.0f}" +
+                       (f", sd {statistics.stdev(logs):.2f}" if len(logs) > 1 else ""))
+        bands.append(row)
+    return {"when": rt["measured_at"][:16].replace("T", " "), "code": rt["code"], "cell": rt["cell"],
+            "quiet": f"{rt['quiet_others_cpu_pct']:g}",
+            "load": f"{loads['before'][0]:.1f} before, {loads['after'][0]:.1f} after",
+            "ways": table(["AOF rewrite", "sd of log p99", "on a quiet host", "geometric mean p99 (µs)",
+                           "p99 range (µs)", "cells with a rewrite: their p99 (µs)"], ways),
+            "bands": table(["other processes' CPU",
+                            *(f"{way}: cells, geometric mean p99 (µs), sd of log" for way in rt["summary"])], bands)}
+
+
 # ---- the page -------------------------------------------------------------------------------------------------------
 
 SECTIONS = {"intro": None, "harness": harness, "broker_tools": broker_tools, "cell_overhead": cell_overhead,
@@ -1228,7 +1265,7 @@ SECTIONS = {"intro": None, "harness": harness, "broker_tools": broker_tools, "ce
             "api_load": api_load,
             "false_claims": false_claims, "aa_regression": aa_regression, "aa_schedule": aa_schedule,
             "latency_truth": latency_truth, "stamp_lag": stamp_lag, "interval_close": interval_close,
-            "startup": startup, "first_touch": first_touch}
+            "redis_tail": redis_tail, "startup": startup, "first_touch": first_touch}
 
 
 def load_results(folder: Path) -> dict:

@@ -1,6 +1,14 @@
 """Redis on the local stack: Debian's redis-server bound to 127.0.0.1, AOF on (appendfsync everysec) unless
 the stack is made with redis_aof=False (`--no-aof`).
 
+The single node's AOF is compacted between cells, never during one: its automatic rewrite is off
+(auto-aof-rewrite-percentage 0) and the driver rewrites it before a cell once it has grown (the endpoint's
+`aof_rewrite`: driver.py compact_aof). Each cell deletes the previous cells' streams, so an automatic rewrite
+was set off by data no cell still held: by default every 64 MB of AOF, one Redis cell in six or seven of the
+quick suite (1 KB at 1,000 msgs/s writes about 10 MB), at a moment chance chose. Its fork and the switch to the new
+file stalled Redis for 4 to 13 ms (bench/redis_tail.py), which alone moved that cell's end-to-end p99 by up to a
+third. A managed ElastiCache forks for no AOF (it has none) and for a snapshot only in its daily backup window.
+
 `redis@2` and `redis@3` are the failover case: one master and one or two replicas (a redis-server each, in
 node-<n>/, node 1 the first master), watched by three Sentinels (quorum 2) that promote a replica when the master
 stops answering. Redis replicates asynchronously: an XADD is answered before any replica has it, so a failover
@@ -123,14 +131,14 @@ class RedisService:
             return self._start_cluster(server, folder, ports, settings["nodes"], aof, version, password)
         port = ports()
         cmd = [server, *([str(_auth_config(folder, password))] if password else []), "--bind", HOST, "--port", str(port), "--save", "", "--dir", str(folder / "data"),
-               "--appendonly", "yes" if aof else "no", "--appendfsync", "everysec",
+               "--appendonly", "yes" if aof else "no", "--appendfsync", "everysec", "--auto-aof-rewrite-percentage", "0",
                "--daemonize", "no", "--protected-mode", "yes", "--logfile", ""]
         log = folder / "redis.log"
         # where a network fault's proxy goes (brokerbench.local.proxies), on a port of its own
         proxy_port = ports()
         proxy = {"links": [{"node": node_name(HOST, port), "listen": proxy_port, "upstream": port}],
                  "clients": {"port": proxy_port}}
-        endpoint = {"host": HOST, "port": port, "version": version, "proxy": proxy,
+        endpoint = {"host": HOST, "port": port, "version": version, "proxy": proxy, "aof_rewrite": "between_cells",
                     **({"auth_env": AUTH_ENV} if password else {})}
         return Started([spawn(cmd, folder, log)], port, endpoint, version, str(log),
                        {"aof": aof, "proxy_port": proxy_port})

@@ -40,6 +40,26 @@ def test_the_series_hold_every_run_with_its_repeats(stored):
         assert [c["began_run_id"] for c in s["change_points"]] == [run_id(STEADY)]
 
 
+def test_a_series_is_tested_from_newest_min_runs_and_searched_from_min_series(stored):
+    """What the history (the API's /suites/{name}/history) says of each series: too short to test, tested on its
+    newest runs only, or searched; the configurations of one broker share a noise group per metric."""
+    runs = history.suite_runs(stored, "nightly")
+    for count, checked, searched in ((changes.NEWEST_MIN - 1, False, False), (changes.NEWEST_MIN, True, False),
+                                     (changes.MIN_SERIES - 1, True, False), (changes.MIN_SERIES, True, True)):
+        shown = history.history(stored, runs[:count], metrics=[THROUGHPUT])["series"]
+        assert [(s["checked"], s["searched"]) for s in shown] == [(checked, searched)] * 4, count
+    groups = {s["key"].split("|")[0]: history.noise_group(s["key"], THROUGHPUT)
+              for s in history.analyse({r: _figures(stored, r) for r in runs}, runs, metrics=[THROUGHPUT])}
+    assert groups["kafka"] != groups["redis-streams"] and all(THROUGHPUT in g for g in groups.values())
+
+
+def _figures(store, run):
+    from brokerbench.events import read_report_events
+    from brokerbench.reports import regression
+
+    return regression.run_figures(read_report_events(store, run))
+
+
 def test_the_first_run_after_a_change_tells_nothing_the_second_tells_where_it_began(stored):
     first = history.watch(stored, run_id(STEADY), record=False)
     assert first["regressions"] == []  # one run is no change yet; its series are judged by change points, not pairs

@@ -281,7 +281,10 @@ class HistorySeries(Model):
     cell: str
     metric: str
     higher_is_better: bool
-    checked: bool = Field(description="Whether the series had enough runs to be searched for change points.")
+    checked: bool = Field(description="Whether the series had enough runs for its newest runs to be tested "
+                                      "(reports.changes.NEWEST_MIN).")
+    searched: bool = Field(False, description="Whether the series had enough runs to be searched for change points "
+                                              "at every split (reports.changes.MIN_SERIES).")
     points: list[HistoryPoint]
     change_points: list[ChangePoint]
 

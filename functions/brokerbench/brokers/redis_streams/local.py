@@ -7,7 +7,8 @@ The single node's AOF is compacted between cells, never during one: its automati
 was set off by data no cell still held: by default every 64 MB of AOF, one Redis cell in six or seven of the
 quick suite (1 KB at 1,000 msgs/s writes about 10 MB), at a moment chance chose. Its fork and the switch to the new
 file stalled Redis for 4 to 13 ms (bench/redis_tail.py), which alone moved that cell's end-to-end p99 by up to a
-third. A managed ElastiCache forks for no AOF (it has none) and for a snapshot only in its daily backup window.
+third. A managed ElastiCache offers no AOF on its current engine versions and forks for a snapshot in its backup
+window.
 
 `redis@2` and `redis@3` are the failover case: one master and one or two replicas (a redis-server each, in
 node-<n>/, node 1 the first master), watched by three Sentinels (quorum 2) that promote a replica when the master

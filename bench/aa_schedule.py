@@ -26,10 +26,9 @@ within two nights, at the run it began with.
    Then how large a p99 step the schedule tells (P99_SWEEP), the +30% step with more repeats per run (REPEATS_SWEEP:
    what a suite sized for detection would tell, its A/A nights' false alerts and its minutes per night,
    night_minutes), and a bound on what a test of these runs can tell (power_table): a test that knew the step's run
-   and the level before it, on one series alone at a one-sided 1%, told +30% within two nights with a probability of
-   22% on average over the configurations (86% at best) on the 8 runs of November 2026; the smallest step it tells at
-   90% and the repeats per run it would need for +30% are printed per configuration. --bound-only makes the noise
-   model and the bound again from the recorded runs and keeps the recorded simulation.
+   and the level before it, on one series alone at a one-sided 1% (docs/performance.md has its figures per
+   configuration: the smallest step it tells at 90% and the repeats per run it would need for +30%). --bound-only
+   makes the noise model and the bound again from the recorded runs and keeps the recorded simulation.
    The drawn configurations are independent of each other (a slow run on a real host moves every configuration:
    correlation that the family-wise controls hold under, and that makes alerts cluster rather than multiply).
 
@@ -314,10 +313,26 @@ def power_table(model: dict, metric: str = "end_to_end_p99_us", step: float = ST
             "mean_power": float(np.mean([r["power"] for r in rows.values()])),
             "watch_critical_t": stats.t_quantile(changes.ALPHA * changes.SEARCH_SHARE / (family * splits),
                                                  TYPICAL_SERIES - 2),
-            # the newest runs' test: one-sided at the rest of ALPHA over the series, no factor for splits
+            # the newest runs' test: one-sided at the rest of ALPHA over the series, no factor for splits; on its
+            # own degrees of freedom, and with the most its noise group's prior may add (changes.variance_prior:
+            # PRIOR_SHARE of the group's, the configurations of one broker in the quick suite)
             "newest_critical_t": stats.t_quantile(2 * changes.ALPHA * (1 - changes.SEARCH_SHARE) / family,
                                                   TYPICAL_SERIES - 2),
+            "newest_critical_t_prior": stats.t_quantile(
+                2 * changes.ALPHA * (1 - changes.SEARCH_SHARE) / family,
+                (TYPICAL_SERIES - 2) * (1 + changes.PRIOR_SHARE * _group_size(model))),
             "watch_series": TYPICAL_SERIES, "family": family, "splits": splits}
+
+
+def _group_size(model: dict) -> int:
+    """The configurations of the largest noise group (history.noise_group: those of one broker here)."""
+    from brokerbench.reports.history import noise_group
+
+    groups: dict[str, int] = {}
+    for key in model["configurations"]:
+        group = noise_group(key, "end_to_end_p99_us")
+        groups[group] = groups.get(group, 0) + 1
+    return max(groups.values(), default=1)
 
 
 def night_minutes(model: dict, repeats: int) -> float:
@@ -633,7 +648,8 @@ def main() -> int:
                                   "min_series": changes.MIN_SERIES, "min_history": regression.MIN_HISTORY,
                                   "series_runs": history.SERIES_RUNS, "history_runs": regression.HISTORY_RUNS,
                                   "min_effect": changes.MIN_EFFECT, "search_share": changes.SEARCH_SHARE,
-                                  "median_repeats": changes.MEDIAN_REPEATS},
+                                  "median_repeats": changes.MEDIAN_REPEATS, "newest_min": changes.NEWEST_MIN,
+                                  "prior_share": changes.PRIOR_SHARE},
         "real": {"runs": checked, "stack": stack, "summary": summary(checked), "pure_check_agrees": agree,
                  "rechecked_alerts": rechecked,
                  "runs_wall_s": round(sum(r["wall_s"] for r in checked), 1)},

@@ -918,6 +918,8 @@ def aa_schedule(results: dict) -> dict:
         "tp_repeat": _median_sd(noise, "throughput_msgs_per_s", "sd_repeat"),
         "early": _share(sum(n for start, (_, n) in sim["detection"]["p99"]["by_start"].items()
                             if int(start) < rules["min_series"]), sim["detection"]["p99"]["trials"]),
+        "early_told": _early_told(sim["detection"]["p99"], rules["min_series"]),
+        "newest_min": str(rules.get("newest_min", rules["min_series"])),
         "nights": f"{sim['false_alerts']['nights']:,}", "per_schedule": str(sim["nights_per_schedule"]),
         "trials": str(sim["detection"]["p99"]["trials"]), "min_series": str(rules["min_series"]),
         "min_history": str(rules["min_history"]), "sim_wall": minutes(sim["wall_s"]),
@@ -925,6 +927,8 @@ def aa_schedule(results: dict) -> dict:
                               "(pairwise)", "nights with a series", "alerts by metric"], false_rows),
         **_aa_power(noise, sim, rules["min_series"]), "figure_spread": _figure_spread(noise),
         "p99_told": _share(sim["detection"]["p99"]["told"], sim["detection"]["p99"]["trials"]),
+        "kafka_told": _broker_share(sim["detection"]["p99"], noise, "kafka"),
+        "redis_told": _broker_share(sim["detection"]["p99"], noise, "redis-streams"),
         "false_sim": _share(sim["false_alerts"]["nights_with_an_alert"], sim["false_alerts"]["nights"]),
         "best_sized": _best_sized(sim),
         "run_wall": f"{noise['run_wall_s']:.0f} s" if "run_wall_s" in noise else "–",
@@ -934,6 +938,12 @@ def aa_schedule(results: dict) -> dict:
                             [_step_row(d) for d in sim["detection"].values()]
                             + [_step_row(d) for d in sim.get("p99_sweep", [])]),
     }
+
+
+def _early_told(d: dict, min_series: int) -> str:
+    """The steps at nights before a series is searched that were told within two nights (aa_schedule's detection)."""
+    early = [(t, n) for s, (t, n) in d["by_start"].items() if int(s) < min_series]
+    return _share(sum(t for t, _ in early), sum(n for _, n in early))
 
 
 def _run_day(run_id: str) -> str | None:
@@ -978,7 +988,7 @@ def _aa_power(noise: dict, sim: dict, min_series: int) -> dict:
     power = sim.get("power")
     if power is None:
         return {"sweep_table": "(not simulated)", "bound_table": "(not simulated)", "bound_mean": "–",
-                "watch_t": "–", "newest_t": "–", "bound_best": "–", "smallest_overall": "–", "shape_text": shape,
+                "watch_t": "–", "newest_t": "–", "newest_t_prior": "–", "bound_best": "–", "smallest_overall": "–", "shape_text": shape,
                 "tails": "; ".join(_tail(noise, b) for b in _brokers(noise))}
     rows = [_sweep_row(d, noise, sim) for d in [sim["detection"]["p99"]] + sim.get("p99_sweep", [])
             + sim.get("repeats_sweep", [])]
@@ -1005,6 +1015,7 @@ def _aa_power(noise: dict, sim: dict, min_series: int) -> dict:
                    f"degrees of freedom, half of ALPHA {power['alpha']:g} over {power['family']} series × "
                    f"{power['splits']} splits)",
         "newest_t": f"{power['newest_critical_t']:.1f}" if "newest_critical_t" in power else "–",
+        "newest_t_prior": f"{power['newest_critical_t_prior']:.1f}" if "newest_critical_t_prior" in power else "–",
         "smallest_overall": (f"× {min(d['factor'] for d in told):g}" if told else
                              f"none of the steps simulated (up to × {max([d['factor'] for d in sweep] or [1.3]):g})"),
     }

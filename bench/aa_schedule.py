@@ -84,7 +84,8 @@ def kept_figures(figures: dict[str, dict]) -> dict[str, dict]:
     repeats): per configuration its repeats per metric (busy repeats already left out), each quiet repeat's
     sustainability verdict, the configuration's verdict and the busy marks."""
     return {key: {k: e[k] for k in ("key", "cell", "cell_id", "status", "search", "send_loop", "sustainability",
-                                     "repeat_verdicts", "host_busy")} | {"repeats": e["repeats"], "series": {}}
+                                     "repeat_verdicts", "host_busy")} | {"repeats": e["repeats"], "series": {},
+                                                                         "covariates": e.get("covariates", {})}
             for key, e in figures.items()}
 
 
@@ -140,11 +141,58 @@ def figure_spread(runs: list[dict]) -> dict:
     return out
 
 
+def _covariate_logs(runs: list[dict[str, dict]], key: str, metric: str) -> list[np.ndarray] | None:
+    """Per run, the log host figure (changes.COVARIATE) of each repeat of a configuration's metric, aligned with its
+    repeats; None unless every repeat of every run has one."""
+    out = []
+    for r in runs:
+        if key not in r or not r[key]["repeats"].get(metric):
+            continue
+        given = (r[key].get("covariates") or {}).get(metric) or []
+        if len(given) != len(r[key]["repeats"][metric]) or any(c is None for c in given):
+            return None
+        out.append(np.log(np.maximum(np.asarray(given, dtype=float), changes_floor())))
+    return out
+
+
+def changes_floor() -> float:
+    from brokerbench.reports.changes import COVARIATE_FLOOR
+
+    return COVARIATE_FLOOR
+
+
+def host_slopes(runs: list[dict[str, dict]]) -> dict[str, float]:
+    """Per noise group of an adjusted metric, the slope the watch would take out of these runs
+    (changes.host_adjustment over every configuration of the group, every run a point)."""
+    from brokerbench.reports.changes import ADJUSTED, host_adjustment
+    from brokerbench.reports.history import noise_group
+
+    members: dict[str, list[dict]] = {}
+    for key in runs[0]:
+        for metric in ADJUSTED:
+            covariates = _covariate_logs(runs, key, metric)
+            if covariates is None:
+                continue
+            kept = [r for r in runs if key in r and r[key]["repeats"].get(metric)]
+            members.setdefault(noise_group(key, metric), []).append(
+                {"runs": [r[key]["repeats"][metric] for r in kept],
+                 "covariates": [r[key]["covariates"][metric] for r in kept]})
+    slopes = {}
+    for group, series in members.items():
+        found = host_adjustment(series)
+        if found is not None:
+            slopes[group] = found["slope"]
+    return slopes
+
+
 def noise_model(runs: list[dict[str, dict]]) -> dict:
     """The noise of the real runs (each a kept_figures), per configuration and metric on the log scale: the mean of
     the runs' means, the repeats' standard deviation around their run's mean (pooled), and the run effect's: the
     variance of the runs' means less the repeats' share of it (floored at 0). Beside them, per repeat over every
     configuration: the shares judged unsustainable and inconclusive (of the quiet repeats) and measured busy."""
+    from brokerbench.reports.history import noise_group
+
+    slopes = host_slopes(runs)
     configurations = {}
     for key in runs[0]:
         entry = {"cell": runs[0][key]["cell"], "metrics": {}}
@@ -163,6 +211,10 @@ def noise_model(runs: list[dict[str, dict]]) -> dict:
                                         "sd_run": math.sqrt(between), "runs": len(logs),
                                         "run_values": [float(math.exp(m)) for m in means],
                                         **empirical_noise(logs)}
+            covariates = _covariate_logs(runs, key, metric)
+            slope = slopes.get(noise_group(key, metric))
+            if covariates is not None and slope is not None:
+                entry["metrics"][metric].update(joint_noise(logs, covariates, slope))
         configurations[key] = entry
     verdicts = [v for r in runs for e in r.values() for v in e["repeat_verdicts"]]
     busy = sum(len((e.get("host_busy") or {}).get("repeats", [])) for r in runs for e in r.values())
@@ -195,6 +247,21 @@ def empirical_noise(logs: list[np.ndarray], draws: int = 4000) -> dict:
             "sd_run_robust": math.sqrt(max(0.0, observed - expected))}
 
 
+def joint_noise(logs: list[np.ndarray], covariates: list[np.ndarray], slope: float) -> dict:
+    """The noise of a latency with its host figure, for drawing both as they came together: each repeat's log
+    figure net of the host (less slope × its log delay's deviation from the median) and its log delay, each less
+    its centre (the residuals are drawn in pairs), and the robust run effect of the net figure beyond what its
+    drawn repeats give (empirical_noise's, on the net figures). A drawn repeat is then centre + run effect + its
+    net residual + slope × its delay's residual, so the watch finds the slope the real runs had."""
+    delays = np.concatenate(covariates)
+    delay_centre = float(np.median(delays))
+    net = [x - slope * (c - delay_centre) for x, c in zip(logs, covariates)]
+    noise = empirical_noise(net)
+    return {"joint": {"slope": slope, "centre": noise["centre"], "residuals": noise["residuals"],
+                      "sd_run_robust": noise["sd_run_robust"], "delay_centre": delay_centre,
+                      "delay_residuals": [float(d - delay_centre) for d in delays]}}
+
+
 # -- a drawn run (pure, seeded) ------------------------------------------------------------------------------------
 def combined(verdicts: list[str]) -> str:
     """The configuration's verdict over its repeats (reports.model.combined_verdict's rule)."""
@@ -216,21 +283,30 @@ def draw_run(model: dict, rng: np.random.Generator, step: tuple[str, str, float]
         busy = [r for r in range(1, n + 1) if rng.random() < p_busy]
         draws = rng.random(n)
         verdicts = ["unsustainable" if d < p_u else "inconclusive" if d < p_u + p_i else "sustainable" for d in draws]
-        repeats = {}
+        repeats, covariates = {}, {}
         for metric, m in config["metrics"].items():
+            delays = None
             if model.get("shape", "empirical") == "lognormal":
                 values = np.exp(m["log_mean"] + rng.normal(0, m["sd_run"]) + rng.normal(0, m["sd_repeat"], n))
+            elif "joint" in m and model.get("covariates", True):
+                j = m["joint"]
+                picks = rng.integers(0, len(j["residuals"]), n)
+                residuals, spread = np.asarray(j["residuals"])[picks], np.asarray(j["delay_residuals"])[picks]
+                values = np.exp(j["centre"] + rng.normal(0, j["sd_run_robust"]) + residuals + j["slope"] * spread)
+                delays = np.exp(j["delay_centre"] + spread)
             else:
                 values = np.exp(m["centre"] + rng.normal(0, m["sd_run_robust"]) + rng.choice(m["residuals"], n))
             if step is not None and step[0] == key and step[1] == metric:
                 values = values * step[2]
             repeats[metric] = [float(v) for r, v in enumerate(values, 1) if r not in busy]
+            if delays is not None:
+                covariates[metric] = [float(v) for r, v in enumerate(delays, 1) if r not in busy]
         judged = model.get("judged", True)  # False: no sustainability verdict, so no flip is tested
         run[key] = {"key": key, "cell": config["cell"], "cell_id": key, "status": "completed", "search": False,
                     "send_loop": None, "sustainability": combined(verdicts) if judged else None,
                     "repeat_verdicts": [v for r, v in enumerate(verdicts, 1) if r not in busy] if judged else [],
                     "host_busy": {"repeats": busy, "of": n, "reasons": ["drawn busy"]} if busy else None,
-                    "repeats": repeats, "series": {}}
+                    "repeats": repeats, "series": {}, "covariates": covariates}
     return run
 
 

@@ -89,7 +89,8 @@ def test_cells_on_the_cluster_deliver_everything_on_streams_replicated_to_every_
     outcome = execute_run({**TINY, "name": f"it-nats3-{loop}"}, {**endpoints, "nats-jetstream": nats3}, store)
     events = store.read(outcome.run_id)
     results = build_results(events)
-    assert outcome.status == "completed" and len(results["cells"]) == 2
+    failed = [(e["data"]["cell_id"], e["data"]["reason"]) for e in events if e["type"] == "CellFailed"]
+    assert outcome.status == "completed" and len(results["cells"]) == 2, failed
     assert {e["data"]["send_loop"] for e in events if e["type"] == "CellCompleted"} == {loop}
     for cell in results["cells"]:
         assert cell["status"] == "completed", cell.get("reason")

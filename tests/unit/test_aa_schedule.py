@@ -152,3 +152,32 @@ def test_the_figure_spread_compares_a_runs_three_figures(bench):
     assert spread["end_to_end_p99_us"]["median"] == pytest.approx(1.0)
     assert spread["end_to_end_p99_us"]["merged"] == pytest.approx(math.sqrt(7 / 3))
     assert spread["end_to_end_p99_us"]["configurations"] == 1
+
+
+def test_a_latency_and_its_host_figure_are_drawn_in_pairs_and_the_watch_finds_their_slope(bench):
+    """Real runs whose end-to-end p99 moves with the publish delay p99 at a slope of 0.5 within runs: the model keeps
+    the slope and the pairs, and a drawn run's repeats carry their delays, from which changes.host_adjustment finds
+    the slope again; without covariates the model draws as before."""
+    rng = np.random.default_rng(5)
+    runs = []
+    for _ in range(6):
+        host = rng.normal(0, 0.3) + rng.normal(0, 0.2, 3)
+        delays = list(200 * np.exp(host))
+        e2e = list(1000 * np.exp(0.5 * host + rng.normal(0, 0.02, 3)))
+        runs.append({"redis-streams|raw|batch|record|1024|1000|1|1|1": {
+            "cell": "redis raw", "repeats": {"end_to_end_p99_us": e2e}, "covariates": {"end_to_end_p99_us": delays},
+            "repeat_verdicts": ["sustainable"] * 3, "host_busy": None}})
+    model = bench.noise_model(runs)
+    [config] = model["configurations"].values()
+    joint = config["metrics"]["end_to_end_p99_us"]["joint"]
+    assert joint["slope"] == pytest.approx(0.5, abs=0.05)
+    assert len(joint["residuals"]) == len(joint["delay_residuals"]) == 18
+    assert max(map(abs, joint["residuals"])) < 0.1  # the figures net of the host keep only their own noise
+    model.update(unsustainable_rate=0.0, inconclusive_rate=0.0, busy_rate=0.0, repeats_per_run=3)
+    drawn = [bench.draw_run(model, np.random.default_rng(seed)) for seed in range(8)]
+    key = next(iter(drawn[0]))
+    series = [{"runs": [d[key]["repeats"]["end_to_end_p99_us"] for d in drawn],
+               "covariates": [d[key]["covariates"]["end_to_end_p99_us"] for d in drawn]}]
+    assert changes.host_adjustment(series)["slope"] == pytest.approx(0.5, abs=0.1)
+    plain = bench.draw_run({**model, "covariates": False}, np.random.default_rng(0))[key]
+    assert plain["covariates"] == {} and len(plain["repeats"]["end_to_end_p99_us"]) == 3

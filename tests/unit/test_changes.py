@@ -292,3 +292,65 @@ def test_a_nightly_watch_over_heavy_tailed_runs_tells_few_false_alerts():
             told += any(C.new_alerts(a, b) for a, b in zip(now, before))
     print(f"{told} of {nights} nights told a false alert")
     assert told / nights <= budget(nights)
+
+
+def host_series(rng, runs, *, slope, host_sd, step=0.0, at=None, repeats=3, level=800.0, within=0.05, group="g"):
+    """A latency series whose runs move with the host: each run's host figure (the publish delay p99, around 200 µs,
+    its log moving host_sd from run to run and within it) moves the latency by slope x its log; from run `at` on the
+    latency alone is multiplied by 1 + step (the delays do not move: a change of the broker, not of the host)."""
+    out, delays = [], []
+    for i in range(runs):
+        host = rng.normal(0, host_sd) + rng.normal(0, host_sd / 2, repeats)
+        shift = math.log1p(step) if at is not None and i >= at else 0.0
+        out.append(list(level * np.exp(slope * host + shift + rng.normal(0, within, repeats))))
+        delays.append(list(200.0 * np.exp(host)))
+    return {"runs": out, "covariates": delays, "metric": P99, "higher_is_better": False, "group": group}
+
+
+def test_the_host_slope_is_found_within_runs_and_none_without_enough_repeats():
+    rng = np.random.default_rng(41)
+    found = C.host_adjustment([host_series(rng, 10, slope=0.6, host_sd=0.4) for _ in range(5)])
+    assert found["covariate"] == C.COVARIATE and found["slope"] == pytest.approx(0.6, abs=0.1)
+    assert found["df"] == 5 * 10 * (3 - 1) and 120 < found["reference"] < 330
+    # a slope past 1 or below 0 is held to the bounds; one repeat per run gives no degrees of freedom within runs
+    assert C.host_adjustment([host_series(rng, 10, slope=1.8, host_sd=0.4)])["slope"] == 1.0
+    assert C.host_adjustment([host_series(rng, 10, slope=-0.5, host_sd=0.4)])["slope"] == 0.0
+    assert C.host_adjustment([host_series(rng, 12, slope=0.6, host_sd=0.4, repeats=1)]) is None
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_a_latency_net_of_the_host_tells_a_broker_step_and_not_a_busy_host(seed):
+    """Runs that move with the host (slope 0.6, the host's log delay 0.35 from run to run): a +30% step of the latency
+    alone at run 8 of 10 is told once the host is taken out, and not when the series is read as measured; a host
+    that woke the producer later in the newest runs (its delays x2.5, the latency with them) is no alert either way
+    it would be read."""
+    rng = np.random.default_rng(300 + seed)
+    stepped = [host_series(rng, 10, slope=0.6, host_sd=0.35, step=0.30, at=8)] + \
+        [host_series(rng, 10, slope=0.6, host_sd=0.35) for _ in range(4)]
+    net = C.detect(stepped)
+    assert net[0]["adjustment"]["slope"] == pytest.approx(0.6, abs=0.15)
+    alerts = [c for c in net[0]["change_points"] if c["alert"]]
+    assert [c["index"] for c in alerts] == [8] and alerts[0]["change"] == pytest.approx(0.30, abs=0.12)
+    assert net[0]["tested"] != net[0]["values"]  # shown as measured, tested net of the host
+    assert net[0]["values"] == pytest.approx([C.run_value(r) for r in stepped[0]["runs"]])
+    assert not any(c["alert"] for s in net[1:] for c in s["change_points"])
+    measured = C.detect([{k: v for k, v in s.items() if k != "covariates"} for s in stepped])
+    assert measured[0]["adjustment"] is None and not any(c["alert"] for c in measured[0]["change_points"])
+
+    busy = [host_series(rng, 10, slope=0.6, host_sd=0.1) for _ in range(5)]
+    for run in (8, 9):  # the host, not the broker: delays x2.5 and the latency moved by 2.5 ** 0.6
+        busy[0]["covariates"][run] = [d * 2.5 for d in busy[0]["covariates"][run]]
+        busy[0]["runs"][run] = [v * 2.5 ** 0.6 for v in busy[0]["runs"][run]]
+    assert not any(c["alert"] for s in C.detect(busy) for c in s["change_points"])
+
+
+def test_a_series_with_a_repeat_missing_its_host_figure_is_read_as_measured():
+    rng = np.random.default_rng(9)
+    group = [host_series(rng, 8, slope=0.5, host_sd=0.3) for _ in range(3)]
+    group[0]["covariates"][2][1] = None
+    found = C.detect(group)
+    assert found[0]["adjustment"] is None and found[0]["tested"] == found[0]["values"]
+    assert found[1]["adjustment"] is not None and found[1]["adjustment"] == found[2]["adjustment"]
+    throughput = {**host_series(rng, 8, slope=0.5, host_sd=0.3), "metric": "throughput_msgs_per_s",
+                  "higher_is_better": True}
+    assert C.detect([throughput])[0]["adjustment"] is None  # only the latencies (ADJUSTED) are taken net of the host

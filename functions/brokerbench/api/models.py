@@ -259,6 +259,9 @@ class HistoryPoint(HistoryRun):
     value: float = Field(description="The run's figure: the geometric mean of its repeats (their median from 10 "
                                      "repeats on).")
     repeats: list[float] = Field(description="Each repeat's figure.")
+    tested: float | None = Field(None, description="Where the series is taken net of the host (the series' "
+                                                   "`adjustment`): the run's figure so, which its change points are "
+                                                   "found and measured on.")
 
 
 class ChangePoint(Model):
@@ -276,6 +279,15 @@ class ChangePoint(Model):
     differences: list[dict[str, Any]] = Field(description="Every setting that differs between those runs.")
 
 
+class HostAdjustment(Model):
+    covariate: str = Field(description="The host figure taken out: each repeat's publish delay p99 (how late the "
+                                       "producer took up its messages, before any broker was involved).")
+    slope: float = Field(description="The log figure's slope on the log delay within runs, over the series' noise "
+                                     "group, held to [0, 1].")
+    reference: float = Field(description="The group's median delay (µs) a repeat is brought to.")
+    df: int = Field(description="Degrees of freedom within runs the slope rests on.")
+
+
 class HistorySeries(Model):
     key: str
     cell: str
@@ -285,6 +297,9 @@ class HistorySeries(Model):
                                       "(reports.changes.NEWEST_MIN).")
     searched: bool = Field(False, description="Whether the series had enough runs to be searched for change points "
                                               "at every split (reports.changes.MIN_SERIES).")
+    adjustment: HostAdjustment | None = Field(None, description="How the series is taken net of the host (latency "
+                                                               "p99s, reports.changes.host_adjustment); none: as "
+                                                               "measured.")
     points: list[HistoryPoint]
     change_points: list[ChangePoint]
 

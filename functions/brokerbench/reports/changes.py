@@ -43,6 +43,21 @@ For one series of N runs:
   must not pull that back (measured: with run-to-run noise of Student's t at 3 degrees of freedom, the plain
   moderated variance raised false alerts on 8 nights of 220, twice the budget; with its own s² as the floor, 4 as
   before). The search keeps each series' own variance.
+- a latency net of the host: on a small host a tail latency moves with how busy the host was that night, in every
+  configuration alike. The cell measures that beside it: its publish delay (how late the producer took up each
+  message after its intended time, before any broker was involved) is the host waking the producer late. In the
+  quick suite's own runs a repeat's log end-to-end p99 followed its log publish delay p99 within runs with a slope
+  of 0.55 on Redis (correlation 0.8) and 0.11-0.15 on Kafka, and the slope between runs was alike; with it taken
+  out the spread of a run's figure fell from 0.25 to 0.10 (Redis) and from 0.057 to 0.031 (Kafka) over one set of
+  8 runs (bench/aa_schedule.py). So for the latency p99s (ADJUSTED) each repeat is taken net of the host,
+  figure × (reference / delay) ** slope, before anything else here: the slope is the group's (history.noise_group)
+  within runs, each run's repeats around their own means (host_adjustment), so a change between runs, which is
+  what is looked for, cannot bend it; it is held to [0, 1] and needs MIN_PAIRS degrees of freedom. A series is
+  taken net only when every repeat of every run has its delay. What is shown stays as measured ("values"); the
+  change points are found on, and their changes measured on, the figures net of the host ("tested"). What it
+  takes out too: a change of the producer's own lateness (the load generator's, not the broker's), and the part of
+  a broker's change that made the host busier (a broker using more CPU on a small host delays the producer too),
+  which the CPU figures of the cell still show.
 - multiplicity: ALPHA is shared between the search (SEARCH_SHARE of it) and the newest runs' test (the rest): a
   change point holds when its p-value, times the number of series checked (configurations × metrics) and divided
   by its share, is below ALPHA. When nothing changed anywhere, the chance that any change point is reported stays
@@ -110,6 +125,13 @@ DEFAULT_MIN_EFFECT = 0.20
 TINY = 1e-12  # a variance of log figures below this is none (runs that agree to the message, and rounding)
 PRIOR_SHARE = 0.5  # of a group's own degrees of freedom, the most its variance prior may carry
 MATCH_RUNS = 1  # a change point found again within this many runs of where it was is the same change
+# A latency's figures net of the host (host_adjustment): each repeat's log p99 less SLOPE x (its log publish delay p99
+# less the group's median). COVARIATE: how late the producer took up its messages after their intended time, before
+# any broker was involved: the host waking the producer late. ADJUSTED: the metrics it is taken out of.
+COVARIATE = "publish_delay_p99_us"
+ADJUSTED = ("end_to_end_p99_us", "publish_latency_p99_us")
+MIN_PAIRS = 8  # degrees of freedom within runs (repeats less runs) a group's slope needs; fewer: no adjustment
+COVARIATE_FLOOR = 1.0  # µs: a delay is floored here before the log
 
 METHOD = {
     "series": "one figure per run: the geometric mean of its repeats (log scale), their median from "
@@ -128,6 +150,10 @@ METHOD = {
     "effect": "an alert needs |change| (geometric mean after / before − 1, between neighbouring change points) of "
               "at least " + ", ".join(f"{m} {v:.0%}" for m, v in MIN_EFFECT.items()),
     "min_series": f"{MIN_SERIES} runs; a shorter series is judged by the pairwise check against history",
+    "host": f"the latency p99s ({', '.join(ADJUSTED)}) net of the host before all of the above: each repeat x "
+            f"(the group's median delay / its {COVARIATE}) ** slope, the slope of the log figure on the log delay "
+            f"within runs over the noise group, held to [0, 1], from {MIN_PAIRS} degrees of freedom on; shown as "
+            "measured, tested net",
 }
 
 
@@ -325,16 +351,28 @@ def detect(series: list[dict]) -> list[dict]:
     Each series is {"runs": [[repeat values of run 0], [of run 1], ...], "metric": name, "higher_is_better": bool,
     "group": optional, ...}, runs oldest first (runs without a value are left out). Series of one group (by default
     the metric's) share the prior of their newest runs' test's variance (variance_prior). Returns, for each series
-    in order, a copy with "values" (each run's geometric mean), "checked" (whether the series was long enough for
+    in order, a copy with "values" (each run's geometric mean), "tested" (the same net of the host where the series
+    is: its "adjustment", host_adjustment; else "values"; a latency series with "covariates", each repeat's
+    COVARIATE aligned with "runs", is taken net), "checked" (whether the series was long enough for
     its newest runs to be tested), "searched" (long enough to search every split) and "change_points": every
     significant change point, oldest first, with the index of the run it began with, the change and the figures of
     its test; `alert` marks those that are regressions beyond the metric's minimum effect.
     """
-    prepared = []
-    for s in series:
-        runs = [r for r in s["runs"] if any(v is not None for v in r)]
+    typed = [convert(s, SeriesMetric) for s in series]
+    members: dict[str, list[dict]] = {}
+    for s, of in zip(series, typed):
+        if of.metric in ADJUSTED and _covariates_whole(s):
+            members.setdefault(_group(s, of), []).append(s)
+    adjustments = {group: host_adjustment(kept) for group, kept in members.items()}
+    prepared, measured = [], []
+    for s, of in zip(series, typed):
+        adjustment = adjustments.get(_group(s, of)) if of.metric in ADJUSTED and _covariates_whole(s) else None
+        kept = [k for k, r in enumerate(s["runs"]) if any(v is not None for v in r)]
+        raw = [s["runs"][k] for k in kept]
+        runs = raw if adjustment is None else [_adjusted(s["runs"][k], s["covariates"][k], adjustment) for k in kept]
         x, within = _logs(runs) if runs else (np.zeros(0), np.zeros(0))
-        prepared.append((s, x, Sums(x, within), convert(s, SeriesMetric), within))
+        measured.append(_logs(raw)[0] if adjustment is not None and raw else x)
+        prepared.append(({**s, "adjustment": adjustment}, x, Sums(x, within), of, within))
     family = sum(p[1].size >= MIN_SERIES for p in prepared)
     tested = sum(p[1].size >= NEWEST_MIN for p in prepared)
     found = [_searched(x, within, family) if x.size >= MIN_SERIES else [] for _, x, _, _, within in prepared]
@@ -345,12 +383,56 @@ def detect(series: list[dict]) -> list[dict]:
             groups.setdefault(_group(s, of), []).append(residual_variance(sums, *split, x.size))
     priors = {group: variance_prior(variances) for group, variances in groups.items()}
     out = []
-    for (s, x, sums, of, _), f, split in zip(prepared, found, splits):
+    for (s, x, sums, of, _), f, split, shown in zip(prepared, found, splits, measured):
         if split is not None:
             f = _with_newest(f, sums, split, x.size, tested, of.higher_is_better, priors[_group(s, of)])
-        out.append({**s, "values": [float(math.exp(v)) for v in x], "checked": x.size >= NEWEST_MIN,
-                    "searched": x.size >= MIN_SERIES, "change_points": _described(f, x, of)})
+        out.append({**s, "values": [float(math.exp(v)) for v in shown], "tested": [float(math.exp(v)) for v in x],
+                    "checked": x.size >= NEWEST_MIN, "searched": x.size >= MIN_SERIES,
+                    "change_points": _described(f, x, of)})
     return out
+
+
+def _covariates_whole(s: dict) -> bool:
+    """Whether every repeat of every run of a series has its host figure (`covariates`, aligned with `runs`)."""
+    given = s.get("covariates")
+    return bool(given) and len(given) == len(s["runs"]) and all(
+        len(c) == len(r) and all(x is not None for v, x in zip(r, c) if v is not None)
+        for r, c in zip(s["runs"], given))
+
+
+def host_adjustment(series: list[dict]) -> dict | None:
+    """How much of a group's latency moves with the host (the series' repeats and their COVARIATE, each series'
+    `covariates` aligned with its `runs`): the slope of the log figure on the log publish delay p99 within runs
+    (each run's repeats around their own means, pooled over the group's series and runs), held to [0, 1], and the
+    group's median delay. Within runs, so that a change between runs (what is looked for) cannot bend it; a slope
+    of 1 is a latency that moves in proportion to the delay. None with fewer than MIN_PAIRS degrees of freedom or
+    no spread of the delay."""
+    dx, dy, logs, pairs = [], [], [], 0
+    for s in series:
+        for run, given in zip(s["runs"], s["covariates"]):
+            kept = [(math.log(max(v, FLOOR)), math.log(max(c, COVARIATE_FLOOR))) for v, c in zip(run, given)
+                    if v is not None and c is not None]
+            logs += [c for _, c in kept]
+            if len(kept) >= 2:
+                y, x = np.asarray(kept).T
+                dy.append(y - y.mean())
+                dx.append(x - x.mean())
+                pairs += len(kept)
+    df = pairs - len(dx)
+    if df < MIN_PAIRS:
+        return None
+    x, y = np.concatenate(dx), np.concatenate(dy)
+    spread = float(x @ x)
+    if spread <= TINY:
+        return None
+    return {"covariate": COVARIATE, "slope": min(1.0, max(0.0, float(x @ y) / spread)),
+            "reference": float(math.exp(np.median(logs))), "df": df}
+
+
+def _adjusted(run: list, given: list, adjustment: dict) -> list:
+    """A run's repeats net of the host: each × (reference / its delay) ** slope."""
+    slope, reference = adjustment["slope"], adjustment["reference"]
+    return [None if v is None else v * (reference / max(c, COVARIATE_FLOOR)) ** slope for v, c in zip(run, given)]
 
 
 def _group(s: dict, of: SeriesMetric) -> str:

@@ -97,13 +97,14 @@ def analyse(figures: dict[str, dict], run_ids: list[str], metrics=None) -> list[
             if metrics is not None and metric not in metrics:
                 continue
             stamped = regression.STAMPED_AT.get(regression.METRICS[metric].field)  # where the latency ends, if one
-            points = [{"run_id": r, "repeats": typed.repeats_of(metric),
+            points = [{"run_id": r, "repeats": typed.repeats_of(metric), "covariates": typed.covariate_of(metric),
                        "stamps": getattr(typed, stamped[0]) if stamped else None} for r, typed in measured]
             points = [p for p in points if p["repeats"]]
             if points:
                 series.append({"key": key, "cell": entry["cell"], "metric": metric, "group": noise_group(key, metric),
                                "higher_is_better": regression.METRICS[metric].higher_is_better,
                                "run_ids": [p["run_id"] for p in points], "runs": [p["repeats"] for p in points],
+                               "covariates": [p["covariates"] for p in points],
                                "stamps": [p["stamps"] for p in points], "stamped": stamped and stamped[0]})
     return changes.detect(series)
 
@@ -131,9 +132,11 @@ def described(found: list[dict], facts: dict[str, dict]) -> list[dict]:
     the run it began with, the runs on either side, their versions and the settings that differ."""
     out = []
     for s in found:
+        adjusted = s.get("adjustment") is not None
         points = [{"run_id": r, "requested_at": facts[r]["requested_at"], "value": v, "repeats": list(repeats),
+                   **({"tested": t} if adjusted else {}),
                    "code_version": facts[r]["code_version"], "brokers": facts[r]["brokers"]}
-                  for r, v, repeats in zip(s["run_ids"], s["values"], s["runs"])]
+                  for r, v, t, repeats in zip(s["run_ids"], s["values"], s.get("tested", s["values"]), s["runs"])]
         change_points = []
         for c in s["change_points"]:
             before, began = s["run_ids"][c["index"] - 1], s["run_ids"][c["index"]]
@@ -143,9 +146,17 @@ def described(found: list[dict], facts: dict[str, dict]) -> list[dict]:
                                   + stamp_differences(s, c["index"])})
         out.append({"key": s["key"], "cell": s["cell"], "metric": s["metric"],
                     "higher_is_better": s["higher_is_better"], "checked": s["checked"], "searched": s["searched"],
-                    "points": points,
+                    "adjustment": s.get("adjustment"), "points": points,
                     "change_points": change_points})
     return out
+
+
+def net_of_host_text(adjustment: dict | None) -> str:
+    """What an alert adds when its series was taken net of the host (changes.host_adjustment); '' otherwise."""
+    if adjustment is None:
+        return ""
+    return (f"; figures net of the host: each repeat x ({adjustment['reference']:,.0f} µs / its publish delay p99) "
+            f"** {adjustment['slope']:.2f}, the producer's lateness taken out")
 
 
 def stamp_differences(series: dict, index: int) -> list[dict]:
@@ -255,7 +266,7 @@ def watch(store: EventStore, run_id: str, baseline_id: str | None = None, *, rec
                        "runs_before": point["before_runs"], "runs_after": point["after_runs"],
                        "versions": point["versions"], "differences": point["differences"],
                        "history": history_link(suite, s["metric"]), "console": console_link(suite, s["metric"]),
-                       "why": alert_text(point)})
+                       "why": alert_text(point) + net_of_host_text(s.get("adjustment"))})
     regressions = pairwise_alerts(checked["regressions"], searched) + alerts
     if record and regressions:
         index = {c["cell_id"]: c["index"] for c in planned_cells(events)}

@@ -76,6 +76,16 @@ def summary_text(changes: Changes) -> str:
                    if points else "; no change point in any of them.")
 
 
+def net_text(series: ChangeSeries) -> str:
+    """What a series net of the host says under its chart ('' for one read as measured)."""
+    a = series.adjustment
+    if a is None:
+        return ""
+    return (f" Drawn net of the host: each repeat x (the {a.reference:,.0f} µs median publish delay p99 of its "
+            f"group / its own) ** {a.slope:.2f}, the slope within runs ({a.df} degrees of freedom); the dots are the "
+            "figures as measured.")
+
+
 def _differs(point: ChangePoint) -> str:
     names = [d.setting for d in point.differences if d.setting != "code_version"]
     return ", ".join(names) or "–"
@@ -105,7 +115,8 @@ def markdown_lines(report: dict) -> list[str]:
               "|---|---|---|---|---:|---:|---:|---|---|---|"]
     for s in shown:
         for c in s.change_points:
-            lines.append(f"| {s.cell} | {s.metric} | {c.began_run_id} | {c.before_run_id} | "
+            lines.append(f"| {s.cell} | {s.metric}{' (net of the host)' if s.adjustment else ''} | "
+                         f"{c.began_run_id} | {c.before_run_id} | "
                          f"{figure_text(c.before_mean)} → {figure_text(c.after_mean)} | {c.change:+.1%} | "
                          f"{c.p_value:.2g} | {status_text(s, c, raised)} | "
                          f"{_versions(c)} | {_differs(c)} |")
@@ -126,7 +137,11 @@ def series_chart(series: dict | ChangeSeries) -> str:
     and the run it began with, those two runs drawn larger."""
     series = change_series(series)
     name, unit, scale = _metric(series.metric)
-    values = [(i + 1, p.value / scale, p.run_id) for i, p in enumerate(series.points)]
+    net = series.adjustment is not None  # change points found on the figures net of the host: those are drawn
+    values = [(i + 1, (p.tested if net and p.tested is not None else p.value) / scale, p.run_id)
+              for i, p in enumerate(series.points)]
+    measured = [Line(name="as measured", points=[(i + 1, p.value / scale, p.run_id)
+                                                 for i, p in enumerate(series.points)], style="dots")] if net else []
     step = []
     for first, last, mean in _segments(series):
         step += [(first - 0.5 if first > 1 else first, mean / scale), (last + 0.5 if last < len(values) else last,
@@ -136,9 +151,9 @@ def series_chart(series: dict | ChangeSeries) -> str:
                   title=f"began with run {c.began_run_id}; the run before: {c.before_run_id}")
              for c in series.change_points]
     return line_chart(f"{name} · {series.cell}",
-                      [Line(name="per run (geo. mean)", points=values),
+                      [Line(name="per run, net of the host" if net else "per run (geo. mean)", points=values),
                        Line(name="segment mean", points=step, style="step"),
-                       Line(name="either side of a change", points=sides, style="dots")],
+                       Line(name="either side of a change", points=sides, style="dots"), *measured],
                       x_label="run of the suite (oldest → newest)", y_label=unit, marks=marks)
 
 
@@ -160,7 +175,8 @@ def html_parts(report: dict) -> list[str]:
         figures.append(f"<figure class='series-chart' data-key='{escape(s.key)}' data-metric='{escape(s.metric)}'>"
                        f"{series_chart(s)}<figcaption><small>{escape(_metric(s.metric)[0])} of {escape(s.cell)}, "
                        f"one point per run (the geometric mean of its repeats, their median from {MEDIAN_REPEATS} "
-                       f"on); the dashed line is the mean between change points.</small><ul>{said}</ul>"
+                       f"on); the dashed line is the mean between change points.{escape(net_text(s))}</small>"
+                       f"<ul>{said}</ul>"
                        "</figcaption></figure>")
     parts.append(f"<div class='charts'>{''.join(figures)}</div>")
     if len(shown) > MAX_CHARTS:

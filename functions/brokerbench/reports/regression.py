@@ -88,6 +88,7 @@ from ..figures import joined_stamps
 from ..events import EventStore, make_event, planned_cells, read_report_events
 from ..metrics import regression_metrics
 from . import rows
+from .changes import ADJUSTED, COVARIATE
 from .model import send_loop_text
 from .rows import Series
 from .stats import holm, rate_rise_p, spread, t_quantile, t_two_sided_p  # noqa: F401 (holm, t_two_sided_p: this module's API too)
@@ -469,6 +470,10 @@ def run_figures(source) -> dict[str, dict]:
                 else:
                     values = []
                 entry["repeats"][metric] = [v for v in values if v is not None]
+                if metric in by_repeat and metric in ADJUSTED and COVARIATE in by_repeat:
+                    # the same repeats' publish delay p99 (reports.changes: a series' figures net of the host)
+                    entry.setdefault("covariates", {})[metric] = [
+                        x for v, x in zip(values, by_repeat[COVARIATE]) if v is not None]
             out[config.key] = entry
     return out
 

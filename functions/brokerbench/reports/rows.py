@@ -338,6 +338,15 @@ class SeriesPoint(Row, kw_only=True):
     """A run's point of a series: its figure (reports.changes.run_value)."""
     run_id: str
     value: Number
+    tested: Number | None = None  # the figure net of the host, where the series is (reports.changes.host_adjustment)
+
+
+class HostAdjustment(Row, kw_only=True):
+    """How a latency series was taken net of the host (reports.changes.host_adjustment)."""
+    covariate: str
+    slope: Number
+    reference: Number
+    df: int
 
 
 class ChangeSeries(Row, kw_only=True):
@@ -347,6 +356,7 @@ class ChangeSeries(Row, kw_only=True):
     metric: str
     checked: bool = False  # long enough for its newest runs to be tested (reports.changes.NEWEST_MIN)
     searched: bool = False  # long enough to search every split (reports.changes.MIN_SERIES)
+    adjustment: HostAdjustment | None = None  # its change points found on its figures net of the host
     points: list[SeriesPoint] = []
     change_points: list[ChangePoint] = []
 
@@ -560,11 +570,19 @@ class ConfigFigures(Row, kw_only=True):
     delivery_stamps: str | None = None
     repeats: dict[str, list] = {}  # numbers as computed (numpy's included), compared as they are
     series: dict[str, list[list]] = {}
+    # by latency metric, each of its repeats' host figure (changes.COVARIATE: the publish delay p99), aligned with
+    # `repeats` (None where a repeat had none); figures stored before it, or built by hand, have none
+    covariates: dict[str, list] = {}
 
     def repeats_of(self, metric: str) -> list:
         """A metric's per-repeat figures; empty where it has none (end-to-end latency of a publish-only cell, a
         metric figures built by hand leave out)."""
         return self.repeats.get(metric, [])
+
+    def covariate_of(self, metric: str) -> list:
+        """Each repeat's host figure beside the metric's (`covariates`), None for each where there is none."""
+        given = self.covariates.get(metric, [])
+        return given if len(given) == len(self.repeats_of(metric)) else [None] * len(self.repeats_of(metric))
 
     def series_of(self, metric: str) -> list[list]:
         """A metric's per-second series, one per repeat; empty where it has none (a metric with no per-second

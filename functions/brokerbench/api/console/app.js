@@ -891,7 +891,8 @@
     const [W, H, L, R, T, B] = [560, 230, 58, 14, 18, 36];
     const { scale, unit } = METRICS[series.metric] || { scale: 1, unit: '' }; // as declared: µs shown in ms
     const n = series.points.length;
-    const values = series.points.map((p) => p.value / scale);
+    // a series net of the host is drawn as tested (its change points' means are on that scale); as measured in its titles
+    const values = series.points.map((p) => ((series.adjustment && p.tested != null) ? p.tested : p.value) / scale);
     const changes = series.change_points || [];
     const means = changes.length ? [changes[0].before_mean, ...changes.map((c) => c.after_mean)].map((v) => v / scale) : [];
     const top = Math.max(...values, ...means) * 1.05 || 1;
@@ -925,7 +926,7 @@
     series.points.map((p, i) => svg('a', { href: `#/runs/${enc(p.run_id)}`, class: 'run-point' },
       svg('circle', { cx: x(i).toFixed(1), cy: y(values[i]).toFixed(1), r: sides.has(i) ? 5 : 3, class: sides.get(i) || 'run',
         'data-run': p.run_id },
-      svg('title', {}, `run ${p.run_id}: ${fmtFigure(series.metric, p.value)} (${p.repeats.length} repeat(s)); code ${p.code_version || '–'}`)))));
+      svg('title', {}, `run ${p.run_id}: ${fmtFigure(series.metric, p.value)}${series.adjustment && p.tested != null ? `, net of the host ${fmtFigure(series.metric, p.tested)}` : ''} (${p.repeats.length} repeat(s)); code ${p.code_version || '–'}`)))));
   }
 
   function changePointItem(c, metric) {
@@ -998,7 +999,9 @@
       },
       h('figcaption', {}, h('strong', {}, s.cell), ' · ', metricName(s.metric),
         s.searched ? null : h('span', { class: 'muted' },
-          s.checked ? ' · newest runs tested; too few runs to search yet' : ' · too few runs to test yet')),
+          s.checked ? ' · newest runs tested; too few runs to search yet' : ' · too few runs to test yet'),
+        s.adjustment ? h('span', { class: 'muted net-of-host' },
+          ` · net of the host (× (${fmtNumber(s.adjustment.reference)} µs / each repeat's publish delay p99) ^ ${s.adjustment.slope.toFixed(2)})`) : null),
       seriesChart(s),
       s.change_points.length ? h('ul', { class: 'change-points' }, s.change_points.map((c) => changePointItem(c, s.metric))) : null)))
         : h('p', { class: 'muted', id: 'history-empty' }, 'No configuration of this suite has this metric.'));

@@ -380,6 +380,8 @@ def power_table(model: dict, metric: str = "end_to_end_p99_us", step: float = ST
         m = config["metrics"].get(metric)
         if m is None:
             continue
+        if "joint" in m:  # the watch tests the figure net of the host: the bound is of that figure's noise
+            m = {**m, "residuals": m["joint"]["residuals"], "sd_run_robust": m["joint"]["sd_run_robust"]}
         now = bound_of(m, model["repeats_per_run"], after, step, changes.ALPHA)
         needed = next((r for r in BOUND_REPEATS if r >= model["repeats_per_run"]
                        and bound_of(m, r, after, step, changes.ALPHA)["power"] >= POWER), None)

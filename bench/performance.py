@@ -1090,7 +1090,8 @@ CLIENT_PATHS = {"redis-python-ack": "Redis acknowledgement, Python loop (control
                 "kafka-python-ack": "Kafka acknowledgement, Python loop (delivery report: without the plugin)",
                 "kafka-python-broker-ack": "Kafka acknowledgement, Python loop (on librdkafka's broker thread)",
                 "kafka-native-ack": "Kafka acknowledgement, native loop (on librdkafka's broker thread)",
-                "kafka-delivery": "Kafka delivery",
+                "kafka-delivery": "Kafka delivery, as the poll returns (without the plugin)",
+                "kafka-fetch-delivery": "Kafka delivery, at the Fetch response (on librdkafka's broker thread)",
                 "pulsar-delivery": "Pulsar delivery",
                 "pulsar-client-ack": "Pulsar acknowledgement, pulsar-client (Python loop's fallback)",
                 "pulsar-capi-ack": "Pulsar acknowledgement, C API (native loop's fallback)",
@@ -1150,7 +1151,36 @@ def client_stamp_lag(results: dict) -> dict:
             "client_table": table(["path", "stamped as", "stamps", "p50 (µs)", "p90 (µs)", "p99 (µs)", "max (µs)",
                                    "p50 per trial (µs)", "load (1 min)", "busy host: p50 / p99 / max (µs)"], rows,
                                   ["---", "---", "---:", "---:", "---:", "---:", "---:", "---", "---:", "---:"]),
-            **_client_fallbacks(results["client_stamp_lag_fallbacks"])}
+            **_client_fallbacks(results["client_stamp_lag_fallbacks"]),
+            **_client_fetch(results["client_stamp_lag_fetch"])}
+
+
+def _client_fetch(run: dict) -> dict:
+    """Kafka's deliveries as the poll returns and at the Fetch response's read, interleaved beside the control, with
+    how often the Fetch response stamped was the only one a poll's messages could have come from (the bound a cell
+    records: worker/consumer.py ArrivalBound) and how much later it came at most in the other polls."""
+    paths = {p["path"]: p for p in run["paths"]}
+    fetch = paths["kafka-fetch-delivery"]
+    bounds = [t["bound"] for t in fetch["trials"] if t.get("bound")]
+    polls, single = sum(b["polls"] for b in bounds), sum(b["single_response_polls"] for b in bounds)
+    spreads = [b["spread_max_us"] for b in bounds if b["spread_max_us"] is not None]
+    rows = [[CLIENT_PATHS.get(p["path"], p["path"]), f"`{p['trials'][0].get('stamps_as') or p['recorded_as']}`",
+             f"{p['n']:,}", _us(p["p50_us"]), _us(p["p90_us"]), _us(p["p99_us"]), _us(p["max_us"]),
+             ", ".join(_us(x) for x in p["p50_per_trial_us"]),
+             spread([t["load_average_1min"] for t in p["trials"]], lambda x: f"{x:.1f}")] for p in run["paths"]]
+    old = paths["kafka-delivery"]
+    return {"client_fetch_when": run["measured_at"][:16].replace("T", " "), "client_fetch_code": run["code"],
+            "client_fetch_lost": str(run["perf_lost_events"]), "client_fetch_trials": str(run["trials"]),
+            "client_fetch_load": spread([t["load_average_1min"] for p in run["paths"] for t in p["trials"]],
+                                        lambda x: f"{x:.1f}"),
+            "client_fetch_p50": _us(fetch["p50_us"]), "client_fetch_p99": _us(fetch["p99_us"]),
+            "client_poll_p50": _us(old["p50_us"]), "client_poll_p99": _us(old["p99_us"]),
+            "client_fetch_single": f"{single:,} of {polls:,}",
+            "client_fetch_spread": (f"{max(spreads):,.0f} µs" if max(spreads) < 1000 else f"{max(spreads) / 1000:,.1f} ms")
+            if spreads else "none (every poll after one response)",
+            "client_fetch_table": table(["path", "stamped as", "stamps", "p50 (µs)", "p90 (µs)", "p99 (µs)",
+                                         "max (µs)", "p50 per trial (µs)", "load (1 min)"], rows,
+                                        ["---", "---", "---:", "---:", "---:", "---:", "---:", "---", "---:"])}
 
 
 def _client_fallbacks(run: dict) -> dict:

@@ -176,8 +176,8 @@ def stamp_bound_text(bound: dict | None) -> str:
     if not bound or not bound.get("polls"):
         return ""
     polls, single = bound["polls"], bound["single_response_polls"]
-    share = "all" if single == polls else f"{math.floor(1000 * single / polls) / 10:.1f}%"  # never rounded up to 100
-    text = f" (at the response that carried them in {share} of {polls:,} polls"
+    share = "all" if single == polls else f"{math.floor(1000 * single / polls) / 10:.1f}% of"  # never rounded to 100
+    text = f" (at the response that carried them in {share} {polls:,} polls"
     if single < polls:
         top, p99 = bound.get("spread_max_us"), bound.get("spread_p99_us")
         text += (f"; in the rest up to {_micros(top)} later" if top is not None else "; in the rest by no bound "

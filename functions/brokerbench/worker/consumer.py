@@ -416,6 +416,8 @@ def _run(conn, task: ConsumerTask) -> None:
             if messages:
                 # A consumer that reads its own socket says when what this poll returned arrived (the kernel's
                 # receive time: brokers/socket_buffer.py recv_stamped), however late the loop read it: their receipt.
+                # Kafka's says when the latest Fetch response before the poll returned was read (its `arrival_responses`
+                # and `arrival_spread_ns` say how far that can be from the one that carried them: ArrivalBound).
                 arrived = getattr(consumer, "arrived_ns", None)
                 polls.extend((min(arrived, polled) if arrived else polled, len(messages)))
                 if arrived and not warming and measure_start <= polled < measure_start + span:

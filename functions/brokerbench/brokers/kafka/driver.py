@@ -353,33 +353,32 @@ def stamped_producer(config: dict):
     acknowledgement on librdkafka's broker thread (native.kafka_ack_stamps), and its AckStamps; where the plugin cannot
     load (the extension not built, as in the Lambda package; a librdkafka without plugins or interceptors), the
     Producer alone and None: its reports are stamped as served, and the producer says so (REPORT_STAMPS)."""
-    try:
-        stamps = native.kafka_ack_stamps()
-        return _KafkaProducer({**stamps.config, **config}), stamps
-    except (native.Unsupported, KafkaException) as exc:
-        if not _unstamped:
-            _unstamped.append(str(exc))
-            LIBRDKAFKA_LOG.warning("Kafka acknowledgements stamped as their reports are served, not on librdkafka's "
-                                   "broker thread: %s", exc)
-        return _KafkaProducer(config), None
+    return _plugged(native.kafka_ack_stamps, _KafkaProducer, config, "Kafka acknowledgements stamped as their reports "
+                    "are served, not on librdkafka's broker thread")
 
 
 def fetch_stamped_consumer(config: dict):
     """confluent-kafka's Consumer with the native extension loaded as librdkafka's plugin, which notes when each Fetch
     response was read on librdkafka's broker thread (native.kafka_fetch_stamps), and its FetchStamps; where the plugin
     cannot load, the Consumer alone and None: its deliveries are stamped as its poll returns (POLL_STAMPS)."""
+    return _plugged(native.kafka_fetch_stamps, _KafkaConsumer, config, "Kafka deliveries stamped as the consumer's "
+                    "poll returns, not at the Fetch response on librdkafka's broker thread")
+
+
+def _plugged(stamps_of, client, config: dict, without: str):
+    """`client` made with the plugin's settings of the object stamps_of() makes, and that object; where the plugin
+    cannot load, `client` alone and None, logged once per process and kind (`without` says what that costs)."""
     try:
-        fetch = native.kafka_fetch_stamps()
-        return _KafkaConsumer({**fetch.config, **config}), fetch
+        stamps = stamps_of()
+        return client({**stamps.config, **config}), stamps
     except (native.Unsupported, KafkaException) as exc:
-        if not _unstamped:
-            _unstamped.append(str(exc))
-            LIBRDKAFKA_LOG.warning("Kafka deliveries stamped as the consumer's poll returns, not at the Fetch response "
-                                   "on librdkafka's broker thread: %s", exc)
-        return _KafkaConsumer(config), None
+        if without not in _unstamped:
+            _unstamped.append(without)
+            LIBRDKAFKA_LOG.warning("%s: %s", without, exc)
+        return client(config), None
 
 
-_unstamped: list[str] = []  # why the plugin did not load, said once per process
+_unstamped: list[str] = []  # what the plugin not loading cost, said once per process
 
 
 def _serving(meta, partitions: int) -> bool:

@@ -124,9 +124,9 @@ def stamp_note(rows) -> str | None:
                               "(deliveries later than acknowledgements), up to milliseconds at p99",
                 "librdkafka-report": "librdkafka's delivery reports, stamped as served, tens of microseconds late at "
                                      "the median and hundreds at p99",
-                "librdkafka-fetch": "librdkafka's Fetch responses, read on its broker thread, about a tenth of a "
-                                    "millisecond late at the median and milliseconds at p99 on a busy host, less than "
-                                    "half as late as the consumer's poll at the median",
+                "librdkafka-fetch": "librdkafka's Fetch responses, read on its broker thread, tens of microseconds "
+                                    "late at the median (about a tenth of a millisecond on a busy host) and a "
+                                    "millisecond or more at p99, a third to a half as late as the consumer's poll",
                 "pulsar-client": "pulsar-client's tens of microseconds late for an acknowledgement and hundreds for a "
                                  "delivery at the median, up to milliseconds at p99",
                 "pulsar-c": "Pulsar's C API's tens of microseconds late at the median, tens to hundreds at p99",

@@ -521,9 +521,10 @@ class KafkaConsumer:
     messages can have come from one response only (`arrival_responses` 1: one read since the previous poll, which
     left nothing queued) the stamp is that response's own read; where from several, it is the latest, at most
     `arrival_spread_ns` after the earliest of them. Against the kernel's trace (one message in flight, 5 interleaved
-    trials on a host busy with other work, load 5.9 to 13.2 on 2 cores) the Fetch response's read came +126 µs after
-    the arrival at the median and +5,126 at p99, the poll's return +308 and +7,751; 3,318 of 3,406 polls could have
-    their messages from one response only (bench/client_stamp_lag.py, docs/performance.md). Without the plugin
+    trials, load 2.6 to 5.9 on 2 cores) the Fetch response's read came +48 µs after the arrival at the median and
+    +1,070 at p99, the poll's return +173 and +3,559 (at load 5.8 to 13.2: +126 and +5,126 against +308 and +7,751);
+    3,786 of 3,850 polls could have their messages from one response only (bench/client_stamp_lag.py,
+    docs/performance.md). Without the plugin
     (`fetch` None) the deliveries are stamped as the poll returns (POLL_STAMPS) and `arrived_ns` is None."""
 
     def __init__(self, consumer: _KafkaConsumer, fetch=None) -> None:

@@ -3088,7 +3088,7 @@ static PyObject *schedule_probe(PyObject *self, PyObject *args) {
    every configuration that named it (the client's, destroyed after its broker threads) are gone. */
 #define ACK_STAMPS_PROPERTY "brokerbench.ack_stamps"
 #define FETCH_STAMPS_PROPERTY "brokerbench.fetch_stamps"
-#define ACK_STAMPS_IC "brokerbench-ack-stamps"
+#define PLUGIN_IC "brokerbench-plugin-stamps"
 #define FETCH_API_KEY 1 /* Kafka's ApiKey of Fetch */
 struct stamp_log {         /* the head of an ack_ring or a fetch_log, in `logs` */
     struct stamp_log *next; /* under logs_lock */
@@ -3226,9 +3226,9 @@ static rd_kafka_resp_err_t plugin_on_new(rd_kafka_t *r, const rd_kafka_conf_t *c
     struct stamp_plug *plug = opaque;
     (void)conf, (void)errstr, (void)errstr_size;
     rd_kafka_resp_err_t err = RD_KAFKA_RESP_ERR_NO_ERROR; /* nothing named: nothing to stamp into */
-    if (plug->ring) err = rk.interceptor_add_on_acknowledgement(r, ACK_STAMPS_IC, plugin_on_acknowledgement, plug->ring);
+    if (plug->ring) err = rk.interceptor_add_on_acknowledgement(r, PLUGIN_IC, plugin_on_acknowledgement, plug->ring);
     if (!err && plug->fetch)
-        err = rk.interceptor_add_on_response_received(r, ACK_STAMPS_IC, plugin_on_response_received, plug->fetch);
+        err = rk.interceptor_add_on_response_received(r, PLUGIN_IC, plugin_on_response_received, plug->fetch);
     return err;
 }
 
@@ -3255,14 +3255,14 @@ __attribute__((visibility("default"))) rd_kafka_resp_err_t conf_init(rd_kafka_co
         snprintf(errstr, errstr_size, "brokerbench's stamps: out of memory");
         return RD_KAFKA_RESP_ERR__FAIL;
     }
-    rd_kafka_resp_err_t err = rk.conf_interceptor_add_on_conf_set(conf, ACK_STAMPS_IC, plugin_on_conf_set, plug);
-    if (!err) err = rk.conf_interceptor_add_on_new(conf, ACK_STAMPS_IC, plugin_on_new, plug);
+    rd_kafka_resp_err_t err = rk.conf_interceptor_add_on_conf_set(conf, PLUGIN_IC, plugin_on_conf_set, plug);
+    if (!err) err = rk.conf_interceptor_add_on_new(conf, PLUGIN_IC, plugin_on_new, plug);
     if (err) { /* added twice to one configuration: the first stays */
         snprintf(errstr, errstr_size, "brokerbench's stamps: interceptors not added: %s", rk.err2str(err));
         free(plug); /* on_conf_set may stay registered with it: unreachable, since conf_init failing fails the set */
         return err;
     }
-    rk.conf_interceptor_add_on_conf_destroy(conf, ACK_STAMPS_IC, plugin_on_conf_destroy, plug);
+    rk.conf_interceptor_add_on_conf_destroy(conf, PLUGIN_IC, plugin_on_conf_destroy, plug);
     *plug_opaquep = plug;
     plugin_inits++;
     return RD_KAFKA_RESP_ERR_NO_ERROR;

@@ -121,7 +121,8 @@ def stamp_note(rows) -> str | None:
     # what docs/performance.md measured for each library against the kernel's trace, in words (no figure: none is
     # stored with the run)
     measured = {"librdkafka": "librdkafka's stamps came tens to hundreds of microseconds late at the median "
-                              "(deliveries later than acknowledgements), up to milliseconds at p99",
+                              "(deliveries as the poll returned later than acknowledgements), up to milliseconds at "
+                              "p99",
                 "librdkafka-report": "librdkafka's delivery reports, stamped as served, tens of microseconds late at "
                                      "the median and hundreds at p99",
                 "librdkafka-fetch": "librdkafka's Fetch responses, read on its broker thread, tens of microseconds "

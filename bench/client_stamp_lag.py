@@ -12,7 +12,10 @@ latest data segment that reached one of its connections to the broker before it:
 Paths: Kafka acknowledgements in librdkafka's delivery report on the Python loop (a thread waiting in librdkafka's
 poll: the producer without the plugin), on librdkafka's broker thread on the Python loop (the native extension as
 librdkafka's plugin, read back in the delivery report: kafka/driver.py stamped_producer) and on the native loop
-(sendloop.c on_acknowledgement, read back in on_delivery); Kafka deliveries (the consumer's poll returns); Pulsar
+(sendloop.c on_acknowledgement, read back in on_delivery); Kafka deliveries as the consumer's poll returns (the
+consumer without the plugin) and at the read of the latest Fetch response before it (the plugin's on_response_received
+on librdkafka's broker thread: kafka/driver.py fetch_stamped_consumer), with how many polls could have their messages
+from that one response only and the spread of the rest (worker/consumer.py ArrivalBound); Pulsar
 deliveries (pulsar-client's receive returns); Pulsar acknowledgements in pulsar-client's send callback (the Python
 loop where wire.py cannot serve) and in the C API's callback (the native loop's `capi` path); the Python loop's
 fallbacks on the other brokers, nats-py's PubAck callback (a TLS endpoint) and rstream's confirm callback (a stream
@@ -25,7 +28,8 @@ in the socket's receive path a little after the skb was stamped, so its lag is n
 
 The committed results: the seven Kafka, Pulsar and control paths with --trials 5 (client_stamp_lag.json; and
 client_stamp_lag_busy.json, on a busy host, matched with SLACK_NS on every path before a library's stamp was matched
-without it), and --paths redis-python-ack,nats-py-ack,rstream-ack --trials 5 (client_stamp_lag_fallbacks.json).
+without it), --paths redis-python-ack,nats-py-ack,rstream-ack --trials 5 (client_stamp_lag_fallbacks.json), and
+--paths redis-python-ack,kafka-delivery,kafka-fetch-delivery --trials 5 (client_stamp_lag_fetch.json).
 Starts the brokers its paths need (a state folder of its own, removed at the end) and perf, and stops them. Needs
 root (perf with tracepoints) and the tcp:tcp_probe tracepoint.
 """
@@ -57,6 +61,7 @@ PATHS = {
     "kafka-python-broker-ack": ("kafka", "acknowledgement", "client:librdkafka"),
     "kafka-native-ack": ("kafka", "acknowledgement", "client:librdkafka"),
     "kafka-delivery": ("kafka", "delivery", "client:librdkafka"),
+    "kafka-fetch-delivery": ("kafka", "delivery", "client:librdkafka-fetch"),
     "pulsar-delivery": ("pulsar", "delivery", "client:pulsar-client"),
     "pulsar-client-ack": ("pulsar", "acknowledgement", "client:pulsar-client"),
     "pulsar-capi-ack": ("pulsar", "acknowledgement", "client:pulsar-c"),
@@ -158,6 +163,7 @@ def native_acks(sender, count: int, rate: int, payload: bytes, port: int) -> tup
 def child(path: str, endpoint: dict, client: dict, rate: int, seconds: float, topic: str) -> dict:
     """Run one path in this process; its stamps (after the warm-up) and the local ports of its connections."""
     from brokerbench.registry import get_driver
+    from brokerbench.worker.consumer import ArrivalBound
 
     broker, _what, _recorded = PATHS[path]
     port = broker_port(broker, endpoint)
@@ -168,9 +174,17 @@ def child(path: str, endpoint: dict, client: dict, rate: int, seconds: float, to
     began = time.monotonic_ns()
     ports: set[int] = set()
     stamps: list[int] = []
+    fetched: list[tuple] = []  # (stamp, responses, spread) of each poll stamped at a Fetch response
     extra: dict = {}
     try:
         if path.endswith("-delivery"):
+            if path == "kafka-delivery":  # the consumer without the plugin: stamped as its poll returns
+                from brokerbench import native
+
+                def unsupported():
+                    raise native.Unsupported("the poll's return measured")
+
+                native.kafka_fetch_stamps = unsupported
             consumer = driver.consumer(topic, f"g-{topic}", [0])
             ready = time.monotonic() + 3  # subscribed and fetching before the first message is sent
             while time.monotonic() < ready:
@@ -187,6 +201,9 @@ def child(path: str, endpoint: dict, client: dict, rate: int, seconds: float, to
                 if messages:  # as worker/consumer.py stamps a poll: its return, or where the consumer read it
                     arrived = getattr(consumer, "arrived_ns", None)
                     stamps.append(min(arrived, polled) if arrived else polled)
+                    if arrived:  # the responses its messages can have come from (counted after the warm-up)
+                        fetched.append((stamps[-1], getattr(consumer, "arrival_responses", None),
+                                        getattr(consumer, "arrival_spread_ns", None)))
                     received += len(messages)
                     if len(stamps) % 50 == 1:
                         ports |= own_connections(port)
@@ -253,6 +270,12 @@ def child(path: str, endpoint: dict, client: dict, rate: int, seconds: float, to
     measured = [s for s in stamps if s >= began]
     measured = measured[int(WARMUP_S * rate):] if not path.endswith("-delivery") else \
         [s for s in measured if s >= measured[0] + int(WARMUP_S * SECOND_NS)] if measured else []
+    if path.endswith("-delivery") and fetched and measured:
+        bound = ArrivalBound()
+        for stamp, responses, spread_ns in fetched:
+            if stamp >= measured[0]:
+                bound.add(responses, spread_ns)
+        extra["bound"] = bound.record()
     return {"path": path, "began_ns": began, "ended_ns": time.monotonic_ns(), "broker_port": port,
             "local_ports": sorted(ports), "stamps_ns": measured, **extra}
 
@@ -425,7 +448,7 @@ def main(argv: list[str] | None = None) -> int:
                            "shared": shared,
                            "local_ports": row["local_ports"], "load_average_1min": row["load_average_1min"],
                            **{k: row[k] for k in ("stamps_as", "sender_path", "producer", "received", "polls",
-                                                    "handled_stamps")
+                                                    "handled_stamps", "bound")
                               if k in row}, **quantiles_us(lags)})
         summary = quantiles_us(pooled)
         found.append({"path": path, "broker": broker, "stamps": what, "recorded_as": recorded,

@@ -1090,7 +1090,8 @@ CLIENT_PATHS = {"redis-python-ack": "Redis acknowledgement, Python loop (control
                 "kafka-python-ack": "Kafka acknowledgement, Python loop (delivery report: without the plugin)",
                 "kafka-python-broker-ack": "Kafka acknowledgement, Python loop (on librdkafka's broker thread)",
                 "kafka-native-ack": "Kafka acknowledgement, native loop (on librdkafka's broker thread)",
-                "kafka-delivery": "Kafka delivery",
+                "kafka-delivery": "Kafka delivery, as the poll returns (without the plugin)",
+                "kafka-fetch-delivery": "Kafka delivery, at the Fetch response (on librdkafka's broker thread)",
                 "pulsar-delivery": "Pulsar delivery",
                 "pulsar-client-ack": "Pulsar acknowledgement, pulsar-client (Python loop's fallback)",
                 "pulsar-capi-ack": "Pulsar acknowledgement, C API (native loop's fallback)",
@@ -1150,7 +1151,39 @@ def client_stamp_lag(results: dict) -> dict:
             "client_table": table(["path", "stamped as", "stamps", "p50 (µs)", "p90 (µs)", "p99 (µs)", "max (µs)",
                                    "p50 per trial (µs)", "load (1 min)", "busy host: p50 / p99 / max (µs)"], rows,
                                   ["---", "---", "---:", "---:", "---:", "---:", "---:", "---", "---:", "---:"]),
-            **_client_fallbacks(results["client_stamp_lag_fallbacks"])}
+            **_client_fallbacks(results["client_stamp_lag_fallbacks"]),
+            **_client_fetch([results["client_stamp_lag_fetch"], results["client_stamp_lag_fetch_again"]])}
+
+
+def _client_fetch(runs: list[dict]) -> dict:
+    """Kafka's deliveries as the poll returns and at the Fetch response's read, interleaved beside the control, in two
+    runs (the host busy with other work, then quieter), with how often the Fetch response stamped was the only one a
+    poll's messages could have come from (the bound a cell records: worker/consumer.py ArrivalBound) and how much later
+    it came at most in the other polls."""
+    rows, fill = [], {}
+    for key, run in zip(("", "_again"), runs):
+        paths = {p["path"]: p for p in run["paths"]}
+        fetch, old = paths["kafka-fetch-delivery"], paths["kafka-delivery"]
+        bounds = [t["bound"] for t in fetch["trials"] if t.get("bound")]
+        polls, single = sum(b["polls"] for b in bounds), sum(b["single_response_polls"] for b in bounds)
+        spreads = [b["spread_max_us"] for b in bounds if b["spread_max_us"] is not None]
+        load = spread([t["load_average_1min"] for p in run["paths"] for t in p["trials"]], lambda x: f"{x:.1f}")
+        when = run["measured_at"][:16].replace("T", " ")
+        rows += [[when, CLIENT_PATHS.get(p["path"], p["path"]),
+                  f"`{p['trials'][0].get('stamps_as') or p['recorded_as']}`", f"{p['n']:,}", _us(p["p50_us"]),
+                  _us(p["p90_us"]), _us(p["p99_us"]), _us(p["max_us"]), ", ".join(_us(x) for x in p["p50_per_trial_us"]),
+                  spread([t["load_average_1min"] for t in p["trials"]], lambda x: f"{x:.1f}")] for p in run["paths"]]
+        fill.update({f"client_fetch{key}_when": when, f"client_fetch{key}_code": run["code"],
+                     f"client_fetch{key}_lost": str(run["perf_lost_events"]),
+                     f"client_fetch{key}_trials": str(run["trials"]), f"client_fetch{key}_load": load,
+                     f"client_fetch{key}_p50": _us(fetch["p50_us"]), f"client_fetch{key}_p99": _us(fetch["p99_us"]),
+                     f"client_poll{key}_p50": _us(old["p50_us"]), f"client_poll{key}_p99": _us(old["p99_us"]),
+                     f"client_fetch{key}_single": f"{single:,} of {polls:,}",
+                     f"client_fetch{key}_spread": spread([x / 1000 for x in spreads], lambda x: f"{x:,.1f}") + " ms"
+                     if spreads else "none (every poll after one response)"})
+    return {**fill, "client_fetch_table": table(
+        ["run", "path", "stamped as", "stamps", "p50 (µs)", "p90 (µs)", "p99 (µs)", "max (µs)", "p50 per trial (µs)",
+         "load (1 min)"], rows, ["---", "---", "---", "---:", "---:", "---:", "---:", "---:", "---", "---:"])}
 
 
 def _client_fallbacks(run: dict) -> dict:

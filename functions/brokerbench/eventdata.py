@@ -333,6 +333,14 @@ class Bursts(Data, kw_only=True):
     cycles: object
 
 
+class StampBound(Strict, kw_only=True):
+    """How far a cell's delivery stamps can come after their own response's read (worker/consumer.py ArrivalBound)."""
+    polls: NonNegativeInt
+    single_response_polls: NonNegativeInt
+    spread_p99_us: NonNegative | None
+    spread_max_us: NonNegative | None
+
+
 class CodecFloor(Data, kw_only=True):
     """What the timing of a no-op codec reads: the floor under the encode and decode figures."""
     encode_ns: NonNegative
@@ -471,6 +479,7 @@ class CellCompleted(Strict, kw_only=True):
     sender: Annotated[str, Meta(pattern=r"^native-(pwire|capi)(, native-(pwire|capi))?$")] | UnsetType = UNSET
     ack_stamps: Annotated[str, Meta(pattern=STAMPS_PATTERN)] | UnsetType = UNSET
     delivery_stamps: Annotated[str, Meta(pattern=STAMPS_PATTERN)] | UnsetType = UNSET
+    delivery_stamp_bound: StampBound | UnsetType = UNSET
     codec_floor_ns: CodecFloor | UnsetType = UNSET
     send_thread_nice: int | None | UnsetType = UNSET
     intervals: NonNegativeInt

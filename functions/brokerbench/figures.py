@@ -5,6 +5,7 @@ a rate search's steps, the results projection (reports.results) for every cell o
 from __future__ import annotations
 
 import base64
+import math
 import struct
 import threading
 import zlib
@@ -98,14 +99,20 @@ def stamped_late(ack_stamps: str | None, delivery_stamps: str | None) -> bool:
 
 
 def stamp_note(rows) -> str | None:
-    """The footnote of STAMP_MARK: for each (label, ack_stamps, delivery_stamps) marked, what was stamped how, and
-    where how late that is was measured (it is not stored with the run, so no figure is printed); None when none is
-    marked."""
+    """The footnote of STAMP_MARK: for each (label, ack_stamps, delivery_stamps[, delivery_stamp_bound]) marked, what
+    was stamped how, with the bound a cell measured of how far its delivery stamps can come after the response that
+    carried them (merged over the rows of one label: stamp_bound_text), and where how late such stamps are was
+    measured (it is not stored with the run, so no figure of that is printed); None when none is marked."""
     rows = list(rows)  # read twice: the labels, then the libraries
+    bounds: dict[tuple, list] = {}  # (label, ack, delivery) -> the rows' bounds, in the rows' order
+    for label, ack, delivery, *bound in rows:
+        bounds.setdefault((label, ack, delivery), []).append(bound[0] if bound else None)
     parts = []
-    for label, ack, delivery in rows:
-        said = [f"{what} {stamps_text(value)}" for what, value in (("acknowledgements (publish latency)", ack),
-                                                                  ("deliveries (end-to-end latency)", delivery))
+    for (label, ack, delivery), found in bounds.items():
+        bound = stamp_bound_text(merge_stamp_bounds(found))
+        said = [f"{what} {stamps_text(value)}{extra}"
+                for what, value, extra in (("acknowledgements (publish latency)", ack, ""),
+                                           ("deliveries (end-to-end latency)", delivery, bound))
                 if late_stamps(value)]
         if said and f"{label}: {', '.join(said)}" not in parts:
             parts.append(f"{label}: {', '.join(said)}")
@@ -114,9 +121,13 @@ def stamp_note(rows) -> str | None:
     # what docs/performance.md measured for each library against the kernel's trace, in words (no figure: none is
     # stored with the run)
     measured = {"librdkafka": "librdkafka's stamps came tens to hundreds of microseconds late at the median "
-                              "(deliveries later than acknowledgements), up to milliseconds at p99",
+                              "(deliveries as the poll returned later than acknowledgements), up to milliseconds at "
+                              "p99",
                 "librdkafka-report": "librdkafka's delivery reports, stamped as served, tens of microseconds late at "
                                      "the median and hundreds at p99",
+                "librdkafka-fetch": "librdkafka's Fetch responses, read on its broker thread, tens of microseconds "
+                                    "late at the median (about a tenth of a millisecond on a busy host) and a "
+                                    "millisecond or more at p99, a third to a half as late as the consumer's poll",
                 "pulsar-client": "pulsar-client's tens of microseconds late for an acknowledgement and hundreds for a "
                                  "delivery at the median, up to milliseconds at p99",
                 "pulsar-c": "Pulsar's C API's tens of microseconds late at the median, tens to hundreds at p99",
@@ -124,7 +135,7 @@ def stamp_note(rows) -> str | None:
                            "quiet host (without TLS)",
                 "rstream": "rstream's about a tenth of a millisecond late at the median and two tenths at p99 on a "
                            "quiet host"}
-    libraries = dict.fromkeys(part.partition(":")[2] for _, ack, delivery in rows
+    libraries = dict.fromkeys(part.partition(":")[2] for _, ack, delivery, *_ in rows
                               for part in late_stamps(ack) + late_stamps(delivery) if part.startswith(f"{CLIENT}:"))
     said = [measured[name] for name in libraries if name in measured]
     against_kernel = ("; against the kernel's trace of each reply, measured apart, "
@@ -137,7 +148,45 @@ def stamp_note(rows) -> str | None:
 
 # A client stamp whose words are not "in LIBRARY's thread or callback": Kafka's acknowledgements stamped as the
 # delivery reports were served, where librdkafka's broker thread could not stamp them (brokers/kafka/driver.py)
-LIBRARY_WORDS = {"librdkafka-report": "in librdkafka's delivery report, as served"}
+LIBRARY_WORDS = {"librdkafka-report": "in librdkafka's delivery report, as served",
+                 "librdkafka-fetch": "at the read of the latest Fetch response before the poll returned, on "
+                                     "librdkafka's broker thread"}
+
+
+def merge_stamp_bounds(bounds) -> dict | None:
+    """Several consumers' or cells' delivery stamp bounds (CellCompleted.delivery_stamp_bound) as one: polls summed,
+    the spread's p99 and max the highest of theirs; None where none had one."""
+    found = [b for b in bounds if b]
+    if not found:
+        return None
+
+    def highest(key: str) -> float | None:
+        return max((b[key] for b in found if b.get(key) is not None), default=None)
+
+    return {"polls": sum(b["polls"] for b in found),
+            "single_response_polls": sum(b["single_response_polls"] for b in found),
+            "spread_p99_us": highest("spread_p99_us"), "spread_max_us": highest("spread_max_us")}
+
+
+def _micros(us: float) -> str:
+    return f"{us:,.0f} µs" if us < 1000 else f"{us / 1000:,.1f} ms"
+
+
+def stamp_bound_text(bound: dict | None) -> str:
+    """' (at the response that carried them in 99.8% of 2,390 polls; in the rest up to 380 µs later, p99 120 µs)':
+    where a delivery's stamp is the latest response read before its poll returned, how often that was the one
+    response its messages could have come from, and how much later than that response's read it was at most; '' with
+    no bound or no poll."""
+    if not bound or not bound.get("polls"):
+        return ""
+    polls, single = bound["polls"], bound["single_response_polls"]
+    share = "all" if single == polls else f"{math.floor(1000 * single / polls) / 10:.1f}% of"  # never rounded to 100
+    text = f" (at the response that carried them in {share} {polls:,} polls"
+    if single < polls:
+        top, p99 = bound.get("spread_max_us"), bound.get("spread_p99_us")
+        text += (f"; in the rest up to {_micros(top)} later" if top is not None else "; in the rest by no bound "
+                 "measured") + (f" (p99 {_micros(p99)})" if p99 is not None else "")
+    return text + ")"
 
 
 def stamps_text(value: str) -> str:
@@ -441,6 +490,7 @@ def cell_result(cell: dict, end: dict | None, cache: dict | None = None) -> dict
         # how acknowledgements and deliveries were stamped (ARRIVAL, READ, client_stamps); None: stored before
         "ack_stamps": data.get("ack_stamps"),
         "delivery_stamps": data.get("delivery_stamps"),
+        "delivery_stamp_bound": data.get("delivery_stamp_bound"),  # how far those stamps can come after the response's
         **_codec_net(data, cache),
         "measured_s": seconds,
         "delivery_window_s": round(window, 6),

@@ -42,7 +42,7 @@ def test_run_prints_the_table_writes_results_and_leaves_the_stack_as_found(stack
     assert [c["status"] for c in results["cells"]] == ["completed", "completed"]
     # each row not stamped at arrival is marked, and the note under the table says how it was (figures.stamp_note)
     assert {(c["broker"], c["ack_stamps"], c["delivery_stamps"]) for c in results["cells"]} == {
-        ("kafka", "client:librdkafka", "client:librdkafka"), ("redis-streams", "arrival", "arrival")}
+        ("kafka", "client:librdkafka", "client:librdkafka-fetch"), ("redis-streams", "arrival", "arrival")}
     printed = " ".join(done.stdout.split())  # rich wraps the note to the terminal's width
     # the Kafka row and the note; Redis's row, stamped at arrival on both sides, is not marked
     assert printed.count("†") == 2 and "† not stamped at arrival (the kernel's receive time): " in printed

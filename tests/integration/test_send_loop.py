@@ -20,7 +20,7 @@ from brokerbench.events import new_run_id
 from brokerbench.local.stack import free_port
 from brokerbench.records import sized_record
 from brokerbench.registry import get_driver
-from brokerbench.reports.results import build_results
+from brokerbench.reports.results import build_results, stamps_note
 from brokerbench.worker.cell import topic_name
 from brokerbench.worker.framing import HEADER, unpack_many
 from inline_run import execute_run
@@ -171,6 +171,65 @@ def test_python_loop_kafka_without_the_plugin_stamps_as_served_and_says_so(kafka
     assert len(acks) == 20 and all(ok for _, ok, _ in acks)
 
 
+def test_python_loop_kafka_deliveries_are_stamped_at_the_fetch_response(kafka):
+    """The Kafka consumer loads the native extension as librdkafka's plugin, which notes on librdkafka's broker thread
+    when each Fetch response was read: a poll's deliveries are stamped at the latest before the poll returned, which is
+    after each of its messages was sent (the response that carried it was read after that) and no later than the
+    poll's return."""
+    driver, topic = kafka
+    plugins_before = native.module().plugin_inits()
+    consumer = driver.consumer(topic, f"t-{new_run_id()}", [0, 1])
+    assert consumer.stamps == "client:librdkafka-fetch"
+    assert native.module().plugin_inits() == plugins_before + 1  # librdkafka initialised this module for it
+    sent, polls = {}, []
+    producer = driver.producer(topic, 2, "batch", lambda *ack: None)
+    deadline = time.monotonic() + 30
+    for seq in range(300):
+        header = HEADER.pack(6, seq, 0)
+        sent[header] = time.monotonic_ns()
+        producer.send(header, b"x" * 100, seq % 2)
+        producer.poll(0)
+        time.sleep(0.002)  # about 500 a second: polls of one message and of a few
+        if (messages := consumer.poll(0)):
+            polls.append((consumer.arrived_ns, time.monotonic_ns(), consumer.arrival_responses, messages))
+    assert producer.flush(10) == 0
+    producer.close()
+    while sum(len(p[3]) for p in polls) < 300 and time.monotonic() < deadline:
+        if (messages := consumer.poll(0.5)):
+            polls.append((consumer.arrived_ns, time.monotonic_ns(), consumer.arrival_responses, messages))
+    responses = consumer.fetch_responses
+    consumer.close()
+    assert sorted(key for *_, messages in polls for key, _, _ in messages) == sorted(sent)
+    assert responses >= len(polls) > 0  # the broker thread noted at least one Fetch response per poll with messages
+    for arrived, returned, count, messages in polls:
+        assert arrived is not None and count >= 0
+        assert max(sent[key] for key, _, _ in messages) < arrived <= returned
+
+
+def test_kafka_consumer_without_the_plugin_stamps_as_its_poll_returns(kafka, monkeypatch):
+    """Where the plugin cannot load, the consumer is made without it and says its deliveries are stamped as the poll
+    returns: no arrival of its own (the worker takes the poll's return)."""
+    driver, topic = kafka
+
+    def unsupported():
+        raise native.Unsupported("librdkafka without interceptors")
+
+    monkeypatch.setattr(native, "kafka_fetch_stamps", unsupported)
+    consumer = driver.consumer(topic, f"t-{new_run_id()}", [0, 1])
+    assert consumer.stamps == "client:librdkafka" and consumer.fetch_responses is None
+    producer = driver.producer(topic, 2, "batch", lambda *ack: None)
+    for seq in range(5):
+        producer.send(HEADER.pack(6, seq, 0), b"x", 0)
+    assert producer.flush(10) == 0
+    producer.close()
+    got, deadline = [], time.monotonic() + 30
+    while len(got) < 5 and time.monotonic() < deadline:
+        got += consumer.poll(0.5)
+        assert consumer.arrived_ns is None
+    consumer.close()
+    assert len(got) == 5
+
+
 def test_send_until_stops_at_the_boundary_and_at_the_end(kafka):
     driver, topic = kafka
     sender = driver.native_sender(topic, 2, "batch")
@@ -295,7 +354,23 @@ def test_cells_on_either_loop_are_recorded_and_count_alike(loop, endpoints, stor
     # how each side stamped (brokerbench.figures): Kafka in librdkafka on both loops; a Redis reply and a Redis
     # delivery at their arrival
     stamps = {(c["broker"], c["ack_stamps"], c["delivery_stamps"]) for c in cells}
-    assert stamps == {("kafka", "client:librdkafka", "client:librdkafka"), ("redis-streams", "arrival", "arrival")}
+    assert stamps == {("kafka", "client:librdkafka", "client:librdkafka-fetch"), ("redis-streams", "arrival", "arrival")}
+    # the Kafka cells' deliveries stamped at the Fetch response: how often that was the carrying one, and by how much
+    # later at most where it may not have been (consumer.ArrivalBound); no bound for Redis's arrival stamps
+    for data in completed:
+        bound = data.get("delivery_stamp_bound")
+        if data["delivery_stamps"] == "arrival":
+            assert bound is None
+            continue
+        assert 0 <= bound["single_response_polls"] <= bound["polls"] <= data["totals"]["received"] and bound["polls"] > 0
+        several = bound["polls"] > bound["single_response_polls"]
+        assert (bound["spread_max_us"] is not None) == several and (bound["spread_p99_us"] is not None) == several
+        if several:
+            assert 0 <= bound["spread_p99_us"] <= bound["spread_max_us"]
+    note = stamps_note(build_results(events))
+    assert "kafka raw: acknowledgements (publish latency) in librdkafka's thread or callback, deliveries (end-to-end " \
+           "latency) at the read of the latest Fetch response before the poll returned, on librdkafka's broker thread " \
+           "(at the response that carried them in " in note
     for cell in cells:
         assert cell["status"] == "completed", cell.get("reason")
         # the rate each loop reaches is a timing (bench/harness.py); the schedule and the accounting are not

@@ -80,6 +80,29 @@ def test_kafka_plugin_holds_its_ring_and_refuses_an_unknown_one():
             Producer({**config, "brokerbench.ack_stamps": bad})
 
 
+def test_kafka_plugin_holds_its_fetch_log_and_refuses_another_kind():
+    """A consumer made with a FetchStamps' settings (no broker needed) holds its log until it is gone, and nothing was
+    read yet; a value naming an AckStamps, or nothing, under the fetch property is refused, naming the setting. A
+    producer and a consumer each name their own, and take() empties what was read since the last."""
+    from confluent_kafka import Consumer, KafkaException
+
+    fetch, ring = native.kafka_fetch_stamps(), native.kafka_ack_stamps()
+    config = {**fetch.config, "bootstrap.servers": "127.0.0.1:9", "group.id": "g", "log_level": 0}
+    assert list(fetch.config) == ["plugin.library.paths", "brokerbench.fetch_stamps"]
+    before = native.module().plugin_inits()
+    consumer = Consumer(config)
+    assert native.module().plugin_inits() == before + 1 and fetch.refs == 2
+    assert fetch.take() == (0, 0, 0) and fetch.responses == 0
+    consumer.close()
+    del consumer
+    assert fetch.refs == 1
+    # ids come from one count for both kinds: the AckStamps' is another object's, of the other kind
+    for bad in ("", "x1", ring.config["brokerbench.ack_stamps"], str(int(config["brokerbench.fetch_stamps"]) + 1000)):
+        with pytest.raises(KafkaException, match="brokerbench.fetch_stamps"):
+            Consumer({**config, "brokerbench.fetch_stamps": bad})
+    assert ring.refs == 1  # refused: not taken by a configuration
+
+
 def test_kafka_ack_stamps_unsupported_where_librdkafka_cannot_be_resolved(monkeypatch):
     class Unbuilt:
         def load_rdkafka(self, path):

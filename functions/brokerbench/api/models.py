@@ -182,7 +182,9 @@ class RunDetail(Model):
     cells_detail: list[CellLine]
     stamps_note: str | None = Field(None, description="The footnote of the cells whose `ack_stamps` or "
                                     "`delivery_stamps` are not all `arrival` (the tables mark them †): each one "
-                                    "and how it was stamped, and where how late such a stamp is was measured; null "
+                                    "and how it was stamped (deliveries stamped at a Fetch response: how often that "
+                                    "was the one that carried them, and how much later it came at most otherwise), "
+                                    "and where how late such a stamp is was measured; null "
                                     "when every completed cell was stamped at arrival or none recorded it")
 
 

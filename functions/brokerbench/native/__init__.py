@@ -125,6 +125,18 @@ def kafka_ack_stamps():
         raise Unsupported(f"Kafka's broker-thread stamps: {exc}") from None
 
 
+def kafka_fetch_stamps():
+    """A log for the Python loop's Kafka consumer (the extension's FetchStamps): its `config`, passed to confluent-kafka's
+    Consumer, makes librdkafka load this extension as its plugin and note on its broker threads when each Fetch response
+    was read; `take()` after each poll reads those since the last. Raises Unsupported as kafka_ack_stamps does."""
+    native = module()
+    try:
+        native.load_rdkafka(rdkafka_path())
+        return native.FetchStamps()
+    except (ImportError, NotImplementedError, MemoryError) as exc:
+        raise Unsupported(f"Kafka's Fetch response stamps: {exc}") from None
+
+
 def kafka_sender(config: dict, topic: str, partitions: int, single: bool):
     native = module()
     native.load_rdkafka(rdkafka_path())

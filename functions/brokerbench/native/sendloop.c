@@ -90,6 +90,7 @@ static struct {
     /* optional, for the Python loop's plugin (AckStamps, conf_init): without them its producer is made without it */
     __typeof__(&rd_kafka_conf_interceptor_add_on_conf_set) conf_interceptor_add_on_conf_set;
     __typeof__(&rd_kafka_conf_interceptor_add_on_conf_destroy) conf_interceptor_add_on_conf_destroy;
+    __typeof__(&rd_kafka_interceptor_add_on_response_received) interceptor_add_on_response_received; /* FetchStamps */
 } rk;
 
 static PyObject *load_rdkafka(PyObject *self, PyObject *args) {
@@ -129,6 +130,7 @@ static PyObject *load_rdkafka(PyObject *self, PyObject *args) {
     *(void **)&rk.interceptor_add_on_acknowledgement = dlsym(lib, "rd_kafka_interceptor_add_on_acknowledgement");
     *(void **)&rk.conf_interceptor_add_on_conf_set = dlsym(lib, "rd_kafka_conf_interceptor_add_on_conf_set");
     *(void **)&rk.conf_interceptor_add_on_conf_destroy = dlsym(lib, "rd_kafka_conf_interceptor_add_on_conf_destroy");
+    *(void **)&rk.interceptor_add_on_response_received = dlsym(lib, "rd_kafka_interceptor_add_on_response_received");
     snprintf(rk.version, sizeof rk.version, "%s", rk.version_str());
     rk.loaded = 1;
     return PyUnicode_FromString(rk.version);
@@ -3069,47 +3071,92 @@ static PyObject *schedule_probe(PyObject *self, PyObject *args) {
 }
 
 
-/* ---- librdkafka plugin: the Python loop's Kafka acknowledgement stamps --------------------------------------------
+/* ---- librdkafka plugin: the Python loop's Kafka acknowledgement and Fetch response stamps ---------------------------
    confluent-kafka registers no interceptor from Python, but its librdkafka loads plugins: `plugin.library.paths` names
    a shared library that librdkafka dlopen()s and whose conf_init it calls on the configuration. This module is that
    library: the Python driver passes the path it was imported from, and dlopen() of a loaded path returns the loaded
-   object, so the plugin shares this module's globals (the librdkafka that load_rdkafka resolved, the rings below).
-   conf_init adds an on_conf_set interceptor for the property ACK_STAMPS_PROPERTY, whose value is the id of an
-   AckStamps the driver made; on_new then adds on_acknowledgement, which stamps each message on librdkafka's broker
-   thread as it handles the produce response (as the native loop's on_acknowledgement does) into that AckStamps' ring,
-   by the seq of the message's 20-byte header key. The Python delivery callback reads the stamp back by the key
-   (AckStamps.at); a message whose slot another has since taken (KAFKA_STAMPS in flight) has none, and is stamped as
-   its report is served, counted apart (AckStamps.missed). A ring is freed when its AckStamps and every configuration
-   that named it (the producer's, destroyed after its broker threads) are gone. */
+   object, so the plugin shares this module's globals (the librdkafka that load_rdkafka resolved, the logs below).
+   conf_init adds an on_conf_set interceptor for two properties, each the id of an object the driver made:
+   ACK_STAMPS_PROPERTY names an AckStamps, for which on_new adds on_acknowledgement, which stamps each message on
+   librdkafka's broker thread as it handles the produce response (as the native loop's on_acknowledgement does) into
+   that AckStamps' ring, by the seq of the message's 20-byte header key. The Python delivery callback reads the stamp
+   back by the key (AckStamps.at); a message whose slot another has since taken (KAFKA_STAMPS in flight) has none, and
+   is stamped as its report is served, counted apart (AckStamps.missed). FETCH_STAMPS_PROPERTY names a FetchStamps,
+   for which on_new adds on_response_received, which notes on the broker thread the time each Fetch response without
+   error was read in full (before librdkafka parses it and queues its messages): the consumer reads after each poll
+   the latest such time and those since its previous poll (FetchStamps.take). A log is freed when its object and
+   every configuration that named it (the client's, destroyed after its broker threads) are gone. */
 #define ACK_STAMPS_PROPERTY "brokerbench.ack_stamps"
-#define ACK_STAMPS_IC "brokerbench-ack-stamps"
+#define FETCH_STAMPS_PROPERTY "brokerbench.fetch_stamps"
+#define PLUGIN_IC "brokerbench-plugin-stamps"
+#define FETCH_API_KEY 1 /* Kafka's ApiKey of Fetch */
+struct stamp_log {         /* the head of an ack_ring or a fetch_log, in `logs` */
+    struct stamp_log *next; /* under logs_lock */
+    uint64_t id;
+    int refs;               /* the Python object and each configuration that named it; under logs_lock */
+    int fetch;              /* a fetch_log, not an ack_ring */
+};
 struct ack_slot {
     char key[HEADER_BYTES];
     int64_t at;
 };
 struct ack_ring {
-    struct ack_ring *next; /* in `rings`, under rings_lock */
-    uint64_t id;
-    int refs;              /* the AckStamps and each configuration that named it; under rings_lock */
+    struct stamp_log head;
     int64_t handled, missed; /* read back with a stamp, or without (served stamp); by the reports' thread */
     struct ack_slot *slots;  /* KAFKA_STAMPS, by seq; pages taken as seqs reach them */
 };
-static pthread_mutex_t rings_lock = PTHREAD_MUTEX_INITIALIZER;
-static struct ack_ring *rings;
-static uint64_t rings_made;
+struct fetch_log {
+    struct stamp_log head;
+    pthread_mutex_t lock;  /* the broker threads (one per broker) write, the consumer's thread takes */
+    int64_t responses;     /* Fetch responses read without error, in all */
+    int64_t since;         /* of them since the last take */
+    int64_t first, last;   /* read times: the earliest since the last take (0: none), the latest of all (0: none) */
+};
+static pthread_mutex_t logs_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct stamp_log *logs;
+static uint64_t logs_made;
 static int64_t plugin_inits; /* conf_init calls: librdkafka loaded this very module (the tests check it) */
 
-static void ring_release(struct ack_ring *ring) {
-    pthread_mutex_lock(&rings_lock);
-    int last = --ring->refs == 0;
+static void log_release(struct stamp_log *log) {
+    pthread_mutex_lock(&logs_lock);
+    int last = --log->refs == 0;
     if (last)
-        for (struct ack_ring **p = &rings; *p; p = &(*p)->next)
-            if (*p == ring) {
-                *p = ring->next;
+        for (struct stamp_log **p = &logs; *p; p = &(*p)->next)
+            if (*p == log) {
+                *p = log->next;
                 break;
             }
-    pthread_mutex_unlock(&rings_lock);
-    if (last) free(ring->slots), free(ring);
+    pthread_mutex_unlock(&logs_lock);
+    if (!last) return;
+    if (log->fetch)
+        pthread_mutex_destroy(&((struct fetch_log *)log)->lock);
+    else
+        free(((struct ack_ring *)log)->slots);
+    free(log);
+}
+
+static void log_register(struct stamp_log *log, int fetch) {
+    pthread_mutex_lock(&logs_lock);
+    log->id = ++logs_made;
+    log->refs = 1;
+    log->fetch = fetch;
+    log->next = logs;
+    logs = log;
+    pthread_mutex_unlock(&logs_lock);
+}
+
+/* Whether librdkafka's interceptors the plugin adds were resolved: conf_init and both objects' constructors ask. */
+static int plugin_resolved(void) {
+    return rk.loaded && rk.conf_interceptor_add_on_conf_set && rk.conf_interceptor_add_on_conf_destroy &&
+           rk.conf_interceptor_add_on_new && rk.interceptor_add_on_acknowledgement &&
+           rk.interceptor_add_on_response_received;
+}
+
+static int plugin_check(const char *what) { /* 0 with a Python error set where the plugin cannot be used */
+    if (!rk.loaded) return PyErr_Format(PyExc_RuntimeError, "%s: librdkafka is not resolved (load_rdkafka)", what), 0;
+    if (!plugin_resolved())
+        return PyErr_Format(PyExc_NotImplementedError, "%s: librdkafka %s has no interceptors", what, rk.version), 0;
+    return 1;
 }
 
 static rd_kafka_resp_err_t plugin_on_acknowledgement(rd_kafka_t *r, rd_kafka_message_t *m, void *opaque) {
@@ -3125,78 +3172,125 @@ static rd_kafka_resp_err_t plugin_on_acknowledgement(rd_kafka_t *r, rd_kafka_mes
     return RD_KAFKA_RESP_ERR_NO_ERROR;
 }
 
-struct ack_plug { /* one configuration's: the ring its ACK_STAMPS_PROPERTY named, holding a reference */
+static rd_kafka_resp_err_t plugin_on_response_received(rd_kafka_t *r, int sockfd, const char *brokername,
+                                                       int32_t brokerid, int16_t api_key, int16_t api_version,
+                                                       int32_t corr_id, size_t size, int64_t rtt,
+                                                       rd_kafka_resp_err_t err, void *opaque) {
+    struct fetch_log *log = opaque;
+    (void)r, (void)sockfd, (void)brokername, (void)brokerid, (void)api_version, (void)corr_id, (void)size, (void)rtt;
+    if (api_key != FETCH_API_KEY || err) return RD_KAFKA_RESP_ERR_NO_ERROR;
+    pthread_mutex_lock(&log->lock);
+    int64_t at = now_ns(); /* under the lock: `last` never goes back when two brokers' threads race */
+    log->responses++;
+    if (!log->since++) log->first = at;
+    log->last = at;
+    pthread_mutex_unlock(&log->lock);
+    return RD_KAFKA_RESP_ERR_NO_ERROR;
+}
+
+struct stamp_plug { /* one configuration's: the logs its properties named, holding a reference to each */
     struct ack_ring *ring;
+    struct fetch_log *fetch;
 };
 
 static rd_kafka_conf_res_t plugin_on_conf_set(rd_kafka_conf_t *conf, const char *name, const char *val, char *errstr,
                                               size_t errstr_size, void *opaque) {
-    struct ack_plug *plug = opaque;
+    struct stamp_plug *plug = opaque;
     (void)conf;
-    if (strcmp(name, ACK_STAMPS_PROPERTY)) return RD_KAFKA_CONF_UNKNOWN;
+    int fetch = !strcmp(name, FETCH_STAMPS_PROPERTY);
+    if (!fetch && strcmp(name, ACK_STAMPS_PROPERTY)) return RD_KAFKA_CONF_UNKNOWN;
     char *end = NULL;
     unsigned long long id = val ? strtoull(val, &end, 10) : 0;
-    struct ack_ring *found = NULL;
-    pthread_mutex_lock(&rings_lock);
+    struct stamp_log *found = NULL;
+    pthread_mutex_lock(&logs_lock);
     if (val && *val && end && !*end)
-        for (struct ack_ring *ring = rings; ring; ring = ring->next)
-            if (ring->id == id) {
-                found = ring, ring->refs++;
+        for (struct stamp_log *log = logs; log; log = log->next)
+            if (log->id == id && log->fetch == fetch) {
+                found = log, log->refs++;
                 break;
             }
-    pthread_mutex_unlock(&rings_lock);
+    pthread_mutex_unlock(&logs_lock);
     if (!found) {
-        snprintf(errstr, errstr_size, "%s: %s is the id of no AckStamps of this process", ACK_STAMPS_PROPERTY,
-                 val ? val : "(none)");
+        snprintf(errstr, errstr_size, "%s: %s is the id of no %s of this process", name, val ? val : "(none)",
+                 fetch ? "FetchStamps" : "AckStamps");
         return RD_KAFKA_CONF_INVALID;
     }
-    if (plug->ring) ring_release(plug->ring);
-    plug->ring = found;
+    struct stamp_log **held = fetch ? (struct stamp_log **)&plug->fetch : (struct stamp_log **)&plug->ring;
+    if (*held) log_release(*held);
+    *held = found;
     return RD_KAFKA_CONF_OK;
 }
 
 static rd_kafka_resp_err_t plugin_on_new(rd_kafka_t *r, const rd_kafka_conf_t *conf, void *opaque, char *errstr,
                                          size_t errstr_size) {
-    struct ack_plug *plug = opaque;
+    struct stamp_plug *plug = opaque;
     (void)conf, (void)errstr, (void)errstr_size;
-    if (!plug->ring) return RD_KAFKA_RESP_ERR_NO_ERROR; /* no AckStamps named: nothing to stamp into */
-    return rk.interceptor_add_on_acknowledgement(r, ACK_STAMPS_IC, plugin_on_acknowledgement, plug->ring);
+    rd_kafka_resp_err_t err = RD_KAFKA_RESP_ERR_NO_ERROR; /* nothing named: nothing to stamp into */
+    if (plug->ring) err = rk.interceptor_add_on_acknowledgement(r, PLUGIN_IC, plugin_on_acknowledgement, plug->ring);
+    if (!err && plug->fetch)
+        err = rk.interceptor_add_on_response_received(r, PLUGIN_IC, plugin_on_response_received, plug->fetch);
+    return err;
 }
 
 static rd_kafka_resp_err_t plugin_on_conf_destroy(void *opaque) {
-    struct ack_plug *plug = opaque;
-    if (plug->ring) ring_release(plug->ring);
+    struct stamp_plug *plug = opaque;
+    if (plug->ring) log_release(&plug->ring->head);
+    if (plug->fetch) log_release(&plug->fetch->head);
     free(plug);
     return RD_KAFKA_RESP_ERR_NO_ERROR;
 }
 
 /* The plugin's entry point, called by librdkafka for each configuration whose plugin.library.paths names this module
    (a duplicated configuration gets none of its state: librdkafka copies no on_conf_set property; confluent-kafka makes
-   its producer from the configuration it set). */
+   its client from the configuration it set). */
 __attribute__((visibility("default"))) rd_kafka_resp_err_t conf_init(rd_kafka_conf_t *conf, void **plug_opaquep,
                                                                      char *errstr, size_t errstr_size) {
-    if (!rk.loaded || !rk.conf_interceptor_add_on_conf_set || !rk.conf_interceptor_add_on_conf_destroy ||
-        !rk.conf_interceptor_add_on_new || !rk.interceptor_add_on_acknowledgement) {
+    if (!plugin_resolved()) {
         snprintf(errstr, errstr_size, "brokerbench's stamps: librdkafka %s, without its interceptors",
                  rk.loaded ? "resolved" : "not resolved (load_rdkafka first)");
         return RD_KAFKA_RESP_ERR__NOT_IMPLEMENTED;
     }
-    struct ack_plug *plug = calloc(1, sizeof *plug);
+    struct stamp_plug *plug = calloc(1, sizeof *plug);
     if (!plug) {
         snprintf(errstr, errstr_size, "brokerbench's stamps: out of memory");
         return RD_KAFKA_RESP_ERR__FAIL;
     }
-    rd_kafka_resp_err_t err = rk.conf_interceptor_add_on_conf_set(conf, ACK_STAMPS_IC, plugin_on_conf_set, plug);
-    if (!err) err = rk.conf_interceptor_add_on_new(conf, ACK_STAMPS_IC, plugin_on_new, plug);
+    rd_kafka_resp_err_t err = rk.conf_interceptor_add_on_conf_set(conf, PLUGIN_IC, plugin_on_conf_set, plug);
+    if (!err) err = rk.conf_interceptor_add_on_new(conf, PLUGIN_IC, plugin_on_new, plug);
     if (err) { /* added twice to one configuration: the first stays */
         snprintf(errstr, errstr_size, "brokerbench's stamps: interceptors not added: %s", rk.err2str(err));
         free(plug); /* on_conf_set may stay registered with it: unreachable, since conf_init failing fails the set */
         return err;
     }
-    rk.conf_interceptor_add_on_conf_destroy(conf, ACK_STAMPS_IC, plugin_on_conf_destroy, plug);
+    rk.conf_interceptor_add_on_conf_destroy(conf, PLUGIN_IC, plugin_on_conf_destroy, plug);
     *plug_opaquep = plug;
     plugin_inits++;
     return RD_KAFKA_RESP_ERR_NO_ERROR;
+}
+
+/* {"plugin.library.paths": this module's file, property: id}: the settings that load the plugin and name a log */
+static PyObject *plugin_config(const char *property, uint64_t id) {
+    PyObject *module = PyImport_ImportModule("brokerbench.native._sendloop");
+    PyObject *path = module ? PyModule_GetFilenameObject(module) : NULL;
+    Py_XDECREF(module);
+    if (!path) return NULL;
+    PyObject *out = Py_BuildValue("{s:N}", "plugin.library.paths", path);
+    if (!out) return NULL;
+    PyObject *value = PyUnicode_FromFormat("%llu", (unsigned long long)id);
+    if (!value || PyDict_SetItemString(out, property, value) < 0) {
+        Py_XDECREF(value);
+        Py_DECREF(out);
+        return NULL;
+    }
+    Py_DECREF(value);
+    return out;
+}
+
+static PyObject *log_refs(struct stamp_log *log) {
+    pthread_mutex_lock(&logs_lock);
+    int refs = log->refs;
+    pthread_mutex_unlock(&logs_lock);
+    return PyLong_FromLong(refs);
 }
 
 typedef struct {
@@ -3204,11 +3298,7 @@ typedef struct {
 } AckStamps;
 
 static PyObject *AckStamps_new(PyTypeObject *type, PyObject *args, PyObject *kwds) {
-    if (!PyArg_ParseTuple(args, ":AckStamps")) return NULL;
-    if (!rk.loaded) return PyErr_Format(PyExc_RuntimeError, "AckStamps: librdkafka is not resolved (load_rdkafka)");
-    if (!rk.conf_interceptor_add_on_conf_set || !rk.conf_interceptor_add_on_conf_destroy ||
-        !rk.conf_interceptor_add_on_new || !rk.interceptor_add_on_acknowledgement)
-        return PyErr_Format(PyExc_NotImplementedError, "AckStamps: librdkafka %s has no interceptors", rk.version);
+    if (!PyArg_ParseTuple(args, ":AckStamps") || !plugin_check("AckStamps")) return NULL;
     AckStamps *self = (AckStamps *)type->tp_alloc(type, 0);
     if (!self) return NULL;
     struct ack_ring *ring = calloc(1, sizeof *ring);
@@ -3218,18 +3308,13 @@ static PyObject *AckStamps_new(PyTypeObject *type, PyObject *args, PyObject *kwd
         Py_DECREF(self);
         return PyErr_NoMemory();
     }
-    pthread_mutex_lock(&rings_lock);
-    ring->id = ++rings_made;
-    ring->refs = 1;
-    ring->next = rings;
-    rings = ring;
-    pthread_mutex_unlock(&rings_lock);
+    log_register(&ring->head, 0);
     self->ring = ring;
     return (PyObject *)self;
 }
 
 static void AckStamps_dealloc(AckStamps *self) {
-    if (self->ring) ring_release(self->ring);
+    if (self->ring) log_release(&self->ring->head);
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
 
@@ -3256,20 +3341,7 @@ static PyObject *AckStamps_at(AckStamps *self, PyObject *key) {
 
 static PyObject *AckStamps_config(AckStamps *self, void *closure) {
     (void)closure;
-    PyObject *module = PyImport_ImportModule("brokerbench.native._sendloop");
-    PyObject *path = module ? PyModule_GetFilenameObject(module) : NULL;
-    Py_XDECREF(module);
-    if (!path) return NULL;
-    PyObject *out = Py_BuildValue("{s:N}", "plugin.library.paths", path);
-    if (!out) return NULL;
-    PyObject *id = PyUnicode_FromFormat("%llu", (unsigned long long)self->ring->id);
-    if (!id || PyDict_SetItemString(out, ACK_STAMPS_PROPERTY, id) < 0) {
-        Py_XDECREF(id);
-        Py_DECREF(out);
-        return NULL;
-    }
-    Py_DECREF(id);
-    return out;
+    return plugin_config(ACK_STAMPS_PROPERTY, self->ring->head.id);
 }
 
 static PyObject *AckStamps_handled(AckStamps *self, void *closure) {
@@ -3284,10 +3356,7 @@ static PyObject *AckStamps_missed(AckStamps *self, void *closure) {
 
 static PyObject *AckStamps_refs(AckStamps *self, void *closure) {
     (void)closure;
-    pthread_mutex_lock(&rings_lock);
-    int refs = self->ring->refs;
-    pthread_mutex_unlock(&rings_lock);
-    return PyLong_FromLong(refs);
+    return log_refs(&self->ring->head);
 }
 
 static PyMethodDef AckStamps_methods[] = {
@@ -3316,6 +3385,88 @@ static PyTypeObject AckStampsType = {
     .tp_new = AckStamps_new,
     .tp_methods = AckStamps_methods,
     .tp_getset = AckStamps_getset,
+};
+
+typedef struct {
+    PyObject_HEAD struct fetch_log *log;
+} FetchStamps;
+
+static PyObject *FetchStamps_new(PyTypeObject *type, PyObject *args, PyObject *kwds) {
+    if (!PyArg_ParseTuple(args, ":FetchStamps") || !plugin_check("FetchStamps")) return NULL;
+    FetchStamps *self = (FetchStamps *)type->tp_alloc(type, 0);
+    if (!self) return NULL;
+    struct fetch_log *log = calloc(1, sizeof *log);
+    if (!log) {
+        Py_DECREF(self);
+        return PyErr_NoMemory();
+    }
+    pthread_mutex_init(&log->lock, NULL);
+    log_register(&log->head, 1);
+    self->log = log;
+    return (PyObject *)self;
+}
+
+static void FetchStamps_dealloc(FetchStamps *self) {
+    if (self->log) log_release(&self->log->head);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+/* take() -> (responses, first, last) since the last take: how many Fetch responses were read, the earliest's read
+   time (0: none) and the latest's of all (0: none yet), ns on time.monotonic_ns's clock; called after each poll. */
+static PyObject *FetchStamps_take(FetchStamps *self, PyObject *unused) {
+    (void)unused;
+    struct fetch_log *log = self->log;
+    pthread_mutex_lock(&log->lock);
+    int64_t since = log->since, first = since ? log->first : 0, last = log->last;
+    log->since = 0;
+    pthread_mutex_unlock(&log->lock);
+    return Py_BuildValue("(LLL)", (long long)since, (long long)first, (long long)last);
+}
+
+static PyObject *FetchStamps_config(FetchStamps *self, void *closure) {
+    (void)closure;
+    return plugin_config(FETCH_STAMPS_PROPERTY, self->log->head.id);
+}
+
+static PyObject *FetchStamps_responses(FetchStamps *self, void *closure) {
+    (void)closure;
+    pthread_mutex_lock(&self->log->lock);
+    int64_t responses = self->log->responses;
+    pthread_mutex_unlock(&self->log->lock);
+    return PyLong_FromLongLong(responses);
+}
+
+static PyObject *FetchStamps_refs(FetchStamps *self, void *closure) {
+    (void)closure;
+    return log_refs(&self->log->head);
+}
+
+static PyMethodDef FetchStamps_methods[] = {
+    {"take", (PyCFunction)FetchStamps_take, METH_NOARGS,
+     "take() -> (responses, first, last): the Fetch responses read since the last take, the earliest's read time (0: "
+     "none) and the latest's of all (0: none yet), ns on time.monotonic_ns's clock."},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyGetSetDef FetchStamps_getset[] = {
+    {"config", (getter)FetchStamps_config, NULL, "The consumer settings that load this module as librdkafka's plugin "
+     "and name this log: plugin.library.paths first.", NULL},
+    {"responses", (getter)FetchStamps_responses, NULL, "Fetch responses read without error, in all.", NULL},
+    {"refs", (getter)FetchStamps_refs, NULL, "Holders of the log: this object and each configuration naming it.", NULL},
+    {NULL, NULL, NULL, NULL, NULL},
+};
+
+static PyTypeObject FetchStampsType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "brokerbench.native._sendloop.FetchStamps",
+    .tp_basicsize = sizeof(FetchStamps),
+    .tp_dealloc = (destructor)FetchStamps_dealloc,
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "The Python loop's Kafka delivery stamps: the read times of Fetch responses, noted on librdkafka's "
+              "broker threads by this module as its plugin (conf_init): pass `config` to the consumer, `take` after "
+              "each poll.",
+    .tp_new = FetchStamps_new,
+    .tp_methods = FetchStamps_methods,
+    .tp_getset = FetchStamps_getset,
 };
 
 static PyObject *plugin_inits_get(PyObject *self, PyObject *args) {
@@ -3355,7 +3506,8 @@ static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_sendloop", "The pro
                                     module_methods};
 
 PyMODINIT_FUNC PyInit__sendloop(void) {
-    if (PyType_Ready(&SenderType) < 0 || PyType_Ready(&AckStampsType) < 0) return NULL;
+    if (PyType_Ready(&SenderType) < 0 || PyType_Ready(&AckStampsType) < 0 || PyType_Ready(&FetchStampsType) < 0)
+        return NULL;
     PyObject *m = PyModule_Create(&module);
     if (!m) return NULL;
     if (PyModule_AddIntConstant(m, "STOP_BOUNDARY", STOP_BOUNDARY) || PyModule_AddIntConstant(m, "STOP_END", STOP_END) ||
@@ -3367,5 +3519,7 @@ PyMODINIT_FUNC PyInit__sendloop(void) {
     PyModule_AddObject(m, "Sender", (PyObject *)&SenderType);
     Py_INCREF(&AckStampsType);
     PyModule_AddObject(m, "AckStamps", (PyObject *)&AckStampsType);
+    Py_INCREF(&FetchStampsType);
+    PyModule_AddObject(m, "FetchStamps", (PyObject *)&FetchStampsType);
     return m;
 }

@@ -319,7 +319,8 @@ def stamp_mark(c: Config) -> str:
 
 def stamp_footnote(cells: list[Config]) -> str | None:
     """The footnote under a grid with marked rows (figures.stamp_note)."""
-    return stamp_note((f"{c.broker} {c.format}", c.ack_stamps, c.delivery_stamps) for c in cells)
+    return stamp_note((f"{c.broker} {c.format}", c.ack_stamps, c.delivery_stamps, c.delivery_stamp_bound)
+                      for c in cells)
 
 
 def send_loop_lines(report: Report) -> list[str]:

@@ -106,7 +106,7 @@ def build_results(events: list[dict], cache: dict | None = None) -> dict:
 def stamps_note(results: dict) -> str | None:
     """The footnote of the rows marked STAMP_MARK (figures.stamped_late) in a run's tables, the terminal's and the
     console's: their publish or end-to-end latency was not stamped at arrival (figures.stamp_note)."""
-    return stamp_note((f"{c.broker} {c.format}", c.ack_stamps, c.delivery_stamps)
+    return stamp_note((f"{c.broker} {c.format}", c.ack_stamps, c.delivery_stamps, c.delivery_stamp_bound)
                       for c in map(result_cell, results["cells"]) if c.status == "completed")
 
 

@@ -26,7 +26,7 @@ from .. import faults, histogram, host, limit, toxiproxy, verdict
 from ..codecs.floor import call_floor_ns
 from ..drivers import BrokerUnavailable, producer_window
 from ..events import EventStore, cell_prefix, make_event
-from ..figures import NOT_SENT_BOUNDS, cell_result, joined_stamps
+from ..figures import NOT_SENT_BOUNDS, cell_result, joined_stamps, merge_stamp_bounds
 from ..registry import driver_modules, get_driver
 from ..series import interval_digest, verdict_basis
 from ..spec import lanes
@@ -818,6 +818,7 @@ class _CellRun:
             "encoded_bytes": self.encoded_bytes, "send_loop": self.send_loop, "codec_floor_ns": self.codec_floor,
             **({"sender": self.sender} if self.sender else {}),
             **_stamps(producers, consumers),
+            **_stamp_bound(consumers),
             "send_thread_nice": _nice(producers),
             "intervals": self.aggregator.written, "totals": counts, "broker_count": broker_count,
             "latency_basis": "enqueue" if cell["rate"] == "max" else "intended",
@@ -961,6 +962,13 @@ def _stamps(producers: list[dict], consumers: list[dict]) -> dict:
     stamps = {"ack_stamps": joined_stamps(p.get("stamps") for p in producers),
               "delivery_stamps": joined_stamps(c.get("stamps") for c in consumers)}
     return {key: value for key, value in stamps.items() if value}
+
+
+def _stamp_bound(consumers: list[dict]) -> dict:
+    """The consumers' delivery stamp bounds (consumer.ArrivalBound) as the cell's (figures.merge_stamp_bounds); left
+    out where no consumer had one."""
+    bound = merge_stamp_bounds(c.get("stamp_bound") for c in consumers)
+    return {"delivery_stamp_bound": bound} if bound else {}
 
 
 def _nice(producers: list[dict]) -> int | None:

@@ -32,6 +32,34 @@ POLL_TIMEOUT_S = 0.05
 PROGRESS_EVERY_NS = 100_000_000
 
 
+class ArrivalBound:
+    """Over the measured window, the polls of a consumer whose deliveries are stamped at the latest of the responses
+    their messages can have come from (a driver's `arrival_responses` and `arrival_spread_ns` beside `arrived_ns`:
+    Kafka's, at the read of a Fetch response): how many brought messages, how many of them could have them from one
+    response only (there the stamp is that response's own read), and over the rest the spread, latest − earliest
+    response's read: the most the stamp can come after the read of the response that carried a message."""
+
+    def __init__(self) -> None:
+        self.polls = 0
+        self.single = 0
+        self.spreads = array("q")
+
+    def add(self, responses: int | None, spread_ns: int | None) -> None:
+        if responses is None:  # the driver says nothing of the responses: no bound
+            return
+        self.polls += 1
+        if responses == 1:
+            self.single += 1
+        elif spread_ns is not None:
+            self.spreads.append(spread_ns)
+
+    def record(self) -> dict:
+        spreads = np.frombuffer(self.spreads, dtype=np.int64) if self.spreads else None
+        return {"polls": self.polls, "single_response_polls": self.single,
+                "spread_p99_us": None if spreads is None else round(float(np.percentile(spreads, 99)) / 1000, 1),
+                "spread_max_us": None if spreads is None else round(int(spreads.max()) / 1000, 1)}
+
+
 @dataclass
 class ConsumerTask:
     cell: dict
@@ -242,6 +270,7 @@ def _run(conn, task: ConsumerTask) -> None:
         measure_start = timing["measure_start"]  # provisional while the warm-up waits to be steady
         fault_at, span = timing.get("fault_at_ns"), timing["t_end"] - timing["measure_start"]
         idle_ns = 0  # time in polls that waited for messages, from the measured start to the schedule's end (limit.py)
+        bound = ArrivalBound()  # how far a consumer's `arrived_ns` can come after the response that carried a message
         if fault_at is not None:
             receipts.from_ns = measure_start + fault_at
         interval = -1
@@ -387,8 +416,12 @@ def _run(conn, task: ConsumerTask) -> None:
             if messages:
                 # A consumer that reads its own socket says when what this poll returned arrived (the kernel's
                 # receive time: brokers/socket_buffer.py recv_stamped), however late the loop read it: their receipt.
+                # Kafka's says when the latest Fetch response before the poll returned was read (its `arrival_responses`
+                # and `arrival_spread_ns` say how far that can be from the one that carried them: ArrivalBound).
                 arrived = getattr(consumer, "arrived_ns", None)
                 polls.extend((min(arrived, polled) if arrived else polled, len(messages)))
+                if arrived and not warming and measure_start <= polled < measure_start + span:
+                    bound.add(getattr(consumer, "arrival_responses", None), getattr(consumer, "arrival_spread_ns", None))
                 chunks.append(timed_decode(decode, messages, headers))
             if len(headers) >= PROCESS_EVERY and not warming:
                 process()
@@ -411,6 +444,7 @@ def _run(conn, task: ConsumerTask) -> None:
         **({"receipt_gap": [*receipts.longest, receipts.until_end]} if receipts.longest else {}),
         "idle_share": round(max(0, idle_ns) / span, 4) if span > 0 else None,
         "stamps": getattr(consumer, "stamps", None),  # how its deliveries' receipts were stamped (brokerbench.figures)
+        **({"stamp_bound": bound.record()} if bound.polls else {}),
     }))
     if finish is not None:
         consumer.close()

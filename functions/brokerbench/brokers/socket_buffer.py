@@ -40,9 +40,10 @@ SO_TIMESTAMPNS = 35
 STAMP_AGE_MAX_NS = 60_000_000_000
 # The offset between the two clocks is read as a real-time reading between two monotonic ones; the arrival, moved by
 # it, errs late by at most their gap, never early. A gap wider than CLOCK_PAIR_NS (the thread preempted between them,
-# on a busy host for milliseconds) is read again, up to CLOCK_PAIR_TRIES times.
+# on a busy host for milliseconds) is read again, up to CLOCK_PAIR_TRIES times, and the closest pair is used (the
+# last of 3 tries, as before, once erred 90 µs late in a loaded CI run: test_nats's delivery read late).
 CLOCK_PAIR_NS = 20_000
-CLOCK_PAIR_TRIES = 3
+CLOCK_PAIR_TRIES = 5
 STAMP = struct.Struct("qq")
 STAMP_SPACE = socket.CMSG_SPACE(STAMP.size)
 
@@ -76,12 +77,16 @@ def recv_stamped(sock: socket.socket, size: int) -> tuple[bytes, int, int]:
     returned = before = time.monotonic_ns()
     for level, kind, value in controls:
         if level == socket.SOL_SOCKET and kind == SO_TIMESTAMPNS and len(value) >= STAMP.size:
+            best = None
             for _ in range(CLOCK_PAIR_TRIES):  # the real-time clock read between two monotonic readings close together
                 real = time.time_ns()
                 after = time.monotonic_ns()
+                if best is None or after - before < best[2]:
+                    best = (real, after, after - before)  # the closest pair read: the smallest error
                 if after - before <= CLOCK_PAIR_NS:
                     break
                 before = after
+            real, after, _ = best
             seconds, nanoseconds = STAMP.unpack_from(value)
             age = real - (seconds * 1_000_000_000 + nanoseconds)
             if age <= STAMP_AGE_MAX_NS:

@@ -359,14 +359,15 @@ def detect(series: list[dict]) -> list[dict]:
     its test; `alert` marks those that are regressions beyond the metric's minimum effect.
     """
     typed = [convert(s, SeriesMetric) for s in series]
+    net = [of.metric in ADJUSTED and _covariates_whole(s) for s, of in zip(series, typed)]
     members: dict[str, list[dict]] = {}
-    for s, of in zip(series, typed):
-        if of.metric in ADJUSTED and _covariates_whole(s):
+    for s, of, adjusted in zip(series, typed, net):
+        if adjusted:
             members.setdefault(_group(s, of), []).append(s)
     adjustments = {group: host_adjustment(kept) for group, kept in members.items()}
     prepared, measured = [], []
-    for s, of in zip(series, typed):
-        adjustment = adjustments.get(_group(s, of)) if of.metric in ADJUSTED and _covariates_whole(s) else None
+    for s, of, adjusted in zip(series, typed, net):
+        adjustment = adjustments.get(_group(s, of)) if adjusted else None
         kept = [k for k, r in enumerate(s["runs"]) if any(v is not None for v in r)]
         raw = [s["runs"][k] for k in kept]
         runs = raw if adjustment is None else [_adjusted(s["runs"][k], s["covariates"][k], adjustment) for k in kept]

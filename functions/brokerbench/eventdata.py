@@ -432,6 +432,7 @@ class SearchStep(Strict, kw_only=True):
     publish_latency_p99_us: float | None | UnsetType = UNSET
     measured_s: float | UnsetType = UNSET
     limit: Limit | UnsetType = UNSET
+    host: HostSummary | None | UnsetType = UNSET  # the host over the step's measured sending
 
 
 class LatencyAt(SearchStep, kw_only=True, forbid_unknown_fields=True):

@@ -241,7 +241,8 @@ def test_a_reports_search_lines_say_the_generator_stopped_it():
     bound = {"by": "client", "window": 100, "window_wait_share": 0.01, "producer_cpu_pct": 97.0, "rate": 1500}
     search_record = {"max_sustainable_rate": 1000, "sustainable_for_s": 10.0, "ended": "bracketed within 60%",
                      "limit": bound, "steps": [{"rate": 1000, "verdict": "sustainable", "limit": {"by": "schedule"}},
-                                               {"rate": 1500, "verdict": "unsustainable", "limit": bound}]}
+                                               {"rate": 1500, "verdict": "unsustainable", "limit": bound,
+                                                "host": {"busy": True, "reasons": ["CPU pressure 61% > 50%"]}}]}
     config = {"broker": "redis-streams", "format": "avro", "repeat_numbers": [0], "searches": [search_record],
               "max_sustainable_rate": {"median": 1000.0}, "status": "completed",
               "sustainability": {"verdict": "search", "reasons": []}, "limit": {"by": ["client"], "client_bound": 1}}
@@ -249,7 +250,8 @@ def test_a_reports_search_lines_say_the_generator_stopped_it():
     [line] = markdown.search_lines(rows.group({"cells": [config]}))[:1]
     assert "maximum sustainable rate ≥ 1,000 msgs/s (client-bound), sustainable for 10 s" in line
     assert "the step at 1,500 msgs/s was client-bound: its producers waited for room 1% of their time" in line
-    assert "1,500 ✗ unsustainable (client-bound)" in line
+    assert "1,500 ✗ unsustainable (client-bound) (host busy)" in line  # the step's own host, as its cell judged it
+    assert "1,000 ✓," in line  # a step whose host was not read or not busy carries no mark
 
 
 def test_the_event_schema_takes_the_limit_and_cells_stored_before_it():

@@ -578,7 +578,8 @@ def search_lines(group: Group) -> list[str]:
         found = c.max_sustainable_rate
         for repeat, search in zip(c.repeat_numbers, c.searches):
             steps = ", ".join(f"{s.rate:,.0f} {'✓' if s.verdict == 'sustainable' else '✗ ' + s.verdict}"
-                              + (f" ({MARK})" if client_bound(s.limit) else "") for s in search.steps)
+                              + (f" ({MARK})" if client_bound(s.limit) else "")
+                              + (" (host busy)" if (s.host or {}).get("busy") else "") for s in search.steps)
             found_text = ("–" if search.max_sustainable_rate is None
                           else rate_found_text(search.max_sustainable_rate, search.limit))
             out.append(f"- {c.broker} {c.format} repeat {repeat}: maximum sustainable rate "

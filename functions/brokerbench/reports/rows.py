@@ -102,6 +102,7 @@ class Step(Row, kw_only=True):
     rate: Number
     verdict: str
     limit: dict | None = None
+    host: dict | None = None  # the host over the step's measured sending (brokerbench.host.judged)
 
 
 class LatencyAt(Row, kw_only=True):

@@ -194,7 +194,7 @@ def _measure_step(run_id, cell, endpoint, topic, progress, attempt, rate, stop=(
                "end_to_end_p99_us": result["end_to_end_latency_us"]["p99"],
                "publish_latency_p99_us": result["publish_latency_us"]["p99"]}
     return search.Step(rate, data["verdict"]["verdict"], data["verdict"]["reasons"], figures, sink.events,
-                       data.get("measured_s"), data.get("limit"))
+                       data.get("measured_s"), data.get("limit"), data.get("host"))
 
 
 def _search_cell(run_id, cell, endpoint, store, topic, progress, attempt, stop=()) -> CellOutcome:

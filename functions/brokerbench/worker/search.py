@@ -43,11 +43,13 @@ class Step:
     events: list[dict] = field(default_factory=list)  # what the step measured, written if it is kept
     measured_s: float | None = None  # the step's send schedule (the seconds its verdict judged)
     limit: dict | None = None  # what limited the step's rate (brokerbench.limit), as its cell recorded it
+    host: dict | None = None  # the host over the step's measured sending, as its cell recorded it (host.judged)
 
     def summary(self) -> dict:
         return {"rate": self.rate, "verdict": self.verdict, "reasons": self.reasons, **self.figures,
                 **({"measured_s": self.measured_s} if self.measured_s is not None else {}),
-                **({"limit": self.limit} if self.limit is not None else {})}
+                **({"limit": self.limit} if self.limit is not None else {}),
+                **({"host": self.host} if self.host is not None else {})}
 
 
 @dataclass

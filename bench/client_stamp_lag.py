@@ -16,7 +16,8 @@ librdkafka's plugin, read back in the delivery report: kafka/driver.py stamped_p
 consumer without the plugin) and at the read of the latest Fetch response before it (the plugin's on_response_received
 on librdkafka's broker thread: kafka/driver.py fetch_stamped_consumer), with how many polls could have their messages
 from that one response only and the spread of the rest (worker/consumer.py ArrivalBound); Pulsar
-deliveries (pulsar-client's receive returns); Pulsar acknowledgements in pulsar-client's send callback (the Python
+deliveries as pulsar-client's receive returns (the consumer where the one that speaks the protocol cannot serve) and
+as the kernel received them (wire_consumer.py, `pulsar-wire-delivery`); Pulsar acknowledgements in pulsar-client's send callback (the Python
 loop where wire.py cannot serve) and in the C API's callback (the native loop's `capi` path); the Python loop's
 fallbacks on the other brokers, nats-py's PubAck callback (a TLS endpoint) and rstream's confirm callback (a stream
 producer that follows a failover), each measured on plain TCP to one node. The control is a path
@@ -62,7 +63,8 @@ PATHS = {
     "kafka-native-ack": ("kafka", "acknowledgement", "client:librdkafka"),
     "kafka-delivery": ("kafka", "delivery", "client:librdkafka"),
     "kafka-fetch-delivery": ("kafka", "delivery", "client:librdkafka-fetch"),
-    "pulsar-delivery": ("pulsar", "delivery", "client:pulsar-client"),
+    "pulsar-delivery": ("pulsar", "delivery", "client:pulsar-client"),  # pulsar-client's consumer (the fallback)
+    "pulsar-wire-delivery": ("pulsar", "delivery", "arrival"),  # the consumer that speaks the protocol itself
     "pulsar-client-ack": ("pulsar", "acknowledgement", "client:pulsar-client"),
     "pulsar-capi-ack": ("pulsar", "acknowledgement", "client:pulsar-c"),
     # the fallbacks: nats-py where a NATS endpoint speaks TLS, rstream where a stream producer follows a failover
@@ -185,6 +187,8 @@ def child(path: str, endpoint: dict, client: dict, rate: int, seconds: float, to
                     raise native.Unsupported("the poll's return measured")
 
                 native.kafka_fetch_stamps = unsupported
+            if path == "pulsar-delivery":  # pulsar-client's consumer, as where the wire consumer cannot serve
+                driver._one_broker = lambda _names: None
             consumer = driver.consumer(topic, f"g-{topic}", [0])
             ready = time.monotonic() + 3  # subscribed and fetching before the first message is sent
             while time.monotonic() < ready:

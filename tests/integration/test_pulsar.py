@@ -1,8 +1,10 @@
 """Apache Pulsar end to end on the local standalone: every format in both modes (on the native send loop, and on the
 Python loop), a non-persistent cell, and the native loop's producers, on both of its paths (Pulsar's binary protocol
 spoken by the loop, and the C API the cells with faults use): what the partitions hold, each receipt taken once, one
-in flight in single mode, and which client the broker saw."""
+in flight in single mode, and which client the broker saw; and the consumer that speaks the protocol itself: each
+partition read once in order, its acknowledgements taken, a lost connection made again."""
 
+import socket
 import time
 
 import pulsar
@@ -13,7 +15,7 @@ from brokerbench.registry import get_driver
 from brokerbench.reports.results import build_results
 from brokerbench.worker.framing import unpack_many
 from inline_run import execute_run
-from brokerbench.brokers.pulsar import wire
+from brokerbench.brokers.pulsar import wire, wire_consumer
 from native_sends import assert_python_loop_cells, python_producer, python_sends, send_all
 from steady import assert_sent_on_schedule, p50_known_or_bound
 
@@ -44,6 +46,8 @@ def test_every_format_in_both_modes_arrives_whole_and_the_broker_count_reconcile
         assert cell["publish_latency_us"]["p50"] > 0
     ends = [e["data"] for e in events if e["type"] == "CellCompleted"]
     assert all(end["send_loop"] == "native" for end in ends)  # the default where the native loop is built
+    # the standalone's one broker serves both partitions at a plain address: the consumers read their own sockets
+    assert all(end["delivery_stamps"] == "arrival" for end in ends), {end["delivery_stamps"] for end in ends}
     backlogs = [e["data"]["backlog"] for e in events if e["type"] == "IntervalMeasured"]
     assert all(isinstance(b, int) for b in backlogs) and backlogs[-1] == 0  # counted by the broker, drained
     target = results["environment"]["brokers"]["pulsar"]
@@ -68,8 +72,8 @@ def test_a_non_persistent_cell_delivers_everything_and_claims_no_broker_count(ex
 
 
 def test_the_python_loop_serves_the_same_cells(extra_brokers, store, monkeypatch):
-    """Where the native loop is not built the Python loop runs (its producer speaking Pulsar's binary protocol, its
-    consumer pulsar-client's): the same cells, counted alike."""
+    """Where the native loop is not built the Python loop runs (its producer and its consumer speaking Pulsar's binary
+    protocol): the same cells, counted alike."""
     monkeypatch.setenv("BROKERBENCH_SEND_LOOP", "python")  # the cell's processes start with the worker's environment
     endpoints = extra_brokers("pulsar")
     request = {**TINY, "name": "it-pulsar-python", "formats": ["json"], "modes": ["batch", "single"]}
@@ -280,3 +284,83 @@ def test_a_producer_the_broker_refuses_is_named(extra_brokers):
     host, port = endpoint["service_url"][len("pulsar://"):].rsplit(":", 1)
     with pytest.raises(wire.Refused, match="refused a producer on persistent://public/nowhere/t-partition-0: .+"):
         wire.Connection(host, int(port), ["persistent://public/nowhere/t-partition-0"], 10)
+
+
+def subscribers(driver, topic: str, partitions: int, group: str) -> list[str]:
+    """The client versions of the group's consumers the broker has on the topic's partitions now."""
+    return [c.get("clientVersion") for name in driver.partitions_of(topic, range(partitions))
+            for c in ((driver.admin.stats(name).get("subscriptions") or {}).get(group) or {}).get("consumers", [])]
+
+
+def read_all(consumer, count: int, timeout_s: float = 30) -> list[tuple[bytes, bytes, int, int, int]]:
+    """(header, payload, lane, arrived_ns, poll's return) of each message until `count` came (or timeout_s)."""
+    out, deadline = [], time.monotonic() + timeout_s
+    while len(out) < count and time.monotonic() < deadline:
+        messages = consumer.poll(0.2)
+        polled = time.monotonic_ns()
+        out += [(header, payload, lane, consumer.arrived_ns, polled) for header, payload, lane in messages]
+    return out
+
+
+@pytest.mark.parametrize("mode", ["batch", "single"])
+def test_the_consumer_speaks_the_protocol_and_reads_each_partition_once_in_order(extra_brokers, mode):
+    """The driver's consumer on the standalone (one broker, a plain address) speaks Pulsar's binary protocol on its
+    own socket (the broker names its client 'brokerbench'): every message of three partitions, batched or not, comes
+    once, on its partition's lane, in the order sent, each stamped no later than its poll returned; once it is
+    closed, the broker's own backlog of the subscription is 0 (its cumulative acknowledgements were taken)."""
+    endpoint = extra_brokers("pulsar")["pulsar"]
+    client_settings = spec.validate({"brokers": ["pulsar"], "sizes": [512], "rates": [100], "formats": ["raw"],
+                                     "client": {"pulsar_batch_messages": 40}})["client"]
+    driver = get_driver("pulsar", endpoint, client_settings)
+    topic, group = f"bb-wire-read-{mode}-{time.monotonic_ns()}", "readers"
+    count = 900 if mode == "batch" else 90
+    driver.create_topic(topic, 3)
+    try:
+        consumer = driver.consumer(topic, group, [0, 1, 2])
+        assert isinstance(consumer, wire_consumer.WireConsumer) and consumer.stamps == "arrival"
+        assert subscribers(driver, topic, 3, group) == ["brokerbench"] * 3
+        producer = python_producer(driver, topic, 3, mode)
+        python_sends(producer, count, lambda seq: bytes([seq % 251]) * (200 + seq % 5), lanes=3, producer_id=2,
+                     flush_each=mode == "single")
+        producer.close()
+        got = read_all(consumer, count)
+        frames = unpack_many([header for header, *_ in got])
+        assert sorted(frames["seq"].tolist()) == list(range(count))  # each once
+        for lane in range(3):
+            seqs = [int(s) for s, (_, _, at_lane, _, _) in zip(frames["seq"], got) if at_lane == lane]
+            assert seqs == list(range(lane, count, 3))  # its partition's, in order
+        assert all(payload == bytes([s % 251]) * (200 + s % 5) for s, (_, payload, *_) in zip(frames["seq"], got))
+        assert all(0 < arrived <= polled for *_, arrived, polled in got)
+        assert consumer.poll(0.3) == []
+        consumer.close()
+        assert driver.backlog(topic, group, 3) == 0
+    finally:
+        driver.delete_topic(topic, 3)
+
+
+def test_a_consumer_whose_connection_is_lost_subscribes_again_and_misses_nothing(extra_brokers):
+    """The consumer's socket cut under it mid-stream: it connects and subscribes again (the broker's Exclusive
+    subscription free once the old connection is gone), and every message comes, those it had not acknowledged
+    again (duplicates, which the worker counts), none missing; the broker's backlog is 0 after close."""
+    endpoint = extra_brokers("pulsar")["pulsar"]
+    client_settings = spec.validate({"brokers": ["pulsar"], "sizes": [512], "rates": [100], "formats": ["raw"]})["client"]
+    driver = get_driver("pulsar", endpoint, client_settings)
+    topic, group = f"bb-wire-again-{time.monotonic_ns()}", "readers"
+    driver.create_topic(topic, 1)
+    try:
+        consumer = driver.consumer(topic, group, [0])
+        producer = python_producer(driver, topic, 1, "batch")
+        python_sends(producer, 200, lambda seq: b"first")
+        got = read_all(consumer, 200)
+        consumer._link.sock.shutdown(socket.SHUT_RDWR)  # lost, with the last poll's entries not acknowledged
+        python_sends(producer, 200, lambda seq: b"second", first=200)
+        producer.close()
+        got += read_all(consumer, 300)
+        seqs = unpack_many([header for header, *_ in got])["seq"].tolist()
+        assert set(seqs) == set(range(400))  # nothing missing
+        # the last poll before the cut was never acknowledged (its ACK would have gone with the next poll): it came again
+        assert len(seqs) > 400 and consumer._link is not None
+        consumer.close()
+        assert driver.backlog(topic, group, 1) == 0
+    finally:
+        driver.delete_topic(topic, 1)

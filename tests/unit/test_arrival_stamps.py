@@ -182,3 +182,23 @@ def test_redis_consumer_stamps_a_read_when_its_entries_arrived(pair):
     assert consumer.poll(1) == [] and consumer.arrived_ns is None
     command.feed(server.recv(1 << 16))  # the first read's XACK went out with the second read
     assert command.gets() == [b"XACK", b"s-1", b"g", b"0-0", b"1-0"]
+
+
+def test_pulsar_wire_consumer_stamps_a_delivery_when_it_arrived():
+    """The Pulsar consumer that speaks the protocol itself (pulsar/wire_consumer.py), subscribed on a local TCP
+    connection to a peer that answers as the broker does: a MESSAGE written, left LATE_NS in the socket, then read by
+    the next poll, carries the arrival."""
+    from test_pulsar_wire_consumer import Broker, body, message, subscribed
+
+    broker = Broker()
+    try:
+        consumer = subscribed(broker, ["t-partition-0"], [0])
+        written = time.monotonic_ns()
+        broker.conn.sendall(message(0, 3, 4, [body(0, b"late")]))
+        time.sleep(LATE_NS / 1e9)
+        [(_, payload, lane)] = consumer.poll(1)
+        assert (payload, lane) == (b"late", 0)
+        assert 0 <= consumer.arrived_ns - written < SLACK_NS, f"stamped {(consumer.arrived_ns - written) / MS:.1f} ms late"
+        broker.closing(consumer, 1)
+    finally:
+        broker.close()

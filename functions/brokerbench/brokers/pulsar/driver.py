@@ -17,7 +17,9 @@ cell injects faults (the client reconnects and resends; the loop's one connectio
 through the C API of the same libpulsar the Python binding loaded (`native_failover_sender`), with the same settings.
 The Python loop's producer (`producer`) speaks the protocol itself too where one broker serves every partition at a
 plain address (wire.py: each receipt stamped when the read that brought it arrived, where pulsar-client's callback
-waited for the GIL); elsewhere it is pulsar-client's. The consumers are pulsar-client's on both loops.
+waited for the GIL); elsewhere it is pulsar-client's. The consumers, on both loops, speak the protocol themselves on
+the same condition (wire_consumer.py: each delivery stamped when the read that brought it arrived, where pulsar-client
+handed it over as the worker's receive returned); elsewhere they are pulsar-client's.
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ from ...drivers import BrokerUnavailable, Message, OnAck
 from ...figures import client_stamps
 from . import wire
 from .admin import Admin, AdminError, partition_topic
+from .wire_consumer import WireConsumer, wire_consumer
 
 LENGTHS = [bytes((n,)) for n in range(256)]  # the header's length byte, made once
 # Messages each partition's producer keeps unacknowledged before send blocks (the client's default is 1000):
@@ -281,9 +284,17 @@ class PulsarDriver:
         except OSError as exc:
             raise BrokerUnavailable(f"could not create producers for {self.full_name(topic)}: {exc}") from None
 
-    def consumer(self, topic: str, group: str, partitions: list[int]) -> PulsarConsumer:
-        client = _client(self.endpoint)
+    def consumer(self, topic: str, group: str, partitions: list[int]) -> PulsarConsumer | WireConsumer:
+        """Where one broker serves every partition at a plain pulsar:// address, Pulsar's binary protocol spoken on a
+        socket of its own (wire_consumer.WireConsumer: each delivery stamped when the read that brought it arrived);
+        elsewhere, and where that connection or a subscription cannot be made, pulsar-client's (PulsarConsumer)."""
         names = self.partitions_of(topic, partitions)
+        address = self._one_broker(names)
+        if address is not None:
+            own = wire_consumer(address, names, group, list(partitions), RECEIVER_QUEUE, CONNECT_TIMEOUT_S)
+            if own is not None:
+                return own
+        client = _client(self.endpoint)
         try:
             # One consumer for the group on each partition: Exclusive, so a second one would be refused rather
             # than silently share it. From the earliest message: nothing sent before it attached is missed.

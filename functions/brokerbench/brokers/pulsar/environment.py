@@ -33,8 +33,9 @@ def settings_in_force(endpoint: dict, client: dict) -> dict:
         },
         "consumer": {"subscription": "Exclusive, one consumer per partition, from the earliest message",
                      "receiver_queue": RECEIVER_QUEUE,
-                     "acknowledgement": "cumulative per partition, with the next receive; the client groups them "
-                                        "for up to 100 ms"},
+                     "acknowledgement": "cumulative per partition, with the next poll: written at once where the "
+                                        "consumer speaks the protocol itself (one broker serves every partition at "
+                                        "a plain pulsar:// address); pulsar-client's groups them for up to 100 ms"},
         # How soon a caught-up subscription learns of a new entry (the broker's default polls every 10 ms).
         "new_entries_check_delay_ms": _number(config, "managedLedgerNewEntriesCheckDelayInMillis"),
         "persistence": {**persistence(client, config), "journal_sync_data": endpoint.get("journal_sync_data")},

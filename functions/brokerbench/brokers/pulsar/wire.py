@@ -119,6 +119,13 @@ def command(kind: int, fields: bytes) -> bytes:
 def next_frame(data: bytes, at: int) -> tuple[int, dict, int] | None:
     """The frame of data at `at` when it is complete: (command type, the command's own fields, where the next frame
     begins); None when incomplete. ValueError where it is malformed."""
+    parts = frame_parts(data, at)
+    return None if parts is None else (parts[0], parts[1], parts[3])
+
+
+def frame_parts(data: bytes, at: int) -> tuple[int, dict, int, int] | None:
+    """next_frame's, with where what follows the command begins (a MESSAGE's checksum, metadata and payload):
+    (command type, its fields, that offset, where the next frame begins)."""
     if at + 4 > len(data):
         return None
     (total,) = SIZE.unpack_from(data, at)
@@ -131,7 +138,7 @@ def next_frame(data: bytes, at: int) -> tuple[int, dict, int] | None:
     base = pb_fields(data[at + 8:at + 8 + size])
     kind = base.get(1, 0)
     sub = base.get(kind) if kind else None
-    return kind, pb_fields(sub) if isinstance(sub, bytes) else {}, end
+    return kind, pb_fields(sub) if isinstance(sub, bytes) else {}, at + 8 + size, end
 
 
 def batch_entry(body: bytes, sequence_id: int) -> bytes:
@@ -161,32 +168,22 @@ def error_text(fields: dict) -> str:
     return message[:300].decode(errors="replace") if isinstance(message, bytes) else "no reason given"
 
 
-class Connection(SocketBuffer):
-    """One connection to the broker that serves every topic of `topics`, a producer on each (its index: the lane;
-    `names`, what the broker named them)."""
+class Link(SocketBuffer):
+    """A connection to a broker, CONNECTed (what arrives on it stamped by the kernel: socket_buffer.stamp_arrivals);
+    `_open` makes it, `_expect` waits for an answer."""
 
     PEER = "Pulsar"
+    address: str
 
-    def __init__(self, host: str, port: int, topics: list[str], timeout_s: float) -> None:
+    def _open(self, host: str, port: int, timeout_s: float) -> None:
         self.address = f"{host}:{port}"
         self.sock = socket.create_connection((host, port), timeout=timeout_s)
         try:
             self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            stamp_arrivals(self.sock)  # a receipt is stamped when it arrived, however late the loop reads it
+            stamp_arrivals(self.sock)  # an answer is stamped when it arrived, however late the loop reads it
             self.buffer, self.at = b"", 0
             self.write(command(CONNECT, pb_bytes(1, CLIENT_VERSION) + pb_uint(4, PROTOCOL_VERSION)))
-            kind, fields = self._expect((CONNECTED,), "the connection", timeout_s)
-            self.names: list[bytes] = []
-            for lane, topic in enumerate(topics):
-                self.write(command(PRODUCER, pb_bytes(1, topic.encode()) + pb_uint(2, lane) + pb_uint(3, lane + 1)))
-                while True:  # a success that says the producer is not ready yet is followed by one that does
-                    kind, fields = self._expect((PRODUCER_SUCCESS,), f"a producer on {topic}", timeout_s)
-                    if fields.get(6, 1):
-                        break
-                name = fields.get(2)
-                if not isinstance(name, bytes):
-                    raise Refused(f"Pulsar at {self.address} gave the producer on {topic} no name")
-                self.names.append(name)
+            self._expect((CONNECTED,), "the connection", timeout_s)
         except BaseException:
             self.sock.close()
             raise
@@ -211,6 +208,29 @@ class Connection(SocketBuffer):
             if left <= 0:
                 raise TimeoutError(f"Pulsar at {self.address} did not answer {what} within {timeout_s} s")
             self.receive(left)
+
+
+class Connection(Link):
+    """One connection to the broker that serves every topic of `topics`, a producer on each (its index: the lane;
+    `names`, what the broker named them)."""
+
+    def __init__(self, host: str, port: int, topics: list[str], timeout_s: float) -> None:
+        self._open(host, port, timeout_s)
+        try:
+            self.names: list[bytes] = []
+            for lane, topic in enumerate(topics):
+                self.write(command(PRODUCER, pb_bytes(1, topic.encode()) + pb_uint(2, lane) + pb_uint(3, lane + 1)))
+                while True:  # a success that says the producer is not ready yet is followed by one that does
+                    kind, fields = self._expect((PRODUCER_SUCCESS,), f"a producer on {topic}", timeout_s)
+                    if fields.get(6, 1):
+                        break
+                name = fields.get(2)
+                if not isinstance(name, bytes):
+                    raise Refused(f"Pulsar at {self.address} gave the producer on {topic} no name")
+                self.names.append(name)
+        except BaseException:
+            self.sock.close()
+            raise
 
     def take(self) -> tuple[list[tuple[int, int, bool]], str | None]:
         """The answers complete in the buffer, taken off it: (lane, first sequence id, True) per receipt, False for a

@@ -1092,7 +1092,8 @@ CLIENT_PATHS = {"redis-python-ack": "Redis acknowledgement, Python loop (control
                 "kafka-native-ack": "Kafka acknowledgement, native loop (on librdkafka's broker thread)",
                 "kafka-delivery": "Kafka delivery, as the poll returns (without the plugin)",
                 "kafka-fetch-delivery": "Kafka delivery, at the Fetch response (on librdkafka's broker thread)",
-                "pulsar-delivery": "Pulsar delivery",
+                "pulsar-delivery": "Pulsar delivery, pulsar-client (the consumer's fallback)",
+                "pulsar-wire-delivery": "Pulsar delivery, the consumer that speaks the protocol (socket of its own)",
                 "pulsar-client-ack": "Pulsar acknowledgement, pulsar-client (Python loop's fallback)",
                 "pulsar-capi-ack": "Pulsar acknowledgement, C API (native loop's fallback)",
                 "nats-py-ack": "NATS acknowledgement, nats-py (Python loop on TLS)",
@@ -1152,7 +1153,26 @@ def client_stamp_lag(results: dict) -> dict:
                                    "p50 per trial (µs)", "load (1 min)", "busy host: p50 / p99 / max (µs)"], rows,
                                   ["---", "---", "---:", "---:", "---:", "---:", "---:", "---", "---:", "---:"]),
             **_client_fallbacks(results["client_stamp_lag_fallbacks"]),
-            **_client_fetch([results["client_stamp_lag_fetch"], results["client_stamp_lag_fetch_again"]])}
+            **_client_fetch([results["client_stamp_lag_fetch"], results["client_stamp_lag_fetch_again"],
+                             results["client_stamp_lag_fetch_quiet"]]),
+            **_client_pulsar(results["client_stamp_lag_pulsar"])}
+
+
+def _client_pulsar(run: dict) -> dict:
+    """Pulsar's deliveries on the consumer that speaks the protocol (the kernel's receive time) and on pulsar-client's
+    (as its receive returns), interleaved beside the control in a run of their own."""
+    paths = {p["path"]: p for p in run["paths"]}
+    wire_path, client_path = paths["pulsar-wire-delivery"], paths["pulsar-delivery"]
+    fill = _client_fallbacks(run)  # the same table's columns
+    return {"client_pulsar_when": fill["client_fallback_when"], "client_pulsar_code": fill["client_fallback_code"],
+            "client_pulsar_lost": fill["client_fallback_lost"], "client_pulsar_table": fill["client_fallback_table"],
+            "client_pulsar_trials": str(run["trials"]),
+            "client_pulsar_load": spread([t["load_average_1min"] for p in run["paths"] for t in p["trials"]],
+                                         lambda x: f"{x:.1f}"),
+            "client_pulsar_wire_p50": _us(wire_path["p50_us"]), "client_pulsar_wire_p99": _us(wire_path["p99_us"]),
+            "client_pulsar_wire_max": _us(wire_path["max_us"]),
+            "client_pulsar_client_p50": _us(client_path["p50_us"]),
+            "client_pulsar_client_p99": _us(client_path["p99_us"])}
 
 
 def _client_fetch(runs: list[dict]) -> dict:
@@ -1161,7 +1181,7 @@ def _client_fetch(runs: list[dict]) -> dict:
     poll's messages could have come from (the bound a cell records: worker/consumer.py ArrivalBound) and how much later
     it came at most in the other polls."""
     rows, fill = [], {}
-    for key, run in zip(("", "_again"), runs):
+    for key, run in zip(("", "_again", "_quiet"), runs):
         paths = {p["path"]: p for p in run["paths"]}
         fetch, old = paths["kafka-fetch-delivery"], paths["kafka-delivery"]
         bounds = [t["bound"] for t in fetch["trials"] if t.get("bound")]

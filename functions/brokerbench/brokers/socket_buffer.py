@@ -5,8 +5,9 @@ confirms share. Each read takes what the socket holds, up to RECV_BYTES, waiting
 A read's replies are stamped when they arrived, not when the loop came to read them: on a plain socket the kernel
 stamps what it receives (SO_TIMESTAMPNS), and the read returns the time its last segment came (`recv_stamped`). The
 loop reads late whenever it is busy sending, waking from its wait or waiting for the GIL; the kernel's stamp is the
-same however late. A TLS socket cannot return it (ssl.SSLSocket has no recvmsg): its replies keep the read's return
-as their stamp."""
+same however late. ssl.SSLSocket cannot return it (it has no recvmsg), so TLS is spoken over the plain socket through
+memory buffers (`TlsSocket`: the ciphertext read with the kernel's stamp, then decrypted), and its replies are stamped
+at arrival as well. A socket that is an ssl.SSLSocket all the same keeps the read's return as its stamp (READ)."""
 
 from __future__ import annotations
 
@@ -57,8 +58,82 @@ def stamp_arrivals(sock: socket.socket) -> None:
         pass
 
 
+class TlsSocket:
+    """TLS spoken over a plain socket through memory buffers (ssl.MemoryBIO), the part of a socket's interface the
+    drivers use (sendall, recv, settimeout, fileno for select, pending, close): what comes is read from the plain
+    socket with the kernel's stamp (recv_stamped) and decrypted, so a reply over TLS is stamped when its last segment
+    arrived, as on a plain socket. The handshake is made at once (within the socket's timeout), the server's
+    certificate checked against `hostname` by `context` (ssl.create_default_context() unless given)."""
+
+    def __init__(self, sock: socket.socket, hostname: str, context: ssl.SSLContext | None = None) -> None:
+        self.raw = sock
+        self._incoming, self._outgoing = ssl.MemoryBIO(), ssl.MemoryBIO()
+        self.tls = (context or ssl.create_default_context()).wrap_bio(self._incoming, self._outgoing,
+                                                                      server_hostname=hostname)
+        self._arrived = 0  # the kernel's stamp of the read that brought the ciphertext last written to _incoming
+        while True:
+            try:
+                self.tls.do_handshake()
+                break
+            except ssl.SSLWantReadError:
+                self._flush()
+                data = sock.recv(RECV_BYTES)
+                if not data:
+                    raise ConnectionResetError("the server closed the connection during the TLS handshake")
+                self._incoming.write(data)
+        self._flush()
+
+    def _flush(self) -> None:
+        out = self._outgoing.read()
+        if out:
+            self.raw.sendall(out)
+
+    def sendall(self, data: bytes) -> None:
+        self.tls.write(data)
+        self._flush()
+
+    def recv_stamped(self, size: int) -> tuple[bytes, int, int]:
+        """recv_stamped's, over TLS: everything decrypted from what has come (at least one byte, reading the plain
+        socket, within its timeout, until a whole record came; b"" once the server closed), stamped with the kernel's
+        receive time of the read that brought its last ciphertext (late by the segments after it, never early)."""
+        while True:
+            out = []
+            try:
+                while chunk := self.tls.read(RECV_BYTES):  # every whole record: none is left behind for select
+                    out.append(chunk)
+            except ssl.SSLWantReadError:
+                pass
+            except ssl.SSLZeroReturnError:  # the server closed TLS
+                pass
+            if out:
+                return b"".join(out), self._arrived, time.monotonic_ns()
+            data, arrived, returned = recv_stamped(self.raw, max(size, RECV_BYTES))
+            if not data:
+                return b"", returned, returned
+            self._incoming.write(data)
+            self._arrived = arrived
+            self._flush()  # what reading wrote (a key update's answer)
+
+    def recv(self, size: int) -> bytes:
+        return self.recv_stamped(size)[0]
+
+    def pending(self) -> int:
+        """Decrypted bytes waiting to be read (none after a read: it takes every whole record)."""
+        return self.tls.pending()
+
+    def settimeout(self, timeout_s: float | None) -> None:
+        self.raw.settimeout(timeout_s)
+
+    def fileno(self) -> int:
+        return self.raw.fileno()
+
+    def close(self) -> None:
+        self.raw.close()
+
+
 def socket_stamps(sock: socket.socket) -> str:
-    """How `recv_stamped` stamps what `sock` brings (figures.ARRIVAL or READ: a TLS socket)."""
+    """How `recv_stamped` stamps what `sock` brings (figures.ARRIVAL, a TlsSocket's too, or READ: an
+    ssl.SSLSocket)."""
     return READ if isinstance(sock, ssl.SSLSocket) else ARRIVAL
 
 
@@ -68,7 +143,9 @@ def recv_stamped(sock: socket.socket, size: int) -> tuple[bytes, int, int]:
     monotonic clock by the offset between the clocks read right after it (CLOCK_PAIR_NS: it errs late by at most the
     gap between two monotonic readings around the real-time one, never early), and never later than the read's
     return. Without a usable stamp (a TLS socket, the option not set, data that came before it was, one older than
-    STAMP_AGE_MAX_NS) it is the return."""
+    STAMP_AGE_MAX_NS) it is the return. A TlsSocket's is the kernel's stamp of the ciphertext's read (see there)."""
+    if isinstance(sock, TlsSocket):
+        return sock.recv_stamped(size)
     if isinstance(sock, ssl.SSLSocket):
         data = sock.recv(size)
         returned = time.monotonic_ns()

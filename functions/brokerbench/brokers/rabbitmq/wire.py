@@ -15,7 +15,7 @@ virtual host; then a channel in confirm mode (Channel.Open, Confirm.Select). A m
 queue through the default exchange, a content header without properties and the body in frames of at most the
 frame size. The broker's Basic.Ack and Basic.Nack confirm a delivery tag, or every one up to it (`multiple`); a
 Channel.Close (a refused channel) or Connection.Close raises `Closed` with the broker's code and text. Over TLS
-(Amazon MQ) the same bytes go through an ssl socket.
+(Amazon MQ) the same bytes go through TLS spoken over the socket (socket_buffer.TlsSocket), stamped at arrival too.
 
 A consuming connection (`Consuming`) opens its channel without confirm mode, asks Basic.Qos and a Basic.Consume per
 queue, and parses what each read of the socket brought in one pass (`deliveries`): Basic.Deliver, the content
@@ -26,12 +26,11 @@ as it lasts; a reset or a close is found at the next read."""
 from __future__ import annotations
 
 import socket
-import ssl
 import struct
 import time
 
 from ...drivers import BrokerUnavailable
-from ..socket_buffer import SocketBuffer, stamp_arrivals
+from ..socket_buffer import SocketBuffer, TlsSocket, stamp_arrivals
 from . import amqp
 
 FRAME_END = b"\xce"
@@ -97,9 +96,9 @@ class Connection(SocketBuffer):
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             if not self.confirm:
                 sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, SOCKET_BUFFER_BYTES)
-            stamp_arrivals(sock)  # a TLS connection's reads cannot return the stamp: they keep their own return
+            stamp_arrivals(sock)  # over TLS too: TlsSocket reads the ciphertext with the kernel's stamp
             if tls_host:
-                sock = ssl.create_default_context().wrap_socket(sock, server_hostname=tls_host)
+                sock = TlsSocket(sock, tls_host)
             self.sock = sock
             self.buffer, self.at = b"", 0
             self.channel = 0

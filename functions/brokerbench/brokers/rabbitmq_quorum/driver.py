@@ -202,7 +202,7 @@ class QuorumProducer(_Reconnecting, ConfirmedProducer):
 
     @property
     def stamps(self) -> str:
-        """Its own socket's stamps: the kernel's receive time, or the read's return over TLS (socket_stamps)."""
+        """Its own socket's stamps: the kernel's receive time, over TLS too (socket_stamps)."""
         return self._connection.stamps
 
     def __init__(self, connection: wire.Connection, queues: list[str], depth: int, on_ack: OnAck,
@@ -304,7 +304,7 @@ class QuorumConsumer(_Reconnecting):
     read of the socket brought (at least one, or none after timeout_s), parsed in one pass with the worker's header
     and payload sliced out, and acknowledges the poll before it (one `multiple` Basic.Ack, written as the poll
     starts; at close the last poll's). `arrived_ns` is when that read's data arrived (the kernel's receive time,
-    socket_buffer.recv_stamped; on TLS, the read's return): the worker's stamp of their receipt. pika spent about 31 µs
+    socket_buffer.recv_stamped, over TLS too): the worker's stamp of their receipt. pika spent about 31 µs
     of CPU a message on its frame objects, callbacks and dispatch, and read a backlog at 0.60 of amqp-client's
     (docs/performance.md). A connection lost (or a channel the broker closed) on a cluster or through a proxy is
     made again (any node that answers); what was delivered on it and not acknowledged comes again, counted as
@@ -314,7 +314,7 @@ class QuorumConsumer(_Reconnecting):
 
     @property
     def stamps(self) -> str:
-        """Its own socket's stamps: the kernel's receive time, or the read's return over TLS (socket_stamps)."""
+        """Its own socket's stamps: the kernel's receive time, over TLS too (socket_stamps)."""
         return self._connection.stamps
 
     def __init__(self, connection: wire.Consuming, queues: list[str], prefetch: int, reconnect=None,

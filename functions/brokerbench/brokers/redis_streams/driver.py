@@ -24,7 +24,6 @@ from __future__ import annotations
 import os
 import select
 import socket
-import ssl
 import time
 from collections import deque
 
@@ -38,7 +37,7 @@ from redis.sentinel import Sentinel
 
 from ... import native, toxiproxy
 from ...drivers import BrokerUnavailable, Message, OnAck, TargetRefused
-from ..socket_buffer import JOIN_WITHIN_NS, recv_stamped, socket_stamps, stamp_arrivals
+from ..socket_buffer import JOIN_WITHIN_NS, TlsSocket, recv_stamped, socket_stamps, stamp_arrivals
 
 HEADER_FIELD = b"h"
 PAYLOAD_FIELD = b"d"
@@ -315,9 +314,13 @@ class RespConnection:
     def __init__(self, host: str, port: int, tls: bool, password: str | None) -> None:
         sock = socket.create_connection((host, port), timeout=30)
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        stamp_arrivals(sock)  # a TLS connection's reads cannot return the stamp: they keep their own return
+        stamp_arrivals(sock)  # over TLS too: TlsSocket reads the ciphertext with the kernel's stamp
         if tls:
-            sock = ssl.create_default_context().wrap_socket(sock, server_hostname=host)
+            try:
+                sock = TlsSocket(sock, host)
+            except BaseException:
+                sock.close()
+                raise
         self.sock = sock
         self.reader = hiredis.Reader()
         if password:

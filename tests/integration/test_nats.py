@@ -662,8 +662,8 @@ def test_a_consumer_that_cannot_open_says_where_and_why(extra_brokers):
         NatsJetStreamDriver({"url": f"nats://127.0.0.1:{free_port()}"}, CLIENT).consumer("bb-none", "g", [0])
     with pytest.raises(BrokerUnavailable, match="could not create consumer g_0 on stream bb-none: .*stream not found"):
         driver.consumer("bb-none", "g", [0])
-    with pytest.raises(BrokerUnavailable, match="endpoint.url: 'tls://127.0.0.1:1'"):
-        NatsJetStreamDriver({"url": "tls://127.0.0.1:1"}, CLIENT).consumer("bb-none", "g", [0])
+    with pytest.raises(BrokerUnavailable, match="endpoint.url: 'ws://127.0.0.1:1'"):
+        NatsJetStreamDriver({"url": "ws://127.0.0.1:1"}, CLIENT).consumer("bb-none", "g", [0])
 
 
 def test_a_server_that_stops_answering_is_left_and_the_consumer_connects_again_once_it_answers(tmp_path):

@@ -1,8 +1,9 @@
-"""TLS on the drivers' own sockets against a real broker: a redis-server on 127.0.0.1 serving its TLS port only
-(Debian's build speaks TLS) with a certificate made for the test (trustme), trusted through SSL_CERT_FILE as a managed
-Redis's is through the system's store. A Redis cell over TLS (the Python loop: the native one does not speak TLS)
-delivers every message once, the broker's own stream length agrees, and its acknowledgements and deliveries are
-stamped at arrival (socket_buffer.TlsSocket), where an ssl.SSLSocket could only give the read's return."""
+"""TLS on the drivers' own sockets against real brokers: a redis-server on 127.0.0.1 serving its TLS port only
+(Debian's build speaks TLS), and a nats-server with JetStream that requires TLS, each with a certificate made for the
+test (trustme), trusted through SSL_CERT_FILE as a managed broker's is through the system's store. A cell over TLS
+(the Python loop: the native one does not speak TLS) delivers every message once, the broker's own count agrees, and
+its acknowledgements and deliveries are stamped at arrival (socket_buffer.TlsSocket), where an ssl.SSLSocket could only
+give the read's return and NATS's TLS endpoints were nats-py's (its PubAcks stamped in its callback, and no consumer)."""
 
 from __future__ import annotations
 
@@ -14,21 +15,83 @@ import pytest
 import redis
 import trustme
 
-from brokerbench.local.processes import free_port
+from brokerbench.brokers.nats_jetstream import local as nats_local
+from brokerbench.brokers.nats_jetstream.driver import NatsJetStreamDriver
+from brokerbench.drivers import BrokerUnavailable
+from brokerbench.local.processes import free_port, port_answers
+from brokerbench.spec import validate
 from brokerbench.reports.results import build_results
 from inline_run import execute_run
 
+CLIENT = validate({"brokers": ["nats-jetstream"], "sizes": [1024], "rates": [1], "formats": ["raw"]})["client"]
+
 
 @pytest.fixture
-def tls_redis(endpoints, tmp_path, monkeypatch):
-    """A redis-server with only its TLS port, its certificate's authority trusted by this process and the cell's
-    (SSL_CERT_FILE); stopped at the end."""
+def certificate(tmp_path, monkeypatch) -> dict:
+    """A certificate for 127.0.0.1 and its authority's, as files; the authority trusted by this process and the cells'
+    (SSL_CERT_FILE: the processes start with this environment)."""
     authority = trustme.CA()
     cert = authority.issue_cert("127.0.0.1")
     files = {name: tmp_path / f"{name}.pem" for name in ("ca", "cert", "key")}
     authority.cert_pem.write_to_path(str(files["ca"]))
     cert.cert_chain_pems[0].write_to_path(str(files["cert"]))
     cert.private_key_pem.write_to_path(str(files["key"]))
+    monkeypatch.setenv("SSL_CERT_FILE", str(files["ca"]))
+    return files
+
+
+def tiny(broker: str) -> dict:
+    return {"brokers": [broker], "sizes": [1024], "rates": [200], "formats": ["raw"], "duration_s": 1,
+            "warmup_s": 0.2, "warmup_until_steady": False, "drain_timeout_s": 2}
+
+
+def assert_whole_and_stamped_at_arrival(events: list[dict]) -> dict:
+    [cell] = build_results(events)["cells"]
+    assert cell["status"] == "completed", cell.get("reason")
+    assert cell["sent"] == cell["received"] > 0 and cell["lost"] == cell["duplicated"] == 0
+    [end] = [e["data"] for e in events if e["type"] == "CellCompleted"]
+    assert end["send_loop"] == "python"  # the native loop does not speak TLS
+    assert (end["ack_stamps"], end["delivery_stamps"]) == ("arrival", "arrival")
+    assert cell["broker_count"]["difference"] == 0  # what the broker holds is what it acknowledged
+    return cell
+
+
+@pytest.fixture
+def tls_nats(endpoints, certificate, tmp_path):
+    """A nats-server with JetStream that requires TLS (its INFO says so); stopped at the end."""
+    port = free_port()
+    log = (tmp_path / "nats.log").open("w")
+    server = subprocess.Popen([str(nats_local.server_binary()), "-js", "-a", "127.0.0.1", "-p", str(port),
+                               "--tls", "--tlscert", str(certificate["cert"]), "--tlskey", str(certificate["key"]),
+                               "-sd", str(tmp_path / "jetstream")], stdout=log, stderr=subprocess.STDOUT)
+    try:
+        deadline = time.monotonic() + 15
+        while not port_answers(port):
+            if time.monotonic() > deadline or server.poll() is not None:
+                raise RuntimeError("nats-server did not answer: " + (tmp_path / "nats.log").read_text()[-2000:])
+            time.sleep(0.1)
+        yield {**endpoints, "nats-jetstream": {"url": f"tls://127.0.0.1:{port}"}}
+    finally:
+        server.terminate()
+        server.wait(10)
+        log.close()
+
+
+def test_a_nats_cell_over_tls_delivers_everything_and_is_stamped_at_arrival(tls_nats, store):
+    outcome = execute_run(tiny("nats-jetstream"), tls_nats, store)
+    assert_whole_and_stamped_at_arrival(store.read(outcome.run_id))
+
+
+def test_a_nats_client_that_asks_plain_nats_of_a_tls_server_is_told_to_use_tls(tls_nats):
+    url = tls_nats["nats-jetstream"]["url"].replace("tls://", "nats://")
+    with pytest.raises(BrokerUnavailable, match="requires TLS: its URL is tls://127.0.0.1:"):
+        NatsJetStreamDriver({"url": url}, CLIENT).consumer("bb-none", "g", [0])
+
+
+@pytest.fixture
+def tls_redis(endpoints, certificate, tmp_path):
+    """A redis-server with only its TLS port; stopped at the end."""
+    files = certificate
     port = free_port()
     log = (tmp_path / "redis.log").open("w")
     server = subprocess.Popen([shutil.which("redis-server"), "--port", "0", "--tls-port", str(port), "--bind",
@@ -48,7 +111,6 @@ def tls_redis(endpoints, tmp_path, monkeypatch):
                     raise RuntimeError("redis-server's TLS port did not answer: "
                                        + (tmp_path / "redis.log").read_text()[-2000:]) from None
                 time.sleep(0.1)
-        monkeypatch.setenv("SSL_CERT_FILE", str(files["ca"]))  # the cell's processes start with this environment
         yield {**endpoints, "redis-streams": {"host": "127.0.0.1", "port": port, "tls": True}}, client
     finally:
         server.terminate()
@@ -56,17 +118,8 @@ def tls_redis(endpoints, tmp_path, monkeypatch):
         log.close()
 
 
-def test_a_cell_over_tls_delivers_everything_and_is_stamped_at_arrival(tls_redis, store):
+def test_a_redis_cell_over_tls_delivers_everything_and_is_stamped_at_arrival(tls_redis, store):
     endpoints, client = tls_redis
-    outcome = execute_run({"brokers": ["redis-streams"], "sizes": [1024], "rates": [200], "formats": ["raw"],
-                           "duration_s": 1, "warmup_s": 0.2, "warmup_until_steady": False, "drain_timeout_s": 2},
-                          endpoints, store)
-    events = store.read(outcome.run_id)
-    [cell] = build_results(events)["cells"]
-    assert cell["status"] == "completed", cell.get("reason")
-    assert cell["sent"] == cell["received"] > 0 and cell["lost"] == cell["duplicated"] == 0
-    [end] = [e["data"] for e in events if e["type"] == "CellCompleted"]
-    assert end["send_loop"] == "python"  # the native loop does not speak TLS
-    assert (end["ack_stamps"], end["delivery_stamps"]) == ("arrival", "arrival")
-    assert cell["broker_count"]["difference"] == 0  # XLEN: what Redis holds is what it acknowledged
-    assert client.info("server")["redis_version"] and client.dbsize() == 0  # the cell's keys were removed after it
+    outcome = execute_run(tiny("redis-streams"), endpoints, store)
+    assert_whole_and_stamped_at_arrival(store.read(outcome.run_id))  # Redis's count: XLEN
+    assert client.dbsize() == 0  # the cell's keys were removed after it

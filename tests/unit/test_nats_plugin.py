@@ -310,7 +310,8 @@ def test_the_consumers_protocol_reader_takes_whole_items_only_wherever_the_reads
 
 
 def test_server_urls_the_consumer_cannot_speak_to_are_refused_by_name():
-    assert wire.addresses(["nats://a:1", "b:2", "nats://u:p@c"]) == [("a", 1, None, None), ("b", 2, None, None),
-                                                                   ("c", 4222, "u", "p")]
-    with pytest.raises(BrokerUnavailable, match=r"endpoint.url: 'tls://a:1'.*plain nats://"):
-        wire.addresses(["nats://b:2", "tls://a:1"])
+    assert wire.addresses(["nats://a:1", "b:2", "nats://u:p@c", "tls://d:5"]) == [
+        ("a", 1, None, None, False), ("b", 2, None, None, False), ("c", 4222, "u", "p", False),
+        ("d", 5, None, None, True)]
+    with pytest.raises(BrokerUnavailable, match=r"endpoint.url: 'ws://a:1'.*nats:// and tls://"):
+        wire.addresses(["nats://b:2", "ws://a:1"])

@@ -6,7 +6,8 @@ waits for its answer. The consumer and the Python loop's producer speak NATS's p
 socket (wire.py): nats-py's parsing and dispatch of each delivery (an event loop, a Msg and a callback per message, a
 thread hop per poll) held the consumer to 0.67 of `nats bench`'s, and its producer stamped each PubAck in a callback
 that waited for its loop and the GIL, 387 µs late at the median (bench/stamp_lag.py). A TLS endpoint (tls://) is
-published to through nats-py still (NatsProducer).
+spoken to the same way, TLS over the socket (socket_buffer.TlsSocket: its replies stamped at arrival too); nats-py's
+producer (NatsProducer) serves what the socket does not speak (a websocket URL).
 
 A cell's stream is named after its topic and holds the subjects `<topic>.<lane>`, one per lane. On a cluster (the
 endpoint's `url` names every server, comma-separated) the stream has `nats_replicas` replicas, 3 by default or as
@@ -46,7 +47,7 @@ from nats.js import api
 from ... import native
 from ...drivers import BrokerUnavailable, OnAck, TargetRefused
 from ...figures import client_stamps
-from .wire import WireConsumer, WireProducer, frame
+from .wire import SCHEMES, WireConsumer, WireProducer, frame
 
 CONNECT_TIMEOUT_S = 5.0
 ADMIN_TIMEOUT_S = 10.0
@@ -280,11 +281,11 @@ class NatsJetStreamDriver:
         return self.client["nats_max_in_flight"] if mode == "batch" else 1
 
     def producer(self, topic: str, partitions: int, mode: str, on_ack: OnAck) -> WireProducer | NatsProducer:
-        """The Python loop's producer: on plain NATS (nats://, credentials or none) one that speaks the protocol on
-        a socket of its own and stamps each PubAck when it arrived (wire.py); elsewhere (tls://) nats-py's."""
+        """The Python loop's producer: on NATS (nats:// or tls://, credentials or none) one that speaks the protocol
+        on a socket of its own and stamps each PubAck when it arrived (wire.py); elsewhere nats-py's."""
         urls, subjects = servers(self.endpoint), [subject(topic, p) for p in range(partitions)]
         window = self.in_flight_window(mode)
-        if any(urlsplit(url if "://" in url else f"nats://{url}").scheme != "nats" for url in urls):
+        if any(urlsplit(url if "://" in url else f"nats://{url}").scheme not in SCHEMES for url in urls):
             return NatsProducer(urls, subjects, window, on_ack)
         return WireProducer(urls, subjects, window, on_ack, connect_timeout_s=CONNECT_TIMEOUT_S,
                             reconnect_wait_s=RECONNECT_WAIT_S, ack_timeout_s=ACK_TIMEOUT_S,
@@ -340,7 +341,8 @@ def client_version() -> str:
 
 
 class NatsProducer:
-    """The Python loop's producer on a TLS endpoint (nats-py; on plain NATS, wire.WireProducer). Publishes with a
+    """The Python loop's producer where the driver's own socket does not serve (nats-py: a websocket URL; on nats:// and
+    tls://, wire.WireProducer). Publishes with a
     reply subject of its own per message and takes each PubAck as it arrives, on the loop's thread, stamped there; the
     results queue up and reach on_ack in poll and flush, on the worker's thread, as the Driver interface promises
     (with the arrival's time, not the time the worker took them)."""

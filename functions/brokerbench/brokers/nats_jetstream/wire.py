@@ -1,4 +1,6 @@
-"""A JetStream durable pull consumer that speaks NATS's client protocol itself, on a plain blocking socket.
+"""A JetStream durable pull consumer that speaks NATS's client protocol itself, on a blocking socket of its own (for a
+tls:// server, TLS spoken over it after the server's INFO: socket_buffer.TlsSocket, what comes still stamped by the
+kernel).
 
 The consumer's messages are read in bulk: one recv of what the socket holds, the protocol's lines found with
 bytes.find and each message's body sliced out, with no event loop, no object or callback per message and no
@@ -38,8 +40,9 @@ from urllib.parse import urlsplit
 
 from ...drivers import BrokerUnavailable, Message
 from ...figures import ARRIVAL
-from ..socket_buffer import SocketBuffer, stamp_arrivals
+from ..socket_buffer import SocketBuffer, TlsSocket, stamp_arrivals
 
+SCHEMES = ("nats", "tls")  # plain NATS, and NATS over TLS (socket_buffer.TlsSocket)
 # The socket's receive buffer asked of the kernel: room for a few batches while the worker is between polls.
 SOCKET_BUFFER_BYTES = 4 << 20
 # A connection made again while the consumer polls (a fault's outage) waits this long at most for the server's
@@ -72,15 +75,16 @@ def frame(header: bytes, payload: bytes) -> bytes:
     return b"".join((LENGTHS[len(header)], header, payload))
 
 
-def addresses(urls: list[str]) -> list[tuple[str, int, str | None, str | None]]:
-    """(host, port, user, password) of each server URL; a scheme other than plain NATS is refused by name."""
+def addresses(urls: list[str]) -> list[tuple[str, int, str | None, str | None, bool]]:
+    """(host, port, user, password, tls) of each server URL (nats:// or tls://); another scheme is refused by name."""
     out = []
     for url in urls:
         parts = urlsplit(url if "://" in url else f"nats://{url}")
-        if parts.scheme != "nats":
-            raise BrokerUnavailable(f"endpoint.url: {url!r}: the NATS consumer speaks plain nats:// (no TLS, "
-                                    f"no websocket)")
-        out.append((parts.hostname or "127.0.0.1", parts.port or 4222, parts.username, parts.password))
+        if parts.scheme not in SCHEMES:
+            raise BrokerUnavailable(f"endpoint.url: {url!r}: the NATS client speaks nats:// and tls:// (no "
+                                    f"websocket)")
+        out.append((parts.hostname or "127.0.0.1", parts.port or 4222, parts.username, parts.password,
+                    parts.scheme == "tls"))
     return out
 
 
@@ -133,22 +137,29 @@ class Connection(SocketBuffer):
     """One NATS client connection: the handshake, whole writes, and reads parsed in bulk."""
 
     def __init__(self, address: tuple, timeout_s: float) -> None:
-        host, port, user, password = address
+        host, port, user, password, tls = address
         self.sock = socket.create_connection((host, port), timeout=timeout_s)
         try:
             self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, SOCKET_BUFFER_BYTES)
-            stamp_arrivals(self.sock)
+            stamp_arrivals(self.sock)  # over TLS too: TlsSocket reads the ciphertext with the kernel's stamp
             self.buffer, self.at = b"", 0
             info = self._line(timeout_s)
             if not info.startswith(b"INFO "):
                 raise ProtocolError(f"the server at {host}:{port} did not begin with INFO: {info[:100]!r}")
             self.info = json.loads(info[5:])
-            if self.info.get("tls_required"):
-                raise ProtocolError(f"the server at {host}:{port} requires TLS, which this consumer does not speak")
+            if self.info.get("tls_required") and not tls:
+                raise ProtocolError(f"the server at {host}:{port} requires TLS: its URL is tls://{host}:{port}")
+            if tls:  # the server's INFO is plain; TLS begins after it, the CONNECT the first thing sent in it
+                if not (self.info.get("tls_required") or self.info.get("tls_available")):
+                    raise ProtocolError(f"the server at {host}:{port} does not speak TLS (its INFO offers none)")
+                if self.at < len(self.buffer):
+                    raise ProtocolError(f"the server at {host}:{port} sent more than its INFO before TLS")
+                self.sock.settimeout(timeout_s)
+                self.sock = TlsSocket(self.sock, host)
             if not self.info.get("headers"):
                 raise ProtocolError(f"the server at {host}:{port} has no headers support (JetStream needs it)")
-            options = {"verbose": False, "pedantic": False, "tls_required": False, "lang": "python",
+            options = {"verbose": False, "pedantic": False, "tls_required": tls, "lang": "python",
                        "version": "brokerbench", "protocol": 1, "headers": True, "no_responders": True,
                        **({"user": user, "pass": password} if user else {})}
             self.write(b"CONNECT %s\r\nPING\r\n" % json.dumps(options).encode())
@@ -218,7 +229,7 @@ class WireConsumer:
     PUB to its reply subject) at the next poll, at commit or at close: a delivery a lost connection took stays
     pending, and is delivered again after ack_wait."""
 
-    stamps = ARRIVAL  # a plain socket of its own (a TLS endpoint is served by nats-py): the kernel's receive time
+    stamps = ARRIVAL  # a socket of its own (TLS spoken over it for tls://): the kernel's receive time
 
     def __init__(self, urls: list[str], stream: str, durable: str, config: dict, lanes: dict[str, int],
                  batch: int, connect_timeout_s: float, admin_timeout_s: float, expires_s: float,
@@ -421,7 +432,7 @@ class WireProducer:
     connection), and what is sent meanwhile is kept (up to `buffer_bytes`, past that a send fails at once) and
     written once connected, as nats-py's reconnect buffer did."""
 
-    stamps = ARRIVAL  # a plain socket of its own (a TLS endpoint is served by nats-py): the kernel's receive time
+    stamps = ARRIVAL  # a socket of its own (TLS spoken over it for tls://): the kernel's receive time
 
     def __init__(self, urls: list[str], subjects: list[str], window: int, on_ack, connect_timeout_s: float,
                  reconnect_wait_s: float, ack_timeout_s: float, buffer_bytes: int) -> None:

@@ -101,9 +101,7 @@ class TlsSocket:
             try:
                 while chunk := self.tls.read(RECV_BYTES):  # every whole record: none is left behind for select
                     out.append(chunk)
-            except ssl.SSLWantReadError:
-                pass
-            except ssl.SSLZeroReturnError:  # the server closed TLS
+            except (ssl.SSLWantReadError, ssl.SSLZeroReturnError):  # no whole record left; or the server closed TLS
                 pass
             if out:
                 return b"".join(out), self._arrived, time.monotonic_ns()

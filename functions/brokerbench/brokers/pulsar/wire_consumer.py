@@ -288,7 +288,7 @@ def wire_consumer(address: tuple[str, int], topics: list[str], subscription: str
     try:
         return WireConsumer(address, topics, subscription, lanes, queue, timeout_s)
     except Refused as exc:
-        if "Exclusive consumer is already connected" in str(exc) or "ConsumerBusy" in str(exc):
+        if "Exclusive consumer is already connected" in str(exc):  # the broker's words (Refused keeps no code)
             raise BrokerUnavailable(f"could not subscribe {subscription}: {exc}") from None
         return None
     except (OSError, ValueError):

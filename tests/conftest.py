@@ -198,9 +198,30 @@ def pytest_collection_modifyitems(config, items):
 
 
 @pytest.fixture(scope="session")
-def local_stack(tmp_path_factory):
-    """The session's local stack, nothing started yet; every service the session started stops at its end."""
-    local = LocalStack(tmp_path_factory.mktemp("stack"))
+def session_certificate(tmp_path_factory) -> dict:
+    """A certificate for 127.0.0.1 (its key in PKCS#8, as Pulsar reads it) and its authority's, as files, made for
+    the session (trustme): the session's Pulsar serves TLS with it too. A test trusts it through SSL_CERT_FILE."""
+    import trustme
+    from cryptography.hazmat.primitives import serialization
+
+    folder = tmp_path_factory.mktemp("certificate")
+    authority = trustme.CA()
+    cert = authority.issue_cert("127.0.0.1")
+    files = {name: folder / f"{name}.pem" for name in ("ca", "cert", "key")}
+    authority.cert_pem.write_to_path(str(files["ca"]))
+    cert.cert_chain_pems[0].write_to_path(str(files["cert"]))
+    key = serialization.load_pem_private_key(cert.private_key_pem.bytes(), None)
+    files["key"].write_bytes(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                                               serialization.NoEncryption()))
+    return files
+
+
+@pytest.fixture(scope="session")
+def local_stack(tmp_path_factory, session_certificate):
+    """The session's local stack, nothing started yet; every service the session started stops at its end. Its
+    Pulsar also serves TLS (the session's certificate: endpoint tls_service_url)."""
+    local = LocalStack(tmp_path_factory.mktemp("stack"),
+                       pulsar_tls={"cert": str(session_certificate["cert"]), "key": str(session_certificate["key"])})
     yield local
     local.down(log=lambda m: None)
 

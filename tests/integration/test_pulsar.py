@@ -364,3 +364,29 @@ def test_a_consumer_whose_connection_is_lost_subscribes_again_and_misses_nothing
         assert driver.backlog(topic, group, 1) == 0
     finally:
         driver.delete_topic(topic, 1)
+
+
+def test_a_cell_over_tls_delivers_everything_stamped_at_arrival(extra_brokers, store, session_certificate,
+                                                                monkeypatch):
+    """The standalone's TLS port (pulsar+ssl://, the session's certificate trusted through SSL_CERT_FILE as a managed
+    Pulsar's is through the system's store): the Python loop's producer and the consumer speak TLS over their own
+    sockets (socket_buffer.TlsSocket) to the lookup's brokerUrlTls, every message arrives once, the broker's own count
+    agrees, and receipts and deliveries are stamped at the ciphertext's arrival, where pulsar-client stamped them in
+    its callback and at the receive's return. The default loop is the Python one: the native loop does not speak TLS
+    (its C API path would stamp receipts in the client's callback)."""
+    monkeypatch.setenv("SSL_CERT_FILE", str(session_certificate["ca"]))
+    endpoints = extra_brokers("pulsar")
+    tls = {**endpoints, "pulsar": {**endpoints["pulsar"], "service_url": endpoints["pulsar"]["tls_service_url"]}}
+    assert tls["pulsar"]["service_url"].startswith("pulsar+ssl://127.0.0.1:")
+    _, events, results = run({**TINY, "formats": ["raw"], "modes": ["batch"], "partitions": 2}, tls, store)
+    [cell] = results["cells"]
+    assert cell["status"] == "completed", cell.get("reason")
+    assert cell["sent"] == cell["received"] > 0 and cell["lost"] == cell["duplicated"] == 0
+    assert cell["broker_count"]["difference"] == 0
+    [end] = [e["data"] for e in events if e["type"] == "CellCompleted"]
+    assert end["send_loop"] == "python"  # chosen: the native loop does not speak TLS to one broker
+    assert (end["ack_stamps"], end["delivery_stamps"]) == ("arrival", "arrival")
+    # a plain connection to the TLS port is not answered as Pulsar: the cell's clients spoke TLS there
+    host, port = tls["pulsar"]["service_url"][len("pulsar+ssl://"):].split(":")
+    with pytest.raises((OSError, ValueError)):
+        wire.Connection(host, int(port), ["persistent://public/default/bb-ready"], 3)

@@ -109,3 +109,21 @@ def test_an_error_raised_outside_brokerbench_alone_is_named_as_it_is():
         raise BrokenPipeError(32, "Broken pipe")
     except BrokenPipeError as exc:
         assert cell_module.unexpected(exc) == "BrokenPipeError: [Errno 32] Broken pipe"
+
+
+def test_a_cell_out_of_time_names_the_processes_it_still_waits_for():
+    """The cell's time ran out: the error names each process not finished and how long since it last reported, and
+    how far the drain had come (what tells a stuck client from a broker that stopped answering)."""
+    from brokerbench.worker.drain import Drain
+    run = cell_module._CellRun.__new__(cell_module._CellRun)
+    producer, consumer_0, consumer_1 = object(), object(), object()
+    run.conns = {producer: ("producer", 0), consumer_0: ("consumer", 0), consumer_1: ("consumer", 1)}
+    now = time.monotonic()
+    heard = {producer: now - 1, consumer_0: now - 95, consumer_1: now - 2}
+    sending = run._unfinished({}, heard, None)
+    assert sending.startswith("producer-0 (last heard 1.0 s ago), consumer-0 (last heard 95.0 s ago), consumer-1")
+    assert sending.endswith("not finished; still sending")
+    drain = Drain([consumer_0, consumer_1], 1000, 5, 3, now)
+    drain.update(consumer_1, 600, now)
+    draining = run._unfinished({producer: {}, consumer_1: {}}, heard, drain)
+    assert draining == "consumer-0 (last heard 95.0 s ago) not finished; draining, 600 of 1000 received"

@@ -80,6 +80,45 @@ def test_a_proxied_listener_is_advertised_beside_the_brokers_own_address(tmp_pat
             local.PulsarService().start(tmp_path, iter([6650, 8080, 3181]).__next__, {"pulsar_proxied_listener": wrong})
 
 
+def test_a_tls_port_is_served_with_the_certificate_named(tmp_path, monkeypatch):
+    """Setting pulsar_tls: the broker's binary protocol also on a TLS port of its own (the fourth port taken, kept in
+    the service's extras so a restart takes it again), with the named certificate; the endpoint names its
+    pulsar+ssl:// address. Bad settings are refused by name before anything starts."""
+    (tmp_path / "lib").mkdir()
+    monkeypatch.setattr(local, "lib_dir", lambda component: tmp_path / "lib")
+    monkeypatch.setattr(local, "spawn", lambda cmd, cwd, log: 101)
+    cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
+    cert.write_text("c")
+    key.write_text("k")
+    tls = {"cert": str(cert), "key": str(key)}
+    started = local.PulsarService().start(tmp_path, iter([6650, 8080, 3181, 6651]).__next__, {"pulsar_tls": tls})
+    conf = (tmp_path / "standalone.conf").read_text().splitlines()
+    assert {"brokerServicePortTls=6651", f"tlsCertificateFilePath={cert}", f"tlsKeyFilePath={key}"} <= set(conf)
+    assert started.endpoint["tls_service_url"] == f"pulsar+ssl://{HOST}:6651" and started.extra["tls_port"] == 6651
+    plain = local.PulsarService().start(tmp_path, iter([6650, 8080, 3181]).__next__, {})
+    assert "tls_service_url" not in plain.endpoint and "tls_port" not in plain.extra
+    assert not [line for line in (tmp_path / "standalone.conf").read_text().splitlines() if "Tls=" in line]
+    for wrong, said in (({"cert": str(cert)}, "pulsar_tls"), ({**tls, "key": str(tmp_path / "no.pem")}, "no.pem"),
+                        ("yes", "pulsar_tls")):
+        with pytest.raises(local.StackError, match=said):
+            local.PulsarService().start(tmp_path, iter([6650, 8080, 3181, 6651]).__next__, {"pulsar_tls": wrong})
+    with pytest.raises(local.StackError, match="pulsar_proxied_listener"):
+        local.PulsarService().start(tmp_path, iter([6650, 8080, 3181, 6651]).__next__,
+                                    {"pulsar_tls": tls, "pulsar_proxied_listener": 7000})
+
+
+def test_a_target_may_be_reached_over_tls():
+    target = {"driver": "pulsar", "service_url": "pulsar+ssl://10.0.0.7:6651", "admin_url": "http://10.0.0.7:8080"}
+    request = {"brokers": ["far"], "sizes": [1024], "rates": [100], "formats": ["json"]}
+    full = spec.validate({**request, "targets": {"far": target}})
+    assert driver.PulsarDriver(full["targets"]["far"], CLIENT).tls
+    assert not driver.PulsarDriver({**target, "service_url": "pulsar://10.0.0.7:6650"}, CLIENT).tls
+    for wrong in ("pulsar+tls://10.0.0.7:6651", "ssl://10.0.0.7:6651", "http://10.0.0.7:8080"):
+        with pytest.raises(spec.SpecError) as refused:
+            spec.validate({**request, "targets": {"far": {**target, "service_url": wrong}}})
+        assert "targets.far.service_url" in {p.path for p in refused.value.problems}
+
+
 def test_a_target_may_name_the_listener_its_client_connects_through():
     target = {"driver": "pulsar", "service_url": "pulsar://10.0.0.7:6650", "admin_url": "http://10.0.0.7:8080"}
     request = {"brokers": ["far"], "sizes": [1024], "rates": [100], "formats": ["json"]}

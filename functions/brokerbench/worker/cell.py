@@ -566,6 +566,7 @@ class _CellRun:
         producers = [c for c, key in self.conns.items() if key[0] == "producer"]
         consumers = [c for c, key in self.conns.items() if key[0] == "consumer"]
         drain: Drain | None = None
+        heard = dict.fromkeys(self.conns, time.monotonic())  # when each process last reported
         run_s = (self.timing["t_end"] - self.timing["t_start"]) / SECOND_NS
         # The producers flush for up to the same bound as the drain (see Drain.cap_s).
         deadline = time.monotonic() + run_s + 2 * Drain.cap_s(cell["drain_timeout_s"], run_s) + READY_TIMEOUT_S
@@ -573,13 +574,15 @@ class _CellRun:
             if any(event.is_set() for event in self.stop):
                 raise KeyboardInterrupt
             if time.monotonic() > deadline:
-                raise CellError("the cell did not finish in time (a client is stuck or the broker stopped answering)")
+                raise CellError("the cell did not finish in time (a client is stuck or the broker stopped answering): "
+                                + self._unfinished(done, heard, drain))
             now = time.monotonic_ns()
             due = [at for at in (self.attach_due, self._watch_sending(now, any(c in done for c in producers)))
                    if at is not None]
             timeout = min([0.1] + [max(0, at - now) / 1e9 for at in due])
             for conn in wait([c for c in self.conns if c not in done], timeout=timeout):
                 kind, payload = self._recv(conn)
+                heard[conn] = time.monotonic()
                 if kind == "interval":
                     interval, snapshot = payload
                     self.aggregator.add(conn, self.conns[conn][0], interval, snapshot)
@@ -631,6 +634,15 @@ class _CellRun:
             self._report_progress(drain is not None)
         self._watch_sending(time.monotonic_ns(), True)  # the producers finished before the loop looked again
         return done
+
+    def _unfinished(self, done: dict, heard: dict, drain: "Drain | None") -> str:
+        """Which processes had not finished when the cell's time ran out, how long since each last reported, and
+        how far the drain had come: what tells a stuck client from a broker that stopped answering."""
+        now = time.monotonic()
+        waiting = [f"{role}-{number} (last heard {now - heard[c]:.1f} s ago)"
+                   for c, (role, number) in self.conns.items() if c not in done]
+        stage = "still sending" if drain is None else f"draining, {drain.received} of {drain.expected} received"
+        return f"{', '.join(waiting)} not finished; {stage}"
 
     def _group_backlog(self) -> int | None:
         """The broker's count of what it still holds for the cell's group (None: it cannot tell now)."""

@@ -15,9 +15,10 @@ a message id per receipt), where the Java client spends about 2.5: on a machine 
 set the worker's maximum. Elsewhere (partitions on several brokers, a connection the loop cannot make) and where a
 cell injects faults (the client reconnects and resends; the loop's one connection does not), the native loop sends
 through the C API of the same libpulsar the Python binding loaded (`native_failover_sender`), with the same settings.
-The Python loop's producer (`producer`) speaks the protocol itself too where one broker serves every partition at a
-plain address (wire.py: each receipt stamped when the read that brought it arrived, where pulsar-client's callback
-waited for the GIL); elsewhere it is pulsar-client's. The consumers, on both loops, speak the protocol themselves on
+The Python loop's producer (`producer`) speaks the protocol itself too where one broker serves every partition, at
+a plain address or over TLS (pulsar+ssl://: TLS spoken over its socket, socket_buffer.TlsSocket; the native loop
+does not speak TLS and leaves such a cell to the Python loop) (wire.py: each receipt stamped when the read that
+brought it arrived, where pulsar-client's callback waited for the GIL); elsewhere it is pulsar-client's. The consumers, on both loops, speak the protocol themselves on
 the same condition (wire_consumer.py: each delivery stamped when the read that brought it arrived, where pulsar-client
 handed it over as the worker's receive returned); elsewhere they are pulsar-client's.
 """
@@ -55,6 +56,7 @@ SAMPLE_MAX_BYTES = 4 << 20
 SAMPLE_TIMEOUT_S = 5.0
 COUNT_TIMEOUT_S = 60.0
 OK = pulsar.Result.Ok
+TLS_SCHEME = "pulsar+ssl://"
 
 
 def _client(endpoint: dict, timeout_s: int = 30) -> pulsar.Client:
@@ -80,6 +82,9 @@ class PulsarDriver:
         # its readiness probe only once the consumers are ready).
         self.keeps_unread = self.topic_type == "persistent"
         self.namespace = endpoint.get("namespace", "public/default")
+        # pulsar+ssl://: the worker's own connections speak TLS over their socket (socket_buffer.TlsSocket), to the
+        # broker's TLS address (the lookup's brokerUrlTls)
+        self.tls = endpoint["service_url"].startswith(TLS_SCHEME)
         self._started_at: int | None = None  # the broker's start when the cell's topic was created
 
     def full_name(self, topic: str) -> str:
@@ -218,16 +223,16 @@ class PulsarDriver:
         return {"per_lane": MAX_PENDING_PER_PARTITION}
 
     def producer(self, topic: str, partitions: int, mode: str, on_ack: OnAck) -> PulsarProducer | wire.WireProducer:
-        """The Python loop's producer: where one broker serves every partition at a plain pulsar:// address (the
+        """The Python loop's producer: where one broker serves every partition at a pulsar:// address (the
         admin API's lookup, as `native_sender` asks it) Pulsar's binary protocol spoken on a socket of its own
         (wire.WireProducer: receipts stamped as they are read); elsewhere, and where that connection cannot be made
-        or a producer on it is refused (TLS, authentication: what it does not speak), pulsar-client's
+        or a producer on it is refused (authentication: what it does not speak), pulsar-client's
         (PulsarProducer)."""
         names = self.partitions_of(topic, range(partitions))
         address = self._one_broker(names)
         if address is not None:
             try:
-                connection = wire.Connection(*address, names, CONNECT_TIMEOUT_S)
+                connection = wire.Connection(*address, names, CONNECT_TIMEOUT_S, self.tls)
             except (OSError, ValueError):
                 pass  # pulsar-client connects as configured
             else:
@@ -244,9 +249,15 @@ class PulsarDriver:
     def native_sender(self, topic: str, partitions: int, mode: str):
         """The native send loop speaking Pulsar's binary protocol to the broker that serves every partition, with
         `producer_settings` (at most max_pending_messages unanswered per partition, counted over all of them); the C
-        API loop where no one broker does or the connection cannot be made."""
+        API loop where no one broker does or the connection cannot be made. Over TLS (pulsar+ssl://) the native loop
+        does not speak to one broker: the Python loop's producer does, its receipts stamped at arrival, where the C
+        API's are stamped in its callback (on several brokers both are the client library's, and the C API's loop
+        is kept)."""
         names = self.partitions_of(topic, range(partitions))
         address = self._one_broker(names)
+        if address is not None and self.tls:
+            raise native.Unsupported("the native loop speaks plain TCP, not TLS (the Python loop speaks TLS to the "
+                                     "broker itself, its receipts stamped at arrival)")
         if address is not None:
             settings = self.producer_settings(mode)
             try:
@@ -258,20 +269,21 @@ class PulsarDriver:
 
     def _one_broker(self, topics: list[str]) -> tuple[str, int] | None:
         """(host, port) of the broker that serves every topic, at the endpoint's listener, by the admin API's
-        lookup; None when they are on several brokers, the broker names no plain pulsar:// address, or the
-        lookup fails."""
+        lookup (its TLS address for a pulsar+ssl:// endpoint); None when they are on several brokers, the broker
+        names no such address, or the lookup fails."""
+        key, scheme = ("brokerUrlTls", TLS_SCHEME) if self.tls else ("brokerUrl", "pulsar://")
         urls = set()
         for name in topics:
             try:
-                urls.add(self.admin.lookup(name, self.endpoint.get("listener_name")).get("brokerUrl"))
+                urls.add(self.admin.lookup(name, self.endpoint.get("listener_name")).get(key))
             except (AdminError, OSError, AttributeError):
                 return None
         if len(urls) != 1:
             return None
         url = urls.pop()
-        if not isinstance(url, str) or not url.startswith("pulsar://"):
+        if not isinstance(url, str) or not url.startswith(scheme):
             return None
-        host, _, port = url[len("pulsar://"):].rstrip("/").rpartition(":")
+        host, _, port = url[len(scheme):].rstrip("/").rpartition(":")
         return (host.strip("[]"), int(port)) if host and port.isdigit() else None
 
     def native_failover_sender(self, topic: str, partitions: int, mode: str):
@@ -285,13 +297,13 @@ class PulsarDriver:
             raise BrokerUnavailable(f"could not create producers for {self.full_name(topic)}: {exc}") from None
 
     def consumer(self, topic: str, group: str, partitions: list[int]) -> PulsarConsumer | WireConsumer:
-        """Where one broker serves every partition at a plain pulsar:// address, Pulsar's binary protocol spoken on a
+        """Where one broker serves every partition at a pulsar:// address, Pulsar's binary protocol spoken on a
         socket of its own (wire_consumer.WireConsumer: each delivery stamped when the read that brought it arrived);
         elsewhere, and where that connection or a subscription cannot be made, pulsar-client's (PulsarConsumer)."""
         names = self.partitions_of(topic, partitions)
         address = self._one_broker(names)
         if address is not None:
-            own = wire_consumer(address, names, group, list(partitions), RECEIVER_QUEUE, CONNECT_TIMEOUT_S)
+            own = wire_consumer(address, names, group, list(partitions), RECEIVER_QUEUE, CONNECT_TIMEOUT_S, self.tls)
             if own is not None:
                 return own
         client = _client(self.endpoint)

@@ -104,6 +104,22 @@ def advertised(port: int, settings: dict) -> list[str]:
             f"internalListenerName={INTERNAL_LISTENER}"]
 
 
+def tls_conf(settings: dict, tls_port: int) -> list[str]:
+    """With setting `pulsar_tls` = {"cert": PEM file, "key": PEM file (PKCS#8)}, the broker also serves its binary
+    protocol over TLS at `tls_port` (brokerServicePortTls), with that certificate: a lookup then answers brokerUrlTls
+    (pulsar+ssl://), as a managed Pulsar's does. Clients check the certificate against their own trust store."""
+    tls = settings.get("pulsar_tls")
+    if not isinstance(tls, dict) or not {"cert", "key"} <= tls.keys():
+        raise StackError(f"pulsar_tls: {{'cert': PEM file, 'key': PEM file}}, not {tls!r}")
+    for name in ("cert", "key"):
+        if not Path(tls[name]).is_file():
+            raise StackError(f"pulsar_tls: the {name} file {tls[name]} does not exist")
+    if settings.get("pulsar_proxied_listener"):
+        raise StackError("pulsar_tls: not beside pulsar_proxied_listener (its listeners name pulsar:// only)")
+    return [f"brokerServicePortTls={tls_port}", f"tlsCertificateFilePath={tls['cert']}",
+            f"tlsKeyFilePath={tls['key']}"]
+
+
 class PulsarService:
     name = "pulsar"
     # The standalone produces ~7 s after its start with the class-data archive (~14 s without) on a two-core
@@ -160,11 +176,13 @@ class PulsarService:
         if not lib.is_dir():
             raise StackError("Pulsar jars are missing: run `make setup-all`")
         port, web_port, bookie_port = ports(), ports(), ports()
+        tls_port = ports() if settings.get("pulsar_tls") else None
         data = folder / "data"
         (data / "tmp").mkdir(parents=True, exist_ok=True)
         config = folder / "standalone.conf"
         config.write_text("\n".join([*STANDALONE_CONF, *advertised(port, settings), f"brokerServicePort={port}",
-                                     f"webServicePort={web_port}", ""]))
+                                     f"webServicePort={web_port}",
+                                     *(tls_conf(settings, tls_port) if tls_port else []), ""]))
         log4j = folder / "log4j2.properties"
         log4j.write_text(LOG4J)
         if jvm_options is None:
@@ -185,9 +203,12 @@ class PulsarService:
         # journal_sync_data: the bookie's setting above, which no broker API reports (durability statements read it).
         endpoint = {"service_url": f"pulsar://{HOST}:{port}", "admin_url": f"http://{HOST}:{web_port}",
                     "version": version, "journal_sync_data": "journalSyncData=true" in STANDALONE_CONF}
+        extra = {"web_port": web_port, "bookie_port": bookie_port, "heap": HEAP}
+        if tls_port:  # the same broker over TLS: a target of its own names this service URL
+            endpoint["tls_service_url"] = f"pulsar+ssl://{HOST}:{tls_port}"
+            extra["tls_port"] = tls_port
         # The working folder is the data folder: whatever the broker still writes relative to it stays there.
-        return Started([spawn(cmd, data, log)], port, endpoint, version, str(log),
-                       {"web_port": web_port, "bookie_port": bookie_port, "heap": HEAP})
+        return Started([spawn(cmd, data, log)], port, endpoint, version, str(log), extra)
 
     def ready(self, started: Started) -> bool:
         """The admin API lists the namespace the standalone creates last, and a message is produced through

@@ -12,8 +12,10 @@ TARGET = {
     "additionalProperties": False,
     "required": ["service_url", "admin_url"],
     "properties": {
-        "service_url": {"description": "The binary protocol's URL, pulsar://HOST:6650.", "type": "string",
-                        "pattern": "^pulsar://"},
+        "service_url": {"description": "The binary protocol's URL, pulsar://HOST:6650, or pulsar+ssl://HOST:6651 "
+                                       "over TLS (the server's certificate checked against the system's trust "
+                                       "store, or the file SSL_CERT_FILE names).", "type": "string",
+                        "pattern": "^pulsar(\\+ssl)?://"},
         "admin_url": {"description": "The web service (admin REST API), http://HOST:8080: topics are created "
                                      "and counted through it.", "type": "string", "pattern": "^https?://"},
         "listener_name": {"description": "The broker listener (advertisedListeners) whose addresses the client "

@@ -1,5 +1,7 @@
 """Pulsar's binary protocol spoken on a blocking socket of its own: the Python loop's producer where one broker
-serves every partition at a plain pulsar:// address (driver.PulsarDriver.producer; pulsar-client's elsewhere).
+serves every partition at a pulsar:// address, or at a pulsar+ssl:// one with TLS spoken over the socket
+(socket_buffer.TlsSocket: what comes still stamped by the kernel) (driver.PulsarDriver.producer; pulsar-client's
+elsewhere).
 
 pulsar-client calls back on its own thread: a receipt was stamped in a Python callback that first had to take the
 GIL from the worker's loop, 352 µs above the native loop's publish p50 on the same broker (bench/stamp_lag.py). Here
@@ -28,7 +30,7 @@ import google_crc32c
 
 from ...drivers import OnAck
 from ...figures import ARRIVAL
-from ..socket_buffer import ConfirmedProducer, SocketBuffer, stamp_arrivals
+from ..socket_buffer import ConfirmedProducer, SocketBuffer, TlsSocket, stamp_arrivals
 
 CONNECT, CONNECTED, PRODUCER, SEND, SEND_RECEIPT, SEND_ERROR = 2, 3, 5, 6, 7, 8
 ERROR, CLOSE_PRODUCER, PRODUCER_SUCCESS, PING, PONG = 14, 15, 17, 18, 19
@@ -175,12 +177,16 @@ class Link(SocketBuffer):
     PEER = "Pulsar"
     address: str
 
-    def _open(self, host: str, port: int, timeout_s: float) -> None:
+    def _open(self, host: str, port: int, timeout_s: float, tls: bool = False) -> None:
+        """Connected and CONNECTed; with `tls`, TLS spoken over the socket (TlsSocket: the server's certificate
+        checked against `host` by the default trust store), what comes still stamped by the kernel."""
         self.address = f"{host}:{port}"
         self.sock = socket.create_connection((host, port), timeout=timeout_s)
         try:
             self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             stamp_arrivals(self.sock)  # an answer is stamped when it arrived, however late the loop reads it
+            if tls:
+                self.sock = TlsSocket(self.sock, host)
             self.buffer, self.at = b"", 0
             self.write(command(CONNECT, pb_bytes(1, CLIENT_VERSION) + pb_uint(4, PROTOCOL_VERSION)))
             self._expect((CONNECTED,), "the connection", timeout_s)
@@ -214,8 +220,8 @@ class Connection(Link):
     """One connection to the broker that serves every topic of `topics`, a producer on each (its index: the lane;
     `names`, what the broker named them)."""
 
-    def __init__(self, host: str, port: int, topics: list[str], timeout_s: float) -> None:
-        self._open(host, port, timeout_s)
+    def __init__(self, host: str, port: int, topics: list[str], timeout_s: float, tls: bool = False) -> None:
+        self._open(host, port, timeout_s, tls)
         try:
             self.names: list[bytes] = []
             for lane, topic in enumerate(topics):
@@ -269,7 +275,7 @@ class WireProducer(ConfirmedProducer):
     not made again (as the native loop's): what was not written fails, what was in flight is no longer waited for
     (unacknowledged), and later sends fail at once."""
 
-    stamps = ARRIVAL  # a receipt at the kernel's receive time of the read that brought it (plain pulsar:// only)
+    stamps = ARRIVAL  # a receipt at the kernel's receive time of the read that brought it (of the ciphertext, over TLS)
 
     def __init__(self, connection: Connection, settings: dict, single: bool, on_ack: OnAck) -> None:
         lanes = len(connection.names)

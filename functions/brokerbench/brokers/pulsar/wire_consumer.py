@@ -1,5 +1,7 @@
 """Pulsar's binary protocol spoken by the consumer on a socket of its own: the driver's consumer where one broker serves
-every partition at a plain pulsar:// address (driver.PulsarDriver.consumer; pulsar-client's elsewhere).
+every partition at a pulsar:// address, or at a pulsar+ssl:// one with TLS spoken over the socket
+(socket_buffer.TlsSocket: what comes still stamped by the kernel) (driver.PulsarDriver.consumer; pulsar-client's
+elsewhere).
 
 pulsar-client's consumer hands a message over when the worker's receive returns it: after the C++ client's I/O thread
 read it and queued it, and after the loop came back to receive. Its stamp came hundreds of microseconds after the
@@ -117,8 +119,8 @@ class Subscriptions(Link):
     """One connection with a consumer on each topic of `topics` (its index: the consumer id), each given `permits`."""
 
     def __init__(self, host: str, port: int, topics: list[str], subscription: str, permits: int,
-                 timeout_s: float) -> None:
-        self._open(host, port, timeout_s)
+                 timeout_s: float, tls: bool = False) -> None:
+        self._open(host, port, timeout_s, tls)
         try:
             for consumer_id, topic in enumerate(topics):
                 self.write(subscribe(topic, subscription, consumer_id))
@@ -134,11 +136,12 @@ class WireConsumer:
     message, or nothing after timeout_s) and sets `arrived_ns`, when that read's data arrived: the worker's stamp of
     their receipt."""
 
-    stamps = ARRIVAL  # a plain socket of its own: the kernel's receive time
+    stamps = ARRIVAL  # a socket of its own: the kernel's receive time (of the ciphertext, over TLS)
 
     def __init__(self, address: tuple[str, int], topics: list[str], subscription: str, lanes: list[int],
-                 queue: int, timeout_s: float) -> None:
+                 queue: int, timeout_s: float, tls: bool = False) -> None:
         self._address, self._topics, self._subscription = address, topics, subscription
+        self._tls = tls
         self._lanes = lanes  # consumer id -> the lane (partition) the worker knows it by
         self._queue = queue
         self._refill_at = max(1, queue // 2)
@@ -147,7 +150,7 @@ class WireConsumer:
         self._last: dict[int, tuple[int, int]] = {}  # consumer id -> its last entry received, not acknowledged yet
         self._retry_at = 0.0
         self.arrived_ns = 0
-        self._link: Subscriptions | None = Subscriptions(*address, topics, subscription, queue, timeout_s)
+        self._link: Subscriptions | None = Subscriptions(*address, topics, subscription, queue, timeout_s, tls)
 
     def _lost(self) -> None:
         if self._link is not None:
@@ -163,7 +166,7 @@ class WireConsumer:
         self._retry_at = now + RECONNECT_WAIT_S
         try:
             self._link = Subscriptions(*self._address, self._topics, self._subscription, self._queue,
-                                       min(self._timeout_s, RECONNECT_TIMEOUT_S))
+                                       min(self._timeout_s, RECONNECT_TIMEOUT_S), self._tls)
         except (OSError, ValueError):
             return False
         self._taken = [0] * len(self._topics)
@@ -281,12 +284,13 @@ class WireConsumer:
 
 
 def wire_consumer(address: tuple[str, int], topics: list[str], subscription: str, lanes: list[int], queue: int,
-                  timeout_s: float) -> WireConsumer | None:
-    """The consumer on its own connection, or None where the connection or a subscription cannot be made (TLS,
-    authentication: what it does not speak), for pulsar-client's to try. A subscription the broker refuses for a
-    reason of the subscription's own (another consumer holds it) is BrokerUnavailable."""
+                  timeout_s: float, tls: bool = False) -> WireConsumer | None:
+    """The consumer on its own connection (over TLS with `tls`), or None where the connection or a subscription
+    cannot be made (authentication, a certificate not trusted: what it does not do), for pulsar-client's to try. A
+    subscription the broker refuses for a reason of the subscription's own (another consumer holds it) is
+    BrokerUnavailable."""
     try:
-        return WireConsumer(address, topics, subscription, lanes, queue, timeout_s)
+        return WireConsumer(address, topics, subscription, lanes, queue, timeout_s, tls)
     except Refused as exc:
         if "Exclusive consumer is already connected" in str(exc):  # the broker's words (Refused keeps no code)
             raise BrokerUnavailable(f"could not subscribe {subscription}: {exc}") from None

@@ -19,8 +19,9 @@ from that one response only and the spread of the rest (worker/consumer.py Arriv
 deliveries as pulsar-client's receive returns (the consumer where the one that speaks the protocol cannot serve) and
 as the kernel received them (wire_consumer.py, `pulsar-wire-delivery`); Pulsar acknowledgements in pulsar-client's send callback (the Python
 loop where wire.py cannot serve) and in the C API's callback (the native loop's `capi` path); the Python loop's
-fallbacks on the other brokers, nats-py's PubAck callback (a TLS endpoint) and rstream's confirm callback (a stream
-producer that follows a failover), each measured on plain TCP to one node. The control is a path
+fallback on another broker, rstream's confirm callback (a stream producer that follows a failover), measured on plain
+TCP to one node (nats-py's PubAck callback, the producer of a NATS TLS endpoint until TLS was spoken over the driver's
+own socket, was measured so too: client_stamp_lag_fallbacks.json keeps its rows; no producer uses it now). The control is a path
 the worker stamps itself, Redis's producer on the Python loop (SO_TIMESTAMPNS of the same segment): tcp_probe fires
 in the socket's receive path a little after the skb was stamped, so its lag is near 0 and slightly negative.
 
@@ -29,7 +30,8 @@ in the socket's receive path a little after the skb was stamped, so its lag is n
 
 The committed results: the seven Kafka, Pulsar and control paths with --trials 5 (client_stamp_lag.json; and
 client_stamp_lag_busy.json, on a busy host, matched with SLACK_NS on every path before a library's stamp was matched
-without it), --paths redis-python-ack,nats-py-ack,rstream-ack --trials 5 (client_stamp_lag_fallbacks.json), and
+without it), --paths redis-python-ack,nats-py-ack,rstream-ack --trials 5 (client_stamp_lag_fallbacks.json; nats-py-ack since
+removed), and
 --paths redis-python-ack,kafka-delivery,kafka-fetch-delivery --trials 5 (client_stamp_lag_fetch.json).
 Starts the brokers its paths need (a state folder of its own, removed at the end) and perf, and stops them. Needs
 root (perf with tracepoints) and the tcp:tcp_probe tracepoint.
@@ -67,9 +69,7 @@ PATHS = {
     "pulsar-wire-delivery": ("pulsar", "delivery", "arrival"),  # the consumer that speaks the protocol itself
     "pulsar-client-ack": ("pulsar", "acknowledgement", "client:pulsar-client"),
     "pulsar-capi-ack": ("pulsar", "acknowledgement", "client:pulsar-c"),
-    # the fallbacks: nats-py where a NATS endpoint speaks TLS, rstream where a stream producer follows a failover
-    # (both measured here on plain TCP to one node: the library's own path, without TLS's decryption)
-    "nats-py-ack": ("nats-jetstream", "acknowledgement", "client:nats-py"),
+    # the fallback: rstream where a stream producer follows a failover (measured here on plain TCP to one node)
     "rstream-ack": ("rabbitmq-streams", "acknowledgement", "client:rstream"),
 }
 CONTROL = "redis-python-ack"
@@ -242,11 +242,6 @@ def child(path: str, endpoint: dict, client: dict, rate: int, seconds: float, to
                 producers = [pulsar_client.create_producer(name, **driver.producer_settings("single"))
                              for name in driver.partitions_of(topic, range(1))]
                 producer = PulsarProducer(pulsar_client, producers, on_ack)
-            elif path == "nats-py-ack":  # the Python loop's producer on a TLS endpoint
-                from brokerbench.brokers.nats_jetstream.driver import NatsProducer, servers, subject
-
-                producer = NatsProducer(servers(endpoint), [subject(topic, 0)], driver.in_flight_window("single"),
-                                        on_ack)
             elif path == "rstream-ack":  # the Python loop's producer where a failover is followed
                 from brokerbench.brokers.rabbitmq_streams.driver import StreamsProducer, lane_queue
 

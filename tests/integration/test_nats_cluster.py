@@ -12,7 +12,7 @@ import pytest
 
 from brokerbench import spec
 from brokerbench.brokers.nats_jetstream import cluster
-from brokerbench.brokers.nats_jetstream.driver import NatsJetStreamDriver, NatsProducer
+from brokerbench.brokers.nats_jetstream.driver import NatsJetStreamDriver, _connect, admin_loop
 from brokerbench.local.processes import stop
 from brokerbench.local.stack import LocalStack
 from brokerbench.reports.results import build_results
@@ -65,20 +65,21 @@ def test_each_server_listens_on_its_client_and_cluster_ports_on_loopback_only(na
         assert "invalid use of field" not in log, log[:2000]  # the config is taken whole (local.config_text)
 
 
-def test_a_python_producer_given_one_server_learns_of_no_other(nats3):
+def test_a_nats_py_client_given_one_server_learns_of_no_other(nats3):
     """The servers advertise no client URLs (local.py: no_advertise). A NATS client adds the servers a server's INFO
-    names (connect_urls) to those it was given, and moves to them when it loses its connection: the Python producer
-    (nats-py) of a cell given a network fault's proxies would learn each server's own address and, when the fault
-    reset its link, reconnect there around the proxies. Given one server, it knows that one alone once connected;
-    with the servers advertising, it listed all three (the native loop and the consumer read no connect_urls)."""
+    names (connect_urls) to those it was given, and moves to them when it loses its connection: nats-py (the driver's
+    admin connection, which reconnects so) given a network fault's proxies would learn each server's own address and,
+    when the fault reset its link, reconnect there around the proxies. Given one server, it knows that one alone once
+    connected; with the servers advertising, it listed all three (the worker's own clients read no connect_urls)."""
     first = nats3["nodes"][0]
     url = f"nats://{first['host']}:{first['port']}"
-    producer = NatsProducer([url], ["bb-advertise.0"], 1, lambda header, ok, at: None)
+    loop = admin_loop()
+    client = loop.run(_connect([url]))
     try:
-        assert [server.geturl() for server in producer._nc.servers] == [url]
-        assert producer._nc.discovered_servers == []
+        assert [server.geturl() for server in client.servers] == [url]
+        assert client.discovered_servers == []
     finally:
-        producer.close()
+        loop.run(client.close())
 
 
 @pytest.mark.parametrize("loop", ["native", "python"])

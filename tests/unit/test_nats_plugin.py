@@ -103,12 +103,6 @@ def test_the_header_travels_before_the_payload_and_comes_back_whole():
     assert driver.unframe(driver.frame(b"", b"")) == (b"", b"")
 
 
-def test_only_a_pub_ack_acknowledges_a_publish():
-    assert driver.is_pub_ack(b'{"stream":"S","seq":7}', None)
-    assert not driver.is_pub_ack(b'{"error":{"code":503,"description":"no responders"}}', None)
-    assert not driver.is_pub_ack(b"", {"Status": "503"})  # no stream holds the subject
-
-
 def test_streams_subjects_and_consumers_are_named_as_jetstream_allows():
     assert driver.stream_name("bb-20261127T0221-ab.c*d>e f") == "bb-20261127T0221-ab_c_d_e_f"
     assert driver.subject("bb-r.1-c00003", 2) == "bb-r_1-c00003.2"

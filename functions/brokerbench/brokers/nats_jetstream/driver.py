@@ -6,8 +6,8 @@ waits for its answer. The consumer and the Python loop's producer speak NATS's p
 socket (wire.py): nats-py's parsing and dispatch of each delivery (an event loop, a Msg and a callback per message, a
 thread hop per poll) held the consumer to 0.67 of `nats bench`'s, and its producer stamped each PubAck in a callback
 that waited for its loop and the GIL, 387 µs late at the median (bench/stamp_lag.py). A TLS endpoint (tls://) is
-spoken to the same way, TLS over the socket (socket_buffer.TlsSocket: its replies stamped at arrival too); nats-py's
-producer (NatsProducer) serves what the socket does not speak (a websocket URL).
+spoken to the same way, TLS over the socket (socket_buffer.TlsSocket: its replies stamped at arrival too). A websocket
+URL is refused by the run request's schema (nats-py, the admin connection's client, would need aiohttp for it).
 
 A cell's stream is named after its topic and holds the subjects `<topic>.<lane>`, one per lane. On a cluster (the
 endpoint's `url` names every server, comma-separated) the stream has `nats_replicas` replicas, 3 by default or as
@@ -31,13 +31,10 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
-import itertools
 import os
-import queue
 import re
 import threading
 import time
-from collections import deque
 from urllib.parse import urlsplit
 
 import nats
@@ -46,8 +43,7 @@ from nats.js import api
 
 from ... import native
 from ...drivers import BrokerUnavailable, OnAck, TargetRefused
-from ...figures import client_stamps
-from .wire import SCHEMES, WireConsumer, WireProducer, frame
+from .wire import WireConsumer, WireProducer, frame
 
 CONNECT_TIMEOUT_S = 5.0
 ADMIN_TIMEOUT_S = 10.0
@@ -103,12 +99,6 @@ def durable_name(group: str, lanes: list[int]) -> str:
 def unframe(body: bytes) -> tuple[bytes, bytes]:
     end = body[0] + 1
     return body[1:end], body[end:]
-
-
-def is_pub_ack(data: bytes, headers: dict | None) -> bool:
-    """Whether a publish's reply is a PubAck: a JSON object without an error (a status message, such as 503 no
-    responders when no stream holds the subject, has headers and no body)."""
-    return not headers and data[:1] == b"{" and b'"error"' not in data
 
 
 async def _quiet(_error) -> None:
@@ -280,13 +270,11 @@ class NatsJetStreamDriver:
         """How many publishes a producer keeps awaiting their PubAck: `nats_max_in_flight`, single mode one."""
         return self.client["nats_max_in_flight"] if mode == "batch" else 1
 
-    def producer(self, topic: str, partitions: int, mode: str, on_ack: OnAck) -> WireProducer | NatsProducer:
-        """The Python loop's producer: on NATS (nats:// or tls://, credentials or none) one that speaks the protocol
-        on a socket of its own and stamps each PubAck when it arrived (wire.py); elsewhere nats-py's."""
+    def producer(self, topic: str, partitions: int, mode: str, on_ack: OnAck) -> WireProducer:
+        """The Python loop's producer: one that speaks the protocol on a socket of its own (nats:// or tls://,
+        credentials or none) and stamps each PubAck when it arrived (wire.py)."""
         urls, subjects = servers(self.endpoint), [subject(topic, p) for p in range(partitions)]
         window = self.in_flight_window(mode)
-        if any(urlsplit(url if "://" in url else f"nats://{url}").scheme not in SCHEMES for url in urls):
-            return NatsProducer(urls, subjects, window, on_ack)
         return WireProducer(urls, subjects, window, on_ack, connect_timeout_s=CONNECT_TIMEOUT_S,
                             reconnect_wait_s=RECONNECT_WAIT_S, ack_timeout_s=ACK_TIMEOUT_S,
                             buffer_bytes=RECONNECT_BUFFER_BYTES)
@@ -338,126 +326,6 @@ def client_version() -> str:
     from nats.aio.client import __version__
 
     return __version__
-
-
-class NatsProducer:
-    """The Python loop's producer where the driver's own socket does not serve (nats-py: a websocket URL; on nats:// and
-    tls://, wire.WireProducer). Publishes with a
-    reply subject of its own per message and takes each PubAck as it arrives, on the loop's thread, stamped there; the
-    results queue up and reach on_ack in poll and flush, on the worker's thread, as the Driver interface promises
-    (with the arrival's time, not the time the worker took them)."""
-
-    stamps = client_stamps("nats-py")  # a PubAck in nats-py's callback, on its asyncio loop's thread
-
-    def __init__(self, urls: list[str], subjects: list[str], window: int, on_ack: OnAck) -> None:
-        self._subjects = subjects
-        self._on_ack = on_ack
-        self._results: queue.SimpleQueue = queue.SimpleQueue()
-        self._window = window
-        self._pending = 0  # sent and not answered yet (the worker's thread's count)
-        self._out: deque = deque()  # (subject, body, header) handed to the loop, not published yet
-        self._in_flight: dict[str, tuple[bytes, float]] = {}  # reply token -> (header, monotonic s); loop's thread
-        self._tokens = itertools.count()
-        self._loop = Loop()
-        try:
-            self._loop.run(self._open(urls))
-        except ERRORS as exc:
-            self._loop.stop()
-            raise BrokerUnavailable(f"NATS at {','.join(urls)}: {exc!r}") from None
-
-    async def _open(self, urls: list[str]) -> None:
-        self._nc = await _connect(urls)
-        self._prefix = f"{self._nc.new_inbox()}."
-        await self._nc.subscribe(f"{self._prefix}*", cb=self._on_reply, pending_msgs_limit=-1,
-                                 pending_bytes_limit=-1)
-        self._wake = asyncio.Event()
-        self._tasks = [asyncio.ensure_future(self._pump()), asyncio.ensure_future(self._expire())]
-
-    async def _on_reply(self, msg) -> None:
-        at = time.monotonic_ns()
-        sent = self._in_flight.pop(msg.subject[len(self._prefix):], None)
-        if sent is not None:
-            self._results.put((sent[0], is_pub_ack(msg.data, msg.headers), at))
-
-    async def _pump(self) -> None:
-        """Publishes what the worker handed over, in order, each with its own reply subject."""
-        out, publish, in_flight = self._out, self._nc.publish, self._in_flight
-        while True:
-            await self._wake.wait()
-            self._wake.clear()
-            while out:
-                where, body, header = out.popleft()
-                token = str(next(self._tokens))
-                in_flight[token] = (header, time.monotonic())
-                try:
-                    await publish(where, body, reply=self._prefix + token)
-                except NatsError:  # closed, or its reconnect buffer is full: never sent
-                    if in_flight.pop(token, None) is not None:
-                        self._results.put((header, False, time.monotonic_ns()))
-
-    async def _expire(self) -> None:
-        """Stops waiting for PubAcks older than ACK_TIMEOUT_S (see there): they leave the window unacknowledged."""
-        in_flight = self._in_flight
-        while True:
-            await asyncio.sleep(0.5)
-            limit = time.monotonic() - ACK_TIMEOUT_S
-            while in_flight:
-                token = next(iter(in_flight))
-                if in_flight[token][1] > limit:
-                    break
-                del in_flight[token]
-                self._results.put((None, False, 0))
-
-    def send(self, header: bytes, payload: bytes, partition: int) -> None:
-        while self._pending >= self._window:  # the window is full: take PubAcks (each wakes the wait) until it has room
-            self._serve(0.5)
-        self._out.append((self._subjects[partition], frame(header, payload), header))
-        self._pending += 1
-        self._loop.loop.call_soon_threadsafe(self._wake.set)
-
-    def _take(self, item) -> None:
-        header, ok, at_ns = item
-        self._pending -= 1
-        if header is not None:  # None: expired, left unacknowledged
-            self._on_ack(header, ok, at_ns)
-
-    def _serve(self, timeout_s: float) -> None:
-        results = self._results
-        if timeout_s > 0 and results.empty():
-            try:
-                self._take(results.get(timeout=timeout_s))
-            except queue.Empty:
-                return
-        while not results.empty():
-            self._take(results.get_nowait())
-
-    def poll(self, timeout_s: float) -> None:
-        if self._pending:
-            self._serve(timeout_s)
-        elif timeout_s > 0:
-            time.sleep(timeout_s)
-
-    def flush(self, timeout_s: float) -> int:
-        """Wait for the PubAcks of everything sent; returns how many are still awaited."""
-        deadline = time.monotonic() + timeout_s
-        self._serve(0)
-        while self._pending and (left := deadline - time.monotonic()) > 0:
-            self._serve(left)
-        return self._pending
-
-    def close(self) -> None:
-        self.flush(5)
-        try:
-            self._loop.run(self._close(), 5)
-        except ERRORS:
-            pass
-        finally:
-            self._loop.stop()
-
-    async def _close(self) -> None:
-        for task in self._tasks:
-            task.cancel()
-        await self._nc.close()
 
 
 def consumer_config(durable: str, subjects: list[str], batch: int) -> api.ConsumerConfig:

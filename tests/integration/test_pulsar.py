@@ -11,6 +11,7 @@ import pulsar
 import pytest
 
 from brokerbench import spec
+from brokerbench.drivers import BrokerUnavailable
 from brokerbench.registry import get_driver
 from brokerbench.reports.results import build_results
 from brokerbench.worker.framing import unpack_many
@@ -390,3 +391,26 @@ def test_a_cell_over_tls_delivers_everything_stamped_at_arrival(extra_brokers, s
     host, port = tls["pulsar"]["service_url"][len("pulsar+ssl://"):].split(":")
     with pytest.raises((OSError, ValueError)):
         wire.Connection(host, int(port), ["persistent://public/default/bb-ready"], 3)
+
+
+def test_a_tls_broker_whose_certificate_is_not_trusted_is_refused_at_once_by_name(extra_brokers, tmp_path,
+                                                                                 monkeypatch):
+    """The same TLS port with another authority trusted: the producer and the consumer fail at the handshake with
+    why (pulsar-client's would have tried until its 30 s operation timeout and said "TimeOut")."""
+    import trustme
+
+    stranger = tmp_path / "other-ca.pem"
+    trustme.CA().cert_pem.write_to_path(str(stranger))
+    monkeypatch.setenv("SSL_CERT_FILE", str(stranger))
+    endpoint = extra_brokers("pulsar")["pulsar"]
+    client = spec.validate({"brokers": ["pulsar"], "sizes": [1024], "rates": [1], "formats": ["raw"]})["client"]
+    driver = get_driver("pulsar", {**endpoint, "service_url": endpoint["tls_service_url"]}, client)
+    topic = f"untrusted-{time.monotonic_ns()}"
+    driver.create_topic(topic, 1)
+    try:
+        with pytest.raises(BrokerUnavailable, match="TLS failed: CERTIFICATE_VERIFY_FAILED.*SSL_CERT_FILE"):
+            driver.producer(topic, 1, "batch", lambda header, ok, at_ns: None)
+        with pytest.raises(BrokerUnavailable, match="TLS failed: CERTIFICATE_VERIFY_FAILED"):
+            driver.consumer(topic, "g", [0])  # (the words are the handshake's: never pulsar-client's "TimeOut")
+    finally:
+        driver.delete_topic(topic, 1)

@@ -26,6 +26,7 @@ handed it over as the worker's receive returned); elsewhere they are pulsar-clie
 from __future__ import annotations
 
 import queue
+import ssl
 import time
 from functools import partial
 
@@ -233,6 +234,8 @@ class PulsarDriver:
         if address is not None:
             try:
                 connection = wire.Connection(*address, names, CONNECT_TIMEOUT_S, self.tls)
+            except ssl.SSLError as exc:  # a certificate not trusted: pulsar-client's handshake would fail the same way
+                raise BrokerUnavailable(wire.tls_failed("%s:%d" % address, exc)) from None
             except (OSError, ValueError):
                 pass  # pulsar-client connects as configured
             else:

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import select
 import socket
+import ssl
 import struct
 import time
 
@@ -52,6 +53,13 @@ SIZE = struct.Struct(">I")
 
 class Refused(OSError):
     """The broker answered the connection or a producer with an ERROR."""
+
+
+def tls_failed(address: str, exc: ssl.SSLError) -> str:
+    """Why TLS with the broker at `address` failed, for a BrokerUnavailable: pulsar-client would fail the same
+    handshake only when its operation timeout (30 s) ran out, and say "TimeOut"."""
+    return (f"Pulsar at {address}: TLS failed: {exc.reason or exc} (the broker's certificate is checked against the "
+            "system's trust store, or the file SSL_CERT_FILE names)")
 
 
 def varint(value: int) -> bytes:

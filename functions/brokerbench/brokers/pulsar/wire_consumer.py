@@ -27,12 +27,13 @@ What it speaks (https://pulsar.apache.org/docs/next/developing-binary-protocol/)
 
 from __future__ import annotations
 
+import ssl
 import time
 
 from ...drivers import BrokerUnavailable, Message
 from ...figures import ARRIVAL
 from .wire import (CHECKSUM_MAGIC, ERROR, PING, PONG, SIZE, Link, Refused, command, error_text, frame_parts, pb_bytes,
-                   pb_fields, pb_uint)
+                   pb_fields, pb_uint, tls_failed)
 
 SUBSCRIBE, MESSAGE, ACK, FLOW, SUCCESS, CLOSE_CONSUMER = 4, 9, 10, 11, 13, 16
 EXCLUSIVE, EARLIEST, CUMULATIVE = 0, 1, 1  # CommandSubscribe.SubType, .InitialPosition; CommandAck.AckType
@@ -286,11 +287,13 @@ class WireConsumer:
 def wire_consumer(address: tuple[str, int], topics: list[str], subscription: str, lanes: list[int], queue: int,
                   timeout_s: float, tls: bool = False) -> WireConsumer | None:
     """The consumer on its own connection (over TLS with `tls`), or None where the connection or a subscription
-    cannot be made (authentication, a certificate not trusted: what it does not do), for pulsar-client's to try. A
-    subscription the broker refuses for a reason of the subscription's own (another consumer holds it) is
-    BrokerUnavailable."""
+    cannot be made (authentication: what it does not do), for pulsar-client's to try. A subscription the broker
+    refuses for a reason of the subscription's own (another consumer holds it), and a TLS handshake that fails (a
+    certificate not trusted: pulsar-client's would fail too, after its 30 s timeout), are BrokerUnavailable."""
     try:
         return WireConsumer(address, topics, subscription, lanes, queue, timeout_s, tls)
+    except ssl.SSLError as exc:  # a certificate not trusted: pulsar-client's handshake would fail the same way
+        raise BrokerUnavailable(tls_failed("%s:%d" % address, exc)) from None
     except Refused as exc:
         if "Exclusive consumer is already connected" in str(exc):  # the broker's words (Refused keeps no code)
             raise BrokerUnavailable(f"could not subscribe {subscription}: {exc}") from None

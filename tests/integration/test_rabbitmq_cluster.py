@@ -20,6 +20,7 @@ from brokerbench.brokers.rabbitmq import cluster, management
 from brokerbench.brokers.rabbitmq import faults as rabbitmq_faults
 from brokerbench.brokers.rabbitmq.amqp import lane_queue
 from brokerbench.brokers.rabbitmq_quorum.driver import HEADER_SIZE, RabbitMQQuorumDriver
+from brokerbench.figures import ARRIVAL
 from brokerbench.local.processes import stop
 from brokerbench.local.proxies import route, unroute
 from brokerbench.local.stack import LocalStack
@@ -163,6 +164,13 @@ def test_a_stream_leader_killed_mid_cell_is_followed_by_producer_and_consumer_an
     assert cell["lost"] == cell["duplicated"] == 0 and cell["received"] > 0, cell_facts(cell)
     assert cell["broker_count"]["observed"] == cell["broker_count"]["expected"], cell["broker_count"]
     assert_accounting_whole(cell)
+    assert_stamped_at_arrival(cell)
+
+
+def assert_stamped_at_arrival(cell: dict) -> None:
+    """The streams cell's producer and consumer followed the failover on sockets of their own (rabbitmq_streams.driver
+    StreamsWireProducer, StreamsWireConsumer): every confirm and delivery stamped at the kernel's receive time."""
+    assert (cell["ack_stamps"], cell["delivery_stamps"]) == (ARRIVAL, ARRIVAL), cell
 
 
 def routed_fault_cell(endpoint: dict, toxiproxy, endpoints: dict, store, broker: str, name: str, fault: dict) -> dict:
@@ -196,9 +204,10 @@ def test_a_reset_of_the_stream_leaders_links_stops_its_confirms_and_leaves_it_le
     assert faults["leader_at_end"] == leader, faults  # the node itself never failed
     gap = faults["producer_ack_gap"]
     assert gap["from_s"] <= fault["at_s"] + 0.05 and gap["to_s"] >= heal["at_s"], faults
-    assert cell["lost"] == 0 and cell["received"] > 0, cell_facts(cell)
+    assert cell["lost"] == cell["duplicated"] == 0 and cell["received"] > 0, cell_facts(cell)
     assert cell["broker_count"]["observed"] == cell["broker_count"]["expected"], cell["broker_count"]
     assert_accounting_whole(cell)
+    assert_stamped_at_arrival(cell)
 
 
 BLACKHOLE_S = 2.0  # the quorum queue leader's links dropping everything

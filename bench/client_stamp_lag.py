@@ -19,17 +19,19 @@ from that one response only and the spread of the rest (worker/consumer.py Arriv
 deliveries as pulsar-client's receive returns (the consumer where the one that speaks the protocol cannot serve) and
 as the kernel received them (wire_consumer.py, `pulsar-wire-delivery`); Pulsar acknowledgements in pulsar-client's send callback (the Python
 loop where wire.py cannot serve) and in the C API's callback (the native loop's `capi` path); the Python loop's
-fallbacks on the other brokers, nats-py's PubAck callback (a TLS endpoint) and rstream's confirm callback (a stream
-producer that follows a failover), each measured on plain TCP to one node. The control is a path
-the worker stamps itself, Redis's producer on the Python loop (SO_TIMESTAMPNS of the same segment): tcp_probe fires
-in the socket's receive path a little after the skb was stamped, so its lag is near 0 and slightly negative.
+fallback on the other brokers, nats-py's PubAck callback (a TLS endpoint), measured on plain TCP to one node (rstream's
+confirm callback was measured beside it while a RabbitMQ stream producer that followed a failover went through
+rstream; it speaks the stream protocol itself there too now, and client_stamp_lag_fallbacks.json keeps that run).
+The control is a path the worker stamps itself, Redis's producer on the Python loop (SO_TIMESTAMPNS of the same
+segment): tcp_probe fires in the socket's receive path a little after the skb was stamped, so its lag is near 0 and slightly negative.
 
     PYTHONPATH=functions .venv/bin/python bench/client_stamp_lag.py [--paths a,b] [--trials 3] [--seconds 4]
         [--rate 200] [--out bench/results/client_stamp_lag.json]
 
 The committed results: the seven Kafka, Pulsar and control paths with --trials 5 (client_stamp_lag.json; and
 client_stamp_lag_busy.json, on a busy host, matched with SLACK_NS on every path before a library's stamp was matched
-without it), --paths redis-python-ack,nats-py-ack,rstream-ack --trials 5 (client_stamp_lag_fallbacks.json), and
+without it), --paths redis-python-ack,nats-py-ack,rstream-ack --trials 5 (client_stamp_lag_fallbacks.json, when this script
+still measured rstream-ack), and
 --paths redis-python-ack,kafka-delivery,kafka-fetch-delivery --trials 5 (client_stamp_lag_fetch.json).
 Starts the brokers its paths need (a state folder of its own, removed at the end) and perf, and stops them. Needs
 root (perf with tracepoints) and the tcp:tcp_probe tracepoint.
@@ -67,14 +69,12 @@ PATHS = {
     "pulsar-wire-delivery": ("pulsar", "delivery", "arrival"),  # the consumer that speaks the protocol itself
     "pulsar-client-ack": ("pulsar", "acknowledgement", "client:pulsar-client"),
     "pulsar-capi-ack": ("pulsar", "acknowledgement", "client:pulsar-c"),
-    # the fallbacks: nats-py where a NATS endpoint speaks TLS, rstream where a stream producer follows a failover
-    # (both measured here on plain TCP to one node: the library's own path, without TLS's decryption)
+    # the fallback: nats-py where a NATS endpoint speaks TLS (measured here on plain TCP to one node: the library's
+    # own path, without TLS's decryption)
     "nats-py-ack": ("nats-jetstream", "acknowledgement", "client:nats-py"),
-    "rstream-ack": ("rabbitmq-streams", "acknowledgement", "client:rstream"),
 }
 CONTROL = "redis-python-ack"
-SERVICE = {"redis-streams": "redis", "kafka": "kafka", "pulsar": "pulsar", "nats-jetstream": "nats",
-           "rabbitmq-streams": "rabbitmq"}
+SERVICE = {"redis-streams": "redis", "kafka": "kafka", "pulsar": "pulsar", "nats-jetstream": "nats"}
 # A stamp taken from the skb (SO_TIMESTAMPNS: the control) comes a little before tcp_probe fires for the same segment
 # (on loopback the skb is stamped as netif_rx queues it, the probe runs in the softirq after): a segment up to SLACK_NS
 # after such a stamp is its segment. A library's stamp never comes before the probe (it reads what TCP took in), so
@@ -88,8 +88,6 @@ PROBE = re.compile(rb"^\s*(\d+)\.(\d{9}):\s.*?src=\S*:(\d+) dest=\S*:(\d+) .*?da
 
 def broker_port(broker: str, endpoint: dict) -> int:
     """The port the client connects to (every Kafka, Pulsar or Redis connection of a one-node local broker)."""
-    if broker == "rabbitmq-streams":
-        return int(endpoint["stream_port"])
     text = {"kafka": endpoint.get("bootstrap_servers"), "pulsar": endpoint.get("service_url"),
             "nats-jetstream": endpoint.get("url")}.get(broker)
     if text:
@@ -247,11 +245,6 @@ def child(path: str, endpoint: dict, client: dict, rate: int, seconds: float, to
 
                 producer = NatsProducer(servers(endpoint), [subject(topic, 0)], driver.in_flight_window("single"),
                                         on_ack)
-            elif path == "rstream-ack":  # the Python loop's producer where a failover is followed
-                from brokerbench.brokers.rabbitmq_streams.driver import StreamsProducer, lane_queue
-
-                producer = StreamsProducer(driver._stream_endpoint(), [lane_queue(topic, 0)],
-                                           driver.in_flight_window("single"), on_ack)
             elif path == "kafka-python-ack":  # the producer without the plugin: each report stamped as served
                 from brokerbench.brokers.kafka.driver import LOGGED, KafkaProducer
                 from confluent_kafka import Producer

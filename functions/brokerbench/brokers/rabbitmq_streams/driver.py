@@ -677,6 +677,7 @@ class StreamsWireConsumer:
         self._connection: wire.Subscriptions | None = None
         self._ended = False  # the connection was lost and is not made again: nothing more comes
         self._next_try = 0.0
+        self._subscribed = False  # subscriptions were made once (a failover followed: a refusal may pass)
         self._read: list[int | None] = [None] * len(streams)  # subscription -> last offset handed to the worker
         self._stored: dict[int, int] = {}
 
@@ -741,11 +742,19 @@ class StreamsWireConsumer:
             return []
         self._next_try = time.monotonic() + RECONNECT_EVERY_S
         try:
-            return self._subscribe(RECONNECT_TIMEOUT_S)
-        except ValueError as exc:
-            raise BrokerUnavailable(f"RabbitMQ stream consumer could not subscribe: {exc}") from None
-        except (OSError, struct.error, BrokerUnavailable):  # no node answers yet, or no leader yet
+            out = self._subscribe(RECONNECT_TIMEOUT_S)
+        except (OSError, ValueError, struct.error) as exc:
+            # no node answers yet, or no leader yet: tried again; the first subscriptions refused for good (no such
+            # stream, the login refused) or asked for badly end the consumer
+            if not self._subscribed and not passing(exc):
+                raise BrokerUnavailable(f"RabbitMQ stream consumer could not subscribe: {exc}") from None
             return []
+        except BrokerUnavailable:
+            if not self._subscribed:
+                raise
+            return []
+        self._subscribed = True
+        return out
 
     def _lost(self) -> None:
         """The connection is gone (or given up): what was delivered stays delivered. Followed, a new one is made at

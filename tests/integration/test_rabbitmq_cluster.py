@@ -175,7 +175,7 @@ TWO_LEADERS_MESSAGES = 400
 def test_streams_that_lead_on_two_nodes_get_a_producer_connection_each_and_the_consumer_reads_both(rabbit3):
     """A cell's two streams declared through different nodes (a stream leads where it was declared: client-local),
     so they lead on two nodes. The producer, which asks the stream protocol's Metadata where each leads, publishes on
-    a connection to each of the two leaders (a stream takes publishes on its leader's node), every publish confirmed
+    a connection to each of the two leaders (a stream's leader alone writes), every publish confirmed
     and stamped at arrival; the consumer reads both streams on one connection, every message once, on its lane."""
     endpoint, _ = rabbit3
     driver = RabbitMQStreamsDriver(endpoint, {"rabbitmq_in_flight": 100, "rabbitmq_prefetch": 10})

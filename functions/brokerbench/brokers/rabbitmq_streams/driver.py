@@ -17,8 +17,8 @@ On one node reached directly both connect to the endpoint's stream port, and a l
 failover is followed (`_reconnect`: a local cluster, whose every cell follows one, faults or not; or a network
 fault's proxies, where a reset closes connections a node still serves) they ask the stream protocol's Metadata of a
 node whose stream listener answers where each stream lives, and connect there:
-- the producer to each stream's leader (a stream takes publishes on its leader's node: one connection per node that
-  leads some of the cell's streams). A lost connection, a Close, or a MetadataUpdate (the leader moved) gives up
+- the producer to each stream's leader (its leader alone writes: one connection per node that leads some of the
+  cell's streams). A lost connection, a Close, or a MetadataUpdate (the leader moved) gives up
   every connection: what it had in flight is no longer waited for (no confirm came: unacknowledged, unless a
   consumer receives them), and at most every RECONNECT_EVERY_S it asks again and connects to the leaders as they are
   now, each try bounded by RECONNECT_TIMEOUT_S; sends due meanwhile fail at once.
@@ -131,11 +131,12 @@ class RabbitMQStreamsDriver:
                                     f"{exc!r}") from None
 
     def describe(self) -> dict:
-        """client_library: on one node reached directly the producer, the consumer, the check, the count and the
-        backlog speak the stream protocol themselves (wire.py); where a failover is followed, rstream serves them."""
+        """client_library: the producer, the consumer and the check speak the stream protocol themselves (wire.py),
+        and so do the count and the backlog on one node reached directly; where a failover is followed rstream
+        serves those two (client_version: rstream's)."""
         import rstream
 
-        library = "rstream" if self._reconnect() is not None else "stream protocol (own socket)"
+        library = "stream protocol (own socket)" + (" + rstream" if self._reconnect() is not None else "")
         return {"broker": self.name, "broker_version": amqp.server_version(self.endpoint)
                 or self.endpoint.get("version", "unknown"), "client_library": library,
                 "client_version": rstream.__version__ if hasattr(rstream, "__version__") else _version("rstream"),
@@ -293,8 +294,8 @@ class RabbitMQStreamsDriver:
         """A producer's connections, each with the lanes it publishes to (a publisher per lane, its id the lane), made
         within about timeout_s: on one node reached directly, one to its stream port; where a failover is followed,
         one per node that leads some of `streams` as Metadata names it (asked of a node whose stream listener
-        answers), reached at the address it advertises, or the proxy in front of it (`stream_addresses`): a stream
-        takes publishes on its leader's node alone. BrokerUnavailable naming the address where one is not made
+        answers), reached at the address it advertises, or the proxy in front of it (`stream_addresses`): a stream's
+        leader alone writes, and RabbitMQ's guide has a publisher connect to its node (docs/stream-connections). BrokerUnavailable naming the address where one is not made
         (its cause: what went wrong)."""
         settings = self._stream_endpoint()
         deadline = time.monotonic() + timeout_s

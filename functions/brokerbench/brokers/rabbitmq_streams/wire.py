@@ -1,6 +1,7 @@
 """RabbitMQ's stream protocol spoken on a blocking socket of its own: the Python loop's stream producer and the
-stream consumer on one node reached directly (rabbitmq_streams.driver.StreamsWireProducer, StreamsWireConsumer;
-through rstream where they follow a failover).
+stream consumer (rabbitmq_streams.driver.StreamsWireProducer, StreamsWireConsumer), on one node reached directly and
+where they follow a failover, where Metadata (key 0x000f: each stream's leader and replicas, by the address its node
+advertises) says where to connect.
 
 rstream runs on an asyncio loop of its own thread: a publish crossed to that thread and was encoded there, and a
 confirm was stamped in its callback after rstream's decoding, 392 µs above the native loop's publish p50 on the
@@ -15,9 +16,10 @@ SaslAuthenticate (PLAIN), the broker's Tune answered (its frame size, no heartbe
 at every poll and while it waits), Open of the virtual host, then a publisher per lane (DeclarePublisher: id = the
 lane, no reference, so no deduplication). Publish carries a lane's messages (publishing id, size, data each);
 PublishConfirm acknowledges publishing ids, PublishError fails them; a Close, or a MetadataUpdate (the stream was
-deleted or its leader moved), ends the connection.
+deleted or its leader moved), ends the connection. Metadata's answer has no response code of its own: each stream's
+entry carries one (`metadata_answer`), and a leader reference of 0xFFFF while none leads it.
 
-The consumer on one node reached directly (driver.StreamsWireConsumer) speaks it too, on a Subscriptions connection:
+The consumer (driver.StreamsWireConsumer) speaks it too, on a Subscriptions connection:
 a Subscribe per lane (subscription id = the lane's index, the offset specification and initial credit given), and
 each Deliver frame's osiris chunk parsed where it lies in the buffer (`Subscriptions.take`): its entries are simple
 entries, [size][data], or sub-entry batches, whose records are read when uncompressed and refused (ProtocolError)

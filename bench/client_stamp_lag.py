@@ -19,9 +19,10 @@ from that one response only and the spread of the rest (worker/consumer.py Arriv
 deliveries as pulsar-client's receive returns (the consumer where the one that speaks the protocol cannot serve) and
 as the kernel received them (wire_consumer.py, `pulsar-wire-delivery`); Pulsar acknowledgements in pulsar-client's send callback (the Python
 loop where wire.py cannot serve) and in the C API's callback (the native loop's `capi` path); the Python loop's
-fallback on another broker, rstream's confirm callback (a stream producer that follows a failover), measured on plain
-TCP to one node (nats-py's PubAck callback, the producer of a NATS TLS endpoint until TLS was spoken over the driver's
-own socket, was measured so too: client_stamp_lag_fallbacks.json keeps its rows; no producer uses it now). The control is a path
+fallbacks on the other brokers were measured on plain TCP to one node while they served: nats-py's PubAck callback (a
+NATS TLS endpoint's producer, until TLS was spoken over the driver's own socket) and rstream's confirm callback (a
+RabbitMQ stream producer that followed a failover, until it spoke the stream protocol itself there too); no producer
+uses either now, and client_stamp_lag_fallbacks.json keeps that run. The control is a path
 the worker stamps itself, Redis's producer on the Python loop (SO_TIMESTAMPNS of the same segment): tcp_probe fires
 in the socket's receive path a little after the skb was stamped, so its lag is near 0 and slightly negative.
 
@@ -30,8 +31,8 @@ in the socket's receive path a little after the skb was stamped, so its lag is n
 
 The committed results: the seven Kafka, Pulsar and control paths with --trials 5 (client_stamp_lag.json; and
 client_stamp_lag_busy.json, on a busy host, matched with SLACK_NS on every path before a library's stamp was matched
-without it), --paths redis-python-ack,nats-py-ack,rstream-ack --trials 5 (client_stamp_lag_fallbacks.json; nats-py-ack since
-removed), and
+without it), --paths redis-python-ack,nats-py-ack,rstream-ack --trials 5 (client_stamp_lag_fallbacks.json, when this
+script still measured those two paths), and
 --paths redis-python-ack,kafka-delivery,kafka-fetch-delivery --trials 5 (client_stamp_lag_fetch.json).
 Starts the brokers its paths need (a state folder of its own, removed at the end) and perf, and stops them. Needs
 root (perf with tracepoints) and the tcp:tcp_probe tracepoint.
@@ -69,12 +70,9 @@ PATHS = {
     "pulsar-wire-delivery": ("pulsar", "delivery", "arrival"),  # the consumer that speaks the protocol itself
     "pulsar-client-ack": ("pulsar", "acknowledgement", "client:pulsar-client"),
     "pulsar-capi-ack": ("pulsar", "acknowledgement", "client:pulsar-c"),
-    # the fallback: rstream where a stream producer follows a failover (measured here on plain TCP to one node)
-    "rstream-ack": ("rabbitmq-streams", "acknowledgement", "client:rstream"),
 }
 CONTROL = "redis-python-ack"
-SERVICE = {"redis-streams": "redis", "kafka": "kafka", "pulsar": "pulsar", "nats-jetstream": "nats",
-           "rabbitmq-streams": "rabbitmq"}
+SERVICE = {"redis-streams": "redis", "kafka": "kafka", "pulsar": "pulsar"}
 # A stamp taken from the skb (SO_TIMESTAMPNS: the control) comes a little before tcp_probe fires for the same segment
 # (on loopback the skb is stamped as netif_rx queues it, the probe runs in the softirq after): a segment up to SLACK_NS
 # after such a stamp is its segment. A library's stamp never comes before the probe (it reads what TCP took in), so
@@ -88,10 +86,7 @@ PROBE = re.compile(rb"^\s*(\d+)\.(\d{9}):\s.*?src=\S*:(\d+) dest=\S*:(\d+) .*?da
 
 def broker_port(broker: str, endpoint: dict) -> int:
     """The port the client connects to (every Kafka, Pulsar or Redis connection of a one-node local broker)."""
-    if broker == "rabbitmq-streams":
-        return int(endpoint["stream_port"])
-    text = {"kafka": endpoint.get("bootstrap_servers"), "pulsar": endpoint.get("service_url"),
-            "nats-jetstream": endpoint.get("url")}.get(broker)
+    text = {"kafka": endpoint.get("bootstrap_servers"), "pulsar": endpoint.get("service_url")}.get(broker)
     if text:
         return int(str(text).split(",")[0].rstrip("/").rpartition(":")[2])
     return int(endpoint["port"])
@@ -242,11 +237,6 @@ def child(path: str, endpoint: dict, client: dict, rate: int, seconds: float, to
                 producers = [pulsar_client.create_producer(name, **driver.producer_settings("single"))
                              for name in driver.partitions_of(topic, range(1))]
                 producer = PulsarProducer(pulsar_client, producers, on_ack)
-            elif path == "rstream-ack":  # the Python loop's producer where a failover is followed
-                from brokerbench.brokers.rabbitmq_streams.driver import StreamsProducer, lane_queue
-
-                producer = StreamsProducer(driver._stream_endpoint(), [lane_queue(topic, 0)],
-                                           driver.in_flight_window("single"), on_ack)
             elif path == "kafka-python-ack":  # the producer without the plugin: each report stamped as served
                 from brokerbench.brokers.kafka.driver import LOGGED, KafkaProducer
                 from confluent_kafka import Producer

@@ -39,6 +39,7 @@ from __future__ import annotations
 import pytest
 
 from brokerbench.events import new_run_id
+from brokerbench.figures import ARRIVAL
 from brokerbench.reports.results import build_results
 from brokerbench.spec import validate
 from brokerbench.targets.local import LocalTargets
@@ -167,6 +168,12 @@ def test_a_reset_on_nats_and_on_rabbitmqs_amqp_and_stream_listeners_makes_their_
         client = client_endpoint(endpoints[broker])
         own = {link["upstream"] for link in links}
         assert not own & set(_ports(client)), (broker, client)
+    # the streams producer and consumer connect again on sockets of their own, to the proxy in front of the address
+    # the node advertises: stamped at the kernel's receive time, and the consumer, subscribed again from the offset
+    # after the last one delivered, is delivered nothing twice
+    [streams] = [c for c in build_results(events)["cells"] if c["broker"] == "rabbitmq-streams"]
+    assert (streams["ack_stamps"], streams["delivery_stamps"]) == (ARRIVAL, ARRIVAL), streams
+    assert streams["duplicated"] == 0, streams
 
 
 def test_a_reset_of_the_masters_link_behind_sentinel_fails_nothing_over_and_loses_nothing(stack, provisioned, store):

@@ -5,7 +5,8 @@ The guarantees suite's own quorum-queue run kills the queue's leader and starts 
 another leader and lists the node as running again, and no confirmed message is lost. Then the quorum queue's leader
 paused, the stream's leader killed and started again while the cell's stream producer and consumer follow it, the
 stream leader's client links reset through Toxiproxy (a network fault) while the node itself goes on leading, and the
-quorum queue leader's client links blackholed."""
+quorum queue leader's client links blackholed. The streams cells' producer and consumer follow on sockets of their
+own (stamped at arrival), and streams that lead on two nodes get a producer connection each."""
 
 import contextlib
 import os
@@ -16,10 +17,12 @@ import pytest
 from fault_tools import assert_accounting_whole, cell_facts, one_fault_cell, working_in
 from study_scale import suite_run
 
-from brokerbench.brokers.rabbitmq import cluster, management
+from brokerbench.brokers.rabbitmq import amqp, cluster, management
 from brokerbench.brokers.rabbitmq import faults as rabbitmq_faults
 from brokerbench.brokers.rabbitmq.amqp import lane_queue
 from brokerbench.brokers.rabbitmq_quorum.driver import HEADER_SIZE, RabbitMQQuorumDriver
+from brokerbench.brokers.rabbitmq_streams.driver import RabbitMQStreamsDriver
+from brokerbench.figures import ARRIVAL
 from brokerbench.local.processes import stop
 from brokerbench.local.proxies import route, unroute
 from brokerbench.local.stack import LocalStack
@@ -163,6 +166,62 @@ def test_a_stream_leader_killed_mid_cell_is_followed_by_producer_and_consumer_an
     assert cell["lost"] == cell["duplicated"] == 0 and cell["received"] > 0, cell_facts(cell)
     assert cell["broker_count"]["observed"] == cell["broker_count"]["expected"], cell["broker_count"]
     assert_accounting_whole(cell)
+    assert_stamped_at_arrival(cell)
+
+
+TWO_LEADERS_MESSAGES = 400
+
+
+def test_streams_that_lead_on_two_nodes_get_a_producer_connection_each_and_the_consumer_reads_both(rabbit3):
+    """A cell's two streams declared through different nodes (a stream leads where it was declared: client-local),
+    so they lead on two nodes. The producer, which asks the stream protocol's Metadata where each leads, publishes on
+    a connection to each of the two leaders (a stream's leader alone writes), every publish confirmed
+    and stamped at arrival; the consumer reads both streams on one connection, every message once, on its lane."""
+    endpoint, _ = rabbit3
+    driver = RabbitMQStreamsDriver(endpoint, {"rabbitmq_in_flight": 100, "rabbitmq_prefetch": 10})
+    topic = f"it-two-leaders-{os.getpid()}"
+    streams = [lane_queue(topic, lane) for lane in range(2)]
+    driver.create_topic(topic, 2)
+    try:
+        first = cluster.wait_for_leader(endpoint, streams[0], 10)
+        other = next(node for node in endpoint["nodes"] if node["node"] != first)
+        connection = amqp.connect({**endpoint, "host": other["host"], "amqp_port": other["port"], "nodes": None})
+        try:
+            channel = connection.channel()
+            channel.queue_delete(streams[1])
+            amqp.declare(channel, streams[1], "stream")
+        finally:
+            connection.close()
+        leaders = [cluster.wait_for_leader(endpoint, stream, 10) for stream in streams]
+        assert leaders == [first, other["node"]], leaders
+        answers: list[tuple[bytes, bool]] = []
+        producer = driver.producer(topic, 2, "batch", lambda header, ok, _at: answers.append((header, ok)))
+        assert producer.stamps == ARRIVAL
+        peers = {connection.sock.getpeername()[1] for connection in producer._links}
+        assert peers == {int(cluster.node_entry(endpoint, node)["stream_port"]) for node in leaders}, peers
+        headers = [n.to_bytes(HEADER_SIZE, "big") for n in range(TWO_LEADERS_MESSAGES)]
+        for n, header in enumerate(headers):
+            producer.send(header, b"x" * 100, n % 2)
+        assert producer.flush(10) == 0
+        producer.close()
+        assert sorted(answers) == [(header, True) for header in headers], answers[:5]
+        consumer = driver.consumer(topic, "it-two-leaders", [0, 1])
+        assert consumer.stamps == ARRIVAL
+        got: list = []
+        deadline = time.monotonic() + 20
+        while len(got) < TWO_LEADERS_MESSAGES and time.monotonic() < deadline:
+            got += consumer.poll(0.2)
+        consumer.close()
+        assert sorted((header, lane) for header, _, lane in got) == \
+            sorted((header, n % 2) for n, header in enumerate(headers)), len(got)
+    finally:
+        driver.delete_topic(topic, 2)
+
+
+def assert_stamped_at_arrival(cell: dict) -> None:
+    """The streams cell's producer and consumer followed the failover on sockets of their own (rabbitmq_streams.driver
+    StreamsWireProducer, StreamsWireConsumer): every confirm and delivery stamped at the kernel's receive time."""
+    assert (cell["ack_stamps"], cell["delivery_stamps"]) == (ARRIVAL, ARRIVAL), cell
 
 
 def routed_fault_cell(endpoint: dict, toxiproxy, endpoints: dict, store, broker: str, name: str, fault: dict) -> dict:
@@ -196,9 +255,10 @@ def test_a_reset_of_the_stream_leaders_links_stops_its_confirms_and_leaves_it_le
     assert faults["leader_at_end"] == leader, faults  # the node itself never failed
     gap = faults["producer_ack_gap"]
     assert gap["from_s"] <= fault["at_s"] + 0.05 and gap["to_s"] >= heal["at_s"], faults
-    assert cell["lost"] == 0 and cell["received"] > 0, cell_facts(cell)
+    assert cell["lost"] == cell["duplicated"] == 0 and cell["received"] > 0, cell_facts(cell)
     assert cell["broker_count"]["observed"] == cell["broker_count"]["expected"], cell["broker_count"]
     assert_accounting_whole(cell)
+    assert_stamped_at_arrival(cell)
 
 
 BLACKHOLE_S = 2.0  # the quorum queue leader's links dropping everything

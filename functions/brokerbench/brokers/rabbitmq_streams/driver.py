@@ -1,53 +1,58 @@
-"""RabbitMQ streams through rstream (the stream protocol, asyncio), run on an event loop of its own thread, and, on
-one node reached directly, a producer and a consumer that speak the stream protocol on a socket of their own
-(StreamsWireProducer, StreamsWireConsumer: wire.py), as the broker check, the count and the backlog do there
-(wire.Session, wire.Reader).
+"""RabbitMQ streams: the Python loop's producer and the consumer speak the stream protocol on sockets of their own
+(StreamsWireProducer, StreamsWireConsumer: wire.py), on one node reached directly and where a failover is followed
+alike, and each confirm and delivery is stamped when the read that brought it arrived (the kernel's receive time).
+The broker check speaks it too (wire.Session), and so do the count and the backlog on one node reached directly
+(wire.Reader); where a failover is followed those two read through rstream (asyncio, on an event loop of its own
+thread), which finds a node that serves each stream: they measure nothing, and a count waits for a node just
+started again.
 
 Each lane is one stream, `<topic>-<n>`, declared and counted over AMQP 0-9-1 (a stream is a queue of type
-stream). A message's data is the worker's header (a fixed 20 bytes) followed by the payload. The producer hands
-what is due to the loop as one publish frame per lane (rstream's send_batch, which does not wait: its `send`
-would hold messages for up to half a second); each publish confirm is stamped in rstream's confirm callback, on
-the loop's thread, as it is read, and the worker takes the stamps from a queue while it polls. The producer connects
-through the address given (rstream's load-balancer mode), not the one the node advertises. Batch mode keeps up
-to rabbitmq_in_flight unconfirmed, single mode one. The consumer subscribes to each of its lanes from the first
-offset with a credit of rabbitmq_prefetch chunks, and stores its offset (named after the group) on commit: the
-broker's committed messages less that offset is the backlog.
+stream). A message's data is the worker's header (a fixed 20 bytes) followed by the payload. The producer has a
+publisher per lane and writes a lane's due messages as one Publish frame. Batch mode keeps up to rabbitmq_in_flight
+unconfirmed, single mode one. The consumer subscribes to each of its lanes from the first offset with a credit of
+rabbitmq_prefetch chunks, and stores its offset (named after the group) on commit: the broker's committed messages
+less that offset is the backlog.
 
-On a local cluster both follow a failover, as the quorum queues' clients do (rstream's own recovery is off: it asks
-the node it first reached, which may be the one that went, and waits seconds between tries). A producer whose
-connection or publisher is lost stops waiting for what it had in flight (no confirm came: unacknowledged, unless a
-consumer receives them) and, at most every RECONNECT_EVERY_S, connects again through a node that answers, which
-points it to the stream's leader now; sends due meanwhile fail at once. A consumer told its connection closed or its
-stream's leader moved (a metadata update) drops that subscription and subscribes again through a node that answers,
-each lane from the offset after the last one it was delivered: nothing delivered twice, nothing skipped. Deliveries
-of a subscription it dropped are ignored from that moment on (they are tagged with the subscription's generation).
+On one node reached directly both connect to the endpoint's stream port, and a lost connection ends them. Where a
+failover is followed (`_reconnect`: a local cluster, whose every cell follows one, faults or not; or a network
+fault's proxies, where a reset closes connections a node still serves) they ask the stream protocol's Metadata of a
+node whose stream listener answers where each stream lives, and connect there:
+- the producer to each stream's leader (its leader alone writes: one connection per node that leads some of the
+  cell's streams). A lost connection, a Close, or a MetadataUpdate (the leader moved) gives up
+  every connection: what it had in flight is no longer waited for (no confirm came: unacknowledged, unless a
+  consumer receives them), and at most every RECONNECT_EVERY_S it asks again and connects to the leaders as they are
+  now, each try bounded by RECONNECT_TIMEOUT_S; sends due meanwhile fail at once.
+- the consumer to one node that holds a member of every one of its streams, a replica at random as rstream's
+  consumer picks (the leader where no replica holds them all). A lost connection, a Close, or a MetadataUpdate for
+  one of its streams closes it, and at most every RECONNECT_EVERY_S a new connection subscribes each lane again from
+  the offset after the last one delivered: nothing delivered twice, nothing skipped, and nothing of a dropped
+  subscription read (its connection is closed).
+Through a network fault's proxies (brokerbench.toxiproxy: the endpoint's `stream_addresses`), the address a node
+advertises is reached through the proxy in front of it (`proxied`; `through_proxies` for rstream's count, as rstream
+has no address resolver of its own).
 
-Through a network fault's proxies (brokerbench.toxiproxy: the endpoint's `stream_addresses`), a client that connects
-where a node says a stream's leader or replica is connects to the proxy in front of that address instead
-(`through_proxies`: rstream has no address resolver of its own), and both connect again after a lost connection on
-a single node too (a reset closes connections the node still serves).
+TLS: not spoken on the stream port (neither here nor by the native loop); a local stack's RabbitMQ serves none.
 """
 
 from __future__ import annotations
 
 import asyncio
 import os
-import queue
+import random
+import select
 import struct
 import threading
 import time
 from contextlib import closing
 from functools import partial
 
-from rstream import Consumer, ConsumerOffsetSpecification, OffsetNotFound, OffsetType, Producer
+from rstream import Consumer, ConsumerOffsetSpecification, OffsetNotFound, OffsetType
 from rstream.client import Addr
 from rstream.exceptions import LeaderNotAvailable, StreamNotAvailable
-from rstream.recovery import BackOffRecoveryStrategy
-from rstream.utils import RawMessage
 
 from ... import native, toxiproxy
 from ...drivers import BrokerUnavailable, Message, OnAck
-from ...figures import ARRIVAL, client_stamps
+from ...figures import ARRIVAL
 from ...worker.framing import HEADER
 from ..rabbitmq import amqp, cluster, in_flight_window, management
 from ..rabbitmq.amqp import lane_queue
@@ -68,7 +73,6 @@ RECONNECT_EVERY_S = 0.1  # on a cluster, how often a client that lost its node t
 # handshake and a publisher's or subscription's declaration take milliseconds on this host; 3 s allows for a loaded
 # one and for a stream whose new leader is still being elected after a failover.
 RECONNECT_TIMEOUT_S = 3.0
-CONNECTION_LOST = -1  # rstream's response code for a publish it stops waiting for (its connection went)
 
 
 class Loop:
@@ -127,11 +131,12 @@ class RabbitMQStreamsDriver:
                                     f"{exc!r}") from None
 
     def describe(self) -> dict:
-        """client_library: on one node reached directly the producer, the consumer, the check, the count and the
-        backlog speak the stream protocol themselves (wire.py); where a failover is followed, rstream serves them."""
+        """client_library: the producer, the consumer and the check speak the stream protocol themselves (wire.py),
+        and so do the count and the backlog on one node reached directly; where a failover is followed rstream
+        serves those two (client_version: rstream's)."""
         import rstream
 
-        library = "rstream" if self._reconnect() is not None else "stream protocol (own socket)"
+        library = "stream protocol (own socket)" + (" + rstream" if self._reconnect() is not None else "")
         return {"broker": self.name, "broker_version": amqp.server_version(self.endpoint)
                 or self.endpoint.get("version", "unknown"), "client_library": library,
                 "client_version": rstream.__version__ if hasattr(rstream, "__version__") else _version("rstream"),
@@ -240,7 +245,7 @@ class RabbitMQStreamsDriver:
         return in_flight_window(self.client, mode)
 
     # The native stream loop keeps the one connection it made to the streams' leader: a cell with faults publishes
-    # through StreamsProducer, which connects again through a node that answers (worker.producer)
+    # through StreamsWireProducer, which connects again to the leaders a node that answers names (worker.producer)
     native_follows_failover = False
 
     def _reconnect(self):
@@ -249,29 +254,70 @@ class RabbitMQStreamsDriver:
         serves); None on one node reached directly, where a lost connection ends the client."""
         return self._stream_endpoint if self.endpoint.get("nodes") or toxiproxy.routed(self.endpoint) else None
 
-    def producer(self, topic: str, partitions: int, mode: str,
-                 on_ack: OnAck) -> StreamsProducer | StreamsWireProducer:
-        """The Python loop's producer: on one node reached directly, the stream protocol spoken on a socket of its
-        own (StreamsWireProducer: confirms stamped as they are read); where a failover is followed (a cluster, or
-        a network fault's proxies: `_reconnect`), rstream's (StreamsProducer)."""
+    def producer(self, topic: str, partitions: int, mode: str, on_ack: OnAck) -> StreamsWireProducer:
+        """The Python loop's producer: the stream protocol spoken on sockets of its own (StreamsWireProducer:
+        confirms stamped as they are read). Where a failover is followed (a cluster, or a network fault's proxies:
+        `_reconnect`) it publishes to each stream's leader as Metadata names it, and connects again after a loss."""
         depth = self.in_flight_window(mode)
         streams = [lane_queue(topic, p) for p in range(partitions)]
         if self._reconnect() is None:
-            settings = self._stream_endpoint()
+            return StreamsWireProducer(self._publishing(streams, CONNECT_TIMEOUT_S), partitions, depth, on_ack)
+        deadline = time.monotonic() + LEADER_WAIT_S  # a stream's leader still being elected (a cell after a failover)
+        while True:
             try:
-                connection = wire.Connection(settings["host"], settings["port"], settings["username"],
-                                             settings["password"], settings["vhost"], streams, CONNECT_TIMEOUT_S)
-            except (OSError, ValueError, struct.error) as exc:
-                raise BrokerUnavailable(f"RabbitMQ's stream port {settings['host']}:{settings['port']}: "
-                                        f"{exc}") from None
-            return StreamsWireProducer(connection, partitions, depth, on_ack)
+                links = self._publishing(streams, RECONNECT_TIMEOUT_S)
+                break
+            except BrokerUnavailable as exc:
+                if not passing(exc.__cause__) or time.monotonic() >= deadline:
+                    raise
+                time.sleep(RECONNECT_EVERY_S)
+        return StreamsWireProducer(links, partitions, depth, on_ack,
+                                   connect=partial(self._publishing, streams, RECONNECT_TIMEOUT_S))
+
+    def _locate(self, settings: dict, streams: list[str], timeout_s: float) -> dict[str, wire.Placement]:
+        """Where each of `streams` lives, as the node `settings` reach says (Metadata on a session closed at once);
+        wire.Refused (code STREAM_NOT_AVAILABLE) naming a stream that has no leader now."""
+        with closing(wire.Session(settings["host"], settings["port"], settings["username"], settings["password"],
+                                  settings["vhost"], timeout_s)) as locator:
+            placements = locator.metadata(streams, timeout_s)
+        for stream in streams:
+            placement = placements.get(stream)
+            if placement is None or placement.code != wire.OK:
+                code = None if placement is None else placement.code
+                raise wire.Refused(f"RabbitMQ's Metadata for stream {stream}: "
+                                   f"{wire.REFUSALS.get(code, 'not answered')} (stream response code {code})", code)
+            if placement.leader is None:
+                raise wire.Refused(f"RabbitMQ: no node leads stream {stream} yet", wire.STREAM_NOT_AVAILABLE)
+        return placements
+
+    def _publishing(self, streams: list[str], timeout_s: float) -> list[tuple[wire.Connection, list[int]]]:
+        """A producer's connections, each with the lanes it publishes to (a publisher per lane, its id the lane), made
+        within about timeout_s: on one node reached directly, one to its stream port; where a failover is followed,
+        one per node that leads some of `streams` as Metadata names it (asked of a node whose stream listener
+        answers), reached at the address it advertises, or the proxy in front of it (`stream_addresses`): a stream's
+        leader alone writes, and RabbitMQ's guide has a publisher connect to its node (docs/stream-connections). BrokerUnavailable naming the address where one is not made
+        (its cause: what went wrong)."""
+        settings = self._stream_endpoint()
+        deadline = time.monotonic() + timeout_s
+        host, port = settings["host"], settings["port"]
+        made: list[tuple[wire.Connection, list[int]]] = []
         try:
-            return StreamsProducer(self._stream_endpoint(), streams, depth, on_ack,
-                                   balanced=not self.endpoint.get("nodes"), reconnect=self._reconnect())
-        except BrokerUnavailable:
-            raise
-        except Exception as exc:  # noqa: BLE001
-            raise BrokerUnavailable(f"RabbitMQ stream producer could not start: {exc!r}") from None
+            if self._reconnect() is None:
+                groups = {(host, port): list(range(len(streams)))}
+            else:
+                placements = self._locate(settings, streams, timeout_s)
+                groups = {}
+                for lane, stream in enumerate(streams):
+                    groups.setdefault(proxied(settings, placements[stream].leader), []).append(lane)
+            for (host, port), lanes in groups.items():
+                made.append((wire.Connection(host, port, settings["username"], settings["password"],
+                                             settings["vhost"], [streams[lane] for lane in lanes],
+                                             max(0.05, deadline - time.monotonic()), lanes), lanes))
+        except (OSError, ValueError, struct.error) as exc:
+            for connection, _ in made:
+                connection.close()
+            raise BrokerUnavailable(f"RabbitMQ's stream port {host}:{port}: {exc}") from exc
+        return made
 
     def native_sender(self, topic: str, partitions: int, mode: str):
         """The native send loop on a stream-protocol connection of its own: a publisher per lane, the same data and
@@ -306,15 +352,54 @@ class RabbitMQStreamsDriver:
         entry = cluster.node_entry(self.endpoint, next(iter(leaders.values())))
         return entry["host"], int(entry["stream_port"])
 
-    def consumer(self, topic: str, group: str, partitions: list[int]) -> StreamsConsumer | StreamsWireConsumer:
-        """On one node reached directly, the stream protocol spoken on a socket of its own (StreamsWireConsumer);
-        where a failover is followed (a cluster, a network fault's proxies: `_reconnect`), rstream's
-        (StreamsConsumer), which finds each stream's leader or replica through the broker's metadata."""
+    def consumer(self, topic: str, group: str, partitions: list[int]) -> StreamsWireConsumer:
+        """The stream protocol spoken on a socket of its own (StreamsWireConsumer). Where a failover is followed (a
+        cluster, a network fault's proxies: `_reconnect`) it subscribes through the node `_subscriptions` picks, and
+        again after a loss."""
         streams = {p: lane_queue(topic, p) for p in partitions}
-        if self._reconnect() is None:
-            return StreamsWireConsumer(self._stream_endpoint, streams, group, self.client["rabbitmq_prefetch"])
-        return StreamsConsumer(self._stream_endpoint(), streams, group, self.client["rabbitmq_prefetch"],
-                               reconnect=self._reconnect())
+        return StreamsWireConsumer(partial(self._subscriptions, list(streams.values()), list(streams)), streams,
+                                   group, self.client["rabbitmq_prefetch"], follow=self._reconnect() is not None)
+
+    def _subscriptions(self, streams: list[str], lanes: list[int], timeout_s: float) -> wire.Subscriptions:
+        """A consumer's connection (no subscription made yet), within about timeout_s: on one node reached directly,
+        to its stream port. Where a failover is followed, to a node that holds a member of every one of `streams`
+        (Metadata, asked of a node whose stream listener answers), chosen as rstream's consumer chooses one for
+        a stream: a replica at random, the leader where there is none; the leader where no replica holds them all.
+        One connection serves every lane: each node of a local cluster holds a member of each stream (their group
+        size is the cluster's), so one is found while the streams have leaders."""
+        settings = self._stream_endpoint()
+        deadline = time.monotonic() + timeout_s
+        host, port = settings["host"], settings["port"]
+        if self._reconnect() is not None:
+            placements = self._locate(settings, streams, timeout_s)
+            preferred = _common([p.replicas or [p.leader] for p in placements.values()]) or \
+                _common([[p.leader, *p.replicas] for p in placements.values()])
+            if not preferred:
+                raise wire.Refused(f"RabbitMQ: no node holds a member of every stream of {streams}",
+                                   wire.STREAM_NOT_AVAILABLE)
+            host, port = proxied(settings, random.choice(preferred))
+        return wire.Subscriptions(host, port, settings["username"], settings["password"], settings["vhost"],
+                                  streams, lanes, HEADER_SIZE, max(0.05, deadline - time.monotonic()))
+
+
+def passing(exc: BaseException | None) -> bool:
+    """Whether a connection's failure may pass by itself (a node down or not answering, a stream without a leader
+    for now), not a refusal that stays (no such stream, the login refused) nor bad input."""
+    if isinstance(exc, wire.Refused):
+        return exc.code in (wire.STREAM_NOT_AVAILABLE, None)
+    return isinstance(exc, (OSError, struct.error))
+
+
+def _common(choices: list[list[tuple[str, int]]]) -> list[tuple[str, int]]:
+    """The addresses every one of `choices` holds, in the first one's order."""
+    return [address for address in choices[0] if all(address in choice for choice in choices[1:])]
+
+
+def proxied(settings: dict, address: tuple[str, int]) -> tuple[str, int]:
+    """A node's advertised stream address ("host", port), or the proxy port in front of it where the client's
+    settings map it (`ADDRESSES`: a network fault's proxies), as through_proxies maps rstream's."""
+    host, port = address
+    return host, (settings.get(ADDRESSES) or {}).get(f"{host}:{port}", port)
 
 
 def _version(distribution: str) -> str:
@@ -434,176 +519,59 @@ async def _backlog_parts(client: Consumer, streams: list[str], group: str):
     return list(zip(firsts, lasts)), stored
 
 
-class StreamsProducer:
-    """Sends buffered per lane until a poll, a flush or a full window hands them to the loop. Confirms come back
-    through a queue, each with the time its callback ran and the generation of the rstream producer it came from
-    (one per connection made: `reconnect`, module docstring)."""
+class StreamsWireProducer(ConfirmedProducer):
+    """The Python loop's producer, on stream-protocol connections it speaks itself (wire.py; `links`: each
+    connection with the lanes it publishes to): a send that follows the one before by more than JOIN_WITHIN_NS (a
+    loop on schedule) is written at once; sends back to back are kept per lane until a poll, a flush or a full window
+    writes them, one Publish frame per lane. Each confirm is stamped when the read that brought it arrived (the
+    kernel's receive time: socket_buffer.recv_stamped); with several connections (streams that lead on different
+    nodes) a read waits on them all (select) and each read is stamped as its own.
 
-    stamps = client_stamps("rstream")  # a confirm in rstream's callback, on its asyncio loop's thread
+    A lost connection (or a Close, or a MetadataUpdate: the stream's leader moved) gives up all of them: what was
+    not written fails, what was in flight is no longer waited for (unacknowledged: no confirm came, and the broker
+    may have stored it). Without `connect` (one node reached directly) later sends fail at once; with it (a failover
+    followed) the producer calls it again at most every RECONNECT_EVERY_S, at a send or a poll, for new links to the
+    leaders as they are now, and sends due until one is made fail at once."""
 
-    def __init__(self, settings: dict, streams: list[str], depth: int, on_ack: OnAck, balanced: bool = True,
-                 reconnect=None) -> None:
-        self._loop = Loop.get()
-        self._streams = streams
+    stamps = ARRIVAL  # plain sockets of its own: the kernel's receive time
+
+    def __init__(self, links: list[tuple[wire.Connection, list[int]]], lanes: int, depth: int, on_ack: OnAck,
+                 connect=None) -> None:
         self._depth = depth
         self._on_ack = on_ack
-        self._balanced = balanced
-        self._reconnect = reconnect
-        self._next_try = 0.0
-        # (generation, publishing id, ok, at_ns); id None: that generation's connection is lost; ok None: no answer
-        self._confirms: queue.SimpleQueue = queue.SimpleQueue()
-        self._pending: list[list[RawMessage]] = [[] for _ in streams]  # not handed to the loop yet
+        self._connect = connect
+        self._pending: list[list[tuple[int, bytes]]] = [[] for _ in range(lanes)]  # not written yet
         self._in_flight: dict[int, bytes] = {}  # publishing id -> header
         self._next_id = 0
+        self._last_send_ns = 0
+        self._next_try = 0.0
+        self._attach(links)
+
+    def _attach(self, links: list[tuple[wire.Connection, list[int]]]) -> None:
+        self._links = [connection for connection, _ in links]
+        self._link_of = {lane: index for index, (_, lanes) in enumerate(links) for lane in lanes}
+        self._connection = self._links[0]
         self._broken = False
-        self._generation = 0
-        self._producer = self._loop.run(self._open(settings, balanced, reconnect is None))
-
-    @staticmethod
-    async def _open(settings: dict, balanced: bool, recovering: bool = True) -> Producer:
-        # Publishes go through the address the target gives, as the native loop's do: rstream would otherwise look
-        # the stream's leader up and connect to the address the node advertises, around a proxy or load balancer
-        # in front of it (and around Toxiproxy's delay: test_latency_truth). In load-balancer mode it connects
-        # through the given address and keeps the connection that reached the leader. A local cluster's nodes each
-        # have their own address (no balancer in front): there it connects to the address the leader advertises.
-        # Following a failover (a cluster), rstream's own recovery is off: the producer connects again itself.
-        producer = made(Producer, settings, connection_name="brokerbench", load_balancer_mode=balanced,
-                        recovery_strategy=BackOffRecoveryStrategy(enable=recovering))
-        await producer.start()
-        return producer
-
-    def _confirmed(self, generation: int, status) -> None:  # on the loop's thread
-        # a publish rstream gave up on when its connection or publisher went was never answered by the broker
-        ok = None if not status.is_confirmed and status.response_code == CONNECTION_LOST else status.is_confirmed
-        self._confirms.put((generation, status.message_id, ok, time.monotonic_ns()))
-
-    async def _publish(self, generation: int, producer: Producer,
-                       batches: list[tuple[str, list[RawMessage]]]) -> None:
-        try:
-            for stream, messages in batches:
-                await producer.send_batch(stream, messages, on_publish_confirm=partial(self._confirmed, generation))
-        except Exception:  # noqa: BLE001 (the connection is lost: what is in flight stays unconfirmed)
-            self._confirms.put((generation, None, False, time.monotonic_ns()))
 
     def _again(self) -> bool:
-        """A producer that lost its node connects again (on a cluster, at most every RECONNECT_EVERY_S), through a
-        node that answers: whether it is connected now."""
+        """Whether the producer is connected: one that lost its connections and follows a failover connects again
+        (`connect`), at most every RECONNECT_EVERY_S."""
         if not self._broken:
             return True
-        if self._reconnect is None or time.monotonic() < self._next_try:
+        if self._connect is None or time.monotonic() < self._next_try:
             return False
         self._next_try = time.monotonic() + RECONNECT_EVERY_S
         try:
-            producer = self._loop.run(self._open(self._reconnect(), self._balanced, False), RECONNECT_TIMEOUT_S)
-        except Exception:  # noqa: BLE001 (no node answers yet, or rstream's own error)
+            self._attach(self._connect())
+        except BrokerUnavailable:  # no node answers yet, or no leader yet
             return False
-        self._loop.submit(_close_quietly(self._producer))  # not waited for (rstream sleeps in it)
-        self._producer, self._generation, self._broken = producer, self._generation + 1, False
         return True
 
     def send(self, header: bytes, payload: bytes, partition: int) -> None:
         if not self._again():
             self._on_ack(header, False, time.monotonic_ns())
             return
-        self._next_id += 1
-        self._in_flight[self._next_id] = header
-        self._pending[partition].append(RawMessage(header + payload, publishing_id=self._next_id))
-        if len(self._in_flight) >= self._depth:  # the window is full: hand it over, then wait for room
-            self._hand_over()
-            while len(self._in_flight) >= self._depth and not self._broken:
-                self._serve(CALL_TIMEOUT_S)
-
-    def _hand_over(self) -> None:
-        batches = [(stream, pending) for stream, pending in zip(self._streams, self._pending) if pending]
-        if batches and not self._broken:
-            self._pending = [[] for _ in self._streams]
-            self._loop.submit(self._publish(self._generation, self._producer, batches))
-
-    def _serve(self, timeout_s: float) -> bool:
-        """Take the confirms that came, waiting up to timeout_s for the first; False when none came."""
-        try:
-            item = self._confirms.get(timeout=timeout_s) if timeout_s > 0 else self._confirms.get_nowait()
-        except queue.Empty:
-            if timeout_s >= CALL_TIMEOUT_S:
-                self._lost()
-            return False
-        while True:
-            generation, publishing_id, ok, at = item
-            if generation != self._generation:
-                pass  # from a connection given up on: what it had in flight is no longer waited for
-            elif publishing_id is None:
-                self._lost()
-            elif (header := self._in_flight.pop(publishing_id, None)) is not None:
-                if ok is not None or self._reconnect is None:
-                    self._on_ack(header, bool(ok), at)  # (on one node, as before: a failed send)
-                else:  # rstream lost the publisher (its node went, or the stream's leader moved): no answer
-                    self._lost()
-            try:
-                item = self._confirms.get_nowait()
-            except queue.Empty:
-                return True
-
-    def _lost(self) -> None:
-        """The connection is lost: what was never handed to the loop failed; what was is no longer waited for and
-        stays unacknowledged (no confirm came, and the broker may have stored it)."""
-        self._broken = True
-        at = time.monotonic_ns()
-        for pending in self._pending:
-            for message in pending:
-                self._on_ack(self._in_flight[message.publishing_id], False, at)
-        self._pending = [[] for _ in self._streams]
-        self._in_flight.clear()
-
-    def poll(self, timeout_s: float) -> None:
-        self._again()
-        self._hand_over()
-        if self._in_flight and not self._broken:
-            if not self._serve(0) and timeout_s > 0:
-                self._serve(timeout_s)
-        elif timeout_s > 0:
-            time.sleep(timeout_s)
-
-    def flush(self, timeout_s: float) -> int:
-        deadline = time.monotonic() + timeout_s
-        self._hand_over()
-        while self._in_flight and not self._broken and (left := deadline - time.monotonic()) > 0:
-            self._serve(min(left, CALL_TIMEOUT_S - 1))
-        return len(self._in_flight)
-
-    def close(self) -> None:
-        self.flush(5)
-        try:
-            self._loop.run(self._producer.close(), 10)
-        except Exception:  # noqa: BLE001 (the broker is gone)
-            pass
-
-
-class StreamsWireProducer(ConfirmedProducer):
-    """The Python loop's producer on one node reached directly (no failover to follow), on a stream-protocol
-    connection it speaks itself (wire.py): a send that follows the one before by more than JOIN_WITHIN_NS (a loop on
-    schedule) is written at once; sends back to back are kept per lane until a poll, a flush or a full window writes
-    them, one Publish frame per lane (as StreamsProducer hands them to rstream). Each confirm is stamped when the read
-    that brought it arrived (the kernel's receive time: socket_buffer.recv_stamped). A lost connection is not made
-    again (as StreamsProducer's on one node): what was not written fails, what was in flight is no longer waited for
-    (unacknowledged), and later sends fail at once."""
-
-    stamps = ARRIVAL  # a plain socket of its own: the kernel's receive time
-
-    def __init__(self, connection: wire.Connection, lanes: int, depth: int, on_ack: OnAck) -> None:
-        self._connection = connection
-        self._depth = depth
-        self._on_ack = on_ack
-        self._pending: list[list[tuple[int, bytes]]] = [[] for _ in range(lanes)]  # not written yet
-        self._in_flight: dict[int, bytes] = {}  # publishing id -> header
-        self._next_id = 0
-        self._broken = False
-        self._last_send_ns = 0
-
-    def send(self, header: bytes, payload: bytes, partition: int) -> None:
         now = time.monotonic_ns()
-        if self._broken:
-            self._on_ack(header, False, now)
-            return
         self._next_id += 1
         self._in_flight[self._next_id] = header
         self._pending[partition].append((self._next_id, header + payload))
@@ -612,17 +580,21 @@ class StreamsWireProducer(ConfirmedProducer):
             self._hand_over()
             while len(self._in_flight) >= self._depth and not self._broken:
                 if not self._read(CALL_TIMEOUT_S):
-                    self._lost()  # no confirm in that long: given up, as StreamsProducer gives its connection up
+                    self._lost()  # no confirm in that long: given up
 
     def _hand_over(self) -> None:
         if self._broken or not any(self._pending):
             return
-        frame_max = self._connection.frame_max
-        out = [frame for lane, pending in enumerate(self._pending) if pending
-               for frame in wire.publish_frames(lane, pending, frame_max)]
+        out: list[list[bytes]] = [[] for _ in self._links]
+        for lane, pending in enumerate(self._pending):
+            if pending:
+                link = self._link_of[lane]
+                out[link] += wire.publish_frames(lane, pending, self._links[link].frame_max)
         self._pending = [[] for _ in self._pending]
         try:
-            self._connection.write(b"".join(out))
+            for connection, frames in zip(self._links, out):
+                if frames:
+                    connection.write(b"".join(frames))
         except OSError:
             self._lost()
 
@@ -636,6 +608,26 @@ class StreamsWireProducer(ConfirmedProducer):
             if (header := in_flight.pop(publishing_id, None)) is not None:
                 on_ack(header, ok, at)
 
+    def _read(self, timeout_s: float) -> bool:
+        """One connection: as ConfirmedProducer's. Several: a read of each that has something within timeout_s."""
+        links = self._links
+        if len(links) == 1 or self._broken:
+            return super()._read(timeout_s)
+        try:
+            ready = select.select([connection.sock for connection in links], [], [], max(0.0, timeout_s))[0]
+        except (OSError, ValueError):
+            self._lost()
+            return True
+        for connection in links:
+            if connection.sock in ready and not self._broken:
+                self._connection = connection
+                super()._read(0)
+        return bool(ready)
+
+    def poll(self, timeout_s: float) -> None:
+        self._again()
+        super().poll(timeout_s)
+
     def _lost(self) -> None:
         if self._broken:
             return
@@ -646,183 +638,64 @@ class StreamsWireProducer(ConfirmedProducer):
                 self._on_ack(self._in_flight[publishing_id], False, at)
         self._pending = [[] for _ in self._pending]
         self._in_flight.clear()
-        self._connection.close()
-
-
-class StreamsConsumer:
-    """One subscription per lane, from the first offset, made at the first poll after hold(False). Deliveries
-    come through a queue; `commit` stores each lane's last offset read under the group's name. With `reconnect` (a
-    cluster) it subscribes again after losing its node or its stream's leader (module docstring)."""
-
-    stamps = client_stamps("rstream")  # a message as rstream's callback handed it over, through a queue
-
-    def __init__(self, settings: dict, streams: dict[int, str], group: str, credit: int, reconnect=None) -> None:
-        self._loop = Loop.get()
-        self._settings = settings
-        self._streams = streams
-        self._group = group
-        self._credit = credit
-        self._reconnect = reconnect
-        self._deliveries: queue.SimpleQueue = queue.SimpleQueue()  # (data, lane, offset)
-        self._held = False
-        self._consumer: Consumer | None = None
-        self._read: dict[int, int] = {}  # lane -> last offset read
-        self._stored: dict[int, int] = {}
-        # changed on the loop's thread only: the subscription deliveries are taken from, and each lane's last offset
-        # delivered by it or an earlier one (where a new subscription starts)
-        self._generation = 0
-        self._delivered: dict[int, int] = {}
-        self._lost = False
-        self._next_try = 0.0
-
-    def _deliver(self, generation: int, lane: int, data: bytes, context) -> None:  # on the loop's thread
-        if generation != self._generation:
-            return  # a subscription dropped after a failover: its lane is read again from where it stopped
-        self._delivered[lane] = context.offset
-        self._deliveries.put((data, lane, context.offset))
-
-    def _closed(self, generation: int, _info) -> None:  # on the loop's thread
-        """rstream says a connection closed or a stream's leader moved: the subscriptions of that generation are
-        dropped (their deliveries ignored from now on) and made again at the next poll."""
-        if generation == self._generation and self._reconnect is not None:
-            self._generation += 1
-            self._lost = True
-
-    async def _subscribe(self, settings: dict) -> Consumer:
-        generation = self._generation  # on the loop's thread: no delivery of the new subscription comes before
-        options = {} if self._reconnect is None else {"on_close_handler": partial(self._closed, generation)}
-        consumer = made(Consumer, settings, connection_name="brokerbench", **options)
-        try:
-            await consumer.start()
-            for lane, stream in self._streams.items():
-                after = self._delivered.get(lane)
-                where = ConsumerOffsetSpecification(OffsetType.FIRST, None) if after is None else \
-                    ConsumerOffsetSpecification(OffsetType.OFFSET, after + 1)
-                await consumer.subscribe(stream, partial(self._deliver, generation, lane), subscriber_name=self._group,
-                                         offset_specification=where, initial_credit=self._credit)
-        except BaseException:
-            self._generation += 1  # what the part made delivers nothing
-            await _close_quietly(consumer)
-            raise
-        return consumer
-
-    def _again(self) -> None:
-        """After a failover (on a cluster), the subscriptions made again through a node that answers, at most every
-        RECONNECT_EVERY_S; until then the poll delivers what came before."""
-        if not self._lost or time.monotonic() < self._next_try:
-            return
-        self._next_try = time.monotonic() + RECONNECT_EVERY_S
-        old, self._consumer = self._consumer, None
-        if old is not None:
-            self._loop.submit(_close_quietly(old))
-        try:
-            self._lost = False  # before subscribing: a close during it counts against the new subscription
-            self._consumer = self._loop.run(self._subscribe(self._reconnect()), RECONNECT_TIMEOUT_S)
-        except Exception:  # noqa: BLE001 (no node answers yet, or no leader yet)
-            self._lost = True
-            # one still subscribing after the wait delivers nothing: its generation retired before the next begins
-            self._loop.submit(self._retire())
-
-    async def _retire(self) -> None:
-        self._generation += 1
-
-    def poll(self, timeout_s: float) -> list[Message]:
-        if self._held:
-            time.sleep(timeout_s)
-            return []
-        self._again()
-        if self._consumer is None and not self._lost:
-            try:
-                self._consumer = self._loop.run(self._subscribe(self._settings))
-            except Exception as exc:  # noqa: BLE001
-                if self._reconnect is None:
-                    raise BrokerUnavailable(f"RabbitMQ stream consumer could not subscribe: {exc!r}") from None
-                self._lost = True  # a cluster: tried again through another node
-                self._loop.submit(self._retire())
-        try:
-            first = self._deliveries.get(timeout=timeout_s) if timeout_s > 0 else self._deliveries.get_nowait()
-        except queue.Empty:
-            return []
-        out: list[Message] = []
-        item, read = first, self._read
-        while True:
-            data, lane, offset = item
-            out.append((data[:HEADER_SIZE], data[HEADER_SIZE:], lane))
-            read[lane] = offset
-            try:
-                item = self._deliveries.get_nowait()
-            except queue.Empty:
-                return out
-
-    def hold(self, on: bool) -> None:
-        self._held = on
-
-    def commit(self) -> None:
-        """Store each lane's last offset read, where it moved (the broker's record of the group's position)."""
-        moved = {lane: offset for lane, offset in self._read.items() if self._stored.get(lane) != offset}
-        if not moved or self._consumer is None:
-            return
-        try:
-            self._loop.run(self._store(moved), 10)
-            self._stored.update(moved)
-        except Exception:  # noqa: BLE001 (the broker is gone: the backlog is then counted from the last stored)
-            pass
-
-    async def _store(self, offsets: dict[int, int]) -> None:
-        for lane, offset in offsets.items():
-            await self._consumer.store_offset(self._streams[lane], self._group, offset)
+        for connection in self._links:
+            connection.close()
 
     def close(self) -> None:
-        self.commit()
-        if self._consumer is not None:
-            try:
-                self._loop.run(self._consumer.close(), 10)
-            except Exception:  # noqa: BLE001
-                pass
+        self.flush(5)
+        if not self._broken:
+            for connection in self._links:
+                connection.close()
 
 
 class StreamsWireConsumer:
-    """The consumer on one node reached directly, on a stream-protocol connection it speaks itself
-    (wire.Subscriptions): a subscription per lane from the first offset with a credit of rabbitmq_prefetch chunks,
-    made at the first poll after hold(False), as StreamsConsumer's. A poll returns the messages of what one read of
-    the socket held (waiting up to its timeout for one), parsed where they lie, each chunk's credit given back before
-    it returns; `arrived_ns` is when that read's data arrived (the kernel's receive time,
-    socket_buffer.recv_stamped): the worker's stamp of their receipt. rstream handed each message to a callback on its event loop's thread and through a queue to the
+    """The consumer, on a stream-protocol connection it speaks itself (wire.Subscriptions, made by `subscriptions(
+    timeout_s)`): a subscription per lane with a credit of rabbitmq_prefetch chunks, made at the first poll after
+    hold(False), from the first offset. A poll returns the messages of what one read of the socket held (waiting up
+    to its timeout for one), parsed where they lie, each chunk's credit given back before it returns; `arrived_ns` is
+    when that read's data arrived (the kernel's receive time, socket_buffer.recv_stamped): the worker's stamp of
+    their receipt. rstream handed each message to a callback on its event loop's thread and through a queue to the
     worker's: 6.8 µs of CPU a message, a backlog read at 0.68 of the Java client's rate (docs/performance.md).
     `commit` stores each lane's last offset read under the group's name, where it moved; `close` commits and waits
-    for the broker's answer to a Close, so the stored offsets are in when it returns. As StreamsConsumer's on one
-    node, a lost connection is not made again (nothing more is delivered), and a stream the broker deleted delivers
-    nothing more while the other lanes go on."""
+    for the broker's answer to a Close, so the stored offsets are in when it returns.
+
+    Without `follow` (one node reached directly) a lost connection is not made again (nothing more is delivered), and
+    a stream the broker deleted delivers nothing more while the other lanes go on. With it (a failover followed), a
+    lost connection, a Close, or a MetadataUpdate for one of its streams (the leader moved, or the member it read
+    from went) closes the connection: what came before it is delivered, and at most every RECONNECT_EVERY_S a new one
+    subscribes each lane from the offset after the last one delivered (the first where none was): nothing delivered
+    twice, nothing skipped. A dropped subscription's deliveries are never read (its connection is closed)."""
 
     stamps = ARRIVAL  # a plain socket of its own: the kernel's receive time
 
-    def __init__(self, settings, streams: dict[int, str], group: str, credit: int) -> None:
-        self._settings = settings  # called at the first poll: the endpoint's stream address and login
-        self._lanes = list(streams)
+    def __init__(self, subscriptions, streams: dict[int, str], group: str, credit: int, follow: bool = False) -> None:
+        self._subscriptions = subscriptions
         self._streams = list(streams.values())
         self._group = group.encode()
         self._credit = credit
+        self._follow = follow
         self._held = False
         self._connection: wire.Subscriptions | None = None
-        self._ended = False  # the connection was lost: nothing more comes
+        self._ended = False  # the connection was lost and is not made again: nothing more comes
+        self._next_try = 0.0
+        self._subscribed = False  # subscriptions were made once (a failover followed: a refusal may pass)
         self._read: list[int | None] = [None] * len(streams)  # subscription -> last offset handed to the worker
         self._stored: dict[int, int] = {}
 
-    def _subscribe(self) -> list[Message]:
-        settings = self._settings()
+    def _subscribe(self, timeout_s: float) -> list[Message]:
+        """A new connection with every lane subscribed from the offset after the last one delivered (the messages
+        delivered meanwhile returned); the connection's and subscriptions' errors raised as they are."""
+        deadline = time.monotonic() + timeout_s
+        connection = self._subscriptions(timeout_s)
         try:
-            self._connection = wire.Subscriptions(settings["host"], settings["port"], settings["username"],
-                                                  settings["password"], settings["vhost"], self._streams,
-                                                  self._lanes, HEADER_SIZE, CONNECT_TIMEOUT_S)
-        except (OSError, ValueError, struct.error) as exc:
-            raise BrokerUnavailable(f"RabbitMQ stream consumer could not connect to {settings['host']}:"
-                                    f"{settings['port']}: {exc}") from None
-        try:
-            return self._connection.subscribe(dict.fromkeys(range(len(self._streams))), self._credit,
-                                              CALL_TIMEOUT_S)
-        except (OSError, struct.error) as exc:
-            self._connection.close()
-            raise BrokerUnavailable(f"RabbitMQ stream consumer could not subscribe: {exc}") from None
+            out = connection.subscribe({subscription: None if last is None else last + 1
+                                        for subscription, last in enumerate(self._read)}, self._credit,
+                                       max(0.05, deadline - time.monotonic()))
+        except BaseException:
+            connection.close()
+            raise
+        self._connection = connection
+        return out
 
     def poll(self, timeout_s: float) -> list[Message]:
         if self._held or self._ended:
@@ -831,27 +704,69 @@ class StreamsWireConsumer:
         connection = self._connection
         try:
             if connection is None:
-                out = self._subscribe()
+                out = self._again(timeout_s) if self._follow else self._first()
+                if self._connection is None:
+                    return out
                 connection = self._connection
             else:
                 deadline = time.monotonic() + timeout_s
-                while not (out := connection.take()) and connection.ended is None \
+                while not (out := connection.take()) and connection.ended is None and not self._dropped(connection) \
                         and connection.receive(deadline - time.monotonic()):
                     pass
         except OSError:
             self._lost()
             return []
-        if connection.ended is not None:
-            self._lost()
         if out:
-            self._read, self.arrived_ns = connection.last.copy(), connection.arrived_at
+            self._read = [last if last is not None else before for last, before in zip(connection.last, self._read)]
+            self.arrived_ns = connection.arrived_at
+        if connection.ended is not None or self._dropped(connection):
+            self._lost()
+        return out
+
+    def _dropped(self, connection: wire.Subscriptions) -> bool:
+        """Whether the broker dropped a subscription the consumer makes again (a failover followed)."""
+        return self._follow and bool(connection.dropped)
+
+    def _first(self) -> list[Message]:
+        """The subscriptions on one node reached directly: BrokerUnavailable where they are not made."""
+        try:
+            return self._subscribe(CONNECT_TIMEOUT_S + CALL_TIMEOUT_S)
+        except (OSError, ValueError, struct.error) as exc:
+            raise BrokerUnavailable(f"RabbitMQ stream consumer could not subscribe: {exc}") from None
+
+    def _again(self, timeout_s: float) -> list[Message]:
+        """Following a failover: the subscriptions made (again), at most every RECONNECT_EVERY_S, each try bounded
+        by RECONNECT_TIMEOUT_S; until one is made, nothing (the poll waits up to timeout_s for the next try)."""
+        wait = self._next_try - time.monotonic()
+        if wait > 0:
+            time.sleep(min(max(0.0, timeout_s), wait))
+            return []
+        self._next_try = time.monotonic() + RECONNECT_EVERY_S
+        try:
+            out = self._subscribe(RECONNECT_TIMEOUT_S)
+        except (OSError, ValueError, struct.error) as exc:
+            # no node answers yet, or no leader yet: tried again; the first subscriptions refused for good (no such
+            # stream, the login refused) or asked for badly end the consumer
+            if not self._subscribed and not passing(exc):
+                raise BrokerUnavailable(f"RabbitMQ stream consumer could not subscribe: {exc}") from None
+            return []
+        except BrokerUnavailable:
+            if not self._subscribed:
+                raise
+            return []
+        self._subscribed = True
         return out
 
     def _lost(self) -> None:
-        """The connection is gone: what was delivered stays delivered, and its offsets are no longer stored."""
-        self._ended = True
-        if self._connection is not None:
-            self._connection.close()
+        """The connection is gone (or given up): what was delivered stays delivered. Followed, a new one is made at
+        a later poll; else nothing more comes, and its offsets are no longer stored."""
+        connection = self._connection
+        if self._follow:
+            self._connection = None
+        else:
+            self._ended = True
+        if connection is not None:
+            connection.close()
 
     def hold(self, on: bool) -> None:
         self._held = on

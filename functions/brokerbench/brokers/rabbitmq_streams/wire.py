@@ -1,6 +1,7 @@
 """RabbitMQ's stream protocol spoken on a blocking socket of its own: the Python loop's stream producer and the
-stream consumer on one node reached directly (rabbitmq_streams.driver.StreamsWireProducer, StreamsWireConsumer;
-through rstream where they follow a failover).
+stream consumer (rabbitmq_streams.driver.StreamsWireProducer, StreamsWireConsumer), on one node reached directly and
+where they follow a failover, where Metadata (key 0x000f: each stream's leader and replicas, by the address its node
+advertises) says where to connect.
 
 rstream runs on an asyncio loop of its own thread: a publish crossed to that thread and was encoded there, and a
 confirm was stamped in its callback after rstream's decoding, 392 µs above the native loop's publish p50 on the
@@ -15,9 +16,10 @@ SaslAuthenticate (PLAIN), the broker's Tune answered (its frame size, no heartbe
 at every poll and while it waits), Open of the virtual host, then a publisher per lane (DeclarePublisher: id = the
 lane, no reference, so no deduplication). Publish carries a lane's messages (publishing id, size, data each);
 PublishConfirm acknowledges publishing ids, PublishError fails them; a Close, or a MetadataUpdate (the stream was
-deleted or its leader moved), ends the connection.
+deleted or its leader moved), ends the connection. Metadata's answer has no response code of its own: each stream's
+entry carries one (`metadata_answer`), and a leader reference of 0xFFFF while none leads it.
 
-The consumer on one node reached directly (driver.StreamsWireConsumer) speaks it too, on a Subscriptions connection:
+The consumer (driver.StreamsWireConsumer) speaks it too, on a Subscriptions connection:
 a Subscribe per lane (subscription id = the lane's index, the offset specification and initial credit given), and
 each Deliver frame's osiris chunk parsed where it lies in the buffer (`Subscriptions.take`): its entries are simple
 entries, [size][data], or sub-entry batches, whose records are read when uncompressed and refused (ProtocolError)
@@ -34,12 +36,15 @@ from __future__ import annotations
 import socket
 import struct
 import time
+from typing import NamedTuple
 
 from ..socket_buffer import SocketBuffer, stamp_arrivals
 
 PEER_PROPERTIES, SASL_HANDSHAKE, SASL_AUTHENTICATE, TUNE, OPEN, CLOSE = 0x11, 0x12, 0x13, 0x14, 0x15, 0x16
 DECLARE_PUBLISHER, PUBLISH, PUBLISH_CONFIRM, PUBLISH_ERROR, METADATA_UPDATE = 0x01, 0x02, 0x03, 0x04, 0x10
 SUBSCRIBE, DELIVER, CREDIT, STORE_OFFSET, QUERY_OFFSET, HEARTBEAT = 0x07, 0x08, 0x09, 0x0A, 0x0B, 0x17
+METADATA = 0x0F
+NO_LEADER = 0xFFFF  # a Metadata answer's leader reference while the stream has none (an election under way)
 # A Subscribe's offset specification: the stream's first offset, its last chunk of messages, or an offset given
 OFFSET_FIRST, OFFSET_LAST, OFFSET_OFFSET = 1, 2, 4
 LAST = "last"  # a subscription's start: the first offset of the stream's last chunk of messages
@@ -113,6 +118,56 @@ def answers(found: list[tuple[int, bytes]]) -> tuple[list[tuple[int, bool]], str
     return out, None
 
 
+class Placement(NamedTuple):
+    """Where a stream lives, as a Metadata answer says: its response code (OK, or why not), its leader's advertised
+    stream address (None while it has none) and its replicas' (those running)."""
+
+    code: int
+    leader: tuple[str, int] | None
+    replicas: list[tuple[str, int]]
+
+
+def metadata_request(correlation: int, streams: list[str]) -> bytes:
+    """Metadata (key 0x000f) asking where `streams` live: an array (int32 count) of strings (int16 size each)."""
+    names = [stream.encode() for stream in streams]
+    return request(METADATA, correlation, struct.pack(">i", len(names)) + b"".join(str16(name) for name in names))
+
+
+def metadata_answer(content: bytes) -> dict[str, Placement]:
+    """A Metadata answer's content (after key and version: the correlation id, an array of brokers, each a reference
+    (uint16), host (string) and port (uint32), then an array of stream metadata, each the stream's name, a response
+    code, the leader's reference (NO_LEADER: none) and an array of replica references) as each stream's Placement.
+    A reference the brokers do not list counts as no node (ProtocolError where the answer is cut short)."""
+    try:
+        at = 4
+        (count,) = struct.unpack_from(">i", content, at)
+        at += 4
+        brokers: dict[int, tuple[str, int]] = {}
+        for _ in range(count):
+            reference, size = struct.unpack_from(">HH", content, at)
+            host = content[at + 4:at + 4 + size].decode()
+            (port,) = struct.unpack_from(">I", content, at + 4 + size)
+            brokers[reference] = (host, port)
+            at += 8 + size
+        (count,) = struct.unpack_from(">i", content, at)
+        at += 4
+        out: dict[str, Placement] = {}
+        for _ in range(count):
+            (size,) = struct.unpack_from(">H", content, at)
+            name = content[at + 2:at + 2 + size].decode()
+            code, leader, replicas = struct.unpack_from(">HHi", content, at + 2 + size)
+            at += 10 + size
+            references = struct.unpack_from(f">{replicas}H", content, at)
+            at += 2 * replicas
+            out[name] = Placement(code, brokers.get(leader) if leader != NO_LEADER else None,
+                                  [brokers[r] for r in references if r in brokers])
+    except (struct.error, UnicodeDecodeError) as exc:
+        raise ProtocolError(f"RabbitMQ sent a Metadata answer this client cannot read: {exc}") from None
+    if at != len(content):
+        raise ProtocolError(f"RabbitMQ sent a Metadata answer with {len(content) - at} bytes after its streams")
+    return out
+
+
 def publish_frames(lane: int, messages: list[tuple[int, bytes]], frame_max: int) -> list[bytes]:
     """A lane's messages ((publishing id, data) each) as Publish frames (version 1) of at most frame_max bytes."""
     out, entries, size = [], [], 13
@@ -171,6 +226,11 @@ class Session(SocketBuffer):
                 raise TimeoutError(f"RabbitMQ's stream port did not answer within {timeout_s} s")
             self.receive(left)
 
+    def metadata(self, streams: list[str], timeout_s: float) -> dict[str, Placement]:
+        """Where each of `streams` lives (Metadata), answered within timeout_s."""
+        self.write(metadata_request(METADATA, streams))
+        return metadata_answer(self._expect(METADATA | RESPONSE, timeout_s))
+
     def _request(self, key: int, fields: bytes, what: str, timeout_s: float) -> None:
         self.write(request(key, key, fields))  # the key serves as the correlation id: one request at a time
         content = self._expect(key | RESPONSE, timeout_s)
@@ -181,13 +241,14 @@ class Session(SocketBuffer):
 
 
 class Connection(Session):
-    """One stream-protocol connection with a publisher per stream (its index: the lane)."""
+    """One stream-protocol connection with a publisher per stream (its id: the lane, `lanes` giving each stream's,
+    else its index)."""
 
     def __init__(self, host: str, port: int, user: str, password: str, vhost: str, streams: list[str],
-                 timeout_s: float) -> None:
+                 timeout_s: float, lanes: list[int] | None = None) -> None:
         super().__init__(host, port, user, password, vhost, timeout_s)
         try:
-            for lane, stream in enumerate(streams):
+            for lane, stream in zip(range(len(streams)) if lanes is None else lanes, streams):
                 self._request(DECLARE_PUBLISHER, bytes((lane,)) + str16(b"") + str16(stream.encode()),
                               f"a publisher on stream {stream}", timeout_s)
         except BaseException:

@@ -200,7 +200,8 @@ def pytest_collection_modifyitems(config, items):
 @pytest.fixture(scope="session")
 def session_certificate(tmp_path_factory) -> dict:
     """A certificate for 127.0.0.1 (its key in PKCS#8, as Pulsar reads it) and its authority's, as files, made for
-    the session (trustme): the session's Pulsar serves TLS with it too. A test trusts it through SSL_CERT_FILE."""
+    the session (trustme): the session's Pulsar and RabbitMQ serve TLS with it too. A test trusts it through
+    SSL_CERT_FILE."""
     import trustme
     from cryptography.hazmat.primitives import serialization
 
@@ -219,9 +220,11 @@ def session_certificate(tmp_path_factory) -> dict:
 @pytest.fixture(scope="session")
 def local_stack(tmp_path_factory, session_certificate):
     """The session's local stack, nothing started yet; every service the session started stops at its end. Its
-    Pulsar also serves TLS (the session's certificate: endpoint tls_service_url)."""
-    local = LocalStack(tmp_path_factory.mktemp("stack"),
-                       pulsar_tls={"cert": str(session_certificate["cert"]), "key": str(session_certificate["key"])})
+    Pulsar and its RabbitMQ also serve TLS with the session's certificate (endpoint tls_service_url; tls_amqp_port
+    and tls_stream_port)."""
+    cert, key = str(session_certificate["cert"]), str(session_certificate["key"])
+    local = LocalStack(tmp_path_factory.mktemp("stack"), pulsar_tls={"cert": cert, "key": key},
+                       rabbitmq_tls={"cert": cert, "key": key, "ca": str(session_certificate["ca"])})
     yield local
     local.down(log=lambda m: None)
 

@@ -448,3 +448,31 @@ def test_the_streams_count_and_backlog_on_the_drivers_own_connection_agree_with_
         driver.close()
         driver.delete_topic(topic, 3)
         driver.delete_topic(f"{topic}-empty", 1)
+
+
+@pytest.mark.parametrize("broker", ["rabbitmq-quorum", "rabbitmq-streams"])
+def test_a_cell_over_tls_delivers_everything_stamped_at_arrival(broker, rabbit, store, session_certificate,
+                                                                monkeypatch):
+    """The node's TLS listeners (amqps and the stream protocol's TLS port, the session's certificate trusted through
+    SSL_CERT_FILE as a managed RabbitMQ's is through the system's store), named by a target with `tls`: the broker
+    check, the Python loop's producer and the consumer speak TLS over their own sockets (socket_buffer.TlsSocket),
+    every message arrives once, the broker's own count agrees, and confirms and deliveries are stamped at the
+    ciphertext's arrival. The default loop is the Python one: the native loops do not speak TLS."""
+    monkeypatch.setenv("SSL_CERT_FILE", str(session_certificate["ca"]))
+    node = rabbit[broker]
+    tls = {**node, "tls": True, "amqp_port": node["tls_amqp_port"], "stream_port": node["tls_stream_port"]}
+    _, events, results = run({**TINY, "brokers": [broker], "formats": ["raw"], "modes": ["batch"]},
+                             {**rabbit, broker: tls}, store)
+    [cell] = results["cells"]
+    assert cell["status"] == "completed", cell.get("reason")
+    assert cell["sent"] == cell["received"] > 0 and cell["lost"] == cell["duplicated"] == 0
+    assert cell["broker_count"]["difference"] == 0
+    [end] = [e["data"] for e in events if e["type"] == "CellCompleted"]
+    assert end["send_loop"] == "python"
+    assert (end["ack_stamps"], end["delivery_stamps"]) == ("arrival", "arrival")
+    # what listens there speaks TLS only: a plain stream-protocol session is not answered
+    if broker == "rabbitmq-streams":
+        from brokerbench.brokers.rabbitmq_streams import wire
+
+        with pytest.raises((OSError, ValueError)):
+            wire.Session("127.0.0.1", node["tls_stream_port"], "guest", "guest", "/", 3).close()

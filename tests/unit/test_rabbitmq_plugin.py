@@ -55,6 +55,22 @@ def test_the_node_listens_on_loopback_only_on_the_ports_it_was_given(tmp_path):
         assert env[key].startswith(str(tmp_path)), key
 
 
+def test_tls_listeners_are_added_with_the_certificate_named_and_bad_settings_refused(tmp_path):
+    files = {name: tmp_path / f"{name}.pem" for name in ("cert", "key", "ca")}
+    for path in files.values():
+        path.write_text("pem")
+    tls = {name: str(path) for name, path in files.items()}
+    assert set(local.tls_config({"rabbitmq_tls": tls}, 5671, 5551).splitlines()) >= {
+        f"listeners.ssl.1 = {HOST}:5671", f"stream.listeners.ssl.1 = {HOST}:5551", "stream.advertised_tls_port = 5551",
+        f"ssl_options.certfile = {files['cert']}", f"ssl_options.keyfile = {files['key']}",
+        f"ssl_options.cacertfile = {files['ca']}"}
+    for wrong, said in (({"cert": tls["cert"], "key": tls["key"]}, "rabbitmq_tls"), ("yes", "rabbitmq_tls"),
+                        ({**tls, "ca": str(tmp_path / "no.pem")}, "no.pem")):
+        with pytest.raises(local.StackError, match=said):
+            local.tls_config({"rabbitmq_tls": wrong}, 5671, 5551)
+    assert "ssl" not in local.config(5672, 5552, 15672)  # none without the setting
+
+
 def test_captions_and_recorded_settings_say_what_a_confirm_waits_for():
     quorum, streams = brokers.plugin("rabbitmq-quorum"), brokers.plugin("rabbitmq-streams")
     assert quorum.describe_mode("batch", CLIENT, {}) == \

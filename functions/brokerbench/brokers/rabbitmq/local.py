@@ -78,6 +78,29 @@ def config(amqp_port: int, stream_port: int, management_port: int) -> str:
         "", ])
 
 
+def tls_config(settings: dict, amqps_port: int, stream_tls_port: int) -> str:
+    """rabbitmq.conf's lines for setting `rabbitmq_tls` = {"cert", "key", "ca": PEM files}: AMQP over TLS and the
+    stream protocol over TLS on listeners of their own beside the plain ones, with that certificate (a managed
+    RabbitMQ's endpoints, amqps and the stream protocol's TLS port). Clients check it against their trust store; the
+    node asks none of them for a certificate."""
+    tls = settings.get("rabbitmq_tls")
+    if not isinstance(tls, dict) or not {"cert", "key", "ca"} <= tls.keys():
+        raise StackError(f"rabbitmq_tls: {{'cert', 'key', 'ca': PEM files}}, not {tls!r}")
+    for name in ("cert", "key", "ca"):
+        if not Path(tls[name]).is_file():
+            raise StackError(f"rabbitmq_tls: the {name} file {tls[name]} does not exist")
+    return "\n".join([
+        f"listeners.ssl.1 = {HOST}:{amqps_port}",
+        f"stream.listeners.ssl.1 = {HOST}:{stream_tls_port}",
+        f"stream.advertised_tls_port = {stream_tls_port}",
+        f"ssl_options.cacertfile = {tls['ca']}",
+        f"ssl_options.certfile = {tls['cert']}",
+        f"ssl_options.keyfile = {tls['key']}",
+        "ssl_options.verify = verify_none",
+        "ssl_options.fail_if_no_peer_cert = false",
+        "", ])
+
+
 def node_name(index: int) -> str:
     """A cluster node's name (index from 1): its own epmd makes it unique on the host, and it does not change when a
     node starts again on other ports (its data names its peers by these names)."""
@@ -170,20 +193,25 @@ class RabbitMQService:
             return self.start_cluster(folder, ports, settings["nodes"])
         port = ports()
         extra = {"stream_port": ports(), "dist_port": ports(), "epmd_port": ports(), "management_port": ports()}
-        write_node_files(folder, config(port, extra["stream_port"], extra["management_port"]))
+        proxy_ports = {"amqp_proxy_port": ports(), "stream_proxy_port": ports()}  # network faults' proxies
+        # (taken in the order the extras list them: a node started again takes each one again, _same_ports)
+        tls = {"amqps_port": ports(), "stream_tls_port": ports()} if settings.get("rabbitmq_tls") else {}
+        write_node_files(folder, config(port, extra["stream_port"], extra["management_port"])
+                         + (tls_config(settings, tls["amqps_port"], tls["stream_tls_port"]) if tls else ""))
         env = environment(folder, {"amqp_port": port, **extra})
         log = folder / "rabbitmq.log"
         epmd = spawn(["epmd", "-port", str(extra["epmd_port"]), "-address", HOST], folder, folder / "epmd.log", env)
         server = spawn([str(SERVER)], folder, log, env)
         version = self.installed_version() or "unknown"
-        proxy_ports = {"amqp_proxy_port": ports(), "stream_proxy_port": ports()}  # network faults' proxies
         node = {"node": env["RABBITMQ_NODENAME"], "host": HOST, "port": port, "stream_port": extra["stream_port"]}
         endpoint = {"host": HOST, "amqp_port": port, "stream_port": extra["stream_port"], "version": version,
                     "management_url": f"http://{HOST}:{extra['management_port']}",
                     "stats_interval_ms": STATS_INTERVAL_MS,
                     "proxy": proxied([node], [tuple(proxy_ports.values())])}
+        if tls:  # the same node over TLS: a target of its own names these ports with tls
+            endpoint.update(tls_amqp_port=tls["amqps_port"], tls_stream_port=tls["stream_tls_port"])
         return Started([epmd, server], port, endpoint, version, str(log),
-                       {**extra, **proxy_ports, "node": env["RABBITMQ_NODENAME"]})
+                       {**extra, **proxy_ports, **tls, "node": env["RABBITMQ_NODENAME"]})
 
     def start_cluster(self, folder: Path, ports: Callable[[], int], nodes: int) -> Started:
         """`nodes` nodes started at once on one epmd: the first blank, the others joining it (peer_discovery). The

@@ -20,8 +20,10 @@ TARGET = {
         "password_env": {"description": "The environment variable that holds the user's password (omitted: "
                                         "guest's, which RabbitMQ accepts from loopback only).",
                          "type": "string", "pattern": "^[A-Za-z_][A-Za-z0-9_]*$"},
-        "tls": {"description": "AMQP over TLS (amqps; Amazon MQ's endpoint, port 5671), the server's certificate "
-                               "verified against the system's trust store.", "type": "boolean", "default": False},
+        "tls": {"description": "AMQP over TLS (amqps; Amazon MQ's endpoint, port 5671), and the stream protocol "
+                               "over TLS on stream_port (RabbitMQ's stream.listeners.ssl, 5551 by convention), the "
+                               "server's certificate verified against the system's trust store (or the file "
+                               "SSL_CERT_FILE names).", "type": "boolean", "default": False},
         "password_secret_arn": {"description": "A Secrets Manager secret holding the user's password (a JSON "
                                                "object's `password`, or the string itself): Amazon MQ's endpoint "
                                                "names the one its provider stored; the password itself never "

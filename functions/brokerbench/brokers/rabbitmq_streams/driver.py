@@ -31,7 +31,11 @@ Through a network fault's proxies (brokerbench.toxiproxy: the endpoint's `stream
 advertises is reached through the proxy in front of it (`proxied`; `through_proxies` for rstream's count, as rstream
 has no address resolver of its own).
 
-TLS: not spoken on the stream port (neither here nor by the native loop); a local stack's RabbitMQ serves none.
+TLS (a target's `tls`: the stream port is then a TLS listener, RabbitMQ's stream.listeners.ssl): the producer, the
+consumer, the check, the count and the backlog speak it over their own sockets (socket_buffer.TlsSocket: what comes
+still stamped by the kernel), rstream's count with an SSL context; the native loop does not speak TLS and leaves such
+a cell to the Python loop. Tested on one node (the local stack's with setting rabbitmq_tls); on a cluster, the nodes
+must advertise their TLS stream port (stream.advertised_tls_port) for a client that follows a failover.
 """
 
 from __future__ import annotations
@@ -40,6 +44,7 @@ import asyncio
 import os
 import random
 import select
+import ssl
 import struct
 import threading
 import time
@@ -115,7 +120,8 @@ class RabbitMQStreamsDriver:
         user, password = amqp.credentials(self.endpoint)
         host, port = amqp.first_answering(self.endpoint, "stream_port")  # a cluster's node that is up
         return {"host": host, "port": port, "vhost": self.endpoint.get("vhost", "/"), "username": user,
-                "password": password, **({ADDRESSES: self.endpoint["stream_addresses"]}
+                "password": password, "tls": bool(self.endpoint.get("tls")),
+                **({ADDRESSES: self.endpoint["stream_addresses"]}
                                          if self.endpoint.get("stream_addresses") else {})}
 
     def check(self, timeout_s: float = 5.0) -> None:
@@ -125,7 +131,7 @@ class RabbitMQStreamsDriver:
         settings = self._stream_endpoint()
         try:
             wire.Session(settings["host"], settings["port"], settings["username"], settings["password"],
-                         settings["vhost"], timeout_s).close()
+                         settings["vhost"], timeout_s, settings["tls"]).close()
         except (OSError, ValueError, struct.error) as exc:
             raise BrokerUnavailable(f"RabbitMQ's stream port {settings['host']}:{settings['port']} did not answer: "
                                     f"{exc!r}") from None
@@ -180,7 +186,7 @@ class RabbitMQStreamsDriver:
     def _wire_reader(self, streams: list[str]) -> wire.Reader:
         settings = self._stream_endpoint()
         return wire.Reader(settings["host"], settings["port"], settings["username"], settings["password"],
-                           settings["vhost"], streams, CONNECT_TIMEOUT_S)
+                           settings["vhost"], streams, CONNECT_TIMEOUT_S, settings["tls"])
 
     def _wire_count(self, streams: list[str]) -> int:
         with closing(self._wire_reader(streams)) as reader:
@@ -278,7 +284,7 @@ class RabbitMQStreamsDriver:
         """Where each of `streams` lives, as the node `settings` reach says (Metadata on a session closed at once);
         wire.Refused (code STREAM_NOT_AVAILABLE) naming a stream that has no leader now."""
         with closing(wire.Session(settings["host"], settings["port"], settings["username"], settings["password"],
-                                  settings["vhost"], timeout_s)) as locator:
+                                  settings["vhost"], timeout_s, settings["tls"])) as locator:
             placements = locator.metadata(streams, timeout_s)
         for stream in streams:
             placement = placements.get(stream)
@@ -312,7 +318,7 @@ class RabbitMQStreamsDriver:
             for (host, port), lanes in groups.items():
                 made.append((wire.Connection(host, port, settings["username"], settings["password"],
                                              settings["vhost"], [streams[lane] for lane in lanes],
-                                             max(0.05, deadline - time.monotonic()), lanes), lanes))
+                                             max(0.05, deadline - time.monotonic()), lanes, settings["tls"]), lanes))
         except (OSError, ValueError, struct.error) as exc:
             for connection, _ in made:
                 connection.close()
@@ -379,7 +385,8 @@ class RabbitMQStreamsDriver:
                                    wire.STREAM_NOT_AVAILABLE)
             host, port = proxied(settings, random.choice(preferred))
         return wire.Subscriptions(host, port, settings["username"], settings["password"], settings["vhost"],
-                                  streams, lanes, HEADER_SIZE, max(0.05, deadline - time.monotonic()))
+                                  streams, lanes, HEADER_SIZE, max(0.05, deadline - time.monotonic()),
+                                  settings["tls"])
 
 
 def passing(exc: BaseException | None) -> bool:
@@ -415,6 +422,8 @@ def made(kind, settings: dict, **options):
     """An rstream Producer or Consumer made with `settings` (through_proxies where they map addresses)."""
     settings = dict(settings)
     addresses = settings.pop(ADDRESSES, None)
+    if settings.pop("tls", False):  # the stream port over TLS, the certificate checked by the default trust store
+        settings["ssl_context"] = ssl.create_default_context()
     client = kind(**settings, **options)
     if addresses:
         through_proxies(client, addresses)

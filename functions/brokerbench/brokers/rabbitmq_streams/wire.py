@@ -38,7 +38,7 @@ import struct
 import time
 from typing import NamedTuple
 
-from ..socket_buffer import SocketBuffer, stamp_arrivals
+from ..socket_buffer import SocketBuffer, TlsSocket, stamp_arrivals
 
 PEER_PROPERTIES, SASL_HANDSHAKE, SASL_AUTHENTICATE, TUNE, OPEN, CLOSE = 0x11, 0x12, 0x13, 0x14, 0x15, 0x16
 DECLARE_PUBLISHER, PUBLISH, PUBLISH_CONFIRM, PUBLISH_ERROR, METADATA_UPDATE = 0x01, 0x02, 0x03, 0x04, 0x10
@@ -193,11 +193,17 @@ class Session(SocketBuffer):
 
     PEER = "RabbitMQ"
 
-    def __init__(self, host: str, port: int, user: str, password: str, vhost: str, timeout_s: float) -> None:
+    def __init__(self, host: str, port: int, user: str, password: str, vhost: str, timeout_s: float,
+                 tls: bool = False) -> None:
+        """With `tls`, TLS spoken over the socket from its first byte (a stream listener of RabbitMQ's
+        stream.listeners.ssl: socket_buffer.TlsSocket, the server's certificate checked against `host` by the default
+        trust store), what comes still stamped by the kernel."""
         self.sock = socket.create_connection((host, port), timeout=timeout_s)
         try:
             self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            stamp_arrivals(self.sock)
+            stamp_arrivals(self.sock)  # over TLS too: TlsSocket reads the ciphertext with the kernel's stamp
+            if tls:
+                self.sock = TlsSocket(self.sock, host)
             self.buffer, self.at = b"", 0
             self._request(PEER_PROPERTIES, struct.pack(">I", 0), "the peer properties", timeout_s)
             self._request(SASL_HANDSHAKE, b"", "the SASL handshake", timeout_s)
@@ -245,8 +251,8 @@ class Connection(Session):
     else its index)."""
 
     def __init__(self, host: str, port: int, user: str, password: str, vhost: str, streams: list[str],
-                 timeout_s: float, lanes: list[int] | None = None) -> None:
-        super().__init__(host, port, user, password, vhost, timeout_s)
+                 timeout_s: float, lanes: list[int] | None = None, tls: bool = False) -> None:
+        super().__init__(host, port, user, password, vhost, timeout_s, tls)
         try:
             for lane, stream in zip(range(len(streams)) if lanes is None else lanes, streams):
                 self._request(DECLARE_PUBLISHER, bytes((lane,)) + str16(b"") + str16(stream.encode()),
@@ -306,10 +312,10 @@ class Subscriptions(Session):
     MetadataUpdate: its stream was deleted or its leader moved), whose deliveries are passed over from then on."""
 
     def __init__(self, host: str, port: int, user: str, password: str, vhost: str, streams: list[str],
-                 lanes: list[int], header_size: int, timeout_s: float) -> None:
+                 lanes: list[int], header_size: int, timeout_s: float, tls: bool = False) -> None:
         if len(streams) > 256:
             raise ValueError(f"partitions: a stream connection has at most 256 subscriptions, {len(streams)} asked")
-        super().__init__(host, port, user, password, vhost, timeout_s)
+        super().__init__(host, port, user, password, vhost, timeout_s, tls)
         self.track(streams, lanes, header_size)
 
     def track(self, streams: list[str], lanes: list[int], header_size: int) -> None:
@@ -475,8 +481,8 @@ class Reader(Subscriptions):
     messages. A connection serves one of them (a subscription id serves once)."""
 
     def __init__(self, host: str, port: int, user: str, password: str, vhost: str, streams: list[str],
-                 timeout_s: float) -> None:
-        super().__init__(host, port, user, password, vhost, streams, list(range(len(streams))), 0, timeout_s)
+                 timeout_s: float, tls: bool = False) -> None:
+        super().__init__(host, port, user, password, vhost, streams, list(range(len(streams))), 0, timeout_s, tls)
         self.timeout_s = timeout_s
         self.first: list[int | None] = [None] * len(streams)  # the offset of the first message delivered
         self.goal: dict[int, int] = {}  # count_to's last offset of each subscription's stream

@@ -56,7 +56,9 @@ def is_epmd(pid: int) -> bool:
 
 
 def test_rabbitmq_listens_on_amqp_stream_management_distribution_and_epmd_ports_only(services, stack):
-    """Five listeners, each on 127.0.0.1 and on the port the stack gave it: nothing else opened a port."""
+    """Five listeners, and the TLS ones for AMQP and the stream protocol that the session's node also serves
+    (tests/conftest.py: rabbitmq_tls), each on 127.0.0.1 and on the port the stack gave it: nothing else opened a
+    port."""
     recorded = json.loads(stack.state_file.read_text())["rabbitmq"]  # the ports the stack handed out
     node = stack.endpoint("rabbitmq")
     epmd, beam = node["pids"]
@@ -64,6 +66,9 @@ def test_rabbitmq_listens_on_amqp_stream_management_distribution_and_epmd_ports_
     ports = {(a, p) for a, p in listening(beam)}
     assert ports == {("0100007F", node["amqp_port"]), ("0100007F", node["stream_port"]),
                      ("0100007F", recorded["extra"]["management_port"]),
-                     ("0100007F", recorded["extra"]["dist_port"])}, (ports, recorded)
+                     ("0100007F", recorded["extra"]["dist_port"]),
+                     ("0100007F", node["tls_amqp_port"]), ("0100007F", node["tls_stream_port"])}, (ports, recorded)
+    assert (recorded["extra"]["amqps_port"], recorded["extra"]["stream_tls_port"]) == (node["tls_amqp_port"],
+                                                                                       node["tls_stream_port"])
     assert node["management_url"] == f"http://127.0.0.1:{recorded['extra']['management_port']}"
     assert {p for a, p in listening(epmd) if a == "0100007F"} == {recorded["extra"]["epmd_port"]}

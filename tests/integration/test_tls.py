@@ -1,6 +1,6 @@
 """TLS on the drivers' own sockets against real brokers: a redis-server on 127.0.0.1 serving its TLS port only
 (Debian's build speaks TLS), and a nats-server with JetStream that requires TLS, each with a certificate made for the
-test (trustme), trusted through SSL_CERT_FILE as a managed broker's is through the system's store. A cell over TLS
+session (trustme, tests/conftest.py), trusted through SSL_CERT_FILE as a managed broker's is through the system's store. A cell over TLS
 (the Python loop: the native one does not speak TLS) delivers every message once, the broker's own count agrees, and
 its acknowledgements and deliveries are stamped at arrival (socket_buffer.TlsSocket), where an ssl.SSLSocket could only
 give the read's return and NATS's TLS endpoints were nats-py's (its PubAcks stamped in its callback, and no consumer)."""
@@ -13,7 +13,6 @@ import time
 
 import pytest
 import redis
-import trustme
 
 from brokerbench.brokers.nats_jetstream import local as nats_local
 from brokerbench.brokers.nats_jetstream.driver import NatsJetStreamDriver
@@ -27,17 +26,11 @@ CLIENT = validate({"brokers": ["nats-jetstream"], "sizes": [1024], "rates": [1],
 
 
 @pytest.fixture
-def certificate(tmp_path, monkeypatch) -> dict:
-    """A certificate for 127.0.0.1 and its authority's, as files; the authority trusted by this process and the cells'
-    (SSL_CERT_FILE: the processes start with this environment)."""
-    authority = trustme.CA()
-    cert = authority.issue_cert("127.0.0.1")
-    files = {name: tmp_path / f"{name}.pem" for name in ("ca", "cert", "key")}
-    authority.cert_pem.write_to_path(str(files["ca"]))
-    cert.cert_chain_pems[0].write_to_path(str(files["cert"]))
-    cert.private_key_pem.write_to_path(str(files["key"]))
-    monkeypatch.setenv("SSL_CERT_FILE", str(files["ca"]))
-    return files
+def certificate(session_certificate, monkeypatch) -> dict:
+    """The session's certificate for 127.0.0.1 and its authority's, as files (tests/conftest.py); the authority
+    trusted by this process and the cells' (SSL_CERT_FILE: the processes start with this environment)."""
+    monkeypatch.setenv("SSL_CERT_FILE", str(session_certificate["ca"]))
+    return session_certificate
 
 
 def tiny(broker: str) -> dict:

@@ -26,6 +26,18 @@ LISTEN_PORTS = (10000, 65535)  # where listeners are chosen: above the well-know
 _handed: set[int] = set()  # ports this process has handed out: never twice, even before a service binds one
 
 
+def certificate_files(settings: dict, name: str, files: tuple[str, ...]) -> dict[str, str]:
+    """A stack setting that names a broker's TLS files (`name` = {file: PEM path} with every one of `files`), each
+    one there; StackError naming the setting otherwise."""
+    given = settings.get(name)
+    if not isinstance(given, dict) or not set(files) <= given.keys():
+        raise StackError(f"{name}: {{{', '.join(repr(f) for f in files)}: PEM files}}, not {given!r}")
+    for file in files:
+        if not Path(given[file]).is_file():
+            raise StackError(f"{name}: the {file} file {given[file]} does not exist")
+    return {file: str(given[file]) for file in files}
+
+
 def ephemeral_range(path: str = EPHEMERAL_RANGE) -> tuple[int, int]:
     """The kernel's range of ports for outgoing connections (its default 32768-60999 where the file is missing)."""
     try:

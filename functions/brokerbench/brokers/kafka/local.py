@@ -213,19 +213,29 @@ def gives_producer_ids(port: int, timeout_s: float = 1.0) -> bool:
     # (compact nullable string: 0), transaction timeout, no tagged fields
     request = (struct.pack(">hhih", 22, 2, 1, len(client_id)) + client_id + b"\x00\x00"
                + struct.pack(">i", 60_000) + b"\x00")
-    try:
-        with socket.create_connection((HOST, port), timeout=timeout_s) as sock:
-            sock.sendall(struct.pack(">i", len(request)) + request)
-            answer = b""
-            while len(answer) < 4 + 4 + 1 + 4 + 2:  # size, correlation id, tagged fields, throttle time, error code
-                chunk = sock.recv(64)
-                if not chunk:
-                    return False
-                answer += chunk
-    except OSError:
+    # size, correlation id, tagged fields, throttle time, error code
+    answer = _answer_head(port, request, 4 + 4 + 1 + 4 + 2, timeout_s)
+    if answer is None:
         return False
     _size, correlation_id, _tagged, _throttle_ms, error = struct.unpack_from(">iiBih", answer)
     return correlation_id == 1 and error == 0
+
+
+def _answer_head(port: int, request: bytes, size: int, timeout_s: float) -> bytes | None:
+    """The first `size` bytes (at least) of the node's answer to one request (correlation id 1); None when nothing
+    answers or the connection closes first."""
+    try:
+        with socket.create_connection((HOST, port), timeout=timeout_s) as sock:
+            sock.sendall(struct.pack(">i", len(request)) + request)
+            head = b""
+            while len(head) < size:
+                chunk = sock.recv(max(64, size - len(head)))
+                if not chunk:
+                    return None
+                head += chunk
+    except OSError:
+        return None
+    return head
 
 
 def broker_count(port: int, timeout_s: float = 1.0) -> int:
@@ -233,16 +243,8 @@ def broker_count(port: int, timeout_s: float = 1.0) -> int:
     is registered and unfenced: topics can be created, which an open port alone does not promise."""
     client_id = b"brokerbench"
     request = struct.pack(">hhih", 3, 4, 1, len(client_id)) + client_id + struct.pack(">ib", -1, 0)
-    try:
-        with socket.create_connection((HOST, port), timeout=timeout_s) as sock:
-            sock.sendall(struct.pack(">i", len(request)) + request)
-            head = b""
-            while len(head) < 16:  # size, correlation id, throttle time, broker count
-                chunk = sock.recv(16 - len(head))
-                if not chunk:
-                    return 0
-                head += chunk
-    except OSError:
+    head = _answer_head(port, request, 16, timeout_s)  # size, correlation id, throttle time, broker count
+    if head is None:
         return 0
-    _size, correlation_id, _throttle_ms, brokers = struct.unpack(">iiii", head)
+    _size, correlation_id, _throttle_ms, brokers = struct.unpack_from(">iiii", head)
     return brokers if correlation_id == 1 else 0

@@ -235,7 +235,7 @@ class PulsarDriver:
             try:
                 connection = wire.Connection(*address, names, CONNECT_TIMEOUT_S, self.tls)
             except ssl.SSLError as exc:  # a certificate not trusted: pulsar-client's handshake would fail the same way
-                raise BrokerUnavailable(wire.tls_failed("%s:%d" % address, exc)) from None
+                raise BrokerUnavailable(wire.tls_failed(address, exc)) from None
             except (OSError, ValueError):
                 pass  # pulsar-client connects as configured
             else:

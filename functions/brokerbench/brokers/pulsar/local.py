@@ -11,7 +11,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from ...local.install import fetch_maven_jars, lib_dir, pom_version
-from ...local.processes import HOST, StackError, free_port, pid_alive, spawn, stop
+from ...local.processes import HOST, StackError, certificate_files, free_port, pid_alive, spawn, stop
 from .. import Started
 from .admin import Admin, AdminError
 
@@ -108,12 +108,7 @@ def tls_conf(settings: dict, tls_port: int) -> list[str]:
     """With setting `pulsar_tls` = {"cert": PEM file, "key": PEM file (PKCS#8)}, the broker also serves its binary
     protocol over TLS at `tls_port` (brokerServicePortTls), with that certificate: a lookup then answers brokerUrlTls
     (pulsar+ssl://), as a managed Pulsar's does. Clients check the certificate against their own trust store."""
-    tls = settings.get("pulsar_tls")
-    if not isinstance(tls, dict) or not {"cert", "key"} <= tls.keys():
-        raise StackError(f"pulsar_tls: {{'cert': PEM file, 'key': PEM file}}, not {tls!r}")
-    for name in ("cert", "key"):
-        if not Path(tls[name]).is_file():
-            raise StackError(f"pulsar_tls: the {name} file {tls[name]} does not exist")
+    tls = certificate_files(settings, "pulsar_tls", ("cert", "key"))
     if settings.get("pulsar_proxied_listener"):
         raise StackError("pulsar_tls: not beside pulsar_proxied_listener (its listeners name pulsar:// only)")
     return [f"brokerServicePortTls={tls_port}", f"tlsCertificateFilePath={tls['cert']}",

@@ -55,10 +55,10 @@ class Refused(OSError):
     """The broker answered the connection or a producer with an ERROR."""
 
 
-def tls_failed(address: str, exc: ssl.SSLError) -> str:
-    """Why TLS with the broker at `address` failed, for a BrokerUnavailable: pulsar-client would fail the same
+def tls_failed(address: tuple[str, int], exc: ssl.SSLError) -> str:
+    """Why TLS with the broker at (host, port) failed, for a BrokerUnavailable: pulsar-client would fail the same
     handshake only when its operation timeout (30 s) ran out, and say "TimeOut"."""
-    return (f"Pulsar at {address}: TLS failed: {exc.reason or exc} (the broker's certificate is checked against the "
+    return (f"Pulsar at {address[0]}:{address[1]}: TLS failed: {exc.reason or exc} (the broker's certificate is checked against the "
             "system's trust store, or the file SSL_CERT_FILE names)")
 
 

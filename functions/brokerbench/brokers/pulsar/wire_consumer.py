@@ -293,7 +293,7 @@ def wire_consumer(address: tuple[str, int], topics: list[str], subscription: str
     try:
         return WireConsumer(address, topics, subscription, lanes, queue, timeout_s, tls)
     except ssl.SSLError as exc:  # a certificate not trusted: pulsar-client's handshake would fail the same way
-        raise BrokerUnavailable(tls_failed("%s:%d" % address, exc)) from None
+        raise BrokerUnavailable(tls_failed(address, exc)) from None
     except Refused as exc:
         if "Exclusive consumer is already connected" in str(exc):  # the broker's words (Refused keeps no code)
             raise BrokerUnavailable(f"could not subscribe {subscription}: {exc}") from None

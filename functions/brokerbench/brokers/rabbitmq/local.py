@@ -40,7 +40,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from ...local.install import install_debian
-from ...local.processes import HOST, StackError, pid_alive, port_answers, spawn, tail
+from ...local.processes import HOST, StackError, certificate_files, pid_alive, port_answers, spawn, tail
 from .. import Started
 from . import STATS_INTERVAL_MS
 
@@ -83,12 +83,7 @@ def tls_config(settings: dict, amqps_port: int, stream_tls_port: int) -> str:
     stream protocol over TLS on listeners of their own beside the plain ones, with that certificate (a managed
     RabbitMQ's endpoints, amqps and the stream protocol's TLS port). Clients check it against their trust store; the
     node asks none of them for a certificate."""
-    tls = settings.get("rabbitmq_tls")
-    if not isinstance(tls, dict) or not {"cert", "key", "ca"} <= tls.keys():
-        raise StackError(f"rabbitmq_tls: {{'cert', 'key', 'ca': PEM files}}, not {tls!r}")
-    for name in ("cert", "key", "ca"):
-        if not Path(tls[name]).is_file():
-            raise StackError(f"rabbitmq_tls: the {name} file {tls[name]} does not exist")
+    tls = certificate_files(settings, "rabbitmq_tls", ("cert", "key", "ca"))
     return "\n".join([
         f"listeners.ssl.1 = {HOST}:{amqps_port}",
         f"stream.listeners.ssl.1 = {HOST}:{stream_tls_port}",

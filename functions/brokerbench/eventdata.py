@@ -460,6 +460,22 @@ class Search(Strict, kw_only=True):
     latency_at: list[LatencyAt] | UnsetType = UNSET
 
 
+class PriorityDrop(Strict, kw_only=True):
+    """A process of the cell, or the broker, put back to normal priority during the cell (worker/priority.py)."""
+    process: NonEmpty
+    at_s: float | None  # from the measured start (negative: in the warm-up); None where it is not known
+    why: NonEmpty
+
+
+class Priority(Strict, kw_only=True):
+    """What the cell's producers and consumers ("workers") and a local broker ran at: real-time (SCHED_FIFO) or the
+    fair scheduler, why not real-time, and each drop back to normal priority."""
+    workers: Literal["realtime", "normal", "mixed"]
+    broker: Literal["realtime", "normal"]
+    why_normal: list[NonEmpty] | UnsetType = UNSET
+    dropped: list[PriorityDrop] | UnsetType = UNSET
+
+
 class CellCompleted(Strict, kw_only=True):
     """A cell's result as stored: its totals, cumulative histograms, verdict and what limited it."""
     cell_id: str
@@ -483,6 +499,7 @@ class CellCompleted(Strict, kw_only=True):
     delivery_stamp_bound: StampBound | UnsetType = UNSET
     codec_floor_ns: CodecFloor | UnsetType = UNSET
     send_thread_nice: int | None | UnsetType = UNSET
+    priority: Priority | UnsetType = UNSET
     intervals: NonNegativeInt
     totals: Totals
     digest: Digest | UnsetType = UNSET

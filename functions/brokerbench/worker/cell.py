@@ -37,6 +37,7 @@ from .cloud_faults import for_cell as cell_faults
 from .framing import probe_header
 from .intervals import IntervalAggregator
 from .processes import death
+from . import priority
 from .resources import CpuSpan, ResourceSampler
 from .warmup import WarmupWatch, warmup_max_s
 from .producer import SECOND_NS, ProducerTask, producer_main
@@ -305,6 +306,7 @@ class _CellRun:
         self.faults = cell_faults(cell, endpoint, topic)  # the spec's faults, applied by this supervisor at their times
         self.fault_figures: dict | None = None  # what the cell stores of them (_finish_faults)
         self.fault_intervals: list[dict] = []  # a faulted cell's intervals with their histograms
+        self.broker_grant: priority.BrokerGrant | None = None  # a local broker at real-time priority for the cell
 
     # -- lifecycle ---------------------------------------------------------------------------
     def run(self) -> CellOutcome:
@@ -383,6 +385,7 @@ class _CellRun:
             self.timing["fault_at_ns"] = faults.first_fault_ns(cell["faults"])
         self.resources = ResourceSampler(self._process_groups())
         self.host = host.HostSampler()
+        self.broker_grant = priority.BrokerGrant(self._process_groups(("broker",))["broker"], priority.wanted(cell))
         for conn in self.conns:
             self._tell(conn, ("go", self.timing))
         self.phases.mark("go")
@@ -740,6 +743,7 @@ class _CellRun:
         used = self.resources.sample() if self.resources else {}
         if used:
             self.resource_samples.append(used)
+        self._guard_broker(used)
         machine = self.host.sample() if self.host else None
         events = []
         for data in merged:
@@ -754,6 +758,44 @@ class _CellRun:
             events.append(make_event(self.run_id, "IntervalMeasured", data, cell_index=self.cell["index"],
                                      interval=data["interval"], attempt=self.attempt))
         self.store.append(events)
+
+    def _guard_broker(self, used: dict) -> None:
+        """The broker back to the fair scheduler once a process of the cell went back (it ran priority.RUN_LIMIT_US
+        without blocking: the cell's load is beyond the host), or when the broker itself took more than
+        priority.BROKER_BUSY_PCT of the host's CPU over the interval. Looked at with each interval write."""
+        grant = self.broker_grant
+        if grant is None or grant.policy != priority.REALTIME or grant.dropped is not None:
+            return
+        back = [p.name for p in self.processes if priority.policy_of(p.pid) == priority.NORMAL]
+        busy = (used.get("broker") or {}).get("cpu_pct")
+        if back:
+            grant.drop(f"{back[0]} went back to normal priority")
+        elif busy is not None and busy > priority.BROKER_BUSY_PCT * (os.cpu_count() or 1):
+            grant.drop(f"the broker used {busy:.0f}% of a core over an interval")
+
+    def _priority(self, producers: list[dict], consumers: list[dict]) -> dict:
+        """What the cell's processes and the broker ran at (priority.Grant's records, the broker's grant), with each
+        drop back to normal priority and when, in s from the measured start."""
+        start = self.timing["measure_start"]
+        grant = self.broker_grant
+        records = {f"producer-{d.get('producer_id', i)}": d.get("priority") or {} for i, d in enumerate(producers)}
+        records.update({f"consumer-{d.get('consumer_id', i)}": d.get("priority") or {}
+                        for i, d in enumerate(consumers)})
+        policies = {r.get("policy", priority.NORMAL) for r in records.values()}
+        dropped = [{"process": name, "at_s": round((r["dropped_ns"] - start) / SECOND_NS, 3),
+                    "why": f"ran {priority.RUN_LIMIT_US // 1000} ms without blocking"}
+                   for name, r in sorted(records.items()) if r.get("dropped_ns") is not None]
+        why = sorted({r["why_normal"] for r in records.values() if r.get("why_normal")})
+        broker = grant.policy if grant is not None else priority.NORMAL
+        if grant is not None and grant.why_normal:
+            why = sorted({*why, f"broker: {grant.why_normal}"})
+        if grant is not None and grant.dropped is not None:
+            dropped.append({"process": "broker", "at_s": round((grant.dropped[0] - start) / SECOND_NS, 3),
+                            "why": grant.dropped[1]})
+        elif grant is not None and grant.policy == priority.REALTIME and not grant.held():
+            dropped.append({"process": "broker", "at_s": None, "why": "put back during the cell by another"})
+        return {"workers": policies.pop() if len(policies) == 1 else "mixed", "broker": broker,
+                **({"why_normal": why} if why else {}), **({"dropped": dropped} if dropped else {})}
 
     def _final_count(self) -> int | None:
         """The broker's own count at the cell's end. A broker that does not answer then (it crashed, and the cell
@@ -832,6 +874,7 @@ class _CellRun:
             **_stamps(producers, consumers),
             **_stamp_bound(consumers),
             "send_thread_nice": _nice(producers),
+            "priority": self._priority(producers, consumers),
             "intervals": self.aggregator.written, "totals": counts, "broker_count": broker_count,
             "latency_basis": "enqueue" if cell["rate"] == "max" else "intended",
             "warmup": self._warmup_record(),
@@ -946,6 +989,8 @@ class _CellRun:
                 process.join(timeout=5)
 
     def cleanup(self) -> None:
+        if self.broker_grant is not None:
+            self.broker_grant.restore()
         self.faults.finish()  # a cell stopped before its end leaves no node down or paused
         if self.probe is not None:  # a cell that failed before its probe was acknowledged
             self.probe[0].close()

@@ -21,6 +21,7 @@ from .. import native
 from ..codecs import get_codec
 from ..registry import get_driver
 from .framing import PROBE_PRODUCER, is_probe, unpack_many
+from . import priority
 from .processes import serve
 from .producer_figures import AckGap
 from .schedule import cell_schedules, shaped
@@ -223,6 +224,7 @@ class _Forwarder:
 def _run(conn, task: ConsumerTask) -> None:
     began_ns = time.monotonic_ns()  # the interpreter is up and this module imported (the parent logs the phases)
     cell = task.cell
+    grant = priority.Grant(priority.wanted(cell))  # before any thread exists: they inherit it
     decode = get_codec(cell["format"]).decode
     driver = get_driver(cell["broker"], task.endpoint, cell["client"])
     consumer = driver.consumer(task.topic, task.group, task.partitions)
@@ -435,6 +437,7 @@ def _run(conn, task: ConsumerTask) -> None:
         forwarder.close()
     conn.send(("done", {
         "consumer_id": task.consumer_id,
+        "priority": grant.record(),
         **totals,
         "duplicated": accounting.duplicated,
         "out_of_order": accounting.out_of_order,

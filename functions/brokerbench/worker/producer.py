@@ -25,6 +25,7 @@ from ..registry import get_driver
 from ..spec import lanes
 from .drain import Drain
 from .framing import HEADER
+from . import priority
 from .processes import serve
 from .producer_figures import send_records
 from .payloads import payload_pool, pool_size_for
@@ -56,6 +57,7 @@ def producer_main(conn, task: ProducerTask) -> None:
 def _run(conn, task: ProducerTask) -> None:
     began_ns = time.monotonic_ns()  # the interpreter is up and this module imported (the parent logs the phases)
     cell = task.cell
+    grant = priority.Grant(priority.wanted(cell))  # before any thread exists: they inherit it
     codec = get_codec(cell["format"])
     pool = payload_pool(cell["format"], cell["size_basis"], cell["size_bytes"], pool_size_for(cell))
     driver = get_driver(cell["broker"], task.endpoint, cell["client"])
@@ -99,7 +101,8 @@ def _run(conn, task: ProducerTask) -> None:
     # counted here, from the schedule (the parent reads the unsent messages' intended times from it too).
     owed = unsent(schedule, done["sent_total"], done["first_measured_seq"], timing["measure_start"], timing["t_end"],
                   task.message_limit)
-    conn.send(("done", {"producer_id": task.producer_id, "send_thread_nice": nice, **done, **owed,
+    conn.send(("done", {"producer_id": task.producer_id, "send_thread_nice": nice, "priority": grant.record(),
+                        **done, **owed,
                         "t_end": timing["t_end"]}))
     if linger is not None:
         linger()

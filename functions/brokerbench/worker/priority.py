@@ -1,0 +1,198 @@
+"""Real-time priority for a rated cell's processes, where the host permits it: the producers, the consumers and a
+local broker get a core when their message is due instead of queueing behind the host's other work.
+
+On a host the broker and the load generator share (the local stack: 2 cores here), a message's latency is not only
+the broker's: the producer that wakes for its send, the broker that answers and the consumer that reads each wait
+for a core whenever another runnable task has one, and the kernel's fair scheduler lets a waking task wait behind
+one that has run less. A cell's p99 is then set by how late those wakes came (docs/performance.md, "The Redis
+cell's repeat p99": 30 to 70 separate stalls of 1 to 5 ms in a cell's 8,000 messages). Real deployments run the
+broker and its clients on hosts of their own. Measured on the quick suite's Redis cell (raw, 1 KB, 1,000 msgs/s,
+8 s, 12 cells each way, interleaved, 2026-11-30): end-to-end p99 208-1,588 µs with the send thread at nice -10
+(what rated cells had), 211-881 µs with every thread of the cell's processes and of Redis at nice -20, 174-317 µs
+with them under SCHED_FIFO; the spread of the log p99 between repeats 0.68, 0.43 and 0.17. With only the cell's
+processes under SCHED_FIFO and Redis left as it was, 298-621 µs: the broker's own wakes count as much.
+
+SCHED_FIFO at LEVEL: a task of the cell that wakes runs at once on a core no other real-time task holds, ahead of
+every task of the fair scheduler. Low among real-time levels (1-99), so the kernel's own real-time threads keep
+theirs above. Two things keep it from taking the host from everything else:
+- The kernel's own limit: tasks of the fair scheduler get at least 5% of each CPU whatever real-time tasks do (its
+  fair server, Linux 6.12 and later; real-time throttling, sched_rt_runtime_us 950000 of 1000000, before that).
+- A cell's process that runs RUN_LIMIT_US without blocking is no longer waiting for its messages: it is the load
+  (a rate beyond what the host can send or read). The kernel signals it then (RLIMIT_RTTIME, SIGXCPU), and the
+  process puts all its threads back to the fair scheduler (`Grant`), noting when. The supervisor puts the broker
+  back then too, and when the broker alone takes more than BROKER_BUSY_PCT of the host over an interval
+  (`BrokerGrant`). A max-rate cell sends as fast as it can from the start: it runs as before, at normal priority.
+What a broker starts during the cell (Redis's rewrite of its append-only file) begins in the fair scheduler.
+
+What each cell ran at is stored with it (CellCompleted `priority`): its processes' policy, the broker's, and every
+drop with its time from the measured start. Where the host does not permit it (no CAP_SYS_NICE: an unprivileged
+user, AWS Lambda) the cell says so and runs as before, its send thread at nice -10 where that is permitted.
+BROKERBENCH_REALTIME=0 in the worker's environment leaves every cell at normal priority (to measure what it
+changes, or on a host shared with work that must not wait).
+"""
+
+from __future__ import annotations
+
+import os
+import resource
+import signal
+import threading
+import time
+
+LEVEL = 10
+RUN_LIMIT_US = 50_000  # a process of the cell that runs this long without blocking is the load, not its client
+BROKER_BUSY_PCT = 75.0  # the broker's CPU over an interval, as a share of the host's, beyond which it goes back
+SWITCH = "BROKERBENCH_REALTIME"
+REALTIME, NORMAL = "realtime", "normal"
+
+
+def wanted(cell: dict, environ=os.environ) -> str | None:
+    """Why `cell` runs at normal priority (None: it asks for real-time): max-rate cells and a worker told not to."""
+    if environ.get(SWITCH, "1").strip().lower() in ("0", "false", "no", "off"):
+        return f"{SWITCH}={environ[SWITCH]}"
+    if cell.get("rate") == "max":
+        return "a max-rate cell"
+    return None
+
+
+def _threads(pid: int) -> list[int]:
+    try:
+        return [int(tid) for tid in os.listdir(f"/proc/{pid}/task")]
+    except OSError:  # the process has ended
+        return []
+
+
+def _set(tid: int, realtime: bool, reset_on_fork: bool = False) -> None:
+    """`tid` under SCHED_FIFO at LEVEL, or back in the fair scheduler. With `reset_on_fork` the tasks it starts begin
+    in the fair scheduler: a process's children, and its new threads too (the kernel resets both alike)."""
+    if realtime:
+        flags = os.SCHED_FIFO | (os.SCHED_RESET_ON_FORK if reset_on_fork else 0)
+        os.sched_setscheduler(tid, flags, os.sched_param(LEVEL))
+    else:
+        os.sched_setscheduler(tid, os.SCHED_OTHER, os.sched_param(0))
+
+
+def policy_of(pid: int) -> str | None:
+    """REALTIME or NORMAL for a thread or process (its main thread); None when it has ended."""
+    try:
+        policy = os.sched_getscheduler(pid) & ~os.SCHED_RESET_ON_FORK
+    except OSError:
+        return None
+    return REALTIME if policy in (os.SCHED_FIFO, os.SCHED_RR) else NORMAL
+
+
+def _not_permitted(exc: OSError) -> str:
+    return ("not permitted (no CAP_SYS_NICE)" if exc.errno in (1, 13) else f"refused: {exc.strerror or exc}")
+
+
+class Grant:
+    """The calling process at real-time priority, every thread it starts after this inheriting it, until one of them
+    runs RUN_LIMIT_US without blocking: then the process goes back to the fair scheduler (`dropped_ns`). Made first
+    thing in a cell's process, before any thread exists (the blocked SIGXCPU and the policy are inherited)."""
+
+    def __init__(self, why_normal: str | None) -> None:
+        self.policy = NORMAL
+        self.why_normal = why_normal
+        self.dropped_ns: int | None = None
+        self._lock = threading.Lock()
+        if why_normal is not None:
+            return
+        try:
+            _set(0, True)
+        except OSError as exc:
+            self.why_normal = _not_permitted(exc)
+            return
+        self.policy = REALTIME
+        # The kernel's signal, taken by a thread of its own that waits for it at a level above the cell's (it must
+        # get a core while the process's other threads hold both); a thread that does not block it (a library's)
+        # gets the handler instead, never SIGXCPU's default (the process's end).
+        signal.pthread_sigmask(signal.SIG_BLOCK, [signal.SIGXCPU])
+        signal.signal(signal.SIGXCPU, lambda *_: self.drop())
+        _, hard = resource.getrlimit(resource.RLIMIT_RTTIME)
+        soft = RUN_LIMIT_US if hard == resource.RLIM_INFINITY else min(RUN_LIMIT_US, hard)
+        resource.setrlimit(resource.RLIMIT_RTTIME, (soft, hard))
+        threading.Thread(target=self._watch, name="realtime-watch", daemon=True).start()
+
+    def _watch(self) -> None:
+        try:
+            os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(LEVEL + 1))
+        except OSError:
+            pass
+        signal.sigwait([signal.SIGXCPU])
+        self.drop()
+
+    def drop(self) -> None:
+        """Every thread of this process back to the fair scheduler (once), noting when."""
+        with self._lock:
+            if self.dropped_ns is not None or self.policy != REALTIME:
+                return
+            self.dropped_ns = time.monotonic_ns()
+        for tid in _threads(os.getpid()):
+            try:
+                _set(tid, False)
+            except OSError:  # a thread that has just ended
+                pass
+
+    def record(self) -> dict:
+        """What this process ran at, for its "done" report."""
+        return {"policy": self.policy, **({"why_normal": self.why_normal} if self.why_normal else {}),
+                **({"dropped_ns": self.dropped_ns} if self.dropped_ns is not None else {})}
+
+
+class BrokerGrant:
+    """A local broker's processes (every thread) at real-time priority for one cell, then as they were. What the
+    broker starts during the cell, a child (Redis's rewrite of its append-only file) or a thread, begins in the fair
+    scheduler (SCHED_RESET_ON_FORK: the kernel resets both alike); its threads are made when it starts."""
+
+    def __init__(self, pids: list[int], why_normal: str | None) -> None:
+        self.pids = list(pids)
+        self.why_normal = why_normal if pids else (why_normal or "no local broker")
+        self.policy = NORMAL
+        self.before: dict[int, tuple[int, int]] = {}  # tid -> (policy, priority) as found
+        self.dropped: tuple[int, str] | None = None  # (monotonic ns, why)
+        self.restored = self.why_normal is not None
+        if self.why_normal is not None:
+            return
+        try:
+            for pid in self.pids:
+                for tid in _threads(pid):
+                    try:
+                        found = (os.sched_getscheduler(tid), os.sched_getparam(tid).sched_priority)
+                        _set(tid, True, reset_on_fork=True)
+                    except ProcessLookupError:
+                        continue
+                    self.before[tid] = found
+        except OSError as exc:
+            self.restore()
+            self.why_normal = _not_permitted(exc)
+            return
+        self.policy = REALTIME
+
+    def drop(self, why: str) -> None:
+        """The broker back to the fair scheduler for the rest of the cell (once), noting when and why."""
+        if self.policy != REALTIME or self.dropped is not None:
+            return
+        self.dropped = (time.monotonic_ns(), why)
+        self.restore()
+
+    def held(self) -> bool:
+        """Whether the broker's main threads are still at real-time priority (another cell on the same broker may
+        have put them back)."""
+        return all(policy_of(pid) in (REALTIME, None) for pid in self.pids)
+
+    def restore(self) -> None:
+        """Each thread as it was found (once); threads started since, and threads found at LEVEL under SCHED_FIFO
+        (another cell's grant on the same broker, which it would otherwise never get back from), go back to the
+        fair scheduler."""
+        if self.restored:
+            return
+        self.restored = True
+        for pid in self.pids:
+            for tid in _threads(pid):
+                policy, level = self.before.get(tid, (os.SCHED_OTHER, 0))
+                if (policy & ~os.SCHED_RESET_ON_FORK, level) == (os.SCHED_FIFO, LEVEL):
+                    policy, level = os.SCHED_OTHER, 0
+                try:
+                    os.sched_setscheduler(tid, policy, os.sched_param(level))
+                except OSError:
+                    pass

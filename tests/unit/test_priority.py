@@ -1,0 +1,165 @@
+"""Real-time priority for a rated cell's processes and a local broker (worker/priority.py), against the kernel itself:
+each policy is read back from /proc/<pid>/task/<tid>/stat (field 41), not from the module's own calls."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from brokerbench.worker import priority
+from sched_policies import SCHED_FIFO, SCHED_OTHER, realtime_permitted, thread_policies
+
+FUNCTIONS = str(Path(priority.__file__).resolve().parents[2])
+needs_permission = pytest.mark.skipif(not realtime_permitted(),
+                                      reason="the host does not permit SCHED_FIFO (no CAP_SYS_NICE)")
+
+
+def test_wanted_for_rated_cells_unless_turned_off():
+    assert priority.wanted({"rate": 1000}, {}) is None
+    assert priority.wanted({"rate": "max"}, {}) == "a max-rate cell"
+    for off in ("0", "false", "No", "off "):
+        assert priority.wanted({"rate": 1000}, {priority.SWITCH: off}) == f"{priority.SWITCH}={off}"
+    assert priority.wanted({"rate": 1000}, {priority.SWITCH: "1"}) is None
+
+
+def test_a_grant_told_not_to_changes_nothing():
+    before = thread_policies(os.getpid())
+    grant = priority.Grant("a max-rate cell")
+    assert grant.record() == {"policy": "normal", "why_normal": "a max-rate cell"}
+    assert thread_policies(os.getpid()) == before
+
+
+CHILD = textwrap.dedent("""
+    import json, os, sys, threading, time
+    sys.path.insert(0, {functions!r})
+    from brokerbench.worker import priority
+    grant = priority.Grant(None)
+    tids = []
+    def sleeper():
+        tids.append(threading.get_native_id())
+        time.sleep(30)
+    threading.Thread(target=sleeper, daemon=True).start()
+    while not tids:
+        time.sleep(0.001)
+    for _ in range(200):  # a rated loop: sleeps between its sends
+        time.sleep(0.001)
+    print(json.dumps({{"phase": "light", "record": grant.record(), "thread": tids[0]}}), flush=True)
+    sys.stdin.readline()
+    busy_from = time.monotonic_ns()
+    while time.monotonic_ns() - busy_from < 300_000_000:  # the load: no blocking call for 0.3 s
+        pass
+    time.sleep(0.05)
+    print(json.dumps({{"phase": "busy", "record": grant.record(), "busy_from": busy_from}}), flush=True)
+    sys.stdin.readline()
+""")
+
+
+@needs_permission
+def test_a_grant_holds_while_the_process_blocks_and_drops_once_it_runs_without_blocking():
+    import json
+
+    child = subprocess.Popen([sys.executable, "-c", CHILD.format(functions=FUNCTIONS)], stdin=subprocess.PIPE,
+                             stdout=subprocess.PIPE, text=True)
+    try:
+        light = json.loads(child.stdout.readline())
+        assert light["record"] == {"policy": "realtime"}
+        threads = thread_policies(child.pid)
+        # every thread: the main one, the watcher (one level up) and one started after the grant, which inherited it
+        assert threads[child.pid] == (SCHED_FIFO, priority.LEVEL)
+        assert threads[light["thread"]] == (SCHED_FIFO, priority.LEVEL)
+        assert sorted(set(threads.values())) == [(SCHED_FIFO, priority.LEVEL), (SCHED_FIFO, priority.LEVEL + 1)]
+        child.stdin.write("\n")
+        child.stdin.flush()
+        busy = json.loads(child.stdout.readline())
+        dropped = busy["record"]["dropped_ns"] - busy["busy_from"]
+        # the kernel's signal comes once a thread has run RUN_LIMIT_US without blocking, not before
+        assert busy["record"]["policy"] == "realtime"
+        assert priority.RUN_LIMIT_US * 1000 <= dropped < 300_000_000
+        assert set(thread_policies(child.pid).values()) == {(SCHED_OTHER, 0)}  # every thread, the sleeper too
+        child.stdin.write("\n")
+        child.stdin.flush()
+        assert child.wait(timeout=10) == 0  # SIGXCPU never ended it
+    finally:
+        child.kill()
+        child.wait()
+
+
+BROKER = textwrap.dedent("""
+    import os, sys, threading, time
+    for _ in range(3):
+        threading.Thread(target=time.sleep, args=(60,), daemon=True).start()
+    print("up", flush=True)
+    sys.stdin.readline()
+    # a child started while the grant holds (a Redis rewrite): it must begin in the fair scheduler
+    pid = os.fork()
+    if pid == 0:
+        time.sleep(60)
+        os._exit(0)
+    print(pid, flush=True)
+    sys.stdin.readline()
+    os.kill(pid, 9)
+""")
+
+
+@pytest.fixture()
+def broker():
+    process = subprocess.Popen([sys.executable, "-c", BROKER], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    assert process.stdout.readline().strip() == "up"
+    yield process
+    process.kill()
+    process.wait()
+
+
+@needs_permission
+def test_a_broker_grant_raises_every_thread_and_puts_them_back(broker):
+    before = thread_policies(broker.pid)
+    assert len(before) == 4
+    grant = priority.BrokerGrant([broker.pid], None)
+    assert grant.policy == "realtime" and grant.held()
+    assert set(thread_policies(broker.pid).values()) == {(SCHED_FIFO, priority.LEVEL)}
+    broker.stdin.write("\n")
+    broker.stdin.flush()
+    forked = int(broker.stdout.readline())
+    assert thread_policies(forked)[forked][0] == SCHED_OTHER  # SCHED_RESET_ON_FORK
+    grant.restore()
+    assert thread_policies(broker.pid) == before
+    grant.restore()  # once
+    assert thread_policies(broker.pid) == before
+    broker.stdin.write("\n")
+    broker.stdin.flush()
+
+
+@needs_permission
+def test_a_broker_grant_dropped_says_when_and_why_and_one_put_back_by_another_is_not_held(broker):
+    grant = priority.BrokerGrant([broker.pid], None)
+    os.sched_setscheduler(broker.pid, os.SCHED_OTHER, os.sched_param(0))  # another cell's restore
+    assert not grant.held()
+    before = time.monotonic_ns()
+    grant.drop("the broker used 180% of a core over an interval")
+    assert grant.dropped[0] >= before and grant.dropped[1] == "the broker used 180% of a core over an interval"
+    assert set(thread_policies(broker.pid).values()) == {(SCHED_OTHER, 0)}
+    grant.drop("again")
+    assert grant.dropped[1] != "again"
+
+
+@needs_permission
+def test_a_broker_found_at_another_real_time_level_gets_it_back(broker):
+    os.sched_setscheduler(broker.pid, os.SCHED_FIFO, os.sched_param(20))  # someone's choice, kept
+    grant = priority.BrokerGrant([broker.pid], None)
+    grant.restore()
+    assert thread_policies(broker.pid)[broker.pid] == (SCHED_FIFO, 20)
+
+
+def test_a_broker_grant_without_a_local_broker_or_told_not_to_changes_nothing(broker):
+    before = thread_policies(broker.pid)
+    assert priority.BrokerGrant([], None).why_normal == "no local broker"
+    told = priority.BrokerGrant([broker.pid], "a max-rate cell")
+    assert (told.policy, told.why_normal) == ("normal", "a max-rate cell")
+    told.restore()
+    assert thread_policies(broker.pid) == before

@@ -27,7 +27,10 @@ the worker stamps itself, Redis's producer on the Python loop (SO_TIMESTAMPNS of
 in the socket's receive path a little after the skb was stamped, so its lag is near 0 and slightly negative.
 
     PYTHONPATH=functions .venv/bin/python bench/client_stamp_lag.py [--paths a,b] [--trials 3] [--seconds 4]
-        [--rate 200] [--out bench/results/client_stamp_lag.json]
+        [--rate 200] [--priority normal|realtime|both] [--out bench/results/client_stamp_lag.json]
+
+--priority realtime runs each path's processes (the client, a delivery path's sender) and the broker's under
+SCHED_FIFO as a rated cell's are (worker/priority.py); both interleaves the two ways in every trial.
 
 The committed results: the seven Kafka, Pulsar and control paths with --trials 5 (client_stamp_lag.json; and
 client_stamp_lag_busy.json, on a busy host, matched with SLACK_NS on every path before a library's stamp was matched
@@ -269,10 +272,22 @@ def child(path: str, endpoint: dict, client: dict, rate: int, seconds: float, to
             "local_ports": sorted(ports), "stamps_ns": measured, **extra}
 
 
+PRIORITY_VARIABLE = "BROKERBENCH_STAMP_LAG_PRIORITY"  # a path's processes take real-time priority when "realtime"
+
+
+def take_priority() -> None:
+    """This process under SCHED_FIFO as a rated cell's processes are, where its path runs at real-time priority."""
+    if os.environ.get(PRIORITY_VARIABLE) == "realtime":
+        from brokerbench.worker import priority
+
+        priority.Grant(None)
+
+
 def send_only(spec: dict) -> None:
     """The delivery paths' producer, in a process of its own: `count` messages at `rate`, one in flight."""
     from brokerbench.registry import get_driver
 
+    take_priority()
     driver = get_driver(spec["broker"], spec["endpoint"], spec["client"])
     acks: list[int] = []
     producer = driver.producer(spec["topic"], 1, "single", lambda _h, ok, at: acks.append(at))
@@ -366,6 +381,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seconds", type=float, default=4)
     parser.add_argument("--rate", type=int, default=200)
     parser.add_argument("--out", type=Path, default=RESULTS)
+    parser.add_argument("--priority", choices=("normal", "realtime", "both"), default="normal",
+                        help="the paths' processes and the broker at normal or real-time priority, or both ways")
     parser.add_argument("--child", help=argparse.SUPPRESS)
     parser.add_argument("--send", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -374,6 +391,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args.child:
         spec = json.loads(args.child)
+        take_priority()
         print(json.dumps(child(spec["path"], spec["endpoint"], spec["client"], spec["rate"], spec["seconds"],
                                spec["topic"])))
         return 0
@@ -389,6 +407,10 @@ def main(argv: list[str] | None = None) -> int:
     import brokerbench
     from brokerbench.local.stack import LocalStack
     from brokerbench.spec import expand, validate
+    from brokerbench.worker import priority
+
+    ways = ["normal", "realtime"] if args.priority == "both" else [args.priority]
+    runs = [(path, way) for path in paths for way in ways]
 
     state = Path(tempfile.mkdtemp(prefix="client-stamp-lag-"))
     stack = LocalStack(state)
@@ -404,17 +426,24 @@ def main(argv: list[str] | None = None) -> int:
                    for b in brokers}
         perf = start_perf(state / "perf.data", sorted({broker_port(b, endpoints[b]) for b in brokers}))
         for trial in range(args.trials):
-            shift = trial % len(paths)
-            for path in paths[shift:] + paths[:shift]:  # interleaved: each trial starts one path later
+            shift = trial % len(runs)
+            for path, way in runs[shift:] + runs[:shift]:  # interleaved: each trial starts one path later
                 broker = PATHS[path][0]
                 spec = {"path": path, "endpoint": endpoints[broker], "client": clients[broker], "rate": args.rate,
-                        "seconds": args.seconds, "topic": f"bb-lag-{path}-{trial}-{os.getpid()}"}
-                done = subprocess.run([sys.executable, __file__, "--child", json.dumps(spec)], capture_output=True,
-                                      text=True, timeout=180)
+                        "seconds": args.seconds, "topic": f"bb-lag-{path}-{way}-{trial}-{os.getpid()}"}
+                grant = priority.BrokerGrant(endpoints[broker]["pids"], None if way == "realtime" else way)
+                try:
+                    done = subprocess.run([sys.executable, __file__, "--child", json.dumps(spec)],
+                                          capture_output=True, text=True, timeout=180,
+                                          env={**os.environ, PRIORITY_VARIABLE: way})
+                finally:
+                    grant.restore()
                 if done.returncode != 0:
-                    raise RuntimeError(f"{path} trial {trial} failed:\n{done.stderr[-3000:]}")
+                    raise RuntimeError(f"{path} ({way}) trial {trial} failed:\n{done.stderr[-3000:]}")
+                if way == "realtime" and grant.policy != "realtime":
+                    raise RuntimeError(f"the broker could not run at real-time priority: {grant.why_normal}")
                 row = json.loads(done.stdout.strip().splitlines()[-1])
-                row.update(trial=trial, load_average_1min=round(os.getloadavg()[0], 2))
+                row.update(trial=trial, priority=way, load_average_1min=round(os.getloadavg()[0], 2))
                 rows.append(row)
                 print(f"{path:>18} trial {trial}: {len(row['stamps_ns'])} stamps, ports {row['local_ports']} "
                       f"(load {row['load_average_1min']})", flush=True)
@@ -427,10 +456,10 @@ def main(argv: list[str] | None = None) -> int:
     lost = lost_events(state / "perf.data")
     shutil.rmtree(state, ignore_errors=True)  # the brokers' data and the trace
     found = []
-    for path in paths:
+    for path, way in runs:
         broker, what, recorded = PATHS[path]
         trials, pooled = [], []
-        for row in (r for r in rows if r["path"] == path):
+        for row in (r for r in rows if r["path"] == path and r.get("priority", "normal") == way):
             lags, unmatched, shared = lags_of(row, segments)
             pooled += lags
             trials.append({"trial": row["trial"], "stamps": len(row["stamps_ns"]), "unmatched": unmatched,
@@ -440,11 +469,11 @@ def main(argv: list[str] | None = None) -> int:
                                                     "handled_stamps", "bound")
                               if k in row}, **quantiles_us(lags)})
         summary = quantiles_us(pooled)
-        found.append({"path": path, "broker": broker, "stamps": what, "recorded_as": recorded,
+        found.append({"path": path, "priority": way, "broker": broker, "stamps": what, "recorded_as": recorded,
                       "control": path == CONTROL, **summary,
                       "p50_per_trial_us": [t.get("p50_us") for t in trials],
                       "p99_per_trial_us": [t.get("p99_us") for t in trials], "trials": trials})
-        print(f"{path:>18}: n {summary['n']}, p50 {summary.get('p50_us')} µs, p90 {summary.get('p90_us')}, "
+        print(f"{path:>18} ({way}): n {summary['n']}, p50 {summary.get('p50_us')} µs, p90 {summary.get('p90_us')}, "
               f"p99 {summary.get('p99_us')}, max {summary.get('max_us')} (per trial p50 "
               f"{[t.get('p50_us') for t in trials]})", flush=True)
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
@@ -456,7 +485,9 @@ def main(argv: list[str] | None = None) -> int:
         "perf_lost_events": lost,
         "load_average_1_5_15": {"before": [round(x, 2) for x in loads],
                                 "after": [round(x, 2) for x in os.getloadavg()]},
-        "median_trial_p50_us": {p["path"]: statistics.median(x for x in p["p50_per_trial_us"] if x is not None)
+        "priority": args.priority,
+        "median_trial_p50_us": {p["path"] + ("" if len(ways) == 1 else f"@{p['priority']}"):
+                                statistics.median(x for x in p["p50_per_trial_us"] if x is not None)
                                 for p in found if any(x is not None for x in p["p50_per_trial_us"])},
         "paths": found}, indent=2) + "\n")
     return 0

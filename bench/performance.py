@@ -1155,7 +1155,28 @@ def client_stamp_lag(results: dict) -> dict:
             **_client_fallbacks(results["client_stamp_lag_fallbacks"]),
             **_client_fetch([results["client_stamp_lag_fetch"], results["client_stamp_lag_fetch_again"],
                              results["client_stamp_lag_fetch_quiet"]]),
-            **_client_pulsar(results["client_stamp_lag_pulsar"])}
+            **_client_pulsar(results["client_stamp_lag_pulsar"]),
+            **_client_priority(results["client_stamp_lag_priority"])}
+
+
+def _client_priority(run: dict) -> dict:
+    """The Kafka paths with their processes and the broker at normal and at real-time priority (worker/priority.py),
+    interleaved in one run (--priority both)."""
+    by = {(p["path"], p["priority"]): p for p in run["paths"]}
+    rows = []
+    for path in dict.fromkeys(p["path"] for p in run["paths"]):
+        row = [CLIENT_PATHS.get(path, path)]
+        for way in ("normal", "realtime"):
+            p = by.get((path, way))
+            row.append("—" if p is None else f"{_us(p['p50_us'])} / {_us(p['p90_us'])} / {_us(p['p99_us'])} / "
+                                             f"{_us(p['max_us'])} (n {p['n']:,})")
+        rows.append(row)
+    loads = [t["load_average_1min"] for p in run["paths"] for t in p["trials"]]
+    return {"priority_when": run["measured_at"][:16].replace("T", " "), "priority_code": run["code"],
+            "priority_trials": str(run["trials"]), "priority_rate": f"{run['rate']:,}",
+            "priority_load": spread(loads, lambda x: f"{x:.1f}"),
+            "priority_table": table(["path", "normal priority: p50 / p90 / p99 / max (µs)",
+                                     "real-time priority: p50 / p90 / p99 / max (µs)"], rows)}
 
 
 def _client_pulsar(run: dict) -> dict:
@@ -1321,6 +1342,32 @@ def redis_tail(results: dict) -> dict:
                             *(f"{way}: cells, geometric mean p99 (µs), sd of log" for way in rt["summary"])], bands)}
 
 
+def _spread_cells(s: dict) -> list[str]:
+    return [f"{s['n']}", f"{s['geomean_p99_us']:,.0f}" if s["n"] else "–",
+            f"{s['min_p99_us']:,.0f}–{s['max_p99_us']:,.0f}" if s["n"] else "–",
+            "–" if s["sd_log_p99"] is None else f"{s['sd_log_p99']:.2f}",
+            "–" if s.get("robust_sd_log_p99") is None else f"{s['robust_sd_log_p99']:.2f}"]
+
+
+def redis_priority(results: dict) -> dict:
+    rp = results["redis_priority"]
+    loads = rp["load_average_1_5_15"]
+    said = {way: sorted({c["priority"] or "–" for c in rp["cells"] if c["way"] == way}) for way in rp["summary"]}
+    rows = [[f"{way} ({'; '.join(said[way])})", *_spread_cells(s["all"]), *_spread_cells(s["quiet_host"])[:1],
+             "–" if s["quiet_host"]["sd_log_p99"] is None else f"{s['quiet_host']['sd_log_p99']:.2f}"]
+            for way, s in rp["summary"].items()]
+    delays = {way: sorted(c["publish_delay_p99_us"] for c in rp["cells"] if c["way"] == way
+                          and c.get("publish_delay_p99_us") is not None) for way in rp["summary"]}
+    return {"when": rp["measured_at"][:16].replace("T", " "), "code": rp["code"], "cell": rp["cell"],
+            "quiet": f"{rp['quiet_others_cpu_pct']:g}",
+            "load": f"{loads['before'][0]:.1f} before, {loads['after'][0]:.1f} after",
+            "table": table(["priority (as the cells stored it)", "cells", "geometric mean p99 (µs)", "p99 range (µs)",
+                            "sd of log p99", "robust sd of log p99", "cells on a quiet host", "their sd of log p99"],
+                           rows),
+            "delays": "; ".join(f"{way} {statistics.median(d):,.0f} µs (range {d[0]:,.0f}–{d[-1]:,.0f})"
+                                for way, d in delays.items() if d)}
+
+
 # ---- the page -------------------------------------------------------------------------------------------------------
 
 SECTIONS = {"intro": None, "harness": harness, "broker_tools": broker_tools, "cell_overhead": cell_overhead,
@@ -1329,7 +1376,8 @@ SECTIONS = {"intro": None, "harness": harness, "broker_tools": broker_tools, "ce
             "api_load": api_load,
             "false_claims": false_claims, "aa_regression": aa_regression, "aa_schedule": aa_schedule,
             "latency_truth": latency_truth, "stamp_lag": stamp_lag, "interval_close": interval_close,
-            "redis_tail": redis_tail, "startup": startup, "first_touch": first_touch}
+            "redis_tail": redis_tail, "redis_priority": redis_priority, "startup": startup,
+            "first_touch": first_touch}
 
 
 def load_results(folder: Path) -> dict:

@@ -585,6 +585,13 @@ class SendLoopsChanged(Data, kw_only=True):
     candidate: str
 
 
+class PrioritiesChanged(Data, kw_only=True):
+    """The scheduling priority of the baseline's and the candidate's cells, where they differ
+    (regression.flag_priority; figures.priority_text's words)."""
+    baseline: str
+    candidate: str
+
+
 class RegressionDetected(Data, kw_only=True):
     baseline_run_id: str
     cell: str
@@ -609,6 +616,7 @@ class RegressionDetected(Data, kw_only=True):
     history: str | UnsetType = UNSET
     stamps: StampsChanged | UnsetType = UNSET  # the latency was stamped otherwise before: a change of method
     send_loops: SendLoopsChanged | UnsetType = UNSET  # measured by another send loop before
+    priorities: PrioritiesChanged | UnsetType = UNSET  # run at another scheduling priority before
 
 
 class ScheduleTriggered(Data, kw_only=True):

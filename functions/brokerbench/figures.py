@@ -84,6 +84,22 @@ def joined_stamps(values) -> str | None:
     return ", ".join(sorted({part for value in values if value for part in value.split(", ")})) or None
 
 
+def priority_text(value: dict | None) -> str | None:
+    """A cell's scheduling priority (CellCompleted `priority`, worker/priority.py) in a few words: "realtime" (its
+    processes and a local broker under SCHED_FIFO throughout), "normal", or each side's with ", dropped" where one
+    went back during the cell; None for cells stored before it was recorded."""
+    if not value:
+        return None
+    workers, broker = value.get("workers"), value.get("broker")
+    text = workers if workers == broker else f"workers {workers}, broker {broker}"
+    return f"{text}, dropped" if value.get("dropped") else text
+
+
+def joined_priorities(values) -> str | None:
+    """The distinct priority_text of a configuration's cells, "; "-separated; None where none said."""
+    return "; ".join(sorted({text for value in values if (text := priority_text(value))})) or None
+
+
 def late_stamps(value: str | None) -> list[str]:
     """The stamps in `value` that are not the kernel's arrival time ([] when all are, or none was recorded)."""
     return [part for part in (value or "").split(", ") if part and part != ARRIVAL]
@@ -491,6 +507,7 @@ def cell_result(cell: dict, end: dict | None, cache: dict | None = None) -> dict
         "ack_stamps": data.get("ack_stamps"),
         "delivery_stamps": data.get("delivery_stamps"),
         "delivery_stamp_bound": data.get("delivery_stamp_bound"),  # how far those stamps can come after the response's
+        "priority": data.get("priority"),  # what its processes and a local broker ran at (worker/priority.py)
         **_codec_net(data, cache),
         "measured_s": seconds,
         "delivery_window_s": round(window, 6),

@@ -98,14 +98,16 @@ def analyse(figures: dict[str, dict], run_ids: list[str], metrics=None) -> list[
                 continue
             stamped = regression.STAMPED_AT.get(regression.METRICS[metric].field)  # where the latency ends, if one
             points = [{"run_id": r, "repeats": typed.repeats_of(metric), "covariates": typed.covariate_of(metric),
-                       "stamps": getattr(typed, stamped[0]) if stamped else None} for r, typed in measured]
+                       "stamps": getattr(typed, stamped[0]) if stamped else None, "priority": typed.priority}
+                      for r, typed in measured]
             points = [p for p in points if p["repeats"]]
             if points:
                 series.append({"key": key, "cell": entry["cell"], "metric": metric, "group": noise_group(key, metric),
                                "higher_is_better": regression.METRICS[metric].higher_is_better,
                                "run_ids": [p["run_id"] for p in points], "runs": [p["repeats"] for p in points],
                                "covariates": [p["covariates"] for p in points],
-                               "stamps": [p["stamps"] for p in points], "stamped": stamped and stamped[0]})
+                               "stamps": [p["stamps"] for p in points], "stamped": stamped and stamped[0],
+                               "priorities": [p["priority"] for p in points]})
     return changes.detect(series)
 
 
@@ -143,7 +145,7 @@ def described(found: list[dict], facts: dict[str, dict]) -> list[dict]:
             change_points.append({**c, "began_run_id": began, "before_run_id": before,
                                   "versions": {"before": _versions(facts[before]), "after": _versions(facts[began])},
                                   "differences": differences(facts[before]["settings"], facts[began]["settings"])
-                                  + stamp_differences(s, c["index"])})
+                                  + stamp_differences(s, c["index"]) + priority_differences(s, c["index"])})
         out.append({"key": s["key"], "cell": s["cell"], "metric": s["metric"],
                     "higher_is_better": s["higher_is_better"], "checked": s["checked"], "searched": s["searched"],
                     "adjustment": s.get("adjustment"), "points": points,
@@ -171,6 +173,19 @@ def stamp_differences(series: dict, index: int) -> list[dict]:
     if not before or not after or before == after:
         return []
     return [{"setting": f"stamps.{series['stamped']}", "before": before, "after": after}]
+
+
+def priority_differences(series: dict, index: int) -> list[dict]:
+    """The scheduling priority the series' configuration ran at (figures.priority_text), when the run a change point
+    began with ran it otherwise than the run before: named as a setting ("priority"); none where either run stored
+    none."""
+    priorities = series.get("priorities") or []
+    if len(priorities) <= index:
+        return []
+    before, after = priorities[index - 1], priorities[index]
+    if not before or not after or before == after:
+        return []
+    return [{"setting": "priority", "before": before, "after": after}]
 
 
 def _versions(facts: dict) -> dict:

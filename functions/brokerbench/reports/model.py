@@ -20,7 +20,7 @@ from msgspec import convert
 
 from .. import cost, host, limit, verdict
 from ..eventdata import Digest, given
-from ..figures import STAMP_RULE, joined_stamps, merge_stamp_bounds
+from ..figures import STAMP_RULE, joined_priorities, joined_stamps, merge_stamp_bounds
 from ..events import has_digest
 from ..metrics import Metric, claimed, latency_fields, net_figures, shown_in
 from ..series import (  # noqa: F401 (the old import paths)
@@ -401,6 +401,7 @@ def _configuration(cells: list[dict], completed_events: dict[str, dict], interva
         "ack_stamps": joined_stamps(c.ack_stamps for c in typed),
         "delivery_stamps": joined_stamps(c.delivery_stamps for c in typed),
         "delivery_stamp_bound": merge_stamp_bounds(c.delivery_stamp_bound for c in typed),
+        "priority": joined_priorities(c.priority for c in typed),
         "latency_basis": "enqueue" if first["rate_target"] == "max" else
                          (typed[0].latency_basis if typed else "intended"),
         "metrics": metrics,

@@ -443,7 +443,7 @@ def run_figures(source) -> dict[str, dict]:
             entry = {"key": config.key, "cell": f"{config.broker} {config.format} · {group.title}",
                      "cell_id": config.cell_ids[0], "status": config.status, "repeats": {}, "series": {},
                      "search": _is_search(config.rate_target),
-                     "send_loop": config.send_loop,
+                     "send_loop": config.send_loop, "priority": config.priority,
                      "ack_stamps": config.ack_stamps, "delivery_stamps": config.delivery_stamps,
                      "sustainability": config.sustainability.verdict,
                      # each quiet repeat's sustainability verdict: what a flip is tested on
@@ -622,9 +622,10 @@ def compare(baseline, candidate, history=()) -> list[dict]:
             figures["samples"] = "repeats" if by_repeats else "one per run" if one_figure else f"blocks of {block} s"
             assessed.append({"cell": config["cell"], "key": key, "cell_id": config["cell_id"], "metric": metric,
                              **figures})
-    return [flag_busy_host(flag_send_loops(flag_stamps(v, history_of[v["key"]], after[v["key"]]), before[v["key"]],
-                                           after[v["key"]]), before[v["key"]], after[v["key"]])
-            for v in decide(assessed)]
+    flagged = (flag_send_loops(flag_stamps(v, history_of[v["key"]], after[v["key"]]), before[v["key"]], after[v["key"]])
+               for v in decide(assessed))
+    return [flag_busy_host(flag_priority(v, before[v["key"]], after[v["key"]]), before[v["key"]], after[v["key"]])
+            for v in flagged]
 
 
 def flag_busy_host(verdict: dict, old: dict, new: dict) -> dict:
@@ -657,6 +658,19 @@ def flag_send_loops(verdict: dict, old: dict, new: dict) -> dict:
     loops = f"{send_loop_text(before)} → {send_loop_text(after)}"
     return {**verdict, "send_loops": {"baseline": before, "candidate": after},
             "why": f"send loops differ ({loops}): the change may be the loop's; {verdict['why']}"}
+
+
+def flag_priority(verdict: dict, old: dict, new: dict) -> dict:
+    """A verdict between cells run at different scheduling priorities (worker/priority.py: real-time or the fair
+    scheduler, for the cell's processes and a local broker) says so first, its verdict kept as the test found it, as
+    flag_send_loops keeps one: on a shared host the priority moves tail latencies by itself (the quick suite's Redis
+    p99 halved under SCHED_FIFO). Figures stored before cells recorded it are left as they are."""
+    before, after = rows.config_figures(old).priority, rows.config_figures(new).priority
+    if not before or not after or before == after:
+        return verdict
+    return {**verdict, "priorities": {"baseline": before, "candidate": after},
+            "why": f"scheduling priority differs ({before} → {after}): the change may be the host's scheduling, not "
+                   f"the broker's; {verdict['why']}"}
 
 
 # Where each latency the check reads ends (brokerbench.figures: ARRIVAL, READ, client_stamps): publish latency at the
@@ -772,9 +786,10 @@ METHOD = {
 
 def event_marks(verdict: dict) -> dict:
     """What a RegressionDetected event keeps of a verdict besides its figures: a sustainability regression's counts
-    of repeats, and whether the latency was stamped (flag_stamps) or the cells sent (flag_send_loops) otherwise
-    before."""
-    return {**_repeat_shares(verdict), **{k: verdict[k] for k in ("stamps", "send_loops") if verdict.get(k)}}
+    of repeats, and whether the latency was stamped (flag_stamps), the cells sent (flag_send_loops) or ran at a
+    priority (flag_priority) otherwise before."""
+    return {**_repeat_shares(verdict),
+            **{k: verdict[k] for k in ("stamps", "send_loops", "priorities") if verdict.get(k)}}
 
 
 def _repeat_shares(verdict: dict) -> dict:

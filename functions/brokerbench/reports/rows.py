@@ -206,6 +206,7 @@ class Config(Row, kw_only=True):
     ack_stamps: str | None = None  # how acknowledgements and deliveries were stamped (brokerbench.figures)
     delivery_stamps: str | None = None
     delivery_stamp_bound: dict | None = None  # over its repeats (figures.merge_stamp_bounds)
+    priority: str | None = None  # its repeats' scheduling priority (figures.joined_priorities)
     metrics: dict[str, Estimate] = {}
     values_by_repeat: dict[str, list[Number]] = {}  # each repeat's own figure of a metric (None: too few messages)
     codec_floor_ns: CodecFloor | None = None
@@ -291,6 +292,7 @@ class Verdict(Row, kw_only=True):
     p_raw: Number = None
     p_tests: dict[str, float] = {}  # a flip's one-sided p-values, each its own hypothesis
     stamps: StampsDiffer | None = None  # the latency it is on ends at a stamp earlier runs took otherwise
+    priorities: dict | None = None  # the baseline's and the candidate's scheduling priority, where they differ
 
     @property
     def name(self) -> str:
@@ -568,6 +570,7 @@ class ConfigFigures(Row, kw_only=True):
     repeat_verdicts: list[str] = []
     host_busy: BusyMark | None = None
     send_loop: str | None = None
+    priority: str | None = None  # the scheduling priority its repeats ran at (figures.joined_priorities)
     ack_stamps: str | None = None  # how acknowledgements and deliveries were stamped (brokerbench.figures)
     delivery_stamps: str | None = None
     repeats: dict[str, list] = {}  # numbers as computed (numpy's included), compared as they are
@@ -725,6 +728,7 @@ class ResultCell(Row, kw_only=True):
     ack_stamps: str | None = None  # how acknowledgements and deliveries were stamped (brokerbench.figures)
     delivery_stamps: str | None = None
     delivery_stamp_bound: dict | None = None  # figures.merge_stamp_bounds reads it
+    priority: dict | None = None  # CellCompleted's (worker/priority.py); None: stored before it was recorded
     latency_basis: str | None = "intended"
     rate_achieved: Number = None
     measured_s: Number = None

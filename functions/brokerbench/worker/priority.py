@@ -7,10 +7,10 @@ for a core whenever another runnable task has one, and the kernel's fair schedul
 one that has run less. A cell's p99 is then set by how late those wakes came (docs/performance.md, "The Redis
 cell's repeat p99": 30 to 70 separate stalls of 1 to 5 ms in a cell's 8,000 messages). Real deployments run the
 broker and its clients on hosts of their own. Measured on the quick suite's Redis cell (raw, 1 KB, 1,000 msgs/s,
-8 s, 12 cells each way, interleaved, 2026-11-30): end-to-end p99 208-1,588 µs with the send thread at nice -10
-(what rated cells had), 211-881 µs with every thread of the cell's processes and of Redis at nice -20, 174-317 µs
-with them under SCHED_FIFO; the spread of the log p99 between repeats 0.68, 0.43 and 0.17. With only the cell's
-processes under SCHED_FIFO and Redis left as it was, 298-621 µs: the broker's own wakes count as much.
+8 s, 16 cells each way, interleaved: bench/redis_tail.py --compare priority, docs/performance.md "The cell's
+scheduling priority"): end-to-end p99 276-1,563 µs with the send thread at nice -10 (what rated cells had),
+218-334 µs with the cell's processes and Redis under SCHED_FIFO; the spread of the log p99 between repeats 0.55 and
+0.12. Redis's own wakes count as much as the clients': raising only the cell's processes left much of the tail.
 
 SCHED_FIFO at LEVEL: a task of the cell that wakes runs at once on a core no other real-time task holds, ahead of
 every task of the fair scheduler. Low among real-time levels (1-99), so the kernel's own real-time threads keep

@@ -81,6 +81,7 @@ NOT_SET_BY_THE_APP = {
     "BROKERBENCH_LOCAL_HEARTBEAT_S": "local mode: the local bridge's heartbeat window",
     "BROKERBENCH_SCHEDULES": "optional: another schedules file (the packaged one is what the app deploys)",
     "BROKERBENCH_SEND_LOOP": "optional: auto (the default) picks the send loop",
+    "BROKERBENCH_REALTIME": "optional: 0 keeps every cell at normal priority (Lambda does not permit real-time)",
     "BROKERBENCH_STORE_OUTAGE_S": "optional: how long a call waits for an event store that does not answer (60 s)",
     "BROKERBENCH_FORK_SERVER_MAIN": "internal: set by a worker for its fork server alone, while it starts",
     "BROKERBENCH_CONSOLE_ORIGIN": "optional: the API serves the console itself (same origin, no CORS)",

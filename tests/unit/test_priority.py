@@ -163,3 +163,23 @@ def test_a_broker_grant_without_a_local_broker_or_told_not_to_changes_nothing(br
     assert (told.policy, told.why_normal) == ("normal", "a max-rate cell")
     told.restore()
     assert thread_policies(broker.pid) == before
+
+
+def test_the_cells_processes_take_it_only_beside_a_broker_that_has_it_or_one_elsewhere(broker):
+    remote = {"bootstrap_servers": "b-1.msk.example.com:9098,b-2.msk.example.com:9098"}
+    local_unknown = {"host": "127.0.0.1", "port": 6379}
+    assert priority.on_this_host({"nodes": [{"host": "localhost"}]}) and priority.on_this_host(local_unknown)
+    assert not priority.on_this_host(remote)
+    grant, why = priority.decide({"rate": 1000}, remote, {})
+    assert why is None and grant.why_normal == "no local broker"  # the broker is on another host: nothing to share
+    grant, why = priority.decide({"rate": 1000}, local_unknown, {})
+    assert why == priority.SHARED_UNKNOWN == grant.why_normal  # a client that would preempt its broker: not raised
+    grant, why = priority.decide({"rate": "max"}, {**local_unknown, "pids": [broker.pid]}, {})
+    assert why == "a max-rate cell" and grant.policy == "normal"
+    if realtime_permitted():
+        grant, why = priority.decide({"rate": 1000}, {**local_unknown, "pids": [broker.pid]}, {})
+        try:
+            assert why is None and grant.policy == "realtime"
+            assert set(thread_policies(broker.pid).values()) == {(SCHED_FIFO, priority.LEVEL)}
+        finally:
+            grant.restore()

@@ -307,6 +307,7 @@ class _CellRun:
         self.fault_figures: dict | None = None  # what the cell stores of them (_finish_faults)
         self.fault_intervals: list[dict] = []  # a faulted cell's intervals with their histograms
         self.broker_grant: priority.BrokerGrant | None = None  # a local broker at real-time priority for the cell
+        self.normal_why: str | None = None  # why the cell's processes run at normal priority (priority.decide)
 
     # -- lifecycle ---------------------------------------------------------------------------
     def run(self) -> CellOutcome:
@@ -327,6 +328,7 @@ class _CellRun:
             self._send_probe()
         producer_rate = None if cell["rate"] == "max" else cell["rate"] / cell["producers"]
         limit = None if cell["messages"] is None else math.ceil(cell["messages"] / cell["producers"])
+        self.broker_grant, self.normal_why = priority.decide(cell, self.endpoint)
         self._start_processes(producer_rate, limit)
         self.phases.mark("spawn")
         if self.probe is not None:
@@ -385,7 +387,6 @@ class _CellRun:
             self.timing["fault_at_ns"] = faults.first_fault_ns(cell["faults"])
         self.resources = ResourceSampler(self._process_groups())
         self.host = host.HostSampler()
-        self.broker_grant = priority.BrokerGrant(self._process_groups(("broker",))["broker"], priority.wanted(cell))
         for conn in self.conns:
             self._tell(conn, ("go", self.timing))
         self.phases.mark("go")
@@ -449,10 +450,12 @@ class _CellRun:
         endpoint = toxiproxy.client_endpoint(self.endpoint)
         for c in range(cell["consumers"]):
             assigned = [p for p in range(lanes(cell)) if p % cell["consumers"] == c]
-            self._spawn(ctx, consumer_main, ConsumerTask(cell, endpoint, self.topic, self.group, c, assigned),
+            self._spawn(ctx, consumer_main, ConsumerTask(cell, endpoint, self.topic, self.group, c, assigned,
+                                                         self.normal_why),
                         ("consumer", c))
         for p in range(cell["producers"]):
-            self._spawn(ctx, producer_main, ProducerTask(cell, endpoint, self.topic, p, producer_rate, limit),
+            self._spawn(ctx, producer_main, ProducerTask(cell, endpoint, self.topic, p, producer_rate, limit,
+                                                         self.normal_why),
                         ("producer", p))
         self.aggregator = IntervalAggregator(list(self.conns))
 

@@ -69,6 +69,7 @@ class ConsumerTask:
     group: str
     consumer_id: int
     partitions: list[int]
+    normal_why: str | None = None  # why it runs at normal priority (priority.decide); None: real-time
 
 
 class ShapeFigures:
@@ -224,7 +225,7 @@ class _Forwarder:
 def _run(conn, task: ConsumerTask) -> None:
     began_ns = time.monotonic_ns()  # the interpreter is up and this module imported (the parent logs the phases)
     cell = task.cell
-    grant = priority.Grant(priority.wanted(cell))  # before any thread exists: they inherit it
+    grant = priority.Grant(task.normal_why)  # before any thread exists: they inherit it
     decode = get_codec(cell["format"]).decode
     driver = get_driver(cell["broker"], task.endpoint, cell["client"])
     consumer = driver.consumer(task.topic, task.group, task.partitions)

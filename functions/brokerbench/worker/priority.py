@@ -55,6 +55,41 @@ def wanted(cell: dict, environ=os.environ) -> str | None:
     return None
 
 
+SHARED_UNKNOWN = "the broker shares this host and its processes are not known"
+LOCAL_ADDRESSES = ("127.", "localhost", "::1", "0.0.0.0")
+
+
+def on_this_host(endpoint: dict) -> bool:
+    """Whether a target's endpoint names a loopback address anywhere (a host, a bootstrap list, a URL, a node's)."""
+    def strings(value):
+        if isinstance(value, str):
+            yield value
+        elif isinstance(value, dict):
+            for item in value.values():
+                yield from strings(item)
+        elif isinstance(value, (list, tuple)):
+            for item in value:
+                yield from strings(item)
+    return any(address in text for text in strings(endpoint) for address in LOCAL_ADDRESSES)
+
+
+def decide(cell: dict, endpoint: dict, environ=os.environ) -> tuple["BrokerGrant", str | None]:
+    """The broker's grant for the cell and why its processes run at normal priority (None: real-time). The cell's
+    processes take real-time priority only beside a broker that has it too, or one on another host: a real-time
+    client that wakes takes the core from a broker of the fair scheduler on its host, mid-reply (a Redis that wrote a
+    delivery to its real-time consumer wrote the producer's reply only once the consumer had blocked again: publish
+    p50 523 µs against an end-to-end p50 of 252 µs at 100 msgs/s, where they agree within µs)."""
+    why = wanted(cell, environ)
+    pids = list(endpoint.get("pids") or [])
+    grant = BrokerGrant(pids, why)
+    if why is None and grant.policy != REALTIME:
+        if pids:
+            why = grant.why_normal  # not permitted here: the processes would not be either
+        elif on_this_host(endpoint):
+            why = grant.why_normal = SHARED_UNKNOWN
+    return grant, why
+
+
 def _threads(pid: int) -> list[int]:
     try:
         return [int(tid) for tid in os.listdir(f"/proc/{pid}/task")]

@@ -48,6 +48,7 @@ class ProducerTask:
     producer_id: int
     rate: float | None  # this producer's msgs/s (its baseline, with bursts), None = unthrottled
     message_limit: int | None  # measured messages for this producer, None = run by time
+    normal_why: str | None = None  # why it runs at normal priority (priority.decide); None: real-time
 
 
 def producer_main(conn, task: ProducerTask) -> None:
@@ -57,7 +58,7 @@ def producer_main(conn, task: ProducerTask) -> None:
 def _run(conn, task: ProducerTask) -> None:
     began_ns = time.monotonic_ns()  # the interpreter is up and this module imported (the parent logs the phases)
     cell = task.cell
-    grant = priority.Grant(priority.wanted(cell))  # before any thread exists: they inherit it
+    grant = priority.Grant(task.normal_why)  # before any thread exists: they inherit it
     codec = get_codec(cell["format"])
     pool = payload_pool(cell["format"], cell["size_basis"], cell["size_bytes"], pool_size_for(cell))
     driver = get_driver(cell["broker"], task.endpoint, cell["client"])

@@ -61,10 +61,7 @@ QUIET_OTHERS_PCT = 5.0  # a cell is on a quiet host when no other process used m
 def set_way(way: str, endpoint: dict, client: redis.Redis) -> dict:
     """The endpoint the cells of `way` run with, and Redis (and the worker's priority switch) set for it."""
     client.config_set("auto-aof-rewrite-percentage", 100 if way == "auto" else 0)
-    if way == "normal":
-        os.environ[priority.SWITCH] = "0"
-    else:
-        os.environ.pop(priority.SWITCH, None)
+    os.environ[priority.SWITCH] = "1" if way == "realtime" else "0"
     if way == "auto":
         return {k: v for k, v in endpoint.items() if k != "aof_rewrite"}
     return {**endpoint, "aof_rewrite": "between_cells"}

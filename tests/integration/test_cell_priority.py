@@ -50,7 +50,8 @@ def named(prefix: str) -> list[int]:
 
 
 @pytest.mark.skipif(not realtime_permitted(), reason="the host does not permit SCHED_FIFO (no CAP_SYS_NICE)")
-def test_a_rated_cell_and_its_local_broker_run_at_real_time_priority(stack, endpoints, tmp_path):
+def test_a_rated_cell_and_its_local_broker_run_at_real_time_priority(stack, endpoints, tmp_path, monkeypatch):
+    monkeypatch.setenv(priority.SWITCH, "1")
     redis_pid = stack.status()["redis"]["pids"][0]
     assert set(thread_policies(redis_pid).values()) == {(SCHED_OTHER, 0)}
     seen: dict[str, set] = {"producer": set(), "consumer": set(), "redis": set()}

@@ -20,12 +20,13 @@ needs_permission = pytest.mark.skipif(not realtime_permitted(),
                                       reason="the host does not permit SCHED_FIFO (no CAP_SYS_NICE)")
 
 
-def test_wanted_for_rated_cells_unless_turned_off():
-    assert priority.wanted({"rate": 1000}, {}) is None
-    assert priority.wanted({"rate": "max"}, {}) == "a max-rate cell"
+def test_wanted_for_rated_cells_once_turned_on():
+    on = {priority.SWITCH: "1"}
+    assert priority.wanted({"rate": 1000}, on) is None
+    assert priority.wanted({"rate": "max"}, on) == "a max-rate cell"
+    assert priority.wanted({"rate": 1000}, {}) == f"{priority.SWITCH} not set"
     for off in ("0", "false", "No", "off "):
         assert priority.wanted({"rate": 1000}, {priority.SWITCH: off}) == f"{priority.SWITCH}={off}"
-    assert priority.wanted({"rate": 1000}, {priority.SWITCH: "1"}) is None
 
 
 def test_a_grant_told_not_to_changes_nothing():
@@ -170,14 +171,15 @@ def test_the_cells_processes_take_it_only_beside_a_broker_that_has_it_or_one_els
     local_unknown = {"host": "127.0.0.1", "port": 6379}
     assert priority.on_this_host({"nodes": [{"host": "localhost"}]}) and priority.on_this_host(local_unknown)
     assert not priority.on_this_host(remote)
-    grant, why = priority.decide({"rate": 1000}, remote, {})
+    on = {priority.SWITCH: "1"}
+    grant, why = priority.decide({"rate": 1000}, remote, on)
     assert why is None and grant.why_normal == "no local broker"  # the broker is on another host: nothing to share
-    grant, why = priority.decide({"rate": 1000}, local_unknown, {})
+    grant, why = priority.decide({"rate": 1000}, local_unknown, on)
     assert why == priority.SHARED_UNKNOWN == grant.why_normal  # a client that would preempt its broker: not raised
-    grant, why = priority.decide({"rate": "max"}, {**local_unknown, "pids": [broker.pid]}, {})
+    grant, why = priority.decide({"rate": "max"}, {**local_unknown, "pids": [broker.pid]}, on)
     assert why == "a max-rate cell" and grant.policy == "normal"
     if realtime_permitted():
-        grant, why = priority.decide({"rate": 1000}, {**local_unknown, "pids": [broker.pid]}, {})
+        grant, why = priority.decide({"rate": 1000}, {**local_unknown, "pids": [broker.pid]}, on)
         try:
             assert why is None and grant.policy == "realtime"
             assert set(thread_policies(broker.pid).values()) == {(SCHED_FIFO, priority.LEVEL)}

@@ -27,8 +27,10 @@ What a broker starts during the cell (Redis's rewrite of its append-only file) b
 What each cell ran at is stored with it (CellCompleted `priority`): its processes' policy, the broker's, and every
 drop with its time from the measured start. Where the host does not permit it (no CAP_SYS_NICE: an unprivileged
 user, AWS Lambda) the cell says so and runs as before, its send thread at nice -10 where that is permitted.
-BROKERBENCH_REALTIME=0 in the worker's environment leaves every cell at normal priority (to measure what it
-changes, or on a host shared with work that must not wait).
+It is off unless BROKERBENCH_REALTIME=1 is in the worker's environment: a rated cell whose processes keep both cores
+busy without running 50 ms at a stretch is not put back yet, and beside other work (parallel tests: a 3-node NATS
+whose servers did not answer a probe, a Pulsar cell that failed, a capped producer read as client-bound) real-time
+cells starved it.
 """
 
 from __future__ import annotations
@@ -47,9 +49,12 @@ REALTIME, NORMAL = "realtime", "normal"
 
 
 def wanted(cell: dict, environ=os.environ) -> str | None:
-    """Why `cell` runs at normal priority (None: it asks for real-time): max-rate cells and a worker told not to."""
-    if environ.get(SWITCH, "1").strip().lower() in ("0", "false", "no", "off"):
-        return f"{SWITCH}={environ[SWITCH]}"
+    """Why `cell` runs at normal priority (None: it asks for real-time): a worker not told to (BROKERBENCH_REALTIME=1
+    turns it on: until a rated cell that keeps both cores busy is put back too, real-time cells beside other work can
+    starve it, as parallel tests showed) and max-rate cells."""
+    value = environ.get(SWITCH, "").strip().lower()
+    if value not in ("1", "true", "yes", "on"):
+        return f"{SWITCH}={environ[SWITCH]}" if value else f"{SWITCH} not set"
     if cell.get("rate") == "max":
         return "a max-rate cell"
     return None

@@ -33,6 +33,12 @@ CORE_SERVICES = ["kafka", "redis", "dynamodb"]
 # `make run` and users' runs keep the JVM's default (C2) compiler, whose steady state is what a benchmark measures.
 TEST_JVM_OPTIONS = "-XX:TieredStopAtLevel=1"
 os.environ.setdefault("JDK_JAVA_OPTIONS", TEST_JVM_OPTIONS)
+# A rated cell takes real-time priority by default (worker/priority.py), put back by its guard after an interval
+# in which the cell or the host was busy. The test session's three workers share 2 cores by construction, and a
+# test's truths hold to the microsecond (a Toxiproxy delay, a quota's cap): a neighbour's real-time cell would take
+# a core from them for up to the second before its guard looks. So the session's cells run at normal priority
+# (BROKERBENCH_REALTIME=0, inherited by every process it starts); tests of the priority itself turn it on.
+os.environ.setdefault("BROKERBENCH_REALTIME", "0")
 # The modules that start Pulsar or ZooKeeper-mode Kafka (extra_brokers), sorted one after another: in one process
 # (or on one worker) a broker one of them started serves the next.
 EXTRA_BROKER_MODULES = {"test_pulsar.py", "test_study_run.py", "test_loopback.py", "test_kafka_zookeeper.py",

@@ -20,13 +20,28 @@ needs_permission = pytest.mark.skipif(not realtime_permitted(),
                                       reason="the host does not permit SCHED_FIFO (no CAP_SYS_NICE)")
 
 
-def test_wanted_for_rated_cells_once_turned_on():
-    on = {priority.SWITCH: "1"}
-    assert priority.wanted({"rate": 1000}, on) is None
-    assert priority.wanted({"rate": "max"}, on) == "a max-rate cell"
-    assert priority.wanted({"rate": 1000}, {}) == f"{priority.SWITCH} not set"
+def test_wanted_for_rated_cells_unless_turned_off():
+    for on in ({}, {priority.SWITCH: "1"}, {priority.SWITCH: ""}):
+        assert priority.wanted({"rate": 1000}, on) is None
+        assert priority.wanted({"rate": "max"}, on) == "a max-rate cell"
     for off in ("0", "false", "No", "off "):
         assert priority.wanted({"rate": 1000}, {priority.SWITCH: off}) == f"{priority.SWITCH}={off}"
+
+
+def test_the_guard_puts_a_cell_back_when_it_or_the_host_is_busy():
+    quiet = {"cpu_pct": 30.0, "cpus": 2}
+    assert priority.guard([], 60.0, quiet, 2) is None  # a quick-suite cell: 30% of 2 cores, the host 30% busy
+    assert priority.guard([], None, None, 2) is None  # nothing read yet: no reason
+    # a process that went back on its own takes the rest with it
+    assert priority.guard(["consumer-0"], 10.0, quiet, 2) == "consumer-0 went back to normal priority"
+    # the cell's processes with the broker beyond their share: 160% of one core is 80% of 2 cores
+    assert priority.guard([], 160.0, quiet, 2) == (
+        "the cell's processes and the broker used 80% of the host's CPU over an interval (more than 75%)")
+    assert priority.guard([], 140.0, quiet, 2) is None  # 70%: a Kafka cell's JIT on a fresh broker reached 58%
+    assert priority.guard([], 160.0, quiet, 4) is None  # 40% of 4 cores
+    # the host busy with anyone's work: another run's real-time cell, a build
+    assert priority.guard([], 40.0, {"cpu_pct": 95.0, "cpus": 2}, 2) == (
+        "the host's CPUs were 95% busy over an interval (more than 90%)")
 
 
 def test_a_grant_told_not_to_changes_nothing():
@@ -115,6 +130,18 @@ def broker():
     yield process
     process.kill()
     process.wait()
+
+
+@needs_permission
+def test_a_supervisor_puts_back_every_thread_of_another_process(broker):
+    grant = priority.BrokerGrant([broker.pid], None)  # every thread raised, as a cell's process raises its own
+    try:
+        assert set(thread_policies(broker.pid).values()) == {(SCHED_FIFO, priority.LEVEL)}
+        assert priority.drop_process(broker.pid) is True
+        assert set(thread_policies(broker.pid).values()) == {(SCHED_OTHER, 0)}
+        assert priority.drop_process(broker.pid) is False  # nothing left to put back
+    finally:
+        grant.restore()
 
 
 @needs_permission

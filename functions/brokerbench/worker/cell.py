@@ -308,6 +308,7 @@ class _CellRun:
         self.fault_intervals: list[dict] = []  # a faulted cell's intervals with their histograms
         self.broker_grant: priority.BrokerGrant | None = None  # a local broker at real-time priority for the cell
         self.normal_why: str | None = None  # why the cell's processes run at normal priority (priority.decide)
+        self.priority_dropped: tuple[int, str, list[str]] | None = None  # (ns, why, processes put back): the guard's
 
     # -- lifecycle ---------------------------------------------------------------------------
     def run(self) -> CellOutcome:
@@ -746,8 +747,8 @@ class _CellRun:
         used = self.resources.sample() if self.resources else {}
         if used:
             self.resource_samples.append(used)
-        self._guard_broker(used)
         machine = self.host.sample() if self.host else None
+        self._guard_priority(used, machine)
         events = []
         for data in merged:
             data = {"cell_id": self.cell["cell_id"], "attempt": self.attempt, **data, "backlog": backlog}
@@ -762,19 +763,26 @@ class _CellRun:
                                      interval=data["interval"], attempt=self.attempt))
         self.store.append(events)
 
-    def _guard_broker(self, used: dict) -> None:
-        """The broker back to the fair scheduler once a process of the cell went back (it ran priority.RUN_LIMIT_US
-        without blocking: the cell's load is beyond the host), or when the broker itself took more than
-        priority.BROKER_BUSY_PCT of the host's CPU over the interval. Looked at with each interval write."""
+    def _guard_priority(self, used: dict, machine: dict | None) -> None:
+        """The cell's processes and the broker back to the fair scheduler together, for the rest of the cell, when
+        priority.guard says so after an interval (a process went back on its own, the cell took more than its share
+        of the host, or the host's CPUs were busy). Looked at with each interval write."""
         grant = self.broker_grant
-        if grant is None or grant.policy != priority.REALTIME or grant.dropped is not None:
+        broker_raised = grant is not None and grant.policy == priority.REALTIME and grant.dropped is None
+        if self.priority_dropped is not None or (self.normal_why is not None and not broker_raised):
             return
         back = [p.name for p in self.processes if priority.policy_of(p.pid) == priority.NORMAL]
-        busy = (used.get("broker") or {}).get("cpu_pct")
-        if back:
-            grant.drop(f"{back[0]} went back to normal priority")
-        elif busy is not None and busy > priority.BROKER_BUSY_PCT * (os.cpu_count() or 1):
-            grant.drop(f"the broker used {busy:.0f}% of a core over an interval")
+        cpu = [(used.get(group) or {}).get("cpu_pct") for group in ("workers", "broker")]
+        cell_cpu = None if cpu[0] is None else cpu[0] + (cpu[1] or 0.0)
+        why = priority.guard(back if self.normal_why is None else [], cell_cpu, machine,
+                             (machine or {}).get("cpus") or os.cpu_count() or 1)
+        if why is None:
+            return
+        at = time.monotonic_ns()
+        dropped = [p.name for p in self.processes if priority.drop_process(p.pid)]
+        self.priority_dropped = (at, why, dropped)
+        if broker_raised:
+            grant.drop(why)
 
     def _priority(self, producers: list[dict], consumers: list[dict]) -> dict:
         """What the cell's processes and the broker ran at (priority.Grant's records, the broker's grant), with each
@@ -788,9 +796,13 @@ class _CellRun:
         dropped = [{"process": name, "at_s": round((r["dropped_ns"] - start) / SECOND_NS, 3),
                     "why": f"ran {priority.RUN_LIMIT_US // 1000} ms without blocking"}
                    for name, r in sorted(records.items()) if r.get("dropped_ns") is not None]
+        if self.priority_dropped is not None:  # the supervisor's guard put back those still at real-time priority
+            at, reason, names = self.priority_dropped
+            dropped += [{"process": name, "at_s": round((at - start) / SECOND_NS, 3), "why": reason}
+                        for name in sorted(names) if records.get(name, {}).get("dropped_ns") is None]
         why = sorted({r["why_normal"] for r in records.values() if r.get("why_normal")})
         broker = grant.policy if grant is not None else priority.NORMAL
-        if grant is not None and grant.why_normal:
+        if grant is not None and grant.why_normal and grant.why_normal not in why:  # the switch: said once
             why = sorted({*why, f"broker: {grant.why_normal}"})
         if grant is not None and grant.dropped is not None:
             dropped.append({"process": "broker", "at_s": round((grant.dropped[0] - start) / SECOND_NS, 3),

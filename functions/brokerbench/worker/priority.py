@@ -14,23 +14,29 @@ scheduling priority"): end-to-end p99 276-1,563 µs with the send thread at nice
 
 SCHED_FIFO at LEVEL: a task of the cell that wakes runs at once on a core no other real-time task holds, ahead of
 every task of the fair scheduler. Low among real-time levels (1-99), so the kernel's own real-time threads keep
-theirs above. Two things keep it from taking the host from everything else:
+theirs above. Three things keep it from taking the host from everything else:
 - The kernel's own limit: tasks of the fair scheduler get at least 5% of each CPU whatever real-time tasks do (its
   fair server, Linux 6.12 and later; real-time throttling, sched_rt_runtime_us 950000 of 1000000, before that).
 - A cell's process that runs RUN_LIMIT_US without blocking is no longer waiting for its messages: it is the load
   (a rate beyond what the host can send or read). The kernel signals it then (RLIMIT_RTTIME, SIGXCPU), and the
-  process puts all its threads back to the fair scheduler (`Grant`), noting when. The supervisor puts the broker
-  back then too, and when the broker alone takes more than BROKER_BUSY_PCT of the host over an interval
-  (`BrokerGrant`). A max-rate cell sends as fast as it can from the start: it runs as before, at normal priority.
+  process puts all its threads back to the fair scheduler (`Grant`), noting when.
+- A cell that keeps the host's cores busy while blocking often (never 50 ms at a stretch, so the kernel never
+  signals it) is put back by its supervisor, which looks at each interval write (about once a second, `guard`):
+  every process of the cell and the broker go back to the fair scheduler together (`drop_process`,
+  `BrokerGrant.drop`) when the cell's processes with the broker took more than CELL_SHARE_PCT of the host's CPU
+  over the interval, when the host's CPUs were busier than HOST_BUSY_PCT (other work, or another run's real-time
+  cell beside this one), or when one of the cell's processes went back on its own. Together: a client at real
+  time beside a broker of the fair scheduler would take the core from the broker mid-reply (`decide`).
+A max-rate cell sends as fast as it can from the start: it runs as before, at normal priority.
 What a broker starts during the cell (Redis's rewrite of its append-only file) begins in the fair scheduler.
 
 What each cell ran at is stored with it (CellCompleted `priority`): its processes' policy, the broker's, and every
-drop with its time from the measured start. Where the host does not permit it (no CAP_SYS_NICE: an unprivileged
-user, AWS Lambda) the cell says so and runs as before, its send thread at nice -10 where that is permitted.
-It is off unless BROKERBENCH_REALTIME=1 is in the worker's environment: a rated cell whose processes keep both cores
-busy without running 50 ms at a stretch is not put back yet, and beside other work (parallel tests: a 3-node NATS
-whose servers did not answer a probe, a Pulsar cell that failed, a capped producer read as client-bound) real-time
-cells starved it.
+drop with its time from the measured start and why. Where the host does not permit it (no CAP_SYS_NICE: an
+unprivileged user, AWS Lambda) the cell says so and runs as before, its send thread at nice -10 where that is
+permitted. BROKERBENCH_REALTIME=0 in the worker's environment turns it off: the test session does (its three
+workers share 2 cores by construction, and a cell's truths there hold to the microsecond, where a neighbour's
+real-time cell would take a core for up to the second before its guard looks), and so may a host whose other work
+must never wait.
 """
 
 from __future__ import annotations
@@ -43,20 +49,36 @@ import time
 
 LEVEL = 10
 RUN_LIMIT_US = 50_000  # a process of the cell that runs this long without blocking is the load, not its client
-BROKER_BUSY_PCT = 75.0  # the broker's CPU over an interval, as a share of the host's, beyond which it goes back
+CELL_SHARE_PCT = 75.0  # the cell's processes and the broker over an interval, in % of the host's CPU: beyond, all go back
+HOST_BUSY_PCT = 90.0  # the host's CPUs busy over an interval (anyone's work), in %: beyond, all go back
 SWITCH = "BROKERBENCH_REALTIME"
 REALTIME, NORMAL = "realtime", "normal"
 
 
 def wanted(cell: dict, environ=os.environ) -> str | None:
-    """Why `cell` runs at normal priority (None: it asks for real-time): a worker not told to (BROKERBENCH_REALTIME=1
-    turns it on: until a rated cell that keeps both cores busy is put back too, real-time cells beside other work can
-    starve it, as parallel tests showed) and max-rate cells."""
+    """Why `cell` runs at normal priority (None: it asks for real-time): a worker told not to (BROKERBENCH_REALTIME=0,
+    "false", "no" or "off") and max-rate cells."""
     value = environ.get(SWITCH, "").strip().lower()
-    if value not in ("1", "true", "yes", "on"):
-        return f"{SWITCH}={environ[SWITCH]}" if value else f"{SWITCH} not set"
+    if value in ("0", "false", "no", "off"):
+        return f"{SWITCH}={environ[SWITCH]}"
     if cell.get("rate") == "max":
         return "a max-rate cell"
+    return None
+
+
+def guard(back: list[str], cell_cpu_pct: float | None, host: dict | None, cpus: int) -> str | None:
+    """Why a real-time cell goes back to the fair scheduler after an interval (None: it stays): `back`, its processes
+    already back on their own (RUN_LIMIT_US); `cell_cpu_pct`, its processes' and the broker's CPU over the interval
+    in % of one core (worker.resources); `host`, the host's figures over it (brokerbench.host: `cpu_pct` of all
+    CPUs)."""
+    if back:
+        return f"{back[0]} went back to normal priority"
+    if cell_cpu_pct is not None and cell_cpu_pct > CELL_SHARE_PCT * cpus:
+        return (f"the cell's processes and the broker used {cell_cpu_pct / cpus:.0f}% of the host's CPU over an "
+                f"interval (more than {CELL_SHARE_PCT:.0f}%)")
+    busy = (host or {}).get("cpu_pct")
+    if busy is not None and busy > HOST_BUSY_PCT:
+        return f"the host's CPUs were {busy:.0f}% busy over an interval (more than {HOST_BUSY_PCT:.0f}%)"
     return None
 
 
@@ -110,6 +132,23 @@ def _set(tid: int, realtime: bool, reset_on_fork: bool = False) -> None:
         os.sched_setscheduler(tid, flags, os.sched_param(LEVEL))
     else:
         os.sched_setscheduler(tid, os.SCHED_OTHER, os.sched_param(0))
+
+
+def drop_process(pid: int) -> bool:
+    """Every thread of another process back to the fair scheduler (a supervisor's `guard`); scanned again while a
+    thread is found at real-time priority, which a thread started during the scan inherits. Whether any was."""
+    found = False
+    for _ in range(5):
+        raised = [tid for tid in _threads(pid) if policy_of(tid) == REALTIME]
+        if not raised:
+            break
+        found = True
+        for tid in raised:
+            try:
+                _set(tid, False)
+            except OSError:  # a thread that has just ended
+                pass
+    return found
 
 
 def policy_of(pid: int) -> str | None:

@@ -838,6 +838,13 @@ def _broker_share(d: dict, noise: dict, broker: str) -> str:
     return _share(sum(t for t, _ in told), sum(n for _, n in told))
 
 
+def _first_night(d: dict) -> dict:
+    """The steps on a schedule's first night (a single run before them) and the share told of all the others."""
+    told, trials = d["by_start"].get("1", [0, 0])
+    return {"first_night": f"{told} of {trials} told",
+            "without_first": _share(d["told"] - told, d["trials"] - trials)}
+
+
 def _brokers(noise: dict) -> list[str]:
     return sorted({c["cell"].split()[0] for c in noise["configurations"].values()})
 
@@ -929,6 +936,7 @@ def aa_schedule(results: dict) -> dict:
         "p99_told": _share(sim["detection"]["p99"]["told"], sim["detection"]["p99"]["trials"]),
         "kafka_told": _broker_share(sim["detection"]["p99"], noise, "kafka"),
         "redis_told": _broker_share(sim["detection"]["p99"], noise, "redis-streams"),
+        **_first_night(sim["detection"]["p99"]),
         "false_sim": _share(sim["false_alerts"]["nights_with_an_alert"], sim["false_alerts"]["nights"]),
         "best_sized": _best_sized(sim),
         "run_wall": f"{noise['run_wall_s']:.0f} s" if "run_wall_s" in noise else "–",
@@ -1368,6 +1376,29 @@ def redis_priority(results: dict) -> dict:
                                 for way, d in delays.items() if d)}
 
 
+def realtime_guard(results: dict) -> dict:
+    rg = results["realtime_guard"]
+    pct = lambda v: "–" if v is None else f"{v:.0f}%"  # noqa: E731
+    rows = []
+    for n, run in enumerate(rg["runs"], 1):
+        cells = run["cells"]
+        first = [c for c in cells if n == 1 and c["cell"].startswith("kafka.") and c["cell"].endswith(".r0")]
+        rest = [c for c in cells if c not in first]
+        top = lambda kept, key: max((c[key] for c in kept if c[key] is not None), default=None)  # noqa: E731
+        dropped = [c for c in cells if (c.get("priority") or {}).get("dropped")]
+        rows.append([f"{n} ({run['run_id']})", len(cells),
+                     sum((c.get("priority") or {}).get("workers") == "realtime" for c in cells),
+                     len(dropped), pct(top(first, "share_max_pct")), pct(top(rest, "share_max_pct")),
+                     pct(top(cells, "host_busy_max_pct"))])
+    t = rg["thresholds"]
+    return {"when": rg["measured_at"][:16].replace("T", " "), "code": rg["code"], "runs": len(rg["runs"]),
+            "load": " → ".join(f"{v:.1f}" for v in rg["load_average_1"]),
+            "cell_share": f"{t['cell_share_pct']:g}", "host_busy": f"{t['host_busy_pct']:g}",
+            "table": table(["run", "cells", "at real-time priority", "put back",
+                            "cell's share, the first run's first Kafka cells (max over intervals)",
+                            "cell's share, the other cells", "host's CPUs busy (max)"], rows)}
+
+
 # ---- the page -------------------------------------------------------------------------------------------------------
 
 SECTIONS = {"intro": None, "harness": harness, "broker_tools": broker_tools, "cell_overhead": cell_overhead,
@@ -1376,7 +1407,8 @@ SECTIONS = {"intro": None, "harness": harness, "broker_tools": broker_tools, "ce
             "api_load": api_load,
             "false_claims": false_claims, "aa_regression": aa_regression, "aa_schedule": aa_schedule,
             "latency_truth": latency_truth, "stamp_lag": stamp_lag, "interval_close": interval_close,
-            "redis_tail": redis_tail, "redis_priority": redis_priority, "startup": startup,
+            "redis_tail": redis_tail, "redis_priority": redis_priority, "realtime_guard": realtime_guard,
+            "startup": startup,
             "first_touch": first_touch}
 
 

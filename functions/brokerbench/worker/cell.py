@@ -767,22 +767,18 @@ class _CellRun:
         """The cell's processes and the broker back to the fair scheduler together, for the rest of the cell, when
         priority.guard says so after an interval (a process went back on its own, the cell took more than its share
         of the host, or the host's CPUs were busy). Looked at with each interval write."""
-        grant = self.broker_grant
-        broker_raised = grant is not None and grant.policy == priority.REALTIME and grant.dropped is None
-        if self.priority_dropped is not None or (self.normal_why is not None and not broker_raised):
+        if self.priority_dropped is not None or self.normal_why is not None:  # a raised broker: only beside them
             return
         back = [p.name for p in self.processes if priority.policy_of(p.pid) == priority.NORMAL]
         cpu = [(used.get(group) or {}).get("cpu_pct") for group in ("workers", "broker")]
         cell_cpu = None if cpu[0] is None else cpu[0] + (cpu[1] or 0.0)
-        why = priority.guard(back if self.normal_why is None else [], cell_cpu, machine,
-                             (machine or {}).get("cpus") or os.cpu_count() or 1)
+        why = priority.guard(back, cell_cpu, machine, (machine or {}).get("cpus") or os.cpu_count() or 1)
         if why is None:
             return
         at = time.monotonic_ns()
-        dropped = [p.name for p in self.processes if priority.drop_process(p.pid)]
-        self.priority_dropped = (at, why, dropped)
-        if broker_raised:
-            grant.drop(why)
+        self.priority_dropped = (at, why, [p.name for p in self.processes if priority.drop_process(p.pid)])
+        if self.broker_grant is not None:
+            self.broker_grant.drop(why)  # once, and only where it was raised
 
     def _priority(self, producers: list[dict], consumers: list[dict]) -> dict:
         """What the cell's processes and the broker ran at (priority.Grant's records, the broker's grant), with each

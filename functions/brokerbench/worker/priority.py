@@ -206,11 +206,7 @@ class Grant:
             if self.dropped_ns is not None or self.policy != REALTIME:
                 return
             self.dropped_ns = time.monotonic_ns()
-        for tid in _threads(os.getpid()):
-            try:
-                _set(tid, False)
-            except OSError:  # a thread that has just ended
-                pass
+        drop_process(os.getpid())
 
     def record(self) -> dict:
         """What this process ran at, for its "done" report."""

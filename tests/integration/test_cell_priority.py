@@ -133,10 +133,12 @@ def test_a_cell_beyond_its_share_of_the_host_goes_back_whole(stack, endpoints, t
     assert (found["workers"], found["broker"]) == ("realtime", "realtime"), found  # what they were granted
     drops = {d["process"]: d for d in found["dropped"]}
     assert set(drops) == {"producer-0", "consumer-0", "broker"}, found
-    assert len({(d["at_s"], d["why"]) for d in drops.values()}) == 1, found  # together, for one reason
+    assert len({d["why"] for d in drops.values()}) == 1, found  # together, for one reason
+    # the processes at one moment, the broker once they were back (its grant notes its own)
+    assert drops["producer-0"]["at_s"] == drops["consumer-0"]["at_s"] <= drops["broker"]["at_s"], found
     why, at_s = drops["broker"]["why"], drops["broker"]["at_s"]
     assert why.startswith("the cell's processes and the broker used ") and "more than 0%" in why, why
-    assert at_s is not None and at_s < 2.5, found  # at an interval write well before the 3 s cell's end
+    assert at_s is not None and at_s < 3, found  # at an interval write within the 3 s cell (its first, unless late)
     # the share it names is one the cell stored: an interval's workers and broker CPU, over the host's CPUs
     shares = {round(((e["data"]["resources"]["workers"]["cpu_pct"] + e["data"]["resources"]["broker"]["cpu_pct"])
                      / e["data"]["host"]["cpus"])) for e in events if e["type"] == "IntervalMeasured"}

@@ -25,7 +25,7 @@ def _ready_then_wait(conn, task) -> None:
 
 def _ready_then_fail(conn, task) -> None:
     """A producer that says it is ready and then fails (a client's error) before "go": serve reports it and exits."""
-    def body():
+    def body(_grant):
         conn.send(("ready", {}))
         raise RuntimeError("the client gave up")
     processes.serve("producer", 0, conn, body)

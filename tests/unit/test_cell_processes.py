@@ -64,7 +64,7 @@ WORKER = textwrap.dedent("""
     from brokerbench.worker import processes
 
     def body(conn, task):
-        processes.serve("producer", 0, conn, lambda: time.sleep(120))
+        processes.serve("producer", 0, conn, lambda _grant: time.sleep(120))
 
     if __name__ == "__main__":
         ctx = processes.context([])

@@ -106,6 +106,61 @@ def test_a_grant_holds_while_the_process_blocks_and_drops_once_it_runs_without_b
         child.wait()
 
 
+SERVED = textwrap.dedent("""
+    import json, multiprocessing, sys, threading, time
+    sys.path.insert(0, {functions!r})
+    from brokerbench.worker import processes
+    def body(grant):
+        tids = []
+        def sleeper():
+            tids.append(threading.get_native_id())
+            time.sleep(30)
+        threading.Thread(target=sleeper, daemon=True).start()
+        while not tids:
+            time.sleep(0.001)
+        print(json.dumps({{"record": grant.record(), "thread": tids[0]}}), flush=True)
+        sys.stdin.readline()
+    ours, theirs = multiprocessing.Pipe()
+    processes.serve("producer", 3, ours, body, {why!r})
+""")
+
+
+def served(why: str | None) -> tuple[subprocess.Popen, dict]:
+    child = subprocess.Popen([sys.executable, "-c", SERVED.format(functions=FUNCTIONS, why=why)],
+                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    return child, __import__("json").loads(child.stdout.readline())
+
+
+def thread_names(pid: int) -> set[str]:
+    return {Path(f"/proc/{pid}/task/{tid}/comm").read_text().strip() for tid in os.listdir(f"/proc/{pid}/task")}
+
+
+@needs_permission
+def test_a_served_process_has_its_priority_before_its_name_on_every_thread():
+    """processes.serve makes the grant first and names the process after: every thread bears the cell's name, the
+    grant's watcher (started before the name) among them, and every thread is at the cell's priority, one started by
+    the body too. What a person's top or a test finds by that name runs at the cell's priority."""
+    child, report = served(None)
+    try:
+        assert report["record"] == {"policy": "realtime"}
+        threads = thread_policies(child.pid)
+        assert len(threads) == 3, threads  # the main thread, the grant's watcher and the body's sleeper
+        assert thread_names(child.pid) == {"bb-producer-3"}
+        assert threads[child.pid] == threads[report["thread"]] == (SCHED_FIFO, priority.LEVEL)
+        assert sorted(set(threads.values())) == [(SCHED_FIFO, priority.LEVEL), (SCHED_FIFO, priority.LEVEL + 1)]
+    finally:
+        child.kill()
+        child.wait()
+    child, report = served("a max-rate cell")  # at normal priority: named all the same, nothing raised
+    try:
+        assert report["record"] == {"policy": "normal", "why_normal": "a max-rate cell"}
+        assert thread_names(child.pid) == {"bb-producer-3"}
+        assert set(thread_policies(child.pid).values()) == {(SCHED_OTHER, 0)}
+    finally:
+        child.kill()
+        child.wait()
+
+
 BROKER = textwrap.dedent("""
     import os, sys, threading, time
     for _ in range(3):

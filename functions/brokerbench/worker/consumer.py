@@ -159,7 +159,7 @@ class Accounting:
 
 
 def consumer_main(conn, task: ConsumerTask) -> None:
-    serve("consumer", task.consumer_id, conn, lambda: _run(conn, task))
+    serve("consumer", task.consumer_id, conn, lambda grant: _run(conn, task, grant), task.normal_why)
 
 
 # Received messages are processed in bulk once this many wait (or at each interval's end).
@@ -222,10 +222,9 @@ class _Forwarder:
         self._thread.join()
 
 
-def _run(conn, task: ConsumerTask) -> None:
+def _run(conn, task: ConsumerTask, grant: priority.Grant) -> None:
     began_ns = time.monotonic_ns()  # the interpreter is up and this module imported (the parent logs the phases)
     cell = task.cell
-    grant = priority.Grant(task.normal_why)  # before any thread exists: they inherit it
     decode = get_codec(cell["format"]).decode
     driver = get_driver(cell["broker"], task.endpoint, cell["client"])
     consumer = driver.consumer(task.topic, task.group, task.partitions)

@@ -21,8 +21,12 @@ import multiprocessing
 import os
 import signal
 import sys
+import threading
 from collections.abc import Callable
 from multiprocessing import forkserver, spawn
+from pathlib import Path
+
+from brokerbench.worker import priority
 
 PR_SET_PDEATHSIG = 1
 PR_SET_NAME = 15
@@ -39,9 +43,17 @@ def _prctl(option: int, value) -> bool:
 
 
 def name_this_process(role: str, number: int) -> str:
-    """Name the calling process `bb-<role>-<number>` where the kernel allows it (Linux); returns the name."""
+    """Name the calling process `bb-<role>-<number>` where the kernel allows it (Linux), every thread it has so far
+    (those it starts later take the name from the thread that starts them); returns the name."""
     name = f"bb-{role}-{number}"[:COMM_BYTES]
-    _prctl(PR_SET_NAME, name.encode())  # not Linux: the name is only a label
+    if not _prctl(PR_SET_NAME, name.encode()):  # not Linux: the name is only a label
+        return name
+    for tid in os.listdir("/proc/self/task"):
+        if int(tid) != threading.get_native_id():
+            try:
+                Path(f"/proc/self/task/{tid}/comm").write_text(name)
+            except OSError:  # a thread that has just ended
+                pass
     return name
 
 
@@ -163,15 +175,18 @@ def death(role: str, number: int, pid: int | None, exitcode: int | None) -> str:
     return f"ProcessDied: {who} exited with code {exitcode} without reporting"
 
 
-def serve(role: str, number: int, conn, body: Callable[[], None]) -> None:
-    """Run `body` as a cell's producer or consumer process: Ctrl-C is the parent's to handle (it decides how a cell
-    stops), the process is named and dies with its worker, any failure is reported to the parent, and the pipe
-    is closed at the end."""
+def serve(role: str, number: int, conn, body: Callable[[priority.Grant], None], normal_why: str | None = None) -> None:
+    """Run `body` as a cell's producer or consumer process, with its priority (priority.Grant, made first thing,
+    before any thread exists: they inherit it; `normal_why`, why it runs at normal priority, None: real-time): Ctrl-C
+    is the parent's to handle (it decides how a cell stops), the process is named once it has its priority (what
+    bears a cell's name runs at the cell's), it dies with its worker, any failure is reported to the parent, and the
+    pipe is closed at the end."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    name_this_process(role, number)
-    die_with_parent()
     try:
-        body()
+        grant = priority.Grant(normal_why)
+        name_this_process(role, number)
+        die_with_parent()
+        body(grant)
     except BaseException as exc:  # every failure goes to the parent, which fails the cell
         report_failure(conn, f"{role} {number}", exc)
     finally:

@@ -52,13 +52,12 @@ class ProducerTask:
 
 
 def producer_main(conn, task: ProducerTask) -> None:
-    serve("producer", task.producer_id, conn, lambda: _run(conn, task))
+    serve("producer", task.producer_id, conn, lambda grant: _run(conn, task, grant), task.normal_why)
 
 
-def _run(conn, task: ProducerTask) -> None:
+def _run(conn, task: ProducerTask, grant: priority.Grant) -> None:
     began_ns = time.monotonic_ns()  # the interpreter is up and this module imported (the parent logs the phases)
     cell = task.cell
-    grant = priority.Grant(task.normal_why)  # before any thread exists: they inherit it
     codec = get_codec(cell["format"])
     pool = payload_pool(cell["format"], cell["size_basis"], cell["size_bytes"], pool_size_for(cell))
     driver = get_driver(cell["broker"], task.endpoint, cell["client"])

@@ -2,7 +2,9 @@
 signal, or its own reported failure), never with the pipe's error; and a cell that fails on an error nobody
 anticipated names the line of brokerbench it came through. Real processes from the worker's fork server."""
 
+import ctypes
 import inspect
+import logging
 import multiprocessing
 import os
 import signal
@@ -28,6 +30,22 @@ def _ready_then_fail(conn, task) -> None:
     def body(_grant):
         conn.send(("ready", {}))
         raise RuntimeError("the client gave up")
+    processes.serve("producer", 0, conn, body)
+
+
+def _held_in_a_call() -> None:
+    """A call that holds the GIL and does not return for a minute (libc's sleep through PyDLL, which keeps the GIL):
+    no Python thread of the process runs meanwhile, as in a client library stuck in a call. A signal ends a sleep
+    early: it is called again."""
+    libc = ctypes.PyDLL(None)
+    while True:
+        libc.sleep(60)
+
+
+def _ready_then_stuck(conn, task) -> None:
+    def body(_grant):
+        conn.send(("ready", {"stacks_fd": processes.stacks_fd()}))
+        _held_in_a_call()
     processes.serve("producer", 0, conn, body)
 
 
@@ -127,3 +145,36 @@ def test_a_cell_out_of_time_names_the_processes_it_still_waits_for():
     drain.update(consumer_1, 600, now)
     draining = run._unfinished({producer: {}, consumer_1: {}}, heard, drain)
     assert draining == "consumer-0 (last heard 95.0 s ago) not finished; draining, 600 of 1000 received"
+
+
+def test_a_process_stuck_in_a_call_says_where_when_its_cell_runs_out_of_time(caplog):
+    """A process that stopped reporting: the supervisor's log has its threads' stacks, from the process itself, down
+    to the call it is stuck in, though that call holds the GIL (processes.stacks_of, faulthandler's file)."""
+    ctx = processes.context([])
+    parent, child = ctx.Pipe()
+    process = ctx.Process(target=processes.start, args=("producer", 0, dict(os.environ), _ready_then_stuck, child,
+                                                        None), daemon=True, name="producer-0")
+    process.start()
+    child.close()
+    try:
+        kind, ready = parent.recv()
+        assert kind == "ready" and isinstance(ready["stacks_fd"], int)
+        run = cell_module._CellRun.__new__(cell_module._CellRun)
+        run.conns, run.processes, run.stacks_fds = {parent: ("producer", 0)}, [process], {parent: ready["stacks_fd"]}
+        for _ in range(20):  # until the process is in the call (it may be asked just before it)
+            caplog.clear()
+            with caplog.at_level(logging.WARNING, logger=cell_module.log.name):
+                run._log_stacks({})
+            if "_held_in_a_call" in caplog.text:
+                break
+            time.sleep(0.1)
+        (record,) = caplog.records
+        assert record.getMessage().startswith("producer-0 had not finished; its threads were at:\n"), caplog.text
+        assert "_held_in_a_call" in caplog.text and "test_cell_gone.py" in caplog.text, caplog.text
+        assert process.is_alive()  # asked, not stopped: the cell's cleanup stops it
+        run._log_stacks({parent: {}})  # a finished process is not asked
+        assert len(caplog.records) == 1
+    finally:
+        process.kill()
+        process.join(5)
+        parent.close()

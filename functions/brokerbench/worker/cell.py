@@ -283,6 +283,7 @@ class _CellRun:
         self.driver = get_driver(cell["broker"], endpoint, cell["client"])
         self.phases.mark("driver")
         self.processes: list[multiprocessing.Process] = []
+        self.stacks_fds: dict = {}  # conn -> the process's stacks file descriptor (processes.stacks_of)
         self.conns: dict = {}  # connection -> ("producer"|"consumer", id)
         self.aggregator = IntervalAggregator([])
         self.series: list[dict] = []  # per written interval, its data without histograms: the verdict's and digest's
@@ -480,6 +481,7 @@ class _CellRun:
                 kind, payload = self._recv(conn)
                 if kind == "ready":
                     ready[self.conns[conn]] = payload
+                    self.stacks_fds[conn] = payload.get("stacks_fd")
         return ready
 
     def _send_probe(self) -> None:
@@ -581,8 +583,10 @@ class _CellRun:
             if any(event.is_set() for event in self.stop):
                 raise KeyboardInterrupt
             if time.monotonic() > deadline:
+                reason = self._unfinished(done, heard, drain)
+                self._log_stacks(done)
                 raise CellError("the cell did not finish in time (a client is stuck or the broker stopped answering): "
-                                + self._unfinished(done, heard, drain))
+                                + reason)
             now = time.monotonic_ns()
             due = [at for at in (self.attach_due, self._watch_sending(now, any(c in done for c in producers)))
                    if at is not None]
@@ -650,6 +654,17 @@ class _CellRun:
                    for c, (role, number) in self.conns.items() if c not in done]
         stage = "still sending" if drain is None else f"draining, {drain.received} of {drain.expected} received"
         return f"{', '.join(waiting)} not finished; {stage}"
+
+    def _log_stacks(self, done: dict) -> None:
+        """Each unfinished process's threads' stacks, as it gives them (processes.stacks_of), into the log: where a
+        stuck client waits, or that its stacks show it working while the broker does not answer."""
+        for conn, (role, number) in self.conns.items():
+            process = next((p for p in self.processes if p.name == f"{role}-{number}"), None)
+            if conn in done or process is None or process.pid is None:
+                continue
+            stacks = processes.stacks_of(process.pid, self.stacks_fds.get(conn))
+            log.warning("%s-%d had not finished; its threads were at:\n%s", role, number,
+                        stacks or "(it did not say: gone, or without a stacks file)")
 
     def _group_backlog(self) -> int | None:
         """The broker's count of what it still holds for the cell's group (None: it cannot tell now)."""

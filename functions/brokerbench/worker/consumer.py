@@ -22,7 +22,7 @@ from ..codecs import get_codec
 from ..registry import get_driver
 from .framing import PROBE_PRODUCER, is_probe, unpack_many
 from . import priority
-from .processes import serve
+from .processes import serve, stacks_fd
 from .producer_figures import AckGap
 from .schedule import cell_schedules, shaped
 from .warmup import WINDOW_NS as WARM_WINDOW_NS
@@ -251,7 +251,7 @@ def _run(conn, task: ConsumerTask, grant: priority.Grant) -> None:
 
     gc.freeze()  # no reference cycles are made below: no collector pauses while receiving
     gc.disable()
-    conn.send(("ready", {"began_ns": began_ns}))
+    conn.send(("ready", {"began_ns": began_ns, "stacks_fd": stacks_fd()}))
     timing, early = _await_go(conn, consumer, set(task.partitions), bool(cell.get("backlog")))
     if timing is None:
         return

@@ -16,12 +16,14 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import faulthandler
 import json
 import multiprocessing
 import os
 import signal
 import sys
 import threading
+import time
 from collections.abc import Callable
 from multiprocessing import forkserver, spawn
 from pathlib import Path
@@ -124,6 +126,52 @@ def start(role: str, number: int, environ: dict, target: Callable, conn, task) -
     target(conn, task)
 
 
+STACKS_SIGNAL = signal.SIGUSR2
+_stacks: list = []  # the calling process's stacks file, kept open while it lives (dump_stacks_on_signal)
+
+
+def dump_stacks_on_signal() -> int | None:
+    """Every thread's Python stack written, on STACKS_SIGNAL, to a file in memory of the calling process
+    (faulthandler: written from the signal handler itself, so also while a thread holds the GIL in a call that does
+    not return). Its descriptor, which the parent reads through /proc (`stacks_of`); None where the platform has
+    none (memfd_create is Linux's)."""
+    try:
+        fd = os.memfd_create("bb-stacks")
+    except (AttributeError, OSError):
+        return None
+    stacks = os.fdopen(fd, "w")
+    faulthandler.register(STACKS_SIGNAL, file=stacks, all_threads=True)
+    _stacks[:] = [stacks]
+    return fd
+
+
+def stacks_of(pid: int, fd: int | None, wait_s: float = 2.0) -> str | None:
+    """What a cell's process is doing, from the process itself: its threads' stacks (dump_stacks_on_signal's file,
+    `fd` in it), asked for now and read once it stops growing. None where it cannot tell (no such file, the process
+    gone or silent)."""
+    if fd is None:
+        return None
+    path = f"/proc/{pid}/fd/{fd}"
+    try:
+        with open(path) as file:
+            before = len(file.read())
+        os.kill(pid, STACKS_SIGNAL)
+    except OSError:
+        return None
+    deadline, last = time.monotonic() + wait_s, None
+    while time.monotonic() < deadline:
+        time.sleep(0.1)
+        try:
+            with open(path) as file:
+                text = file.read()[before:]
+        except OSError:
+            return last
+        if text and text == last:
+            return text
+        last = text or None
+    return last
+
+
 def die_with_parent() -> None:
     """SIGKILL for the calling process when the worker that started it dies (Linux): the producers and consumers of
     a worker killed mid-cell (kill -9 of an EC2-kind worker) would otherwise go on sending into the broker while
@@ -175,17 +223,24 @@ def death(role: str, number: int, pid: int | None, exitcode: int | None) -> str:
     return f"ProcessDied: {who} exited with code {exitcode} without reporting"
 
 
+def stacks_fd() -> int | None:
+    """The calling process's stacks file (dump_stacks_on_signal), for its parent: None where it has none."""
+    return _stacks[0].fileno() if _stacks else None
+
+
 def serve(role: str, number: int, conn, body: Callable[[priority.Grant], None], normal_why: str | None = None) -> None:
     """Run `body` as a cell's producer or consumer process, with its priority (priority.Grant, made first thing,
     before any thread exists: they inherit it; `normal_why`, why it runs at normal priority, None: real-time): Ctrl-C
     is the parent's to handle (it decides how a cell stops), the process is named once it has its priority (what
-    bears a cell's name runs at the cell's), it dies with its worker, any failure is reported to the parent, and the
-    pipe is closed at the end."""
+    bears a cell's name runs at the cell's), it dies with its worker, it writes its threads' stacks when asked
+    (`stacks_of`: what a process that stopped reporting is doing), any failure is reported to the parent, and the pipe
+    is closed at the end."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     try:
         grant = priority.Grant(normal_why)
         name_this_process(role, number)
         die_with_parent()
+        dump_stacks_on_signal()
         body(grant)
     except BaseException as exc:  # every failure goes to the parent, which fails the cell
         report_failure(conn, f"{role} {number}", exc)

@@ -26,7 +26,7 @@ from ..spec import lanes
 from .drain import Drain
 from .framing import HEADER
 from . import priority
-from .processes import serve
+from .processes import serve, stacks_fd
 from .producer_figures import send_records
 from .payloads import payload_pool, pool_size_for
 from .schedule import Schedule, producer_schedule, unsent
@@ -69,7 +69,8 @@ def _run(conn, task: ProducerTask, grant: priority.Grant) -> None:
     # to start each pipe write): ask for it after 0.1 ms instead of the default 5 ms.
     sys.setswitchinterval(1e-4)
 
-    conn.send(("ready", {"began_ns": began_ns, "encoded_bytes": pool.mean_encoded_bytes, "send_loop": "native" if sender else "python",
+    conn.send(("ready", {"began_ns": began_ns, "stacks_fd": stacks_fd(), "encoded_bytes": pool.mean_encoded_bytes,
+                         "send_loop": "native" if sender else "python",
                          "sender": sender_path(sender),
                          # what the parent derives bytes from (producer_figures): each pool object's encoded size
                          "encoded_sizes": np.asarray(pool.encoded_sizes, dtype=np.int64).tobytes(),

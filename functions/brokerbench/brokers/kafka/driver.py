@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import logging
 import os
-import queue
 import threading
 import time
 
@@ -28,6 +27,7 @@ from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic
 
 from ... import native
 from ...drivers import BrokerUnavailable, Message, OnAck, TargetRefused
+from ...drivers.handoff import Handoff
 from ...figures import client_stamps
 
 # How a Kafka producer stamps its acknowledgements: on librdkafka's broker thread as it handles the produce response
@@ -422,7 +422,7 @@ class KafkaProducer:
         self._stamps = stamps
         # how the acknowledgements are stamped: on librdkafka's broker thread, or as the reports' thread serves them
         self.stamps = BROKER_THREAD_STAMPS if stamps is not None else REPORT_STAMPS
-        self._results: queue.SimpleQueue = queue.SimpleQueue()
+        self._results = Handoff()
         put, clock = self._results.put, time.monotonic_ns
 
         if stamps is None:
@@ -467,14 +467,10 @@ class KafkaProducer:
     def _serve(self, timeout_s: float) -> None:
         """Hand the reports stamped so far to on_ack, waiting up to timeout_s for the first when there is none."""
         results, on_ack = self._results, self._on_ack
-        if timeout_s > 0 and results.empty():
-            try:
-                on_ack(*results.get(timeout=timeout_s))
-            except queue.Empty:
-                return
-            self._unreported -= 1
-        while not results.empty():
-            on_ack(*results.get_nowait())
+        if not results.wait(timeout_s):
+            return
+        while results:
+            on_ack(*results.take())
             self._unreported -= 1
 
     def poll(self, timeout_s: float) -> None:

@@ -25,7 +25,6 @@ handed it over as the worker's receive returned); elsewhere they are pulsar-clie
 
 from __future__ import annotations
 
-import queue
 import ssl
 import time
 from functools import partial
@@ -34,6 +33,7 @@ import pulsar
 
 from ... import native
 from ...drivers import BrokerUnavailable, Message, OnAck
+from ...drivers.handoff import Handoff
 from ...figures import client_stamps
 from . import wire
 from .admin import Admin, AdminError, partition_topic
@@ -334,7 +334,7 @@ class PulsarProducer:
         self._client = client
         self._producers = producers
         self._on_ack = on_ack
-        self._results: queue.SimpleQueue = queue.SimpleQueue()
+        self._results = Handoff()
         self._callback = partial(_queue_result, self._results.put)
         self._pending = 0
 
@@ -345,15 +345,10 @@ class PulsarProducer:
 
     def _serve(self, timeout_s: float) -> None:
         results, on_ack = self._results, self._on_ack
-        if timeout_s > 0 and results.empty():
-            try:
-                header, result, at_ns = results.get(timeout=timeout_s)
-            except queue.Empty:
-                return
-            self._pending -= 1
-            on_ack(header, result == OK, at_ns)
-        while not results.empty():
-            header, result, at_ns = results.get_nowait()
+        if not results.wait(timeout_s):
+            return
+        while results:
+            header, result, at_ns = results.take()
             self._pending -= 1
             on_ack(header, result == OK, at_ns)
 

@@ -257,7 +257,7 @@ def test_an_acknowledgement_carries_the_time_it_arrived_not_the_time_the_worker_
     producer = driver.PulsarProducer(FakeClient(), [FakeProducer()], lambda h, ok, at: stamped.append(at))
     before = time.monotonic_ns()
     producer.send(b"h", b"p", 0)
-    while producer._results.empty():  # the callback has run on its own thread
+    while not producer._results:  # the callback has run on its own thread
         time.sleep(0.001)
     arrived = time.monotonic_ns()
     time.sleep(0.05)

@@ -1015,14 +1015,18 @@ class _CellRun:
                 process.join(timeout=5)
 
     def cleanup(self) -> None:
-        if self.broker_grant is not None:
-            self.broker_grant.restore()
-        self.faults.finish()  # a cell stopped before its end leaves no node down or paused
-        if self.probe is not None:  # a cell that failed before its probe was acknowledged
-            self.probe[0].close()
-            self.probe = None
-        self._stop_processes()
-        self.phases.mark("processes_stopped")
+        try:
+            self.faults.finish()  # a cell stopped before its end leaves no node down or paused
+            if self.probe is not None:  # a cell that failed before its probe was acknowledged
+                self.probe[0].close()
+                self.probe = None
+            self._stop_processes()
+            self.phases.mark("processes_stopped")
+        finally:
+            # The broker as it was, once the cell's processes have gone: a client still at real-time priority beside
+            # a broker back in the fair scheduler would take the core from it mid-reply (priority.decide)
+            if self.broker_grant is not None:
+                self.broker_grant.restore()
         for conn in self.conns:
             conn.close()
         if self.topic_created:

@@ -51,21 +51,29 @@ def test_a_grant_told_not_to_changes_nothing():
     assert thread_policies(os.getpid()) == before
 
 
+# In a child's script, after its imports: a thread started then, sleeping 30 s; its id
+SLEEPING_THREAD = textwrap.dedent("""
+    def sleeping_thread():
+        tids = []
+        def sleeper():
+            tids.append(threading.get_native_id())
+            time.sleep(30)
+        threading.Thread(target=sleeper, daemon=True).start()
+        while not tids:
+            time.sleep(0.001)
+        return tids[0]
+""")
+
 CHILD = textwrap.dedent("""
     import json, os, sys, threading, time
     sys.path.insert(0, {functions!r})
     from brokerbench.worker import priority
+    {sleeping_thread}
     grant = priority.Grant(None)
-    tids = []
-    def sleeper():
-        tids.append(threading.get_native_id())
-        time.sleep(30)
-    threading.Thread(target=sleeper, daemon=True).start()
-    while not tids:
-        time.sleep(0.001)
+    thread = sleeping_thread()
     for _ in range(200):  # a rated loop: sleeps between its sends
         time.sleep(0.001)
-    print(json.dumps({{"phase": "light", "record": grant.record(), "thread": tids[0]}}), flush=True)
+    print(json.dumps({{"phase": "light", "record": grant.record(), "thread": thread}}), flush=True)
     sys.stdin.readline()
     busy_from = time.monotonic_ns()
     while time.monotonic_ns() - busy_from < 300_000_000:  # the load: no blocking call for 0.3 s
@@ -80,7 +88,8 @@ CHILD = textwrap.dedent("""
 def test_a_grant_holds_while_the_process_blocks_and_drops_once_it_runs_without_blocking():
     import json
 
-    child = subprocess.Popen([sys.executable, "-c", CHILD.format(functions=FUNCTIONS)], stdin=subprocess.PIPE,
+    script = CHILD.format(functions=FUNCTIONS, sleeping_thread=SLEEPING_THREAD)
+    child = subprocess.Popen([sys.executable, "-c", script], stdin=subprocess.PIPE,
                              stdout=subprocess.PIPE, text=True)
     try:
         light = json.loads(child.stdout.readline())
@@ -110,15 +119,10 @@ SERVED = textwrap.dedent("""
     import json, multiprocessing, sys, threading, time
     sys.path.insert(0, {functions!r})
     from brokerbench.worker import processes
+    {sleeping_thread}
     def body(grant):
-        tids = []
-        def sleeper():
-            tids.append(threading.get_native_id())
-            time.sleep(30)
-        threading.Thread(target=sleeper, daemon=True).start()
-        while not tids:
-            time.sleep(0.001)
-        print(json.dumps({{"record": grant.record(), "thread": tids[0]}}), flush=True)
+        thread = sleeping_thread()
+        print(json.dumps({{"record": grant.record(), "thread": thread}}), flush=True)
         sys.stdin.readline()
     ours, theirs = multiprocessing.Pipe()
     processes.serve("producer", 3, ours, body, {why!r})
@@ -126,7 +130,8 @@ SERVED = textwrap.dedent("""
 
 
 def served(why: str | None) -> tuple[subprocess.Popen, dict]:
-    child = subprocess.Popen([sys.executable, "-c", SERVED.format(functions=FUNCTIONS, why=why)],
+    script = SERVED.format(functions=FUNCTIONS, why=why, sleeping_thread=SLEEPING_THREAD)
+    child = subprocess.Popen([sys.executable, "-c", script],
                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     return child, __import__("json").loads(child.stdout.readline())
 

@@ -36,7 +36,11 @@ The committed results: the seven Kafka, Pulsar and control paths with --trials 5
 client_stamp_lag_busy.json, on a busy host, matched with SLACK_NS on every path before a library's stamp was matched
 without it), --paths redis-python-ack,nats-py-ack,rstream-ack --trials 5 (client_stamp_lag_fallbacks.json, when this
 script still measured those two paths), and
---paths redis-python-ack,kafka-delivery,kafka-fetch-delivery --trials 5 (client_stamp_lag_fetch.json).
+--paths redis-python-ack,kafka-delivery,kafka-fetch-delivery --trials 5 (client_stamp_lag_fetch.json), and
+--paths redis-python-ack,kafka-python-broker-ack,kafka-native-ack,kafka-fetch-delivery --trials 5 before and after
+librdkafka's reads carried the kernel's receive time (client_stamp_lag_produce_read.json: acknowledgements stamped at
+their Produce response's read on the broker thread; client_stamp_lag_arrival.json: at its arrival, sendloop.c
+rdkafka_recvmsg).
 Starts the brokers its paths need (a state folder of its own, removed at the end) and perf, and stops them. Needs
 root (perf with tracepoints) and the tcp:tcp_probe tracepoint.
 """
@@ -65,10 +69,10 @@ SIZE = 1024
 PATHS = {
     "redis-python-ack": ("redis-streams", "acknowledgement", "arrival"),
     "kafka-python-ack": ("kafka", "acknowledgement", "client:librdkafka-report"),
-    "kafka-python-broker-ack": ("kafka", "acknowledgement", "client:librdkafka"),
-    "kafka-native-ack": ("kafka", "acknowledgement", "client:librdkafka"),
+    "kafka-python-broker-ack": ("kafka", "acknowledgement", "arrival"),  # client:librdkafka before its reads were stamped
+    "kafka-native-ack": ("kafka", "acknowledgement", "arrival"),
     "kafka-delivery": ("kafka", "delivery", "client:librdkafka"),
-    "kafka-fetch-delivery": ("kafka", "delivery", "client:librdkafka-fetch"),
+    "kafka-fetch-delivery": ("kafka", "delivery", "client:librdkafka-fetch-arrival"),
     "pulsar-delivery": ("pulsar", "delivery", "client:pulsar-client"),  # pulsar-client's consumer (the fallback)
     "pulsar-wire-delivery": ("pulsar", "delivery", "arrival"),  # the consumer that speaks the protocol itself
     "pulsar-client-ack": ("pulsar", "acknowledgement", "client:pulsar-client"),
@@ -401,8 +405,11 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"--paths: {', '.join(unknown)} not among {', '.join(PATHS)}")
     if args.trials < 1 or args.rate < 1 or args.seconds <= 0:
         parser.error("--trials, --rate and --seconds: positive numbers")
-    if not Path("/sys/kernel/tracing/events/tcp/tcp_probe").exists():
-        parser.error("the kernel has no tcp:tcp_probe tracepoint (/sys/kernel/tracing/events/tcp/tcp_probe)")
+    probe = Path("/sys/kernel/tracing/events/tcp/tcp_probe")
+    if not probe.exists() and not Path("/sys/kernel/tracing/events").exists():  # tracefs not mounted: mount it
+        subprocess.run(["mount", "-t", "tracefs", "nodev", "/sys/kernel/tracing"], capture_output=True)
+    if not probe.exists():
+        parser.error(f"the kernel has no tcp:tcp_probe tracepoint ({probe}; tracefs mounted at /sys/kernel/tracing?)")
 
     import brokerbench
     from brokerbench.local.stack import LocalStack

@@ -1164,7 +1164,54 @@ def client_stamp_lag(results: dict) -> dict:
             **_client_fetch([results["client_stamp_lag_fetch"], results["client_stamp_lag_fetch_again"],
                              results["client_stamp_lag_fetch_quiet"]]),
             **_client_pulsar(results["client_stamp_lag_pulsar"]),
-            **_client_priority(results["client_stamp_lag_priority"])}
+            **_client_priority(results["client_stamp_lag_priority"]),
+            **_client_arrival(results["client_stamp_lag_produce_read"], results["client_stamp_lag_arrival"])}
+
+
+def _client_arrival(read_run: dict, arrival_run: dict) -> dict:
+    """The Kafka paths after librdkafka's reads were given the kernel's receive time (sendloop.c rdkafka_recvmsg),
+    beside the run before it in which an acknowledgement was stamped at its Produce response's read on the broker
+    thread (on_response_received, without the kernel's time): each a run of its own with the control."""
+    before, after = ({p["path"]: p for p in run["paths"]} for run in (read_run, arrival_run))
+
+    def figures(p: dict | None) -> str:
+        return "—" if p is None else (f"`{p['trials'][0].get('stamps_as') or p['recorded_as']}`: {_us(p['p50_us'])} / "
+                                      f"{_us(p['p90_us'])} / {_us(p['p99_us'])} / {_us(p['max_us'])} (n {p['n']:,})")
+
+    rows = [[CLIENT_PATHS.get(path, path), figures(before.get(path)), figures(after.get(path))]
+            for path in dict.fromkeys([*before, *after])]
+    fill = {}
+    for key, run in (("read", read_run), ("arrival", arrival_run)):
+        fill.update({f"{key}_when": run["measured_at"][:16].replace("T", " "), f"{key}_code": run["code"],
+                     f"{key}_trials": str(run["trials"]), f"{key}_lost": str(run["perf_lost_events"]),
+                     f"{key}_load": spread([t["load_average_1min"] for p in run["paths"] for t in p["trials"]],
+                                           lambda x: f"{x:.1f}")})
+    def between(values: list[float]) -> str:
+        low, high = _us(min(values)), _us(max(values))
+        return low if low == high else f"{low} to {high}"
+
+    acks = [after[p] for p in ("kafka-python-broker-ack", "kafka-native-ack")]
+    thread_acks = [before[p] for p in ("kafka-python-broker-ack", "kafka-native-ack")]
+    return {**{f"client_{k}": v for k, v in fill.items()},
+            "client_arrival_ack_p50": between([p["p50_us"] for p in acks]),
+            "client_read_ack_p50": between([p["p50_us"] for p in thread_acks]),
+            "client_read_ack_p99": between([p["p99_us"] for p in thread_acks]),
+            "client_arrival_ack_p99": between([p["p99_us"] for p in acks]),
+            "client_arrival_shared": ", ".join(
+                f"{CLIENT_PATHS.get(path, path)} {_us(p['max_us'])}" for path, p in after.items()
+                if not path.startswith("kafka-fetch") and sum(t["shared"] for t in p["trials"])),
+            "client_arrival_shared_count": str(sum(t["shared"] for path, p in after.items()
+                                                   if not path.startswith("kafka-fetch") for t in p["trials"])),
+            "client_arrival_control_p50": _us(after["redis-python-ack"]["p50_us"]),
+            "client_arrival_fetch_p50": _us(after["kafka-fetch-delivery"]["p50_us"]),
+            "client_arrival_fetch_p99": _us(after["kafka-fetch-delivery"]["p99_us"]),
+            "client_arrival_fetch_p90": _us(after["kafka-fetch-delivery"]["p90_us"]),
+            "client_read_fetch_p90": _us(before["kafka-fetch-delivery"]["p90_us"]),
+            "client_read_fetch_p50": _us(before["kafka-fetch-delivery"]["p50_us"]),
+            "client_read_fetch_p99": _us(before["kafka-fetch-delivery"]["p99_us"]),
+            "client_arrival_table": table(["path", "at the response's read on the broker thread: p50 / p90 / p99 / "
+                                           "max (µs)", "at the kernel's receive time: p50 / p90 / p99 / max (µs)"],
+                                          rows)}
 
 
 def _client_priority(run: dict) -> dict:

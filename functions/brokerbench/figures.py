@@ -144,6 +144,9 @@ def stamp_note(rows) -> str | None:
                 "librdkafka-fetch": "librdkafka's Fetch responses, read on its broker thread, tens of microseconds "
                                     "late at the median (about a tenth of a millisecond on a busy host) and a "
                                     "millisecond or more at p99, a third to a half as late as the consumer's poll",
+                "librdkafka-fetch-arrival": "librdkafka's Fetch responses at their arrival, as early as the kernel's "
+                                            "own stamps where a poll's messages came in one response, later by the "
+                                            "bound above where in several",
                 "pulsar-client": "pulsar-client's tens of microseconds late for an acknowledgement and hundreds for a "
                                  "delivery at the median, up to milliseconds at p99",
                 "pulsar-c": "Pulsar's C API's tens of microseconds late at the median, tens to hundreds at p99",
@@ -166,7 +169,9 @@ def stamp_note(rows) -> str | None:
 # delivery reports were served, where librdkafka's broker thread could not stamp them (brokers/kafka/driver.py)
 LIBRARY_WORDS = {"librdkafka-report": "in librdkafka's delivery report, as served",
                  "librdkafka-fetch": "at the read of the latest Fetch response before the poll returned, on "
-                                     "librdkafka's broker thread"}
+                                     "librdkafka's broker thread",
+                 "librdkafka-fetch-arrival": "at the arrival (the kernel's receive time) of the latest Fetch response "
+                                             "read before the poll returned"}
 
 
 def merge_stamp_bounds(bounds) -> dict | None:

@@ -42,11 +42,14 @@ def test_run_prints_the_table_writes_results_and_leaves_the_stack_as_found(stack
     assert [c["status"] for c in results["cells"]] == ["completed", "completed"]
     # each row not stamped at arrival is marked, and the note under the table says how it was (figures.stamp_note)
     assert {(c["broker"], c["ack_stamps"], c["delivery_stamps"]) for c in results["cells"]} == {
-        ("kafka", "client:librdkafka", "client:librdkafka-fetch"), ("redis-streams", "arrival", "arrival")}
+        ("kafka", "arrival", "client:librdkafka-fetch-arrival"), ("redis-streams", "arrival", "arrival")}
     printed = " ".join(done.stdout.split())  # rich wraps the note to the terminal's width
     # the Kafka row and the note; Redis's row, stamped at arrival on both sides, is not marked
     assert printed.count("†") == 2 and "† not stamped at arrival (the kernel's receive time): " in printed
-    assert "kafka json: acknowledgements (publish latency) in librdkafka's thread or callback" in printed
+    # Kafka's acknowledgements at their response's arrival: only its deliveries are marked
+    assert "kafka json: deliveries (end-to-end latency) at the arrival (the kernel's receive time) of the latest " \
+           "Fetch response read before the poll returned" in printed
+    assert "acknowledgements (publish latency)" not in printed
     assert {n: s.get("pid") for n, s in stack.status().items()} == pids  # the running stack was reused, not stopped
     # The run ends with where its report is: the HTML report's whole path is the last line (no browser here).
     assert done.stdout.strip().splitlines()[-1] == f"report:  {(results_path.parent / 'report.html').resolve()}"

@@ -80,8 +80,9 @@ def test_kafka_messages_carry_the_header_and_payload_on_the_schedule(kafka, endp
 
     assert failed == 0 and started.size == handed.size == 300
     assert sorted(acked_seq.tolist()) == list(range(300))  # every message acknowledged once
-    # each stamped on librdkafka's broker thread as it handled the produce response, not as its report was served
-    assert sender.handled_stamps == 300
+    # each stamped on librdkafka's broker thread as it handled the produce response, not as its report was served,
+    # with the kernel's receive time of the response's read
+    assert sender.handled_stamps == sender.arrival_stamps == 300 and sender.stamps == "arrival"
     intended = base + (np.arange(300) * period).astype(np.int64)
     assert (started >= intended).all() and (handed >= started).all()  # never early: the open-loop schedule
     messages = kafka_messages(endpoints["kafka"]["bootstrap_servers"], topic, 2, 300)
@@ -102,7 +103,7 @@ def test_kafka_encode_callable_sends_the_codecs_bytes(kafka, endpoints):
     started, handed, acked_seq, _, failed = drain(sender, 0, 30)
     sender.close()
     assert failed == 0 and acked_seq.tolist() == list(range(30))  # single mode: acknowledged in order
-    assert sender.handled_stamps == 30  # on librdkafka's broker thread, in single mode too
+    assert sender.handled_stamps == sender.arrival_stamps == 30  # at the response's arrival, in single mode too
     assert (handed - started > 0).all()  # the encode is timed
     for message in kafka_messages(endpoints["kafka"]["bootstrap_servers"], topic, 2, 30):
         seq = int(unpack_many([message.key()])["seq"][0])
@@ -112,7 +113,8 @@ def test_kafka_encode_callable_sends_the_codecs_bytes(kafka, endpoints):
 @pytest.mark.parametrize("mode", ["batch", "single"])
 def test_python_loop_kafka_acknowledgements_are_stamped_on_the_broker_thread(mode, kafka):
     """The Python loop's producer loads the native extension as librdkafka's plugin: each acknowledgement is stamped on
-    librdkafka's broker thread as it handles the produce response, after its send and before the report reached
+    librdkafka's broker thread as it handles the produce response, with the kernel's receive time of the response's
+    read (librdkafka's reads go through the extension's recvmsg), after its send and before the report reached
     Python, as the native loop stamps it."""
     driver, topic = kafka
     plugins_before = native.module().plugin_inits()
@@ -123,7 +125,8 @@ def test_python_loop_kafka_acknowledgements_are_stamped_on_the_broker_thread(mod
         acks.append((header, ok, at_ns, time.monotonic_ns()))
 
     producer = driver.producer(topic, 2, mode, on_ack)
-    assert producer.stamps == "client:librdkafka"
+    assert native.module().rdkafka_reads_hooked() >= 1  # librdkafka's recvmsg is the extension's
+    assert producer.stamps == "arrival"  # what they will be, before any
     # librdkafka dlopen()ed the module Python imported (the same object: its count of conf_init calls moved)
     assert native.module().plugin_inits() == plugins_before + 1
     delivered = producer._delivered
@@ -144,9 +147,70 @@ def test_python_loop_kafka_acknowledgements_are_stamped_on_the_broker_thread(mod
     assert producer.flush(10) == 0
     producer.close()
     assert len(acks) == 200 and all(ok for _, ok, _, _ in acks)
-    assert producer.handled_stamps == 200  # every one on the broker thread, none as served
+    assert producer.handled_stamps == producer._stamps.arrival == 200  # every one at the kernel's arrival
+    assert producer.stamps == "arrival"
     for header, _, at_ns, handed_ns in acks:
         assert sent[header] < at_ns <= served[header] <= handed_ns
+
+
+def burst_acknowledgements(loop, driver, topic, count):
+    """`count` messages sent at once on either loop over 2 partitions: [(seq, partition, sent_ns, stamp_ns)]."""
+    if loop == "native":
+        sender = driver.native_sender(topic, 2, "batch")
+        sender.configure([b"x" * 100], None, 9, time.monotonic_ns(), 0.0)  # no wait between sends
+        started, _, acked_seq, acked_ns, failed = drain(sender, 0, count)
+        handled = sender.handled_stamps
+        sender.close()
+        assert failed == 0 and handled == count
+        return [(int(q), int(q) % 2, int(started[q]), int(at)) for q, at in zip(acked_seq, acked_ns)]
+    acks, sent = [], {}
+    producer = driver.producer(topic, 2, "batch", lambda header, ok, at: acks.append((header, ok, at)))
+    for seq in range(count):
+        header = HEADER.pack(9, seq, 0)
+        sent[header] = time.monotonic_ns()
+        producer.send(header, b"x" * 100, seq % 2)
+    assert producer.flush(10) == 0
+    handled = producer.handled_stamps
+    producer.close()
+    assert all(ok for _, ok, _ in acks) and handled == count
+    return [(HEADER.unpack(h)[1], HEADER.unpack(h)[1] % 2, sent[h], at) for h, _, at in acks]
+
+
+@pytest.mark.parametrize("loop", ["native", "python"])
+def test_kafka_acknowledgements_are_stamped_at_their_produce_responses_read(loop, kafka):
+    """librdkafka's broker thread notes when it has read a Produce response in full, just before it handles it, and
+    each acknowledgement the response carries is stamped there, not as the handler comes to it after the parse and the
+    acknowledgements before it: a burst's messages, acknowledged by a few responses each carrying a batch per
+    partition, share a few stamps; under one stamp each partition's messages are one batch (consecutive seqs); a stamp
+    comes after every message it acknowledged was sent."""
+    driver, topic = kafka
+    acks = burst_acknowledgements(loop, driver, topic, 400)
+    assert sorted(seq for seq, *_ in acks) == list(range(400))  # every message acknowledged once
+    by_stamp = {}
+    for seq, partition, sent_ns, at in acks:
+        by_stamp.setdefault(at, []).append((seq, partition, sent_ns))
+    # stamped one by one, 400 acknowledgements would carry 400 stamps; a linger of 1 ms batches a burst of 400
+    assert len(by_stamp) <= 400 // 4, f"{len(by_stamp)} stamps for 400 acknowledgements"
+    for at, messages in by_stamp.items():
+        assert max(sent for *_, sent in messages) < at
+        for partition in (0, 1):
+            seqs = sorted(seq for seq, p, _ in messages if p == partition)
+            assert seqs == list(range(seqs[0], seqs[0] + 2 * len(seqs), 2)) if seqs else True
+
+
+@pytest.mark.parametrize("loop", ["native", "python"])
+def test_kafka_acknowledgements_without_a_response_are_stamped_as_handled(loop, endpoints):
+    """With acks 0 no Produce response comes: librdkafka acknowledges each request as it is sent, and its messages are
+    stamped then, after their send, on the broker thread (none at a response read of the past)."""
+    driver = get_driver("kafka", endpoints["kafka"], {**CLIENT, "acks": "0"})
+    topic = f"native-{new_run_id()}"
+    driver.create_topic(topic, 2)
+    try:
+        acks = burst_acknowledgements(loop, driver, topic, 200)
+    finally:
+        driver.delete_topic(topic, 2)
+    assert sorted(seq for seq, *_ in acks) == list(range(200))
+    assert all(sent < at for _, _, sent, at in acks)
 
 
 def test_python_loop_kafka_without_the_plugin_stamps_as_served_and_says_so(kafka, monkeypatch):
@@ -173,13 +237,14 @@ def test_python_loop_kafka_without_the_plugin_stamps_as_served_and_says_so(kafka
 
 def test_python_loop_kafka_deliveries_are_stamped_at_the_fetch_response(kafka):
     """The Kafka consumer loads the native extension as librdkafka's plugin, which notes on librdkafka's broker thread
-    when each Fetch response was read: a poll's deliveries are stamped at the latest before the poll returned, which is
-    after each of its messages was sent (the response that carried it was read after that) and no later than the
-    poll's return."""
+    when each Fetch response arrived (the kernel's receive time of the read that completed it: librdkafka reads through
+    the extension's recvmsg): a poll's deliveries are stamped at the latest before the poll returned, which is after
+    each of its messages was sent (the response that carried it arrived after that) and no later than the poll's
+    return."""
     driver, topic = kafka
     plugins_before = native.module().plugin_inits()
     consumer = driver.consumer(topic, f"t-{new_run_id()}", [0, 1])
-    assert consumer.stamps == "client:librdkafka-fetch"
+    assert consumer.stamps == "client:librdkafka-fetch-arrival"  # what they will be, before any
     assert native.module().plugin_inits() == plugins_before + 1  # librdkafka initialised this module for it
     sent, polls = {}, []
     producer = driver.producer(topic, 2, "batch", lambda *ack: None)
@@ -197,8 +262,9 @@ def test_python_loop_kafka_deliveries_are_stamped_at_the_fetch_response(kafka):
     while sum(len(p[3]) for p in polls) < 300 and time.monotonic() < deadline:
         if (messages := consumer.poll(0.5)):
             polls.append((consumer.arrived_ns, time.monotonic_ns(), consumer.arrival_responses, messages))
-    responses = consumer.fetch_responses
+    responses, arrival, stamps = consumer.fetch_responses, consumer._fetch.arrival, consumer.stamps
     consumer.close()
+    assert arrival == responses and stamps == "client:librdkafka-fetch-arrival"  # each at the kernel's arrival
     assert sorted(key for *_, messages in polls for key, _, _ in messages) == sorted(sent)
     assert responses >= len(polls) > 0  # the broker thread noted at least one Fetch response per poll with messages
     for arrived, returned, count, messages in polls:
@@ -351,10 +417,11 @@ def test_cells_on_either_loop_are_recorded_and_count_alike(loop, endpoints, stor
     assert len(completed) == 4 and {c["send_loop"] for c in completed} == {loop}
     cells = build_results(events)["cells"]
     assert {c["send_loop"] for c in cells} == {loop}
-    # how each side stamped (brokerbench.figures): Kafka in librdkafka on both loops; a Redis reply and a Redis
-    # delivery at their arrival
+    # how each side stamped (brokerbench.figures): Kafka's acknowledgements at their response's arrival (read by
+    # librdkafka through the extension's recvmsg) and its deliveries in librdkafka on both loops; a Redis reply and a
+    # Redis delivery at their arrival
     stamps = {(c["broker"], c["ack_stamps"], c["delivery_stamps"]) for c in cells}
-    assert stamps == {("kafka", "client:librdkafka", "client:librdkafka-fetch"), ("redis-streams", "arrival", "arrival")}
+    assert stamps == {("kafka", "arrival", "client:librdkafka-fetch-arrival"), ("redis-streams", "arrival", "arrival")}
     # the Kafka cells' deliveries stamped at the Fetch response: how often that was the carrying one, and by how much
     # later at most where it may not have been (consumer.ArrivalBound); no bound for Redis's arrival stamps
     for data in completed:
@@ -368,8 +435,9 @@ def test_cells_on_either_loop_are_recorded_and_count_alike(loop, endpoints, stor
         if several:
             assert 0 <= bound["spread_p99_us"] <= bound["spread_max_us"]
     note = stamps_note(build_results(events))
-    assert "kafka raw: acknowledgements (publish latency) in librdkafka's thread or callback, deliveries (end-to-end " \
-           "latency) at the read of the latest Fetch response before the poll returned, on librdkafka's broker thread " \
+    assert "kafka raw: deliveries (end-to-end " \
+           "latency) at the arrival (the kernel's receive time) of the latest Fetch response read before the poll " \
+           "returned " \
            "(at the response that carried them in " in note
     for cell in cells:
         assert cell["status"] == "completed", cell.get("reason")

@@ -35,13 +35,16 @@
 #include <Python.h>
 
 #include <dlfcn.h>
+#include <elf.h>
 #include <errno.h>
+#include <link.h>
 #include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
 #include <pthread.h>
 #include <signal.h>
+#include <sys/mman.h>
 #include <sys/prctl.h>
 #include <stdint.h>
 #include <string.h>
@@ -93,6 +96,14 @@ static struct {
     __typeof__(&rd_kafka_interceptor_add_on_response_received) interceptor_add_on_response_received; /* FetchStamps */
 } rk;
 
+static int hook_rdkafka_reads(void *lib);
+static int rdkafka_reads_hooked;
+
+static PyObject *rdkafka_reads_hooked_py(PyObject *self, PyObject *unused) {
+    (void)self, (void)unused;
+    return PyLong_FromLong(rdkafka_reads_hooked);
+}
+
 static PyObject *load_rdkafka(PyObject *self, PyObject *args) {
     const char *path;
     if (!PyArg_ParseTuple(args, "s", &path)) return NULL;
@@ -132,6 +143,7 @@ static PyObject *load_rdkafka(PyObject *self, PyObject *args) {
     *(void **)&rk.conf_interceptor_add_on_conf_destroy = dlsym(lib, "rd_kafka_conf_interceptor_add_on_conf_destroy");
     *(void **)&rk.interceptor_add_on_response_received = dlsym(lib, "rd_kafka_interceptor_add_on_response_received");
     snprintf(rk.version, sizeof rk.version, "%s", rk.version_str());
+    rdkafka_reads_hooked = hook_rdkafka_reads(lib); /* GOT slots of librdkafka moved to rdkafka_recvmsg */
     rk.loaded = 1;
     return PyUnicode_FromString(rk.version);
 }
@@ -235,6 +247,31 @@ static inline int64_t now_ns(void) { /* the clock of time.monotonic_ns() */
 #define CLOCK_PAIR_NS 20000
 #define CLOCK_PAIR_TRIES 3
 
+/* The arrival of what a recvmsg() with a control buffer returned, in *arrived (see recv_stamped); 1 where the kernel
+   stamped it, 0 where it did not (the socket without SO_TIMESTAMPNS, a stamp too old): then the read's return. */
+static int arrival_of(struct msghdr *msg, int64_t *arrived) {
+    int64_t returned = now_ns(), before = returned, after = returned;
+    *arrived = returned;
+    for (struct cmsghdr *c = CMSG_FIRSTHDR(msg); c; c = CMSG_NXTHDR(msg, c)) {
+        if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SO_TIMESTAMPNS) continue;
+        struct timespec real, at;
+        for (int i = 0; i < CLOCK_PAIR_TRIES; i++) { /* the real-time clock between two monotonic readings close together */
+            clock_gettime(CLOCK_REALTIME, &real);
+            after = now_ns();
+            if (after - before <= CLOCK_PAIR_NS) break;
+            before = after;
+        }
+        memcpy(&at, CMSG_DATA(c), sizeof at);
+        int64_t age = ((int64_t)real.tv_sec - (int64_t)at.tv_sec) * 1000000000LL + (real.tv_nsec - at.tv_nsec);
+        if (age <= STAMP_AGE_MAX_NS) {
+            int64_t stamp = after - (age > 0 ? age : 0);
+            *arrived = stamp < returned ? stamp : returned;
+            return 1;
+        }
+    }
+    return 0;
+}
+
 /* recv(), and in *arrived when what it returned arrived: the kernel's receive time of its last segment
    (SO_TIMESTAMPNS, set by tcp_connect), moved from CLOCK_REALTIME to the monotonic clock by the offset between the
    clocks read right after the read (real time first: the conversion errs late by the tens of ns between the two
@@ -253,26 +290,118 @@ static ssize_t recv_stamped(int fd, void *buf, size_t len, int flags, int64_t *a
     msg.msg_control = control.buf;
     msg.msg_controllen = sizeof control.buf;
     ssize_t n = recvmsg(fd, &msg, flags);
-    if (n <= 0) return n;
-    int64_t returned = now_ns(), before = returned, after = returned;
-    *arrived = returned;
-    for (struct cmsghdr *c = CMSG_FIRSTHDR(&msg); c; c = CMSG_NXTHDR(&msg, c)) {
-        if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SO_TIMESTAMPNS) continue;
-        struct timespec real, at;
-        for (int i = 0; i < CLOCK_PAIR_TRIES; i++) { /* the real-time clock between two monotonic readings close together */
-            clock_gettime(CLOCK_REALTIME, &real);
-            after = now_ns();
-            if (after - before <= CLOCK_PAIR_NS) break;
-            before = after;
-        }
-        memcpy(&at, CMSG_DATA(c), sizeof at);
-        int64_t age = ((int64_t)real.tv_sec - (int64_t)at.tv_sec) * 1000000000LL + (real.tv_nsec - at.tv_nsec);
-        if (age <= STAMP_AGE_MAX_NS) {
-            int64_t stamp = after - (age > 0 ? age : 0);
-            *arrived = stamp < returned ? stamp : returned;
+    if (n > 0) arrival_of(&msg, arrived);
+    return n;
+}
+
+/* ---- the kernel's receive time of librdkafka's reads ------------------------------------------------------------
+   librdkafka owns its sockets and reads a response with recvmsg() on its broker thread, with no control buffer
+   (rd_kafka_transport_socket_recvmsg), so the kernel's receive time of what it read is dropped. The broker thread
+   comes to read only after it wakes from its poll (tens of µs on a quiet host, more when it waits for a core:
+   bench/client_stamp_lag.py), so a stamp taken there (an interceptor's) counts its wake. hook_rdkafka_reads points
+   librdkafka's own reference to recvmsg (its GOT slot, found through its dynamic relocations: a JUMP_SLOT, or a
+   GLOB_DAT where it was built without a PLT) at rdkafka_recvmsg, which reads with a control buffer as recv_stamped
+   does, notes in a thread-local the arrival of the latest read that returned data, and sets SO_TIMESTAMPNS on a
+   socket whose read came without a stamp (a connection's first responses, ApiVersions and Metadata, come before any
+   Produce or Fetch response). A response is read in reads bounded by its own frame (its 4-byte length, then exactly
+   its payload: rd_kafka_transport_framed_recv), so the latest read before on_response_received is the one that
+   completed that response: take_read_arrival gives its arrival, once. Only librdkafka's references are moved; a
+   TLS connection is read by OpenSSL, whose reads are not librdkafka's recvmsg: its responses find no read noted and
+   are stamped as the interceptor runs. */
+static ssize_t (*libc_recvmsg)(int, struct msghdr *, int);
+static __thread struct {
+    int64_t at;  /* the arrival of the latest read through rdkafka_recvmsg that returned data; 0: taken since */
+    int kernel;  /* whether the kernel stamped it */
+} rdkafka_read;
+
+static ssize_t rdkafka_recvmsg(int fd, struct msghdr *msg, int flags) {
+    if (msg->msg_control || msg->msg_controllen) return libc_recvmsg(fd, msg, flags); /* the caller's own */
+    union {
+        char buf[CMSG_SPACE(sizeof(struct timespec))];
+        struct cmsghdr align;
+    } control;
+    msg->msg_control = control.buf;
+    msg->msg_controllen = sizeof control.buf;
+    ssize_t n = libc_recvmsg(fd, msg, flags);
+    int saved = errno;
+    if (n > 0) {
+        int64_t at;
+        int kernel = arrival_of(msg, &at);
+        rdkafka_read.at = at, rdkafka_read.kernel = kernel;
+        static const int one = 1;
+        if (!kernel) setsockopt(fd, SOL_SOCKET, SO_TIMESTAMPNS, &one, sizeof one); /* for its next reads */
+    }
+    msg->msg_control = NULL;
+    msg->msg_controllen = 0;
+    errno = saved;
+    return n;
+}
+
+/* The arrival of the read that completed the response this broker thread is about to handle (see above), taken once;
+   *kernel whether the kernel stamped it. Without a read noted since the last take: now, not the kernel's. */
+static int64_t take_read_arrival(int *kernel) {
+    int64_t at = rdkafka_read.at;
+    *kernel = at ? rdkafka_read.kernel : 0;
+    rdkafka_read.at = 0;
+    return at ? at : now_ns();
+}
+
+/* The protection of the page holding `address` (PROT_*), from /proc/self/maps; -1 where not found. */
+static int page_protection(uintptr_t address) {
+    FILE *maps = fopen("/proc/self/maps", "r");
+    if (!maps) return -1;
+    char line[512], perms[8];
+    unsigned long start, end;
+    int found = -1;
+    while (found < 0 && fgets(line, sizeof line, maps))
+        if (sscanf(line, "%lx-%lx %7s", &start, &end, perms) == 3 && address >= start && address < end)
+            found = (perms[0] == 'r' ? PROT_READ : 0) | (perms[1] == 'w' ? PROT_WRITE : 0) |
+                    (perms[2] == 'x' ? PROT_EXEC : 0);
+    fclose(maps);
+    return found;
+}
+
+/* Points each of `lib`'s (librdkafka's, loaded) relocations of recvmsg at rdkafka_recvmsg; the number moved. */
+static int hook_rdkafka_reads(void *lib) {
+    struct link_map *map = NULL;
+    if (dlinfo(lib, RTLD_DI_LINKMAP, &map) || !map || !map->l_ld) return 0;
+    if (!libc_recvmsg && !(*(void **)&libc_recvmsg = dlsym(RTLD_DEFAULT, "recvmsg"))) return 0;
+    const ElfW(Sym) *symtab = NULL;
+    const char *strtab = NULL;
+    const ElfW(Rela) *tables[2] = {NULL, NULL};
+    size_t sizes[2] = {0, 0};
+    for (const ElfW(Dyn) *d = map->l_ld; d->d_tag != DT_NULL; d++) {
+        /* the loader has moved these to their addresses on most targets; where it did not, they are offsets */
+        uintptr_t at = d->d_un.d_ptr < map->l_addr ? map->l_addr + d->d_un.d_ptr : d->d_un.d_ptr;
+        switch (d->d_tag) {
+        case DT_SYMTAB: symtab = (const ElfW(Sym) *)at; break;
+        case DT_STRTAB: strtab = (const char *)at; break;
+        case DT_JMPREL: tables[0] = (const ElfW(Rela) *)at; break;
+        case DT_PLTRELSZ: sizes[0] = d->d_un.d_val; break;
+        case DT_RELA: tables[1] = (const ElfW(Rela) *)at; break;
+        case DT_RELASZ: sizes[1] = d->d_un.d_val; break;
         }
     }
-    return n;
+    if (!symtab || !strtab) return 0;
+    long page = sysconf(_SC_PAGESIZE);
+    int moved = 0;
+    for (int t = 0; t < 2; t++)
+        for (size_t i = 0; tables[t] && i < sizes[t] / sizeof(ElfW(Rela)); i++) {
+            const ElfW(Rela) *r = &tables[t][i];
+            unsigned type = ELF64_R_TYPE(r->r_info), sym = ELF64_R_SYM(r->r_info);
+            if ((type != R_X86_64_JUMP_SLOT && type != R_X86_64_GLOB_DAT && type != R_AARCH64_JUMP_SLOT &&
+                 type != R_AARCH64_GLOB_DAT) || !sym || strcmp(strtab + symtab[sym].st_name, "recvmsg"))
+                continue;
+            void **slot = (void **)(map->l_addr + r->r_offset);
+            uintptr_t start = (uintptr_t)slot & ~(uintptr_t)(page - 1);
+            int protection = page_protection((uintptr_t)slot);
+            if (protection < 0) continue;
+            if (!(protection & PROT_WRITE) && mprotect((void *)start, page, protection | PROT_WRITE)) continue;
+            __atomic_store_n(slot, (void *)rdkafka_recvmsg, __ATOMIC_SEQ_CST);
+            if (!(protection & PROT_WRITE)) mprotect((void *)start, page, protection); /* RELRO again */
+            moved++;
+        }
+    return moved;
 }
 
 static void sleep_ns(int64_t ns) {
@@ -349,6 +478,8 @@ typedef struct {
        by seq modulo KAFKA_STAMPS, read back when its delivery report is served (on_delivery); NULL: stamped there */
     struct kafka_stamp *kafka_stamps;
     int64_t handled_stamps; /* acknowledgements stamped so (the others: as served) */
+    int64_t arrival_stamps; /* of them, at the kernel's receive time of their response (rdkafka_recvmsg) */
+    int64_t served_stamps;  /* acknowledgements stamped as their report was served */
     /* Redis and NATS: one TCP connection, written and read by this loop */
     int fd;
     int depth;
@@ -453,29 +584,71 @@ static void on_log(const rd_kafka_t *r, int level, const char *fac, const char *
 
 /* Kafka's acknowledgement stamps: librdkafka's broker thread calls on_acknowledgement for each message of a produce
    response as it handles it (rd_kafka_dr_msgq, before the delivery report is queued for a poll), so the stamp is
-   taken there, within the parse of the response after its read, not when a poll next serves the report: that came
-   later by a queue hop and a thread's wake (bench/client_stamp_lag.py). A slot is found again by its seq; a report
+   taken there, not when a poll next serves the report: that came later by a queue hop and a thread's wake
+   (bench/client_stamp_lag.py); the stamp is the arrival of the response's read (produce_read below). A slot is found again by its seq; a report
    whose slot another message has since taken (more than KAFKA_STAMPS in flight) is stamped as it is served. */
 #define KAFKA_STAMPS (1 << 20)
 struct kafka_stamp {
     int64_t seq, at;
+    int kernel; /* at the kernel's receive time of the response's read (take_read_arrival) */
 };
+
+
+/* The read of the Produce response a broker thread is handling. librdkafka calls on_response_received on the broker
+   thread as it has read a response in full, just before the response's handler (rd_kafka_buf_callback: a Produce
+   request has no reply queue, so its handler runs there and then), and the handler calls on_acknowledgement for each
+   message the response acknowledged (rd_kafka_dr_msgq), on the same thread. So an acknowledgement is stamped at its
+   response's read, not after the parse of the response and the acknowledgements before it in the batch
+   (bench/client_stamp_lag.py). Per thread: each broker has a thread of its own, and a thread handles its responses one
+   after another. A message acknowledged without a response read (acks=0: the callback comes as the request is sent,
+   with no response) or by another client's thread is stamped as on_acknowledgement is called. */
+#define PRODUCE_API_KEY 0 /* Kafka's ApiKey of Produce */
+static __thread struct {
+    const rd_kafka_t *client; /* the client whose broker thread this is; NULL until its first Produce response */
+    int64_t at;               /* when that response arrived (take_read_arrival); 0: the last callback had none */
+    int kernel;               /* whether that is the kernel's receive time of the read that completed it */
+} produce_read;
+
+static void note_produce_read(rd_kafka_t *r, int16_t api_key, size_t size, rd_kafka_resp_err_t err) {
+    if (api_key != PRODUCE_API_KEY) return;
+    produce_read.client = r;
+    produce_read.kernel = 0;
+    produce_read.at = size && !err ? take_read_arrival(&produce_read.kernel) : 0;
+}
+
+/* on_acknowledgement's stamp, on the broker thread; *kernel whether it is the kernel's receive time */
+static int64_t acknowledged_at(const rd_kafka_t *r, int *kernel) {
+    int from_response = produce_read.client == r && produce_read.at;
+    *kernel = from_response && produce_read.kernel;
+    return from_response ? produce_read.at : now_ns();
+}
 
 static rd_kafka_resp_err_t on_acknowledgement(rd_kafka_t *r, rd_kafka_message_t *m, void *opaque) {
     Sender *s = (Sender *)opaque;
-    (void)r;
     if (m->err || !s->kafka_stamps) return RD_KAFKA_RESP_ERR_NO_ERROR;
     int64_t seq = (int64_t)(intptr_t)m->_private;
     struct kafka_stamp *slot = &s->kafka_stamps[seq & (KAFKA_STAMPS - 1)];
-    slot->at = now_ns();
+    slot->at = acknowledged_at(r, &slot->kernel);
     slot->seq = seq;
+    return RD_KAFKA_RESP_ERR_NO_ERROR;
+}
+
+static rd_kafka_resp_err_t on_produce_response(rd_kafka_t *r, int sockfd, const char *brokername, int32_t brokerid,
+                                               int16_t api_key, int16_t api_version, int32_t corr_id, size_t size,
+                                               int64_t rtt, rd_kafka_resp_err_t err, void *opaque) {
+    (void)sockfd, (void)brokername, (void)brokerid, (void)api_version, (void)corr_id, (void)rtt, (void)opaque;
+    note_produce_read(r, api_key, size, err);
     return RD_KAFKA_RESP_ERR_NO_ERROR;
 }
 
 static rd_kafka_resp_err_t on_new(rd_kafka_t *r, const rd_kafka_conf_t *conf, void *opaque, char *errstr,
                                   size_t errstr_size) {
     (void)conf, (void)errstr, (void)errstr_size;
-    return rk.interceptor_add_on_acknowledgement(r, "brokerbench-stamps", on_acknowledgement, opaque);
+    rd_kafka_resp_err_t err = rk.interceptor_add_on_acknowledgement(r, "brokerbench-stamps", on_acknowledgement,
+                                                                    opaque);
+    if (!err && rk.interceptor_add_on_response_received)
+        err = rk.interceptor_add_on_response_received(r, "brokerbench-stamps", on_produce_response, opaque);
+    return err;
 }
 
 static void on_delivery(rd_kafka_t *r, const rd_kafka_message_t *m, void *opaque) {
@@ -483,9 +656,12 @@ static void on_delivery(rd_kafka_t *r, const rd_kafka_message_t *m, void *opaque
     (void)r;
     int staged = s->acker_running; /* on the acknowledgement thread: record into the stage */
     int64_t seq = (int64_t)(intptr_t)m->_private, at = now_ns();
-    if (!m->err && s->kafka_stamps) { /* the broker thread's stamp (its write is seen: the report came through a queue) */
-        const struct kafka_stamp *slot = &s->kafka_stamps[seq & (KAFKA_STAMPS - 1)];
-        if (slot->seq == seq && slot->at > 0 && slot->at <= at) at = slot->at, s->handled_stamps++;
+    if (!m->err) { /* the broker thread's stamp (its write is seen: the report came through a queue) */
+        const struct kafka_stamp *slot = s->kafka_stamps ? &s->kafka_stamps[seq & (KAFKA_STAMPS - 1)] : NULL;
+        if (slot && slot->seq == seq && slot->at > 0 && slot->at <= at)
+            at = slot->at, s->handled_stamps++, s->arrival_stamps += slot->kernel;
+        else
+            s->served_stamps++;
     }
     if (m->err) {
         if (buf_push(staged ? &s->stage_failed : &s->failed, seq)) s->oom = 1;
@@ -2939,19 +3115,41 @@ static PyObject *Sender_path(Sender *s, void *closure) {
     Py_RETURN_NONE;
 }
 
+/* How a Kafka producer's acknowledgements were stamped, from its counts: `arrival` (the kernel's receive time of the
+   response's read: rdkafka_recvmsg), `client:librdkafka` (on librdkafka's broker thread as its response was handled,
+   where the read had no kernel stamp), `client:librdkafka-report` (as the report was served), comma-separated where
+   they differed; before any, what it would be. */
+static PyObject *kafka_stamps_text(int interceptor, int64_t arrival, int64_t thread, int64_t served) {
+    char text[96] = "";
+    if (arrival) strcat(text, "arrival");
+    if (thread) strcat(strcat(text, *text ? ", " : ""), "client:librdkafka");
+    if (served) strcat(strcat(text, *text ? ", " : ""), "client:librdkafka-report");
+    if (!*text)
+        strcat(text, !interceptor ? "client:librdkafka-report" : rdkafka_reads_hooked ? "arrival" : "client:librdkafka");
+    return PyUnicode_FromString(text);
+}
+
 /* How this sender stamps an acknowledgement (brokerbench.figures: ARRIVAL, client_stamps): Kafka's on librdkafka's
-   broker thread as it handles the produce response (on_acknowledgement), the Pulsar C API's in its send callback, both
-   on the client's threads; the others at the kernel's receive time of the read that brought it (recv_stamped). */
+   broker thread as it handles the produce response (on_acknowledgement), at the arrival of the response's read
+   (kafka_stamps_text), the Pulsar C API's in its send callback, on the client's thread; the others at the kernel's
+   receive time of the read that brought it (recv_stamped). */
 static PyObject *Sender_stamps(Sender *s, void *closure) {
     (void)closure;
     if (s->kind == KIND_KAFKA) /* without the interceptor: as the report is served (brokers/kafka/driver.py REPORT_STAMPS) */
-        return PyUnicode_FromString(s->kafka_stamps ? "client:librdkafka" : "client:librdkafka-report");
+        return kafka_stamps_text(s->kafka_stamps != NULL, s->arrival_stamps, s->handled_stamps - s->arrival_stamps,
+                                 s->served_stamps);
     if (s->kind == KIND_PULSAR) return PyUnicode_FromString("client:pulsar-c");
     return PyUnicode_FromString("arrival");
 }
 
 /* Kafka: how many acknowledgements were stamped on librdkafka's broker thread (on_acknowledgement) rather than as
    their delivery report was served; None for the other brokers. */
+static PyObject *Sender_arrival_stamps(Sender *s, void *closure) {
+    (void)closure;
+    if (s->kind != KIND_KAFKA) Py_RETURN_NONE;
+    return PyLong_FromLongLong(s->arrival_stamps);
+}
+
 static PyObject *Sender_handled_stamps(Sender *s, void *closure) {
     (void)closure;
     if (s->kind != KIND_KAFKA) Py_RETURN_NONE;
@@ -2961,6 +3159,8 @@ static PyObject *Sender_handled_stamps(Sender *s, void *closure) {
 static PyGetSetDef Sender_getset[] = {
     {"handled_stamps", (getter)Sender_handled_stamps, NULL, "Kafka: the acknowledgements stamped on librdkafka's "
      "broker thread as it handled their produce response; None for the other brokers.", NULL},
+    {"arrival_stamps", (getter)Sender_arrival_stamps, NULL, "Kafka: of the handled, those at the kernel's receive "
+     "time of their produce response's read; None for the other brokers.", NULL},
     {"path", (getter)Sender_path, NULL, "'pwire' or 'capi' for a Pulsar sender (the binary protocol, the C API); None "
      "for the other brokers' (one native path each).", NULL},
     {"stamps", (getter)Sender_stamps, NULL, "How an acknowledgement is stamped: 'arrival' (the kernel's receive time) "
@@ -3089,6 +3289,7 @@ static PyObject *schedule_probe(PyObject *self, PyObject *args) {
 #define ACK_STAMPS_PROPERTY "brokerbench.ack_stamps"
 #define FETCH_STAMPS_PROPERTY "brokerbench.fetch_stamps"
 #define PLUGIN_IC "brokerbench-plugin-stamps"
+#define PLUGIN_PRODUCE_IC "brokerbench-plugin-produce" /* on_response_received once per name: Fetch's has PLUGIN_IC */
 #define FETCH_API_KEY 1 /* Kafka's ApiKey of Fetch */
 struct stamp_log {         /* the head of an ack_ring or a fetch_log, in `logs` */
     struct stamp_log *next; /* under logs_lock */
@@ -3099,16 +3300,19 @@ struct stamp_log {         /* the head of an ack_ring or a fetch_log, in `logs` 
 struct ack_slot {
     char key[HEADER_BYTES];
     int64_t at;
+    int kernel; /* at the kernel's receive time of the response's read (take_read_arrival) */
 };
 struct ack_ring {
     struct stamp_log head;
     int64_t handled, missed; /* read back with a stamp, or without (served stamp); by the reports' thread */
+    int64_t arrival;         /* of the handled, those at the kernel's receive time */
     struct ack_slot *slots;  /* KAFKA_STAMPS, by seq; pages taken as seqs reach them */
 };
 struct fetch_log {
     struct stamp_log head;
     pthread_mutex_t lock;  /* the broker threads (one per broker) write, the consumer's thread takes */
     int64_t responses;     /* Fetch responses read without error, in all */
+    int64_t arrival;       /* of them, stamped at the kernel's receive time of their read (take_read_arrival) */
     int64_t since;         /* of them since the last take */
     int64_t first, last;   /* read times: the earliest since the last take (0: none), the latest of all (0: none) */
 };
@@ -3161,13 +3365,14 @@ static int plugin_check(const char *what) { /* 0 with a Python error set where t
 
 static rd_kafka_resp_err_t plugin_on_acknowledgement(rd_kafka_t *r, rd_kafka_message_t *m, void *opaque) {
     struct ack_ring *ring = opaque;
-    (void)r;
     if (m->err || m->key_len != HEADER_BYTES) return RD_KAFKA_RESP_ERR_NO_ERROR;
-    int64_t at = now_ns();
+    int kernel;
+    int64_t at = acknowledged_at(r, &kernel);
     uint64_t seq;
     memcpy(&seq, (const char *)m->key + 4, sizeof seq); /* the header: producer u32, seq u64, intended u64 (LE) */
     struct ack_slot *slot = &ring->slots[seq & (KAFKA_STAMPS - 1)];
     memcpy(slot->key, m->key, HEADER_BYTES);
+    slot->kernel = kernel;
     slot->at = at; /* seen by the reports' thread: the report reaches it through librdkafka's locked queue */
     return RD_KAFKA_RESP_ERR_NO_ERROR;
 }
@@ -3179,11 +3384,14 @@ static rd_kafka_resp_err_t plugin_on_response_received(rd_kafka_t *r, int sockfd
     struct fetch_log *log = opaque;
     (void)r, (void)sockfd, (void)brokername, (void)brokerid, (void)api_version, (void)corr_id, (void)size, (void)rtt;
     if (api_key != FETCH_API_KEY || err) return RD_KAFKA_RESP_ERR_NO_ERROR;
+    int kernel;
+    int64_t at = take_read_arrival(&kernel); /* the read that completed this response: when it arrived */
     pthread_mutex_lock(&log->lock);
-    int64_t at = now_ns(); /* under the lock: `last` never goes back when two brokers' threads race */
     log->responses++;
-    if (!log->since++) log->first = at;
-    log->last = at;
+    log->arrival += kernel;
+    /* two brokers' threads may come in either order: the earliest and the latest, whichever came first */
+    if (!log->since++ || at < log->first) log->first = at;
+    if (at > log->last) log->last = at;
     pthread_mutex_unlock(&log->lock);
     return RD_KAFKA_RESP_ERR_NO_ERROR;
 }
@@ -3227,6 +3435,8 @@ static rd_kafka_resp_err_t plugin_on_new(rd_kafka_t *r, const rd_kafka_conf_t *c
     (void)conf, (void)errstr, (void)errstr_size;
     rd_kafka_resp_err_t err = RD_KAFKA_RESP_ERR_NO_ERROR; /* nothing named: nothing to stamp into */
     if (plug->ring) err = rk.interceptor_add_on_acknowledgement(r, PLUGIN_IC, plugin_on_acknowledgement, plug->ring);
+    if (!err && plug->ring) /* each acknowledgement stamped at its Produce response's read (note_produce_read) */
+        err = rk.interceptor_add_on_response_received(r, PLUGIN_PRODUCE_IC, on_produce_response, NULL);
     if (!err && plug->fetch)
         err = rk.interceptor_add_on_response_received(r, PLUGIN_IC, plugin_on_response_received, plug->fetch);
     return err;
@@ -3332,6 +3542,7 @@ static PyObject *AckStamps_at(AckStamps *self, PyObject *key) {
         int64_t at = slot->at;
         if (at > 0 && at <= now_ns() && !memcmp(slot->key, data, HEADER_BYTES)) {
             ring->handled++;
+            ring->arrival += slot->kernel;
             return PyLong_FromLongLong(at);
         }
     }
@@ -3354,6 +3565,17 @@ static PyObject *AckStamps_missed(AckStamps *self, void *closure) {
     return PyLong_FromLongLong(self->ring->missed);
 }
 
+static PyObject *AckStamps_arrival(AckStamps *self, void *closure) {
+    (void)closure;
+    return PyLong_FromLongLong(self->ring->arrival);
+}
+
+static PyObject *AckStamps_stamps(AckStamps *self, void *closure) {
+    (void)closure;
+    struct ack_ring *ring = self->ring;
+    return kafka_stamps_text(1, ring->arrival, ring->handled - ring->arrival, ring->missed);
+}
+
 static PyObject *AckStamps_refs(AckStamps *self, void *closure) {
     (void)closure;
     return log_refs(&self->ring->head);
@@ -3371,6 +3593,11 @@ static PyGetSetDef AckStamps_getset[] = {
      "and name this ring: plugin.library.paths first.", NULL},
     {"handled", (getter)AckStamps_handled, NULL, "Reports read back with the broker thread's stamp.", NULL},
     {"missed", (getter)AckStamps_missed, NULL, "Reports read back without one (stamped as served).", NULL},
+    {"arrival", (getter)AckStamps_arrival, NULL, "Of the handled, those stamped at the kernel's receive time of their "
+     "Produce response's read.", NULL},
+    {"stamps", (getter)AckStamps_stamps, NULL, "How the reports read back so far were stamped: 'arrival', "
+     "'client:librdkafka' (on the broker thread, without the kernel's time), 'client:librdkafka-report' (as served), "
+     "comma-separated where they differed.", NULL},
     {"refs", (getter)AckStamps_refs, NULL, "Holders of the ring: this object and each configuration naming it.", NULL},
     {NULL, NULL, NULL, NULL, NULL},
 };
@@ -3436,6 +3663,14 @@ static PyObject *FetchStamps_responses(FetchStamps *self, void *closure) {
     return PyLong_FromLongLong(responses);
 }
 
+static PyObject *FetchStamps_arrival(FetchStamps *self, void *closure) {
+    (void)closure;
+    pthread_mutex_lock(&self->log->lock);
+    int64_t arrival = self->log->arrival;
+    pthread_mutex_unlock(&self->log->lock);
+    return PyLong_FromLongLong(arrival);
+}
+
 static PyObject *FetchStamps_refs(FetchStamps *self, void *closure) {
     (void)closure;
     return log_refs(&self->log->head);
@@ -3452,6 +3687,8 @@ static PyGetSetDef FetchStamps_getset[] = {
     {"config", (getter)FetchStamps_config, NULL, "The consumer settings that load this module as librdkafka's plugin "
      "and name this log: plugin.library.paths first.", NULL},
     {"responses", (getter)FetchStamps_responses, NULL, "Fetch responses read without error, in all.", NULL},
+    {"arrival", (getter)FetchStamps_arrival, NULL, "Of them, those stamped at the kernel's receive time of the read "
+     "that completed them (the others: as the broker thread came to them).", NULL},
     {"refs", (getter)FetchStamps_refs, NULL, "Holders of the log: this object and each configuration naming it.", NULL},
     {NULL, NULL, NULL, NULL, NULL},
 };
@@ -3476,6 +3713,9 @@ static PyObject *plugin_inits_get(PyObject *self, PyObject *args) {
 
 static PyMethodDef module_methods[] = {
     {"load_rdkafka", load_rdkafka, METH_VARARGS, "load_rdkafka(path) -> version: resolve librdkafka from path."},
+    {"rdkafka_reads_hooked", rdkafka_reads_hooked_py, METH_NOARGS, "rdkafka_reads_hooked() -> the references to "
+     "recvmsg of the librdkafka load_rdkafka resolved that now go through the read that notes the kernel's receive "
+     "time (0: its stamps are taken on its broker thread as it handles a response)."},
     {"kafka_sender", kafka_sender, METH_VARARGS, "kafka_sender(config, topic, partitions, single) -> Sender"},
     {"redis_sender", redis_sender, METH_VARARGS,
      "redis_sender(host, port, password, keys, depth, timeout_s=30.0) -> Sender"},

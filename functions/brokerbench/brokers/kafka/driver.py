@@ -30,15 +30,20 @@ from ...drivers import BrokerUnavailable, Message, OnAck, TargetRefused
 from ...drivers.handoff import Handoff
 from ...figures import client_stamps
 
-# How a Kafka producer stamps its acknowledgements: on librdkafka's broker thread as it handles the produce response
-# (an on_acknowledgement interceptor: the native loop's, and the Python loop's through the plugin), or, without it, as
-# the thread serving librdkafka's delivery reports comes to each
-BROKER_THREAD_STAMPS = client_stamps("librdkafka")
+# How a Kafka producer stamps its acknowledgements: at the kernel's receive time of their Produce response's read
+# (ARRIVAL: librdkafka reads through the native extension's recvmsg, and an on_acknowledgement interceptor on its broker
+# thread takes the time of the response being handled: the native loop's, and the Python loop's through the plugin),
+# on that thread as it handles the response where the read had no kernel stamp (client:librdkafka), or, without the
+# interceptor, as the thread serving librdkafka's delivery reports comes to each (the extension says which: AckStamps
+# and the native sender's `stamps`)
 REPORT_STAMPS = client_stamps("librdkafka-report")
 # How a Kafka consumer stamps its deliveries: at the read of the latest Fetch response before its poll returned (an
 # on_response_received interceptor on librdkafka's broker thread, through the plugin), or, without it, as the poll
 # returns
 FETCH_STAMPS = client_stamps("librdkafka-fetch")
+# ... where that response's read carries the kernel's receive time (librdkafka reads through the native extension's
+# recvmsg: native.rdkafka_reads_hooked)
+FETCH_ARRIVAL_STAMPS = client_stamps("librdkafka-fetch-arrival")
 POLL_STAMPS = client_stamps("librdkafka")
 
 LIBRDKAFKA_LOG = logging.getLogger(f"{__name__}.librdkafka")
@@ -405,12 +410,13 @@ def _security(endpoint: dict) -> dict:
 class KafkaProducer:
     """The Python loop's Kafka producer. Each acknowledgement is stamped on librdkafka's broker thread as it handles
     the produce response (the native extension as librdkafka's plugin: `stamped_producer`), as the native loop
-    stamps it; the delivery reports are served by a thread of its own that waits in librdkafka's poll (which
+    stamps it, with the kernel's receive time of that response's read (librdkafka reads through the extension's
+    recvmsg); the delivery reports are served by a thread of its own that waits in librdkafka's poll (which
     releases the GIL and returns as soon as a report is queued) and reads each report's stamp back; the reports queue
     up and reach on_ack in poll and flush, on the worker's thread, with that stamp. Against the kernel's trace (one
-    message in flight, 5 interleaved trials, load 1.4 to 2.8 on 2 cores) the broker thread's stamp came +48 µs after
-    the arrival at the median and +237 at p99 (the native loop's +48 and +185), where the report's own stamp on that
-    thread came +80 and +759 (bench/client_stamp_lag.py, docs/performance.md). Without the plugin (`stamps` None), or for a report whose stamp another
+    message in flight) the stamp is at the arrival, as the worker's own sockets' are, where the broker thread's own
+    time came tens of µs after it at the median and hundreds at p99, and the report's as served later still
+    (bench/client_stamp_lag.py, docs/performance.md). Without the plugin (`stamps` None), or for a report whose stamp another
     message's has replaced, the reports' thread stamps it as it is served. The send loop's own waits could not stamp
     on arrival: librdkafka's poll waits in whole milliseconds, and a report that came while the loop slept the rest
     of a wait, encoded or sent was stamped when the loop next polled (up to 250 µs late in 0.25 ms slices)."""
@@ -420,8 +426,6 @@ class KafkaProducer:
         self._topic = topic
         self._on_ack = on_ack
         self._stamps = stamps
-        # how the acknowledgements are stamped: on librdkafka's broker thread, or as the reports' thread serves them
-        self.stamps = BROKER_THREAD_STAMPS if stamps is not None else REPORT_STAMPS
         self._results = Handoff()
         put, clock = self._results.put, time.monotonic_ns
 
@@ -440,6 +444,14 @@ class KafkaProducer:
         self._stopping = threading.Event()
         self._reports = threading.Thread(target=self._serve_reports, name="kafka-delivery-reports", daemon=True)
         self._reports.start()
+
+    @property
+    def stamps(self) -> str:
+        """How the acknowledgements were stamped (brokerbench.figures): `arrival` (the kernel's receive time of
+        their Produce response's read, noted on librdkafka's broker thread), `client:librdkafka` (on that thread
+        without the kernel's time), `client:librdkafka-report` (as the reports' thread served them), comma-separated
+        where they differed; before any, what they would be."""
+        return REPORT_STAMPS if self._stamps is None else self._stamps.stamps
 
     @property
     def handled_stamps(self) -> int | None:
@@ -509,30 +521,39 @@ class SpreadProducer(KafkaProducer):
 
 
 class KafkaConsumer:
-    """The Python loop's Kafka consumer. Each poll's deliveries are stamped at the read of the latest Fetch response
-    before the poll returned (`arrived_ns`, which the worker takes as their receipt, at most the poll's return): an
-    on_response_received interceptor on librdkafka's broker thread (the native extension as librdkafka's plugin:
+    """The Python loop's Kafka consumer. Each poll's deliveries are stamped at the arrival of the latest Fetch response
+    read before the poll returned (`arrived_ns`, which the worker takes as their receipt, at most the poll's return):
+    an on_response_received interceptor on librdkafka's broker thread (the native extension as librdkafka's plugin:
     `fetch_stamped_consumer`) notes when each Fetch response was read in full, before librdkafka parses it and queues
-    its messages, so the stamp is never before the read of the response that carried a message. Where the poll's
+    its messages, at the kernel's receive time of the read that completed it (librdkafka reads through the extension's
+    recvmsg; where that read had none, as the thread read it: `stamps` FETCH_STAMPS), so the stamp is never before the
+    arrival of the response that carried a message. Where the poll's
     messages can have come from one response only (`arrival_responses` 1: one read since the previous poll, which
     left nothing queued) the stamp is that response's own read; where from several, it is the latest, at most
-    `arrival_spread_ns` after the earliest of them. Against the kernel's trace (one message in flight, 5 interleaved
-    trials, load 2.6 to 5.9 on 2 cores) the Fetch response's read came +48 µs after the arrival at the median and
-    +1,070 at p99, the poll's return +173 and +3,559 (at load 5.8 to 13.2: +126 and +5,126 against +308 and +7,751);
-    3,786 of 3,850 polls could have their messages from one response only (bench/client_stamp_lag.py,
-    docs/performance.md). Without the plugin
+    `arrival_spread_ns` after the earliest of them. Against the kernel's trace (one message in flight) the Fetch
+    response's read on the broker thread, before it carried the kernel's time, came tens of µs after the arrival at
+    the median and about a millisecond at p99, the poll's return later still, and nearly every poll could have its
+    messages from one response only (bench/client_stamp_lag.py, docs/performance.md). Without the plugin
     (`fetch` None) the deliveries are stamped as the poll returns (POLL_STAMPS) and `arrived_ns` is None."""
 
     def __init__(self, consumer: _KafkaConsumer, fetch=None) -> None:
         self._consumer = consumer
         self._held: list[TopicPartition] | None = None
         self._fetch = fetch
-        self.stamps = FETCH_STAMPS if fetch is not None else POLL_STAMPS
         self.arrived_ns: int | None = None
         self.arrival_responses: int | None = None
         self.arrival_spread_ns: int | None = None
         self._window = (0, 0)  # (responses, earliest read) the last poll's messages may have come from
         self._carry = False
+
+    @property
+    def stamps(self) -> str:
+        """How the deliveries were stamped (brokerbench.figures): FETCH_ARRIVAL_STAMPS where every Fetch response so
+        far was stamped at the kernel's receive time of its read (and before any), FETCH_STAMPS where one was stamped as
+        the broker thread came to it, POLL_STAMPS without the plugin."""
+        if self._fetch is None:
+            return POLL_STAMPS
+        return FETCH_ARRIVAL_STAMPS if self._fetch.arrival == self._fetch.responses else FETCH_STAMPS
 
     @property
     def fetch_responses(self) -> int | None:

@@ -86,6 +86,9 @@ SERVICE = {"redis-streams": "redis", "kafka": "kafka", "pulsar": "pulsar"}
 # it is matched to the latest segment before it, with no slack: a slack would match a delivery polled just before the
 # next message came to that next message's segment.
 SLACK_NS = 100_000
+# The stamps taken from the skb (SO_TIMESTAMPNS), matched with SLACK_NS: the worker's own sockets', and Kafka's deliveries
+# at the arrival of the latest Fetch response (librdkafka's reads through the extension's recvmsg)
+KERNEL_STAMPED = ("arrival", "client:librdkafka-fetch-arrival")
 PROBE = re.compile(rb"^\s*(\d+)\.(\d{9}):\s.*?src=\S*:(\d+) dest=\S*:(\d+) .*?data_len=(\d+)")
 
 
@@ -345,14 +348,14 @@ def read_probes(data: Path) -> dict[tuple[int, int], list[int]]:
 
 def lags_of(row: dict, segments: dict) -> tuple[list[int], int, int]:
     """Each stamp − the latest data segment on the path's connections before it (or up to SLACK_NS after it, for a
-    stamp taken from the skb: `stamps_as` "arrival"); the
+    stamp taken from the skb: `stamps_as` in KERNEL_STAMPED); the
     stamps with none; and the stamps matched to the same segment as the stamp before them (at one message in flight
     each reply has a segment of its own: a segment the trace missed would show here)."""
     import bisect
 
     times = sorted(t for p in row["local_ports"] for t in segments.get((p, row["broker_port"]), [])
                    if row["began_ns"] <= t <= row["ended_ns"])
-    slack = SLACK_NS if row.get("stamps_as") == "arrival" else 0
+    slack = SLACK_NS if row.get("stamps_as") in KERNEL_STAMPED else 0
     lags, unmatched, shared, last = [], 0, 0, None
     for stamp in row["stamps_ns"]:
         i = bisect.bisect_right(times, stamp + slack)

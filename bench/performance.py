@@ -1197,11 +1197,8 @@ def _client_arrival(read_run: dict, arrival_run: dict) -> dict:
             "client_read_ack_p50": between([p["p50_us"] for p in thread_acks]),
             "client_read_ack_p99": between([p["p99_us"] for p in thread_acks]),
             "client_arrival_ack_p99": between([p["p99_us"] for p in acks]),
-            "client_arrival_shared": ", ".join(
-                f"{CLIENT_PATHS.get(path, path)} {_us(p['max_us'])}" for path, p in after.items()
-                if not path.startswith("kafka-fetch") and sum(t["shared"] for t in p["trials"])),
-            "client_arrival_shared_count": str(sum(t["shared"] for path, p in after.items()
-                                                   if not path.startswith("kafka-fetch") for t in p["trials"])),
+            "client_arrival_ack_max": between([p["max_us"] for p in acks]),
+            "client_arrival_shared": _shared_text(after),
             "client_arrival_control_p50": _us(after["redis-python-ack"]["p50_us"]),
             "client_arrival_fetch_p50": _us(after["kafka-fetch-delivery"]["p50_us"]),
             "client_arrival_fetch_p99": _us(after["kafka-fetch-delivery"]["p99_us"]),
@@ -1212,6 +1209,18 @@ def _client_arrival(read_run: dict, arrival_run: dict) -> dict:
             "client_arrival_table": table(["path", "at the response's read on the broker thread: p50 / p90 / p99 / "
                                            "max (µs)", "at the kernel's receive time: p50 / p90 / p99 / max (µs)"],
                                           rows)}
+
+
+def _shared_text(paths: dict) -> str:
+    """A sentence on the stamps of a run's acknowledgement and control paths matched to the segment of the stamp after
+    them (client_stamp_lag's `shared`), or none."""
+    found = {path: p for path, p in paths.items() if not path.startswith("kafka-fetch")
+             and sum(t["shared"] for t in p["trials"])}
+    if not found:
+        return ""
+    count = sum(t["shared"] for p in found.values() for t in p["trials"])
+    maxima = ", ".join(f"{CLIENT_PATHS.get(path, path)} {_us(p['max_us'])}" for path, p in found.items())
+    return f" The largest in the table ({maxima}) are {count} stamps matched to the segment of the stamp after them (the bench's `shared`)."
 
 
 def _client_priority(run: dict) -> dict:

@@ -33,6 +33,8 @@ def test_each_stamp_is_matched_to_the_latest_segment_of_its_connections():
     # a stamp taken from the skb: 5_960_000's segment came 40 µs later, within SLACK_NS, and is its own
     lags, unmatched, shared = bench.lags_of({**row, "stamps_as": "arrival"}, segments)
     assert (lags, unmatched, shared) == ([250_000, -40_000, 200_000, 300_000], 1, 1)
+    # Kafka's deliveries at the arrival of the latest Fetch response: the skb's time too
+    assert bench.lags_of({**row, "stamps_as": "client:librdkafka-fetch-arrival"}, segments) == (lags, unmatched, shared)
     quantiles = bench.quantiles_us(lags)
     assert quantiles["n"] == 4 and quantiles["min_us"] == -40.0 and quantiles["max_us"] == 300.0
     assert quantiles["negative"] == 1

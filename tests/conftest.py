@@ -226,11 +226,12 @@ def session_certificate(tmp_path_factory) -> dict:
 @pytest.fixture(scope="session")
 def local_stack(tmp_path_factory, session_certificate):
     """The session's local stack, nothing started yet; every service the session started stops at its end. Its
-    Pulsar and its RabbitMQ also serve TLS with the session's certificate (endpoint tls_service_url; tls_amqp_port
-    and tls_stream_port)."""
+    Pulsar, its RabbitMQ and its Kafka also serve TLS with the session's certificate (endpoint tls_service_url;
+    tls_amqp_port and tls_stream_port; tls_bootstrap_servers)."""
     cert, key = str(session_certificate["cert"]), str(session_certificate["key"])
     local = LocalStack(tmp_path_factory.mktemp("stack"), pulsar_tls={"cert": cert, "key": key},
-                       rabbitmq_tls={"cert": cert, "key": key, "ca": str(session_certificate["ca"])})
+                       rabbitmq_tls={"cert": cert, "key": key, "ca": str(session_certificate["ca"])},
+                       kafka_tls={"cert": cert, "key": key})
     yield local
     local.down(log=lambda m: None)
 

@@ -116,3 +116,24 @@ def test_a_redis_cell_over_tls_delivers_everything_and_is_stamped_at_arrival(tls
     outcome = execute_run(tiny("redis-streams"), endpoints, store)
     assert_whole_and_stamped_at_arrival(store.read(outcome.run_id))  # Redis's count: XLEN
     assert client.dbsize() == 0  # the cell's keys were removed after it
+
+
+@pytest.mark.parametrize("loop", ["native", "python"])
+def test_a_kafka_cell_over_tls_is_stamped_at_arrival(loop, endpoints, certificate, store, monkeypatch):
+    """The session's Kafka also serves TLS (its SSL listener, as an MSK broker's): librdkafka reads it through OpenSSL,
+    whose read() of each record goes through the extension (native.rdkafka_reads_hooked: read and recvmsg), so a cell
+    over TLS on either loop has its acknowledgements at the kernel's receive time of their Produce response and its
+    deliveries at the arrival of the latest Fetch response, as over plain TCP; every message delivered once."""
+    from brokerbench import native
+
+    monkeypatch.setenv("BROKERBENCH_SEND_LOOP", loop)
+    kafka = {"bootstrap_servers": endpoints["kafka"]["tls_bootstrap_servers"], "tls": True}
+    outcome = execute_run(tiny("kafka"), {**endpoints, "kafka": kafka}, store)
+    events = store.read(outcome.run_id)
+    [cell] = build_results(events)["cells"]
+    assert cell["status"] == "completed", cell.get("reason")
+    assert cell["sent"] == cell["received"] > 0 and cell["lost"] == cell["duplicated"] == 0
+    [end] = [e["data"] for e in events if e["type"] == "CellCompleted"]
+    assert end["send_loop"] == loop
+    assert (end["ack_stamps"], end["delivery_stamps"]) == ("arrival", "client:librdkafka-fetch-arrival")
+    assert native.module().rdkafka_reads_hooked() == 2  # librdkafka's recvmsg and read

@@ -278,7 +278,8 @@ static int arrival_of(struct msghdr *msg, int64_t *arrived) {
    reads, never early), and never later than the read's return. The loop reads late whenever it is busy sending or
    waking from a wait; the kernel's stamp is the same however late. Without a stamp, the read's return. As
    brokers/socket_buffer.py recv_stamped does for the Python loop. */
-static ssize_t recv_stamped(int fd, void *buf, size_t len, int flags, int64_t *arrived) {
+static ssize_t recv_stamped_by(ssize_t (*receive)(int, struct msghdr *, int), int fd, void *buf, size_t len,
+                               int flags, int64_t *arrived, int *kernel) {
     union {
         char buf[CMSG_SPACE(sizeof(struct timespec))];
         struct cmsghdr align;
@@ -289,9 +290,14 @@ static ssize_t recv_stamped(int fd, void *buf, size_t len, int flags, int64_t *a
     msg.msg_iovlen = 1;
     msg.msg_control = control.buf;
     msg.msg_controllen = sizeof control.buf;
-    ssize_t n = recvmsg(fd, &msg, flags);
-    if (n > 0) arrival_of(&msg, arrived);
+    ssize_t n = receive(fd, &msg, flags);
+    if (n > 0) *kernel = arrival_of(&msg, arrived);
     return n;
+}
+
+static ssize_t recv_stamped(int fd, void *buf, size_t len, int flags, int64_t *arrived) {
+    int kernel;
+    return recv_stamped_by(recvmsg, fd, buf, len, flags, arrived, &kernel);
 }
 
 /* ---- the kernel's receive time of librdkafka's reads ------------------------------------------------------------
@@ -305,14 +311,25 @@ static ssize_t recv_stamped(int fd, void *buf, size_t len, int flags, int64_t *a
    socket whose read came without a stamp (a connection's first responses, ApiVersions and Metadata, come before any
    Produce or Fetch response). A response is read in reads bounded by its own frame (its 4-byte length, then exactly
    its payload: rd_kafka_transport_framed_recv), so the latest read before on_response_received is the one that
-   completed that response: take_read_arrival gives its arrival, once. Only librdkafka's references are moved; a
-   TLS connection is read by OpenSSL, whose reads are not librdkafka's recvmsg: its responses find no read noted and
-   are stamped as the interceptor runs. */
+   completed that response: take_read_arrival gives its arrival, once. Over TLS the socket is read by OpenSSL, which
+   confluent-kafka's librdkafka holds within itself and which reads with read(): its slot is moved too (rdkafka_read),
+   and OpenSSL reads a record's header, then exactly its body, so the latest read before a response is handled brought
+   its last record. Only librdkafka's references are moved. A response that finds no read noted (none since the last
+   response was taken) is stamped as the interceptor runs, and says so (kernel 0). */
 static ssize_t (*libc_recvmsg)(int, struct msghdr *, int);
+static ssize_t (*libc_read)(int, void *, size_t);
 static __thread struct {
-    int64_t at;  /* the arrival of the latest read through rdkafka_recvmsg that returned data; 0: taken since */
+    int64_t at;  /* the arrival of the latest read through rdkafka_recvmsg or rdkafka_read that returned data; 0: taken since */
     int kernel;  /* whether the kernel stamped it */
-} rdkafka_read;
+} last_read;
+
+/* A read of librdkafka's that returned data: its arrival noted for the response it completes (take_read_arrival), and
+   SO_TIMESTAMPNS set on a socket whose read came without the kernel's stamp, for its next reads. */
+static void note_read(int fd, int64_t at, int kernel) {
+    last_read.at = at, last_read.kernel = kernel;
+    static const int one = 1;
+    if (!kernel) setsockopt(fd, SOL_SOCKET, SO_TIMESTAMPNS, &one, sizeof one);
+}
 
 static ssize_t rdkafka_recvmsg(int fd, struct msghdr *msg, int flags) {
     if (msg->msg_control || msg->msg_controllen) return libc_recvmsg(fd, msg, flags); /* the caller's own */
@@ -327,9 +344,7 @@ static ssize_t rdkafka_recvmsg(int fd, struct msghdr *msg, int flags) {
     if (n > 0) {
         int64_t at;
         int kernel = arrival_of(msg, &at);
-        rdkafka_read.at = at, rdkafka_read.kernel = kernel;
-        static const int one = 1;
-        if (!kernel) setsockopt(fd, SOL_SOCKET, SO_TIMESTAMPNS, &one, sizeof one); /* for its next reads */
+        note_read(fd, at, kernel);
     }
     msg->msg_control = NULL;
     msg->msg_controllen = 0;
@@ -337,12 +352,28 @@ static ssize_t rdkafka_recvmsg(int fd, struct msghdr *msg, int flags) {
     return n;
 }
 
+/* librdkafka's read(): OpenSSL's, of a TLS connection's records (its socket BIO reads with read(), and the wheel's
+   librdkafka holds OpenSSL within itself), and of librdkafka's wake-up descriptors. A socket is read with recvmsg()
+   and a control buffer, and the read noted as rdkafka_recvmsg's are (OpenSSL reads a record's header, then exactly
+   its body, so the latest read before a response is handled brought the end of its last record); anything else
+   (ENOTSOCK) is read as it was. */
+static ssize_t rdkafka_read(int fd, void *buf, size_t count) {
+    int64_t at;
+    int kernel = 0;
+    ssize_t n = recv_stamped_by(libc_recvmsg, fd, buf, count, 0, &at, &kernel);
+    if (n < 0 && errno == ENOTSOCK) return libc_read(fd, buf, count);
+    int saved = errno;
+    if (n > 0) note_read(fd, at, kernel);
+    errno = saved;
+    return n;
+}
+
 /* The arrival of the read that completed the response this broker thread is about to handle (see above), taken once;
    *kernel whether the kernel stamped it. Without a read noted since the last take: now, not the kernel's. */
 static int64_t take_read_arrival(int *kernel) {
-    int64_t at = rdkafka_read.at;
-    *kernel = at ? rdkafka_read.kernel : 0;
-    rdkafka_read.at = 0;
+    int64_t at = last_read.at;
+    *kernel = at ? last_read.kernel : 0;
+    last_read.at = 0;
     return at ? at : now_ns();
 }
 
@@ -361,11 +392,13 @@ static int page_protection(uintptr_t address) {
     return found;
 }
 
-/* Points each of `lib`'s (librdkafka's, loaded) relocations of recvmsg at rdkafka_recvmsg; the number moved. */
+/* Points each of `lib`'s (librdkafka's, loaded) relocations of recvmsg and read at rdkafka_recvmsg and rdkafka_read;
+   the number moved. */
 static int hook_rdkafka_reads(void *lib) {
     struct link_map *map = NULL;
     if (dlinfo(lib, RTLD_DI_LINKMAP, &map) || !map || !map->l_ld) return 0;
     if (!libc_recvmsg && !(*(void **)&libc_recvmsg = dlsym(RTLD_DEFAULT, "recvmsg"))) return 0;
+    if (!libc_read && !(*(void **)&libc_read = dlsym(RTLD_DEFAULT, "read"))) return 0;
     const ElfW(Sym) *symtab = NULL;
     const char *strtab = NULL;
     const ElfW(Rela) *tables[2] = {NULL, NULL};
@@ -389,15 +422,18 @@ static int hook_rdkafka_reads(void *lib) {
         for (size_t i = 0; tables[t] && i < sizes[t] / sizeof(ElfW(Rela)); i++) {
             const ElfW(Rela) *r = &tables[t][i];
             unsigned type = ELF64_R_TYPE(r->r_info), sym = ELF64_R_SYM(r->r_info);
+            const char *name = sym ? strtab + symtab[sym].st_name : "";
+            void *to = !strcmp(name, "recvmsg") ? (void *)rdkafka_recvmsg : !strcmp(name, "read") ? (void *)rdkafka_read
+                                                                                                 : NULL;
             if ((type != R_X86_64_JUMP_SLOT && type != R_X86_64_GLOB_DAT && type != R_AARCH64_JUMP_SLOT &&
-                 type != R_AARCH64_GLOB_DAT) || !sym || strcmp(strtab + symtab[sym].st_name, "recvmsg"))
+                 type != R_AARCH64_GLOB_DAT) || !to)
                 continue;
             void **slot = (void **)(map->l_addr + r->r_offset);
             uintptr_t start = (uintptr_t)slot & ~(uintptr_t)(page - 1);
             int protection = page_protection((uintptr_t)slot);
             if (protection < 0) continue;
             if (!(protection & PROT_WRITE) && mprotect((void *)start, page, protection | PROT_WRITE)) continue;
-            __atomic_store_n(slot, (void *)rdkafka_recvmsg, __ATOMIC_SEQ_CST);
+            __atomic_store_n(slot, to, __ATOMIC_SEQ_CST);
             if (!(protection & PROT_WRITE)) mprotect((void *)start, page, protection); /* RELRO again */
             moved++;
         }

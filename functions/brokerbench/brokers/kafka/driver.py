@@ -393,7 +393,10 @@ def _serving(meta, partitions: int) -> bool:
 
 
 def _security(endpoint: dict) -> dict:
-    """TLS and MSK IAM authentication (OAUTHBEARER with a SigV4 token) when the endpoint asks for them."""
+    """TLS and MSK IAM authentication (OAUTHBEARER with a SigV4 token) when the endpoint asks for them. Over TLS the
+    authorities trusted are the system's, or those of SSL_CERT_FILE where it is set (OpenSSL's own variable, which the
+    OpenSSL that confluent-kafka's librdkafka holds within itself does not read)."""
+    trusted = {"ssl.ca.location": os.environ["SSL_CERT_FILE"]} if os.environ.get("SSL_CERT_FILE") else {}
     if endpoint.get("auth") == "iam":
         from aws_msk_iam_sasl_signer import MSKAuthTokenProvider
 
@@ -403,8 +406,8 @@ def _security(endpoint: dict) -> dict:
             token, expiry_ms = MSKAuthTokenProvider.generate_auth_token(region)
             return token, expiry_ms / 1000
 
-        return {"security.protocol": "SASL_SSL", "sasl.mechanism": "OAUTHBEARER", "oauth_cb": oauth_cb}
-    return {"security.protocol": "SSL"} if endpoint.get("tls") else {}
+        return {"security.protocol": "SASL_SSL", "sasl.mechanism": "OAUTHBEARER", "oauth_cb": oauth_cb, **trusted}
+    return {"security.protocol": "SSL", **trusted} if endpoint.get("tls") else {}
 
 
 class KafkaProducer:

@@ -11,7 +11,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from ...local.install import fetch_maven_jars, jar_version, lib_dir, pom_version
-from ...local.processes import HOST, StackError, require, spawn
+from ...local.processes import HOST, StackError, certificate_files, require, spawn
 from .. import Started
 
 POM = Path(__file__).with_name("kafka.pom.xml")
@@ -51,6 +51,21 @@ MAX_NODES = 3  # a local cluster: three JVMs at 512 MB of heap (~1.2 GB resident
 
 
 PROXIED_PROTOCOLS = "listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT,PROXIED:PLAINTEXT"
+
+
+def tls_listener(settings: dict, nodes: int, home: Path, port: int | None) -> tuple[list[str], list[str]]:
+    """With setting `kafka_tls` = {"cert": PEM file, "key": PEM file (PKCS#8)}: the single node also serves its clients
+    over TLS on `port` (listener SSL, as an MSK broker's TLS listener: no client certificate), its keystore the key and
+    the certificate in one PEM file in `home`. Returns (the listener, its server.properties lines); ([], []) without
+    the setting, and for a cluster's nodes (kafka@3: plain only)."""
+    if not settings.get("kafka_tls") or nodes != 1:
+        return [], []
+    tls = certificate_files(settings, "kafka_tls", ("cert", "key"))
+    keystore = home / "tls-keystore.pem"
+    keystore.write_text(Path(tls["key"]).read_text() + Path(tls["cert"]).read_text())
+    keystore.chmod(0o600)
+    return [f"SSL://{HOST}:{port}"], [PROXIED_PROTOCOLS + ",SSL:SSL", "listener.name.ssl.ssl.keystore.type=PEM",
+                                      f"listener.name.ssl.ssl.keystore.location={keystore}"]
 
 
 def proxied_ports(settings: dict, nodes: int, ports: Callable[[], int]) -> list[tuple[int, int]]:
@@ -129,18 +144,23 @@ class KafkaService:
         cluster = formatted_cluster_id(folder) or cluster_id()  # started again after a crash: the same cluster
         configs = []
         proxied = proxied_ports(settings, nodes, ports)
+        tls_port = ports() if settings.get("kafka_tls") and nodes == 1 else None
         for node, ((port, controller_port), (listen, advertised)) in enumerate(zip(listeners, proxied), 1):
             home = folder if nodes == 1 else folder / f"node-{node}"
             home.mkdir(parents=True, exist_ok=True)
             config = home / "server.properties"
+            tls_listeners, tls_properties = tls_listener(settings, nodes, home, tls_port)
             config.write_text("\n".join([
                 *SERVER_PROPERTIES,
                 *(cluster_properties(nodes) if nodes > 1 else []),
                 f"node.id={node}",
                 f"controller.quorum.voters={voters}",
-                f"listeners=PLAINTEXT://{HOST}:{port},CONTROLLER://{HOST}:{controller_port},PROXIED://{HOST}:{listen}",
-                f"advertised.listeners=PLAINTEXT://{HOST}:{port},PROXIED://{HOST}:{advertised}",
+                ",".join([f"listeners=PLAINTEXT://{HOST}:{port},CONTROLLER://{HOST}:{controller_port},"
+                          f"PROXIED://{HOST}:{listen}", *tls_listeners]),
+                ",".join([f"advertised.listeners=PLAINTEXT://{HOST}:{port},PROXIED://{HOST}:{advertised}",
+                          *tls_listeners]),
                 PROXIED_PROTOCOLS,
+                *tls_properties,
                 f"log.dirs={folder / 'data' if nodes == 1 else folder / 'data' / f'node-{node}'}",
                 "",
             ]))
@@ -164,6 +184,8 @@ class KafkaService:
                            for node, (listen, advertised) in enumerate(proxied, 1)],
                  "clients": {"bootstrap_servers": ",".join(f"{HOST}:{advertised}" for _, advertised in proxied)}}
         endpoint = {"bootstrap_servers": bootstrap, "version": version, "proxy": proxy}
+        if tls_port:  # the same node over TLS: a target of its own names it with tls
+            endpoint["tls_bootstrap_servers"] = f"{HOST}:{tls_port}"
         extra = {"controller_port": listeners[0][1], "proxied_port": proxied[0][0], "proxy_port": proxied[0][1]}
         if nodes > 1:
             extra = {"nodes": nodes, "ports": [port for port, _ in listeners],

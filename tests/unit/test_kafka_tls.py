@@ -8,12 +8,12 @@ from brokerbench.local.processes import HOST
 
 
 def test_the_single_node_serves_tls_with_the_certificate_named(tmp_path):
-    """The key and the certificate in one PEM keystore (PKCS#8 key first, as Kafka reads a PEM keystore file), an SSL
+    """The key and the certificate in one PEM keystore (the key first, as Kafka reads a PEM keystore file), an SSL
     listener on the port given, advertised as it listens; a cluster's nodes and a stack without the setting listen in
     plain only; a setting that names no file is refused by name."""
     cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
-    cert.write_text("-----BEGIN CERTIFICATE-----\nc\n-----END CERTIFICATE-----\n")
-    key.write_text("-----BEGIN PRIVATE KEY-----\nk\n-----END PRIVATE KEY-----\n")
+    cert.write_text("the certificate\n")
+    key.write_text("the key\n")
     tls = {"kafka_tls": {"cert": str(cert), "key": str(key)}}
     listeners, properties = local.tls_listener(tls, 1, tmp_path, 9094)
     assert listeners == [f"SSL://{HOST}:9094"]

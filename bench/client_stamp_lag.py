@@ -40,7 +40,9 @@ script still measured those two paths), and
 --paths redis-python-ack,kafka-python-broker-ack,kafka-native-ack,kafka-fetch-delivery --trials 5 before and after
 librdkafka's reads carried the kernel's receive time (client_stamp_lag_produce_read.json: acknowledgements stamped at
 their Produce response's read on the broker thread; client_stamp_lag_arrival.json: at its arrival, sendloop.c
-rdkafka_recvmsg).
+rdkafka_recvmsg), and --paths redis-python-ack,kafka-native-ack,kafka-tls-python-broker-ack,kafka-tls-native-ack
+--trials 5 (client_stamp_lag_tls.json: the acknowledgements over the local Kafka's TLS listener, made for the run:
+OpenSSL's reads within librdkafka, sendloop.c rdkafka_read).
 Starts the brokers its paths need (a state folder of its own, removed at the end) and perf, and stops them. Needs
 root (perf with tracepoints) and the tcp:tcp_probe tracepoint.
 """
@@ -71,6 +73,9 @@ PATHS = {
     "kafka-python-ack": ("kafka", "acknowledgement", "client:librdkafka-report"),
     "kafka-python-broker-ack": ("kafka", "acknowledgement", "arrival"),  # client:librdkafka before its reads were stamped
     "kafka-native-ack": ("kafka", "acknowledgement", "arrival"),
+    # the same two over TLS (the local node's TLS listener, stack setting kafka_tls: OpenSSL's reads within librdkafka)
+    "kafka-tls-python-broker-ack": ("kafka", "acknowledgement", "arrival"),
+    "kafka-tls-native-ack": ("kafka", "acknowledgement", "arrival"),
     "kafka-delivery": ("kafka", "delivery", "client:librdkafka"),
     "kafka-fetch-delivery": ("kafka", "delivery", "client:librdkafka-fetch-arrival"),
     "pulsar-delivery": ("pulsar", "delivery", "client:pulsar-client"),  # pulsar-client's consumer (the fallback)
@@ -93,6 +98,16 @@ PROBE = re.compile(rb"^\s*(\d+)\.(\d{9}):\s.*?src=\S*:(\d+) dest=\S*:(\d+) .*?da
 
 
 # ---- in the child: one path's client, its stamps and its connections -----------------------------------------------
+
+def over_tls(path: str) -> bool:
+    return path.startswith("kafka-tls-")
+
+
+def path_endpoint(path: str, endpoint: dict) -> dict:
+    """The endpoint a path's client is given: a TLS path's reaches the node's TLS listener (kafka_tls)."""
+    return {**endpoint, "bootstrap_servers": endpoint["tls_bootstrap_servers"], "tls": True} if over_tls(path) \
+        else endpoint
+
 
 def broker_port(broker: str, endpoint: dict) -> int:
     """The port the client connects to (every Kafka, Pulsar or Redis connection of a one-node local broker)."""
@@ -174,6 +189,7 @@ def child(path: str, endpoint: dict, client: dict, rate: int, seconds: float, to
 
     broker, _what, _recorded = PATHS[path]
     port = broker_port(broker, endpoint)
+    named, path = path, path.replace("kafka-tls-", "kafka-")  # over TLS (the endpoint says so), as over plain TCP
     driver = get_driver(broker, endpoint, client)
     driver.create_topic(topic, 1)
     payload = os.urandom(SIZE)
@@ -229,8 +245,8 @@ def child(path: str, endpoint: dict, client: dict, rate: int, seconds: float, to
             stamps, ports = native_acks(sender, count, rate, payload, port)
         elif path == "kafka-native-ack":
             sender = driver.native_sender(topic, 1, "single")
-            extra = {"stamps_as": getattr(sender, "stamps", None)}
             stamps, ports = native_acks(sender, count, rate, payload, port)
+            extra = {"stamps_as": getattr(sender, "stamps", None)}  # after its acknowledgements: how they were
             # how many were stamped on librdkafka's broker thread (its on_acknowledgement interceptor), not as served
             extra["handled_stamps"] = getattr(sender, "handled_stamps", None)
         else:
@@ -254,8 +270,8 @@ def child(path: str, endpoint: dict, client: dict, rate: int, seconds: float, to
                 producer = KafkaProducer(Producer({**driver.producer_config("single"), **LOGGED}), topic, on_ack)
             else:
                 producer = driver.producer(topic, 1, "single", on_ack)
-            extra = {"stamps_as": getattr(producer, "stamps", None), "producer": type(producer).__name__}
             python_acks(producer, acks, count, rate, payload)
+            extra = {"stamps_as": getattr(producer, "stamps", None), "producer": type(producer).__name__}
             ports |= own_connections(port)
             producer.close()
             if path.startswith("kafka-python"):  # stamped on librdkafka's broker thread (None: no plugin)
@@ -275,7 +291,7 @@ def child(path: str, endpoint: dict, client: dict, rate: int, seconds: float, to
             if stamp >= measured[0]:
                 bound.add(responses, spread_ns)
         extra["bound"] = bound.record()
-    return {"path": path, "began_ns": began, "ended_ns": time.monotonic_ns(), "broker_port": port,
+    return {"path": named, "began_ns": began, "ended_ns": time.monotonic_ns(), "broker_port": port,
             "local_ports": sorted(ports), "stamps_ns": measured, **extra}
 
 
@@ -303,6 +319,25 @@ def send_only(spec: dict) -> None:
 
 
 # ---- in the parent: perf, the trials, the matching -----------------------------------------------------------------
+
+def tls_setting(state: Path) -> dict:
+    """The local Kafka's TLS listener (stack setting kafka_tls) with a certificate for 127.0.0.1 made for this run
+    (trustme), its authority trusted by the paths' processes through SSL_CERT_FILE (the Kafka driver gives it to
+    librdkafka as ssl.ca.location)."""
+    import trustme
+    from cryptography.hazmat.primitives import serialization
+
+    authority = trustme.CA()
+    issued = authority.issue_cert("127.0.0.1")
+    files = {name: state / f"tls-{name}.pem" for name in ("ca", "cert", "key")}
+    authority.cert_pem.write_to_path(str(files["ca"]))
+    issued.cert_chain_pems[0].write_to_path(str(files["cert"]))
+    key = serialization.load_pem_private_key(issued.private_key_pem.bytes(), None)
+    files["key"].write_bytes(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                                               serialization.NoEncryption()))
+    os.environ["SSL_CERT_FILE"] = str(files["ca"])  # the paths' processes start with this environment
+    return {"kafka_tls": {"cert": str(files["cert"]), "key": str(files["key"])}}
+
 
 def start_perf(out: Path, ports: list[int]) -> subprocess.Popen:
     ports_filter = " || ".join(f"dport == {p}" for p in ports)
@@ -423,7 +458,7 @@ def main(argv: list[str] | None = None) -> int:
     runs = [(path, way) for path in paths for way in ways]
 
     state = Path(tempfile.mkdtemp(prefix="client-stamp-lag-"))
-    stack = LocalStack(state)
+    stack = LocalStack(state, **tls_setting(state) if any(over_tls(p) for p in paths) else {})
     brokers = sorted({PATHS[p][0] for p in paths})
     stack.up(services=sorted({SERVICE[b] for b in brokers}), log=print)
     perf = None
@@ -434,12 +469,14 @@ def main(argv: list[str] | None = None) -> int:
         clients = {b: expand(validate({"brokers": [b], "sizes": [SIZE], "rates": [args.rate], "formats": ["raw"],
                                        "modes": ["single"], "duration_s": args.seconds}))[0]["client"]
                    for b in brokers}
-        perf = start_perf(state / "perf.data", sorted({broker_port(b, endpoints[b]) for b in brokers}))
+        perf = start_perf(state / "perf.data", sorted({broker_port(PATHS[p][0], path_endpoint(p, endpoints[PATHS[p][0]]))
+                                                       for p in paths}))
         for trial in range(args.trials):
             shift = trial % len(runs)
             for path, way in runs[shift:] + runs[:shift]:  # interleaved: each trial starts one path later
                 broker = PATHS[path][0]
-                spec = {"path": path, "endpoint": endpoints[broker], "client": clients[broker], "rate": args.rate,
+                spec = {"path": path, "endpoint": path_endpoint(path, endpoints[broker]), "client": clients[broker],
+                        "rate": args.rate,
                         "seconds": args.seconds, "topic": f"bb-lag-{path}-{way}-{trial}-{os.getpid()}"}
                 grant = priority.BrokerGrant(endpoints[broker]["pids"], None if way == "realtime" else way)
                 try:

@@ -1098,6 +1098,8 @@ CLIENT_PATHS = {"redis-python-ack": "Redis acknowledgement, Python loop (control
                 "kafka-python-ack": "Kafka acknowledgement, Python loop (delivery report: without the plugin)",
                 "kafka-python-broker-ack": "Kafka acknowledgement, Python loop (on librdkafka's broker thread)",
                 "kafka-native-ack": "Kafka acknowledgement, native loop (on librdkafka's broker thread)",
+                "kafka-tls-python-broker-ack": "Kafka acknowledgement over TLS, Python loop (on librdkafka's broker thread)",
+                "kafka-tls-native-ack": "Kafka acknowledgement over TLS, native loop (on librdkafka's broker thread)",
                 "kafka-delivery": "Kafka delivery, as the poll returns (without the plugin)",
                 "kafka-fetch-delivery": "Kafka delivery, at the Fetch response (on librdkafka's broker thread)",
                 "pulsar-delivery": "Pulsar delivery, pulsar-client (the consumer's fallback)",
@@ -1165,7 +1167,23 @@ def client_stamp_lag(results: dict) -> dict:
                              results["client_stamp_lag_fetch_quiet"]]),
             **_client_pulsar(results["client_stamp_lag_pulsar"]),
             **_client_priority(results["client_stamp_lag_priority"]),
-            **_client_arrival(results["client_stamp_lag_produce_read"], results["client_stamp_lag_arrival"])}
+            **_client_arrival(results["client_stamp_lag_produce_read"], results["client_stamp_lag_arrival"]),
+            **_client_tls(results["client_stamp_lag_tls"])}
+
+
+def _client_tls(run: dict) -> dict:
+    """Kafka's acknowledgements over TLS on both loops, beside the same over plain TCP and the control, in a run of
+    their own (the local node's TLS listener)."""
+    paths = {p["path"]: p for p in run["paths"]}
+    fill = _client_fallbacks(run)  # the same table's columns
+    tls = [paths[p] for p in ("kafka-tls-python-broker-ack", "kafka-tls-native-ack")]
+    return {"client_tls_when": fill["client_fallback_when"], "client_tls_code": fill["client_fallback_code"],
+            "client_tls_lost": fill["client_fallback_lost"], "client_tls_table": fill["client_fallback_table"],
+            "client_tls_trials": str(run["trials"]),
+            "client_tls_load": spread([t["load_average_1min"] for p in run["paths"] for t in p["trials"]],
+                                      lambda x: f"{x:.1f}"),
+            "client_tls_p50": " and ".join(_us(p["p50_us"]) for p in tls),
+            "client_tls_p99": " and ".join(_us(p["p99_us"]) for p in tls)}
 
 
 def _client_arrival(read_run: dict, arrival_run: dict) -> dict:

@@ -143,7 +143,7 @@ static PyObject *load_rdkafka(PyObject *self, PyObject *args) {
     *(void **)&rk.conf_interceptor_add_on_conf_destroy = dlsym(lib, "rd_kafka_conf_interceptor_add_on_conf_destroy");
     *(void **)&rk.interceptor_add_on_response_received = dlsym(lib, "rd_kafka_interceptor_add_on_response_received");
     snprintf(rk.version, sizeof rk.version, "%s", rk.version_str());
-    rdkafka_reads_hooked = hook_rdkafka_reads(lib); /* GOT slots of librdkafka moved to rdkafka_recvmsg */
+    rdkafka_reads_hooked = hook_rdkafka_reads(lib); /* GOT slots of librdkafka moved to rdkafka_recvmsg, rdkafka_read */
     rk.loaded = 1;
     return PyUnicode_FromString(rk.version);
 }
@@ -377,6 +377,40 @@ static int64_t take_read_arrival(int *kernel) {
     return at ? at : now_ns();
 }
 
+/* The kernel stamps a received packet only while some socket asks for it, and turning that on when none did is
+   deferred to a work queue (net_enable_timestamp): a packet that comes in meanwhile carries no time, and a read of it
+   none (arrival_of: 0). So when librdkafka is resolved the process asks for it on a socket it keeps (before any of
+   librdkafka's connections, which ask for it only after their first read), and waits until a segment over a
+   loopback connection of its own comes stamped (at most TIMESTAMPING_WAIT_MS). Returns whether it did. */
+#define TIMESTAMPING_WAIT_MS 200
+static void sleep_ns(int64_t ns);
+static int timestamping_kept = -1; /* the socket that keeps the kernel stamping, for the process's life */
+
+static int keep_timestamping(void) {
+    static const int one = 1;
+    if (timestamping_kept < 0 && (timestamping_kept = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0)) >= 0)
+        setsockopt(timestamping_kept, SOL_SOCKET, SO_TIMESTAMPNS, &one, sizeof one);
+    struct sockaddr_in at = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    socklen_t len = sizeof at;
+    int listener = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0), out = -1, in = -1, stamped = 0;
+    if (listener >= 0 && !bind(listener, (struct sockaddr *)&at, len) && !listen(listener, 1) &&
+        !getsockname(listener, (struct sockaddr *)&at, &len) &&
+        (out = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0)) >= 0 && !connect(out, (struct sockaddr *)&at, len) &&
+        (in = accept(listener, NULL, NULL)) >= 0 &&
+        !setsockopt(in, SOL_SOCKET, SO_TIMESTAMPNS, &one, sizeof one))
+        for (int waited = 0; !stamped && waited <= TIMESTAMPING_WAIT_MS; waited++) {
+            char byte = 0;
+            int64_t arrived;
+            if (send(out, &byte, 1, 0) != 1 || recv_stamped_by(recvmsg, in, &byte, 1, 0, &arrived, &stamped) != 1)
+                break;
+            if (!stamped) sleep_ns(1000000);
+        }
+    if (in >= 0) close(in);
+    if (out >= 0) close(out);
+    if (listener >= 0) close(listener);
+    return stamped;
+}
+
 /* The protection of the page holding `address` (PROT_*), from /proc/self/maps; -1 where not found. */
 static int page_protection(uintptr_t address) {
     FILE *maps = fopen("/proc/self/maps", "r");
@@ -416,6 +450,7 @@ static int hook_rdkafka_reads(void *lib) {
         }
     }
     if (!symtab || !strtab) return 0;
+    keep_timestamping();
     long page = sysconf(_SC_PAGESIZE);
     int moved = 0;
     for (int t = 0; t < 2; t++)

@@ -72,6 +72,14 @@ PLACEMENT = 1  # runs either side of the step's run where the alert may place it
 STRESS_UNSUSTAINABLE = 7 / 72
 FIGURE_METRICS = ("throughput_msgs_per_s", "end_to_end_p99_us", "publish_latency_p99_us")
 ALERT_FIELDS = ("cell", "key", "metric", "source", "change", "p_value", "began_run_id", "why")
+SCHEDULE = "nightly-quick"  # the built-in schedule of the quick suite: its baseline_runs shape the nights
+
+
+def baseline_runs() -> int:
+    """The runs the nightly schedule starts back to back before its first night of checks (schedules.catch_up)."""
+    from brokerbench import schedules
+
+    return next(s.baseline_runs for s in schedules.load() if s.name == SCHEDULE)
 
 
 def log(message: str) -> None:
@@ -425,15 +433,17 @@ def run_id_of(schedule: int, night: int) -> str:
 
 
 def false_alerts(model: dict, nights: int, seed: int, unsustainable_rate: float | None = None,
-                 per_schedule: int = NIGHTS_PER_SCHEDULE) -> dict:
-    """`nights` nights of A/A schedules of `per_schedule` nights each: the nights with any alert, by the night's
-    place in its schedule (pairwise only, or change points), and the alerts by source and metric."""
+                 per_schedule: int = NIGHTS_PER_SCHEDULE, baseline: int = 1) -> dict:
+    """`nights` nights of A/A schedules of `per_schedule` nights each, after `baseline` runs back to back (night 0):
+    the nights with any alert, by the night's place in its schedule (pairwise only, or change points), and the
+    alerts by source and metric. Each baseline run after the first is checked too (the schedule's check runs on
+    every run it starts): counted as a night."""
     rng = np.random.default_rng(seed)
     nights_done, alerting, by_source, by_metric, by_phase = 0, 0, {}, {}, {}
     schedule = 0
     while nights_done < nights:
         figures, ids = {}, []
-        for night in range(min(per_schedule, nights - nights_done + 1)):
+        for night in range(min(per_schedule + baseline - 1, nights - nights_done + 1)):
             run_id = run_id_of(schedule, night)
             figures[run_id] = draw_run(model, rng, unsustainable_rate=unsustainable_rate)
             ids.append(run_id)
@@ -465,37 +475,38 @@ def _min_series() -> int:
 
 
 def detection(model: dict, kind: str, trials: int, seed: int, per_schedule: int = NIGHTS_PER_SCHEDULE,
-              factor: float | None = None) -> dict:
+              factor: float | None = None, baseline: int = 1) -> dict:
     """`trials` schedules with a step (STEPS[kind], or its metric times `factor`) in one random configuration from a
-    random night on (1 to per_schedule − 2): told when an alert on that configuration and metric comes on the
-    step's night or the next and places the change within PLACEMENT runs of it. Alerts on anything else in those
-    nights are counted apart."""
+    random night on (1 to per_schedule − 2; night 0 is the schedule's `baseline` runs back to back): told when an
+    alert on that configuration and metric comes on the step's night or the next and places the change within
+    PLACEMENT runs of it. Alerts on anything else in those nights are counted apart. `by_start` is by night."""
     metric, factor = STEPS[kind][0], factor or STEPS[kind][1]
     rng = np.random.default_rng(seed)
     keys = [k for k, c in model["configurations"].items() if metric in c["metrics"]]
     rows = []
     for trial in range(trials):
         key, start = keys[rng.integers(len(keys))], int(rng.integers(1, per_schedule - 1))
+        stepped = start + baseline - 1  # the run the step begins with
         figures, ids, found, other = {}, [], None, 0
-        for night in range(start + WITHIN_NIGHTS):
-            run_id = run_id_of(trial, night)
-            figures[run_id] = draw_run(model, rng, (key, metric, factor) if night >= start else None)
+        for run in range(stepped + WITHIN_NIGHTS):
+            run_id = run_id_of(trial, run)
+            figures[run_id] = draw_run(model, rng, (key, metric, factor) if run >= stepped else None)
             ids.append(run_id)
-            if night < start:
+            if run < stepped:
                 continue
             for a in night_alerts(figures, ids):
                 right = a["key"] == key and a["metric"] == metric
-                placed = abs(a["at"] + max(0, len(ids) - _series_runs()) - start) <= PLACEMENT
+                placed = abs(a["at"] + max(0, len(ids) - _series_runs()) - stepped) <= PLACEMENT
                 if right and placed and found is None:
-                    found = {"night": night - start, "source": a["source"], "found_by": a.get("found_by")}
+                    found = {"night": run - stepped, "source": a["source"], "found_by": a.get("found_by")}
                 elif not right:
                     other += 1
-        rows.append({"key": key, "start": start, "told": found is not None,
+        rows.append({"key": key, "start": start, "run": stepped, "told": found is not None,
                      "night": None if found is None else found["night"],
                      "source": None if found is None else found["source"],
                      "found_by": None if found is None else found["found_by"], "other_alerts": other})
-    established = [r for r in rows if r["start"] >= _min_series()]
-    return {"kind": kind, "metric": metric, "factor": factor, "trials": trials,
+    established = [r for r in rows if r["run"] >= _min_series()]
+    return {"kind": kind, "metric": metric, "factor": factor, "trials": trials, "baseline_runs": baseline,
             "told": sum(r["told"] for r in rows), "rate": sum(r["told"] for r in rows) / max(1, trials),
             "established_trials": len(established), "established_told": sum(r["told"] for r in established),
             "established_rate": sum(r["told"] for r in established) / max(1, len(established)),
@@ -525,22 +536,26 @@ def simulate(model: dict, nights: int, trials: int, seed: int = 0, processes: in
     """The simulation's parts, each seeded on its own, so that running them in `processes` processes at once gives
     the same figures as one after another."""
     started = time.monotonic()
-    tasks = {"false_alerts": ("false_alerts", (model, nights, seed), {})}
+    base = {"baseline": baseline_runs()}  # the schedule's: its first night is that many runs back to back
+    tasks = {"false_alerts": ("false_alerts", (model, nights, seed), base)}
     for i, kind in enumerate(STEPS):
-        tasks[f"detection {kind}"] = ("detection", (model, kind, trials, seed + 1 + i), {})
+        tasks[f"detection {kind}"] = ("detection", (model, kind, trials, seed + 1 + i), base)
+    # the same step on schedules without a baseline (one run the first night): what the baseline is for
+    tasks["detection p99 without"] = ("detection", (model, "p99", trials, seed + 1), {"baseline": 1})
     # what the p99 step would have to be to be told (fewer trials: a sweep, not the check's figure)
     for i, f in enumerate(P99_SWEEP):
-        tasks[f"p99 sweep {i}"] = ("detection", (model, "p99", max(1, trials // 3), seed + 20 + i), {"factor": f})
+        tasks[f"p99 sweep {i}"] = ("detection", (model, "p99", max(1, trials // 3), seed + 20 + i),
+                                   {"factor": f, **base})
     # the +30% p99 step with more repeats per run drawn from the same noise (longer cells would do the same)
     # At more repeats the figures' checks only: the flips' exact test (on the repeats' verdicts, not the figures)
     # grows with the repeats to seconds a night, and its false alerts are the quick suite's rows'.
     for i, r in enumerate(REPEATS_SWEEP):
         sized = {**model, "repeats_per_run": r, "judged": False}
-        tasks[f"repeats sweep {i}"] = ("detection", (sized, "p99", max(1, trials // 3), seed + 30 + i), {})
+        tasks[f"repeats sweep {i}"] = ("detection", (sized, "p99", max(1, trials // 3), seed + 30 + i), base)
         # the same suite's A/A nights: a run's figure is a median from changes.MEDIAN_REPEATS repeats on
-        tasks[f"repeats false {i}"] = ("false_alerts", (sized, nights, seed + 40 + i), {})
+        tasks[f"repeats false {i}"] = ("false_alerts", (sized, nights, seed + 40 + i), base)
     if model["unsustainable_rate"] < STRESS_UNSUSTAINABLE:
-        tasks["false_alerts_stressed"] = ("false_alerts", (model, nights, seed + 10, STRESS_UNSUSTAINABLE), {})
+        tasks["false_alerts_stressed"] = ("false_alerts", (model, nights, seed + 10, STRESS_UNSUSTAINABLE), base)
     tasks["power"] = ("power_table", (model,), {})
     if processes > 1:
         from concurrent.futures import ProcessPoolExecutor
@@ -550,8 +565,9 @@ def simulate(model: dict, nights: int, trials: int, seed: int = 0, processes: in
     else:
         done = {name: _part(task) for name, task in tasks.items()}
     out = {"nights_per_schedule": NIGHTS_PER_SCHEDULE, "shape": model.get("shape", "empirical"),
-           "false_alerts": done["false_alerts"],
+           "baseline_runs": base["baseline"], "false_alerts": done["false_alerts"],
            "detection": {kind: done[f"detection {kind}"] for kind in STEPS},
+           "detection_without_baseline": {"p99": done["detection p99 without"]},
            "p99_sweep": [done[f"p99 sweep {i}"] for i in range(len(P99_SWEEP))],
            "repeats_sweep": [{**done[f"repeats sweep {i}"], "repeats_per_run": r,
                               "false_alerts": done[f"repeats false {i}"], "night_minutes": night_minutes(model, r)}
@@ -740,6 +756,9 @@ def main() -> int:
     for kind, d in simulated["detection"].items():
         log(f"step {kind}: told {d['told']} of {d['trials']} ({d['rate']:.0%}); from night {_min_series()} on "
             f"{d['established_told']} of {d['established_trials']} ({d['established_rate']:.0%})")
+    for kind, d in simulated.get("detection_without_baseline", {}).items():
+        log(f"step {kind} without the schedule's {simulated['baseline_runs']} baseline runs: told {d['told']} of "
+            f"{d['trials']} ({d['rate']:.0%})")
     for d in simulated.get("p99_sweep", []) + simulated.get("repeats_sweep", []):
         repeats = d.get("repeats_per_run", model["repeats_per_run"])
         log(f"p99 x {d['factor']:g} at {repeats} repeats per run: told "

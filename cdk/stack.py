@@ -111,6 +111,12 @@ class BrokerbenchStack(Stack):
         functions["notify"].add_environment("BROKERBENCH_API_URL", Fn.join("", [
             "https://", api.rest_api.rest_api_id, ".execute-api.", self.region, ".", self.url_suffix, f"/{API_STAGE}/"]))
         Schedules(self, "Schedules", trigger=functions["schedule_trigger"], enabled=schedules_on)
+        # A schedule still building its baseline gets its next run when one completes: RunEnded hands the due time to
+        # the trigger (brokerbench/schedules.py catch_up), with the schedules as deployed (off: none enabled).
+        functions.add_environment(["run_ended"], {
+            "BROKERBENCH_SCHEDULE_TRIGGER_FUNCTION": functions["schedule_trigger"].function_name,
+            "BROKERBENCH_SCHEDULES_DEPLOYED": "on" if schedules_on else "off"})
+        functions["schedule_trigger"].grant_invoke(functions["run_ended"])
         Budget(self, "Budget", monthly_usd=monthly_budget_usd, emails=list(budget_emails) or list(alert_emails),
                topic=alerts.topic, key=alerts.key)
 

@@ -260,6 +260,8 @@ try {
   await page.waitForSelector('#schedules-table, #no-schedules, main .error-box');
   summary.schedules = await page.evaluate(() => ({
     rows: document.querySelectorAll('#schedules-table tbody tr').length,
+    baselines: [...document.querySelectorAll('#schedules-table tbody tr')]
+      .map((tr) => [tr.dataset.schedule, tr.querySelector('td:nth-child(3) .hint')?.textContent ?? null]),
     error: document.querySelector('main .error-box')?.textContent ?? null,
   }));
   await shot('schedules');

@@ -1268,3 +1268,19 @@ def test_provisioning_may_delete_network_interfaces_of_its_own_vpc_only(resource
     assert "network-interface/*" in json.dumps(deletes[0]["Resource"])
     (vpc,) = of_type(resources, "AWS::EC2::VPC")
     assert f'"Ref": "{vpc}"' in json.dumps(deletes[0]["Condition"]["ArnEquals"]["ec2:Vpc"])
+
+
+def test_the_ending_handler_may_hand_a_baseline_run_to_the_schedule_trigger_alone(resources):
+    """A completed run of a schedule still building its baseline: RunEnded invokes the trigger function
+    (brokerbench/schedules.py catch_up), and nothing else."""
+    functions = handler_functions(resources)
+    ended, trigger = functions["run_ended"], functions["schedule_trigger"]
+    env = ended[1]["Environment"]["Variables"]
+    assert env["BROKERBENCH_SCHEDULE_TRIGGER_FUNCTION"] == {"Ref": trigger[0]}
+    assert env["BROKERBENCH_SCHEDULES_DEPLOYED"] == "off"  # as the schedules themselves: DISABLED unless turned on
+    role = ended[1]["Role"]["Fn::GetAtt"][0]
+    invoked = [s for logical_id, s in statements(resources) if "lambda:InvokeFunction" in as_list(s["Action"])
+               and resources[logical_id]["Properties"].get("Roles") == [{"Ref": role}]]
+    assert {json.dumps(r) for s in invoked for r in as_list(s["Resource"])} == {
+        json.dumps({"Fn::GetAtt": [trigger[0], "Arn"]}),
+        json.dumps({"Fn::Join": ["", [{"Fn::GetAtt": [trigger[0], "Arn"]}, ":*"]]})}

@@ -143,7 +143,12 @@ def check_what_the_person_saw(view: dict, served_api, screenshots: Path) -> None
     assert all(_change_recomputes(*row[3:6]) for row in throughput if "–" not in row[3:6]), throughput
 
     status, _, listed = served_api.request("GET", "/schedules")
-    assert status == 200 and view["schedules"] == {"rows": len(listed["schedules"]), "error": None}
+    assert status == 200 and {k: view["schedules"][k] for k in ("rows", "error")} == {
+        "rows": len(listed["schedules"]), "error": None}
+    # a schedule that builds a baseline says so under its cron, and only such a schedule
+    assert view["schedules"]["baselines"] == [
+        [s["name"], f"runs back to back until the suite has {s['baseline_runs']} completed runs"
+         if s["baseline_runs"] > 1 else None] for s in listed["schedules"]]
     assert view["schedules"]["rows"] >= 1
 
     # a screenshot of every step, each a real PNG

@@ -3,12 +3,13 @@
 import json
 import secrets
 import threading
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 
 import pytest
 
 from brokerbench import schedules
 from brokerbench.events import dynamodb, make_event, new_run_id
+from brokerbench.events.run import run_completed_event
 from brokerbench.workflow import steps, wiring
 from fault_tools import LambdaContext
 
@@ -131,6 +132,7 @@ def test_describe_shows_when_each_schedule_is_next_due_and_how_its_last_run_went
     assert shown[fired.name] == {
         "name": fired.name, "description": "every hour", "suite": "smoke", "run": None, "scale": None,
         "cron": "0 * * * *", "timezone": "UTC", "baseline": "previous", "notify": ["perf@example.com"], "enabled": True,
+        "baseline_runs": 1,
         "next_due": "2026-11-21T12:00:00+00:00",
         "last_trigger": {"due_at": "2026-11-21T11:00:00+00:00", "run_id": run_id, "outcome": "started",
                          "reason": None},
@@ -256,3 +258,126 @@ def test_the_schedule_trigger_function_starts_an_execution_named_by_the_run_id(s
               if e["data"]["due_at"] == "2026-11-21T02:00:00+00:00"]
     assert {d["outcome"] for d in stored} == {"claimed", "started"} and {d["run_id"] for d in stored} == {
         result["run_id"]}
+
+
+# -- the baseline: runs back to back until the suite has baseline_runs ---------------------------------------------
+BASELINE_SPEC = {"brokers": ["kafka"], "sizes": [1024], "rates": [100], "formats": ["json"]}
+
+
+def baseline_schedule(**fields):
+    """A schedule of an inline spec named for this test alone: its suite's completed runs are only this test's."""
+    name = f"baseline-{secrets.token_hex(4)}"
+    return hourly(name=name, suite=None, spec={**BASELINE_SPEC, "name": name}, baseline_runs=3, **fields)
+
+
+def next_hour():
+    return datetime.now(UTC).replace(minute=0, second=0, microsecond=0) + timedelta(hours=1)
+
+
+def complete(store, run_id, status="completed"):
+    store.append([run_completed_event(run_id, status, 1, 0)])
+
+
+def test_a_schedule_builds_its_baseline_back_to_back_then_waits_for_its_cron(store):
+    schedule, base = baseline_schedule(), next_hour()
+    starts = Starts(store)
+    scheduler = schedules.Scheduler([schedule], store, starts, clock=lambda: base - timedelta(minutes=30))
+    [first] = scheduler.tick(base + timedelta(seconds=1))  # the cron time
+    assert scheduler.tick(base + timedelta(seconds=30)) == []  # its run has not ended
+    complete(store, first["data"]["run_id"])
+    assert scheduler.tick(base + timedelta(seconds=40)) == []  # looked at most every CATCH_UP_EVERY
+    [second] = scheduler.tick(base + timedelta(seconds=50))
+    assert second["data"]["outcome"] == "started" and second["data"]["run_id"] != first["data"]["run_id"]
+    assert second["data"]["due_at"] == schedules.iso(base + timedelta(seconds=1))  # after the first, not a cron time
+    complete(store, second["data"]["run_id"])
+    [third] = scheduler.tick(base + timedelta(seconds=70))
+    complete(store, third["data"]["run_id"])
+    assert scheduler.tick(base + timedelta(seconds=90)) == []  # the suite has its 3 runs
+    found = schedules.catch_up(schedule, store, base + timedelta(seconds=90))
+    assert found.done and found.due_at is None and "3 completed runs" in found.why
+    [nightly] = scheduler.tick(base + timedelta(hours=1, seconds=1))  # then the cron again, one run a due time
+    assert nightly["data"]["due_at"] == schedules.iso(base + timedelta(hours=1))
+    complete(store, nightly["data"]["run_id"])
+    assert scheduler.tick(base + timedelta(hours=1, minutes=1)) == []
+    assert len(starts.calls) == 4
+    # each started run's claim and outcome, one due time each: a second scheduler would claim none of them again
+    stored = [e["data"] for e in store.read(schedules.partition(schedule.name))]
+    assert sorted({d["due_at"] for d in stored}) == sorted({e["data"]["due_at"] for e in (first, second, third, nightly)})
+    assert [d["outcome"] for d in stored].count("started") == 4
+
+
+def test_a_baseline_run_that_did_not_complete_waits_for_the_next_cron_time(store):
+    schedule, base = baseline_schedule(), next_hour()
+    starts = Starts(store)
+    scheduler = schedules.Scheduler([schedule], store, starts, clock=lambda: base - timedelta(minutes=30))
+    [first] = scheduler.tick(base + timedelta(seconds=1))
+    complete(store, first["data"]["run_id"], "interrupted")
+    assert scheduler.tick(base + timedelta(minutes=5)) == []
+    assert "ended interrupted" in schedules.catch_up(schedule, store, base + timedelta(minutes=5)).why
+    [nightly] = scheduler.tick(base + timedelta(hours=1, seconds=1))
+    complete(store, nightly["data"]["run_id"])
+    [catch_up] = scheduler.tick(base + timedelta(hours=1, minutes=1))  # the baseline goes on: 1 of 3 completed
+    assert catch_up["data"]["due_at"] == schedules.iso(base + timedelta(hours=1, seconds=1))
+
+
+def test_runs_the_suite_does_not_count_stop_after_baseline_runs_less_one(store):
+    """A schedule whose runs never reach its suite's count (here each run is listed under a name of its own) starts
+    at most baseline_runs − 1 runs after each cron time's, not runs without end."""
+    schedule, base = baseline_schedule(), next_hour()
+    starts = Starts()
+
+    def start(request, suite, run_id):
+        starts(request, suite, run_id)
+        store.append([requested(run_id, {**request, "name": f"other-{secrets.token_hex(4)}"})])
+
+    scheduler = schedules.Scheduler([schedule], store, start, clock=lambda: base - timedelta(minutes=30))
+    started = scheduler.tick(base + timedelta(seconds=1))
+    for second in range(20, 200, 20):
+        complete(store, started[-1]["data"]["run_id"])
+        started += scheduler.tick(base + timedelta(seconds=second))
+    assert len(started) == 3 and "2 baseline runs followed" in schedules.catch_up(schedule, store, base).why
+
+
+def test_in_aws_a_completed_baseline_run_hands_the_next_to_the_schedule_trigger_function(store, step_environment,
+                                                                                         monkeypatch, tmp_path):
+    """handlers/run_ended.py with a SUCCEEDED execution of a schedule's baseline run: the next due time goes to the
+    schedule trigger function as EventBridge Scheduler would send it (Lambda's Invoke checked with botocore's Stubber:
+    no AWS here; the triggers and the runs' events are in the real event store). A run no schedule started, or a
+    schedule whose baseline is complete, hands nothing on."""
+    import boto3
+    from botocore.stub import Stubber
+
+    from handlers import run_ended as run_ended_handler
+
+    schedule, base = baseline_schedule(), next_hour()
+    item = {"name": schedule.name, "cron": schedule.cron, "spec": schedule.spec, "baseline_runs": 3}
+    (tmp_path / "schedules.json").write_text(json.dumps({"schedules": [item]}))
+    monkeypatch.setenv("BROKERBENCH_SCHEDULES", str(tmp_path / "schedules.json"))
+    monkeypatch.setenv(run_ended_handler.TRIGGER_FUNCTION_ENV, "brokerbench-schedule-trigger")
+    lambda_client = boto3.client("lambda", region_name="us-east-1", aws_access_key_id="x", aws_secret_access_key="x")
+    monkeypatch.setattr(run_ended_handler.boto3, "client", lambda service, **kw: lambda_client)
+    starts = Starts(store)
+    first = schedules.trigger(schedule.name, base, store, starts, [schedule])
+    complete(store, first["run_id"])
+
+    def succeeded(run_id):
+        return {"detail": {"executionArn": f"arn:aws:states:us-east-1:123456789012:execution:bb-run:{run_id}",
+                           "name": run_id, "status": "SUCCEEDED", "input": json.dumps({"run_id": run_id})}}
+
+    payload = {"schedule": schedule.name, "due_at": schedules.iso(base + timedelta(seconds=1))}
+    with Stubber(lambda_client) as stub:
+        stub.add_response("invoke", {"StatusCode": 202}, {"FunctionName": "brokerbench-schedule-trigger",
+                                                          "InvocationType": "Event",
+                                                          "Payload": json.dumps(payload).encode()})
+        ended = run_ended_handler.lambda_handler(succeeded(first["run_id"]), LambdaContext("brokerbench-run-ended"))
+        stub.assert_no_pending_responses()
+        assert ended["baseline_runs"] == [payload]
+        other = new_run_id()  # a run no schedule started
+        store.append([requested(other, {**BASELINE_SPEC, "name": "adhoc"})])
+        complete(store, other)
+        assert run_ended_handler.lambda_handler(succeeded(other), LambdaContext("x"))["baseline_runs"] == []
+    # what the trigger function then does with it: the next baseline run, claimed once
+    second = schedules.trigger(schedule.name, datetime.fromisoformat(payload["due_at"]), store, starts, [schedule])
+    assert second["outcome"] == "started"
+    assert schedules.trigger(schedule.name, datetime.fromisoformat(payload["due_at"]), store, starts,
+                             [schedule])["outcome"] == "already_claimed"

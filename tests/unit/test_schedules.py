@@ -63,7 +63,9 @@ def test_every_problem_names_its_field():
         {"name": "c", "suite": "nope", "cron": "0 2 * * * 1"},
         {"name": "d", "spec": {**INLINE, "sizes": [10]}, "cron": "@daily"},
         {"name": "e", "cron": "0 2 * * *"},
-        {"name": "f", "suite": "../x", "cron": "0 2 * * *", "surprise": True})
+        {"name": "f", "suite": "../x", "cron": "0 2 * * *", "surprise": True},
+        {"name": "g", "suite": "quick", "cron": "0 2 * * *", "baseline_runs": 0},
+        {"name": "h", "suite": "quick", "cron": "0 2 * * *", "baseline_runs": 2.5})
     assert "'61 2 * * *' is not a cron expression of five fields" in found["schedules[0].cron"]
     assert '"previous"' in found["schedules[0].baseline"] and "run id" in found["schedules[0].baseline"]
     assert "not a known time zone" in found["schedules[0].timezone"]
@@ -76,13 +78,15 @@ def test_every_problem_names_its_field():
     assert found["schedules[4]"] == "give suite (a built-in suite) or spec (an inline run request)"
     assert "does not match" in found["schedules[5].suite"]  # no path outside the suites folder
     assert "'surprise' was unexpected" in found["schedules[5]"]
+    assert "less than the minimum of 1" in found["schedules[6].baseline_runs"]
+    assert "not of type 'integer'" in found["schedules[7].baseline_runs"]
 
 
 def test_a_valid_schedule_gets_the_defaults_and_its_request_carries_the_baseline_and_recipients():
     [schedule] = schedules.parse({"schedules": [
         {"name": "pinned", "suite": "smoke", "cron": "0 2 * * *", "baseline": RUN,
          "notify": ["perf@example.com", "arn:aws:sns:eu-west-1:123456789012:perf"]}]})
-    assert (schedule.timezone, schedule.enabled) == ("UTC", True)
+    assert (schedule.timezone, schedule.enabled, schedule.baseline_runs) == ("UTC", True, 1)
     request, suite = schedule.request()
     assert suite == "smoke" and request["baseline_run_id"] == RUN
     assert request["notify"] == ["perf@example.com", "arn:aws:sns:eu-west-1:123456789012:perf"]

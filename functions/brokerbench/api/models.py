@@ -338,6 +338,8 @@ class Schedule(Model):
     baseline: str
     notify: list[str]
     enabled: bool
+    baseline_runs: int = Field(description="Until its suite has this many completed runs, the schedule runs again as "
+                                           "soon as its last run completed (its baseline)")
     next_due: str | None
     last_trigger: Trigger | None
     last_run: LastRun | None

@@ -1031,7 +1031,8 @@
           h('td', {}, h('strong', {}, s.name), s.description ? h('div', { class: 'hint' }, s.description) : null),
           h('td', {}, s.suite ? [s.suite, ' ', h('a', { href: `#/history${query({ suite: s.suite })}`, class: 'history-link' }, 'history')]
             : h('span', { class: 'muted' }, 'spec')),
-          h('td', {}, h('code', {}, s.cron)),
+          h('td', {}, h('code', {}, s.cron), s.baseline_runs > 1
+            ? h('div', { class: 'hint' }, `runs back to back until the suite has ${s.baseline_runs} completed runs`) : null),
           h('td', {}, s.enabled ? 'yes' : h('span', { class: 'muted' }, 'no')),
           h('td', {}, fmtTime(s.next_due)),
           h('td', {}, t ? [fmtTime(t.due_at), ' ', h('span', { class: `badge outcome-${t.outcome}` }, label(t.outcome)),

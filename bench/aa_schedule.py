@@ -754,7 +754,7 @@ def main() -> int:
     log(f"real: {s['alerts']} alerts over {s['runs']} runs ({s['runs_that_notify']} runs would notify)")
     log(f"simulated: {f['nights_with_an_alert']} of {f['nights']} nights with an alert ({f['rate']:.1%})")
     for kind, d in simulated["detection"].items():
-        log(f"step {kind}: told {d['told']} of {d['trials']} ({d['rate']:.0%}); from night {_min_series()} on "
+        log(f"step {kind}: told {d['told']} of {d['trials']} ({d['rate']:.0%}); from run {_min_series()} on "
             f"{d['established_told']} of {d['established_trials']} ({d['established_rate']:.0%})")
     for kind, d in simulated.get("detection_without_baseline", {}).items():
         log(f"step {kind} without the schedule's {simulated['baseline_runs']} baseline runs: told {d['told']} of "
@@ -762,7 +762,7 @@ def main() -> int:
     for d in simulated.get("p99_sweep", []) + simulated.get("repeats_sweep", []):
         repeats = d.get("repeats_per_run", model["repeats_per_run"])
         log(f"p99 x {d['factor']:g} at {repeats} repeats per run: told "
-            f"{d['told']} of {d['trials']} ({d['rate']:.0%}); from night {_min_series()} on "
+            f"{d['told']} of {d['trials']} ({d['rate']:.0%}); from run {_min_series()} on "
             f"{d['established_rate']:.0%}"
             + (f"; A/A nights with an alert {d['false_alerts']['rate']:.1%}; a night {d['night_minutes']:.0f} min"
                if "false_alerts" in d else ""))

@@ -838,11 +838,18 @@ def _broker_share(d: dict, noise: dict, broker: str) -> str:
     return _share(sum(t for t, _ in told), sum(n for _, n in told))
 
 
-def _first_night(d: dict) -> dict:
-    """The steps on a schedule's first night (a single run before them) and the share told of all the others."""
+def _first_night(d: dict, without: dict | None) -> dict:
+    """The steps on a schedule's first night after its baseline, and the same step on schedules without one (a
+    single run the first night: the steps on its first night never told)."""
     told, trials = d["by_start"].get("1", [0, 0])
-    return {"first_night": f"{told} of {trials} told",
-            "without_first": _share(d["told"] - told, d["trials"] - trials)}
+    out = {"first_night": f"{told} of {trials} told", "without_baseline": "(not simulated)",
+           "first_night_without": "(not simulated)", "without_established": "(not simulated)"}
+    if without is not None:
+        w_told, w_trials = without["by_start"].get("1", [0, 0])
+        out.update(without_baseline=_share(without["told"], without["trials"]),
+                   first_night_without=f"{w_told} of {w_trials} told",
+                   without_established=_share(without["established_told"], without["established_trials"]))
+    return out
 
 
 def _brokers(noise: dict) -> list[str]:
@@ -924,8 +931,12 @@ def aa_schedule(results: dict) -> dict:
         "tp_run": _median_sd(noise, "throughput_msgs_per_s", "sd_run"),
         "tp_repeat": _median_sd(noise, "throughput_msgs_per_s", "sd_repeat"),
         "early": _share(sum(n for start, (_, n) in sim["detection"]["p99"]["by_start"].items()
-                            if int(start) < rules["min_series"]), sim["detection"]["p99"]["trials"]),
-        "early_told": _early_told(sim["detection"]["p99"], rules["min_series"]),
+                            if _step_run(sim, start) < rules["min_series"]), sim["detection"]["p99"]["trials"]),
+        "early_told": _early_told(sim, rules["min_series"]),
+        "baseline_runs": str(sim.get("baseline_runs", 1)),
+        "baseline_minutes": (f"{sim['night_minutes'] * sim.get('baseline_runs', 1):.0f} min"
+                             if "night_minutes" in sim else "–"),
+        "tp_told": _share(sim["detection"]["throughput"]["told"], sim["detection"]["throughput"]["trials"]),
         "newest_min": str(rules.get("newest_min", rules["min_series"])),
         "nights": f"{sim['false_alerts']['nights']:,}", "per_schedule": str(sim["nights_per_schedule"]),
         "trials": str(sim["detection"]["p99"]["trials"]), "min_series": str(rules["min_series"]),
@@ -936,21 +947,27 @@ def aa_schedule(results: dict) -> dict:
         "p99_told": _share(sim["detection"]["p99"]["told"], sim["detection"]["p99"]["trials"]),
         "kafka_told": _broker_share(sim["detection"]["p99"], noise, "kafka"),
         "redis_told": _broker_share(sim["detection"]["p99"], noise, "redis-streams"),
-        **_first_night(sim["detection"]["p99"]),
+        **_first_night(sim["detection"]["p99"], sim.get("detection_without_baseline", {}).get("p99")),
         "false_sim": _share(sim["false_alerts"]["nights_with_an_alert"], sim["false_alerts"]["nights"]),
         "best_sized": _best_sized(sim),
         "run_wall": f"{noise['run_wall_s']:.0f} s" if "run_wall_s" in noise else "–",
         "median_repeats": str(rules.get("median_repeats", "–")),
         "step_table": table(["step at a random night", "told within 2 nights at its run ± 1",
-                             f"steps from night {rules['min_series']} on", "told by", "other alerts in those nights"],
+                             f"steps at run {rules['min_series']} or later", "told by", "other alerts in those nights"],
                             [_step_row(d) for d in sim["detection"].values()]
                             + [_step_row(d) for d in sim.get("p99_sweep", [])]),
     }
 
 
-def _early_told(d: dict, min_series: int) -> str:
-    """The steps at nights before a series is searched that were told within two nights (aa_schedule's detection)."""
-    early = [(t, n) for s, (t, n) in d["by_start"].items() if int(s) < min_series]
+def _step_run(sim: dict, night: str) -> int:
+    """The run a step at `night` began with: night 0 is the schedule's baseline runs."""
+    return int(night) + sim.get("baseline_runs", 1) - 1
+
+
+def _early_told(sim: dict, min_series: int) -> str:
+    """The steps at runs before a series is searched that were told within two nights (aa_schedule's detection)."""
+    d = sim["detection"]["p99"]
+    early = [(t, n) for s, (t, n) in d["by_start"].items() if _step_run(sim, s) < min_series]
     return _share(sum(t for t, _ in early), sum(n for _, n in early))
 
 
@@ -1006,7 +1023,7 @@ def _aa_power(noise: dict, sim: dict, min_series: int) -> dict:
     best = max(configurations.values(), key=lambda r: r["power"])
     return {
         "sweep_table": table(["end-to-end p99 step", "repeats per run", "told within 2 nights at its run ± 1",
-                              f"steps from night {min_series} on"]
+                              f"steps at run {min_series} or later"]
                              + [f"in {b} configurations" for b in _brokers(noise)]
                              + ["A/A nights with an alert", "a night of the suite"], rows,
                              ["---", "---:", "---:", "---:"] + ["---:"] * (len(_brokers(noise)) + 2)),

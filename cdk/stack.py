@@ -5,6 +5,7 @@ region are the ones `cdk deploy` runs with."""
 from __future__ import annotations
 
 from aws_cdk import CfnOutput, Fn, Stack, Tags
+from aws_cdk import aws_iam as iam
 from constructs import Construct
 
 from brokerbench import deployment
@@ -116,7 +117,9 @@ class BrokerbenchStack(Stack):
         functions.add_environment(["run_ended"], {
             "BROKERBENCH_SCHEDULE_TRIGGER_FUNCTION": functions["schedule_trigger"].function_name,
             "BROKERBENCH_SCHEDULES_DEPLOYED": "on" if schedules_on else "off"})
-        functions["schedule_trigger"].grant_invoke(functions["run_ended"])
+        # The function itself, unqualified (grant_invoke would add its versions, ARN:*, which nothing here uses)
+        functions["run_ended"].add_to_role_policy(iam.PolicyStatement(
+            actions=["lambda:InvokeFunction"], resources=[functions["schedule_trigger"].function_arn]))
         Budget(self, "Budget", monthly_usd=monthly_budget_usd, emails=list(budget_emails) or list(alert_emails),
                topic=alerts.topic, key=alerts.key)
 

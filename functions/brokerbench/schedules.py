@@ -53,7 +53,9 @@ from referencing import Registry, Resource
 
 from . import spec as run_spec
 from .events import EventStore, make_event, new_run_id
+from .events import run_status as run_status_of
 from .paths import PACKAGE_DIR, SCHEMAS_DIR
+from .reports import history, regression
 from .reports.results import build_results
 from .spec import Problem, SpecError
 
@@ -359,8 +361,6 @@ def catch_up(schedule: Schedule, store: EventStore, now: datetime, run_id: str |
     """The baseline's next due time: the end of the schedule's newest run (`run_id`, when given, must be that run),
     when that run completed, its suite has fewer than baseline_runs completed runs and fewer than baseline_runs − 1
     runs followed the newest cron time's."""
-    from .reports import history, regression
-
     if schedule.baseline_runs <= 1 or not schedule.enabled:
         return CatchUp(None, "no baseline runs", done=True)
     events = _read_triggers(store, schedule, now, bool)
@@ -370,11 +370,11 @@ def catch_up(schedule: Schedule, store: EventStore, now: datetime, run_id: str |
     newest = outcome["data"]["run_id"]
     if run_id is not None and newest != run_id:
         return CatchUp(None, f"its newest run is {newest}")
-    ended = [e for e in store.read(newest, prefix="90#run#end") if e["type"] == "RunCompleted"]
-    if not ended or ended[0]["data"]["status"] not in history.ENDED:
-        status = run_status(store, newest)  # a failed run has RunFailed, not RunCompleted
-        if status in ("starting", "running"):
-            return CatchUp(None, f"run {newest} has not ended")
+    ended = store.read(newest, prefix="90#run#end")  # RunCompleted, or RunFailed
+    if not ended:
+        return CatchUp(None, f"run {newest} has not ended")
+    status = run_status_of(ended[0])[0]
+    if status not in history.ENDED:
         return CatchUp(None, f"run {newest} ended {status}: the baseline goes on from the next cron time")
     suite = regression.suite_of(store.read(newest, prefix="00#"))
     runs = history.suite_runs(store, suite, limit=schedule.baseline_runs)

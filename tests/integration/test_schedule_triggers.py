@@ -315,9 +315,12 @@ def test_a_baseline_run_that_did_not_complete_waits_for_the_next_cron_time(store
     assert scheduler.tick(base + timedelta(minutes=5)) == []
     assert "ended interrupted" in schedules.catch_up(schedule, store, base + timedelta(minutes=5)).why
     [nightly] = scheduler.tick(base + timedelta(hours=1, seconds=1))
+    store.append([make_event(nightly["data"]["run_id"], "RunFailed", {"reason": "a step failed"})])
+    assert "ended failed" in schedules.catch_up(schedule, store, base + timedelta(hours=1, minutes=1)).why
+    [nightly] = scheduler.tick(base + timedelta(hours=2, seconds=1))
     complete(store, nightly["data"]["run_id"])
-    [catch_up] = scheduler.tick(base + timedelta(hours=1, minutes=1))  # the baseline goes on: 1 of 3 completed
-    assert catch_up["data"]["due_at"] == schedules.iso(base + timedelta(hours=1, seconds=1))
+    [catch_up] = scheduler.tick(base + timedelta(hours=2, minutes=1))  # the baseline goes on: 1 of 3 completed
+    assert catch_up["data"]["due_at"] == schedules.iso(base + timedelta(hours=2, seconds=1))
 
 
 def test_runs_the_suite_does_not_count_stop_after_baseline_runs_less_one(store):

@@ -10,6 +10,7 @@ import pytest
 
 from bench_scripts import load
 
+from brokerbench import schedules
 from brokerbench.reports import changes, regression
 
 
@@ -181,3 +182,17 @@ def test_a_latency_and_its_host_figure_are_drawn_in_pairs_and_the_watch_finds_th
     assert changes.host_adjustment(series)["slope"] == pytest.approx(0.5, abs=0.1)
     plain = bench.draw_run({**model, "covariates": False}, np.random.default_rng(0))[key]
     assert plain["covariates"] == {} and len(plain["repeats"]["end_to_end_p99_us"]) == 3
+
+
+def test_a_baseline_of_runs_makes_a_step_on_the_first_night_tellable(bench):
+    """Night 0 is the schedule's baseline: with MIN_HISTORY runs back to back, a noise-free step on the first night
+    has a history to be judged against (without one it is never told), and the A/A nights count each baseline
+    run after the first as a night of the check."""
+    without = bench.detection(flat_model(), "throughput", trials=30, seed=3, per_schedule=6)
+    based = bench.detection(flat_model(), "throughput", trials=30, seed=3, per_schedule=6,
+                            baseline=regression.MIN_HISTORY)
+    assert without["by_start"]["1"][0] == 0 and without["baseline_runs"] == 1
+    assert based["told"] == based["trials"] and based["baseline_runs"] == regression.MIN_HISTORY
+    quiet = bench.false_alerts(flat_model(), nights=7, seed=0, per_schedule=6, baseline=regression.MIN_HISTORY)
+    assert (quiet["nights"], quiet["schedules"], quiet["nights_with_an_alert"]) == (7, 1, 0)
+    assert bench.baseline_runs() == next(s.baseline_runs for s in schedules.load() if s.name == bench.SCHEDULE) > 1

@@ -42,7 +42,9 @@ librdkafka's reads carried the kernel's receive time (client_stamp_lag_produce_r
 their Produce response's read on the broker thread; client_stamp_lag_arrival.json: at its arrival, sendloop.c
 rdkafka_recvmsg), and --paths redis-python-ack,kafka-native-ack,kafka-tls-python-broker-ack,kafka-tls-native-ack
 --trials 5 (client_stamp_lag_tls.json: the acknowledgements over the local Kafka's TLS listener, made for the run:
-OpenSSL's reads within librdkafka, sendloop.c rdkafka_read).
+OpenSSL's reads within librdkafka, sendloop.c rdkafka_read), and --paths
+redis-python-ack,kafka-fetch-delivery,kafka-tls-fetch-delivery --trials 5 (client_stamp_lag_tls_fetch.json: the
+deliveries over TLS).
 Starts the brokers its paths need (a state folder of its own, removed at the end) and perf, and stops them. Needs
 root (perf with tracepoints) and the tcp:tcp_probe tracepoint.
 """
@@ -78,6 +80,7 @@ PATHS = {
     "kafka-tls-native-ack": ("kafka", "acknowledgement", "arrival"),
     "kafka-delivery": ("kafka", "delivery", "client:librdkafka"),
     "kafka-fetch-delivery": ("kafka", "delivery", "client:librdkafka-fetch-arrival"),
+    "kafka-tls-fetch-delivery": ("kafka", "delivery", "client:librdkafka-fetch-arrival"),  # OpenSSL's reads
     "pulsar-delivery": ("pulsar", "delivery", "client:pulsar-client"),  # pulsar-client's consumer (the fallback)
     "pulsar-wire-delivery": ("pulsar", "delivery", "arrival"),  # the consumer that speaks the protocol itself
     "pulsar-client-ack": ("pulsar", "acknowledgement", "client:pulsar-client"),

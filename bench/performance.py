@@ -1119,6 +1119,7 @@ CLIENT_PATHS = {"redis-python-ack": "Redis acknowledgement, Python loop (control
                 "kafka-tls-native-ack": "Kafka acknowledgement over TLS, native loop (on librdkafka's broker thread)",
                 "kafka-delivery": "Kafka delivery, as the poll returns (without the plugin)",
                 "kafka-fetch-delivery": "Kafka delivery, at the Fetch response (on librdkafka's broker thread)",
+                "kafka-tls-fetch-delivery": "Kafka delivery over TLS, at the Fetch response's arrival",
                 "pulsar-delivery": "Pulsar delivery, pulsar-client (the consumer's fallback)",
                 "pulsar-wire-delivery": "Pulsar delivery, the consumer that speaks the protocol (socket of its own)",
                 "pulsar-client-ack": "Pulsar acknowledgement, pulsar-client (Python loop's fallback)",
@@ -1185,7 +1186,8 @@ def client_stamp_lag(results: dict) -> dict:
             **_client_pulsar(results["client_stamp_lag_pulsar"]),
             **_client_priority(results["client_stamp_lag_priority"]),
             **_client_arrival(results["client_stamp_lag_produce_read"], results["client_stamp_lag_arrival"]),
-            **_client_tls(results["client_stamp_lag_tls"])}
+            **_client_tls(results["client_stamp_lag_tls"]),
+            **_client_tls_fetch(results["client_stamp_lag_tls_fetch"])}
 
 
 def _client_tls(run: dict) -> dict:
@@ -1201,6 +1203,22 @@ def _client_tls(run: dict) -> dict:
                                       lambda x: f"{x:.1f}"),
             "client_tls_p50": " and ".join(_us(p["p50_us"]) for p in tls),
             "client_tls_p99": " and ".join(_us(p["p99_us"]) for p in tls)}
+
+
+def _client_tls_fetch(run: dict) -> dict:
+    """Kafka's deliveries over TLS beside the same over plain TCP and the control, in a run of their own."""
+    fill = _client_fallbacks(run)
+    paths = {p["path"]: p for p in run["paths"]}
+    tls = paths["kafka-tls-fetch-delivery"]
+    return {"client_tls_fetch_when": fill["client_fallback_when"], "client_tls_fetch_code": fill["client_fallback_code"],
+            "client_tls_fetch_lost": fill["client_fallback_lost"], "client_tls_fetch_table": fill["client_fallback_table"],
+            "client_tls_fetch_trials": str(run["trials"]),
+            "client_tls_fetch_load": spread([t["load_average_1min"] for p in run["paths"] for t in p["trials"]],
+                                            lambda x: f"{x:.1f}"),
+            "client_tls_fetch_p50": _us(tls["p50_us"]), "client_tls_fetch_p99": _us(tls["p99_us"]),
+            "client_tls_fetch_max": _us(tls["max_us"]),
+            "client_tls_fetch_stamped": ", ".join(sorted({t.get("stamps_as") or tls["recorded_as"]
+                                                         for t in tls["trials"]}))}
 
 
 def _client_arrival(read_run: dict, arrival_run: dict) -> dict:

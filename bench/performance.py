@@ -1190,31 +1190,30 @@ def client_stamp_lag(results: dict) -> dict:
             **_client_tls_fetch(results["client_stamp_lag_tls_fetch"])}
 
 
+def _client_run(run: dict, key: str) -> dict:
+    """A run of its own of some paths beside the control (the fallbacks' table's columns): when, code, perf's lost
+    events, the table, the trials and the load, each under `client_<key>_`."""
+    fill = _client_fallbacks(run)
+    return {f"client_{key}_when": fill["client_fallback_when"], f"client_{key}_code": fill["client_fallback_code"],
+            f"client_{key}_lost": fill["client_fallback_lost"], f"client_{key}_table": fill["client_fallback_table"],
+            f"client_{key}_trials": str(run["trials"]),
+            f"client_{key}_load": spread([t["load_average_1min"] for p in run["paths"] for t in p["trials"]],
+                                         lambda x: f"{x:.1f}")}
+
+
 def _client_tls(run: dict) -> dict:
     """Kafka's acknowledgements over TLS on both loops, beside the same over plain TCP and the control, in a run of
     their own (the local node's TLS listener)."""
     paths = {p["path"]: p for p in run["paths"]}
-    fill = _client_fallbacks(run)  # the same table's columns
     tls = [paths[p] for p in ("kafka-tls-python-broker-ack", "kafka-tls-native-ack")]
-    return {"client_tls_when": fill["client_fallback_when"], "client_tls_code": fill["client_fallback_code"],
-            "client_tls_lost": fill["client_fallback_lost"], "client_tls_table": fill["client_fallback_table"],
-            "client_tls_trials": str(run["trials"]),
-            "client_tls_load": spread([t["load_average_1min"] for p in run["paths"] for t in p["trials"]],
-                                      lambda x: f"{x:.1f}"),
-            "client_tls_p50": " and ".join(_us(p["p50_us"]) for p in tls),
+    return {**_client_run(run, "tls"), "client_tls_p50": " and ".join(_us(p["p50_us"]) for p in tls),
             "client_tls_p99": " and ".join(_us(p["p99_us"]) for p in tls)}
 
 
 def _client_tls_fetch(run: dict) -> dict:
     """Kafka's deliveries over TLS beside the same over plain TCP and the control, in a run of their own."""
-    fill = _client_fallbacks(run)
-    paths = {p["path"]: p for p in run["paths"]}
-    tls = paths["kafka-tls-fetch-delivery"]
-    return {"client_tls_fetch_when": fill["client_fallback_when"], "client_tls_fetch_code": fill["client_fallback_code"],
-            "client_tls_fetch_lost": fill["client_fallback_lost"], "client_tls_fetch_table": fill["client_fallback_table"],
-            "client_tls_fetch_trials": str(run["trials"]),
-            "client_tls_fetch_load": spread([t["load_average_1min"] for p in run["paths"] for t in p["trials"]],
-                                            lambda x: f"{x:.1f}"),
+    tls = {p["path"]: p for p in run["paths"]}["kafka-tls-fetch-delivery"]
+    return {**_client_run(run, "tls_fetch"),
             "client_tls_fetch_p50": _us(tls["p50_us"]), "client_tls_fetch_p99": _us(tls["p99_us"]),
             "client_tls_fetch_max": _us(tls["max_us"]),
             "client_tls_fetch_stamped": ", ".join(sorted({t.get("stamps_as") or tls["recorded_as"]
@@ -1301,12 +1300,7 @@ def _client_pulsar(run: dict) -> dict:
     (as its receive returns), interleaved beside the control in a run of their own."""
     paths = {p["path"]: p for p in run["paths"]}
     wire_path, client_path = paths["pulsar-wire-delivery"], paths["pulsar-delivery"]
-    fill = _client_fallbacks(run)  # the same table's columns
-    return {"client_pulsar_when": fill["client_fallback_when"], "client_pulsar_code": fill["client_fallback_code"],
-            "client_pulsar_lost": fill["client_fallback_lost"], "client_pulsar_table": fill["client_fallback_table"],
-            "client_pulsar_trials": str(run["trials"]),
-            "client_pulsar_load": spread([t["load_average_1min"] for p in run["paths"] for t in p["trials"]],
-                                         lambda x: f"{x:.1f}"),
+    return {**_client_run(run, "pulsar"),
             "client_pulsar_wire_p50": _us(wire_path["p50_us"]), "client_pulsar_wire_p99": _us(wire_path["p99_us"]),
             "client_pulsar_wire_max": _us(wire_path["max_us"]),
             "client_pulsar_client_p50": _us(client_path["p50_us"]),

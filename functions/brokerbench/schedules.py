@@ -66,8 +66,8 @@ CLAIM = "#claim"
 CLAIM_GRACE = timedelta(minutes=10)  # far longer than starting a run takes: a younger claim may still be starting
 RECENT = 10  # due times read back first when looking for the last trigger (all of them only when these hold none)
 TRIGGER_FIELDS = ("due_at", "run_id", "outcome", "reason")
-REQUEST_FIELDS = ("suite", "run", "scale", "spec", "notify", "baseline")
-CATCH_UP_EVERY = timedelta(seconds=15)  # how often the local scheduler looks whether a baseline run is due  # what the run request a schedule starts is made of
+REQUEST_FIELDS = ("suite", "run", "scale", "spec", "notify", "baseline")  # what the run request a schedule starts is made of
+CATCH_UP_EVERY = timedelta(seconds=15)  # how often the local scheduler looks whether a baseline run is due
 
 log = logging.getLogger(__name__)
 
@@ -364,7 +364,7 @@ def catch_up(schedule: Schedule, store: EventStore, now: datetime, run_id: str |
     if schedule.baseline_runs <= 1 or not schedule.enabled:
         return CatchUp(None, "no baseline runs", done=True)
     events = _read_triggers(store, schedule, now, bool)
-    claim, outcome = _newest(events)
+    _, outcome = _newest(events)
     if outcome is None or outcome["data"]["outcome"] != "started":
         return CatchUp(None, "its newest due time started no run" if outcome else "no run started yet")
     newest = outcome["data"]["run_id"]

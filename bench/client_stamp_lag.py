@@ -65,6 +65,7 @@ import tempfile
 import time
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))  # tests/certificates.py, shared with the tests
 RESULTS = Path(__file__).parent / "results" / "client_stamp_lag.json"
 SECOND_NS = 1_000_000_000
 WARMUP_S = 1.0  # each path's first second is left out (connections, metadata, the JIT of the first sends)
@@ -327,17 +328,9 @@ def tls_setting(state: Path) -> dict:
     """The local Kafka's TLS listener (stack setting kafka_tls) with a certificate for 127.0.0.1 made for this run
     (trustme), its authority trusted by the paths' processes through SSL_CERT_FILE (the Kafka driver gives it to
     librdkafka as ssl.ca.location)."""
-    import trustme
-    from cryptography.hazmat.primitives import serialization
+    from certificates import local_certificate  # trustme, a dev dependency: only where a TLS path runs
 
-    authority = trustme.CA()
-    issued = authority.issue_cert("127.0.0.1")
-    files = {name: state / f"tls-{name}.pem" for name in ("ca", "cert", "key")}
-    authority.cert_pem.write_to_path(str(files["ca"]))
-    issued.cert_chain_pems[0].write_to_path(str(files["cert"]))
-    key = serialization.load_pem_private_key(issued.private_key_pem.bytes(), None)
-    files["key"].write_bytes(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
-                                               serialization.NoEncryption()))
+    files = local_certificate(state, "tls-")
     os.environ["SSL_CERT_FILE"] = str(files["ca"])  # the paths' processes start with this environment
     return {"kafka_tls": {"cert": str(files["cert"]), "key": str(files["key"])}}
 

@@ -23,6 +23,7 @@ import pytest
 
 from brokerbench.events.dynamodb import DynamoEventStore
 from brokerbench.local.stack import LocalStack
+from certificates import local_certificate
 
 CORE_SERVICES = ["kafka", "redis", "dynamodb"]
 # Every JVM the tests start (Kafka, DynamoDB Local, Pulsar, ZooKeeper, their command-line tools) compiles with C1
@@ -208,19 +209,7 @@ def session_certificate(tmp_path_factory) -> dict:
     """A certificate for 127.0.0.1 (its key in PKCS#8, as Pulsar reads it) and its authority's, as files, made for
     the session (trustme): the session's Pulsar and RabbitMQ serve TLS with it too. A test trusts it through
     SSL_CERT_FILE."""
-    import trustme
-    from cryptography.hazmat.primitives import serialization
-
-    folder = tmp_path_factory.mktemp("certificate")
-    authority = trustme.CA()
-    cert = authority.issue_cert("127.0.0.1")
-    files = {name: folder / f"{name}.pem" for name in ("ca", "cert", "key")}
-    authority.cert_pem.write_to_path(str(files["ca"]))
-    cert.cert_chain_pems[0].write_to_path(str(files["cert"]))
-    key = serialization.load_pem_private_key(cert.private_key_pem.bytes(), None)
-    files["key"].write_bytes(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
-                                               serialization.NoEncryption()))
-    return files
+    return local_certificate(tmp_path_factory.mktemp("certificate"))
 
 
 @pytest.fixture(scope="session")

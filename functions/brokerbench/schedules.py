@@ -400,11 +400,10 @@ def catch_ups_after(store: EventStore, run_id: str, schedules: list[Schedule], n
     """The baseline runs due now that run `run_id` completed: (schedule, due time) for each schedule whose newest
     run it was (in AWS, the RunEnded function hands each to the schedule trigger function)."""
     found = []
-    for schedule in schedules:
-        if schedule.baseline_runs > 1 and schedule.enabled:
-            due_at = catch_up(schedule, store, now, run_id).due_at
-            if due_at is not None:
-                found.append((schedule.name, due_at))
+    for schedule in schedules:  # a schedule without baseline runs, or disabled, is answered before any read
+        due_at = catch_up(schedule, store, now, run_id).due_at
+        if due_at is not None:
+            found.append((schedule.name, due_at))
     return found
 
 
